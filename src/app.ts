@@ -1,0 +1,138 @@
+// startApp(config) → one HTTP server for GraphQL (yoga), health and readiness,
+// and the webhook receiver; with no UPSTREAM_URL, the embedded sandbox too.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { GraphQLError } from 'graphql';
+import { createYoga, maskError as yogaMaskError, type YogaServerInstance } from 'graphql-yoga';
+import type { Config } from './config.js';
+import { DeliveryGraphError, UpstreamTimeoutError, UpstreamUnavailableError } from './errors.js';
+import { createContext, type GraphQLContext, type Services } from './graphql/context.js';
+import { toSchema } from './graphql/schema.js';
+import { createLogger, type Logger } from './logger.js';
+import { startSandbox, type Sandbox } from './sandbox/index.js';
+import { SqliteStore } from './store/sqlite.js';
+import type { Store } from './store/store.js';
+import { createUpstream, type Upstream } from './upstream/clients.js';
+
+export interface App {
+  /** Base URL of the facade, e.g. http://127.0.0.1:4000 */
+  url: string;
+  port: number;
+  server: Server;
+  services: Services;
+  /** The embedded sandbox, when it is the upstream. */
+  sandbox: Sandbox | undefined;
+  logger: Logger;
+  stop(): Promise<void>;
+}
+
+export interface StartOptions {
+  logger?: Logger;
+  /** Use this store instead of opening the SQLite file (tests). */
+  store?: Store;
+}
+
+/** How long a readiness answer is reused before the upstream is asked again. */
+const READY_CACHE_MS = 5_000;
+
+/** Turns our typed errors into GraphQL errors with a stable extensions.code; everything else is masked. */
+function maskError(error: unknown, message: string, isDev?: boolean): Error {
+  const original = error instanceof GraphQLError ? error.originalError : error;
+  if (original instanceof DeliveryGraphError) {
+    const located = error instanceof GraphQLError ? error : undefined;
+    return new GraphQLError(original.message, {
+      nodes: located?.nodes,
+      source: located?.source,
+      positions: located?.positions,
+      path: located?.path,
+      extensions: { code: original.code },
+    });
+  }
+  return yogaMaskError(error, message, isDev);
+}
+
+export async function startApp(config: Config, options: StartOptions = {}): Promise<App> {
+  const logger = options.logger ?? createLogger(config.logLevel);
+
+  let sandbox: Sandbox | undefined;
+  let upstreamUrl = config.upstream.url;
+  let platformId = config.upstream.platformId;
+  if (!upstreamUrl) {
+    sandbox = await startSandbox({ port: config.sandbox.port, host: config.host, knobs: { stepMs: config.sandbox.stepMs } });
+    upstreamUrl = sandbox.url;
+    platformId ??= sandbox.platformId;
+  }
+
+  const upstream: Upstream = createUpstream(
+    { url: upstreamUrl, platformId: platformId!, timeoutMs: config.upstream.timeoutMs, connections: config.upstream.connections, maxResponseBytes: config.upstream.maxResponseBytes },
+    (call) => logger.debug({ upstream: call }, 'upstream call'),
+  );
+  const store = options.store ?? new SqliteStore(config.dataDir);
+  const services: Services = { config, upstream, store };
+
+  const yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext> = createYoga({
+    schema: toSchema(),
+    graphqlEndpoint: '/graphql',
+    landingPage: false,
+    logging: false,
+    graphiql: config.production ? false : { title: 'delivery-graph', headers: JSON.stringify({ Authorization: 'Bearer <merchant key>' }) },
+    maskedErrors: { maskError },
+    context: ({ request }) => createContext(services, request.headers.get('authorization')),
+  });
+
+  let readiness: { at: number; ready: boolean } | undefined;
+  const checkReady = async (): Promise<boolean> => {
+    if (readiness && Date.now() - readiness.at < READY_CACHE_MS) return readiness.ready;
+    let ready = true;
+    try {
+      // Without a key: any answer, even a 401, shows the upstream is there.
+      await upstream.partner.availability('');
+    } catch (error) {
+      ready = !(error instanceof UpstreamTimeoutError || error instanceof UpstreamUnavailableError);
+    }
+    readiness = { at: Date.now(), ready };
+    return ready;
+  };
+
+  const json = (res: ServerResponse, status: number, body: unknown) => {
+    res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+  };
+
+  const handle = (req: IncomingMessage, res: ServerResponse) => {
+    const pathname = (req.url ?? '/').split('?', 1)[0];
+    if (pathname === '/graphql') return void yoga(req, res);
+    if (pathname === '/health') return json(res, 200, { status: 'ok' });
+    if (pathname === '/ready') {
+      return void checkReady().then(
+        (ready) => json(res, ready ? 200 : 503, { status: ready ? 'ready' : 'upstream unavailable' }),
+        () => json(res, 503, { status: 'not ready' }),
+      );
+    }
+    json(res, 404, { error: 'not_found', message: `Nothing at ${pathname}. GraphQL is at /graphql.` });
+  };
+
+  const server = createServer(handle);
+  server.keepAliveTimeout = 65_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(config.port, config.host, () => resolve());
+  });
+  const port = (server.address() as AddressInfo).port;
+  const host = config.host.includes(':') ? `[${config.host}]` : config.host;
+  const url = `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`;
+  sandbox?.setWebhookUrl(`${url}${config.webhook.path}`);
+
+  let stopping: Promise<void> | undefined;
+  const stop = () =>
+    (stopping ??= (async () => {
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeIdleConnections();
+      });
+      await sandbox?.stop();
+      await upstream.close();
+      await store.close();
+    })());
+
+  return { url, port, server, services, sandbox, logger, stop };
+}

@@ -1,0 +1,193 @@
+// Configuration is read here, once, from the environment; nothing else in the
+// code base reads process.env. A bad value stops start-up with one line that
+// names the variable and says what is wrong with it.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+
+export type AmountUnit = 'cents' | 'major';
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+
+export interface UpstreamConfig {
+  /** Base URL ending in /api/v1; undefined means "start the embedded sandbox". */
+  readonly url: string | undefined;
+  readonly platformId: string | undefined;
+  readonly timeoutMs: number;
+  readonly amountUnit: AmountUnit;
+  /** Most sockets kept open to the upstream origin. */
+  readonly connections: number;
+  /** Larger upstream bodies are refused as UPSTREAM_ERROR instead of buffered. */
+  readonly maxResponseBytes: number;
+}
+
+export interface WebhookConfig {
+  readonly path: string;
+  /** PEM (SPKI) text of the key that verifies webhook JWTs; undefined with the sandbox. */
+  readonly publicKeyPem: string | undefined;
+  readonly publicKeyFile: string | undefined;
+  readonly issuer: string | undefined;
+}
+
+export interface Config {
+  readonly port: number;
+  readonly host: string;
+  readonly production: boolean;
+  readonly logLevel: LogLevel;
+  readonly dataDir: string;
+  readonly redisUrl: string | undefined;
+  readonly upstream: UpstreamConfig;
+  readonly webhook: WebhookConfig;
+  readonly graphql: {
+    /** Longest `deliveries(uids:)` list accepted. */
+    readonly maxBatchSize: number;
+    /** Upstream reads one request runs at once. */
+    readonly batchConcurrency: number;
+  };
+  readonly sandbox: {
+    /** Port of the embedded sandbox when UPSTREAM_URL is unset (0: any free port). */
+    readonly port: number;
+    /** Time between simulated lifecycle milestones. */
+    readonly stepMs: number;
+  };
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+  constructor(
+    readonly variable: string,
+    problem: string,
+  ) {
+    super(`${variable}: ${problem}`);
+  }
+}
+
+/** Every variable loadConfig reads, with the one-line help `--help` prints. */
+export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; default: string }> = [
+  { name: 'PORT', help: 'port the facade listens on (0: any free port)', default: '4000' },
+  { name: 'HOST', help: 'address the facade listens on', default: '127.0.0.1' },
+  { name: 'UPSTREAM_URL', help: 'upstream base URL ending in /api/v1', default: 'unset: start the embedded sandbox' },
+  { name: 'PLATFORM_ID', help: 'platform identifier in platform-group paths (required with UPSTREAM_URL)', default: "the sandbox's" },
+  { name: 'WEBHOOK_PUBLIC_KEY_FILE', help: 'PEM (SPKI) RSA public key that verifies webhook JWTs', default: "the sandbox's" },
+  { name: 'WEBHOOK_ISSUER', help: 'required iss claim of webhook JWTs', default: "the sandbox's" },
+  { name: 'WEBHOOK_PATH', help: 'path of the webhook receiver', default: '/webhooks' },
+  { name: 'DATA_DIR', help: 'directory of the embedded SQLite store', default: './data' },
+  { name: 'UPSTREAM_TIMEOUT_MS', help: 'budget of one upstream call, retries included', default: '10000' },
+  { name: 'UPSTREAM_AMOUNT_UNIT', help: 'unit the upstream expects for request tip and package_value: cents or major', default: 'cents' },
+  { name: 'UPSTREAM_CONNECTIONS', help: 'most keep-alive sockets to the upstream', default: '64' },
+  { name: 'UPSTREAM_MAX_RESPONSE_BYTES', help: 'largest upstream response body accepted', default: '1048576' },
+  { name: 'REDIS_URL', help: 'share events, dedup and fan-out between instances through Redis', default: 'unset: embedded' },
+  { name: 'MAX_BATCH_SIZE', help: 'longest deliveries(uids:) list', default: '100' },
+  { name: 'BATCH_CONCURRENCY', help: 'upstream reads one GraphQL request runs at once', default: '32' },
+  { name: 'SANDBOX_PORT', help: 'port of the embedded sandbox (0: any free port)', default: '4010' },
+  { name: 'SANDBOX_STEP_MS', help: 'time between simulated milestones in the embedded sandbox', default: '3000' },
+  { name: 'LOG_LEVEL', help: 'fatal, error, warn, info, debug, trace or silent', default: 'info' },
+  { name: 'NODE_ENV', help: 'production turns off GraphiQL and introspection', default: 'development' },
+];
+
+type Env = Record<string, string | undefined>;
+
+function text(env: Env, name: string): string | undefined {
+  const value = env[name]?.trim();
+  return value === '' ? undefined : value;
+}
+
+function integer(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = text(env, name);
+  if (raw === undefined) return fallback;
+  if (!/^\d+$/.test(raw)) throw new ConfigError(name, `expected a whole number, got "${raw}"`);
+  const value = Number(raw);
+  if (value < min || value > max) throw new ConfigError(name, `expected ${min} to ${max}, got ${value}`);
+  return value;
+}
+
+function oneOf<T extends string>(env: Env, name: string, allowed: readonly T[], fallback: T): T {
+  const raw = text(env, name);
+  if (raw === undefined) return fallback;
+  const value = raw.toLowerCase() as T;
+  if (!allowed.includes(value)) throw new ConfigError(name, `expected one of ${allowed.join(', ')}, got "${raw}"`);
+  return value;
+}
+
+function httpUrl(env: Env, name: string): string | undefined {
+  const raw = text(env, name);
+  if (raw === undefined) return undefined;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new ConfigError(name, `not a URL: "${raw}"`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigError(name, `expected http or https, got ${url.protocol}`);
+  if (url.username || url.password) throw new ConfigError(name, 'must not carry credentials');
+  const base = url.href.replace(/\/+$/, '');
+  if (!base.endsWith('/api/v1')) throw new ConfigError(name, 'must end in /api/v1');
+  return base;
+}
+
+function publicKey(env: Env, name: string): { file: string; pem: string } | undefined {
+  const file = text(env, name);
+  if (file === undefined) return undefined;
+  let pem: string;
+  try {
+    pem = readFileSync(file, 'utf8');
+  } catch (error) {
+    throw new ConfigError(name, `cannot read ${file} (${(error as NodeJS.ErrnoException).code ?? 'error'})`);
+  }
+  if (!pem.includes('-----BEGIN PUBLIC KEY-----')) throw new ConfigError(name, `${file} holds no PEM "PUBLIC KEY" (SPKI) block`);
+  return { file, pem };
+}
+
+/** Parses and checks the environment once; the result is deeply frozen. */
+export function loadConfig(env: Env = process.env): Config {
+  const upstreamUrl = httpUrl(env, 'UPSTREAM_URL');
+  const platformId = text(env, 'PLATFORM_ID');
+  if (upstreamUrl && !platformId) throw new ConfigError('PLATFORM_ID', 'required when UPSTREAM_URL is set');
+  if (platformId && !/^[A-Za-z0-9._~-]+$/.test(platformId)) throw new ConfigError('PLATFORM_ID', 'must be a single URL path segment');
+
+  const key = publicKey(env, 'WEBHOOK_PUBLIC_KEY_FILE');
+  const issuer = text(env, 'WEBHOOK_ISSUER');
+  if (key && !issuer) throw new ConfigError('WEBHOOK_ISSUER', 'required when WEBHOOK_PUBLIC_KEY_FILE is set');
+
+  const webhookPath = text(env, 'WEBHOOK_PATH') ?? '/webhooks';
+  if (!/^\/[A-Za-z0-9._~/-]*$/.test(webhookPath)) throw new ConfigError('WEBHOOK_PATH', `expected a path starting with /, got "${webhookPath}"`);
+  if (['/graphql', '/health', '/ready', '/metrics', '/'].includes(webhookPath)) {
+    throw new ConfigError('WEBHOOK_PATH', `${webhookPath} is taken by another endpoint`);
+  }
+
+  const redisUrl = text(env, 'REDIS_URL');
+  if (redisUrl !== undefined && !/^rediss?:\/\//.test(redisUrl)) throw new ConfigError('REDIS_URL', 'expected redis:// or rediss://');
+
+  const config: Config = {
+    port: integer(env, 'PORT', 4000, 0, 65535),
+    host: text(env, 'HOST') ?? '127.0.0.1',
+    production: text(env, 'NODE_ENV') === 'production',
+    logLevel: oneOf(env, 'LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info'),
+    dataDir: path.resolve(text(env, 'DATA_DIR') ?? './data'),
+    redisUrl,
+    upstream: {
+      url: upstreamUrl,
+      platformId,
+      timeoutMs: integer(env, 'UPSTREAM_TIMEOUT_MS', 10_000, 100, 600_000),
+      amountUnit: oneOf(env, 'UPSTREAM_AMOUNT_UNIT', ['cents', 'major'] as const, 'cents'),
+      connections: integer(env, 'UPSTREAM_CONNECTIONS', 64, 1, 10_000),
+      maxResponseBytes: integer(env, 'UPSTREAM_MAX_RESPONSE_BYTES', 1_048_576, 1024, 1_073_741_824),
+    },
+    webhook: { path: webhookPath, publicKeyPem: key?.pem, publicKeyFile: key?.file, issuer },
+    graphql: {
+      maxBatchSize: integer(env, 'MAX_BATCH_SIZE', 100, 1, 10_000),
+      batchConcurrency: integer(env, 'BATCH_CONCURRENCY', 32, 1, 1_000),
+    },
+    sandbox: {
+      port: integer(env, 'SANDBOX_PORT', 4010, 0, 65535),
+      stepMs: integer(env, 'SANDBOX_STEP_MS', 3000, 0, 3_600_000),
+    },
+  };
+  return deepFreeze(config);
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value && typeof value === 'object') {
+    for (const inner of Object.values(value)) deepFreeze(inner);
+    Object.freeze(value);
+  }
+  return value;
+}

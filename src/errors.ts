@@ -1,0 +1,130 @@
+// One registry of the error codes clients see. Each class has a stable `code`
+// and a default message; the README's error table is checked against ERROR_CODES
+// by test/unit/errors.test.ts. Messages never carry keys or raw upstream bodies.
+
+/**
+ * Where a code reaches the client: as a GraphQL error's extensions.code, as a
+ * typed result's `code`, or only inside the upstream client (turned into another
+ * shape before a client sees it).
+ */
+export type ErrorSurface = 'graphql-error' | 'result' | 'upstream-client';
+
+export const ERROR_CODES = {
+  UNAUTHENTICATED: { surface: 'graphql-error', meaning: 'No merchant key was sent, or the upstream refused it (401).' },
+  BAD_USER_INPUT: { surface: 'graphql-error', meaning: 'An argument is malformed or out of bounds (for example a deliveries list over the limit).' },
+  UPSTREAM_TIMEOUT: { surface: 'graphql-error', meaning: 'The upstream did not answer within UPSTREAM_TIMEOUT_MS.' },
+  UPSTREAM_UNAVAILABLE: { surface: 'graphql-error', meaning: 'The upstream could not be reached, reset the connection, or answered 5xx or 429.' },
+  UPSTREAM_ERROR: { surface: 'graphql-error', meaning: 'The upstream answered something the facade does not understand (non-JSON, unexpected status).' },
+  INTERNAL_SERVER_ERROR: { surface: 'graphql-error', meaning: 'A fault inside the facade; details are logged, never sent.' },
+  VALIDATION_FAILED: { surface: 'result', meaning: 'ValidationError: the input breaks a rule of the chosen group; one FieldError per problem.' },
+  NOT_FOUND: { surface: 'result', meaning: 'NotFoundError: no delivery with this uid belongs to the caller (cancel). Reads return null instead.' },
+  NOT_CANCELABLE: { surface: 'result', meaning: 'NotCancelableError: the delivery is past pickup or already finished.' },
+  IDEMPOTENCY_CONFLICT: { surface: 'result', meaning: 'IdempotencyConflictError: the idempotency key was used before with different input.' },
+  VALIDATION: { surface: 'upstream-client', meaning: 'The upstream rejected a request body; clients see it as a ValidationError (VALIDATION_FAILED).' },
+} as const satisfies Record<string, { surface: ErrorSurface; meaning: string }>;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+/** Root of every error the facade raises on purpose. */
+export class DeliveryGraphError extends Error {
+  override name = 'DeliveryGraphError';
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+  }
+}
+
+export class UnauthenticatedError extends DeliveryGraphError {
+  override name = 'UnauthenticatedError';
+  constructor(message = 'A merchant key is required: send "Authorization: Bearer <key>".') {
+    super('UNAUTHENTICATED', message);
+  }
+}
+
+export class BadUserInputError extends DeliveryGraphError {
+  override name = 'BadUserInputError';
+  constructor(message: string) {
+    super('BAD_USER_INPUT', message);
+  }
+}
+
+export class UpstreamTimeoutError extends DeliveryGraphError {
+  override name = 'UpstreamTimeoutError';
+  constructor(message = 'The delivery service did not answer in time.', options?: { cause?: unknown }) {
+    super('UPSTREAM_TIMEOUT', message, options);
+  }
+}
+
+export class UpstreamUnavailableError extends DeliveryGraphError {
+  override name = 'UpstreamUnavailableError';
+  /** Seconds the upstream asked us to wait (Retry-After), when it said. */
+  readonly retryAfterSeconds: number | undefined;
+  constructor(message = 'The delivery service is unavailable.', options?: { cause?: unknown; retryAfterSeconds?: number }) {
+    super('UPSTREAM_UNAVAILABLE', message, options);
+    this.retryAfterSeconds = options?.retryAfterSeconds;
+  }
+}
+
+export class UpstreamProtocolError extends DeliveryGraphError {
+  override name = 'UpstreamProtocolError';
+  constructor(message = 'The delivery service answered something unexpected.', options?: { cause?: unknown }) {
+    super('UPSTREAM_ERROR', message, options);
+  }
+}
+
+export class NotFoundError extends DeliveryGraphError {
+  override name = 'NotFoundError';
+  constructor(message = 'No delivery with this uid belongs to the caller.') {
+    super('NOT_FOUND', message);
+  }
+}
+
+export class NotCancelableError extends DeliveryGraphError {
+  override name = 'NotCancelableError';
+  constructor(message = 'The delivery can no longer be canceled.') {
+    super('NOT_CANCELABLE', message);
+  }
+}
+
+export interface FieldProblem {
+  /** Input path, e.g. "input.pickup.phone"; for upstream errors the upstream field name mapped back where known. */
+  path: string;
+  message: string;
+}
+
+export class ValidationError extends DeliveryGraphError {
+  override name = 'ValidationError';
+  readonly fields: FieldProblem[];
+  constructor(fields: FieldProblem[], message?: string) {
+    super('VALIDATION_FAILED', message ?? summarize(fields));
+    this.fields = fields;
+  }
+}
+
+function summarize(fields: FieldProblem[]): string {
+  if (fields.length === 0) return 'The input is invalid.';
+  const first = fields[0]!;
+  const more = fields.length > 1 ? ` (and ${fields.length - 1} more)` : '';
+  return `${first.path}: ${first.message}${more}`;
+}
+
+export class IdempotencyConflictError extends DeliveryGraphError {
+  override name = 'IdempotencyConflictError';
+  constructor(message = 'This idempotency key was already used with different input.') {
+    super('IDEMPOTENCY_CONFLICT', message);
+  }
+}
+
+/**
+ * The upstream rejected a request body. `errors` is the upstream's own
+ * `{field: [messages]}` object (platform) or empty (partner, which only sends a message).
+ */
+export class UpstreamValidationError extends DeliveryGraphError {
+  override name = 'UpstreamValidationError';
+  readonly errors: Record<string, unknown>;
+  constructor(message: string, errors: Record<string, unknown>) {
+    super('VALIDATION', message);
+    this.errors = errors;
+  }
+}

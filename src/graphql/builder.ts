@@ -1,0 +1,40 @@
+// The Pothos builder and its plugins; no types are defined here.
+import SchemaBuilder from '@pothos/core';
+import ErrorsPlugin from '@pothos/plugin-errors';
+import RelayPlugin from '@pothos/plugin-relay';
+import type { GraphQLContext } from './context.js';
+
+export const builder = new SchemaBuilder<{
+  Context: GraphQLContext;
+  Scalars: {
+    DateTime: { Input: string; Output: string };
+    Date: { Input: string; Output: string };
+    Decimal: { Input: string; Output: string };
+    JSON: { Input: {} | null; Output: unknown };
+    ID: { Input: string; Output: string };
+  };
+}>({
+  // Errors first, so errors thrown while loading are caught into result unions too.
+  plugins: [ErrorsPlugin, RelayPlugin],
+  errors: { defaultTypes: [] },
+  relay: {
+    clientMutationId: 'omit',
+    cursorType: 'String',
+    nodesQueryOptions: false,
+    nodeQueryOptions: {
+      description: 'Refetches any object that implements Node by its global id.',
+    },
+    nodeTypeOptions: {
+      description: 'An object with a stable, opaque global id that `node(id:)` refetches.',
+    },
+    pageInfoTypeOptions: {
+      description: 'Where a page of a connection sits in the whole list.',
+    },
+    idFieldOptions: {
+      description: 'Opaque global id (Relay); pass it to `node(id:)` to refetch this object.',
+    },
+  },
+});
+
+builder.queryType({ description: 'Reads: deliveries on either endpoint group, and the availability of both.' });
+builder.mutationType({ description: 'Quotes, bookings and cancellations, proxied to the chosen endpoint group.' });

@@ -1,0 +1,76 @@
+// Cancellation type and the cancelDelivery mutation (both groups).
+import { NotCancelableError, NotFoundError } from '../errors.js';
+import { amountMoney, valueMoney } from '../mapping/delivery.js';
+import type { ApiGroup, DeliveryStatus, Money } from '../mapping/model.js';
+import { str } from '../mapping/scalars.js';
+import { deliveryStatus } from '../mapping/status.js';
+import { builder } from './builder.js';
+import { ApiGroupEnum, DeliveryStatusEnum } from './enums.js';
+import { MoneyRef } from './objects.js';
+
+interface Cancellation {
+  uid: string;
+  group: ApiGroup;
+  status: DeliveryStatus;
+  rawStatus: string | null;
+  fee: Money | null;
+  partnerReference: string | null;
+  message: string | null;
+}
+
+const CancellationRef = builder.objectRef<Cancellation>('Cancellation').implement({
+  description: 'The outcome of a cancellation.',
+  fields: (t) => ({
+    uid: t.exposeID('uid', { description: 'The canceled delivery.' }),
+    group: t.field({ type: ApiGroupEnum, description: 'The endpoint group that canceled it.', resolve: (c) => c.group }),
+    status: t.field({ type: DeliveryStatusEnum, description: 'Status after cancelling (CANCELED).', resolve: (c) => c.status }),
+    rawStatus: t.exposeString('rawStatus', { nullable: true, description: 'The status string exactly as the upstream sent it.' }),
+    fee: t.expose('fee', { type: MoneyRef, nullable: true, description: 'The cancellation fee charged.' }),
+    partnerReference: t.exposeString('partnerReference', { nullable: true, description: 'The order’s partner reference (PARTNER group).' }),
+    message: t.exposeString('message', { nullable: true, description: "The upstream's message." }),
+  }),
+});
+
+builder.mutationField('cancelDelivery', (t) =>
+  t.field({
+    type: CancellationRef,
+    description: 'Cancels a delivery before pickup, on either group; the result states the fee.',
+    nullable: false,
+    errors: {
+      types: [NotFoundError, NotCancelableError],
+      result: { description: 'The cancellation.' },
+      union: { description: 'The cancellation, or why it could not be done.' },
+      dataField: { description: 'The cancellation.' },
+    },
+    args: {
+      uid: t.arg.id({ required: true, description: 'The delivery to cancel.' }),
+      group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group the delivery belongs to.' }),
+    },
+    resolve: async (_root, { uid, group }, ctx) => {
+      const key = ctx.requireKey();
+      const { upstream } = ctx.services;
+      if (group === 'PLATFORM') {
+        const wire = await upstream.platform.cancel(key, String(uid));
+        return {
+          uid: str(wire.uid) ?? String(uid),
+          group,
+          status: deliveryStatus(wire.data?.status),
+          rawStatus: str(wire.data?.status),
+          fee: amountMoney(wire.data?.cancellation_fee),
+          partnerReference: null,
+          message: str(wire.message),
+        };
+      }
+      const wire = await upstream.partner.cancel(key, String(uid));
+      return {
+        uid: str(wire.uid) ?? String(uid),
+        group,
+        status: deliveryStatus(wire.data?.status),
+        rawStatus: str(wire.data?.status),
+        fee: valueMoney(wire.data?.cancelation_fee),
+        partnerReference: str(wire.data?.partner_reference),
+        message: str(wire.message),
+      };
+    },
+  }),
+);

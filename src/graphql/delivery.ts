@@ -1,0 +1,136 @@
+// The one Delivery type (platform Delivery and partner Order alike) and the
+// queries that read deliveries.
+import { BadUserInputError, NotFoundError, UpstreamProtocolError } from '../errors.js';
+import { fromPartnerOrder } from '../mapping/delivery.js';
+import { isStub, type ApiGroup, type Delivery, type DeliveryParent } from '../mapping/model.js';
+import { builder } from './builder.js';
+import type { GraphQLContext } from './context.js';
+import { ApiGroupEnum, DeliveryModeEnum, DeliveryStatusEnum, DeliveryStyleEnum } from './enums.js';
+import { CourierRef, DistanceRef, MoneyRef, PackageRef, ProofOfDeliveryRef, StopRef } from './objects.js';
+
+export const DeliveryRef = builder.objectRef<DeliveryParent>('Delivery');
+
+/** The delivery behind a parent: itself, or (after createDelivery) one read, shared by every field. */
+function full(parent: DeliveryParent, ctx: GraphQLContext): Delivery | Promise<Delivery> {
+  if (!isStub(parent)) return parent;
+  return ctx
+    .deliveryLoader(parent.group)
+    .load(parent.uid)
+    .then((delivery) => {
+      if (!delivery) throw new UpstreamProtocolError('The delivery service does not return the delivery it just booked.');
+      return delivery;
+    });
+}
+
+/** A resolver that reads one property of the full delivery. */
+function read<K extends keyof Delivery>(key: K) {
+  return (parent: DeliveryParent, _args: object, ctx: GraphQLContext) => {
+    const delivery = full(parent, ctx);
+    return delivery instanceof Promise ? delivery.then((d) => d[key]) : delivery[key];
+  };
+}
+
+const GLOBAL_ID_SEPARATOR = ':';
+
+function parseDeliveryId(id: string): { group: ApiGroup; uid: string } | null {
+  const at = id.indexOf(GLOBAL_ID_SEPARATOR);
+  const group = id.slice(0, at);
+  if (at < 0 || (group !== 'PLATFORM' && group !== 'PARTNER')) return null;
+  return { group, uid: id.slice(at + 1) };
+}
+
+builder.node(DeliveryRef, {
+  description:
+    'A delivery, read from either endpoint group: a platform-group Delivery and a partner-group Order read into this one shape (dimentions, tracking_url, expected_cancelation_fee and partner_payload are normalized here).',
+  id: {
+    resolve: (delivery) => `${delivery.group}${GLOBAL_ID_SEPARATOR}${delivery.uid}`,
+  },
+  isTypeOf: (value) => typeof value === 'object' && value !== null && 'uid' in value && 'group' in value && ('stub' in value || 'pickup' in value),
+  loadOne: (id, ctx) => {
+    const parsed = parseDeliveryId(id);
+    return parsed ? ctx.deliveryLoader(parsed.group).load(parsed.uid) : null;
+  },
+  fields: (t) => ({
+    uid: t.exposeID('uid', { description: 'The upstream identifier returned at booking; reads, cancellations and webhooks are keyed on it.' }),
+    group: t.field({ type: ApiGroupEnum, description: 'The endpoint group this delivery was read from.', resolve: (d) => d.group }),
+    status: t.field({ type: DeliveryStatusEnum, description: 'Normalized lifecycle status.', resolve: read('status') }),
+    rawStatus: t.string({ nullable: true, description: 'The status string exactly as the upstream sent it.', resolve: read('rawStatus') }),
+    price: t.field({ type: MoneyRef, nullable: true, description: 'Cost of the delivery; null until pricing settles.', resolve: read('price') }),
+    tip: t.field({ type: 'Decimal', nullable: true, description: 'Courier tip in major units.', resolve: read('tip') }),
+    distance: t.field({ type: DistanceRef, nullable: true, description: 'Distance from pickup to dropoff.', resolve: read('distance') }),
+    pickup: t.field({ type: StopRef, description: 'Where the package is collected.', resolve: read('pickup') }),
+    dropoff: t.field({ type: StopRef, description: 'Where the package goes.', resolve: read('dropoff') }),
+    deliveryDate: t.field({ type: 'Date', nullable: true, description: 'Scheduled date.', resolve: read('deliveryDate') }),
+    deliveryStartTime: t.field({ type: 'DateTime', nullable: true, description: 'Start of the delivery window (partner group).', resolve: read('deliveryStartTime') }),
+    deliveryEndTime: t.field({ type: 'DateTime', nullable: true, description: 'End of the dropoff window.', resolve: read('deliveryEndTime') }),
+    estimatedDropoffAt: t.field({ type: 'DateTime', nullable: true, description: 'Estimated arrival at the dropoff (dropoff_time_estimated).', resolve: read('estimatedDropoffAt') }),
+    mode: t.field({ type: DeliveryModeEnum, nullable: true, description: 'On demand (NOW) or SCHEDULED.', resolve: read('mode') }),
+    style: t.field({ type: DeliveryStyleEnum, nullable: true, description: 'Handling style; OTHER for styles the facade does not know.', resolve: read('style') }),
+    rawStyle: t.string({ nullable: true, description: 'The style string exactly as the upstream sent it.', resolve: read('rawStyle') }),
+    package: t.field({ type: PackageRef, description: 'What is being delivered.', resolve: read('package') }),
+    courier: t.field({ type: CourierRef, nullable: true, description: 'The courier; null until one is assigned.', resolve: read('courier') }),
+    proofOfDelivery: t.field({ type: ProofOfDeliveryRef, nullable: true, description: 'Photo and signature collected at the dropoff.', resolve: read('proofOfDelivery') }),
+    cancellationReason: t.string({ nullable: true, description: 'Why the delivery was canceled.', resolve: read('cancellationReason') }),
+    expectedCancellationFee: t.field({ type: MoneyRef, nullable: true, description: 'Fee expected if the delivery were canceled now.', resolve: read('expectedCancellationFee') }),
+    trackingUrl: t.string({
+      nullable: true,
+      description: 'Public real-time tracking page, no login needed (tracking_link / tracking_url).',
+      resolve: (d) => (isStub(d) ? d.trackingUrl : d.trackingUrl),
+    }),
+    payload: t.field({ type: 'JSON', nullable: true, description: 'platform_payload or partner_payload, exactly as supplied.', resolve: read('payload') }),
+    partnerReference: t.string({ nullable: true, description: "The partner group's own reference of the order.", resolve: read('partnerReference') }),
+  }),
+});
+
+builder.queryFields((t) => ({
+  delivery: t.field({
+    type: DeliveryRef,
+    nullable: true,
+    description: 'One delivery by uid; null when no such delivery belongs to the caller (upstream 404).',
+    args: {
+      uid: t.arg.id({ required: true, description: 'The delivery uid returned at booking.' }),
+      group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group to read from.' }),
+    },
+    resolve: (_root, { uid, group }, ctx) => {
+      ctx.requireKey();
+      return ctx.deliveryLoader(group).load(String(uid));
+    },
+  }),
+  deliveries: t.field({
+    type: [DeliveryRef],
+    nullable: { list: false, items: true },
+    description:
+      'Many deliveries in one request: one entry per uid, in order; null where not found. Duplicates are read once, reads run concurrently under a bound, and one failing uid fails only its own entry.',
+    args: {
+      uids: t.arg.idList({ required: true, description: 'Delivery uids, at most MAX_BATCH_SIZE (100 by default).' }),
+      group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group to read from.' }),
+    },
+    resolve: (_root, { uids, group }, ctx) => {
+      ctx.requireKey();
+      const max = ctx.services.config.graphql.maxBatchSize;
+      if (uids.length > max) throw new BadUserInputError(`deliveries takes at most ${max} uids; got ${uids.length}.`);
+      const loader = ctx.deliveryLoader(group);
+      return uids.map((uid) => loader.load(String(uid)));
+    },
+  }),
+  deliveryByReference: t.field({
+    type: DeliveryRef,
+    nullable: true,
+    description: "A partner-group order by the partner's own reference; null when none belongs to the caller.",
+    args: {
+      partnerReference: t.arg.string({ required: true, description: 'The partner_reference given when the order was placed.' }),
+    },
+    resolve: async (_root, { partnerReference }, ctx) => {
+      const key = ctx.requireKey();
+      try {
+        const order = fromPartnerOrder(await ctx.services.upstream.partner.getOrderByReference(key, partnerReference));
+        // Prime the loader so a later read of the same uid in this request is free.
+        ctx.deliveryLoader('PARTNER').prime(order.uid, order);
+        return order;
+      } catch (error) {
+        if (error instanceof NotFoundError) return null;
+        throw error;
+      }
+    },
+  }),
+}));

@@ -1,0 +1,58 @@
+// Expected outcomes as typed results: each error class of src/errors.ts that a
+// client may get as data is an object type implementing the Error interface.
+import {
+  DeliveryGraphError,
+  IdempotencyConflictError,
+  NotCancelableError,
+  NotFoundError,
+  ValidationError,
+  type FieldProblem,
+} from '../errors.js';
+import { builder } from './builder.js';
+
+export const ErrorInterface = builder.interfaceRef<DeliveryGraphError>('Error').implement({
+  description: 'An expected failure returned as data in a mutation result union.',
+  fields: (t) => ({
+    message: t.exposeString('message', { description: 'What went wrong, for people.' }),
+    code: t.exposeString('code', { description: 'Stable machine-readable code, e.g. VALIDATION_FAILED.' }),
+  }),
+});
+
+const FieldErrorRef = builder.objectRef<FieldProblem>('FieldError').implement({
+  description: 'One problem with one input field.',
+  fields: (t) => ({
+    path: t.exposeString('path', { description: 'Input path of the field, e.g. "input.pickup.phone".' }),
+    message: t.exposeString('message', { description: 'What is wrong with it.' }),
+  }),
+});
+
+builder.objectType(ValidationError, {
+  name: 'ValidationError',
+  description: 'The input breaks one or more rules of the chosen group (checked before any upstream call, or reported by the upstream).',
+  interfaces: [ErrorInterface],
+  isTypeOf: (value) => value instanceof ValidationError,
+  fields: (t) => ({
+    fields: t.field({ type: [FieldErrorRef], description: 'Every problem found, one per field and rule.', resolve: (error) => error.fields }),
+  }),
+});
+
+builder.objectType(NotFoundError, {
+  name: 'NotFoundError',
+  description: 'No delivery with this uid belongs to the caller.',
+  interfaces: [ErrorInterface],
+  isTypeOf: (value) => value instanceof NotFoundError,
+});
+
+builder.objectType(NotCancelableError, {
+  name: 'NotCancelableError',
+  description: 'The upstream refused to cancel: the delivery is past pickup or already finished.',
+  interfaces: [ErrorInterface],
+  isTypeOf: (value) => value instanceof NotCancelableError,
+});
+
+builder.objectType(IdempotencyConflictError, {
+  name: 'IdempotencyConflictError',
+  description: 'The idempotency key was already used by this merchant with different input; nothing was booked.',
+  interfaces: [ErrorInterface],
+  isTypeOf: (value) => value instanceof IdempotencyConflictError,
+});

@@ -1,0 +1,78 @@
+// Quote type and the quoteDelivery mutation (both groups).
+import { UpstreamValidationError, ValidationError } from '../errors.js';
+import type { ApiGroup, Distance, Money } from '../mapping/model.js';
+import { toWireRequest, validationErrorFromUpstream } from '../mapping/request.js';
+import { decimalFrom, num, str } from '../mapping/scalars.js';
+import type { WireQuoteResult } from '../upstream/wire.js';
+import { builder } from './builder.js';
+import { ApiGroupEnum } from './enums.js';
+import { DeliveryInputRef } from './inputs.js';
+import { DistanceRef, MoneyRef } from './objects.js';
+
+export interface Quote {
+  group: ApiGroup;
+  fee: Money;
+  tip: Money | null;
+  distance: Distance | null;
+  message: string | null;
+}
+
+const QuoteRef = builder.objectRef<Quote>('Quote').implement({
+  description: 'A price for a delivery; nothing is booked.',
+  fields: (t) => ({
+    group: t.field({ type: ApiGroupEnum, description: 'The endpoint group that priced it.', resolve: (q) => q.group }),
+    fee: t.expose('fee', { type: MoneyRef, description: 'The delivery fee.' }),
+    tip: t.expose('tip', { type: MoneyRef, nullable: true, description: 'The tip included in the quote.' }),
+    distance: t.expose('distance', { type: DistanceRef, nullable: true, description: 'Distance from pickup to dropoff.' }),
+    message: t.exposeString('message', { nullable: true, description: "The upstream's message." }),
+  }),
+});
+
+export function quoteFromWire(group: ApiGroup, wire: WireQuoteResult): Quote {
+  const price = wire.data?.price ?? ({} as Partial<WireQuoteResult['data']['price']>);
+  const currency = str(price.currency) ?? '';
+  const fee = decimalFrom(price.delivery_fee) ?? '0.00';
+  const tip = decimalFrom(price.tip);
+  const distance = num(wire.data?.distance);
+  return {
+    group,
+    fee: { amount: fee, currency },
+    tip: tip === null ? null : { amount: tip, currency },
+    distance: distance === null ? null : { value: distance, unit: null },
+    message: str(wire.message),
+  };
+}
+
+/** Runs an upstream call whose validation failure should read like the facade's own. */
+export async function asValidation<T>(call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    throw error instanceof UpstreamValidationError ? validationErrorFromUpstream(error) : error;
+  }
+}
+
+builder.mutationField('quoteDelivery', (t) =>
+  t.field({
+    type: QuoteRef,
+    description: 'Prices a delivery on either group without booking anything.',
+    nullable: false,
+    errors: {
+      types: [ValidationError],
+      result: { description: 'The quote.' },
+      union: { description: 'A quote, or why the input cannot be quoted.' },
+      dataField: { description: 'The quote.' },
+    },
+    args: {
+      input: t.arg({ type: DeliveryInputRef, required: true, description: 'What to deliver, from where to where.' }),
+      group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group to quote on.' }),
+    },
+    resolve: async (_root, { input, group }, ctx) => {
+      const key = ctx.requireKey();
+      const { upstream, config } = ctx.services;
+      const body = toWireRequest(input, group, config.upstream.amountUnit);
+      const wire = await asValidation(() => (group === 'PLATFORM' ? upstream.platform.quote(key, body) : upstream.partner.quote(key, body)));
+      return quoteFromWire(group, wire);
+    },
+  }),
+);

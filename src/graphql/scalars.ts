@@ -1,0 +1,64 @@
+// The four custom scalars. DateTime and Decimal are written here because no kept
+// library gives their exact wire forms (UTC seconds with a Z; exact decimal strings).
+import { Decimal as DecimalJs } from 'decimal.js';
+import { GraphQLError, Kind, type ValueNode } from 'graphql';
+import { JSONResolver, LocalDateResolver } from 'graphql-scalars';
+import { decimalFrom, formatDecimal, utcDateTime } from '../mapping/scalars.js';
+import { builder } from './builder.js';
+
+const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
+
+/** An input instant with any offset → UTC "YYYY-MM-DDTHH:MM:SSZ" (the upstream rejects numeric offsets). */
+function parseDateTime(value: unknown): string {
+  if (typeof value !== 'string' || !RFC3339.test(value)) {
+    throw new GraphQLError(`DateTime must be an RFC 3339 date-time with an offset, e.g. "2026-05-01T14:30:00+02:00"; got ${JSON.stringify(value)}.`);
+  }
+  const utc = utcDateTime(value);
+  if (!utc) throw new GraphQLError(`DateTime ${JSON.stringify(value)} is not a real instant.`);
+  return utc;
+}
+
+builder.scalarType('DateTime', {
+  description:
+    'An instant. Output: always UTC with seconds precision, "YYYY-MM-DDTHH:MM:SSZ". Input: any RFC 3339 date-time with an offset (Z or +hh:mm); the facade converts it to UTC before calling the upstream.',
+  serialize: (value) => {
+    const utc = utcDateTime(value);
+    if (!utc) throw new GraphQLError('DateTime cannot represent this value.');
+    return utc;
+  },
+  parseValue: parseDateTime,
+  parseLiteral: (ast) => parseDateTime(ast.kind === Kind.STRING ? ast.value : undefined),
+});
+
+builder.addScalarType('Date', LocalDateResolver, {
+  description: 'A calendar date, "YYYY-MM-DD".',
+});
+
+function parseDecimal(value: unknown): string {
+  const text = typeof value === 'number' ? value.toPrecision(15) : typeof value === 'string' ? value.trim() : undefined;
+  if (text === undefined || !/^-?\d+(\.\d+)?$/.test(text.replace(/e[+-]?\d+$/i, '')) || !Number.isFinite(Number(text))) {
+    throw new GraphQLError(`Decimal must be a decimal number in major units as a string, e.g. "12.50"; got ${JSON.stringify(value)}.`);
+  }
+  return formatDecimal(new DecimalJs(text));
+}
+
+function decimalLiteral(ast: ValueNode): string {
+  // Int and Float literals keep their source text, so no binary float is involved.
+  if (ast.kind === Kind.STRING || ast.kind === Kind.INT || ast.kind === Kind.FLOAT) return parseDecimal(ast.value);
+  throw new GraphQLError('Decimal must be given as a string, e.g. "12.50".');
+}
+
+builder.scalarType('Decimal', {
+  description: 'An exact decimal amount in major units, serialized as a string ("12.50"). Never a binary float on the wire.',
+  serialize: (value) => {
+    const text = decimalFrom(value);
+    if (text === null) throw new GraphQLError('Decimal cannot represent this value.');
+    return text;
+  },
+  parseValue: parseDecimal,
+  parseLiteral: decimalLiteral,
+});
+
+builder.addScalarType('JSON', JSONResolver, {
+  description: 'Any JSON value; payloads are stored and returned untouched.',
+});

@@ -1,0 +1,75 @@
+// Entry point: loadConfig → startApp → banner; stops gracefully on SIGTERM/SIGINT.
+import { startApp } from './app.js';
+import { CONFIG_VARIABLES, ConfigError, loadConfig } from './config.js';
+
+function help(): string {
+  const width = Math.max(...CONFIG_VARIABLES.map((v) => v.name.length));
+  const lines = CONFIG_VARIABLES.map((v) => `  ${v.name.padEnd(width)}  ${v.help} (default: ${v.default})`);
+  return [
+    'delivery-graph: a GraphQL facade over the last-mile delivery service.',
+    '',
+    'Usage: npm start [-- --help]',
+    '',
+    'Configuration is read from environment variables (see .env.example):',
+    ...lines,
+  ].join('\n');
+}
+
+async function main(): Promise<void> {
+  if (process.argv.includes('--help') || process.argv.includes('-h')) {
+    console.log(help());
+    return;
+  }
+  let config;
+  try {
+    config = loadConfig();
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      console.error(`delivery-graph: bad configuration: ${error.message}`);
+      process.exit(1);
+    }
+    throw error;
+  }
+
+  const app = await startApp(config);
+  const lines = [
+    `delivery-graph is serving on ${app.url}`,
+    `  GraphQL + GraphiQL  ${app.url}/graphql   (WebSocket: ${app.url.replace('http', 'ws')}/graphql)`,
+    `  webhooks            ${app.url}${config.webhook.path}`,
+    `  health / ready      ${app.url}/health   ${app.url}/ready`,
+  ];
+  if (app.sandbox) {
+    const merchant = app.sandbox.merchants[0]!;
+    lines.push(
+      '',
+      `Upstream: the embedded sandbox at ${app.sandbox.url} (platform "${app.sandbox.platformId}"); set UPSTREAM_URL to use a real one.`,
+      `  merchant key: ${merchant.key}   (send it as "Authorization: Bearer <key>")`,
+      '',
+      'Try it:',
+      `  curl -s ${app.url}/graphql -H 'content-type: application/json' -H 'authorization: Bearer ${merchant.key}' \\`,
+      `    -d '{"query":"{ availability { group service available } }"}'`,
+    );
+  }
+  console.log(lines.join('\n'));
+
+  let stopping = false;
+  const shutdown = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    app.logger.info({ signal }, 'stopping');
+    app.stop().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        app.logger.error({ err: error }, 'stop failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+}
+
+main().catch((error: unknown) => {
+  console.error('delivery-graph failed to start:', error instanceof Error ? error.message : error);
+  process.exit(1);
+});

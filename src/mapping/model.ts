@@ -1,0 +1,137 @@
+// The one Delivery model that platform Deliveries, partner Orders and webhook
+// bodies are read into, and that the GraphQL types expose.
+
+export type ApiGroup = 'PLATFORM' | 'PARTNER';
+
+export const DELIVERY_STATUSES = [
+  'CREATED',
+  'ASSIGNED',
+  'PICKUP_ENROUTE',
+  'PICKUP_ARRIVED',
+  'PICKUP_COMPLETE',
+  'DROPOFF_ENROUTE',
+  'DROPOFF_ARRIVED',
+  'DROPOFF_COMPLETE',
+  'RETURN_IN_PROGRESS',
+  'RETURNED',
+  'CANCELED',
+  'FAILED',
+  'UNKNOWN',
+] as const;
+export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
+
+export const DELIVERY_STYLES = ['STANDARD', 'HYBRID', 'SPECIAL_HANDLING', 'OVERSIZE', 'OTHER'] as const;
+export type DeliveryStyle = (typeof DELIVERY_STYLES)[number];
+
+export type DeliveryMode = 'NOW' | 'SCHEDULED';
+
+/** An exact amount in major units as a decimal string ("12.50"), with its currency. */
+export interface Money {
+  amount: string;
+  currency: string;
+}
+
+export interface Distance {
+  value: number;
+  unit: string | null;
+}
+
+export interface GeoPoint {
+  lat: number;
+  lng: number;
+}
+
+export interface Address {
+  street: string | null;
+  number: string | null;
+  secondaryNumber: string | null;
+  city: string | null;
+  county: string | null;
+  state: string | null;
+  postalCode: string | null;
+  country: string | null;
+  latitude: number | null;
+  longitude: number | null;
+}
+
+export interface Stop {
+  name: string | null;
+  phone: string | null;
+  email: string | null;
+  instructions: string | null;
+  address: Address | null;
+  windowStart: string | null;
+}
+
+export interface Courier {
+  name: string | null;
+  pickupPhone: string | null;
+  dropoffPhone: string | null;
+  vehicle: { make: string | null; model: string | null; year: number | null } | null;
+  location: GeoPoint | null;
+}
+
+export interface Item {
+  name: string | null;
+  quantity: number | null;
+  description: string | null;
+  externalId: string | null;
+  externalInstanceId: string | null;
+  price: string | null;
+  barcode: string | null;
+}
+
+export interface Package {
+  description: string | null;
+  minimumVehicleSize: string | null;
+  requirements: string[];
+  itemsCount: number | null;
+  items: Item[] | null;
+  weight: number | null;
+  dimensions: { height: number | null; length: number | null; width: number | null } | null;
+  declaredValue: string | null;
+}
+
+export interface Delivery {
+  uid: string;
+  group: ApiGroup;
+  status: DeliveryStatus;
+  rawStatus: string | null;
+  price: Money | null;
+  tip: string | null;
+  distance: Distance | null;
+  pickup: Stop;
+  dropoff: Stop;
+  deliveryDate: string | null;
+  deliveryStartTime: string | null;
+  deliveryEndTime: string | null;
+  estimatedDropoffAt: string | null;
+  mode: DeliveryMode | null;
+  style: DeliveryStyle | null;
+  rawStyle: string | null;
+  package: Package;
+  courier: Courier | null;
+  proofOfDelivery: { photoUrl: string | null; signatureUrl: string | null } | null;
+  cancellationReason: string | null;
+  expectedCancellationFee: Money | null;
+  trackingUrl: string | null;
+  payload: unknown;
+  partnerReference: string | null;
+}
+
+/**
+ * What createDelivery knows before any read: the uid and the tracking URL.
+ * The GraphQL Delivery type reads the rest on demand, once.
+ */
+export interface DeliveryStub {
+  uid: string;
+  group: ApiGroup;
+  trackingUrl: string | null;
+  stub: true;
+}
+
+export type DeliveryParent = Delivery | DeliveryStub;
+
+export function isStub(value: DeliveryParent): value is DeliveryStub {
+  return (value as DeliveryStub).stub === true;
+}

@@ -1,0 +1,278 @@
+// DeliveryInput → the upstream request body, after checking every rule of the
+// chosen group (all problems at once, each with its input path). The upstream
+// rejects what these rules reject; checking first saves a round trip and gives
+// the client GraphQL paths instead of REST field names.
+import { Decimal } from 'decimal.js';
+import type { AmountUnit } from '../config.js';
+import { ValidationError, type FieldProblem, UpstreamValidationError } from '../errors.js';
+import type { WireDeliveryRequest, WireItem } from '../upstream/wire.js';
+import type { ApiGroup, DeliveryMode, DeliveryStyle } from './model.js';
+import { isJsonObject } from './scalars.js';
+import { WIRE_STYLE } from './status.js';
+
+export interface AddressInput {
+  street: string;
+  city: string;
+  country: string;
+  number?: string | null;
+  secondaryNumber?: string | null;
+  county?: string | null;
+  state?: string | null;
+  postalCode?: string | null;
+  latitude?: number | null;
+  longitude?: number | null;
+}
+
+export interface StopInput {
+  name: string;
+  phone?: string | null;
+  email?: string | null;
+  instructions?: string | null;
+  address?: AddressInput | null;
+  /** Already UTC "YYYY-MM-DDTHH:MM:SSZ" (the DateTime scalar converts offsets). */
+  windowStart?: string | null;
+}
+
+export interface ItemInput {
+  name?: string | null;
+  quantity?: number | null;
+  description?: string | null;
+  externalId?: string | null;
+  externalInstanceId?: string | null;
+  price?: string | null;
+  barcode?: string | null;
+}
+
+export interface DeliveryInput {
+  pickup: StopInput;
+  dropoff: StopInput;
+  mode?: DeliveryMode | null;
+  deliveryDate?: string | null;
+  deliveryStartTime?: string | null;
+  deliveryEndTime?: string | null;
+  style?: DeliveryStyle | null;
+  minimumVehicleSize?: string | null;
+  description?: string | null;
+  requirements?: string[] | null;
+  items?: ItemInput[] | null;
+  itemsCount?: number | null;
+  weight?: number | null;
+  declaredValue?: string | null;
+  tip?: string | null;
+  currency?: string | null;
+  payload?: unknown;
+  partnerReference?: string | null;
+}
+
+const SUV_OR_LARGER = new Set(['SUV', 'VAN', 'TRUCK']);
+const PICKUP_PHONE_MAX = 15;
+const PICKUP_INSTRUCTIONS_MAX = 512;
+
+/** Input path of each upstream body field, to report upstream validation errors where the client wrote the value. */
+const INPUT_PATH_OF_WIRE_FIELD: Record<string, string> = {
+  pickup_name: 'input.pickup.name',
+  pickup_phone_number: 'input.pickup.phone',
+  email: 'input.pickup.email',
+  pickup_instructions: 'input.pickup.instructions',
+  pickup_start_time: 'input.pickup.windowStart',
+  dropoff_name: 'input.dropoff.name',
+  dropoff_phone_number: 'input.dropoff.phone',
+  dropoff_email: 'input.dropoff.email',
+  dropoff_instructions: 'input.dropoff.instructions',
+  dropoff_start_time: 'input.dropoff.windowStart',
+  delivery_date: 'input.deliveryDate',
+  delivery_start_time: 'input.deliveryStartTime',
+  delivery_end_time: 'input.deliveryEndTime',
+  package_delivery_mode: 'input.mode',
+  package_minimum_vehicle_size: 'input.minimumVehicleSize',
+  delivery_style: 'input.style',
+  weight: 'input.weight',
+  package_description: 'input.description',
+  package_requirements: 'input.requirements',
+  items: 'input.items',
+  items_count: 'input.itemsCount',
+  package_value: 'input.declaredValue',
+  tip: 'input.tip',
+  currency: 'input.currency',
+  platform_payload: 'input.payload',
+  partner_payload: 'input.payload',
+  partner_reference: 'input.partnerReference',
+};
+
+const ADDRESS_FIELDS: Record<string, keyof AddressInput> = {
+  street: 'street',
+  city: 'city',
+  country: 'country',
+  number: 'number',
+  secondary_number: 'secondaryNumber',
+  county: 'county',
+  state: 'state',
+  postal_code: 'postalCode',
+  latitude: 'latitude',
+  longitude: 'longitude',
+};
+
+export function inputPathOfWireField(field: string): string {
+  const direct = INPUT_PATH_OF_WIRE_FIELD[field];
+  if (direct) return direct;
+  const match = /^(pickup|dropoff)_address_(.+)$/.exec(field);
+  if (match && ADDRESS_FIELDS[match[2]!]) return `input.${match[1]}.address.${ADDRESS_FIELDS[match[2]!]}`;
+  return `input.${field}`;
+}
+
+/** An upstream validation failure as the same ValidationError the facade's own checks give. */
+export function validationErrorFromUpstream(error: UpstreamValidationError): ValidationError {
+  const fields: FieldProblem[] = [];
+  for (const [field, messages] of Object.entries(error.errors)) {
+    const list = Array.isArray(messages) ? messages : [messages];
+    for (const message of list) fields.push({ path: inputPathOfWireField(field), message: String(message) });
+  }
+  if (fields.length === 0) {
+    // The partner group sends only a message; it names the field when it can.
+    const named = /\b([a-z]+(?:_[a-z]+)+|email|currency|weight|tip|items)\b/.exec(error.message)?.[1];
+    fields.push({ path: named ? inputPathOfWireField(named) : 'input', message: error.message });
+  }
+  return new ValidationError(fields, error.message);
+}
+
+function blank(value: string | null | undefined): boolean {
+  return value === undefined || value === null || value.trim() === '';
+}
+
+/** Checks the input against the rules of `group`; returns every problem found. */
+export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): FieldProblem[] {
+  const problems: FieldProblem[] = [];
+  const problem = (path: string, message: string) => problems.push({ path: `input.${path}`, message });
+  const required = (path: string, value: string | null | undefined) => {
+    if (blank(value)) problem(path, 'is required');
+  };
+
+  const checkAddress = (side: 'pickup' | 'dropoff', address: AddressInput | null | undefined, mandatory: boolean) => {
+    if (!address) {
+      if (mandatory) problem(`${side}.address`, `is required${side === 'dropoff' ? ' on the PLATFORM group' : ''}`);
+      return;
+    }
+    required(`${side}.address.street`, address.street);
+    required(`${side}.address.city`, address.city);
+    required(`${side}.address.country`, address.country);
+    if (address.latitude != null && (address.latitude < -90 || address.latitude > 90)) problem(`${side}.address.latitude`, 'must be between -90 and 90');
+    if (address.longitude != null && (address.longitude < -180 || address.longitude > 180)) problem(`${side}.address.longitude`, 'must be between -180 and 180');
+  };
+
+  const { pickup, dropoff } = input;
+  required('pickup.name', pickup.name);
+  required('dropoff.name', dropoff.name);
+  checkAddress('pickup', pickup.address, true);
+  checkAddress('dropoff', dropoff.address, group === 'PLATFORM');
+  if (blank(pickup.email)) problem('pickup.email', 'is required (the contact email of the pickup)');
+  for (const [side, email] of [['pickup', pickup.email], ['dropoff', dropoff.email]] as const) {
+    if (!blank(email) && !/^[^\s@]+@[^\s@]+$/.test(email!)) problem(`${side}.email`, 'must be an email address');
+  }
+  if (pickup.phone != null && pickup.phone.length > PICKUP_PHONE_MAX) problem('pickup.phone', `must be at most ${PICKUP_PHONE_MAX} characters`);
+  if (pickup.instructions != null && pickup.instructions.length > PICKUP_INSTRUCTIONS_MAX) {
+    problem('pickup.instructions', `must be at most ${PICKUP_INSTRUCTIONS_MAX} characters`);
+  }
+
+  if (group === 'PARTNER') required('currency', input.currency);
+  if (!blank(input.currency) && !/^[A-Za-z]{3}$/.test(input.currency!)) problem('currency', 'must be a three-letter ISO 4217 code');
+
+  const mode = input.mode ?? 'SCHEDULED';
+  if (mode !== 'NOW' && !dropoff.windowStart) problem('dropoff.windowStart', 'is required unless mode is NOW');
+  if (mode === 'SCHEDULED' && !input.deliveryDate) problem('deliveryDate', 'is required when mode is SCHEDULED or not given');
+
+  if (input.style === 'OTHER') problem('style', 'OTHER is only read, never requested; pick a documented style');
+  if (input.style === 'OVERSIZE' && !SUV_OR_LARGER.has((input.minimumVehicleSize ?? '').trim().toUpperCase())) {
+    problem('minimumVehicleSize', 'must be SUV, VAN or TRUCK for the OVERSIZE style');
+  }
+
+  if (group === 'PLATFORM') {
+    for (const field of ['deliveryStartTime', 'deliveryEndTime', 'partnerReference'] as const) {
+      if (input[field] != null) problem(field, 'is only accepted on the PARTNER group');
+    }
+  }
+  if (input.payload != null && !isJsonObject(input.payload)) problem('payload', 'must be a JSON object');
+
+  for (const [field, value] of [['tip', input.tip], ['declaredValue', input.declaredValue]] as const) {
+    if (value == null) continue;
+    const amount = new Decimal(value);
+    if (amount.isNegative()) problem(field, 'must not be negative');
+    if (amount.decimalPlaces() > 2) problem(field, 'must have at most two decimal places (it is sent in cents)');
+  }
+  if (input.itemsCount != null && input.itemsCount < 0) problem('itemsCount', 'must not be negative');
+  if (input.weight != null && input.weight < 0) problem('weight', 'must not be negative');
+  input.items?.forEach((item, index) => {
+    if (item.quantity != null && item.quantity < 0) problem(`items.${index}.quantity`, 'must not be negative');
+  });
+  return problems;
+}
+
+/** Validates, then builds the upstream body. Throws ValidationError with every problem. */
+export function toWireRequest(input: DeliveryInput, group: ApiGroup, amountUnit: AmountUnit): WireDeliveryRequest {
+  const problems = validateDeliveryInput(input, group);
+  if (problems.length > 0) throw new ValidationError(problems);
+
+  const body: WireDeliveryRequest = {
+    pickup_name: input.pickup.name,
+    dropoff_name: input.dropoff.name,
+    email: input.pickup.email!,
+  };
+  const set = <K extends keyof WireDeliveryRequest>(field: K, value: WireDeliveryRequest[K] | null | undefined) => {
+    if (value !== null && value !== undefined) body[field] = value;
+  };
+  const setAddress = (side: 'pickup' | 'dropoff', address: AddressInput | null | undefined) => {
+    if (!address) return;
+    for (const [wire, key] of Object.entries(ADDRESS_FIELDS)) {
+      const value = address[key];
+      if (value !== null && value !== undefined) (body as unknown as Record<string, unknown>)[`${side}_address_${wire}`] = value;
+    }
+  };
+  setAddress('pickup', input.pickup.address);
+  setAddress('dropoff', input.dropoff.address);
+  set('pickup_phone_number', input.pickup.phone);
+  set('dropoff_phone_number', input.dropoff.phone);
+  set('pickup_instructions', input.pickup.instructions);
+  set('dropoff_instructions', input.dropoff.instructions);
+  set('dropoff_email', input.dropoff.email);
+  set('pickup_start_time', input.pickup.windowStart);
+  set('dropoff_start_time', input.dropoff.windowStart);
+  set('delivery_date', input.deliveryDate);
+  set('package_delivery_mode', input.mode);
+  set('package_minimum_vehicle_size', input.minimumVehicleSize);
+  if (input.style && input.style !== 'OTHER') body.delivery_style = WIRE_STYLE[input.style];
+  set('weight', input.weight);
+  set('package_description', input.description);
+  set('package_requirements', input.requirements);
+  set('items', input.items?.map(wireItem));
+  set('items_count', input.itemsCount);
+  set('package_value', amountForUpstream(input.declaredValue, amountUnit));
+  set('tip', amountForUpstream(input.tip, amountUnit));
+  set('currency', input.currency?.toUpperCase());
+  if (group === 'PLATFORM') {
+    set('platform_payload', input.payload as WireDeliveryRequest['platform_payload']);
+  } else {
+    set('partner_payload', input.payload as WireDeliveryRequest['partner_payload']);
+    set('partner_reference', input.partnerReference);
+    set('delivery_start_time', input.deliveryStartTime);
+    set('delivery_end_time', input.deliveryEndTime);
+  }
+  return body;
+}
+
+/** Request `tip` and `package_value` go in the unit UPSTREAM_AMOUNT_UNIT names (cents by default: 12.34 → 1234). */
+export function amountForUpstream(amount: string | null | undefined, unit: AmountUnit): number | undefined {
+  if (amount === null || amount === undefined) return undefined;
+  const decimal = new Decimal(amount);
+  return unit === 'cents' ? decimal.mul(100).toNumber() : decimal.toNumber();
+}
+
+function wireItem(item: ItemInput): WireItem {
+  const wire: WireItem = {};
+  if (item.name != null) wire.name = item.name;
+  if (item.quantity != null) wire.quantity = item.quantity;
+  if (item.description != null) wire.description = item.description;
+  if (item.externalId != null) wire.external_id = item.externalId;
+  if (item.externalInstanceId != null) wire.external_instance_id = item.externalInstanceId;
+  if (item.price != null) wire.price = new Decimal(item.price).toNumber();
+  if (item.barcode != null) wire.barcode = item.barcode;
+  return wire;
+}

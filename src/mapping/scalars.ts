@@ -1,0 +1,77 @@
+// Money, time and number conversions shared by every mapping. Money never goes
+// through binary float arithmetic: upstream floats are re-read as decimals.
+import { Decimal } from 'decimal.js';
+
+/** Numbers the upstream may send as numeric strings are read as numbers; anything else is null. */
+export function num(value: unknown): number | null {
+  if (typeof value === 'number') return Number.isFinite(value) ? value : null;
+  if (typeof value === 'string' && value.trim() !== '') {
+    const parsed = Number(value);
+    return Number.isFinite(parsed) ? parsed : null;
+  }
+  return null;
+}
+
+export function int(value: unknown): number | null {
+  const parsed = num(value);
+  return parsed === null ? null : Math.trunc(parsed);
+}
+
+export function str(value: unknown): string | null {
+  if (typeof value === 'string') return value === '' ? null : value;
+  if (typeof value === 'number' && Number.isFinite(value)) return String(value);
+  return null;
+}
+
+/**
+ * A decimal string in major units from an upstream amount (float or decimal
+ * string). 15 significant digits drop binary artifacts such as
+ * 0.30000000000000004; at least two decimals are shown ("12.50").
+ */
+export function decimalFrom(value: unknown): string | null {
+  let decimal: Decimal;
+  if (typeof value === 'number') {
+    if (!Number.isFinite(value)) return null;
+    decimal = new Decimal(value.toPrecision(15));
+  } else if (typeof value === 'string' && /^-?\d+(\.\d+)?$/.test(value.trim())) {
+    decimal = new Decimal(value.trim());
+  } else {
+    return null;
+  }
+  return formatDecimal(decimal);
+}
+
+export function formatDecimal(decimal: Decimal): string {
+  const places = Math.max(2, decimal.decimalPlaces());
+  return decimal.toFixed(places);
+}
+
+
+const ISO_WITH_OFFSET = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2})(?::(\d{2})(\.\d+)?)?([Zz]|[+-]\d{2}:?\d{2})?$/;
+
+/**
+ * Any ISO 8601 datetime the upstream sends (`+00:00`, `Z`, fractions) as UTC
+ * with seconds precision, "YYYY-MM-DDTHH:MM:SSZ". A datetime without an offset
+ * is taken as UTC, since the upstream speaks UTC only. Unreadable: null.
+ */
+export function utcDateTime(value: unknown): string | null {
+  if (typeof value !== 'string') return null;
+  const text = value.trim();
+  if (!ISO_WITH_OFFSET.test(text)) return null;
+  const hasOffset = /([Zz]|[+-]\d{2}:?\d{2})$/.test(text);
+  const millis = Date.parse(hasOffset ? text : `${text}Z`);
+  if (Number.isNaN(millis)) return null;
+  return `${new Date(millis).toISOString().slice(0, 19)}Z`;
+}
+
+/** A calendar date from `YYYY-MM-DD` or from a full datetime (the read's `delivery_date`). */
+export function calendarDate(value: unknown): string | null {
+  if (typeof value !== 'string') return null;
+  const text = value.trim();
+  if (/^\d{4}-\d{2}-\d{2}$/.test(text)) return text;
+  return utcDateTime(text)?.slice(0, 10) ?? null;
+}
+
+export function isJsonObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}

@@ -1,0 +1,80 @@
+// Status and style strings from the upstream mapped onto the GraphQL enums,
+// case- and separator-insensitively, with UNKNOWN / OTHER for anything new.
+import type { DeliveryMode, DeliveryStatus, DeliveryStyle } from './model.js';
+
+const STATUS_ALIASES: Record<string, DeliveryStatus> = {
+  CREATED: 'CREATED',
+  ACCEPTED: 'CREATED',
+  PENDING: 'CREATED',
+  ASSIGNED: 'ASSIGNED',
+  ASSIGNED_DRIVER: 'ASSIGNED',
+  DRIVER_ASSIGNED: 'ASSIGNED',
+  PICKUP_ENROUTE: 'PICKUP_ENROUTE',
+  PICKUP_EN_ROUTE: 'PICKUP_ENROUTE',
+  PICKUP_ARRIVED: 'PICKUP_ARRIVED',
+  PICKUP_COMPLETE: 'PICKUP_COMPLETE',
+  PICKUP_COMPLETED: 'PICKUP_COMPLETE',
+  PICKED_UP: 'PICKUP_COMPLETE',
+  DROPOFF_ENROUTE: 'DROPOFF_ENROUTE',
+  DROPOFF_EN_ROUTE: 'DROPOFF_ENROUTE',
+  DROPOFF_ARRIVED: 'DROPOFF_ARRIVED',
+  DROPOFF_COMPLETE: 'DROPOFF_COMPLETE',
+  DROPOFF_COMPLETED: 'DROPOFF_COMPLETE',
+  DELIVERED: 'DROPOFF_COMPLETE',
+  RETURN_IN_PROGRESS: 'RETURN_IN_PROGRESS',
+  RETURNING: 'RETURN_IN_PROGRESS',
+  RETURNED: 'RETURNED',
+  CANCELED: 'CANCELED',
+  CANCELLED: 'CANCELED',
+  FAILED: 'FAILED',
+};
+
+/** "Picked Up", "dropoff-complete", "DROPOFF_COMPLETE" → the enum key form. */
+function enumKey(raw: string): string {
+  return raw
+    .trim()
+    .replace(/([a-z])([A-Z])/g, '$1_$2')
+    .toUpperCase()
+    .replace(/[^A-Z0-9]+/g, '_')
+    .replace(/^_+|_+$/g, '');
+}
+
+export function deliveryStatus(raw: unknown): DeliveryStatus {
+  if (typeof raw !== 'string' || raw.trim() === '') return 'UNKNOWN';
+  return STATUS_ALIASES[enumKey(raw)] ?? 'UNKNOWN';
+}
+
+/**
+ * The status a webhook event's milestone implies: "delivery.pickup_complete" →
+ * PICKUP_COMPLETE, "location.assigned_driver" → ASSIGNED.
+ */
+export function statusOfEvent(eventName: string): DeliveryStatus {
+  const milestone = eventName.slice(eventName.indexOf('.') + 1);
+  return STATUS_ALIASES[enumKey(milestone)] ?? 'UNKNOWN';
+}
+
+const STYLES: Record<string, DeliveryStyle> = {
+  STANDARD: 'STANDARD',
+  HYBRID: 'HYBRID',
+  SPECIAL_HANDLING: 'SPECIAL_HANDLING',
+  OVERSIZE: 'OVERSIZE',
+};
+
+export function deliveryStyle(raw: unknown): DeliveryStyle | null {
+  if (typeof raw !== 'string' || raw.trim() === '') return null;
+  return STYLES[enumKey(raw)] ?? 'OTHER';
+}
+
+/** The upstream's spelling of each style the facade can request. */
+export const WIRE_STYLE: Record<Exclude<DeliveryStyle, 'OTHER'>, string> = {
+  STANDARD: 'Standard',
+  HYBRID: 'Hybrid',
+  SPECIAL_HANDLING: 'Special Handling',
+  OVERSIZE: 'Oversize',
+};
+
+export function deliveryMode(raw: unknown): DeliveryMode | null {
+  if (typeof raw !== 'string' || raw.trim() === '') return null;
+  // The upstream treats anything but NOW as scheduled.
+  return enumKey(raw) === 'NOW' ? 'NOW' : 'SCHEDULED';
+}

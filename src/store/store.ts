@@ -1,0 +1,50 @@
+// What the facade keeps: idempotency keys, ownership of deliveries booked
+// through it, and (see the events part) the webhook event log. The embedded
+// SQLite store and the Redis store both serve this interface.
+import { createHash } from 'node:crypto';
+
+export interface BookingResult {
+  uid: string;
+  trackingUrl: string | null;
+}
+
+export type IdempotencyClaim =
+  /** The key is new: the caller books, then calls completeIdempotency or releaseIdempotency. */
+  | { state: 'claimed' }
+  /** The same input was booked before: return this, book nothing. */
+  | { state: 'done'; result: BookingResult }
+  /** Another request with this key is booking right now. */
+  | { state: 'pending' }
+  /** The key was used with different input. */
+  | { state: 'conflict' };
+
+export interface Store {
+  claimIdempotency(ownerHash: string, idempotencyKey: string, fingerprint: string): Promise<IdempotencyClaim>;
+  completeIdempotency(ownerHash: string, idempotencyKey: string, result: BookingResult): Promise<void>;
+  releaseIdempotency(ownerHash: string, idempotencyKey: string): Promise<void>;
+  /** Records that `uid` was booked through the facade with the key hashed as `ownerHash`. */
+  recordOwner(uid: string, ownerHash: string): Promise<void>;
+  ownerOf(uid: string): Promise<string | undefined>;
+  close(): Promise<void>;
+}
+
+/** Merchant keys are never stored: only this hash of them. */
+export function hashKey(key: string): string {
+  return createHash('sha256').update(`delivery-graph:merchant-key:${key}`).digest('hex');
+}
+
+/** JSON with object keys sorted, so equal values give equal text. */
+export function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value && typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, inner]) => inner !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([key, inner]) => `${JSON.stringify(key)}:${canonicalJson(inner)}`).join(',')}}`;
+  }
+  return JSON.stringify(value ?? null);
+}
+
+export function fingerprint(value: unknown): string {
+  return createHash('sha256').update(canonicalJson(value)).digest('hex');
+}

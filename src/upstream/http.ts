@@ -1,0 +1,295 @@
+// The one door to the upstream: an undici Pool for its origin (keep-alive, a
+// connection cap), a time budget per call that covers headers, body and retries,
+// a cap on the response size, and the classification of every failure into one
+// typed error with a stable code. Only idempotent GETs are retried.
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Pool } from 'undici';
+import {
+  DeliveryGraphError,
+  NotCancelableError,
+  NotFoundError,
+  UnauthenticatedError,
+  UpstreamProtocolError,
+  UpstreamTimeoutError,
+  UpstreamUnavailableError,
+  UpstreamValidationError,
+} from '../errors.js';
+
+export type ApiGroupName = 'platform' | 'partner';
+
+export interface UpstreamRequest {
+  group: ApiGroupName;
+  method: 'GET' | 'POST';
+  /** Path below the base URL, e.g. "/p1/deliveries/abc". */
+  path: string;
+  /** The path with identifiers replaced, for logs and metrics, e.g. "/{platform}/deliveries/{uid}". */
+  route: string;
+  /** The caller's merchant key, forwarded unchanged as the bearer token; empty sends no Authorization header. */
+  key: string;
+  body?: unknown;
+  signal?: AbortSignal;
+}
+
+/** What the observer hears about each finished call (never the key or a body). */
+export interface UpstreamCallRecord {
+  group: ApiGroupName;
+  method: string;
+  route: string;
+  status: number | undefined;
+  /** "ok", or the code of the error the call ended with. */
+  outcome: string;
+  attempts: number;
+  durationMs: number;
+}
+
+export interface UpstreamHttpOptions {
+  /** Base URL ending in /api/v1. */
+  baseUrl: string;
+  timeoutMs: number;
+  connections: number;
+  maxResponseBytes: number;
+  onCall?: (record: UpstreamCallRecord) => void;
+  /** First retry gap; later ones double. Jittered ±50%. */
+  retryBaseMs?: number;
+}
+
+const MAX_GET_RETRIES = 2;
+const RETRYABLE_STATUS = new Set([502, 503, 504]);
+const CONNECTION_ERROR_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ETIMEDOUT',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CLOSED',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
+]);
+const TIMEOUT_ERROR_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
+
+interface RawResponse {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  text: string;
+}
+
+/** A failure that a GET may retry, with how long the upstream asked us to wait. */
+class Retryable extends Error {
+  constructor(
+    readonly error: DeliveryGraphError,
+    readonly retryAfterMs: number | undefined,
+    readonly status: number | undefined,
+  ) {
+    super(error.message);
+  }
+}
+
+export class UpstreamHttp {
+  readonly #pool: Pool;
+  readonly #basePath: string;
+  readonly #options: UpstreamHttpOptions;
+
+  constructor(options: UpstreamHttpOptions) {
+    const url = new URL(options.baseUrl);
+    this.#basePath = url.pathname.replace(/\/+$/, '');
+    this.#options = options;
+    this.#pool = new Pool(url.origin, {
+      connections: options.connections,
+      pipelining: 1,
+      keepAliveTimeout: 30_000,
+      keepAliveMaxTimeout: 120_000,
+      headersTimeout: options.timeoutMs,
+      bodyTimeout: options.timeoutMs,
+      connect: { timeout: Math.min(options.timeoutMs, 10_000) },
+    });
+  }
+
+  /** Sends one call (GETs with retries) and returns the parsed JSON body of a 2xx answer. */
+  async call<T>(request: UpstreamRequest): Promise<T> {
+    const started = performance.now();
+    const deadline = started + this.#options.timeoutMs;
+    let attempts = 0;
+    let status: number | undefined;
+    try {
+      for (;;) {
+        attempts += 1;
+        try {
+          const response = await this.#send(request, deadline);
+          status = response.status;
+          const result = parseSuccess<T>(response, request) ?? throwClassified(response, request);
+          this.#report(request, status, 'ok', attempts, started);
+          return result;
+        } catch (error) {
+          if (!(error instanceof Retryable)) throw error;
+          status = error.status;
+          const delay = this.#retryDelay(attempts, error.retryAfterMs);
+          const canRetry = request.method === 'GET' && attempts <= MAX_GET_RETRIES && !request.signal?.aborted;
+          // A retry only happens when it can still finish inside the budget.
+          if (!canRetry || performance.now() + delay + 10 >= deadline) throw error.error;
+          await sleep(delay, undefined, { signal: request.signal }).catch(() => undefined);
+        }
+      }
+    } catch (error) {
+      const known = error instanceof DeliveryGraphError ? error : classifyThrown(error, request);
+      this.#report(request, status, known.code, attempts, started);
+      throw known;
+    }
+  }
+
+  #report(request: UpstreamRequest, status: number | undefined, outcome: string, attempts: number, started: number): void {
+    this.#options.onCall?.({
+      group: request.group,
+      method: request.method,
+      route: request.route,
+      status,
+      outcome,
+      attempts,
+      durationMs: performance.now() - started,
+    });
+  }
+
+  #retryDelay(attempt: number, retryAfterMs: number | undefined): number {
+    const base = (this.#options.retryBaseMs ?? 50) * 2 ** (attempt - 1);
+    const jittered = base * (0.5 + Math.random());
+    return retryAfterMs === undefined ? jittered : Math.max(jittered, retryAfterMs);
+  }
+
+  async #send(request: UpstreamRequest, deadline: number): Promise<RawResponse> {
+    const remaining = Math.max(1, Math.floor(deadline - performance.now()));
+    const budget = AbortSignal.timeout(remaining);
+    const signal = request.signal ? AbortSignal.any([budget, request.signal]) : budget;
+    const headers: Record<string, string> = { accept: 'application/json' };
+    if (request.key) headers.authorization = `Bearer ${request.key}`;
+    let body: string | undefined;
+    if (request.body !== undefined) {
+      body = JSON.stringify(request.body);
+      headers['content-type'] = 'application/json';
+    }
+    try {
+      const response = await this.#pool.request({
+        method: request.method,
+        path: this.#basePath + request.path,
+        headers,
+        body,
+        signal,
+        headersTimeout: remaining,
+        bodyTimeout: remaining,
+      });
+      const text = await readCapped(response.body, this.#options.maxResponseBytes, response.headers['content-length']);
+      const result: RawResponse = { status: response.statusCode, headers: response.headers, text };
+      if (RETRYABLE_STATUS.has(result.status) || result.status === 429) {
+        throw new Retryable(classifyStatus(result, request), retryAfterMs(result.headers['retry-after']), result.status);
+      }
+      return result;
+    } catch (error) {
+      if (error instanceof Retryable || error instanceof DeliveryGraphError) throw error;
+      if (budget.aborted) throw new UpstreamTimeoutError(undefined, { cause: error });
+      if (request.signal?.aborted) throw new UpstreamUnavailableError('The upstream call was aborted.', { cause: error });
+      const classified = classifyThrown(error, request);
+      if (classified instanceof UpstreamUnavailableError) throw new Retryable(classified, undefined, undefined);
+      throw classified;
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.#pool.close();
+  }
+}
+
+class ResponseTooLarge extends Error {}
+
+async function readCapped(body: AsyncIterable<Buffer> & { destroy(): void }, limit: number, contentLength: unknown): Promise<string> {
+  if (typeof contentLength === 'string' && Number(contentLength) > limit) {
+    body.destroy();
+    throw new ResponseTooLarge();
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.length;
+    if (size > limit) {
+      body.destroy();
+      throw new ResponseTooLarge();
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, size).toString('utf8');
+}
+
+function retryAfterMs(header: string | string[] | undefined): number | undefined {
+  const value = Array.isArray(header) ? header[0] : header;
+  if (!value) return undefined;
+  if (/^\d+$/.test(value.trim())) return Number(value) * 1000;
+  const date = Date.parse(value);
+  return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now());
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+function parseSuccess<T>(response: RawResponse, request: UpstreamRequest): T | undefined {
+  if (response.status < 200 || response.status >= 300) return undefined;
+  const parsed = parseJson(response.text);
+  if (parsed === undefined || parsed === null || typeof parsed !== 'object') {
+    throw new UpstreamProtocolError(`The delivery service sent a ${response.status} answer to ${request.method} ${request.route} that is not a JSON object.`);
+  }
+  return parsed as T;
+}
+
+function throwClassified(response: RawResponse, request: UpstreamRequest): never {
+  throw classifyStatus(response, request);
+}
+
+/**
+ * Classifies a non-2xx answer by its status and by the body's `code` (platform)
+ * or `error` (partner) field, reading liberally as CONTRACT.md says.
+ */
+export function classifyStatus(
+  response: { status: number; text: string; headers?: RawResponse['headers'] },
+  request: Pick<UpstreamRequest, 'method' | 'route'>): DeliveryGraphError {
+  const body = parseJson(response.text);
+  const fields = body && typeof body === 'object' ? (body as Record<string, unknown>) : {};
+  const code = typeof fields.code === 'string' ? fields.code : typeof fields.error === 'string' ? fields.error : undefined;
+  const message = typeof fields.message === 'string' ? fields.message : undefined;
+  const where = `${request.method} ${request.route}`;
+
+  if (code === 'invalid_api_key' || response.status === 401) {
+    return new UnauthenticatedError('The delivery service refused the merchant key.');
+  }
+  if (code === 'not_cancelable') return new NotCancelableError();
+  if (code === 'not_found' || response.status === 404) return new NotFoundError();
+  const errors = fields.errors;
+  if ((errors && typeof errors === 'object') || response.status === 400 || response.status === 422) {
+    // The upstream's validation message names a request field; it carries no secret.
+    return new UpstreamValidationError(message ?? 'The delivery service rejected the request.', (errors as Record<string, unknown>) ?? {});
+  }
+  if (response.status >= 500 || response.status === 429) {
+    const wait = retryAfterMs(response.headers?.['retry-after']);
+    return new UpstreamUnavailableError(`The delivery service answered ${response.status} to ${where}.`, {
+      retryAfterSeconds: wait === undefined ? undefined : Math.ceil(wait / 1000),
+    });
+  }
+  return new UpstreamProtocolError(`The delivery service answered ${response.status} to ${where}, which the facade does not understand.`);
+}
+
+function classifyThrown(error: unknown, request: UpstreamRequest): DeliveryGraphError {
+  if (error instanceof DeliveryGraphError) return error;
+  if (error instanceof ResponseTooLarge) {
+    return new UpstreamProtocolError(`The delivery service's answer to ${request.method} ${request.route} is larger than the facade accepts.`);
+  }
+  const code = (error as { code?: unknown } | undefined)?.code;
+  if (typeof code === 'string' && TIMEOUT_ERROR_CODES.has(code)) return new UpstreamTimeoutError(undefined, { cause: error });
+  if (typeof code === 'string' && CONNECTION_ERROR_CODES.has(code)) {
+    return new UpstreamUnavailableError('The delivery service could not be reached or dropped the connection.', { cause: error });
+  }
+  return new UpstreamProtocolError(undefined, { cause: error });
+}

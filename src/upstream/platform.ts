@@ -1,0 +1,99 @@
+// Client of the platform endpoint group, under {base_url}/{platform}.
+import { UpstreamProtocolError } from '../errors.js';
+import type { UpstreamHttp } from './http.js';
+import type {
+  WireAvailability,
+  WireCreateResult,
+  WireDelivery,
+  WireDeliveryRequest,
+  WirePlatformCancellation,
+  WireQuoteResult,
+} from './wire.js';
+
+export interface CallOptions {
+  signal?: AbortSignal;
+}
+
+/** What create returns once the undocumented response shape is read. */
+export interface CreatedDelivery {
+  uid: string;
+  trackingLink: string | undefined;
+}
+
+export class PlatformClient {
+  readonly #http: UpstreamHttp;
+  readonly #prefix: string;
+
+  constructor(http: UpstreamHttp, platformId: string) {
+    this.#http = http;
+    this.#prefix = `/${encodeURIComponent(platformId)}`;
+  }
+
+  quote(key: string, body: WireDeliveryRequest, options: CallOptions = {}): Promise<WireQuoteResult> {
+    return this.#http.call({ group: 'platform', method: 'POST', path: `${this.#prefix}/quote`, route: '/{platform}/quote', key, body, ...options });
+  }
+
+  async create(key: string, body: WireDeliveryRequest, options: CallOptions = {}): Promise<CreatedDelivery> {
+    const result = await this.#http.call<WireCreateResult>({
+      group: 'platform',
+      method: 'POST',
+      path: `${this.#prefix}/deliveries`,
+      route: '/{platform}/deliveries',
+      key,
+      body,
+      ...options,
+    });
+    return readCreated(result);
+  }
+
+  async get(key: string, uid: string, options: CallOptions = {}): Promise<WireDelivery> {
+    const result = await this.#http.call<{ data?: WireDelivery }>({
+      group: 'platform',
+      method: 'GET',
+      path: `${this.#prefix}/deliveries/${encodeURIComponent(uid)}`,
+      route: '/{platform}/deliveries/{uid}',
+      key,
+      ...options,
+    });
+    return requireData(result, 'GET /{platform}/deliveries/{uid}');
+  }
+
+  cancel(key: string, uid: string, options: CallOptions = {}): Promise<WirePlatformCancellation> {
+    return this.#http.call({
+      group: 'platform',
+      method: 'POST',
+      path: `${this.#prefix}/deliveries/${encodeURIComponent(uid)}/cancel`,
+      route: '/{platform}/deliveries/{uid}/cancel',
+      key,
+      ...options,
+    });
+  }
+
+  availability(key: string, options: CallOptions = {}): Promise<WireAvailability> {
+    return this.#http.call({ group: 'platform', method: 'GET', path: `${this.#prefix}/availability`, route: '/{platform}/availability', key, ...options });
+  }
+}
+
+/** The create response is documented only as carrying uid and tracking_link: take them from the top level or from `data`. */
+function readCreated(result: WireCreateResult): CreatedDelivery {
+  const uid = pickString(result.uid) ?? pickString(result.data?.uid);
+  if (!uid) throw new UpstreamShapeError('POST /{platform}/deliveries answered without a uid');
+  return { uid, trackingLink: pickString(result.tracking_link) ?? pickString(result.data?.tracking_link) };
+}
+
+function pickString(value: unknown): string | undefined {
+  return typeof value === 'string' && value !== '' ? value : undefined;
+}
+
+export function requireData<T extends { uid?: unknown }>(result: { data?: T }, where: string): T {
+  const data = result.data;
+  if (!data || typeof data !== 'object' || typeof data.uid !== 'string') throw new UpstreamShapeError(`${where} answered without data.uid`);
+  return data;
+}
+
+
+class UpstreamShapeError extends UpstreamProtocolError {
+  constructor(detail: string) {
+    super(`The delivery service's answer is not of the documented shape: ${detail}.`);
+  }
+}
