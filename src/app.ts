@@ -2,8 +2,8 @@
 // and the webhook receiver; with no UPSTREAM_URL, the embedded sandbox too.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { GraphQLError } from 'graphql';
-import { createYoga, maskError as yogaMaskError, type YogaServerInstance } from 'graphql-yoga';
+import type { GraphQLError } from 'graphql';
+import { createGraphQLError, createYoga, maskError as yogaMaskError, type YogaServerInstance } from 'graphql-yoga';
 import type { Config } from './config.js';
 import { DeliveryGraphError, UpstreamTimeoutError, UpstreamUnavailableError } from './errors.js';
 import { createContext, type GraphQLContext, type Services } from './graphql/context.js';
@@ -20,6 +20,8 @@ export interface App {
   port: number;
   server: Server;
   services: Services;
+  /** The GraphQL handler, for in-process requests (`app.yoga.fetch`). */
+  yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext>;
   /** The embedded sandbox, when it is the upstream. */
   sandbox: Sandbox | undefined;
   logger: Logger;
@@ -37,10 +39,11 @@ const READY_CACHE_MS = 5_000;
 
 /** Turns our typed errors into GraphQL errors with a stable extensions.code; everything else is masked. */
 function maskError(error: unknown, message: string, isDev?: boolean): Error {
-  const original = error instanceof GraphQLError ? error.originalError : error;
+  // Duck-typed: graphql may be loaded twice (ESM and CJS), so instanceof GraphQLError is unreliable.
+  const located = error as Partial<GraphQLError> | undefined;
+  const original = located?.originalError ?? error;
   if (original instanceof DeliveryGraphError) {
-    const located = error instanceof GraphQLError ? error : undefined;
-    return new GraphQLError(original.message, {
+    return createGraphQLError(original.message, {
       nodes: located?.nodes,
       source: located?.source,
       positions: located?.positions,
@@ -134,5 +137,5 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
       await store.close();
     })());
 
-  return { url, port, server, services, sandbox, logger, stop };
+  return { url, port, server, services, yoga, sandbox, logger, stop };
 }

@@ -1,0 +1,116 @@
+// Starts a whole stack for a test: the sandbox upstream and the facade, both on
+// port 0, with a fresh data directory; and small clients for both.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { startApp, type App } from '../../src/app.js';
+import { loadConfig } from '../../src/config.js';
+import { startSandbox, type Sandbox, type SandboxOptions } from '../../src/sandbox/index.js';
+
+export interface GraphQLResponse<T = any> {
+  data?: T;
+  errors?: Array<{ message: string; path?: Array<string | number>; extensions?: { code?: string } & Record<string, unknown> }>;
+}
+
+export interface Stack {
+  app: App;
+  sandbox: Sandbox;
+  /** The sandbox's first merchant. */
+  key: string;
+  /** A second merchant of the same platform. */
+  otherKey: string;
+  dataDir: string;
+  env: Record<string, string>;
+  /** POSTs a GraphQL operation over real HTTP. */
+  gql<T = any>(query: string, variables?: Record<string, unknown>, key?: string | null): Promise<GraphQLResponse<T>>;
+  /** Stops the facade and (unless kept) the sandbox, and removes the data directory. */
+  stop(): Promise<void>;
+  /** Stops only the facade and starts a new one on the same data directory. */
+  restart(): Promise<void>;
+}
+
+export interface StackOptions {
+  env?: Record<string, string>;
+  sandbox?: SandboxOptions;
+  /** Point the facade at this upstream base URL instead of the sandbox (e.g. a fault proxy in front of it). */
+  upstreamUrl?: (sandbox: Sandbox) => string | Promise<string>;
+}
+
+export function makeDataDir(): string {
+  return mkdtempSync(path.join(tmpdir(), 'delivery-graph-test-'));
+}
+
+export async function startStack(options: StackOptions = {}): Promise<Stack> {
+  const sandbox = await startSandbox({ ...options.sandbox, knobs: { stepMs: 0, ...options.sandbox?.knobs } });
+  const dataDir = makeDataDir();
+  const keyFile = path.join(dataDir, 'webhook-public.pem');
+  writeFileSync(keyFile, sandbox.publicKeyPem);
+  const env: Record<string, string> = {
+    PORT: '0',
+    UPSTREAM_URL: (await options.upstreamUrl?.(sandbox)) ?? sandbox.url,
+    PLATFORM_ID: sandbox.platformId,
+    WEBHOOK_PUBLIC_KEY_FILE: keyFile,
+    WEBHOOK_ISSUER: sandbox.issuer,
+    DATA_DIR: dataDir,
+    LOG_LEVEL: 'silent',
+    ...options.env,
+  };
+  const boot = async () => {
+    const app = await startApp(loadConfig(env));
+    sandbox.setWebhookUrl(`${app.url}${app.services.config.webhook.path}`);
+    return app;
+  };
+  let app = await boot();
+  const stack: Stack = {
+    get app() {
+      return app;
+    },
+    sandbox,
+    key: sandbox.merchants[0]!.key,
+    otherKey: sandbox.merchants[1]!.key,
+    dataDir,
+    env,
+    async gql(query, variables, key = stack.key) {
+      const headers: Record<string, string> = { 'content-type': 'application/json' };
+      if (key) headers.authorization = `Bearer ${key}`;
+      const response = await fetch(`${app.url}/graphql`, { method: 'POST', headers, body: JSON.stringify({ query, variables }) });
+      return (await response.json()) as GraphQLResponse;
+    },
+    async stop() {
+      await app.stop();
+      await sandbox.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+    async restart() {
+      await app.stop();
+      app = await boot();
+    },
+  };
+  return stack;
+}
+
+/** A valid booking on either group, with a scheduled dropoff window. */
+export function deliveryInput(overrides: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    pickup: {
+      name: 'Ada Shop',
+      phone: '+15550100',
+      email: 'shop@example.com',
+      address: { street: 'Main St', number: '1', city: 'Springfield', country: 'US', postalCode: '12345' },
+    },
+    dropoff: {
+      name: 'Grace Customer',
+      phone: '+15550199',
+      email: 'grace@example.com',
+      address: { street: 'Elm St', number: '42', city: 'Springfield', country: 'US' },
+      windowStart: '2030-05-01T16:00:00+02:00',
+    },
+    deliveryDate: '2030-05-01',
+    description: 'Two books',
+    tip: '3.50',
+    declaredValue: '45.10',
+    currency: 'USD',
+    payload: { orderId: 'A-1', nested: { ok: true } },
+    ...overrides,
+  };
+}
