@@ -9,7 +9,7 @@ import { DeliveryGraphError, UpstreamTimeoutError, UpstreamUnavailableError } fr
 import { createContext, type GraphQLContext, type Services } from './graphql/context.js';
 import { toSchema } from './graphql/schema.js';
 import { createLogger, type Logger } from './logger.js';
-import { startSandbox, type Sandbox } from './sandbox/index.js';
+import { DEFAULT_PLATFORM_ID, startSandbox, type Sandbox } from './sandbox/index.js';
 import { SqliteStore } from './store/sqlite.js';
 import type { Store } from './store/store.js';
 import { createUpstream, type Upstream } from './upstream/clients.js';
@@ -33,6 +33,15 @@ export interface StartOptions {
   /** Use this store instead of opening the SQLite file (tests). */
   store?: Store;
 }
+
+/**
+ * Fixed keys for the embedded sandbox, so the README's examples can be pasted
+ * as they are. They open nothing but the in-process simulator.
+ */
+export const SANDBOX_DEMO_MERCHANTS = [
+  { key: 'sk_test_demo_merchant', name: 'Demo Merchant', platformId: DEFAULT_PLATFORM_ID },
+  { key: 'sk_test_second_merchant', name: 'Second Merchant', platformId: DEFAULT_PLATFORM_ID },
+];
 
 /** How long a readiness answer is reused before the upstream is asked again. */
 const READY_CACHE_MS = 5_000;
@@ -61,7 +70,12 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
   let upstreamUrl = config.upstream.url;
   let platformId = config.upstream.platformId;
   if (!upstreamUrl) {
-    sandbox = await startSandbox({ port: config.sandbox.port, host: config.host, knobs: { stepMs: config.sandbox.stepMs } });
+    sandbox = await startSandbox({
+      port: config.sandbox.port,
+      host: config.host,
+      merchants: SANDBOX_DEMO_MERCHANTS,
+      knobs: { stepMs: config.sandbox.stepMs },
+    });
     upstreamUrl = sandbox.url;
     platformId ??= sandbox.platformId;
   }

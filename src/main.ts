@@ -1,4 +1,5 @@
 // Entry point: loadConfig → startApp → banner; stops gracefully on SIGTERM/SIGINT.
+import { existsSync } from 'node:fs';
 import { startApp } from './app.js';
 import { CONFIG_VARIABLES, ConfigError, loadConfig } from './config.js';
 
@@ -20,6 +21,8 @@ async function main(): Promise<void> {
     console.log(help());
     return;
   }
+  // A local .env file, when there is one, fills in variables not already set.
+  if (existsSync('.env')) process.loadEnvFile('.env');
   let config;
   try {
     config = loadConfig();

@@ -33,6 +33,11 @@ export function decimalFrom(value: unknown): string | null {
   if (typeof value === 'number') {
     if (!Number.isFinite(value)) return null;
     decimal = new Decimal(value.toPrecision(15));
+    // Beyond 15 significant digits (over 10^13 with cents) rounding to 15 would
+    // change the amount; a shortest form with at most two decimals is the exact
+    // cents value the upstream converted, not an artifact.
+    const shortest = String(value);
+    if (!decimal.equals(value) && /^-?\d+(\.\d{1,2})?$/.test(shortest)) decimal = new Decimal(shortest);
   } else if (typeof value === 'string' && /^-?\d+(\.\d+)?$/.test(value.trim())) {
     decimal = new Decimal(value.trim());
   } else {
@@ -59,6 +64,9 @@ export function utcDateTime(value: unknown): string | null {
   const text = value.trim();
   if (!ISO_WITH_OFFSET.test(text)) return null;
   const hasOffset = /([Zz]|[+-]\d{2}:?\d{2})$/.test(text);
+  const [, year, month, day, hour, minute, second] = ISO_WITH_OFFSET.exec(text)!;
+  // Date.parse rolls impossible values over (2026-02-30 → 2026-03-02, 24:00 → next day).
+  if (!isCalendarDay(year!, month!, day!) || Number(hour) > 23 || Number(minute) > 59 || Number(second ?? 0) > 59) return null;
   const millis = Date.parse(hasOffset ? text : `${text}Z`);
   if (Number.isNaN(millis)) return null;
   return `${new Date(millis).toISOString().slice(0, 19)}Z`;
@@ -68,8 +76,14 @@ export function utcDateTime(value: unknown): string | null {
 export function calendarDate(value: unknown): string | null {
   if (typeof value !== 'string') return null;
   const text = value.trim();
-  if (/^\d{4}-\d{2}-\d{2}$/.test(text)) return text;
+  const plain = /^(\d{4})-(\d{2})-(\d{2})$/.exec(text);
+  if (plain) return isCalendarDay(plain[1]!, plain[2]!, plain[3]!) ? text : null;
   return utcDateTime(text)?.slice(0, 10) ?? null;
+}
+
+function isCalendarDay(year: string, month: string, day: string): boolean {
+  const date = new Date(Date.UTC(Number(year), Number(month) - 1, Number(day)));
+  return date.getUTCMonth() === Number(month) - 1 && date.getUTCDate() === Number(day);
 }
 
 export function isJsonObject(value: unknown): value is Record<string, unknown> {

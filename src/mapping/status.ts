@@ -39,9 +39,16 @@ function enumKey(raw: string): string {
     .replace(/^_+|_+$/g, '');
 }
 
+/** The key with every separator dropped, so "dropoffcomplete" matches DROPOFF_COMPLETE too. */
+function bareKey(raw: string): string {
+  return enumKey(raw).replace(/_/g, '');
+}
+
+const STATUS_BY_BARE_KEY = new Map(Object.entries(STATUS_ALIASES).map(([key, status]) => [bareKey(key), status]));
+
 export function deliveryStatus(raw: unknown): DeliveryStatus {
   if (typeof raw !== 'string' || raw.trim() === '') return 'UNKNOWN';
-  return STATUS_ALIASES[enumKey(raw)] ?? 'UNKNOWN';
+  return STATUS_BY_BARE_KEY.get(bareKey(raw)) ?? 'UNKNOWN';
 }
 
 /**
@@ -50,7 +57,7 @@ export function deliveryStatus(raw: unknown): DeliveryStatus {
  */
 export function statusOfEvent(eventName: string): DeliveryStatus {
   const milestone = eventName.slice(eventName.indexOf('.') + 1);
-  return STATUS_ALIASES[enumKey(milestone)] ?? 'UNKNOWN';
+  return STATUS_BY_BARE_KEY.get(bareKey(milestone)) ?? 'UNKNOWN';
 }
 
 const STYLES: Record<string, DeliveryStyle> = {
@@ -60,9 +67,11 @@ const STYLES: Record<string, DeliveryStyle> = {
   OVERSIZE: 'OVERSIZE',
 };
 
+const STYLE_BY_BARE_KEY = new Map(Object.entries(STYLES).map(([key, style]) => [bareKey(key), style]));
+
 export function deliveryStyle(raw: unknown): DeliveryStyle | null {
   if (typeof raw !== 'string' || raw.trim() === '') return null;
-  return STYLES[enumKey(raw)] ?? 'OTHER';
+  return STYLE_BY_BARE_KEY.get(bareKey(raw)) ?? 'OTHER';
 }
 
 /** The upstream's spelling of each style the facade can request. */

@@ -202,8 +202,14 @@ export class UpstreamHttp {
 
 class ResponseTooLarge extends Error {}
 
-async function readCapped(body: AsyncIterable<Buffer> & { destroy(): void }, limit: number, contentLength: unknown): Promise<string> {
+async function readCapped(
+  body: AsyncIterable<Buffer> & { destroy(): void; on(event: 'error', listener: () => void): unknown },
+  limit: number,
+  contentLength: unknown,
+): Promise<string> {
   if (typeof contentLength === 'string' && Number(contentLength) > limit) {
+    // Destroying an unread undici body emits 'error'; unheard, it would be an uncaught exception.
+    body.on('error', () => undefined);
     body.destroy();
     throw new ResponseTooLarge();
   }

@@ -271,6 +271,9 @@ export interface WireWebhookEvent {
   dropoff_verification_image_url?: string | null;
   dropoff_signature_image_url?: string | null;
   cancellation_reason?: string | null;
+  /** Not in the documented body; the sandbox (and possibly the upstream) adds them on partner orders' events. */
+  partner_reference?: string | null;
+  partner_payload?: JsonObject | null;
 }
 
 /** Milestones the upstream announces as `delivery.*` events, in lifecycle order. */

@@ -451,7 +451,7 @@ describe('tenancy', () => {
 
 describe('upstream failures', () => {
   it('answers UPSTREAM_TIMEOUT when the upstream is slower than the budget', async () => {
-    const slow = await startStack({ env: { UPSTREAM_TIMEOUT_MS: '150' }, sandbox: { knobs: { latencyMs: 400 } } });
+    const slow = await startStack({ env: { UPSTREAM_TIMEOUT_MS: '300' }, sandbox: { knobs: { latencyMs: 2000 } } });
     try {
       const result = await slow.gql('{ delivery(uid: "00000000-0000-4000-8000-000000000000") { uid } }');
       expect(result.errors?.[0]?.extensions?.code).toBe('UPSTREAM_TIMEOUT');

@@ -1,0 +1,192 @@
+// The embedded upstream: a stateful, faithful stand-in for the delivery REST
+// service of upstream-api.md, over real HTTP, with knobs for speed and faults.
+// Used by `npm start` when no UPSTREAM_URL is set, by `npm run sandbox`, and by tests.
+import { randomBytes } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import type { JsonObject, WireDeliveryRequest, WireOrder } from '../upstream/wire.js';
+import { applyKnobs, DEFAULT_KNOBS } from './knobs.js';
+import { LifecycleSimulator } from './lifecycle.js';
+import { seedOrder } from './partner-routes.js';
+import { toWebhookEvent } from './representations.js';
+import { createSandboxServer } from './server.js';
+import { SandboxState } from './state.js';
+import { loadSigningKeys, WebhookSender, type WebhookStats } from './webhooks.js';
+
+export interface SandboxMerchant {
+  key: string;
+  name: string;
+  platformId: string;
+}
+
+export interface SandboxKnobs {
+  /** Time between lifecycle milestones; 0 = manual (only advance() moves a delivery). */
+  stepMs: number;
+  /** Extra location.* events with interpolated coordinates while en route. */
+  locationTicks: number;
+  /** Added to every /api/v1 response. */
+  latencyMs: number;
+  /** 0..1: share of /api/v1 requests answered 503 `unavailable`. */
+  errorRate: number;
+  /** 0..1: share of webhooks sent twice. */
+  duplicateRate: number;
+  /** 0..1: share of webhooks held back and sent after the delivery's next one. */
+  reorderRate: number;
+  /** The receiver must answer 2xx within this. */
+  webhookTimeoutMs: number;
+  /** Retry n waits retryBaseMs * 2^(n-1); at most 5 retries. */
+  retryBaseMs: number;
+}
+
+export interface SandboxOptions {
+  /** Default 0: any free port. */
+  port?: number;
+  /** Default 127.0.0.1. */
+  host?: string;
+  platformId?: string;
+  merchants?: SandboxMerchant[];
+  webhookUrl?: string;
+  issuer?: string;
+  /** PKCS8 PEM RSA key for RS256 webhook signatures; generated when absent. */
+  privateKeyPem?: string;
+  knobs?: Partial<SandboxKnobs>;
+}
+
+export interface SandboxRequestRecord {
+  method: string;
+  path: string;
+  group: 'platform' | 'partner' | 'control';
+  status: number;
+  /** Arrival time, ms since the epoch. */
+  at: number;
+}
+
+export interface Sandbox {
+  /** Base URL ending in /api/v1. */
+  url: string;
+  origin: string;
+  platformId: string;
+  merchants: SandboxMerchant[];
+  issuer: string;
+  /** SPKI PEM of the webhook signing key. */
+  publicKeyPem: string;
+  /** Live: the running sandbox reads these on every decision. Change them through setKnobs. */
+  knobs: SandboxKnobs;
+  setKnobs(knobs: Partial<SandboxKnobs>): void;
+  setWebhookUrl(url: string | undefined): void;
+  /** Every request received, in arrival order, for tests that count upstream calls. */
+  requests: SandboxRequestRecord[];
+  resetRequests(): void;
+  /** Moves one delivery to its next milestone now (emitting its events). Rejects for an unknown or finished delivery. */
+  advance(uid: string): Promise<void>;
+  /** The partner group has no create endpoint: book an order for `key` directly. Throws when invalid. */
+  seedPartnerOrder(key: string, body: Partial<WireDeliveryRequest> & { partner_reference: string }): WireOrder;
+  webhookStats(): WebhookStats;
+  /** Resolves when no webhook is queued, in flight or waiting for a retry. */
+  idle(): Promise<void>;
+  /** Closes the server, its sockets, timers and outbound webhook connections. */
+  stop(): Promise<void>;
+}
+
+export const DEFAULT_PLATFORM_ID = 'sandbox-platform';
+/** A second platform id, so "key not valid for this platform" can be exercised. */
+export const OTHER_PLATFORM_ID = 'other-platform';
+/** The `iss` claim: the service's short lowercase name. */
+export const DEFAULT_ISSUER = 'lastmile';
+
+export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbox> {
+  const platformId = options.platformId ?? DEFAULT_PLATFORM_ID;
+  const merchants = (options.merchants ?? defaultMerchants(platformId)).map((m) => ({ ...m }));
+  const issuer = options.issuer ?? DEFAULT_ISSUER;
+  const keys = await loadSigningKeys(options.privateKeyPem);
+  const knobs: SandboxKnobs = { ...DEFAULT_KNOBS };
+  applyKnobs(knobs, options.knobs);
+  let webhookUrl = options.webhookUrl;
+
+  const lifetime = new AbortController();
+  const state = new SandboxState(merchants);
+  const webhooks = new WebhookSender({ knobs, issuer, privateKey: keys.privateKey, webhookUrl: () => webhookUrl });
+  const lifecycle = new LifecycleSimulator(state, knobs, (record, eventName, { final, location }) =>
+    webhooks.enqueue(record.uid, toWebhookEvent(record, eventName, state.origin, { location }), final),
+  );
+  const setKnobs = (patch: unknown) => {
+    const stepMs = knobs.stepMs;
+    applyKnobs(knobs, patch);
+    if (knobs.stepMs !== stepMs) lifecycle.reschedule();
+  };
+
+  const requests: SandboxRequestRecord[] = [];
+  const server = createSandboxServer({
+    state,
+    lifecycle,
+    knobs,
+    requests,
+    publicKeyPem: keys.publicKeyPem,
+    lifetime: lifetime.signal,
+    setKnobs,
+    info: () => ({
+      url: `${state.origin}/api/v1`,
+      platformId,
+      issuer,
+      merchants: merchants.map((m) => ({ ...m })),
+      webhookUrl: webhookUrl ?? null,
+      knobs: { ...knobs },
+    }),
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  state.origin = `http://${host}:${address.port}`;
+
+  let stopping: Promise<void> | null = null;
+  return {
+    url: `${state.origin}/api/v1`,
+    origin: state.origin,
+    platformId,
+    merchants,
+    issuer,
+    publicKeyPem: keys.publicKeyPem,
+    knobs,
+    setKnobs,
+    setWebhookUrl: (url) => {
+      webhookUrl = url;
+    },
+    requests,
+    resetRequests: () => {
+      // Emptied in place: callers may hold the array.
+      requests.length = 0;
+    },
+    advance: (uid) => lifecycle.advance(uid),
+    seedPartnerOrder: (key, body) => {
+      const outcome = seedOrder(state, lifecycle, key, body as JsonObject);
+      if (!outcome.ok) throw new Error(`seedPartnerOrder: ${outcome.message}`);
+      return outcome.order;
+    },
+    webhookStats: () => webhooks.stats(),
+    idle: () => webhooks.idle(),
+    stop: () =>
+      (stopping ??= (async () => {
+        lifetime.abort();
+        lifecycle.stop();
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        // Keep-alive and in-flight sockets would hold close() open.
+        server.closeAllConnections();
+        await Promise.all([closed, webhooks.close()]);
+      })()),
+  };
+}
+
+function defaultMerchants(platformId: string): SandboxMerchant[] {
+  const key = () => `sk_test_${randomBytes(12).toString('hex')}`;
+  return [
+    { key: key(), name: 'Sandbox Bakery', platformId },
+    { key: key(), name: 'Sandbox Florist', platformId },
+    { key: key(), name: 'Elsewhere Books', platformId: platformId === OTHER_PLATFORM_ID ? `${OTHER_PLATFORM_ID}-2` : OTHER_PLATFORM_ID },
+  ];
+}

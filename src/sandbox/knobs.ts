@@ -1,0 +1,48 @@
+// The sandbox's fault and speed knobs: defaults and the one place a patch is
+// checked, so the library, the control route and the CLI reject the same inputs.
+import type { SandboxKnobs } from './index.js';
+
+export const DEFAULT_KNOBS: Readonly<SandboxKnobs> = Object.freeze({
+  // Two seconds a milestone: a whole delivery plays out in ~15 s, slow enough to
+  // watch in a demo. Tests set their own.
+  stepMs: 2000,
+  locationTicks: 3,
+  latencyMs: 0,
+  errorRate: 0,
+  duplicateRate: 0,
+  reorderRate: 0,
+  webhookTimeoutMs: 5000,
+  retryBaseMs: 500,
+});
+
+const RATES = new Set<keyof SandboxKnobs>(['errorRate', 'duplicateRate', 'reorderRate']);
+const INTEGERS = new Set<keyof SandboxKnobs>(['locationTicks']);
+/** A zero timeout would fail every webhook attempt before it is sent. */
+const POSITIVE = new Set<keyof SandboxKnobs>(['webhookTimeoutMs']);
+
+/**
+ * Checks a partial knob set and copies it onto `target` in place (the live
+ * object everybody reads). All-or-nothing: a bad entry changes nothing.
+ */
+export function applyKnobs(target: SandboxKnobs, patch: unknown): void {
+  if (patch === undefined || patch === null) return;
+  if (typeof patch !== 'object' || Array.isArray(patch)) {
+    throw new RangeError('knobs must be an object');
+  }
+  const accepted: Partial<SandboxKnobs> = {};
+  for (const [name, value] of Object.entries(patch)) {
+    if (value === undefined) continue;
+    if (!(name in DEFAULT_KNOBS)) throw new RangeError(`unknown knob ${name}`);
+    const knob = name as keyof SandboxKnobs;
+    if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
+      throw new RangeError(`${knob} must be a finite number >= 0`);
+    }
+    if (POSITIVE.has(knob) && value === 0) throw new RangeError(`${knob} must be greater than 0`);
+    if (RATES.has(knob) && value > 1) throw new RangeError(`${knob} must be between 0 and 1`);
+    if (INTEGERS.has(knob) && !Number.isInteger(value)) {
+      throw new RangeError(`${knob} must be an integer`);
+    }
+    accepted[knob] = value;
+  }
+  Object.assign(target, accepted);
+}

@@ -1,0 +1,101 @@
+// `npm run sandbox`: the sandbox upstream on its own, for demos and manual
+// testing. Configured by flags only (the facade's config owns the environment).
+import { mkdir, writeFile } from 'node:fs/promises';
+import { dirname, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { startSandbox, type SandboxKnobs } from './index.js';
+
+const USAGE = `Usage: npm run sandbox -- [options]
+
+  --port <n>             listen port (default 4010; 0 = any free port)
+  --host <addr>          listen address (default 127.0.0.1)
+  --webhook-url <url>    where to POST signed webhooks (default: none, poll instead)
+  --step-ms <n>          ms between lifecycle milestones; 0 = manual (default 2000)
+  --latency-ms <n>       delay added to every API response (default 0)
+  --error-rate <0..1>    share of API requests answered 503 (default 0)
+  --duplicate-rate <0..1> share of webhooks sent twice (default 0)
+  --reorder-rate <0..1>  share of webhooks sent after the next one (default 0)
+  --public-key-file <p>  where to write the webhook public key (default ./data/sandbox-public.pem)
+  --help                 show this text
+`;
+
+const NUMERIC_KNOBS: Record<string, keyof SandboxKnobs> = {
+  'step-ms': 'stepMs',
+  'latency-ms': 'latencyMs',
+  'error-rate': 'errorRate',
+  'duplicate-rate': 'duplicateRate',
+  'reorder-rate': 'reorderRate',
+};
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      port: { type: 'string' },
+      host: { type: 'string' },
+      'webhook-url': { type: 'string' },
+      'step-ms': { type: 'string' },
+      'latency-ms': { type: 'string' },
+      'error-rate': { type: 'string' },
+      'duplicate-rate': { type: 'string' },
+      'reorder-rate': { type: 'string' },
+      'public-key-file': { type: 'string' },
+      help: { type: 'boolean' },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+
+  const knobs: Partial<SandboxKnobs> = {};
+  for (const [flag, knob] of Object.entries(NUMERIC_KNOBS)) {
+    const raw = values[flag as keyof typeof values];
+    if (typeof raw === 'string') knobs[knob] = parseNumber(flag, raw);
+  }
+  const port = values.port === undefined ? 4010 : parseNumber('port', values.port);
+  const webhookUrl = values['webhook-url'];
+  if (webhookUrl !== undefined && !URL.canParse(webhookUrl)) throw new UsageError('--webhook-url must be an absolute URL');
+
+  const sandbox = await startSandbox({ port, host: values.host ?? '127.0.0.1', webhookUrl, knobs });
+  const keyFile = resolve(values['public-key-file'] ?? './data/sandbox-public.pem');
+  await mkdir(dirname(keyFile), { recursive: true });
+  await writeFile(keyFile, sandbox.publicKeyPem);
+
+  const lines = [
+    `sandbox upstream listening: ${sandbox.url}`,
+    `platform id:     ${sandbox.platformId}`,
+    `webhook issuer:  ${sandbox.issuer}`,
+    `public key file: ${keyFile}`,
+    `webhooks:        ${webhookUrl ?? 'off (no --webhook-url)'}`,
+    'merchant keys:',
+    ...sandbox.merchants.map((m) => `  ${m.key}  ${m.name} (platform ${m.platformId})`),
+    `control:         ${sandbox.origin}/sandbox/info`,
+  ];
+  process.stdout.write(`${lines.join('\n')}\n`);
+
+  const shutdown = (signal: string) => {
+    process.stdout.write(`${signal}: stopping sandbox\n`);
+    sandbox.stop().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
+  };
+  process.once('SIGINT', () => shutdown('SIGINT'));
+  process.once('SIGTERM', () => shutdown('SIGTERM'));
+}
+
+class UsageError extends Error {}
+
+function parseNumber(flag: string, raw: string): number {
+  const value = Number(raw);
+  if (raw.trim() === '' || !Number.isFinite(value)) throw new UsageError(`--${flag} must be a number, got "${raw}"`);
+  return value;
+}
+
+main().catch((error: unknown) => {
+  // Usage and knob problems are one line; anything else is a real failure.
+  const known = error instanceof UsageError || error instanceof RangeError || (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
+  process.stderr.write(`sandbox: ${(error as Error).message}\n${known ? `\n${USAGE}` : ''}`);
+  process.exit(known ? 2 : 1);
+});

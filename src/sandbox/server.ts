@@ -1,0 +1,253 @@
+// The sandbox's HTTP front: /api/v1 (both upstream groups, with the latency and
+// error knobs and bearer-key auth), /sandbox (control routes for demos and
+// tests), and the public tracking page.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { JsonObject } from '../upstream/wire.js';
+import type { SandboxKnobs, SandboxMerchant, SandboxRequestRecord } from './index.js';
+import { LifecycleError, type LifecycleSimulator } from './lifecycle.js';
+import { PARTNER_ROOTS, PARTNER_ROUTES, seedOrder } from './partner-routes.js';
+import { PLATFORM_ROUTES } from './platform-routes.js';
+import { toPlatformDelivery } from './representations.js';
+import { errorBody, matchRoute, type ApiResult } from './routing.js';
+import { readStatus, type Group, type SandboxState } from './state.js';
+import { isPlainObject } from './validation.js';
+
+const API_PREFIX = '/api/v1';
+const MAX_BODY_BYTES = 1024 * 1024;
+
+export interface ServerDeps {
+  state: SandboxState;
+  lifecycle: LifecycleSimulator;
+  knobs: SandboxKnobs;
+  requests: SandboxRequestRecord[];
+  publicKeyPem: string;
+  /** Aborted by stop(): cuts short any latency wait still running. */
+  lifetime: AbortSignal;
+  info(): JsonObject;
+  setKnobs(patch: unknown): void;
+}
+
+type RecordGroup = SandboxRequestRecord['group'];
+
+export function createSandboxServer(deps: ServerDeps): Server {
+  return createServer((req, res) => {
+    handle(deps, req, res).catch(() => {
+      if (!res.headersSent && !res.destroyed) {
+        res.writeHead(500, { 'content-type': 'application/json' }).end('{"message":"internal sandbox error"}');
+      }
+    });
+  });
+}
+
+async function handle(deps: ServerDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const at = Date.now();
+  const method = req.method ?? 'GET';
+  const path = new URL(req.url ?? '/', 'http://sandbox').pathname;
+  const record = (group: RecordGroup, status: number) => deps.requests.push({ method, path, group, status, at });
+
+  if (path === API_PREFIX || path.startsWith(`${API_PREFIX}/`)) {
+    const segments = splitPath(path.slice(API_PREFIX.length));
+    // The partner group sits directly under /api/v1; any other first segment is a platform id.
+    const group: Group = segments === null || segments.length === 0 || PARTNER_ROOTS.has(segments[0]!) ? 'partner' : 'platform';
+    const result = await handleApi(deps, req, group, method, segments);
+    if (result === null) return; // stopped mid-wait: the socket is going away
+    record(group, result.status);
+    sendJson(res, result, result.status === 413 ? { connection: 'close' } : {});
+    return;
+  }
+
+  const page = path.startsWith('/sandbox/') ? await handleControl(deps, req, method, path) : handleTrackingPage(deps, method, path);
+  record('control', page.status);
+  res.writeHead(page.status, { 'content-type': page.contentType, 'cache-control': 'no-store' }).end(page.body);
+}
+
+// ---------------------------------------------------------------------------
+// /api/v1
+
+async function handleApi(
+  deps: ServerDeps,
+  req: IncomingMessage,
+  group: Group,
+  method: string,
+  segments: string[] | null,
+): Promise<ApiResult | null> {
+  const body = await readBody(req);
+
+  // Latency and injected failures apply to the upstream API only, never to /sandbox.
+  if (deps.knobs.latencyMs > 0) {
+    try {
+      await sleep(deps.knobs.latencyMs, undefined, { signal: deps.lifetime });
+    } catch {
+      return null;
+    }
+  }
+  if (deps.knobs.errorRate > 0 && Math.random() < deps.knobs.errorRate) {
+    return { status: 503, body: errorBody(group, 'unavailable', 'The service is temporarily unavailable.') };
+  }
+
+  if (segments === null) return { status: 404, body: errorBody(group, 'not_found', 'Route not found.') };
+  const platformId = group === 'platform' ? segments[0]! : null;
+  const match = matchRoute(group === 'platform' ? PLATFORM_ROUTES : PARTNER_ROUTES, method, group === 'platform' ? segments.slice(1) : segments);
+  if (match === null) return { status: 404, body: errorBody(group, 'not_found', 'Route not found.') };
+  if ('allowed' in match) return { status: 405, body: errorBody(group, 'method_not_allowed', `Use ${match.allowed.join(', ')}.`) };
+
+  const auth = authenticate(deps.state, req.headers.authorization, platformId);
+  if ('message' in auth) return { status: 401, body: errorBody(group, 'invalid_api_key', auth.message) };
+
+  let json: JsonObject = {};
+  if (match.route.json) {
+    if (body === 'too_large') return { status: 413, body: errorBody(group, 'payload_too_large', 'The request body exceeds 1 MiB.') };
+    const parsed = parseJson(body);
+    if (!isPlainObject(parsed)) return { status: 400, body: errorBody(group, 'bad_request', 'The request body must be a JSON object.') };
+    json = parsed;
+  }
+  return match.route.handle({ group, merchant: auth.merchant, params: match.params, body: json, state: deps.state, lifecycle: deps.lifecycle });
+}
+
+/**
+ * `Authorization: Bearer <key>`. On the platform group the key's merchant must
+ * belong to the platform in the path; an unknown platform id fails the same way.
+ * Messages never echo the key.
+ */
+function authenticate(state: SandboxState, header: string | undefined, platformId: string | null): { merchant: SandboxMerchant } | { message: string } {
+  const key = bearerToken(header);
+  if (key === null) return { message: 'Missing API key: send Authorization: Bearer <key>.' };
+  const merchant = state.merchantByKey(key);
+  if (!merchant) return { message: 'The API key is invalid.' };
+  if (platformId !== null && merchant.platformId !== platformId) return { message: 'The API key is not valid for this platform.' };
+  return { merchant };
+}
+
+function bearerToken(header: string | undefined): string | null {
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header ?? '');
+  return match ? match[1]! : null;
+}
+
+// ---------------------------------------------------------------------------
+// /sandbox control routes and the tracking page
+
+interface Page {
+  status: number;
+  contentType: string;
+  body: string;
+}
+
+const jsonPage = (status: number, body: unknown): Page => ({ status, contentType: 'application/json', body: JSON.stringify(body) });
+const controlError = (status: number, error: string, message: string) => jsonPage(status, { error, message });
+
+async function handleControl(deps: ServerDeps, req: IncomingMessage, method: string, path: string): Promise<Page> {
+  if (method === 'GET' && path === '/sandbox/public-key.pem') {
+    return { status: 200, contentType: 'application/x-pem-file', body: deps.publicKeyPem };
+  }
+  if (method === 'GET' && path === '/sandbox/info') return jsonPage(200, deps.info());
+
+  if (method === 'POST' && path === '/sandbox/knobs') {
+    try {
+      deps.setKnobs(parseJson(await readBody(req)) ?? null);
+    } catch (error) {
+      return controlError(400, 'invalid_knobs', (error as Error).message);
+    }
+    return jsonPage(200, { knobs: deps.knobs });
+  }
+
+  const advance = /^\/sandbox\/deliveries\/([^/]+)\/advance$/.exec(path);
+  if (method === 'POST' && advance) {
+    const uid = decodeSegment(advance[1]!) ?? '';
+    try {
+      await deps.lifecycle.advance(uid);
+    } catch (error) {
+      if (!(error instanceof LifecycleError)) throw error;
+      return controlError(error.code === 'not_found' ? 404 : 409, error.code, error.message);
+    }
+    return jsonPage(200, { uid, status: readStatus(deps.state.deliveries.get(uid)!) });
+  }
+
+  if (method === 'POST' && path === '/sandbox/orders') {
+    const key = bearerToken(req.headers.authorization);
+    if (key === null) return controlError(401, 'invalid_api_key', 'Missing API key: send Authorization: Bearer <key>.');
+    const body = parseJson(await readBody(req));
+    if (!isPlainObject(body)) return controlError(400, 'bad_request', 'The request body must be a JSON object.');
+    const outcome = seedOrder(deps.state, deps.lifecycle, key, body);
+    if (outcome.ok) return jsonPage(201, { data: outcome.order });
+    const status = { invalid_api_key: 401, validation_error: 422, duplicate_reference: 409 }[outcome.reason];
+    return controlError(status, outcome.reason, outcome.message);
+  }
+
+  const proof = /^\/sandbox\/proofs\/[^/]+\/(photo|signature)\.svg$/.exec(path);
+  if (method === 'GET' && proof) {
+    return { status: 200, contentType: 'image/svg+xml', body: proofSvg(proof[1] === 'photo' ? 'Proof of delivery' : 'Signed: recipient') };
+  }
+  return controlError(404, 'not_found', 'Unknown sandbox route.');
+}
+
+/** The public, login-free tracking page the `tracking_link` points at. */
+function handleTrackingPage(deps: ServerDeps, method: string, path: string): Page {
+  const match = /^\/track\/([^/]+)$/.exec(path);
+  const record = method === 'GET' && match ? deps.state.deliveries.get(decodeSegment(match[1]!) ?? '') : undefined;
+  if (!record) return { status: 404, contentType: 'text/html; charset=utf-8', body: '<!doctype html><title>Not found</title><p>No such delivery.</p>' };
+  const d = toPlatformDelivery(record, deps.state.origin);
+  const rows: [string, unknown][] = [
+    ['Status', d.status],
+    ['Courier', d.driver_name ?? 'not assigned yet'],
+    ['Vehicle', d.driver_vehicle_make ? `${d.driver_vehicle_make} ${d.driver_vehicle_model}` : '—'],
+    ['Position', d.driver_location ? `${d.driver_location.lat}, ${d.driver_location.lng}` : '—'],
+    ['Estimated arrival', d.dropoff_time_estimated],
+  ];
+  const body = `<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="3"><title>Delivery ${escapeHtml(record.uid)}</title>
+<h1>Delivery to ${escapeHtml(String(d.dropoff_name))}</h1>
+<table>${rows.map(([k, v]) => `<tr><th>${k}</th><td>${escapeHtml(String(v))}</td></tr>`).join('')}</table>`;
+  return { status: 200, contentType: 'text/html; charset=utf-8', body };
+}
+
+function proofSvg(text: string): string {
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="320" height="120"><rect width="100%" height="100%" fill="#eee"/><text x="20" y="65" font-family="sans-serif" font-size="20">${escapeHtml(text)}</text></svg>`;
+}
+
+function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+// ---------------------------------------------------------------------------
+// Plumbing
+
+/** Path segments, URL-decoded; null when a segment is not valid percent-encoding. */
+function splitPath(path: string): string[] | null {
+  const segments = path.split('/').filter((s) => s !== '').map(decodeSegment);
+  return segments.every((s): s is string => s !== null) ? segments : null;
+}
+
+function decodeSegment(segment: string): string | null {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return null;
+  }
+}
+
+/** The whole request body as text, or 'too_large' past 1 MiB (the rest is discarded). */
+async function readBody(req: IncomingMessage): Promise<string | 'too_large'> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let tooLarge = false;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES) tooLarge = true;
+    else chunks.push(chunk);
+  }
+  return tooLarge ? 'too_large' : Buffer.concat(chunks).toString('utf8');
+}
+
+function parseJson(body: string): unknown {
+  if (body === 'too_large') return undefined;
+  try {
+    return JSON.parse(body);
+  } catch {
+    return undefined;
+  }
+}
+
+function sendJson(res: ServerResponse, result: ApiResult, headers: Record<string, string>): void {
+  if (res.destroyed) return;
+  res.writeHead(result.status, { 'content-type': 'application/json', ...headers }).end(JSON.stringify(result.body));
+}

@@ -1,0 +1,360 @@
+// What the sandbox remembers: merchants, deliveries (platform group) and orders
+// (partner group), and the pure rules that price and place them.
+import { createHash, randomUUID } from 'node:crypto';
+import type {
+  DeliveryEventName,
+  LocationEventName,
+  WireDeliveryRequest,
+  WireLatLng,
+} from '../upstream/wire.js';
+import type { SandboxMerchant } from './index.js';
+
+export type Group = 'platform' | 'partner';
+
+export interface Milestone {
+  key: string;
+  /** `status` on read: upper snake, as the doc's `DROPOFF_COMPLETE`. */
+  status: string;
+  /** `status` on webhooks: human readable, as the doc's `Picked Up`. */
+  label: string;
+  event: DeliveryEventName;
+  /** The location event sent with this milestone; none once delivered. */
+  location: LocationEventName | null;
+}
+
+export const MILESTONES: readonly Milestone[] = [
+  { key: 'created', status: 'CREATED', label: 'Created', event: 'delivery.created', location: null },
+  { key: 'assigned', status: 'ASSIGNED', label: 'Assigned', event: 'delivery.assigned', location: 'location.assigned_driver' },
+  { key: 'pickup_enroute', status: 'PICKUP_ENROUTE', label: 'Pickup Enroute', event: 'delivery.pickup_enroute', location: 'location.pickup_enroute' },
+  { key: 'pickup_arrived', status: 'PICKUP_ARRIVED', label: 'Pickup Arrived', event: 'delivery.pickup_arrived', location: 'location.pickup_arrived' },
+  { key: 'pickup_complete', status: 'PICKUP_COMPLETE', label: 'Picked Up', event: 'delivery.pickup_complete', location: 'location.pickup_complete' },
+  { key: 'dropoff_enroute', status: 'DROPOFF_ENROUTE', label: 'Dropoff Enroute', event: 'delivery.dropoff_enroute', location: 'location.dropoff_enroute' },
+  { key: 'dropoff_arrived', status: 'DROPOFF_ARRIVED', label: 'Dropoff Arrived', event: 'delivery.dropoff_arrived', location: 'location.dropoff_arrived' },
+  { key: 'dropoff_complete', status: 'DROPOFF_COMPLETE', label: 'Delivered', event: 'delivery.dropoff_complete', location: null },
+];
+
+export const STEP = Object.freeze({
+  created: 0,
+  assigned: 1,
+  pickupEnroute: 2,
+  pickupArrived: 3,
+  pickupComplete: 4,
+  dropoffEnroute: 5,
+  dropoffArrived: 6,
+  dropoffComplete: 7,
+});
+
+export const CANCELED_STATUS = 'Canceled';
+
+export interface Courier {
+  name: string;
+  pickupPhone: string;
+  dropoffPhone: string;
+  vehicleMake: string;
+  vehicleModel: string;
+  vehicleYear: number;
+  /** Where the courier was when assigned: a few km from pickup. */
+  origin: WireLatLng;
+}
+
+export interface Quote {
+  distanceKm: number;
+  feeCents: number;
+  tipCents: number;
+  packageValueCents: number | null;
+  currency: string;
+}
+
+export interface Place {
+  point: WireLatLng;
+  /** False when the request had no address and no coordinates for this end. */
+  given: boolean;
+}
+
+export interface DeliveryRecord {
+  uid: string;
+  group: Group;
+  merchantKey: string;
+  createdAt: Date;
+  /** The validated request body, nulls dropped, otherwise as sent. */
+  request: WireDeliveryRequest;
+  pickup: Place;
+  dropoff: Place;
+  quote: Quote;
+  deliveryStyle: string;
+  /** Index into MILESTONES. */
+  step: number;
+  courier: Courier | null;
+  courierAt: WireLatLng | null;
+  etaAt: Date;
+  canceled: { at: Date; reason: string; feeCents: number } | null;
+}
+
+export class SandboxState {
+  /** Set once the server listens; tracking and proof URLs hang off it. */
+  origin = '';
+  readonly deliveries = new Map<string, DeliveryRecord>();
+  private readonly merchantsByKey: Map<string, SandboxMerchant>;
+  private readonly platformIds: Set<string>;
+  /** `${merchantKey}\n${partner_reference}` → uid: references are unique per caller. */
+  private readonly partnerReferences = new Map<string, string>();
+
+  constructor(readonly merchants: readonly SandboxMerchant[]) {
+    this.merchantsByKey = new Map(merchants.map((m) => [m.key, m]));
+    this.platformIds = new Set(merchants.map((m) => m.platformId));
+  }
+
+  merchantByKey(key: string): SandboxMerchant | undefined {
+    return this.merchantsByKey.get(key);
+  }
+
+  hasPlatform(platformId: string): boolean {
+    return this.platformIds.has(platformId);
+  }
+
+  /** Books a validated request; the lifecycle is started by the caller. */
+  create(group: Group, merchantKey: string, request: WireDeliveryRequest): DeliveryRecord {
+    if (group === 'partner' && request.partner_reference !== undefined) {
+      if (this.findByPartnerReference(merchantKey, request.partner_reference)) {
+        throw new DuplicateReferenceError(request.partner_reference);
+      }
+    }
+    const createdAt = new Date();
+    const record: DeliveryRecord = {
+      uid: randomUUID(),
+      group,
+      merchantKey,
+      createdAt,
+      request,
+      pickup: locate('pickup', request),
+      dropoff: locate('dropoff', request),
+      quote: priceDelivery(request),
+      deliveryStyle: request.delivery_style ?? 'Standard',
+      step: STEP.created,
+      courier: null,
+      courierAt: null,
+      etaAt: initialEta(request, createdAt),
+      canceled: null,
+    };
+    this.deliveries.set(record.uid, record);
+    if (group === 'partner' && request.partner_reference !== undefined) {
+      this.partnerReferences.set(`${merchantKey}\n${request.partner_reference}`, record.uid);
+    }
+    return record;
+  }
+
+  /** A delivery the caller may see: same group, same merchant key. Anything else is "not found". */
+  find(uid: string, group: Group, merchantKey: string): DeliveryRecord | undefined {
+    const record = this.deliveries.get(uid);
+    return record && record.group === group && record.merchantKey === merchantKey ? record : undefined;
+  }
+
+  findByPartnerReference(merchantKey: string, reference: string): DeliveryRecord | undefined {
+    const uid = this.partnerReferences.get(`${merchantKey}\n${reference}`);
+    return uid === undefined ? undefined : this.deliveries.get(uid);
+  }
+}
+
+export class DuplicateReferenceError extends Error {
+  override readonly name = 'DuplicateReferenceError';
+  constructor(reference: string) {
+    super(`partner_reference ${reference} is already used by another order`);
+  }
+}
+
+export function isFinished(record: DeliveryRecord): boolean {
+  return record.canceled !== null || record.step === STEP.dropoffComplete;
+}
+
+/** Status as the read endpoints spell it. */
+export function readStatus(record: DeliveryRecord): string {
+  return record.canceled ? CANCELED_STATUS : MILESTONES[record.step]!.status;
+}
+
+/** Status as webhooks spell it. */
+export function webhookStatus(record: DeliveryRecord): string {
+  return record.canceled ? CANCELED_STATUS : MILESTONES[record.step]!.label;
+}
+
+// ---------------------------------------------------------------------------
+// Pricing
+
+const BASE_FEE_CENTS = 499;
+const FEE_CENTS_PER_KM = 120;
+/** Charged when cancelling after a courier took the job (the doc only says "a fee"). */
+const LATE_CANCELLATION_FEE_CENTS = 250;
+
+/** What cancelling costs right now: free until a courier takes the job. */
+export function cancellationFeeCents(record: DeliveryRecord): number {
+  return record.step >= STEP.assigned ? LATE_CANCELLATION_FEE_CENTS : 0;
+}
+
+/** Price and distance of a (validated) request. Amounts stay integer cents until they go on the wire. */
+export function priceDelivery(request: WireDeliveryRequest): Quote {
+  const pickup = locate('pickup', request).point;
+  const dropoff = locate('dropoff', request).point;
+  const distanceKm = round2(haversineKm(pickup, dropoff));
+  return {
+    distanceKm,
+    feeCents: BASE_FEE_CENTS + Math.round(FEE_CENTS_PER_KM * distanceKm),
+    // Request `tip` and `package_value` are in cents (the facade's default unit).
+    tipCents: Math.round(request.tip ?? 0),
+    packageValueCents: request.package_value === undefined ? null : Math.round(request.package_value),
+    currency: (request.currency ?? 'USD').toUpperCase(),
+  };
+}
+
+/** Cents → major units as a float, the way the upstream's reads write money (1234 → 12.34). */
+export function centsToMajor(cents: number): number {
+  return Math.round(cents) / 100;
+}
+
+/** Cents → decimal string, the way the platform group writes fees (250 → "2.50"). */
+export function centsToDecimal(cents: number): string {
+  const sign = cents < 0 ? '-' : '';
+  const abs = Math.abs(Math.round(cents));
+  return `${sign}${Math.floor(abs / 100)}.${String(abs % 100).padStart(2, '0')}`;
+}
+
+function round2(n: number): number {
+  return Math.round(n * 100) / 100;
+}
+
+// ---------------------------------------------------------------------------
+// Geography
+
+// A few city centres so addresses land roughly where they say; anything else
+// lands around the first. Deterministic so a quote and a booking agree.
+const CITY_CENTRES: Record<string, WireLatLng> = {
+  'san francisco': { lat: 37.7749, lng: -122.4194 },
+  'new york': { lat: 40.7128, lng: -74.006 },
+  'los angeles': { lat: 34.0522, lng: -118.2437 },
+  chicago: { lat: 41.8781, lng: -87.6298 },
+  london: { lat: 51.5074, lng: -0.1278 },
+  paris: { lat: 48.8566, lng: 2.3522 },
+  berlin: { lat: 52.52, lng: 13.405 },
+  lisbon: { lat: 38.7223, lng: -9.1393 },
+};
+const DEFAULT_CENTRE = CITY_CENTRES['san francisco']!;
+/** Half the side of the box addresses are scattered in: ~10 km each way. */
+const BOX_HALF_KM = 10;
+
+const ADDRESS_PARTS = ['street', 'number', 'secondary_number', 'city', 'county', 'state', 'postal_code', 'country'] as const;
+
+/**
+ * Coordinates of one end: the request's own latitude/longitude when both are
+ * given, else a stable point derived from the address text (a stand-in geocoder).
+ */
+export function locate(end: 'pickup' | 'dropoff', request: WireDeliveryRequest): Place {
+  const fields = request as unknown as Record<string, unknown>;
+  const lat = fields[`${end}_address_latitude`];
+  const lng = fields[`${end}_address_longitude`];
+  if (typeof lat === 'number' && typeof lng === 'number') return { point: { lat, lng }, given: true };
+
+  const parts = ADDRESS_PARTS.map((p) => fields[`${end}_address_${p}`]).map((v) =>
+    typeof v === 'string' ? v.trim().toLowerCase() : '',
+  );
+  const given = parts.some((p) => p !== '');
+  // Without any address text, hash the contact name so two such ends still differ.
+  const text = given ? parts.join('|') : `${end}|${String(fields[`${end}_name`] ?? '')}`;
+  const city = typeof fields[`${end}_address_city`] === 'string' ? String(fields[`${end}_address_city`]).trim().toLowerCase() : '';
+  const centre = CITY_CENTRES[city] ?? DEFAULT_CENTRE;
+  const digest = createHash('sha256').update(text).digest();
+  const u = digest.readUInt32BE(0) / 0xffffffff - 0.5;
+  const v = digest.readUInt32BE(4) / 0xffffffff - 0.5;
+  return { point: offsetKm(centre, u * 2 * BOX_HALF_KM, v * 2 * BOX_HALF_KM), given };
+}
+
+const EARTH_RADIUS_KM = 6371.0088;
+
+export function haversineKm(a: WireLatLng, b: WireLatLng): number {
+  const rad = Math.PI / 180;
+  const dLat = (b.lat - a.lat) * rad;
+  const dLng = (b.lng - a.lng) * rad;
+  const h = Math.sin(dLat / 2) ** 2 + Math.cos(a.lat * rad) * Math.cos(b.lat * rad) * Math.sin(dLng / 2) ** 2;
+  return 2 * EARTH_RADIUS_KM * Math.asin(Math.min(1, Math.sqrt(h)));
+}
+
+/** Moves a point by (north, east) kilometres; flat-earth is fine at city scale. */
+export function offsetKm(from: WireLatLng, northKm: number, eastKm: number): WireLatLng {
+  const lat = from.lat + (northKm / EARTH_RADIUS_KM) * (180 / Math.PI);
+  const lng = from.lng + (eastKm / (EARTH_RADIUS_KM * Math.cos((from.lat * Math.PI) / 180))) * (180 / Math.PI);
+  return { lat: round6(lat), lng: round6(lng) };
+}
+
+/** The point a fraction `t` of the way from `a` to `b`. */
+export function interpolate(a: WireLatLng, b: WireLatLng, t: number): WireLatLng {
+  return { lat: round6(a.lat + (b.lat - a.lat) * t), lng: round6(a.lng + (b.lng - a.lng) * t) };
+}
+
+function round6(n: number): number {
+  return Math.round(n * 1e6) / 1e6;
+}
+
+// ---------------------------------------------------------------------------
+// Couriers
+
+const COURIER_NAMES = ['Ana Costa', 'Ben Okafor', 'Chen Wei', 'Dana Kowalski', 'Eli Navarro', 'Fatima Haddad', 'Gus Lindqvist', 'Hana Sato'];
+const VEHICLES: readonly [make: string, model: string][] = [
+  ['Toyota', 'Prius'],
+  ['Honda', 'Civic'],
+  ['Ford', 'Transit Connect'],
+  ['Nissan', 'Leaf'],
+  ['Kia', 'Niro'],
+];
+const LARGE_VEHICLES: readonly [make: string, model: string][] = [
+  ['Ford', 'Transit'],
+  ['Mercedes-Benz', 'Sprinter'],
+  ['Toyota', 'RAV4'],
+];
+
+export function pickCourier(record: DeliveryRecord): Courier {
+  const oversize = record.deliveryStyle === 'Oversize';
+  const [vehicleMake, vehicleModel] = pick(oversize ? LARGE_VEHICLES : VEHICLES);
+  const bearing = Math.random() * 2 * Math.PI;
+  const km = 2 + Math.random() * 2;
+  return {
+    name: pick(COURIER_NAMES),
+    pickupPhone: fakePhone(),
+    dropoffPhone: fakePhone(),
+    vehicleMake,
+    vehicleModel,
+    vehicleYear: 2015 + Math.floor(Math.random() * 9),
+    origin: offsetKm(record.pickup.point, km * Math.cos(bearing), km * Math.sin(bearing)),
+  };
+}
+
+function pick<T>(list: readonly T[]): T {
+  return list[Math.floor(Math.random() * list.length)]!;
+}
+
+/** A +1-555 number: reserved for fiction, and within the 15-character phone bound. */
+function fakePhone(): string {
+  return `+1555${String(Math.floor(Math.random() * 1e7)).padStart(7, '0')}`;
+}
+
+// ---------------------------------------------------------------------------
+// Time
+
+/** The read and webhook datetime spelling: `YYYY-MM-DDTHH:MM:SS+00:00`. */
+export function toWireDateTime(date: Date): string {
+  return `${date.toISOString().slice(0, 19)}+00:00`;
+}
+
+/** A validated request time (`...Z`) re-spelt for output. */
+export function requestTimeToWire(value: string | undefined): string | null {
+  return value === undefined ? null : toWireDateTime(new Date(value));
+}
+
+/** The delivery date: as sent, or the booking day for on-demand deliveries. */
+export function deliveryDay(record: DeliveryRecord): string {
+  return record.request.delivery_date ?? record.createdAt.toISOString().slice(0, 10);
+}
+
+const DEFAULT_ETA_MS = 45 * 60_000;
+
+function initialEta(request: WireDeliveryRequest, createdAt: Date): Date {
+  // A scheduled window's start is the best guess until the simulator runs.
+  if (request.dropoff_start_time !== undefined) return new Date(request.dropoff_start_time);
+  return new Date(createdAt.getTime() + DEFAULT_ETA_MS);
+}

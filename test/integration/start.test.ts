@@ -1,0 +1,99 @@
+// `npm start` as a newcomer runs it: the real entry point in a child process,
+// against the embedded sandbox, then stopped with SIGTERM.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { rmSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeDataDir } from '../helpers/stack.js';
+
+const root = new URL('../..', import.meta.url).pathname;
+
+function run(env: Record<string, string>): ChildProcess {
+  return spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    cwd: root,
+    env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'silent', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+}
+
+function waitFor(child: ChildProcess, pattern: RegExp, timeoutMs = 15_000): Promise<RegExpMatchArray> {
+  return new Promise((resolve, reject) => {
+    let output = '';
+    const timer = setTimeout(() => reject(new Error(`no ${pattern} in:\n${output}`)), timeoutMs);
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString();
+      const match = pattern.exec(output);
+      if (match) {
+        clearTimeout(timer);
+        resolve(match);
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', onData);
+  });
+}
+
+const exited = (child: ChildProcess) => new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+
+describe('npm start against the embedded sandbox', () => {
+  const dataDir = makeDataDir();
+  let child: ChildProcess;
+  let url: string;
+  let key: string;
+
+  beforeAll(async () => {
+    child = run({ PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir });
+    const banner = waitFor(child, /merchant key: (\S+)/);
+    url = (await waitFor(child, /serving on (http:\/\/\S+)/))[1]!;
+    key = (await banner)[1]!;
+  });
+  afterAll(() => {
+    if (child.exitCode === null) child.kill('SIGKILL');
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it('serves /health and /ready', async () => {
+    expect((await fetch(`${url}/health`)).status).toBe(200);
+    expect((await fetch(`${url}/ready`)).status).toBe(200);
+  });
+
+  it('answers availability of both groups with the printed key', async () => {
+    const response = await fetch(`${url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+      body: JSON.stringify({ query: '{ availability { group available } }' }),
+    });
+    expect(await response.json()).toEqual({
+      data: {
+        availability: [
+          { group: 'PLATFORM', available: true },
+          { group: 'PARTNER', available: true },
+        ],
+      },
+    });
+  });
+
+  it('stops cleanly on SIGTERM', async () => {
+    const done = exited(child);
+    child.kill('SIGTERM');
+    expect(await done).toBe(0);
+  });
+});
+
+describe('start-up with a bad variable', () => {
+  it('exits 1 with one line naming the variable', async () => {
+    const child = run({ UPSTREAM_TIMEOUT_MS: 'soon' });
+    let stderr = '';
+    child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    expect(await exited(child)).toBe(1);
+    expect(stderr.trim().split('\n')).toHaveLength(1);
+    expect(stderr).toContain('UPSTREAM_TIMEOUT_MS');
+  });
+
+  it('lists every option with --help', async () => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', '--help'], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    expect(await exited(child)).toBe(0);
+    for (const name of ['PORT', 'UPSTREAM_URL', 'PLATFORM_ID', 'WEBHOOK_PUBLIC_KEY_FILE', 'REDIS_URL', 'UPSTREAM_AMOUNT_UNIT']) expect(stdout).toContain(name);
+  });
+});

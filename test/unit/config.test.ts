@@ -1,0 +1,302 @@
+// loadConfig(env) with explicit environments: the documented defaults, a deeply
+// frozen result, and one ConfigError line naming the variable for every bad value.
+import { generateKeyPairSync } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CONFIG_VARIABLES, ConfigError, loadConfig } from '../../src/config.js';
+
+type Env = Record<string, string | undefined>;
+
+let dir: string;
+let publicKeyFile: string;
+let publicKeyPem: string;
+let privateKeyFile: string;
+let pkcs1PublicKeyFile: string;
+let notAKeyFile: string;
+
+beforeAll(() => {
+  dir = mkdtempSync(path.join(tmpdir(), 'delivery-graph-config-'));
+  const { publicKey, privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+  publicKeyPem = publicKey.export({ type: 'spki', format: 'pem' }).toString();
+  publicKeyFile = path.join(dir, 'webhook.pub.pem');
+  writeFileSync(publicKeyFile, publicKeyPem);
+  privateKeyFile = path.join(dir, 'webhook.key.pem');
+  writeFileSync(privateKeyFile, privateKey.export({ type: 'pkcs8', format: 'pem' }).toString());
+  pkcs1PublicKeyFile = path.join(dir, 'webhook.pkcs1.pem');
+  writeFileSync(pkcs1PublicKeyFile, publicKey.export({ type: 'pkcs1', format: 'pem' }).toString());
+  notAKeyFile = path.join(dir, 'notes.txt');
+  writeFileSync(notAKeyFile, 'just some text\n');
+});
+
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** Runs loadConfig and returns the ConfigError it must throw. */
+function configError(env: Env): ConfigError {
+  try {
+    loadConfig(env);
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError);
+    return error as ConfigError;
+  }
+  throw new Error(`loadConfig accepted ${JSON.stringify(env)}`);
+}
+
+/** The failure is one line that starts with the variable's name. */
+function expectNamed(error: ConfigError, variable: string): void {
+  expect(error.variable).toBe(variable);
+  expect(error.name).toBe('ConfigError');
+  expect(error.message.startsWith(`${variable}: `)).toBe(true);
+  expect(error.message).not.toMatch(/[\r\n]/);
+  expect(error.message.length).toBeGreaterThan(variable.length + 2);
+}
+
+const UPSTREAM = { UPSTREAM_URL: 'https://deliveries.example.com/api/v1', PLATFORM_ID: 'acme-platform' };
+
+describe('defaults', () => {
+  it('an empty environment gives the documented defaults', () => {
+    const config = loadConfig({});
+    expect(config.port).toBe(4000);
+    expect(config.host).toBe('127.0.0.1');
+    expect(config.webhook.path).toBe('/webhooks');
+    expect(config.dataDir).toBe(path.resolve('./data'));
+    expect(path.isAbsolute(config.dataDir)).toBe(true);
+    expect(config.upstream.timeoutMs).toBe(10_000);
+    expect(config.upstream.amountUnit).toBe('cents');
+    expect(config.upstream.url).toBeUndefined();
+    expect(config.upstream.platformId).toBeUndefined();
+    expect(config.redisUrl).toBeUndefined();
+    expect(config.webhook.publicKeyPem).toBeUndefined();
+    expect(config.webhook.publicKeyFile).toBeUndefined();
+    expect(config.webhook.issuer).toBeUndefined();
+  });
+
+  it('blank values count as unset', () => {
+    const config = loadConfig({ PORT: '', HOST: '  ', UPSTREAM_URL: '', WEBHOOK_PATH: ' ', UPSTREAM_AMOUNT_UNIT: '', REDIS_URL: '' });
+    expect(config.port).toBe(4000);
+    expect(config.host).toBe('127.0.0.1');
+    expect(config.upstream.url).toBeUndefined();
+    expect(config.webhook.path).toBe('/webhooks');
+    expect(config.upstream.amountUnit).toBe('cents');
+    expect(config.redisUrl).toBeUndefined();
+  });
+
+  it('does not read process.env when given an env object', () => {
+    const saved = process.env.PORT;
+    process.env.PORT = '5999';
+    try {
+      expect(loadConfig({}).port).toBe(4000);
+    } finally {
+      if (saved === undefined) delete process.env.PORT;
+      else process.env.PORT = saved;
+    }
+  });
+});
+
+describe('accepted values', () => {
+  it('reads every documented variable', () => {
+    const config = loadConfig({
+      PORT: '0',
+      HOST: '0.0.0.0',
+      UPSTREAM_URL: 'https://deliveries.example.com/api/v1/',
+      PLATFORM_ID: 'acme-platform',
+      WEBHOOK_PUBLIC_KEY_FILE: publicKeyFile,
+      WEBHOOK_ISSUER: 'lastmile',
+      WEBHOOK_PATH: '/hooks/lastmile',
+      DATA_DIR: path.join(dir, 'store'),
+      UPSTREAM_TIMEOUT_MS: '2500',
+      UPSTREAM_AMOUNT_UNIT: 'MAJOR',
+      REDIS_URL: 'rediss://cache.example.com:6380/0',
+    });
+    expect(config.port).toBe(0);
+    expect(config.host).toBe('0.0.0.0');
+    expect(config.upstream.url).toBe('https://deliveries.example.com/api/v1');
+    expect(config.upstream.platformId).toBe('acme-platform');
+    expect(config.webhook.publicKeyPem).toBe(publicKeyPem);
+    expect(config.webhook.publicKeyFile).toBe(publicKeyFile);
+    expect(config.webhook.issuer).toBe('lastmile');
+    expect(config.webhook.path).toBe('/hooks/lastmile');
+    expect(config.dataDir).toBe(path.join(dir, 'store'));
+    expect(config.upstream.timeoutMs).toBe(2500);
+    expect(config.upstream.amountUnit).toBe('major');
+    expect(config.redisUrl).toBe('rediss://cache.example.com:6380/0');
+  });
+
+  it('resolves a relative DATA_DIR against the working directory', () => {
+    expect(loadConfig({ DATA_DIR: 'var/store' }).dataDir).toBe(path.resolve('var/store'));
+  });
+
+  it('accepts a plain-http upstream with a port', () => {
+    expect(loadConfig({ UPSTREAM_URL: 'http://127.0.0.1:8080/api/v1', PLATFORM_ID: 'p1' }).upstream.url).toBe('http://127.0.0.1:8080/api/v1');
+  });
+});
+
+describe('the result is deeply frozen', () => {
+  it('freezes the config and every nested object', () => {
+    const config = loadConfig({ ...UPSTREAM, WEBHOOK_PUBLIC_KEY_FILE: publicKeyFile, WEBHOOK_ISSUER: 'lastmile' });
+    expect(Object.isFrozen(config)).toBe(true);
+    for (const inner of [config.upstream, config.webhook, config.graphql, config.sandbox]) expect(Object.isFrozen(inner)).toBe(true);
+  });
+
+  it('refuses writes at any depth', () => {
+    const config = loadConfig({});
+    // ES modules run in strict mode, so writes to frozen objects throw.
+    expect(() => {
+      (config as { port: number }).port = 1;
+    }).toThrow(TypeError);
+    expect(() => {
+      (config.upstream as { timeoutMs: number }).timeoutMs = 1;
+    }).toThrow(TypeError);
+    expect(() => {
+      (config.webhook as { path: string }).path = '/graphql';
+    }).toThrow(TypeError);
+    expect(() => {
+      (config.graphql as { maxBatchSize: number }).maxBatchSize = 1;
+    }).toThrow(TypeError);
+    expect(config.port).toBe(4000);
+    expect(config.upstream.timeoutMs).toBe(10_000);
+    expect(config.webhook.path).toBe('/webhooks');
+  });
+});
+
+describe('bad values fail with one line naming the variable', () => {
+  it.each(['abc', '-1', '65536', '80.5', '4e3', '0x50'])('PORT=%j', (value) => {
+    expectNamed(configError({ PORT: value }), 'PORT');
+  });
+
+  it.each([
+    ['not ending in /api/v1', 'https://deliveries.example.com/api/v2'],
+    ['no version path', 'https://deliveries.example.com'],
+    ['a deeper path', 'https://deliveries.example.com/api/v1/acme'],
+    ['a query string', 'https://deliveries.example.com/api/v1?debug=1'],
+    ['not http(s)', 'ftp://deliveries.example.com/api/v1'],
+    ['ws', 'ws://deliveries.example.com/api/v1'],
+    ['not a URL', 'deliveries.example.com/api/v1'],
+  ])('UPSTREAM_URL %s', (_, value) => {
+    expectNamed(configError({ UPSTREAM_URL: value, PLATFORM_ID: 'p1' }), 'UPSTREAM_URL');
+  });
+
+  it('UPSTREAM_URL with credentials is refused without repeating them', () => {
+    const error = configError({ UPSTREAM_URL: 'https://admin:hunter2secret@deliveries.example.com/api/v1', PLATFORM_ID: 'p1' });
+    expectNamed(error, 'UPSTREAM_URL');
+    expect(error.message).not.toContain('hunter2secret');
+  });
+
+  it('UPSTREAM_URL without PLATFORM_ID names PLATFORM_ID', () => {
+    expectNamed(configError({ UPSTREAM_URL: UPSTREAM.UPSTREAM_URL }), 'PLATFORM_ID');
+  });
+
+  it('PLATFORM_ID that is not one path segment', () => {
+    expectNamed(configError({ ...UPSTREAM, PLATFORM_ID: 'acme/../other' }), 'PLATFORM_ID');
+  });
+
+  it('WEBHOOK_PUBLIC_KEY_FILE that does not exist', () => {
+    const error = configError({ WEBHOOK_PUBLIC_KEY_FILE: path.join(dir, 'missing.pem'), WEBHOOK_ISSUER: 'lastmile' });
+    expectNamed(error, 'WEBHOOK_PUBLIC_KEY_FILE');
+    expect(error.message).toContain('missing.pem');
+  });
+
+  it('WEBHOOK_PUBLIC_KEY_FILE that is a directory', () => {
+    expectNamed(configError({ WEBHOOK_PUBLIC_KEY_FILE: dir, WEBHOOK_ISSUER: 'lastmile' }), 'WEBHOOK_PUBLIC_KEY_FILE');
+  });
+
+  it('WEBHOOK_PUBLIC_KEY_FILE holding no PEM at all', () => {
+    expectNamed(configError({ WEBHOOK_PUBLIC_KEY_FILE: notAKeyFile, WEBHOOK_ISSUER: 'lastmile' }), 'WEBHOOK_PUBLIC_KEY_FILE');
+  });
+
+  it('WEBHOOK_PUBLIC_KEY_FILE holding a private key is refused and the key is not echoed', () => {
+    const error = configError({ WEBHOOK_PUBLIC_KEY_FILE: privateKeyFile, WEBHOOK_ISSUER: 'lastmile' });
+    expectNamed(error, 'WEBHOOK_PUBLIC_KEY_FILE');
+    expect(error.message).not.toContain('PRIVATE KEY');
+    expect(error.message).not.toMatch(/MII[A-Za-z0-9+/]{20}/);
+  });
+
+  it('WEBHOOK_PUBLIC_KEY_FILE holding a PKCS#1 (not SPKI) public key', () => {
+    expectNamed(configError({ WEBHOOK_PUBLIC_KEY_FILE: pkcs1PublicKeyFile, WEBHOOK_ISSUER: 'lastmile' }), 'WEBHOOK_PUBLIC_KEY_FILE');
+  });
+
+  it('a key file without WEBHOOK_ISSUER names WEBHOOK_ISSUER', () => {
+    expectNamed(configError({ WEBHOOK_PUBLIC_KEY_FILE: publicKeyFile }), 'WEBHOOK_ISSUER');
+    expectNamed(configError({ WEBHOOK_PUBLIC_KEY_FILE: publicKeyFile, WEBHOOK_ISSUER: '  ' }), 'WEBHOOK_ISSUER');
+  });
+
+  it.each(['dollars', 'cent', 'minor', '100'])('UPSTREAM_AMOUNT_UNIT=%j', (value) => {
+    expectNamed(configError({ UPSTREAM_AMOUNT_UNIT: value }), 'UPSTREAM_AMOUNT_UNIT');
+  });
+
+  it.each(['soon', '0', '-5', '1.5'])('UPSTREAM_TIMEOUT_MS=%j', (value) => {
+    expectNamed(configError({ UPSTREAM_TIMEOUT_MS: value }), 'UPSTREAM_TIMEOUT_MS');
+  });
+
+  it.each(['http://cache.example.com:6379', 'localhost:6379', 'cache.example.com'])('REDIS_URL=%j', (value) => {
+    expectNamed(configError({ REDIS_URL: value }), 'REDIS_URL');
+  });
+
+  it('a bad REDIS_URL does not repeat its password', () => {
+    const error = configError({ REDIS_URL: 'http://:hunter2secret@cache.example.com:6379' });
+    expectNamed(error, 'REDIS_URL');
+    expect(error.message).not.toContain('hunter2secret');
+  });
+
+  it.each(['/graphql', '/health', '/ready', '/'])('WEBHOOK_PATH=%j collides with another endpoint', (value) => {
+    expectNamed(configError({ WEBHOOK_PATH: value }), 'WEBHOOK_PATH');
+  });
+
+  it.each(['webhooks', '/web hooks', '/hooks?x=1', 'https://example.com/webhooks'])('WEBHOOK_PATH=%j is not a path', (value) => {
+    expectNamed(configError({ WEBHOOK_PATH: value }), 'WEBHOOK_PATH');
+  });
+});
+
+describe('CONFIG_VARIABLES', () => {
+  const names = CONFIG_VARIABLES.map((variable) => variable.name);
+
+  it('names every variable of the contract table', () => {
+    const contract = [
+      'PORT',
+      'HOST',
+      'UPSTREAM_URL',
+      'PLATFORM_ID',
+      'WEBHOOK_PUBLIC_KEY_FILE',
+      'WEBHOOK_ISSUER',
+      'WEBHOOK_PATH',
+      'DATA_DIR',
+      'UPSTREAM_TIMEOUT_MS',
+      'UPSTREAM_AMOUNT_UNIT',
+      'REDIS_URL',
+    ];
+    for (const name of contract) expect(names, name).toContain(name);
+  });
+
+  it('lists each variable once, with help and a default', () => {
+    expect(new Set(names).size).toBe(names.length);
+    for (const variable of CONFIG_VARIABLES) {
+      expect(variable.help.trim(), variable.name).not.toBe('');
+      expect(variable.default.trim(), variable.name).not.toBe('');
+    }
+  });
+
+  it('lists every variable loadConfig reads', () => {
+    const read = new Set<string>();
+    const env = new Proxy({} as Env, {
+      get(_, name) {
+        if (typeof name === 'string') read.add(name);
+        return undefined;
+      },
+    });
+    loadConfig(env);
+    expect(read.size).toBeGreaterThan(10);
+    expect([...read].filter((name) => !names.includes(name))).toEqual([]);
+  });
+
+  it('documents the defaults loadConfig applies', () => {
+    const defaults = Object.fromEntries(CONFIG_VARIABLES.map((variable) => [variable.name, variable.default]));
+    const config = loadConfig({});
+    expect(Number(defaults.PORT)).toBe(config.port);
+    expect(defaults.HOST).toBe(config.host);
+    expect(defaults.WEBHOOK_PATH).toBe(config.webhook.path);
+    expect(path.resolve(defaults.DATA_DIR!)).toBe(config.dataDir);
+    expect(Number(defaults.UPSTREAM_TIMEOUT_MS)).toBe(config.upstream.timeoutMs);
+    expect(defaults.UPSTREAM_AMOUNT_UNIT).toBe(config.upstream.amountUnit);
+  });
+});

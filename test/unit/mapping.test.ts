@@ -1,0 +1,1048 @@
+// The REST → model mapping and the model → REST request mapping, against the
+// shapes upstream-api.md documents and the rules CONTRACT.md states.
+import { describe, expect, it } from 'vitest';
+import { UpstreamValidationError, ValidationError, type FieldProblem } from '../../src/errors.js';
+import { fromPartnerOrder, fromPlatformDelivery, fromWebhookEvent } from '../../src/mapping/delivery.js';
+import type { Delivery } from '../../src/mapping/model.js';
+import { toWireRequest, validateDeliveryInput, validationErrorFromUpstream, type DeliveryInput } from '../../src/mapping/request.js';
+import { calendarDate, decimalFrom, utcDateTime } from '../../src/mapping/scalars.js';
+import { deliveryStatus, deliveryStyle, statusOfEvent } from '../../src/mapping/status.js';
+import type { WireDelivery, WireOrder, WireWebhookEvent } from '../../src/upstream/wire.js';
+
+// ------------------------------------------------------------------ fixtures
+
+/** A platform-group Delivery as `GET /{platform}/deliveries/{uid}` returns it, every documented field set. */
+function platformDelivery(): WireDelivery {
+  return {
+    uid: '6f1c2a9e-3b7d-4c8e-9a10-2b3c4d5e6f70',
+    status: 'DROPOFF_COMPLETE',
+    price: { value: 17.35, currency: 'USD' },
+    distance: { value: 4.2, unit: 'mi' },
+    pickup_name: 'Priya Patel',
+    dropoff_name: 'Diego Alvarez',
+    delivery_date: '2026-05-01T00:00:00+00:00',
+    driver_id: null,
+    driver_name: 'Carla Mendes',
+    driver_location: { lat: 40.7411, lng: -73.9897 },
+    driver_pickup_phone_number: '+12125550101',
+    driver_dropoff_phone_number: '+12125550102',
+    driver_vehicle_make: 'Toyota',
+    driver_vehicle_model: 'Prius',
+    driver_vehicle_year: 2021,
+    dropoff_time_estimated: '2026-05-01T15:45:00+00:00',
+    pickup_address_street: 'Broadway',
+    pickup_address_city: 'New York',
+    pickup_address_country: 'US',
+    pickup_address_number: '1250',
+    pickup_address_secondary_number: 'Suite 4',
+    pickup_address_county: 'New York County',
+    pickup_address_state: 'NY',
+    pickup_address_postal_code: '10001',
+    pickup_address_latitude: 40.7484,
+    pickup_address_longitude: -73.9878,
+    dropoff_address_street: 'Atlantic Avenue',
+    dropoff_address_city: 'Brooklyn',
+    dropoff_address_country: 'US',
+    dropoff_address_number: '300',
+    dropoff_address_secondary_number: 'Apt 2B',
+    dropoff_address_county: 'Kings County',
+    dropoff_address_state: 'NY',
+    dropoff_address_postal_code: '11201',
+    dropoff_address_latitude: 40.6881,
+    dropoff_address_longitude: -73.9867,
+    pickup_phone_number: '+12125550111',
+    dropoff_phone_number: '+17185550122',
+    pickup_instructions: 'Front desk, ask for Priya',
+    dropoff_instructions: 'Leave with the doorman',
+    email: 'priya@shop.example',
+    dropoff_email: 'diego@home.example',
+    package_description: 'Two boxes of books',
+    package_minimum_vehicle_size: 'CAR',
+    package_delivery_mode: 'SCHEDULED',
+    package_requirements: ['photo_proof_of_delivery'],
+    items_count: 2,
+    items: [{ name: 'Atlas', quantity: 2, description: 'Hardcover', external_id: 'sku-1', external_instance_id: 'sku-1-a', price: 24.99, barcode: '9780000000001' }],
+    weight: 6.5,
+    dimensions: { height: 20, length: 40, width: 30 },
+    package_value: 49.98,
+    pickup_start_time: '2026-05-01T14:00:00+00:00',
+    dropoff_start_time: '2026-05-01T15:00:00+00:00',
+    delivery_end_time: '2026-05-01T16:00:00+00:00',
+    dropoff_verification_image_url: 'https://proof.example/photo/6f1c.jpg',
+    dropoff_signature_image_url: 'https://proof.example/signature/6f1c.png',
+    cancellation_reason: null,
+    tip: 3.5,
+    delivery_style: 'Standard',
+    platform_payload: { merchantId: 'm-42', order: { id: 7, lines: [1, 2] } },
+    tracking_link: 'https://track.example/6f1c2a9e',
+    expected_cancellation_fee: { amount: '0.00', currency: 'USD' },
+  };
+}
+
+/** A partner-group Order as `GET /orders/partner/{ref}` returns it (with delivery_style). */
+function partnerOrder(): WireOrder {
+  const { dimensions, platform_payload, tracking_link, expected_cancellation_fee, ...shared } = platformDelivery();
+  void [platform_payload, tracking_link, expected_cancellation_fee];
+  return {
+    ...shared,
+    uid: 'a0b1c2d3-0000-4000-8000-000000000042',
+    status: 'Canceled',
+    cancellation_reason: 'Customer changed their mind',
+    partner_reference: 'PO-2026-0042',
+    partner_payload: { partnerOrder: 'PO-2026-0042', channel: 'web' },
+    delivery_start_time: '2026-05-01T13:30:00+00:00',
+    dimentions: dimensions!,
+    tracking_url: 'https://track.example/orders/a0b1c2d3',
+    expected_cancelation_fee: { amount: '4.75', currency: 'USD' },
+    delivery_style: 'Special Handling',
+  };
+}
+
+/** A webhook body (the JWT's `payload` claim) for `delivery.pickup_complete`. */
+function webhookEvent(): WireWebhookEvent {
+  return {
+    uid: '6f1c2a9e-3b7d-4c8e-9a10-2b3c4d5e6f70',
+    event_name: 'delivery.pickup_complete',
+    status: 'Picked Up',
+    platform_payload: { merchantId: 'm-42' },
+    price: { value: 17.35, currency: 'USD' },
+    distance: { value: 4.2, unit: 'mi' },
+    tip: 3.5,
+    pickup_name: 'Priya Patel',
+    pickup_phone_number: '+12125550111',
+    pickup_instructions: 'Front desk, ask for Priya',
+    email: 'priya@shop.example',
+    pickup_address: {
+      street: 'Broadway',
+      number: '1250',
+      city: 'New York',
+      county: 'New York County',
+      state: 'NY',
+      postal_code: '10001',
+      country: 'US',
+      latitude: 40.7484,
+      longitude: -73.9878,
+    },
+    dropoff_address: {
+      street: 'Atlantic Avenue',
+      number: '300',
+      city: 'Brooklyn',
+      county: 'Kings County',
+      state: 'NY',
+      postal_code: '11201',
+      country: 'US',
+      latitude: 40.6881,
+      longitude: -73.9867,
+    },
+    dropoff_name: 'Diego Alvarez',
+    dropoff_phone_number: '+17185550122',
+    dropoff_instructions: 'Leave with the doorman',
+    driver_id: null,
+    driver_name: 'Carla Mendes',
+    driver_location: { lat: 40.7411, lng: -73.9897 },
+    driver_pickup_phone_number: '+12125550101',
+    driver_dropoff_phone_number: '+12125550102',
+    driver_vehicle_make: 'Toyota',
+    driver_vehicle_model: 'Prius',
+    driver_vehicle_year: 2021,
+    dropoff_time_estimated: '2026-05-01T15:45:00+00:00',
+    delivery_date: '2026-05-01',
+    pickup_start_time: '2026-05-01T14:00:00+00:00',
+    dropoff_start_time: '2026-05-01T15:00:00+00:00',
+    delivery_start_time: '2026-05-01T13:30:00+00:00',
+    delivery_end_time: '2026-05-01T16:00:00+00:00',
+    package_description: 'Two boxes of books',
+    package_minimum_vehicle_size: 'CAR',
+    package_delivery_mode: 'NOW',
+    package_requirements: ['photo_proof_of_delivery'],
+    package_value: 49.98,
+    items_count: 2,
+    items: [{ name: 'Atlas', quantity: 2 }],
+    weight: 6.5,
+    dropoff_verification_image_url: null,
+    dropoff_signature_image_url: null,
+    cancellation_reason: null,
+  };
+}
+
+const NYC_PICKUP = {
+  street: 'Broadway',
+  number: '1250',
+  secondaryNumber: 'Suite 4',
+  city: 'New York',
+  county: 'New York County',
+  state: 'NY',
+  postalCode: '10001',
+  country: 'US',
+  latitude: 40.7484,
+  longitude: -73.9878,
+};
+
+/** Never fed through a float: no digit run after a decimal point of 10 or more. */
+const FLOAT_ARTIFACT = /\d\.\d{10,}/;
+
+// ------------------------------------------------------------------ reads
+
+describe('fromPlatformDelivery', () => {
+  const delivery = fromPlatformDelivery(platformDelivery());
+
+  it('maps every documented field onto the one Delivery model', () => {
+    expect(delivery).toEqual<Delivery>({
+      uid: '6f1c2a9e-3b7d-4c8e-9a10-2b3c4d5e6f70',
+      group: 'PLATFORM',
+      status: 'DROPOFF_COMPLETE',
+      rawStatus: 'DROPOFF_COMPLETE',
+      price: { amount: '17.35', currency: 'USD' },
+      tip: '3.50',
+      distance: { value: 4.2, unit: 'mi' },
+      pickup: {
+        name: 'Priya Patel',
+        phone: '+12125550111',
+        email: 'priya@shop.example',
+        instructions: 'Front desk, ask for Priya',
+        address: NYC_PICKUP,
+        windowStart: '2026-05-01T14:00:00Z',
+      },
+      dropoff: {
+        name: 'Diego Alvarez',
+        phone: '+17185550122',
+        email: 'diego@home.example',
+        instructions: 'Leave with the doorman',
+        address: {
+          street: 'Atlantic Avenue',
+          number: '300',
+          secondaryNumber: 'Apt 2B',
+          city: 'Brooklyn',
+          county: 'Kings County',
+          state: 'NY',
+          postalCode: '11201',
+          country: 'US',
+          latitude: 40.6881,
+          longitude: -73.9867,
+        },
+        windowStart: '2026-05-01T15:00:00Z',
+      },
+      deliveryDate: '2026-05-01',
+      deliveryStartTime: null,
+      deliveryEndTime: '2026-05-01T16:00:00Z',
+      estimatedDropoffAt: '2026-05-01T15:45:00Z',
+      mode: 'SCHEDULED',
+      style: 'STANDARD',
+      rawStyle: 'Standard',
+      package: {
+        description: 'Two boxes of books',
+        minimumVehicleSize: 'CAR',
+        requirements: ['photo_proof_of_delivery'],
+        itemsCount: 2,
+        items: [
+          { name: 'Atlas', quantity: 2, description: 'Hardcover', externalId: 'sku-1', externalInstanceId: 'sku-1-a', price: '24.99', barcode: '9780000000001' },
+        ],
+        weight: 6.5,
+        dimensions: { height: 20, length: 40, width: 30 },
+        declaredValue: '49.98',
+      },
+      courier: {
+        name: 'Carla Mendes',
+        pickupPhone: '+12125550101',
+        dropoffPhone: '+12125550102',
+        vehicle: { make: 'Toyota', model: 'Prius', year: 2021 },
+        location: { lat: 40.7411, lng: -73.9897 },
+      },
+      proofOfDelivery: { photoUrl: 'https://proof.example/photo/6f1c.jpg', signatureUrl: 'https://proof.example/signature/6f1c.png' },
+      cancellationReason: null,
+      expectedCancellationFee: { amount: '0.00', currency: 'USD' },
+      trackingUrl: 'https://track.example/6f1c2a9e',
+      payload: { merchantId: 'm-42', order: { id: 7, lines: [1, 2] } },
+      partnerReference: null,
+    });
+  });
+
+  it('returns platform_payload untouched as payload', () => {
+    expect(delivery.payload).toStrictEqual(platformDelivery().platform_payload);
+  });
+
+  it('keeps no float artifacts anywhere in the mapped delivery', () => {
+    expect(JSON.stringify(delivery)).not.toMatch(FLOAT_ARTIFACT);
+  });
+});
+
+describe('fromPartnerOrder', () => {
+  const order = fromPartnerOrder(partnerOrder());
+
+  it('reads the partner spellings: dimentions, tracking_url, expected_cancelation_fee, partner_payload', () => {
+    expect(order.package.dimensions).toEqual({ height: 20, length: 40, width: 30 });
+    expect(order.trackingUrl).toBe('https://track.example/orders/a0b1c2d3');
+    expect(order.expectedCancellationFee).toEqual({ amount: '4.75', currency: 'USD' });
+    expect(order.payload).toStrictEqual({ partnerOrder: 'PO-2026-0042', channel: 'web' });
+  });
+
+  it('adds the partner-only fields and marks the group', () => {
+    expect(order.group).toBe('PARTNER');
+    expect(order.partnerReference).toBe('PO-2026-0042');
+    expect(order.deliveryStartTime).toBe('2026-05-01T13:30:00Z');
+    expect(order.style).toBe('SPECIAL_HANDLING');
+    expect(order.rawStyle).toBe('Special Handling');
+    expect(order.status).toBe('CANCELED');
+    expect(order.rawStatus).toBe('Canceled');
+    expect(order.cancellationReason).toBe('Customer changed their mind');
+  });
+
+  it('reads the flat address fields into pickup.address and dropoff.address', () => {
+    expect(order.pickup.address).toEqual(NYC_PICKUP);
+    expect(order.dropoff.address?.city).toBe('Brooklyn');
+    expect(order.dropoff.address?.secondaryNumber).toBe('Apt 2B');
+  });
+
+  it('takes those values from the partner spellings: without them they are empty', () => {
+    const { tracking_url, dimentions, expected_cancelation_fee, ...rest } = partnerOrder();
+    void [tracking_url, dimentions, expected_cancelation_fee];
+    const bare = fromPartnerOrder(rest);
+    expect(bare.trackingUrl).toBeNull();
+    expect(bare.package.dimensions).toBeNull();
+    expect(bare.expectedCancellationFee).toBeNull();
+  });
+
+  it('has no style on the read by uid, which omits delivery_style', () => {
+    const { delivery_style, ...byUid } = partnerOrder();
+    void delivery_style;
+    const mapped = fromPartnerOrder(byUid);
+    expect(mapped.style).toBeNull();
+    expect(mapped.rawStyle).toBeNull();
+  });
+
+  it('does not take a platform_payload for the partner payload', () => {
+    const wire = { ...partnerOrder(), partner_payload: null, platform_payload: { wrong: true } } as WireOrder;
+    expect(fromPartnerOrder(wire).payload).toBeNull();
+  });
+
+  it('keeps no float artifacts anywhere in the mapped order', () => {
+    expect(JSON.stringify(order)).not.toMatch(FLOAT_ARTIFACT);
+  });
+});
+
+describe('fromWebhookEvent', () => {
+  const event = fromWebhookEvent(webhookEvent());
+
+  it('reads the nested pickup_address and dropoff_address objects into pickup.address and dropoff.address', () => {
+    expect(event.pickup.address).toEqual({ ...NYC_PICKUP, secondaryNumber: null });
+    expect(event.dropoff.address).toEqual({
+      street: 'Atlantic Avenue',
+      number: '300',
+      secondaryNumber: null,
+      city: 'Brooklyn',
+      county: 'Kings County',
+      state: 'NY',
+      postalCode: '11201',
+      country: 'US',
+      latitude: 40.6881,
+      longitude: -73.9867,
+    });
+  });
+
+  it('gives the same pickup.address as the flat fields of a read of the same delivery', () => {
+    const read = fromPlatformDelivery({ ...platformDelivery(), pickup_address_secondary_number: null });
+    expect(event.pickup.address).toEqual(read.pickup.address);
+  });
+
+  it('maps the human-readable status, the courier, the times and the payload', () => {
+    expect(event.uid).toBe('6f1c2a9e-3b7d-4c8e-9a10-2b3c4d5e6f70');
+    expect(event.group).toBe('PLATFORM');
+    expect(event.status).toBe('PICKUP_COMPLETE');
+    expect(event.rawStatus).toBe('Picked Up');
+    expect(event.courier).toEqual({
+      name: 'Carla Mendes',
+      pickupPhone: '+12125550101',
+      dropoffPhone: '+12125550102',
+      vehicle: { make: 'Toyota', model: 'Prius', year: 2021 },
+      location: { lat: 40.7411, lng: -73.9897 },
+    });
+    expect(event.deliveryDate).toBe('2026-05-01');
+    expect(event.deliveryStartTime).toBe('2026-05-01T13:30:00Z');
+    expect(event.deliveryEndTime).toBe('2026-05-01T16:00:00Z');
+    expect(event.estimatedDropoffAt).toBe('2026-05-01T15:45:00Z');
+    expect(event.pickup.windowStart).toBe('2026-05-01T14:00:00Z');
+    expect(event.dropoff.windowStart).toBe('2026-05-01T15:00:00Z');
+    expect(event.mode).toBe('NOW');
+    expect(event.price).toEqual({ amount: '17.35', currency: 'USD' });
+    expect(event.tip).toBe('3.50');
+    expect(event.package.declaredValue).toBe('49.98');
+    expect(event.payload).toStrictEqual({ merchantId: 'm-42' });
+  });
+
+  it('has a proof of delivery only on the event that carries the URLs', () => {
+    expect(event.proofOfDelivery).toBeNull();
+    const arrived = fromWebhookEvent({
+      ...webhookEvent(),
+      event_name: 'delivery.dropoff_arrived',
+      dropoff_verification_image_url: 'https://proof.example/photo.jpg',
+    });
+    expect(arrived.proofOfDelivery).toEqual({ photoUrl: 'https://proof.example/photo.jpg', signatureUrl: null });
+  });
+
+  it('has no address when the nested object is omitted (the webhook omits empty ones)', () => {
+    const { pickup_address, dropoff_address, ...rest } = webhookEvent();
+    void [pickup_address, dropoff_address];
+    const mapped = fromWebhookEvent(rest);
+    expect(mapped.pickup.address).toBeNull();
+    expect(mapped.dropoff.address).toBeNull();
+    expect(mapped.pickup.name).toBe('Priya Patel');
+  });
+
+  it('has no price while price.value is null (pricing not settled)', () => {
+    expect(fromWebhookEvent({ ...webhookEvent(), price: { value: null, currency: 'USD' } }).price).toBeNull();
+  });
+
+  it('carries cancellation_reason on delivery.canceled', () => {
+    const canceled = fromWebhookEvent({ ...webhookEvent(), event_name: 'delivery.canceled', status: 'Cancelled', cancellation_reason: 'Store closed' });
+    expect(canceled.status).toBe('CANCELED');
+    expect(canceled.cancellationReason).toBe('Store closed');
+  });
+});
+
+describe('courier, proof of delivery, absent and null', () => {
+  const unassigned = (): WireDelivery => {
+    const {
+      driver_name,
+      driver_location,
+      driver_pickup_phone_number,
+      driver_dropoff_phone_number,
+      driver_vehicle_make,
+      driver_vehicle_model,
+      driver_vehicle_year,
+      ...rest
+    } = platformDelivery();
+    void [driver_name, driver_location, driver_pickup_phone_number, driver_dropoff_phone_number, driver_vehicle_make, driver_vehicle_model, driver_vehicle_year];
+    return { ...rest, status: 'CREATED' };
+  };
+
+  it('has no courier until one is assigned (driver_id stays reserved and null)', () => {
+    expect(fromPlatformDelivery(unassigned()).courier).toBeNull();
+    expect(fromPlatformDelivery({ ...unassigned(), driver_id: null }).courier).toBeNull();
+  });
+
+  it('has a courier as soon as any courier field is set', () => {
+    const courier = fromPlatformDelivery({ ...unassigned(), driver_name: 'Carla Mendes' }).courier;
+    expect(courier).toEqual({ name: 'Carla Mendes', pickupPhone: null, dropoffPhone: null, vehicle: null, location: null });
+    expect(fromWebhookEvent({ uid: 'u', event_name: 'location.assigned_driver', driver_location: { lat: 1.5, lng: 2.5 } }).courier?.location).toEqual({ lat: 1.5, lng: 2.5 });
+  });
+
+  it('has no proof of delivery without either URL', () => {
+    expect(fromPlatformDelivery({ ...platformDelivery(), dropoff_verification_image_url: null, dropoff_signature_image_url: null }).proofOfDelivery).toBeNull();
+    const signatureOnly = fromPlatformDelivery({ ...platformDelivery(), dropoff_verification_image_url: undefined, dropoff_signature_image_url: 'https://s.example/x.png' });
+    expect(signatureOnly.proofOfDelivery).toEqual({ photoUrl: null, signatureUrl: 'https://s.example/x.png' });
+  });
+
+  it('reads an absent field and a null field the same, for every optional field of all three shapes', () => {
+    const cases: Array<[string, Record<string, unknown>, (wire: never) => Delivery]> = [
+      ['platform', platformDelivery() as unknown as Record<string, unknown>, fromPlatformDelivery as (wire: never) => Delivery],
+      ['partner', partnerOrder() as unknown as Record<string, unknown>, fromPartnerOrder as (wire: never) => Delivery],
+      ['webhook', webhookEvent() as unknown as Record<string, unknown>, fromWebhookEvent as (wire: never) => Delivery],
+    ];
+    for (const [, wire, map] of cases) {
+      const kept = (key: string) => key === 'uid' || key === 'event_name';
+      const allNull = Object.fromEntries(Object.keys(wire).map((key) => [key, kept(key) ? wire[key] : null]));
+      const allAbsent = Object.fromEntries(Object.keys(wire).filter(kept).map((key) => [key, wire[key]]));
+      const fromNull = map(allNull as never);
+      expect(fromNull).toEqual(map(allAbsent as never));
+      expect(fromNull.pickup.address).toBeNull();
+      expect(fromNull.courier).toBeNull();
+      expect(fromNull.price).toBeNull();
+      expect(fromNull.status).toBe('UNKNOWN');
+      expect(fromNull.package.requirements).toEqual([]);
+      expect(fromNull.package.items).toBeNull();
+      expect(fromNull.payload).toBeNull();
+    }
+  });
+
+  it('reads numbers that arrive as numeric strings as numbers', () => {
+    const loose = {
+      ...platformDelivery(),
+      pickup_address_latitude: '40.7484',
+      pickup_address_longitude: '-73.9878',
+      weight: '6.5',
+      items_count: '2',
+      driver_vehicle_year: '2021',
+      driver_location: { lat: '40.7411', lng: '-73.9897' },
+      distance: { value: '4.2', unit: 'mi' },
+      dimensions: { height: '20', length: '40', width: '30' },
+      price: { value: '17.35', currency: 'USD' },
+      tip: '3.5',
+      package_value: '49.98',
+    } as unknown as WireDelivery;
+    const mapped = fromPlatformDelivery(loose);
+    expect(mapped.pickup.address?.latitude).toBe(40.7484);
+    expect(mapped.pickup.address?.longitude).toBe(-73.9878);
+    expect(mapped.package.weight).toBe(6.5);
+    expect(mapped.package.itemsCount).toBe(2);
+    expect(mapped.courier?.vehicle?.year).toBe(2021);
+    expect(mapped.courier?.location).toEqual({ lat: 40.7411, lng: -73.9897 });
+    expect(mapped.distance).toEqual({ value: 4.2, unit: 'mi' });
+    expect(mapped.package.dimensions).toEqual({ height: 20, length: 40, width: 30 });
+    expect(mapped.price).toEqual({ amount: '17.35', currency: 'USD' });
+    expect(mapped.tip).toBe('3.50');
+    expect(mapped.package.declaredValue).toBe('49.98');
+    expect(mapped).toEqual(fromPlatformDelivery(platformDelivery()));
+  });
+
+  it('reads a non-numeric string in a number field as no value', () => {
+    const mapped = fromPlatformDelivery({ ...platformDelivery(), weight: 'heavy', pickup_address_latitude: 'north' } as unknown as WireDelivery);
+    expect(mapped.package.weight).toBeNull();
+    expect(mapped.pickup.address?.latitude).toBeNull();
+  });
+
+  it('ignores unknown fields', () => {
+    const extra = { ...platformDelivery(), surprise_field: { deep: 1 }, driver_rating: 4.9 } as WireDelivery;
+    expect(fromPlatformDelivery(extra)).toEqual(fromPlatformDelivery(platformDelivery()));
+  });
+});
+
+// ------------------------------------------------------------------ money
+
+describe('money', () => {
+  const priced = (value: unknown) => fromPlatformDelivery({ ...platformDelivery(), price: { value, currency: 'USD' } } as WireDelivery).price;
+
+  it('drops the 0.1 + 0.2 float artifact', () => {
+    expect(0.1 + 0.2).toBe(0.30000000000000004);
+    expect(priced(0.1 + 0.2)).toEqual({ amount: '0.30', currency: 'USD' });
+    expect(decimalFrom(0.1 + 0.2)).toBe('0.30');
+    expect(decimalFrom(0.1 + 0.7)).toBe('0.80');
+    expect(decimalFrom(1.1 * 1.1)).toBe('1.21');
+  });
+
+  it('shows at least two decimals', () => {
+    expect(priced(12.5)?.amount).toBe('12.50');
+    expect(priced(12)?.amount).toBe('12.00');
+    expect(priced(0)?.amount).toBe('0.00');
+    expect(decimalFrom(-3.5)).toBe('-3.50');
+  });
+
+  it('keeps a decimal string exactly', () => {
+    expect(decimalFrom('2.50')).toBe('2.50');
+    expect(decimalFrom('2.5')).toBe('2.50');
+    expect(decimalFrom('0.125')).toBe('0.125');
+    expect(decimalFrom('98765432109876543.21')).toBe('98765432109876543.21');
+    const fee = fromPlatformDelivery({ ...platformDelivery(), expected_cancellation_fee: { amount: '2.50', currency: 'EUR' } }).expectedCancellationFee;
+    expect(fee).toEqual({ amount: '2.50', currency: 'EUR' });
+  });
+
+  it('keeps large amounts exact', () => {
+    expect(decimalFrom(1234567.89)).toBe('1234567.89');
+    expect(decimalFrom(99999999.99)).toBe('99999999.99');
+    expect(decimalFrom(1000000000000.01)).toBe('1000000000000.01');
+    // 16 significant digits: a cents value the upstream converted, not an artifact.
+    expect(decimalFrom(12345678901234.56)).toBe('12345678901234.56');
+    expect(decimalFrom(250000000)).toBe('250000000.00');
+  });
+
+  it('refuses what is not an amount', () => {
+    for (const value of ['', 'abc', '1,50', '$3', null, undefined, NaN, Infinity, {}, []]) expect(decimalFrom(value)).toBeNull();
+  });
+
+  it('maps every amount of a read through decimals: tip, declared value, item price, fees', () => {
+    const mapped = fromPartnerOrder({
+      ...partnerOrder(),
+      price: { value: 0.1 + 0.2, currency: 'USD' },
+      tip: 1.1 + 2.2,
+      package_value: 0.7 + 0.1,
+      items: [{ name: 'x', price: 0.1 * 3 }],
+      expected_cancelation_fee: { amount: '1.10', currency: 'USD' },
+    });
+    expect(mapped.price?.amount).toBe('0.30');
+    expect(mapped.tip).toBe('3.30');
+    expect(mapped.package.declaredValue).toBe('0.80');
+    expect(mapped.package.items?.[0]?.price).toBe('0.30');
+    expect(mapped.expectedCancellationFee?.amount).toBe('1.10');
+    const json = JSON.stringify(mapped);
+    expect(json).not.toMatch(FLOAT_ARTIFACT);
+    expect(json).not.toContain('0.30000000000000004');
+  });
+});
+
+// ------------------------------------------------------------------ times
+
+describe('times', () => {
+  const at = (value: string) => fromPlatformDelivery({ ...platformDelivery(), dropoff_time_estimated: value }).estimatedDropoffAt;
+
+  it('writes +00:00 as Z', () => {
+    expect(at('2026-05-01T14:30:00+00:00')).toBe('2026-05-01T14:30:00Z');
+    expect(at('2026-05-01T14:30:00Z')).toBe('2026-05-01T14:30:00Z');
+  });
+
+  it('converts other offsets to UTC', () => {
+    expect(at('2026-05-01T14:30:00+02:00')).toBe('2026-05-01T12:30:00Z');
+    expect(at('2026-05-01T01:15:00+02:00')).toBe('2026-04-30T23:15:00Z');
+    expect(at('2026-05-01T23:30:00-05:30')).toBe('2026-05-02T05:00:00Z');
+  });
+
+  it('drops fractions of a second', () => {
+    expect(at('2026-05-01T14:30:00.987654+00:00')).toBe('2026-05-01T14:30:00Z');
+    expect(at('2026-05-01T14:30:59.999Z')).toBe('2026-05-01T14:30:59Z');
+  });
+
+  it('writes every time field of a read as YYYY-MM-DDTHH:MM:SSZ', () => {
+    const mapped = fromPartnerOrder({
+      ...partnerOrder(),
+      pickup_start_time: '2026-05-01T16:00:00+02:00',
+      dropoff_start_time: '2026-05-01T17:00:00.5+02:00',
+      delivery_start_time: '2026-05-01T15:30:00+02:00',
+      delivery_end_time: '2026-05-01T13:00:00-05:00',
+    });
+    expect(mapped.pickup.windowStart).toBe('2026-05-01T14:00:00Z');
+    expect(mapped.dropoff.windowStart).toBe('2026-05-01T15:00:00Z');
+    expect(mapped.deliveryStartTime).toBe('2026-05-01T13:30:00Z');
+    expect(mapped.deliveryEndTime).toBe('2026-05-01T18:00:00Z');
+  });
+
+  it('reads the full datetime delivery_date of a read as a calendar date', () => {
+    expect(fromPlatformDelivery({ ...platformDelivery(), delivery_date: '2026-05-01T00:00:00+00:00' }).deliveryDate).toBe('2026-05-01');
+    expect(fromPlatformDelivery({ ...platformDelivery(), delivery_date: '2026-05-01T23:30:00-02:00' }).deliveryDate).toBe('2026-05-02');
+  });
+
+  it('keeps the plain delivery_date of a webhook', () => {
+    expect(fromWebhookEvent({ ...webhookEvent(), delivery_date: '2026-12-31' }).deliveryDate).toBe('2026-12-31');
+  });
+
+  it('reads an unreadable or impossible time as no value, not a rolled-over one', () => {
+    expect(at('tomorrow')).toBeNull();
+    expect(at('2026-02-30T10:00:00+00:00')).toBeNull();
+    expect(at('2026-05-01T24:00:00Z')).toBeNull();
+    expect(utcDateTime('2026-05-01T14:61:00Z')).toBeNull();
+    expect(calendarDate('2026-02-29')).toBeNull();
+    expect(calendarDate('2028-02-29')).toBe('2028-02-29');
+    expect(calendarDate('2026-13-01')).toBeNull();
+  });
+});
+
+// ------------------------------------------------------------------ status and style
+
+describe('status', () => {
+  it.each([
+    ['DROPOFF_COMPLETE', 'DROPOFF_COMPLETE'],
+    ['dropoff complete', 'DROPOFF_COMPLETE'],
+    ['Dropoff-Complete', 'DROPOFF_COMPLETE'],
+    ['DropoffComplete', 'DROPOFF_COMPLETE'],
+    ['dropoffcomplete', 'DROPOFF_COMPLETE'],
+    ['  dropoff_complete  ', 'DROPOFF_COMPLETE'],
+    ['Picked Up', 'PICKUP_COMPLETE'],
+    ['picked-up', 'PICKUP_COMPLETE'],
+    ['Canceled', 'CANCELED'],
+    ['Cancelled', 'CANCELED'],
+    ['CANCELED', 'CANCELED'],
+    ['Pickup En Route', 'PICKUP_ENROUTE'],
+    ['created', 'CREATED'],
+    ['Failed', 'FAILED'],
+    ['Return in progress', 'RETURN_IN_PROGRESS'],
+  ] as const)('%j → %s', (raw, status) => {
+    expect(deliveryStatus(raw)).toBe(status);
+  });
+
+  it('maps an unknown status to UNKNOWN and keeps the string in rawStatus', () => {
+    for (const raw of ['Teleported', 'dropoff', '???', 'PICKUP_COMPLETE_X']) {
+      const mapped = fromPlatformDelivery({ ...platformDelivery(), status: raw });
+      expect(mapped.status).toBe('UNKNOWN');
+      expect(mapped.rawStatus).toBe(raw);
+    }
+    expect(deliveryStatus(null)).toBe('UNKNOWN');
+    expect(deliveryStatus('')).toBe('UNKNOWN');
+    expect(deliveryStatus(42)).toBe('UNKNOWN');
+  });
+
+  it.each([
+    ['delivery.created', 'CREATED'],
+    ['delivery.assigned', 'ASSIGNED'],
+    ['delivery.pickup_enroute', 'PICKUP_ENROUTE'],
+    ['delivery.pickup_arrived', 'PICKUP_ARRIVED'],
+    ['delivery.pickup_complete', 'PICKUP_COMPLETE'],
+    ['delivery.dropoff_enroute', 'DROPOFF_ENROUTE'],
+    ['delivery.dropoff_arrived', 'DROPOFF_ARRIVED'],
+    ['delivery.dropoff_complete', 'DROPOFF_COMPLETE'],
+    ['delivery.return_in_progress', 'RETURN_IN_PROGRESS'],
+    ['delivery.returned', 'RETURNED'],
+    ['delivery.canceled', 'CANCELED'],
+    ['delivery.failed', 'FAILED'],
+    ['location.assigned_driver', 'ASSIGNED'],
+    ['location.pickup_enroute', 'PICKUP_ENROUTE'],
+    ['location.pickup_arrived', 'PICKUP_ARRIVED'],
+    ['location.pickup_complete', 'PICKUP_COMPLETE'],
+    ['location.dropoff_enroute', 'DROPOFF_ENROUTE'],
+    ['location.dropoff_arrived', 'DROPOFF_ARRIVED'],
+    ['location.return_in_progress', 'RETURN_IN_PROGRESS'],
+  ] as const)('statusOfEvent(%s) → %s', (eventName, status) => {
+    expect(statusOfEvent(eventName)).toBe(status);
+  });
+
+  it('gives UNKNOWN for an event name it does not know', () => {
+    expect(statusOfEvent('delivery.teleported')).toBe('UNKNOWN');
+    expect(statusOfEvent('ping')).toBe('UNKNOWN');
+  });
+});
+
+describe('style', () => {
+  it.each([
+    ['Standard', 'STANDARD'],
+    ['Hybrid', 'HYBRID'],
+    ['Special Handling', 'SPECIAL_HANDLING'],
+    ['special_handling', 'SPECIAL_HANDLING'],
+    ['Oversize', 'OVERSIZE'],
+  ] as const)('%j → %s', (raw, style) => {
+    const mapped = fromPlatformDelivery({ ...platformDelivery(), delivery_style: raw });
+    expect(mapped.style).toBe(style);
+    expect(mapped.rawStyle).toBe(raw);
+  });
+
+  it('maps a style enabled at onboarding that the facade does not know to OTHER, keeping rawStyle', () => {
+    const mapped = fromPlatformDelivery({ ...platformDelivery(), delivery_style: 'White Glove' });
+    expect(mapped.style).toBe('OTHER');
+    expect(mapped.rawStyle).toBe('White Glove');
+  });
+
+  it('has no style when delivery_style is null or absent', () => {
+    expect(deliveryStyle(null)).toBeNull();
+    expect(deliveryStyle(undefined)).toBeNull();
+  });
+});
+
+// ------------------------------------------------------------------ requests
+
+function platformInput(): DeliveryInput {
+  return {
+    pickup: {
+      name: 'Priya Patel',
+      phone: '+12125550111',
+      email: 'priya@shop.example',
+      instructions: 'Front desk',
+      address: { street: 'Broadway', number: '1250', city: 'New York', country: 'US', postalCode: '10001', latitude: 40.7484, longitude: -73.9878 },
+      windowStart: '2026-05-01T14:00:00Z',
+    },
+    dropoff: {
+      name: 'Diego Alvarez',
+      phone: '+17185550122',
+      email: 'diego@home.example',
+      address: { street: 'Atlantic Avenue', city: 'Brooklyn', country: 'US', secondaryNumber: 'Apt 2B' },
+      windowStart: '2026-05-01T15:00:00Z',
+    },
+    mode: 'SCHEDULED',
+    deliveryDate: '2026-05-01',
+    style: 'STANDARD',
+    description: 'Two boxes of books',
+    requirements: ['photo_proof_of_delivery'],
+    items: [{ name: 'Atlas', quantity: 2, price: '24.99', externalId: 'sku-1' }],
+    itemsCount: 2,
+    weight: 6.5,
+    declaredValue: '49.98',
+    tip: '12.34',
+    currency: 'usd',
+    payload: { merchantId: 'm-42' },
+  };
+}
+
+function partnerInput(): DeliveryInput {
+  return {
+    ...platformInput(),
+    dropoff: { name: 'Diego Alvarez', windowStart: '2026-05-01T15:00:00Z' },
+    currency: 'USD',
+    partnerReference: 'PO-2026-0042',
+    deliveryStartTime: '2026-05-01T13:30:00Z',
+    deliveryEndTime: '2026-05-01T16:00:00Z',
+  };
+}
+
+const GROUPS = [
+  ['PLATFORM', platformInput],
+  ['PARTNER', partnerInput],
+] as const;
+
+function problemsOf(input: DeliveryInput, group: 'PLATFORM' | 'PARTNER'): FieldProblem[] {
+  return validateDeliveryInput(input, group);
+}
+
+function pathsOf(input: DeliveryInput, group: 'PLATFORM' | 'PARTNER'): string[] {
+  return problemsOf(input, group).map((problem) => problem.path);
+}
+
+describe('validateDeliveryInput', () => {
+  it.each(GROUPS)('accepts a complete %s input', (group, input) => {
+    expect(problemsOf(input(), group)).toEqual([]);
+  });
+
+  it.each(GROUPS)('requires names, pickup address parts and pickup email on %s', (group, make) => {
+    const input = make();
+    input.pickup = { ...input.pickup, name: ' ', email: '', address: { street: '', city: '', country: '' } };
+    input.dropoff = { ...input.dropoff, name: '' };
+    expect(pathsOf(input, group).sort()).toEqual(
+      ['input.dropoff.name', 'input.pickup.address.city', 'input.pickup.address.country', 'input.pickup.address.street', 'input.pickup.email', 'input.pickup.name'].sort(),
+    );
+    const noAddress = make();
+    noAddress.pickup = { ...noAddress.pickup, address: null };
+    expect(pathsOf(noAddress, group)).toEqual(['input.pickup.address']);
+  });
+
+  it('requires the dropoff address and its street, city and country on PLATFORM', () => {
+    const input = platformInput();
+    input.dropoff = { ...input.dropoff, address: null };
+    expect(pathsOf(input, 'PLATFORM')).toEqual(['input.dropoff.address']);
+    input.dropoff = { ...input.dropoff, address: { street: '', city: ' ', country: '' } };
+    expect(pathsOf(input, 'PLATFORM').sort()).toEqual(['input.dropoff.address.city', 'input.dropoff.address.country', 'input.dropoff.address.street']);
+  });
+
+  it('leaves the dropoff address optional on PARTNER', () => {
+    const input = partnerInput();
+    expect(input.dropoff.address).toBeUndefined();
+    expect(problemsOf(input, 'PARTNER')).toEqual([]);
+    expect(problemsOf({ ...input, dropoff: { ...input.dropoff, address: null } }, 'PARTNER')).toEqual([]);
+  });
+
+  it.each(GROUPS)('bounds the pickup phone at 15 characters on %s', (group, make) => {
+    const input = make();
+    input.pickup = { ...input.pickup, phone: '+1212555011122' + '3' };
+    expect(input.pickup.phone).toHaveLength(15);
+    expect(problemsOf(input, group)).toEqual([]);
+    input.pickup = { ...input.pickup, phone: '+12125550111234' + '5' };
+    expect(pathsOf(input, group)).toEqual(['input.pickup.phone']);
+  });
+
+  it.each(GROUPS)('bounds the pickup instructions at 512 characters on %s', (group, make) => {
+    const input = make();
+    input.pickup = { ...input.pickup, instructions: 'x'.repeat(512) };
+    expect(problemsOf(input, group)).toEqual([]);
+    input.pickup = { ...input.pickup, instructions: 'x'.repeat(513) };
+    expect(pathsOf(input, group)).toEqual(['input.pickup.instructions']);
+  });
+
+  it.each(GROUPS)('takes only a three-letter currency on %s', (group, make) => {
+    for (const currency of ['US', 'USDX', 'U5D', '€€€']) expect(pathsOf({ ...make(), currency }, group)).toEqual(['input.currency']);
+    for (const currency of ['USD', 'eur']) expect(problemsOf({ ...make(), currency }, group)).toEqual([]);
+  });
+
+  it('requires the currency on PARTNER only', () => {
+    expect(pathsOf({ ...partnerInput(), currency: null }, 'PARTNER')).toEqual(['input.currency']);
+    expect(pathsOf({ ...partnerInput(), currency: '' }, 'PARTNER')).toEqual(['input.currency']);
+    expect(problemsOf({ ...platformInput(), currency: null }, 'PLATFORM')).toEqual([]);
+  });
+
+  it.each(GROUPS)('requires dropoff.windowStart unless mode is NOW on %s', (group, make) => {
+    for (const mode of ['SCHEDULED', null, undefined] as const) {
+      const input = make();
+      input.mode = mode;
+      input.dropoff = { ...input.dropoff, windowStart: null };
+      expect(pathsOf(input, group)).toEqual(['input.dropoff.windowStart']);
+    }
+    const now = make();
+    now.mode = 'NOW';
+    now.dropoff = { ...now.dropoff, windowStart: null };
+    expect(problemsOf(now, group)).toEqual([]);
+  });
+
+  it.each(GROUPS)('requires deliveryDate when mode is absent or SCHEDULED on %s', (group, make) => {
+    for (const mode of ['SCHEDULED', null, undefined] as const) {
+      expect(pathsOf({ ...make(), mode, deliveryDate: null }, group)).toEqual(['input.deliveryDate']);
+    }
+    expect(problemsOf({ ...make(), mode: 'NOW', deliveryDate: null }, group)).toEqual([]);
+  });
+
+  it.each(GROUPS)('requires an SUV, VAN or TRUCK for OVERSIZE on %s', (group, make) => {
+    for (const size of [null, 'CAR', 'BIKE', 'SEDAN']) {
+      expect(pathsOf({ ...make(), style: 'OVERSIZE', minimumVehicleSize: size }, group)).toEqual(['input.minimumVehicleSize']);
+    }
+    for (const size of ['SUV', 'VAN', 'TRUCK', 'suv']) {
+      expect(problemsOf({ ...make(), style: 'OVERSIZE', minimumVehicleSize: size }, group)).toEqual([]);
+    }
+    expect(problemsOf({ ...make(), style: 'STANDARD', minimumVehicleSize: 'BIKE' }, group)).toEqual([]);
+  });
+
+  it.each(GROUPS)('refuses the read-only OTHER style on %s', (group, make) => {
+    expect(pathsOf({ ...make(), style: 'OTHER' }, group)).toEqual(['input.style']);
+  });
+
+  it('refuses the partner-only fields on PLATFORM', () => {
+    const input = { ...platformInput(), partnerReference: 'PO-1', deliveryStartTime: '2026-05-01T13:30:00Z', deliveryEndTime: '2026-05-01T16:00:00Z' };
+    expect(pathsOf(input, 'PLATFORM').sort()).toEqual(['input.deliveryEndTime', 'input.deliveryStartTime', 'input.partnerReference']);
+    expect(problemsOf(input, 'PARTNER')).toEqual([]);
+  });
+
+  it.each(GROUPS)('refuses amounts with more than two decimals on %s', (group, make) => {
+    expect(pathsOf({ ...make(), tip: '1.234' }, group)).toEqual(['input.tip']);
+    expect(pathsOf({ ...make(), declaredValue: '0.001' }, group)).toEqual(['input.declaredValue']);
+    expect(problemsOf({ ...make(), tip: '1.20', declaredValue: '100' }, group)).toEqual([]);
+  });
+
+  it.each(GROUPS)('reports every problem at once on %s, each with its input path', (group, make) => {
+    const input = make();
+    input.pickup = { ...input.pickup, name: '', phone: '+1 212 555 0111 ext 9', instructions: 'y'.repeat(600) };
+    input.dropoff = { ...input.dropoff, windowStart: null };
+    Object.assign(input, { currency: 'DOLLARS', deliveryDate: null, style: 'OVERSIZE', minimumVehicleSize: 'CAR', tip: '0.001' });
+    const problems = problemsOf(input, group);
+    expect(problems.map((p) => p.path).sort()).toEqual(
+      [
+        'input.currency',
+        'input.deliveryDate',
+        'input.dropoff.windowStart',
+        'input.minimumVehicleSize',
+        'input.pickup.instructions',
+        'input.pickup.name',
+        'input.pickup.phone',
+        'input.tip',
+      ].sort(),
+    );
+    for (const problem of problems) expect(problem.message).toMatch(/\S/);
+    // toWireRequest throws the same problems as one ValidationError.
+    let thrown: unknown;
+    try {
+      toWireRequest(input, group, 'cents');
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(ValidationError);
+    expect((thrown as ValidationError).code).toBe('VALIDATION_FAILED');
+    expect((thrown as ValidationError).fields).toEqual(problems);
+  });
+});
+
+describe('toWireRequest', () => {
+  it('writes a PLATFORM body with the upstream spellings', () => {
+    expect(toWireRequest(platformInput(), 'PLATFORM', 'cents')).toEqual({
+      pickup_name: 'Priya Patel',
+      dropoff_name: 'Diego Alvarez',
+      email: 'priya@shop.example',
+      pickup_address_street: 'Broadway',
+      pickup_address_number: '1250',
+      pickup_address_city: 'New York',
+      pickup_address_country: 'US',
+      pickup_address_postal_code: '10001',
+      pickup_address_latitude: 40.7484,
+      pickup_address_longitude: -73.9878,
+      dropoff_address_street: 'Atlantic Avenue',
+      dropoff_address_city: 'Brooklyn',
+      dropoff_address_country: 'US',
+      dropoff_address_secondary_number: 'Apt 2B',
+      pickup_phone_number: '+12125550111',
+      dropoff_phone_number: '+17185550122',
+      pickup_instructions: 'Front desk',
+      dropoff_email: 'diego@home.example',
+      pickup_start_time: '2026-05-01T14:00:00Z',
+      dropoff_start_time: '2026-05-01T15:00:00Z',
+      delivery_date: '2026-05-01',
+      package_delivery_mode: 'SCHEDULED',
+      delivery_style: 'Standard',
+      weight: 6.5,
+      package_description: 'Two boxes of books',
+      package_requirements: ['photo_proof_of_delivery'],
+      items: [{ name: 'Atlas', quantity: 2, price: 24.99, external_id: 'sku-1' }],
+      items_count: 2,
+      package_value: 4998,
+      tip: 1234,
+      currency: 'USD',
+      platform_payload: { merchantId: 'm-42' },
+    });
+  });
+
+  it('writes a PARTNER body with partner_payload and the partner-only fields, without a dropoff address', () => {
+    const body = toWireRequest(partnerInput(), 'PARTNER', 'cents');
+    expect(body.partner_payload).toEqual({ merchantId: 'm-42' });
+    expect(body).not.toHaveProperty('platform_payload');
+    expect(body.partner_reference).toBe('PO-2026-0042');
+    expect(body.delivery_start_time).toBe('2026-05-01T13:30:00Z');
+    expect(body.delivery_end_time).toBe('2026-05-01T16:00:00Z');
+    expect(body.currency).toBe('USD');
+    expect(Object.keys(body).filter((key) => key.startsWith('dropoff_address_'))).toEqual([]);
+  });
+
+  it('sends the payload as platform_payload on PLATFORM, never partner_payload', () => {
+    const body = toWireRequest(platformInput(), 'PLATFORM', 'cents');
+    expect(body.platform_payload).toEqual({ merchantId: 'm-42' });
+    expect(body).not.toHaveProperty('partner_payload');
+    expect(body).not.toHaveProperty('partner_reference');
+  });
+
+  it('converts tip and declared value to cents by default: "12.34" → 1234', () => {
+    const body = toWireRequest({ ...platformInput(), tip: '12.34', declaredValue: '0.29' }, 'PLATFORM', 'cents');
+    expect(body.tip).toBe(1234);
+    expect(body.package_value).toBe(29); // 0.29 * 100 in binary floats is 28.999999999999996
+  });
+
+  it('sends major units as they are when the unit is major: "12.34" → 12.34', () => {
+    const body = toWireRequest({ ...platformInput(), tip: '12.34', declaredValue: '49.98' }, 'PLATFORM', 'major');
+    expect(body.tip).toBe(12.34);
+    expect(body.package_value).toBe(49.98);
+  });
+
+  it('refuses a tip with three decimals instead of rounding it', () => {
+    expect(() => toWireRequest({ ...platformInput(), tip: '12.345' }, 'PLATFORM', 'cents')).toThrow(ValidationError);
+    expect(() => toWireRequest({ ...partnerInput(), tip: '12.345' }, 'PARTNER', 'major')).toThrow(ValidationError);
+  });
+
+  it.each([
+    ['STANDARD', 'Standard'],
+    ['HYBRID', 'Hybrid'],
+    ['SPECIAL_HANDLING', 'Special Handling'],
+  ] as const)('sends style %s as %j', (style, wire) => {
+    expect(toWireRequest({ ...platformInput(), style }, 'PLATFORM', 'cents').delivery_style).toBe(wire);
+  });
+
+  it('sends OVERSIZE as "Oversize" with the vehicle size', () => {
+    const body = toWireRequest({ ...platformInput(), style: 'OVERSIZE', minimumVehicleSize: 'VAN' }, 'PLATFORM', 'cents');
+    expect(body.delivery_style).toBe('Oversize');
+    expect(body.package_minimum_vehicle_size).toBe('VAN');
+  });
+
+  it('omits what the input leaves out, so the upstream applies its defaults', () => {
+    const minimal: DeliveryInput = {
+      pickup: { name: 'P', email: 'p@x.example', address: { street: 'S', city: 'C', country: 'US' } },
+      dropoff: { name: 'D', address: { street: 'S2', city: 'C2', country: 'US' } },
+      mode: 'NOW',
+    };
+    expect(toWireRequest(minimal, 'PLATFORM', 'cents')).toEqual({
+      pickup_name: 'P',
+      dropoff_name: 'D',
+      email: 'p@x.example',
+      pickup_address_street: 'S',
+      pickup_address_city: 'C',
+      pickup_address_country: 'US',
+      dropoff_address_street: 'S2',
+      dropoff_address_city: 'C2',
+      dropoff_address_country: 'US',
+      package_delivery_mode: 'NOW',
+    });
+  });
+});
+
+describe('validationErrorFromUpstream', () => {
+  it('maps the upstream field names back to input paths, one problem per message', () => {
+    const upstream = new UpstreamValidationError('The pickup phone number is too long.', {
+      pickup_phone_number: ['must be at most 15 characters'],
+      dropoff_address_city: ['is required', 'must be text'],
+    });
+    const error = validationErrorFromUpstream(upstream);
+    expect(error).toBeInstanceOf(ValidationError);
+    expect(error.code).toBe('VALIDATION_FAILED');
+    expect(error.fields).toEqual([
+      { path: 'input.pickup.phone', message: 'must be at most 15 characters' },
+      { path: 'input.dropoff.address.city', message: 'is required' },
+      { path: 'input.dropoff.address.city', message: 'must be text' },
+    ]);
+  });
+
+  it('maps the other request fields to their input names', () => {
+    const upstream = new UpstreamValidationError('invalid', {
+      email: ['required'],
+      pickup_address_postal_code: ['bad'],
+      dropoff_address_secondary_number: ['bad'],
+      package_value: ['bad'],
+      partner_payload: ['bad'],
+      dropoff_start_time: ['bad'],
+    });
+    expect(validationErrorFromUpstream(upstream).fields.map((f) => f.path)).toEqual([
+      'input.pickup.email',
+      'input.pickup.address.postalCode',
+      'input.dropoff.address.secondaryNumber',
+      'input.declaredValue',
+      'input.payload',
+      'input.dropoff.windowStart',
+    ]);
+  });
+
+  it('names the field from the message when the upstream sends no errors object (partner group)', () => {
+    const error = validationErrorFromUpstream(new UpstreamValidationError('pickup_phone_number is too long', {}));
+    expect(error.fields).toEqual([{ path: 'input.pickup.phone', message: 'pickup_phone_number is too long' }]);
+  });
+});
