@@ -13,6 +13,11 @@ import { DEFAULT_PLATFORM_ID, startSandbox, type Sandbox } from './sandbox/index
 import { SqliteStore } from './store/sqlite.js';
 import type { Store } from './store/store.js';
 import { createUpstream, type Upstream } from './upstream/clients.js';
+import { ReadAccess } from './realtime/access.js';
+import { createEventBus } from './realtime/bus.js';
+import { attachGraphQLWebSocket } from './realtime/ws.js';
+import { createWebhookReceiver, type WebhookReceiver } from './webhooks/receiver.js';
+import { createWebhookVerifier } from './webhooks/verify.js';
 
 export interface App {
   /** Base URL of the facade, e.g. http://127.0.0.1:4000 */
@@ -22,6 +27,8 @@ export interface App {
   services: Services;
   /** The GraphQL handler, for in-process requests (`app.yoga.fetch`). */
   yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext>;
+  /** The webhook receiver, when a verification key is known. */
+  receiver: WebhookReceiver | undefined;
   /** The embedded sandbox, when it is the upstream. */
   sandbox: Sandbox | undefined;
   logger: Logger;
@@ -85,7 +92,16 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     (call) => logger.debug({ upstream: call }, 'upstream call'),
   );
   const store = options.store ?? new SqliteStore(config.dataDir);
-  const services: Services = { config, upstream, store };
+  const bus = createEventBus();
+  const access = new ReadAccess(store, upstream);
+  const services: Services = { config, upstream, store, bus, access, maxPendingEvents: 1_000 };
+
+  // Webhooks verify against the configured key, or the sandbox's when it is the upstream.
+  const publicKeyPem = config.webhook.publicKeyPem ?? sandbox?.publicKeyPem;
+  const issuer = config.webhook.issuer ?? sandbox?.issuer;
+  const receiver: WebhookReceiver | undefined =
+    publicKeyPem && issuer ? createWebhookReceiver({ verifier: await createWebhookVerifier(publicKeyPem, issuer), store, bus, logger }) : undefined;
+  if (!receiver) logger.warn('no WEBHOOK_PUBLIC_KEY_FILE: the webhook receiver answers 503 and subscriptions see no events');
 
   const yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext> = createYoga({
     schema: toSchema(),
@@ -94,7 +110,11 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     logging: false,
     graphiql: config.production ? false : { title: 'delivery-graph', headers: JSON.stringify({ Authorization: 'Bearer <merchant key>' }) },
     maskedErrors: { maskError },
-    context: ({ request }) => createContext(services, request.headers.get('authorization')),
+    // Over WebSocket the initial context carries the connection_init authorization and a way to close the socket.
+    context: (initial: Record<string, unknown>) => {
+      const { request, authorization, disconnect } = initial as { request?: Request; authorization?: string; disconnect?: (code: number, reason: string) => void };
+      return createContext(services, authorization ?? request?.headers.get('authorization'), disconnect);
+    },
   });
 
   let readiness: { at: number; ready: boolean } | undefined;
@@ -118,6 +138,10 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
   const handle = (req: IncomingMessage, res: ServerResponse) => {
     const pathname = (req.url ?? '/').split('?', 1)[0];
     if (pathname === '/graphql') return void yoga(req, res);
+    if (pathname === config.webhook.path) {
+      if (receiver) return receiver.handle(req, res);
+      return json(res, 503, { error: 'webhooks_not_configured', message: 'Set WEBHOOK_PUBLIC_KEY_FILE and WEBHOOK_ISSUER to receive webhooks.' });
+    }
     if (pathname === '/health') return json(res, 200, { status: 'ok' });
     if (pathname === '/ready') {
       return void checkReady().then(
@@ -130,6 +154,7 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
 
   const server = createServer(handle);
   server.keepAliveTimeout = 65_000;
+  const ws = attachGraphQLWebSocket(server, yoga);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(config.port, config.host, () => resolve());
@@ -142,6 +167,7 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
   let stopping: Promise<void> | undefined;
   const stop = () =>
     (stopping ??= (async () => {
+      await ws.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeIdleConnections();
@@ -151,5 +177,5 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
       await store.close();
     })());
 
-  return { url, port, server, services, yoga, sandbox, logger, stop };
+  return { url, port, server, services, yoga, receiver, sandbox, logger, stop };
 }

@@ -6,6 +6,8 @@ import type { GraphQLContext } from './context.js';
 
 export const builder = new SchemaBuilder<{
   Context: GraphQLContext;
+  // Fields are non-null unless they say otherwise, as the target schema reads.
+  DefaultFieldNullability: false;
   Scalars: {
     DateTime: { Input: string; Output: string };
     Date: { Input: string; Output: string };
@@ -16,6 +18,7 @@ export const builder = new SchemaBuilder<{
 }>({
   // Errors first, so errors thrown while loading are caught into result unions too.
   plugins: [ErrorsPlugin, RelayPlugin],
+  defaultFieldNullability: false,
   errors: { defaultTypes: [] },
   relay: {
     clientMutationId: 'omit',
@@ -23,13 +26,20 @@ export const builder = new SchemaBuilder<{
     nodesQueryOptions: false,
     nodeQueryOptions: {
       description: 'Refetches any object that implements Node by its global id.',
+      args: { id: { description: 'The global id, as read from an `id` field.' } },
     },
+    hasNextPageFieldOptions: { description: 'True when more items follow this page.' },
+    hasPreviousPageFieldOptions: { description: 'True when items precede this page.' },
+    startCursorFieldOptions: { description: 'Cursor of the first item of this page.' },
+    endCursorFieldOptions: { description: 'Cursor of the last item of this page; pass it as `after` for the next page.' },
     nodeTypeOptions: {
       description: 'An object with a stable, opaque global id that `node(id:)` refetches.',
     },
     pageInfoTypeOptions: {
       description: 'Where a page of a connection sits in the whole list.',
     },
+    cursorFieldOptions: { description: "The item's cursor; pass it as `after` to read on from here." },
+    pageInfoFieldOptions: { description: 'Where this page sits in the whole list.' },
     idFieldOptions: {
       description: 'Opaque global id (Relay); pass it to `node(id:)` to refetch this object.',
     },

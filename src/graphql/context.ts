@@ -5,6 +5,8 @@ import type { Config } from '../config.js';
 import { DeliveryGraphError, NotFoundError, UnauthenticatedError } from '../errors.js';
 import { fromPartnerOrder, fromPlatformDelivery } from '../mapping/delivery.js';
 import type { ApiGroup, Delivery } from '../mapping/model.js';
+import type { ReadAccess } from '../realtime/access.js';
+import type { EventBus } from '../realtime/bus.js';
 import type { Store } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
 
@@ -13,6 +15,10 @@ export interface Services {
   config: Config;
   upstream: Upstream;
   store: Store;
+  bus: EventBus;
+  access: ReadAccess;
+  /** Most events one subscriber may have waiting before it is cut off. */
+  maxPendingEvents: number;
 }
 
 export interface GraphQLContext {
@@ -23,6 +29,8 @@ export interface GraphQLContext {
   requireKey(): string;
   /** One read per (group, uid) per request; null for a uid the caller does not own. */
   deliveryLoader(group: ApiGroup): DataLoader<string, Delivery | null>;
+  /** Over WebSocket: closes this connection (a subscriber that fell too far behind). */
+  disconnect?(code: number, reason: string): void;
 }
 
 /** `Bearer <key>` (scheme case-insensitive) → key. */
@@ -32,12 +40,17 @@ export function bearerKey(header: string | null | undefined): string | undefined
   return match?.[1];
 }
 
-export function createContext(services: Services, authorization: string | null | undefined): GraphQLContext {
+export function createContext(
+  services: Services,
+  authorization: string | null | undefined,
+  disconnect?: (code: number, reason: string) => void,
+): GraphQLContext {
   const key = bearerKey(authorization);
   const loaders = new Map<ApiGroup, DataLoader<string, Delivery | null>>();
   return {
     services,
     key,
+    disconnect,
     requireKey() {
       if (!key) throw new UnauthenticatedError();
       return key;
@@ -63,7 +76,11 @@ async function readDeliveries(services: Services, key: string, group: ApiGroup, 
   const { upstream, config } = services;
   const readOne = async (uid: string): Promise<Delivery | null | Error> => {
     try {
-      return group === 'PLATFORM' ? fromPlatformDelivery(await upstream.platform.get(key, uid)) : fromPartnerOrder(await upstream.partner.getOrder(key, uid));
+      const delivery =
+        group === 'PLATFORM' ? fromPlatformDelivery(await upstream.platform.get(key, uid)) : fromPartnerOrder(await upstream.partner.getOrder(key, uid));
+      // A successful read proves the key may follow this delivery's events.
+      services.access.remember(key, uid);
+      return delivery;
     } catch (error) {
       if (error instanceof NotFoundError) return null;
       return error instanceof DeliveryGraphError ? error : new Error(String(error));

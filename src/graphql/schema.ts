@@ -11,6 +11,7 @@ import './quote.js';
 import './booking.js';
 import './cancellation.js';
 import './availability.js';
+import './events.js';
 
 let schema: GraphQLSchema | undefined;
 

@@ -1,9 +1,34 @@
 // The embedded store: one SQLite file under DATA_DIR, in WAL mode with full
 // fsync, so that what it acknowledged survives a kill -9 and a power cut.
+import { createHash } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import type { BookingResult, IdempotencyClaim, Store } from './store.js';
+import type { WireWebhookEvent } from '../upstream/wire.js';
+import { advance, isStale, type MilestoneState } from '../webhooks/ordering.js';
+import { canonicalJson, type AppendResult, type BookingResult, type EventFilter, type IdempotencyClaim, type Store, type StoredEvent } from './store.js';
+
+interface EventRow {
+  seq: number;
+  uid: string;
+  name: string;
+  status_text: string | null;
+  received_at: string;
+  stale: number;
+  payload: string;
+}
+
+function toStored(row: EventRow): StoredEvent {
+  return {
+    seq: row.seq,
+    uid: row.uid,
+    name: row.name,
+    statusText: row.status_text,
+    receivedAt: row.received_at,
+    stale: row.stale === 1,
+    payload: JSON.parse(row.payload) as WireWebhookEvent,
+  };
+}
 
 /** A booking left pending this long (its process died mid-call) may be claimed again. */
 const PENDING_EXPIRY_MS = 120_000;
@@ -29,6 +54,24 @@ export class SqliteStore implements Store {
         updated_at INTEGER NOT NULL,
         PRIMARY KEY (owner_hash, idempotency_key)
       );
+      CREATE TABLE IF NOT EXISTS events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        uid TEXT NOT NULL,
+        name TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        status_text TEXT,
+        received_at TEXT NOT NULL,
+        stale INTEGER NOT NULL,
+        payload TEXT NOT NULL
+      );
+      CREATE UNIQUE INDEX IF NOT EXISTS events_dedup ON events (uid, name, hash);
+      CREATE INDEX IF NOT EXISTS events_by_uid ON events (uid, seq);
+      CREATE TABLE IF NOT EXISTS delivery_state (
+        uid TEXT PRIMARY KEY,
+        rank REAL NOT NULL,
+        terminal INTEGER NOT NULL,
+        seq INTEGER NOT NULL
+      );
       CREATE TABLE IF NOT EXISTS ownership (
         uid TEXT PRIMARY KEY,
         owner_hash TEXT NOT NULL,
@@ -49,7 +92,71 @@ export class SqliteStore implements Store {
       deleteIdem: this.db.prepare("DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ? AND state = 'pending'"),
       insertOwner: this.db.prepare('INSERT OR IGNORE INTO ownership (uid, owner_hash, created_at) VALUES (?, ?, ?)'),
       getOwner: this.db.prepare<[string], { owner_hash: string }>('SELECT owner_hash FROM ownership WHERE uid = ?'),
+      findEvent: this.db.prepare<[string, string, string], EventRow>('SELECT * FROM events WHERE uid = ? AND name = ? AND hash = ?'),
+      insertEvent: this.db.prepare(
+        'INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload) VALUES (?, ?, ?, ?, ?, ?, ?)',
+      ),
+      getState: this.db.prepare<[string], { rank: number; terminal: number }>('SELECT rank, terminal FROM delivery_state WHERE uid = ?'),
+      putState: this.db.prepare(
+        'INSERT INTO delivery_state (uid, rank, terminal, seq) VALUES (?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET rank = excluded.rank, terminal = excluded.terminal, seq = excluded.seq',
+      ),
+      eventsAfter: this.db.prepare<[number, number], EventRow>('SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?'),
+      eventsOfUidAfter: this.db.prepare<[string, number, number], EventRow>('SELECT * FROM events WHERE uid = ? AND seq > ? ORDER BY seq LIMIT ?'),
+      latestDelivery: this.db.prepare<[string], EventRow>(
+        "SELECT * FROM events WHERE uid = ? AND stale = 0 AND name LIKE 'delivery.%' ORDER BY seq DESC LIMIT 1",
+      ),
+      latestLocation: this.db.prepare<[string], EventRow>(
+        "SELECT * FROM events WHERE uid = ? AND stale = 0 AND json_extract(payload, '$.driver_location.lat') IS NOT NULL ORDER BY seq DESC LIMIT 1",
+      ),
+      lastSeq: this.db.prepare<[], { seq: number | null }>('SELECT MAX(seq) AS seq FROM events'),
     };
+  }
+
+  async appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]> {
+    const s = this.#statements;
+    // One transaction for the batch: one fsync, and ranks compared against what
+    // the same batch already wrote.
+    return this.db.transaction(() =>
+      events.map(({ payload, receivedAt }): AppendResult => {
+        const hash = createHash('sha256').update(canonicalJson(payload)).digest('hex');
+        const existing = s.findEvent.get(payload.uid, payload.event_name, hash);
+        if (existing) return { event: toStored(existing), duplicate: true };
+        const row = s.getState.get(payload.uid);
+        const current: MilestoneState | undefined = row ? { rank: row.rank, terminal: row.terminal === 1 } : undefined;
+        const stale = isStale(payload.event_name, current);
+        const statusText = typeof payload.status === 'string' ? payload.status : null;
+        const info = s.insertEvent.run(payload.uid, payload.event_name, hash, statusText, receivedAt, stale ? 1 : 0, JSON.stringify(payload));
+        const seq = Number(info.lastInsertRowid);
+        if (!stale) {
+          const next = advance(payload.event_name, current);
+          if (next && next !== current) s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, seq);
+        }
+        return { event: { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale, payload }, duplicate: false };
+      }),
+    ).immediate();
+  }
+
+  async eventsAfter(afterSeq: number, limit: number, filter: EventFilter = {}): Promise<StoredEvent[]> {
+    const uids = filter.uids;
+    let rows: EventRow[];
+    if (uids && uids.length > 0) {
+      // Per uid through the (uid, seq) index, then merged in log order.
+      rows = uids.flatMap((uid) => this.#statements.eventsOfUidAfter.all(uid, afterSeq, limit));
+      rows.sort((a, b) => a.seq - b.seq);
+      rows = rows.slice(0, limit);
+    } else {
+      rows = this.#statements.eventsAfter.all(afterSeq, limit);
+    }
+    return rows.map(toStored);
+  }
+
+  async latestEvent(uid: string, kind: 'delivery' | 'location'): Promise<StoredEvent | undefined> {
+    const row = kind === 'delivery' ? this.#statements.latestDelivery.get(uid) : this.#statements.latestLocation.get(uid);
+    return row ? toStored(row) : undefined;
+  }
+
+  async lastSeq(): Promise<number> {
+    return this.#statements.lastSeq.get()?.seq ?? 0;
   }
 
   async claimIdempotency(ownerHash: string, idempotencyKey: string, fingerprint: string): Promise<IdempotencyClaim> {

@@ -2,6 +2,7 @@
 // through it, and (see the events part) the webhook event log. The embedded
 // SQLite store and the Redis store both serve this interface.
 import { createHash } from 'node:crypto';
+import type { WireWebhookEvent } from '../upstream/wire.js';
 
 export interface BookingResult {
   uid: string;
@@ -18,7 +19,41 @@ export type IdempotencyClaim =
   /** The key was used with different input. */
   | { state: 'conflict' };
 
+/** A verified webhook event as the store keeps it. */
+export interface StoredEvent {
+  /** Position in the event log; increases with every stored event. */
+  seq: number;
+  uid: string;
+  name: string;
+  statusText: string | null;
+  /** When the facade received it, ISO 8601 UTC. */
+  receivedAt: string;
+  /** True when it arrived after a later milestone (or after a terminal one). */
+  stale: boolean;
+  payload: WireWebhookEvent;
+}
+
+export interface AppendResult {
+  event: StoredEvent;
+  /** Same uid, event name and canonical payload as an event already stored: nothing new was written. */
+  duplicate: boolean;
+}
+
+export interface EventFilter {
+  /** Only events of these deliveries. */
+  uids?: readonly string[];
+}
+
 export interface Store {
+  /** Stores events durably, in order, with de-duplication and milestone ranking; resolves once they are on disk. */
+  appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]>;
+  /** Events after `afterSeq` (exclusive), oldest first. */
+  eventsAfter(afterSeq: number, limit: number, filter?: EventFilter): Promise<StoredEvent[]>;
+  /** The latest non-stale `delivery.*` event of a delivery, or the latest non-stale event that carries a courier position. */
+  latestEvent(uid: string, kind: 'delivery' | 'location'): Promise<StoredEvent | undefined>;
+  /** The seq of the newest event stored (0 when none). */
+  lastSeq(): Promise<number>;
+
   claimIdempotency(ownerHash: string, idempotencyKey: string, fingerprint: string): Promise<IdempotencyClaim>;
   completeIdempotency(ownerHash: string, idempotencyKey: string, result: BookingResult): Promise<void>;
   releaseIdempotency(ownerHash: string, idempotencyKey: string): Promise<void>;
@@ -47,4 +82,14 @@ export function canonicalJson(value: unknown): string {
 
 export function fingerprint(value: unknown): string {
   return createHash('sha256').update(canonicalJson(value)).digest('hex');
+}
+
+/** Cursors are the decimal seq of an event; anything else is not a cursor. */
+export function cursorOf(seq: number): string {
+  return String(seq);
+}
+
+export function seqOfCursor(cursor: string): number | undefined {
+  if (!/^\d{1,15}$/.test(cursor)) return undefined;
+  return Number(cursor);
 }

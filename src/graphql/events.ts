@@ -1,0 +1,184 @@
+// Webhook events as GraphQL: DeliveryEvent, CourierLocation, Delivery.events,
+// and the three subscriptions.
+import { BadUserInputError } from '../errors.js';
+import { fromWebhookEvent, geoPoint } from '../mapping/delivery.js';
+import type { Courier, Delivery, DeliveryStatus, GeoPoint } from '../mapping/model.js';
+import { statusOfEvent } from '../mapping/status.js';
+import { courierLocation, deliveryEvents, deliveryUpdated, type EventView, type RealtimeDeps, type Subscriber } from '../realtime/streams.js';
+import { cursorOf, seqOfCursor, type StoredEvent } from '../store/store.js';
+import { builder } from './builder.js';
+import type { GraphQLContext } from './context.js';
+import { DeliveryRef } from './delivery.js';
+import { DeliveryStatusEnum } from './enums.js';
+import { CourierRef, GeoPointRef } from './objects.js';
+
+/**
+ * One event object reaches every subscriber of its delivery: map its payload
+ * once, not once per subscriber.
+ */
+const mapped = new WeakMap<object, Delivery>();
+function deliveryOf(event: EventView): Delivery {
+  if (event.snapshot) return event.snapshot.delivery;
+  let delivery = mapped.get(event);
+  if (!delivery) {
+    delivery = fromWebhookEvent(event.payload);
+    mapped.set(event, delivery);
+  }
+  return delivery;
+}
+
+function statusOf(event: EventView): DeliveryStatus {
+  return event.snapshot ? event.snapshot.status : statusOfEvent(event.name);
+}
+
+export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').implement({
+  description: 'A webhook event as received from the upstream, after its signature was verified; or a `snapshot` built from a read.',
+  fields: (t) => ({
+    cursor: t.string({
+      description: "Position in the facade's event log; pass it as `after` to deliveryEvents or Delivery.events to resume after this event.",
+      resolve: (event) => cursorOf(event.seq),
+    }),
+    uid: t.exposeID('uid', { description: 'The delivery the event is about.' }),
+    name: t.exposeString('name', {
+      description: 'event_name, e.g. "delivery.pickup_complete" or "location.dropoff_enroute"; "snapshot" for a state read from the upstream.',
+    }),
+    status: t.field({ type: DeliveryStatusEnum, description: "The status implied by the event's milestone.", resolve: statusOf }),
+    statusText: t.exposeString('statusText', { nullable: true, description: 'The upstream\'s human-readable status, e.g. "Picked Up".' }),
+    receivedAt: t.field({ type: 'DateTime', description: 'When the facade received the event.', resolve: (event) => event.receivedAt }),
+    courierLocation: t.field({
+      type: GeoPointRef,
+      nullable: true,
+      description: "The courier's position carried by the event (driver_location).",
+      resolve: (event) => (event.snapshot ? event.snapshot.delivery.courier?.location : geoPoint(event.payload.driver_location)) ?? null,
+    }),
+    stale: t.exposeBoolean('stale', {
+      description: 'True when it arrived after a later milestone (out of order) or after a terminal one; stale events change nothing.',
+    }),
+    delivery: t.field({ type: DeliveryRef, description: 'The delivery as this event describes it.', resolve: deliveryOf }),
+  }),
+});
+
+interface CourierPosition {
+  uid: string;
+  location: GeoPoint;
+  milestone: string;
+  courier: Courier | null;
+  receivedAt: string;
+}
+
+const CourierLocationRef = builder.objectRef<CourierPosition>('CourierLocation').implement({
+  description: "The courier's position on one delivery.",
+  fields: (t) => ({
+    uid: t.exposeID('uid', { description: 'The delivery.' }),
+    location: t.expose('location', { type: GeoPointRef, description: "The courier's position." }),
+    milestone: t.exposeString('milestone', { description: 'The milestone the position belongs to, e.g. "pickup_enroute".' }),
+    courier: t.expose('courier', { type: CourierRef, nullable: true, description: 'The courier, as the event describes them.' }),
+    receivedAt: t.field({ type: 'DateTime', description: 'When the facade received the position.', resolve: (position) => position.receivedAt }),
+  }),
+});
+
+function positionOf(event: StoredEvent): CourierPosition {
+  const delivery = deliveryOf(event);
+  return {
+    uid: event.uid,
+    location: geoPoint(event.payload.driver_location)!,
+    milestone: event.name.slice(event.name.indexOf('.') + 1),
+    courier: delivery.courier,
+    receivedAt: event.receivedAt,
+  };
+}
+
+const DeliveryEventConnectionRef = builder.connectionObject(
+  {
+    type: DeliveryEventRef,
+    name: 'DeliveryEventConnection',
+    description: "A page of a delivery's webhook events, oldest first.",
+    edgesNullable: { list: false, items: false },
+    nodeNullable: false,
+    edgesField: { description: 'The events of this page, each with its cursor.' },
+  },
+  { name: 'DeliveryEventEdge', description: 'One event and its cursor.', nodeField: { description: 'The event.' } },
+);
+
+const MAX_PAGE = 500;
+
+builder.objectField(DeliveryRef, 'events', (t) =>
+  t.field({
+    type: DeliveryEventConnectionRef,
+    nullable: false,
+    description: 'Every webhook event received for this delivery, oldest first (stale ones included, marked).',
+    args: {
+      first: t.arg.int({ description: `Page size, 1 to ${MAX_PAGE}; all (up to ${MAX_PAGE}) when omitted.` }),
+      after: t.arg.string({ description: 'Cursor of the event to read after.' }),
+    },
+    resolve: async (delivery, { first, after }, ctx) => {
+      if (first != null && (first < 1 || first > MAX_PAGE)) throw new BadUserInputError(`first must be between 1 and ${MAX_PAGE}.`);
+      const afterSeq = after == null ? 0 : seqOfCursor(after);
+      if (afterSeq === undefined) throw new BadUserInputError(`"${after}" is not a cursor of this facade's event log.`);
+      const limit = first ?? MAX_PAGE;
+      const events = await ctx.services.store.eventsAfter(afterSeq, limit + 1, { uids: [delivery.uid] });
+      const page = events.slice(0, limit);
+      return {
+        edges: page.map((event) => ({ cursor: cursorOf(event.seq), node: event })),
+        pageInfo: {
+          hasNextPage: events.length > limit,
+          hasPreviousPage: afterSeq > 0,
+          startCursor: page[0] ? cursorOf(page[0].seq) : null,
+          endCursor: page.at(-1) ? cursorOf(page.at(-1)!.seq) : null,
+        },
+      };
+    },
+  }),
+);
+
+function realtime(ctx: GraphQLContext): { deps: RealtimeDeps; subscriber: Subscriber } {
+  const key = ctx.requireKey();
+  const { store, bus, access, upstream, maxPendingEvents } = ctx.services;
+  return { deps: { store, bus, access, upstream, maxPending: maxPendingEvents }, subscriber: { key, disconnect: ctx.disconnect } };
+}
+
+builder.subscriptionType({
+  description: 'Live updates, fed only by the upstream\'s verified webhooks. Over WebSocket (graphql-transport-ws) or server-sent events.',
+  fields: (t) => ({
+    deliveryUpdated: t.field({
+      type: DeliveryEventRef,
+      nullable: false,
+      description:
+        'Lifecycle of one delivery: first the current state (the latest stored event, or a `snapshot` read from the upstream), then one message per accepted delivery.* event. Never moves backwards; duplicates are dropped; completes after a terminal milestone.',
+      args: { uid: t.arg.id({ required: true, description: 'The delivery to follow.' }) },
+      subscribe: (_root, { uid }, ctx) => {
+        const { deps, subscriber } = realtime(ctx);
+        return deliveryUpdated(deps, subscriber, String(uid));
+      },
+      resolve: (event) => event,
+    }),
+    courierLocation: t.field({
+      type: CourierLocationRef,
+      nullable: false,
+      description:
+        'Courier position for one delivery: location.* events and driver_location on delivery.* events, starting with the latest known. Stale positions (from an earlier milestone) are dropped; a slow reader gets the latest position only.',
+      args: { uid: t.arg.id({ required: true, description: 'The delivery to follow.' }) },
+      subscribe: (_root, { uid }, ctx) => {
+        const { deps, subscriber } = realtime(ctx);
+        return courierLocation(deps, subscriber, String(uid));
+      },
+      resolve: positionOf,
+    }),
+    deliveryEvents: t.field({
+      type: DeliveryEventRef,
+      nullable: false,
+      description:
+        'Every event the caller may see, optionally filtered; with `after`, first replays the stored events after that cursor, then goes live, with no gap and no duplicate.',
+      args: {
+        uids: t.arg.idList({ description: 'Only these deliveries.' }),
+        names: t.arg.stringList({ description: 'Only these event names, e.g. ["delivery.dropoff_complete"].' }),
+        after: t.arg.string({ description: 'Replay the stored events after this cursor first.' }),
+      },
+      subscribe: (_root, { uids, names, after }, ctx) => {
+        const { deps, subscriber } = realtime(ctx);
+        return deliveryEvents(deps, subscriber, { uids: uids?.map(String), names, after });
+      },
+      resolve: (event) => event,
+    }),
+  }),
+});

@@ -1,0 +1,123 @@
+// A subscriber's queue of pending events. Location updates are coalesced (the
+// latest per delivery wins) so a slow reader never piles them up; status events
+// are never dropped, and a reader that falls too far behind is cut off.
+
+export class SlowConsumerError extends Error {
+  override name = 'SlowConsumerError';
+}
+
+export interface EventQueueOptions<T> {
+  /** Most events that may wait; one more and the queue fails with SlowConsumerError. */
+  maxPending: number;
+  /** Items with the same key replace each other while waiting; undefined: never coalesced. */
+  coalesceKey(item: T): string | undefined;
+  /** Called once when the reader falls too far behind. */
+  onOverflow?(pending: number): void;
+  /** Called once when the queue ends, for whatever reason. */
+  onEnd?(): void;
+}
+
+export class EventQueue<T> implements AsyncIterableIterator<T> {
+  readonly #options: EventQueueOptions<T>;
+  readonly #items: Array<T | undefined> = [];
+  #head = 0;
+  /** Position in #items of the waiting item with each coalesce key. */
+  readonly #slots = new Map<string, number>();
+  #waiting: ((result: IteratorResult<T>) => void) | undefined;
+  #failWaiting: ((error: Error) => void) | undefined;
+  #ended = false;
+  #error: Error | undefined;
+
+  constructor(options: EventQueueOptions<T>) {
+    this.#options = options;
+  }
+
+  get pending(): number {
+    return this.#items.length - this.#head;
+  }
+
+  push(item: T): void {
+    if (this.#ended) return;
+    if (this.#waiting) {
+      const resolve = this.#waiting;
+      this.#waiting = undefined;
+      this.#failWaiting = undefined;
+      resolve({ value: item, done: false });
+      return;
+    }
+    const key = this.#options.coalesceKey(item);
+    if (key !== undefined) {
+      const slot = this.#slots.get(key);
+      if (slot !== undefined) {
+        this.#items[slot] = item;
+        return;
+      }
+      this.#slots.set(key, this.#items.length);
+    }
+    this.#items.push(item);
+    if (this.pending > this.#options.maxPending) {
+      this.#options.onOverflow?.(this.pending);
+      this.fail(new SlowConsumerError(`subscriber too slow: more than ${this.#options.maxPending} events waiting`));
+    }
+  }
+
+  /** Ends the queue: the reader gets the waiting items, then done. */
+  end(): void {
+    this.#finish();
+    if (this.#waiting && this.pending === 0) this.#waiting({ value: undefined, done: true });
+  }
+
+  /** Ends the queue with an error the reader gets at once. */
+  fail(error: Error): void {
+    this.#error = error;
+    this.#items.length = 0;
+    this.#head = 0;
+    this.#slots.clear();
+    this.#finish();
+    this.#failWaiting?.(error);
+  }
+
+  #finish(): void {
+    if (this.#ended) return;
+    this.#ended = true;
+    this.#options.onEnd?.();
+  }
+
+  next(): Promise<IteratorResult<T>> {
+    if (this.#error) return Promise.reject(this.#error);
+    if (this.pending > 0) {
+      const item = this.#items[this.#head] as T;
+      this.#items[this.#head] = undefined;
+      this.#head += 1;
+      const key = this.#options.coalesceKey(item);
+      if (key !== undefined && this.#slots.get(key) === this.#head - 1) this.#slots.delete(key);
+      if (this.#head > 1024 && this.#head * 2 > this.#items.length) this.#compact();
+      return Promise.resolve({ value: item, done: false });
+    }
+    if (this.#ended) return Promise.resolve({ value: undefined, done: true });
+    return new Promise((resolve, reject) => {
+      this.#waiting = resolve;
+      this.#failWaiting = reject;
+    });
+  }
+
+  #compact(): void {
+    this.#items.splice(0, this.#head);
+    for (const [key, slot] of this.#slots) this.#slots.set(key, slot - this.#head);
+    this.#head = 0;
+  }
+
+  return(): Promise<IteratorResult<T>> {
+    this.#items.length = 0;
+    this.#head = 0;
+    this.#slots.clear();
+    this.#finish();
+    this.#waiting?.({ value: undefined, done: true });
+    this.#waiting = undefined;
+    return Promise.resolve({ value: undefined, done: true });
+  }
+
+  [Symbol.asyncIterator](): AsyncIterableIterator<T> {
+    return this;
+  }
+}

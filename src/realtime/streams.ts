@@ -1,0 +1,194 @@
+// The three subscription streams. Each attaches its listener before it reads
+// the store, so nothing published in between is missed, and then skips what it
+// already yielded by seq: no gap, no repeat.
+import { BadUserInputError, NotFoundError } from '../errors.js';
+import { fromPartnerOrder, fromPlatformDelivery } from '../mapping/delivery.js';
+import type { Delivery, DeliveryStatus } from '../mapping/model.js';
+import { seqOfCursor, type Store, type StoredEvent } from '../store/store.js';
+import type { Upstream } from '../upstream/clients.js';
+import { isDeliveryEvent, isLocationEvent, isTerminalStatus, milestoneRank, rankOfStatus } from '../webhooks/ordering.js';
+import { statusOfEvent } from '../mapping/status.js';
+import type { ReadAccess } from './access.js';
+import type { EventBus } from './bus.js';
+import { EventQueue } from './queue.js';
+
+/** A stored event, or the `snapshot` built from an upstream read when none is stored. */
+export type EventView = StoredEvent & {
+  /** Set on snapshots: the delivery as read, and its status. */
+  snapshot?: { delivery: Delivery; status: DeliveryStatus };
+};
+
+export interface RealtimeDeps {
+  store: Store;
+  bus: EventBus;
+  access: ReadAccess;
+  upstream: Upstream;
+  /** Most events one subscriber may have waiting. */
+  maxPending: number;
+}
+
+export interface Subscriber {
+  key: string;
+  /** Cuts the subscriber's connection off (WebSocket close) when it falls too far behind. */
+  disconnect?(code: number, reason: string): void;
+}
+
+/** WebSocket close code for a subscriber that reads too slowly. */
+export const SLOW_CONSUMER_CLOSE_CODE = 4008;
+
+const REPLAY_PAGE = 500;
+
+function queueFor(deps: RealtimeDeps, subscriber: Subscriber, unlisten: () => void): EventQueue<StoredEvent> {
+  return new EventQueue<StoredEvent>({
+    maxPending: deps.maxPending,
+    // Positions: the latest per delivery wins. Status events are never coalesced.
+    coalesceKey: (event) => (isLocationEvent(event.name) ? event.uid : undefined),
+    onOverflow: (pending) => subscriber.disconnect?.(SLOW_CONSUMER_CLOSE_CODE, `subscriber too slow: ${pending} events waiting`),
+    onEnd: unlisten,
+  });
+}
+
+async function assertReadable(deps: RealtimeDeps, key: string, uid: string): Promise<void> {
+  if (!(await deps.access.canRead(key, uid))) throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
+}
+
+/** A `snapshot` event from an upstream read, for a delivery of which no event is stored yet. */
+async function snapshotOf(deps: RealtimeDeps, key: string, uid: string, seq: number): Promise<EventView> {
+  let delivery: Delivery;
+  try {
+    delivery = fromPlatformDelivery(await deps.upstream.platform.get(key, uid));
+  } catch (error) {
+    if (!(error instanceof NotFoundError)) throw error;
+    delivery = fromPartnerOrder(await deps.upstream.partner.getOrder(key, uid));
+  }
+  return {
+    seq,
+    uid,
+    name: 'snapshot',
+    statusText: delivery.rawStatus,
+    receivedAt: new Date().toISOString(),
+    stale: false,
+    payload: { uid, event_name: 'snapshot' },
+    snapshot: { delivery, status: delivery.status },
+  };
+}
+
+function rankOfView(event: EventView): number {
+  return (event.snapshot ? rankOfStatus(event.snapshot.status) : milestoneRank(event.name)) ?? -1;
+}
+
+function isTerminalView(event: EventView): boolean {
+  return isTerminalStatus(event.snapshot ? event.snapshot.status : statusOfEvent(event.name));
+}
+
+/** deliveryUpdated: the current state, then each accepted delivery.* event; ends after a terminal one. */
+export async function* deliveryUpdated(deps: RealtimeDeps, subscriber: Subscriber, uid: string): AsyncGenerator<EventView> {
+  await assertReadable(deps, subscriber.key, uid);
+  const queue = queueFor(deps, subscriber, () => unlisten());
+  const unlisten = deps.bus.listen(uid, (event) => {
+    if (!event.stale && isDeliveryEvent(event.name)) queue.push(event);
+  });
+  try {
+    const logPosition = await deps.store.lastSeq();
+    const current: EventView = (await deps.store.latestEvent(uid, 'delivery')) ?? (await snapshotOf(deps, subscriber.key, uid, logPosition));
+    let lastSeq = current.seq;
+    let lastRank = rankOfView(current);
+    yield current;
+    if (isTerminalView(current)) return;
+    for await (const event of queue) {
+      const rank = rankOfView(event);
+      // Never backwards, never twice (a snapshot may be ahead of late events).
+      if (event.seq <= lastSeq || rank <= lastRank) continue;
+      lastSeq = event.seq;
+      lastRank = rank;
+      yield event;
+      if (isTerminalView(event)) return;
+    }
+  } finally {
+    await queue.return();
+  }
+}
+
+/** courierLocation: each non-stale position of the delivery's courier, newest milestone only. */
+export async function* courierLocation(deps: RealtimeDeps, subscriber: Subscriber, uid: string): AsyncGenerator<StoredEvent> {
+  await assertReadable(deps, subscriber.key, uid);
+  const queue = queueFor(deps, subscriber, () => unlisten());
+  let finished = false;
+  const unlisten = deps.bus.listen(uid, (event) => {
+    if (event.stale) return;
+    if (isDeliveryEvent(event.name) && isTerminalStatus(statusOfEvent(event.name))) {
+      finished = true;
+      queue.end();
+      return;
+    }
+    if (event.payload.driver_location) queue.push(event);
+  });
+  try {
+    let lastSeq = 0;
+    let lastRank = -1;
+    const latest = await deps.store.latestEvent(uid, 'location');
+    if (latest) {
+      lastSeq = latest.seq;
+      lastRank = milestoneRank(latest.name) ?? -1;
+      yield latest;
+    }
+    const state = await deps.store.latestEvent(uid, 'delivery');
+    if (finished || (state && isTerminalStatus(statusOfEvent(state.name)))) return;
+    for await (const event of queue) {
+      const rank = milestoneRank(event.name) ?? lastRank;
+      if (event.seq <= lastSeq || rank < lastRank) continue;
+      lastSeq = event.seq;
+      lastRank = rank;
+      yield event;
+    }
+  } finally {
+    await queue.return();
+  }
+}
+
+export interface DeliveryEventsArgs {
+  uids?: readonly string[] | null;
+  names?: readonly string[] | null;
+  after?: string | null;
+}
+
+/** deliveryEvents: stored events after the cursor, then live ones; only those the caller may see. */
+export async function* deliveryEvents(deps: RealtimeDeps, subscriber: Subscriber, args: DeliveryEventsArgs): AsyncGenerator<StoredEvent> {
+  const uids = args.uids && args.uids.length > 0 ? [...new Set(args.uids)] : undefined;
+  const names = args.names && args.names.length > 0 ? new Set(args.names) : undefined;
+  let afterSeq: number | undefined;
+  if (args.after != null) {
+    afterSeq = seqOfCursor(args.after);
+    if (afterSeq === undefined) throw new BadUserInputError(`"${args.after}" is not a cursor of this facade's event log.`);
+  }
+  if (uids) for (const uid of uids) await assertReadable(deps, subscriber.key, uid);
+
+  const queue = queueFor(deps, subscriber, () => unlisteners.forEach((unlisten) => unlisten()));
+  const push = (event: StoredEvent) => queue.push(event);
+  const unlisteners = uids ? uids.map((uid) => deps.bus.listen(uid, push)) : [deps.bus.listen(undefined, push)];
+
+  const visible = async (event: StoredEvent) =>
+    (!names || names.has(event.name)) && (uids !== undefined || (await deps.access.canRead(subscriber.key, event.uid).catch(() => false)));
+
+  try {
+    // Without a cursor everything queued is new: the listener came first.
+    let position = afterSeq ?? 0;
+    if (afterSeq !== undefined) {
+      for (;;) {
+        const page = await deps.store.eventsAfter(position, REPLAY_PAGE, uids ? { uids } : undefined);
+        for (const event of page) {
+          position = event.seq;
+          if (await visible(event)) yield event;
+        }
+        if (page.length < REPLAY_PAGE) break;
+      }
+    }
+    for await (const event of queue) {
+      if (event.seq <= position) continue;
+      position = event.seq;
+      if (await visible(event)) yield event;
+    }
+  } finally {
+    await queue.return();
+  }
+}

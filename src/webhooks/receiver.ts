@@ -1,0 +1,150 @@
+// The webhook receiver: size cap, JWT verification, durable store, then 200 and
+// publication. Events arriving together are written in one transaction (one
+// fsync) and published in log order after the commit.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Logger } from '../logger.js';
+import type { EventBus } from '../realtime/bus.js';
+import type { AppendResult, Store } from '../store/store.js';
+import type { WireWebhookEvent } from '../upstream/wire.js';
+import { WebhookAuthError, WebhookPayloadError, type WebhookVerifier } from './verify.js';
+
+export const MAX_WEBHOOK_BYTES = 1024 * 1024;
+
+/** What the receiver counts, for metrics and tests. */
+export interface WebhookCounters {
+  accepted: number;
+  duplicate: number;
+  stale: number;
+  rejected: number;
+}
+
+interface Pending {
+  payload: WireWebhookEvent;
+  receivedAt: string;
+  resolve(result: AppendResult): void;
+  reject(error: unknown): void;
+}
+
+/** Group commit: everything appended in one turn of the event loop shares one transaction. */
+class AppendBatcher {
+  #batch: Pending[] = [];
+  #flushing: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly store: Store,
+    private readonly bus: EventBus,
+  ) {}
+
+  append(payload: WireWebhookEvent, receivedAt: string): Promise<AppendResult> {
+    return new Promise((resolve, reject) => {
+      this.#batch.push({ payload, receivedAt, resolve, reject });
+      if (this.#batch.length === 1) setImmediate(() => this.#flush());
+    });
+  }
+
+  #flush(): void {
+    const batch = this.#batch;
+    this.#batch = [];
+    // Batches commit one after another, so the log and the publications keep one order.
+    this.#flushing = this.#flushing.then(async () => {
+      try {
+        const results = await this.store.appendEvents(batch);
+        results.forEach((result, index) => {
+          if (!result.duplicate) this.bus.publish(result.event);
+          batch[index]!.resolve(result);
+        });
+      } catch (error) {
+        for (const pending of batch) pending.reject(error);
+      }
+    });
+  }
+}
+
+class BodyTooLarge extends Error {}
+
+async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  const declared = Number(req.headers['content-length']);
+  if (Number.isFinite(declared) && declared > limit) throw new BodyTooLarge();
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > limit) throw new BodyTooLarge();
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks, size);
+}
+
+export interface WebhookReceiver {
+  handle(req: IncomingMessage, res: ServerResponse): void;
+  counters: WebhookCounters;
+}
+
+export function createWebhookReceiver(options: { verifier: WebhookVerifier; store: Store; bus: EventBus; logger: Logger }): WebhookReceiver {
+  const { verifier, logger } = options;
+  const batcher = new AppendBatcher(options.store, options.bus);
+  const counters: WebhookCounters = { accepted: 0, duplicate: 0, stale: 0, rejected: 0 };
+
+  const answer = (res: ServerResponse, status: number, body: Record<string, unknown>) => {
+    if (status >= 400) counters.rejected += 1;
+    res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+  };
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    if (req.method !== 'POST') {
+      res.setHeader('allow', 'POST');
+      return answer(res, 405, { error: 'method_not_allowed', message: 'Webhooks are POSTed.' });
+    }
+    let body: Buffer;
+    try {
+      body = await readBody(req, MAX_WEBHOOK_BYTES);
+    } catch (error) {
+      if (error instanceof BodyTooLarge) {
+        answer(res, 413, { error: 'payload_too_large', message: `Webhook bodies are limited to ${MAX_WEBHOOK_BYTES} bytes.` });
+        req.destroy();
+        return;
+      }
+      return answer(res, 400, { error: 'bad_request', message: 'The request body could not be read.' });
+    }
+    let payload: WireWebhookEvent;
+    try {
+      payload = await verifier.verify(req.headers.authorization);
+    } catch (error) {
+      if (error instanceof WebhookAuthError) {
+        logger.warn({ reason: error.message }, 'webhook rejected: verification failed');
+        return answer(res, 401, { error: 'invalid_token', message: 'The webhook token could not be verified.' });
+      }
+      if (error instanceof WebhookPayloadError) return answer(res, 400, { error: 'bad_event', message: error.message });
+      throw error;
+    }
+    // The body is not trusted (the signed claim is the event) but must still be JSON.
+    if (body.length > 0) {
+      try {
+        JSON.parse(body.toString('utf8'));
+      } catch {
+        return answer(res, 400, { error: 'bad_request', message: 'The body is not JSON.' });
+      }
+    }
+    let result: AppendResult;
+    try {
+      result = await batcher.append(payload, new Date().toISOString());
+    } catch (error) {
+      logger.error({ err: error }, 'webhook not stored');
+      return answer(res, 503, { error: 'store_unavailable', message: 'The event could not be stored; retry later.' });
+    }
+    if (result.duplicate) counters.duplicate += 1;
+    else if (result.event.stale) counters.stale += 1;
+    else counters.accepted += 1;
+    answer(res, 200, { status: result.duplicate ? 'duplicate' : 'stored', cursor: String(result.event.seq), stale: result.event.stale });
+  };
+
+  return {
+    counters,
+    handle(req, res) {
+      handle(req, res).catch((error: unknown) => {
+        logger.error({ err: error }, 'webhook handler failed');
+        if (!res.headersSent) answer(res, 500, { error: 'internal', message: 'The event was not stored.' });
+      });
+    },
+  };
+}

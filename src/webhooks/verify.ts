@@ -1,0 +1,46 @@
+// Webhook JWT verification with jose: RS256 only, the configured issuer, exp
+// required. The event is the signed `payload` claim, never the unsigned body.
+import { importSPKI, jwtVerify, type KeyObject } from 'jose';
+import type { WireWebhookEvent } from '../upstream/wire.js';
+
+/** Seconds of clock skew tolerated on exp (and nbf/iat when present). */
+export const CLOCK_TOLERANCE_SECONDS = 30;
+
+export class WebhookAuthError extends Error {
+  override name = 'WebhookAuthError';
+}
+
+export class WebhookPayloadError extends Error {
+  override name = 'WebhookPayloadError';
+}
+
+export interface WebhookVerifier {
+  /** The verified event; WebhookAuthError for a bad token, WebhookPayloadError for a bad payload claim. */
+  verify(authorization: string | undefined): Promise<WireWebhookEvent>;
+}
+
+export async function createWebhookVerifier(publicKeyPem: string, issuer: string): Promise<WebhookVerifier> {
+  const key: KeyObject | CryptoKey = await importSPKI(publicKeyPem, 'RS256');
+  return {
+    async verify(authorization) {
+      const token = /^Bearer ([A-Za-z0-9_\-.=]+)$/.exec(authorization?.trim() ?? '')?.[1];
+      if (!token) throw new WebhookAuthError('missing bearer token');
+      let payload: unknown;
+      try {
+        ({ payload } = await jwtVerify(token, key, {
+          algorithms: ['RS256'],
+          issuer,
+          requiredClaims: ['exp'],
+          clockTolerance: CLOCK_TOLERANCE_SECONDS,
+        }).then((result) => ({ payload: result.payload.payload })));
+      } catch (error) {
+        throw new WebhookAuthError((error as { code?: string }).code ?? 'invalid token');
+      }
+      if (!payload || typeof payload !== 'object' || Array.isArray(payload)) throw new WebhookPayloadError('the payload claim is not an object');
+      const event = payload as Record<string, unknown>;
+      if (typeof event.uid !== 'string' || event.uid === '') throw new WebhookPayloadError('the event has no uid');
+      if (typeof event.event_name !== 'string' || event.event_name === '') throw new WebhookPayloadError('the event has no event_name');
+      return event as unknown as WireWebhookEvent;
+    },
+  };
+}
