@@ -94,7 +94,7 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
   const store = options.store ?? new SqliteStore(config.dataDir);
   const bus = createEventBus();
   const access = new ReadAccess(store, upstream);
-  const services: Services = { config, upstream, store, bus, access, maxPendingEvents: 1_000 };
+  const services: Services = { config, upstream, store, bus, access, maxPendingEvents: config.realtime.maxPendingEvents };
 
   // Webhooks verify against the configured key, or the sandbox's when it is the upstream.
   const publicKeyPem = config.webhook.publicKeyPem ?? sandbox?.publicKeyPem;

@@ -42,6 +42,10 @@ export interface Config {
     /** Upstream reads one request runs at once. */
     readonly batchConcurrency: number;
   };
+  readonly realtime: {
+    /** Events one subscriber may have waiting (location updates coalesce) before it is cut off. */
+    readonly maxPendingEvents: number;
+  };
   readonly sandbox: {
     /** Port of the embedded sandbox when UPSTREAM_URL is unset (0: any free port). */
     readonly port: number;
@@ -77,6 +81,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'REDIS_URL', help: 'share events, dedup and fan-out between instances through Redis', default: 'unset: embedded' },
   { name: 'MAX_BATCH_SIZE', help: 'longest deliveries(uids:) list', default: '100' },
   { name: 'BATCH_CONCURRENCY', help: 'upstream reads one GraphQL request runs at once', default: '32' },
+  { name: 'SUBSCRIBER_MAX_PENDING', help: 'events one subscriber may have waiting before it is disconnected', default: '1000' },
   { name: 'SANDBOX_PORT', help: 'port of the embedded sandbox (0: any free port)', default: '4010' },
   { name: 'SANDBOX_STEP_MS', help: 'time between simulated milestones in the embedded sandbox', default: '3000' },
   { name: 'LOG_LEVEL', help: 'fatal, error, warn, info, debug, trace or silent', default: 'info' },
@@ -175,6 +180,9 @@ export function loadConfig(env: Env = process.env): Config {
     graphql: {
       maxBatchSize: integer(env, 'MAX_BATCH_SIZE', 100, 1, 10_000),
       batchConcurrency: integer(env, 'BATCH_CONCURRENCY', 32, 1, 1_000),
+    },
+    realtime: {
+      maxPendingEvents: integer(env, 'SUBSCRIBER_MAX_PENDING', 1000, 1, 1_000_000),
     },
     sandbox: {
       port: integer(env, 'SANDBOX_PORT', 4010, 0, 65535),

@@ -51,6 +51,10 @@ async function main(): Promise<void> {
       'Try it:',
       `  curl -s ${app.url}/graphql -H 'content-type: application/json' -H 'authorization: Bearer ${merchant.key}' \\`,
       `    -d '{"query":"{ availability { group service available } }"}'`,
+      '',
+      `Watch a delivery move: book one (README, "Cookbook"), then in GraphiQL at ${app.url}/graphql run`,
+      '  subscription { deliveryUpdated(uid: "<uid>") { status name receivedAt courierLocation { lat lng } } }',
+      `  with the header {"Authorization": "Bearer ${merchant.key}"}. Milestones come every ${config.sandbox.stepMs} ms (SANDBOX_STEP_MS).`,
     );
   }
   console.log(lines.join('\n'));

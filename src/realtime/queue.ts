@@ -11,6 +11,8 @@ export interface EventQueueOptions<T> {
   maxPending: number;
   /** Items with the same key replace each other while waiting; undefined: never coalesced. */
   coalesceKey(item: T): string | undefined;
+  /** Coalescing starts once this many events wait: a reader keeping up sees every position. */
+  coalesceAfter?: number;
   /** Called once when the reader falls too far behind. */
   onOverflow?(pending: number): void;
   /** Called once when the queue ends, for whatever reason. */
@@ -45,7 +47,7 @@ export class EventQueue<T> implements AsyncIterableIterator<T> {
       resolve({ value: item, done: false });
       return;
     }
-    const key = this.#options.coalesceKey(item);
+    const key = this.pending >= (this.#options.coalesceAfter ?? 0) ? this.#options.coalesceKey(item) : undefined;
     if (key !== undefined) {
       const slot = this.#slots.get(key);
       if (slot !== undefined) {

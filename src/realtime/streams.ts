@@ -37,12 +37,15 @@ export interface Subscriber {
 export const SLOW_CONSUMER_CLOSE_CODE = 4008;
 
 const REPLAY_PAGE = 500;
+/** Positions waiting beyond this many events mean the reader lags: from then on only the latest counts. */
+const COALESCE_AFTER = 16;
 
 function queueFor(deps: RealtimeDeps, subscriber: Subscriber, unlisten: () => void): EventQueue<StoredEvent> {
   return new EventQueue<StoredEvent>({
     maxPending: deps.maxPending,
     // Positions: the latest per delivery wins. Status events are never coalesced.
     coalesceKey: (event) => (isLocationEvent(event.name) ? event.uid : undefined),
+    coalesceAfter: COALESCE_AFTER,
     onOverflow: (pending) => subscriber.disconnect?.(SLOW_CONSUMER_CLOSE_CODE, `subscriber too slow: ${pending} events waiting`),
     onEnd: unlisten,
   });

@@ -3,7 +3,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { makeDataDir } from '../helpers/stack.js';
+import { deliveryInput, makeDataDir } from '../helpers/stack.js';
+import { collect, wsClient } from '../helpers/ws-client.js';
 
 const root = new URL('../..', import.meta.url).pathname;
 
@@ -41,7 +42,7 @@ describe('npm start against the embedded sandbox', () => {
   let key: string;
 
   beforeAll(async () => {
-    child = run({ PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir });
+    child = run({ PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: '40', DATA_DIR: dataDir });
     const banner = waitFor(child, /merchant key: (\S+)/);
     url = (await waitFor(child, /serving on (http:\/\/\S+)/))[1]!;
     key = (await banner)[1]!;
@@ -70,6 +71,29 @@ describe('npm start against the embedded sandbox', () => {
         ],
       },
     });
+  });
+
+  it('moves a booked delivery to DROPOFF_COMPLETE through signed webhooks, seen by a graphql-ws subscriber', async () => {
+    const response = await fetch(`${url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+      body: JSON.stringify({
+        query: 'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }',
+        variables: { input: deliveryInput() },
+      }),
+    });
+    const uid = ((await response.json()) as any).data.createDelivery.data.uid;
+    const client = wsClient(url, key);
+    const updates = collect(client, 'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { status name } }', { uid });
+    const positions = collect(client, 'subscription($uid: ID!) { courierLocation(uid: $uid) { location { lat lng } } }', { uid });
+    await updates.done;
+    await positions.done;
+    const statuses = updates.items.map((item) => item.deliveryUpdated.status);
+    expect(statuses.at(-1)).toBe('DROPOFF_COMPLETE');
+    expect(statuses).toContain('PICKUP_COMPLETE');
+    expect(updates.items.slice(1).every((item) => item.deliveryUpdated.name.startsWith('delivery.'))).toBe(true);
+    expect(positions.items.length).toBeGreaterThan(3);
+    await client.dispose();
   });
 
   it('stops cleanly on SIGTERM', async () => {

@@ -1,0 +1,75 @@
+// A real graphql-ws client for tests: subscribe, collect what arrives, wait for it.
+import { createClient, type Client } from 'graphql-ws';
+import WebSocket from 'ws';
+
+export interface Collected<T = any> {
+  /** Data of each `next` message, in arrival order. */
+  items: T[];
+  errors: unknown[];
+  completed: boolean;
+  /** Resolves once `count` items arrived (or rejects after timeoutMs). */
+  waitFor(count: number, timeoutMs?: number): Promise<T[]>;
+  /** Resolves when the subscription completes or errors. */
+  done: Promise<void>;
+  dispose(): void;
+}
+
+export function wsClient(httpUrl: string, key: string | undefined, options: { onClose?: (code: number, reason: string) => void } = {}): Client {
+  return createClient({
+    url: `${httpUrl.replace(/^http/, 'ws')}/graphql`,
+    webSocketImpl: WebSocket,
+    connectionParams: key === undefined ? {} : { authorization: `Bearer ${key}` },
+    retryAttempts: 0,
+    lazy: true,
+    on: { closed: (event) => options.onClose?.((event as CloseEvent).code, (event as CloseEvent).reason) },
+  });
+}
+
+export function collect<T = any>(client: Client, query: string, variables?: Record<string, unknown>): Collected<T> {
+  const items: T[] = [];
+  const errors: unknown[] = [];
+  const waiters: Array<{ count: number; resolve: (items: T[]) => void }> = [];
+  let finish!: () => void;
+  const done = new Promise<void>((resolve) => (finish = resolve));
+  const collected: Collected<T> = {
+    items,
+    errors,
+    completed: false,
+    done,
+    waitFor(count, timeoutMs = 10_000) {
+      if (items.length >= count) return Promise.resolve(items);
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(
+          () => reject(new Error(`got ${items.length} of ${count} items; errors: ${JSON.stringify(errors)}`)),
+          timeoutMs,
+        );
+        waiters.push({ count, resolve: (value) => (clearTimeout(timer), resolve(value)) });
+      });
+    },
+    dispose: () => unsubscribe(),
+  };
+  const unsubscribe = client.subscribe<T>(
+    { query, variables },
+    {
+      next: (message) => {
+        if (message.errors) errors.push(...message.errors);
+        if (message.data) items.push(message.data as T);
+        for (const waiter of [...waiters]) {
+          if (items.length >= waiter.count) {
+            waiters.splice(waiters.indexOf(waiter), 1);
+            waiter.resolve(items);
+          }
+        }
+      },
+      error: (error) => {
+        errors.push(error);
+        finish();
+      },
+      complete: () => {
+        collected.completed = true;
+        finish();
+      },
+    },
+  );
+  return collected;
+}

@@ -1,0 +1,282 @@
+// Subscriptions end to end: the sandbox moves a delivery and signs webhooks, the
+// facade verifies and stores them, and real graphql-ws clients watch.
+import { exportPKCS8, generateKeyPair, SignJWT } from 'jose';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
+import { collect, wsClient } from '../helpers/ws-client.js';
+
+const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`;
+const UPDATED = `subscription($uid: ID!) { deliveryUpdated(uid: $uid) { cursor uid name status statusText stale courierLocation { lat lng } delivery { status courier { name } } } }`;
+const LOCATION = `subscription($uid: ID!) { courierLocation(uid: $uid) { uid milestone location { lat lng } courier { name } receivedAt } }`;
+const EVENTS = `subscription($uids: [ID!], $after: String) { deliveryEvents(uids: $uids, after: $after) { cursor uid name stale } }`;
+
+const MILESTONES = ['ASSIGNED', 'PICKUP_ENROUTE', 'PICKUP_ARRIVED', 'PICKUP_COMPLETE', 'DROPOFF_ENROUTE', 'DROPOFF_ARRIVED', 'DROPOFF_COMPLETE'];
+
+let stack: Stack;
+let privateKey: CryptoKey;
+
+beforeAll(async () => {
+  const pair = await generateKeyPair('RS256', { extractable: true });
+  privateKey = pair.privateKey as CryptoKey;
+  stack = await startStack({ sandbox: { privateKeyPem: await exportPKCS8(pair.privateKey), knobs: { retryBaseMs: 20 } } });
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+async function book(key = stack.key): Promise<string> {
+  const result = await stack.gql(CREATE, { input: deliveryInput() }, key);
+  return result.data.createDelivery.data.uid;
+}
+
+/** Signs and posts one event the way the upstream would. */
+async function post(event: Record<string, unknown>): Promise<Response> {
+  const token = await new SignJWT({ payload: event })
+    .setProtectedHeader({ alg: 'RS256' })
+    .setIssuer(stack.sandbox.issuer)
+    .setExpirationTime('5m')
+    .sign(privateKey);
+  return fetch(`${stack.app.url}/webhooks`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+    body: JSON.stringify(event),
+  });
+}
+
+async function advanceAll(uid: string, steps = MILESTONES.length): Promise<void> {
+  for (let i = 0; i < steps; i += 1) await stack.sandbox.advance(uid);
+}
+
+describe('deliveryUpdated', () => {
+  it('sees the whole lifecycle in order, from the current state to DROPOFF_COMPLETE, then completes', async () => {
+    const uid = await book();
+    const client = wsClient(stack.app.url, stack.key);
+    const sub = collect(client, UPDATED, { uid });
+    const [first] = await sub.waitFor(1);
+    expect(first.deliveryUpdated.status).toBe('CREATED');
+    expect(['delivery.created', 'snapshot']).toContain(first.deliveryUpdated.name);
+
+    await advanceAll(uid);
+    await sub.waitFor(1 + MILESTONES.length);
+    await sub.done;
+    expect(sub.completed).toBe(true);
+    const updates = sub.items.map((item) => item.deliveryUpdated);
+    expect(updates.map((u) => u.status)).toEqual(['CREATED', ...MILESTONES]);
+    expect(updates.slice(1).map((u) => u.name)).toEqual(MILESTONES.map((m) => `delivery.${m.toLowerCase()}`));
+    expect(updates.find((u) => u.status === 'PICKUP_COMPLETE').statusText).toBe('Picked Up');
+    expect(updates.at(-1).delivery.courier.name).toBeTruthy();
+    expect(updates.every((u) => u.stale === false)).toBe(true);
+    const cursors = updates.slice(1).map((u) => Number(u.cursor));
+    expect([...cursors].sort((a, b) => a - b)).toEqual(cursors);
+    await client.dispose();
+  });
+
+  it('starts with a snapshot read from the upstream when no event is stored', async () => {
+    stack.sandbox.setWebhookUrl(undefined);
+    const uid = await book();
+    await stack.sandbox.advance(uid);
+    stack.sandbox.setWebhookUrl(`${stack.app.url}/webhooks`);
+    const client = wsClient(stack.app.url, stack.key);
+    const sub = collect(client, UPDATED, { uid });
+    const [first] = await sub.waitFor(1);
+    expect(first.deliveryUpdated).toMatchObject({ name: 'snapshot', status: 'ASSIGNED', uid, stale: false });
+    expect(first.deliveryUpdated.delivery.courier.name).toBeTruthy();
+    await stack.sandbox.advance(uid);
+    const [, second] = await sub.waitFor(2);
+    expect(second.deliveryUpdated.status).toBe('PICKUP_ENROUTE');
+    await client.dispose();
+  });
+
+  it('yields the non-stale sequence exactly once when the sandbox duplicates and shuffles webhooks', async () => {
+    stack.sandbox.setKnobs({ duplicateRate: 1, reorderRate: 0.5 });
+    try {
+      const uid = await book();
+      const client = wsClient(stack.app.url, stack.key);
+      const sub = collect(client, UPDATED, { uid });
+      await sub.waitFor(1);
+      await advanceAll(uid);
+      await stack.sandbox.idle();
+      await sub.done;
+      const seen = sub.items.map((item) => item.deliveryUpdated);
+      const history = await stack.gql('query($uid: ID!) { delivery(uid: $uid) { events { edges { node { name stale cursor } } } } }', { uid });
+      const stored = history.data.delivery.events.edges.map((edge: any) => edge.node);
+      // Each event stored once, whatever the sandbox sent twice.
+      const keys = stored.map((event: any) => event.name);
+      expect(new Set(keys.filter((name: string) => name.startsWith('delivery.'))).size).toBe(keys.filter((name: string) => name.startsWith('delivery.')).length);
+      const accepted = stored.filter((event: any) => !event.stale && event.name.startsWith('delivery.'));
+      expect(seen.filter((u) => u.name !== 'snapshot').map((u) => u.cursor)).toEqual(
+        accepted.filter((e: any) => Number(e.cursor) > Number(seen[0].cursor) || seen[0].name === 'snapshot').map((e: any) => e.cursor).filter((c: string) => c !== seen[0].cursor),
+      );
+      const ranks = seen.map((u) => ['CREATED', ...MILESTONES].indexOf(u.status));
+      expect(ranks).toEqual([...new Set(ranks)].sort((a, b) => a - b));
+      expect(seen.at(-1).status).toBe('DROPOFF_COMPLETE');
+      await client.dispose();
+    } finally {
+      stack.sandbox.setKnobs({ duplicateRate: 0, reorderRate: 0 });
+    }
+  });
+});
+
+describe('courierLocation', () => {
+  it('follows the courier as it moves, milestone by milestone', async () => {
+    const uid = await book();
+    const client = wsClient(stack.app.url, stack.key);
+    const sub = collect(client, LOCATION, { uid });
+    await advanceAll(uid);
+    await stack.sandbox.idle();
+    await sub.done;
+    const positions = sub.items.map((item) => item.courierLocation);
+    expect(positions.length).toBeGreaterThanOrEqual(6);
+    expect(['assigned', 'assigned_driver']).toContain(positions[0].milestone);
+    expect(new Set(positions.map((p) => `${p.location.lat},${p.location.lng}`)).size).toBeGreaterThan(3);
+    expect(positions.every((p) => p.uid === uid && p.courier?.name)).toBe(true);
+    await client.dispose();
+  });
+
+  it('drops a position from an earlier milestone', async () => {
+    const uid = await book();
+    await advanceAll(uid, 5); // dropoff_enroute
+    await stack.sandbox.idle();
+    const client = wsClient(stack.app.url, stack.key);
+    const sub = collect(client, LOCATION, { uid });
+    const [latest] = await sub.waitFor(1);
+    expect(latest.courierLocation.milestone).toBe('dropoff_enroute');
+    expect((await post({ uid, event_name: 'location.pickup_enroute', driver_location: { lat: 1, lng: 1 } })).status).toBe(200);
+    expect((await post({ uid, event_name: 'location.dropoff_enroute', driver_location: { lat: 2, lng: 2 } })).status).toBe(200);
+    const [, next] = await sub.waitFor(2);
+    expect(next.courierLocation.location).toEqual({ lat: 2, lng: 2 });
+    expect(sub.items).toHaveLength(2);
+    await client.dispose();
+  });
+});
+
+describe('deliveryEvents', () => {
+  it('replays after a cursor, then goes live, with no gap and no duplicate under concurrent arrivals', async () => {
+    const uid = await book();
+    // Status events: never coalesced, so every one must arrive (all but the first are stale, and still in the log).
+    const send = (i: number) => post({ uid, event_name: 'delivery.assigned', status: `tick ${i}` });
+    const before = await Promise.all(Array.from({ length: 50 }, (_, i) => send(i).then((r) => r.json())));
+    const cursors = before.map((b: any) => Number(b.cursor)).sort((a, b) => a - b);
+    const after = String(cursors[9]);
+
+    const client = wsClient(stack.app.url, stack.key);
+    const sending = Promise.all(Array.from({ length: 150 }, (_, i) => send(50 + i)));
+    const sub = collect(client, EVENTS, { uids: [uid], after });
+    await sending;
+    const expected = 40 + 150 + 1; // replayed + live + delivery.created
+    await sub.waitFor(expected - 1);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const seen = sub.items.map((item) => Number(item.deliveryEvents.cursor));
+    expect(new Set(seen).size).toBe(seen.length);
+    expect([...seen].sort((a, b) => a - b)).toEqual(seen);
+    const history = await stack.gql('query($uid: ID!, $after: String) { delivery(uid: $uid) { events(after: $after) { edges { cursor } } } }', { uid, after });
+    expect(seen).toEqual(history.data.delivery.events.edges.map((edge: any) => Number(edge.cursor)));
+    await client.dispose();
+  });
+
+  it('shows each merchant only its own deliveries', async () => {
+    const a = wsClient(stack.app.url, stack.key);
+    const b = wsClient(stack.app.url, stack.otherKey);
+    const subA = collect(a, EVENTS, {});
+    const subB = collect(b, EVENTS, {});
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const mine = await book(stack.key);
+    const theirs = await book(stack.otherKey);
+    await stack.sandbox.advance(mine);
+    await stack.sandbox.advance(theirs);
+    await stack.sandbox.idle();
+    await subA.waitFor(3);
+    await subB.waitFor(3);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(new Set(subA.items.map((item) => item.deliveryEvents.uid))).toEqual(new Set([mine]));
+    expect(new Set(subB.items.map((item) => item.deliveryEvents.uid))).toEqual(new Set([theirs]));
+    await a.dispose();
+    await b.dispose();
+  });
+
+  it('refuses a cursor that is not one', async () => {
+    const client = wsClient(stack.app.url, stack.key);
+    const sub = collect(client, EVENTS, { after: 'not-a-cursor' });
+    await sub.done;
+    expect(JSON.stringify(sub.errors)).toContain('not a cursor');
+    await client.dispose();
+  });
+});
+
+describe('who sees what', () => {
+  it('refuses a connection without a key', async () => {
+    let closeCode = 0;
+    const client = wsClient(stack.app.url, undefined, { onClose: (code) => (closeCode = code) });
+    const sub = collect(client, UPDATED, { uid: 'x' });
+    await sub.done;
+    expect(closeCode).toBe(4403);
+    await client.dispose();
+  });
+
+  it('gives an error, and no event, for another merchant’s delivery', async () => {
+    const theirs = await book(stack.otherKey);
+    const client = wsClient(stack.app.url, stack.key);
+    const sub = collect(client, UPDATED, { uid: theirs });
+    await sub.done;
+    expect(sub.items).toEqual([]);
+    expect(JSON.stringify(sub.errors)).toContain('NOT_FOUND');
+    await client.dispose();
+  });
+});
+
+describe('server-sent events', () => {
+  it('serves deliveryUpdated over SSE too', async () => {
+    const uid = await book();
+    const controller = new AbortController();
+    const response = await fetch(`${stack.app.url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${stack.key}` },
+      body: JSON.stringify({ query: UPDATED, variables: { uid } }),
+      signal: controller.signal,
+    });
+    expect(response.headers.get('content-type')).toContain('text/event-stream');
+    const reader = response.body!.getReader();
+    let text = '';
+    while (!text.includes('"status":"CREATED"')) text += new TextDecoder().decode((await reader.read()).value);
+    controller.abort();
+  });
+});
+
+describe('slow consumers', () => {
+  it('disconnects a subscriber that stops reading, with a clear close reason', async () => {
+    const slow = await startStack({ env: { SUBSCRIBER_MAX_PENDING: '20' }, sandbox: { privateKeyPem: await exportPKCS8(privateKey) } });
+    try {
+      const uid = (await slow.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid;
+      const socket = new WebSocket(`${slow.app.url.replace('http', 'ws')}/graphql`, 'graphql-transport-ws');
+      const closed = new Promise<{ code: number; reason: string }>((resolve) => socket.on('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+      await new Promise((resolve) => socket.once('open', resolve));
+      socket.send(JSON.stringify({ type: 'connection_init', payload: { Authorization: `Bearer ${slow.key}` } }));
+      await new Promise((resolve) => socket.once('message', resolve));
+      const bigSelection = `cursor uid name status statusText receivedAt stale delivery { uid status rawStatus pickup { name phone email instructions address { street city country latitude longitude } } dropoff { name phone address { street city country } } package { description requirements } payload }`;
+      socket.send(JSON.stringify({ id: '1', type: 'subscribe', payload: { query: `subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { ${bigSelection} } }`, variables: { uids: [uid] } } }));
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      // Stop reading: the kernel buffers fill, the server's sends stall, its queue grows.
+      (socket as unknown as { _socket: { pause(): void } })._socket.pause();
+      const padding = 'x'.repeat(4000);
+      const sign = async (i: number) => {
+        const event = { uid, event_name: 'delivery.failed', status: `status-${i}`, platform_payload: { padding, i } };
+        const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(slow.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
+        return fetch(`${slow.app.url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+      };
+      const result = await Promise.race([
+        closed,
+        (async () => {
+          for (let i = 0; i < 4000; i += 50) await Promise.all(Array.from({ length: 50 }, (_, j) => sign(i + j)));
+          return undefined;
+        })(),
+      ]);
+      (socket as unknown as { _socket: { resume(): void } })._socket.resume();
+      const { code, reason } = result ?? (await closed);
+      expect(code).toBe(4008);
+      expect(reason).toMatch(/too slow/);
+    } finally {
+      await slow.stop();
+    }
+  });
+});

@@ -1,0 +1,85 @@
+// The subscriber queue: positions coalesce once a reader lags, status events never drop, and a reader too far behind is cut off.
+import { describe, expect, it } from 'vitest';
+import { EventQueue, SlowConsumerError } from '../../src/realtime/queue.js';
+
+type Item = { kind: 'status' | 'location'; uid: string; n: number };
+const queue = (maxPending = 100, coalesceAfter = 0) => {
+  const overflows: number[] = [];
+  let ended = 0;
+  const q = new EventQueue<Item>({
+    maxPending,
+    coalesceAfter,
+    coalesceKey: (item) => (item.kind === 'location' ? item.uid : undefined),
+    onOverflow: (pending) => overflows.push(pending),
+    onEnd: () => (ended += 1),
+  });
+  return { q, overflows, ended: () => ended };
+};
+const drain = async (q: EventQueue<Item>, count: number) => {
+  const out: Item[] = [];
+  for (let i = 0; i < count; i += 1) out.push((await q.next()).value);
+  return out;
+};
+
+describe('EventQueue', () => {
+  it('hands a waiting reader the next item at once', async () => {
+    const { q } = queue();
+    const next = q.next();
+    q.push({ kind: 'location', uid: 'a', n: 1 });
+    expect((await next).value).toEqual({ kind: 'location', uid: 'a', n: 1 });
+  });
+
+  it('keeps only the latest position per delivery for a lagging reader, and every status event', async () => {
+    const { q } = queue();
+    q.push({ kind: 'location', uid: 'a', n: 1 });
+    q.push({ kind: 'status', uid: 'a', n: 2 });
+    q.push({ kind: 'location', uid: 'a', n: 3 });
+    q.push({ kind: 'location', uid: 'b', n: 4 });
+    q.push({ kind: 'status', uid: 'a', n: 5 });
+    q.push({ kind: 'location', uid: 'a', n: 6 });
+    expect(q.pending).toBe(4);
+    expect((await drain(q, 4)).map((item) => item.n)).toEqual([6, 2, 4, 5]);
+  });
+
+  it('does not coalesce while the reader keeps up', async () => {
+    const { q } = queue(100, 3);
+    for (let n = 1; n <= 3; n += 1) q.push({ kind: 'location', uid: 'a', n });
+    expect(q.pending).toBe(3);
+    q.push({ kind: 'location', uid: 'a', n: 4 });
+    q.push({ kind: 'location', uid: 'a', n: 5 });
+    expect((await drain(q, 4)).map((item) => item.n)).toEqual([1, 2, 3, 5]);
+  });
+
+  it('starts a new slot once the coalesced item was read', async () => {
+    const { q } = queue();
+    q.push({ kind: 'location', uid: 'a', n: 1 });
+    expect((await q.next()).value.n).toBe(1);
+    q.push({ kind: 'status', uid: 'a', n: 2 });
+    q.push({ kind: 'location', uid: 'a', n: 3 });
+    expect((await drain(q, 2)).map((item) => item.n)).toEqual([2, 3]);
+  });
+
+  it('fails with SlowConsumerError once too many status events wait, and frees them', async () => {
+    const { q, overflows, ended } = queue(3);
+    for (let n = 1; n <= 4; n += 1) q.push({ kind: 'status', uid: 'a', n });
+    expect(overflows).toEqual([4]);
+    expect(ended()).toBe(1);
+    expect(q.pending).toBe(0);
+    await expect(q.next()).rejects.toBeInstanceOf(SlowConsumerError);
+    q.push({ kind: 'status', uid: 'a', n: 5 });
+    expect(q.pending).toBe(0);
+  });
+
+  it('ends after the waiting items when ended, and at once when returned', async () => {
+    const { q, ended } = queue();
+    q.push({ kind: 'status', uid: 'a', n: 1 });
+    q.end();
+    expect((await q.next()).value.n).toBe(1);
+    expect((await q.next()).done).toBe(true);
+    const other = queue();
+    other.q.push({ kind: 'status', uid: 'a', n: 1 });
+    await other.q.return();
+    expect((await other.q.next()).done).toBe(true);
+    expect(ended()).toBe(1);
+  });
+});
