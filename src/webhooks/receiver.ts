@@ -33,6 +33,7 @@ class AppendBatcher {
   constructor(
     private readonly store: Store,
     private readonly bus: EventBus,
+    private readonly onPublishError: (error: unknown) => void,
   ) {}
 
   append(payload: WireWebhookEvent, receivedAt: string): Promise<AppendResult> {
@@ -47,15 +48,24 @@ class AppendBatcher {
     this.#batch = [];
     // Batches commit one after another, so the log and the publications keep one order.
     this.#flushing = this.#flushing.then(async () => {
+      let results: AppendResult[];
       try {
-        const results = await this.store.appendEvents(batch);
-        results.forEach((result, index) => {
-          if (!result.duplicate) this.bus.publish(result.event);
-          batch[index]!.resolve(result);
-        });
+        results = await this.store.appendEvents(batch);
       } catch (error) {
         for (const pending of batch) pending.reject(error);
+        return;
       }
+      // Stored is stored: the sender gets its 200 even if publishing one event fails.
+      results.forEach((result, index) => {
+        if (!result.duplicate) {
+          try {
+            this.bus.publish(result.event);
+          } catch (error) {
+            this.onPublishError(error);
+          }
+        }
+        batch[index]!.resolve(result);
+      });
     });
   }
 }
@@ -82,7 +92,7 @@ export interface WebhookReceiver {
 
 export function createWebhookReceiver(options: { verifier: WebhookVerifier; store: Store; bus: EventBus; logger: Logger }): WebhookReceiver {
   const { verifier, logger } = options;
-  const batcher = new AppendBatcher(options.store, options.bus);
+  const batcher = new AppendBatcher(options.store, options.bus, (error) => logger.error({ err: error }, 'stored event not published'));
   const counters: WebhookCounters = { accepted: 0, duplicate: 0, stale: 0, rejected: 0 };
 
   const answer = (res: ServerResponse, status: number, body: Record<string, unknown>) => {
@@ -100,6 +110,9 @@ export function createWebhookReceiver(options: { verifier: WebhookVerifier; stor
       body = await readBody(req, MAX_WEBHOOK_BYTES);
     } catch (error) {
       if (error instanceof BodyTooLarge) {
+        // The rest of the body stays unread: close the connection after the answer,
+        // or a keep-alive client's next request on it would hang behind those bytes.
+        res.setHeader('connection', 'close');
         answer(res, 413, { error: 'payload_too_large', message: `Webhook bodies are limited to ${MAX_WEBHOOK_BYTES} bytes.` });
         req.destroy();
         return;
