@@ -2,11 +2,13 @@
 // and the webhook receiver; with no UPSTREAM_URL, the embedded sandbox too.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { useGraphQlJit } from '@envelop/graphql-jit';
 import type { GraphQLError } from 'graphql';
 import { createGraphQLError, createYoga, maskError as yogaMaskError, type YogaServerInstance } from 'graphql-yoga';
 import type { Config } from './config.js';
 import { DeliveryGraphError, UpstreamTimeoutError, UpstreamUnavailableError } from './errors.js';
 import { createContext, type GraphQLContext, type Services } from './graphql/context.js';
+import { createGraphQLHttpHandler } from './graphql/http.js';
 import { toSchema } from './graphql/schema.js';
 import { createLogger, type Logger } from './logger.js';
 import { DEFAULT_PLATFORM_ID, startSandbox, type Sandbox } from './sandbox/index.js';
@@ -49,6 +51,9 @@ export const SANDBOX_DEMO_MERCHANTS = [
   { key: 'sk_test_demo_merchant', name: 'Demo Merchant', platformId: DEFAULT_PLATFORM_ID },
   { key: 'sk_test_second_merchant', name: 'Second Merchant', platformId: DEFAULT_PLATFORM_ID },
 ];
+
+/** Largest GraphQL request body accepted. */
+const MAX_GRAPHQL_BODY_BYTES = 1024 * 1024;
 
 /** How long a readiness answer is reused before the upstream is asked again. */
 const READY_CACHE_MS = 5_000;
@@ -110,12 +115,16 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     logging: false,
     graphiql: config.production ? false : { title: 'delivery-graph', headers: JSON.stringify({ Authorization: 'Bearer <merchant key>' }) },
     maskedErrors: { maskError },
+    // Compiled execution: each distinct operation is compiled once (graphql-jit), then run without the interpreter.
+    plugins: [useGraphQlJit()],
     // Over WebSocket the initial context carries the connection_init authorization and a way to close the socket.
     context: (initial: Record<string, unknown>) => {
       const { request, authorization, disconnect } = initial as { request?: Request; authorization?: string; disconnect?: (code: number, reason: string) => void };
       return createContext(services, authorization ?? request?.headers.get('authorization'), disconnect);
     },
   });
+
+  const graphqlHttp = createGraphQLHttpHandler(yoga, { maxBodyBytes: MAX_GRAPHQL_BODY_BYTES });
 
   let readiness: { at: number; ready: boolean } | undefined;
   const checkReady = async (): Promise<boolean> => {
@@ -137,7 +146,7 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
 
   const handle = (req: IncomingMessage, res: ServerResponse) => {
     const pathname = (req.url ?? '/').split('?', 1)[0];
-    if (pathname === '/graphql') return void yoga(req, res);
+    if (pathname === '/graphql') return graphqlHttp(req, res);
     if (pathname === config.webhook.path) {
       if (receiver) return receiver.handle(req, res);
       return json(res, 503, { error: 'webhooks_not_configured', message: 'Set WEBHOOK_PUBLIC_KEY_FILE and WEBHOOK_ISSUER to receive webhooks.' });

@@ -76,11 +76,7 @@ async function readDeliveries(services: Services, key: string, group: ApiGroup, 
   const { upstream, config } = services;
   const readOne = async (uid: string): Promise<Delivery | null | Error> => {
     try {
-      const delivery =
-        group === 'PLATFORM' ? fromPlatformDelivery(await upstream.platform.get(key, uid)) : fromPartnerOrder(await upstream.partner.getOrder(key, uid));
-      // A successful read proves the key may follow this delivery's events.
-      services.access.remember(key, uid);
-      return delivery;
+      return group === 'PLATFORM' ? fromPlatformDelivery(await upstream.platform.get(key, uid)) : fromPartnerOrder(await upstream.partner.getOrder(key, uid));
     } catch (error) {
       if (error instanceof NotFoundError) return null;
       return error instanceof DeliveryGraphError ? error : new Error(String(error));

@@ -32,11 +32,13 @@ export function decimalFrom(value: unknown): string | null {
   let decimal: Decimal;
   if (typeof value === 'number') {
     if (!Number.isFinite(value)) return null;
+    // The common case, an amount in cents: its shortest form is already exact.
+    const shortest = String(value);
+    if (CENTS.test(shortest)) return withTwoDecimals(shortest);
     decimal = new Decimal(value.toPrecision(15));
     // Beyond 15 significant digits (over 10^13 with cents) rounding to 15 would
     // change the amount; a shortest form with at most two decimals is the exact
     // cents value the upstream converted, not an artifact.
-    const shortest = String(value);
     if (!decimal.equals(value) && /^-?\d+(\.\d{1,2})?$/.test(shortest)) decimal = new Decimal(shortest);
   } else if (typeof value === 'string' && /^-?\d+(\.\d+)?$/.test(value.trim())) {
     decimal = new Decimal(value.trim());
@@ -44,6 +46,14 @@ export function decimalFrom(value: unknown): string | null {
     return null;
   }
   return formatDecimal(decimal);
+}
+
+const CENTS = /^-?\d{1,13}(\.\d{1,2})?$/;
+
+function withTwoDecimals(text: string): string {
+  const dot = text.indexOf('.');
+  if (dot < 0) return `${text}.00`;
+  return text.length - dot === 2 ? `${text}0` : text;
 }
 
 export function formatDecimal(decimal: Decimal): string {
@@ -61,12 +71,15 @@ const ISO_WITH_OFFSET = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2})(?::(\d{2})
  */
 export function utcDateTime(value: unknown): string | null {
   if (typeof value !== 'string') return null;
+  // The upstream's own form, already UTC: "YYYY-MM-DDTHH:MM:SS+00:00" or "…Z".
+  const utc = UTC_SECONDS.exec(value);
+  if (utc) return isCalendarDay(utc[1]!, utc[2]!, utc[3]!) && isClockTime(utc[4]!, utc[5]!, utc[6]!) ? `${value.slice(0, 19)}Z` : null;
   const text = value.trim();
   if (!ISO_WITH_OFFSET.test(text)) return null;
   const hasOffset = /([Zz]|[+-]\d{2}:?\d{2})$/.test(text);
   const [, year, month, day, hour, minute, second] = ISO_WITH_OFFSET.exec(text)!;
   // Date.parse rolls impossible values over (2026-02-30 → 2026-03-02, 24:00 → next day).
-  if (!isCalendarDay(year!, month!, day!) || Number(hour) > 23 || Number(minute) > 59 || Number(second ?? 0) > 59) return null;
+  if (!isCalendarDay(year!, month!, day!) || !isClockTime(hour!, minute!, second ?? '0')) return null;
   const millis = Date.parse(hasOffset ? text : `${text}Z`);
   if (Number.isNaN(millis)) return null;
   return `${new Date(millis).toISOString().slice(0, 19)}Z`;
@@ -81,9 +94,20 @@ export function calendarDate(value: unknown): string | null {
   return utcDateTime(text)?.slice(0, 10) ?? null;
 }
 
+const UTC_SECONDS = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:Z|\+00:00)$/;
+const DAYS_IN_MONTH = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+
 function isCalendarDay(year: string, month: string, day: string): boolean {
-  const date = new Date(Date.UTC(Number(year), Number(month) - 1, Number(day)));
-  return date.getUTCMonth() === Number(month) - 1 && date.getUTCDate() === Number(day);
+  const y = Number(year);
+  const m = Number(month);
+  const d = Number(day);
+  if (m < 1 || m > 12 || d < 1) return false;
+  const leap = m === 2 && y % 4 === 0 && (y % 100 !== 0 || y % 400 === 0);
+  return d <= DAYS_IN_MONTH[m - 1]! + (leap ? 1 : 0);
+}
+
+function isClockTime(hour: string, minute: string, second: string): boolean {
+  return Number(hour) <= 23 && Number(minute) <= 59 && Number(second) <= 59;
 }
 
 export function isJsonObject(value: unknown): value is Record<string, unknown> {

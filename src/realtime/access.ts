@@ -20,11 +20,6 @@ export class ReadAccess {
     this.#upstream = upstream;
   }
 
-  /** Notes that a read of `uid` with `key` succeeded (the GraphQL read path calls this). */
-  remember(key: string, uid: string): void {
-    this.#put(`${hashKey(key)}:${uid}`, true);
-  }
-
   async canRead(key: string, uid: string): Promise<boolean> {
     const owner = hashKey(key);
     const entry = `${owner}:${uid}`;

@@ -112,13 +112,18 @@ export class UpstreamHttp {
   async call<T>(request: UpstreamRequest): Promise<T> {
     const started = performance.now();
     const deadline = started + this.#options.timeoutMs;
+    // One timer and one controller for the whole call, retries included.
+    const budget = new AbortController();
+    const timer = setTimeout(() => budget.abort(), this.#options.timeoutMs);
+    const forward = () => budget.abort();
+    request.signal?.addEventListener('abort', forward, { once: true });
     let attempts = 0;
     let status: number | undefined;
     try {
       for (;;) {
         attempts += 1;
         try {
-          const response = await this.#send(request, deadline);
+          const response = await this.#send(request, deadline, budget.signal);
           status = response.status;
           const result = parseSuccess<T>(response, request) ?? throwClassified(response, request);
           this.#report(request, status, 'ok', attempts, started);
@@ -130,13 +135,16 @@ export class UpstreamHttp {
           const canRetry = request.method === 'GET' && attempts <= MAX_GET_RETRIES && !request.signal?.aborted;
           // A retry only happens when it can still finish inside the budget.
           if (!canRetry || performance.now() + delay + 10 >= deadline) throw error.error;
-          await sleep(delay, undefined, { signal: request.signal }).catch(() => undefined);
+          await sleep(delay, undefined, { signal: budget.signal }).catch(() => undefined);
         }
       }
     } catch (error) {
       const known = error instanceof DeliveryGraphError ? error : classifyThrown(error, request);
       this.#report(request, status, known.code, attempts, started);
       throw known;
+    } finally {
+      clearTimeout(timer);
+      request.signal?.removeEventListener('abort', forward);
     }
   }
 
@@ -158,10 +166,8 @@ export class UpstreamHttp {
     return retryAfterMs === undefined ? jittered : Math.max(jittered, retryAfterMs);
   }
 
-  async #send(request: UpstreamRequest, deadline: number): Promise<RawResponse> {
+  async #send(request: UpstreamRequest, deadline: number, signal: AbortSignal): Promise<RawResponse> {
     const remaining = Math.max(1, Math.floor(deadline - performance.now()));
-    const budget = AbortSignal.timeout(remaining);
-    const signal = request.signal ? AbortSignal.any([budget, request.signal]) : budget;
     const headers: Record<string, string> = { accept: 'application/json' };
     if (request.key) headers.authorization = `Bearer ${request.key}`;
     let body: string | undefined;
@@ -187,8 +193,8 @@ export class UpstreamHttp {
       return result;
     } catch (error) {
       if (error instanceof Retryable || error instanceof DeliveryGraphError) throw error;
-      if (budget.aborted) throw new UpstreamTimeoutError(undefined, { cause: error });
       if (request.signal?.aborted) throw new UpstreamUnavailableError('The upstream call was aborted.', { cause: error });
+      if (signal.aborted) throw new UpstreamTimeoutError(undefined, { cause: error });
       const classified = classifyThrown(error, request);
       if (classified instanceof UpstreamUnavailableError) throw new Retryable(classified, undefined, undefined);
       throw classified;

@@ -1,0 +1,44 @@
+// Starting each contender as its own process.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { BENCH, ROOT, spawnReady } from './proc.mjs';
+import { PLATFORM_ID } from './fixed-upstream.mjs';
+
+export function startUpstream(latencyMs = 0) {
+  return spawnReady(process.execPath, [path.join(BENCH, 'lib/fixed-upstream.mjs'), '0', String(latencyMs)]).then((p) => ({
+    ...p,
+    origin: `http://127.0.0.1:${p.match[1]}`,
+    url: `http://127.0.0.1:${p.match[1]}/api/v1`,
+  }));
+}
+
+export function startReverseProxy(upstreamOrigin) {
+  return spawnReady(process.execPath, [path.join(BENCH, 'lib/reverse-proxy.mjs'), '0', upstreamOrigin]).then((p) => ({
+    ...p,
+    origin: `http://127.0.0.1:${p.match[1]}`,
+  }));
+}
+
+/** delivery-graph, compiled (dist/main.js, as in production), against the given upstream. */
+export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'bench' } = {}) {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'dg-bench-'));
+  const extra = {};
+  if (publicKeyPem) {
+    const file = path.join(dataDir, 'webhook.pem');
+    writeFileSync(file, publicKeyPem);
+    Object.assign(extra, { WEBHOOK_PUBLIC_KEY_FILE: file, WEBHOOK_ISSUER: issuer });
+  }
+  return spawnReady(process.execPath, [path.join(ROOT, 'dist/main.js')], {
+    env: { PORT: '0', UPSTREAM_URL: upstreamUrl, PLATFORM_ID, DATA_DIR: dataDir, LOG_LEVEL: 'silent', NODE_ENV: 'production', ...extra, ...env },
+    ready: /serving on (http:\/\/\S+)/,
+  }).then((p) => ({ ...p, origin: p.match[1], dataDir }));
+}
+
+export async function startMeshContender(upstreamUrl) {
+  return spawnReady(process.execPath, [path.join(BENCH, 'mesh/start.mjs')], {
+    env: { UPSTREAM_URL: upstreamUrl, PORT: '0' },
+    ready: /listening on http:\/\/[^:]+:(\d+)/,
+    timeoutMs: 120_000,
+  }).then((p) => ({ ...p, origin: `http://127.0.0.1:${p.match[1]}` }));
+}

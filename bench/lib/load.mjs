@@ -1,0 +1,75 @@
+// HTTP load with autocannon, summarised the same way for every contender.
+import autocannon from 'autocannon';
+
+/** Runs one load and returns requests/s and latency percentiles (ms). */
+export async function load({ url, method = 'GET', headers = {}, body, connections = 32, duration = 10, overallRate, expectBody }) {
+  const result = await autocannon({
+    url,
+    method,
+    headers,
+    body,
+    connections,
+    duration,
+    overallRate,
+    pipelining: 1,
+    ...(expectBody ? { expectBody } : {}),
+  });
+  return {
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    requests: result.requests.total,
+    errors: result.errors + result.timeouts,
+    non2xx: result.non2xx,
+  };
+}
+
+export const median = (values) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+};
+
+export const percentile = (values, p) => {
+  if (values.length === 0) return NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+};
+
+/**
+ * Sends requests at a fixed rate (open loop: on schedule, whether or not earlier
+ * ones finished) and measures each with a microsecond clock; autocannon's
+ * millisecond histogram is too coarse for a sub-millisecond difference.
+ */
+export async function fixedRate({ url, method = 'GET', headers = {}, body, rate = 200, duration = 10 }) {
+  const { Pool } = await import('undici');
+  const target = new URL(url);
+  const pool = new Pool(target.origin, { connections: 16, pipelining: 1 });
+  const latencies = [];
+  let errors = 0;
+  const total = Math.round(rate * duration);
+  const interval = 1000 / rate;
+  const start = performance.now();
+  const inFlight = [];
+  for (let i = 0; i < total; i += 1) {
+    const due = start + i * interval;
+    const wait = due - performance.now();
+    if (wait > 1) await new Promise((resolve) => setTimeout(resolve, wait));
+    const sent = performance.now();
+    inFlight.push(
+      pool
+        .request({ method, path: target.pathname + target.search, headers, body })
+        .then(async (response) => {
+          await response.body.arrayBuffer();
+          if (response.statusCode >= 300) errors += 1;
+          latencies.push(performance.now() - sent);
+        })
+        .catch(() => {
+          errors += 1;
+        }),
+    );
+  }
+  await Promise.all(inFlight);
+  await pool.close();
+  return { p50: percentile(latencies, 50), p99: percentile(latencies, 99), requests: latencies.length, errors };
+}

@@ -1,0 +1,29 @@
+// Start-up: time from `node` start to the facade serving, and idle memory.
+import { startFacade, startUpstream } from '../lib/contenders.mjs';
+import { median } from '../lib/load.mjs';
+import { sleep } from '../lib/proc.mjs';
+import { fmt, table, writeSection } from '../lib/report.mjs';
+
+export async function startup({ quick, command }) {
+  const runs = quick ? 2 : 7;
+  const upstream = await startUpstream();
+  const ready = [];
+  const rss = [];
+  for (let i = 0; i < runs; i += 1) {
+    const facade = await startFacade(upstream.url);
+    ready.push(facade.readyMs);
+    await sleep(1000);
+    rss.push(facade.rssKb());
+    await facade.stop();
+  }
+  const body = [
+    `The compiled facade (\`node dist/main.js\`, NODE_ENV=production) against a fixed upstream; ${runs} starts. Ready = its "serving on" line, the HTTP server listening; idle memory read 1 s later.`,
+    '',
+    table(['metric', 'median', 'min', 'max'], [
+      ['node start → ready', `${fmt(median(ready), 0)} ms`, `${fmt(Math.min(...ready), 0)} ms`, `${fmt(Math.max(...ready), 0)} ms`],
+      ['idle resident memory', `${fmt(median(rss) / 1024, 1)} MiB`, `${fmt(Math.min(...rss) / 1024, 1)} MiB`, `${fmt(Math.max(...rss) / 1024, 1)} MiB`],
+    ]),
+  ].join('\n');
+  writeSection('startup', 'Start-up', body, { command, quick });
+  await upstream.stop();
+}

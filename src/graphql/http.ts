@@ -1,0 +1,131 @@
+// GraphQL over HTTP. The common request (a JSON POST of a query or mutation)
+// runs straight through yoga's envelop (the same parse/validate caches, error
+// masking and plugins as every other path) without building WHATWG Request and
+// Response objects for it; anything else (GET, GraphiQL, SSE, other content
+// types, batches, parse or validation failures) goes to yoga's full handler,
+// which owns the GraphQL-over-HTTP rules for those cases.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { getOperationAST, type DocumentNode, type ExecutionResult } from 'graphql';
+import type { YogaServerInstance } from 'graphql-yoga';
+import type { GraphQLContext } from './context.js';
+
+export interface GraphQLHttpOptions {
+  /** Larger bodies are refused with 413 before they are parsed. */
+  maxBodyBytes: number;
+}
+
+interface Params {
+  query?: unknown;
+  variables?: unknown;
+  operationName?: unknown;
+  extensions?: unknown;
+}
+
+class BodyTooLarge extends Error {}
+
+function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        reject(new BodyTooLarge());
+        req.destroy();
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size)));
+    req.on('error', reject);
+  });
+}
+
+/** Only plain JSON POSTs that ask for JSON take the direct path. */
+function isPlainJsonPost(req: IncomingMessage): boolean {
+  if (req.method !== 'POST') return false;
+  const type = req.headers['content-type'];
+  if (!type || !/^application\/json\s*(;|$)/i.test(type)) return false;
+  const accept = req.headers.accept;
+  return !accept || accept === '*/*' || /^application\/json\s*(;|,|$)/i.test(accept);
+}
+
+export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext>, options: GraphQLHttpOptions) {
+  /** Hands the request to yoga's full handler, with the body already read. */
+  const viaYoga = async (req: IncomingMessage, res: ServerResponse, body: Buffer | undefined): Promise<void> => {
+    const headers = new Headers();
+    for (const [name, value] of Object.entries(req.headers)) {
+      if (value !== undefined) headers.set(name, Array.isArray(value) ? value.join(', ') : value);
+    }
+    const response = await yoga.fetch(`http://${req.headers.host ?? 'localhost'}${req.url ?? '/graphql'}`, {
+      method: req.method,
+      headers,
+      body: body && req.method !== 'GET' && req.method !== 'HEAD' ? body : undefined,
+    });
+    const outgoing: Record<string, string> = {};
+    response.headers.forEach((value, name) => (outgoing[name] = value));
+    res.writeHead(response.status, outgoing);
+    if (!response.body) return void res.end();
+    // Streams (SSE subscriptions) are passed on as they come.
+    const reader = response.body.getReader();
+    res.on('close', () => void reader.cancel().catch(() => undefined));
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      res.write(value);
+    }
+    res.end();
+  };
+
+  const direct = async (req: IncomingMessage, res: ServerResponse, body: Buffer): Promise<boolean> => {
+    let params: Params;
+    try {
+      params = JSON.parse(body.toString('utf8')) as Params;
+    } catch {
+      return false;
+    }
+    if (!params || typeof params !== 'object' || Array.isArray(params) || typeof params.query !== 'string') return false;
+    if (params.variables != null && (typeof params.variables !== 'object' || Array.isArray(params.variables))) return false;
+    if (params.operationName != null && typeof params.operationName !== 'string') return false;
+
+    const { parse, validate, contextFactory, execute, schema } = yoga.getEnveloped({ request: undefined, req, authorization: req.headers.authorization });
+    let document: DocumentNode;
+    try {
+      document = parse(params.query);
+    } catch {
+      return false;
+    }
+    if (validate(schema, document).length > 0) return false;
+    const operation = getOperationAST(document, (params.operationName as string | undefined) ?? undefined);
+    if (!operation || operation.operation === 'subscription') return false;
+
+    const contextValue = await contextFactory();
+    const result = (await execute({
+      schema,
+      document,
+      contextValue,
+      variableValues: params.variables as Record<string, unknown> | undefined,
+      operationName: params.operationName as string | undefined,
+    })) as ExecutionResult & { stringify?: (result: ExecutionResult) => string };
+    // graphql-jit hands back a serializer compiled for this operation's shape.
+    const text = result.stringify ? result.stringify(result) : JSON.stringify({ errors: result.errors, data: result.data, extensions: result.extensions });
+    res.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) }).end(text);
+    return true;
+  };
+
+  return (req: IncomingMessage, res: ServerResponse): void => {
+    if (!isPlainJsonPost(req)) return void yoga(req, res);
+    readBody(req, options.maxBodyBytes)
+      .then(async (body) => {
+        if (!(await direct(req, res, body))) await viaYoga(req, res, body);
+      })
+      .catch((error: unknown) => {
+        if (res.headersSent) return void res.destroy();
+        if (error instanceof BodyTooLarge) {
+          res.setHeader('connection', 'close');
+          return void res.writeHead(413, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Request body too large."}]}');
+        }
+        res.writeHead(500, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Unexpected error."}]}');
+      });
+  };
+}
