@@ -80,7 +80,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'UPSTREAM_MAX_RESPONSE_BYTES', help: 'largest upstream response body accepted', default: '1048576' },
   { name: 'REDIS_URL', help: 'share events, dedup and fan-out between instances through Redis', default: 'unset: embedded' },
   { name: 'MAX_BATCH_SIZE', help: 'longest deliveries(uids:) list', default: '100' },
-  { name: 'BATCH_CONCURRENCY', help: 'upstream reads one GraphQL request runs at once', default: '32' },
+  { name: 'BATCH_CONCURRENCY', help: 'upstream reads one GraphQL request runs at once', default: '64' },
   { name: 'SUBSCRIBER_MAX_PENDING', help: 'events one subscriber may have waiting before it is disconnected', default: '1000' },
   { name: 'SANDBOX_PORT', help: 'port of the embedded sandbox (0: any free port)', default: '4010' },
   { name: 'SANDBOX_STEP_MS', help: 'time between simulated milestones in the embedded sandbox', default: '3000' },
@@ -179,7 +179,7 @@ export function loadConfig(env: Env = process.env): Config {
     webhook: { path: webhookPath, publicKeyPem: key?.pem, publicKeyFile: key?.file, issuer },
     graphql: {
       maxBatchSize: integer(env, 'MAX_BATCH_SIZE', 100, 1, 10_000),
-      batchConcurrency: integer(env, 'BATCH_CONCURRENCY', 32, 1, 1_000),
+      batchConcurrency: integer(env, 'BATCH_CONCURRENCY', 64, 1, 1_000),
     },
     realtime: {
       maxPendingEvents: integer(env, 'SUBSCRIBER_MAX_PENDING', 1000, 1, 1_000_000),
