@@ -40,15 +40,41 @@ const REPLAY_PAGE = 500;
 /** Positions waiting beyond this many events mean the reader lags: from then on only the latest counts. */
 const COALESCE_AFTER = 16;
 
-function queueFor(deps: RealtimeDeps, subscriber: Subscriber, unlisten: () => void): EventQueue<StoredEvent> {
+function queueFor(deps: RealtimeDeps, subscriber: Subscriber): EventQueue<StoredEvent> {
   return new EventQueue<StoredEvent>({
     maxPending: deps.maxPending,
     // Positions: the latest per delivery wins. Status events are never coalesced.
     coalesceKey: (event) => (isLocationEvent(event.name) ? event.uid : undefined),
     coalesceAfter: COALESCE_AFTER,
     onOverflow: (pending) => subscriber.disconnect?.(SLOW_CONSUMER_CLOSE_CODE, `subscriber too slow: ${pending} events waiting`),
-    onEnd: unlisten,
   });
+}
+
+/**
+ * An async generator cannot be returned while it awaits: its return() waits in
+ * line behind the pending next(), which waits for an event that may never come.
+ * So the stream's own return() ends the queue first, which lets the generator
+ * reach its `finally` (where the listener is removed).
+ */
+function closable<T>(generator: AsyncGenerator<T>, queue: EventQueue<StoredEvent>): AsyncGenerator<T> {
+  const close = async (): Promise<IteratorResult<T>> => {
+    await queue.return();
+    return generator.return(undefined as never);
+  };
+  return {
+    next: () => generator.next(),
+    return: close,
+    throw: async (error: unknown) => {
+      await queue.return();
+      return generator.throw(error);
+    },
+    [Symbol.asyncIterator]() {
+      return this;
+    },
+    [Symbol.asyncDispose]: async () => {
+      await close();
+    },
+  } as AsyncGenerator<T>;
 }
 
 async function assertReadable(deps: RealtimeDeps, key: string, uid: string): Promise<void> {
@@ -85,9 +111,13 @@ function isTerminalView(event: EventView): boolean {
 }
 
 /** deliveryUpdated: the current state, then each accepted delivery.* event; ends after a terminal one. */
-export async function* deliveryUpdated(deps: RealtimeDeps, subscriber: Subscriber, uid: string): AsyncGenerator<EventView> {
+export function deliveryUpdated(deps: RealtimeDeps, subscriber: Subscriber, uid: string): AsyncGenerator<EventView> {
+  const queue = queueFor(deps, subscriber);
+  return closable(deliveryUpdatedStream(deps, subscriber, uid, queue), queue);
+}
+
+async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<EventView> {
   await assertReadable(deps, subscriber.key, uid);
-  const queue = queueFor(deps, subscriber, () => unlisten());
   const unlisten = deps.bus.listen(uid, (event) => {
     if (!event.stale && isDeliveryEvent(event.name)) queue.push(event);
   });
@@ -108,14 +138,19 @@ export async function* deliveryUpdated(deps: RealtimeDeps, subscriber: Subscribe
       if (isTerminalView(event)) return;
     }
   } finally {
+    unlisten();
     await queue.return();
   }
 }
 
 /** courierLocation: each non-stale position of the delivery's courier, newest milestone only. */
-export async function* courierLocation(deps: RealtimeDeps, subscriber: Subscriber, uid: string): AsyncGenerator<StoredEvent> {
+export function courierLocation(deps: RealtimeDeps, subscriber: Subscriber, uid: string): AsyncGenerator<StoredEvent> {
+  const queue = queueFor(deps, subscriber);
+  return closable(courierLocationStream(deps, subscriber, uid, queue), queue);
+}
+
+async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<StoredEvent> {
   await assertReadable(deps, subscriber.key, uid);
-  const queue = queueFor(deps, subscriber, () => unlisten());
   let finished = false;
   const unlisten = deps.bus.listen(uid, (event) => {
     if (event.stale) return;
@@ -145,6 +180,7 @@ export async function* courierLocation(deps: RealtimeDeps, subscriber: Subscribe
       yield event;
     }
   } finally {
+    unlisten();
     await queue.return();
   }
 }
@@ -156,7 +192,12 @@ export interface DeliveryEventsArgs {
 }
 
 /** deliveryEvents: stored events after the cursor, then live ones; only those the caller may see. */
-export async function* deliveryEvents(deps: RealtimeDeps, subscriber: Subscriber, args: DeliveryEventsArgs): AsyncGenerator<StoredEvent> {
+export function deliveryEvents(deps: RealtimeDeps, subscriber: Subscriber, args: DeliveryEventsArgs): AsyncGenerator<StoredEvent> {
+  const queue = queueFor(deps, subscriber);
+  return closable(deliveryEventsStream(deps, subscriber, args, queue), queue);
+}
+
+async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber, args: DeliveryEventsArgs, queue: EventQueue<StoredEvent>): AsyncGenerator<StoredEvent> {
   const uids = args.uids && args.uids.length > 0 ? [...new Set(args.uids)] : undefined;
   const names = args.names && args.names.length > 0 ? new Set(args.names) : undefined;
   let afterSeq: number | undefined;
@@ -166,7 +207,6 @@ export async function* deliveryEvents(deps: RealtimeDeps, subscriber: Subscriber
   }
   if (uids) for (const uid of uids) await assertReadable(deps, subscriber.key, uid);
 
-  const queue = queueFor(deps, subscriber, () => unlisteners.forEach((unlisten) => unlisten()));
   const push = (event: StoredEvent) => queue.push(event);
   const unlisteners = uids ? uids.map((uid) => deps.bus.listen(uid, push)) : [deps.bus.listen(undefined, push)];
 
@@ -192,6 +232,7 @@ export async function* deliveryEvents(deps: RealtimeDeps, subscriber: Subscriber
       if (await visible(event)) yield event;
     }
   } finally {
+    for (const unlisten of unlisteners) unlisten();
     await queue.return();
   }
 }
