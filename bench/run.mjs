@@ -2,10 +2,10 @@
 // Usage: npm run bench [-- --quick] [-- scenario ...]
 import { singleRead } from './scenarios/single-read.mjs';
 import { batchRead } from './scenarios/batch-read.mjs';
-import { realtime, fanOut } from './scenarios/realtime.mjs';
+import { realtime, realtimeRedis, fanOut } from './scenarios/realtime.mjs';
 import { startup } from './scenarios/startup.mjs';
 
-const SCENARIOS = { 'single-read': singleRead, 'batch-read': batchRead, realtime, 'fan-out': fanOut, startup };
+const SCENARIOS = { 'single-read': singleRead, 'batch-read': batchRead, realtime, 'realtime-redis': realtimeRedis, 'fan-out': fanOut, startup };
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
 const chosen = args.filter((arg) => !arg.startsWith('--'));

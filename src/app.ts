@@ -9,14 +9,19 @@ import type { Config } from './config.js';
 import { DeliveryGraphError, UpstreamTimeoutError, UpstreamUnavailableError } from './errors.js';
 import { createContext, type GraphQLContext, type Services } from './graphql/context.js';
 import { createGraphQLHttpHandler } from './graphql/http.js';
+import { PersistedOperations } from './graphql/persisted-operations.js';
+import { protectionPlugins } from './graphql/protection.js';
+import { KeyRateLimiter } from './graphql/rate-limit.js';
 import { toSchema } from './graphql/schema.js';
 import { createLogger, type Logger } from './logger.js';
 import { DEFAULT_PLATFORM_ID, startSandbox, type Sandbox } from './sandbox/index.js';
+import { RedisStore } from './store/redis.js';
 import { SqliteStore } from './store/sqlite.js';
 import type { Store } from './store/store.js';
 import { createUpstream, type Upstream } from './upstream/clients.js';
 import { ReadAccess } from './realtime/access.js';
 import { createEventBus } from './realtime/bus.js';
+import { connectRedisEventBus } from './realtime/redis-bus.js';
 import { attachGraphQLWebSocket } from './realtime/ws.js';
 import { createWebhookReceiver, type WebhookReceiver } from './webhooks/receiver.js';
 import { createWebhookVerifier } from './webhooks/verify.js';
@@ -52,9 +57,6 @@ export const SANDBOX_DEMO_MERCHANTS = [
   { key: 'sk_test_second_merchant', name: 'Second Merchant', platformId: DEFAULT_PLATFORM_ID },
 ];
 
-/** Largest GraphQL request body accepted. */
-const MAX_GRAPHQL_BODY_BYTES = 1024 * 1024;
-
 /** How long a readiness answer is reused before the upstream is asked again. */
 const READY_CACHE_MS = 5_000;
 
@@ -64,6 +66,16 @@ function maskError(error: unknown, message: string, isDev?: boolean): Error {
   const located = error as Partial<GraphQLError> | undefined;
   const original = located?.originalError ?? error;
   if (original instanceof DeliveryGraphError) {
+    // An upstream refusal of a body we did not send (a read, a cancel) is not the client's input: say so, without the upstream's words.
+    if (original.code === 'VALIDATION') {
+      return createGraphQLError('The delivery service refused the request.', {
+        nodes: located?.nodes,
+        source: located?.source,
+        positions: located?.positions,
+        path: located?.path,
+        extensions: { code: 'UPSTREAM_ERROR' },
+      });
+    }
     return createGraphQLError(original.message, {
       nodes: located?.nodes,
       source: located?.source,
@@ -93,11 +105,27 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
   }
 
   const upstream: Upstream = createUpstream(
-    { url: upstreamUrl, platformId: platformId!, timeoutMs: config.upstream.timeoutMs, connections: config.upstream.connections, maxResponseBytes: config.upstream.maxResponseBytes },
+    {
+      url: upstreamUrl,
+      platformId: platformId!,
+      timeoutMs: config.upstream.timeoutMs,
+      connections: config.upstream.connections,
+      maxResponseBytes: config.upstream.maxResponseBytes,
+      breaker: config.upstream.breaker,
+    },
     (call) => logger.debug({ upstream: call }, 'upstream call'),
   );
-  const store = options.store ?? new SqliteStore(config.dataDir);
-  const bus = createEventBus();
+  upstream.onBreakerChange((group, state) => logger[state === 'open' ? 'warn' : 'info']({ group, state }, 'upstream circuit breaker'));
+  // With REDIS_URL, events, dedup, idempotency and fan-out are shared by every instance on that Redis.
+  const store = options.store ?? (config.redisUrl ? RedisStore.connect(config.redisUrl, { logger }) : new SqliteStore(config.dataDir));
+  const redisBus =
+    store instanceof RedisStore
+      ? await connectRedisEventBus(store, logger).catch(async (error: unknown) => {
+          await store.close();
+          throw error;
+        })
+      : undefined;
+  const bus = redisBus ?? createEventBus();
   const access = new ReadAccess(store, upstream);
   const services: Services = { config, upstream, store, bus, access, maxPendingEvents: config.realtime.maxPendingEvents };
 
@@ -108,15 +136,22 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     publicKeyPem && issuer ? createWebhookReceiver({ verifier: await createWebhookVerifier(publicKeyPem, issuer), store, bus, logger }) : undefined;
   if (!receiver) logger.warn('no WEBHOOK_PUBLIC_KEY_FILE: the webhook receiver answers 503 and subscriptions see no events');
 
+  const persisted = config.graphql.persistedOperations && new PersistedOperations(config.graphql.persistedOperations.operations);
+  const limiter = new KeyRateLimiter(config.graphql.rateLimitPerMinute);
   const yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext> = createYoga({
     schema: toSchema(),
     graphqlEndpoint: '/graphql',
     landingPage: false,
     logging: false,
-    graphiql: config.production ? false : { title: 'delivery-graph', headers: JSON.stringify({ Authorization: 'Bearer <merchant key>' }) },
-    maskedErrors: { maskError },
-    // Compiled execution: each distinct operation is compiled once (graphql-jit), then run without the interpreter.
-    plugins: [useGraphQlJit()],
+    graphiql: config.graphql.introspection ? { title: 'delivery-graph', headers: JSON.stringify({ Authorization: 'Bearer <merchant key>' }) } : false,
+    // Never the original message or stack, whatever NODE_ENV says.
+    maskedErrors: { maskError, isDev: false },
+    // No uploads in this schema; multipart is also a form a foreign site can POST.
+    multipart: false,
+    maxRequestBodySize: config.graphql.maxBodyBytes,
+    // Limits, allowlist and rate limit first (graphql/protection.ts), then compiled execution:
+    // each distinct operation is compiled once (graphql-jit), then run without the interpreter.
+    plugins: [...protectionPlugins({ config, limiter, persisted }), useGraphQlJit()],
     // Over WebSocket the initial context carries the connection_init authorization and a way to close the socket.
     context: (initial: Record<string, unknown>) => {
       const { request, authorization, disconnect } = initial as { request?: Request; authorization?: string; disconnect?: (code: number, reason: string) => void };
@@ -124,8 +159,9 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     },
   });
 
-  const graphqlHttp = createGraphQLHttpHandler(yoga, { maxBodyBytes: MAX_GRAPHQL_BODY_BYTES });
+  const graphqlHttp = createGraphQLHttpHandler(yoga, { maxBodyBytes: config.graphql.maxBodyBytes });
 
+  let draining = false;
   let readiness: { at: number; ready: boolean } | undefined;
   const checkReady = async (): Promise<boolean> => {
     if (readiness && Date.now() - readiness.at < READY_CACHE_MS) return readiness.ready;
@@ -153,6 +189,7 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     }
     if (pathname === '/health') return json(res, 200, { status: 'ok' });
     if (pathname === '/ready') {
+      if (draining) return json(res, 503, { status: 'stopping' });
       return void checkReady().then(
         (ready) => json(res, ready ? 200 : 503, { status: ready ? 'ready' : 'upstream unavailable' }),
         () => json(res, 503, { status: 'not ready' }),
@@ -163,7 +200,7 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
 
   const server = createServer(handle);
   server.keepAliveTimeout = 65_000;
-  const ws = attachGraphQLWebSocket(server, yoga);
+  const ws = attachGraphQLWebSocket(server, yoga, { maxSubscriptions: config.realtime.maxSubscriptionsPerSocket, persisted });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(config.port, config.host, () => resolve());
@@ -173,16 +210,22 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
   const url = `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`;
   sandbox?.setWebhookUrl(`${url}${config.webhook.path}`);
 
+  // Graceful stop: readiness fails first so a load balancer drains us; WebSockets
+  // close with 1001; in-flight requests (webhooks included, so their events are
+  // stored and acknowledged) get up to SHUTDOWN_GRACE_MS to finish; then the store closes.
   let stopping: Promise<void> | undefined;
   const stop = () =>
     (stopping ??= (async () => {
+      draining = true;
       await ws.close();
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeIdleConnections();
-      });
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeIdleConnections();
+      const grace = setTimeout(() => server.closeAllConnections(), config.shutdownGraceMs);
+      await closed;
+      clearTimeout(grace);
       await sandbox?.stop();
       await upstream.close();
+      await redisBus?.close();
       await store.close();
     })());
 

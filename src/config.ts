@@ -17,6 +17,15 @@ export interface UpstreamConfig {
   readonly connections: number;
   /** Larger upstream bodies are refused as UPSTREAM_ERROR instead of buffered. */
   readonly maxResponseBytes: number;
+  /** The circuit breaker of each endpoint group. */
+  readonly breaker: {
+    /** Calls in the rolling 10 s window before the error rate can open the circuit. */
+    readonly volumeThreshold: number;
+    /** Percentage of failed calls above which the circuit opens (4xx answers are not failures). */
+    readonly errorPercent: number;
+    /** How long an open circuit fails fast before one trial call is let through. */
+    readonly resetMs: number;
+  };
 }
 
 export interface WebhookConfig {
@@ -41,10 +50,22 @@ export interface Config {
     readonly maxBatchSize: number;
     /** Upstream reads one request runs at once. */
     readonly batchConcurrency: number;
+    /** Introspection and GraphiQL: off in production unless GRAPHQL_INTROSPECTION=true. */
+    readonly introspection: boolean;
+    /** Larger GraphQL request bodies are refused with 413. */
+    readonly maxBodyBytes: number;
+    /** When set, only these operations run (id, usually the sha256 of the text → document text). */
+    readonly persistedOperations: { readonly file: string; readonly operations: Readonly<Record<string, string>> } | undefined;
+    /** Operations one merchant key may run per minute (a token bucket of that size); 0: no limit. */
+    readonly rateLimitPerMinute: number;
   };
+  /** How long a graceful stop waits for in-flight requests before cutting connections. */
+  readonly shutdownGraceMs: number;
   readonly realtime: {
     /** Events one subscriber may have waiting (location updates coalesce) before it is cut off. */
     readonly maxPendingEvents: number;
+    /** Operations one WebSocket may run at once. */
+    readonly maxSubscriptionsPerSocket: number;
   };
   readonly sandbox: {
     /** Port of the embedded sandbox when UPSTREAM_URL is unset (0: any free port). */
@@ -78,14 +99,23 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'UPSTREAM_AMOUNT_UNIT', help: 'unit the upstream expects for request tip and package_value: cents or major', default: 'cents' },
   { name: 'UPSTREAM_CONNECTIONS', help: 'most keep-alive sockets to the upstream', default: '64' },
   { name: 'UPSTREAM_MAX_RESPONSE_BYTES', help: 'largest upstream response body accepted', default: '1048576' },
+  { name: 'BREAKER_VOLUME_THRESHOLD', help: 'upstream calls per endpoint group in a rolling 10 s window before the circuit may open', default: '20' },
+  { name: 'BREAKER_ERROR_PERCENT', help: 'percentage of failed upstream calls (4xx answers excluded) above which the circuit opens', default: '50' },
+  { name: 'BREAKER_RESET_MS', help: 'how long an open circuit fails fast before one trial call is let through', default: '5000' },
   { name: 'REDIS_URL', help: 'share events, dedup and fan-out between instances through Redis', default: 'unset: embedded' },
   { name: 'MAX_BATCH_SIZE', help: 'longest deliveries(uids:) list', default: '100' },
   { name: 'BATCH_CONCURRENCY', help: 'upstream reads one GraphQL request runs at once', default: '64' },
+  { name: 'SHUTDOWN_GRACE_MS', help: 'on SIGTERM, how long in-flight requests may take before connections are cut', default: '10000' },
   { name: 'SUBSCRIBER_MAX_PENDING', help: 'events one subscriber may have waiting before it is disconnected', default: '1000' },
+  { name: 'WS_MAX_SUBSCRIPTIONS', help: 'operations one WebSocket may run at once', default: '100' },
+  { name: 'GRAPHQL_INTROSPECTION', help: 'true or false: schema introspection and GraphiQL', default: 'false in production, else true' },
+  { name: 'GRAPHQL_MAX_BODY_BYTES', help: 'largest GraphQL request body accepted (413 above)', default: '1048576' },
+  { name: 'PERSISTED_OPERATIONS_FILE', help: 'JSON file of {"<sha256>": "<document>"}: when set, only these operations run', default: 'unset: any operation' },
+  { name: 'RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations one merchant key may run per minute (0: no limit)', default: '6000' },
   { name: 'SANDBOX_PORT', help: 'port of the embedded sandbox (0: any free port)', default: '4010' },
   { name: 'SANDBOX_STEP_MS', help: 'time between simulated milestones in the embedded sandbox', default: '3000' },
   { name: 'LOG_LEVEL', help: 'fatal, error, warn, info, debug, trace or silent', default: 'info' },
-  { name: 'NODE_ENV', help: 'production turns off GraphiQL and introspection', default: 'development' },
+  { name: 'NODE_ENV', help: 'production turns off GraphiQL and introspection (see GRAPHQL_INTROSPECTION)', default: 'development' },
 ];
 
 type Env = Record<string, string | undefined>;
@@ -141,6 +171,25 @@ function publicKey(env: Env, name: string): { file: string; pem: string } | unde
   return { file, pem };
 }
 
+function persistedOperations(env: Env, name: string): { file: string; operations: Record<string, string> } | undefined {
+  const file = text(env, name);
+  if (file === undefined) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (error) {
+    const reason = error instanceof SyntaxError ? 'not JSON' : ((error as NodeJS.ErrnoException).code ?? 'error');
+    throw new ConfigError(name, `cannot read ${file} (${reason})`);
+  }
+  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new ConfigError(name, `${file} must hold a JSON object of {"<hash>": "<document>"}`);
+  const entries = Object.entries(parsed);
+  if (entries.length === 0) throw new ConfigError(name, `${file} lists no operation`);
+  for (const [id, document] of entries) {
+    if (typeof document !== 'string' || document.trim() === '') throw new ConfigError(name, `${file}: the entry "${id}" is not a document string`);
+  }
+  return { file, operations: Object.fromEntries(entries) as Record<string, string> };
+}
+
 /** Parses and checks the environment once; the result is deeply frozen. */
 export function loadConfig(env: Env = process.env): Config {
   const upstreamUrl = httpUrl(env, 'UPSTREAM_URL');
@@ -175,14 +224,25 @@ export function loadConfig(env: Env = process.env): Config {
       amountUnit: oneOf(env, 'UPSTREAM_AMOUNT_UNIT', ['cents', 'major'] as const, 'cents'),
       connections: integer(env, 'UPSTREAM_CONNECTIONS', 64, 1, 10_000),
       maxResponseBytes: integer(env, 'UPSTREAM_MAX_RESPONSE_BYTES', 1_048_576, 1024, 1_073_741_824),
+      breaker: {
+        volumeThreshold: integer(env, 'BREAKER_VOLUME_THRESHOLD', 20, 1, 1_000_000),
+        errorPercent: integer(env, 'BREAKER_ERROR_PERCENT', 50, 1, 100),
+        resetMs: integer(env, 'BREAKER_RESET_MS', 5000, 10, 3_600_000),
+      },
     },
     webhook: { path: webhookPath, publicKeyPem: key?.pem, publicKeyFile: key?.file, issuer },
     graphql: {
       maxBatchSize: integer(env, 'MAX_BATCH_SIZE', 100, 1, 10_000),
       batchConcurrency: integer(env, 'BATCH_CONCURRENCY', 64, 1, 1_000),
+      introspection: oneOf(env, 'GRAPHQL_INTROSPECTION', ['true', 'false'] as const, text(env, 'NODE_ENV') === 'production' ? 'false' : 'true') === 'true',
+      maxBodyBytes: integer(env, 'GRAPHQL_MAX_BODY_BYTES', 1_048_576, 1024, 1_073_741_824),
+      persistedOperations: persistedOperations(env, 'PERSISTED_OPERATIONS_FILE'),
+      rateLimitPerMinute: integer(env, 'RATE_LIMIT_PER_MINUTE', 6000, 0, 10_000_000),
     },
+    shutdownGraceMs: integer(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
     realtime: {
       maxPendingEvents: integer(env, 'SUBSCRIBER_MAX_PENDING', 1000, 1, 1_000_000),
+      maxSubscriptionsPerSocket: integer(env, 'WS_MAX_SUBSCRIPTIONS', 100, 1, 100_000),
     },
     sandbox: {
       port: integer(env, 'SANDBOX_PORT', 4010, 0, 65535),

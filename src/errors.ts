@@ -13,9 +13,12 @@ export const ERROR_CODES = {
   UNAUTHENTICATED: { surface: 'graphql-error', meaning: 'No merchant key was sent, or the upstream refused it (401).' },
   BAD_USER_INPUT: { surface: 'graphql-error', meaning: 'An argument is malformed or out of bounds (for example a deliveries list over the limit).' },
   UPSTREAM_TIMEOUT: { surface: 'graphql-error', meaning: 'The upstream did not answer within UPSTREAM_TIMEOUT_MS.' },
-  UPSTREAM_UNAVAILABLE: { surface: 'graphql-error', meaning: 'The upstream could not be reached, reset the connection, or answered 5xx or 429.' },
+  UPSTREAM_UNAVAILABLE: { surface: 'graphql-error', meaning: "The upstream could not be reached, reset the connection, or answered 5xx or 429; or its endpoint group's circuit is open (failing fast)." },
   UPSTREAM_ERROR: { surface: 'graphql-error', meaning: 'The upstream answered something the facade does not understand (non-JSON, unexpected status).' },
   INTERNAL_SERVER_ERROR: { surface: 'graphql-error', meaning: 'A fault inside the facade; details are logged, never sent.' },
+  RATE_LIMITED: { surface: 'graphql-error', meaning: 'The merchant key sent more than RATE_LIMIT_PER_MINUTE operations; extensions.retryAfterSeconds says when to try again.' },
+  PERSISTED_QUERY_NOT_FOUND: { surface: 'graphql-error', meaning: 'PERSISTED_OPERATIONS_FILE is set and the operation (by hash or by text) is not on it.' },
+  TOO_MANY_SUBSCRIPTIONS: { surface: 'graphql-error', meaning: 'The WebSocket already runs WS_MAX_SUBSCRIPTIONS operations; complete one or open another socket.' },
   VALIDATION_FAILED: { surface: 'result', meaning: 'ValidationError: the input breaks a rule of the chosen group; one FieldError per problem.' },
   NOT_FOUND: { surface: 'result', meaning: 'NotFoundError: no delivery with this uid belongs to the caller (cancel). Reads return null instead.' },
   NOT_CANCELABLE: { surface: 'result', meaning: 'NotCancelableError: the delivery is past pickup or already finished.' },
@@ -113,6 +116,30 @@ export class IdempotencyConflictError extends DeliveryGraphError {
   override name = 'IdempotencyConflictError';
   constructor(message = 'This idempotency key was already used with different input.') {
     super('IDEMPOTENCY_CONFLICT', message);
+  }
+}
+
+export class RateLimitedError extends DeliveryGraphError {
+  override name = 'RateLimitedError';
+  /** Whole seconds until the key's bucket holds a token again. */
+  readonly retryAfterSeconds: number;
+  constructor(retryAfterSeconds: number, message = 'Too many requests for this merchant key; slow down.') {
+    super('RATE_LIMITED', message);
+    this.retryAfterSeconds = retryAfterSeconds;
+  }
+}
+
+export class PersistedQueryNotFoundError extends DeliveryGraphError {
+  override name = 'PersistedQueryNotFoundError';
+  constructor(message = 'Only allowlisted operations run here; this one is not on the list.') {
+    super('PERSISTED_QUERY_NOT_FOUND', message);
+  }
+}
+
+export class TooManySubscriptionsError extends DeliveryGraphError {
+  override name = 'TooManySubscriptionsError';
+  constructor(limit: number) {
+    super('TOO_MANY_SUBSCRIPTIONS', `At most ${limit} operations may run at once on one WebSocket.`);
   }
 }
 

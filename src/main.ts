@@ -37,7 +37,7 @@ async function main(): Promise<void> {
   const app = await startApp(config);
   const lines = [
     `delivery-graph is serving on ${app.url}`,
-    `  GraphQL + GraphiQL  ${app.url}/graphql   (WebSocket: ${app.url.replace('http', 'ws')}/graphql)`,
+    `  ${config.graphql.introspection ? 'GraphQL + GraphiQL' : 'GraphQL           '}  ${app.url}/graphql   (WebSocket: ${app.url.replace('http', 'ws')}/graphql)`,
     `  webhooks            ${app.url}${config.webhook.path}`,
     `  health / ready      ${app.url}/health   ${app.url}/ready`,
   ];

@@ -42,3 +42,20 @@ export async function startMeshContender(upstreamUrl) {
     timeoutMs: 120_000,
   }).then((p) => ({ ...p, origin: `http://127.0.0.1:${p.match[1]}` }));
 }
+
+/** A private redis-server with AOF fsync on every write, as the README recommends. */
+export async function startRedis() {
+  const dir = mkdtempSync(path.join(tmpdir(), 'dg-bench-redis-'));
+  const { createServer } = await import('node:net');
+  const port = await new Promise((resolve) => {
+    const probe = createServer().listen(0, '127.0.0.1', () => {
+      const { port: free } = probe.address();
+      probe.close(() => resolve(free));
+    });
+  });
+  const p = await spawnReady('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always'], {
+    ready: /Ready to accept connections/,
+  });
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  return { ...p, url: `redis://127.0.0.1:${port}`, version: 'redis-server 7' };
+}

@@ -1,7 +1,7 @@
 // Realtime: signed webhooks → verified, stored, published → graphql-ws
 // subscribers. Ack latency, webhook → subscriber latency, losses, maximum
 // ingest; then fan-out to 10,000 subscribers and the memory each costs.
-import { startFacade, startUpstream } from '../lib/contenders.mjs';
+import { startFacade, startRedis, startUpstream } from '../lib/contenders.mjs';
 import { median, percentile } from '../lib/load.mjs';
 import { sleep } from '../lib/proc.mjs';
 import { fmt, table, writeSection } from '../lib/report.mjs';
@@ -31,19 +31,16 @@ async function warmUp(poster, privateKey, deliveries, perDelivery, received) {
   await until(() => received.count - before >= deliveries * perDelivery, 60_000, 'the warm-up events');
 }
 
-export async function realtime({ quick, command }) {
-  const { publicKeyPem, privateKey } = keyPair();
-  const upstream = await startUpstream();
-  const facade = await startFacade(upstream.url, { publicKeyPem });
-  const poster = webhookPoster(facade.origin);
-
+/** 1,000 subscribers on `subscribeOrigin`, webhooks at 500/s to `postOrigin`, then maximum ingest on `postOrigin`. */
+async function measureRealtime({ quick, postOrigin, subscribeOrigin, privateKey }) {
+  const poster = webhookPoster(postOrigin);
   // 1,000 subscribers: 100 deliveries × 10.
   const deliveries = 100;
   const perDelivery = 10;
   const sentAt = new Map();
   const latencies = [];
   const received = { count: 0 };
-  const fleet = await subscriberFleet(facade.origin, KEY, deliveries * perDelivery, (i) => uidOf(i % deliveries), (_i, event) => {
+  const fleet = await subscriberFleet(subscribeOrigin, KEY, deliveries * perDelivery, (i) => uidOf(i % deliveries), (_i, event) => {
     received.count += 1;
     const sent = sentAt.get(event?.statusText);
     if (sent !== undefined) latencies.push(performance.now() - sent);
@@ -78,6 +75,7 @@ export async function realtime({ quick, command }) {
   await until(() => received.count - baseline >= expected, 30_000, 'every event at every subscriber').catch(() => undefined);
   await sleep(200);
   const lost = expected - (received.count - baseline);
+  await fleet.close();
 
   // Maximum verified-and-stored events/s: 64 concurrent posts, as fast as the facade acknowledges.
   const ingestTotal = quick ? 3_000 : 20_000;
@@ -95,26 +93,52 @@ export async function realtime({ quick, command }) {
     }),
   );
   const ingestRate = ingestOk / ((performance.now() - ingestStart) / 1000);
+  await poster.close();
+  return { acks, latencies, total, lost, failed, ingestRate, ingestTotal, deliveries, perDelivery, rate };
+}
 
+function realtimeRows(m) {
+  return [
+    ['webhook ack p50 / p99', `${fmt(percentile(m.acks, 50), 2)} / ${fmt(percentile(m.acks, 99), 2)} ms`, ''],
+    ['webhook → subscriber p50 / p99', `${fmt(percentile(m.latencies, 50), 2)} / ${fmt(percentile(m.latencies, 99), 2)} ms`, 'p99 ≤ 10 ms'],
+    ['events acknowledged', String(m.acks.length), `${m.total}`],
+    ['messages lost', String(m.lost), '0'],
+    ['webhooks refused or failed', String(m.failed), '0'],
+    ['max verified-and-stored events/s', fmt(m.ingestRate, 0), '≥ 2,000'],
+  ];
+}
+
+export async function realtime({ quick, command }) {
+  const { publicKeyPem, privateKey } = keyPair();
+  const upstream = await startUpstream();
+  const facade = await startFacade(upstream.url, { publicKeyPem });
+  const m = await measureRealtime({ quick, postOrigin: facade.origin, subscribeOrigin: facade.origin, privateKey });
   const body = [
-    `${deliveries * perDelivery} graphql-ws subscribers (${deliveries} deliveries × ${perDelivery}, one \`deliveryEvents(uids:)\` subscription per connection); ${total} signed webhooks posted at ${rate}/s, open loop. Latency is from the start of the POST to the subscriber's message, both in the load process. Ingest: ${ingestTotal} distinct signed events, 64 in flight, no subscribers of those deliveries.`,
+    `One instance on the embedded SQLite store. ${m.deliveries * m.perDelivery} graphql-ws subscribers (${m.deliveries} deliveries × ${m.perDelivery}, one \`deliveryEvents(uids:)\` subscription per connection); ${m.total} signed webhooks posted at ${m.rate}/s, open loop. Latency is from the start of the POST to the subscriber's message, both in the load process. Ingest: ${m.ingestTotal} distinct signed events, 64 in flight, no subscribers of those deliveries.`,
     '',
-    table(
-      ['metric', 'value', 'goal'],
-      [
-        ['webhook ack p50 / p99', `${fmt(percentile(acks, 50), 2)} / ${fmt(percentile(acks, 99), 2)} ms`, ''],
-        ['webhook → subscriber p50 / p99', `${fmt(percentile(latencies, 50), 2)} / ${fmt(percentile(latencies, 99), 2)} ms`, 'p99 ≤ 10 ms'],
-        ['events acknowledged', String(acks.length), `${total}`],
-        ['messages lost', String(lost), '0'],
-        ['webhooks refused or failed', String(failed), '0'],
-        ['max verified-and-stored events/s', fmt(ingestRate, 0), '≥ 2,000'],
-      ],
-    ),
+    table(['metric', 'value', 'goal'], realtimeRows(m)),
   ].join('\n');
   writeSection('realtime', 'Realtime: webhooks to subscribers', body, { command, quick });
-  await fleet.close();
-  await poster.close();
   await Promise.all([upstream.stop(), facade.stop()]);
+}
+
+/** The same measurement across two instances sharing Redis: webhooks to A, subscribers on B. */
+export async function realtimeRedis({ quick, command }) {
+  const redis = await startRedis();
+  const { publicKeyPem, privateKey } = keyPair();
+  const upstream = await startUpstream();
+  const env = { REDIS_URL: redis.url };
+  const a = await startFacade(upstream.url, { publicKeyPem, env });
+  const b = await startFacade(upstream.url, { publicKeyPem, env });
+  const m = await measureRealtime({ quick, postOrigin: a.origin, subscribeOrigin: b.origin, privateKey });
+  const body = [
+    `Two instances sharing one Redis (${redis.version}, \`appendonly yes\`, \`appendfsync always\`, on this machine): webhooks posted to instance A, the ${m.deliveries * m.perDelivery} subscribers connected to instance B; otherwise as the single-instance table above. Ingest is measured on A alone.`,
+    '',
+    table(['metric', 'value', 'goal'], realtimeRows(m)),
+  ].join('\n');
+  writeSection('realtime-redis', 'Realtime across instances on Redis', body, { command, quick });
+  await Promise.all([upstream.stop(), a.stop(), b.stop()]);
+  await redis.stop();
 }
 
 export async function fanOut({ quick, command }) {

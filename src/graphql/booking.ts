@@ -18,7 +18,7 @@ const PENDING_POLL_MS = 25;
 const inFlight = new Map<string, Promise<BookingResult>>();
 
 async function book(ctx: GraphQLContext, key: string, body: WireDeliveryRequest): Promise<BookingResult> {
-  const created = await asValidation(() => ctx.services.upstream.platform.create(key, body));
+  const created = await asValidation(key, () => ctx.services.upstream.platform.create(key, body));
   const result = { uid: created.uid, trackingUrl: created.trackingLink ?? null };
   await ctx.services.store.recordOwner(result.uid, hashKey(key));
   return result;

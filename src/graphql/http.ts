@@ -25,17 +25,22 @@ class BodyTooLarge extends Error {}
 
 function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   return new Promise((resolve, reject) => {
+    const declared = Number(req.headers['content-length']);
+    if (Number.isFinite(declared) && declared > limit) return reject(new BodyTooLarge());
     const chunks: Buffer[] = [];
     let size = 0;
-    req.on('data', (chunk: Buffer) => {
+    const onData = (chunk: Buffer) => {
       size += chunk.length;
       if (size > limit) {
+        // Stop reading; the connection is closed once the 413 is written.
+        req.off('data', onData);
+        req.pause();
         reject(new BodyTooLarge());
-        req.destroy();
         return;
       }
       chunks.push(chunk);
-    });
+    };
+    req.on('data', onData);
     req.on('end', () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size)));
     req.on('error', reject);
   });
@@ -122,8 +127,10 @@ export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string,
       .catch((error: unknown) => {
         if (res.headersSent) return void res.destroy();
         if (error instanceof BodyTooLarge) {
+          // The rest of the body stays unread: answer, then close the connection.
           res.setHeader('connection', 'close');
-          return void res.writeHead(413, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Request body too large."}]}');
+          res.writeHead(413, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Request body too large."}]}');
+          return void req.destroy();
         }
         res.writeHead(500, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Unexpected error."}]}');
       });

@@ -44,11 +44,11 @@ export function quoteFromWire(group: ApiGroup, wire: WireQuoteResult): Quote {
 }
 
 /** Runs an upstream call whose validation failure should read like the facade's own. */
-export async function asValidation<T>(call: () => Promise<T>): Promise<T> {
+export async function asValidation<T>(key: string, call: () => Promise<T>): Promise<T> {
   try {
     return await call();
   } catch (error) {
-    throw error instanceof UpstreamValidationError ? validationErrorFromUpstream(error) : error;
+    throw error instanceof UpstreamValidationError ? validationErrorFromUpstream(error, key) : error;
   }
 }
 
@@ -71,7 +71,7 @@ builder.mutationField('quoteDelivery', (t) =>
       const key = ctx.requireKey();
       const { upstream, config } = ctx.services;
       const body = toWireRequest(input, group, config.upstream.amountUnit);
-      const wire = await asValidation(() => (group === 'PLATFORM' ? upstream.platform.quote(key, body) : upstream.partner.quote(key, body)));
+      const wire = await asValidation(key, () => (group === 'PLATFORM' ? upstream.platform.quote(key, body) : upstream.partner.quote(key, body)));
       return quoteFromWire(group, wire);
     },
   }),

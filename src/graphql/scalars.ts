@@ -34,10 +34,20 @@ builder.addScalarType('Date', LocalDateResolver, {
   description: 'A calendar date, "YYYY-MM-DD".',
 });
 
+/**
+ * Plain decimal notation only, at most 18 integer and 10 fractional digits: an
+ * exponent like "1e-600000000" would otherwise expand into a huge string.
+ */
+const DECIMAL_TEXT = /^-?\d{1,18}(\.\d{1,10})?$/;
+
 function parseDecimal(value: unknown): string {
-  const text = typeof value === 'number' ? value.toPrecision(15) : typeof value === 'string' ? value.trim() : undefined;
-  if (text === undefined || !/^-?\d+(\.\d+)?$/.test(text.replace(/e[+-]?\d+$/i, '')) || !Number.isFinite(Number(text))) {
-    throw new GraphQLError(`Decimal must be a decimal number in major units as a string, e.g. "12.50"; got ${JSON.stringify(value)}.`);
+  let text: string | undefined;
+  if (typeof value === 'string') text = value.trim();
+  else if (typeof value === 'number' && Number.isFinite(value)) text = value.toPrecision(15).replace(/(\.\d*?)0+$/, '$1').replace(/\.$/, '');
+  if (text === undefined || !DECIMAL_TEXT.test(text)) {
+    throw new GraphQLError(
+      `Decimal must be a decimal number in major units as a string, e.g. "12.50" (plain notation, at most 18 integer and 10 fractional digits); got ${JSON.stringify(value)?.slice(0, 40)}.`,
+    );
   }
   return formatDecimal(new DecimalJs(text));
 }

@@ -65,6 +65,8 @@ export interface DeliveryInput {
 }
 
 const SUV_OR_LARGER = new Set(['SUV', 'VAN', 'TRUCK']);
+/** Largest tip or declared value: its cents stay far inside the exact range of a JSON number. */
+const MAX_AMOUNT = new Decimal('1000000000000');
 const PICKUP_PHONE_MAX = 15;
 const PICKUP_INSTRUCTIONS_MAX = 512;
 
@@ -120,19 +122,25 @@ export function inputPathOfWireField(field: string): string {
   return `input.${field}`;
 }
 
-/** An upstream validation failure as the same ValidationError the facade's own checks give. */
-export function validationErrorFromUpstream(error: UpstreamValidationError): ValidationError {
+/**
+ * An upstream validation failure as the same ValidationError the facade's own
+ * checks give. The upstream's words are passed on (they name the field), with
+ * the caller's key scrubbed from them in case the upstream echoes its header.
+ */
+export function validationErrorFromUpstream(error: UpstreamValidationError, key: string): ValidationError {
+  const scrub = (text: string) => (key ? text.split(key).join('[redacted]') : text);
   const fields: FieldProblem[] = [];
   for (const [field, messages] of Object.entries(error.errors)) {
     const list = Array.isArray(messages) ? messages : [messages];
-    for (const message of list) fields.push({ path: inputPathOfWireField(field), message: String(message) });
+    for (const message of list) fields.push({ path: scrub(inputPathOfWireField(field)), message: scrub(String(message)) });
   }
+  const message = scrub(error.message);
   if (fields.length === 0) {
     // The partner group sends only a message; it names the field when it can.
-    const named = /\b([a-z]+(?:_[a-z]+)+|email|currency|weight|tip|items)\b/.exec(error.message)?.[1];
-    fields.push({ path: named ? inputPathOfWireField(named) : 'input', message: error.message });
+    const named = /\b([a-z]+(?:_[a-z]+)+|email|currency|weight|tip|items)\b/.exec(message)?.[1];
+    fields.push({ path: named ? inputPathOfWireField(named) : 'input', message });
   }
-  return new ValidationError(fields, error.message);
+  return new ValidationError(fields, message);
 }
 
 function blank(value: string | null | undefined): boolean {
@@ -155,8 +163,8 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
     required(`${side}.address.street`, address.street);
     required(`${side}.address.city`, address.city);
     required(`${side}.address.country`, address.country);
-    if (address.latitude != null && (address.latitude < -90 || address.latitude > 90)) problem(`${side}.address.latitude`, 'must be between -90 and 90');
-    if (address.longitude != null && (address.longitude < -180 || address.longitude > 180)) problem(`${side}.address.longitude`, 'must be between -180 and 180');
+    if (address.latitude != null && !(address.latitude >= -90 && address.latitude <= 90)) problem(`${side}.address.latitude`, 'must be between -90 and 90');
+    if (address.longitude != null && !(address.longitude >= -180 && address.longitude <= 180)) problem(`${side}.address.longitude`, 'must be between -180 and 180');
   };
 
   const { pickup, dropoff } = input;
@@ -194,15 +202,26 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
 
   for (const [field, value] of [['tip', input.tip], ['declaredValue', input.declaredValue]] as const) {
     if (value == null) continue;
-    const amount = new Decimal(value);
+    let amount: Decimal;
+    try {
+      amount = new Decimal(value);
+    } catch {
+      problem(field, 'must be a decimal amount');
+      continue;
+    }
     if (amount.isNegative()) problem(field, 'must not be negative');
     if (amount.decimalPlaces() > 2) problem(field, 'must have at most two decimal places (it is sent in cents)');
+    // Cents must stay an exact JSON integer.
+    if (amount.abs().greaterThan(MAX_AMOUNT)) problem(field, `must be at most ${MAX_AMOUNT.toFixed(2)}`);
   }
-  if (input.itemsCount != null && input.itemsCount < 0) problem('itemsCount', 'must not be negative');
-  if (input.weight != null && input.weight < 0) problem('weight', 'must not be negative');
-  input.items?.forEach((item, index) => {
-    if (item.quantity != null && item.quantity < 0) problem(`items.${index}.quantity`, 'must not be negative');
-  });
+  const finite = (path: string, value: number | null | undefined, nonNegative = true) => {
+    if (value == null) return;
+    if (!Number.isFinite(value)) problem(path, 'must be a finite number');
+    else if (nonNegative && value < 0) problem(path, 'must not be negative');
+  };
+  finite('itemsCount', input.itemsCount);
+  finite('weight', input.weight);
+  input.items?.forEach((item, index) => finite(`items.${index}.quantity`, item.quantity));
   return problems;
 }
 

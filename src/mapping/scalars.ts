@@ -82,7 +82,10 @@ export function utcDateTime(value: unknown): string | null {
   if (!isCalendarDay(year!, month!, day!) || !isClockTime(hour!, minute!, second ?? '0')) return null;
   const millis = Date.parse(hasOffset ? text : `${text}Z`);
   if (Number.isNaN(millis)) return null;
-  return `${new Date(millis).toISOString().slice(0, 19)}Z`;
+  const iso = new Date(millis).toISOString();
+  // An offset can push an instant out of years 0000–9999 ("+010000-…", "-000001-…"): not representable.
+  if (iso.length !== 24) return null;
+  return `${iso.slice(0, 19)}Z`;
 }
 
 /** A calendar date from `YYYY-MM-DD` or from a full datetime (the read's `delivery_date`). */

@@ -19,10 +19,14 @@ export interface EventQueueOptions<T> {
   onEnd?(): void;
 }
 
+const GONE = Symbol('coalesced');
+
 export class EventQueue<T> implements AsyncIterableIterator<T> {
   readonly #options: EventQueueOptions<T>;
-  readonly #items: Array<T | undefined> = [];
+  /** Waiting items from #head on; a coalesced item leaves GONE in its old place. */
+  readonly #items: Array<T | typeof GONE> = [];
   #head = 0;
+  #count = 0;
   /** Position in #items of the waiting item with each coalesce key. */
   readonly #slots = new Map<string, number>();
   #waiting: ((result: IteratorResult<T>) => void) | undefined;
@@ -35,7 +39,7 @@ export class EventQueue<T> implements AsyncIterableIterator<T> {
   }
 
   get pending(): number {
-    return this.#items.length - this.#head;
+    return this.#count;
   }
 
   push(item: T): void {
@@ -49,14 +53,16 @@ export class EventQueue<T> implements AsyncIterableIterator<T> {
     }
     const key = this.pending >= (this.#options.coalesceAfter ?? 0) ? this.#options.coalesceKey(item) : undefined;
     if (key !== undefined) {
+      // The newer item goes to the back, so the reader still sees the log in order.
       const slot = this.#slots.get(key);
       if (slot !== undefined) {
-        this.#items[slot] = item;
-        return;
+        this.#items[slot] = GONE;
+        this.#count -= 1;
       }
       this.#slots.set(key, this.#items.length);
     }
     this.#items.push(item);
+    this.#count += 1;
     if (this.pending > this.#options.maxPending) {
       this.#options.onOverflow?.(this.pending);
       this.fail(new SlowConsumerError(`subscriber too slow: more than ${this.#options.maxPending} events waiting`));
@@ -74,6 +80,7 @@ export class EventQueue<T> implements AsyncIterableIterator<T> {
     this.#error = error;
     this.#items.length = 0;
     this.#head = 0;
+    this.#count = 0;
     this.#slots.clear();
     this.#finish();
     this.#failWaiting?.(error);
@@ -87,10 +94,12 @@ export class EventQueue<T> implements AsyncIterableIterator<T> {
 
   next(): Promise<IteratorResult<T>> {
     if (this.#error) return Promise.reject(this.#error);
-    if (this.pending > 0) {
+    if (this.#count > 0) {
+      while (this.#items[this.#head] === GONE) this.#head += 1;
       const item = this.#items[this.#head] as T;
-      this.#items[this.#head] = undefined;
+      this.#items[this.#head] = GONE;
       this.#head += 1;
+      this.#count -= 1;
       const key = this.#options.coalesceKey(item);
       if (key !== undefined && this.#slots.get(key) === this.#head - 1) this.#slots.delete(key);
       if (this.#head > 1024 && this.#head * 2 > this.#items.length) this.#compact();
@@ -112,6 +121,7 @@ export class EventQueue<T> implements AsyncIterableIterator<T> {
   return(): Promise<IteratorResult<T>> {
     this.#items.length = 0;
     this.#head = 0;
+    this.#count = 0;
     this.#slots.clear();
     this.#finish();
     this.#waiting?.({ value: undefined, done: true });

@@ -1,12 +1,16 @@
 // GraphQL over WebSocket (graphql-transport-ws) on the HTTP server's /graphql
 // path. Operations run through yoga's envelop, so the same plugins apply to
 // both transports. The merchant key travels in the connection_init payload.
+// One socket runs at most WS_MAX_SUBSCRIPTIONS operations at once.
 import type { Server } from 'node:http';
 import type { ExecutionArgs } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
 import type { YogaServerInstance } from 'graphql-yoga';
 import { WebSocketServer } from 'ws';
+import { DeliveryGraphError, TooManySubscriptionsError } from '../errors.js';
 import type { GraphQLContext } from '../graphql/context.js';
+import type { PersistedOperations } from '../graphql/persisted-operations.js';
+import { toGraphQLError } from '../graphql/protection.js';
 
 export const WS_MAX_PAYLOAD_BYTES = 64 * 1024;
 
@@ -25,9 +29,21 @@ export interface GraphQLWebSocket {
   close(): Promise<void>;
 }
 
+export interface GraphQLWebSocketOptions {
+  path?: string;
+  /** Operations one socket may run at once; the next subscribe gets TOO_MANY_SUBSCRIPTIONS. */
+  maxSubscriptions: number;
+  /** The allowlist, when PERSISTED_OPERATIONS_FILE is set: hashes in `extensions.persistedQuery` resolve here. */
+  persisted?: PersistedOperations;
+}
+
 type Envelop = { execute: (args: ExecutionArgs) => unknown; subscribe: (args: ExecutionArgs) => unknown };
 
-export function attachGraphQLWebSocket(server: Server, yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext>, path = '/graphql'): GraphQLWebSocket {
+export function attachGraphQLWebSocket(
+  server: Server,
+  yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext>,
+  { path = '/graphql', maxSubscriptions, persisted }: GraphQLWebSocketOptions,
+): GraphQLWebSocket {
   const wss = new WebSocketServer({ server, path, maxPayload: WS_MAX_PAYLOAD_BYTES });
   const disposable = useServer(
     {
@@ -37,6 +53,8 @@ export function attachGraphQLWebSocket(server: Server, yoga: YogaServerInstance<
       execute: (args) => (args.rootValue as Envelop).execute(args) as never,
       subscribe: (args) => (args.rootValue as Envelop).subscribe(args) as never,
       onSubscribe: async (ctx, _id, payload) => {
+        // graphql-ws records every running operation of the socket, this one included, until it ends.
+        if (Object.keys(ctx.subscriptions).length > maxSubscriptions) return [toGraphQLError(new TooManySubscriptionsError(maxSubscriptions))];
         const socket = ctx.extra.socket;
         const { schema, execute, subscribe, contextFactory, parse, validate } = yoga.getEnveloped({
           ...ctx,
@@ -48,11 +66,16 @@ export function attachGraphQLWebSocket(server: Server, yoga: YogaServerInstance<
         });
         let document;
         try {
-          document = parse(payload.query);
+          document = parse(persisted?.documentFor(payload) ?? payload.query);
+        } catch (error) {
+          return [(error instanceof DeliveryGraphError ? toGraphQLError(error) : error) as never];
+        }
+        let errors;
+        try {
+          errors = validate(schema, document);
         } catch (error) {
           return [error as never];
         }
-        const errors = validate(schema, document);
         if (errors.length > 0) return errors;
         return {
           schema,

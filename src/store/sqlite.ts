@@ -6,7 +6,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 import { advance, isStale, type MilestoneState } from '../webhooks/ordering.js';
-import { canonicalJson, type AppendResult, type BookingResult, type EventFilter, type IdempotencyClaim, type Store, type StoredEvent } from './store.js';
+import { canonicalJson, PENDING_EXPIRY_MS, type AppendResult, type BookingResult, type EventFilter, type IdempotencyClaim, type Store, type StoredEvent } from './store.js';
 
 interface EventRow {
   seq: number;
@@ -29,9 +29,6 @@ function toStored(row: EventRow): StoredEvent {
     payload: JSON.parse(row.payload) as WireWebhookEvent,
   };
 }
-
-/** A booking left pending this long (its process died mid-call) may be claimed again. */
-const PENDING_EXPIRY_MS = 120_000;
 
 export class SqliteStore implements Store {
   readonly db: Database.Database;

@@ -4,6 +4,9 @@
 import { createHash } from 'node:crypto';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 
+/** A booking left pending this long (its process died mid-call) may be claimed again. */
+export const PENDING_EXPIRY_MS = 120_000;
+
 export interface BookingResult {
   uid: string;
   trackingUrl: string | null;

@@ -1,17 +1,23 @@
 // Builds the two endpoint-group clients over one pool to the upstream origin.
 import type { Config } from '../config.js';
-import { UpstreamHttp, type UpstreamCallRecord } from './http.js';
+import type { BreakerState } from './breaker.js';
+import { UpstreamHttp, type ApiGroupName, type BreakerStates, type UpstreamCallRecord } from './http.js';
 import { PartnerClient } from './partner.js';
 import { PlatformClient } from './platform.js';
 
 export interface Upstream {
   platform: PlatformClient;
   partner: PartnerClient;
+  /** Each group's circuit now: closed, open (failing fast) or half-open (one trial call). */
+  breakerState(): BreakerStates;
+  /** Hears every change of a group's circuit; returns the way to stop listening. */
+  onBreakerChange(listener: (group: ApiGroupName, state: BreakerState) => void): () => void;
   close(): Promise<void>;
 }
 
 export function createUpstream(
-  config: Pick<Config['upstream'], 'timeoutMs' | 'connections' | 'maxResponseBytes'> & { url: string; platformId: string },
+  config: Pick<Config['upstream'], 'timeoutMs' | 'connections' | 'maxResponseBytes'> &
+    Partial<Pick<Config['upstream'], 'breaker'>> & { url: string; platformId: string },
   onCall?: (record: UpstreamCallRecord) => void,
 ): Upstream {
   const http = new UpstreamHttp({
@@ -19,11 +25,14 @@ export function createUpstream(
     timeoutMs: config.timeoutMs,
     connections: config.connections,
     maxResponseBytes: config.maxResponseBytes,
+    breaker: config.breaker,
     onCall,
   });
   return {
     platform: new PlatformClient(http, config.platformId),
     partner: new PartnerClient(http),
+    breakerState: () => http.breakerState(),
+    onBreakerChange: (listener) => http.onBreakerChange(listener),
     close: () => http.close(),
   };
 }

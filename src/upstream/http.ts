@@ -1,9 +1,13 @@
 // The one door to the upstream: an undici Pool for its origin (keep-alive, a
 // connection cap), a time budget per call that covers headers, body and retries,
 // a cap on the response size, and the classification of every failure into one
-// typed error with a stable code. Only idempotent GETs are retried.
+// typed error with a stable code. Only idempotent GETs are retried, and only
+// identical GETs in flight together are shared. Every attempt passes through the
+// circuit breaker of its endpoint group.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'undici';
+import { DEFAULT_BREAKER, GroupBreaker, type AttemptOutcome, type BreakerSettings, type BreakerState } from './breaker.js';
+import { SharedReads } from './shared-reads.js';
 import {
   DeliveryGraphError,
   NotCancelableError,
@@ -51,7 +55,11 @@ export interface UpstreamHttpOptions {
   onCall?: (record: UpstreamCallRecord) => void;
   /** First retry gap; later ones double. Jittered ±50%. */
   retryBaseMs?: number;
+  /** Circuit-breaker settings, the same for each endpoint group. */
+  breaker?: BreakerSettings;
 }
+
+export type BreakerStates = Record<ApiGroupName, BreakerState>;
 
 const MAX_GET_RETRIES = 2;
 const RETRYABLE_STATUS = new Set([502, 503, 504]);
@@ -70,6 +78,8 @@ const CONNECTION_ERROR_CODES = new Set([
   'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
 ]);
 const TIMEOUT_ERROR_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
+/** What undici refuses in a header value (lib/core/util.js headerCharRegex). */
+const NOT_A_HEADER_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
 
 interface RawResponse {
   status: number;
@@ -77,14 +87,31 @@ interface RawResponse {
   text: string;
 }
 
-/** A failure that a GET may retry, with how long the upstream asked us to wait. */
-class Retryable extends Error {
+interface Answer<T> {
+  status: number;
+  body: T;
+}
+
+/**
+ * A failed attempt: the error the caller would see, whether a GET may try again
+ * (and how long the upstream asked us to wait), and what the breaker judges it by.
+ */
+class AttemptFailure extends Error implements AttemptOutcome {
+  readonly status: number | undefined;
+  readonly retryable: boolean;
+  readonly retryAfterMs: number | undefined;
+  readonly unsent: boolean;
+  readonly callerAborted: boolean;
   constructor(
     readonly error: DeliveryGraphError,
-    readonly retryAfterMs: number | undefined,
-    readonly status: number | undefined,
+    details: { status?: number; retryable?: boolean; retryAfterMs?: number; unsent?: boolean; callerAborted?: boolean } = {},
   ) {
     super(error.message);
+    this.status = details.status;
+    this.retryable = details.retryable ?? false;
+    this.retryAfterMs = details.retryAfterMs;
+    this.unsent = details.unsent ?? false;
+    this.callerAborted = details.callerAborted ?? false;
   }
 }
 
@@ -92,11 +119,20 @@ export class UpstreamHttp {
   readonly #pool: Pool;
   readonly #basePath: string;
   readonly #options: UpstreamHttpOptions;
+  readonly #breakers: Record<ApiGroupName, GroupBreaker>;
+  readonly #breakerListeners = new Set<(group: ApiGroupName, state: BreakerState) => void>();
+  readonly #shared = new SharedReads();
 
   constructor(options: UpstreamHttpOptions) {
     const url = new URL(options.baseUrl);
     this.#basePath = url.pathname.replace(/\/+$/, '');
     this.#options = options;
+    const settings = options.breaker ?? DEFAULT_BREAKER;
+    const breaker = (group: ApiGroupName) =>
+      new GroupBreaker(group, settings, options.timeoutMs, (state) => {
+        for (const listener of this.#breakerListeners) listener(group, state);
+      });
+    this.#breakers = { platform: breaker('platform'), partner: breaker('partner') };
     this.#pool = new Pool(url.origin, {
       connections: options.connections,
       pipelining: 1,
@@ -108,34 +144,63 @@ export class UpstreamHttp {
     });
   }
 
-  /** Sends one call (GETs with retries) and returns the parsed JSON body of a 2xx answer. */
-  async call<T>(request: UpstreamRequest): Promise<T> {
+  /**
+   * Sends one call (GETs with retries) and returns the parsed JSON body of a 2xx
+   * answer. Concurrent identical GETs (same group, path and key) share one call.
+   */
+  call<T>(request: UpstreamRequest): Promise<T> {
+    // A POST is never shared: each caller's booking or cancellation is its own.
+    if (request.method !== 'GET') return this.#call<T>(request, request.signal);
+    // Group and path hold no newline (the path is URL-encoded), so the key, last, cannot blur the identity.
+    return this.#shared.run(`${request.group}\n${request.path}\n${request.key}`, request.signal, (signal) => this.#call<T>(request, signal));
+  }
+
+  /** Each group's circuit now: closed, open (failing fast) or half-open (one trial call). */
+  breakerState(): BreakerStates {
+    return { platform: this.#breakers.platform.state, partner: this.#breakers.partner.state };
+  }
+
+  /** Hears every change of a group's circuit; returns the way to stop listening. */
+  onBreakerChange(listener: (group: ApiGroupName, state: BreakerState) => void): () => void {
+    this.#breakerListeners.add(listener);
+    return () => this.#breakerListeners.delete(listener);
+  }
+
+  async #call<T>(request: UpstreamRequest, signal: AbortSignal | undefined): Promise<T> {
+    if (signal?.aborted) throw callerAborted(signal.reason);
+    // undici 7 refuses such a key as a header value but keeps the pool slot it took:
+    // after `connections` of them every call would stall. Refuse it before undici sees it.
+    if (NOT_A_HEADER_VALUE.test(request.key)) throw new UpstreamProtocolError('The merchant key cannot be sent as an HTTP header value.');
     const started = performance.now();
     const deadline = started + this.#options.timeoutMs;
     // One timer and one controller for the whole call, retries included.
     const budget = new AbortController();
     const timer = setTimeout(() => budget.abort(), this.#options.timeoutMs);
     const forward = () => budget.abort();
-    request.signal?.addEventListener('abort', forward, { once: true });
+    signal?.addEventListener('abort', forward, { once: true });
+    const breaker = this.#breakers[request.group];
     let attempts = 0;
     let status: number | undefined;
     try {
       for (;;) {
-        attempts += 1;
         try {
-          const response = await this.#send(request, deadline, budget.signal);
-          status = response.status;
-          const result = parseSuccess<T>(response, request) ?? throwClassified(response, request);
-          this.#report(request, status, 'ok', attempts, started);
-          return result;
+          // An open circuit rejects here without sending, on a retry as on a first attempt.
+          const answer = await breaker.run(() => {
+            attempts += 1;
+            return this.#attempt<T>(request, deadline, budget.signal, signal);
+          }, forward);
+          this.#report(request, answer.status, 'ok', attempts, started);
+          return answer.body;
         } catch (error) {
-          if (!(error instanceof Retryable)) throw error;
+          if (!(error instanceof AttemptFailure)) throw error;
           status = error.status;
+          if (!error.retryable) throw error.error;
           const delay = this.#retryDelay(attempts, error.retryAfterMs);
-          const canRetry = request.method === 'GET' && attempts <= MAX_GET_RETRIES && !request.signal?.aborted;
+          const canRetry = request.method === 'GET' && attempts <= MAX_GET_RETRIES && !signal?.aborted;
           // A retry only happens when it can still finish inside the budget.
           if (!canRetry || performance.now() + delay + 10 >= deadline) throw error.error;
           await sleep(delay, undefined, { signal: budget.signal }).catch(() => undefined);
+          if (signal?.aborted) throw callerAborted(signal.reason);
         }
       }
     } catch (error) {
@@ -144,8 +209,40 @@ export class UpstreamHttp {
       throw known;
     } finally {
       clearTimeout(timer);
-      request.signal?.removeEventListener('abort', forward);
+      signal?.removeEventListener('abort', forward);
     }
+  }
+
+  /** One request and its answer, every failure wrapped for the retry loop and the breaker. */
+  async #attempt<T>(request: UpstreamRequest, deadline: number, budget: AbortSignal, caller: AbortSignal | undefined): Promise<Answer<T>> {
+    let response: RawResponse;
+    try {
+      response = await this.#send(request, deadline, budget);
+    } catch (error) {
+      if (caller?.aborted) throw new AttemptFailure(callerAborted(error), { callerAborted: true });
+      if (budget.aborted) throw new AttemptFailure(new UpstreamTimeoutError(undefined, { cause: error }));
+      const classified = classifyThrown(error, request);
+      throw new AttemptFailure(classified, {
+        // A dropped or refused connection may be retried; the breaker counts it.
+        retryable: classified instanceof UpstreamUnavailableError,
+        // undici refused the request as malformed before sending it: nothing about the upstream.
+        unsent: (error as { code?: unknown } | undefined)?.code === 'UND_ERR_INVALID_ARG',
+      });
+    }
+    const { status } = response;
+    if (status >= 200 && status < 300) {
+      try {
+        return { status, body: parseSuccess<T>(response, request) };
+      } catch (error) {
+        throw new AttemptFailure(classifyThrown(error, request), { status });
+      }
+    }
+    const retryable = RETRYABLE_STATUS.has(status) || status === 429;
+    throw new AttemptFailure(classifyStatus(response, request), {
+      status,
+      retryable,
+      retryAfterMs: retryable ? retryAfterMs(response.headers['retry-after']) : undefined,
+    });
   }
 
   #report(request: UpstreamRequest, status: number | undefined, outcome: string, attempts: number, started: number): void {
@@ -175,35 +272,28 @@ export class UpstreamHttp {
       body = JSON.stringify(request.body);
       headers['content-type'] = 'application/json';
     }
-    try {
-      const response = await this.#pool.request({
-        method: request.method,
-        path: this.#basePath + request.path,
-        headers,
-        body,
-        signal,
-        headersTimeout: remaining,
-        bodyTimeout: remaining,
-      });
-      const text = await readCapped(response.body, this.#options.maxResponseBytes, response.headers['content-length']);
-      const result: RawResponse = { status: response.statusCode, headers: response.headers, text };
-      if (RETRYABLE_STATUS.has(result.status) || result.status === 429) {
-        throw new Retryable(classifyStatus(result, request), retryAfterMs(result.headers['retry-after']), result.status);
-      }
-      return result;
-    } catch (error) {
-      if (error instanceof Retryable || error instanceof DeliveryGraphError) throw error;
-      if (request.signal?.aborted) throw new UpstreamUnavailableError('The upstream call was aborted.', { cause: error });
-      if (signal.aborted) throw new UpstreamTimeoutError(undefined, { cause: error });
-      const classified = classifyThrown(error, request);
-      if (classified instanceof UpstreamUnavailableError) throw new Retryable(classified, undefined, undefined);
-      throw classified;
-    }
+    const response = await this.#pool.request({
+      method: request.method,
+      path: this.#basePath + request.path,
+      headers,
+      body,
+      signal,
+      headersTimeout: remaining,
+      bodyTimeout: remaining,
+    });
+    const text = await readCapped(response.body, this.#options.maxResponseBytes, response.headers['content-length']);
+    return { status: response.statusCode, headers: response.headers, text };
   }
 
   async close(): Promise<void> {
+    this.#breakers.platform.shutdown();
+    this.#breakers.partner.shutdown();
     await this.#pool.close();
   }
+}
+
+function callerAborted(cause: unknown): UpstreamUnavailableError {
+  return new UpstreamUnavailableError('The upstream call was aborted.', { cause });
 }
 
 class ResponseTooLarge extends Error {}
@@ -248,17 +338,12 @@ function parseJson(text: string): unknown {
   }
 }
 
-function parseSuccess<T>(response: RawResponse, request: UpstreamRequest): T | undefined {
-  if (response.status < 200 || response.status >= 300) return undefined;
+function parseSuccess<T>(response: RawResponse, request: UpstreamRequest): T {
   const parsed = parseJson(response.text);
   if (parsed === undefined || parsed === null || typeof parsed !== 'object') {
     throw new UpstreamProtocolError(`The delivery service sent a ${response.status} answer to ${request.method} ${request.route} that is not a JSON object.`);
   }
   return parsed as T;
-}
-
-function throwClassified(response: RawResponse, request: UpstreamRequest): never {
-  throw classifyStatus(response, request);
 }
 
 /**

@@ -662,7 +662,7 @@ describe('no error carries the key', () => {
       },
       (rejection: unknown) => rejection,
     );
-    // undici refuses the header value before sending; the code reports that as UPSTREAM_ERROR.
+    // Refused before undici sees it (undici would keep a pool slot); the code reports that as UPSTREAM_ERROR.
     expect(error).toBeInstanceOf(UpstreamProtocolError);
     expect((error as DeliveryGraphError).code).toBe('UPSTREAM_ERROR');
     expectNoKey(error);

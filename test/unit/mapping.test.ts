@@ -1012,7 +1012,7 @@ describe('validationErrorFromUpstream', () => {
       pickup_phone_number: ['must be at most 15 characters'],
       dropoff_address_city: ['is required', 'must be text'],
     });
-    const error = validationErrorFromUpstream(upstream);
+    const error = validationErrorFromUpstream(upstream, 'sk_unrelated');
     expect(error).toBeInstanceOf(ValidationError);
     expect(error.code).toBe('VALIDATION_FAILED');
     expect(error.fields).toEqual([
@@ -1031,7 +1031,7 @@ describe('validationErrorFromUpstream', () => {
       partner_payload: ['bad'],
       dropoff_start_time: ['bad'],
     });
-    expect(validationErrorFromUpstream(upstream).fields.map((f) => f.path)).toEqual([
+    expect(validationErrorFromUpstream(upstream, 'sk_unrelated').fields.map((f) => f.path)).toEqual([
       'input.pickup.email',
       'input.pickup.address.postalCode',
       'input.dropoff.address.secondaryNumber',
@@ -1042,7 +1042,7 @@ describe('validationErrorFromUpstream', () => {
   });
 
   it('names the field from the message when the upstream sends no errors object (partner group)', () => {
-    const error = validationErrorFromUpstream(new UpstreamValidationError('pickup_phone_number is too long', {}));
+    const error = validationErrorFromUpstream(new UpstreamValidationError('pickup_phone_number is too long', {}), 'sk_unrelated');
     expect(error.fields).toEqual([{ path: 'input.pickup.phone', message: 'pickup_phone_number is too long' }]);
   });
 });

@@ -29,7 +29,7 @@ describe('EventQueue', () => {
     expect((await next).value).toEqual({ kind: 'location', uid: 'a', n: 1 });
   });
 
-  it('keeps only the latest position per delivery for a lagging reader, and every status event', async () => {
+  it('keeps only the latest position per delivery for a lagging reader, in log order, and every status event', async () => {
     const { q } = queue();
     q.push({ kind: 'location', uid: 'a', n: 1 });
     q.push({ kind: 'status', uid: 'a', n: 2 });
@@ -38,7 +38,7 @@ describe('EventQueue', () => {
     q.push({ kind: 'status', uid: 'a', n: 5 });
     q.push({ kind: 'location', uid: 'a', n: 6 });
     expect(q.pending).toBe(4);
-    expect((await drain(q, 4)).map((item) => item.n)).toEqual([6, 2, 4, 5]);
+    expect((await drain(q, 4)).map((item) => item.n)).toEqual([2, 4, 5, 6]);
   });
 
   it('does not coalesce while the reader keeps up', async () => {

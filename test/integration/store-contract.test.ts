@@ -1,0 +1,288 @@
+// The Store contract, run against both stores: the embedded SQLite file and
+// Redis (a private redis-server, or REDIS_TEST_URL). De-duplication, milestone
+// ranking, the log and its per-delivery reads, idempotency states and ownership
+// must behave the same; a property test then feeds the same random batches to
+// both and compares every answer.
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import fc from 'fast-check';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { RedisStore } from '../../src/store/redis.js';
+import { SqliteStore } from '../../src/store/sqlite.js';
+import { PENDING_EXPIRY_MS, type Store } from '../../src/store/store.js';
+import type { WireWebhookEvent } from '../../src/upstream/wire.js';
+import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
+
+// A given Redis (REDIS_TEST_URL, as .ci/run exports) needs no local binary.
+const withRedis = Boolean(process.env.REDIS_TEST_URL) || redisAvailable('store-contract.test.ts');
+
+let redisServer: RedisServer | undefined;
+let redisUrl: string | undefined;
+const clients: Redis[] = [];
+const dirs: string[] = [];
+
+beforeAll(async () => {
+  if (!withRedis) return;
+  redisUrl = process.env.REDIS_TEST_URL;
+  if (!redisUrl) {
+    redisServer = await startRedisServer();
+    redisUrl = redisServer.url;
+  }
+});
+afterAll(async () => {
+  for (const client of clients) client.disconnect();
+  await redisServer?.stop();
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+function sqliteStore(): Store {
+  const dir = mkdtempSync(path.join(tmpdir(), 'delivery-graph-contract-'));
+  dirs.push(dir);
+  return new SqliteStore(dir);
+}
+
+/** A fresh key space on the shared server: a prefix of its own. */
+function redisStore(): Store {
+  const client = new Redis(redisUrl!, { lazyConnect: false });
+  clients.push(client);
+  return new RedisStore(client, { prefix: `contract:${randomUUID()}:`, ownsClient: true });
+}
+
+const AT = '2030-05-01T10:00:00.000Z';
+
+function event(uid: string, name: string, extra: Record<string, unknown> = {}): { payload: WireWebhookEvent; receivedAt: string } {
+  return { payload: { uid, event_name: name, status: name.slice(name.indexOf('.') + 1), ...extra } as WireWebhookEvent, receivedAt: AT };
+}
+
+const kinds: Array<[string, () => Store, boolean]> = [
+  ['SqliteStore', sqliteStore, true],
+  ['RedisStore', redisStore, withRedis],
+];
+
+describe.each(kinds)('%s', (_name, makeStore, enabled) => {
+  const test = it.skipIf(!enabled);
+  let store: Store;
+  const fresh = () => (store = makeStore());
+  afterAll(async () => {
+    await store?.close();
+  });
+
+  test('starts empty: lastSeq 0, no events, no latest event, no owner', async () => {
+    fresh();
+    expect(await store.lastSeq()).toBe(0);
+    expect(await store.eventsAfter(0, 10)).toEqual([]);
+    expect(await store.eventsAfter(0, 10, { uids: ['u'] })).toEqual([]);
+    expect(await store.latestEvent('u', 'delivery')).toBeUndefined();
+    expect(await store.latestEvent('u', 'location')).toBeUndefined();
+    expect(await store.ownerOf('u')).toBeUndefined();
+  });
+
+  test('stores each (uid, name, canonical payload) once: a repeat, even with its keys reordered, is a duplicate of the first', async () => {
+    fresh();
+    const created = event('d1', 'delivery.created', { platform_payload: { a: 1, b: [1, { c: 2, d: 3 }] } });
+    const [first] = await store.appendEvents([created]);
+    expect(first).toEqual({ duplicate: false, event: { seq: 1, uid: 'd1', name: 'delivery.created', statusText: 'created', receivedAt: AT, stale: false, payload: created.payload } });
+
+    const reordered = { payload: JSON.parse('{"platform_payload":{"b":[1,{"d":3,"c":2}],"a":1},"status":"created","event_name":"delivery.created","uid":"d1"}'), receivedAt: '2031-01-01T00:00:00.000Z' };
+    const [again] = await store.appendEvents([reordered]);
+    // The first one's record, receivedAt included.
+    expect(again).toEqual({ duplicate: true, event: first!.event });
+
+    // Other payload, other uid, other name: new events. Within one batch, a repeat is already a duplicate.
+    const other = event('d1', 'delivery.created', { platform_payload: { a: 2 } });
+    const results = await store.appendEvents([other, event('d2', 'delivery.created'), other, event('d1', 'location.created')]);
+    expect(results.map((r) => [r.event.seq, r.duplicate])).toEqual([
+      [2, false],
+      [3, false],
+      [2, true],
+      [4, false],
+    ]);
+    expect(await store.lastSeq()).toBe(4);
+    expect((await store.eventsAfter(0, 100)).map((e) => e.seq)).toEqual([1, 2, 3, 4]);
+  });
+
+  test('ranks milestones: late, repeated and post-terminal events are stale and move nothing', async () => {
+    fresh();
+    const sequence: Array<[string, Record<string, unknown>, boolean]> = [
+      ['location.assigned_driver', { driver_location: { lat: 1, lng: 1 } }, false], // no state yet
+      ['delivery.created', {}, false],
+      ['delivery.pickup_complete', {}, false],
+      ['delivery.assigned', {}, true], // below the current rank
+      ['delivery.pickup_complete', { n: 2 }, true], // a repeat of the current milestone
+      ['location.pickup_enroute', { driver_location: { lat: 2, lng: 2 } }, true], // a position from an earlier milestone
+      ['location.pickup_complete', { driver_location: { lat: 3, lng: 3 } }, false], // positions may repeat their milestone
+      ['delivery.something_new', {}, false], // unknown milestone: not ranked
+      ['delivery.return_in_progress', {}, false], // 6.5 after 4
+      ['delivery.dropoff_arrived', {}, true], // 6 below 6.5
+      ['delivery.returned', { driver_location: { lat: 4, lng: 4 } }, false], // terminal
+      ['delivery.canceled', {}, true], // after a terminal one
+      ['location.dropoff_complete', { driver_location: { lat: 5, lng: 5 } }, true],
+      ['delivery.whatever', {}, true],
+    ];
+    const results = await store.appendEvents(sequence.map(([name, extra]) => event('r1', name, extra)));
+    expect(results.map((r) => [r.event.name, r.event.stale])).toEqual(sequence.map(([name, , stale]) => [name, stale]));
+    expect(results.every((r) => !r.duplicate)).toBe(true);
+
+    // The latest non-stale delivery.* event, and the latest non-stale one that carries a position.
+    expect((await store.latestEvent('r1', 'delivery'))?.name).toBe('delivery.returned');
+    expect(await store.latestEvent('r1', 'location')).toEqual(results[10]!.event);
+
+    // One at a time gives the same answers as one batch.
+    const single = makeStore();
+    try {
+      const oneByOne = [];
+      for (const [name, extra] of sequence) oneByOne.push(...(await single.appendEvents([event('r1', name, extra)])));
+      expect(oneByOne.map((r) => r.event.stale)).toEqual(sequence.map(([, , stale]) => stale));
+    } finally {
+      await single.close();
+    }
+  });
+
+  test('latestEvent ignores stale events and events without a position', async () => {
+    fresh();
+    await store.appendEvents([
+      event('l1', 'delivery.created'),
+      event('l1', 'delivery.assigned', { driver_location: { lat: 10, lng: 10 } }),
+      event('l1', 'location.assigned_driver', { driver_location: { lat: 11, lng: 11 } }),
+      event('l1', 'delivery.created', { n: 2 }), // stale
+      event('l1', 'location.created', { driver_location: { lat: 12, lng: 12 } }), // stale: below assigned
+      event('l1', 'location.assigned_driver', { driver_location: null }), // no position
+      event('l1', 'location.assigned_driver', { driver_location: { lng: 13 } }), // no latitude
+      event('l2', 'delivery.pickup_arrived'),
+    ]);
+    expect(await store.latestEvent('l1', 'delivery')).toMatchObject({ seq: 2, name: 'delivery.assigned' });
+    expect(await store.latestEvent('l1', 'location')).toMatchObject({ seq: 3, payload: { driver_location: { lat: 11, lng: 11 } } });
+    expect(await store.latestEvent('l2', 'location')).toBeUndefined();
+    expect(await store.latestEvent('l2', 'delivery')).toMatchObject({ seq: 8, statusText: 'pickup_arrived' });
+  });
+
+  test('eventsAfter reads the log in order, after a cursor, with a limit, for some deliveries', async () => {
+    fresh();
+    const uids = ['a', 'b', 'c'];
+    const appended = await store.appendEvents(Array.from({ length: 30 }, (_, n) => event(uids[n % 3]!, 'location.assigned_driver', { n, status: null })));
+    const all = appended.map((r) => r.event);
+    expect(all.map((e) => e.seq)).toEqual(Array.from({ length: 30 }, (_, n) => n + 1));
+    expect(all[0]!.statusText).toBeNull();
+
+    expect(await store.eventsAfter(0, 100)).toEqual(all);
+    expect(await store.eventsAfter(10, 5)).toEqual(all.slice(10, 15));
+    expect(await store.eventsAfter(30, 5)).toEqual([]);
+    expect(await store.eventsAfter(0, 100, { uids: ['b'] })).toEqual(all.filter((e) => e.uid === 'b'));
+    // Two deliveries merged in log order, the limit across both.
+    expect(await store.eventsAfter(4, 6, { uids: ['c', 'a'] })).toEqual(all.filter((e) => e.uid !== 'b' && e.seq > 4).slice(0, 6));
+    expect(await store.eventsAfter(0, 100, { uids: ['nobody'] })).toEqual([]);
+    expect(await store.eventsAfter(0, 100, { uids: [] })).toEqual(all);
+    expect(await store.lastSeq()).toBe(30);
+  });
+
+  test('idempotency: claimed, pending while booking, done with the result, conflict on other input, released to be claimed again', async () => {
+    fresh();
+    expect(await store.claimIdempotency('owner', 'k1', 'fp')).toEqual({ state: 'claimed' });
+    expect(await store.claimIdempotency('owner', 'k1', 'fp')).toEqual({ state: 'pending' });
+    expect(await store.claimIdempotency('owner', 'k1', 'other')).toEqual({ state: 'conflict' });
+    // Keys are per owner.
+    expect(await store.claimIdempotency('someone else', 'k1', 'other')).toEqual({ state: 'claimed' });
+
+    await store.completeIdempotency('owner', 'k1', { uid: 'uid-1', trackingUrl: 'https://t.example/1' });
+    expect(await store.claimIdempotency('owner', 'k1', 'fp')).toEqual({ state: 'done', result: { uid: 'uid-1', trackingUrl: 'https://t.example/1' } });
+    expect(await store.claimIdempotency('owner', 'k1', 'other')).toEqual({ state: 'conflict' });
+    // A done key is not released.
+    await store.releaseIdempotency('owner', 'k1');
+    expect(await store.claimIdempotency('owner', 'k1', 'fp')).toMatchObject({ state: 'done' });
+
+    expect(await store.claimIdempotency('owner', 'k2', 'fp')).toEqual({ state: 'claimed' });
+    await store.releaseIdempotency('owner', 'k2');
+    expect(await store.claimIdempotency('owner', 'k2', 'fp2')).toEqual({ state: 'claimed' });
+    await store.completeIdempotency('owner', 'k2', { uid: 'uid-2', trackingUrl: null });
+    expect(await store.claimIdempotency('owner', 'k2', 'fp2')).toEqual({ state: 'done', result: { uid: 'uid-2', trackingUrl: null } });
+
+    // Completing a key that was released records nothing.
+    await store.completeIdempotency('owner', 'never-claimed', { uid: 'x', trackingUrl: null });
+    expect(await store.claimIdempotency('owner', 'never-claimed', 'fp')).toEqual({ state: 'claimed' });
+  });
+
+  test('idempotency: a pending claim older than the expiry may be claimed again', async () => {
+    fresh();
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      vi.setSystemTime(new Date('2030-01-01T00:00:00Z'));
+      expect(await store.claimIdempotency('owner', 'k', 'fp')).toEqual({ state: 'claimed' });
+      vi.setSystemTime(Date.now() + PENDING_EXPIRY_MS);
+      expect(await store.claimIdempotency('owner', 'k', 'fp')).toEqual({ state: 'pending' });
+      vi.setSystemTime(Date.now() + 1);
+      expect(await store.claimIdempotency('owner', 'k', 'other')).toEqual({ state: 'conflict' });
+      expect(await store.claimIdempotency('owner', 'k', 'fp')).toEqual({ state: 'claimed' });
+      // The reclaim restarts the clock.
+      expect(await store.claimIdempotency('owner', 'k', 'fp')).toEqual({ state: 'pending' });
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  test('ownership: the first owner recorded stays', async () => {
+    fresh();
+    await store.recordOwner('o1', 'first');
+    await store.recordOwner('o1', 'second');
+    expect(await store.ownerOf('o1')).toBe('first');
+    expect(await store.ownerOf('o2')).toBeUndefined();
+  });
+});
+
+describe.skipIf(!withRedis)('RedisStore against SqliteStore', () => {
+  const NAMES = [
+    'delivery.created',
+    'delivery.assigned',
+    'delivery.pickup_complete',
+    'delivery.dropoff_arrived',
+    'delivery.return_in_progress',
+    'delivery.dropoff_complete',
+    'delivery.canceled',
+    'delivery.mystery',
+    'Delivery.Assigned',
+    'location.assigned_driver',
+    'location.pickup_enroute',
+    'location.dropoff_enroute',
+    'other.thing',
+  ];
+  const anEvent = fc.record({
+    uid: fc.constantFrom('x', 'y', 'z'),
+    name: fc.constantFrom(...NAMES),
+    variant: fc.integer({ min: 0, max: 2 }),
+    position: fc.constantFrom(undefined, null, { lat: 1.5, lng: 2 }, { lng: 3 }, { lat: 0, lng: 0 }),
+    status: fc.constantFrom(undefined, null, 'Picked Up', 7),
+  });
+
+  it('gives the same answers for the same random batches', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.array(anEvent, { minLength: 1, maxLength: 6 }), { minLength: 1, maxLength: 8 }), async (batches) => {
+        const sqlite = sqliteStore();
+        const redis = redisStore();
+        try {
+          for (const batch of batches) {
+            const input = batch.map(({ uid, name, variant, position, status }) => ({
+              payload: { uid, event_name: name, platform_payload: { variant }, driver_location: position, status } as unknown as WireWebhookEvent,
+              receivedAt: AT,
+            }));
+            // The payload object is handed back as given; compare through JSON, as both keep it.
+            const normal = (value: unknown) => JSON.parse(JSON.stringify(value));
+            expect(normal(await redis.appendEvents(input))).toEqual(normal(await sqlite.appendEvents(input)));
+          }
+          for (const uid of ['x', 'y', 'z']) {
+            for (const kind of ['delivery', 'location'] as const) expect(await redis.latestEvent(uid, kind)).toEqual(await sqlite.latestEvent(uid, kind));
+            const uids = uid === 'z' ? ['z'] : [uid, 'z'];
+            expect(await redis.eventsAfter(2, 5, { uids })).toEqual(await sqlite.eventsAfter(2, 5, { uids }));
+          }
+          expect(await redis.eventsAfter(0, 1000)).toEqual(await sqlite.eventsAfter(0, 1000));
+          expect(await redis.lastSeq()).toBe(await sqlite.lastSeq());
+        } finally {
+          await sqlite.close();
+          await redis.close();
+        }
+      }),
+      { numRuns: 60 },
+    );
+  });
+});
