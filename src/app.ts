@@ -14,6 +14,10 @@ import { protectionPlugins } from './graphql/protection.js';
 import { KeyRateLimiter } from './graphql/rate-limit.js';
 import { toSchema } from './graphql/schema.js';
 import { createLogger, type Logger } from './logger.js';
+import { useObservability } from './observability/graphql-plugin.js';
+import { createMetrics, type Metrics } from './observability/metrics.js';
+import { attachRequestInfo, requestId, requestScope, type RequestInfo } from './observability/request.js';
+import type { SpanExporterLike, Tracing } from './observability/tracing.js';
 import { DEFAULT_PLATFORM_ID, startSandbox, type Sandbox } from './sandbox/index.js';
 import { RedisStore } from './store/redis.js';
 import { SqliteStore } from './store/sqlite.js';
@@ -39,6 +43,8 @@ export interface App {
   /** The embedded sandbox, when it is the upstream. */
   sandbox: Sandbox | undefined;
   logger: Logger;
+  /** The Prometheus metrics behind GET /metrics, unless METRICS=false. */
+  metrics: Metrics | undefined;
   stop(): Promise<void>;
 }
 
@@ -46,6 +52,8 @@ export interface StartOptions {
   logger?: Logger;
   /** Use this store instead of opening the SQLite file (tests). */
   store?: Store;
+  /** With OTEL_TRACING=true: export spans here instead of OTLP over HTTP (tests). */
+  spanExporter?: SpanExporterLike;
 }
 
 /**
@@ -104,6 +112,15 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     platformId ??= sandbox.platformId;
   }
 
+  // Tracing first, so its context manager is in place before anything runs; nothing of it loads when it is off.
+  const tracing: Tracing | undefined = config.tracing.enabled
+    ? await (await import('./observability/tracing.js')).startTracing(config.tracing, options.spanExporter)
+    : undefined;
+  let metrics: Metrics | undefined;
+  // The request id reaches upstream-call logs through an AsyncLocalStorage, entered only when those logs are on.
+  const debug = logger.isLevelEnabled('debug');
+  const logRequests = logger.isLevelEnabled('info');
+
   const upstream: Upstream = createUpstream(
     {
       url: upstreamUrl,
@@ -113,7 +130,11 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
       maxResponseBytes: config.upstream.maxResponseBytes,
       breaker: config.upstream.breaker,
     },
-    (call) => logger.debug({ upstream: call }, 'upstream call'),
+    (call) => {
+      metrics?.upstreamCall(call);
+      tracing?.upstreamCall(call);
+      if (debug) logger.debug({ reqId: requestScope.getStore()?.id, upstream: call }, 'upstream call');
+    },
   );
   upstream.onBreakerChange((group, state) => logger[state === 'open' ? 'warn' : 'info']({ group, state }, 'upstream circuit breaker'));
   // With REDIS_URL, events, dedup, idempotency and fan-out are shared by every instance on that Redis.
@@ -135,6 +156,7 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
   const receiver: WebhookReceiver | undefined =
     publicKeyPem && issuer ? createWebhookReceiver({ verifier: await createWebhookVerifier(publicKeyPem, issuer), store, bus, logger }) : undefined;
   if (!receiver) logger.warn('no WEBHOOK_PUBLIC_KEY_FILE: the webhook receiver answers 503 and subscriptions see no events');
+  if (config.metrics) metrics = createMetrics({ upstream, bus, webhooks: receiver?.counters });
 
   const persisted = config.graphql.persistedOperations && new PersistedOperations(config.graphql.persistedOperations.operations);
   const limiter = new KeyRateLimiter(config.graphql.rateLimitPerMinute);
@@ -151,7 +173,8 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     maxRequestBodySize: config.graphql.maxBodyBytes,
     // Limits, allowlist and rate limit first (graphql/protection.ts), then compiled execution:
     // each distinct operation is compiled once (graphql-jit), then run without the interpreter.
-    plugins: [...protectionPlugins({ config, limiter, persisted }), useGraphQlJit()],
+    // Observation first, so operations a later plugin refuses are counted too.
+    plugins: [useObservability(metrics), ...(tracing ? [tracing.plugin] : []), ...protectionPlugins({ config, limiter, persisted }), useGraphQlJit()],
     // Over WebSocket the initial context carries the connection_init authorization and a way to close the socket.
     context: (initial: Record<string, unknown>) => {
       const { request, authorization, disconnect } = initial as { request?: Request; authorization?: string; disconnect?: (code: number, reason: string) => void };
@@ -180,14 +203,14 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
   };
 
-  const handle = (req: IncomingMessage, res: ServerResponse) => {
-    const pathname = (req.url ?? '/').split('?', 1)[0];
+  const route = (req: IncomingMessage, res: ServerResponse, pathname: string) => {
     if (pathname === '/graphql') return graphqlHttp(req, res);
     if (pathname === config.webhook.path) {
       if (receiver) return receiver.handle(req, res);
       return json(res, 503, { error: 'webhooks_not_configured', message: 'Set WEBHOOK_PUBLIC_KEY_FILE and WEBHOOK_ISSUER to receive webhooks.' });
     }
     if (pathname === '/health') return json(res, 200, { status: 'ok' });
+    if (pathname === '/metrics' && metrics) return metrics.handle(req, res);
     if (pathname === '/ready') {
       if (draining) return json(res, 503, { status: 'stopping' });
       return void checkReady().then(
@@ -196,6 +219,39 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
       );
     }
     json(res, 404, { error: 'not_found', message: `Nothing at ${pathname}. GraphQL is at /graphql.` });
+  };
+
+  /** Probes and scrapes log at debug, everything else at info. */
+  const quiet = new Set(['/health', '/ready', '/metrics']);
+  // Every request gets an id (the caller's x-request-id when it is a plain token), echoed in
+  // the response; with LOG_LEVEL info or lower, one log line when the response is done.
+  const handle = (req: IncomingMessage, res: ServerResponse) => {
+    const pathname = (req.url ?? '/').split('?', 1)[0]!;
+    const info: RequestInfo = { id: requestId(req.headers['x-request-id']) };
+    attachRequestInfo(req, info);
+    res.setHeader('x-request-id', info.id);
+    if (logRequests) {
+      const started = performance.now();
+      res.once('close', () => {
+        const level = quiet.has(pathname) ? 'debug' : 'info';
+        logger[level](
+          {
+            reqId: info.id,
+            method: req.method,
+            path: pathname,
+            status: res.statusCode,
+            durationMs: Math.round((performance.now() - started) * 1000) / 1000,
+            ...(info.operationName !== undefined || info.operationType !== undefined
+              ? { operation: info.operationName ?? null, operationType: info.operationType }
+              : {}),
+            ...(res.writableFinished ? {} : { aborted: true }),
+          },
+          'request',
+        );
+      });
+    }
+    if (debug) return requestScope.run(info, route, req, res, pathname);
+    route(req, res, pathname);
   };
 
   const server = createServer(handle);
@@ -227,7 +283,8 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
       await upstream.close();
       await redisBus?.close();
       await store.close();
+      await tracing?.shutdown().catch((error: unknown) => logger.warn({ err: error }, 'tracing did not shut down cleanly'));
     })());
 
-  return { url, port, server, services, yoga, receiver, sandbox, logger, stop };
+  return { url, port, server, services, yoga, receiver, sandbox, logger, metrics, stop };
 }

@@ -67,6 +67,15 @@ export interface Config {
     /** Operations one WebSocket may run at once. */
     readonly maxSubscriptionsPerSocket: number;
   };
+  /** GET /metrics (Prometheus text format). */
+  readonly metrics: boolean;
+  /** OpenTelemetry tracing: off unless OTEL_TRACING=true; when off, no SDK is loaded. */
+  readonly tracing: {
+    readonly enabled: boolean;
+    /** Where spans are POSTed (OTLP over HTTP). */
+    readonly tracesUrl: string;
+    readonly serviceName: string;
+  };
   readonly sandbox: {
     /** Port of the embedded sandbox when UPSTREAM_URL is unset (0: any free port). */
     readonly port: number;
@@ -114,7 +123,12 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations one merchant key may run per minute (0: no limit)', default: '6000' },
   { name: 'SANDBOX_PORT', help: 'port of the embedded sandbox (0: any free port)', default: '4010' },
   { name: 'SANDBOX_STEP_MS', help: 'time between simulated milestones in the embedded sandbox', default: '3000' },
-  { name: 'LOG_LEVEL', help: 'fatal, error, warn, info, debug, trace or silent', default: 'info' },
+  { name: 'LOG_LEVEL', help: 'fatal, error, warn, info, debug, trace or silent (info: one line per request; debug: also each upstream call)', default: 'info' },
+  { name: 'METRICS', help: 'true or false: Prometheus metrics at GET /metrics', default: 'true' },
+  { name: 'OTEL_TRACING', help: 'true or false: OpenTelemetry spans for GraphQL operations and their upstream calls', default: 'false' },
+  { name: 'OTEL_EXPORTER_OTLP_ENDPOINT', help: 'OTLP/HTTP collector base URL; spans go to <url>/v1/traces', default: 'http://localhost:4318' },
+  { name: 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', help: 'full OTLP/HTTP traces URL, used as it is (overrides the above)', default: 'unset' },
+  { name: 'OTEL_SERVICE_NAME', help: 'service.name of the spans', default: 'delivery-graph' },
   { name: 'NODE_ENV', help: 'production turns off GraphiQL and introspection (see GRAPHQL_INTROSPECTION)', default: 'development' },
 ];
 
@@ -156,6 +170,19 @@ function httpUrl(env: Env, name: string): string | undefined {
   const base = url.href.replace(/\/+$/, '');
   if (!base.endsWith('/api/v1')) throw new ConfigError(name, 'must end in /api/v1');
   return base;
+}
+
+function collectorUrl(env: Env, name: string): string | undefined {
+  const raw = text(env, name);
+  if (raw === undefined) return undefined;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new ConfigError(name, `not a URL: "${raw}"`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigError(name, `expected http or https, got ${url.protocol}`);
+  return url.href;
 }
 
 function publicKey(env: Env, name: string): { file: string; pem: string } | undefined {
@@ -243,6 +270,14 @@ export function loadConfig(env: Env = process.env): Config {
     realtime: {
       maxPendingEvents: integer(env, 'SUBSCRIBER_MAX_PENDING', 1000, 1, 1_000_000),
       maxSubscriptionsPerSocket: integer(env, 'WS_MAX_SUBSCRIPTIONS', 100, 1, 100_000),
+    },
+    metrics: oneOf(env, 'METRICS', ['true', 'false'] as const, 'true') === 'true',
+    tracing: {
+      enabled: oneOf(env, 'OTEL_TRACING', ['true', 'false'] as const, 'false') === 'true',
+      tracesUrl:
+        collectorUrl(env, 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT') ??
+        `${(collectorUrl(env, 'OTEL_EXPORTER_OTLP_ENDPOINT') ?? 'http://localhost:4318').replace(/\/+$/, '')}/v1/traces`,
+      serviceName: text(env, 'OTEL_SERVICE_NAME') ?? 'delivery-graph',
     },
     sandbox: {
       port: integer(env, 'SANDBOX_PORT', 4010, 0, 65535),

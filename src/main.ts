@@ -40,6 +40,7 @@ async function main(): Promise<void> {
     `  ${config.graphql.introspection ? 'GraphQL + GraphiQL' : 'GraphQL           '}  ${app.url}/graphql   (WebSocket: ${app.url.replace('http', 'ws')}/graphql)`,
     `  webhooks            ${app.url}${config.webhook.path}`,
     `  health / ready      ${app.url}/health   ${app.url}/ready`,
+    ...(app.metrics ? [`  metrics             ${app.url}/metrics`] : []),
   ];
   if (app.sandbox) {
     const merchant = app.sandbox.merchants[0]!;

@@ -46,6 +46,11 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   });
 }
 
+function headerOf(req: IncomingMessage, name: string): string | null {
+  const value = req.headers[name.toLowerCase()];
+  return value === undefined ? null : Array.isArray(value) ? value.join(', ') : value;
+}
+
 /** Only plain JSON POSTs that ask for JSON take the direct path. */
 function isPlainJsonPost(req: IncomingMessage): boolean {
   if (req.method !== 'POST') return false;
@@ -62,11 +67,12 @@ export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string,
     for (const [name, value] of Object.entries(req.headers)) {
       if (value !== undefined) headers.set(name, Array.isArray(value) ? value.join(', ') : value);
     }
-    const response = await yoga.fetch(`http://${req.headers.host ?? 'localhost'}${req.url ?? '/graphql'}`, {
-      method: req.method,
-      headers,
-      body: body && req.method !== 'GET' && req.method !== 'HEAD' ? body : undefined,
-    });
+    // The server context, { req }, as yoga's own node handler gives it: observers find the request record on it.
+    const response = await yoga.fetch(
+      `http://${req.headers.host ?? 'localhost'}${req.url ?? '/graphql'}`,
+      { method: req.method, headers, body: body && req.method !== 'GET' && req.method !== 'HEAD' ? body : undefined },
+      { req },
+    );
     const outgoing: Record<string, string> = {};
     response.headers.forEach((value, name) => (outgoing[name] = value));
     res.writeHead(response.status, outgoing);
@@ -93,7 +99,16 @@ export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string,
     if (params.variables != null && (typeof params.variables !== 'object' || Array.isArray(params.variables))) return false;
     if (params.operationName != null && typeof params.operationName !== 'string') return false;
 
-    const { parse, validate, contextFactory, execute, schema } = yoga.getEnveloped({ request: undefined, req, authorization: req.headers.authorization });
+    // A minimal request in the context: yoga's own parse hook then marks parse
+    // errors (code GRAPHQL_PARSE_FAILED, HTTP 400) before its parser cache keeps
+    // them, so the same text sent later through yoga's handler still gets its 400.
+    const request = { method: 'POST', url: req.url, headers: { get: (name: string) => headerOf(req, name) } };
+    const { parse, validate, contextFactory, execute, schema } = yoga.getEnveloped({
+      request,
+      params,
+      req,
+      authorization: req.headers.authorization,
+    });
     let document: DocumentNode;
     try {
       document = parse(params.query);

@@ -1,0 +1,140 @@
+// Prometheus metrics (prom-client), one registry per app so that several apps
+// in one process (tests) do not collide. Hot-path metrics use label children
+// cached by their label values; gauges and webhook counters are read from
+// their owners only when /metrics is scraped.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { EventBus } from '../realtime/bus.js';
+import type { BreakerState } from '../upstream/breaker.js';
+import type { Upstream } from '../upstream/clients.js';
+import type { UpstreamCallRecord } from '../upstream/http.js';
+import type { WebhookCounters } from '../webhooks/receiver.js';
+import type { OperationLabel } from './operation-names.js';
+
+export type OperationOutcome = 'ok' | 'partial' | 'error' | 'stream';
+
+const PREFIX = 'delivery_graph_';
+const BREAKER_VALUE: Record<BreakerState, number> = { closed: 0, 'half-open': 1, open: 2 };
+/** Seconds: a cached read is sub-millisecond, a booking through a slow upstream several seconds. */
+const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+interface Inc {
+  inc(value?: number): void;
+}
+interface Observe {
+  observe(value: number): void;
+}
+
+export interface Metrics {
+  readonly registry: Registry;
+  operation(label: OperationLabel, outcome: OperationOutcome, seconds: number | undefined): void;
+  upstreamCall(record: UpstreamCallRecord): void;
+  /** GET /metrics. */
+  handle(req: IncomingMessage, res: ServerResponse): void;
+}
+
+export interface MetricSources {
+  upstream: Upstream;
+  bus: EventBus;
+  webhooks: WebhookCounters | undefined;
+}
+
+export function createMetrics(sources: MetricSources): Metrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+
+  const operations = new Counter({
+    name: `${PREFIX}graphql_operations_total`,
+    help: 'GraphQL operations executed, by operation type, operation name (capped; "anonymous", "other") and outcome (ok, partial: data with errors, error: no data, stream: a subscription started)',
+    labelNames: ['type', 'name', 'outcome'] as const,
+    registers: [registry],
+  });
+  const operationSeconds = new Histogram({
+    name: `${PREFIX}graphql_operation_duration_seconds`,
+    help: 'Execution time of GraphQL queries and mutations (parse and validation excluded), by operation type and name',
+    labelNames: ['type', 'name'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers: [registry],
+  });
+  const upstreamCalls = new Counter({
+    name: `${PREFIX}upstream_requests_total`,
+    help: 'Upstream calls (retries included in one call), by endpoint group, method, route template and outcome ("ok" or the error code)',
+    labelNames: ['group', 'method', 'route', 'outcome'] as const,
+    registers: [registry],
+  });
+  const upstreamSeconds = new Histogram({
+    name: `${PREFIX}upstream_request_duration_seconds`,
+    help: 'Upstream call latency, retries included, by endpoint group, method and route template',
+    labelNames: ['group', 'method', 'route'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers: [registry],
+  });
+  new Gauge({
+    name: `${PREFIX}upstream_breaker_state`,
+    help: 'Circuit breaker of each upstream endpoint group: 0 closed, 1 half-open, 2 open',
+    labelNames: ['group'] as const,
+    registers: [registry],
+    collect() {
+      for (const [group, state] of Object.entries(sources.upstream.breakerState())) this.set({ group }, BREAKER_VALUE[state]);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}webhooks_total`,
+    help: 'Webhook deliveries received, by result: accepted (stored), duplicate (already stored), stale (stored, older than the current state), rejected (answered 4xx/5xx)',
+    labelNames: ['result'] as const,
+    registers: [registry],
+    collect() {
+      const counters = sources.webhooks;
+      if (!counters) return;
+      this.reset();
+      for (const result of ['accepted', 'duplicate', 'stale', 'rejected'] as const) this.inc({ result }, counters[result]);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}subscribers`,
+    help: 'Live subscription listeners on the event bus of this instance',
+    registers: [registry],
+    collect() {
+      this.set(sources.bus.listenerCount());
+    },
+  });
+
+  // Label children cached by their values: one Map lookup per observation instead of prom-client's label hashing setup.
+  const counters = new Map<string, Inc>();
+  const histograms = new Map<string, Observe>();
+  const counterOf = (key: string, make: () => Inc): Inc => {
+    let child = counters.get(key);
+    if (!child) counters.set(key, (child = make()));
+    return child;
+  };
+  const histogramOf = (key: string, make: () => Observe): Observe => {
+    let child = histograms.get(key);
+    if (!child) histograms.set(key, (child = make()));
+    return child;
+  };
+
+  return {
+    registry,
+    operation(label, outcome, seconds) {
+      counterOf(`op\n${label.type}\n${label.name}\n${outcome}`, () => operations.labels({ type: label.type, name: label.name, outcome })).inc();
+      if (seconds !== undefined) {
+        histogramOf(`op\n${label.type}\n${label.name}`, () => operationSeconds.labels({ type: label.type, name: label.name })).observe(seconds);
+      }
+    },
+    upstreamCall(record) {
+      const { group, method, route, outcome } = record;
+      counterOf(`up\n${group}\n${method}\n${route}\n${outcome}`, () => upstreamCalls.labels({ group, method, route, outcome })).inc();
+      histogramOf(`up\n${group}\n${method}\n${route}`, () => upstreamSeconds.labels({ group, method, route })).observe(record.durationMs / 1000);
+    },
+    handle(req, res) {
+      if (req.method !== 'GET' && req.method !== 'HEAD') {
+        res.writeHead(405, { allow: 'GET', 'content-type': 'application/json' }).end('{"error":"method_not_allowed"}');
+        return;
+      }
+      registry.metrics().then(
+        (text) => res.writeHead(200, { 'content-type': registry.contentType, 'cache-control': 'no-store' }).end(req.method === 'HEAD' ? undefined : text),
+        () => res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"metrics_unavailable"}'),
+      );
+    },
+  };
+}

@@ -1,0 +1,36 @@
+// Per-request identity for logs and metrics: the request id (an incoming
+// x-request-id when it is a plain token, else a fresh UUID) and, for GraphQL,
+// the operation that ran. The record rides on the IncomingMessage, so the
+// GraphQL plugin can fill in the operation wherever the request was executed.
+// When upstream calls are logged (debug) the id is also kept in an
+// AsyncLocalStorage; otherwise none is entered, so the hot path pays nothing.
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+
+export interface RequestInfo {
+  readonly id: string;
+  operationType?: string;
+  operationName?: string;
+}
+
+const INFO = Symbol('delivery-graph.request');
+
+/** A request id we repeat in headers and logs: short, printable, no separators that could forge a log field. */
+const SAFE_ID = /^[A-Za-z0-9._:@+/=-]{1,128}$/;
+
+export function requestId(incoming: string | string[] | undefined): string {
+  const value = Array.isArray(incoming) ? incoming[0] : incoming;
+  return value !== undefined && SAFE_ID.test(value) ? value : randomUUID();
+}
+
+export function attachRequestInfo(req: IncomingMessage, info: RequestInfo): void {
+  (req as IncomingMessage & { [INFO]?: RequestInfo })[INFO] = info;
+}
+
+export function requestInfoOf(req: unknown): RequestInfo | undefined {
+  return (req as { [INFO]?: RequestInfo } | undefined)?.[INFO];
+}
+
+/** Entered only when something reads it (debug logs of upstream calls). */
+export const requestScope = new AsyncLocalStorage<RequestInfo>();

@@ -1,0 +1,225 @@
+// Observability over real HTTP: request logs (id, operation, status, duration,
+// never a key), x-request-id, and the Prometheus metrics after GraphQL requests,
+// an upstream failure and webhooks.
+import { rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startApp, type App } from '../../src/app.js';
+import { loadConfig } from '../../src/config.js';
+import { createLogger } from '../../src/logger.js';
+import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { deliveryInput, makeDataDir } from '../helpers/stack.js';
+
+let sandbox: Sandbox;
+let app: App;
+let dataDir: string;
+let key: string;
+const lines: string[] = [];
+const logs = () => lines.map((line) => JSON.parse(line) as Record<string, any>);
+
+beforeAll(async () => {
+  sandbox = await startSandbox({ knobs: { stepMs: 0 } });
+  dataDir = makeDataDir();
+  const keyFile = path.join(dataDir, 'webhook-public.pem');
+  writeFileSync(keyFile, sandbox.publicKeyPem);
+  const config = loadConfig({
+    PORT: '0',
+    UPSTREAM_URL: sandbox.url,
+    PLATFORM_ID: sandbox.platformId,
+    WEBHOOK_PUBLIC_KEY_FILE: keyFile,
+    WEBHOOK_ISSUER: sandbox.issuer,
+    DATA_DIR: dataDir,
+    LOG_LEVEL: 'debug',
+  });
+  // An in-memory destination: every line pino writes.
+  app = await startApp(config, { logger: createLogger('debug', { write: (line: string) => void lines.push(line) }) });
+  sandbox.setWebhookUrl(`${app.url}${config.webhook.path}`);
+  key = sandbox.merchants[0]!.key;
+});
+
+afterAll(async () => {
+  await app?.stop();
+  await sandbox?.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+async function gql(query: string, variables?: Record<string, unknown>, headers: Record<string, string> = {}) {
+  const response = await fetch(`${app.url}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}`, ...headers },
+    body: JSON.stringify({ query, variables }),
+  });
+  return { response, body: (await response.json()) as { data?: any; errors?: Array<{ extensions?: { code?: string } }> } };
+}
+
+async function scrape(): Promise<string> {
+  const response = await fetch(`${app.url}/metrics`);
+  expect(response.status).toBe(200);
+  expect(response.headers.get('content-type')).toMatch(/^text\/plain/);
+  return response.text();
+}
+
+/** The value of one sample, found by metric name and labels (in any order). */
+function sample(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name)) continue;
+    const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+    if (!match || match[1] !== name) continue;
+    const found = Object.fromEntries([...(match[2] ?? '').matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1], m[2]]));
+    if (Object.entries(labels).every(([label, value]) => found[label] === value)) return Number(match[3]);
+  }
+  return undefined;
+}
+
+async function waitFor(check: () => boolean, ms = 10_000): Promise<void> {
+  const until = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > until) throw new Error('timed out');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+const AVAILABILITY = 'query Availability { availability { group available errorCode } }';
+const CREATE = /* GraphQL */ `
+  mutation Book($input: DeliveryInput!) {
+    createDelivery(input: $input) {
+      __typename
+      ... on MutationCreateDeliverySuccess { data { uid } }
+    }
+  }
+`;
+
+describe('request ids and logs', () => {
+  it('echoes an incoming x-request-id and logs the request with its operation, status and duration', async () => {
+    const { response, body } = await gql(AVAILABILITY, undefined, { 'x-request-id': 'test-req-1' });
+    expect(body.errors).toBeUndefined();
+    expect(response.headers.get('x-request-id')).toBe('test-req-1');
+    await waitFor(() => logs().some((log) => log.reqId === 'test-req-1' && log.msg === 'request'));
+    const line = logs().find((log) => log.reqId === 'test-req-1' && log.msg === 'request')!;
+    expect(line).toMatchObject({ level: 30, method: 'POST', path: '/graphql', status: 200, operation: 'Availability', operationType: 'query' });
+    expect(line.durationMs).toBeGreaterThan(0);
+    // Upstream calls at debug, with the request id they were made for.
+    const calls = logs().filter((log) => log.msg === 'upstream call' && log.reqId === 'test-req-1');
+    expect(calls.length).toBeGreaterThanOrEqual(2);
+    expect(calls[0]).toMatchObject({ level: 20, upstream: { outcome: 'ok', status: 200 } });
+    expect(calls.map((call) => call.upstream.group).sort()).toEqual(['partner', 'platform']);
+  });
+
+  it('generates an id when none (or an unsafe one) is sent', async () => {
+    const { response } = await gql(AVAILABILITY);
+    expect(response.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
+    const forged = await gql(AVAILABILITY, undefined, { 'x-request-id': 'a b"c' });
+    const id = forged.response.headers.get('x-request-id');
+    expect(id).toMatch(/^[0-9a-f-]{36}$/);
+    // Through yoga's own handler (a GET) the operation is named as well.
+    const get = await fetch(`${app.url}/graphql?query=${encodeURIComponent('query ViaGet { __typename }')}`, {
+      headers: { accept: 'application/json', 'x-request-id': 'test-get' },
+    });
+    expect(get.status).toBe(200);
+    await waitFor(() => logs().some((log) => log.reqId === 'test-get' && log.msg === 'request'));
+    expect(logs().find((log) => log.reqId === 'test-get' && log.msg === 'request')).toMatchObject({ operation: 'ViaGet', method: 'GET', status: 200 });
+  });
+
+  it('never writes a key to the log', async () => {
+    await gql(AVAILABILITY, undefined, { authorization: 'Bearer sk_not_a_real_key_123' });
+    await waitFor(() => logs().filter((log) => log.msg === 'request').length >= 4);
+    const all = lines.join('');
+    expect(all).not.toContain(key);
+    expect(all).not.toContain('sk_not_a_real_key_123');
+    expect(all.toLowerCase()).not.toContain('bearer');
+  });
+});
+
+describe('GET /metrics', () => {
+  it('counts operations, upstream calls and failures, webhooks, breaker state and subscribers', async () => {
+    // A booking: upstream POST, and webhooks from the sandbox's lifecycle.
+    const booked = await gql(CREATE, { input: deliveryInput() }, { 'x-request-id': 'test-book' });
+    expect(booked.body.data.createDelivery.__typename).toBe('MutationCreateDeliverySuccess');
+    // An upstream failure: every call answered 5xx.
+    sandbox.setKnobs({ errorRate: 1 });
+    try {
+      const failed = await gql(`query Broken { delivery(uid: "${booked.body.data.createDelivery.data.uid}", group: PLATFORM) { uid } }`);
+      expect(failed.body.errors?.[0]?.extensions?.code).toMatch(/^UPSTREAM_/);
+    } finally {
+      sandbox.setKnobs({ errorRate: 0 });
+    }
+    // A webhook that fails verification.
+    const rejected = await fetch(`${app.url}/webhooks`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer nope' }, body: '{}' });
+    expect(rejected.status).toBe(401);
+    await waitFor(() => app.receiver!.counters.accepted > 0);
+
+    const text = await scrape();
+    expect(sample(text, 'delivery_graph_graphql_operations_total', { type: 'query', name: 'Availability', outcome: 'ok' })).toBeGreaterThanOrEqual(3);
+    expect(sample(text, 'delivery_graph_graphql_operations_total', { type: 'mutation', name: 'Book', outcome: 'ok' })).toBe(1);
+    expect(sample(text, 'delivery_graph_graphql_operations_total', { type: 'query', name: 'Broken', outcome: 'partial' })).toBe(1);
+    expect(sample(text, 'delivery_graph_graphql_operation_duration_seconds_count', { type: 'query', name: 'Availability' })).toBeGreaterThanOrEqual(3);
+    expect(sample(text, 'delivery_graph_graphql_operation_duration_seconds_sum', { type: 'mutation', name: 'Book' })).toBeGreaterThan(0);
+
+    expect(sample(text, 'delivery_graph_upstream_requests_total', { group: 'platform', method: 'POST', outcome: 'ok' })).toBe(1);
+    const failures = text.split('\n').filter((line) => line.startsWith('delivery_graph_upstream_requests_total{') && /outcome="UPSTREAM_/.test(line));
+    expect(failures.length).toBeGreaterThan(0);
+    expect(sample(text, 'delivery_graph_upstream_request_duration_seconds_count', { group: 'partner', method: 'GET' })).toBeGreaterThanOrEqual(3);
+    // Route templates, not identifiers.
+    expect(text).not.toContain(booked.body.data.createDelivery.data.uid);
+    expect(text).toMatch(/route="\/\{platform\}\/deliveries\/\{uid\}"|route="[^"]*\{uid\}[^"]*"/);
+
+    expect(sample(text, 'delivery_graph_upstream_breaker_state', { group: 'platform' })).toBe(0);
+    expect(sample(text, 'delivery_graph_upstream_breaker_state', { group: 'partner' })).toBe(0);
+    expect(sample(text, 'delivery_graph_webhooks_total', { result: 'rejected' })).toBe(1);
+    expect(sample(text, 'delivery_graph_webhooks_total', { result: 'accepted' })).toBeGreaterThanOrEqual(1);
+    expect(sample(text, 'delivery_graph_webhooks_total', { result: 'duplicate' })).toBeGreaterThanOrEqual(0);
+    expect(sample(text, 'delivery_graph_webhooks_total', { result: 'stale' })).toBeGreaterThanOrEqual(0);
+    expect(sample(text, 'delivery_graph_subscribers')).toBe(0);
+    // Default process metrics.
+    expect(sample(text, 'process_cpu_user_seconds_total')).toBeGreaterThan(0);
+    expect(text).toContain('nodejs_eventloop_lag_seconds');
+    // No key, no operation text.
+    expect(text).not.toContain(key);
+    expect(text).not.toContain('availability {');
+  });
+
+  it('is logged at debug, not info', async () => {
+    await fetch(`${app.url}/metrics`, { headers: { 'x-request-id': 'test-scrape' } });
+    await waitFor(() => logs().some((log) => log.reqId === 'test-scrape'));
+    expect(logs().find((log) => log.reqId === 'test-scrape')).toMatchObject({ level: 20, path: '/metrics', status: 200 });
+  });
+});
+
+describe('OpenTelemetry tracing (OTEL_TRACING=true)', () => {
+  it('makes a span per operation with a child span per upstream call', async () => {
+    const spans: ReadableSpan[] = [];
+    // (InMemorySpanExporter forgets its spans on shutdown, which is when the batch is flushed.)
+    const exporter: SpanExporter = {
+      export: (batch, done) => {
+        spans.push(...batch);
+        done({ code: 0 });
+      },
+      shutdown: async () => undefined,
+    };
+    const traced = await startApp(
+      loadConfig({ PORT: '0', UPSTREAM_URL: sandbox.url, PLATFORM_ID: sandbox.platformId, DATA_DIR: dataDir, LOG_LEVEL: 'silent', OTEL_TRACING: 'true' }),
+      { spanExporter: exporter },
+    );
+    try {
+      const response = await fetch(`${traced.url}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+        body: JSON.stringify({ query: AVAILABILITY }),
+      });
+      expect(response.status).toBe(200);
+    } finally {
+      await traced.stop(); // flushes the batch processor
+    }
+    const operation = spans.find((span) => span.name === 'query Availability');
+    expect(operation).toBeDefined();
+    expect(operation!.attributes['graphql.operation.name']).toBe('Availability');
+    const children = spans.filter((span) => span.parentSpanContext?.spanId === operation!.spanContext().spanId);
+    expect(children.map((span) => span.attributes['delivery_graph.upstream.group']).sort()).toEqual(['partner', 'platform']);
+    for (const child of children) {
+      expect(child.spanContext().traceId).toBe(operation!.spanContext().traceId);
+      expect(child.attributes['http.response.status_code']).toBe(200);
+    }
+    expect(JSON.stringify(spans.map((span) => span.attributes))).not.toContain(key);
+  });
+});
