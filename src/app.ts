@@ -4,6 +4,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { useGraphQlJit } from '@envelop/graphql-jit';
 import type { GraphQLError } from 'graphql';
+import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import { createGraphQLError, createYoga, maskError as yogaMaskError, type YogaServerInstance } from 'graphql-yoga';
 import type { Config } from './config.js';
 import { DeliveryGraphError, UpstreamTimeoutError, UpstreamUnavailableError } from './errors.js';
@@ -64,6 +65,39 @@ export const SANDBOX_DEMO_MERCHANTS = [
   { key: 'sk_test_demo_merchant', name: 'Demo Merchant', platformId: DEFAULT_PLATFORM_ID },
   { key: 'sk_test_second_merchant', name: 'Second Merchant', platformId: DEFAULT_PLATFORM_ID },
 ];
+
+/** The operations GraphiQL opens with: each one runs against the sandbox as it is. */
+const GRAPHIQL_EXAMPLES = `# delivery-graph: set the Authorization header below (the sandbox's key is filled in
+# when the sandbox is the upstream), pick an operation, and run it.
+
+query Availability {
+  availability { group service available }
+}
+
+mutation Book {
+  createDelivery(
+    idempotencyKey: "graphiql-example-1"
+    input: {
+      pickup: { name: "Ada Shop", email: "shop@example.com", address: { street: "Main St", city: "San Francisco", country: "US" } }
+      dropoff: { name: "Grace", address: { street: "Elm St", city: "San Francisco", country: "US" } }
+      mode: NOW
+      tip: "3.50"
+    }
+  ) {
+    ... on MutationCreateDeliverySuccess { data { uid trackingUrl status } }
+    ... on Error { code message }
+  }
+}
+
+# Paste the uid from Book, then run Follow and watch the courier move.
+subscription Follow {
+  deliveryUpdated(uid: "<uid>") { status name receivedAt courierLocation { lat lng } }
+}
+
+query Read {
+  deliveries(uids: ["<uid>"]) { uid status price { amount currency } courier { name location { lat lng } } }
+}
+`;
 
 /** How long a readiness answer is reused before the upstream is asked again. */
 const READY_CACHE_MS = 5_000;
@@ -165,7 +199,15 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     graphqlEndpoint: '/graphql',
     landingPage: false,
     logging: false,
-    graphiql: config.graphql.introspection ? { title: 'delivery-graph', headers: JSON.stringify({ Authorization: 'Bearer <merchant key>' }) } : false,
+    // GraphiQL from bundled assets (no CDN, works offline), with examples and the header to set filled in.
+    renderGraphiQL,
+    graphiql: config.graphql.introspection
+      ? {
+          title: 'delivery-graph',
+          headers: JSON.stringify({ Authorization: `Bearer ${sandbox?.merchants[0]?.key ?? '<merchant key>'}` }, null, 2),
+          defaultQuery: GRAPHIQL_EXAMPLES,
+        }
+      : false,
     // Never the original message or stack, whatever NODE_ENV says.
     maskedErrors: { maskError, isDev: false },
     // No uploads in this schema; multipart is also a form a foreign site can POST.
