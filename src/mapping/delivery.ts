@@ -2,7 +2,7 @@
 // The three differ in spelling (dimentions, tracking_url, expected_cancelation_fee,
 // partner_payload) and in address layout (flat `pickup_address_*` on reads,
 // nested `pickup_address` objects on webhooks).
-import type { WireDelivery, WireDeliveryCommon, WireOrder, WireWebhookAddress, WireWebhookEvent } from '../upstream/wire.js';
+import type { WireDelivery, WireOrder, WireWebhookAddress, WireWebhookEvent } from '../upstream/wire.js';
 import type { Address, ApiGroup, Courier, Delivery, Item, Money, Package, Stop } from './model.js';
 import { calendarDate, decimalFrom, int, isJsonObject, num, str, utcDateTime } from './scalars.js';
 import { deliveryMode, deliveryStatus, deliveryStyle } from './status.js';
@@ -201,4 +201,3 @@ export function valueMoney(value: unknown): Money | null {
   return amount === null ? null : { amount, currency: str(value.currency) ?? '' };
 }
 
-export type { WireDeliveryCommon };
