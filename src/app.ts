@@ -30,6 +30,7 @@ import { connectRedisEventBus } from './realtime/redis-bus.js';
 import { attachGraphQLWebSocket } from './realtime/ws.js';
 import { createWebhookReceiver, type WebhookReceiver } from './webhooks/receiver.js';
 import { createWebhookVerifier } from './webhooks/verify.js';
+import { createTrackingPage } from './web/page.js';
 
 export interface App {
   /** Base URL of the facade, e.g. http://127.0.0.1:4000 */
@@ -225,6 +226,9 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
   });
 
   const graphqlHttp = createGraphQLHttpHandler(yoga, { maxBodyBytes: config.graphql.maxBodyBytes });
+  const trackingPage = config.trackingPage
+    ? createTrackingPage({ graphqlPath: '/graphql', sandboxKey: sandbox?.merchants[0]?.key, graphiql: config.graphql.introspection, logger })
+    : undefined;
 
   let draining = false;
   let readiness: { at: number; ready: boolean } | undefined;
@@ -253,6 +257,7 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     }
     if (pathname === '/health') return json(res, 200, { status: 'ok' });
     if (pathname === '/metrics' && metrics) return metrics.handle(req, res);
+    if (trackingPage?.handle(req, res, pathname)) return;
     if (pathname === '/ready') {
       if (draining) return json(res, 503, { status: 'stopping' });
       return void checkReady().then(

@@ -69,6 +69,8 @@ export interface Config {
   };
   /** GET /metrics (Prometheus text format). */
   readonly metrics: boolean;
+  /** GET / serves the live tracking page. */
+  readonly trackingPage: boolean;
   /** OpenTelemetry tracing: off unless OTEL_TRACING=true; when off, no SDK is loaded. */
   readonly tracing: {
     readonly enabled: boolean;
@@ -125,6 +127,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'SANDBOX_STEP_MS', help: 'time between simulated milestones in the embedded sandbox', default: '3000' },
   { name: 'LOG_LEVEL', help: 'fatal, error, warn, info, debug, trace or silent (info: one line per request; debug: also each upstream call)', default: 'info' },
   { name: 'METRICS', help: 'true or false: Prometheus metrics at GET /metrics', default: 'true' },
+  { name: 'TRACKING_PAGE', help: 'true or false: the live tracking page at GET /', default: 'true' },
   { name: 'OTEL_TRACING', help: 'true or false: OpenTelemetry spans for GraphQL operations and their upstream calls', default: 'false' },
   { name: 'OTEL_EXPORTER_OTLP_ENDPOINT', help: 'OTLP/HTTP collector base URL; spans go to <url>/v1/traces', default: 'http://localhost:4318' },
   { name: 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', help: 'full OTLP/HTTP traces URL, used as it is (overrides the above)', default: 'unset' },
@@ -230,7 +233,7 @@ export function loadConfig(env: Env = process.env): Config {
 
   const webhookPath = text(env, 'WEBHOOK_PATH') ?? '/webhooks';
   if (!/^\/[A-Za-z0-9._~/-]*$/.test(webhookPath)) throw new ConfigError('WEBHOOK_PATH', `expected a path starting with /, got "${webhookPath}"`);
-  if (['/graphql', '/health', '/ready', '/metrics', '/'].includes(webhookPath)) {
+  if (['/graphql', '/health', '/ready', '/metrics', '/', '/index.html'].includes(webhookPath) || webhookPath.startsWith('/tracking/')) {
     throw new ConfigError('WEBHOOK_PATH', `${webhookPath} is taken by another endpoint`);
   }
 
@@ -272,6 +275,7 @@ export function loadConfig(env: Env = process.env): Config {
       maxSubscriptionsPerSocket: integer(env, 'WS_MAX_SUBSCRIPTIONS', 100, 1, 100_000),
     },
     metrics: oneOf(env, 'METRICS', ['true', 'false'] as const, 'true') === 'true',
+    trackingPage: oneOf(env, 'TRACKING_PAGE', ['true', 'false'] as const, 'true') === 'true',
     tracing: {
       enabled: oneOf(env, 'OTEL_TRACING', ['true', 'false'] as const, 'false') === 'true',
       tracesUrl:

@@ -35,9 +35,11 @@ async function main(): Promise<void> {
   }
 
   const app = await startApp(config);
+  const ws = app.url.replace('http', 'ws');
   const lines = [
     `delivery-graph is serving on ${app.url}`,
-    `  ${config.graphql.introspection ? 'GraphQL + GraphiQL' : 'GraphQL           '}  ${app.url}/graphql   (WebSocket: ${app.url.replace('http', 'ws')}/graphql)`,
+    ...(config.trackingPage ? [`  tracking page       ${app.url}/   (book a delivery, watch the courier move)`] : []),
+    `  ${config.graphql.introspection ? 'GraphQL + GraphiQL' : 'GraphQL           '}  ${app.url}/graphql   (WebSocket: ${ws}/graphql)`,
     `  webhooks            ${app.url}${config.webhook.path}`,
     `  health / ready      ${app.url}/health   ${app.url}/ready`,
     ...(app.metrics ? [`  metrics             ${app.url}/metrics`] : []),
@@ -49,11 +51,14 @@ async function main(): Promise<void> {
       `Upstream: the embedded sandbox at ${app.sandbox.url} (platform "${app.sandbox.platformId}"); set UPSTREAM_URL to use a real one.`,
       `  merchant key: ${merchant.key}   (send it as "Authorization: Bearer <key>")`,
       '',
+      ...(config.trackingPage
+        ? [`Watch a delivery move: open ${app.url}/ and press "Book a sandbox delivery".`, '']
+        : []),
       'Try it:',
       `  curl -s ${app.url}/graphql -H 'content-type: application/json' -H 'authorization: Bearer ${merchant.key}' \\`,
       `    -d '{"query":"{ availability { group service available } }"}'`,
       '',
-      `Watch a delivery move: book one (README, "Cookbook"), then in GraphiQL at ${app.url}/graphql run`,
+      `Or follow one from GraphQL: book it (README, "Cookbook"), then in GraphiQL at ${app.url}/graphql run`,
       '  subscription { deliveryUpdated(uid: "<uid>") { status name receivedAt courierLocation { lat lng } } }',
       `  with the header {"Authorization": "Bearer ${merchant.key}"}. Milestones come every ${config.sandbox.stepMs} ms (SANDBOX_STEP_MS).`,
     );

@@ -40,16 +40,42 @@ describe('npm start against the embedded sandbox', () => {
   let child: ChildProcess;
   let url: string;
   let key: string;
+  let bannerText = '';
 
   beforeAll(async () => {
     child = run({ PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: '40', DATA_DIR: dataDir });
-    const banner = waitFor(child, /merchant key: (\S+)/);
-    url = (await waitFor(child, /serving on (http:\/\/\S+)/))[1]!;
-    key = (await banner)[1]!;
+    child.stdout!.on('data', (chunk: Buffer) => (bannerText += chunk.toString()));
+    const [served, merchant] = await Promise.all([
+      waitFor(child, /serving on (http:\/\/\S+)/),
+      waitFor(child, /merchant key: (\S+)/),
+      waitFor(child, /Milestones come every/),
+    ]);
+    url = served[1]!;
+    key = merchant[1]!;
   });
   afterAll(() => {
     if (child.exitCode === null) child.kill('SIGKILL');
     rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it('prints where the page, GraphiQL, the webhooks, health and metrics are, and each answers there', async () => {
+    const at = (label: string) => new RegExp(`^  ${label.replace(/[+/]/g, '\\$&')}\\s+(http://\\S+)`, 'm').exec(bannerText)?.[1];
+    const page = at('tracking page');
+    const graphiql = at('GraphQL + GraphiQL');
+    const webhooks = at('webhooks');
+    const health = at('health / ready');
+    const metrics = at('metrics');
+    expect([page, graphiql, webhooks, health, metrics]).toEqual([`${url}/`, `${url}/graphql`, `${url}/webhooks`, `${url}/health`, `${url}/metrics`]);
+    expect(bannerText).toContain(`open ${url}/ and press "Book a sandbox delivery"`);
+
+    const pageResponse = await fetch(page!);
+    expect(pageResponse.status).toBe(200);
+    expect(await pageResponse.text()).toContain('<meta name="dg-sandbox-key" content="sk_test_demo_merchant">');
+    const graphiqlResponse = await fetch(graphiql!, { headers: { accept: 'text/html' } });
+    expect(await graphiqlResponse.text()).toContain('GraphiQL');
+    expect((await fetch(webhooks!, { method: 'POST', body: 'not a token' })).status).toBe(401);
+    expect((await fetch(health!)).status).toBe(200);
+    expect(await (await fetch(metrics!)).text()).toContain('# TYPE');
   });
 
   it('serves /health and /ready', async () => {
