@@ -1,0 +1,255 @@
+/* eslint-disable */
+import type { DocumentTypeDecoration } from '@graphql-typed-document-node/core';
+export type Maybe<T> = T | null;
+export type InputMaybe<T> = T | null | undefined;
+export type Exact<T extends { [key: string]: unknown }> = { [K in keyof T]: T[K] };
+export type MakeOptional<T, K extends keyof T> = Omit<T, K> & { [SubKey in K]?: Maybe<T[SubKey]> };
+export type MakeMaybe<T, K extends keyof T> = Omit<T, K> & { [SubKey in K]: Maybe<T[SubKey]> };
+export type MakeEmpty<T extends { [key: string]: unknown }, K extends keyof T> = { [_ in K]?: never };
+export type Incremental<T> = T | { [P in keyof T]?: P extends ' $fragmentName' | '__typename' ? T[P] : never };
+/** All built-in and custom scalars, mapped to their actual values */
+export type Scalars = {
+  ID: { input: string; output: string; }
+  String: { input: string; output: string; }
+  Boolean: { input: boolean; output: boolean; }
+  Int: { input: number; output: number; }
+  Float: { input: number; output: number; }
+  /** A calendar date, "YYYY-MM-DD". */
+  Date: { input: string; output: string; }
+  /** An instant. Output: always UTC with seconds precision, "YYYY-MM-DDTHH:MM:SSZ". Input: any RFC 3339 date-time with an offset (Z or +hh:mm); the facade converts it to UTC before calling the upstream. */
+  DateTime: { input: string; output: string; }
+  /** An exact decimal amount in major units, serialized as a string ("12.50"). Never a binary float on the wire. */
+  Decimal: { input: string; output: string; }
+  /** Any JSON value; payloads are stored and returned untouched. */
+  JSON: { input: unknown; output: unknown; }
+};
+
+/** A street address. Coordinates are optional; the upstream derives them from the address when absent. */
+export type AddressInput = {
+  /** City. */
+  city: Scalars['String']['input'];
+  /** Country. */
+  country: Scalars['String']['input'];
+  /** County. */
+  county?: InputMaybe<Scalars['String']['input']>;
+  /** Latitude, -90 to 90. */
+  latitude?: InputMaybe<Scalars['Float']['input']>;
+  /** Longitude, -180 to 180. */
+  longitude?: InputMaybe<Scalars['Float']['input']>;
+  /** House or building number. */
+  number?: InputMaybe<Scalars['String']['input']>;
+  /** Postal code. */
+  postalCode?: InputMaybe<Scalars['String']['input']>;
+  /** Apartment, suite or unit. */
+  secondaryNumber?: InputMaybe<Scalars['String']['input']>;
+  /** State or region. */
+  state?: InputMaybe<Scalars['String']['input']>;
+  /** Street name. */
+  street: Scalars['String']['input'];
+};
+
+/** The upstream endpoint group a call goes to. */
+export type ApiGroup =
+  /** Endpoints directly under /api/v1: quote, read orders by uid or partner_reference, cancel. */
+  | 'PARTNER'
+  /** Endpoints under /api/v1/{platform}: quote, book, read, cancel deliveries. */
+  | 'PLATFORM';
+
+/** One request body for quote and create, on either group. Group-specific rules (required fields, bounds, OVERSIZE vs vehicle size, windows per mode) are checked before any upstream call and reported as a ValidationError with one FieldError per problem. */
+export type DeliveryInput = {
+  /** Three-letter currency code; required on PARTNER. */
+  currency?: InputMaybe<Scalars['String']['input']>;
+  /** Declared value in major units (sent in UPSTREAM_AMOUNT_UNIT, cents by default). */
+  declaredValue?: InputMaybe<Scalars['Decimal']['input']>;
+  /** Scheduled date; required when mode is SCHEDULED or not given. */
+  deliveryDate?: InputMaybe<Scalars['Date']['input']>;
+  /** End of the delivery window. PARTNER only. */
+  deliveryEndTime?: InputMaybe<Scalars['DateTime']['input']>;
+  /** Start of the delivery window. PARTNER only. */
+  deliveryStartTime?: InputMaybe<Scalars['DateTime']['input']>;
+  /** Contents of the package. */
+  description?: InputMaybe<Scalars['String']['input']>;
+  /** Where the package goes. */
+  dropoff: StopInput;
+  /** Items in the package. */
+  items?: InputMaybe<Array<ItemInput>>;
+  /** Number of items. */
+  itemsCount?: InputMaybe<Scalars['Int']['input']>;
+  /** Smallest vehicle that fits, e.g. CAR, SUV, VAN, TRUCK. */
+  minimumVehicleSize?: InputMaybe<Scalars['String']['input']>;
+  /** NOW for on demand; SCHEDULED (the default) needs deliveryDate. */
+  mode?: InputMaybe<DeliveryMode>;
+  /** Your own reference of the order. PARTNER only. */
+  partnerReference?: InputMaybe<Scalars['String']['input']>;
+  /** Any JSON object, sent as platform_payload or partner_payload and returned untouched. */
+  payload?: InputMaybe<Scalars['JSON']['input']>;
+  /** Where the package is collected. */
+  pickup: StopInput;
+  /** Special requirements, e.g. "photo_proof_of_delivery". */
+  requirements?: InputMaybe<Array<Scalars['String']['input']>>;
+  /** Handling style; STANDARD when not given. OVERSIZE needs minimumVehicleSize SUV, VAN or TRUCK. */
+  style?: InputMaybe<DeliveryStyle>;
+  /** Courier tip in major units (sent in UPSTREAM_AMOUNT_UNIT, cents by default). */
+  tip?: InputMaybe<Scalars['Decimal']['input']>;
+  /** Package weight. */
+  weight?: InputMaybe<Scalars['Float']['input']>;
+};
+
+/** When the delivery happens. */
+export type DeliveryMode =
+  /** On demand: dispatched as soon as possible. */
+  | 'NOW'
+  /** In the window given by deliveryDate and the stop windows (the default). */
+  | 'SCHEDULED';
+
+/** Normalized lifecycle. Upstream strings ("DROPOFF_COMPLETE", "Picked Up", "Canceled", ...) map onto these case- and separator-insensitively; anything unrecognized is UNKNOWN, never an error. */
+export type DeliveryStatus =
+  /** A courier has taken the delivery. */
+  | 'ASSIGNED'
+  /** Canceled by the platform, the service or the provider. Terminal. */
+  | 'CANCELED'
+  /** Accepted; courier sourcing has started. */
+  | 'CREATED'
+  /** The courier is at the dropoff; proof of delivery arrives with this milestone. */
+  | 'DROPOFF_ARRIVED'
+  /** Delivered. Terminal. */
+  | 'DROPOFF_COMPLETE'
+  /** The courier is on the way to the recipient. */
+  | 'DROPOFF_ENROUTE'
+  /** The delivery could not be completed. Terminal. */
+  | 'FAILED'
+  /** The courier is at the pickup. */
+  | 'PICKUP_ARRIVED'
+  /** The package is in the vehicle (upstream "Picked Up"). */
+  | 'PICKUP_COMPLETE'
+  /** The courier is on the way to the pickup. */
+  | 'PICKUP_ENROUTE'
+  /** The package is back at the pickup. Terminal. */
+  | 'RETURNED'
+  /** The package is going back to the pickup. */
+  | 'RETURN_IN_PROGRESS'
+  /** A status the facade does not recognise; rawStatus has the upstream string. */
+  | 'UNKNOWN';
+
+/** Handling style of a delivery, as documented by the upstream. */
+export type DeliveryStyle =
+  /** Routes mixing a scheduled window with on-demand sourcing. */
+  | 'HYBRID'
+  /** A style enabled for the platform that the facade does not know; rawStyle has the string. Read only. */
+  | 'OTHER'
+  /** Needs an SUV or larger; minimumVehicleSize must be SUV, VAN or TRUCK. */
+  | 'OVERSIZE'
+  /** Fragile, temperature-sensitive or high-value goods. */
+  | 'SPECIAL_HANDLING'
+  /** Everyday parcels one person can carry (the default). */
+  | 'STANDARD';
+
+/** One item in the package. */
+export type ItemInput = {
+  /** Barcode. */
+  barcode?: InputMaybe<Scalars['String']['input']>;
+  /** Item description. */
+  description?: InputMaybe<Scalars['String']['input']>;
+  /** The merchant's id of the item. */
+  externalId?: InputMaybe<Scalars['String']['input']>;
+  /** The merchant's id of this instance of the item. */
+  externalInstanceId?: InputMaybe<Scalars['String']['input']>;
+  /** Item name. */
+  name?: InputMaybe<Scalars['String']['input']>;
+  /** Unit price in major units. */
+  price?: InputMaybe<Scalars['Decimal']['input']>;
+  /** How many. */
+  quantity?: InputMaybe<Scalars['Float']['input']>;
+};
+
+/** The pickup or the dropoff of a request. */
+export type StopInput = {
+  /** Required for the pickup; for the dropoff on the PLATFORM group. */
+  address?: InputMaybe<AddressInput>;
+  /** Contact email; pickup.email is the required `email` of the upstream body. */
+  email?: InputMaybe<Scalars['String']['input']>;
+  /** Instructions for the courier; at most 512 characters for the pickup. */
+  instructions?: InputMaybe<Scalars['String']['input']>;
+  /** Full name of the contact at this stop. */
+  name: Scalars['String']['input'];
+  /** Contact phone; at most 15 characters for the pickup. */
+  phone?: InputMaybe<Scalars['String']['input']>;
+  /** Start of the stop window, any offset (sent as UTC). dropoff.windowStart is required unless mode is NOW. */
+  windowStart?: InputMaybe<Scalars['DateTime']['input']>;
+};
+
+export type BookDeliveryMutationVariables = Exact<{
+  input: DeliveryInput;
+  idempotencyKey?: InputMaybe<Scalars['String']['input']>;
+}>;
+
+
+export type BookDeliveryMutation = { __typename?: 'Mutation', createDelivery:
+    | { __typename: 'IdempotencyConflictError', code: string, message: string }
+    | { __typename: 'MutationCreateDeliverySuccess', data: { __typename?: 'Delivery', uid: string, status: DeliveryStatus, trackingUrl?: string | null } }
+    | { __typename: 'ValidationError', code: string, message: string, fields: Array<{ __typename?: 'FieldError', path: string, message: string }> }
+   };
+
+export type FollowDeliverySubscriptionVariables = Exact<{
+  uid: Scalars['ID']['input'];
+}>;
+
+
+export type FollowDeliverySubscription = { __typename?: 'Subscription', deliveryUpdated: { __typename?: 'DeliveryEvent', status: DeliveryStatus, name: string, receivedAt: string, courierLocation?: { __typename?: 'GeoPoint', lat: number, lng: number } | null } };
+
+export class TypedDocumentString<TResult, TVariables>
+  extends String
+  implements DocumentTypeDecoration<TResult, TVariables>
+{
+  __apiType?: NonNullable<DocumentTypeDecoration<TResult, TVariables>['__apiType']>;
+  private value: string;
+  public __meta__?: Record<string, any> | undefined;
+
+  constructor(value: string, __meta__?: Record<string, any> | undefined) {
+    super(value);
+    this.value = value;
+    this.__meta__ = __meta__;
+  }
+
+  override toString(): string & DocumentTypeDecoration<TResult, TVariables> {
+    return this.value;
+  }
+}
+
+export const BookDeliveryDocument = new TypedDocumentString(`
+    mutation BookDelivery($input: DeliveryInput!, $idempotencyKey: String) {
+  createDelivery(input: $input, idempotencyKey: $idempotencyKey) {
+    __typename
+    ... on MutationCreateDeliverySuccess {
+      data {
+        uid
+        status
+        trackingUrl
+      }
+    }
+    ... on ValidationError {
+      fields {
+        path
+        message
+      }
+    }
+    ... on Error {
+      code
+      message
+    }
+  }
+}
+    `) as unknown as TypedDocumentString<BookDeliveryMutation, BookDeliveryMutationVariables>;
+export const FollowDeliveryDocument = new TypedDocumentString(`
+    subscription FollowDelivery($uid: ID!) {
+  deliveryUpdated(uid: $uid) {
+    status
+    name
+    receivedAt
+    courierLocation {
+      lat
+      lng
+    }
+  }
+}
+    `) as unknown as TypedDocumentString<FollowDeliverySubscription, FollowDeliverySubscriptionVariables>;
