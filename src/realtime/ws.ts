@@ -3,7 +3,7 @@
 // both transports. The merchant key travels in the connection_init payload.
 // One socket runs at most WS_MAX_SUBSCRIPTIONS operations at once.
 import type { Server } from 'node:http';
-import type { ExecutionArgs } from 'graphql';
+import type { ExecutionArgs, GraphQLError } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
 import type { YogaServerInstance } from 'graphql-yoga';
 import { WebSocketServer } from 'ws';
@@ -39,6 +39,28 @@ export interface GraphQLWebSocketOptions {
 
 type Envelop = { execute: (args: ExecutionArgs) => unknown; subscribe: (args: ExecutionArgs) => unknown };
 
+/**
+ * Yoga marks request errors with extensions.http (the status of an HTTP answer);
+ * on a socket that means nothing, so it is left out. The copy is made with the
+ * error's own class: graphql may be loaded twice (ESM and CJS), and graphql-ws
+ * accepts only instances of the copy it loaded.
+ */
+function forSocket(errors: readonly GraphQLError[]): GraphQLError[] {
+  return errors.map((error) => {
+    if (!error?.extensions || !('http' in error.extensions)) return error;
+    const { http: _http, ...extensions } = error.extensions;
+    const ErrorClass = error.constructor as typeof GraphQLError;
+    return new ErrorClass(error.message, {
+      nodes: error.nodes,
+      source: error.source,
+      positions: error.positions,
+      path: error.path,
+      originalError: error.originalError,
+      extensions,
+    });
+  });
+}
+
 export function attachGraphQLWebSocket(
   server: Server,
   yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext>,
@@ -68,15 +90,15 @@ export function attachGraphQLWebSocket(
         try {
           document = parse(persisted?.documentFor(payload) ?? payload.query);
         } catch (error) {
-          return [(error instanceof DeliveryGraphError ? toGraphQLError(error) : error) as never];
+          return forSocket([(error instanceof DeliveryGraphError ? toGraphQLError(error) : error) as GraphQLError]);
         }
         let errors;
         try {
           errors = validate(schema, document);
         } catch (error) {
-          return [error as never];
+          return forSocket([error as GraphQLError]);
         }
-        if (errors.length > 0) return errors;
+        if (errors.length > 0) return forSocket(errors);
         return {
           schema,
           operationName: payload.operationName,

@@ -305,6 +305,8 @@ describe('graphql-cop checks against production mode', () => {
       expect(get.text, `GET: ${refusal}`).toContain(refusal.replace(/"/g, '\\"'));
       expect(wsRefusals(ws), `WebSocket: ${refusal}`).toContain(refusal);
       expect(ws.data).toEqual([]);
+      // The HTTP status yoga keeps for the HTTP answer means nothing on a socket.
+      expect(ws.errors.every((error) => !('http' in (error.extensions ?? {}))), `WebSocket extensions: ${JSON.stringify(ws.errors)}`).toBe(true);
       for (const text of [JSON.stringify(direct.body), JSON.stringify(yoga.body), get.text, JSON.stringify(ws.errors)]) expect(text).not.toContain('Did you mean');
     }
     expect(stack.sandbox.requests).toHaveLength(0);
