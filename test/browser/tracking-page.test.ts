@@ -77,27 +77,29 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
     expect(await page.inputValue('#key')).toBe('sk_test_demo_merchant');
     expect(await page.textContent('#message')).toContain('Book a sandbox delivery');
 
+    await page.evaluate(() => {
+      const pins: Array<{ lat: number; lng: number; transform: string }> = [];
+      (window as unknown as { pins: typeof pins }).pins = pins;
+      new MutationObserver(() => {
+        const courier = document.querySelector<SVGGElement>('#courier:not(.unplaced)');
+        if (!courier?.dataset.lat) return;
+        const now = { lat: Number(courier.dataset.lat), lng: Number(courier.dataset.lng), transform: courier.style.transform };
+        const last = pins.at(-1);
+        if (!last || last.lat !== now.lat || last.lng !== now.lng || last.transform !== now.transform) pins.push(now);
+      }).observe(document.body, { subtree: true, childList: true, attributes: true, attributeFilter: ['data-lat', 'data-lng', 'style', 'class'] });
+    });
     await page.click('#book');
     await page.waitForSelector('#tracker:not([hidden])');
     const uid = (await page.textContent('#fact-uid'))!.trim();
     expect(uid).toMatch(/^[0-9a-f-]{36}$/);
     expect(new URL(page.url()).hash).toBe(`#uid=${uid}`);
 
-    // Sample the pin until the delivery is done: it must take several distinct positions on the way.
-    const seen = new Map<string, { lat: number; lng: number; transform: string }>();
-    const deadline = Date.now() + 30_000;
-    while (Date.now() < deadline) {
-      if (await page.$('#courier:not(.unplaced)')) {
-        const now = await pin(page);
-        seen.set(`${now.lat},${now.lng}`, now);
-      }
-      if (await page.$('#timeline li[data-status="DROPOFF_COMPLETE"].done')) break;
-      await page.waitForTimeout(40);
-    }
+    // Every place the pin is drawn, as the page draws it (recorded in the page, so a slow poll misses nothing).
+    await page.waitForSelector('#timeline li[data-status="DROPOFF_COMPLETE"].done', { timeout: 30_000 });
+    const drawn = await page.evaluate(() => (window as unknown as { pins: Array<{ lat: number; lng: number; transform: string }> }).pins);
     await page.waitForSelector('#timeline li[data-status="DROPOFF_COMPLETE"].current', { timeout: 5_000 });
-    expect(seen.size).toBeGreaterThanOrEqual(4);
-    const transforms = new Set([...seen.values()].map((p) => p.transform));
-    expect(transforms.size).toBeGreaterThanOrEqual(4);
+    expect(new Set(drawn.map((p) => `${p.lat},${p.lng}`)).size).toBeGreaterThanOrEqual(4);
+    expect(new Set(drawn.map((p) => p.transform)).size).toBeGreaterThanOrEqual(4);
 
     // The pin ends where the upstream says the dropoff is.
     const read = await gql<{ delivery: { status: string; dropoff: { address: { latitude: number; longitude: number } } } }>(
