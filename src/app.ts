@@ -3,7 +3,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { useGraphQlJit } from '@envelop/graphql-jit';
-import type { GraphQLError } from 'graphql';
+import { getOperationAST, type GraphQLError } from 'graphql';
 import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import { createGraphQLError, createYoga, maskError as yogaMaskError, type YogaServerInstance } from 'graphql-yoga';
 import type { Config } from './config.js';
@@ -103,7 +103,22 @@ query Read {
 /** How long a readiness answer is reused before the upstream is asked again. */
 const READY_CACHE_MS = 5_000;
 
-/** Turns our typed errors into GraphQL errors with a stable extensions.code; everything else is masked. */
+/**
+ * Turns our typed errors into GraphQL errors with a stable extensions.code;
+ * everything else is masked as "Unexpected error." (INTERNAL_SERVER_ERROR), and
+ * the original, which only the operator may see, is logged.
+ */
+function maskErrorWith(logger: Logger) {
+  return (error: unknown, message: string, isDev?: boolean): Error => {
+    const masked = maskError(error, message, isDev);
+    if ((masked as Partial<GraphQLError>).extensions?.code === 'INTERNAL_SERVER_ERROR') {
+      const located = error as Partial<GraphQLError> | undefined;
+      logger.error({ reqId: requestScope.getStore()?.id, err: located?.originalError ?? error, path: located?.path?.join('.') }, 'unexpected error in a GraphQL operation (answered "Unexpected error.")');
+    }
+    return masked;
+  };
+}
+
 function maskError(error: unknown, message: string, isDev?: boolean): Error {
   // Duck-typed: graphql may be loaded twice (ESM and CJS), so instanceof GraphQLError is unreliable.
   const located = error as Partial<GraphQLError> | undefined;
@@ -210,14 +225,22 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
         }
       : false,
     // Never the original message or stack, whatever NODE_ENV says.
-    maskedErrors: { maskError, isDev: false },
+    maskedErrors: { maskError: maskErrorWith(logger), isDev: false },
     // No uploads in this schema; multipart is also a form a foreign site can POST.
     multipart: false,
     maxRequestBodySize: config.graphql.maxBodyBytes,
     // Limits, allowlist and rate limit first (graphql/protection.ts), then compiled execution:
     // each distinct operation is compiled once (graphql-jit), then run without the interpreter.
     // Observation first, so operations a later plugin refuses are counted too.
-    plugins: [useObservability(metrics), ...(tracing ? [tracing.plugin] : []), ...protectionPlugins({ config, limiter, persisted }), useGraphQlJit()],
+    plugins: [
+      useObservability(metrics),
+      ...(tracing ? [tracing.plugin] : []),
+      ...protectionPlugins({ config, limiter, persisted }),
+      // Queries and mutations only: graphql-jit 0.8 hands a subscription field the
+      // operation's variables as its arguments, so a literal or differently named
+      // argument would be lost. Subscriptions run on graphql-js.
+      useGraphQlJit({}, { enableIf: (args) => getOperationAST(args.document, args.operationName)?.operation !== 'subscription' }),
+    ],
     // Over WebSocket the initial context carries the connection_init authorization and a way to close the socket.
     context: (initial: Record<string, unknown>) => {
       const { request, authorization, disconnect } = initial as { request?: Request; authorization?: string; disconnect?: (code: number, reason: string) => void };

@@ -110,7 +110,10 @@ builder.queryFields((t) => ({
       const max = ctx.services.config.graphql.maxBatchSize;
       if (uids.length > max) throw new BadUserInputError(`deliveries takes at most ${max} uids; got ${uids.length}.`);
       const loader = ctx.deliveryLoader(group);
-      return uids.map((uid) => loader.load(String(uid)));
+      // The whole list is awaited here, each failure kept as its entry's Error:
+      // graphql-jit 0.8 appends an extra entry when an item's promise rejects after
+      // a later item resolved, so items must not be pending promises.
+      return Promise.all(uids.map((uid) => loader.load(String(uid)).catch((error: unknown) => (error instanceof Error ? error : new Error(String(error)))))) as never;
     },
   }),
   deliveryByReference: t.field({

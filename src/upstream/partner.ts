@@ -1,6 +1,6 @@
 // Client of the partner endpoint group, directly under {base_url}.
 import type { UpstreamHttp } from './http.js';
-import { requireData, type CallOptions } from './platform.js';
+import { requireData, segment, type CallOptions } from './platform.js';
 import type { WireAvailability, WireDeliveryRequest, WireOrder, WirePartnerCancellation, WireQuoteResult } from './wire.js';
 
 export class PartnerClient {
@@ -18,7 +18,7 @@ export class PartnerClient {
     const result = await this.#http.call<{ data?: WireOrder }>({
       group: 'partner',
       method: 'GET',
-      path: `/orders/${encodeURIComponent(uid)}`,
+      path: `/orders/${segment(uid, 'uid')}`,
       route: '/orders/{uid}',
       key,
       ...options,
@@ -30,7 +30,7 @@ export class PartnerClient {
     const result = await this.#http.call<{ data?: WireOrder }>({
       group: 'partner',
       method: 'GET',
-      path: `/orders/partner/${encodeURIComponent(partnerReference)}`,
+      path: `/orders/partner/${segment(partnerReference, 'partnerReference')}`,
       route: '/orders/partner/{partner_reference}',
       key,
       ...options,
@@ -42,7 +42,7 @@ export class PartnerClient {
     return this.#http.call({
       group: 'partner',
       method: 'POST',
-      path: `/orders/${encodeURIComponent(uid)}/cancel`,
+      path: `/orders/${segment(uid, 'uid')}/cancel`,
       route: '/orders/{uid}/cancel',
       key,
       ...options,

@@ -1,5 +1,5 @@
 // Client of the platform endpoint group, under {base_url}/{platform}.
-import { UpstreamProtocolError } from '../errors.js';
+import { BadUserInputError, UpstreamProtocolError } from '../errors.js';
 import type { UpstreamHttp } from './http.js';
 import type {
   WireAvailability,
@@ -12,6 +12,15 @@ import type {
 
 export interface CallOptions {
   signal?: AbortSignal;
+}
+
+/**
+ * One path segment from a caller's identifier. An empty one would name another
+ * resource (`/deliveries/` instead of `/deliveries/{uid}`), so it is refused here.
+ */
+export function segment(value: string, name: string): string {
+  if (value.trim() === '') throw new BadUserInputError(`${name} must not be empty.`);
+  return encodeURIComponent(value);
 }
 
 /** What create returns once the undocumented response shape is read. */
@@ -50,7 +59,7 @@ export class PlatformClient {
     const result = await this.#http.call<{ data?: WireDelivery }>({
       group: 'platform',
       method: 'GET',
-      path: `${this.#prefix}/deliveries/${encodeURIComponent(uid)}`,
+      path: `${this.#prefix}/deliveries/${segment(uid, 'uid')}`,
       route: '/{platform}/deliveries/{uid}',
       key,
       ...options,
@@ -62,7 +71,7 @@ export class PlatformClient {
     return this.#http.call({
       group: 'platform',
       method: 'POST',
-      path: `${this.#prefix}/deliveries/${encodeURIComponent(uid)}/cancel`,
+      path: `${this.#prefix}/deliveries/${segment(uid, 'uid')}/cancel`,
       route: '/{platform}/deliveries/{uid}/cancel',
       key,
       ...options,

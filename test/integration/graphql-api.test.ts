@@ -287,6 +287,41 @@ describe('a failing uid fails only its own entry', () => {
     expect(result.errors![0]!.extensions?.code).toBe('UPSTREAM_UNAVAILABLE');
   });
 
+  it('keeps one entry per uid, in order, when an early uid fails after later ones were answered', async () => {
+    const good = [];
+    for (let i = 0; i < 2; i += 1) good.push((await faulty.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid);
+    const slow = '44444444-4444-4444-8444-444444444444';
+    proxy.fault = async (req, res) => {
+      if (!req.url?.includes(slow)) return false;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      res.writeHead(500, { 'content-type': 'application/json' }).end('{"code":"boom","message":"internal"}');
+      return true;
+    };
+    const result = await faulty.gql('query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', { uids: [slow, good[0], slow, good[1]] });
+    proxy.fault = undefined;
+    expect(result.data.deliveries).toEqual([null, { uid: good[0] }, null, { uid: good[1] }]);
+    expect(result.errors!.map((error) => error.path)).toEqual([
+      ['deliveries', 0],
+      ['deliveries', 2],
+    ]);
+  });
+
+  it('refuses an empty uid as BAD_USER_INPUT, in its own entry, without asking the upstream', async () => {
+    const good = (await faulty.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid;
+    const before = proxy.seen.length;
+    const list = await faulty.gql('query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', { uids: ['', good, ' '] });
+    expect(list.data.deliveries).toEqual([null, { uid: good }, null]);
+    expect(list.errors!.map((error) => [error.path, error.extensions?.code, error.message])).toEqual([
+      [['deliveries', 0], 'BAD_USER_INPUT', 'uid must not be empty.'],
+      [['deliveries', 2], 'BAD_USER_INPUT', 'uid must not be empty.'],
+    ]);
+    const one = await faulty.gql('{ delivery(uid: "") { uid } }');
+    expect(one.errors?.[0]?.extensions?.code).toBe('BAD_USER_INPUT');
+    const byReference = await faulty.gql('{ deliveryByReference(partnerReference: "") { uid } }');
+    expect(byReference.errors?.[0]?.extensions?.code).toBe('BAD_USER_INPUT');
+    expect(proxy.seen.slice(before).map((seen) => seen.path).filter((path) => /\/(deliveries|orders(\/partner)?)\/?$/.test(path))).toEqual([]);
+  });
+
   it('maps a non-JSON answer to UPSTREAM_ERROR without leaking the body', async () => {
     proxy.fault = (_req, res) => {
       res.writeHead(200, { 'content-type': 'text/html' }).end('<html>secret-internal-page</html>');

@@ -223,3 +223,25 @@ describe('OpenTelemetry tracing (OTEL_TRACING=true)', () => {
     expect(JSON.stringify(spans.map((span) => span.attributes))).not.toContain(key);
   });
 });
+
+describe('faults inside the facade', () => {
+  it('logs what was masked as "Unexpected error.", with the field path and request id, and sends none of it', async () => {
+    const platform = app.services.upstream.platform as { get: (...args: unknown[]) => Promise<unknown> };
+    const original = platform.get;
+    platform.get = async () => {
+      throw new TypeError("Cannot read properties of undefined (reading 'detail-for-operators')");
+    };
+    try {
+      const { body } = await gql('{ delivery(uid: "33333333-3333-4333-8333-333333333333") { uid } }', undefined, { 'x-request-id': 'fault-1' });
+      expect(body.errors?.[0]).toMatchObject({ message: 'Unexpected error.', extensions: { code: 'INTERNAL_SERVER_ERROR' } });
+      expect(JSON.stringify(body)).not.toContain('detail-for-operators');
+    } finally {
+      platform.get = original;
+    }
+    const logged = logs().find((line) => line.level === 50 && line.err?.message?.includes('detail-for-operators'));
+    expect(logged, 'an error line for the masked fault').toBeDefined();
+    expect(logged).toMatchObject({ reqId: 'fault-1', path: 'delivery' });
+    expect(logged!.err.stack).toContain('detail-for-operators');
+  });
+});
+

@@ -228,6 +228,64 @@ describe('who sees what', () => {
   });
 });
 
+describe('arguments written in the document', () => {
+  // Arguments may be literals, or variables with any name: each field reads its own.
+  it('deliveryUpdated and courierLocation take a literal uid', async () => {
+    const uid = await book();
+    const client = wsClient(stack.app.url, stack.key);
+    const updates = collect(client, `subscription { deliveryUpdated(uid: "${uid}") { uid status } }`);
+    const positions = collect(client, `subscription { courierLocation(uid: "${uid}") { uid milestone } }`);
+    await updates.waitFor(1);
+    await advanceAll(uid);
+    await updates.done;
+    await positions.done;
+    expect(updates.errors).toEqual([]);
+    expect(updates.items.map((item) => item.deliveryUpdated.uid)).toEqual(Array(updates.items.length).fill(uid));
+    expect(updates.items.at(-1).deliveryUpdated.status).toBe('DROPOFF_COMPLETE');
+    expect(positions.errors).toEqual([]);
+    expect(positions.items.length).toBeGreaterThan(0);
+    await client.dispose();
+  });
+
+  it('deliveryEvents filters and replays with literal arguments and with variables named otherwise', async () => {
+    const uid = await book();
+    const other = await book();
+    const first = (await post({ uid, event_name: 'delivery.assigned', status: 'one' }).then((r) => r.json())) as { cursor: string };
+    await post({ uid: other, event_name: 'delivery.assigned', status: 'elsewhere' });
+    const last = (await post({ uid, event_name: 'delivery.pickup_enroute', status: 'two' }).then((r) => r.json())) as { cursor: string };
+    const client = wsClient(stack.app.url, stack.key);
+    const literal = collect(client, `subscription { deliveryEvents(uids: ["${uid}"], after: "${first.cursor}") { cursor uid } }`);
+    const renamed = collect(client, 'subscription($which: [ID!], $from: String) { deliveryEvents(uids: $which, after: $from) { cursor uid } }', {
+      which: [uid],
+      from: first.cursor,
+    });
+    for (const sub of [literal, renamed]) {
+      const [replayed] = await sub.waitFor(1);
+      expect(sub.errors).toEqual([]);
+      expect(replayed.deliveryEvents).toEqual({ cursor: last.cursor, uid });
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(literal.items).toHaveLength(1);
+    expect(renamed.items).toHaveLength(1);
+    await client.dispose();
+  });
+
+  it('over SSE too', async () => {
+    const uid = await book();
+    const response = await fetch(`${stack.app.url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${stack.key}` },
+      body: JSON.stringify({ query: `subscription { deliveryUpdated(uid: "${uid}") { uid status } }` }),
+    });
+    const reader = response.body!.getReader();
+    let text = '';
+    while (!text.includes('"status":"CREATED"') && !text.includes('errors')) text += new TextDecoder().decode((await reader.read()).value);
+    await reader.cancel();
+    expect(text).toContain(`"uid":"${uid}"`);
+    expect(text).not.toContain('errors');
+  });
+});
+
 describe('server-sent events', () => {
   it('serves deliveryUpdated over SSE too', async () => {
     const uid = await book();
