@@ -248,7 +248,8 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     },
   });
 
-  const graphqlHttp = createGraphQLHttpHandler(yoga, { maxBodyBytes: config.graphql.maxBodyBytes });
+  // Over SSE a subscriber may leave about 1 KiB per allowed pending event unread before it is cut off.
+  const graphqlHttp = createGraphQLHttpHandler(yoga, { maxBodyBytes: config.graphql.maxBodyBytes, maxSseBufferedBytes: config.realtime.maxPendingEvents * 1024 });
   const trackingPage = config.trackingPage
     ? createTrackingPage({ graphqlPath: '/graphql', sandboxKey: sandbox?.merchants[0]?.key, graphiql: config.graphql.introspection, logger })
     : undefined;

@@ -19,6 +19,7 @@ export const ERROR_CODES = {
   RATE_LIMITED: { surface: 'graphql-error', meaning: 'The merchant key sent more than RATE_LIMIT_PER_MINUTE operations; extensions.retryAfterSeconds says when to try again.' },
   PERSISTED_QUERY_NOT_FOUND: { surface: 'graphql-error', meaning: 'PERSISTED_OPERATIONS_FILE is set and the operation (by hash or by text) is not on it.' },
   TOO_MANY_SUBSCRIPTIONS: { surface: 'graphql-error', meaning: 'The WebSocket already runs WS_MAX_SUBSCRIPTIONS operations; complete one or open another socket.' },
+  SUBSCRIBER_TOO_SLOW: { surface: 'graphql-error', meaning: 'A subscription over server-sent events fell more than SUBSCRIBER_MAX_PENDING events behind and was ended (over WebSocket the socket closes with 4008); resume with deliveryEvents(after:).' },
   VALIDATION_FAILED: { surface: 'result', meaning: 'ValidationError: the input breaks a rule of the chosen group; one FieldError per problem.' },
   NOT_FOUND: { surface: 'result', meaning: 'NotFoundError: no delivery with this uid belongs to the caller (cancel). Reads return null instead.' },
   NOT_CANCELABLE: { surface: 'result', meaning: 'NotCancelableError: the delivery is past pickup or already finished.' },

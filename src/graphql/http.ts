@@ -12,6 +12,40 @@ import type { GraphQLContext } from './context.js';
 export interface GraphQLHttpOptions {
   /** Larger bodies are refused with 413 before they are parsed. */
   maxBodyBytes: number;
+  /** An SSE response with more than this many bytes waiting to be sent is ended with SUBSCRIBER_TOO_SLOW. */
+  maxSseBufferedBytes: number;
+}
+
+const LIMITED = Symbol('delivery-graph.sse-limited');
+
+/**
+ * Yoga writes an SSE stream as fast as its subscription yields, so a reader that
+ * stops reading piles the stream up in this process's memory (the subscription's
+ * own queue never fills). This bounds it: once more than `maxBytes` wait in the
+ * socket's buffer, one last event says SUBSCRIBER_TOO_SLOW, the stream ends, and
+ * the closing response ends the subscription. Installed once per response.
+ */
+function limitEventStream(res: ServerResponse, maxBytes: number): void {
+  const marked = res as ServerResponse & { [LIMITED]?: true };
+  if (marked[LIMITED]) return;
+  marked[LIMITED] = true;
+  const write = res.write.bind(res) as (chunk: unknown, ...rest: unknown[]) => boolean;
+  let cut = false;
+  res.write = ((chunk: unknown, ...rest: unknown[]) => {
+    if (cut) return false;
+    const ok = write(chunk, ...rest);
+    if (res.writableLength > maxBytes) {
+      cut = true;
+      const error = { message: `subscriber too slow: more than ${maxBytes} bytes waiting to be sent`, extensions: { code: 'SUBSCRIBER_TOO_SLOW' } };
+      write(`event: next\ndata: ${JSON.stringify({ errors: [error] })}\n\nevent: complete\ndata:\n\n`);
+      res.end();
+    }
+    return ok;
+  }) as ServerResponse['write'];
+}
+
+function asksForEventStream(req: IncomingMessage): boolean {
+  return /text\/event-stream/i.test(headerOf(req, 'accept') ?? '');
 }
 
 interface Params {
@@ -75,17 +109,19 @@ export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string,
     );
     const outgoing: Record<string, string> = {};
     response.headers.forEach((value, name) => (outgoing[name] = value));
+    if (/^text\/event-stream/i.test(response.headers.get('content-type') ?? '')) limitEventStream(res, options.maxSseBufferedBytes);
     res.writeHead(response.status, outgoing);
     if (!response.body) return void res.end();
-    // Streams (SSE subscriptions) are passed on as they come.
+    // Streams (SSE subscriptions) are passed on as they come (bounded by limitEventStream).
     const reader = response.body.getReader();
     res.on('close', () => void reader.cancel().catch(() => undefined));
-    for (;;) {
+    while (!res.writableEnded) {
       const { done, value } = await reader.read();
       if (done) break;
       res.write(value);
     }
-    res.end();
+    if (!res.writableEnded) res.end();
+    else void reader.cancel().catch(() => undefined);
   };
 
   const direct = async (req: IncomingMessage, res: ServerResponse, body: Buffer): Promise<boolean> => {
@@ -134,10 +170,12 @@ export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string,
   };
 
   return (req: IncomingMessage, res: ServerResponse): void => {
-    if (!isPlainJsonPost(req)) return void yoga(req, res);
+    // Streams go through viaYoga, whose writes limitEventStream can watch.
+    const stream = asksForEventStream(req);
+    if (!stream && !isPlainJsonPost(req)) return void yoga(req, res);
     readBody(req, options.maxBodyBytes)
       .then(async (body) => {
-        if (!(await direct(req, res, body))) await viaYoga(req, res, body);
+        if (stream || !(await direct(req, res, body))) await viaYoga(req, res, body);
       })
       .catch((error: unknown) => {
         if (res.headersSent) return void res.destroy();

@@ -2,6 +2,7 @@
 // facade verifies and stores them, and real graphql-ws clients watch.
 import { exportPKCS8, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { request as httpRequest } from 'node:http';
 import WebSocket from 'ws';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
@@ -340,4 +341,65 @@ describe('slow consumers', () => {
       await slow.stop();
     }
   });
+
+  // Over server-sent events, whichever accept header chose the path through the
+  // facade, a reader that stops is ended with SUBSCRIBER_TOO_SLOW instead of
+  // being buffered in the server's memory without bound (the kernel's socket
+  // buffers, up to tens of MB on loopback, fill first).
+  for (const accept of ['text/event-stream', '*/*']) {
+    it(`ends an SSE subscription that stops reading with SUBSCRIBER_TOO_SLOW (accept: ${accept})`, async () => {
+      const slow = await startStack({ env: { SUBSCRIBER_MAX_PENDING: '20' }, sandbox: { privateKeyPem: await exportPKCS8(privateKey) } });
+      try {
+        const uid = (await slow.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid;
+        const query = `subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { cursor uid name status statusText } }`;
+        const chunks: Buffer[] = [];
+        const response = await new Promise<import('node:http').IncomingMessage>((resolve, reject) => {
+          const req = httpRequest(`${slow.app.url}/graphql`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', accept, authorization: `Bearer ${slow.key}` },
+          });
+          req.once('response', resolve).once('error', reject);
+          req.end(JSON.stringify({ query, variables: { uids: [uid] } }));
+        });
+        expect(response.headers['content-type']).toContain('text/event-stream');
+        response.on('data', (chunk: Buffer) => chunks.push(chunk));
+        await waitUntil(() => slow.app.services.bus.listenerCount() > 0);
+        response.pause();
+        // Big events (the status text is echoed), so the kernel's socket buffers (up to tens of MB) fill quickly.
+        const padding = 'x'.repeat(6_000); // the signed token travels in a header, which Node caps at 16 KB
+        const sign = async (i: number) => {
+          const event = { uid, event_name: 'delivery.failed', status: `status-${i}-${padding}` };
+          const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(slow.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
+          return fetch(`${slow.app.url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+        };
+        // Ten at a time: a group commit never publishes more than SUBSCRIBER_MAX_PENDING at once,
+        // so only a reader that is not reading can fall behind.
+        let sent = 0;
+        while (slow.app.services.bus.listenerCount() > 0 && sent < 8000) {
+          await Promise.all(Array.from({ length: 10 }, (_, j) => sign(sent + j)));
+          sent += 10;
+        }
+        expect(slow.app.services.bus.listenerCount(), 'the subscription was ended').toBe(0);
+        const ended = new Promise((resolve) => response.once('end', resolve));
+        response.resume();
+        await ended;
+        const text = Buffer.concat(chunks).toString('utf8');
+        expect(text).toContain('SUBSCRIBER_TOO_SLOW');
+        // 20 pending events allowed: over SSE that is 20 KiB left unsent.
+        expect(text).toMatch(/subscriber too slow: more than 20480 bytes waiting to be sent/);
+        expect(text.trimEnd().endsWith('event: complete\ndata:')).toBe(true);
+        expect(text.split('event: next').length - 1).toBeLessThanOrEqual(sent + 1);
+      } finally {
+        await slow.stop();
+      }
+    }, 60_000);
+  }
 });
+
+async function waitUntil(check: () => boolean, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error('timed out');
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
