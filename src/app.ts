@@ -3,7 +3,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { useGraphQlJit } from '@envelop/graphql-jit';
-import { getOperationAST, type GraphQLError } from 'graphql';
+import type { GraphQLError } from 'graphql';
 import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import { createGraphQLError, createYoga, maskError as yogaMaskError, type YogaServerInstance } from 'graphql-yoga';
 import type { Config } from './config.js';
@@ -236,10 +236,8 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
       useObservability(metrics),
       ...(tracing ? [tracing.plugin] : []),
       ...protectionPlugins({ config, limiter, persisted }),
-      // Queries and mutations only: graphql-jit 0.8 hands a subscription field the
-      // operation's variables as its arguments, so a literal or differently named
-      // argument would be lost. Subscriptions run on graphql-js.
-      useGraphQlJit({}, { enableIf: (args) => getOperationAST(args.document, args.operationName)?.operation !== 'subscription' }),
+      // Subscriptions too: their fields read their own arguments (see argumentsOf in graphql/events.ts).
+      useGraphQlJit(),
     ],
     // Over WebSocket the initial context carries the connection_init authorization and a way to close the socket.
     context: (initial: Record<string, unknown>) => {

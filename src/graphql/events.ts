@@ -1,5 +1,7 @@
 // Webhook events as GraphQL: DeliveryEvent, CourierLocation, Delivery.events,
 // and the three subscriptions.
+import { createRequire } from 'node:module';
+import type { GraphQLResolveInfo } from 'graphql';
 import { BadUserInputError } from '../errors.js';
 import { fromWebhookEvent, geoPoint } from '../mapping/delivery.js';
 import type { Courier, Delivery, DeliveryStatus, GeoPoint } from '../mapping/model.js';
@@ -137,6 +139,21 @@ function realtime(ctx: GraphQLContext): { deps: RealtimeDeps; subscriber: Subscr
   return { deps: { store, bus, access, upstream, maxPending: maxPendingEvents }, subscriber: { key, disconnect: ctx.disconnect } };
 }
 
+// The graphql instance that built the schema (the CommonJS one every package
+// shares; a test runner may hand this module the ES build instead).
+const { getArgumentValues } = createRequire(import.meta.url)('graphql') as typeof import('graphql');
+
+/**
+ * A subscription field's arguments, read from the operation itself. graphql-jit
+ * 0.8 (which runs every operation, subscriptions included) hands a subscription
+ * field the operation's variables instead of its arguments, so a literal
+ * (`uid: "…"`) or a differently named variable would be lost.
+ */
+function argumentsOf<T>(info: GraphQLResolveInfo): T {
+  const field = info.parentType.getFields()[info.fieldName]!;
+  return getArgumentValues(field, info.fieldNodes[0]!, info.variableValues) as T;
+}
+
 builder.subscriptionType({
   description: 'Live updates, fed only by the upstream\'s verified webhooks. Over WebSocket (graphql-transport-ws) or server-sent events.',
   fields: (t) => ({
@@ -146,7 +163,8 @@ builder.subscriptionType({
       description:
         'Lifecycle of one delivery: first the current state (the latest stored event, or a `snapshot` read from the upstream), then one message per accepted delivery.* event. Never moves backwards; duplicates are dropped; completes after a terminal milestone.',
       args: { uid: t.arg.id({ required: true, description: 'The delivery to follow.' }) },
-      subscribe: (_root, { uid }, ctx) => {
+      subscribe: (_root, _args, ctx, info) => {
+        const { uid } = argumentsOf<{ uid: string }>(info);
         const { deps, subscriber } = realtime(ctx);
         return deliveryUpdated(deps, subscriber, String(uid));
       },
@@ -158,7 +176,8 @@ builder.subscriptionType({
       description:
         'Courier position for one delivery: location.* events and driver_location on delivery.* events, starting with the latest known. Stale positions (from an earlier milestone) are dropped; a slow reader gets the latest position only.',
       args: { uid: t.arg.id({ required: true, description: 'The delivery to follow.' }) },
-      subscribe: (_root, { uid }, ctx) => {
+      subscribe: (_root, _args, ctx, info) => {
+        const { uid } = argumentsOf<{ uid: string }>(info);
         const { deps, subscriber } = realtime(ctx);
         return courierLocation(deps, subscriber, String(uid));
       },
@@ -174,7 +193,8 @@ builder.subscriptionType({
         names: t.arg.stringList({ description: 'Only these event names, e.g. ["delivery.dropoff_complete"].' }),
         after: t.arg.string({ description: 'Replay the stored events after this cursor first.' }),
       },
-      subscribe: (_root, { uids, names, after }, ctx) => {
+      subscribe: (_root, _args, ctx, info) => {
+        const { uids, names, after } = argumentsOf<{ uids?: string[] | null; names?: string[] | null; after?: string | null }>(info);
         const { deps, subscriber } = realtime(ctx);
         return deliveryEvents(deps, subscriber, { uids: uids?.map(String), names, after });
       },
