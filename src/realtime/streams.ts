@@ -37,6 +37,8 @@ export interface Subscriber {
 export const SLOW_CONSUMER_CLOSE_CODE = 4008;
 
 const REPLAY_PAGE = 500;
+/** Pauses between asking again whether a key may see an event when the upstream could not say. */
+const ACCESS_RETRY_MS = [250, 1_000, 3_000];
 /** Positions waiting beyond this many events mean the reader lags: from then on only the latest counts. */
 const COALESCE_AFTER = 16;
 
@@ -191,6 +193,24 @@ export interface DeliveryEventsArgs {
   after?: string | null;
 }
 
+/**
+ * Whether the key may see events of this delivery. When the upstream cannot say
+ * (down, timing out), that is not a "no": the stream waits and asks again a few
+ * times, in order; if it still cannot tell, the stream ends with that error, and
+ * the client resumes with `after` once the upstream is back. An event is never
+ * skipped for good because of an outage.
+ */
+async function canReadPatiently(access: ReadAccess, key: string, uid: string): Promise<boolean> {
+  for (const pause of ACCESS_RETRY_MS) {
+    try {
+      return await access.canRead(key, uid);
+    } catch {
+      await new Promise((resolve) => setTimeout(resolve, pause));
+    }
+  }
+  return access.canRead(key, uid);
+}
+
 /** deliveryEvents: stored events after the cursor, then live ones; only those the caller may see. */
 export function deliveryEvents(deps: RealtimeDeps, subscriber: Subscriber, args: DeliveryEventsArgs): AsyncGenerator<StoredEvent> {
   const queue = queueFor(deps, subscriber);
@@ -211,7 +231,7 @@ async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber,
   const unlisteners = uids ? uids.map((uid) => deps.bus.listen(uid, push)) : [deps.bus.listen(undefined, push)];
 
   const visible = async (event: StoredEvent) =>
-    (!names || names.has(event.name)) && (uids !== undefined || (await deps.access.canRead(subscriber.key, event.uid).catch(() => false)));
+    (!names || names.has(event.name)) && (uids !== undefined || (await canReadPatiently(deps.access, subscriber.key, event.uid)));
 
   try {
     // Without a cursor everything queued is new: the listener came first.

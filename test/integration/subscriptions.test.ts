@@ -4,6 +4,7 @@ import { exportPKCS8, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request as httpRequest } from 'node:http';
 import WebSocket from 'ws';
+import { startFaultProxy, type FaultProxy } from '../helpers/fault-proxy.js';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
@@ -285,6 +286,72 @@ describe('arguments written in the document', () => {
     expect(text).toContain(`"uid":"${uid}"`);
     expect(text).not.toContain('errors');
   });
+});
+
+describe('deliveryEvents when the upstream cannot say who may see an event', () => {
+  // A partner order seeded at the sandbox: the facade did not book it, so whether
+  // the key may see its events is asked of the upstream (GET /orders/{uid}).
+  let faulty: Stack;
+  let proxy: FaultProxy;
+  beforeAll(async () => {
+    faulty = await startStack({
+      sandbox: { privateKeyPem: await exportPKCS8(privateKey) },
+      upstreamUrl: async (sandbox) => {
+        proxy = await startFaultProxy(sandbox.origin);
+        return proxy.url;
+      },
+    });
+  });
+  afterAll(async () => {
+    await faulty?.stop();
+    await proxy?.close();
+  });
+
+  const sendTo = async (target: Stack, event: Record<string, unknown>) => {
+    const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(target.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
+    const response = await fetch(`${target.app.url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+    expect(response.status).toBe(200);
+  };
+  const failOrderReads = (times: number) => {
+    let failures = 0;
+    proxy.fault = (req, res) => {
+      if (req.method !== 'GET' || !/\/orders\/[0-9a-f-]{36}$/.test(req.url ?? '') || failures >= times) return false;
+      failures += 1;
+      res.writeHead(500, { 'content-type': 'application/json' }).end('{"code":"boom","message":"down"}');
+      return true;
+    };
+  };
+
+  it('waits and asks again, then delivers the events in order', async () => {
+    const client = wsClient(faulty.app.url, faulty.key);
+    const sub = collect(client, 'subscription { deliveryEvents { cursor uid name } }');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    failOrderReads(2);
+    // Seeding makes the sandbox send delivery.created; its access check meets the outage.
+    const order = faulty.sandbox.seedPartnerOrder(faulty.key, { partner_reference: 'outage-1' });
+    await sendTo(faulty, { uid: order.uid, event_name: 'delivery.assigned', status: 'assigned' });
+    const events = (await sub.waitFor(2, 8_000)).map((event) => event.deliveryEvents);
+    expect(events.map((event) => event.name).sort()).toEqual(['delivery.assigned', 'delivery.created']);
+    expect(events.every((event) => event.uid === order.uid)).toBe(true);
+    // In log order, as always.
+    expect(Number(events[0].cursor)).toBeLessThan(Number(events[1].cursor));
+    expect(sub.errors).toEqual([]);
+    proxy.fault = undefined;
+    await client.dispose();
+  });
+
+  it('ends the stream with the upstream error, rather than skip the event, when the upstream stays down', async () => {
+    const client = wsClient(faulty.app.url, faulty.key);
+    const sub = collect(client, 'subscription { deliveryEvents { uid name } }');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    failOrderReads(1_000);
+    faulty.sandbox.seedPartnerOrder(faulty.key, { partner_reference: 'outage-2' });
+    await sub.done;
+    proxy.fault = undefined;
+    expect(sub.items).toEqual([]);
+    expect(JSON.stringify(sub.errors)).toContain('UPSTREAM_UNAVAILABLE');
+    await client.dispose();
+  }, 15_000);
 });
 
 describe('server-sent events', () => {
