@@ -2,7 +2,7 @@
 // the store, so nothing published in between is missed, and then skips what it
 // already yielded by seq: no gap, no repeat.
 import { BadUserInputError, NotFoundError } from '../errors.js';
-import { fromPartnerOrder, fromPlatformDelivery } from '../mapping/delivery.js';
+import { fromPartnerOrder, fromPlatformDelivery, geoPoint } from '../mapping/delivery.js';
 import type { Delivery, DeliveryStatus } from '../mapping/model.js';
 import { seqOfCursor, type Store, type StoredEvent } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
@@ -161,13 +161,14 @@ async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber
       queue.end();
       return;
     }
-    if (event.payload.driver_location) queue.push(event);
+    // Only events with a usable position (a malformed one would break the non-null location).
+    if (geoPoint(event.payload.driver_location)) queue.push(event);
   });
   try {
     let lastSeq = 0;
     let lastRank = -1;
     const latest = await deps.store.latestEvent(uid, 'location');
-    if (latest) {
+    if (latest && geoPoint(latest.payload.driver_location)) {
       lastSeq = latest.seq;
       lastRank = milestoneRank(latest.name) ?? -1;
       yield latest;

@@ -156,6 +156,23 @@ describe('courierLocation', () => {
   });
 });
 
+describe('courierLocation with a malformed position', () => {
+  it('skips an event whose driver_location is not a usable point, and carries on', async () => {
+    const uid = await book();
+    const client = wsClient(stack.app.url, stack.key);
+    const sub = collect(client, LOCATION, { uid });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await post({ uid, event_name: 'location.pickup_enroute', driver_location: { lat: 'north', lng: null } });
+    await post({ uid, event_name: 'location.pickup_enroute', driver_location: { lat: 37.77, lng: -122.41 } });
+    const [first] = await sub.waitFor(1);
+    expect(first.courierLocation.location).toEqual({ lat: 37.77, lng: -122.41 });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(sub.items).toHaveLength(1);
+    expect(sub.errors).toEqual([]);
+    await client.dispose();
+  });
+});
+
 describe('deliveryEvents', () => {
   it('replays after a cursor, then goes live, with no gap and no duplicate under concurrent arrivals', async () => {
     const uid = await book();
