@@ -12,8 +12,17 @@ export class SlowConsumerError extends DeliveryGraphError {
 }
 
 export interface EventQueueOptions<T> {
-  /** Most events that may wait; one more and the queue fails with SlowConsumerError. */
+  /**
+   * Most events that may wait. A reader over it for longer than `graceMs` (one
+   * that is not catching up), or over `hardLimitFactor` times it at any moment,
+   * makes the queue fail with SlowConsumerError. A burst stored in one group
+   * commit that a reader works through within the grace is not a slow reader.
+   */
   maxPending: number;
+  /** How long the queue may stay over maxPending (default 1000 ms). */
+  graceMs?: number;
+  /** Over maxPending × this, the queue fails at once, whatever the grace (default 10). */
+  hardLimitFactor?: number;
   /** Items with the same key replace each other while waiting; undefined: never coalesced. */
   coalesceKey(item: T): string | undefined;
   /** Coalescing starts once this many events wait: a reader keeping up sees every position. */
@@ -38,6 +47,8 @@ export class EventQueue<T> implements AsyncIterableIterator<T> {
   #failWaiting: ((error: Error) => void) | undefined;
   #ended = false;
   #error: Error | undefined;
+  /** Set while the queue is over maxPending: fires at the end of the grace. */
+  #graceTimer: NodeJS.Timeout | undefined;
 
   constructor(options: EventQueueOptions<T>) {
     this.#options = options;
@@ -68,10 +79,20 @@ export class EventQueue<T> implements AsyncIterableIterator<T> {
     }
     this.#items.push(item);
     this.#count += 1;
-    if (this.pending > this.#options.maxPending) {
-      this.#options.onOverflow?.(this.pending);
-      this.fail(new SlowConsumerError(`subscriber too slow: more than ${this.#options.maxPending} events waiting`));
-    }
+    const { maxPending, graceMs = 1_000, hardLimitFactor = 10 } = this.#options;
+    if (this.pending <= maxPending) return;
+    if (this.pending > maxPending * hardLimitFactor) return this.#overflow();
+    // Over the limit: the reader gets graceMs to come back under it.
+    this.#graceTimer ??= setTimeout(() => {
+      this.#graceTimer = undefined;
+      if (!this.#ended && this.pending > maxPending) this.#overflow();
+    }, graceMs);
+    this.#graceTimer.unref?.();
+  }
+
+  #overflow(): void {
+    this.#options.onOverflow?.(this.pending);
+    this.fail(new SlowConsumerError(`subscriber too slow: more than ${this.#options.maxPending} events waiting`));
   }
 
   /** Ends the queue: the reader gets the waiting items, then done. */
@@ -92,6 +113,8 @@ export class EventQueue<T> implements AsyncIterableIterator<T> {
   }
 
   #finish(): void {
+    clearTimeout(this.#graceTimer);
+    this.#graceTimer = undefined;
     if (this.#ended) return;
     this.#ended = true;
     this.#options.onEnd?.();

@@ -426,6 +426,32 @@ describe('slow consumers', () => {
     }
   });
 
+  it('keeps a reader that keeps up through a burst bigger than SUBSCRIBER_MAX_PENDING', async () => {
+    const bursty = await startStack({ env: { SUBSCRIBER_MAX_PENDING: '20' }, sandbox: { privateKeyPem: await exportPKCS8(privateKey) } });
+    try {
+      const uid = (await bursty.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid;
+      let closedWith: number | undefined;
+      const client = wsClient(bursty.app.url, bursty.key, { onClose: (code) => (closedWith = code) });
+      const sub = collect(client, EVENTS, { uids: [uid] });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const sign = async (i: number) => {
+        const event = { uid, event_name: 'delivery.assigned', status: `burst-${i}` };
+        const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(bursty.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
+        return fetch(`${bursty.app.url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+      };
+      // 300 at once: group commits store (and publish) them many at a time.
+      const answers = await Promise.all(Array.from({ length: 300 }, (_, i) => sign(i)));
+      expect(answers.every((answer) => answer.status === 200)).toBe(true);
+      const items = await sub.waitFor(300, 10_000);
+      expect(new Set(items.map((item) => item.deliveryEvents.cursor)).size).toBe(300);
+      expect(sub.errors).toEqual([]);
+      expect(closedWith).toBeUndefined();
+      await client.dispose();
+    } finally {
+      await bursty.stop();
+    }
+  });
+
   // Over server-sent events, whichever accept header chose the path through the
   // facade, a reader that stops is ended with SUBSCRIBER_TOO_SLOW instead of
   // being buffered in the server's memory without bound (the kernel's socket

@@ -3,12 +3,13 @@ import { describe, expect, it } from 'vitest';
 import { EventQueue, SlowConsumerError } from '../../src/realtime/queue.js';
 
 type Item = { kind: 'status' | 'location'; uid: string; n: number };
-const queue = (maxPending = 100, coalesceAfter = 0) => {
+const queue = (maxPending = 100, coalesceAfter = 0, graceMs = 50) => {
   const overflows: number[] = [];
   let ended = 0;
   const q = new EventQueue<Item>({
     maxPending,
     coalesceAfter,
+    graceMs,
     coalesceKey: (item) => (item.kind === 'location' ? item.uid : undefined),
     onOverflow: (pending) => overflows.push(pending),
     onEnd: () => (ended += 1),
@@ -59,14 +60,35 @@ describe('EventQueue', () => {
     expect((await drain(q, 2)).map((item) => item.n)).toEqual([2, 3]);
   });
 
-  it('fails with SlowConsumerError once too many status events wait, and frees them', async () => {
+  it('fails with SlowConsumerError when the reader stays over the limit past the grace, and frees them', async () => {
     const { q, overflows, ended } = queue(3);
     for (let n = 1; n <= 4; n += 1) q.push({ kind: 'status', uid: 'a', n });
+    expect(overflows).toEqual([]);
+    await new Promise((resolve) => setTimeout(resolve, 80));
     expect(overflows).toEqual([4]);
     expect(ended()).toBe(1);
     expect(q.pending).toBe(0);
     await expect(q.next()).rejects.toBeInstanceOf(SlowConsumerError);
     q.push({ kind: 'status', uid: 'a', n: 5 });
+    expect(q.pending).toBe(0);
+  });
+
+  it('lets a reader work through a burst over the limit within the grace', async () => {
+    const { q, overflows, ended } = queue(3, 0, 100);
+    for (let n = 1; n <= 25; n += 1) q.push({ kind: 'status', uid: 'a', n });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect((await drain(q, 25)).map((item) => item.n)).toEqual(Array.from({ length: 25 }, (_, i) => i + 1));
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    expect(overflows).toEqual([]);
+    expect(ended()).toBe(0);
+    q.push({ kind: 'status', uid: 'a', n: 26 });
+    expect((await q.next()).value.n).toBe(26);
+  });
+
+  it('fails at once past ten times the limit, grace or not', () => {
+    const { q, overflows } = queue(3, 0, 60_000);
+    for (let n = 1; n <= 31; n += 1) q.push({ kind: 'status', uid: 'a', n });
+    expect(overflows).toEqual([31]);
     expect(q.pending).toBe(0);
   });
 
