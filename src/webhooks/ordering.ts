@@ -39,12 +39,13 @@ export function isTerminalStatus(status: DeliveryStatus): boolean {
   return TERMINAL.has(status);
 }
 
+/** Event kinds ignore ASCII case, as the stores' queries do (SQLite's LIKE, Redis's lower-cased flag). */
 export function isDeliveryEvent(eventName: string): boolean {
-  return eventName.startsWith('delivery.');
+  return /^delivery\./i.test(eventName);
 }
 
 export function isLocationEvent(eventName: string): boolean {
-  return eventName.startsWith('location.');
+  return /^location\./i.test(eventName);
 }
 
 export interface MilestoneState {

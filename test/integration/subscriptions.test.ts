@@ -74,6 +74,21 @@ describe('deliveryUpdated', () => {
     await client.dispose();
   });
 
+  it('takes event names in any case, as the stores do', async () => {
+    const uid = await book();
+    const client = wsClient(stack.app.url, stack.key);
+    const sub = collect(client, UPDATED, { uid });
+    await sub.waitFor(1);
+    await post({ uid, event_name: 'Delivery.Assigned', status: 'assigned' });
+    await post({ uid, event_name: 'DELIVERY.ASSIGNED', status: 'assigned again' });
+    const [, assigned] = await sub.waitFor(2);
+    expect(assigned.deliveryUpdated).toMatchObject({ name: 'Delivery.Assigned', status: 'ASSIGNED', stale: false });
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    // The repeat of the same milestone, in another case, is stale and not pushed.
+    expect(sub.items).toHaveLength(2);
+    await client.dispose();
+  });
+
   it('starts with a snapshot read from the upstream when no event is stored', async () => {
     stack.sandbox.setWebhookUrl(undefined);
     const uid = await book();
