@@ -241,8 +241,13 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     ],
     // Over WebSocket the initial context carries the connection_init authorization and a way to close the socket.
     context: (initial: Record<string, unknown>) => {
-      const { request, authorization, disconnect } = initial as { request?: Request; authorization?: string; disconnect?: (code: number, reason: string) => void };
-      return createContext(services, authorization ?? request?.headers.get('authorization'), disconnect);
+      const { request, authorization, disconnect, signal } = initial as {
+        request?: Request;
+        authorization?: string;
+        disconnect?: (code: number, reason: string) => void;
+        signal?: AbortSignal | (() => AbortSignal);
+      };
+      return createContext(services, authorization ?? request?.headers.get('authorization'), disconnect, signal ?? (() => request?.signal));
     },
   });
 

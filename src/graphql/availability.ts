@@ -34,8 +34,8 @@ builder.queryField('availability', (t) =>
       const key = ctx.requireKey();
       const { upstream } = ctx.services;
       const checks: Array<[ApiGroup, () => Promise<{ service?: unknown; available?: unknown }>]> = [
-        ['PLATFORM', () => upstream.platform.availability(key)],
-        ['PARTNER', () => upstream.partner.availability(key)],
+        ['PLATFORM', () => upstream.platform.availability(key, { signal: ctx.clientGone() })],
+        ['PARTNER', () => upstream.partner.availability(key, { signal: ctx.clientGone() })],
       ];
       const results = await Promise.allSettled(checks.map(([, check]) => check()));
       const checkedAt = new Date().toISOString();

@@ -31,6 +31,12 @@ export interface GraphQLContext {
   deliveryLoader(group: ApiGroup): DataLoader<string, Delivery | null>;
   /** Over WebSocket: closes this connection (a subscriber that fell too far behind). */
   disconnect?(code: number, reason: string): void;
+  /**
+   * Aborted when the client goes away before its answer: reads (and quotes) made
+   * for this request stop, unless another request shares them. Bookings and
+   * cancellations never take it, so none is left half-done.
+   */
+  clientGone(): AbortSignal | undefined;
 }
 
 /** `Bearer <key>` (scheme case-insensitive) → key. */
@@ -44,6 +50,8 @@ export function createContext(
   services: Services,
   authorization: string | null | undefined,
   disconnect?: (code: number, reason: string) => void,
+  /** The signal, or a function that makes it on first use (it costs a listener per request). */
+  signal?: AbortSignal | (() => AbortSignal | undefined),
 ): GraphQLContext {
   const key = bearerKey(authorization);
   const loaders = new Map<ApiGroup, DataLoader<string, Delivery | null>>();
@@ -51,6 +59,11 @@ export function createContext(
     services,
     key,
     disconnect,
+    // A method, not a getter: a context that is copied must not make the signal.
+    clientGone() {
+      if (typeof signal === 'function') signal = signal();
+      return signal;
+    },
     requireKey() {
       if (!key) throw new UnauthenticatedError();
       return key;
@@ -58,7 +71,8 @@ export function createContext(
     deliveryLoader(group) {
       let loader = loaders.get(group);
       if (!loader) {
-        loader = new DataLoader((uids) => readDeliveries(services, this.requireKey(), group, uids), {
+        // A batch may be stopped when the client goes away; a single read is left to finish (cheaper than watching for it).
+        loader = new DataLoader((uids) => readDeliveries(services, this.requireKey(), group, uids, uids.length > 1 ? this.clientGone() : undefined), {
           maxBatchSize: services.config.graphql.maxBatchSize,
         });
         loaders.set(group, loader);
@@ -72,11 +86,20 @@ export function createContext(
  * Reads each (already distinct) uid once, at most `batchConcurrency` at a time.
  * A failing uid fails only its own entry; an unknown one reads as null.
  */
-async function readDeliveries(services: Services, key: string, group: ApiGroup, uids: readonly string[]): Promise<Array<Delivery | null | Error>> {
+async function readDeliveries(
+  services: Services,
+  key: string,
+  group: ApiGroup,
+  uids: readonly string[],
+  signal: AbortSignal | undefined,
+): Promise<Array<Delivery | null | Error>> {
   const { upstream, config } = services;
   const readOne = async (uid: string): Promise<Delivery | null | Error> => {
     try {
-      return group === 'PLATFORM' ? fromPlatformDelivery(await upstream.platform.get(key, uid)) : fromPartnerOrder(await upstream.partner.getOrder(key, uid));
+      const options = signal ? { signal } : undefined;
+      return group === 'PLATFORM'
+        ? fromPlatformDelivery(await upstream.platform.get(key, uid, options))
+        : fromPartnerOrder(await upstream.partner.getOrder(key, uid, options));
     } catch (error) {
       if (error instanceof NotFoundError) return null;
       return error instanceof DeliveryGraphError ? error : new Error(String(error));
@@ -85,11 +108,13 @@ async function readDeliveries(services: Services, key: string, group: ApiGroup, 
   const results = new Array<Delivery | null | Error>(uids.length);
   let next = 0;
   const worker = async () => {
-    while (next < uids.length) {
+    while (next < uids.length && !signal?.aborted) {
       const index = next++;
       results[index] = await readOne(uids[index]!);
     }
   };
   await Promise.all(Array.from({ length: Math.min(config.graphql.batchConcurrency, uids.length) }, worker));
+  // Reads never started because the client went away still need an entry.
+  for (let index = 0; index < results.length; index += 1) if (results[index] === undefined) results[index] = new Error('The client went away before this read.');
   return results;
 }

@@ -126,7 +126,7 @@ builder.queryFields((t) => ({
     resolve: async (_root, { partnerReference }, ctx) => {
       const key = ctx.requireKey();
       try {
-        const order = fromPartnerOrder(await ctx.services.upstream.partner.getOrderByReference(key, partnerReference));
+        const order = fromPartnerOrder(await ctx.services.upstream.partner.getOrderByReference(key, partnerReference, { signal: ctx.clientGone() }));
         // Prime the loader so a later read of the same uid in this request is free.
         ctx.deliveryLoader('PARTNER').prime(order.uid, order);
         return order;

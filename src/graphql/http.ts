@@ -139,11 +139,24 @@ export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string,
     // errors (code GRAPHQL_PARSE_FAILED, HTTP 400) before its parser cache keeps
     // them, so the same text sent later through yoga's handler still gets its 400.
     const request = { method: 'POST', url: req.url, headers: { get: (name: string) => headerOf(req, name) } };
+    // Aborted if the client goes away before its answer is written: its reads stop.
+    // Made only when a resolver asks for it (a batch read does; a single read does not).
+    let gone: AbortController | undefined;
+    const signal = () => {
+      if (!gone) {
+        gone = new AbortController();
+        const controller = gone;
+        if (res.destroyed && !res.writableFinished) controller.abort();
+        else res.once('close', () => !res.writableFinished && controller.abort());
+      }
+      return gone.signal;
+    };
     const { parse, validate, contextFactory, execute, schema } = yoga.getEnveloped({
       request,
       params,
       req,
       authorization: req.headers.authorization,
+      signal,
     });
     let document: DocumentNode;
     try {

@@ -71,7 +71,7 @@ builder.mutationField('quoteDelivery', (t) =>
       const key = ctx.requireKey();
       const { upstream, config } = ctx.services;
       const body = toWireRequest(input, group, config.upstream.amountUnit);
-      const wire = await asValidation(key, () => (group === 'PLATFORM' ? upstream.platform.quote(key, body) : upstream.partner.quote(key, body)));
+      const wire = await asValidation(key, () => (group === 'PLATFORM' ? upstream.platform.quote(key, body, { signal: ctx.clientGone() }) : upstream.partner.quote(key, body, { signal: ctx.clientGone() })));
       return quoteFromWire(group, wire);
     },
   }),

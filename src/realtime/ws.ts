@@ -6,7 +6,7 @@ import type { Server } from 'node:http';
 import type { ExecutionArgs, GraphQLError } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
 import type { YogaServerInstance } from 'graphql-yoga';
-import { WebSocketServer } from 'ws';
+import { WebSocketServer, type WebSocket } from 'ws';
 import { DeliveryGraphError, TooManySubscriptionsError } from '../errors.js';
 import type { GraphQLContext } from '../graphql/context.js';
 import type { PersistedOperations } from '../graphql/persisted-operations.js';
@@ -61,6 +61,20 @@ function forSocket(errors: readonly GraphQLError[]): GraphQLError[] {
   });
 }
 
+/** One signal per socket, aborted when it closes: the reads of its operations stop. */
+const goneSignals = new WeakMap<WebSocket, AbortSignal>();
+function goneSignal(socket: WebSocket): AbortSignal {
+  let signal = goneSignals.get(socket);
+  if (!signal) {
+    const controller = new AbortController();
+    if (socket.readyState === socket.OPEN || socket.readyState === socket.CONNECTING) socket.once('close', () => controller.abort());
+    else controller.abort();
+    signal = controller.signal;
+    goneSignals.set(socket, signal);
+  }
+  return signal;
+}
+
 export function attachGraphQLWebSocket(
   server: Server,
   yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext>,
@@ -85,6 +99,7 @@ export function attachGraphQLWebSocket(
           params: payload,
           authorization: authorizationOf(ctx.connectionParams),
           disconnect: (code: number, reason: string) => socket.close(code, reason),
+          signal: goneSignal(socket),
         });
         let document;
         try {

@@ -322,6 +322,45 @@ describe('a failing uid fails only its own entry', () => {
     expect(proxy.seen.slice(before).map((seen) => seen.path).filter((path) => /\/(deliveries|orders(\/partner)?)\/?$/.test(path))).toEqual([]);
   });
 
+  it('stops its upstream reads when the client goes away, and only its own', async () => {
+    const uids = Array.from({ length: 8 }, (_, i) => `55555555-5555-4555-8555-00000000000${i}`);
+    let cut = 0;
+    let answered = 0;
+    proxy.fault = async (req, res) => {
+      if (!req.url?.includes('/deliveries/55555555-')) return false;
+      const outcome = await Promise.race([
+        new Promise((resolve) => res.once('close', () => resolve('cut'))),
+        new Promise((resolve) => setTimeout(resolve, 2_000, 'waited')),
+      ]);
+      if (outcome === 'cut') cut += 1;
+      else {
+        answered += 1;
+        res.writeHead(404, { 'content-type': 'application/json' }).end('{"code":"not_found","message":"no"}');
+      }
+      return true;
+    };
+    const started = proxy.seen.length;
+    const controller = new AbortController();
+    const leaving = fetch(`${faulty.app.url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${faulty.key}` },
+      body: JSON.stringify({ query: 'query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', variables: { uids } }),
+      signal: controller.signal,
+    }).catch(() => 'gone');
+    // Another request reads the first uid at the same moment: it shares that read, so that one must go on.
+    const staying = faulty.gql('query($uid: ID!) { delivery(uid: $uid) { uid } }', { uid: uids[0] });
+    const deadline = Date.now() + 5_000;
+    while (proxy.seen.length - started < uids.length && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+    controller.abort();
+    expect(await leaving).toBe('gone');
+    const stayed = await staying;
+    expect(stayed.data).toEqual({ delivery: null });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    proxy.fault = undefined;
+    expect(answered).toBe(1); // the shared read
+    expect(cut).toBe(uids.length - 1);
+  });
+
   it('maps a non-JSON answer to UPSTREAM_ERROR without leaking the body', async () => {
     proxy.fault = (_req, res) => {
       res.writeHead(200, { 'content-type': 'text/html' }).end('<html>secret-internal-page</html>');
