@@ -13,20 +13,12 @@
 set -euo pipefail
 
 log() { echo "redis-server.sh: $*" >&2; }
-
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"
-  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
-  else log "need root (or sudo) to run: $*"; exit 1
-  fi
-}
+# shellcheck source=scripts/apt.sh
+. "$(dirname "$0")/apt.sh"
 
 install_redis() {
   command -v redis-server >/dev/null 2>&1 && return
-  command -v apt-get >/dev/null 2>&1 || { log "redis-server is missing and there is no apt-get to install it"; exit 1; }
-  log "installing Debian's redis-server"
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >&2
+  apt_install redis-server
   # The package may start a system service on 6379; ours runs on its own port regardless.
 }
 

@@ -159,7 +159,8 @@ function oneOf<T extends string>(env: Env, name: string, allowed: readonly T[], 
   return value;
 }
 
-function httpUrl(env: Env, name: string): string | undefined {
+/** An http(s) URL, or undefined when the variable is unset. */
+function httpUrlOf(env: Env, name: string): URL | undefined {
   const raw = text(env, name);
   if (raw === undefined) return undefined;
   let url: URL;
@@ -169,24 +170,19 @@ function httpUrl(env: Env, name: string): string | undefined {
     throw new ConfigError(name, `not a URL: "${raw}"`);
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigError(name, `expected http or https, got ${url.protocol}`);
+  return url;
+}
+
+/** The upstream base URL: no credentials, ending in /api/v1. */
+function upstreamBaseUrl(env: Env, name: string): string | undefined {
+  const url = httpUrlOf(env, name);
+  if (!url) return undefined;
   if (url.username || url.password) throw new ConfigError(name, 'must not carry credentials');
   const base = url.href.replace(/\/+$/, '');
   if (!base.endsWith('/api/v1')) throw new ConfigError(name, 'must end in /api/v1');
   return base;
 }
 
-function collectorUrl(env: Env, name: string): string | undefined {
-  const raw = text(env, name);
-  if (raw === undefined) return undefined;
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    throw new ConfigError(name, `not a URL: "${raw}"`);
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigError(name, `expected http or https, got ${url.protocol}`);
-  return url.href;
-}
 
 function publicKey(env: Env, name: string): { file: string; pem: string } | undefined {
   const file = text(env, name);
@@ -222,7 +218,7 @@ function persistedOperations(env: Env, name: string): { file: string; operations
 
 /** Parses and checks the environment once; the result is deeply frozen. */
 export function loadConfig(env: Env = process.env): Config {
-  const upstreamUrl = httpUrl(env, 'UPSTREAM_URL');
+  const upstreamUrl = upstreamBaseUrl(env, 'UPSTREAM_URL');
   const platformId = text(env, 'PLATFORM_ID');
   if (upstreamUrl && !platformId) throw new ConfigError('PLATFORM_ID', 'required when UPSTREAM_URL is set');
   if (platformId && !/^[A-Za-z0-9._~-]+$/.test(platformId)) throw new ConfigError('PLATFORM_ID', 'must be a single URL path segment');
@@ -279,8 +275,8 @@ export function loadConfig(env: Env = process.env): Config {
     tracing: {
       enabled: oneOf(env, 'OTEL_TRACING', ['true', 'false'] as const, 'false') === 'true',
       tracesUrl:
-        collectorUrl(env, 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT') ??
-        `${(collectorUrl(env, 'OTEL_EXPORTER_OTLP_ENDPOINT') ?? 'http://localhost:4318').replace(/\/+$/, '')}/v1/traces`,
+        httpUrlOf(env, 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT')?.href ??
+        `${(httpUrlOf(env, 'OTEL_EXPORTER_OTLP_ENDPOINT')?.href ?? 'http://localhost:4318').replace(/\/+$/, '')}/v1/traces`,
       serviceName: text(env, 'OTEL_SERVICE_NAME') ?? 'delivery-graph',
     },
     sandbox: {

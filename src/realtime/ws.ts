@@ -61,7 +61,7 @@ function forSocket(errors: readonly GraphQLError[]): GraphQLError[] {
   });
 }
 
-/** One signal per socket, aborted when it closes: the reads of its operations stop. */
+/** One signal per socket, made when an operation first asks, aborted when the socket closes: the reads of its operations stop. */
 const goneSignals = new WeakMap<WebSocket, AbortSignal>();
 function goneSignal(socket: WebSocket): AbortSignal {
   let signal = goneSignals.get(socket);
@@ -99,7 +99,7 @@ export function attachGraphQLWebSocket(
           params: payload,
           authorization: authorizationOf(ctx.connectionParams),
           disconnect: (code: number, reason: string) => socket.close(code, reason),
-          signal: goneSignal(socket),
+          signal: () => goneSignal(socket),
         });
         let document;
         try {

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
 import { startSandbox, type Sandbox, type SandboxOptions } from '../../src/sandbox/index.js';
+import { startFaultProxy, type FaultProxy } from './fault-proxy.js';
 
 export interface GraphQLResponse<T = any> {
   data?: T;
@@ -21,6 +22,8 @@ export interface Stack {
   otherKey: string;
   dataDir: string;
   env: Record<string, string>;
+  /** With faultProxy: the proxy between the facade and the sandbox. */
+  proxy: FaultProxy | undefined;
   /** POSTs a GraphQL operation over real HTTP. */
   gql<T = any>(query: string, variables?: Record<string, unknown>, key?: string | null): Promise<GraphQLResponse<T>>;
   /** Stops the facade and (unless kept) the sandbox, and removes the data directory. */
@@ -32,8 +35,8 @@ export interface Stack {
 export interface StackOptions {
   env?: Record<string, string>;
   sandbox?: SandboxOptions;
-  /** Point the facade at this upstream base URL instead of the sandbox (e.g. a fault proxy in front of it). */
-  upstreamUrl?: (sandbox: Sandbox) => string | Promise<string>;
+  /** Put a fault proxy between the facade and the sandbox (stack.proxy). */
+  faultProxy?: boolean;
 }
 
 export function makeDataDir(): string {
@@ -42,12 +45,13 @@ export function makeDataDir(): string {
 
 export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const sandbox = await startSandbox({ ...options.sandbox, knobs: { stepMs: 0, ...options.sandbox?.knobs } });
+  const proxy = options.faultProxy ? await startFaultProxy(sandbox.origin) : undefined;
   const dataDir = makeDataDir();
   const keyFile = path.join(dataDir, 'webhook-public.pem');
   writeFileSync(keyFile, sandbox.publicKeyPem);
   const env: Record<string, string> = {
     PORT: '0',
-    UPSTREAM_URL: (await options.upstreamUrl?.(sandbox)) ?? sandbox.url,
+    UPSTREAM_URL: proxy?.url ?? sandbox.url,
     PLATFORM_ID: sandbox.platformId,
     WEBHOOK_PUBLIC_KEY_FILE: keyFile,
     WEBHOOK_ISSUER: sandbox.issuer,
@@ -76,8 +80,10 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       const response = await fetch(`${app.url}/graphql`, { method: 'POST', headers, body: JSON.stringify({ query, variables }) });
       return (await response.json()) as GraphQLResponse;
     },
+    proxy,
     async stop() {
       await app.stop();
+      await proxy?.close();
       await sandbox.stop();
       rmSync(dataDir, { recursive: true, force: true });
     },
@@ -90,6 +96,22 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
 }
 
 /** A valid booking on either group, with a scheduled dropoff window. */
+/** A partner-group order body for sandbox.seedPartnerOrder: the required fields, then any overrides. */
+export function partnerOrderBody(partnerReference: string, overrides: Record<string, unknown> = {}) {
+  return {
+    partner_reference: partnerReference,
+    pickup_address_street: 'Dock Rd',
+    pickup_address_city: 'Springfield',
+    pickup_address_country: 'US',
+    pickup_name: 'Warehouse',
+    dropoff_name: 'Customer',
+    email: 'ops@example.com',
+    currency: 'EUR',
+    package_delivery_mode: 'NOW',
+    ...overrides,
+  };
+}
+
 export function deliveryInput(overrides: Record<string, unknown> = {}): Record<string, unknown> {
   return {
     pickup: {

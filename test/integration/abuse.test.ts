@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startFaultProxy, type FaultProxy } from '../helpers/fault-proxy.js';
+import type { FaultProxy } from '../helpers/fault-proxy.js';
 import { deliveryInput, startStack, type GraphQLResponse, type Stack } from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
@@ -92,18 +92,10 @@ describe('graphql-cop checks against production mode', () => {
   let proxy: FaultProxy;
 
   beforeAll(async () => {
-    stack = await startStack({
-      env: { NODE_ENV: 'production' },
-      upstreamUrl: async (sandbox) => {
-        proxy = await startFaultProxy(sandbox.origin);
-        return proxy.url;
-      },
-    });
+    stack = await startStack({ env: { NODE_ENV: 'production' }, faultProxy: true });
+    proxy = stack.proxy!;
   });
-  afterAll(async () => {
-    await stack?.stop();
-    await proxy?.close();
-  });
+  afterAll(() => stack?.stop());
   beforeEach(() => {
     proxy.fault = undefined;
     stack.sandbox.resetRequests();

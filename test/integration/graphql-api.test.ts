@@ -2,8 +2,8 @@
 // on both groups, batching proven by counting upstream requests, tenancy, and
 // the error table of CONTRACT.md.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startFaultProxy, type FaultProxy } from '../helpers/fault-proxy.js';
-import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
+import type { FaultProxy } from '../helpers/fault-proxy.js';
+import { deliveryInput, partnerOrderBody, startStack, type Stack } from '../helpers/stack.js';
 
 const FULL_DELIVERY = /* GraphQL */ `
   fragment Full on Delivery {
@@ -256,17 +256,10 @@ describe('a failing uid fails only its own entry', () => {
   let proxy: FaultProxy;
   let faulty: Stack;
   beforeAll(async () => {
-    faulty = await startStack({
-      upstreamUrl: async (sandbox) => {
-        proxy = await startFaultProxy(sandbox.origin);
-        return proxy.url;
-      },
-    });
+    faulty = await startStack({ faultProxy: true });
+    proxy = faulty.proxy!;
   });
-  afterAll(async () => {
-    await faulty?.stop();
-    await proxy?.close();
-  });
+  afterAll(() => faulty?.stop());
 
   it('answers the others and puts an error at the failing path', async () => {
     const good = [];
@@ -376,19 +369,7 @@ describe('a failing uid fails only its own entry', () => {
 
 describe('deliveryByReference and the partner group', () => {
   it('reads a partner order by reference with its style, and by uid', async () => {
-    const order = stack.sandbox.seedPartnerOrder(stack.key, {
-      partner_reference: 'PO-1001',
-      pickup_address_street: 'Dock Rd',
-      pickup_address_city: 'Springfield',
-      pickup_address_country: 'US',
-      pickup_name: 'Warehouse',
-      dropoff_name: 'Customer',
-      email: 'ops@example.com',
-      currency: 'EUR',
-      delivery_style: 'Special Handling',
-      partner_payload: { po: 1001 },
-      package_delivery_mode: 'NOW',
-    });
+    const order = stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody('PO-1001', { delivery_style: 'Special Handling', partner_payload: { po: 1001 } }));
     const byRef = await stack.gql('{ deliveryByReference(partnerReference: "PO-1001") { uid group partnerReference style rawStyle payload } }');
     expect(byRef.data.deliveryByReference).toEqual({
       uid: order.uid,
@@ -448,17 +429,7 @@ describe('cancelDelivery', () => {
   });
 
   it('cancels a partner order with its reference and fee', async () => {
-    const order = stack.sandbox.seedPartnerOrder(stack.key, {
-      partner_reference: 'PO-2002',
-      pickup_address_street: 'Dock Rd',
-      pickup_address_city: 'Springfield',
-      pickup_address_country: 'US',
-      pickup_name: 'Warehouse',
-      dropoff_name: 'Customer',
-      email: 'ops@example.com',
-      currency: 'EUR',
-      package_delivery_mode: 'NOW',
-    });
+    const order = stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody('PO-2002'));
     const result = await stack.gql(CANCEL, { uid: order.uid, group: 'PARTNER' });
     expect(result.data.cancelDelivery.data).toMatchObject({ uid: order.uid, group: 'PARTNER', status: 'CANCELED', partnerReference: 'PO-2002' });
     expect(result.data.cancelDelivery.data.fee.currency).toBe('EUR');

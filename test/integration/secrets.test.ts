@@ -18,7 +18,7 @@ import { createLogger } from '../../src/logger.js';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { hashKey } from '../../src/store/store.js';
 import { startFaultProxy, type FaultProxy } from '../helpers/fault-proxy.js';
-import { deliveryInput } from '../helpers/stack.js';
+import { deliveryInput, partnerOrderBody } from '../helpers/stack.js';
 
 const secret = (prefix: string) => `${prefix}_${randomBytes(16).toString('hex')}`;
 
@@ -308,17 +308,7 @@ describe('secrets', () => {
     await gql('query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', { uids: [a1, a2, b1, UNKNOWN_UID, a1] }, as(A));
     await gql('query($id: ID!) { node(id: $id) { ... on Delivery { uid } } }', { id: own.data.delivery.id }, as(B));
     await gql('query($id: ID!) { node(id: $id) { ... on Delivery { uid } } }', { id: 'not-an-id' }, as(A));
-    const order = sandbox.seedPartnerOrder(C, {
-      partner_reference: 'PO-SECRET-1',
-      pickup_address_street: 'Dock Rd',
-      pickup_address_city: 'Springfield',
-      pickup_address_country: 'US',
-      pickup_name: 'Warehouse',
-      dropoff_name: 'Customer',
-      email: 'ops@example.com',
-      currency: 'EUR',
-      package_delivery_mode: 'NOW',
-    });
+    const order = sandbox.seedPartnerOrder(C, partnerOrderBody('PO-SECRET-1'));
     expect((await gql('{ deliveryByReference(partnerReference: "PO-SECRET-1") { uid } }', undefined, as(C))).data.deliveryByReference.uid).toBe(order.uid);
     expect((await gql('{ deliveryByReference(partnerReference: "PO-SECRET-1") { uid } }', undefined, as(D))).data.deliveryByReference).toBeNull();
     await gql('{ deliveryByReference(partnerReference: "PO-SECRET-1") { uid } }', undefined, as(FORGED[1]!));

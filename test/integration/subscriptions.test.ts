@@ -4,7 +4,7 @@ import { exportPKCS8, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request as httpRequest } from 'node:http';
 import WebSocket from 'ws';
-import { startFaultProxy, type FaultProxy } from '../helpers/fault-proxy.js';
+import type { FaultProxy } from '../helpers/fault-proxy.js';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
@@ -326,18 +326,10 @@ describe('deliveryEvents when the upstream cannot say who may see an event', () 
   let faulty: Stack;
   let proxy: FaultProxy;
   beforeAll(async () => {
-    faulty = await startStack({
-      sandbox: { privateKeyPem: await exportPKCS8(privateKey) },
-      upstreamUrl: async (sandbox) => {
-        proxy = await startFaultProxy(sandbox.origin);
-        return proxy.url;
-      },
-    });
+    faulty = await startStack({ sandbox: { privateKeyPem: await exportPKCS8(privateKey) }, faultProxy: true });
+    proxy = faulty.proxy!;
   });
-  afterAll(async () => {
-    await faulty?.stop();
-    await proxy?.close();
-  });
+  afterAll(() => faulty?.stop());
 
   const sendTo = async (target: Stack, event: Record<string, unknown>) => {
     const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(target.sandbox.issuer).setExpirationTime('5m').sign(privateKey);

@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import type { Client } from 'graphql-ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_PLATFORM_ID } from '../../src/sandbox/index.js';
-import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
+import { deliveryInput, partnerOrderBody, startStack, type Stack } from '../helpers/stack.js';
 import { collect, wsClient, type Collected } from '../helpers/ws-client.js';
 
 const MERCHANT_COUNT = 10;
@@ -110,18 +110,7 @@ beforeAll(async () => {
     }
     // A partner order too: not booked through the facade, so who may see it is asked of the upstream.
     const reference = `T${merchant}-${randomBytes(4).toString('hex')}`;
-    const order = stack.sandbox.seedPartnerOrder(key, {
-      partner_reference: reference,
-      pickup_address_street: 'Dock Rd',
-      pickup_address_city: 'Springfield',
-      pickup_address_country: 'US',
-      pickup_name: `Warehouse of tenant ${merchant}`,
-      dropoff_name: 'Customer',
-      email: 'ops@example.com',
-      currency: 'EUR',
-      partner_payload: { merchant },
-      package_delivery_mode: 'NOW',
-    });
+    const order = stack.sandbox.seedPartnerOrder(key, partnerOrderBody(reference, { pickup_name: `Warehouse of tenant ${merchant}`, partner_payload: { merchant } }));
     owned.push({ uid: order.uid, merchant, group: 'PARTNER', reference });
   }
 });

@@ -17,8 +17,8 @@ import { GroupBreaker, type BreakerSettings, type BreakerState } from '../../src
 import { UpstreamHttp, type ApiGroupName } from '../../src/upstream/http.js';
 import { PartnerClient } from '../../src/upstream/partner.js';
 import { PlatformClient } from '../../src/upstream/platform.js';
-import { startFaultProxy, type FaultProxy } from '../helpers/fault-proxy.js';
-import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
+import type { FaultProxy } from '../helpers/fault-proxy.js';
+import { deliveryInput, partnerOrderBody, startStack, type Stack } from '../helpers/stack.js';
 
 const KEY = 'mk_live_faults/secret+Tk==';
 const OTHER_KEY = 'mk_live_other/secret+Zq==';
@@ -416,14 +416,8 @@ interface FaultyStack {
 }
 
 async function faultyStack(env: Record<string, string>): Promise<FaultyStack> {
-  let proxy!: FaultProxy;
-  const stack = await startStack({
-    env: { UPSTREAM_TIMEOUT_MS: String(TIMEOUT_MS), ...env },
-    upstreamUrl: async (sandbox) => {
-      proxy = await startFaultProxy(sandbox.origin);
-      return proxy.url;
-    },
-  });
+  const stack = await startStack({ env: { UPSTREAM_TIMEOUT_MS: String(TIMEOUT_MS), ...env }, faultProxy: true });
+  const proxy = stack.proxy!;
   const transitions: FaultyStack['transitions'] = [];
   stack.app.services.upstream.onBreakerChange((group, state) => transitions.push({ group, state, at: performance.now() }));
   return { stack, proxy, transitions };
@@ -431,7 +425,6 @@ async function faultyStack(env: Record<string, string>): Promise<FaultyStack> {
 
 async function stopFaulty(faulty: FaultyStack | undefined): Promise<void> {
   await faulty?.stack.stop();
-  await faulty?.proxy.close();
 }
 
 const groupOf = (path: string): ApiGroupName => (path.includes('/orders/') ? 'partner' : 'platform');
@@ -633,7 +626,7 @@ describe('the circuit through the facade', () => {
     const { stack, proxy, transitions } = faulty;
     // The partner group: its orders are seeded in the sandbox, so no facade call precedes the count.
     // Distinct uids, so no two concurrent reads are shared.
-    const uids = Array.from({ length: 10 }, (_, i) => stack.sandbox.seedPartnerOrder(stack.key, { ...PARTNER_ORDER, partner_reference: `PO-circuit-${i}` }).uid);
+    const uids = Array.from({ length: 10 }, (_, i) => stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody(`PO-circuit-${i}`)).uid);
     const state = () => stack.app.services.upstream.breakerState().partner;
     const graphql = graphqlClient(stack.app.url, 10);
     const read = async (id: string) => {
@@ -709,7 +702,7 @@ describe('10,000 mixed requests through the facade', () => {
     for (const key of keys) {
       for (const [i, kind] of kinds.entries()) {
         reals.push({ uid: await bookOne(stack, key), group: 'PLATFORM', key, kind });
-        const order = stack.sandbox.seedPartnerOrder(key, { ...PARTNER_ORDER, partner_reference: `PO-${key.slice(-4)}-${i}` });
+        const order = stack.sandbox.seedPartnerOrder(key, partnerOrderBody(`PO-${key.slice(-4)}-${i}`));
         reals.push({ uid: order.uid, group: 'PARTNER', key, kind });
       }
     }
@@ -903,17 +896,6 @@ describe('10,000 mixed requests through the facade', () => {
 });
 
 // ---------------------------------------------------------------------------
-
-const PARTNER_ORDER = {
-  pickup_address_street: 'Dock Rd',
-  pickup_address_city: 'Springfield',
-  pickup_address_country: 'US',
-  pickup_name: 'Warehouse',
-  dropoff_name: 'Customer',
-  email: 'ops@example.com',
-  currency: 'EUR',
-  package_delivery_mode: 'NOW',
-};
 
 async function bookOne(stack: Stack, key: string): Promise<string> {
   const result = await stack.gql(CREATE, { input: deliveryInput() }, key);
