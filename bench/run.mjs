@@ -4,6 +4,7 @@ import { singleRead } from './scenarios/single-read.mjs';
 import { batchRead } from './scenarios/batch-read.mjs';
 import { realtime, realtimeRedis, fanOut } from './scenarios/realtime.mjs';
 import { startup } from './scenarios/startup.mjs';
+import { ScenarioSkipped } from './lib/contenders.mjs';
 
 const SCENARIOS = { 'single-read': singleRead, 'batch-read': batchRead, realtime, 'realtime-redis': realtimeRedis, 'fan-out': fanOut, startup };
 const args = process.argv.slice(2);
@@ -17,5 +18,10 @@ if (unknown.length > 0) {
 const command = `npm run bench${args.length ? ` -- ${args.join(' ')}` : ''}`;
 for (const name of chosen.length ? chosen : Object.keys(SCENARIOS)) {
   console.log(`\n== ${name}${quick ? ' (quick)' : ''}`);
-  await SCENARIOS[name]({ quick, command });
+  try {
+    await SCENARIOS[name]({ quick, command });
+  } catch (error) {
+    if (!(error instanceof ScenarioSkipped)) throw error;
+    console.log(`skipped ${name}: ${error.message}`);
+  }
 }

@@ -34,6 +34,11 @@ export function spawnReady(command, args, { env = {}, cwd = ROOT, ready = /ready
       clearTimeout(timer);
       reject(new Error(`${command} exited with ${code} before ready:\n${output}`));
     });
+    // A missing binary (ENOENT) is an error event, not an exit: without this it would be an unhandled crash.
+    child.once('error', (error) => {
+      clearTimeout(timer);
+      reject(new Error(`${command} could not be started: ${error.message}`));
+    });
   });
 }
 

@@ -15,7 +15,7 @@ import { describe, expect, it } from 'vitest';
 
 const root = new URL('../..', import.meta.url);
 const ours = buildSchema(readFileSync(new URL('schema.graphql', root), 'utf8'));
-const targetPath = new URL('../shared/design/schema.target.graphql', root);
+const targetPath = new URL('test/fixtures/schema.target.graphql', root);
 
 function userTypes(schema: GraphQLSchema): GraphQLNamedType[] {
   return Object.values(schema.getTypeMap()).filter((type) => !type.name.startsWith('__'));
