@@ -53,9 +53,10 @@ export class ScenarioSkipped extends Error {}
  * where that cannot be done either, the scenario is skipped with a line saying why.
  */
 export async function startRedis() {
-  if (spawnSync('sh', ['-c', 'command -v redis-server'], { stdio: 'ignore' }).status !== 0) {
-    const install = spawnSync('bash', [path.join(ROOT, 'scripts/redis-server.sh'), 'install'], { stdio: ['ignore', 'inherit', 'inherit'] });
-    if (install.status !== 0) throw new ScenarioSkipped('no redis-server on this machine, and scripts/redis-server.sh install could not add it (needs apt-get as root or password-less sudo)');
+  const found = () => spawnSync('sh', ['-c', 'command -v redis-server'], { stdio: 'ignore' }).status === 0;
+  if (!found()) {
+    spawnSync('bash', [path.join(ROOT, 'scripts/redis-server.sh'), 'install'], { stdio: ['ignore', 'inherit', 'inherit'] });
+    if (!found()) throw new ScenarioSkipped('no redis-server on this machine, and scripts/redis-server.sh install could not add it (needs apt-get as root or password-less sudo)');
   }
   const dir = mkdtempSync(path.join(tmpdir(), 'dg-bench-redis-'));
   const { createServer } = await import('node:net');
