@@ -7,9 +7,11 @@ import type { GraphQLError } from 'graphql';
 import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import { createGraphQLError, createYoga, maskError as yogaMaskError, type YogaServerInstance } from 'graphql-yoga';
 import type { Config } from './config.js';
-import { DeliveryGraphError, UpstreamTimeoutError, UpstreamUnavailableError } from './errors.js';
+import { DeliveryGraphError } from './errors.js';
 import { createContext, type GraphQLContext, type Services } from './graphql/context.js';
 import { createGraphQLHttpHandler } from './graphql/http.js';
+import { createCors } from './http/cors.js';
+import { createReadiness } from './http/readiness.js';
 import { PersistedOperations } from './graphql/persisted-operations.js';
 import { protectionPlugins } from './graphql/protection.js';
 import { KeyRateLimiter } from './graphql/rate-limit.js';
@@ -56,6 +58,8 @@ export interface StartOptions {
   store?: Store;
   /** With OTEL_TRACING=true: export spans here instead of OTLP over HTTP (tests). */
   spanExporter?: SpanExporterLike;
+  /** false: every GraphQL HTTP request goes through yoga's handler (tests compare both paths). */
+  directHttpPath?: boolean;
 }
 
 /**
@@ -100,8 +104,6 @@ query Read {
 }
 `;
 
-/** How long a readiness answer is reused before the upstream is asked again. */
-const READY_CACHE_MS = 5_000;
 
 /**
  * Turns our typed errors into GraphQL errors with a stable extensions.code;
@@ -206,7 +208,19 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
   const receiver: WebhookReceiver | undefined =
     publicKeyPem && issuer ? createWebhookReceiver({ verifier: await createWebhookVerifier(publicKeyPem, issuer), store, bus, logger }) : undefined;
   if (!receiver) logger.warn('no WEBHOOK_PUBLIC_KEY_FILE: the webhook receiver answers 503 and subscriptions see no events');
-  if (config.metrics) metrics = createMetrics({ upstream, bus, webhooks: receiver?.counters });
+  const readiness = createReadiness({
+    upstream,
+    logger,
+    upstreamCheckMs: config.upstream.healthCheckMs,
+    // SQLite: take the write lock and let it go (a read-only file or a locked one fails); Redis: PING.
+    checkStore:
+      store instanceof RedisStore
+        ? async () => void (await store.client.ping())
+        : store instanceof SqliteStore
+          ? async () => void store.db.exec('BEGIN IMMEDIATE; ROLLBACK')
+          : async () => void (await store.lastSeq()),
+  });
+  if (config.metrics) metrics = createMetrics({ upstream, bus, webhooks: receiver?.counters, upstreamHealth: readiness.upstream });
 
   const persisted = config.graphql.persistedOperations && new PersistedOperations(config.graphql.persistedOperations.operations);
   const limiter = new KeyRateLimiter(config.graphql.rateLimitPerMinute);
@@ -214,6 +228,8 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     schema: toSchema(),
     graphqlEndpoint: '/graphql',
     landingPage: false,
+    // CORS is the front door's (see handle below), the same for every path.
+    cors: false,
     logging: false,
     // GraphiQL from bundled assets (no CDN, works offline), with examples and the header to set filled in.
     renderGraphiQL,
@@ -252,25 +268,17 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
   });
 
   // Over SSE a subscriber may leave about 1 KiB per allowed pending event unread before it is cut off.
-  const graphqlHttp = createGraphQLHttpHandler(yoga, { maxBodyBytes: config.graphql.maxBodyBytes, maxSseBufferedBytes: config.realtime.maxPendingEvents * 1024 });
+  const graphqlHttp = createGraphQLHttpHandler(yoga, {
+    maxBodyBytes: config.graphql.maxBodyBytes,
+    maxSseBufferedBytes: config.realtime.maxPendingEvents * 1024,
+    direct: options.directHttpPath ?? true,
+  });
+  const cors = createCors(config.corsOrigins);
   const trackingPage = config.trackingPage
     ? createTrackingPage({ graphqlPath: '/graphql', sandboxKey: sandbox?.merchants[0]?.key, graphiql: config.graphql.introspection, logger })
     : undefined;
 
   let draining = false;
-  let readiness: { at: number; ready: boolean } | undefined;
-  const checkReady = async (): Promise<boolean> => {
-    if (readiness && Date.now() - readiness.at < READY_CACHE_MS) return readiness.ready;
-    let ready = true;
-    try {
-      // Without a key: any answer, even a 401, shows the upstream is there.
-      await upstream.partner.availability('');
-    } catch (error) {
-      ready = !(error instanceof UpstreamTimeoutError || error instanceof UpstreamUnavailableError);
-    }
-    readiness = { at: Date.now(), ready };
-    return ready;
-  };
 
   const json = (res: ServerResponse, status: number, body: unknown) => {
     res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
@@ -285,13 +293,7 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     if (pathname === '/health') return json(res, 200, { status: 'ok' });
     if (pathname === '/metrics' && metrics) return metrics.handle(req, res);
     if (trackingPage?.handle(req, res, pathname)) return;
-    if (pathname === '/ready') {
-      if (draining) return json(res, 503, { status: 'stopping' });
-      return void checkReady().then(
-        (ready) => json(res, ready ? 200 : 503, { status: ready ? 'ready' : 'upstream unavailable' }),
-        () => json(res, 503, { status: 'not ready' }),
-      );
-    }
+    if (pathname === '/ready') return readiness.handle(res, draining);
     json(res, 404, { error: 'not_found', message: `Nothing at ${pathname}. GraphQL is at /graphql.` });
   };
 
@@ -304,6 +306,8 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     const info: RequestInfo = { id: requestId(req.headers['x-request-id']) };
     attachRequestInfo(req, info);
     res.setHeader('x-request-id', info.id);
+    // CORS before any path is chosen, so every answer carries it; a preflight is answered here.
+    const preflight = cors.handle(req, res);
     if (logRequests) {
       const started = performance.now();
       res.once('close', () => {
@@ -324,13 +328,14 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
         );
       });
     }
+    if (preflight) return;
     if (debug) return requestScope.run(info, route, req, res, pathname);
     route(req, res, pathname);
   };
 
   const server = createServer(handle);
   server.keepAliveTimeout = 65_000;
-  const ws = attachGraphQLWebSocket(server, yoga, { maxSubscriptions: config.realtime.maxSubscriptionsPerSocket, persisted });
+  const ws = attachGraphQLWebSocket(server, yoga, { maxSubscriptions: config.realtime.maxSubscriptionsPerSocket, persisted, allowOrigin: cors.allows });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(config.port, config.host, () => resolve());
@@ -347,6 +352,7 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
   const stop = () =>
     (stopping ??= (async () => {
       draining = true;
+      readiness.stop();
       await ws.close();
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();

@@ -1,8 +1,10 @@
 // Configuration is read here, once, from the environment; nothing else in the
 // code base reads process.env. A bad value stops start-up with one line that
 // names the variable and says what is wrong with it.
+import { createPublicKey, X509Certificate, type KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
+import { normalizeOrigin, type CorsOrigins } from './http/cors.js';
 
 export type AmountUnit = 'cents' | 'major';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
@@ -13,6 +15,8 @@ export interface UpstreamConfig {
   readonly platformId: string | undefined;
   readonly timeoutMs: number;
   readonly amountUnit: AmountUnit;
+  /** Time between background checks of the upstream's health (reported by /ready and /metrics, never used to pull the instance). */
+  readonly healthCheckMs: number;
   /** Most sockets kept open to the upstream origin. */
   readonly connections: number;
   /** Larger upstream bodies are refused as UPSTREAM_ERROR instead of buffered. */
@@ -30,7 +34,7 @@ export interface UpstreamConfig {
 
 export interface WebhookConfig {
   readonly path: string;
-  /** PEM (SPKI) text of the key that verifies webhook JWTs; undefined with the sandbox. */
+  /** The key that verifies webhook JWTs, as SPKI PEM whatever form the file had; undefined with the sandbox. */
   readonly publicKeyPem: string | undefined;
   readonly publicKeyFile: string | undefined;
   readonly issuer: string | undefined;
@@ -43,6 +47,8 @@ export interface Config {
   readonly logLevel: LogLevel;
   readonly dataDir: string;
   readonly redisUrl: string | undefined;
+  /** Origins whose browser pages may call the facade (CORS): `*` for any. */
+  readonly corsOrigins: CorsOrigins;
   readonly upstream: UpstreamConfig;
   readonly webhook: WebhookConfig;
   readonly graphql: {
@@ -102,17 +108,19 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'HOST', help: 'address the facade listens on', default: '127.0.0.1' },
   { name: 'UPSTREAM_URL', help: 'upstream base URL ending in /api/v1', default: 'unset: start the embedded sandbox' },
   { name: 'PLATFORM_ID', help: 'platform identifier in platform-group paths (required with UPSTREAM_URL)', default: "the sandbox's" },
-  { name: 'WEBHOOK_PUBLIC_KEY_FILE', help: 'PEM (SPKI) RSA public key that verifies webhook JWTs', default: "the sandbox's" },
+  { name: 'WEBHOOK_PUBLIC_KEY_FILE', help: 'RSA public key (2048 bits or more) that verifies webhook JWTs: PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE", or DER', default: "the sandbox's" },
   { name: 'WEBHOOK_ISSUER', help: 'required iss claim of webhook JWTs', default: "the sandbox's" },
   { name: 'WEBHOOK_PATH', help: 'path of the webhook receiver', default: '/webhooks' },
   { name: 'DATA_DIR', help: 'directory of the embedded SQLite store', default: './data' },
   { name: 'UPSTREAM_TIMEOUT_MS', help: 'budget of one upstream call, retries included', default: '10000' },
   { name: 'UPSTREAM_AMOUNT_UNIT', help: 'unit the upstream expects for request tip and package_value: cents or major', default: 'cents' },
+  { name: 'UPSTREAM_CHECK_INTERVAL_MS', help: "time between background checks of the upstream's health, reported by /ready and /metrics (readiness never depends on it)", default: '10000' },
   { name: 'UPSTREAM_CONNECTIONS', help: 'most keep-alive sockets to the upstream', default: '64' },
   { name: 'UPSTREAM_MAX_RESPONSE_BYTES', help: 'largest upstream response body accepted', default: '1048576' },
   { name: 'BREAKER_VOLUME_THRESHOLD', help: 'upstream calls per endpoint group in a rolling 10 s window before the circuit may open', default: '20' },
   { name: 'BREAKER_ERROR_PERCENT', help: 'percentage of failed upstream calls (4xx answers excluded) above which the circuit opens', default: '50' },
   { name: 'BREAKER_RESET_MS', help: 'how long an open circuit fails fast before one trial call is let through', default: '5000' },
+  { name: 'CORS_ORIGINS', help: 'comma-separated origins whose browser pages may call the facade (e.g. https://shop.example), or * for any', default: '*' },
   { name: 'REDIS_URL', help: 'share events, dedup and fan-out between instances through Redis', default: 'unset: embedded' },
   { name: 'MAX_BATCH_SIZE', help: 'longest deliveries(uids:) list', default: '100' },
   { name: 'BATCH_CONCURRENCY', help: 'upstream reads one GraphQL request runs at once', default: '64' },
@@ -184,17 +192,64 @@ function upstreamBaseUrl(env: Env, name: string): string | undefined {
 }
 
 
+/** RS256 keys shorter than this are refused (NIST and RFC 7518 both ask for 2048 bits). */
+const MIN_RSA_BITS = 2048;
+
+/**
+ * The webhook verification key, in whichever form an account manager hands it out:
+ * PEM SPKI "PUBLIC KEY", PKCS#1 "RSA PUBLIC KEY", an X.509 "CERTIFICATE" (its key
+ * is used; its dates are not checked, as the upstream's signatures never were), or
+ * the same as DER. Normalized to SPKI PEM. Not RSA or under 2048 bits: refused here,
+ * rather than starting and answering 401 to every webhook.
+ */
 function publicKey(env: Env, name: string): { file: string; pem: string } | undefined {
   const file = text(env, name);
   if (file === undefined) return undefined;
-  let pem: string;
+  let bytes: Buffer;
   try {
-    pem = readFileSync(file, 'utf8');
+    bytes = readFileSync(file);
   } catch (error) {
     throw new ConfigError(name, `cannot read ${file} (${(error as NodeJS.ErrnoException).code ?? 'error'})`);
   }
-  if (!pem.includes('-----BEGIN PUBLIC KEY-----')) throw new ConfigError(name, `${file} holds no PEM "PUBLIC KEY" (SPKI) block`);
-  return { file, pem };
+  const pem = bytes.toString('utf8');
+  // createPublicKey would derive the public half of a private key; a private key has no business on this machine.
+  if (/-----BEGIN [A-Z ]*PRIVATE KEY-----/.test(pem)) throw new ConfigError(name, `${file} holds a private key; give the public key (or certificate) the account manager sent`);
+  let key: KeyObject;
+  try {
+    key = pem.includes('-----BEGIN ') ? createPublicKey(pem) : derPublicKey(bytes);
+  } catch {
+    throw new ConfigError(name, `${file} holds no public key: expected a PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE" block (or the same as DER)`);
+  }
+  if (key.asymmetricKeyType !== 'rsa') throw new ConfigError(name, `${file} holds a ${key.asymmetricKeyType ?? 'non-RSA'} key; webhooks are signed RS256, which needs an RSA key`);
+  const bits = key.asymmetricKeyDetails?.modulusLength ?? 0;
+  if (bits < MIN_RSA_BITS) throw new ConfigError(name, `${file} holds a ${bits}-bit RSA key; at least ${MIN_RSA_BITS} bits are required`);
+  return { file, pem: key.export({ type: 'spki', format: 'pem' }).toString() };
+}
+
+function derPublicKey(der: Buffer): KeyObject {
+  for (const type of ['spki', 'pkcs1'] as const) {
+    try {
+      return createPublicKey({ key: der, format: 'der', type });
+    } catch {
+      // not this layout
+    }
+  }
+  // An X.509 certificate in DER.
+  return new X509Certificate(der).publicKey;
+}
+
+function corsOrigins(env: Env, name: string): CorsOrigins {
+  const raw = text(env, name);
+  if (raw === undefined || raw === '*') return '*';
+  const origins = new Set<string>();
+  for (const entry of raw.split(',').map((part) => part.trim()).filter(Boolean)) {
+    if (entry === '*') throw new ConfigError(name, '* stands alone (any origin); it cannot be listed with others');
+    const origin = normalizeOrigin(entry);
+    if (!origin) throw new ConfigError(name, `"${entry}" is not an origin (scheme://host[:port], no path)`);
+    origins.add(origin);
+  }
+  if (origins.size === 0) throw new ConfigError(name, 'lists no origin');
+  return origins;
 }
 
 function persistedOperations(env: Env, name: string): { file: string; operations: Record<string, string> } | undefined {
@@ -243,11 +298,13 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel: oneOf(env, 'LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info'),
     dataDir: path.resolve(text(env, 'DATA_DIR') ?? './data'),
     redisUrl,
+    corsOrigins: corsOrigins(env, 'CORS_ORIGINS'),
     upstream: {
       url: upstreamUrl,
       platformId,
       timeoutMs: integer(env, 'UPSTREAM_TIMEOUT_MS', 10_000, 100, 600_000),
       amountUnit: oneOf(env, 'UPSTREAM_AMOUNT_UNIT', ['cents', 'major'] as const, 'cents'),
+      healthCheckMs: integer(env, 'UPSTREAM_CHECK_INTERVAL_MS', 10_000, 100, 3_600_000),
       connections: integer(env, 'UPSTREAM_CONNECTIONS', 64, 1, 10_000),
       maxResponseBytes: integer(env, 'UPSTREAM_MAX_RESPONSE_BYTES', 1_048_576, 1024, 1_073_741_824),
       breaker: {

@@ -14,6 +14,8 @@ export interface GraphQLHttpOptions {
   maxBodyBytes: number;
   /** An SSE response with more than this many bytes waiting to be sent is ended with SUBSCRIBER_TOO_SLOW. */
   maxSseBufferedBytes: number;
+  /** false: no direct path, every request goes through yoga's handler (tests compare both). */
+  direct?: boolean;
 }
 
 const LIMITED = Symbol('delivery-graph.sse-limited');
@@ -188,7 +190,7 @@ export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string,
     if (!stream && !isPlainJsonPost(req)) return void yoga(req, res);
     readBody(req, options.maxBodyBytes)
       .then(async (body) => {
-        if (stream || !(await direct(req, res, body))) await viaYoga(req, res, body);
+        if (stream || options.direct === false || !(await direct(req, res, body))) await viaYoga(req, res, body);
       })
       .catch((error: unknown) => {
         if (res.headersSent) return void res.destroy();

@@ -8,6 +8,7 @@ import type { EventBus } from '../realtime/bus.js';
 import type { BreakerState } from '../upstream/breaker.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { UpstreamCallRecord } from '../upstream/http.js';
+import type { UpstreamHealth } from '../http/readiness.js';
 import type { WebhookCounters } from '../webhooks/receiver.js';
 import type { OperationLabel } from './operation-names.js';
 
@@ -37,6 +38,8 @@ export interface MetricSources {
   upstream: Upstream;
   bus: EventBus;
   webhooks: WebhookCounters | undefined;
+  /** The upstream as the readiness check last found it. */
+  upstreamHealth?: () => UpstreamHealth;
 }
 
 export function createMetrics(sources: MetricSources): Metrics {
@@ -88,6 +91,15 @@ export function createMetrics(sources: MetricSources): Metrics {
       if (!counters) return;
       this.reset();
       for (const result of ['accepted', 'duplicate', 'stale', 'rejected'] as const) this.inc({ result }, counters[result]);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}upstream_up`,
+    help: 'The upstream as the background check last found it: 1 up (it answered, a 401 included), 0 down (unreachable, timing out, 5xx), -1 not checked yet. Readiness never depends on it',
+    registers: [registry],
+    collect() {
+      const state = sources.upstreamHealth?.().state ?? 'unknown';
+      this.set(state === 'up' ? 1 : state === 'down' ? 0 : -1);
     },
   });
   new Gauge({

@@ -35,6 +35,8 @@ export interface GraphQLWebSocketOptions {
   maxSubscriptions: number;
   /** The allowlist, when PERSISTED_OPERATIONS_FILE is set: hashes in `extensions.persistedQuery` resolve here. */
   persisted?: PersistedOperations;
+  /** CORS_ORIGINS for sockets: a browser page on another origin is refused (403) at the upgrade. */
+  allowOrigin?: (origin: string) => boolean;
 }
 
 type Envelop = { execute: (args: ExecutionArgs) => unknown; subscribe: (args: ExecutionArgs) => unknown };
@@ -78,9 +80,22 @@ function goneSignal(socket: WebSocket): AbortSignal {
 export function attachGraphQLWebSocket(
   server: Server,
   yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext>,
-  { path = '/graphql', maxSubscriptions, persisted }: GraphQLWebSocketOptions,
+  { path = '/graphql', maxSubscriptions, persisted, allowOrigin }: GraphQLWebSocketOptions,
 ): GraphQLWebSocket {
-  const wss = new WebSocketServer({ server, path, maxPayload: WS_MAX_PAYLOAD_BYTES });
+  const wss = new WebSocketServer({
+    server,
+    path,
+    maxPayload: WS_MAX_PAYLOAD_BYTES,
+    // Browsers send Origin on a socket but apply no CORS to it: the same origins as HTTP are checked here.
+    // Clients that are not browsers send none and are let through (the key in connection_init is what counts).
+    verifyClient: allowOrigin
+      ? ({ req }, accept) => {
+          const origin = req.headers.origin;
+          if (typeof origin !== 'string' || allowOrigin(origin)) accept(true);
+          else accept(false, 403, 'Origin not allowed (CORS_ORIGINS)');
+        }
+      : undefined,
+  });
   const disposable = useServer(
     {
       connectionInitWaitTimeout: 5_000,
