@@ -36,6 +36,8 @@ export async function createWebhookVerifier(publicKeyPem: string, issuer: string
       } catch (error) {
         throw new WebhookAuthError((error as { code?: string }).code ?? 'invalid token');
       }
+      // Read liberally: a payload claim that is the JSON text of an object is that object.
+      if (typeof payload === 'string') payload = parseObject(payload);
       if (!payload || typeof payload !== 'object' || Array.isArray(payload)) throw new WebhookPayloadError('the payload claim is not an object');
       const event = payload as Record<string, unknown>;
       if (typeof event.uid !== 'string' || event.uid === '') throw new WebhookPayloadError('the event has no uid');
@@ -43,4 +45,12 @@ export async function createWebhookVerifier(publicKeyPem: string, issuer: string
       return event as unknown as WireWebhookEvent;
     },
   };
+}
+
+function parseObject(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new WebhookPayloadError('the payload claim is a string that is not JSON');
+  }
 }

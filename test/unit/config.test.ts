@@ -212,8 +212,26 @@ describe('bad values fail with one line naming the variable', () => {
     expect(error.message).not.toMatch(/MII[A-Za-z0-9+/]{20}/);
   });
 
-  it('WEBHOOK_PUBLIC_KEY_FILE holding a PKCS#1 (not SPKI) public key', () => {
-    expectNamed(configError({ WEBHOOK_PUBLIC_KEY_FILE: pkcs1PublicKeyFile, WEBHOOK_ISSUER: 'lastmile' }), 'WEBHOOK_PUBLIC_KEY_FILE');
+  it('WEBHOOK_PUBLIC_KEY_FILE holding a PKCS#1 "RSA PUBLIC KEY" is read as the same key (SPKI)', () => {
+    expect(loadConfig({ WEBHOOK_PUBLIC_KEY_FILE: pkcs1PublicKeyFile, WEBHOOK_ISSUER: 'lastmile' }).webhook.publicKeyPem).toBe(publicKeyPem);
+  });
+
+  it('WEBHOOK_PUBLIC_KEY_FILE holding an EC key says that RS256 needs RSA', () => {
+    const ec = generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey.export({ type: 'spki', format: 'pem' }).toString();
+    const file = path.join(dir, 'ec.pem');
+    writeFileSync(file, ec);
+    const error = configError({ WEBHOOK_PUBLIC_KEY_FILE: file, WEBHOOK_ISSUER: 'lastmile' });
+    expectNamed(error, 'WEBHOOK_PUBLIC_KEY_FILE');
+    expect(error.message).toMatch(/ec key.*RSA/);
+  });
+
+  it('WEBHOOK_PUBLIC_KEY_FILE holding a 1024-bit RSA key is refused', () => {
+    const small = generateKeyPairSync('rsa', { modulusLength: 1024 }).publicKey.export({ type: 'spki', format: 'pem' }).toString();
+    const file = path.join(dir, 'small.pem');
+    writeFileSync(file, small);
+    const error = configError({ WEBHOOK_PUBLIC_KEY_FILE: file, WEBHOOK_ISSUER: 'lastmile' });
+    expectNamed(error, 'WEBHOOK_PUBLIC_KEY_FILE');
+    expect(error.message).toMatch(/1024-bit.*at least 2048/);
   });
 
   it('a key file without WEBHOOK_ISSUER names WEBHOOK_ISSUER', () => {

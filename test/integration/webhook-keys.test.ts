@@ -1,0 +1,79 @@
+// The webhook key file in each form an account manager hands out (SPKI "PUBLIC
+// KEY", PKCS#1 "RSA PUBLIC KEY", an X.509 "CERTIFICATE", in PEM or DER) verifies
+// real webhooks; and a payload claim sent as JSON text is read as the object.
+import { createPrivateKey, createPublicKey } from 'node:crypto';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { SignJWT } from 'jose';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startStack, type Stack } from '../helpers/stack.js';
+
+const fixtures = new URL('../fixtures/webhook-keys/', import.meta.url);
+const privateKey = createPrivateKey(readFileSync(new URL('test-only-private.pem', fixtures)));
+const publicKey = createPublicKey(privateKey);
+
+/** Each form of the same public key, written to a file. */
+const FORMS: Record<string, () => Buffer | string> = {
+  'SPKI PEM ("PUBLIC KEY")': () => publicKey.export({ type: 'spki', format: 'pem' }),
+  'PKCS#1 PEM ("RSA PUBLIC KEY")': () => publicKey.export({ type: 'pkcs1', format: 'pem' }),
+  'X.509 certificate, PEM': () => readFileSync(new URL('certificate.pem', fixtures)),
+  'X.509 certificate, DER': () => readFileSync(new URL('certificate.der', fixtures)),
+  'SPKI DER': () => publicKey.export({ type: 'spki', format: 'der' }),
+};
+
+async function sign(payload: unknown, issuer: string): Promise<string> {
+  return new SignJWT({ payload }).setProtectedHeader({ alg: 'RS256', typ: 'JWT' }).setIssuer(issuer).setIssuedAt().setExpirationTime('5m').sign(privateKey);
+}
+
+async function postEvent(stack: Stack, payload: unknown): Promise<{ status: number; body: any }> {
+  const token = await sign(payload, stack.sandbox.issuer);
+  const response = await fetch(`${stack.app.url}/webhooks`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+    body: typeof payload === 'string' ? payload : JSON.stringify(payload),
+  });
+  return { status: response.status, body: await response.json() };
+}
+
+describe.each(Object.entries(FORMS))('a key file holding %s', (form, contents) => {
+  let stack: Stack;
+  beforeAll(async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'dg-keys-'));
+    const file = path.join(dir, 'webhook-key');
+    writeFileSync(file, contents());
+    stack = await startStack({ env: { WEBHOOK_PUBLIC_KEY_FILE: file } });
+    stack.sandbox.setWebhookUrl(undefined);
+  });
+  afterAll(() => stack?.stop());
+
+  it(`verifies a webhook signed with its private key (${form})`, async () => {
+    const answer = await postEvent(stack, { uid: `keys-${form.length}`, event_name: 'delivery.created', status: 'Created' });
+    expect(answer).toMatchObject({ status: 200, body: { status: 'stored' } });
+  });
+});
+
+describe('a payload claim sent as JSON text', () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'dg-keys-'));
+    const file = path.join(dir, 'webhook.pem');
+    writeFileSync(file, publicKey.export({ type: 'spki', format: 'pem' }));
+    stack = await startStack({ env: { WEBHOOK_PUBLIC_KEY_FILE: file } });
+    stack.sandbox.setWebhookUrl(undefined);
+  });
+  afterAll(() => stack?.stop());
+
+  it('is read as the object it holds, and reaches GraphQL like any event', async () => {
+    const event = { uid: 'payload-as-text', event_name: 'delivery.assigned', status: 'Assigned', driver_name: 'Mo' };
+    const answer = await postEvent(stack, JSON.stringify(event));
+    expect(answer).toMatchObject({ status: 200, body: { status: 'stored' } });
+    const [stored] = await stack.app.services.store.eventsAfter(0, 10, { uids: ['payload-as-text'] });
+    expect(stored?.payload).toEqual(event);
+  });
+
+  it('answers 400 to text that is not JSON, and to JSON that is not an object', async () => {
+    expect((await postEvent(stack, 'not json {')).status).toBe(400);
+    expect((await postEvent(stack, '[1,2]')).status).toBe(400);
+  });
+});
