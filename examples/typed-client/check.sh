@@ -69,7 +69,7 @@ echo "== typed-client: starting the facade on $url (sandbox upstream, SANDBOX_ST
 # run at a real upstream, Redis or an allowlist (it never overrides a set variable).
 (
   cd "$root"
-  export PORT="$port" HOST=127.0.0.1 SANDBOX_PORT=0 SANDBOX_STEP_MS=100 \
+  export PORT="$port" HOST=127.0.0.1 SANDBOX_PORT=0 SANDBOX_STEP_MS=100 SANDBOX_RETURN_RATE=0 \
     DATA_DIR="$work/data" LOG_LEVEL=warn \
     UPSTREAM_URL= REDIS_URL= PERSISTED_OPERATIONS_FILE=
   # What `npm start` at the root runs (tsx src/main.ts), as a single process.

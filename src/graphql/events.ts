@@ -5,7 +5,7 @@ import type { GraphQLResolveInfo } from 'graphql';
 import { BadUserInputError } from '../errors.js';
 import { fromWebhookEvent, geoPoint } from '../mapping/delivery.js';
 import type { Courier, Delivery, DeliveryStatus, GeoPoint } from '../mapping/model.js';
-import { statusOfEvent } from '../mapping/status.js';
+import { statusOfWebhook } from '../mapping/status.js';
 import { courierLocation, deliveryEvents, deliveryUpdated, type EventView, type RealtimeDeps, type Subscriber } from '../realtime/streams.js';
 import { cursorOf, seqOfCursor, type StoredEvent } from '../store/store.js';
 import { builder } from './builder.js';
@@ -29,8 +29,9 @@ function deliveryOf(event: EventView): Delivery {
   return delivery;
 }
 
+/** From the event's name, as its delivery's status is (fromWebhookEvent); the label only for a name the facade does not know. */
 function statusOf(event: EventView): DeliveryStatus {
-  return event.snapshot ? event.snapshot.status : statusOfEvent(event.name);
+  return event.snapshot ? event.snapshot.status : statusOfWebhook(event.name, event.payload.status);
 }
 
 export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').implement({
@@ -44,7 +45,11 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
     name: t.exposeString('name', {
       description: 'event_name, e.g. "delivery.pickup_complete" or "location.dropoff_enroute"; "snapshot" for a state read from the upstream.',
     }),
-    status: t.field({ type: DeliveryStatusEnum, description: "The status implied by the event's milestone.", resolve: statusOf }),
+    status: t.field({
+      type: DeliveryStatusEnum,
+      description: "The status implied by the event's milestone (its name); for a name the facade does not know, read from statusText.",
+      resolve: statusOf,
+    }),
     statusText: t.exposeString('statusText', { nullable: true, description: 'The upstream\'s human-readable status, e.g. "Picked Up".' }),
     receivedAt: t.field({ type: 'DateTime', description: 'When the facade received the event.', resolve: (event) => event.receivedAt }),
     courierLocation: t.field({
@@ -54,7 +59,8 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
       resolve: (event) => (event.snapshot ? event.snapshot.delivery.courier?.location : geoPoint(event.payload.driver_location)) ?? null,
     }),
     stale: t.exposeBoolean('stale', {
-      description: 'True when it arrived after a later milestone (out of order) or after a terminal one; stale events change nothing.',
+      description:
+        'True when it arrived after a later milestone (out of order), as a repeat of the current one, or after a final one (DROPOFF_COMPLETE, RETURNED, or CANCELED/FAILED before pickup); stale events change nothing.',
     }),
     delivery: t.field({ type: DeliveryRef, description: 'The delivery as this event describes it.', resolve: deliveryOf }),
   }),
@@ -161,7 +167,7 @@ builder.subscriptionType({
       type: DeliveryEventRef,
       nullable: false,
       description:
-        'Lifecycle of one delivery: first the current state (the latest stored event, or a `snapshot` read from the upstream), then one message per accepted delivery.* event. Never moves backwards; duplicates are dropped; completes after a terminal milestone.',
+        'Lifecycle of one delivery: first the current state (the latest stored event, or a `snapshot` read from the upstream), then one message per accepted delivery.* event. Never moves backwards; duplicates are dropped. Completes after a final milestone: DROPOFF_COMPLETE, RETURNED, or CANCELED/FAILED before pickup; after pickup, a cancel or failure is followed by RETURN_IN_PROGRESS and RETURNED.',
       args: { uid: t.arg.id({ required: true, description: 'The delivery to follow.' }) },
       subscribe: (_root, _args, ctx, info) => {
         const { uid } = argumentsOf<{ uid: string }>(info);
@@ -174,7 +180,7 @@ builder.subscriptionType({
       type: CourierLocationRef,
       nullable: false,
       description:
-        'Courier position for one delivery: location.* events and driver_location on delivery.* events, starting with the latest known. Stale positions (from an earlier milestone) are dropped; a slow reader gets the latest position only.',
+        'Courier position for one delivery: location.* events and driver_location on delivery.* events, starting with the latest known, the return trip included. Stale positions (from an earlier milestone) are dropped; a slow reader gets the latest position only. Completes when the delivery reaches a final milestone.',
       args: { uid: t.arg.id({ required: true, description: 'The delivery to follow.' }) },
       subscribe: (_root, _args, ctx, info) => {
         const { uid } = argumentsOf<{ uid: string }>(info);

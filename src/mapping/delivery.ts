@@ -5,7 +5,7 @@
 import type { WireDelivery, WireOrder, WireWebhookAddress, WireWebhookEvent } from '../upstream/wire.js';
 import type { Address, ApiGroup, Courier, Delivery, Item, Money, Package, Stop } from './model.js';
 import { calendarDate, decimalFrom, int, isJsonObject, num, str, utcDateTime } from './scalars.js';
-import { deliveryMode, deliveryStatus, deliveryStyle } from './status.js';
+import { deliveryMode, deliveryStatus, deliveryStyle, statusOfWebhook } from './status.js';
 
 type Side = 'pickup' | 'dropoff';
 type Loose = Record<string, unknown>;
@@ -38,13 +38,16 @@ export function fromPartnerOrder(wire: WireOrder): Delivery {
 
 /**
  * A webhook body describes the delivery as of that event. Events of partner
- * orders are told apart by the partner fields they carry.
+ * orders are told apart by the partner fields they carry. Its status is the
+ * milestone of `event_name`, not the human-readable `status` label.
  */
 export function fromWebhookEvent(wire: WireWebhookEvent): Delivery {
   const raw = wire as unknown as Loose;
   const partner = raw.partner_reference != null || raw.partner_payload != null;
   return {
     ...common(raw, partner ? 'PARTNER' : 'PLATFORM', nestedAddress(raw.pickup_address), nestedAddress(raw.dropoff_address)),
+    // The event's name says where the delivery stands; `status` stays as rawStatus.
+    status: statusOfWebhook(raw.event_name, raw.status),
     package: packageOf(raw, raw.dimensions ?? raw.dimentions),
     trackingUrl: str(raw.tracking_link ?? raw.tracking_url),
     expectedCancellationFee: amountMoney(raw.expected_cancellation_fee ?? raw.expected_cancelation_fee),

@@ -60,6 +60,17 @@ export function statusOfEvent(eventName: string): DeliveryStatus {
   return STATUS_BY_BARE_KEY.get(bareKey(milestone)) ?? 'UNKNOWN';
 }
 
+/**
+ * The status a webhook event gives its delivery: the milestone of its
+ * `event_name` (the upstream says to branch on the name; its `status` is a label
+ * for people, e.g. "Picked Up"). The label counts only for an event name the
+ * facade does not know.
+ */
+export function statusOfWebhook(eventName: unknown, label: unknown): DeliveryStatus {
+  const named = typeof eventName === 'string' ? statusOfEvent(eventName) : 'UNKNOWN';
+  return named === 'UNKNOWN' ? deliveryStatus(label) : named;
+}
+
 const STYLES: Record<string, DeliveryStyle> = {
   STANDARD: 'STANDARD',
   HYBRID: 'HYBRID',

@@ -4,10 +4,9 @@
 import { BadUserInputError, NotFoundError } from '../errors.js';
 import { fromPartnerOrder, fromPlatformDelivery, geoPoint } from '../mapping/delivery.js';
 import type { Delivery, DeliveryStatus } from '../mapping/model.js';
+import { isDeliveryEvent, isLocationEvent, milestoneRank, stateOfStatus, transition, type MilestoneState } from '../domain/milestones.js';
 import { seqOfCursor, type Store, type StoredEvent } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
-import { isDeliveryEvent, isLocationEvent, isTerminalStatus, milestoneRank, rankOfStatus } from '../webhooks/ordering.js';
-import { statusOfEvent } from '../mapping/status.js';
 import type { ReadAccess } from './access.js';
 import type { EventBus } from './bus.js';
 import { EventQueue } from './queue.js';
@@ -104,15 +103,39 @@ async function snapshotOf(deps: RealtimeDeps, key: string, uid: string, seq: num
   };
 }
 
-function rankOfView(event: EventView): number {
-  return (event.snapshot ? rankOfStatus(event.snapshot.status) : milestoneRank(event.name)) ?? -1;
+/**
+ * A stream's own copy of its delivery's state, kept with the stores' rule
+ * (transition in src/domain/milestones.ts). It starts from the stored state and
+ * folds in every event after the one that last moved it: the stream listens
+ * before it reads, so each of those comes through its queue.
+ */
+class FollowedState {
+  constructor(
+    public state: MilestoneState | undefined,
+    /** The seq up to which events are folded in. */
+    private seq: number,
+  ) {}
+
+  /** Folds in one event; false when, judged against this state, it is stale (or already folded in). */
+  accept(event: StoredEvent): boolean {
+    if (event.seq <= this.seq) return false;
+    this.seq = event.seq;
+    const step = transition(this.state, event.name);
+    if (step.stale) return false;
+    this.state = step.state;
+    return true;
+  }
+
+  get final(): boolean {
+    return this.state?.terminal ?? false;
+  }
 }
 
-function isTerminalView(event: EventView): boolean {
-  return isTerminalStatus(event.snapshot ? event.snapshot.status : statusOfEvent(event.name));
-}
-
-/** deliveryUpdated: the current state, then each accepted delivery.* event; ends after a terminal one. */
+/**
+ * deliveryUpdated: the current state, then each accepted delivery.* event of a
+ * known milestone; ends after a final one (not after a cancel or failure that a
+ * return may still follow).
+ */
 export function deliveryUpdated(deps: RealtimeDeps, subscriber: Subscriber, uid: string): AsyncGenerator<EventView> {
   const queue = queueFor(deps, subscriber);
   return closable(deliveryUpdatedStream(deps, subscriber, uid, queue), queue);
@@ -125,19 +148,23 @@ async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber
   });
   try {
     const logPosition = await deps.store.lastSeq();
-    const current: EventView = (await deps.store.latestEvent(uid, 'delivery')) ?? (await snapshotOf(deps, subscriber.key, uid, logPosition));
+    // The state before the latest event: whatever moved it in between is folded in from the queue.
+    const stored = await deps.store.deliveryState(uid);
+    const latest = await deps.store.latestEvent(uid, 'delivery');
+    const current: EventView = latest ?? (await snapshotOf(deps, subscriber.key, uid, logPosition));
+    // A snapshot may be ahead of events still on their way: judged against it, they are late.
+    const followed = current.snapshot ? new FollowedState(stateOfStatus(current.snapshot.status), current.seq) : new FollowedState(stored, stored?.seq ?? 0);
     let lastSeq = current.seq;
-    let lastRank = rankOfView(current);
     yield current;
-    if (isTerminalView(current)) return;
+    if (followed.final) return;
     for await (const event of queue) {
-      const rank = rankOfView(event);
-      // Never backwards, never twice (a snapshot may be ahead of late events).
-      if (event.seq <= lastSeq || rank <= lastRank) continue;
-      lastSeq = event.seq;
-      lastRank = rank;
-      yield event;
-      if (isTerminalView(event)) return;
+      if (!followed.accept(event)) continue;
+      // Sent once, in log order; an unknown milestone moves nothing and is not sent.
+      if (event.seq > lastSeq && milestoneRank(event.name) !== undefined) {
+        lastSeq = event.seq;
+        yield event;
+      }
+      if (followed.final) return;
     }
   } finally {
     unlisten();
@@ -145,7 +172,7 @@ async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber
   }
 }
 
-/** courierLocation: each non-stale position of the delivery's courier, newest milestone only. */
+/** courierLocation: each non-stale position of the delivery's courier, newest milestone only; ends at a final event. */
 export function courierLocation(deps: RealtimeDeps, subscriber: Subscriber, uid: string): AsyncGenerator<StoredEvent> {
   const queue = queueFor(deps, subscriber);
   return closable(courierLocationStream(deps, subscriber, uid, queue), queue);
@@ -153,18 +180,15 @@ export function courierLocation(deps: RealtimeDeps, subscriber: Subscriber, uid:
 
 async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<StoredEvent> {
   await assertReadable(deps, subscriber.key, uid);
-  let finished = false;
   const unlisten = deps.bus.listen(uid, (event) => {
     if (event.stale) return;
-    if (isDeliveryEvent(event.name) && isTerminalStatus(statusOfEvent(event.name))) {
-      finished = true;
-      queue.end();
-      return;
-    }
-    // Only events with a usable position (a malformed one would break the non-null location).
-    if (geoPoint(event.payload.driver_location)) queue.push(event);
+    // Positions are what is sent; delivery.* events also move the state, and a final one ends the stream.
+    // Only events with a usable position count as positions (a malformed one would break the non-null location).
+    if (isDeliveryEvent(event.name) || geoPoint(event.payload.driver_location)) queue.push(event);
   });
   try {
+    const stored = await deps.store.deliveryState(uid);
+    const followed = new FollowedState(stored, stored?.seq ?? 0);
     let lastSeq = 0;
     let lastRank = -1;
     const latest = await deps.store.latestEvent(uid, 'location');
@@ -173,9 +197,12 @@ async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber
       lastRank = milestoneRank(latest.name) ?? -1;
       yield latest;
     }
-    const state = await deps.store.latestEvent(uid, 'delivery');
-    if (finished || (state && isTerminalStatus(statusOfEvent(state.name)))) return;
+    if (followed.final) return;
     for await (const event of queue) {
+      followed.accept(event);
+      // The final event's own position is not sent.
+      if (followed.final) return;
+      if (!geoPoint(event.payload.driver_location)) continue;
       const rank = milestoneRank(event.name) ?? lastRank;
       if (event.seq <= lastSeq || rank < lastRank) continue;
       lastSeq = event.seq;

@@ -15,12 +15,13 @@ import { createHash, randomBytes } from 'node:crypto';
 import { Redis, type RedisOptions, type Result } from 'ioredis';
 import type { Logger } from '../logger.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
-import { advance, isDeliveryEvent, milestoneRank } from '../webhooks/ordering.js';
+import { eventFacts, PICKED_UP_RANK } from '../domain/milestones.js';
 import {
   canonicalJson,
   PENDING_EXPIRY_MS,
   type AppendResult,
   type BookingResult,
+  type DeliveryState,
   type EventFilter,
   type IdempotencyClaim,
   type Store,
@@ -42,17 +43,19 @@ declare module 'ioredis' {
 }
 
 /**
- * Decides staleness exactly as isStale (ordering.ts) does, from facts the caller
- * computed with the same helpers: the event's rank, whether it is a delivery.*
- * event, whether it ends the delivery. Then appends and advances, all or nothing.
- * A hit in the dedup hash with this call's own token is a resend of this very
- * append (ioredis resends unanswered commands after a reconnect): not a duplicate.
+ * Judges the event exactly as judge() in src/domain/milestones.ts does, line for
+ * line, from the facts eventFacts() gave the caller: the event's rank, whether it
+ * moves the state, when it is final, and the rank that means "picked up". Then
+ * appends and advances, all or nothing. A hit in the dedup hash with this call's
+ * own token is a resend of this very append (ioredis resends unanswered commands
+ * after a reconnect): not a duplicate.
  */
 const APPEND = `
 -- KEYS: 1 seq, 2 log, 3 delivery hash, 4 delivery events, 5 delivery dedup
--- ARGV: 1 dedup field, 2 token, 3 rank ('' when unknown), 4 is delivery.*, 5 terminal,
---       6 counts for latestEvent 'delivery', 7 carries a position,
---       8 uid, 9 name, 10 has status text, 11 status text, 12 received at, 13 payload JSON
+-- ARGV: 1 dedup field, 2 token, 3 rank ('' when unknown), 4 moves the state,
+--       5 final ('always', 'never' or 'before_pickup'), 6 picked-up rank,
+--       7 counts for latestEvent 'delivery', 8 carries a position,
+--       9 uid, 10 name, 11 has status text, 12 status text, 13 received at, 14 payload JSON
 local seen = redis.call('HGET', KEYS[5], ARGV[1])
 if seen then
   local seq, token = string.match(seen, '^(%d+) (.*)$')
@@ -61,34 +64,33 @@ if seen then
   return {1, entry}
 end
 local state = redis.call('HMGET', KEYS[3], 'rank', 'terminal')
-local stale = 0
-if state[1] then
-  if state[2] == '1' then
+local current = tonumber(state[1])
+local stale, moved, terminal = 0, 0, '0'
+if current and state[2] == '1' then
+  stale = 1
+elseif ARGV[3] ~= '' then
+  local rank = tonumber(ARGV[3])
+  if current and (rank < current or (ARGV[4] == '1' and rank == current)) then
     stale = 1
-  elseif ARGV[3] ~= '' then
-    local rank, current = tonumber(ARGV[3]), tonumber(state[1])
-    if ARGV[4] == '1' then
-      if rank <= current then stale = 1 end
-    elseif rank < current then
-      stale = 1
-    end
+  elseif ARGV[4] == '1' then
+    moved = 1
+    local pickedUp = current ~= nil and current >= tonumber(ARGV[6])
+    if ARGV[5] == 'always' or (ARGV[5] == 'before_pickup' and not pickedUp) then terminal = '1' end
   end
 end
 local seq = string.format('%d', redis.call('INCR', KEYS[1]))
-local fields = {'uid', ARGV[8], 'name', ARGV[9], 'at', ARGV[12], 'stale', stale, 'payload', ARGV[13]}
-if ARGV[10] == '1' then
+local fields = {'uid', ARGV[9], 'name', ARGV[10], 'at', ARGV[13], 'stale', stale, 'payload', ARGV[14]}
+if ARGV[11] == '1' then
   fields[#fields + 1] = 'status'
-  fields[#fields + 1] = ARGV[11]
+  fields[#fields + 1] = ARGV[12]
 end
 redis.call('XADD', KEYS[2], seq .. '-0', unpack(fields))
 redis.call('HSET', KEYS[5], ARGV[1], seq .. ' ' .. ARGV[2])
 redis.call('ZADD', KEYS[4], seq, seq)
 if stale == 0 then
-  if ARGV[4] == '1' and ARGV[3] ~= '' then
-    redis.call('HSET', KEYS[3], 'rank', ARGV[3], 'terminal', ARGV[5], 'seq', seq)
-  end
-  if ARGV[6] == '1' then redis.call('HSET', KEYS[3], 'delivery', seq) end
-  if ARGV[7] == '1' then redis.call('HSET', KEYS[3], 'location', seq) end
+  if moved == 1 then redis.call('HSET', KEYS[3], 'rank', ARGV[3], 'terminal', terminal, 'seq', seq) end
+  if ARGV[7] == '1' then redis.call('HSET', KEYS[3], 'delivery', seq) end
+  if ARGV[8] == '1' then redis.call('HSET', KEYS[3], 'location', seq) end
 end
 return {0, seq, stale}
 `;
@@ -264,7 +266,7 @@ export class RedisStore implements Store {
       const name = payload.event_name;
       const hash = createHash('sha256').update(canonicalJson(payload)).digest('hex');
       const keys = this.#delivery(payload.uid);
-      const rank = milestoneRank(name);
+      const facts = eventFacts(name);
       const statusText = typeof payload.status === 'string' ? payload.status : null;
       pipeline.dgAppend(
         `${this.prefix}seq`,
@@ -274,9 +276,10 @@ export class RedisStore implements Store {
         keys.dedup,
         `${hash} ${name}`,
         `${token}.${index}`,
-        rank === undefined ? '' : String(rank),
-        flag(isDeliveryEvent(name)),
-        flag(advance(name, undefined)?.terminal ?? false),
+        facts.rank === undefined ? '' : String(facts.rank),
+        flag(facts.moves),
+        facts.final,
+        String(PICKED_UP_RANK),
         // SQLite's `name LIKE 'delivery.%'` ignores ASCII case.
         flag(name.toLowerCase().startsWith('delivery.')),
         flag(carriesPosition(payload)),
@@ -321,6 +324,11 @@ export class RedisStore implements Store {
     return entry ? toStored(entry) : undefined;
   }
 
+  async deliveryState(uid: string): Promise<DeliveryState | undefined> {
+    const [rank, terminal, seq] = await this.client.hmget(this.#delivery(uid).state, 'rank', 'terminal', 'seq');
+    return rank === null ? undefined : { rank: Number(rank), terminal: terminal === '1', seq: Number(seq) };
+  }
+
   async lastSeq(): Promise<number> {
     const [last] = (await this.client.xrevrange(this.#log, '+', '-', 'COUNT', 1)) as StreamEntry[];
     return last ? toStored(last).seq : 0;
@@ -359,6 +367,10 @@ export class RedisStore implements Store {
 
   async ownerOf(uid: string): Promise<string | undefined> {
     return (await this.client.get(`${this.prefix}owner:${uid}`)) ?? undefined;
+  }
+
+  async ping(): Promise<void> {
+    await this.client.ping();
   }
 
   async close(): Promise<void> {

@@ -5,8 +5,18 @@ import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { WireWebhookEvent } from '../upstream/wire.js';
-import { advance, isStale, type MilestoneState } from '../webhooks/ordering.js';
-import { canonicalJson, PENDING_EXPIRY_MS, type AppendResult, type BookingResult, type EventFilter, type IdempotencyClaim, type Store, type StoredEvent } from './store.js';
+import { transition, type MilestoneState } from '../domain/milestones.js';
+import {
+  canonicalJson,
+  PENDING_EXPIRY_MS,
+  type AppendResult,
+  type BookingResult,
+  type DeliveryState,
+  type EventFilter,
+  type IdempotencyClaim,
+  type Store,
+  type StoredEvent,
+} from './store.js';
 
 interface EventRow {
   seq: number;
@@ -74,6 +84,7 @@ export class SqliteStore implements Store {
         owner_hash TEXT NOT NULL,
         created_at INTEGER NOT NULL
       );
+      CREATE TABLE IF NOT EXISTS readiness (id INTEGER PRIMARY KEY CHECK (id = 1), checked_at INTEGER NOT NULL);
     `);
     this.#statements = {
       getIdem: this.db.prepare<[string, string], { fingerprint: string; state: string; uid: string | null; tracking_url: string | null; updated_at: number }>(
@@ -93,7 +104,7 @@ export class SqliteStore implements Store {
       insertEvent: this.db.prepare(
         'INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload) VALUES (?, ?, ?, ?, ?, ?, ?)',
       ),
-      getState: this.db.prepare<[string], { rank: number; terminal: number }>('SELECT rank, terminal FROM delivery_state WHERE uid = ?'),
+      getState: this.db.prepare<[string], { rank: number; terminal: number; seq: number }>('SELECT rank, terminal, seq FROM delivery_state WHERE uid = ?'),
       putState: this.db.prepare(
         'INSERT INTO delivery_state (uid, rank, terminal, seq) VALUES (?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET rank = excluded.rank, terminal = excluded.terminal, seq = excluded.seq',
       ),
@@ -120,14 +131,12 @@ export class SqliteStore implements Store {
         if (existing) return { event: toStored(existing), duplicate: true };
         const row = s.getState.get(payload.uid);
         const current: MilestoneState | undefined = row ? { rank: row.rank, terminal: row.terminal === 1 } : undefined;
-        const stale = isStale(payload.event_name, current);
+        const { stale, state: next } = transition(current, payload.event_name);
         const statusText = typeof payload.status === 'string' ? payload.status : null;
         const info = s.insertEvent.run(payload.uid, payload.event_name, hash, statusText, receivedAt, stale ? 1 : 0, JSON.stringify(payload));
         const seq = Number(info.lastInsertRowid);
-        if (!stale) {
-          const next = advance(payload.event_name, current);
-          if (next && next !== current) s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, seq);
-        }
+        // Only an event that moved the state is written as its last mover.
+        if (next && next !== current) s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, seq);
         return { event: { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale, payload }, duplicate: false };
       }),
     ).immediate();
@@ -150,6 +159,11 @@ export class SqliteStore implements Store {
   async latestEvent(uid: string, kind: 'delivery' | 'location'): Promise<StoredEvent | undefined> {
     const row = kind === 'delivery' ? this.#statements.latestDelivery.get(uid) : this.#statements.latestLocation.get(uid);
     return row ? toStored(row) : undefined;
+  }
+
+  async deliveryState(uid: string): Promise<DeliveryState | undefined> {
+    const row = this.#statements.getState.get(uid);
+    return row ? { rank: row.rank, terminal: row.terminal === 1, seq: row.seq } : undefined;
   }
 
   async lastSeq(): Promise<number> {
@@ -190,6 +204,11 @@ export class SqliteStore implements Store {
 
   async ownerOf(uid: string): Promise<string | undefined> {
     return this.#statements.getOwner.get(uid)?.owner_hash;
+  }
+
+  /** A real write (one row, one fsync): a read-only file, a full disk or a closed connection fails it. */
+  async ping(): Promise<void> {
+    this.db.prepare('INSERT INTO readiness (id, checked_at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at').run(Date.now());
   }
 
   async close(): Promise<void> {

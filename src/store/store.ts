@@ -2,6 +2,7 @@
 // through it, and (see the events part) the webhook event log. The embedded
 // SQLite store and the Redis store both serve this interface.
 import { createHash } from 'node:crypto';
+import type { MilestoneState } from '../domain/milestones.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 
 /** A booking left pending this long (its process died mid-call) may be claimed again. */
@@ -31,7 +32,7 @@ export interface StoredEvent {
   statusText: string | null;
   /** When the facade received it, ISO 8601 UTC. */
   receivedAt: string;
-  /** True when it arrived after a later milestone (or after a terminal one). */
+  /** True when it arrived after a later milestone, as a repeat of the current one, or after a final one (src/domain/milestones.ts). */
   stale: boolean;
   payload: WireWebhookEvent;
 }
@@ -40,6 +41,11 @@ export interface AppendResult {
   event: StoredEvent;
   /** Same uid, event name and canonical payload as an event already stored: nothing new was written. */
   duplicate: boolean;
+}
+
+/** A delivery's milestone state (see src/domain/milestones.ts) and the event that last moved it. */
+export interface DeliveryState extends MilestoneState {
+  seq: number;
 }
 
 export interface EventFilter {
@@ -54,6 +60,8 @@ export interface Store {
   eventsAfter(afterSeq: number, limit: number, filter?: EventFilter): Promise<StoredEvent[]>;
   /** The latest non-stale `delivery.*` event of a delivery, or the latest non-stale event that carries a courier position. */
   latestEvent(uid: string, kind: 'delivery' | 'location'): Promise<StoredEvent | undefined>;
+  /** Where the delivery stands, as its accepted `delivery.*` events left it; undefined before the first. */
+  deliveryState(uid: string): Promise<DeliveryState | undefined>;
   /** The seq of the newest event stored (0 when none). */
   lastSeq(): Promise<number>;
 
@@ -63,6 +71,8 @@ export interface Store {
   /** Records that `uid` was booked through the facade with the key hashed as `ownerHash`. */
   recordOwner(uid: string, ownerHash: string): Promise<void>;
   ownerOf(uid: string): Promise<string | undefined>;
+  /** Resolves once the store answers a write (SQLite) or a PING (Redis): readiness. */
+  ping(): Promise<void>;
   close(): Promise<void>;
 }
 

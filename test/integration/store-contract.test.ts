@@ -1,8 +1,9 @@
 // The Store contract, run against both stores: the embedded SQLite file and
 // Redis (a private redis-server, or REDIS_TEST_URL). De-duplication, milestone
 // ranking, the log and its per-delivery reads, idempotency states and ownership
-// must behave the same; a property test then feeds the same random batches to
-// both and compares every answer.
+// must behave the same; every (state, event name) case must be judged as the
+// domain's transition() judges it (for Redis: by the real Lua append script); a
+// property test then feeds the same random batches to both and compares every answer.
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -10,10 +11,11 @@ import path from 'node:path';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { transition, type MilestoneState } from '../../src/domain/milestones.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { SqliteStore } from '../../src/store/sqlite.js';
 import { PENDING_EXPIRY_MS, type Store } from '../../src/store/store.js';
-import type { WireWebhookEvent } from '../../src/upstream/wire.js';
+import { DELIVERY_EVENT_NAMES, LOCATION_EVENT_NAMES, type WireWebhookEvent } from '../../src/upstream/wire.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 
 // A given Redis (REDIS_TEST_URL, as .ci/run exports) needs no local binary.
@@ -55,6 +57,41 @@ const AT = '2030-05-01T10:00:00.000Z';
 
 function event(uid: string, name: string, extra: Record<string, unknown> = {}): { payload: WireWebhookEvent; receivedAt: string } {
   return { payload: { uid, event_name: name, status: name.slice(name.indexOf('.') + 1), ...extra } as WireWebhookEvent, receivedAt: AT };
+}
+
+/** Event sequences that reach every state the rule can produce (and none). */
+const STATE_PATHS: string[][] = [
+  [],
+  ...['created', 'assigned', 'pickup_enroute', 'pickup_arrived', 'pickup_complete', 'dropoff_enroute', 'dropoff_arrived', 'dropoff_complete'].map((m) => [`delivery.${m}`]),
+  ['delivery.canceled'],
+  ['delivery.assigned', 'delivery.failed'],
+  ['delivery.pickup_arrived', 'delivery.canceled'],
+  ['delivery.pickup_complete', 'delivery.failed'],
+  ['delivery.dropoff_arrived', 'delivery.canceled'],
+  ['delivery.pickup_complete', 'delivery.failed', 'delivery.return_in_progress'],
+  ['delivery.dropoff_enroute', 'delivery.canceled', 'delivery.return_in_progress', 'delivery.returned'],
+  ['delivery.mystery'],
+];
+/** Every documented name, some in other cases, unknown ones and a non-delivery one. */
+const JUDGED_NAMES = [
+  ...DELIVERY_EVENT_NAMES,
+  ...LOCATION_EVENT_NAMES,
+  'location.created',
+  'Delivery.Failed',
+  'DELIVERY.RETURN_IN_PROGRESS',
+  'Location.Return_In_Progress',
+  'delivery.mystery',
+  'other.assigned',
+  'ping',
+];
+
+/** Writes a state as an earlier version of the store may have left it (only SQLite rows and Redis hashes hold one). */
+async function seedState(store: Store, uid: string, state: MilestoneState): Promise<void> {
+  if (store instanceof SqliteStore) {
+    store.db.prepare('INSERT INTO delivery_state (uid, rank, terminal, seq) VALUES (?, ?, ?, 0)').run(uid, state.rank, state.terminal ? 1 : 0);
+  } else if (store instanceof RedisStore) {
+    await store.client.hset(`${store.prefix}delivery:${uid}`, 'rank', String(state.rank), 'terminal', state.terminal ? '1' : '0', 'seq', '0');
+  }
 }
 
 const kinds: Array<[string, () => Store, boolean]> = [
@@ -115,8 +152,8 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       ['location.pickup_enroute', { driver_location: { lat: 2, lng: 2 } }, true], // a position from an earlier milestone
       ['location.pickup_complete', { driver_location: { lat: 3, lng: 3 } }, false], // positions may repeat their milestone
       ['delivery.something_new', {}, false], // unknown milestone: not ranked
-      ['delivery.return_in_progress', {}, false], // 6.5 after 4
-      ['delivery.dropoff_arrived', {}, true], // 6 below 6.5
+      ['delivery.return_in_progress', {}, false], // 9 after 4: a return implies a pickup
+      ['delivery.dropoff_arrived', {}, true], // 6 below 9
       ['delivery.returned', { driver_location: { lat: 4, lng: 4 } }, false], // terminal
       ['delivery.canceled', {}, true], // after a terminal one
       ['location.dropoff_complete', { driver_location: { lat: 5, lng: 5 } }, true],
@@ -138,6 +175,84 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       expect(oneByOne.map((r) => r.event.stale)).toEqual(sequence.map(([, , stale]) => stale));
     } finally {
       await single.close();
+    }
+  });
+
+  test('the return path: after a failure or cancel past pickup, return_in_progress and returned are accepted; returned ends it', async () => {
+    fresh();
+    for (const notDelivered of ['delivery.failed', 'delivery.canceled']) {
+      const uid = `back:${notDelivered}`;
+      const sequence: Array<[string, Record<string, unknown>, boolean]> = [
+        ['delivery.created', {}, false],
+        ['delivery.pickup_complete', {}, false],
+        ['delivery.dropoff_enroute', { driver_location: { lat: 1, lng: 1 } }, false],
+        [notDelivered, { driver_location: { lat: 2, lng: 2 } }, false],
+        ['delivery.dropoff_arrived', {}, true], // late: the delivery will not be delivered
+        ['location.dropoff_enroute', { driver_location: { lat: 3, lng: 3 } }, true],
+        ['location.return_in_progress', { driver_location: { lat: 4, lng: 4 } }, false],
+        ['delivery.return_in_progress', { driver_location: { lat: 5, lng: 5 } }, false],
+        ['location.return_in_progress', { driver_location: { lat: 6, lng: 6 } }, false],
+        ['delivery.failed', { n: 2 }, true],
+        ['delivery.returned', {}, false],
+        ['location.return_in_progress', { driver_location: { lat: 7, lng: 7 } }, true],
+        ['delivery.returned', { n: 2 }, true],
+      ];
+      const results = await store.appendEvents(sequence.map(([name, extra]) => event(uid, name, extra)));
+      expect(results.map((r) => [r.event.name, r.event.stale])).toEqual(sequence.map(([name, , stale]) => [name, stale]));
+      expect((await store.latestEvent(uid, 'delivery'))?.name).toBe('delivery.returned');
+      expect((await store.latestEvent(uid, 'location'))?.payload.driver_location).toEqual({ lat: 6, lng: 6 });
+      expect(await store.deliveryState(uid)).toEqual({ rank: 10, terminal: true, seq: results[10]!.event.seq });
+    }
+
+    // Before pickup a cancel is final: the return events that follow are stale.
+    const early = await store.appendEvents(['delivery.assigned', 'delivery.canceled', 'delivery.return_in_progress', 'delivery.returned'].map((name) => event('early', name)));
+    expect(early.map((r) => r.event.stale)).toEqual([false, false, true, true]);
+    expect((await store.latestEvent('early', 'delivery'))?.name).toBe('delivery.canceled');
+    expect(await store.deliveryState('early')).toEqual({ rank: 8, terminal: true, seq: early[1]!.event.seq });
+    expect(await store.deliveryState('nobody')).toBeUndefined();
+  });
+
+  test('judges every (state, event name) case as the domain transition does', async () => {
+    fresh();
+    const cases = STATE_PATHS.flatMap((path, i) => JUDGED_NAMES.map((name, j) => ({ uid: `case:${i}:${j}`, path, name })));
+    // The judged event's payload differs from the path's, so a repeated name is a repeat, not a duplicate.
+    const results = await store.appendEvents(cases.flatMap(({ uid, path, name }) => [...path.map((n) => event(uid, n)), event(uid, name, { judged: true })]));
+    let index = 0;
+    for (const { uid, path, name } of cases) {
+      let expected: MilestoneState | undefined;
+      let movedAt: number | undefined;
+      for (const step of path) {
+        const next = transition(expected, step);
+        if (next.state !== expected) movedAt = results[index]!.event.seq;
+        expected = next.state;
+        index += 1;
+      }
+      const judged = transition(expected, name);
+      const appended = results[index]!.event;
+      index += 1;
+      if (judged.state !== expected) movedAt = appended.seq;
+      const label = `${path.join(' → ') || '(none)'} then ${name}`;
+      expect(appended.stale, label).toBe(judged.stale);
+      expect(await store.deliveryState(uid), label).toEqual(judged.state && { ...judged.state, seq: movedAt });
+    }
+  });
+
+  test('keeps judging states stored under the earlier ranks (return_in_progress 6.5, returned 7.5)', async () => {
+    fresh();
+    const legacy: Array<[MilestoneState, string, boolean, MilestoneState]> = [
+      [{ rank: 6.5, terminal: false }, 'delivery.returned', false, { rank: 10, terminal: true }],
+      [{ rank: 6.5, terminal: false }, 'delivery.dropoff_arrived', true, { rank: 6.5, terminal: false }],
+      [{ rank: 6.5, terminal: false }, 'delivery.failed', false, { rank: 8, terminal: false }],
+      [{ rank: 7.5, terminal: true }, 'delivery.returned', true, { rank: 7.5, terminal: true }],
+      [{ rank: 8, terminal: true }, 'delivery.return_in_progress', true, { rank: 8, terminal: true }],
+    ];
+    for (const [n, [state, name, stale, after]] of legacy.entries()) {
+      const uid = `legacy:${n}`;
+      await seedState(store, uid, state);
+      expect(transition(state, name)).toMatchObject({ stale, state: after });
+      const [result] = await store.appendEvents([event(uid, name)]);
+      expect(result!.event.stale, `${state.rank} then ${name}`).toBe(stale);
+      expect(await store.deliveryState(uid)).toMatchObject(after);
     }
   });
 
@@ -240,11 +355,14 @@ describe.skipIf(!withRedis)('RedisStore against SqliteStore', () => {
     'delivery.return_in_progress',
     'delivery.dropoff_complete',
     'delivery.canceled',
+    'delivery.failed',
+    'delivery.returned',
     'delivery.mystery',
     'Delivery.Assigned',
     'location.assigned_driver',
     'location.pickup_enroute',
     'location.dropoff_enroute',
+    'location.return_in_progress',
     'other.thing',
   ];
   const anEvent = fc.record({
@@ -272,6 +390,7 @@ describe.skipIf(!withRedis)('RedisStore against SqliteStore', () => {
           }
           for (const uid of ['x', 'y', 'z']) {
             for (const kind of ['delivery', 'location'] as const) expect(await redis.latestEvent(uid, kind)).toEqual(await sqlite.latestEvent(uid, kind));
+            expect(await redis.deliveryState(uid)).toEqual(await sqlite.deliveryState(uid));
             const uids = uid === 'z' ? ['z'] : [uid, 'z'];
             expect(await redis.eventsAfter(2, 5, { uids })).toEqual(await sqlite.eventsAfter(2, 5, { uids }));
           }

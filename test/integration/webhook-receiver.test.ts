@@ -472,6 +472,8 @@ describe('a store that fails', () => {
     releaseIdempotency: Store['releaseIdempotency'] = (...args) => this.inner.releaseIdempotency(...args);
     recordOwner: Store['recordOwner'] = (...args) => this.inner.recordOwner(...args);
     ownerOf: Store['ownerOf'] = (...args) => this.inner.ownerOf(...args);
+    deliveryState: Store['deliveryState'] = (...args) => this.inner.deliveryState(...args);
+    ping: Store['ping'] = () => this.inner.ping();
     close: Store['close'] = () => this.inner.close();
   }
 

@@ -174,7 +174,8 @@ async function main(): Promise<void> {
     const where = courierLocation ? `courier at ${courierLocation.lat.toFixed(5)},${courierLocation.lng.toFixed(5)}` : '';
     console.log(`${receivedAt}  ${status.padEnd(18)} ${name.padEnd(28)} ${where}`.trimEnd());
     last = status;
-    if (OUTCOME[status] !== 'ongoing') break; // the server completes here too
+    // No break: the server completes the stream after the final event. A cancel or a
+    // failure after pickup is not final: the return (RETURN_IN_PROGRESS, RETURNED) follows.
   }
 
   clearTimeout(timer);

@@ -104,7 +104,8 @@ const LABELS: Record<string, string> = {
   RETURNED: 'Returned',
   UNKNOWN: 'Unrecognised status',
 };
-const TERMINAL = new Set(['DROPOFF_COMPLETE', 'CANCELED', 'FAILED', 'RETURNED']);
+// A cancel or failure after pickup is followed by the return; the server completes deliveryUpdated at the real end.
+const TERMINAL = new Set(['DROPOFF_COMPLETE', 'RETURNED']);
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
 const VIEW = { width: 640, height: 420, padding: 48 };
@@ -303,7 +304,9 @@ async function open(uid: string): Promise<void> {
           if (TERMINAL.has(state.status)) say(`${LABELS[state.status] ?? state.status} at ${clock(data.deliveryUpdated.receivedAt)}.`, 'done');
         },
         error: (error) => tracking === state && say(describe(error), 'error'),
-        complete: () => undefined,
+        // The server completes the stream after the delivery's final event (a cancel before pickup included).
+        // (After DROPOFF_COMPLETE or RETURNED the message with its time is already shown.)
+        complete: () => tracking === state && !TERMINAL.has(state.status) && say(`${LABELS[state.status] ?? state.status}.`, 'done'),
       },
     ),
     socket.subscribe<{ courierLocation: { milestone: string; location: Point; courier: { name: string | null } | null } }>(
@@ -438,12 +441,14 @@ function render(state: Tracking): void {
   ui.facts.courier.textContent = state.courierName ?? '—';
   ui.facts.left.textContent =
     state.status === 'DROPOFF_COMPLETE' ? 'arrived' : state.courier && state.dropoff ? formatDistance(distanceMeters(state.courier, state.dropoff)) : '—';
-  ui.facts.eta.textContent = state.estimatedDropoffAt && !TERMINAL.has(state.status) ? clock(state.estimatedDropoffAt) : '—';
-
   const current = rank(state.status);
   const offPath = !MILESTONES.includes(state.status as never);
-  const steps: string[] = [...MILESTONES];
-  if (offPath) steps.push(state.status);
+  // No dropoff time once the delivery is over or has left the way to the dropoff (a failure, a return).
+  ui.facts.eta.textContent = state.estimatedDropoffAt && !TERMINAL.has(state.status) && !offPath ? clock(state.estimatedDropoffAt) : '—';
+  // Off the way to the dropoff, every step taken is shown in order: e.g. failed, being returned, returned.
+  const detour = [...state.reached.keys()].filter((status) => !MILESTONES.includes(status as never));
+  if (offPath && !detour.includes(state.status)) detour.push(state.status);
+  const steps: string[] = [...MILESTONES, ...detour];
   ui.timeline.replaceChildren(
     ...steps.map((status, index) => {
       const item = document.createElement('li');
