@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import type { JsonObject, WireDeliveryRequest, WireOrder } from '../upstream/wire.js';
 import { applyKnobs, DEFAULT_KNOBS } from './knobs.js';
 import { LifecycleSimulator } from './lifecycle.js';
+import { RequestLog } from './request-log.js';
 import { seedOrder } from './partner-routes.js';
 import { toWebhookEvent } from './representations.js';
 import { createSandboxServer } from './server.js';
@@ -31,6 +32,13 @@ export interface SandboxKnobs {
   duplicateRate: number;
   /** 0..1: share of webhooks held back and sent after the delivery's next one. */
   reorderRate: number;
+  /**
+   * 0..1: share of picked-up deliveries that are not delivered: they fail at the
+   * door or are canceled by the provider on the way, then go back to the pickup
+   * (return_in_progress, returned). Decided at pickup; a payload's
+   * `sandbox_outcome` overrides it for one delivery.
+   */
+  returnRate: number;
   /** The receiver must answer 2xx within this. */
   webhookTimeoutMs: number;
   /** Retry n waits retryBaseMs * 2^(n-1); at most 5 retries. */
@@ -49,9 +57,13 @@ export interface SandboxOptions {
   /** PKCS8 PEM RSA key for RS256 webhook signatures; generated when absent. */
   privateKeyPem?: string;
   knobs?: Partial<SandboxKnobs>;
+  /** How many of the most recent requests `requests` keeps; default 10,000. */
+  requestLogSize?: number;
 }
 
 export interface SandboxRequestRecord {
+  /** 1 for the sandbox's first request, then one more for each: never reset, never reused. */
+  seq: number;
   method: string;
   path: string;
   group: 'platform' | 'partner' | 'control';
@@ -73,9 +85,22 @@ export interface Sandbox {
   knobs: SandboxKnobs;
   setKnobs(knobs: Partial<SandboxKnobs>): void;
   setWebhookUrl(url: string | undefined): void;
-  /** Every request received, in arrival order, for tests that count upstream calls. */
+  /**
+   * The most recent requests (at most `requestLogSize`), oldest first, for tests
+   * that count upstream calls. Live: the same array is trimmed and emptied in place.
+   */
   requests: SandboxRequestRecord[];
+  /** Empties `requests`; `requestCount` goes on counting. */
   resetRequests(): void;
+  /** How many requests `requests` keeps at most. */
+  readonly requestLogSize: number;
+  /** Requests answered since start: only ever grows. Take it as a mark for requestsSince. */
+  readonly requestCount: number;
+  /**
+   * The requests answered after `mark` (an earlier `requestCount`), oldest first.
+   * Throws a RangeError when some of them are no longer kept (trimmed or reset), so a count is never short.
+   */
+  requestsSince(mark: number): SandboxRequestRecord[];
   /** Moves one delivery to its next milestone now (emitting its events). Rejects for an unknown or finished delivery. */
   advance(uid: string): Promise<void>;
   /** The partner group has no create endpoint: book an order for `key` directly. Throws when invalid. */
@@ -92,11 +117,15 @@ export const DEFAULT_PLATFORM_ID = 'sandbox-platform';
 export const OTHER_PLATFORM_ID = 'other-platform';
 /** The `iss` claim: the service's short lowercase name. */
 export const DEFAULT_ISSUER = 'lastmile';
+/** Enough for any test's count, small enough that a long `npm start` does not grow without bound. */
+export const DEFAULT_REQUEST_LOG_SIZE = 10_000;
 
 export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbox> {
   const platformId = options.platformId ?? DEFAULT_PLATFORM_ID;
   const merchants = (options.merchants ?? defaultMerchants(platformId)).map((m) => ({ ...m }));
   const issuer = options.issuer ?? DEFAULT_ISSUER;
+  // Checked before anything is opened: a bad size starts nothing.
+  const requests = new RequestLog(options.requestLogSize ?? DEFAULT_REQUEST_LOG_SIZE);
   const keys = await loadSigningKeys(options.privateKeyPem);
   const knobs: SandboxKnobs = { ...DEFAULT_KNOBS };
   applyKnobs(knobs, options.knobs);
@@ -114,7 +143,6 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     if (knobs.stepMs !== stepMs) lifecycle.reschedule();
   };
 
-  const requests: SandboxRequestRecord[] = [];
   const server = createSandboxServer({
     state,
     lifecycle,
@@ -130,6 +158,7 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
       merchants: merchants.map((m) => ({ ...m })),
       webhookUrl: webhookUrl ?? null,
       knobs: { ...knobs },
+      requestLogSize: requests.capacity,
     }),
   });
 
@@ -157,11 +186,13 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     setWebhookUrl: (url) => {
       webhookUrl = url;
     },
-    requests,
-    resetRequests: () => {
-      // Emptied in place: callers may hold the array.
-      requests.length = 0;
+    requests: requests.records,
+    resetRequests: () => requests.clear(),
+    requestLogSize: requests.capacity,
+    get requestCount() {
+      return requests.count;
     },
+    requestsSince: (mark) => requests.since(mark),
     advance: (uid) => lifecycle.advance(uid),
     seedPartnerOrder: (key, body) => {
       const outcome = seedOrder(state, lifecycle, key, body as JsonObject);

@@ -11,11 +11,13 @@ export const DEFAULT_KNOBS: Readonly<SandboxKnobs> = Object.freeze({
   errorRate: 0,
   duplicateRate: 0,
   reorderRate: 0,
+  // Every delivery is delivered unless asked otherwise: tests and demos opt in.
+  returnRate: 0,
   webhookTimeoutMs: 5000,
   retryBaseMs: 500,
 });
 
-const RATES = new Set<keyof SandboxKnobs>(['errorRate', 'duplicateRate', 'reorderRate']);
+const RATES = new Set<keyof SandboxKnobs>(['errorRate', 'duplicateRate', 'reorderRate', 'returnRate']);
 const INTEGERS = new Set<keyof SandboxKnobs>(['locationTicks']);
 /** A zero timeout would fail every webhook attempt before it is sent. */
 const POSITIVE = new Set<keyof SandboxKnobs>(['webhookTimeoutMs']);

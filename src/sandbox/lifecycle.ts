@@ -1,21 +1,31 @@
 // The milestone simulator: moves each delivery created → assigned → … →
-// dropoff_complete, one milestone every `stepMs` (or on advance()), moves its
-// courier between the coordinates, and announces each step as events.
-import type { LocationEventName } from '../upstream/wire.js';
+// dropoff_complete (or, once picked up, failed or canceled by the provider and
+// then back to the pickup), one milestone every `stepMs` (or on advance()),
+// moves its courier between the coordinates, and announces each step as events.
+import type { LocationEventName, WireLatLng } from '../upstream/wire.js';
 import type { SandboxKnobs } from './index.js';
 import {
-  MILESTONES,
+  MILESTONE,
   cancellationFeeCents,
   STEP,
   interpolate,
   isFinished,
+  isPickedUp,
+  milestoneOf,
   pickCourier,
+  pickProviderCancellationReason,
+  PLANS,
   type DeliveryRecord,
+  type MilestoneKey,
+  type Outcome,
   type SandboxState,
 } from './state.js';
 
 /** Where the courier is when an en-route milestone fires: a tenth of the way along. */
 const ENROUTE_START = 0.1;
+
+/** Milestones on the way to the recipient: the arrival estimate means something only here. */
+const DELIVERY_PATH: ReadonlySet<MilestoneKey> = new Set(PLANS.delivered.map((m) => m.key));
 
 /** Receives every event as it happens; `final` marks the delivery's last one. */
 export type EmitEvent = (record: DeliveryRecord, eventName: string, options: { final: boolean; location: boolean }) => void;
@@ -44,7 +54,7 @@ export class LifecycleSimulator {
   /** Announces a new delivery and sets its clock running. */
   start(record: DeliveryRecord): void {
     record.etaAt = this.estimateArrival(record);
-    this.emit(record, MILESTONES[STEP.created]!.event, { final: false, location: false });
+    this.emit(record, MILESTONE.created.event, { final: false, location: false });
     this.schedule(record);
   }
 
@@ -52,16 +62,19 @@ export class LifecycleSimulator {
   async advance(uid: string): Promise<void> {
     const record = this.state.deliveries.get(uid);
     if (!record) throw new LifecycleError('not_found', `no delivery ${uid}`);
-    if (isFinished(record)) throw new LifecycleError('finished', `delivery ${uid} is already ${record.canceled ? 'canceled' : 'delivered'}`);
+    if (isFinished(record)) {
+      const end = record.canceled ? 'canceled' : milestoneOf(record).key === 'returned' ? 'returned' : 'delivered';
+      throw new LifecycleError('finished', `delivery ${uid} is already ${end}`);
+    }
     this.step(record);
   }
 
   /**
    * Cancels if the courier has not picked the package up yet; returns the fee
-   * charged, or null when cancelling is refused.
+   * charged, or null when cancelling is refused (a return, once picked up, is refused too).
    */
   cancel(record: DeliveryRecord, reason: string): { feeCents: number } | null {
-    if (isFinished(record) || record.step >= STEP.pickupComplete) return null;
+    if (isFinished(record) || isPickedUp(record)) return null;
     this.clearTimers(record.uid);
     const feeCents = cancellationFeeCents(record);
     record.canceled = { at: new Date(), reason, feeCents };
@@ -85,18 +98,27 @@ export class LifecycleSimulator {
 
   private step(record: DeliveryRecord): void {
     this.clearTimers(record.uid);
-    const next = record.step + 1;
-    record.step = next;
-    const milestone = MILESTONES[next]!;
+    record.step += 1;
+    // Whether this package reaches its recipient is settled once it is in the vehicle.
+    if (record.step === STEP.pickupComplete) record.outcome ??= this.chooseOutcome();
+    const milestone = milestoneOf(record);
 
-    if (next === STEP.assigned) record.courier = pickCourier(record);
-    record.courierAt = this.courierPositionAt(record, next);
+    if (milestone.key === 'assigned') record.courier = pickCourier(record);
+    if (milestone.key === 'provider_canceled') record.providerCancellation = { at: new Date(), reason: pickProviderCancellationReason() };
+    if (milestone.key === 'return_in_progress') record.returnFrom = record.courierAt;
+    record.courierAt = this.courierPositionAt(record, milestone.key);
     record.etaAt = this.estimateArrival(record);
 
-    const final = next === STEP.dropoffComplete;
-    this.emit(record, milestone.event, { final, location: false });
+    this.emit(record, milestone.event, { final: milestone.final, location: false });
     if (milestone.location) this.emit(record, milestone.location, { final: false, location: true });
-    if (!final) this.schedule(record);
+    if (!milestone.final) this.schedule(record);
+  }
+
+  /** The returnRate knob's share of deliveries go back, half after a failure and half after a provider cancel. */
+  private chooseOutcome(): Outcome {
+    const { returnRate } = this.knobs;
+    if (returnRate <= 0 || Math.random() >= returnRate) return 'delivered';
+    return Math.random() < 0.5 ? 'failed_then_returned' : 'canceled_then_returned';
   }
 
   /**
@@ -120,40 +142,54 @@ export class LifecycleSimulator {
   }
 
   /** The leg being driven when the delivery sits at an en-route milestone. */
-  private enrouteLeg(record: DeliveryRecord) {
+  private enrouteLeg(record: DeliveryRecord): { from: WireLatLng; to: WireLatLng; event: LocationEventName } | null {
     const courier = record.courier;
     if (!courier) return null;
-    if (record.step === STEP.pickupEnroute) {
-      return { from: courier.origin, to: record.pickup.point, event: 'location.pickup_enroute' as LocationEventName };
-    }
-    if (record.step === STEP.dropoffEnroute) {
-      return { from: record.pickup.point, to: record.dropoff.point, event: 'location.dropoff_enroute' as LocationEventName };
-    }
-    return null;
-  }
-
-  private courierPositionAt(record: DeliveryRecord, step: number) {
-    const courier = record.courier!;
-    switch (step) {
-      case STEP.assigned:
-        return courier.origin;
-      case STEP.pickupEnroute:
-        return interpolate(courier.origin, record.pickup.point, ENROUTE_START);
-      case STEP.pickupArrived:
-      case STEP.pickupComplete:
-        return record.pickup.point;
-      case STEP.dropoffEnroute:
-        return interpolate(record.pickup.point, record.dropoff.point, ENROUTE_START);
+    switch (milestoneOf(record).key) {
+      case 'pickup_enroute':
+        return { from: courier.origin, to: record.pickup.point, event: 'location.pickup_enroute' };
+      case 'dropoff_enroute':
+        return { from: record.pickup.point, to: record.dropoff.point, event: 'location.dropoff_enroute' };
+      case 'return_in_progress':
+        return { from: record.returnFrom ?? record.dropoff.point, to: record.pickup.point, event: 'location.return_in_progress' };
       default:
-        return record.dropoff.point;
+        return null;
     }
   }
 
-  /** When automatic, the simulator knows exactly when it will arrive; in manual mode the first guess stands. */
+  private courierPositionAt(record: DeliveryRecord, key: MilestoneKey): WireLatLng | null {
+    const courier = record.courier!;
+    switch (key) {
+      case 'assigned':
+        return courier.origin;
+      case 'pickup_enroute':
+        return interpolate(courier.origin, record.pickup.point, ENROUTE_START);
+      case 'pickup_arrived':
+      case 'pickup_complete':
+      case 'returned':
+        return record.pickup.point;
+      case 'dropoff_enroute':
+        return interpolate(record.pickup.point, record.dropoff.point, ENROUTE_START);
+      case 'dropoff_arrived':
+      case 'dropoff_complete':
+        return record.dropoff.point;
+      case 'return_in_progress':
+        return interpolate(record.returnFrom ?? record.dropoff.point, record.pickup.point, ENROUTE_START);
+      default:
+        // A failure or a provider cancel happens where the courier is.
+        return record.courierAt;
+    }
+  }
+
+  /**
+   * When automatic, the simulator knows exactly when it will arrive; in manual
+   * mode the first guess stands, and so does the last one once the package turns back.
+   */
   private estimateArrival(record: DeliveryRecord): Date {
     const now = Date.now();
-    if (record.step === STEP.dropoffComplete) return new Date(now);
-    if (this.knobs.stepMs <= 0) return record.etaAt;
+    const key = milestoneOf(record).key;
+    if (key === 'dropoff_complete') return new Date(now);
+    if (this.knobs.stepMs <= 0 || !DELIVERY_PATH.has(key)) return record.etaAt;
     return new Date(now + (STEP.dropoffComplete - record.step) * this.knobs.stepMs);
   }
 

@@ -3,7 +3,8 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { startSandbox, type SandboxKnobs } from './index.js';
+import { DEFAULT_REQUEST_LOG_SIZE, startSandbox, type SandboxKnobs } from './index.js';
+import { OUTCOME_PAYLOAD_FIELD, OUTCOMES, PLANS, STEP } from './state.js';
 
 const USAGE = `Usage: npm run sandbox -- [options]
 
@@ -15,8 +16,19 @@ const USAGE = `Usage: npm run sandbox -- [options]
   --error-rate <0..1>    share of API requests answered 503 (default 0)
   --duplicate-rate <0..1> share of webhooks sent twice (default 0)
   --reorder-rate <0..1>  share of webhooks sent after the next one (default 0)
+  --return-rate <0..1>   share of picked-up deliveries that fail or are canceled by
+                         the provider, then go back to the pickup (default 0)
+  --request-log-size <n> most recent requests kept for inspection (default ${DEFAULT_REQUEST_LOG_SIZE})
   --public-key-file <p>  where to write the webhook public key (default ./data/sandbox-public.pem)
   --help                 show this text
+
+To force one delivery's outcome, whatever --return-rate says, put "${OUTCOME_PAYLOAD_FIELD}"
+in its platform_payload (or a seeded order's partner_payload), e.g.
+{"platform_payload": {"${OUTCOME_PAYLOAD_FIELD}": "failed_then_returned"}}. The payload is
+still stored and returned untouched. Values, and the events after dropoff_enroute:
+${OUTCOMES.map((o) => `  ${o.padEnd(24)}${PLANS[o].slice(STEP.dropoffEnroute + 1).map((m) => m.event).join(', ')}`).join('\n')}
+
+Knobs can also be changed while it runs: POST /sandbox/knobs {"returnRate": 0.2}.
 `;
 
 const NUMERIC_KNOBS: Record<string, keyof SandboxKnobs> = {
@@ -25,6 +37,7 @@ const NUMERIC_KNOBS: Record<string, keyof SandboxKnobs> = {
   'error-rate': 'errorRate',
   'duplicate-rate': 'duplicateRate',
   'reorder-rate': 'reorderRate',
+  'return-rate': 'returnRate',
 };
 
 async function main(): Promise<void> {
@@ -38,6 +51,8 @@ async function main(): Promise<void> {
       'error-rate': { type: 'string' },
       'duplicate-rate': { type: 'string' },
       'reorder-rate': { type: 'string' },
+      'return-rate': { type: 'string' },
+      'request-log-size': { type: 'string' },
       'public-key-file': { type: 'string' },
       help: { type: 'boolean' },
     },
@@ -57,7 +72,10 @@ async function main(): Promise<void> {
   const webhookUrl = values['webhook-url'];
   if (webhookUrl !== undefined && !URL.canParse(webhookUrl)) throw new UsageError('--webhook-url must be an absolute URL');
 
-  const sandbox = await startSandbox({ port, host: values.host ?? '127.0.0.1', webhookUrl, knobs });
+  const rawLogSize = values['request-log-size'];
+  const requestLogSize = rawLogSize === undefined ? undefined : parseNumber('request-log-size', rawLogSize);
+
+  const sandbox = await startSandbox({ port, host: values.host ?? '127.0.0.1', webhookUrl, knobs, requestLogSize });
   const keyFile = resolve(values['public-key-file'] ?? './data/sandbox-public.pem');
   await mkdir(dirname(keyFile), { recursive: true });
   await writeFile(keyFile, sandbox.publicKeyPem);

@@ -8,15 +8,18 @@ import type {
   WireDimensions,
   WireFeeAmount,
   WireOrder,
+  WirePrice,
   WireWebhookAddress,
   WireWebhookEvent,
 } from '../upstream/wire.js';
 import {
-  STEP,
   cancellationFeeCents,
+  cancellationReason,
   centsToDecimal,
   centsToMajor,
   deliveryDay,
+  isPickedUp,
+  milestoneOf,
   readStatus,
   requestTimeToWire,
   toWireDateTime,
@@ -57,11 +60,12 @@ export function toPartnerOrder(record: DeliveryRecord, origin: string, withStyle
 function commonFields(record: DeliveryRecord, origin: string): WireDeliveryCommon {
   const r = record.request;
   const assigned = record.courier !== null;
-  const proofs = !record.canceled && record.step >= STEP.dropoffArrived;
+  // Proof of delivery stays on the read once the courier is at the door, unless the package turned back.
+  const proofs = !record.canceled && ['dropoff_arrived', 'dropoff_complete'].includes(milestoneOf(record).key);
   return {
     uid: record.uid,
     status: readStatus(record),
-    price: { value: centsToMajor(record.quote.feeCents), currency: record.quote.currency },
+    price: priceOf(record),
     distance: { value: record.quote.distanceKm, unit: 'km' },
     pickup_name: r.pickup_name,
     dropoff_name: r.dropoff_name,
@@ -89,8 +93,7 @@ function commonFields(record: DeliveryRecord, origin: string): WireDeliveryCommo
     package_delivery_mode: r.package_delivery_mode ?? 'SCHEDULED',
     package_requirements: r.package_requirements ?? [],
     items_count: r.items_count ?? null,
-    // Items come back exactly as sent.
-    items: (r.items as WireDeliveryCommon['items']) ?? null,
+    items: itemsOnRead(r.items) as WireDeliveryCommon['items'],
     weight: r.weight ?? null,
     package_value: record.quote.packageValueCents === null ? null : centsToMajor(record.quote.packageValueCents),
     pickup_start_time: requestTimeToWire(r.pickup_start_time),
@@ -98,10 +101,18 @@ function commonFields(record: DeliveryRecord, origin: string): WireDeliveryCommo
     delivery_end_time: deliveryEndTime(record),
     dropoff_verification_image_url: proofs ? proofUrl(origin, record.uid, 'photo') : null,
     dropoff_signature_image_url: proofs ? proofUrl(origin, record.uid, 'signature') : null,
-    cancellation_reason: record.canceled?.reason ?? null,
+    cancellation_reason: cancellationReason(record),
     tip: r.tip === undefined ? null : centsToMajor(record.quote.tipCents),
     delivery_style: record.deliveryStyle,
   };
+}
+
+/**
+ * `{value, currency}`; `value` is null until pricing settles, which in the
+ * sandbox is when a courier takes the job (the quote's fee, from then on).
+ */
+function priceOf(record: DeliveryRecord): WirePrice {
+  return { value: record.courier === null ? null : centsToMajor(record.quote.feeCents), currency: record.quote.currency };
 }
 
 /** Flat `pickup_address_*` fields; coordinates are the ones the courier drives to (given or derived). */
@@ -147,7 +158,7 @@ function deliveryEndTime(record: DeliveryRecord): string | null {
 /** What cancelling now would cost; null once cancelling is refused, the charged fee once canceled. */
 export function expectedCancellationFee(record: DeliveryRecord): WireFeeAmount | null {
   if (record.canceled) return { amount: centsToDecimal(record.canceled.feeCents), currency: record.quote.currency };
-  if (record.step >= STEP.pickupComplete) return null;
+  if (isPickedUp(record)) return null;
   return { amount: centsToDecimal(cancellationFeeCents(record)), currency: record.quote.currency };
 }
 
@@ -180,7 +191,7 @@ export function toWebhookEvent(record: DeliveryRecord, eventName: string, origin
     ...(record.group === 'platform'
       ? { platform_payload: r.platform_payload ?? null }
       : { partner_reference: r.partner_reference ?? null, partner_payload: r.partner_payload ?? null }),
-    price: { value: centsToMajor(record.quote.feeCents), currency: record.quote.currency },
+    price: priceOf(record),
     distance: { value: record.quote.distanceKm, unit: 'km' },
     tip: r.tip === undefined ? null : centsToMajor(record.quote.tipCents),
     pickup_name: r.pickup_name,
@@ -217,16 +228,15 @@ export function toWebhookEvent(record: DeliveryRecord, eventName: string, origin
     package_requirements: r.package_requirements ?? [],
     package_value: record.quote.packageValueCents === null ? null : centsToMajor(record.quote.packageValueCents),
     items_count: r.items_count ?? null,
-    items: (r.items as WireWebhookEvent['items']) ?? null,
+    items: itemsOnRead(r.items) as WireWebhookEvent['items'],
     weight: r.weight ?? null,
   };
   if (eventName === 'delivery.dropoff_arrived') {
     event.dropoff_verification_image_url = proofUrl(origin, record.uid, 'photo');
     event.dropoff_signature_image_url = proofUrl(origin, record.uid, 'signature');
   }
-  if (eventName === 'delivery.canceled' && record.canceled) {
-    event.cancellation_reason = record.canceled.reason;
-  }
+  const reason = cancellationReason(record);
+  if (eventName === 'delivery.canceled' && reason !== null) event.cancellation_reason = reason;
   return event;
 }
 
@@ -243,4 +253,17 @@ function nestedAddress(record: DeliveryRecord, end: 'pickup' | 'dropoff'): Parti
   address.latitude = place.point.lat;
   address.longitude = place.point.lng;
   return { [`${end}_address`]: address };
+}
+
+/**
+ * Items come back as sent, except each price, which is read out converted from
+ * cents like tip and package_value (every request amount is taken in cents).
+ */
+function itemsOnRead(items: unknown): unknown[] | null {
+  if (!Array.isArray(items)) return null;
+  return items.map((item) =>
+    item && typeof item === 'object' && typeof (item as { price?: unknown }).price === 'number'
+      ? { ...item, price: centsToMajor((item as { price: number }).price) }
+      : item,
+  );
 }

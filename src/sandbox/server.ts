@@ -6,6 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { JsonObject } from '../upstream/wire.js';
 import type { SandboxKnobs, SandboxMerchant, SandboxRequestRecord } from './index.js';
 import { LifecycleError, type LifecycleSimulator } from './lifecycle.js';
+import type { RequestLog } from './request-log.js';
 import { PARTNER_ROOTS, PARTNER_ROUTES, seedOrder } from './partner-routes.js';
 import { PLATFORM_ROUTES } from './platform-routes.js';
 import { toPlatformDelivery } from './representations.js';
@@ -20,7 +21,7 @@ export interface ServerDeps {
   state: SandboxState;
   lifecycle: LifecycleSimulator;
   knobs: SandboxKnobs;
-  requests: SandboxRequestRecord[];
+  requests: RequestLog;
   publicKeyPem: string;
   /** Aborted by stop(): cuts short any latency wait still running. */
   lifetime: AbortSignal;
@@ -44,7 +45,7 @@ async function handle(deps: ServerDeps, req: IncomingMessage, res: ServerRespons
   const at = Date.now();
   const method = req.method ?? 'GET';
   const path = new URL(req.url ?? '/', 'http://sandbox').pathname;
-  const record = (group: RecordGroup, status: number) => deps.requests.push({ method, path, group, status, at });
+  const record = (group: RecordGroup, status: number) => deps.requests.add({ method, path, group, status, at });
 
   if (path === API_PREFIX || path.startsWith(`${API_PREFIX}/`)) {
     const segments = splitPath(path.slice(API_PREFIX.length));

@@ -11,28 +11,86 @@ import type { SandboxMerchant } from './index.js';
 
 export type Group = 'platform' | 'partner';
 
+export type MilestoneKey =
+  | 'created'
+  | 'assigned'
+  | 'pickup_enroute'
+  | 'pickup_arrived'
+  | 'pickup_complete'
+  | 'dropoff_enroute'
+  | 'dropoff_arrived'
+  | 'dropoff_complete'
+  | 'failed'
+  | 'provider_canceled'
+  | 'return_in_progress'
+  | 'returned';
+
 export interface Milestone {
-  key: string;
-  /** `status` on read: upper snake, as the doc's `DROPOFF_COMPLETE`. */
+  key: MilestoneKey;
+  /** `status` on read: upper snake, as the doc's `DROPOFF_COMPLETE` (a cancellation reads `Canceled`). */
   status: string;
   /** `status` on webhooks: human readable, as the doc's `Picked Up`. */
   label: string;
   event: DeliveryEventName;
-  /** The location event sent with this milestone; none once delivered. */
+  /** The location event sent with this milestone; none where the courier does not move on. */
   location: LocationEventName | null;
+  /** Nothing follows: the delivery is finished. */
+  final: boolean;
 }
 
-export const MILESTONES: readonly Milestone[] = [
-  { key: 'created', status: 'CREATED', label: 'Created', event: 'delivery.created', location: null },
-  { key: 'assigned', status: 'ASSIGNED', label: 'Assigned', event: 'delivery.assigned', location: 'location.assigned_driver' },
-  { key: 'pickup_enroute', status: 'PICKUP_ENROUTE', label: 'Pickup Enroute', event: 'delivery.pickup_enroute', location: 'location.pickup_enroute' },
-  { key: 'pickup_arrived', status: 'PICKUP_ARRIVED', label: 'Pickup Arrived', event: 'delivery.pickup_arrived', location: 'location.pickup_arrived' },
-  { key: 'pickup_complete', status: 'PICKUP_COMPLETE', label: 'Picked Up', event: 'delivery.pickup_complete', location: 'location.pickup_complete' },
-  { key: 'dropoff_enroute', status: 'DROPOFF_ENROUTE', label: 'Dropoff Enroute', event: 'delivery.dropoff_enroute', location: 'location.dropoff_enroute' },
-  { key: 'dropoff_arrived', status: 'DROPOFF_ARRIVED', label: 'Dropoff Arrived', event: 'delivery.dropoff_arrived', location: 'location.dropoff_arrived' },
-  { key: 'dropoff_complete', status: 'DROPOFF_COMPLETE', label: 'Delivered', event: 'delivery.dropoff_complete', location: null },
-];
+export const CANCELED_STATUS = 'Canceled';
 
+const milestone = (
+  key: MilestoneKey,
+  event: DeliveryEventName,
+  status: string,
+  label: string,
+  location: LocationEventName | null,
+  final = false,
+): Milestone => ({ key, event, status, label, location, final });
+
+export const MILESTONE: Readonly<Record<MilestoneKey, Milestone>> = Object.freeze({
+  created: milestone('created', 'delivery.created', 'CREATED', 'Created', null),
+  assigned: milestone('assigned', 'delivery.assigned', 'ASSIGNED', 'Assigned', 'location.assigned_driver'),
+  pickup_enroute: milestone('pickup_enroute', 'delivery.pickup_enroute', 'PICKUP_ENROUTE', 'Pickup Enroute', 'location.pickup_enroute'),
+  pickup_arrived: milestone('pickup_arrived', 'delivery.pickup_arrived', 'PICKUP_ARRIVED', 'Pickup Arrived', 'location.pickup_arrived'),
+  pickup_complete: milestone('pickup_complete', 'delivery.pickup_complete', 'PICKUP_COMPLETE', 'Picked Up', 'location.pickup_complete'),
+  dropoff_enroute: milestone('dropoff_enroute', 'delivery.dropoff_enroute', 'DROPOFF_ENROUTE', 'Dropoff Enroute', 'location.dropoff_enroute'),
+  dropoff_arrived: milestone('dropoff_arrived', 'delivery.dropoff_arrived', 'DROPOFF_ARRIVED', 'Dropoff Arrived', 'location.dropoff_arrived'),
+  dropoff_complete: milestone('dropoff_complete', 'delivery.dropoff_complete', 'DROPOFF_COMPLETE', 'Delivered', null, true),
+  // The return path: the package was picked up but not delivered, and goes back.
+  failed: milestone('failed', 'delivery.failed', 'FAILED', 'Failed', null),
+  provider_canceled: milestone('provider_canceled', 'delivery.canceled', CANCELED_STATUS, CANCELED_STATUS, null),
+  return_in_progress: milestone('return_in_progress', 'delivery.return_in_progress', 'RETURN_IN_PROGRESS', 'Return In Progress', 'location.return_in_progress'),
+  returned: milestone('returned', 'delivery.returned', 'RETURNED', 'Returned', null, true),
+});
+
+/** How a delivery ends. */
+export const OUTCOMES = ['delivered', 'failed_then_returned', 'canceled_then_returned'] as const;
+export type Outcome = (typeof OUTCOMES)[number];
+
+/**
+ * The `platform_payload` / `partner_payload` entry that fixes a delivery's
+ * outcome, for tests and demos; the payload itself is stored untouched.
+ */
+export const OUTCOME_PAYLOAD_FIELD = 'sandbox_outcome';
+
+const M = MILESTONE;
+const TO_PICKUP = [M.created, M.assigned, M.pickup_enroute, M.pickup_arrived, M.pickup_complete] as const;
+
+/**
+ * The milestones of each outcome, in order. Every plan shares the path up to
+ * dropoff_enroute, so a step index means the same milestone on all of them until
+ * the delivery branches: the outcome may be decided as late as pickup.
+ * A failure happens at the recipient's door; a provider cancellation on the way there.
+ */
+export const PLANS: Readonly<Record<Outcome, readonly Milestone[]>> = Object.freeze({
+  delivered: [...TO_PICKUP, M.dropoff_enroute, M.dropoff_arrived, M.dropoff_complete],
+  failed_then_returned: [...TO_PICKUP, M.dropoff_enroute, M.dropoff_arrived, M.failed, M.return_in_progress, M.returned],
+  canceled_then_returned: [...TO_PICKUP, M.dropoff_enroute, M.provider_canceled, M.return_in_progress, M.returned],
+});
+
+/** Indexes of the shared part of every plan (and of the whole delivered plan). */
 export const STEP = Object.freeze({
   created: 0,
   assigned: 1,
@@ -40,11 +98,9 @@ export const STEP = Object.freeze({
   pickupArrived: 3,
   pickupComplete: 4,
   dropoffEnroute: 5,
-  dropoffArrived: 6,
+  /** On the delivered plan only. */
   dropoffComplete: 7,
 });
-
-export const CANCELED_STATUS = 'Canceled';
 
 export interface Courier {
   name: string;
@@ -82,12 +138,19 @@ export interface DeliveryRecord {
   dropoff: Place;
   quote: Quote;
   deliveryStyle: string;
-  /** Index into MILESTONES. */
+  /** Decided at creation when the payload forces it, else when the package is picked up; null until then. */
+  outcome: Outcome | null;
+  /** Index into the plan of the outcome (PLANS.delivered while undecided). */
   step: number;
   courier: Courier | null;
   courierAt: WireLatLng | null;
+  /** Where the courier turned back towards the pickup, once returning. */
+  returnFrom: WireLatLng | null;
   etaAt: Date;
+  /** Canceled by the merchant (platform or partner) before pickup: the delivery stops there. */
   canceled: { at: Date; reason: string; feeCents: number } | null;
+  /** Canceled by the provider after pickup: the package then goes back. */
+  providerCancellation: { at: Date; reason: string } | null;
 }
 
 export class SandboxState {
@@ -130,11 +193,14 @@ export class SandboxState {
       dropoff: locate('dropoff', request),
       quote: priceDelivery(request),
       deliveryStyle: request.delivery_style ?? 'Standard',
+      outcome: forcedOutcome(request),
       step: STEP.created,
       courier: null,
       courierAt: null,
+      returnFrom: null,
       etaAt: initialEta(request, createdAt),
       canceled: null,
+      providerCancellation: null,
     };
     this.deliveries.set(record.uid, record);
     if (group === 'partner' && request.partner_reference !== undefined) {
@@ -162,18 +228,51 @@ export class DuplicateReferenceError extends Error {
   }
 }
 
+/** The milestones this delivery goes through (the delivered path while its outcome is open). */
+export function planOf(record: DeliveryRecord): readonly Milestone[] {
+  return PLANS[record.outcome ?? 'delivered'];
+}
+
+/** The milestone the delivery is at. */
+export function milestoneOf(record: DeliveryRecord): Milestone {
+  return planOf(record)[record.step]!;
+}
+
 export function isFinished(record: DeliveryRecord): boolean {
-  return record.canceled !== null || record.step === STEP.dropoffComplete;
+  return record.canceled !== null || milestoneOf(record).final;
+}
+
+/** The courier has the package (or had it, on the way back): the merchant can no longer cancel. */
+export function isPickedUp(record: DeliveryRecord): boolean {
+  return record.step >= STEP.pickupComplete;
 }
 
 /** Status as the read endpoints spell it. */
 export function readStatus(record: DeliveryRecord): string {
-  return record.canceled ? CANCELED_STATUS : MILESTONES[record.step]!.status;
+  return record.canceled ? CANCELED_STATUS : milestoneOf(record).status;
 }
 
 /** Status as webhooks spell it. */
 export function webhookStatus(record: DeliveryRecord): string {
-  return record.canceled ? CANCELED_STATUS : MILESTONES[record.step]!.label;
+  return record.canceled ? CANCELED_STATUS : milestoneOf(record).label;
+}
+
+/** Why it was canceled, by the merchant or by the provider; null when it was not. */
+export function cancellationReason(record: DeliveryRecord): string | null {
+  return record.canceled?.reason ?? record.providerCancellation?.reason ?? null;
+}
+
+/** The outcome a payload's `sandbox_outcome` forces; null when it names none (validation rejects bad values). */
+export function forcedOutcome(request: WireDeliveryRequest): Outcome | null {
+  const value = outcomeInPayload(request.platform_payload ?? request.partner_payload);
+  return typeof value === 'string' && (OUTCOMES as readonly string[]).includes(value) ? (value as Outcome) : null;
+}
+
+/** The raw `sandbox_outcome` entry of a payload, if any. */
+export function outcomeInPayload(payload: unknown): unknown {
+  return typeof payload === 'object' && payload !== null && !Array.isArray(payload)
+    ? (payload as Record<string, unknown>)[OUTCOME_PAYLOAD_FIELD]
+    : undefined;
 }
 
 // ---------------------------------------------------------------------------
@@ -322,6 +421,13 @@ export function pickCourier(record: DeliveryRecord): Courier {
     vehicleYear: 2015 + Math.floor(Math.random() * 9),
     origin: offsetKm(record.pickup.point, km * Math.cos(bearing), km * Math.sin(bearing)),
   };
+}
+
+/** Why a provider gives up on a picked-up delivery; the `provider:` prefix tells it from a merchant's cancel. */
+const PROVIDER_CANCELLATION_REASONS = ['provider: vehicle breakdown', 'provider: courier unavailable', 'provider: road closed'];
+
+export function pickProviderCancellationReason(): string {
+  return pick(PROVIDER_CANCELLATION_REASONS);
 }
 
 function pick<T>(list: readonly T[]): T {

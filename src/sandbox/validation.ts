@@ -2,7 +2,7 @@
 // problem is collected (the platform group reports them all in `errors`); the
 // order of FIELDS decides which problem the top-level message names.
 import type { JsonObject, WireDeliveryRequest } from '../upstream/wire.js';
-import type { Group } from './state.js';
+import { OUTCOME_PAYLOAD_FIELD, OUTCOMES, outcomeInPayload, type Group } from './state.js';
 
 export interface FieldProblem {
   field: string;
@@ -165,6 +165,14 @@ function crossFieldRules(body: JsonObject, present: JsonObject, problem: (field:
         'package_minimum_vehicle_size',
         'The package_minimum_vehicle_size field must be SUV, VAN or TRUCK when delivery_style is Oversize.',
       );
+    }
+  }
+
+  // The sandbox's own switch inside the payload: a misspelt outcome would otherwise silently deliver.
+  for (const field of ['platform_payload', 'partner_payload']) {
+    const outcome = outcomeInPayload(present[field]);
+    if (outcome !== undefined && !(OUTCOMES as readonly unknown[]).includes(outcome)) {
+      problem(field, `The ${field}.${OUTCOME_PAYLOAD_FIELD} field must be one of ${OUTCOMES.join(', ')}.`);
     }
   }
 

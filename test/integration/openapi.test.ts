@@ -393,10 +393,13 @@ describe('platform group', () => {
     const fresh = await call('platformGetDelivery', 200, { params: { uid } });
     expect(fresh.data.driver_name).toBeNull();
     expect(fresh.data.expected_cancellation_fee).not.toBeNull();
+    // Pricing settles when a courier takes the job.
+    expect(fresh.data.price).toEqual({ value: null, currency: 'USD' });
 
     for (let step = 1; step <= 7; step++) {
       await sandbox.advance(uid);
-      await call('platformGetDelivery', 200, { params: { uid } });
+      const { data } = await call('platformGetDelivery', 200, { params: { uid } });
+      expect(data.price.value).toEqual(expect.any(Number));
     }
     const done = (await call('platformGetDelivery', 200, { params: { uid } })).data;
     expect(done.status).toBe('DROPOFF_COMPLETE');
@@ -404,6 +407,21 @@ describe('platform group', () => {
       expect(done[field], field).not.toBeNull();
     }
     expect(done.expected_cancellation_fee).toBeNull();
+  });
+
+  it('GET /{platform}/deliveries/{uid}: 200 Delivery at every step of both return paths', async () => {
+    for (const [outcome, ends] of [
+      ['failed_then_returned', ['DROPOFF_ARRIVED', 'FAILED', 'RETURN_IN_PROGRESS', 'RETURNED']],
+      ['canceled_then_returned', ['DROPOFF_ENROUTE', 'Canceled', 'RETURN_IN_PROGRESS', 'RETURNED']],
+    ] as const) {
+      const uid = await createDelivery(fullRequest({ platform_payload: { sandbox_outcome: outcome } }));
+      const statuses: string[] = [];
+      for (let step = 1; step <= 9 && statuses.at(-1) !== 'RETURNED'; step++) {
+        await sandbox.advance(uid);
+        statuses.push((await call('platformGetDelivery', 200, { params: { uid } })).data.status);
+      }
+      expect(statuses.slice(-4), outcome).toEqual(ends);
+    }
   });
 
   it('GET /{platform}/deliveries/{uid}: a minimal on-demand delivery (most fields null)', async () => {
@@ -506,6 +524,7 @@ describe('second (partner) group', () => {
       await call('partnerGetOrder', 200, { params: { uid } });
       await call('partnerGetOrderByReference', 200, { params: { partner_reference: reference } });
     }
+    expect(byUid.price.value).toBeNull();
     const done = (await call('partnerGetOrder', 200, { params: { uid } })).data;
     expect(done.status).toBe('DROPOFF_COMPLETE');
     for (const field of ['driver_name', 'driver_location', 'dropoff_verification_image_url', 'dropoff_signature_image_url', 'dimentions', 'tracking_url', 'delivery_start_time']) {
@@ -646,6 +665,11 @@ describe('webhooks', () => {
     await advance(order.uid, 7);
     const canceledOrder = seedOrder({ dropoff_address_street: undefined, dropoff_address_city: undefined, dropoff_address_country: undefined });
     await call('partnerCancelOrder', 200, { params: { uid: canceledOrder.uid } });
+    // Both return paths: a platform delivery that fails at the door, a partner order the provider cancels.
+    const failed = await createDelivery(fullRequest({ platform_payload: { sandbox_outcome: 'failed_then_returned' } }));
+    await advance(failed, 9);
+    const returnedOrder = seedOrder({ partner_payload: { sandbox_outcome: 'canceled_then_returned' } });
+    await advance(returnedOrder.uid, 8);
     await sandbox.idle();
 
     const validate = componentValidator('WebhookEvent');
@@ -663,6 +687,7 @@ describe('webhooks', () => {
       'delivery.dropoff_enroute', 'delivery.dropoff_arrived', 'delivery.dropoff_complete', 'delivery.canceled',
       'location.assigned_driver', 'location.pickup_enroute', 'location.pickup_arrived', 'location.pickup_complete',
       'location.dropoff_enroute', 'location.dropoff_arrived',
+      'delivery.failed', 'delivery.return_in_progress', 'delivery.returned', 'location.return_in_progress',
     ]) {
       expect(names.has(name), name).toBe(true);
     }
@@ -673,6 +698,11 @@ describe('webhooks', () => {
     // The sandbox's undocumented addition, described in the YAML as an extension.
     expect(received.find((r) => r.body.uid === order.uid)!.body.partner_reference).toBe(order.reference);
     expect(received.find((r) => r.body.uid === canceledOrder.uid)!.body).not.toHaveProperty('dropoff_address');
+    const providerCancel = received.find((r) => r.body.uid === returnedOrder.uid && r.body.event_name === 'delivery.canceled')!.body;
+    expect(providerCancel.cancellation_reason).toMatch(/^provider: /);
+    // No courier yet at delivery.created: no settled price.
+    const createdPrices = received.filter((r) => r.body.event_name === 'delivery.created').map((r) => r.body.price.value);
+    expect(new Set(createdPrices)).toEqual(new Set([null]));
   });
 });
 

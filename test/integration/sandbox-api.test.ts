@@ -232,7 +232,8 @@ describe('platform create, read, cancel', () => {
       package_delivery_mode: 'SCHEDULED',
       package_requirements: ['photo_proof_of_delivery'],
       items_count: 2,
-      items: [{ name: 'Sourdough', quantity: 2, price: 650, external_id: 'sku-1' }],
+      // Sent in cents like every request amount, read out converted like tip and package_value.
+      items: [{ name: 'Sourdough', quantity: 2, price: 6.5, external_id: 'sku-1' }],
       weight: 2,
       package_value: 12.99,
       tip: 12.34,
@@ -247,17 +248,21 @@ describe('platform create, read, cancel', () => {
       tracking_link: created.body.tracking_link,
       expected_cancellation_fee: { amount: '0.00', currency: 'USD' },
     });
-    expect(d.price).toEqual({ value: expect.any(Number), currency: 'USD' });
+    // No courier yet: pricing has not settled.
+    expect(d.price).toEqual({ value: null, currency: 'USD' });
     expect(d.dropoff_time_estimated).toMatch(WIRE_DATETIME);
     expect(d.dimensions).toEqual({ height: expect.any(Number), length: expect.any(Number), width: expect.any(Number) });
     // The partner spellings belong to the other group only.
     for (const field of ['dimentions', 'tracking_url', 'expected_cancelation_fee', 'partner_reference', 'partner_payload']) {
       expect(d).not.toHaveProperty(field);
     }
-    // Same price as the quote for the same request.
+    // Once a courier takes it, the price is the quote's for the same request.
     const quote = await call('POST', platform('/quote'), { body: deliveryRequest() });
-    expect(d.price.value).toBe(quote.body.data.price.delivery_fee);
     expect(d.distance.value).toBe(quote.body.data.distance);
+    await sandbox.advance(created.body.uid);
+    const assigned = (await call('GET', platform(`/deliveries/${created.body.uid}`))).body.data;
+    expect(assigned.status).toBe('ASSIGNED');
+    expect(assigned.price).toEqual({ value: quote.body.data.price.delivery_fee, currency: 'USD' });
   });
 
   it('serves the public tracking page without a key', async () => {
@@ -406,7 +411,7 @@ describe('partner orders', () => {
       delivery_end_time: '2030-06-01T11:00:00+00:00',
       tracking_url: `${sandbox.origin}/track/${seeded.uid}`,
       expected_cancelation_fee: { amount: '0.00', currency: 'GBP' },
-      price: { value: expect.any(Number), currency: 'GBP' },
+      price: { value: null, currency: 'GBP' },
       tip: 5,
       package_value: 100.5,
       driver_id: null,

@@ -123,7 +123,8 @@ describe('a simulated delivery, as the webhook receiver sees it', () => {
       uid,
       status: 'Created',
       platform_payload: { store: 'deli-1', nested: { ok: true } },
-      price: { value: expect.any(Number), currency: 'USD' },
+      // Pricing settles when a courier takes the job.
+      price: { value: null, currency: 'USD' },
       distance: { value: expect.any(Number), unit: 'km' },
       tip: 3,
       pickup_name: 'Corner Deli',
@@ -151,6 +152,8 @@ describe('a simulated delivery, as the webhook receiver sees it', () => {
       driver_vehicle_year: expect.any(Number),
     });
     for (const e of all.slice(1)) expect(e.driver_name).toBe(assigned.driver_name);
+    for (const e of all.slice(1)) expect(e.price).toEqual({ value: expect.any(Number), currency: 'USD' });
+    expect(new Set(all.slice(1).map((e) => e.price!.value)).size).toBe(1);
 
     // Proof only on delivery.dropoff_arrived; no cancellation reason anywhere.
     for (const e of all) {
