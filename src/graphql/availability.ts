@@ -21,7 +21,8 @@ const ServiceAvailabilityRef = builder.objectRef<ServiceAvailability>('ServiceAv
     checkedAt: t.expose('checkedAt', { type: 'DateTime', description: 'When the facade asked.' }),
     errorCode: t.exposeString('errorCode', {
       nullable: true,
-      description: 'Why the group is unavailable when the check itself failed (UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE, UPSTREAM_ERROR); null otherwise.',
+      description:
+        'Why the group is unavailable when the check itself failed (UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE, UPSTREAM_ERROR, or UNAUTHENTICATED when this group refused the key and the other accepted it); null otherwise.',
     }),
   }),
 });
@@ -29,7 +30,8 @@ const ServiceAvailabilityRef = builder.objectRef<ServiceAvailability>('ServiceAv
 builder.queryField('availability', (t) =>
   t.field({
     type: [ServiceAvailabilityRef],
-    description: "Both groups' availability, checked concurrently. A group that cannot be reached reads as unavailable with an errorCode.",
+    description:
+      "Both groups' availability, checked concurrently. A group that cannot be reached, or that refuses the key while the other accepts it, reads as unavailable with an errorCode; only a key both groups refuse is an UNAUTHENTICATED error.",
     resolve: async (_root, _args, ctx) => {
       const key = ctx.requireKey();
       const { upstream } = ctx.services;
@@ -39,14 +41,16 @@ builder.queryField('availability', (t) =>
       ];
       const results = await Promise.allSettled(checks.map(([, check]) => check()));
       const checkedAt = new Date().toISOString();
+      // A key neither group accepts is the caller's problem, not the services': say so as an error.
+      // A key only one group refuses (a merchant onboarded on one group) is that group's entry.
+      const refused = results.filter((result) => result.status === 'rejected' && result.reason instanceof UnauthenticatedError);
+      if (refused.length === results.length) throw (refused[0] as PromiseRejectedResult).reason;
       return results.map((result, index): ServiceAvailability => {
         const group = checks[index]![0];
         if (result.status === 'fulfilled') {
           const { service, available } = result.value;
           return { group, service: typeof service === 'string' ? service : null, available: available === true, checkedAt, errorCode: null };
         }
-        // A refused key is the caller's problem, not the service's: say so as an error.
-        if (result.reason instanceof UnauthenticatedError) throw result.reason;
         const code = result.reason instanceof DeliveryGraphError ? result.reason.code : 'UPSTREAM_ERROR';
         return { group, service: null, available: false, checkedAt, errorCode: code };
       });

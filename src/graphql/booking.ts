@@ -3,7 +3,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { IdempotencyConflictError, UpstreamTimeoutError, ValidationError } from '../errors.js';
 import type { DeliveryStub } from '../mapping/model.js';
-import { toWireRequest } from '../mapping/request.js';
+import { toWireRequest, type DeliveryInput } from '../mapping/request.js';
 import { fingerprint, hashKey, type BookingResult } from '../store/store.js';
 import type { WireDeliveryRequest } from '../upstream/wire.js';
 import { builder } from './builder.js';
@@ -17,8 +17,8 @@ const PENDING_POLL_MS = 25;
 /** Bookings under way in this process, so concurrent repeats share one upstream call. */
 const inFlight = new Map<string, Promise<BookingResult>>();
 
-async function book(ctx: GraphQLContext, key: string, body: WireDeliveryRequest): Promise<BookingResult> {
-  const created = await asValidation(key, () => ctx.services.upstream.platform.create(key, body));
+async function book(ctx: GraphQLContext, key: string, body: WireDeliveryRequest, input: DeliveryInput): Promise<BookingResult> {
+  const created = await asValidation(key, () => ctx.services.upstream.platform.create(key, body), input);
   const result = { uid: created.uid, trackingUrl: created.trackingLink ?? null };
   await ctx.services.store.recordOwner(result.uid, hashKey(key));
   return result;
@@ -29,7 +29,7 @@ async function book(ctx: GraphQLContext, key: string, body: WireDeliveryRequest)
  * it is a conflict. A repeat that arrives while the first is still booking waits
  * for it (in this process through `inFlight`, across processes by polling the store).
  */
-async function bookOnce(ctx: GraphQLContext, key: string, idempotencyKey: string, body: WireDeliveryRequest): Promise<BookingResult> {
+async function bookOnce(ctx: GraphQLContext, key: string, idempotencyKey: string, body: WireDeliveryRequest, input: DeliveryInput): Promise<BookingResult> {
   const { store, config } = ctx.services;
   const owner = hashKey(key);
   const print = fingerprint(body);
@@ -57,7 +57,7 @@ async function bookOnce(ctx: GraphQLContext, key: string, idempotencyKey: string
     }
     const booking = (async () => {
       try {
-        const result = await book(ctx, key, body);
+        const result = await book(ctx, key, body, input);
         await store.completeIdempotency(owner, idempotencyKey, result);
         return result;
       } catch (error) {
@@ -94,7 +94,7 @@ builder.mutationField('createDelivery', (t) =>
     resolve: async (_root, { input, idempotencyKey }, ctx): Promise<DeliveryStub> => {
       const key = ctx.requireKey();
       const body = toWireRequest(input, 'PLATFORM', ctx.services.config.upstream.amountUnit);
-      const result = idempotencyKey ? await bookOnce(ctx, key, idempotencyKey, body) : await book(ctx, key, body);
+      const result = idempotencyKey ? await bookOnce(ctx, key, idempotencyKey, body, input) : await book(ctx, key, body, input);
       return { uid: result.uid, group: 'PLATFORM', trackingUrl: result.trackingUrl, stub: true };
     },
   }),

@@ -46,8 +46,8 @@ const STYLE_HELP: Record<(typeof DELIVERY_STYLES)[number], string> = {
   STANDARD: 'Everyday parcels one person can carry (the default).',
   HYBRID: 'Routes mixing a scheduled window with on-demand sourcing.',
   SPECIAL_HANDLING: 'Fragile, temperature-sensitive or high-value goods.',
-  OVERSIZE: 'Needs an SUV or larger; minimumVehicleSize must be SUV, VAN or TRUCK.',
-  OTHER: 'A style enabled for the platform that the facade does not know; rawStyle has the string. Read only.',
+  OVERSIZE: 'Needs an SUV or larger; minimumVehicleSize is required (the upstream judges whether it is large enough).',
+  OTHER: 'A style enabled for the platform that the facade does not know; Delivery.rawStyle has the string. Read only: to request such a style, send DeliveryInput.rawStyle.',
 };
 
 export const DeliveryStyleEnum = builder.enumType('DeliveryStyle', {

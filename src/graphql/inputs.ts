@@ -42,14 +42,17 @@ const ItemInputRef = builder.inputType('ItemInput', {
     description: t.string({ description: 'Item description.' }),
     externalId: t.string({ description: "The merchant's id of the item." }),
     externalInstanceId: t.string({ description: "The merchant's id of this instance of the item." }),
-    price: t.field({ type: 'Decimal', description: 'Unit price in major units.' }),
+    price: t.field({
+      type: 'Decimal',
+      description: 'Unit price in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default, like tip).',
+    }),
     barcode: t.string({ description: 'Barcode.' }),
   }),
 });
 
 export const DeliveryInputRef = builder.inputRef<DeliveryInput>('DeliveryInput').implement({
   description:
-    'One request body for quote and create, on either group. Group-specific rules (required fields, bounds, OVERSIZE vs vehicle size, windows per mode) are checked before any upstream call and reported as a ValidationError with one FieldError per problem.',
+    'One request body for quote and create, on either group. Group-specific rules (required fields, bounds, OVERSIZE needs a vehicle size, style or rawStyle, windows per mode) are checked before any upstream call and reported as a ValidationError with one FieldError per problem.',
   fields: (t) => ({
     pickup: t.field({ type: StopInputRef, required: true, description: 'Where the package is collected.' }),
     dropoff: t.field({ type: StopInputRef, required: true, description: 'Where the package goes.' }),
@@ -57,8 +60,18 @@ export const DeliveryInputRef = builder.inputRef<DeliveryInput>('DeliveryInput')
     deliveryDate: t.field({ type: 'Date', description: 'Scheduled date; required when mode is SCHEDULED or not given.' }),
     deliveryStartTime: t.field({ type: 'DateTime', description: 'Start of the delivery window. PARTNER only.' }),
     deliveryEndTime: t.field({ type: 'DateTime', description: 'End of the delivery window. PARTNER only.' }),
-    style: t.field({ type: DeliveryStyleEnum, description: 'Handling style; STANDARD when not given. OVERSIZE needs minimumVehicleSize SUV, VAN or TRUCK.' }),
-    minimumVehicleSize: t.string({ description: 'Smallest vehicle that fits, e.g. CAR, SUV, VAN, TRUCK.' }),
+    style: t.field({
+      type: DeliveryStyleEnum,
+      description: 'Handling style, one of the four documented ones; STANDARD when neither style nor rawStyle is given. OVERSIZE needs minimumVehicleSize. Not with rawStyle.',
+    }),
+    rawStyle: t.string({
+      description:
+        'The style exactly as the upstream spells it, for a style enabled for your platform beyond the four documented ones; sent as delivery_style, trimmed, at most 64 characters. Not with style. A documented style named here in any case or separators ("oversize", "special handling") is sent in its documented spelling and follows its rules.',
+    }),
+    minimumVehicleSize: t.string({
+      description:
+        'Smallest vehicle that fits, e.g. CAR, SUV, VAN. Required (any non-blank value) for the OVERSIZE style; whether it is an SUV or larger is for the upstream to judge.',
+    }),
     description: t.string({ description: 'Contents of the package.' }),
     requirements: t.stringList({ description: 'Special requirements, e.g. "photo_proof_of_delivery".' }),
     items: t.field({ type: [ItemInputRef], description: 'Items in the package.' }),

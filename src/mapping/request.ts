@@ -8,7 +8,7 @@ import { ValidationError, type FieldProblem, UpstreamValidationError } from '../
 import type { WireDeliveryRequest, WireItem } from '../upstream/wire.js';
 import type { ApiGroup, DeliveryMode, DeliveryStyle } from './model.js';
 import { isJsonObject } from './scalars.js';
-import { WIRE_STYLE } from './status.js';
+import { deliveryStyle, WIRE_STYLE } from './status.js';
 
 export interface AddressInput {
   street: string;
@@ -51,6 +51,8 @@ export interface DeliveryInput {
   deliveryStartTime?: string | null;
   deliveryEndTime?: string | null;
   style?: DeliveryStyle | null;
+  /** The style as the upstream spells it, for a style enabled for the platform beyond the documented four. */
+  rawStyle?: string | null;
   minimumVehicleSize?: string | null;
   description?: string | null;
   requirements?: string[] | null;
@@ -64,9 +66,9 @@ export interface DeliveryInput {
   partnerReference?: string | null;
 }
 
-const SUV_OR_LARGER = new Set(['SUV', 'VAN', 'TRUCK']);
-/** Largest tip or declared value: its cents stay far inside the exact range of a JSON number. */
+/** Largest tip, declared value or item price: its cents stay far inside the exact range of a JSON number. */
 const MAX_AMOUNT = new Decimal('1000000000000');
+const RAW_STYLE_MAX = 64;
 const PICKUP_PHONE_MAX = 15;
 const PICKUP_INSTRUCTIONS_MAX = 512;
 
@@ -127,20 +129,40 @@ export function inputPathOfWireField(field: string): string {
  * checks give. The upstream's words are passed on (they name the field), with
  * the caller's key scrubbed from them in case the upstream echoes its header.
  */
-export function validationErrorFromUpstream(error: UpstreamValidationError, key: string): ValidationError {
+export function validationErrorFromUpstream(error: UpstreamValidationError, key: string, input?: DeliveryInput): ValidationError {
   const scrub = (text: string) => (key ? text.split(key).join('[redacted]') : text);
+  // The client wrote delivery_style as rawStyle when it sent that field.
+  const pathOf = (field: string) => (field === 'delivery_style' && input?.rawStyle != null ? 'input.rawStyle' : inputPathOfWireField(field));
+  // A message without a field (the partner group's, or a bare list of messages) names the field when it can.
+  const pathFromWords = (message: string) => {
+    const named = /\b([a-z]+(?:_[a-z]+)+|email|currency|weight|tip|items)\b/.exec(message)?.[1];
+    return named ? pathOf(named) : 'input';
+  };
   const fields: FieldProblem[] = [];
   for (const [field, messages] of Object.entries(error.errors)) {
     const list = Array.isArray(messages) ? messages : [messages];
-    for (const message of list) fields.push({ path: scrub(inputPathOfWireField(field)), message: scrub(String(message)) });
+    for (const text of list) {
+      const message = scrub(String(text));
+      fields.push({ path: field === '' ? pathFromWords(message) : scrub(pathOf(field)), message });
+    }
   }
   const message = scrub(error.message);
-  if (fields.length === 0) {
-    // The partner group sends only a message; it names the field when it can.
-    const named = /\b([a-z]+(?:_[a-z]+)+|email|currency|weight|tip|items)\b/.exec(message)?.[1];
-    fields.push({ path: named ? inputPathOfWireField(named) : 'input', message });
-  }
+  if (fields.length === 0) fields.push({ path: pathFromWords(message), message });
   return new ValidationError(fields, message);
+}
+
+/**
+ * The documented style a request asks for (from `style`, or from a `rawStyle`
+ * that spells a documented one in any case or separators) and the string sent
+ * as delivery_style: the documented spelling, or rawStyle trimmed and otherwise
+ * unchanged for a style enabled beyond the four. Nothing asked: both undefined.
+ */
+export function requestedStyle(input: Pick<DeliveryInput, 'style' | 'rawStyle'>): { style: DeliveryStyle | undefined; wire: string | undefined } {
+  if (input.style != null) return { style: input.style, wire: input.style === 'OTHER' ? undefined : WIRE_STYLE[input.style] };
+  const raw = input.rawStyle?.trim();
+  if (!raw) return { style: undefined, wire: undefined };
+  const style = deliveryStyle(raw) ?? undefined;
+  return { style, wire: style && style !== 'OTHER' ? WIRE_STYLE[style] : raw };
 }
 
 function blank(value: string | null | undefined): boolean {
@@ -188,10 +210,15 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
   if (mode !== 'NOW' && !dropoff.windowStart) problem('dropoff.windowStart', 'is required unless mode is NOW');
   if (mode === 'SCHEDULED' && !input.deliveryDate) problem('deliveryDate', 'is required when mode is SCHEDULED or not given');
 
-  if (input.style === 'OTHER') problem('style', 'OTHER is only read, never requested; pick a documented style');
-  if (input.style === 'OVERSIZE' && !SUV_OR_LARGER.has((input.minimumVehicleSize ?? '').trim().toUpperCase())) {
-    problem('minimumVehicleSize', 'must be SUV, VAN or TRUCK for the OVERSIZE style');
+  if (input.style === 'OTHER') problem('style', 'OTHER is only read, never requested; send a style enabled for your platform as rawStyle');
+  if (input.rawStyle != null) {
+    if (input.style != null) problem('rawStyle', 'must not be given together with style; send one of them');
+    const raw = input.rawStyle.trim();
+    if (raw === '') problem('rawStyle', 'must not be blank');
+    else if (raw.length > RAW_STYLE_MAX) problem('rawStyle', `must be at most ${RAW_STYLE_MAX} characters`);
   }
+  // Which sizes are "an SUV or larger" is the upstream's to judge: the document names no list.
+  if (requestedStyle(input).style === 'OVERSIZE' && blank(input.minimumVehicleSize)) problem('minimumVehicleSize', 'is required for the OVERSIZE style');
 
   if (group === 'PLATFORM') {
     for (const field of ['deliveryStartTime', 'deliveryEndTime', 'partnerReference'] as const) {
@@ -200,19 +227,25 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
   }
   if (input.payload != null && !isJsonObject(input.payload)) problem('payload', 'must be a JSON object');
 
-  for (const [field, value] of [['tip', input.tip], ['declaredValue', input.declaredValue]] as const) {
+  // Every request amount goes out in UPSTREAM_AMOUNT_UNIT, so each obeys the same rules.
+  const amounts: Array<[string, string | null | undefined]> = [
+    ['tip', input.tip],
+    ['declaredValue', input.declaredValue],
+    ...(input.items ?? []).map((item, index): [string, string | null | undefined] => [`items.${index}.price`, item.price]),
+  ];
+  for (const [path, value] of amounts) {
     if (value == null) continue;
     let amount: Decimal;
     try {
       amount = new Decimal(value);
     } catch {
-      problem(field, 'must be a decimal amount');
+      problem(path, 'must be a decimal amount');
       continue;
     }
-    if (amount.isNegative()) problem(field, 'must not be negative');
-    if (amount.decimalPlaces() > 2) problem(field, 'must have at most two decimal places (it is sent in cents)');
+    if (amount.isNegative()) problem(path, 'must not be negative');
+    if (amount.decimalPlaces() > 2) problem(path, 'must have at most two decimal places (it is sent in cents)');
     // Cents must stay an exact JSON integer.
-    if (amount.abs().greaterThan(MAX_AMOUNT)) problem(field, `must be at most ${MAX_AMOUNT.toFixed(2)}`);
+    if (amount.abs().greaterThan(MAX_AMOUNT)) problem(path, `must be at most ${MAX_AMOUNT.toFixed(2)}`);
   }
   const finite = (path: string, value: number | null | undefined, nonNegative = true) => {
     if (value == null) return;
@@ -257,11 +290,11 @@ export function toWireRequest(input: DeliveryInput, group: ApiGroup, amountUnit:
   set('delivery_date', input.deliveryDate);
   set('package_delivery_mode', input.mode);
   set('package_minimum_vehicle_size', input.minimumVehicleSize);
-  if (input.style && input.style !== 'OTHER') body.delivery_style = WIRE_STYLE[input.style];
+  set('delivery_style', requestedStyle(input).wire);
   set('weight', input.weight);
   set('package_description', input.description);
   set('package_requirements', input.requirements);
-  set('items', input.items?.map(wireItem));
+  set('items', input.items?.map((item) => wireItem(item, amountUnit)));
   set('items_count', input.itemsCount);
   set('package_value', amountForUpstream(input.declaredValue, amountUnit));
   set('tip', amountForUpstream(input.tip, amountUnit));
@@ -277,21 +310,21 @@ export function toWireRequest(input: DeliveryInput, group: ApiGroup, amountUnit:
   return body;
 }
 
-/** Request `tip` and `package_value` go in the unit UPSTREAM_AMOUNT_UNIT names (cents by default: 12.34 → 1234). */
+/** Request `tip`, `package_value` and item `price` go in the unit UPSTREAM_AMOUNT_UNIT names (cents by default: 12.34 → 1234). */
 export function amountForUpstream(amount: string | null | undefined, unit: AmountUnit): number | undefined {
   if (amount === null || amount === undefined) return undefined;
   const decimal = new Decimal(amount);
   return unit === 'cents' ? decimal.mul(100).toNumber() : decimal.toNumber();
 }
 
-function wireItem(item: ItemInput): WireItem {
+function wireItem(item: ItemInput, amountUnit: AmountUnit): WireItem {
   const wire: WireItem = {};
   if (item.name != null) wire.name = item.name;
   if (item.quantity != null) wire.quantity = item.quantity;
   if (item.description != null) wire.description = item.description;
   if (item.externalId != null) wire.external_id = item.externalId;
   if (item.externalInstanceId != null) wire.external_instance_id = item.externalInstanceId;
-  if (item.price != null) wire.price = new Decimal(item.price).toNumber();
+  if (item.price != null) wire.price = amountForUpstream(item.price, amountUnit);
   if (item.barcode != null) wire.barcode = item.barcode;
   return wire;
 }

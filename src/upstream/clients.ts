@@ -8,6 +8,8 @@ import { PlatformClient } from './platform.js';
 export interface Upstream {
   platform: PlatformClient;
   partner: PartnerClient;
+  /** A keyless availability GET outside the breakers: the status of any answer, or the error of none (health checks). */
+  probe(): Promise<number>;
   /** Each group's circuit now: closed, open (failing fast) or half-open (one trial call). */
   breakerState(): BreakerStates;
   /** Hears every change of a group's circuit; returns the way to stop listening. */
@@ -31,6 +33,7 @@ export function createUpstream(
   return {
     platform: new PlatformClient(http, config.platformId),
     partner: new PartnerClient(http),
+    probe: () => http.probe(),
     breakerState: () => http.breakerState(),
     onBreakerChange: (listener) => http.onBreakerChange(listener),
     close: () => http.close(),

@@ -31,6 +31,8 @@ export interface UpstreamRequest {
   /** The caller's merchant key, forwarded unchanged as the bearer token; empty sends no Authorization header. */
   key: string;
   body?: unknown;
+  /** A cancellation: a 409 answer to it means "not cancelable", whatever its body says. */
+  cancel?: boolean;
   signal?: AbortSignal;
 }
 
@@ -153,6 +155,26 @@ export class UpstreamHttp {
     if (request.method !== 'GET') return this.#call<T>(request, request.signal);
     // Group and path hold no newline (the path is URL-encoded), so the key, last, cannot blur the identity.
     return this.#shared.run(`${request.group}\n${request.path}\n${request.key}`, request.signal, (signal) => this.#call<T>(request, signal));
+  }
+
+  /**
+   * One keyless GET of the partner group's availability, outside the breakers, the
+   * shared reads and the call records: the health check's view of the upstream.
+   * Resolves with the status of any answer (a 401 included); rejects as a call would
+   * when nothing answers in time.
+   */
+  async probe(): Promise<number> {
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(), this.#options.timeoutMs);
+    try {
+      const response = await this.#send({ group: 'partner', method: 'GET', path: '/availability', route: '/availability', key: '' }, performance.now() + this.#options.timeoutMs, controller.signal);
+      return response.status;
+    } catch (error) {
+      if (controller.signal.aborted) throw new UpstreamTimeoutError(undefined, { cause: error });
+      throw classifyThrown(error, { group: 'partner', method: 'GET', path: '/availability', route: '/availability', key: '' });
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** Each group's circuit now: closed, open (failing fast) or half-open (one trial call). */
@@ -352,13 +374,15 @@ function parseSuccess<T>(response: RawResponse, request: UpstreamRequest): T {
  */
 export function classifyStatus(
   response: { status: number; text: string; headers?: RawResponse['headers'] },
-  request: Pick<UpstreamRequest, 'method' | 'route'>): DeliveryGraphError {
+  request: Pick<UpstreamRequest, 'method' | 'route' | 'cancel'>): DeliveryGraphError {
   const body = parseJson(response.text);
   const fields = body && typeof body === 'object' ? (body as Record<string, unknown>) : {};
   const code = typeof fields.code === 'string' ? fields.code : typeof fields.error === 'string' ? fields.error : undefined;
   const message = typeof fields.message === 'string' ? fields.message : undefined;
   const where = `${request.method} ${request.route}`;
 
+  // A conflict on a cancel is the delivery's state, whatever code or body (even none) comes with it.
+  if (request.cancel && response.status === 409) return new NotCancelableError();
   if (code === 'invalid_api_key' || response.status === 401) {
     return new UnauthenticatedError('The delivery service refused the merchant key.');
   }
@@ -367,7 +391,7 @@ export function classifyStatus(
   const errors = fields.errors;
   if ((errors && typeof errors === 'object') || response.status === 400 || response.status === 422) {
     // The upstream's validation message names a request field; it carries no secret.
-    return new UpstreamValidationError(message ?? 'The delivery service rejected the request.', (errors as Record<string, unknown>) ?? {});
+    return new UpstreamValidationError(message ?? 'The delivery service rejected the request.', fieldErrors(errors));
   }
   if (response.status >= 500 || response.status === 429) {
     const wait = retryAfterMs(response.headers?.['retry-after']);
@@ -376,6 +400,16 @@ export function classifyStatus(
     });
   }
   return new UpstreamProtocolError(`The delivery service answered ${response.status} to ${where}, which the facade does not understand.`);
+}
+
+/**
+ * The body's `errors` as `{field: messages}`. A bare list of messages names no
+ * field (its messages go under "" and are placed from their words); anything
+ * else carries none.
+ */
+function fieldErrors(errors: unknown): Record<string, unknown> {
+  if (Array.isArray(errors)) return errors.length > 0 ? { '': errors } : {};
+  return errors && typeof errors === 'object' ? (errors as Record<string, unknown>) : {};
 }
 
 function classifyThrown(error: unknown, request: UpstreamRequest): DeliveryGraphError {

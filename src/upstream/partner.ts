@@ -45,6 +45,7 @@ export class PartnerClient {
       path: `/orders/${segment(uid, 'uid')}/cancel`,
       route: '/orders/{uid}/cancel',
       key,
+      cancel: true,
       ...options,
     });
   }

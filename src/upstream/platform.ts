@@ -74,6 +74,7 @@ export class PlatformClient {
       path: `${this.#prefix}/deliveries/${segment(uid, 'uid')}/cancel`,
       route: '/{platform}/deliveries/{uid}/cancel',
       key,
+      cancel: true,
       ...options,
     });
   }

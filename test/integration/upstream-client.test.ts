@@ -236,6 +236,38 @@ describe('error answers are classified by status and body code', () => {
     expect(fake.seen).toHaveLength(1);
   });
 
+  // CONTRACT: "a 409 to a cancel whatever its code → not cancelable".
+  it.each([
+    ['an unknown platform code', { code: 'conflict', message: 'Courier already at pickup.' }],
+    ['an unknown partner code', { error: 'state_conflict', message: 'Order is being picked up.' }],
+    ['a validation shape', { message: 'Cannot cancel.', errors: { status: ['is Picked Up'] } }],
+    ['invalid_api_key', { code: 'invalid_api_key', message: 'odd, but a conflict' }],
+    ['not_found', { error: 'not_found', message: 'odd, but a conflict' }],
+    ['an HTML page', '<html><body>409 Conflict</body></html>'],
+    ['an empty body', ''],
+  ])('a 409 to a cancel with %s → NOT_CANCELABLE, on both groups, sent once', async (_, body) => {
+    const fake = await fakeUpstream((_req, res) =>
+      typeof body === 'string' ? res.writeHead(409, { 'content-type': 'text/html' }).end(body) : json(res, 409, body),
+    );
+    const upstream = upstreamFor(fake);
+    await failure(upstream.platform.cancel(KEY, UID), NotCancelableError, 'NOT_CANCELABLE');
+    await failure(upstream.partner.cancel(KEY, UID), NotCancelableError, 'NOT_CANCELABLE');
+    expect(fake.seen).toHaveLength(2);
+  });
+
+  it('a 409 to anything but a cancel is not read as "not cancelable"', async () => {
+    const fake = await fakeUpstream(always(409, { code: 'conflict', message: 'Busy.' }));
+    const upstream = upstreamFor(fake);
+    await failure(upstream.platform.create(KEY, REQUEST), UpstreamProtocolError, 'UPSTREAM_ERROR');
+    await failure(upstream.partner.quote(KEY, { ...REQUEST, currency: 'USD' }), UpstreamProtocolError, 'UPSTREAM_ERROR');
+    await failure(upstream.platform.get(KEY, UID), UpstreamProtocolError, 'UPSTREAM_ERROR');
+  });
+
+  it('a 401 to a cancel stays UNAUTHENTICATED', async () => {
+    const fake = await fakeUpstream(always(401, { error: 'not_cancelable', message: 'no' }));
+    await failure(upstreamFor(fake).partner.cancel(KEY, UID), UnauthenticatedError, 'UNAUTHENTICATED');
+  });
+
   it('partner {error: not_cancelable} → NOT_CANCELABLE', async () => {
     const fake = await fakeUpstream(always(400, { error: 'not_cancelable', message: 'Already picked up.' }));
     await failure(upstreamFor(fake).partner.cancel(KEY, UID), NotCancelableError, 'NOT_CANCELABLE');
@@ -262,6 +294,18 @@ describe('error answers are classified by status and body code', () => {
     const error = await failure(upstreamFor(fake).platform.create(KEY, REQUEST), UpstreamValidationError, 'VALIDATION');
     expect(error.errors).toEqual({});
     expect(error.message).toBe('Set package_minimum_vehicle_size.');
+  });
+
+  it.each([
+    ['a string', 'The email field is required.', {}],
+    ['null', null, {}],
+    ['a list of messages', ['The email field is required.'], { '': ['The email field is required.'] }],
+    ['an empty list', [], {}],
+  ])('422 whose errors is %s → VALIDATION with field errors only from an object', async (_, errors, expected) => {
+    const fake = await fakeUpstream(always(422, { message: 'The email field is required.', errors }));
+    const error = await failure(upstreamFor(fake).platform.quote(KEY, REQUEST), UpstreamValidationError, 'VALIDATION');
+    expect(error.errors).toEqual(expected);
+    expect(error.message).toBe('The email field is required.');
   });
 
   it('partner 422 {error: validation_error, message} → VALIDATION', async () => {

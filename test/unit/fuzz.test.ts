@@ -216,7 +216,8 @@ function deliveryInputArbitrary(a: InputArbitraries): fc.Arbitrary<DeliveryInput
       deliveryStartTime: opt(a.dateTime),
       deliveryEndTime: opt(a.dateTime),
       style: opt(fc.constantFrom(...DELIVERY_STYLES)),
-      minimumVehicleSize: opt(fc.oneof(fc.constantFrom('CAR', 'SUV', 'van', ' truck ', 'BIKE'), anyText)),
+      rawStyle: opt(fc.oneof(fc.constantFrom('White Glove', 'oversize', 'SPECIAL-HANDLING', ' Standard ', 'Other', '', '   ', 'x'.repeat(65)), anyText)),
+      minimumVehicleSize: opt(fc.oneof(fc.constantFrom('CAR', 'SUV', 'van', ' truck ', 'BIKE', ' '), anyText)),
       description: opt(anyText),
       requirements: opt(fc.array(anyText, { maxLength: 5 })),
       items: opt(fc.array(item, { maxLength: 4 })),
@@ -243,7 +244,7 @@ function validishInput(a: InputArbitraries): fc.Arbitrary<DeliveryInput> {
       street: anyText.filter((s) => s.trim() !== ''),
       tip: fc.option(amount, { nil: null }),
       declaredValue: fc.option(amount, { nil: null }),
-      itemPrice: fc.option(a.decimal, { nil: null }),
+      itemPrice: fc.option(amount, { nil: null }),
       quantity: fc.option(count, { nil: null }),
       itemsCount: fc.option(count, { nil: null }),
       weight: fc.option(a.number.filter((n) => !(n < 0)), { nil: null }),
@@ -314,14 +315,24 @@ function bodyProblems(body: WireDeliveryRequest, input: DeliveryInput, group: Ap
   const mode = input.mode ?? 'SCHEDULED';
   if (mode !== 'NOW') check(Boolean(body.dropoff_start_time), 'dropoff_start_time missing');
   if (mode === 'SCHEDULED') check(Boolean(body.delivery_date), 'delivery_date missing');
-  if (body.delivery_style !== undefined) check(['Standard', 'Hybrid', 'Special Handling', 'Oversize'].includes(body.delivery_style), `delivery_style ${body.delivery_style}`);
-  if (body.delivery_style === 'Oversize') check(['SUV', 'VAN', 'TRUCK'].includes(body.package_minimum_vehicle_size?.trim().toUpperCase() ?? ''), 'Oversize without SUV, VAN or TRUCK');
+  // A documented style in its documented spelling, or a style enabled beyond them exactly as rawStyle wrote it (trimmed).
+  const documented = ['Standard', 'Hybrid', 'Special Handling', 'Oversize'];
+  if (body.delivery_style !== undefined) {
+    check(documented.includes(body.delivery_style) || body.delivery_style === input.rawStyle?.trim(), `delivery_style ${JSON.stringify(body.delivery_style)}`);
+    check(body.delivery_style.trim() !== '' && body.delivery_style.length <= 64, `delivery_style ${JSON.stringify(body.delivery_style)} is blank or long`);
+  }
+  check(input.style == null || input.rawStyle == null, 'both style and rawStyle were accepted');
+  if (body.delivery_style === 'Oversize') check(nonBlank(body.package_minimum_vehicle_size), 'Oversize without a vehicle size');
   for (const field of ['platform_payload', 'partner_payload'] as const) {
     const payload = body[field];
     if (payload !== undefined) check(payload !== null && typeof payload === 'object' && !Array.isArray(payload), `${field} is not a JSON object`);
   }
-  for (const field of ['tip', 'package_value'] as const) {
-    const amount = body[field];
+  const amounts: Array<[string, number | undefined]> = [
+    ['tip', body.tip],
+    ['package_value', body.package_value],
+    ...(body.items ?? []).map((item, index): [string, number | undefined] => [`items[${index}].price`, item.price]),
+  ];
+  for (const [field, amount] of amounts) {
     if (amount === undefined) continue;
     check(typeof amount === 'number' && Number.isFinite(amount) && amount >= 0, `${field} ${amount} is not a finite non-negative number`);
     if (unit === 'cents') check(Number.isInteger(amount), `${field} ${amount} is not whole cents`);
@@ -376,6 +387,9 @@ describe('validateDeliveryInput and toWireRequest under random input', () => {
         // Amounts go out in the configured unit: 12.34 → 1234 cents.
         if (input.tip != null && unit === 'cents' && Math.abs(Number(input.tip)) < 1e12) expect(result.tip).toBe(Math.round(Number(input.tip) * 100));
         if (input.tip != null && unit === 'major') expect(result.tip).toBe(Number(input.tip));
+        // Item prices the same way as the tip.
+        const price = input.items?.[0]?.price;
+        if (price != null) expect(result.items![0]!.price).toBe(unit === 'cents' ? new Decimal(price).mul(100).toNumber() : Number(price));
       }),
       { numRuns: RUNS },
     );
@@ -430,7 +444,7 @@ describe('validateDeliveryInput and toWireRequest under random input', () => {
   // 11 cents off), and from ~1.8e306 up the amount becomes Infinity, which JSON sends
   // as `"tip": null` (declaredValue "1e307" → package_value Infinity). All reachable
   // through GraphQL. Expected: the wire amount is exactly amount × 100, or a ValidationError.
-  it('sends tip and declaredValue exactly, or refuses them', () => {
+  it('sends tip, declaredValue and item prices exactly, or refuses them', () => {
     const amount = fc
       .oneof(fc.stringMatching(/^\d{14,40}\.\d{2}$/), fc.integer({ min: 13, max: 308 }).map((exponent) => `1e${exponent}`))
       .map((text) => throughScalar(DecimalScalar, text))
@@ -442,6 +456,7 @@ describe('validateDeliveryInput and toWireRequest under random input', () => {
           dropoff: { name: 'b', address: { street: 's', city: 'c', country: 'US' } },
           mode: 'NOW',
           tip,
+          items: [{ name: 'crate', price: tip }],
         };
         let body: WireDeliveryRequest;
         try {
@@ -450,8 +465,10 @@ describe('validateDeliveryInput and toWireRequest under random input', () => {
           if (error instanceof ValidationError) return;
           throw error;
         }
-        expect(Number.isFinite(body.tip)).toBe(true);
-        expect(new Decimal(body.tip!).equals(new Decimal(tip).mul(100))).toBe(true);
+        for (const sent of [body.tip, body.items![0]!.price]) {
+          expect(Number.isFinite(sent)).toBe(true);
+          expect(new Decimal(sent!).equals(new Decimal(tip).mul(100))).toBe(true);
+        }
       }),
       { numRuns: 200 },
     );

@@ -447,7 +447,8 @@ describe('courier, proof of delivery, absent and null', () => {
       expect(fromNull.pickup.address).toBeNull();
       expect(fromNull.courier).toBeNull();
       expect(fromNull.price).toBeNull();
-      expect(fromNull.status).toBe('UNKNOWN');
+      // A webhook's status comes from its event_name (kept), never from the null label.
+      expect(fromNull.status).toBe(typeof wire.event_name === 'string' ? statusOfEvent(wire.event_name) : 'UNKNOWN');
       expect(fromNull.package.requirements).toEqual([]);
       expect(fromNull.package.items).toBeNull();
       expect(fromNull.payload).toBeNull();
@@ -840,11 +841,13 @@ describe('validateDeliveryInput', () => {
     expect(problemsOf({ ...make(), mode: 'NOW', deliveryDate: null }, group)).toEqual([]);
   });
 
-  it.each(GROUPS)('requires an SUV, VAN or TRUCK for OVERSIZE on %s', (group, make) => {
-    for (const size of [null, 'CAR', 'BIKE', 'SEDAN']) {
-      expect(pathsOf({ ...make(), style: 'OVERSIZE', minimumVehicleSize: size }, group)).toEqual(['input.minimumVehicleSize']);
+  it.each(GROUPS)('requires a vehicle size for OVERSIZE on %s, and takes any (the upstream judges "SUV or larger")', (group, make) => {
+    for (const size of [null, undefined, '', '   ']) {
+      expect(problemsOf({ ...make(), style: 'OVERSIZE', minimumVehicleSize: size }, group)).toEqual([
+        { path: 'input.minimumVehicleSize', message: 'is required for the OVERSIZE style' },
+      ]);
     }
-    for (const size of ['SUV', 'VAN', 'TRUCK', 'suv']) {
+    for (const size of ['SUV', 'VAN', 'TRUCK', 'suv', 'CAR', 'BIKE', 'SEDAN', 'Cargo van (long wheelbase)']) {
       expect(problemsOf({ ...make(), style: 'OVERSIZE', minimumVehicleSize: size }, group)).toEqual([]);
     }
     expect(problemsOf({ ...make(), style: 'STANDARD', minimumVehicleSize: 'BIKE' }, group)).toEqual([]);
@@ -852,6 +855,45 @@ describe('validateDeliveryInput', () => {
 
   it.each(GROUPS)('refuses the read-only OTHER style on %s', (group, make) => {
     expect(pathsOf({ ...make(), style: 'OTHER' }, group)).toEqual(['input.style']);
+  });
+
+  it.each(GROUPS)('takes a rawStyle of any non-blank text up to 64 characters on %s, instead of style', (group, make) => {
+    for (const rawStyle of ['White Glove', ' Cold Chain ', 'x'.repeat(64), `  ${'y'.repeat(64)}  `]) {
+      expect(problemsOf({ ...make(), style: null, rawStyle }, group)).toEqual([]);
+    }
+    expect(problemsOf({ ...make(), style: null, rawStyle: '' }, group)).toEqual([{ path: 'input.rawStyle', message: 'must not be blank' }]);
+    expect(problemsOf({ ...make(), style: null, rawStyle: ' \t ' }, group)).toEqual([{ path: 'input.rawStyle', message: 'must not be blank' }]);
+    expect(problemsOf({ ...make(), style: null, rawStyle: 'x'.repeat(65) }, group)).toEqual([{ path: 'input.rawStyle', message: 'must be at most 64 characters' }]);
+  });
+
+  it.each(GROUPS)('refuses style and rawStyle together on %s', (group, make) => {
+    expect(pathsOf({ ...make(), style: 'STANDARD', rawStyle: 'White Glove' }, group)).toEqual(['input.rawStyle']);
+    expect(pathsOf({ ...make(), style: 'HYBRID', rawStyle: 'Hybrid' }, group)).toEqual(['input.rawStyle']);
+  });
+
+  it.each(GROUPS)('applies the rules of a documented style that rawStyle names, in any case or separators, on %s', (group, make) => {
+    for (const rawStyle of ['oversize', 'OVERSIZE', ' Oversize ', 'over-size']) {
+      expect(pathsOf({ ...make(), style: null, rawStyle, minimumVehicleSize: null }, group)).toEqual(['input.minimumVehicleSize']);
+      expect(problemsOf({ ...make(), style: null, rawStyle, minimumVehicleSize: 'CAR' }, group)).toEqual([]);
+    }
+    // A style the facade does not know has no rules of its own here.
+    expect(problemsOf({ ...make(), style: null, rawStyle: 'Oversize XL', minimumVehicleSize: null }, group)).toEqual([]);
+  });
+
+  it.each(GROUPS)('checks item prices like the tip on %s, each at its own path', (group, make) => {
+    const items = [
+      { name: 'ok', price: '24.99' },
+      { name: 'negative', price: '-1.00' },
+      { name: 'fraction of a cent', price: '0.001' },
+      { name: 'huge', price: '1000000000000.01' },
+      { name: 'none', price: null },
+    ];
+    expect(problemsOf({ ...make(), items }, group)).toEqual([
+      { path: 'input.items.1.price', message: 'must not be negative' },
+      { path: 'input.items.2.price', message: 'must have at most two decimal places (it is sent in cents)' },
+      { path: 'input.items.3.price', message: 'must be at most 1000000000000.00' },
+    ]);
+    expect(problemsOf({ ...make(), items: [{ price: '0' }, { price: '1000000000000' }, { price: '0.5' }] }, group)).toEqual([]);
   });
 
   it('refuses the partner-only fields on PLATFORM', () => {
@@ -870,7 +912,7 @@ describe('validateDeliveryInput', () => {
     const input = make();
     input.pickup = { ...input.pickup, name: '', phone: '+1 212 555 0111 ext 9', instructions: 'y'.repeat(600) };
     input.dropoff = { ...input.dropoff, windowStart: null };
-    Object.assign(input, { currency: 'DOLLARS', deliveryDate: null, style: 'OVERSIZE', minimumVehicleSize: 'CAR', tip: '0.001' });
+    Object.assign(input, { currency: 'DOLLARS', deliveryDate: null, style: 'OVERSIZE', minimumVehicleSize: ' ', tip: '0.001' });
     const problems = problemsOf(input, group);
     expect(problems.map((p) => p.path).sort()).toEqual(
       [
@@ -927,7 +969,7 @@ describe('toWireRequest', () => {
       weight: 6.5,
       package_description: 'Two boxes of books',
       package_requirements: ['photo_proof_of_delivery'],
-      items: [{ name: 'Atlas', quantity: 2, price: 24.99, external_id: 'sku-1' }],
+      items: [{ name: 'Atlas', quantity: 2, price: 2499, external_id: 'sku-1' }],
       items_count: 2,
       package_value: 4998,
       tip: 1234,
@@ -954,16 +996,27 @@ describe('toWireRequest', () => {
     expect(body).not.toHaveProperty('partner_reference');
   });
 
-  it('converts tip and declared value to cents by default: "12.34" → 1234', () => {
-    const body = toWireRequest({ ...platformInput(), tip: '12.34', declaredValue: '0.29' }, 'PLATFORM', 'cents');
+  it('converts tip, declared value and item prices to cents by default: "12.34" → 1234', () => {
+    const items = [{ name: 'a', price: '12.34' }, { name: 'b', price: '0.29' }, { name: 'c' }];
+    const body = toWireRequest({ ...platformInput(), tip: '12.34', declaredValue: '0.29', items }, 'PLATFORM', 'cents');
     expect(body.tip).toBe(1234);
     expect(body.package_value).toBe(29); // 0.29 * 100 in binary floats is 28.999999999999996
+    expect(body.items).toEqual([{ name: 'a', price: 1234 }, { name: 'b', price: 29 }, { name: 'c' }]);
   });
 
   it('sends major units as they are when the unit is major: "12.34" → 12.34', () => {
-    const body = toWireRequest({ ...platformInput(), tip: '12.34', declaredValue: '49.98' }, 'PLATFORM', 'major');
+    const body = toWireRequest({ ...platformInput(), tip: '12.34', declaredValue: '49.98', items: [{ name: 'a', price: '12.34' }] }, 'PLATFORM', 'major');
     expect(body.tip).toBe(12.34);
     expect(body.package_value).toBe(49.98);
+    expect(body.items).toEqual([{ name: 'a', price: 12.34 }]);
+  });
+
+  it('converts item prices on the PARTNER group too', () => {
+    expect(toWireRequest({ ...partnerInput(), items: [{ price: '24.99' }] }, 'PARTNER', 'cents').items).toEqual([{ price: 2499 }]);
+  });
+
+  it('refuses an item price with three decimals instead of rounding it', () => {
+    expect(() => toWireRequest({ ...platformInput(), items: [{ price: '24.999' }] }, 'PLATFORM', 'cents')).toThrow(ValidationError);
   });
 
   it('refuses a tip with three decimals instead of rounding it', () => {
@@ -983,6 +1036,28 @@ describe('toWireRequest', () => {
     const body = toWireRequest({ ...platformInput(), style: 'OVERSIZE', minimumVehicleSize: 'VAN' }, 'PLATFORM', 'cents');
     expect(body.delivery_style).toBe('Oversize');
     expect(body.package_minimum_vehicle_size).toBe('VAN');
+  });
+
+  it('sends OVERSIZE with any vehicle size as it was given', () => {
+    const body = toWireRequest({ ...platformInput(), style: 'OVERSIZE', minimumVehicleSize: 'Cargo bike' }, 'PLATFORM', 'cents');
+    expect(body).toMatchObject({ delivery_style: 'Oversize', package_minimum_vehicle_size: 'Cargo bike' });
+  });
+
+  it.each(GROUPS)('sends a rawStyle the facade does not know as delivery_style, trimmed and otherwise unchanged, on %s', (group, make) => {
+    expect(toWireRequest({ ...make(), style: null, rawStyle: '  White Glove ' }, group, 'cents').delivery_style).toBe('White Glove');
+    expect(toWireRequest({ ...make(), style: null, rawStyle: 'cold_chain/2' }, group, 'cents').delivery_style).toBe('cold_chain/2');
+  });
+
+  it.each([
+    ['oversize', 'Oversize'],
+    ['SPECIAL_HANDLING', 'Special Handling'],
+    ['special handling', 'Special Handling'],
+    ['special-handling', 'Special Handling'],
+    [' hybrid ', 'Hybrid'],
+    ['STANDARD', 'Standard'],
+  ])('sends rawStyle %j, a documented style, in its documented spelling %j', (rawStyle, wire) => {
+    const body = toWireRequest({ ...platformInput(), style: null, rawStyle, minimumVehicleSize: 'SUV' }, 'PLATFORM', 'cents');
+    expect(body.delivery_style).toBe(wire);
   });
 
   it('omits what the input leaves out, so the upstream applies its defaults', () => {
@@ -1044,5 +1119,30 @@ describe('validationErrorFromUpstream', () => {
   it('names the field from the message when the upstream sends no errors object (partner group)', () => {
     const error = validationErrorFromUpstream(new UpstreamValidationError('pickup_phone_number is too long', {}), 'sk_unrelated');
     expect(error.fields).toEqual([{ path: 'input.pickup.phone', message: 'pickup_phone_number is too long' }]);
+  });
+
+  it('names each field from its message when errors is a bare list of messages', () => {
+    const error = validationErrorFromUpstream(new UpstreamValidationError('invalid', { '': ['The email field is required.', 'Something is off.'] }), 'sk_unrelated');
+    expect(error.fields).toEqual([
+      { path: 'input.pickup.email', message: 'The email field is required.' },
+      { path: 'input', message: 'Something is off.' },
+    ]);
+  });
+
+  it('places a delivery_style problem on rawStyle when the client sent rawStyle, else on style', () => {
+    const upstream = new UpstreamValidationError('The selected delivery_style is invalid.', { delivery_style: ['The selected delivery_style is invalid.'] });
+    expect(validationErrorFromUpstream(upstream, 'k', { ...platformInput(), style: null, rawStyle: 'White Glove' }).fields[0]!.path).toBe('input.rawStyle');
+    expect(validationErrorFromUpstream(upstream, 'k', platformInput()).fields[0]!.path).toBe('input.style');
+    expect(validationErrorFromUpstream(upstream, 'k').fields[0]!.path).toBe('input.style');
+    const partner = new UpstreamValidationError('The selected delivery_style is invalid.', {});
+    expect(validationErrorFromUpstream(partner, 'k', { ...partnerInput(), style: null, rawStyle: 'White Glove' }).fields[0]!.path).toBe('input.rawStyle');
+  });
+
+  it('scrubs the merchant key from messages and paths', () => {
+    const key = 'sk_live_echoed_key';
+    const upstream = new UpstreamValidationError(`Key ${key} may not book this.`, { [`x_${key}`]: [`bad ${key}`] });
+    const error = validationErrorFromUpstream(upstream, key);
+    expect(JSON.stringify({ message: error.message, fields: error.fields })).not.toContain(key);
+    expect(error.message).toBe('Key [redacted] may not book this.');
   });
 });
