@@ -158,7 +158,7 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
       port: config.sandbox.port,
       host: config.host,
       merchants: SANDBOX_DEMO_MERCHANTS,
-      knobs: { stepMs: config.sandbox.stepMs },
+      knobs: { stepMs: config.sandbox.stepMs, returnRate: config.sandbox.returnRate },
     });
     upstreamUrl = sandbox.url;
     platformId ??= sandbox.platformId;
@@ -212,14 +212,10 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     upstream,
     logger,
     upstreamCheckMs: config.upstream.healthCheckMs,
-    // SQLite: take the write lock and let it go (a read-only file or a locked one fails); Redis: PING.
-    checkStore:
-      store instanceof RedisStore
-        ? async () => void (await store.client.ping())
-        : store instanceof SqliteStore
-          ? async () => void store.db.exec('BEGIN IMMEDIATE; ROLLBACK')
-          : async () => void (await store.lastSeq()),
+    checkStore: () => store.ping(),
   });
+  // The first answer about the upstream before serving, unless it takes longer than a second (then it is reported when it comes).
+  await readiness.firstCheck(1_000);
   if (config.metrics) metrics = createMetrics({ upstream, bus, webhooks: receiver?.counters, upstreamHealth: readiness.upstream });
 
   const persisted = config.graphql.persistedOperations && new PersistedOperations(config.graphql.persistedOperations.operations);

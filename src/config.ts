@@ -89,6 +89,8 @@ export interface Config {
     readonly port: number;
     /** Time between simulated lifecycle milestones. */
     readonly stepMs: number;
+    /** Share of deliveries that fail or are canceled by the provider after pickup, then come back. */
+    readonly returnRate: number;
   };
 }
 
@@ -133,6 +135,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations one merchant key may run per minute (0: no limit)', default: '6000' },
   { name: 'SANDBOX_PORT', help: 'port of the embedded sandbox (0: any free port)', default: '4010' },
   { name: 'SANDBOX_STEP_MS', help: 'time between simulated milestones in the embedded sandbox', default: '3000' },
+  { name: 'SANDBOX_RETURN_RATE', help: 'share (0 to 1) of embedded-sandbox deliveries that fail or are canceled by the provider after pickup and then come back (the return path)', default: '0.1' },
   { name: 'LOG_LEVEL', help: 'fatal, error, warn, info, debug, trace or silent (info: one line per request; debug: also each upstream call)', default: 'info' },
   { name: 'METRICS', help: 'true or false: Prometheus metrics at GET /metrics', default: 'true' },
   { name: 'TRACKING_PAGE', help: 'true or false: the live tracking page at GET /', default: 'true' },
@@ -156,6 +159,15 @@ function integer(env: Env, name: string, fallback: number, min: number, max: num
   if (!/^\d+$/.test(raw)) throw new ConfigError(name, `expected a whole number, got "${raw}"`);
   const value = Number(raw);
   if (value < min || value > max) throw new ConfigError(name, `expected ${min} to ${max}, got ${value}`);
+  return value;
+}
+
+/** A share from 0 to 1, e.g. 0.1. */
+function fraction(env: Env, name: string, fallback: number): number {
+  const raw = text(env, name);
+  if (raw === undefined) return fallback;
+  const value = Number(raw);
+  if (!/^\d*\.?\d+$/.test(raw) || !(value >= 0 && value <= 1)) throw new ConfigError(name, `expected a number from 0 to 1, got "${raw}"`);
   return value;
 }
 
@@ -339,6 +351,7 @@ export function loadConfig(env: Env = process.env): Config {
     sandbox: {
       port: integer(env, 'SANDBOX_PORT', 4010, 0, 65535),
       stepMs: integer(env, 'SANDBOX_STEP_MS', 3000, 0, 3_600_000),
+      returnRate: fraction(env, 'SANDBOX_RETURN_RATE', 0.1),
     },
   };
   return deepFreeze(config);

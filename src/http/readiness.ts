@@ -4,7 +4,7 @@
 // them all would turn typed UPSTREAM_UNAVAILABLE errors into its own 503s and
 // drop the webhooks the upstream retries only five times.
 import type { ServerResponse } from 'node:http';
-import { DeliveryGraphError, UnauthenticatedError } from '../errors.js';
+import { DeliveryGraphError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { Upstream } from '../upstream/clients.js';
 
@@ -25,6 +25,8 @@ export interface UpstreamHealth {
 export interface Readiness {
   /** The upstream as the last background check found it. */
   upstream(): UpstreamHealth;
+  /** Resolves when the first check has answered, or after `waitMs`, whichever comes first. */
+  firstCheck(waitMs: number): Promise<void>;
   /** Answers GET /ready. */
   handle(res: ServerResponse, draining: boolean): void;
   stop(): void;
@@ -56,25 +58,23 @@ export function createReadiness(options: ReadinessOptions): Readiness {
   const checkUpstream = async () => {
     let next: UpstreamHealth;
     try {
-      // Without a key: any answer, even a 401, shows the upstream is there.
-      await upstream.partner.availability('');
-      next = { state: 'up', checkedAt: new Date().toISOString(), errorCode: null };
+      // Without a key and outside the breakers: any answer below 500, a 401 included, shows the upstream is there.
+      const status = await upstream.probe();
+      next = status < 500 ? { state: 'up', checkedAt: new Date().toISOString(), errorCode: null } : { state: 'down', checkedAt: new Date().toISOString(), errorCode: 'UPSTREAM_UNAVAILABLE' };
     } catch (error) {
-      const reachable = error instanceof UnauthenticatedError || !(error instanceof DeliveryGraphError) || !['UPSTREAM_TIMEOUT', 'UPSTREAM_UNAVAILABLE'].includes(error.code);
-      next = { state: reachable ? 'up' : 'down', checkedAt: new Date().toISOString(), errorCode: reachable ? null : (error as DeliveryGraphError).code };
+      next = { state: 'down', checkedAt: new Date().toISOString(), errorCode: error instanceof DeliveryGraphError ? error.code : 'UPSTREAM_UNAVAILABLE' };
     }
     if (next.state !== health.state && health.state !== 'unknown') {
       logger[next.state === 'down' ? 'warn' : 'info']({ upstream: next.state, code: next.errorCode }, 'upstream health changed');
     }
     health = next;
   };
-  let checking = false;
+  let checking: Promise<void> | undefined;
   const tick = () => {
-    if (checking) return;
-    checking = true;
-    void checkUpstream().finally(() => (checking = false));
+    checking ??= checkUpstream().finally(() => (checking = undefined));
   };
   tick();
+  const first = checking!;
   const timer = setInterval(tick, options.upstreamCheckMs);
   timer.unref();
 
@@ -101,6 +101,11 @@ export function createReadiness(options: ReadinessOptions): Readiness {
 
   return {
     upstream: () => health,
+    async firstCheck(waitMs) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([first, new Promise<void>((resolve) => (timer = setTimeout(resolve, waitMs)))]);
+      clearTimeout(timer);
+    },
     handle(res, draining) {
       if (draining) return json(res, 503, { status: 'stopping', upstream: health });
       void storeProblem().then((problem) =>

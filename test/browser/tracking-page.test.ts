@@ -29,7 +29,7 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
 
   beforeAll(async () => {
     dataDir = makeDataDir();
-    app = await startApp(loadConfig({ PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: String(STEP_MS), DATA_DIR: dataDir, LOG_LEVEL: 'silent' }));
+    app = await startApp(loadConfig({ PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: String(STEP_MS), SANDBOX_RETURN_RATE: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent' }));
     browser = await launchBrowser();
   }, 60_000);
 

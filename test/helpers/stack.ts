@@ -57,6 +57,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     WEBHOOK_ISSUER: sandbox.issuer,
     DATA_DIR: dataDir,
     LOG_LEVEL: 'silent',
+    // One health check of the upstream at start, none during a test (they would count as upstream requests) unless a test asks.
+    UPSTREAM_CHECK_INTERVAL_MS: '3600000',
     ...options.env,
   };
   const boot = async () => {

@@ -43,7 +43,7 @@ describe('npm start against the embedded sandbox', () => {
   let bannerText = '';
 
   beforeAll(async () => {
-    child = run({ PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: '40', DATA_DIR: dataDir });
+    child = run({ PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: '40', SANDBOX_RETURN_RATE: '0', DATA_DIR: dataDir });
     child.stdout!.on('data', (chunk: Buffer) => (bannerText += chunk.toString()));
     const [served, merchant] = await Promise.all([
       waitFor(child, /serving on (http:\/\/\S+)/),
