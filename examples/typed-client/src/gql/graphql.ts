@@ -55,7 +55,7 @@ export type ApiGroup =
   /** Endpoints under /api/v1/{platform}: quote, book, read, cancel deliveries. */
   | 'PLATFORM';
 
-/** One request body for quote and create, on either group. Group-specific rules (required fields, bounds, OVERSIZE vs vehicle size, windows per mode) are checked before any upstream call and reported as a ValidationError with one FieldError per problem. */
+/** One request body for quote and create, on either group. Group-specific rules (required fields, bounds, OVERSIZE needs a vehicle size, style or rawStyle, windows per mode) are checked before any upstream call and reported as a ValidationError with one FieldError per problem. */
 export type DeliveryInput = {
   /** Three-letter currency code; required on PARTNER. */
   currency?: InputMaybe<Scalars['String']['input']>;
@@ -75,7 +75,7 @@ export type DeliveryInput = {
   items?: InputMaybe<Array<ItemInput>>;
   /** Number of items. */
   itemsCount?: InputMaybe<Scalars['Int']['input']>;
-  /** Smallest vehicle that fits, e.g. CAR, SUV, VAN, TRUCK. */
+  /** Smallest vehicle that fits, e.g. CAR, SUV, VAN. Required (any non-blank value) for the OVERSIZE style; whether it is an SUV or larger is for the upstream to judge. */
   minimumVehicleSize?: InputMaybe<Scalars['String']['input']>;
   /** NOW for on demand; SCHEDULED (the default) needs deliveryDate. */
   mode?: InputMaybe<DeliveryMode>;
@@ -85,9 +85,11 @@ export type DeliveryInput = {
   payload?: InputMaybe<Scalars['JSON']['input']>;
   /** Where the package is collected. */
   pickup: StopInput;
+  /** The style exactly as the upstream spells it, for a style enabled for your platform beyond the four documented ones; sent as delivery_style, trimmed, at most 64 characters. Not with style. A documented style named here in any case or separators ("oversize", "special handling") is sent in its documented spelling and follows its rules. */
+  rawStyle?: InputMaybe<Scalars['String']['input']>;
   /** Special requirements, e.g. "photo_proof_of_delivery". */
   requirements?: InputMaybe<Array<Scalars['String']['input']>>;
-  /** Handling style; STANDARD when not given. OVERSIZE needs minimumVehicleSize SUV, VAN or TRUCK. */
+  /** Handling style, one of the four documented ones; STANDARD when neither style nor rawStyle is given. OVERSIZE needs minimumVehicleSize. Not with rawStyle. */
   style?: InputMaybe<DeliveryStyle>;
   /** Courier tip in major units (sent in UPSTREAM_AMOUNT_UNIT, cents by default). */
   tip?: InputMaybe<Scalars['Decimal']['input']>;
@@ -135,9 +137,9 @@ export type DeliveryStatus =
 export type DeliveryStyle =
   /** Routes mixing a scheduled window with on-demand sourcing. */
   | 'HYBRID'
-  /** A style enabled for the platform that the facade does not know; rawStyle has the string. Read only. */
+  /** A style enabled for the platform that the facade does not know; Delivery.rawStyle has the string. Read only: to request such a style, send DeliveryInput.rawStyle. */
   | 'OTHER'
-  /** Needs an SUV or larger; minimumVehicleSize must be SUV, VAN or TRUCK. */
+  /** Needs an SUV or larger; minimumVehicleSize is required (the upstream judges whether it is large enough). */
   | 'OVERSIZE'
   /** Fragile, temperature-sensitive or high-value goods. */
   | 'SPECIAL_HANDLING'
@@ -156,7 +158,7 @@ export type ItemInput = {
   externalInstanceId?: InputMaybe<Scalars['String']['input']>;
   /** Item name. */
   name?: InputMaybe<Scalars['String']['input']>;
-  /** Unit price in major units. */
+  /** Unit price in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default, like tip). */
   price?: InputMaybe<Scalars['Decimal']['input']>;
   /** How many. */
   quantity?: InputMaybe<Scalars['Float']['input']>;
