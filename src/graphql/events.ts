@@ -1,13 +1,14 @@
 // Webhook events as GraphQL: DeliveryEvent, CourierLocation, Delivery.events,
-// and the three subscriptions.
+// and the three subscriptions. Cursors are the caller's own (src/domain/cursor.ts).
 import { createRequire } from 'node:module';
 import type { GraphQLResolveInfo } from 'graphql';
 import { BadUserInputError } from '../errors.js';
 import { fromWebhookEvent, geoPoint } from '../mapping/delivery.js';
 import type { Courier, Delivery, DeliveryStatus, GeoPoint } from '../mapping/model.js';
 import { statusOfWebhook } from '../mapping/status.js';
+import { callerCursors, START_CURSOR, type CallerCursors } from '../domain/cursor.js';
 import { courierLocation, deliveryEvents, deliveryUpdated, type EventView, type RealtimeDeps, type Subscriber } from '../realtime/streams.js';
-import { cursorOf, seqOfCursor, type StoredEvent } from '../store/store.js';
+import type { StoredEvent } from '../store/store.js';
 import { builder } from './builder.js';
 import type { GraphQLContext } from './context.js';
 import { DeliveryRef } from './delivery.js';
@@ -34,12 +35,35 @@ function statusOf(event: EventView): DeliveryStatus {
   return event.snapshot ? event.snapshot.status : statusOfWebhook(event.name, event.payload.status);
 }
 
+/** The caller's cursors, looked up once per request (or subscription); the value itself once it is known. */
+const cursorsByContext = new WeakMap<GraphQLContext, CallerCursors | Promise<CallerCursors>>();
+function cursorsOf(ctx: GraphQLContext): CallerCursors | Promise<CallerCursors> {
+  let cursors = cursorsByContext.get(ctx);
+  if (!cursors) {
+    const loading = callerCursors(ctx.services.store, ctx.requireKey());
+    cursors = loading;
+    cursorsByContext.set(ctx, loading);
+    loading.then(
+      (loaded) => cursorsByContext.set(ctx, loaded),
+      () => cursorsByContext.delete(ctx),
+    );
+  }
+  return cursors;
+}
+
+/** Without a promise per event once the caller's cursors are known: a page has up to 500 of them, twice. */
+function cursorOf(ctx: GraphQLContext, seq: number): string | Promise<string> {
+  const cursors = cursorsOf(ctx);
+  return cursors instanceof Promise ? cursors.then((loaded) => loaded.cursorOf(seq)) : cursors.cursorOf(seq);
+}
+
 export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').implement({
   description: 'A webhook event as received from the upstream, after its signature was verified; or a `snapshot` built from a read.',
   fields: (t) => ({
     cursor: t.string({
-      description: "Position in the facade's event log; pass it as `after` to deliveryEvents or Delivery.events to resume after this event.",
-      resolve: (event) => cursorOf(event.seq),
+      description:
+        "The event's position in the facade's event log, opaque and valid for the caller's key only; pass it as `after` to deliveryEvents or Delivery.events to resume after this event.",
+      resolve: (event, _args, ctx) => cursorOf(ctx, event.seq),
     }),
     uid: t.exposeID('uid', { description: 'The delivery the event is about.' }),
     name: t.exposeString('name', {
@@ -110,6 +134,38 @@ const DeliveryEventConnectionRef = builder.connectionObject(
 
 const MAX_PAGE = 500;
 
+interface EventPage {
+  edges: Array<{ cursor: string; node: StoredEvent }>;
+  pageInfo: { hasNextPage: boolean; hasPreviousPage: boolean; startCursor: string | null; endCursor: string | null };
+}
+
+/**
+ * Pages already asked for in this request, by uid, first and after: a list that
+ * names one delivery a hundred times reads its events once. Not across a
+ * subscription's events, which share one context but not one moment.
+ */
+const pagesByContext = new WeakMap<GraphQLContext, Map<string, Promise<EventPage>>>();
+
+async function eventPage(ctx: GraphQLContext, uid: string, first: number | null | undefined, after: string | null | undefined): Promise<EventPage> {
+  if (first != null && (first < 1 || first > MAX_PAGE)) throw new BadUserInputError(`first must be between 1 and ${MAX_PAGE}.`);
+  const cursors = await cursorsOf(ctx);
+  const afterSeq = after == null ? 0 : cursors.seqOf(after);
+  if (afterSeq === undefined) throw new BadUserInputError(`"${after}" is not a cursor of this facade's event log for this key.`);
+  const limit = first ?? MAX_PAGE;
+  const events = await ctx.services.store.eventsAfter(afterSeq, limit + 1, { uids: [uid] });
+  const page = events.slice(0, limit);
+  const edges = page.map((event) => ({ cursor: cursors.cursorOf(event.seq), node: event }));
+  return {
+    edges,
+    pageInfo: {
+      hasNextPage: events.length > limit,
+      hasPreviousPage: afterSeq > 0,
+      startCursor: edges[0]?.cursor ?? null,
+      endCursor: edges.at(-1)?.cursor ?? null,
+    },
+  };
+}
+
 builder.objectField(DeliveryRef, 'events', (t) =>
   t.field({
     type: DeliveryEventConnectionRef,
@@ -117,24 +173,16 @@ builder.objectField(DeliveryRef, 'events', (t) =>
     description: 'Every webhook event received for this delivery, oldest first (stale ones included, marked).',
     args: {
       first: t.arg.int({ description: `Page size, 1 to ${MAX_PAGE}; all (up to ${MAX_PAGE}) when omitted.` }),
-      after: t.arg.string({ description: 'Cursor of the event to read after.' }),
+      after: t.arg.string({ description: `Cursor of the event to read after (one this key was given), or "${START_CURSOR}" for the first page.` }),
     },
-    resolve: async (delivery, { first, after }, ctx) => {
-      if (first != null && (first < 1 || first > MAX_PAGE)) throw new BadUserInputError(`first must be between 1 and ${MAX_PAGE}.`);
-      const afterSeq = after == null ? 0 : seqOfCursor(after);
-      if (afterSeq === undefined) throw new BadUserInputError(`"${after}" is not a cursor of this facade's event log.`);
-      const limit = first ?? MAX_PAGE;
-      const events = await ctx.services.store.eventsAfter(afterSeq, limit + 1, { uids: [delivery.uid] });
-      const page = events.slice(0, limit);
-      return {
-        edges: page.map((event) => ({ cursor: cursorOf(event.seq), node: event })),
-        pageInfo: {
-          hasNextPage: events.length > limit,
-          hasPreviousPage: afterSeq > 0,
-          startCursor: page[0] ? cursorOf(page[0].seq) : null,
-          endCursor: page.at(-1) ? cursorOf(page.at(-1)!.seq) : null,
-        },
-      };
+    resolve: (delivery, { first, after }, ctx, info) => {
+      if (info.operation.operation === 'subscription') return eventPage(ctx, delivery.uid, first, after);
+      let pages = pagesByContext.get(ctx);
+      if (!pages) pagesByContext.set(ctx, (pages = new Map()));
+      const key = JSON.stringify([delivery.uid, first ?? null, after ?? null]);
+      let page = pages.get(key);
+      if (!page) pages.set(key, (page = eventPage(ctx, delivery.uid, first, after)));
+      return page;
     },
   }),
 );
@@ -197,7 +245,7 @@ builder.subscriptionType({
       args: {
         uids: t.arg.idList({ description: 'Only these deliveries.' }),
         names: t.arg.stringList({ description: 'Only these event names, e.g. ["delivery.dropoff_complete"].' }),
-        after: t.arg.string({ description: 'Replay the stored events after this cursor first.' }),
+        after: t.arg.string({ description: `Replay the stored events after this cursor (one this key was given) first; "${START_CURSOR}" replays from the oldest stored event.` }),
       },
       subscribe: (_root, _args, ctx, info) => {
         const { uids, names, after } = argumentsOf<{ uids?: string[] | null; names?: string[] | null; after?: string | null }>(info);

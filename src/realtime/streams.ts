@@ -5,7 +5,8 @@ import { BadUserInputError, NotFoundError } from '../errors.js';
 import { fromPartnerOrder, fromPlatformDelivery, geoPoint } from '../mapping/delivery.js';
 import type { Delivery, DeliveryStatus } from '../mapping/model.js';
 import { isDeliveryEvent, isLocationEvent, milestoneRank, stateOfStatus, transition, type MilestoneState } from '../domain/milestones.js';
-import { seqOfCursor, type Store, type StoredEvent } from '../store/store.js';
+import { callerCursors } from '../domain/cursor.js';
+import type { Store, StoredEvent } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { ReadAccess } from './access.js';
 import type { EventBus } from './bus.js';
@@ -226,13 +227,16 @@ export interface DeliveryEventsArgs {
  * (down, timing out), that is not a "no": the stream waits and asks again a few
  * times, in order; if it still cannot tell, the stream ends with that error, and
  * the client resumes with `after` once the upstream is back. An event is never
- * skipped for good because of an outage.
+ * skipped for good because of an outage. A refused key (UNAUTHENTICATED) ends
+ * the stream at once.
  */
 async function canReadPatiently(access: ReadAccess, key: string, uid: string): Promise<boolean> {
   for (const pause of ACCESS_RETRY_MS) {
     try {
       return await access.canRead(key, uid);
-    } catch {
+    } catch (error) {
+      // A refused key is an answer, not an outage: asking again would only cost the upstream calls.
+      if ((error as { code?: unknown } | undefined)?.code === 'UNAUTHENTICATED') throw error;
       await new Promise((resolve) => setTimeout(resolve, pause));
     }
   }
@@ -250,8 +254,9 @@ async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber,
   const names = args.names && args.names.length > 0 ? new Set(args.names) : undefined;
   let afterSeq: number | undefined;
   if (args.after != null) {
-    afterSeq = seqOfCursor(args.after);
-    if (afterSeq === undefined) throw new BadUserInputError(`"${args.after}" is not a cursor of this facade's event log.`);
+    // The subscriber's own cursors: one given to another key is not a cursor here.
+    afterSeq = (await callerCursors(deps.store, subscriber.key)).seqOf(args.after);
+    if (afterSeq === undefined) throw new BadUserInputError(`"${args.after}" is not a cursor of this facade's event log for this key.`);
   }
   if (uids) for (const uid of uids) await assertReadable(deps, subscriber.key, uid);
 

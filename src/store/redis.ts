@@ -2,22 +2,28 @@
 // Same semantics as the SQLite store (sqlite.ts); what must be atomic there is
 // one transaction, here one Lua script. Keys, under a prefix (default "dg:"):
 //   seq                        counter, INCR'd by the append script
-//   log                        stream of events; entry id "<seq>-0", so a cursor is String(seq)
+//   log                        stream of events; entry id "<seq>-0"
 //   delivery:<uid>             hash: rank, terminal, seq (the milestone state) and
 //                              delivery, location (seq of the latest non-stale event of each kind)
 //   delivery:<uid>:events      sorted set of the delivery's seqs (eventsAfter with uids)
 //   delivery:<uid>:dedup       hash "<sha256 of canonical payload> <event name>" → "<seq> <append token>"
 //   idem:<owner>:<key>         hash: fingerprint, state (pending|done), uid, trackingUrl, updatedAt, token
 //   owner:<uid>                the owner hash of a delivery booked through the facade
-// Nothing expires and the log is never trimmed, as in SQLite. All keys of one
-// script are named in KEYS; they live in different slots, so Redis Cluster is not supported.
+//   cursor-secret              random secret the cursors of every instance derive from (src/domain/cursor.ts)
+//   trim                       lease of the instance trimming expired data right now
+// With a retention, idempotency and ownership keys carry a TTL, and a timer trims
+// the log's expired head (XTRIM MINID) after removing those events from their
+// deliveries' keys, which go with their last event. All keys of one script are
+// named in KEYS; they live in different slots, so Redis Cluster is not supported.
 import { createHash, randomBytes } from 'node:crypto';
 import { Redis, type RedisOptions, type Result } from 'ioredis';
 import type { Logger } from '../logger.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 import { eventFacts, PICKED_UP_RANK } from '../domain/milestones.js';
+import { TRIM_BATCH, TrimSchedule, trimIntervalMs, yieldToEventLoop, type Retention } from './retention.js';
 import {
   canonicalJson,
+  PartialAppendError,
   PENDING_EXPIRY_MS,
   type AppendResult,
   type BookingResult,
@@ -36,9 +42,12 @@ declare module 'ioredis' {
     dgAppend(...args: string[]): Result<[0, string, number] | [1 | 2, StreamEntry], Context>;
     dgLatest(delivery: string, log: string, kind: string): Result<StreamEntry | null, Context>;
     dgEventsOf(...args: string[]): Result<StreamEntry[], Context>;
-    dgClaim(key: string, fingerprint: string, now: string, expiryMs: string, token: string): Result<[string, string?, string?], Context>;
-    dgComplete(key: string, uid: string, hasTrackingUrl: string, trackingUrl: string, now: string): Result<number, Context>;
+    dgClaim(key: string, fingerprint: string, now: string, expiryMs: string, token: string, ttlMs: string): Result<[string, string?, string?], Context>;
+    dgComplete(key: string, uid: string, hasTrackingUrl: string, trackingUrl: string, now: string, ttlMs: string): Result<number, Context>;
     dgRelease(key: string): Result<number, Context>;
+    dgLogHead(log: string, count: string): Result<string[], Context>;
+    dgForget(delivery: string, events: string, dedup: string, upTo: string): Result<number, Context>;
+    dgUnlease(key: string, token: string): Result<number, Context>;
   }
 }
 
@@ -121,10 +130,11 @@ return out
 
 /** A resend of the same claim (same token) is still this caller's claim. */
 const CLAIM = `
--- ARGV: 1 fingerprint, 2 now (ms), 3 pending expiry (ms), 4 token
+-- ARGV: 1 fingerprint, 2 now (ms), 3 pending expiry (ms), 4 token, 5 time to live (ms; '' for ever)
 local r = redis.call('HMGET', KEYS[1], 'fingerprint', 'state', 'uid', 'trackingUrl', 'updatedAt', 'token')
 if not r[1] then
   redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'state', 'pending', 'updatedAt', ARGV[2], 'token', ARGV[4])
+  if ARGV[5] ~= '' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
   return {'claimed'}
 end
 if r[1] ~= ARGV[1] then return {'conflict'} end
@@ -132,15 +142,17 @@ if r[2] == 'done' then return {'done', r[3], r[4]} end
 if r[6] == ARGV[4] then return {'claimed'} end
 if tonumber(ARGV[2]) - tonumber(r[5]) > tonumber(ARGV[3]) then
   redis.call('HSET', KEYS[1], 'updatedAt', ARGV[2], 'token', ARGV[4])
+  if ARGV[5] ~= '' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
   return {'claimed'}
 end
 return {'pending'}
 `;
 
 const COMPLETE = `
--- ARGV: 1 uid, 2 has tracking URL, 3 tracking URL, 4 now (ms)
+-- ARGV: 1 uid, 2 has tracking URL, 3 tracking URL, 4 now (ms), 5 time to live (ms; '' for ever)
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'done', 'uid', ARGV[1], 'updatedAt', ARGV[4])
+if ARGV[5] ~= '' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
 if ARGV[2] == '1' then
   redis.call('HSET', KEYS[1], 'trackingUrl', ARGV[3])
 else
@@ -153,6 +165,55 @@ const RELEASE = `
 if redis.call('HGET', KEYS[1], 'state') == 'pending' then return redis.call('DEL', KEYS[1]) end
 return 0
 `;
+
+/** The oldest entries of the log, without their payloads: seq, received at and uid of each, flat. */
+const LOG_HEAD = `
+local out = {}
+for _, entry in ipairs(redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', ARGV[1])) do
+  local at, uid = '', ''
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'at' then at = fields[i + 1] elseif fields[i] == 'uid' then uid = fields[i + 1] end
+  end
+  out[#out + 1] = string.match(entry[1], '^(%d+)')
+  out[#out + 1] = at
+  out[#out + 1] = uid
+end
+return out
+`;
+
+/**
+ * Takes a delivery's events up to a seq out of its keys, before the log itself
+ * is trimmed (so a dedup hit never points at a trimmed entry). A delivery with
+ * no event left is forgotten entirely, its milestone state with it, as SQLite does.
+ */
+const FORGET = `
+-- KEYS: 1 delivery hash, 2 delivery events, 3 delivery dedup; ARGV: 1 last trimmed seq
+local upTo = tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', upTo)
+if redis.call('ZCARD', KEYS[2]) == 0 then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+  return 1
+end
+local dedup = redis.call('HGETALL', KEYS[3])
+for i = 1, #dedup, 2 do
+  if tonumber(string.match(dedup[i + 1], '^(%d+)')) <= upTo then redis.call('HDEL', KEYS[3], dedup[i]) end
+end
+for _, kind in ipairs({'delivery', 'location'}) do
+  local seq = tonumber(redis.call('HGET', KEYS[1], kind))
+  if seq and seq <= upTo then redis.call('HDEL', KEYS[1], kind) end
+end
+return 0
+`;
+
+/** Gives the trim lease back, unless it expired and another instance holds it now. */
+const UNLEASE = `
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`;
+
+/** How long one instance may hold the trim lease; a pass that takes longer shares the work, harmlessly (every step is idempotent). */
+const TRIM_LEASE_MS = 60_000;
 
 /**
  * Connection settings for every client of the facade. A command waits through at
@@ -188,6 +249,8 @@ export interface RedisStoreOptions {
   logger?: Logger;
   /** Quit the client on close() (the store opened it). */
   ownsClient?: boolean;
+  /** Delete what is older than this (on a timer, and by TTL); without it nothing is ever deleted. */
+  retention?: Retention;
 }
 
 function toStored([id, list]: StreamEntry): StoredEvent {
@@ -218,17 +281,25 @@ export class RedisStore implements Store {
   readonly client: Redis;
   readonly prefix: string;
   readonly #ownsClient: boolean;
+  readonly #retention: Retention | undefined;
+  readonly #trims: TrimSchedule | undefined;
+  #cursorSecret: Promise<Buffer> | undefined;
 
   constructor(client: Redis, options: RedisStoreOptions = {}) {
     this.client = client;
     this.prefix = options.prefix ?? 'dg:';
     this.#ownsClient = options.ownsClient ?? false;
+    this.#retention = options.retention;
+    this.#trims = options.retention && new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
     client.defineCommand('dgAppend', { numberOfKeys: 5, lua: APPEND });
     client.defineCommand('dgLatest', { numberOfKeys: 2, lua: LATEST });
     client.defineCommand('dgEventsOf', { lua: EVENTS_OF });
     client.defineCommand('dgClaim', { numberOfKeys: 1, lua: CLAIM });
     client.defineCommand('dgComplete', { numberOfKeys: 1, lua: COMPLETE });
     client.defineCommand('dgRelease', { numberOfKeys: 1, lua: RELEASE });
+    client.defineCommand('dgLogHead', { numberOfKeys: 1, lua: LOG_HEAD });
+    client.defineCommand('dgForget', { numberOfKeys: 3, lua: FORGET });
+    client.defineCommand('dgUnlease', { numberOfKeys: 1, lua: UNLEASE });
   }
 
   /** Opens its own client on `url`. */
@@ -262,48 +333,71 @@ export class RedisStore implements Store {
     // what the same batch already wrote. Resolves once Redis answered every one.
     const token = randomBytes(9).toString('base64url');
     const pipeline = this.client.pipeline();
+    // An event whose arguments cannot even be built fails alone; the others still go.
+    const outcomes = new Array<AppendResult | Error>(events.length);
+    const sent: number[] = [];
     for (const [index, { payload, receivedAt }] of events.entries()) {
-      const name = payload.event_name;
-      const hash = createHash('sha256').update(canonicalJson(payload)).digest('hex');
-      const keys = this.#delivery(payload.uid);
-      const facts = eventFacts(name);
-      const statusText = typeof payload.status === 'string' ? payload.status : null;
-      pipeline.dgAppend(
-        `${this.prefix}seq`,
-        this.#log,
-        keys.state,
-        keys.events,
-        keys.dedup,
-        `${hash} ${name}`,
-        `${token}.${index}`,
-        facts.rank === undefined ? '' : String(facts.rank),
-        flag(facts.moves),
-        facts.final,
-        String(PICKED_UP_RANK),
-        // SQLite's `name LIKE 'delivery.%'` ignores ASCII case.
-        flag(name.toLowerCase().startsWith('delivery.')),
-        flag(carriesPosition(payload)),
-        payload.uid,
-        name,
-        flag(statusText !== null),
-        statusText ?? '',
-        receivedAt,
-        JSON.stringify(payload),
-      );
+      let args: string[];
+      try {
+        const name = payload.event_name;
+        const hash = createHash('sha256').update(canonicalJson(payload)).digest('hex');
+        const keys = this.#delivery(payload.uid);
+        const facts = eventFacts(name);
+        const statusText = typeof payload.status === 'string' ? payload.status : null;
+        args = [
+          `${this.prefix}seq`,
+          this.#log,
+          keys.state,
+          keys.events,
+          keys.dedup,
+          `${hash} ${name}`,
+          `${token}.${index}`,
+          facts.rank === undefined ? '' : String(facts.rank),
+          flag(facts.moves),
+          facts.final,
+          String(PICKED_UP_RANK),
+          // SQLite's `name LIKE 'delivery.%'` ignores ASCII case.
+          flag(name.toLowerCase().startsWith('delivery.')),
+          flag(carriesPosition(payload)),
+          payload.uid,
+          name,
+          flag(statusText !== null),
+          statusText ?? '',
+          receivedAt,
+          JSON.stringify(payload),
+        ];
+      } catch (error) {
+        outcomes[index] = error instanceof Error ? error : new Error(String(error));
+        continue;
+      }
+      pipeline.dgAppend(...args);
+      sent.push(index);
     }
-    const answers = await pipeline.exec();
+    const answers = sent.length > 0 ? await pipeline.exec() : [];
     if (!answers) throw new Error('Redis pipeline was discarded');
-    return answers.map(([error, reply], index): AppendResult => {
-      if (error) throw error;
+    // Each script runs on its own: one that failed fails only its event.
+    answers.forEach(([error, reply], position) => {
+      const index = sent[position]!;
+      if (error) {
+        outcomes[index] = error;
+        return;
+      }
       const answer = reply as [0, string, number] | [1 | 2, StreamEntry];
       if (answer[0] === 0) {
         const { payload, receivedAt } = events[index]!;
         const statusText = typeof payload.status === 'string' ? payload.status : null;
         const event = { seq: Number(answer[1]), uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale: answer[2] === 1, payload };
-        return { event, duplicate: false };
+        outcomes[index] = { event, duplicate: false };
+      } else {
+        outcomes[index] = { event: toStored(answer[1]), duplicate: answer[0] === 1 };
       }
-      return { event: toStored(answer[1]), duplicate: answer[0] === 1 };
     });
+    if (outcomes.some((outcome) => outcome instanceof Error)) {
+      // Every script failing is Redis failing (down, out of memory): the whole batch fails as before.
+      if (outcomes.every((outcome) => outcome instanceof Error)) throw outcomes[0];
+      throw new PartialAppendError(outcomes);
+    }
+    return outcomes as AppendResult[];
   }
 
   async eventsAfter(afterSeq: number, limit: number, filter: EventFilter = {}): Promise<StoredEvent[]> {
@@ -329,9 +423,9 @@ export class RedisStore implements Store {
     return rank === null ? undefined : { rank: Number(rank), terminal: terminal === '1', seq: Number(seq) };
   }
 
+  /** The counter the append script INCRs with each XADD: trimming the log does not lower it. */
   async lastSeq(): Promise<number> {
-    const [last] = (await this.client.xrevrange(this.#log, '+', '-', 'COUNT', 1)) as StreamEntry[];
-    return last ? toStored(last).seq : 0;
+    return Number((await this.client.get(`${this.prefix}seq`)) ?? 0);
   }
 
   async claimIdempotency(ownerHash: string, idempotencyKey: string, fingerprint: string): Promise<IdempotencyClaim> {
@@ -342,6 +436,8 @@ export class RedisStore implements Store {
       String(Date.now()),
       String(PENDING_EXPIRY_MS),
       token,
+      // A claim in flight outlives its pending expiry, whatever the retention.
+      this.#retention ? String(Math.max(this.#retention.idempotencyRetentionMs, PENDING_EXPIRY_MS)) : '',
     );
     if (state === 'done') return { state, result: { uid: uid!, trackingUrl: trackingUrl ?? null } };
     return { state: state as 'claimed' | 'pending' | 'conflict' };
@@ -354,6 +450,7 @@ export class RedisStore implements Store {
       flag(result.trackingUrl !== null),
       result.trackingUrl ?? '',
       String(Date.now()),
+      this.#retention ? String(this.#retention.idempotencyRetentionMs) : '',
     );
   }
 
@@ -362,7 +459,9 @@ export class RedisStore implements Store {
   }
 
   async recordOwner(uid: string, ownerHash: string): Promise<void> {
-    await this.client.set(`${this.prefix}owner:${uid}`, ownerHash, 'NX');
+    const key = `${this.prefix}owner:${uid}`;
+    if (this.#retention) await this.client.set(key, ownerHash, 'PX', this.#retention.eventRetentionMs, 'NX');
+    else await this.client.set(key, ownerHash, 'NX');
   }
 
   async ownerOf(uid: string): Promise<string | undefined> {
@@ -373,7 +472,69 @@ export class RedisStore implements Store {
     await this.client.ping();
   }
 
+  cursorSecret(): Promise<Buffer> {
+    this.#cursorSecret ??= (async () => {
+      const key = `${this.prefix}cursor-secret`;
+      // The first instance to ask sets it; every other one, now or later, reads the same.
+      await this.client.set(key, randomBytes(32).toString('base64url'), 'NX');
+      const secret = await this.client.get(key);
+      if (!secret) throw new Error('Redis did not keep the cursor secret');
+      return Buffer.from(secret, 'base64url');
+    })().catch((error: unknown) => {
+      // Asked again next time: Redis may be back.
+      this.#cursorSecret = undefined;
+      throw error;
+    });
+    return this.#cursorSecret;
+  }
+
+  /** Deletes now what is past its retention (a timer does it every interval); never two passes at once in this process. */
+  trimExpired(): Promise<void> {
+    return this.#trims?.run() ?? Promise.resolve();
+  }
+
+  /**
+   * One trim pass, under a lease so that instances sharing the Redis take turns.
+   * Idempotency and ownership keys expire by TTL; the log is trimmed here, in
+   * steps of TRIM_BATCH entries: each step a read of the head without payloads,
+   * one pipeline of FORGET scripts (one per delivery), then XTRIM MINID.
+   */
+  async #trim(stopping: () => boolean): Promise<void> {
+    const lease = `${this.prefix}trim`;
+    const token = randomBytes(9).toString('base64url');
+    if ((await this.client.set(lease, token, 'PX', TRIM_LEASE_MS, 'NX')) === null) return;
+    try {
+      for (;;) {
+        if (stopping()) return;
+        const cutoff = Date.now() - this.#retention!.eventRetentionMs;
+        const head = await this.client.dgLogHead(this.#log, String(TRIM_BATCH));
+        // In seq order, which is the order of arrival: only the leading expired entries go.
+        let upTo = 0;
+        const uids = new Set<string>();
+        for (let i = 0; i + 2 < head.length; i += 3) {
+          // A time that does not parse cannot be aged; it must not hold the log back either.
+          if (Date.parse(head[i + 1]!) >= cutoff) break;
+          upTo = Number(head[i]);
+          uids.add(head[i + 2]!);
+        }
+        if (upTo === 0) return;
+        const pipeline = this.client.pipeline();
+        for (const uid of uids) {
+          const keys = this.#delivery(uid);
+          pipeline.dgForget(keys.state, keys.events, keys.dedup, String(upTo));
+        }
+        for (const [error] of (await pipeline.exec()) ?? []) if (error) throw error;
+        await this.client.xtrim(this.#log, 'MINID', `${upTo + 1}-0`);
+        await yieldToEventLoop();
+      }
+    } finally {
+      await this.client.dgUnlease(lease, token).catch(() => undefined);
+    }
+  }
+
+  /** Stops the trim schedule (waiting for a pass in progress), then quits the client if the store opened it. */
   async close(): Promise<void> {
+    await this.#trims?.stop();
     if (!this.#ownsClient || this.client.status === 'end') return;
     // QUIT lets answers in flight arrive; on a connection that is down there are none to wait for.
     if (this.client.status === 'ready') await this.client.quit().catch(() => this.client.disconnect());

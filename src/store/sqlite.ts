@@ -1,13 +1,18 @@
 // The embedded store: one SQLite file under DATA_DIR, in WAL mode with full
 // fsync, so that what it acknowledged survives a kill -9 and a power cut.
-import { createHash } from 'node:crypto';
+// With a retention, a timer deletes what expired in small transactions and
+// hands the freed pages back to the file system a few at a time (#trim).
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
+import type { Logger } from '../logger.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 import { transition, type MilestoneState } from '../domain/milestones.js';
+import { TRIM_BATCH, TrimSchedule, trimIntervalMs, yieldToEventLoop, type Retention } from './retention.js';
 import {
   canonicalJson,
+  PartialAppendError,
   PENDING_EXPIRY_MS,
   type AppendResult,
   type BookingResult,
@@ -40,13 +45,34 @@ function toStored(row: EventRow): StoredEvent {
   };
 }
 
+export interface SqliteStoreOptions {
+  fileName?: string;
+  /** Delete what is older than this, on a timer; without it nothing is ever deleted. */
+  retention?: Retention;
+  logger?: Logger;
+}
+
+/** auto_vacuum = INCREMENTAL: freed pages can be given back to the file system a few at a time. */
+const INCREMENTAL_VACUUM = 2;
+/** Pages one incremental vacuum step gives back (1 MiB of 4 KiB pages, a few ms of I/O). */
+const VACUUM_STEP_PAGES = 256;
+/** Free pages kept for the next inserts: a quarter of the file, at least 4 MiB; only the excess is given back. */
+const freePagesKept = (pages: number) => Math.max(1024, Math.floor(pages / 4));
+
 export class SqliteStore implements Store {
   readonly db: Database.Database;
   readonly #statements;
+  readonly #retention: Retention | undefined;
+  readonly #trims: TrimSchedule | undefined;
+  #cursorSecret: Buffer | undefined;
+  readonly #appendOne: (event: { payload: WireWebhookEvent; receivedAt: string }) => AppendResult;
 
-  constructor(dataDir: string, fileName = 'delivery-graph.sqlite') {
+  constructor(dataDir: string, options: SqliteStoreOptions = {}) {
     mkdirSync(dataDir, { recursive: true });
-    this.db = new Database(path.join(dataDir, fileName));
+    this.db = new Database(path.join(dataDir, options.fileName ?? 'delivery-graph.sqlite'));
+    // Takes effect on a new file only (before its first table); a file created before keeps
+    // auto_vacuum = NONE: its freed pages are reused by new rows, but the file does not shrink.
+    this.db.pragma('auto_vacuum = INCREMENTAL');
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = FULL');
     this.db.pragma('busy_timeout = 5000');
@@ -85,7 +111,14 @@ export class SqliteStore implements Store {
         created_at INTEGER NOT NULL
       );
       CREATE TABLE IF NOT EXISTS readiness (id INTEGER PRIMARY KEY CHECK (id = 1), checked_at INTEGER NOT NULL);
+      CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
+      -- For the retention: expired ownership and idempotency rows are found by time.
+      CREATE INDEX IF NOT EXISTS idempotency_by_time ON idempotency (updated_at);
+      CREATE INDEX IF NOT EXISTS ownership_by_time ON ownership (created_at);
     `);
+    this.#retention = options.retention;
+    // The first pass comes after one interval: statements are ready by then.
+    this.#trims = options.retention && new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
     this.#statements = {
       getIdem: this.db.prepare<[string, string], { fingerprint: string; state: string; uid: string | null; tracking_url: string | null; updated_at: number }>(
         'SELECT fingerprint, state, uid, tracking_url, updated_at FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?',
@@ -99,7 +132,8 @@ export class SqliteStore implements Store {
       ),
       deleteIdem: this.db.prepare("DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ? AND state = 'pending'"),
       insertOwner: this.db.prepare('INSERT OR IGNORE INTO ownership (uid, owner_hash, created_at) VALUES (?, ?, ?)'),
-      getOwner: this.db.prepare<[string], { owner_hash: string }>('SELECT owner_hash FROM ownership WHERE uid = ?'),
+      getOwner: this.db.prepare<[string, number], { owner_hash: string }>('SELECT owner_hash FROM ownership WHERE uid = ? AND created_at >= ?'),
+      forgetIdem: this.db.prepare('DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?'),
       findEvent: this.db.prepare<[string, string, string], EventRow>('SELECT * FROM events WHERE uid = ? AND name = ? AND hash = ?'),
       insertEvent: this.db.prepare(
         'INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload) VALUES (?, ?, ?, ?, ?, ?, ?)',
@@ -116,30 +150,57 @@ export class SqliteStore implements Store {
       latestLocation: this.db.prepare<[string], EventRow>(
         "SELECT * FROM events WHERE uid = ? AND stale = 0 AND json_extract(payload, '$.driver_location.lat') IS NOT NULL ORDER BY seq DESC LIMIT 1",
       ),
-      lastSeq: this.db.prepare<[], { seq: number | null }>('SELECT MAX(seq) AS seq FROM events'),
+      // The highest seq ever given (AUTOINCREMENT's record), which trimming the log does not lower.
+      lastSeq: this.db.prepare<[], { seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'events'"),
+      getMeta: this.db.prepare<[string], { value: Buffer }>('SELECT value FROM meta WHERE name = ?'),
+      putMetaOnce: this.db.prepare('INSERT OR IGNORE INTO meta (name, value) VALUES (?, ?)'),
+      // The oldest events, without their payloads: the trim deletes the leading ones that expired.
+      logHead: this.db.prepare<[number], { seq: number; received_at: string }>('SELECT seq, received_at FROM events ORDER BY seq LIMIT ?'),
+      trimLog: this.db.prepare<[number], { uid: string }>('DELETE FROM events WHERE seq <= ? RETURNING uid'),
+      // A delivery's state goes with its last event.
+      forgetState: this.db.prepare('DELETE FROM delivery_state WHERE uid = ? AND NOT EXISTS (SELECT 1 FROM events WHERE uid = ?)'),
+      trimOwners: this.db.prepare('DELETE FROM ownership WHERE rowid IN (SELECT rowid FROM ownership WHERE created_at < ? LIMIT ?)'),
+      // A pending claim is its booking in flight: it goes only once it could be claimed again anyway.
+      trimIdem: this.db.prepare(
+        "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency WHERE updated_at < ? AND (state = 'done' OR updated_at < ?) LIMIT ?)",
+      ),
     };
+    const s = this.#statements;
+    // One event, ranked against what the batch already wrote, in a savepoint of its own (a nested
+    // better-sqlite3 transaction inside appendEvents'): one that fails is undone alone and fails only itself.
+    this.#appendOne = this.db.transaction(({ payload, receivedAt }: { payload: WireWebhookEvent; receivedAt: string }): AppendResult => {
+      const hash = createHash('sha256').update(canonicalJson(payload)).digest('hex');
+      const existing = s.findEvent.get(payload.uid, payload.event_name, hash);
+      if (existing) return { event: toStored(existing), duplicate: true };
+      const row = s.getState.get(payload.uid);
+      const current: MilestoneState | undefined = row ? { rank: row.rank, terminal: row.terminal === 1 } : undefined;
+      const { stale, state: next } = transition(current, payload.event_name);
+      const statusText = typeof payload.status === 'string' ? payload.status : null;
+      const info = s.insertEvent.run(payload.uid, payload.event_name, hash, statusText, receivedAt, stale ? 1 : 0, JSON.stringify(payload));
+      const seq = Number(info.lastInsertRowid);
+      // Only an event that moved the state is written as its last mover.
+      if (next && next !== current) s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, seq);
+      return { event: { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale, payload }, duplicate: false };
+    });
   }
 
   async appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]> {
-    const s = this.#statements;
-    // One transaction for the batch: one fsync, and ranks compared against what
-    // the same batch already wrote.
-    return this.db.transaction(() =>
-      events.map(({ payload, receivedAt }): AppendResult => {
-        const hash = createHash('sha256').update(canonicalJson(payload)).digest('hex');
-        const existing = s.findEvent.get(payload.uid, payload.event_name, hash);
-        if (existing) return { event: toStored(existing), duplicate: true };
-        const row = s.getState.get(payload.uid);
-        const current: MilestoneState | undefined = row ? { rank: row.rank, terminal: row.terminal === 1 } : undefined;
-        const { stale, state: next } = transition(current, payload.event_name);
-        const statusText = typeof payload.status === 'string' ? payload.status : null;
-        const info = s.insertEvent.run(payload.uid, payload.event_name, hash, statusText, receivedAt, stale ? 1 : 0, JSON.stringify(payload));
-        const seq = Number(info.lastInsertRowid);
-        // Only an event that moved the state is written as its last mover.
-        if (next && next !== current) s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, seq);
-        return { event: { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale, payload }, duplicate: false };
-      }),
-    ).immediate();
+    // One transaction for the batch (one fsync); each event in a savepoint of its own (see #appendOne).
+    const outcomes = this.db
+      .transaction(() =>
+        events.map((event): AppendResult | Error => {
+          try {
+            return this.#appendOne(event);
+          } catch (error) {
+            // A failure of the transaction itself (disk full, I/O) is every event's: let it end the batch.
+            if (!this.db.inTransaction) throw error;
+            return error instanceof Error ? error : new Error(String(error));
+          }
+        }),
+      )
+      .immediate();
+    if (outcomes.some((outcome) => outcome instanceof Error)) throw new PartialAppendError(outcomes);
+    return outcomes as AppendResult[];
   }
 
   async eventsAfter(afterSeq: number, limit: number, filter: EventFilter = {}): Promise<StoredEvent[]> {
@@ -174,8 +235,13 @@ export class SqliteStore implements Store {
     const s = this.#statements;
     // One transaction: the read and the insert cannot interleave with another claim.
     return this.db.transaction((): IdempotencyClaim => {
-      const row = s.getIdem.get(ownerHash, idempotencyKey);
+      let row = s.getIdem.get(ownerHash, idempotencyKey);
       const now = Date.now();
+      // Past its retention a key is gone, whether or not a trim pass has deleted it yet.
+      if (row && this.#retention && this.#idemExpired(row.state, row.updated_at, now)) {
+        s.forgetIdem.run(ownerHash, idempotencyKey);
+        row = undefined;
+      }
       if (!row) {
         s.insertIdem.run(ownerHash, idempotencyKey, fingerprint, now);
         return { state: 'claimed' };
@@ -203,7 +269,73 @@ export class SqliteStore implements Store {
   }
 
   async ownerOf(uid: string): Promise<string | undefined> {
-    return this.#statements.getOwner.get(uid)?.owner_hash;
+    // Past the retention a record is gone, whether or not a trim pass has deleted it yet.
+    const since = this.#retention ? Date.now() - this.#retention.eventRetentionMs : -Infinity;
+    return this.#statements.getOwner.get(uid, since)?.owner_hash;
+  }
+
+  async cursorSecret(): Promise<Buffer> {
+    if (!this.#cursorSecret) {
+      // Created once per file; every later start reads the same one.
+      this.#statements.putMetaOnce.run('cursor_secret', randomBytes(32));
+      this.#cursorSecret = this.#statements.getMeta.get('cursor_secret')!.value;
+    }
+    return this.#cursorSecret;
+  }
+
+  /** Deletes now what is past its retention (a timer does it every interval); never two passes at once. */
+  trimExpired(): Promise<void> {
+    return this.#trims?.run() ?? Promise.resolve();
+  }
+
+  #idemExpired(state: string, updatedAt: number, now: number): boolean {
+    const age = now - updatedAt;
+    return age > this.#retention!.idempotencyRetentionMs && (state === 'done' || age > PENDING_EXPIRY_MS);
+  }
+
+  /**
+   * One trim pass, in steps of at most TRIM_BATCH rows, each its own short
+   * transaction, with the event loop free in between: better-sqlite3 blocks it
+   * while a statement runs.
+   */
+  async #trim(stopping: () => boolean): Promise<void> {
+    const s = this.#statements;
+    const retention = this.#retention!;
+    // The log in seq order, which is the order of arrival: only its leading expired events go.
+    for (;;) {
+      if (stopping()) return;
+      const cutoff = Date.now() - retention.eventRetentionMs;
+      let upTo = 0;
+      for (const row of s.logHead.all(TRIM_BATCH)) {
+        // A time that does not parse cannot be aged; it must not hold the log back either.
+        if (Date.parse(row.received_at) >= cutoff) break;
+        upTo = row.seq;
+      }
+      if (upTo === 0) break;
+      this.db.transaction(() => {
+        const uids = new Set(s.trimLog.all(upTo).map((row) => row.uid));
+        for (const uid of uids) s.forgetState.run(uid, uid);
+      }).immediate();
+      await yieldToEventLoop();
+    }
+    for (;;) {
+      if (stopping()) return;
+      const now = Date.now();
+      const owners = s.trimOwners.run(now - retention.eventRetentionMs, TRIM_BATCH).changes;
+      const idem = s.trimIdem.run(now - retention.idempotencyRetentionMs, now - PENDING_EXPIRY_MS, TRIM_BATCH).changes;
+      if (owners < TRIM_BATCH && idem < TRIM_BATCH) break;
+      await yieldToEventLoop();
+    }
+    // Freed pages beyond what the next inserts will want go back to the file system, a step at a time.
+    if (this.db.pragma('auto_vacuum', { simple: true }) !== INCREMENTAL_VACUUM) return;
+    for (;;) {
+      if (stopping()) return;
+      const free = this.db.pragma('freelist_count', { simple: true }) as number;
+      const pages = this.db.pragma('page_count', { simple: true }) as number;
+      if (free <= freePagesKept(pages)) break;
+      this.db.pragma(`incremental_vacuum(${Math.min(VACUUM_STEP_PAGES, free - freePagesKept(pages))})`);
+      await yieldToEventLoop();
+    }
   }
 
   /** A real write (one row, one fsync): a read-only file, a full disk or a closed connection fails it. */
@@ -211,7 +343,9 @@ export class SqliteStore implements Store {
     this.db.prepare('INSERT INTO readiness (id, checked_at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at').run(Date.now());
   }
 
+  /** Stops the trim schedule (waiting for a pass in progress), then closes the file. */
   async close(): Promise<void> {
+    await this.#trims?.stop();
     if (this.db.open) this.db.close();
   }
 }

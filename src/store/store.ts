@@ -54,7 +54,10 @@ export interface EventFilter {
 }
 
 export interface Store {
-  /** Stores events durably, in order, with de-duplication and milestone ranking; resolves once they are on disk. */
+  /**
+   * Stores events durably, in order, with de-duplication and milestone ranking; resolves once they are on disk.
+   * When only some events fail, the others are still stored and a PartialAppendError carries every outcome.
+   */
   appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]>;
   /** Events after `afterSeq` (exclusive), oldest first. */
   eventsAfter(afterSeq: number, limit: number, filter?: EventFilter): Promise<StoredEvent[]>;
@@ -71,6 +74,12 @@ export interface Store {
   /** Records that `uid` was booked through the facade with the key hashed as `ownerHash`. */
   recordOwner(uid: string, ownerHash: string): Promise<void>;
   ownerOf(uid: string): Promise<string | undefined>;
+  /**
+   * A random secret kept with the data, created on first use: the same for every
+   * instance that shares the store and across restarts. Cursors are derived from it
+   * (src/domain/cursor.ts).
+   */
+  cursorSecret(): Promise<Buffer>;
   /** Resolves once the store answers a write (SQLite) or a PING (Redis): readiness. */
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -81,28 +90,59 @@ export function hashKey(key: string): string {
   return createHash('sha256').update(`delivery-graph:merchant-key:${key}`).digest('hex');
 }
 
-/** JSON with object keys sorted, so equal values give equal text. */
+/**
+ * JSON with object keys sorted, so equal values give equal text. Iterative (an
+ * explicit stack of pending text pieces and values), so a value nested thousands
+ * of levels deep cannot overflow the call stack.
+ */
 export function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
-  if (value && typeof value === 'object') {
-    const entries = Object.entries(value as Record<string, unknown>)
-      .filter(([, inner]) => inner !== undefined)
-      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    return `{${entries.map(([key, inner]) => `${JSON.stringify(key)}:${canonicalJson(inner)}`).join(',')}}`;
+  const out: string[] = [];
+  // Each entry is a value still to write, or literal text (a separator, a closing bracket).
+  const work: Array<{ text: string } | { value: unknown }> = [{ value }];
+  while (work.length > 0) {
+    const next = work.pop()!;
+    if ('text' in next) {
+      out.push(next.text);
+      continue;
+    }
+    const current = next.value;
+    if (Array.isArray(current)) {
+      const pieces: Array<{ text: string } | { value: unknown }> = [{ text: '[' }];
+      current.forEach((inner, index) => {
+        if (index > 0) pieces.push({ text: ',' });
+        pieces.push({ value: inner === undefined ? null : inner });
+      });
+      pieces.push({ text: ']' });
+      for (let i = pieces.length - 1; i >= 0; i -= 1) work.push(pieces[i]!);
+    } else if (current && typeof current === 'object') {
+      const entries = Object.entries(current as Record<string, unknown>)
+        .filter(([, inner]) => inner !== undefined)
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+      const pieces: Array<{ text: string } | { value: unknown }> = [{ text: '{' }];
+      entries.forEach(([key, inner], index) => {
+        pieces.push({ text: `${index > 0 ? ',' : ''}${JSON.stringify(key)}:` }, { value: inner });
+      });
+      pieces.push({ text: '}' });
+      for (let i = pieces.length - 1; i >= 0; i -= 1) work.push(pieces[i]!);
+    } else {
+      out.push(JSON.stringify(current ?? null));
+    }
   }
-  return JSON.stringify(value ?? null);
+  return out.join('');
+}
+
+/**
+ * Some events of a batch could not be stored; the others were (and are in
+ * `outcomes`). Thrown by appendEvents so that one bad event fails only itself.
+ */
+export class PartialAppendError extends Error {
+  override name = 'PartialAppendError';
+  constructor(readonly outcomes: ReadonlyArray<AppendResult | Error>) {
+    const failed = outcomes.filter((outcome) => outcome instanceof Error).length;
+    super(`${failed} of ${outcomes.length} events could not be stored`);
+  }
 }
 
 export function fingerprint(value: unknown): string {
   return createHash('sha256').update(canonicalJson(value)).digest('hex');
-}
-
-/** Cursors are the decimal seq of an event; anything else is not a cursor. */
-export function cursorOf(seq: number): string {
-  return String(seq);
-}
-
-export function seqOfCursor(cursor: string): number | undefined {
-  if (!/^\d{1,15}$/.test(cursor)) return undefined;
-  return Number(cursor);
 }

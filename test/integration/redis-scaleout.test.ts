@@ -12,6 +12,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
+import { callerCursors, type CallerCursors } from '../../src/domain/cursor.js';
 import type { RedisEventBus } from '../../src/realtime/redis-bus.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { canonicalJson, type StoredEvent } from '../../src/store/store.js';
@@ -46,6 +47,8 @@ let workDir: string;
 let a: App;
 let b: App;
 const apps: App[] = [];
+/** The merchant's cursors (the same on every instance): from log positions the receiver answers with, and back. */
+let merchant: CallerCursors;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function startInstance(name: string): Promise<App> {
@@ -79,6 +82,7 @@ beforeAll(async () => {
   // The sandbox sends no webhooks of its own here: every event is posted by the test.
   sandbox.setWebhookUrl(undefined);
   [a, b] = await Promise.all([startInstance('a'), startInstance('b')]);
+  merchant = await callerCursors(a.services.store, sandbox.merchants[0]!.key);
 });
 afterAll(async () => {
   for (const app of apps) await app.stop().catch(() => {});
@@ -124,13 +128,14 @@ const tick = (uid: string, n: number): WireEvent => ({ uid, event_name: 'deliver
  */
 async function watch(app: App, uid: string, created: number): Promise<{ sub: Collected; dispose(): Promise<void> }> {
   const client = wsClient(app.url, sandbox.merchants[0]!.key);
-  const sub = collect(client, EVENTS, { uids: [uid], after: String(created - 1) });
+  const sub = collect(client, EVENTS, { uids: [uid], after: merchant.cursorOf(created - 1) });
   await sub.waitFor(1);
-  expect(sub.items[0].deliveryEvents).toMatchObject({ cursor: String(created), name: 'delivery.created' });
+  expect(sub.items[0].deliveryEvents).toMatchObject({ cursor: merchant.cursorOf(created), name: 'delivery.created' });
   return { sub, dispose: () => client.dispose() as Promise<void> };
 }
 
-const cursorsOf = (sub: Collected) => sub.items.map((item) => Number(item.deliveryEvents.cursor));
+/** The log positions of the events a subscriber saw, from their cursors. */
+const cursorsOf = (sub: Collected) => sub.items.map((item) => merchant.seqOf(item.deliveryEvents.cursor));
 
 async function createdEvent(app: App, uid: string): Promise<number> {
   const created = await post(app, { uid, event_name: 'delivery.created', status: 'created' });
@@ -155,7 +160,7 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
     const clients = [wsClient(a.url, sandbox.merchants[0]!.key), wsClient(b.url, sandbox.merchants[0]!.key)];
     const updated = clients.map((client) => collect(client, UPDATED, { uid }));
     const watchers = await Promise.all([watch(a, uid, created), watch(b, uid, created)]);
-    for (const sub of updated) expect((await sub.waitFor(1))[0].deliveryUpdated).toMatchObject({ name: 'delivery.created', cursor: String(created) });
+    for (const sub of updated) expect((await sub.waitFor(1))[0].deliveryUpdated).toMatchObject({ name: 'delivery.created', cursor: merchant.cursorOf(created) });
 
     const assigned = await post(a, { uid, event_name: 'delivery.assigned', status: 'assigned' });
     const enroute = await post(b, { uid, event_name: 'delivery.pickup_enroute', status: 'pickup_enroute' });
@@ -163,7 +168,7 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
     for (const sub of updated) {
       const items = await sub.waitFor(3);
       expect(items.map((item) => item.deliveryUpdated.status)).toEqual(['CREATED', 'ASSIGNED', 'PICKUP_ENROUTE']);
-      expect(items.map((item) => item.deliveryUpdated.cursor)).toEqual([String(created), assigned.body.cursor, enroute.body.cursor]);
+      expect(items.map((item) => item.deliveryUpdated.cursor)).toEqual([created, Number(assigned.body.cursor), Number(enroute.body.cursor)].map((seq) => merchant.cursorOf(seq)));
     }
     for (const { sub } of watchers) {
       await sub.waitFor(3);
@@ -245,7 +250,7 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
     await first.sub.waitFor(20);
     const oldB = b;
     await oldB.stop();
-    // The subscription ends with the instance; the client resumes after the last cursor it saw.
+    // The subscription ends with the instance; the client resumes after the last cursor it saw, as it saw it.
     await first.sub.done;
     const seenBefore = cursorsOf(first.sub);
     const resumeAfter = seenBefore.at(-1)!;
@@ -253,7 +258,7 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
 
     b = await startInstance('b-restarted');
     const client = wsClient(b.url, sandbox.merchants[0]!.key);
-    const second = collect(client, EVENTS, { uids: [uid], after: String(resumeAfter) });
+    const second = collect(client, EVENTS, { uids: [uid], after: first.sub.items.at(-1).deliveryEvents.cursor });
     await sleep(300);
     sending = false;
     await sender;

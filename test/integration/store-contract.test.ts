@@ -4,6 +4,8 @@
 // must behave the same; every (state, event name) case must be judged as the
 // domain's transition() judges it (for Redis: by the real Lua append script); a
 // property test then feeds the same random batches to both and compares every answer.
+// With a retention, both forget the same things at the same time (Date faked where
+// the stores read it; Redis TTLs run on real time, so those tests wait for them).
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { transition, type MilestoneState } from '../../src/domain/milestones.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { SqliteStore } from '../../src/store/sqlite.js';
+import type { Retention } from '../../src/store/retention.js';
 import { PENDING_EXPIRY_MS, type Store } from '../../src/store/store.js';
 import { DELIVERY_EVENT_NAMES, LOCATION_EVENT_NAMES, type WireWebhookEvent } from '../../src/upstream/wire.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
@@ -40,17 +43,52 @@ afterAll(async () => {
   for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
 });
 
-function sqliteStore(): Store {
+function sqliteStore(retention?: Retention): Store {
   const dir = mkdtempSync(path.join(tmpdir(), 'delivery-graph-contract-'));
   dirs.push(dir);
-  return new SqliteStore(dir);
+  return new SqliteStore(dir, { retention });
 }
 
 /** A fresh key space on the shared server: a prefix of its own. */
-function redisStore(): Store {
+function redisStore(retention?: Retention): Store {
   const client = new Redis(redisUrl!, { lazyConnect: false });
   clients.push(client);
-  return new RedisStore(client, { prefix: `contract:${randomUUID()}:`, ownsClient: true });
+  return new RedisStore(client, { prefix: `contract:${randomUUID()}:`, ownsClient: true, retention });
+}
+
+/** The same data opened again: the same SQLite file, or the same prefix on the same Redis. */
+function reopen(store: Store): Store {
+  if (store instanceof SqliteStore) return new SqliteStore(path.dirname(store.db.name));
+  const client = new Redis(redisUrl!);
+  clients.push(client);
+  return new RedisStore(client, { prefix: (store as RedisStore).prefix, ownsClient: true });
+}
+
+/** One trim pass now, as the store's timer runs them. */
+const trim = (store: Store) => (store as SqliteStore | RedisStore).trimExpired();
+
+/**
+ * What the store holds, counted where it holds it. For SQLite the de-duplication
+ * entries and per-delivery indexes are the event rows; in Redis they are keys of their own.
+ */
+async function footprint(store: Store): Promise<{ events: number; dedup: number; indexed: number; deliveries: number; owners: number; idempotency: number }> {
+  if (store instanceof SqliteStore) {
+    const count = (table: string) => (store.db.prepare(`SELECT COUNT(*) AS n FROM ${table}`).get() as { n: number }).n;
+    const events = count('events');
+    return { events, dedup: events, indexed: events, deliveries: count('delivery_state'), owners: count('ownership'), idempotency: count('idempotency') };
+  }
+  const redis = store as RedisStore;
+  const keys = await redis.client.keys(`${redis.prefix}*`);
+  const named = (pattern: RegExp) => keys.filter((key) => pattern.test(key.slice(redis.prefix.length)));
+  const sum = async (list: string[], count: (key: string) => Promise<number>) => (await Promise.all(list.map(count))).reduce((a, b) => a + b, 0);
+  return {
+    events: await redis.client.xlen(`${redis.prefix}log`),
+    dedup: await sum(named(/^delivery:.*:dedup$/), (key) => redis.client.hlen(key)),
+    indexed: await sum(named(/^delivery:.*:events$/), (key) => redis.client.zcard(key)),
+    deliveries: named(/^delivery:/).filter((key) => !/:(dedup|events)$/.test(key)).length,
+    owners: named(/^owner:/).length,
+    idempotency: named(/^idem:/).length,
+  };
 }
 
 const AT = '2030-05-01T10:00:00.000Z';
@@ -94,7 +132,7 @@ async function seedState(store: Store, uid: string, state: MilestoneState): Prom
   }
 }
 
-const kinds: Array<[string, () => Store, boolean]> = [
+const kinds: Array<[string, (retention?: Retention) => Store, boolean]> = [
   ['SqliteStore', sqliteStore, true],
   ['RedisStore', redisStore, withRedis],
 ];
@@ -102,9 +140,16 @@ const kinds: Array<[string, () => Store, boolean]> = [
 describe.each(kinds)('%s', (_name, makeStore, enabled) => {
   const test = it.skipIf(!enabled);
   let store: Store;
-  const fresh = () => (store = makeStore());
+  // Closed at the end, each: a store with a retention runs a timer until then.
+  const opened: Store[] = [];
+  const open = (retention?: Retention) => {
+    const made = makeStore(retention);
+    opened.push(made);
+    return made;
+  };
+  const fresh = () => (store = open());
   afterAll(async () => {
-    await store?.close();
+    for (const each of opened) await each.close();
   });
 
   test('starts empty: lastSeq 0, no events, no latest event, no owner', async () => {
@@ -343,6 +388,108 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     await store.recordOwner('o1', 'second');
     expect(await store.ownerOf('o1')).toBe('first');
     expect(await store.ownerOf('o2')).toBeUndefined();
+  });
+
+  test('keeps one cursor secret: made on first use, the same when the data is opened again, another in another store', async () => {
+    fresh();
+    const secret = await store.cursorSecret();
+    expect(secret).toHaveLength(32);
+    expect(await store.cursorSecret()).toEqual(secret);
+    const again = reopen(store);
+    const other = makeStore();
+    try {
+      expect(await again.cursorSecret()).toEqual(secret);
+      expect(await other.cursorSecret()).not.toEqual(secret);
+    } finally {
+      await again.close();
+      await other.close();
+    }
+  });
+
+  test('with a retention: expired events leave the log, their delivery reads and de-duplication; newer ones stay', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      vi.setSystemTime(new Date('2030-01-01T00:00:00Z'));
+      store = open({ eventRetentionMs: 60_000, idempotencyRetentionMs: 60_000 });
+      const now = (name: string, uid: string, extra: Record<string, unknown> = {}) => ({ ...event(uid, name, extra), receivedAt: new Date().toISOString() });
+      await store.appendEvents([now('delivery.created', 'gone'), now('delivery.assigned', 'gone', { driver_location: { lat: 1, lng: 1 } }), now('delivery.created', 'mixed')]);
+      vi.setSystemTime(Date.now() + 30_000);
+      const recent = (await store.appendEvents([now('location.created', 'mixed', { driver_location: { lat: 2, lng: 2 } }), now('delivery.created', 'kept')])).map((r) => r.event);
+      // At exactly the retention, nothing has expired yet.
+      vi.setSystemTime(Date.now() + 30_000);
+      await trim(store);
+      expect(await store.eventsAfter(0, 100)).toHaveLength(5);
+
+      vi.setSystemTime(Date.now() + 1);
+      await trim(store);
+      expect(await store.eventsAfter(0, 100)).toEqual(recent);
+      expect(await store.eventsAfter(0, 100, { uids: ['gone', 'mixed'] })).toEqual([recent[0]]);
+      expect(await store.latestEvent('gone', 'delivery')).toBeUndefined();
+      expect(await store.latestEvent('gone', 'location')).toBeUndefined();
+      expect(await store.latestEvent('mixed', 'delivery')).toBeUndefined();
+      // A delivery's state goes with its last event, not before.
+      expect(await store.deliveryState('gone')).toBeUndefined();
+      expect(await store.deliveryState('mixed')).toMatchObject({ seq: 3 });
+      expect(await store.lastSeq()).toBe(5);
+      expect(await footprint(store)).toMatchObject({ events: 2, dedup: 2, indexed: 2, deliveries: 2 });
+
+      // Inside the window a repeat is still a duplicate; past it, the same event is a new one.
+      const [again] = await store.appendEvents([now('delivery.created', 'kept')]);
+      expect(again).toEqual({ duplicate: true, event: recent[1] });
+      const [reborn] = await store.appendEvents([now('delivery.created', 'gone')]);
+      expect(reborn).toMatchObject({ duplicate: false, event: { seq: 6, stale: false } });
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  test('with a retention: a steady stream of events keeps the data bounded, and nothing is left once it stops', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      vi.setSystemTime(new Date('2030-01-01T00:00:00Z'));
+      store = open({ eventRetentionMs: 60_000, idempotencyRetentionMs: 60_000 });
+      const uids = Array.from({ length: 10 }, (_, n) => `stream-${n}`);
+      let appended = 0;
+      // 30 events every 20 s, for 10 minutes: a pass after each round keeps at most the last 60 s (4 rounds).
+      for (let round = 0; round < 30; round += 1) {
+        const receivedAt = new Date().toISOString();
+        await store.appendEvents(Array.from({ length: 30 }, (_, n) => ({ ...event(uids[n % 10]!, 'location.assigned_driver', { round, n }), receivedAt })));
+        appended += 30;
+        await trim(store);
+        const size = await footprint(store);
+        expect(size.events).toBe(Math.min(appended, 120));
+        expect(size).toMatchObject({ dedup: size.events, indexed: size.events });
+        expect(size.deliveries).toBeLessThanOrEqual(10);
+        vi.setSystemTime(Date.now() + 20_000);
+      }
+      vi.setSystemTime(Date.now() + 60_000);
+      await trim(store);
+      expect(await footprint(store)).toEqual({ events: 0, dedup: 0, indexed: 0, deliveries: 0, owners: 0, idempotency: 0 });
+      // The log is empty, and its head did not move back: the next event comes after every earlier one.
+      expect(await store.lastSeq()).toBe(appended);
+      const [next] = await store.appendEvents([{ ...event('stream-0', 'delivery.created'), receivedAt: new Date().toISOString() }]);
+      expect(next!.event.seq).toBe(appended + 1);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  test('with a retention: idempotency keys and ownership records expire, a booking in flight keeps its claim', async () => {
+    store = open({ eventRetentionMs: 1_000, idempotencyRetentionMs: 1_000 });
+    await store.claimIdempotency('owner', 'booked', 'fp');
+    await store.completeIdempotency('owner', 'booked', { uid: 'u1', trackingUrl: null });
+    expect(await store.claimIdempotency('owner', 'in-flight', 'fp')).toEqual({ state: 'claimed' });
+    await store.recordOwner('o1', 'owner');
+    expect(await store.claimIdempotency('owner', 'booked', 'other')).toEqual({ state: 'conflict' });
+    expect(await store.ownerOf('o1')).toBe('owner');
+
+    // Redis expires keys on its own clock: wait for it (other input is a conflict until then, and changes nothing).
+    await vi.waitFor(async () => expect(await store.claimIdempotency('owner', 'booked', 'other')).toEqual({ state: 'claimed' }), { timeout: 10_000, interval: 100 });
+    await vi.waitFor(async () => expect(await store.ownerOf('o1')).toBeUndefined(), { timeout: 10_000, interval: 100 });
+    expect(await store.claimIdempotency('owner', 'in-flight', 'fp')).toEqual({ state: 'pending' });
+    await trim(store);
+    // Gone from the store, not only hidden: the two claims left are the new one and the one in flight.
+    expect(await footprint(store)).toMatchObject({ owners: 0, idempotency: 2 });
   });
 });
 
