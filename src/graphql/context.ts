@@ -1,5 +1,6 @@
-// What every resolver gets: the caller's merchant key and the per-request
+// What every resolver gets: the caller's merchant key and address, and the per-request
 // loaders (keyed by group and uid, so nothing is shared across keys or requests).
+import type { IncomingMessage } from 'node:http';
 import DataLoader from 'dataloader';
 import type { Config } from '../config.js';
 import { DeliveryGraphError, NotFoundError, UnauthenticatedError } from '../errors.js';
@@ -7,8 +8,10 @@ import { fromPartnerOrder, fromPlatformDelivery } from '../mapping/delivery.js';
 import type { ApiGroup, Delivery } from '../mapping/model.js';
 import type { ReadAccess } from '../realtime/access.js';
 import type { EventBus } from '../realtime/bus.js';
+import { clientAddress } from '../http/client-address.js';
 import type { Store } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
+import type { RequestLimits } from './rate-limit.js';
 
 /** Long-lived parts of the app that resolvers use. */
 export interface Services {
@@ -25,6 +28,10 @@ export interface GraphQLContext {
   services: Services;
   /** The merchant key from `Authorization: Bearer <key>`, if one was sent. */
   key: string | undefined;
+  /** The client's address (X-Forwarded-For only as far as TRUST_PROXY says), for limits per address. */
+  clientAddress: string;
+  /** The app's request limits (per key, per address), for checks outside the plugin (a socket's connection_init). */
+  limits: RequestLimits | undefined;
   /** The key, or UNAUTHENTICATED before any upstream call. */
   requireKey(): string;
   /** One read per (group, uid) per request; null for a uid the caller does not own. */
@@ -46,18 +53,27 @@ export function bearerKey(header: string | null | undefined): string | undefined
   return match?.[1];
 }
 
-export function createContext(
-  services: Services,
-  authorization: string | null | undefined,
-  disconnect?: (code: number, reason: string) => void,
+export interface ContextOptions {
+  /** The Authorization header, or over WebSocket the connection_init entry. */
+  authorization?: string | null;
+  /** The Node request (any transport): where the client address comes from. */
+  req?: IncomingMessage;
+  limits?: RequestLimits;
+  disconnect?: (code: number, reason: string) => void;
   /** The signal, or a function that makes it on first use (it costs a listener per request). */
-  signal?: AbortSignal | (() => AbortSignal | undefined),
-): GraphQLContext {
+  signal?: AbortSignal | (() => AbortSignal | undefined);
+}
+
+export function createContext(services: Services, options: ContextOptions = {}): GraphQLContext {
+  const { authorization, req, limits, disconnect } = options;
+  let signal = options.signal;
   const key = bearerKey(authorization);
   const loaders = new Map<ApiGroup, DataLoader<string, Delivery | null>>();
   return {
     services,
     key,
+    clientAddress: clientAddress(req, services.config.server.trustProxyHops),
+    limits,
     disconnect,
     // A method, not a getter: a context that is copied must not make the signal.
     clientGone() {

@@ -1,7 +1,32 @@
-// A token bucket per merchant key: RATE_LIMIT_PER_MINUTE operations, refilled
-// continuously, so a key may burst up to a minute's worth and then runs at the
-// steady rate. Buckets are keyed by a hash of the key, never the key itself.
+// What a request may cost before anything reaches the upstream:
+// - RATE_LIMIT_PER_MINUTE operations per merchant key;
+// - AUTH_FAILURES_PER_MINUTE tries of keys the upstream has not accepted, per
+//   client address, so rotating made-up keys cannot turn every request into
+//   upstream calls; a key the upstream refused a moment ago is answered
+//   UNAUTHENTICATED here, and one it accepted recently costs nothing of this.
+// In one process both are token buckets, refilled continuously, so a key may
+// burst up to a minute's worth and then runs at the steady rate. With Redis
+// (REDIS_URL) every instance draws on the same budgets: one fixed one-minute
+// window per id in Redis (rate-limiter-flexible), one Redis round trip per
+// operation (the two budgets of a key not yet accepted are asked together),
+// and the in-process buckets while Redis does not answer.
+// Ids are hashed: never a key itself, in memory or in Redis.
 import { createHash } from 'node:crypto';
+import { hashKey } from '../store/store.js';
+import type { Redis } from 'ioredis';
+import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
+import type { Config } from '../config.js';
+import { type DeliveryGraphError, RateLimitedError, UnauthenticatedError } from '../errors.js';
+import { addressGroup } from '../http/client-address.js';
+import type { Logger } from '../logger.js';
+import type { KnownKeys } from '../upstream/known-keys.js';
+
+/** Per minute for one id (a key, an address): 0 when one unit is taken, else whole seconds until one is there. */
+export interface Budget {
+  /** Units per minute; 0 disables the budget. */
+  readonly perMinute: number;
+  take(id: string): number | Promise<number>;
+}
 
 /** Full buckets idle this long are dropped, so abandoned keys cost no memory. */
 const SWEEP_EVERY_MS = 60_000;
@@ -12,7 +37,8 @@ interface Bucket {
   at: number;
 }
 
-export class KeyRateLimiter {
+/** A token bucket per id, in this process. */
+export class KeyRateLimiter implements Budget {
   private readonly buckets = new Map<string, Bucket>();
   private readonly perMs: number;
   private lastSweep: number;
@@ -58,4 +84,221 @@ export class KeyRateLimiter {
       if (bucket.tokens + (now - bucket.at) * this.perMs >= this.perMinute) this.buckets.delete(id);
     }
   }
+}
+
+/**
+ * A budget every instance on one Redis shares: RateLimiterRedis counts each id
+ * in a one-minute window with one Lua call. An id over its budget is then
+ * refused from memory until its window ends (no Redis call). While Redis does
+ * not answer (not ready, or a command fails) this instance falls back to its
+ * own buckets rather than refusing everyone or letting everyone through.
+ */
+export class SharedBudget implements Budget {
+  readonly #shared: RateLimiterRedis;
+  readonly #local: KeyRateLimiter;
+  readonly #onFallback: ((error: unknown) => void) | undefined;
+  #fallingBack = false;
+
+  constructor(
+    readonly perMinute: number,
+    client: Redis,
+    keyPrefix: string,
+    onFallback?: (error: unknown) => void,
+  ) {
+    this.#shared = new RateLimiterRedis({
+      storeClient: client,
+      keyPrefix,
+      points: perMinute,
+      duration: 60,
+      // Straight to the fallback while the connection is down, instead of waiting out ioredis's retries.
+      rejectIfRedisNotReady: true,
+      inMemoryBlockOnConsumed: perMinute + 1,
+    });
+    this.#local = new KeyRateLimiter(perMinute);
+    this.#onFallback = onFallback;
+  }
+
+  take(id: string): number | Promise<number> {
+    if (this.perMinute === 0) return 0;
+    return this.#shared.consume(hashId(id)).then(
+      () => {
+        this.#fallingBack = false;
+        return 0;
+      },
+      (error: unknown) => {
+        if (error instanceof RateLimiterRes) {
+          this.#fallingBack = false;
+          return Math.max(1, Math.ceil(error.msBeforeNext / 1000));
+        }
+        if (!this.#fallingBack) this.#onFallback?.(error);
+        this.#fallingBack = true;
+        return this.#local.take(id);
+      },
+    );
+  }
+}
+
+function hashId(id: string): string {
+  return createHash('sha256').update(`delivery-graph:limit:${id}`).digest('base64url');
+}
+
+/** What the limits decided about one operation. */
+export interface Admission {
+  /** Why it may not run; sent as its only error, before any upstream call. */
+  refusal?: DeliveryGraphError;
+  /** To call once the operation is done: it was the first try of a new key, and others wait on it. */
+  done?: () => void;
+}
+
+/** What the limits decided about a WebSocket's connection_init. */
+export type ConnectionAdmission =
+  | { verdict: 'accepted' }
+  /** The upstream could not judge the key now: let in, each operation is still checked. */
+  | { verdict: 'unanswered' }
+  | { verdict: 'refused' }
+  | { verdict: 'too-many-unknown-keys'; retryAfterSeconds: number };
+
+const ADMITTED: Admission = {};
+
+export const UNKNOWN_KEYS_MESSAGE = 'Too many unknown merchant keys from this address; slow down.';
+
+/** How long a key that took a try from an address is not charged to it again. */
+const CHARGE_WINDOW_MS = 60_000;
+/** Most (address, key) charges remembered; the oldest go first. */
+const MAX_CHARGES = 100_000;
+
+export class RequestLimits {
+  /**
+   * (address, key hash) → until when that key is already paid for at that address:
+   * the budget counts distinct unknown keys, not requests, so a real key whose
+   * operations never reach the upstream (and so never get it accepted) is not
+   * refused for repeating itself.
+   */
+  readonly #charged = new Map<string, number>();
+
+  constructor(
+    /** What the upstream said about each key (the upstream clients learn it). */
+    readonly keys: KnownKeys,
+    /** RATE_LIMIT_PER_MINUTE, per merchant key. */
+    readonly perKey: Budget,
+    /** AUTH_FAILURES_PER_MINUTE, per client address (IPv6: per /64). */
+    readonly perAddress: Budget,
+  ) {}
+
+  /**
+   * Decides whether an operation runs. Without a key it takes nothing (the
+   * resolvers refuse it UNAUTHENTICATED before any upstream call). A key the
+   * upstream accepted recently takes one unit of its own budget. Any other key
+   * also takes one try from its address; a refused one is then answered
+   * UNAUTHENTICATED. Synchronous when no Redis is involved.
+   */
+  admit(key: string | undefined, address: string): Admission | Promise<Admission> {
+    if (!key) return ADMITTED;
+    const standing = this.keys.standing(key);
+    if (standing === 'accepted') return this.#keyed(key);
+    return this.#notAccepted(key, address, standing);
+  }
+
+  /**
+   * Decides whether a WebSocket may open with this key. An accepted key passes;
+   * any other takes one try from the address, and a key nobody has judged is
+   * put to the upstream by `ask` (whose answers the upstream clients learn).
+   */
+  async admitConnection(key: string, address: string, ask: () => Promise<void>): Promise<ConnectionAdmission> {
+    let standing = this.keys.standing(key);
+    if (standing === 'accepted') return { verdict: 'accepted' };
+    let done: (() => void) | undefined;
+    if (standing === 'unknown') {
+      const turn = this.keys.firstTry(key);
+      if (typeof turn === 'function') done = turn;
+      else {
+        await turn;
+        standing = this.keys.standing(key);
+        if (standing === 'accepted') return { verdict: 'accepted' };
+      }
+    }
+    try {
+      const wait = await this.#chargeAddress(address, key);
+      if (wait > 0) return { verdict: 'too-many-unknown-keys', retryAfterSeconds: wait };
+      if (standing === 'unknown') {
+        await ask();
+        standing = this.keys.standing(key);
+      }
+      return { verdict: standing === 'unknown' ? 'unanswered' : standing };
+    } finally {
+      done?.();
+    }
+  }
+
+  /** One try from the address for this key, unless the key was already paid for there within the window. */
+  #chargeAddress(address: string, key: string): number | Promise<number> {
+    const group = addressGroup(address);
+    const id = `${group}\n${hashKey(key)}`;
+    const now = Date.now();
+    const until = this.#charged.get(id);
+    if (until !== undefined && until > now) return 0;
+    const wait = this.perAddress.take(group);
+    const remember = (seconds: number) => {
+      if (seconds > 0) return seconds;
+      this.#charged.delete(id);
+      this.#charged.set(id, now + CHARGE_WINDOW_MS);
+      if (this.#charged.size > MAX_CHARGES) this.#charged.delete(this.#charged.keys().next().value!);
+      return 0;
+    };
+    return typeof wait === 'number' ? remember(wait) : wait.then(remember);
+  }
+
+  #keyed(key: string): Admission | Promise<Admission> {
+    const wait = this.perKey.take(key);
+    return typeof wait === 'number' ? keyedAdmission(wait) : wait.then(keyedAdmission);
+  }
+
+  async #notAccepted(key: string, address: string, standing: 'refused' | 'unknown'): Promise<Admission> {
+    let done: (() => void) | undefined;
+    if (standing === 'unknown') {
+      const turn = this.keys.firstTry(key);
+      if (typeof turn === 'function') done = turn;
+      else {
+        // Another request is trying this key right now: its answer decides for this one too.
+        await turn;
+        const now = this.keys.standing(key);
+        if (now === 'accepted') return this.#keyed(key);
+        standing = now;
+      }
+    }
+    // Both budgets at once: one Redis round trip.
+    const [addressWait, keyWait] = await Promise.all([this.#chargeAddress(address, key), standing === 'unknown' ? this.perKey.take(key) : 0]);
+    let refusal: DeliveryGraphError | undefined;
+    if (addressWait > 0) refusal = new RateLimitedError(addressWait, UNKNOWN_KEYS_MESSAGE);
+    else if (standing === 'refused') refusal = new UnauthenticatedError('The delivery service refused the merchant key.');
+    else if (keyWait > 0) refusal = new RateLimitedError(keyWait);
+    if (refusal) {
+      done?.();
+      return { refusal };
+    }
+    return done ? { done } : ADMITTED;
+  }
+}
+
+function keyedAdmission(wait: number): Admission {
+  return wait === 0 ? ADMITTED : { refusal: new RateLimitedError(wait) };
+}
+
+/**
+ * The limits of one app: in process, or shared through the store's Redis
+ * connection (keys under its prefix) when there is one.
+ */
+export function createRequestLimits(
+  config: Pick<Config, 'authFailuresPerMinute'> & { graphql: Pick<Config['graphql'], 'rateLimitPerMinute'> },
+  keys: KnownKeys,
+  redis?: { client: Redis; prefix: string },
+  logger?: Logger,
+): RequestLimits {
+  const budget = (perMinute: number, name: string): Budget =>
+    redis && perMinute > 0
+      ? new SharedBudget(perMinute, redis.client, `${redis.prefix}limit:${name}`, (error) =>
+          logger?.warn({ budget: name, err: error instanceof Error ? error.message : String(error) }, 'redis did not answer a rate limit: this instance limits on its own until it does'),
+        )
+      : new KeyRateLimiter(perMinute);
+  return new RequestLimits(keys, budget(config.graphql.rateLimitPerMinute, 'key'), budget(config.authFailuresPerMinute, 'address'));
 }

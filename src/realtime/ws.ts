@@ -1,18 +1,33 @@
 // GraphQL over WebSocket (graphql-transport-ws) on the HTTP server's /graphql
 // path. Operations run through yoga's envelop, so the same plugins apply to
-// both transports. The merchant key travels in the connection_init payload.
-// One socket runs at most WS_MAX_SUBSCRIPTIONS operations at once.
+// both transports. The merchant key travels in the connection_init payload and
+// is checked once there (see WS_CLOSE), so a refused key costs the upstream no
+// call per event. One socket runs at most WS_MAX_SUBSCRIPTIONS operations at once.
 import type { Server } from 'node:http';
 import type { ExecutionArgs, GraphQLError } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
 import type { YogaServerInstance } from 'graphql-yoga';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { DeliveryGraphError, TooManySubscriptionsError } from '../errors.js';
-import type { GraphQLContext } from '../graphql/context.js';
+import { DeliveryGraphError, TooManySubscriptionsError, UnauthenticatedError } from '../errors.js';
+import { bearerKey, type GraphQLContext } from '../graphql/context.js';
 import type { PersistedOperations } from '../graphql/persisted-operations.js';
 import { toGraphQLError } from '../graphql/protection.js';
 
 export const WS_MAX_PAYLOAD_BYTES = 64 * 1024;
+
+/**
+ * How a socket is closed at connection_init, and why. graphql-ws clients do not
+ * reconnect after 4429 (their "too many initialisation requests"), which suits
+ * an address that has to wait; after 4403 they may, and the reason says why not.
+ */
+export const WS_CLOSE = {
+  noKey: { code: 4403, reason: 'no merchant key in connection_init' },
+  refused: { code: 4403, reason: 'the merchant key was refused' },
+  tooManyUnknownKeys: { code: 4429, reason: 'too many unknown keys from this address' },
+} as const;
+
+/** Longest the upstream may take to judge a new key at connect; past it the socket is let in. */
+const CONNECT_CHECK_MS = 3_000;
 
 /** `{"authorization": "Bearer <key>"}`, the key name in any case. */
 export function authorizationOf(payload: unknown): string | undefined {
@@ -77,6 +92,22 @@ function goneSignal(socket: WebSocket): AbortSignal {
   return signal;
 }
 
+/**
+ * Puts a key to the upstream with its cheapest keyed call, the platform group's
+ * availability; only when that group refuses it, the partner group's (a key may
+ * be valid there alone). The upstream clients learn the answers; a failure that
+ * is not a refusal (down, slow) leaves the key unjudged.
+ */
+async function askUpstream(upstream: GraphQLContext['services']['upstream'], key: string, signal: AbortSignal): Promise<void> {
+  try {
+    await upstream.platform.availability(key, { signal });
+    return;
+  } catch (error) {
+    if (!(error instanceof UnauthenticatedError)) return;
+  }
+  await upstream.partner.availability(key, { signal }).catch(() => undefined);
+}
+
 export function attachGraphQLWebSocket(
   server: Server,
   yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext>,
@@ -99,8 +130,29 @@ export function attachGraphQLWebSocket(
   const disposable = useServer(
     {
       connectionInitWaitTimeout: 5_000,
-      // No key, no connection (closed with 4403 Forbidden).
-      onConnect: (ctx) => authorizationOf(ctx.connectionParams) !== undefined,
+      // The key is judged once, here: a socket that is let in has a key the upstream accepted,
+      // or one it could not judge now (each operation is still checked as over HTTP).
+      onConnect: async (ctx) => {
+        const socket = ctx.extra.socket;
+        // graphql-ws would close with 4403 "Forbidden"; the reason here says which refusal it is.
+        const refuse = (code: number, reason: string) => {
+          socket.close(code, reason);
+          return false;
+        };
+        const authorization = authorizationOf(ctx.connectionParams);
+        const key = bearerKey(authorization);
+        if (!key) return refuse(WS_CLOSE.noKey.code, WS_CLOSE.noKey.reason);
+        const context = (await yoga.getEnveloped({ req: ctx.extra.request, socket, authorization }).contextFactory()) as unknown as GraphQLContext;
+        if (!context.limits) return true;
+        // The upstream is asked only about a key it has not judged; the call stops when the socket goes or takes too long.
+        const ask = () => askUpstream(context.services.upstream, key, AbortSignal.any([AbortSignal.timeout(CONNECT_CHECK_MS), goneSignal(socket)]));
+        const admission = await context.limits.admitConnection(key, context.clientAddress, ask);
+        if (admission.verdict === 'refused') return refuse(WS_CLOSE.refused.code, WS_CLOSE.refused.reason);
+        if (admission.verdict === 'too-many-unknown-keys') {
+          return refuse(WS_CLOSE.tooManyUnknownKeys.code, `${WS_CLOSE.tooManyUnknownKeys.reason}; retry in ${admission.retryAfterSeconds} s`);
+        }
+        return true;
+      },
       execute: (args) => (args.rootValue as Envelop).execute(args) as never,
       subscribe: (args) => (args.rootValue as Envelop).subscribe(args) as never,
       onSubscribe: async (ctx, _id, payload) => {

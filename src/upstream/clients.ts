@@ -2,12 +2,15 @@
 import type { Config } from '../config.js';
 import type { BreakerState } from './breaker.js';
 import { UpstreamHttp, type ApiGroupName, type BreakerStates, type UpstreamCallRecord } from './http.js';
+import { KnownKeys } from './known-keys.js';
 import { PartnerClient } from './partner.js';
 import { PlatformClient } from './platform.js';
 
 export interface Upstream {
   platform: PlatformClient;
   partner: PartnerClient;
+  /** What the upstream last said about each merchant key (hashes only), learned from every call. */
+  keys: KnownKeys;
   /** A keyless availability GET outside the breakers: the status of any answer, or the error of none (health checks). */
   probe(): Promise<number>;
   /** Each group's circuit now: closed, open (failing fast) or half-open (one trial call). */
@@ -22,6 +25,8 @@ export function createUpstream(
     Partial<Pick<Config['upstream'], 'breaker'>> & { url: string; platformId: string },
   onCall?: (record: UpstreamCallRecord) => void,
 ): Upstream {
+  // A request waiting on another's first try of a key waits no longer than that call may take.
+  const keys = new KnownKeys({ maxWaitMs: config.timeoutMs });
   const http = new UpstreamHttp({
     baseUrl: config.url,
     timeoutMs: config.timeoutMs,
@@ -29,10 +34,12 @@ export function createUpstream(
     maxResponseBytes: config.maxResponseBytes,
     breaker: config.breaker,
     onCall,
+    keys,
   });
   return {
     platform: new PlatformClient(http, config.platformId),
     partner: new PartnerClient(http),
+    keys,
     probe: () => http.probe(),
     breakerState: () => http.breakerState(),
     onBreakerChange: (listener) => http.onBreakerChange(listener),

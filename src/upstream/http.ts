@@ -7,6 +7,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'undici';
 import { DEFAULT_BREAKER, GroupBreaker, type AttemptOutcome, type BreakerSettings, type BreakerState } from './breaker.js';
+import type { KnownKeys } from './known-keys.js';
 import { SharedReads } from './shared-reads.js';
 import {
   DeliveryGraphError,
@@ -59,6 +60,11 @@ export interface UpstreamHttpOptions {
   retryBaseMs?: number;
   /** Circuit-breaker settings, the same for each endpoint group. */
   breaker?: BreakerSettings;
+  /**
+   * Learns what each answer says about the key it was sent with, and refuses to
+   * send a key its group refused recently (UNAUTHENTICATED, no call).
+   */
+  keys?: KnownKeys;
 }
 
 export type BreakerStates = Record<ApiGroupName, BreakerState>;
@@ -190,6 +196,8 @@ export class UpstreamHttp {
 
   async #call<T>(request: UpstreamRequest, signal: AbortSignal | undefined): Promise<T> {
     if (signal?.aborted) throw callerAborted(signal.reason);
+    // The group refused this key a moment ago: asking again would only cost the upstream a call.
+    if (request.key && this.#options.keys?.refusedBy(request.key, request.group)) throw new UnauthenticatedError(REFUSED_KEY);
     // undici 7 refuses such a key as a header value but keeps the pool slot it took:
     // after `connections` of them every call would stall. Refuse it before undici sees it.
     if (NOT_A_HEADER_VALUE.test(request.key)) throw new UpstreamProtocolError('The merchant key cannot be sent as an HTTP header value.');
@@ -253,6 +261,7 @@ export class UpstreamHttp {
     }
     const { status } = response;
     if (status >= 200 && status < 300) {
+      this.#learn(request, true);
       try {
         return { status, body: parseSuccess<T>(response, request) };
       } catch (error) {
@@ -260,11 +269,19 @@ export class UpstreamHttp {
       }
     }
     const retryable = RETRYABLE_STATUS.has(status) || status === 429;
-    throw new AttemptFailure(classifyStatus(response, request), {
+    const error = classifyStatus(response, request);
+    if (error instanceof UnauthenticatedError) this.#learn(request, false);
+    // A 5xx or 429 may come from before the key was looked at: it says nothing about the key.
+    else if (status < 500 && status !== 429) this.#learn(request, true);
+    throw new AttemptFailure(error, {
       status,
       retryable,
       retryAfterMs: retryable ? retryAfterMs(response.headers['retry-after']) : undefined,
     });
+  }
+
+  #learn(request: UpstreamRequest, accepted: boolean): void {
+    if (request.key) this.#options.keys?.learn(request.key, request.group, accepted);
   }
 
   #report(request: UpstreamRequest, status: number | undefined, outcome: string, attempts: number, started: number): void {
@@ -313,6 +330,8 @@ export class UpstreamHttp {
     await this.#pool.close();
   }
 }
+
+const REFUSED_KEY = 'The delivery service refused the merchant key.';
 
 function callerAborted(cause: unknown): UpstreamUnavailableError {
   return new UpstreamUnavailableError('The upstream call was aborted.', { cause });
@@ -384,7 +403,7 @@ export function classifyStatus(
   // A conflict on a cancel is the delivery's state, whatever code or body (even none) comes with it.
   if (request.cancel && response.status === 409) return new NotCancelableError();
   if (code === 'invalid_api_key' || response.status === 401) {
-    return new UnauthenticatedError('The delivery service refused the merchant key.');
+    return new UnauthenticatedError(REFUSED_KEY);
   }
   if (code === 'not_cancelable') return new NotCancelableError();
   if (code === 'not_found' || response.status === 404) return new NotFoundError();

@@ -594,6 +594,9 @@ describe('identical reads through the facade', () => {
   it('with two keys → 2 upstream GETs, and neither sees the other’s answer', async () => {
     const { stack, proxy } = faulty;
     const uid = await bookOne(stack, stack.key);
+    // The second key's first use goes alone (a key the upstream has not yet accepted is tried once at a time);
+    // once it is known, its reads share in-flight GETs like any other key's.
+    await stack.gql(DELIVERY_QUERY, { uid: 'warm-up', group: 'PLATFORM' }, stack.otherKey);
     proxy.fault = async () => {
       await sleep(100);
       return false;
@@ -636,6 +639,9 @@ describe('the circuit through the facade', () => {
       return { outcome: result.outcome, ms: answer.ms };
     };
     try {
+      // The key is known to the upstream first (through the other group, whose circuit this does not touch):
+      // a key not yet accepted is tried one request at a time, which would hide the half-open trial below.
+      await graphql.read(stack.key, 'warm-up', 'PLATFORM');
       // A 500 is not retried: one upstream request per GraphQL request.
       proxy.fault = (_req, res) => {
         json(res, 500, { code: 'server_error' });
