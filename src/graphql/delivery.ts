@@ -100,7 +100,7 @@ builder.queryFields((t) => ({
     type: [DeliveryRef],
     nullable: { list: false, items: true },
     description:
-      'Many deliveries in one request: one entry per uid, in order; null where not found. Duplicates are read once, reads run concurrently under a bound, and one failing uid fails only its own entry.',
+      'Many deliveries in one request: one entry per uid, in order; null where not found. Duplicates are read once, reads run concurrently under a bound, and one failing uid fails only its own entry. The selection counts once per uid towards the operation cost limit.',
     args: {
       uids: t.arg.idList({ required: true, description: 'Delivery uids, at most MAX_BATCH_SIZE (100 by default).' }),
       group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group to read from.' }),
@@ -110,10 +110,22 @@ builder.queryFields((t) => ({
       const max = ctx.services.config.graphql.maxBatchSize;
       if (uids.length > max) throw new BadUserInputError(`deliveries takes at most ${max} uids; got ${uids.length}.`);
       const loader = ctx.deliveryLoader(group);
+      // One read per distinct uid, and every copy of a uid the very same Delivery
+      // object: mapped once, and what is memoized per delivery in this request
+      // (its events) is shared by all its copies.
+      const reads = new Map<string, Promise<Delivery | null | Error>>();
+      const readOnce = (uid: string) => {
+        let read = reads.get(uid);
+        if (!read) {
+          read = loader.load(uid).catch((error: unknown) => (error instanceof Error ? error : new Error(String(error))));
+          reads.set(uid, read);
+        }
+        return read;
+      };
       // The whole list is awaited here, each failure kept as its entry's Error:
       // graphql-jit 0.8 appends an extra entry when an item's promise rejects after
       // a later item resolved, so items must not be pending promises.
-      return Promise.all(uids.map((uid) => loader.load(String(uid)).catch((error: unknown) => (error instanceof Error ? error : new Error(String(error)))))) as never;
+      return Promise.all(uids.map((uid) => readOnce(String(uid)))) as never;
     },
   }),
   deliveryByReference: t.field({

@@ -8,6 +8,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { getOperationAST, type DocumentNode, type ExecutionResult } from 'graphql';
 import type { YogaServerInstance } from 'graphql-yoga';
 import type { GraphQLContext } from './context.js';
+import { CHECKS_RESPONSE_SIZE, responseTooLarge } from './protection.js';
 
 export interface GraphQLHttpOptions {
   /** Larger bodies are refused with 413 before they are parsed. */
@@ -159,6 +160,8 @@ export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string,
       req,
       authorization: req.headers.authorization,
       signal,
+      // The answer's text is checked against GRAPHQL_MAX_RESPONSE_BYTES below, where it is written.
+      [CHECKS_RESPONSE_SIZE]: true,
     });
     let document: DocumentNode;
     try {
@@ -178,9 +181,23 @@ export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string,
       variableValues: params.variables as Record<string, unknown> | undefined,
       operationName: params.operationName as string | undefined,
     })) as ExecutionResult & { stringify?: (result: ExecutionResult) => string };
-    // graphql-jit hands back a serializer compiled for this operation's shape.
-    const text = result.stringify ? result.stringify(result) : JSON.stringify({ errors: result.errors, data: result.data, extensions: result.extensions });
-    res.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) }).end(text);
+    const maxBytes = (contextValue as unknown as GraphQLContext).services.config.graphql.maxResponseBytes;
+    let text: string;
+    try {
+      // graphql-jit hands back a serializer compiled for this operation's shape.
+      text = result.stringify ? result.stringify(result) : JSON.stringify({ errors: result.errors, data: result.data, extensions: result.extensions });
+    } catch (error) {
+      // Longer than the longest string V8 can make: far over any limit.
+      if (!(error instanceof RangeError && /string length/i.test(error.message))) throw error;
+      text = JSON.stringify(responseTooLarge(maxBytes));
+    }
+    // The length the header needs anyway is the one the limit is checked on.
+    let bytes = Buffer.byteLength(text);
+    if (bytes > maxBytes) {
+      text = JSON.stringify(responseTooLarge(maxBytes));
+      bytes = Buffer.byteLength(text);
+    }
+    res.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'content-length': bytes }).end(text);
     return true;
   };
 
