@@ -12,9 +12,10 @@ import { createContext, type GraphQLContext, type Services } from './graphql/con
 import { createGraphQLHttpHandler } from './graphql/http.js';
 import { createCors } from './http/cors.js';
 import { createReadiness } from './http/readiness.js';
+import { applyServerLimits, serverOptions } from './http/server-limits.js';
 import { PersistedOperations } from './graphql/persisted-operations.js';
 import { protectionPlugins } from './graphql/protection.js';
-import { KeyRateLimiter } from './graphql/rate-limit.js';
+import { createRequestLimits } from './graphql/rate-limit.js';
 import { toSchema } from './graphql/schema.js';
 import { createLogger, type Logger } from './logger.js';
 import { useObservability } from './observability/graphql-plugin.js';
@@ -190,7 +191,9 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
   );
   upstream.onBreakerChange((group, state) => logger[state === 'open' ? 'warn' : 'info']({ group, state }, 'upstream circuit breaker'));
   // With REDIS_URL, events, dedup, idempotency and fan-out are shared by every instance on that Redis.
-  const store = options.store ?? (config.redisUrl ? RedisStore.connect(config.redisUrl, { logger }) : new SqliteStore(config.dataDir));
+  // Both trim what is older than its retention on a timer, until store.close().
+  const retention = { eventRetentionMs: config.eventRetentionMs, idempotencyRetentionMs: config.idempotencyRetentionMs };
+  const store = options.store ?? (config.redisUrl ? RedisStore.connect(config.redisUrl, { logger, retention }) : new SqliteStore(config.dataDir, { retention, logger }));
   const redisBus =
     store instanceof RedisStore
       ? await connectRedisEventBus(store, logger).catch(async (error: unknown) => {
@@ -206,7 +209,7 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
   const publicKeyPem = config.webhook.publicKeyPem ?? sandbox?.publicKeyPem;
   const issuer = config.webhook.issuer ?? sandbox?.issuer;
   const receiver: WebhookReceiver | undefined =
-    publicKeyPem && issuer ? createWebhookReceiver({ verifier: await createWebhookVerifier(publicKeyPem, issuer), store, bus, logger }) : undefined;
+    publicKeyPem && issuer ? createWebhookReceiver({ verifier: await createWebhookVerifier(publicKeyPem, issuer), store, bus, logger, bodyTimeoutMs: config.webhook.bodyTimeoutMs }) : undefined;
   if (!receiver) logger.warn('no WEBHOOK_PUBLIC_KEY_FILE: the webhook receiver answers 503 and subscriptions see no events');
   const readiness = createReadiness({
     upstream,
@@ -219,7 +222,8 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
   if (config.metrics) metrics = createMetrics({ upstream, bus, webhooks: receiver?.counters, upstreamHealth: readiness.upstream });
 
   const persisted = config.graphql.persistedOperations && new PersistedOperations(config.graphql.persistedOperations.operations);
-  const limiter = new KeyRateLimiter(config.graphql.rateLimitPerMinute);
+  // Per key and per client address; shared by every instance through the store's Redis when there is one.
+  const limiter = createRequestLimits(config, upstream.keys, store instanceof RedisStore ? { client: store.client, prefix: store.prefix } : undefined, logger);
   const yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext> = createYoga({
     schema: toSchema(),
     graphqlEndpoint: '/graphql',
@@ -252,14 +256,22 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
       useGraphQlJit(),
     ],
     // Over WebSocket the initial context carries the connection_init authorization and a way to close the socket.
+    // Every transport hands over the Node request (req): the client address comes from it.
     context: (initial: Record<string, unknown>) => {
-      const { request, authorization, disconnect, signal } = initial as {
+      const { request, req, authorization, disconnect, signal } = initial as {
         request?: Request;
+        req?: IncomingMessage;
         authorization?: string;
         disconnect?: (code: number, reason: string) => void;
         signal?: AbortSignal | (() => AbortSignal);
       };
-      return createContext(services, authorization ?? request?.headers.get('authorization'), disconnect, signal ?? (() => request?.signal));
+      return createContext(services, {
+        authorization: authorization ?? request?.headers.get('authorization'),
+        req,
+        limits: limiter,
+        disconnect,
+        signal: signal ?? (() => request?.signal),
+      });
     },
   });
 
@@ -302,6 +314,9 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     const info: RequestInfo = { id: requestId(req.headers['x-request-id']) };
     attachRequestInfo(req, info);
     res.setHeader('x-request-id', info.id);
+    // While stopping, each keep-alive connection closes after its answer: the upstream's
+    // webhook sender (and any client) would otherwise keep it busy until the grace period ends.
+    if (draining) res.setHeader('connection', 'close');
     // CORS before any path is chosen, so every answer carries it; a preflight is answered here.
     const preflight = cors.handle(req, res);
     if (logRequests) {
@@ -329,8 +344,14 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     route(req, res, pathname);
   };
 
-  const server = createServer(handle);
+  // Headers up to the largest webhook token (it travels in Authorization); connection cap and deadlines.
+  const limits = { ...config.server, maxTokenBytes: config.webhook.maxTokenBytes };
+  const server = createServer(serverOptions(limits), handle);
   server.keepAliveTimeout = 65_000;
+  applyServerLimits(server, limits, (status, path, reason) => {
+    if (path === config.webhook.path && receiver) return receiver.countRefusal(status, reason);
+    logger.warn({ status, path, reason }, 'request refused by the HTTP server');
+  });
   const ws = attachGraphQLWebSocket(server, yoga, { maxSubscriptions: config.realtime.maxSubscriptionsPerSocket, persisted, allowOrigin: cors.allows });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

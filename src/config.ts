@@ -34,6 +34,10 @@ export interface UpstreamConfig {
 
 export interface WebhookConfig {
   readonly path: string;
+  /** Largest webhook JWT accepted (it travels in the Authorization header, whose limit is raised to match). */
+  readonly maxTokenBytes: number;
+  /** A webhook's body must arrive within this after its headers. */
+  readonly bodyTimeoutMs: number;
   /** The key that verifies webhook JWTs, as SPKI PEM whatever form the file had; undefined with the sandbox. */
   readonly publicKeyPem: string | undefined;
   readonly publicKeyFile: string | undefined;
@@ -64,9 +68,31 @@ export interface Config {
     readonly persistedOperations: { readonly file: string; readonly operations: Readonly<Record<string, string>> } | undefined;
     /** Operations one merchant key may run per minute (a token bucket of that size); 0: no limit. */
     readonly rateLimitPerMinute: number;
+    /** Larger GraphQL responses are replaced by an error. */
+    readonly maxResponseBytes: number;
   };
   /** How long a graceful stop waits for in-flight requests before cutting connections. */
   readonly shutdownGraceMs: number;
+  /** Limits of the HTTP server against clients that hold connections open. */
+  readonly server: {
+    /** Most open connections (WebSockets included); undefined: 80 % of the process's file-descriptor limit. */
+    readonly maxConnections: number | undefined;
+    /** A request's headers must arrive within this. */
+    readonly headersTimeoutMs: number;
+    /** A whole request (headers and body) must arrive within this. */
+    readonly requestTimeoutMs: number;
+    /**
+     * How many proxies in front of the facade append to X-Forwarded-For (0: none,
+     * the client address is the socket's peer).
+     */
+    readonly trustProxyHops: number;
+  };
+  /** Unknown merchant keys one client address may try per minute before RATE_LIMITED (0: no limit). */
+  readonly authFailuresPerMinute: number;
+  /** How long stored events, their de-duplication entries and ownership records are kept. */
+  readonly eventRetentionMs: number;
+  /** How long idempotency keys are kept. */
+  readonly idempotencyRetentionMs: number;
   readonly realtime: {
     /** Events one subscriber may have waiting (location updates coalesce) before it is cut off. */
     readonly maxPendingEvents: number;
@@ -113,6 +139,8 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'WEBHOOK_PUBLIC_KEY_FILE', help: 'RSA public key (2048 bits or more) that verifies webhook JWTs: PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE", or DER', default: "the sandbox's" },
   { name: 'WEBHOOK_ISSUER', help: 'required iss claim of webhook JWTs', default: "the sandbox's" },
   { name: 'WEBHOOK_PATH', help: 'path of the webhook receiver', default: '/webhooks' },
+  { name: 'WEBHOOK_MAX_TOKEN_BYTES', help: 'largest webhook JWT accepted (it travels in the Authorization header; the header limit is raised to match)', default: '262144' },
+  { name: 'WEBHOOK_BODY_TIMEOUT_MS', help: "a webhook's body must arrive within this after its headers", default: '10000' },
   { name: 'DATA_DIR', help: 'directory of the embedded SQLite store', default: './data' },
   { name: 'UPSTREAM_TIMEOUT_MS', help: 'budget of one upstream call, retries included', default: '10000' },
   { name: 'UPSTREAM_AMOUNT_UNIT', help: 'unit the upstream expects for request tip and package_value: cents or major', default: 'cents' },
@@ -126,12 +154,20 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'REDIS_URL', help: 'share events, dedup and fan-out between instances through Redis', default: 'unset: embedded' },
   { name: 'MAX_BATCH_SIZE', help: 'longest deliveries(uids:) list', default: '100' },
   { name: 'BATCH_CONCURRENCY', help: 'upstream reads one GraphQL request runs at once', default: '64' },
+  { name: 'MAX_CONNECTIONS', help: 'most open connections, WebSockets included (the next are closed at once)', default: "80 % of the process's file-descriptor limit" },
+  { name: 'HEADERS_TIMEOUT_MS', help: "a request's headers must arrive within this (slow clients are cut off)", default: '10000' },
+  { name: 'REQUEST_TIMEOUT_MS', help: 'a whole request, body included, must arrive within this', default: '30000' },
+  { name: 'TRUST_PROXY', help: 'how many proxies in front append to X-Forwarded-For (false or 0: use the socket address; true: 1)', default: 'false' },
+  { name: 'AUTH_FAILURES_PER_MINUTE', help: 'unknown merchant keys one client address may try per minute before RATE_LIMITED (0: no limit)', default: '20' },
+  { name: 'EVENT_RETENTION', help: 'how long webhook events, their de-duplication entries and ownership records are kept (e.g. 30d, 12h, 90m, 5s)', default: '30d' },
+  { name: 'IDEMPOTENCY_RETENTION', help: 'how long idempotency keys are kept', default: '24h' },
   { name: 'SHUTDOWN_GRACE_MS', help: 'on SIGTERM, how long in-flight requests may take before connections are cut', default: '10000' },
   { name: 'SUBSCRIBER_MAX_PENDING', help: 'events one subscriber may have waiting: over it for more than 1 s, or 10 times over at once, it is disconnected (SSE: KiB unsent)', default: '1000' },
   { name: 'WS_MAX_SUBSCRIPTIONS', help: 'operations one WebSocket may run at once', default: '100' },
   { name: 'GRAPHQL_INTROSPECTION', help: 'true or false: schema introspection and GraphiQL', default: 'false in production, else true' },
   { name: 'GRAPHQL_MAX_BODY_BYTES', help: 'largest GraphQL request body accepted (413 above)', default: '1048576' },
   { name: 'PERSISTED_OPERATIONS_FILE', help: 'JSON file of {"<sha256>": "<document>"}: when set, only these operations run', default: 'unset: any operation' },
+  { name: 'GRAPHQL_MAX_RESPONSE_BYTES', help: 'largest GraphQL response; a larger one is replaced by a RESPONSE_TOO_LARGE error', default: '10485760' },
   { name: 'RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations one merchant key may run per minute (0: no limit)', default: '6000' },
   { name: 'SANDBOX_PORT', help: 'port of the embedded sandbox (0: any free port)', default: '4010' },
   { name: 'SANDBOX_STEP_MS', help: 'time between simulated milestones in the embedded sandbox', default: '3000' },
@@ -160,6 +196,27 @@ function integer(env: Env, name: string, fallback: number, min: number, max: num
   const value = Number(raw);
   if (value < min || value > max) throw new ConfigError(name, `expected ${min} to ${max}, got ${value}`);
   return value;
+}
+
+const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** A duration such as 30d, 12h, 90m, 5s or 250ms, in milliseconds. */
+function duration(env: Env, name: string, fallback: string, minMs: number): number {
+  const raw = text(env, name) ?? fallback;
+  const match = /^(\d+)\s*(ms|s|m|h|d)$/i.exec(raw);
+  if (!match) throw new ConfigError(name, `expected a duration such as 30d, 12h, 90m or 5s, got "${raw}"`);
+  const ms = Number(match[1]) * DURATION_UNITS_MS[match[2]!.toLowerCase()]!;
+  if (ms < minMs || ms > 10 * 365 * 86_400_000) throw new ConfigError(name, `expected ${minMs / 1000} s to 10 years, got "${raw}"`);
+  return ms;
+}
+
+/** false/0: no proxy; true: one; N: that many proxies append to X-Forwarded-For. */
+function proxyHops(env: Env, name: string): number {
+  const raw = text(env, name)?.toLowerCase();
+  if (raw === undefined || raw === 'false') return 0;
+  if (raw === 'true') return 1;
+  if (/^\d{1,2}$/.test(raw)) return Number(raw);
+  throw new ConfigError(name, `expected false, true or a number of proxies, got "${raw}"`);
 }
 
 /** A share from 0 to 1, e.g. 0.1. */
@@ -325,7 +382,14 @@ export function loadConfig(env: Env = process.env): Config {
         resetMs: integer(env, 'BREAKER_RESET_MS', 5000, 10, 3_600_000),
       },
     },
-    webhook: { path: webhookPath, publicKeyPem: key?.pem, publicKeyFile: key?.file, issuer },
+    webhook: {
+      path: webhookPath,
+      maxTokenBytes: integer(env, 'WEBHOOK_MAX_TOKEN_BYTES', 262_144, 16_384, 16_777_216),
+      bodyTimeoutMs: integer(env, 'WEBHOOK_BODY_TIMEOUT_MS', 10_000, 100, 600_000),
+      publicKeyPem: key?.pem,
+      publicKeyFile: key?.file,
+      issuer,
+    },
     graphql: {
       maxBatchSize: integer(env, 'MAX_BATCH_SIZE', 100, 1, 10_000),
       batchConcurrency: integer(env, 'BATCH_CONCURRENCY', 64, 1, 1_000),
@@ -333,8 +397,18 @@ export function loadConfig(env: Env = process.env): Config {
       maxBodyBytes: integer(env, 'GRAPHQL_MAX_BODY_BYTES', 1_048_576, 1024, 1_073_741_824),
       persistedOperations: persistedOperations(env, 'PERSISTED_OPERATIONS_FILE'),
       rateLimitPerMinute: integer(env, 'RATE_LIMIT_PER_MINUTE', 6000, 0, 10_000_000),
+      maxResponseBytes: integer(env, 'GRAPHQL_MAX_RESPONSE_BYTES', 10_485_760, 1024, 1_073_741_824),
     },
     shutdownGraceMs: integer(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
+    server: {
+      maxConnections: text(env, 'MAX_CONNECTIONS') === undefined ? undefined : integer(env, 'MAX_CONNECTIONS', 0, 16, 10_000_000),
+      headersTimeoutMs: integer(env, 'HEADERS_TIMEOUT_MS', 10_000, 100, 600_000),
+      requestTimeoutMs: integer(env, 'REQUEST_TIMEOUT_MS', 30_000, 100, 3_600_000),
+      trustProxyHops: proxyHops(env, 'TRUST_PROXY'),
+    },
+    authFailuresPerMinute: integer(env, 'AUTH_FAILURES_PER_MINUTE', 20, 0, 1_000_000),
+    eventRetentionMs: duration(env, 'EVENT_RETENTION', '30d', 1_000),
+    idempotencyRetentionMs: duration(env, 'IDEMPOTENCY_RETENTION', '24h', 1_000),
     realtime: {
       maxPendingEvents: integer(env, 'SUBSCRIBER_MAX_PENDING', 1000, 1, 1_000_000),
       maxSubscriptionsPerSocket: integer(env, 'WS_MAX_SUBSCRIPTIONS', 100, 1, 100_000),

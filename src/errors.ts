@@ -10,13 +10,14 @@
 export type ErrorSurface = 'graphql-error' | 'result' | 'upstream-client';
 
 export const ERROR_CODES = {
-  UNAUTHENTICATED: { surface: 'graphql-error', meaning: 'No merchant key was sent, or the upstream refused it (401).' },
+  UNAUTHENTICATED: { surface: 'graphql-error', meaning: 'No merchant key was sent, or the upstream refused it (401; a refusal is remembered for a minute).' },
   BAD_USER_INPUT: { surface: 'graphql-error', meaning: 'An argument is malformed or out of bounds (for example a deliveries list over the limit).' },
   UPSTREAM_TIMEOUT: { surface: 'graphql-error', meaning: 'The upstream did not answer within UPSTREAM_TIMEOUT_MS.' },
   UPSTREAM_UNAVAILABLE: { surface: 'graphql-error', meaning: "The upstream could not be reached, reset the connection, or answered 5xx or 429; or its endpoint group's circuit is open (failing fast)." },
   UPSTREAM_ERROR: { surface: 'graphql-error', meaning: 'The upstream answered something the facade does not understand (non-JSON, unexpected status).' },
   INTERNAL_SERVER_ERROR: { surface: 'graphql-error', meaning: 'A fault inside the facade; details are logged, never sent.' },
-  RATE_LIMITED: { surface: 'graphql-error', meaning: 'The merchant key sent more than RATE_LIMIT_PER_MINUTE operations; extensions.retryAfterSeconds says when to try again.' },
+  RATE_LIMITED: { surface: 'graphql-error', meaning: 'The merchant key sent more than RATE_LIMIT_PER_MINUTE operations, or the client address tried more than AUTH_FAILURES_PER_MINUTE keys the upstream had not accepted; extensions.retryAfterSeconds says when to try again.' },
+  RESPONSE_TOO_LARGE: { surface: 'graphql-error', meaning: 'The answer would exceed GRAPHQL_MAX_RESPONSE_BYTES; ask for fewer deliveries, fields or events (page with first/after).' },
   PERSISTED_QUERY_NOT_FOUND: { surface: 'graphql-error', meaning: 'PERSISTED_OPERATIONS_FILE is set and the operation (by hash or by text) is not on it.' },
   TOO_MANY_SUBSCRIPTIONS: { surface: 'graphql-error', meaning: 'The WebSocket already runs WS_MAX_SUBSCRIPTIONS operations; complete one or open another socket.' },
   SUBSCRIBER_TOO_SLOW: { surface: 'graphql-error', meaning: 'A subscription over server-sent events fell more than SUBSCRIBER_MAX_PENDING events behind and was ended (over WebSocket the socket closes with 4008); resume with deliveryEvents(after:).' },
@@ -127,6 +128,13 @@ export class RateLimitedError extends DeliveryGraphError {
   constructor(retryAfterSeconds: number, message = 'Too many requests for this merchant key; slow down.') {
     super('RATE_LIMITED', message);
     this.retryAfterSeconds = retryAfterSeconds;
+  }
+}
+
+export class ResponseTooLargeError extends DeliveryGraphError {
+  override name = 'ResponseTooLargeError';
+  constructor(limit: number) {
+    super('RESPONSE_TOO_LARGE', `The answer would be larger than ${limit} bytes; ask for fewer deliveries, fields or events (page with first/after).`);
   }
 }
 

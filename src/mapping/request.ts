@@ -7,6 +7,7 @@ import type { AmountUnit } from '../config.js';
 import { ValidationError, type FieldProblem, UpstreamValidationError } from '../errors.js';
 import type { WireDeliveryRequest, WireItem } from '../upstream/wire.js';
 import type { ApiGroup, DeliveryMode, DeliveryStyle } from './model.js';
+import { INPUT_LIMITS, nestsDeeperThan } from '../domain/limits.js';
 import { isJsonObject } from './scalars.js';
 import { deliveryStyle, WIRE_STYLE } from './status.js';
 
@@ -255,7 +256,51 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
   finite('itemsCount', input.itemsCount);
   finite('weight', input.weight);
   input.items?.forEach((item, index) => finite(`items.${index}.quantity`, item.quantity));
+  checkSizes(input, problem);
   return problems;
+}
+
+/**
+ * Bounds on how much a booking may carry (INPUT_LIMITS): the upstream echoes its
+ * fields in every webhook, whose token travels in one HTTP header, and the facade
+ * stores each event. Each oversized field is named; nothing is truncated.
+ */
+function checkSizes(input: DeliveryInput, problem: (path: string, message: string) => void): void {
+  const text = (path: string, value: string | null | undefined, max: number) => {
+    if (value != null && value.length > max) problem(path, `must be at most ${max} characters (got ${value.length})`);
+  };
+  for (const side of ['pickup', 'dropoff'] as const) {
+    const stop = input[side];
+    text(`${side}.name`, stop.name, INPUT_LIMITS.shortText);
+    text(`${side}.email`, stop.email, INPUT_LIMITS.shortText);
+    text(`${side}.phone`, stop.phone, INPUT_LIMITS.shortText);
+    // Pickup instructions have the upstream's own, tighter bound (checked above).
+    if (side === 'dropoff') text(`${side}.instructions`, stop.instructions, INPUT_LIMITS.longText);
+    for (const field of ['street', 'number', 'secondaryNumber', 'city', 'county', 'state', 'postalCode', 'country'] as const) {
+      text(`${side}.address.${field}`, stop.address?.[field], INPUT_LIMITS.shortText);
+    }
+  }
+  text('description', input.description, INPUT_LIMITS.longText);
+  text('minimumVehicleSize', input.minimumVehicleSize, INPUT_LIMITS.shortText);
+  text('partnerReference', input.partnerReference, INPUT_LIMITS.shortText);
+  text('currency', input.currency, INPUT_LIMITS.shortText);
+  const requirements = input.requirements ?? [];
+  if (requirements.length > INPUT_LIMITS.requirements) problem('requirements', `must list at most ${INPUT_LIMITS.requirements} requirements (got ${requirements.length})`);
+  requirements.slice(0, INPUT_LIMITS.requirements).forEach((requirement, index) => text(`requirements.${index}`, requirement, INPUT_LIMITS.requirementText));
+  const items = input.items ?? [];
+  if (items.length > INPUT_LIMITS.items) problem('items', `must list at most ${INPUT_LIMITS.items} items (got ${items.length})`);
+  items.slice(0, INPUT_LIMITS.items).forEach((item, index) => {
+    for (const field of ['name', 'externalId', 'externalInstanceId', 'barcode'] as const) text(`items.${index}.${field}`, item[field], INPUT_LIMITS.itemText);
+    text(`items.${index}.description`, item.description, INPUT_LIMITS.itemDescription);
+  });
+  if (input.payload != null && isJsonObject(input.payload)) {
+    // Depth first: a deeply nested value is refused before anything serializes it.
+    if (nestsDeeperThan(input.payload, INPUT_LIMITS.payloadDepth)) problem('payload', `must nest at most ${INPUT_LIMITS.payloadDepth} levels deep`);
+    else {
+      const bytes = Buffer.byteLength(JSON.stringify(input.payload));
+      if (bytes > INPUT_LIMITS.payloadBytes) problem('payload', `must be at most ${INPUT_LIMITS.payloadBytes} bytes as JSON (got ${bytes})`);
+    }
+  }
 }
 
 /** Validates, then builds the upstream body. Throws ValidationError with every problem. */
@@ -306,6 +351,11 @@ export function toWireRequest(input: DeliveryInput, group: ApiGroup, amountUnit:
     set('partner_reference', input.partnerReference);
     set('delivery_start_time', input.deliveryStartTime);
     set('delivery_end_time', input.deliveryEndTime);
+  }
+  // Each field is within its bound; the whole must be too (see INPUT_LIMITS.bodyBytes).
+  const bytes = Buffer.byteLength(JSON.stringify(body));
+  if (bytes > INPUT_LIMITS.bodyBytes) {
+    throw new ValidationError([{ path: 'input', message: `the booking is ${bytes} bytes as JSON; at most ${INPUT_LIMITS.bodyBytes} are accepted (shorten items, payload or text)` }]);
   }
   return body;
 }

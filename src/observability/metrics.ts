@@ -93,6 +93,18 @@ export function createMetrics(sources: MetricSources): Metrics {
       for (const result of ['accepted', 'duplicate', 'stale', 'rejected'] as const) this.inc({ result }, counters[result]);
     },
   });
+  new Counter({
+    name: `${PREFIX}webhook_refusals_total`,
+    help: 'Webhook requests refused, by HTTP status: 400 malformed event, 401 unverifiable token, 408 body too slow, 413 body too large, 431 token over WEBHOOK_MAX_TOKEN_BYTES (refused by the HTTP server), 503 not stored',
+    labelNames: ['status'] as const,
+    registers: [registry],
+    collect() {
+      const counters = sources.webhooks;
+      if (!counters) return;
+      this.reset();
+      for (const [status, count] of counters.refusals) this.inc({ status: String(status) }, count);
+    },
+  });
   new Gauge({
     name: `${PREFIX}upstream_up`,
     help: 'The upstream as the background check last found it: 1 up (it answered, a 401 included), 0 down (unreachable, timing out, 5xx), -1 not checked yet. Readiness never depends on it',

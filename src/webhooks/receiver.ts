@@ -4,7 +4,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '../logger.js';
 import type { EventBus } from '../realtime/bus.js';
-import type { AppendResult, Store } from '../store/store.js';
+import { PartialAppendError, type AppendResult, type Store } from '../store/store.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 import { WebhookAuthError, WebhookPayloadError, type WebhookVerifier } from './verify.js';
 
@@ -16,6 +16,8 @@ export interface WebhookCounters {
   duplicate: number;
   stale: number;
   rejected: number;
+  /** Refusals by HTTP status (400, 401, 405, 408, 413, 431, 503…), the HTTP server's own included (countRefusal). */
+  refusals: Map<number, number>;
 }
 
 interface Pending {
@@ -48,15 +50,20 @@ class AppendBatcher {
     this.#batch = [];
     // Batches commit one after another, so the log and the publications keep one order.
     this.#flushing = this.#flushing.then(async () => {
-      let results: AppendResult[];
+      let results: ReadonlyArray<AppendResult | Error>;
       try {
         results = await this.store.appendEvents(batch);
       } catch (error) {
-        for (const pending of batch) pending.reject(error);
-        return;
+        // Some events could not be stored: only those fail (503, the sender retries them); the rest were stored.
+        if (!(error instanceof PartialAppendError)) {
+          for (const pending of batch) pending.reject(error);
+          return;
+        }
+        results = error.outcomes;
       }
       // Stored is stored: the sender gets its 200 even if publishing one event fails.
       results.forEach((result, index) => {
+        if (result instanceof Error) return batch[index]!.reject(result);
         if (!result.duplicate) {
           try {
             this.bus.publish(result.event);
@@ -71,16 +78,29 @@ class AppendBatcher {
 }
 
 class BodyTooLarge extends Error {}
+class BodyTooSlow extends Error {}
 
-async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+/** The body, at most `limit` bytes, arriving within `timeoutMs` (a sender trickling bytes holds a connection). */
+async function readBody(req: IncomingMessage, limit: number, timeoutMs: number): Promise<Buffer> {
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) throw new BodyTooLarge();
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > limit) throw new BodyTooLarge();
-    chunks.push(chunk as Buffer);
+  let late = false;
+  const timer = setTimeout(() => {
+    late = true;
+    req.destroy(new BodyTooSlow());
+  }, timeoutMs);
+  try {
+    for await (const chunk of req) {
+      size += (chunk as Buffer).length;
+      if (size > limit) throw new BodyTooLarge();
+      chunks.push(chunk as Buffer);
+    }
+  } catch (error) {
+    throw late ? new BodyTooSlow() : error;
+  } finally {
+    clearTimeout(timer);
   }
   return Buffer.concat(chunks, size);
 }
@@ -88,15 +108,32 @@ async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
 export interface WebhookReceiver {
   handle(req: IncomingMessage, res: ServerResponse): void;
   counters: WebhookCounters;
+  /** Counts (and logs) a refusal the HTTP server gave before the receiver ran, e.g. 431 for headers over the limit. */
+  countRefusal(status: number, reason: string): void;
 }
 
-export function createWebhookReceiver(options: { verifier: WebhookVerifier; store: Store; bus: EventBus; logger: Logger }): WebhookReceiver {
+export interface WebhookReceiverOptions {
+  verifier: WebhookVerifier;
+  store: Store;
+  bus: EventBus;
+  logger: Logger;
+  /** The body must arrive within this after the headers (WEBHOOK_BODY_TIMEOUT_MS). */
+  bodyTimeoutMs: number;
+}
+
+export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookReceiver {
   const { verifier, logger } = options;
   const batcher = new AppendBatcher(options.store, options.bus, (error) => logger.error({ err: error }, 'stored event not published'));
-  const counters: WebhookCounters = { accepted: 0, duplicate: 0, stale: 0, rejected: 0 };
+  const counters: WebhookCounters = { accepted: 0, duplicate: 0, stale: 0, rejected: 0, refusals: new Map() };
 
+  const countRefusal = (status: number) => {
+    counters.rejected += 1;
+    counters.refusals.set(status, (counters.refusals.get(status) ?? 0) + 1);
+  };
+  /** Every refusal is counted; those that lose an event the sender will not fix by retrying are also logged. */
   const answer = (res: ServerResponse, status: number, body: Record<string, unknown>) => {
-    if (status >= 400) counters.rejected += 1;
+    if (status >= 400) countRefusal(status);
+    if (status === 400 || status === 408 || status === 413) logger.warn({ status, reason: body.message }, 'webhook refused');
     res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
   };
 
@@ -107,8 +144,14 @@ export function createWebhookReceiver(options: { verifier: WebhookVerifier; stor
     }
     let body: Buffer;
     try {
-      body = await readBody(req, MAX_WEBHOOK_BYTES);
+      body = await readBody(req, MAX_WEBHOOK_BYTES, options.bodyTimeoutMs);
     } catch (error) {
+      if (error instanceof BodyTooSlow) {
+        // The socket is already destroyed: nothing can be answered, but it is counted and logged.
+        countRefusal(408);
+        logger.warn({ status: 408, reason: `the body did not arrive within ${options.bodyTimeoutMs} ms` }, 'webhook refused');
+        return;
+      }
       if (error instanceof BodyTooLarge) {
         // The rest of the body stays unread: close the connection after the answer,
         // or a keep-alive client's next request on it would hang behind those bytes.
@@ -142,7 +185,7 @@ export function createWebhookReceiver(options: { verifier: WebhookVerifier; stor
     try {
       result = await batcher.append(payload, new Date().toISOString());
     } catch (error) {
-      logger.error({ err: error }, 'webhook not stored');
+      logger.error({ err: error, uid: payload.uid, event: payload.event_name }, 'webhook not stored');
       return answer(res, 503, { error: 'store_unavailable', message: 'The event could not be stored; retry later.' });
     }
     if (result.duplicate) counters.duplicate += 1;
@@ -153,6 +196,10 @@ export function createWebhookReceiver(options: { verifier: WebhookVerifier; stor
 
   return {
     counters,
+    countRefusal(status, reason) {
+      countRefusal(status);
+      logger.warn({ status, reason }, 'webhook refused by the HTTP server');
+    },
     handle(req, res) {
       handle(req, res).catch((error: unknown) => {
         logger.error({ err: error }, 'webhook handler failed');

@@ -1,6 +1,7 @@
 // Webhook JWT verification with jose: RS256 only, the configured issuer, exp
 // required. The event is the signed `payload` claim, never the unsigned body.
 import { importSPKI, jwtVerify, type KeyObject } from 'jose';
+import { MAX_EVENT_DEPTH, nestsDeeperThan } from '../domain/limits.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 
 /** Seconds of clock skew tolerated on exp (and nbf/iat when present). */
@@ -39,6 +40,8 @@ export async function createWebhookVerifier(publicKeyPem: string, issuer: string
       // Read liberally: a payload claim that is the JSON text of an object is that object.
       if (typeof payload === 'string') payload = parseObject(payload);
       if (!payload || typeof payload !== 'object' || Array.isArray(payload)) throw new WebhookPayloadError('the payload claim is not an object');
+      // Deeper than any real event: refused here, before anything walks it (hashing, storing, mapping).
+      if (nestsDeeperThan(payload, MAX_EVENT_DEPTH)) throw new WebhookPayloadError(`the event is nested deeper than ${MAX_EVENT_DEPTH} levels`);
       const event = payload as Record<string, unknown>;
       if (typeof event.uid !== 'string' || event.uid === '') throw new WebhookPayloadError('the event has no uid');
       if (typeof event.event_name !== 'string' || event.event_name === '') throw new WebhookPayloadError('the event has no event_name');

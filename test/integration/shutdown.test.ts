@@ -7,7 +7,7 @@ import Database from 'better-sqlite3';
 import { exportPKCS8, exportSPKI, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
-import { deliveryInput, makeDataDir } from '../helpers/stack.js';
+import { deliveryInput, makeDataDir, startStack } from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
 const root = new URL('../..', import.meta.url).pathname;
@@ -122,5 +122,21 @@ describe('SIGTERM', () => {
     expect(acknowledged.length).toBeGreaterThan(0);
     for (const n of acknowledged) expect(stored.has(n), `acknowledged event ${n} missing`).toBe(true);
     await client.dispose();
+  });
+});
+
+describe('a graceful stop while webhooks keep coming', () => {
+  it('does not wait out SHUTDOWN_GRACE_MS: keep-alive connections close after their answer', async () => {
+    // A grace period far beyond the test's timeout: a stop that waited for it would never finish here.
+    const stack = await startStack({ env: { SHUTDOWN_GRACE_MS: '600000' }, sandbox: { knobs: { stepMs: 20 } } });
+    try {
+      const CREATE = 'mutation($input: DeliveryInput!) { createDelivery(input: $input) { __typename } }';
+      for (let i = 0; i < 5; i += 1) await stack.gql(CREATE, { input: deliveryInput() });
+      // The sandbox now posts a webhook every few milliseconds over its keep-alive connections.
+      while (stack.sandbox.webhookStats().delivered < 10) await new Promise((resolve) => setTimeout(resolve, 5));
+      await stack.app.stop();
+    } finally {
+      await stack.stop();
+    }
   });
 });
