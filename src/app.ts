@@ -12,6 +12,7 @@ import { createContext, type GraphQLContext, type Services } from './graphql/con
 import { createGraphQLHttpHandler } from './graphql/http.js';
 import { createCors } from './http/cors.js';
 import { createReadiness } from './http/readiness.js';
+import { Teardown } from './lifecycle.js';
 import { applyServerLimits, serverOptions } from './http/server-limits.js';
 import { PersistedOperations } from './graphql/persisted-operations.js';
 import { protectionPlugins } from './graphql/protection.js';
@@ -150,7 +151,17 @@ function maskError(error: unknown, message: string, isDev?: boolean): Error {
 
 export async function startApp(config: Config, options: StartOptions = {}): Promise<App> {
   const logger = options.logger ?? createLogger(config.logLevel);
+  const teardown = new Teardown();
+  try {
+    return await buildApp(config, options, logger, teardown);
+  } catch (error) {
+    // A failed start (a busy port, Redis not answering) closes what it had opened, newest first.
+    await teardown.run(logger).catch(() => undefined);
+    throw error;
+  }
+}
 
+async function buildApp(config: Config, options: StartOptions, logger: Logger, teardown: Teardown): Promise<App> {
   let sandbox: Sandbox | undefined;
   let upstreamUrl = config.upstream.url;
   let platformId = config.upstream.platformId;
@@ -161,6 +172,8 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
       merchants: SANDBOX_DEMO_MERCHANTS,
       knobs: { stepMs: config.sandbox.stepMs, returnRate: config.sandbox.returnRate },
     });
+    const started = sandbox;
+    teardown.add('sandbox', () => started.stop());
     upstreamUrl = sandbox.url;
     platformId ??= sandbox.platformId;
   }
@@ -169,6 +182,7 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
   const tracing: Tracing | undefined = config.tracing.enabled
     ? await (await import('./observability/tracing.js')).startTracing(config.tracing, options.spanExporter)
     : undefined;
+  if (tracing) teardown.add('tracing', () => tracing.shutdown());
   let metrics: Metrics | undefined;
   // The request id reaches upstream-call logs through an AsyncLocalStorage, entered only when those logs are on.
   const debug = logger.isLevelEnabled('debug');
@@ -189,18 +203,15 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
       if (debug) logger.debug({ reqId: requestScope.getStore()?.id, upstream: call }, 'upstream call');
     },
   );
+  teardown.add('upstream', () => upstream.close());
   upstream.onBreakerChange((group, state) => logger[state === 'open' ? 'warn' : 'info']({ group, state }, 'upstream circuit breaker'));
   // With REDIS_URL, events, dedup, idempotency and fan-out are shared by every instance on that Redis.
   // Both trim what is older than its retention on a timer, until store.close().
   const retention = { eventRetentionMs: config.eventRetentionMs, idempotencyRetentionMs: config.idempotencyRetentionMs };
   const store = options.store ?? (config.redisUrl ? RedisStore.connect(config.redisUrl, { logger, retention }) : new SqliteStore(config.dataDir, { retention, logger }));
-  const redisBus =
-    store instanceof RedisStore
-      ? await connectRedisEventBus(store, logger).catch(async (error: unknown) => {
-          await store.close();
-          throw error;
-        })
-      : undefined;
+  teardown.add('store', () => store.close());
+  const redisBus = store instanceof RedisStore ? await connectRedisEventBus(store, logger) : undefined;
+  if (redisBus) teardown.add('redis bus', () => redisBus.close());
   const bus = redisBus ?? createEventBus();
   const access = new ReadAccess(store, upstream);
   const services: Services = { config, upstream, store, bus, access, maxPendingEvents: config.realtime.maxPendingEvents };
@@ -217,6 +228,7 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     upstreamCheckMs: config.upstream.healthCheckMs,
     checkStore: () => store.ping(),
   });
+  teardown.add('readiness', () => readiness.stop());
   // The first answer about the upstream before serving, unless it takes longer than a second (then it is reported when it comes).
   await readiness.firstCheck(1_000);
   if (config.metrics) metrics = createMetrics({ upstream, bus, webhooks: receiver?.counters, upstreamHealth: readiness.upstream });
@@ -352,11 +364,12 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
     if (path === config.webhook.path && receiver) return receiver.countRefusal(status, reason);
     logger.warn({ status, path, reason }, 'request refused by the HTTP server');
   });
-  const ws = attachGraphQLWebSocket(server, yoga, { maxSubscriptions: config.realtime.maxSubscriptionsPerSocket, persisted, allowOrigin: cors.allows });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(config.port, config.host, () => resolve());
   });
+  // After listen: a listen error (a busy port) is then the server's alone, not re-emitted by the WebSocket server.
+  const ws = attachGraphQLWebSocket(server, yoga, { maxSubscriptions: config.realtime.maxSubscriptionsPerSocket, persisted, allowOrigin: cors.allows });
   const port = (server.address() as AddressInfo).port;
   const host = config.host.includes(':') ? `[${config.host}]` : config.host;
   const url = `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`;
@@ -376,11 +389,8 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
       const grace = setTimeout(() => server.closeAllConnections(), config.shutdownGraceMs);
       await closed;
       clearTimeout(grace);
-      await sandbox?.stop();
-      await upstream.close();
-      await redisBus?.close();
-      await store.close();
-      await tracing?.shutdown().catch((error: unknown) => logger.warn({ err: error }, 'tracing did not shut down cleanly'));
+      // Then the rest, newest first: every part is closed even when one fails.
+      await teardown.run(logger);
     })());
 
   return { url, port, server, services, yoga, receiver, sandbox, logger, metrics, stop };

@@ -34,7 +34,20 @@ async function main(): Promise<void> {
     throw error;
   }
 
-  const app = await startApp(config);
+  let app;
+  try {
+    app = await startApp(config);
+  } catch (error) {
+    // A port taken by another process is the commonest way to fail: say which and what to change, in one line.
+    const { code, port } = error as NodeJS.ErrnoException & { port?: number };
+    if (code === 'EADDRINUSE' || code === 'EACCES') {
+      const variable = port === config.sandbox.port && !config.upstream.url && port !== config.port ? 'SANDBOX_PORT' : 'PORT';
+      const problem = code === 'EADDRINUSE' ? 'is already in use' : 'may not be used by this user';
+      console.error(`delivery-graph: port ${port} on ${config.host} ${problem}; set ${variable} to a free port (e.g. ${variable}=${Number(port) + 1} npm start)`);
+      process.exit(1);
+    }
+    throw error;
+  }
   const ws = app.url.replace('http', 'ws');
   const lines = [
     `delivery-graph is serving on ${app.url}`,

@@ -147,3 +147,99 @@ describe('start-up with a bad variable', () => {
     for (const name of ['PORT', 'UPSTREAM_URL', 'PLATFORM_ID', 'WEBHOOK_PUBLIC_KEY_FILE', 'REDIS_URL', 'UPSTREAM_AMOUNT_UNIT']) expect(stdout).toContain(name);
   });
 });
+
+describe('npm start, exactly as the README runs it', () => {
+  /** `npm start` through npm itself (npm → sh → node), as a newcomer types it. */
+  const npmStart = (env: Record<string, string>) =>
+    spawn('npm', ['start', '--silent'], { cwd: root, env: { ...process.env, LOG_LEVEL: 'silent', SANDBOX_PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+
+  it('stops gracefully on SIGTERM sent to npm: the server goes, no process is left behind', async () => {
+    const dataDir = makeDataDir();
+    const child = npmStart({ PORT: '0', DATA_DIR: dataDir });
+    try {
+      const [, url] = await waitFor(child, /serving on (http:\/\/\S+)/);
+      expect((await fetch(`${url}/health`)).status).toBe(200);
+      const done = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM');
+      await done;
+      // Nothing answers on the port any more, and no process of this run is left (its DATA_DIR is in its environment).
+      await expect(fetch(`${url}/health`)).rejects.toThrow();
+      const { readdirSync, readFileSync } = await import('node:fs');
+      const leftovers = readdirSync('/proc').filter((pid) => {
+        try {
+          return /^\d+$/.test(pid) && readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0').includes(`DATA_DIR=${dataDir}`);
+        } catch {
+          return false;
+        }
+      });
+      expect(leftovers).toEqual([]);
+    } finally {
+      if (child.exitCode === null) child.kill('SIGKILL');
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it('says in one line which port is busy and what to change, and exits 1', async () => {
+    const { createServer } = await import('node:net');
+    const blocker = createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', () => resolve()));
+    const port = (blocker.address() as { port: number }).port;
+    const dataDir = makeDataDir();
+    try {
+      const child = npmStart({ PORT: String(port), DATA_DIR: dataDir });
+      let stderr = '';
+      child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      expect(await exited(child)).toBe(1);
+      const lines = stderr.trim().split('\n').filter((line) => line.includes('delivery-graph') || line.includes('    at '));
+      expect(lines).toEqual([`delivery-graph: port ${port} on 127.0.0.1 is already in use; set PORT to a free port (e.g. PORT=${port + 1} npm start)`]);
+    } finally {
+      blocker.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('a start that fails', () => {
+  it('releases what it had opened: the sandbox port, the store file, the sockets', async () => {
+    const { createServer } = await import('node:net');
+    const { readdirSync, readlinkSync } = await import('node:fs');
+    const { startApp } = await import('../../src/app.js');
+    const { loadConfig } = await import('../../src/config.js');
+    const free = async () => {
+      const probe = createServer();
+      await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', () => resolve()));
+      const { port } = probe.address() as { port: number };
+      await new Promise((resolve) => probe.close(resolve));
+      return port;
+    };
+    const blocker = createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', () => resolve()));
+    const busy = (blocker.address() as { port: number }).port;
+    const sandboxPort = await free();
+    const dataDir = makeDataDir();
+    /** Descriptors this process holds on files of the data directory. */
+    const openInDataDir = () =>
+      readdirSync('/proc/self/fd').filter((fd) => {
+        try {
+          return readlinkSync(`/proc/self/fd/${fd}`).startsWith(dataDir);
+        } catch {
+          return false;
+        }
+      }).length;
+    try {
+      const failed = await startApp(loadConfig({ PORT: String(busy), SANDBOX_PORT: String(sandboxPort), DATA_DIR: dataDir, LOG_LEVEL: 'silent' })).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect((failed as NodeJS.ErrnoException).code).toBe('EADDRINUSE');
+      expect(openInDataDir()).toBe(0);
+      // The sandbox's port is free again.
+      const probe = createServer();
+      await new Promise<void>((resolve, reject) => probe.once('error', reject).listen(sandboxPort, '127.0.0.1', () => resolve()));
+      await new Promise((resolve) => probe.close(resolve));
+    } finally {
+      blocker.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
