@@ -4,7 +4,6 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { useGraphQlJit } from '@envelop/graphql-jit';
 import type { GraphQLError } from 'graphql';
-import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import { createGraphQLError, createYoga, maskError as yogaMaskError, type YogaServerInstance } from 'graphql-yoga';
 import type { Config } from './config.js';
 import { DeliveryGraphError } from './errors.js';
@@ -34,6 +33,7 @@ import { connectRedisEventBus } from './realtime/redis-bus.js';
 import { attachGraphQLWebSocket } from './realtime/ws.js';
 import { createWebhookReceiver, type WebhookReceiver } from './webhooks/receiver.js';
 import { createWebhookVerifier } from './webhooks/verify.js';
+import { createGraphiQL, renderGraphiQLPage } from './web/graphiql.js';
 import { createTrackingPage } from './web/page.js';
 
 export interface App {
@@ -72,40 +72,6 @@ export const SANDBOX_DEMO_MERCHANTS = [
   { key: 'sk_test_demo_merchant', name: 'Demo Merchant', platformId: DEFAULT_PLATFORM_ID },
   { key: 'sk_test_second_merchant', name: 'Second Merchant', platformId: DEFAULT_PLATFORM_ID },
 ];
-
-/** The operations GraphiQL opens with: each one runs against the sandbox as it is. */
-const GRAPHIQL_EXAMPLES = `# delivery-graph: set the Authorization header below (the sandbox's key is filled in
-# when the sandbox is the upstream), pick an operation, and run it.
-
-query Availability {
-  availability { group service available }
-}
-
-mutation Book {
-  createDelivery(
-    idempotencyKey: "graphiql-example-1"
-    input: {
-      pickup: { name: "Ada Shop", email: "shop@example.com", address: { street: "Main St", city: "San Francisco", country: "US" } }
-      dropoff: { name: "Grace", address: { street: "Elm St", city: "San Francisco", country: "US" } }
-      mode: NOW
-      tip: "3.50"
-    }
-  ) {
-    ... on MutationCreateDeliverySuccess { data { uid trackingUrl status } }
-    ... on Error { code message }
-  }
-}
-
-# Paste the uid from Book, then run Follow and watch the courier move.
-subscription Follow {
-  deliveryUpdated(uid: "<uid>") { status name receivedAt courierLocation { lat lng } }
-}
-
-query Read {
-  deliveries(uids: ["<uid>"]) { uid status price { amount currency } courier { name location { lat lng } } }
-}
-`;
-
 
 /**
  * Turns our typed errors into GraphQL errors with a stable extensions.code;
@@ -234,6 +200,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   if (config.metrics) metrics = createMetrics({ upstream, bus, webhooks: receiver?.counters, upstreamHealth: readiness.upstream });
 
   const persisted = config.graphql.persistedOperations && new PersistedOperations(config.graphql.persistedOperations.operations);
+  const graphiql = config.graphql.introspection ? createGraphiQL({ graphqlPath: '/graphql', sandboxKey: sandbox?.merchants[0]?.key, logger }) : undefined;
   // Per key and per client address; shared by every instance through the store's Redis when there is one.
   const limiter = createRequestLimits(config, upstream.keys, store instanceof RedisStore ? { client: store.client, prefix: store.prefix } : undefined, logger);
   const yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext> = createYoga({
@@ -243,15 +210,9 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     // CORS is the front door's (see handle below), the same for every path.
     cors: false,
     logging: false,
-    // GraphiQL from bundled assets (no CDN, works offline), with examples and the header to set filled in.
-    renderGraphiQL,
-    graphiql: config.graphql.introspection
-      ? {
-          title: 'delivery-graph',
-          headers: JSON.stringify({ Authorization: `Bearer ${sandbox?.merchants[0]?.key ?? '<merchant key>'}` }, null, 2),
-          defaultQuery: GRAPHIQL_EXAMPLES,
-        }
-      : false,
+    // GraphiQL from bundled assets (no CDN, works offline), with examples and the header to set filled in; web/graphiql.ts serves its files.
+    renderGraphiQL: renderGraphiQLPage,
+    graphiql: graphiql?.options ?? false,
     // Never the original message or stack, whatever NODE_ENV says.
     maskedErrors: { maskError: maskErrorWith(logger), isDev: false },
     // No uploads in this schema; multipart is also a form a foreign site can POST.
@@ -305,6 +266,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   };
 
   const route = (req: IncomingMessage, res: ServerResponse, pathname: string) => {
+    if (graphiql?.handle(req, res, pathname)) return;
     if (pathname === '/graphql') return graphqlHttp(req, res);
     if (pathname === config.webhook.path) {
       if (receiver) return receiver.handle(req, res);

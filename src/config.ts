@@ -5,6 +5,7 @@ import { createPublicKey, X509Certificate, type KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { normalizeOrigin, type CorsOrigins } from './http/cors.js';
+import { DEFAULT_STEP_MS } from './sandbox/knobs.js';
 
 export type AmountUnit = 'cents' | 'major';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
@@ -170,7 +171,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'GRAPHQL_MAX_RESPONSE_BYTES', help: 'largest GraphQL response; a larger one is replaced by a RESPONSE_TOO_LARGE error', default: '10485760' },
   { name: 'RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations one merchant key may run per minute (0: no limit)', default: '6000' },
   { name: 'SANDBOX_PORT', help: 'port of the embedded sandbox (0: any free port)', default: '4010' },
-  { name: 'SANDBOX_STEP_MS', help: 'time between simulated milestones in the embedded sandbox', default: '3000' },
+  { name: 'SANDBOX_STEP_MS', help: 'time between simulated milestones in the embedded sandbox', default: String(DEFAULT_STEP_MS) },
   { name: 'SANDBOX_RETURN_RATE', help: 'share (0 to 1) of embedded-sandbox deliveries that fail or are canceled by the provider after pickup and then come back (the return path)', default: '0.1' },
   { name: 'LOG_LEVEL', help: 'fatal, error, warn, info, debug, trace or silent (info: one line per request; debug: also each upstream call)', default: 'info' },
   { name: 'METRICS', help: 'true or false: Prometheus metrics at GET /metrics', default: 'true' },
@@ -353,7 +354,7 @@ export function loadConfig(env: Env = process.env): Config {
 
   const webhookPath = text(env, 'WEBHOOK_PATH') ?? '/webhooks';
   if (!/^\/[A-Za-z0-9._~/-]*$/.test(webhookPath)) throw new ConfigError('WEBHOOK_PATH', `expected a path starting with /, got "${webhookPath}"`);
-  if (['/graphql', '/health', '/ready', '/metrics', '/', '/index.html'].includes(webhookPath) || webhookPath.startsWith('/tracking/')) {
+  if (['/graphql', '/health', '/ready', '/metrics', '/', '/index.html'].includes(webhookPath) || webhookPath.startsWith('/tracking/') || webhookPath.startsWith('/graphiql/')) {
     throw new ConfigError('WEBHOOK_PATH', `${webhookPath} is taken by another endpoint`);
   }
 
@@ -424,7 +425,7 @@ export function loadConfig(env: Env = process.env): Config {
     },
     sandbox: {
       port: integer(env, 'SANDBOX_PORT', 4010, 0, 65535),
-      stepMs: integer(env, 'SANDBOX_STEP_MS', 3000, 0, 3_600_000),
+      stepMs: integer(env, 'SANDBOX_STEP_MS', DEFAULT_STEP_MS, 0, 3_600_000),
       returnRate: fraction(env, 'SANDBOX_RETURN_RATE', 0.1),
     },
   };

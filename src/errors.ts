@@ -1,6 +1,8 @@
 // One registry of the error codes clients see. Each class has a stable `code`
-// and a default message; the README's error table is checked against ERROR_CODES
-// by test/unit/errors.test.ts. Messages never carry keys or raw upstream bodies.
+// and a default message; the codes yoga gives the request errors it answers
+// itself (GRAPHQL_PARSE_FAILED, BAD_REQUEST, …) have no class but are listed
+// too. The README's error table is checked against ERROR_CODES by
+// test/unit/errors.test.ts. Messages never carry keys or raw upstream bodies.
 
 /**
  * Where a code reaches the client: as a GraphQL error's extensions.code, as a
@@ -11,7 +13,24 @@ export type ErrorSurface = 'graphql-error' | 'result' | 'upstream-client';
 
 export const ERROR_CODES = {
   UNAUTHENTICATED: { surface: 'graphql-error', meaning: 'No merchant key was sent, or the upstream refused it (401; a refusal is remembered for a minute).' },
-  BAD_USER_INPUT: { surface: 'graphql-error', meaning: 'An argument is malformed or out of bounds (for example a deliveries list over the limit).' },
+  BAD_USER_INPUT: {
+    surface: 'graphql-error',
+    meaning:
+      'A variable does not fit its declared type, and nothing ran: it is missing, of the wrong type, or holds a bad value inside an input object (the message names the variable and the path, e.g. Variable "$input" got invalid value "abc" at "input.tip"; then what the type expects). Or an argument is malformed or out of bounds (an empty uid, a deliveries list over MAX_BATCH_SIZE).',
+  },
+  GRAPHQL_PARSE_FAILED: { surface: 'graphql-error', meaning: 'The query text is not GraphQL (a syntax error, or more tokens than allowed); locations give the line and column. Nothing ran.' },
+  GRAPHQL_VALIDATION_FAILED: {
+    surface: 'graphql-error',
+    meaning:
+      'The operation does not fit the schema (an unknown field, argument or type, a literal of the wrong type) or breaks a limit checked before it runs (depth, aliases, directives, repeated fields, cost; see docs/limits.md). Nothing ran.',
+  },
+  OPERATION_RESOLUTION_FAILURE: { surface: 'graphql-error', meaning: 'operationName names no operation of the document, or the document has several operations and none is named (HTTP 400). Nothing ran.' },
+  BAD_REQUEST: {
+    surface: 'graphql-error',
+    meaning:
+      'The HTTP request is not a GraphQL request: a body that is not JSON or not an object (400), a list of operations (batching is off; 400), no query, a variables or extensions parameter that is not JSON, a mutation over GET (405), or a POST that is not application/json (415).',
+  },
+  REQUEST_ENTITY_TOO_LARGE: { surface: 'graphql-error', meaning: 'The request body is larger than GRAPHQL_MAX_BODY_BYTES (HTTP 413); it was not read.' },
   UPSTREAM_TIMEOUT: { surface: 'graphql-error', meaning: 'The upstream did not answer within UPSTREAM_TIMEOUT_MS.' },
   UPSTREAM_UNAVAILABLE: { surface: 'graphql-error', meaning: "The upstream could not be reached, reset the connection, or answered 5xx or 429; or its endpoint group's circuit is open (failing fast)." },
   UPSTREAM_ERROR: { surface: 'graphql-error', meaning: 'The upstream answered something the facade does not understand (non-JSON, unexpected status).' },
@@ -21,10 +40,14 @@ export const ERROR_CODES = {
   PERSISTED_QUERY_NOT_FOUND: { surface: 'graphql-error', meaning: 'PERSISTED_OPERATIONS_FILE is set and the operation (by hash or by text) is not on it.' },
   TOO_MANY_SUBSCRIPTIONS: { surface: 'graphql-error', meaning: 'The WebSocket already runs WS_MAX_SUBSCRIPTIONS operations; complete one or open another socket.' },
   SUBSCRIBER_TOO_SLOW: { surface: 'graphql-error', meaning: 'A subscription over server-sent events fell more than SUBSCRIBER_MAX_PENDING events behind and was ended (over WebSocket the socket closes with 4008); resume with deliveryEvents(after:).' },
-  VALIDATION_FAILED: { surface: 'result', meaning: 'ValidationError: the input breaks a rule of the chosen group; one FieldError per problem.' },
-  NOT_FOUND: { surface: 'result', meaning: 'NotFoundError: no delivery with this uid belongs to the caller (cancel). Reads return null instead.' },
-  NOT_CANCELABLE: { surface: 'result', meaning: 'NotCancelableError: the delivery is past pickup or already finished.' },
-  IDEMPOTENCY_CONFLICT: { surface: 'result', meaning: 'IdempotencyConflictError: the idempotency key was used before with different input.' },
+  VALIDATION_FAILED: { surface: 'result', meaning: 'The input breaks a rule of the chosen group; one FieldError per problem, with its input path.' },
+  NOT_FOUND: {
+    surface: 'result',
+    meaning:
+      'No delivery with this uid belongs to the caller in the group asked (cancel); when the caller has it in the other group, the message says which group to pass. Reads return null instead.',
+  },
+  NOT_CANCELABLE: { surface: 'result', meaning: 'The delivery is past pickup or already finished.' },
+  IDEMPOTENCY_CONFLICT: { surface: 'result', meaning: 'The idempotency key was used before with different input.' },
   VALIDATION: { surface: 'upstream-client', meaning: 'The upstream rejected a request body; clients see it as a ValidationError (VALIDATION_FAILED).' },
 } as const satisfies Record<string, { surface: ErrorSurface; meaning: string }>;
 

@@ -7,6 +7,7 @@ import { deliveryStatus } from '../mapping/status.js';
 import { builder } from './builder.js';
 import { ApiGroupEnum, DeliveryStatusEnum } from './enums.js';
 import { MoneyRef } from './objects.js';
+import type { Upstream } from '../upstream/clients.js';
 
 interface Cancellation {
   uid: string;
@@ -49,28 +50,54 @@ builder.mutationField('cancelDelivery', (t) =>
     resolve: async (_root, { uid, group }, ctx) => {
       const key = ctx.requireKey();
       const { upstream } = ctx.services;
-      if (group === 'PLATFORM') {
-        const wire = await upstream.platform.cancel(key, String(uid));
-        return {
-          uid: str(wire.uid) ?? String(uid),
-          group,
-          status: deliveryStatus(wire.data?.status),
-          rawStatus: str(wire.data?.status),
-          fee: amountMoney(wire.data?.cancellation_fee),
-          partnerReference: null,
-          message: str(wire.message),
-        };
+      try {
+        return await cancelIn(upstream, key, String(uid), group);
+      } catch (error) {
+        if (error instanceof NotFoundError) throw await notFoundIn(upstream, key, String(uid), group);
+        throw error;
       }
-      const wire = await upstream.partner.cancel(key, String(uid));
-      return {
-        uid: str(wire.uid) ?? String(uid),
-        group,
-        status: deliveryStatus(wire.data?.status),
-        rawStatus: str(wire.data?.status),
-        fee: valueMoney(wire.data?.cancelation_fee),
-        partnerReference: str(wire.data?.partner_reference),
-        message: str(wire.message),
-      };
     },
   }),
 );
+
+/**
+ * A NotFoundError that says where the delivery is when the caller has it in the
+ * other group (one read there, with the same key, so only the caller's own
+ * deliveries are found); the plain one when that read fails or finds nothing.
+ */
+async function notFoundIn(upstream: Upstream, key: string, uid: string, group: ApiGroup): Promise<NotFoundError> {
+  const other: ApiGroup = group === 'PLATFORM' ? 'PARTNER' : 'PLATFORM';
+  try {
+    if (other === 'PLATFORM') await upstream.platform.get(key, uid);
+    else await upstream.partner.getOrder(key, uid);
+  } catch {
+    return new NotFoundError();
+  }
+  return new NotFoundError(`No delivery ${uid} in the ${group} group: it exists in the ${other} group; pass group: ${other}`);
+}
+
+/** One cancel in the group asked, read into a Cancellation. */
+async function cancelIn(upstream: Upstream, key: string, uid: string, group: ApiGroup): Promise<Cancellation> {
+  if (group === 'PLATFORM') {
+    const wire = await upstream.platform.cancel(key, uid);
+    return {
+      uid: str(wire.uid) ?? uid,
+      group,
+      status: deliveryStatus(wire.data?.status),
+      rawStatus: str(wire.data?.status),
+      fee: amountMoney(wire.data?.cancellation_fee),
+      partnerReference: null,
+      message: str(wire.message),
+    };
+  }
+  const wire = await upstream.partner.cancel(key, uid);
+  return {
+    uid: str(wire.uid) ?? uid,
+    group,
+    status: deliveryStatus(wire.data?.status),
+    rawStatus: str(wire.data?.status),
+    fee: valueMoney(wire.data?.cancelation_fee),
+    partnerReference: str(wire.data?.partner_reference),
+    message: str(wire.message),
+  };
+}

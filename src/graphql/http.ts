@@ -214,10 +214,11 @@ export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string,
         if (error instanceof BodyTooLarge) {
           // The rest of the body stays unread: answer, then close the connection.
           res.setHeader('connection', 'close');
-          res.writeHead(413, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Request body too large."}]}');
+          // yoga's code for the same refusal (a body it reads itself, e.g. application/graphql).
+          res.writeHead(413, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Request body too large.","extensions":{"code":"REQUEST_ENTITY_TOO_LARGE"}}]}');
           return void req.destroy();
         }
-        res.writeHead(500, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Unexpected error."}]}');
+        res.writeHead(500, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Unexpected error.","extensions":{"code":"INTERNAL_SERVER_ERROR"}}]}');
       });
   };
 }

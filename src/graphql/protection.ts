@@ -29,6 +29,7 @@ import { DeliveryGraphError, PersistedQueryNotFoundError, RateLimitedError, Resp
 import type { GraphQLContext } from './context.js';
 import type { PersistedOperations } from './persisted-operations.js';
 import type { Admission, RequestLimits } from './rate-limit.js';
+import { useVariableErrors } from './variables.js';
 
 /**
  * Limits on one operation. The largest operations of the tests and the README
@@ -82,6 +83,44 @@ function useRefuseSimplePosts(): Plugin {
   };
 }
 
+/**
+ * Requests yoga cannot read, answered without echoing them. A body that is not
+ * JSON gets "POST body sent invalid JSON." and, in extensions.originalError, the
+ * JSON parser's message, which quotes the body back (a key pasted into it, say):
+ * the refusal keeps its message, code and status without it. A GET whose
+ * `variables` or `extensions` parameter is not JSON throws the parser's own
+ * SyntaxError, which would be masked as a 500 "Unexpected error.": it is the
+ * client's mistake, so 400 BAD_REQUEST. Only yoga's handler parses such
+ * requests: the direct path hands them over.
+ */
+function useRequestParseErrors(): Plugin {
+  const quiet = (error: unknown): never => {
+    if (error instanceof SyntaxError) {
+      throw createGraphQLError('The variables or extensions parameter is not valid JSON.', { extensions: { code: 'BAD_REQUEST', http: { status: 400 } } });
+    }
+    const extensions = (error as Partial<GraphQLError> | undefined)?.extensions;
+    if (!extensions || !('originalError' in extensions)) throw error;
+    const { originalError: _echo, http, ...kept } = extensions as { originalError?: unknown; http?: { status?: number; spec?: boolean } };
+    // yoga answers a spec-marked error 200 under application/json unless it carries that originalError:
+    // without it, the status stands on its own (400, as the GraphQL-over-HTTP spec wants for a body that does not parse).
+    throw createGraphQLError((error as Error).message, { extensions: http ? { ...kept, http: { status: http.status } } : kept });
+  };
+  return {
+    onRequestParse({ requestParser, setRequestParser }) {
+      if (!requestParser) return;
+      setRequestParser((request) => {
+        let parsed: ReturnType<typeof requestParser>;
+        try {
+          parsed = requestParser(request);
+        } catch (error) {
+          return quiet(error);
+        }
+        return parsed instanceof Promise ? parsed.catch(quiet) : parsed;
+      });
+    },
+  };
+}
+
 /** Armor's validation rules report their refusal as a validation error instead of throwing out of validate(). */
 const reportRejection = (context: ValidationContext | null, error: GraphQLError) => context?.reportError(error);
 const asValidationError = { propagateOnRejection: false, onReject: [reportRejection] };
@@ -112,7 +151,7 @@ const SUGGESTION = /\s*Did you mean [^?]*\?/g;
 /**
  * Removes "Did you mean …?", which spells out field, argument and enum names,
  * from validation errors. (armor's plugin misses "Did you mean the enum value …?";
- * graphql-jit's variable errors carry no suggestions.)
+ * variable errors leave them out themselves, see graphql/variables.ts.)
  */
 function useHideSuggestions(): Plugin {
   return {
@@ -560,6 +599,7 @@ export interface ProtectionOptions {
 export function protectionPlugins({ config, limiter, persisted }: ProtectionOptions): Plugin[] {
   return [
     useRefuseSimplePosts(),
+    useRequestParseErrors(),
     ...(persisted ? [usePersistedOperations(persisted)] : []),
     maxTokensPlugin({ n: OPERATION_LIMITS.tokens }),
     useFieldRepeatLimit(OPERATION_LIMITS.fieldRepeats),
@@ -571,5 +611,7 @@ export function protectionPlugins({ config, limiter, persisted }: ProtectionOpti
     useResponseSizeLimit(config.graphql.maxResponseBytes),
     ...(config.graphql.introspection ? [] : [useNoIntrospection(), useHideSuggestions()]),
     useRateLimit(limiter),
+    // Last: it rewords graphql-jit's refusal of bad variables, and only what ran up to jit reaches it.
+    useVariableErrors({ hideSuggestions: !config.graphql.introspection }),
   ] as Plugin[];
 }

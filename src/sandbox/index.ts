@@ -119,6 +119,8 @@ export const OTHER_PLATFORM_ID = 'other-platform';
 export const DEFAULT_ISSUER = 'lastmile';
 /** Enough for any test's count, small enough that a long `npm start` does not grow without bound. */
 export const DEFAULT_REQUEST_LOG_SIZE = 10_000;
+/** Time between milestones unless set: the same standalone (`npm run sandbox`) and embedded (SANDBOX_STEP_MS). */
+export { DEFAULT_STEP_MS } from './knobs.js';
 
 export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbox> {
   const platformId = options.platformId ?? DEFAULT_PLATFORM_ID;

@@ -2,10 +2,15 @@
 // checked, so the library, the control route and the CLI reject the same inputs.
 import type { SandboxKnobs } from './index.js';
 
+/**
+ * Time between milestones, the same whether the sandbox runs alone (`npm run
+ * sandbox`) or inside the facade (SANDBOX_STEP_MS): three seconds, so a whole
+ * delivery plays out in about 20 s, slow enough to watch in a demo. Tests set their own.
+ */
+export const DEFAULT_STEP_MS = 3000;
+
 export const DEFAULT_KNOBS: Readonly<SandboxKnobs> = Object.freeze({
-  // Two seconds a milestone: a whole delivery plays out in ~15 s, slow enough to
-  // watch in a demo. Tests set their own.
-  stepMs: 2000,
+  stepMs: DEFAULT_STEP_MS,
   locationTicks: 3,
   latencyMs: 0,
   errorRate: 0,

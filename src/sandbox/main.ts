@@ -4,6 +4,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { DEFAULT_REQUEST_LOG_SIZE, startSandbox, type SandboxKnobs } from './index.js';
+import { DEFAULT_STEP_MS } from './knobs.js';
 import { OUTCOME_PAYLOAD_FIELD, OUTCOMES, PLANS, STEP } from './state.js';
 
 const USAGE = `Usage: npm run sandbox -- [options]
@@ -11,7 +12,7 @@ const USAGE = `Usage: npm run sandbox -- [options]
   --port <n>             listen port (default 4010; 0 = any free port)
   --host <addr>          listen address (default 127.0.0.1)
   --webhook-url <url>    where to POST signed webhooks (default: none, poll instead)
-  --step-ms <n>          ms between lifecycle milestones; 0 = manual (default 2000)
+  --step-ms <n>          ms between lifecycle milestones; 0 = manual (default ${DEFAULT_STEP_MS})
   --latency-ms <n>       delay added to every API response (default 0)
   --error-rate <0..1>    share of API requests answered 503 (default 0)
   --duplicate-rate <0..1> share of webhooks sent twice (default 0)

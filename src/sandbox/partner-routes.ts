@@ -69,20 +69,41 @@ function availability(): ApiResult {
 // Seeding: the partner group has no create endpoint, so the sandbox books
 // orders on a caller's behalf.
 
-/** Enough of a request that a seed needs only a partner reference. */
+/** Enough of a request that a seed needs only a partner reference: an order across San Francisco. */
 const SEED_DEFAULTS: JsonObject = {
-  pickup_address_street: '1 Market St',
-  pickup_address_city: 'San Francisco',
-  pickup_address_country: 'US',
   pickup_name: 'Sandbox Store',
-  dropoff_address_street: '500 Howard St',
-  dropoff_address_city: 'San Francisco',
-  dropoff_address_country: 'US',
   dropoff_name: 'Sandbox Customer',
   email: 'store@example.com',
   currency: 'USD',
   package_delivery_mode: 'NOW',
 };
+const SEED_ADDRESSES = {
+  pickup: { street: '1 Market St', city: 'San Francisco', country: 'US' },
+  dropoff: { street: '500 Howard St', city: 'San Francisco', country: 'US' },
+} as const;
+
+/**
+ * The seed body with the defaults filled in. An end's default address goes in
+ * whole, and only when the body says nothing of that end's address (a key set
+ * to undefined counts: it asks for no address there). Next to an end the body
+ * placed, it is in that end's city: an order picked up in Springfield is not
+ * delivered to San Francisco.
+ */
+function seedRequestBody(body: JsonObject): JsonObject {
+  const mentions = (end: 'pickup' | 'dropoff') => Object.keys(body).some((name) => name.startsWith(`${end}_address_`));
+  const filled: JsonObject = { ...SEED_DEFAULTS };
+  for (const [end, other] of [['pickup', 'dropoff'], ['dropoff', 'pickup']] as const) {
+    if (mentions(end)) continue;
+    const otherCity = body[`${other}_address_city`];
+    const near =
+      typeof otherCity === 'string' && otherCity.trim() !== ''
+        ? { city: otherCity, state: body[`${other}_address_state`], country: body[`${other}_address_country`] }
+        : { city: SEED_ADDRESSES[end].city, country: SEED_ADDRESSES[end].country };
+    filled[`${end}_address_street`] = SEED_ADDRESSES[end].street;
+    for (const [part, value] of Object.entries(near)) if (value !== undefined) filled[`${end}_address_${part}`] = value;
+  }
+  return { ...filled, ...body };
+}
 
 export type SeedOutcome =
   | { ok: true; order: WireOrder }
@@ -91,7 +112,7 @@ export type SeedOutcome =
 /** Validates with the partner rules, books the order and starts its lifecycle. */
 export function seedOrder(state: SandboxState, lifecycle: LifecycleSimulator, key: string, body: JsonObject): SeedOutcome {
   if (!state.merchantByKey(key)) return { ok: false, reason: 'invalid_api_key', message: 'The API key is invalid.' };
-  const { problems, request } = validateDeliveryRequest('partner', { ...SEED_DEFAULTS, ...body });
+  const { problems, request } = validateDeliveryRequest('partner', seedRequestBody(body));
   if (request.partner_reference === undefined && !problems.some((p) => p.field === 'partner_reference')) {
     problems.push({ field: 'partner_reference', message: 'The partner_reference field is required.' });
   }

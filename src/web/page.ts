@@ -96,7 +96,7 @@ function renderHtml(options: TrackingPageOptions, version: string): string {
 <body>
 <header>
   <h1>delivery-graph <span>live tracking</span></h1>
-  <nav>${graphiqlLink}<span id="connection" role="status" data-state="closed">offline</span></nav>
+  <nav>${graphiqlLink}<span id="connection" role="status" data-state="none">not following</span></nav>
 </header>
 <main>
   <section class="controls">

@@ -76,6 +76,8 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
     // The sandbox's key is filled in; the page says what to do.
     expect(await page.inputValue('#key')).toBe('sk_test_demo_merchant');
     expect(await page.textContent('#message')).toContain('Book a sandbox delivery');
+    // Nothing is followed yet: the indicator says so, not "offline" (which reads as the server being down).
+    expect(await page.textContent('#connection')).toBe('not following');
 
     await page.evaluate(() => {
       const pins: Array<{ lat: number; lng: number; transform: string }> = [];
@@ -187,6 +189,8 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
     await page.waitForSelector('#message[data-tone="error"]');
     expect(await page.textContent('#message')).toMatch(/key was refused|UNAUTHENTICATED/);
     expect(await page.isHidden('#tracker')).toBe(true);
+    // A connection was tried and refused: now "offline" is the truth, with the reason.
+    expect(await page.textContent('#connection')).toBe('offline (the merchant key was refused)');
 
     await page.fill('#key', 'sk_test_demo_merchant');
     await page.click('#open');
@@ -194,6 +198,45 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
     expect(await page.textContent('#message')).toBe('No delivery 00000000-0000-4000-8000-000000000000 is visible to this key.');
     await page.close();
   }, 30_000);
+
+  it('links to GraphiQL, which loads from the facade alone and books anew after a reload', async () => {
+    const { page, requests, problems } = await openPage();
+    await page.click('nav a:text("GraphiQL")');
+    const editor = () => page.evaluate(() => document.querySelector('.graphiql-query-editor')?.textContent?.replace(/\u00a0/g, ' ') ?? '');
+    const examplesShown = () => page.waitForFunction(() => document.querySelector('.graphiql-query-editor')?.textContent?.replace(/\u00a0/g, ' ').includes('mutation Book'), null, { timeout: 30_000 });
+    /** Puts the cursor in the Book operation and runs it (Ctrl+Enter runs the operation under the cursor). */
+    const runBook = async () => {
+      await page.locator('.graphiql-query-editor .view-line', { hasText: 'mutation' }).first().click();
+      const answered = page.waitForResponse((r) => r.request().method() === 'POST' && (r.request().postData() ?? '').includes('createDelivery'));
+      await page.keyboard.press('Control+Enter');
+      const body = (await (await answered).json()) as { data: { createDelivery: { data: { uid: string } } } };
+      return body.data.createDelivery.data.uid;
+    };
+
+    await examplesShown();
+    expect(await editor()).toMatch(/idempotencyKey: "graphiql-book-[\w-]{12}"/);
+    const uid = await runBook();
+    expect(uid).toMatch(/^[0-9a-f-]{36}$/);
+    // The same page, the same key: the same booking.
+    expect(await runBook()).toBe(uid);
+
+    // GraphiQL restores its tabs after a reload; the example's key in them is renewed, so Book books again.
+    await page.reload();
+    await page.locator('.graphiql-tab').first().click();
+    await examplesShown();
+    expect(await runBook()).not.toBe(uid);
+
+    // Monaco's workers are files of the facade too, and everything came from /graphiql/ under a content hash.
+    const own = requests.filter((url) => new URL(url).pathname.startsWith('/graphiql/')).map((url) => new URL(url).pathname);
+    expect(own.some((path) => /^\/graphiql\/graphiql\.[0-9a-f]{16}\.js$/.test(path))).toBe(true);
+    expect(own.some((path) => /^\/graphiql\/graphql\.worker\.[0-9a-f]{16}\.js$/.test(path))).toBe(true);
+    expect(own.filter((path) => !/\.[0-9a-f]{16}\.\w+$/.test(path))).toEqual([]);
+    const foreign = requests.filter((url) => new URL(url).origin !== new URL(app.url).origin && !url.startsWith('data:'));
+    expect(foreign).toEqual([]);
+    // No error, and nothing the Content-Security-Policy refused (Chromium logs that as a console error).
+    expect(problems).toEqual([]);
+    await page.close();
+  }, 90_000);
 });
 
 async function waitUntil(check: () => Promise<boolean>, timeoutMs = 15_000): Promise<void> {

@@ -245,7 +245,7 @@ describe('amplification: the cost limit', () => {
       expect(track.body.errors).toBeUndefined();
       expect(track.body.data.delivery.uid).toBe(uid);
       // Every operation of the document is validated, whichever one runs.
-      const examples = await post(stack.app.url, { query: operationIn('src/app.ts', 'GRAPHIQL_EXAMPLES'), operationName: 'Availability' }, stack.key);
+      const examples = await post(stack.app.url, { query: operationIn('src/web/graphiql.ts', 'GRAPHIQL_EXAMPLES'), operationName: 'Availability' }, stack.key);
       expect(examples.body.errors).toBeUndefined();
       expect(examples.body.data.availability).toHaveLength(2);
     });

@@ -8,9 +8,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
-import { startStack, type Stack } from '../helpers/stack.js';
+import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 
 const ORIGIN = 'https://shop.example';
+const QUOTE = 'mutation($input: DeliveryInput!) { quoteDelivery(input: $input) { __typename } }';
+const READ = 'query($uid: ID!) { delivery(uid: $uid) { uid status } }';
 
 interface Seen {
   status: number;
@@ -61,6 +63,10 @@ describe('the direct path and yoga answer alike', () => {
     ['a batch', () => post([{ query: '{ __typename }' }])],
     ['an operation name that is not in the document', () => post({ query: 'query A { __typename }', operationName: 'B' })],
     ['the charset spelled out', () => post({ query: '{ __typename }' }, { 'content-type': 'application/json; charset=utf-8' })],
+    ['a bad value inside an input variable', () => post({ query: QUOTE, variables: { input: deliveryInput({ tip: 'abc' }) } }, withKey(() => stack.key))],
+    ['a required variable not given', () => post({ query: READ, variables: {} }, withKey(() => stack.key))],
+    ['a variable of the wrong type', () => post({ query: READ, variables: { uid: { not: 'an id' } } }, withKey(() => stack.key))],
+    ['a body that is not JSON', () => post('{"query": "{ x }", oops')],
   ];
 
   for (const [name, init] of cases) {
@@ -75,12 +81,39 @@ describe('the direct path and yoga answer alike', () => {
     });
   }
 
+  it('answers variable errors as graphql-js words them, with BAD_USER_INPUT, on both', async () => {
+    const variableCases: Array<[RequestInit, string]> = [
+      [
+        post({ query: QUOTE, variables: { input: deliveryInput({ tip: 'abc' }) } }, withKey(() => stack.key)),
+        'Variable "$input" got invalid value "abc" at "input.tip"; Decimal must be a decimal number in major units as a string, e.g. "12.50" (plain notation, at most 18 integer and 10 fractional digits); got "abc".',
+      ],
+      [post({ query: READ, variables: {} }, withKey(() => stack.key)), 'Variable "$uid" of required type "ID!" was not provided.'],
+      [post({ query: READ, variables: { uid: { not: 'an id' } } }, withKey(() => stack.key)), 'Variable "$uid" got invalid value { not: "an id" }; ID cannot represent value: { not: "an id" }'],
+    ];
+    for (const url of [stack.app.url, yogaOnly.url]) {
+      for (const [init, message] of variableCases) {
+        const seen = await see(`${url}/graphql`, init);
+        expect(seen.status).toBe(200);
+        expect(JSON.parse(seen.body)).toEqual({ errors: [{ message, locations: [{ line: 1, column: expect.any(Number) }], extensions: { code: 'BAD_USER_INPUT' } }] });
+      }
+    }
+  });
+
+  it('answers a body that is not JSON with 400 BAD_REQUEST and without echoing it, on both', async () => {
+    for (const url of [stack.app.url, yogaOnly.url]) {
+      const seen = await see(`${url}/graphql`, post('{"query": "{ x }", oops'));
+      expect(seen.status).toBe(400);
+      expect(seen.body).toBe('{"errors":[{"message":"POST body sent invalid JSON.","extensions":{"code":"BAD_REQUEST"}}]}');
+    }
+  });
+
   it('a body over GRAPHQL_MAX_BODY_BYTES: 413 with CORS on both', async () => {
     const big = () => post({ query: '{ __typename }', padding: 'x'.repeat(1_100_000) });
     const direct = await see(`${stack.app.url}/graphql`, big());
     const viaYoga = await see(`${yogaOnly.url}/graphql`, big());
     expect(direct).toEqual(viaYoga);
     expect(direct.status).toBe(413);
+    expect(JSON.parse(direct.body).errors[0].extensions.code).toBe('REQUEST_ENTITY_TOO_LARGE');
     expect(direct.headers['access-control-allow-origin']).toBe('*');
   });
 });

@@ -5,6 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config.js';
 
 const root = new URL('../..', import.meta.url).pathname;
 const scratch = mkdtempSync(path.join(tmpdir(), 'sandbox-cli-'));
@@ -50,15 +51,19 @@ describe('npm run sandbox', () => {
     for (const text of ['--return-rate <0..1>', '--request-log-size <n>', '"sandbox_outcome"', 'failed_then_returned', 'canceled_then_returned', 'delivery.return_in_progress']) {
       expect(output()).toContain(text);
     }
+    expect(output()).toMatch(/--step-ms <n> +ms between lifecycle milestones; 0 = manual \(default 3000\)/);
   });
 
   it('starts with the return rate and log size it was given', async () => {
     const { child, output } = run(['--port', '0', '--return-rate', '0.25', '--request-log-size', '50', '--public-key-file', path.join(scratch, 'key.pem')]);
     try {
       const [, control] = await waitFor(child, output, /control:\s+(\S+)/);
-      const info = (await (await fetch(control!)).json()) as { knobs: { returnRate: number }; requestLogSize: number };
+      const info = (await (await fetch(control!)).json()) as { knobs: { returnRate: number; stepMs: number }; requestLogSize: number };
       expect(info.knobs.returnRate).toBe(0.25);
       expect(info.requestLogSize).toBe(50);
+      // Alone or inside the facade (SANDBOX_STEP_MS unset), a milestone every 3 s.
+      expect(info.knobs.stepMs).toBe(3000);
+      expect(loadConfig({}).sandbox.stepMs).toBe(info.knobs.stepMs);
     } finally {
       child.kill('SIGTERM');
       await exited(child);

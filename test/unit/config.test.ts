@@ -1,7 +1,7 @@
 // loadConfig(env) with explicit environments: the documented defaults, a deeply
 // frozen result, and one ConfigError line naming the variable for every bad value.
 import { generateKeyPairSync } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -257,7 +257,7 @@ describe('bad values fail with one line naming the variable', () => {
     expect(error.message).not.toContain('hunter2secret');
   });
 
-  it.each(['/graphql', '/health', '/ready', '/'])('WEBHOOK_PATH=%j collides with another endpoint', (value) => {
+  it.each(['/graphql', '/health', '/ready', '/', '/graphiql/x', '/tracking/x'])('WEBHOOK_PATH=%j collides with another endpoint', (value) => {
     expectNamed(configError({ WEBHOOK_PATH: value }), 'WEBHOOK_PATH');
   });
 
@@ -305,6 +305,16 @@ describe('CONFIG_VARIABLES', () => {
     loadConfig(env);
     expect(read.size).toBeGreaterThan(10);
     expect([...read].filter((name) => !names.includes(name))).toEqual([]);
+  });
+
+  it('is documented in docs/configuration.md and .env.example, and nothing else is', () => {
+    const read = (file: string) => readFileSync(new URL(`../../${file}`, import.meta.url), 'utf8');
+    // Table rows start with the variable (or a pair of them) in backquotes.
+    const documented = [...read('docs/configuration.md').matchAll(/^\| ((?:`[A-Z0-9_]+`(?:, )?)+) \|/gm)].flatMap((row) => [...row[1]!.matchAll(/`([A-Z0-9_]+)`/g)].map((name) => name[1]!));
+    expect([...documented].sort()).toEqual([...names].sort());
+    // .env.example: each variable set or shown commented out.
+    const example = new Set([...read('.env.example').matchAll(/^#? ?([A-Z][A-Z0-9_]+)=/gm)].map((line) => line[1]!));
+    expect(names.filter((name) => !example.has(name))).toEqual([]);
   });
 
   it('documents the defaults loadConfig applies', () => {

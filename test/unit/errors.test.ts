@@ -3,13 +3,18 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { ERROR_CODES } from '../../src/errors.js';
 
-function readmeErrorTable(): Map<string, string> {
+interface ReadmeRow {
+  surface: string;
+  meaning: string;
+}
+
+function readmeErrorTable(): Map<string, ReadmeRow> {
   const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
   const section = readme.split(/^## Error codes$/m)[1]?.split(/^## /m)[0] ?? '';
-  const rows = new Map<string, string>();
+  const rows = new Map<string, ReadmeRow>();
   for (const line of section.split('\n')) {
-    const match = /^\| `([A-Z_]+)` \| ([^|]+) \|/.exec(line);
-    if (match) rows.set(match[1]!, match[2]!.trim());
+    const match = /^\| `([A-Z_]+)` \| ([^|]+) \| ([^|]+) \|$/.exec(line);
+    if (match) rows.set(match[1]!, { surface: match[2]!.trim(), meaning: match[3]!.trim() });
   }
   return rows;
 }
@@ -21,9 +26,21 @@ describe('error registry', () => {
 
   it('says in the README where each code reaches the client', () => {
     const surfaceWords = { 'graphql-error': 'GraphQL error', result: 'result', 'upstream-client': 'upstream client' } as const;
-    for (const [code, surface] of readmeErrorTable()) {
+    for (const [code, { surface }] of readmeErrorTable()) {
       const expected = surfaceWords[ERROR_CODES[code as keyof typeof ERROR_CODES].surface];
       expect(surface.startsWith(expected), `${code}: "${surface}" should start with "${expected}"`).toBe(true);
+    }
+  });
+
+  it('gives each code the same meaning in the README as in the registry', () => {
+    for (const [code, { meaning }] of readmeErrorTable()) {
+      expect(meaning.replaceAll('`', ''), code).toBe(ERROR_CODES[code as keyof typeof ERROR_CODES].meaning);
+    }
+  });
+
+  it('lists the codes yoga answers request errors with, and the ones of our own limits', () => {
+    for (const code of ['GRAPHQL_PARSE_FAILED', 'GRAPHQL_VALIDATION_FAILED', 'BAD_REQUEST', 'BAD_USER_INPUT', 'SUBSCRIBER_TOO_SLOW', 'TOO_MANY_SUBSCRIPTIONS', 'RESPONSE_TOO_LARGE']) {
+      expect(ERROR_CODES[code as keyof typeof ERROR_CODES]?.surface, code).toBe('graphql-error');
     }
   });
 });

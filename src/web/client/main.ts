@@ -142,10 +142,15 @@ function say(text: string, tone: 'info' | 'error' | 'done' = 'info'): void {
   ui.message.dataset.tone = tone;
 }
 
-function setConnection(state: 'connecting' | 'live' | 'idle' | 'closed', detail = ''): void {
+/**
+ * The socket's state, top right. "offline" only once a connection was tried and is down: before
+ * anything is followed (or after the key changed) the page is simply not following anything.
+ */
+const CONNECTION_TEXT = { none: 'not following', connecting: 'connecting…', live: 'live', idle: 'idle', closed: 'offline' } as const;
+
+function setConnection(state: keyof typeof CONNECTION_TEXT, detail = ''): void {
   ui.connection.dataset.state = state;
-  ui.connection.textContent =
-    state === 'live' ? 'live' : state === 'connecting' ? 'connecting…' : state === 'idle' ? 'idle' : `offline${detail ? ` (${detail})` : ''}`;
+  ui.connection.textContent = detail ? `${CONNECTION_TEXT[state]} (${detail})` : CONNECTION_TEXT[state];
 }
 
 // ---------------------------------------------------------------- graphql-ws
@@ -160,9 +165,10 @@ let clientKey = '';
 /** One graphql-ws client per key: a new key opens a new socket with its own connection_init. */
 function clientFor(key: string): Client {
   if (client && clientKey === key) return client;
-  void client?.dispose();
+  dropClient();
   clientKey = key;
-  client = createClient({
+  // A replaced client still reports its socket closing: only the current one may set the indicator.
+  const created: Client = createClient({
     url: wsUrl.href,
     lazy: true,
     connectionParams: { authorization: `Bearer ${key}` },
@@ -170,13 +176,24 @@ function clientFor(key: string): Client {
     // A refused key (4403) or a bad request will not get better by retrying.
     shouldRetry: (event) => !(isCloseEvent(event) && event.code >= 4400 && event.code < 4500),
     on: {
-      connecting: () => setConnection('connecting'),
-      connected: () => setConnection('live'),
+      connecting: () => client === created && setConnection('connecting'),
+      connected: () => client === created && setConnection('live'),
       // 1000: the client closed an unused socket (lazy mode), e.g. after a delivery finished.
-      closed: (event) => (isCloseEvent(event) && event.code === 1000 ? setConnection('idle') : setConnection('closed', isCloseEvent(event) ? closeReason(event) : '')),
+      closed: (event) => {
+        if (client !== created) return;
+        if (isCloseEvent(event) && event.code === 1000) setConnection('idle');
+        else setConnection('closed', isCloseEvent(event) ? closeReason(event) : '');
+      },
     },
   });
-  return client;
+  client = created;
+  return created;
+}
+
+function dropClient(): void {
+  void client?.dispose();
+  client = undefined;
+  clientKey = '';
 }
 
 function isCloseEvent(value: unknown): value is CloseEvent {
@@ -543,7 +560,8 @@ ui.openForm.addEventListener('submit', (event) => {
 });
 ui.keyInput.addEventListener('change', () => {
   stopTracking();
-  setConnection('closed');
+  dropClient();
+  setConnection('none');
 });
 
 const uidFromHash = () => new URLSearchParams(location.hash.slice(1)).get('uid')?.trim() ?? '';
@@ -551,7 +569,7 @@ window.addEventListener('hashchange', () => {
   const uid = uidFromHash();
   if (uid && uid !== tracking?.uid) void open(uid);
 });
-setConnection('closed');
+setConnection('none');
 if (uidFromHash()) void open(uidFromHash());
 else say(sandboxKey ? 'Book a sandbox delivery, or enter the uid of one to follow.' : 'Enter your merchant key and the uid of a delivery to follow.');
 document.body.dataset.ready = 'true';
