@@ -101,6 +101,14 @@ export class UpstreamProtocolError extends DeliveryGraphError {
   }
 }
 
+/** The upstream answered 2xx with a body that lacks what the document promises (a create without a uid, a read without data). */
+export class UpstreamShapeError extends UpstreamProtocolError {
+  override name = 'UpstreamShapeError';
+  constructor(detail: string) {
+    super(`The delivery service's answer is not of the documented shape: ${detail}.`);
+  }
+}
+
 export class NotFoundError extends DeliveryGraphError {
   override name = 'NotFoundError';
   constructor(message = 'No delivery with this uid belongs to the caller.') {
@@ -165,6 +173,14 @@ export class PersistedQueryNotFoundError extends DeliveryGraphError {
   override name = 'PersistedQueryNotFoundError';
   constructor(message = 'Only allowlisted operations run here; this one is not on the list.') {
     super('PERSISTED_QUERY_NOT_FOUND', message);
+  }
+}
+
+/** A reader too far behind. Over WebSocket the socket is closed (4008) first; over SSE this error ends the stream with its code. */
+export class SlowConsumerError extends DeliveryGraphError {
+  override name = 'SlowConsumerError';
+  constructor(message: string) {
+    super('SUBSCRIBER_TOO_SLOW', message);
   }
 }
 

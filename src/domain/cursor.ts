@@ -13,7 +13,8 @@
 // `after:` with decimals, which is what opacity is for. "0" (from the start of
 // the log) names no event and says nothing.
 import { createCipheriv, createDecipheriv, createHmac, createSecretKey, type Cipher, type Decipher } from 'node:crypto';
-import { hashKey, type Store } from '../store/store.js';
+import { type Store } from '../store/store.js';
+import { hashKey } from '../domain/merchant-key.js';
 
 /** One caller's cursors. */
 export interface CallerCursors {

@@ -5,7 +5,7 @@
 // script receives eventFacts() and mirrors judge() line for line (a test runs
 // every case through both), and the subscription streams call transition() too.
 import type { DeliveryStatus } from '../mapping/model.js';
-import { statusOfEvent } from '../mapping/status.js';
+import { statusOfEvent } from './status.js';
 
 /**
  * When a milestone ends the delivery: always, never, or only when the package

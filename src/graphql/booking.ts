@@ -3,19 +3,19 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { IdempotencyConflictError, UpstreamTimeoutError, ValidationError } from '../errors.js';
 import type { DeliveryStub } from '../mapping/model.js';
-import { toWireRequest, type DeliveryInput } from '../mapping/request.js';
-import { fingerprint, hashKey, type BookingResult } from '../store/store.js';
+import { asValidation, toWireRequest, type DeliveryInput } from '../mapping/request.js';
+import type { BookingResult } from '../store/store.js';
+import { fingerprint } from '../domain/canonical-json.js';
+import { hashKey } from '../domain/merchant-key.js';
 import type { WireDeliveryRequest } from '../upstream/wire.js';
 import { builder } from './builder.js';
 import type { GraphQLContext } from './context.js';
 import { DeliveryRef } from './delivery.js';
 import { DeliveryInputRef } from './inputs.js';
-import { asValidation } from './quote.js';
+
 
 const PENDING_POLL_MS = 25;
 
-/** Bookings under way in this process, so concurrent repeats share one upstream call. */
-const inFlight = new Map<string, Promise<BookingResult>>();
 
 async function book(ctx: GraphQLContext, key: string, body: WireDeliveryRequest, input: DeliveryInput): Promise<BookingResult> {
   const created = await asValidation(key, () => ctx.services.upstream.platform.create(key, body), input);
@@ -27,7 +27,7 @@ async function book(ctx: GraphQLContext, key: string, body: WireDeliveryRequest,
 /**
  * The same key with the same input returns the first booking; with other input
  * it is a conflict. A repeat that arrives while the first is still booking waits
- * for it (in this process through `inFlight`, across processes by polling the store).
+ * for it (in this process through `services.bookingsInFlight`, across processes by polling the store).
  */
 async function bookOnce(ctx: GraphQLContext, key: string, idempotencyKey: string, body: WireDeliveryRequest, input: DeliveryInput): Promise<BookingResult> {
   const { store, config } = ctx.services;
@@ -36,7 +36,7 @@ async function bookOnce(ctx: GraphQLContext, key: string, idempotencyKey: string
   const local = `${owner}:${idempotencyKey}`;
   const deadline = Date.now() + config.upstream.timeoutMs * 2;
   for (;;) {
-    const running = inFlight.get(local);
+    const running = ctx.services.bookingsInFlight.get(local);
     if (running) {
       const result = await running.catch(() => undefined);
       if (result) {
@@ -65,10 +65,10 @@ async function bookOnce(ctx: GraphQLContext, key: string, idempotencyKey: string
         await store.releaseIdempotency(owner, idempotencyKey);
         throw error;
       } finally {
-        inFlight.delete(local);
+        ctx.services.bookingsInFlight.delete(local);
       }
     })();
-    inFlight.set(local, booking);
+    ctx.services.bookingsInFlight.set(local, booking);
     return booking;
   }
 }

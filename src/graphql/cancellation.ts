@@ -3,7 +3,7 @@ import { NotCancelableError, NotFoundError } from '../errors.js';
 import { amountMoney, valueMoney } from '../mapping/delivery.js';
 import type { ApiGroup, DeliveryStatus, Money } from '../mapping/model.js';
 import { str } from '../mapping/scalars.js';
-import { deliveryStatus } from '../mapping/status.js';
+import { deliveryStatus } from '../domain/status.js';
 import { builder } from './builder.js';
 import { ApiGroupEnum, DeliveryStatusEnum } from './enums.js';
 import { MoneyRef } from './objects.js';

@@ -8,8 +8,8 @@ import { fromPartnerOrder, fromPlatformDelivery } from '../mapping/delivery.js';
 import type { ApiGroup, Delivery } from '../mapping/model.js';
 import type { ReadAccess } from '../realtime/access.js';
 import type { EventBus } from '../realtime/bus.js';
-import { clientAddress } from '../http/client-address.js';
-import type { Store } from '../store/store.js';
+import { clientAddress } from '../observability/client-address.js';
+import type { BookingResult, Store } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { RequestLimits } from './rate-limit.js';
 
@@ -22,6 +22,11 @@ export interface Services {
   access: ReadAccess;
   /** Most events one subscriber may have waiting before it is cut off. */
   maxPendingEvents: number;
+  /**
+   * Bookings under way in this process, by merchant and idempotency key, so that
+   * concurrent repeats share one upstream call (other processes wait on the store).
+   */
+  bookingsInFlight: Map<string, Promise<BookingResult>>;
 }
 
 export interface GraphQLContext {

@@ -5,7 +5,7 @@ import type { GraphQLResolveInfo } from 'graphql';
 import { BadUserInputError } from '../errors.js';
 import { fromWebhookEvent, geoPoint } from '../mapping/delivery.js';
 import type { Courier, Delivery, DeliveryStatus, GeoPoint } from '../mapping/model.js';
-import { statusOfWebhook } from '../mapping/status.js';
+import { statusOfWebhook } from '../domain/status.js';
 import { callerCursors, START_CURSOR, type CallerCursors } from '../domain/cursor.js';
 import { courierLocation, deliveryEvents, deliveryUpdated, type EventView, type RealtimeDeps, type Subscriber } from '../realtime/streams.js';
 import type { StoredEvent } from '../store/store.js';

@@ -12,12 +12,12 @@
 // and the in-process buckets while Redis does not answer.
 // Ids are hashed: never a key itself, in memory or in Redis.
 import { createHash } from 'node:crypto';
-import { hashKey } from '../store/store.js';
+import { hashKey } from '../domain/merchant-key.js';
 import type { Redis } from 'ioredis';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Config } from '../config.js';
 import { type DeliveryGraphError, RateLimitedError, UnauthenticatedError } from '../errors.js';
-import { addressGroup } from '../http/client-address.js';
+import { addressGroup } from '../observability/client-address.js';
 import type { Logger } from '../logger.js';
 import type { KnownKeys } from '../upstream/known-keys.js';
 

@@ -5,7 +5,8 @@
 import type { WireDelivery, WireOrder, WireWebhookAddress, WireWebhookEvent } from '../upstream/wire.js';
 import type { Address, ApiGroup, Courier, Delivery, Item, Money, Package, Stop } from './model.js';
 import { calendarDate, decimalFrom, int, isJsonObject, num, str, utcDateTime } from './scalars.js';
-import { deliveryMode, deliveryStatus, deliveryStyle, statusOfWebhook } from './status.js';
+import { deliveryStatus, statusOfWebhook } from '../domain/status.js';
+import { deliveryMode, deliveryStyle } from './status.js';
 
 type Side = 'pickup' | 'dropoff';
 type Loose = Record<string, unknown>;

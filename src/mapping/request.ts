@@ -378,3 +378,15 @@ function wireItem(item: ItemInput, amountUnit: AmountUnit): WireItem {
   if (item.barcode != null) wire.barcode = item.barcode;
   return wire;
 }
+
+/**
+ * Runs an upstream call whose validation failure should read like the facade's
+ * own; with the input, each problem is placed on the field the client wrote.
+ */
+export async function asValidation<T>(key: string, call: () => Promise<T>, input?: DeliveryInput): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    throw error instanceof UpstreamValidationError ? validationErrorFromUpstream(error, key, input) : error;
+  }
+}

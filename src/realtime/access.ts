@@ -2,7 +2,8 @@
 // through the facade with it, or when an upstream read with it succeeded. Answers
 // are cached per (key hash, uid); nothing is shared across keys.
 import { NotFoundError } from '../errors.js';
-import { hashKey, type Store } from '../store/store.js';
+import { type Store } from '../store/store.js';
+import { hashKey } from '../domain/merchant-key.js';
 import type { Upstream } from '../upstream/clients.js';
 
 const ALLOWED_TTL_MS = 30 * 60_000;

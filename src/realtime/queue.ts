@@ -1,15 +1,7 @@
 // A subscriber's queue of pending events. Location updates are coalesced (the
 // latest per delivery wins) so a slow reader never piles them up; status events
 // are never dropped, and a reader that falls too far behind is cut off.
-import { DeliveryGraphError } from '../errors.js';
-
-/** A reader too far behind. Over WebSocket the socket is closed (4008) first; over SSE this error ends the stream with its code. */
-export class SlowConsumerError extends DeliveryGraphError {
-  override name = 'SlowConsumerError';
-  constructor(message: string) {
-    super('SUBSCRIBER_TOO_SLOW', message);
-  }
-}
+import { SlowConsumerError } from '../errors.js';
 
 export interface EventQueueOptions<T> {
   /**

@@ -18,7 +18,8 @@
 import { createRedisEventTarget } from '@graphql-yoga/redis-event-target';
 import type { Redis } from 'ioredis';
 import type { Logger } from '../logger.js';
-import { logConnection, redisOptions, type RedisStore } from '../store/redis.js';
+import { logConnection, redisOptions } from '../redis/connection.js';
+import type { RedisStore } from '../store/redis.js';
 import type { Store, StoredEvent } from '../store/store.js';
 import { createEventBus, type EventBus } from './bus.js';
 

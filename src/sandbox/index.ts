@@ -113,6 +113,15 @@ export interface Sandbox {
 }
 
 export const DEFAULT_PLATFORM_ID = 'sandbox-platform';
+
+/**
+ * Fixed keys for the sandbox that `npm start` embeds, so the README's examples
+ * can be pasted as they are. They open nothing but the in-process simulator.
+ */
+export const DEMO_MERCHANTS = [
+  { key: 'sk_test_demo_merchant', name: 'Demo Merchant', platformId: DEFAULT_PLATFORM_ID },
+  { key: 'sk_test_second_merchant', name: 'Second Merchant', platformId: DEFAULT_PLATFORM_ID },
+];
 /** A second platform id, so "key not valid for this platform" can be exercised. */
 export const OTHER_PLATFORM_ID = 'other-platform';
 /** The `iss` claim: the service's short lowercase name. */

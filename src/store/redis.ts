@@ -15,14 +15,14 @@
 // the log's expired head (XTRIM MINID) after removing those events from their
 // deliveries' keys, which go with their last event. All keys of one script are
 // named in KEYS; they live in different slots, so Redis Cluster is not supported.
-import { createHash, randomBytes } from 'node:crypto';
-import { Redis, type RedisOptions, type Result } from 'ioredis';
+import { randomBytes } from 'node:crypto';
+import { Redis, type Result } from 'ioredis';
+import { logConnection, redisOptions } from '../redis/connection.js';
 import type { Logger } from '../logger.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 import { eventFacts, PICKED_UP_RANK } from '../domain/milestones.js';
 import { TRIM_BATCH, TrimSchedule, trimIntervalMs, yieldToEventLoop, type Retention } from './retention.js';
 import {
-  canonicalJson,
   PartialAppendError,
   PENDING_EXPIRY_MS,
   type AppendResult,
@@ -33,6 +33,7 @@ import {
   type Store,
   type StoredEvent,
 } from './store.js';
+import { fingerprint } from '../domain/canonical-json.js';
 
 /** A stream entry as Redis returns it: [id, [field, value, field, value, …]]. */
 type StreamEntry = [id: string, fields: string[]];
@@ -215,34 +216,6 @@ return 0
 /** How long one instance may hold the trim lease; a pass that takes longer shares the work, harmlessly (every step is idempotent). */
 const TRIM_LEASE_MS = 60_000;
 
-/**
- * Connection settings for every client of the facade. A command waits through at
- * most two reconnection attempts (a few hundred ms of outage) and then fails, so
- * a webhook is answered 503 instead of hanging; a Redis that accepts connections
- * but does not answer fails commands after commandTimeout.
- */
-export function redisOptions(name: string): RedisOptions {
-  return {
-    connectionName: name,
-    maxRetriesPerRequest: 2,
-    retryStrategy: (attempt) => Math.min(attempt * 50, 1000),
-    commandTimeout: 5000,
-  };
-}
-
-/** Logs when a client loses and regains Redis, once per change, never with the URL (it may hold a password). */
-export function logConnection(client: Redis, name: string, logger: Logger | undefined): void {
-  let lost = false;
-  client.on('error', (error: Error) => {
-    if (!lost) logger?.warn({ redis: name, err: error.message }, 'redis connection error');
-    lost = true;
-  });
-  client.on('ready', () => {
-    if (lost) logger?.info({ redis: name }, 'redis connection ready again');
-    lost = false;
-  });
-}
-
 export interface RedisStoreOptions {
   /** Prefix of every key; several facades (or tests) can share one Redis with different prefixes. */
   prefix?: string;
@@ -340,7 +313,7 @@ export class RedisStore implements Store {
       let args: string[];
       try {
         const name = payload.event_name;
-        const hash = createHash('sha256').update(canonicalJson(payload)).digest('hex');
+        const hash = fingerprint(payload);
         const keys = this.#delivery(payload.uid);
         const facts = eventFacts(name);
         const statusText = typeof payload.status === 'string' ? payload.status : null;

@@ -2,7 +2,7 @@
 // fsync, so that what it acknowledged survives a kill -9 and a power cut.
 // With a retention, a timer deletes what expired in small transactions and
 // hands the freed pages back to the file system a few at a time (#trim).
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
@@ -11,7 +11,6 @@ import type { WireWebhookEvent } from '../upstream/wire.js';
 import { transition, type MilestoneState } from '../domain/milestones.js';
 import { TRIM_BATCH, TrimSchedule, trimIntervalMs, yieldToEventLoop, type Retention } from './retention.js';
 import {
-  canonicalJson,
   PartialAppendError,
   PENDING_EXPIRY_MS,
   type AppendResult,
@@ -22,6 +21,7 @@ import {
   type Store,
   type StoredEvent,
 } from './store.js';
+import { fingerprint } from '../domain/canonical-json.js';
 
 interface EventRow {
   seq: number;
@@ -169,7 +169,7 @@ export class SqliteStore implements Store {
     // One event, ranked against what the batch already wrote, in a savepoint of its own (a nested
     // better-sqlite3 transaction inside appendEvents'): one that fails is undone alone and fails only itself.
     this.#appendOne = this.db.transaction(({ payload, receivedAt }: { payload: WireWebhookEvent; receivedAt: string }): AppendResult => {
-      const hash = createHash('sha256').update(canonicalJson(payload)).digest('hex');
+      const hash = fingerprint(payload);
       const existing = s.findEvent.get(payload.uid, payload.event_name, hash);
       if (existing) return { event: toStored(existing), duplicate: true };
       const row = s.getState.get(payload.uid);

@@ -7,7 +7,7 @@
 // a moment ago keeps reaching the upstream, so a burst of wrong 401s from it
 // (or a key revoked mid-use) is never stretched into a lockout here. Keys are
 // held only as hashKey() hashes, in a bounded LRU whose verdicts expire.
-import { hashKey } from '../store/store.js';
+import { hashKey } from '../domain/merchant-key.js';
 
 export type KeyGroup = 'platform' | 'partner';
 

@@ -1,5 +1,5 @@
 // Client of the platform endpoint group, under {base_url}/{platform}.
-import { BadUserInputError, UpstreamProtocolError } from '../errors.js';
+import { BadUserInputError, UpstreamShapeError } from '../errors.js';
 import type { UpstreamHttp } from './http.js';
 import type {
   WireAvailability,
@@ -101,9 +101,3 @@ export function requireData<T extends { uid?: unknown }>(result: { data?: T }, w
   return data;
 }
 
-
-class UpstreamShapeError extends UpstreamProtocolError {
-  constructor(detail: string) {
-    super(`The delivery service's answer is not of the documented shape: ${detail}.`);
-  }
-}

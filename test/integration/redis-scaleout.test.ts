@@ -4,6 +4,7 @@
 // Fan-out across instances, exactly-once storage and publication, shared
 // idempotency, resuming on a restarted instance, a Redis crash under load, and
 // a dropped subscriber connection that must catch up from the log.
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -15,7 +16,8 @@ import { loadConfig } from '../../src/config.js';
 import { callerCursors, type CallerCursors } from '../../src/domain/cursor.js';
 import type { RedisEventBus } from '../../src/realtime/redis-bus.js';
 import { RedisStore } from '../../src/store/redis.js';
-import { canonicalJson, type StoredEvent } from '../../src/store/store.js';
+import { type StoredEvent } from '../../src/store/store.js';
+import { canonicalJson } from '../../src/domain/canonical-json.js';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import { deliveryInput, type GraphQLResponse } from '../helpers/stack.js';
@@ -68,6 +70,43 @@ async function startInstance(name: string): Promise<App> {
   );
   apps.push(app);
   return app;
+}
+
+/** An instance as its own process (`node --import tsx src/main.ts`), as an operator runs several. */
+async function spawnInstance(name: string): Promise<{ url: string; stop(): Promise<void> }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    cwd: new URL('../..', import.meta.url).pathname,
+    env: {
+      PATH: process.env.PATH ?? '',
+      PORT: '0',
+      UPSTREAM_URL: sandbox.url,
+      PLATFORM_ID: sandbox.platformId,
+      WEBHOOK_PUBLIC_KEY_FILE: path.join(workDir, 'webhook-public.pem'),
+      WEBHOOK_ISSUER: sandbox.issuer,
+      DATA_DIR: path.join(workDir, name),
+      REDIS_URL: redis.url,
+      LOG_LEVEL: 'silent',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    let output = '';
+    child.once('exit', (code) => reject(new Error(`instance ${name} exited with ${code}:\n${output}`)));
+    child.stdout!.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+      const served = /serving on (http:\/\/\S+)/.exec(output);
+      if (served) resolve(served[1]!);
+    });
+  });
+  return {
+    url,
+    stop: () =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        child.kill('SIGTERM');
+      }),
+  };
 }
 
 const busOf = (app: App) => app.services.bus as RedisEventBus;
@@ -227,6 +266,32 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
       expect(sandbox.requests.filter((request) => request.method === 'POST' && /\/deliveries$/.test(request.path))).toHaveLength(keys.length);
     } finally {
       sandbox.setKnobs({ latencyMs: 0 });
+    }
+  });
+
+  it('the same idempotency key on two real processes at once books once (one claims, the other waits on Redis)', async () => {
+    // Two processes share nothing but Redis: no in-process map can help the second one.
+    const processes = await Promise.all(['p1', 'p2'].map((name) => spawnInstance(name)));
+    sandbox.setKnobs({ latencyMs: 150 });
+    try {
+      sandbox.resetRequests();
+      const keys = Array.from({ length: 3 }, (_, n) => `processes-${Date.now()}-${n}`);
+      const input = deliveryInput();
+      const post = (url: string, key: string) =>
+        fetch(`${url}/graphql`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${sandbox.merchants[0]!.key}` },
+          body: JSON.stringify({ query: CREATE, variables: { input, key } }),
+        }).then((response) => response.json() as Promise<GraphQLResponse>);
+      const answers = await Promise.all(keys.map((key) => Promise.all(processes.map((process) => post(process.url, key)))));
+      for (const [first, second] of answers) {
+        expect(first!.data.createDelivery.__typename).toBe('MutationCreateDeliverySuccess');
+        expect(second!.data.createDelivery.data.uid).toBe(first!.data.createDelivery.data.uid);
+      }
+      expect(sandbox.requests.filter((request) => request.method === 'POST' && /\/deliveries$/.test(request.path))).toHaveLength(keys.length);
+    } finally {
+      sandbox.setKnobs({ latencyMs: 0 });
+      await Promise.all(processes.map((process) => process.stop()));
     }
   });
 

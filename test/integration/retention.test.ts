@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { RedisStore } from '../../src/store/redis.js';
 import { TrimSchedule } from '../../src/store/retention.js';
 import type { SqliteStore } from '../../src/store/sqlite.js';
-import { hashKey } from '../../src/store/store.js';
+import { hashKey } from '../../src/domain/merchant-key.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';

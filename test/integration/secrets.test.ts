@@ -16,7 +16,7 @@ import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
 import { createLogger } from '../../src/logger.js';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
-import { hashKey } from '../../src/store/store.js';
+import { hashKey } from '../../src/domain/merchant-key.js';
 import { startFaultProxy, type FaultProxy } from '../helpers/fault-proxy.js';
 import { deliveryInput, partnerOrderBody } from '../helpers/stack.js';
 

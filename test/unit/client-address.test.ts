@@ -3,7 +3,7 @@
 // further; and IPv6 addresses grouped by their /64.
 import type { IncomingMessage } from 'node:http';
 import { describe, expect, it } from 'vitest';
-import { addressGroup, clientAddress, normalizeAddress, UNKNOWN_ADDRESS } from '../../src/http/client-address.js';
+import { addressGroup, clientAddress, normalizeAddress, UNKNOWN_ADDRESS } from '../../src/observability/client-address.js';
 import { loadConfig } from '../../src/config.js';
 
 /** A request as Node gives it: the peer on the socket, X-Forwarded-For as one joined header. */

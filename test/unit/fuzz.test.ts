@@ -250,7 +250,8 @@ function validishInput(a: InputArbitraries): fc.Arbitrary<DeliveryInput> {
       weight: fc.option(a.number.filter((n) => !(n < 0)), { nil: null }),
       latitude: fc.option(a.number.filter((n) => !(n < -90 || n > 90)), { nil: null }),
       windowStart: a.dateTime,
-      payload: fc.option(fc.oneof({ weight: 4, arbitrary: fc.dictionary(anyText, fc.jsonValue()) }, { weight: 1, arbitrary: fc.jsonValue() }), { nil: null }),
+      // Within the payload bounds (16 levels, 32 KiB) most of the time.
+      payload: fc.option(fc.oneof({ weight: 4, arbitrary: fc.dictionary(anyText, fc.jsonValue({ maxDepth: 4 })) }, { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 4 }) }), { nil: null }),
       description: fc.option(anyText, { nil: null }),
       // Around the limits: 15 characters of phone, 512 of instructions.
       phone: fc.option(fc.string({ minLength: 12, maxLength: 18 }), { nil: null }),
@@ -393,7 +394,8 @@ describe('validateDeliveryInput and toWireRequest under random input', () => {
       }),
       { numRuns: RUNS },
     );
-    expect(successes).toBeGreaterThan(RUNS / 4);
+    // Phone and instructions straddle their bounds (about half pass each): about a quarter pass in all.
+    expect(successes).toBeGreaterThan(RUNS / 8);
   });
 
   it('never throw anything but ValidationError, even for NaN, infinities and unparsed times', () => {

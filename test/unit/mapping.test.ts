@@ -6,7 +6,8 @@ import { fromPartnerOrder, fromPlatformDelivery, fromWebhookEvent } from '../../
 import type { Delivery } from '../../src/mapping/model.js';
 import { toWireRequest, validateDeliveryInput, validationErrorFromUpstream, type DeliveryInput } from '../../src/mapping/request.js';
 import { calendarDate, decimalFrom, utcDateTime } from '../../src/mapping/scalars.js';
-import { deliveryStatus, deliveryStyle, statusOfEvent } from '../../src/mapping/status.js';
+import { deliveryStatus, statusOfEvent } from '../../src/domain/status.js';
+import { deliveryStyle } from '../../src/mapping/status.js';
 import type { WireDelivery, WireOrder, WireWebhookEvent } from '../../src/upstream/wire.js';
 
 // ------------------------------------------------------------------ fixtures

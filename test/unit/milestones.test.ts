@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { eventFacts, stateOfStatus, transition, type MilestoneState } from '../../src/domain/milestones.js';
 import { fromWebhookEvent } from '../../src/mapping/delivery.js';
-import { statusOfWebhook } from '../../src/mapping/status.js';
+import { statusOfWebhook } from '../../src/domain/status.js';
 
 const PATH = [
   'delivery.created',

@@ -1,6 +1,7 @@
 // The subscriber queue: positions coalesce once a reader lags, status events never drop, and a reader too far behind is cut off.
 import { describe, expect, it } from 'vitest';
-import { EventQueue, SlowConsumerError } from '../../src/realtime/queue.js';
+import { SlowConsumerError } from '../../src/errors.js';
+import { EventQueue } from '../../src/realtime/queue.js';
 
 type Item = { kind: 'status' | 'location'; uid: string; n: number };
 const queue = (maxPending = 100, coalesceAfter = 0, graceMs = 50) => {

@@ -7,8 +7,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { getOperationAST, type DocumentNode, type ExecutionResult } from 'graphql';
 import type { YogaServerInstance } from 'graphql-yoga';
-import type { GraphQLContext } from './context.js';
-import { CHECKS_RESPONSE_SIZE, responseTooLarge } from './protection.js';
+import type { GraphQLContext } from '../graphql/context.js';
+import { CHECKS_RESPONSE_SIZE, responseTooLarge } from '../graphql/protection.js';
 
 export interface GraphQLHttpOptions {
   /** Larger bodies are refused with 413 before they are parsed. */

@@ -1,0 +1,94 @@
+// The layout stays one straight line: no folder of src/ imports (at run time) a
+// folder that imports it back, directly or through others. Type-only imports do
+// not count (they vanish at run time); a file directly under src/ (errors.ts,
+// config.ts, app.ts …) is a node of its own. docs/architecture.md says what each
+// folder may import.
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+const SRC = new URL('../../src/', import.meta.url).pathname;
+
+function sourceFiles(dir: string): string[] {
+  return readdirSync(dir).flatMap((name) => {
+    const file = path.join(dir, name);
+    // The tracking page's browser code is bundled on its own.
+    if (statSync(file).isDirectory()) return file.endsWith(path.join('web', 'client')) ? [] : sourceFiles(file);
+    return file.endsWith('.ts') ? [file] : [];
+  });
+}
+
+/** The folder under src/ a file belongs to, or the file itself when it lies directly in src/. */
+function nodeOf(file: string): string {
+  const relative = path.relative(SRC, file);
+  return relative.includes(path.sep) ? relative.split(path.sep)[0]! : relative;
+}
+
+/** Relative modules a file needs at run time: value imports, re-exports and dynamic imports. */
+function runtimeImports(file: string): string[] {
+  const text = readFileSync(file, 'utf8');
+  const targets: string[] = [];
+  for (const match of text.matchAll(/^(import|export)\s+(type\s+)?([^'";]*?)\s*from\s*'(\.[^']+)'/gm)) {
+    const [, , typeOnly, clause, target] = match;
+    if (typeOnly) continue;
+    const names = /^\{([^}]*)\}$/.exec(clause!.trim())?.[1];
+    if (names !== undefined && names.split(',').map((name) => name.trim()).filter(Boolean).every((name) => name.startsWith('type '))) continue;
+    targets.push(target!);
+  }
+  for (const match of text.matchAll(/\bimport\(\s*'(\.[^']+)'\s*\)/g)) targets.push(match[1]!);
+  return targets.map((target) => path.resolve(path.dirname(file), target.replace(/\.js$/, '.ts')));
+}
+
+function folderGraph(): Map<string, Map<string, string[]>> {
+  const graph = new Map<string, Map<string, string[]>>();
+  for (const file of sourceFiles(SRC)) {
+    for (const target of runtimeImports(file)) {
+      const from = nodeOf(file);
+      const to = nodeOf(target);
+      if (from === to) continue;
+      const edges = graph.get(from) ?? new Map<string, string[]>();
+      graph.set(from, edges);
+      edges.set(to, [...(edges.get(to) ?? []), `${path.relative(SRC, file)} → ${path.relative(SRC, target)}`]);
+    }
+  }
+  return graph;
+}
+
+/** Every cycle found by a depth-first walk, as the imports that make it up. */
+function cycles(graph: Map<string, Map<string, string[]>>): string[][] {
+  const found: string[][] = [];
+  const state = new Map<string, 'open' | 'done'>();
+  const trail: string[] = [];
+  const walk = (node: string) => {
+    state.set(node, 'open');
+    trail.push(node);
+    for (const next of graph.get(node)?.keys() ?? []) {
+      if (state.get(next) === 'open') {
+        const loop = [...trail.slice(trail.indexOf(next)), next];
+        found.push(loop.slice(1).map((to, i) => graph.get(loop[i]!)!.get(to)![0]!));
+      } else if (!state.has(next)) walk(next);
+    }
+    trail.pop();
+    state.set(node, 'done');
+  };
+  for (const node of graph.keys()) if (!state.has(node)) walk(node);
+  return found;
+}
+
+describe('src/ layout', () => {
+  it('has no import cycle between folders', () => {
+    expect(cycles(folderGraph())).toEqual([]);
+  });
+
+  it('keeps the domain rules free of everything but themselves', () => {
+    expect([...(folderGraph().get('domain')?.keys() ?? [])]).toEqual([]);
+  });
+
+  it('sees the imports it checks (a cycle planted in a copy of the graph is found)', () => {
+    const graph = folderGraph();
+    expect(graph.get('app.ts')?.has('graphql')).toBe(true);
+    const planted = new Map([...graph].map(([node, edges]) => [node, new Map(edges)]));
+    planted.set('domain', new Map([['store', ['domain → store (planted)']]]));
+    expect(cycles(planted).length).toBeGreaterThan(0);
+  });
+});
