@@ -1,11 +1,12 @@
-// The live tracking page at `/`: one HTML document plus a script and a
-// stylesheet bundled by esbuild from src/web/client on the first request and
-// kept in memory. Everything is served from here (no CDN), under a
-// Content-Security-Policy that allows nothing from elsewhere.
+// The live tracking page at `/`: one HTML document plus the script and the
+// stylesheet built from src/web/client (src/web/bundle.ts: at `npm run build`,
+// or on the first request of a run from the sources), kept in memory. Everything
+// is served from here (no CDN), under a Content-Security-Policy that allows
+// nothing from elsewhere.
 import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { fileURLToPath } from 'node:url';
 import type { Logger } from '../logger.js';
+import { loadBundle } from './bundle.js';
 
 export interface TrackingPageOptions {
   /** Path of the GraphQL endpoint (HTTP and WebSocket). */
@@ -35,9 +36,6 @@ interface Bundle {
   version: string;
 }
 
-/** From src/web or dist/web alike, the client sources stay in src/web/client. */
-const ENTRY = fileURLToPath(new URL('../../src/web/client/main.ts', import.meta.url));
-
 const SECURITY_HEADERS = {
   // Scripts, styles and sockets from this origin only; no inline script, no frames, no forms posting elsewhere.
   'content-security-policy':
@@ -55,26 +53,11 @@ function escapeAttribute(value: string): string {
   return value.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 }
 
+/** The page and its two files, from the static bundle (src/web/bundle.ts). */
 async function bundle(options: TrackingPageOptions): Promise<Bundle> {
-  const { build } = await import('esbuild');
-  const result = await build({
-    entryPoints: [ENTRY],
-    bundle: true,
-    write: false,
-    format: 'esm',
-    platform: 'browser',
-    target: ['es2022'],
-    minify: true,
-    legalComments: 'none',
-    outdir: 'tracking',
-    entryNames: 'app',
-    logLevel: 'silent',
-  });
-  const js = result.outputFiles.find((file) => file.path.endsWith('.js'));
-  const css = result.outputFiles.find((file) => file.path.endsWith('.css'));
-  if (!js || !css) throw new Error('the tracking page bundle is missing its script or stylesheet');
-  const jsAsset = asset(js.contents, 'text/javascript; charset=utf-8');
-  const cssAsset = asset(css.contents, 'text/css; charset=utf-8');
+  const files = await loadBundle();
+  const jsAsset = asset(files.js, 'text/javascript; charset=utf-8');
+  const cssAsset = asset(files.css, 'text/css; charset=utf-8');
   const version = createHash('sha256').update(jsAsset.etag).update(cssAsset.etag).digest('base64url').slice(0, 12);
   return { html: asset(renderHtml(options, version), 'text/html; charset=utf-8'), js: jsAsset, css: cssAsset, version };
 }
