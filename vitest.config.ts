@@ -1,12 +1,62 @@
+import { createRequire } from 'node:module';
 import { defineConfig } from 'vitest/config';
 
+// One graphql for everything. Node (npm start, and every dependency vitest leaves
+// to Node: graphql-yoga, graphql-jit, graphql-ws, Pothos) loads graphql's
+// CommonJS main; vite would hand src/ and test/ its ES "module" build instead, a
+// second copy whose classes fail instanceof and schema checks against the first.
+const graphqlMain = createRequire(import.meta.url).resolve('graphql');
+
+// The soak tier exists only when asked for (npm run test:soak sets SOAK=1), so a
+// plain `vitest run`, or one naming a file, never starts the long runs.
+const soak = ['1', 'true'].includes(process.env.SOAK ?? '');
+
 export default defineConfig({
+  resolve: {
+    alias: [{ find: /^graphql$/, replacement: graphqlMain }],
+  },
   test: {
-    include: ['test/**/*.test.ts'],
-    // Installs redis-server and chromium when missing (see the file).
-    globalSetup: ['test/global-setup.ts'],
     testTimeout: 20_000,
     hookTimeout: 20_000,
     pool: 'forks',
+    // No global setup here: the root's would run for every tier, unit included.
+    projects: [
+      {
+        extends: true,
+        // In-process only: no sockets, no child processes, no files beyond temp directories.
+        test: { name: 'unit', include: ['test/unit/**/*.test.ts'] },
+      },
+      {
+        extends: true,
+        // Real HTTP on port 0, SQLite files, redis-server and child processes (installs redis-server when missing).
+        test: { name: 'integration', include: ['test/integration/**/*.test.ts'], globalSetup: ['test/global-setup.ts'] },
+      },
+      {
+        extends: true,
+        // The tracking page in headless Chromium (installs chromium when missing).
+        test: { name: 'browser', include: ['test/browser/**/*.test.ts'], globalSetup: ['test/global-setup.ts'] },
+      },
+      ...(soak
+        ? [
+            {
+              extends: true as const,
+              // The long versions of integration tests that take their length from the environment:
+              // the RELIABILITY.md run of the crash test, and ten times the WebSocket churn.
+              test: {
+                name: 'soak',
+                include: ['test/integration/crash.test.ts', 'test/integration/ws-leak.test.ts'],
+                // A crash trial signs and sends 2,000 events twice over.
+                testTimeout: 300_000,
+                hookTimeout: 60_000,
+                env: {
+                  CRASH_TRIALS: process.env.CRASH_TRIALS ?? '20',
+                  CRASH_EVENTS: process.env.CRASH_EVENTS ?? '2000',
+                  WS_LEAK_CYCLES: process.env.WS_LEAK_CYCLES ?? '100000',
+                },
+              },
+            },
+          ]
+        : []),
+    ],
   },
 });

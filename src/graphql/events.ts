@@ -1,7 +1,6 @@
 // Webhook events as GraphQL: DeliveryEvent, CourierLocation, Delivery.events,
 // and the three subscriptions. Cursors are the caller's own (src/domain/cursor.ts).
-import { createRequire } from 'node:module';
-import type { GraphQLResolveInfo } from 'graphql';
+import { getArgumentValues, type GraphQLResolveInfo } from 'graphql';
 import { BadUserInputError } from '../errors.js';
 import { fromWebhookEvent, geoPoint } from '../mapping/delivery.js';
 import type { Courier, Delivery, DeliveryStatus, GeoPoint } from '../mapping/model.js';
@@ -192,10 +191,6 @@ function realtime(ctx: GraphQLContext): { deps: RealtimeDeps; subscriber: Subscr
   const { store, bus, access, upstream, maxPendingEvents } = ctx.services;
   return { deps: { store, bus, access, upstream, maxPending: maxPendingEvents }, subscriber: { key, disconnect: ctx.disconnect } };
 }
-
-// The graphql instance that built the schema (the CommonJS one every package
-// shares; a test runner may hand this module the ES build instead).
-const { getArgumentValues } = createRequire(import.meta.url)('graphql') as typeof import('graphql');
 
 /**
  * A subscription field's arguments, read from the operation itself. graphql-jit

@@ -48,7 +48,7 @@ function maskErrorWith(logger: Logger) {
 }
 
 function maskError(error: unknown, message: string, isDev?: boolean): Error {
-  // Duck-typed: graphql may be loaded twice (ESM and CJS), so instanceof GraphQLError is unreliable.
+  // A GraphQLError wraps what a resolver threw (originalError); a plain error stands for itself.
   const located = error as Partial<GraphQLError> | undefined;
   const original = located?.originalError ?? error;
   if (!(original instanceof DeliveryGraphError)) return yogaMaskError(error, message, isDev);

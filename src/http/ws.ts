@@ -59,8 +59,7 @@ type Envelop = { execute: (args: ExecutionArgs) => unknown; subscribe: (args: Ex
 /**
  * Yoga marks request errors with extensions.http (the status of an HTTP answer);
  * on a socket that means nothing, so it is left out. The copy is made with the
- * error's own class: graphql may be loaded twice (ESM and CJS), and graphql-ws
- * accepts only instances of the copy it loaded.
+ * error's own class, so a subclass stays what it was.
  */
 function forSocket(errors: readonly GraphQLError[]): GraphQLError[] {
   return errors.map((error) => {

@@ -138,8 +138,8 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
     expect(requests.some((url) => url.includes('/tracking/app.js'))).toBe(true);
     expect(problems).toEqual([]);
 
-    // Once its glide (a 0.9 s CSS transition) is over, the pin is drawn on the dropoff marker.
-    await page.waitForTimeout(1_200);
+    // Once its glide (a CSS transition on the pin) is over, the pin is drawn on the dropoff marker.
+    await page.$eval('#courier', (node) => Promise.all(node.getAnimations().map((glide) => glide.finished)));
     const centre = (selector: string) =>
       page.$eval(selector, (node) => {
         const box = node.getBoundingClientRect();

@@ -9,6 +9,8 @@ export interface Collected<T = any> {
   completed: boolean;
   /** Resolves once `count` items arrived (or rejects after timeoutMs). */
   waitFor(count: number, timeoutMs?: number): Promise<T[]>;
+  /** Resolves once an item for which `found` holds arrived (or rejects after timeoutMs). */
+  waitForItem(found: (item: T) => boolean, timeoutMs?: number): Promise<T[]>;
   /** Resolves when the subscription completes or errors. */
   done: Promise<void>;
   dispose(): void;
@@ -28,24 +30,23 @@ export function wsClient(httpUrl: string, key: string | undefined, options: { on
 export function collect<T = any>(client: Client, query: string, variables?: Record<string, unknown>): Collected<T> {
   const items: T[] = [];
   const errors: unknown[] = [];
-  const waiters: Array<{ count: number; resolve: (items: T[]) => void }> = [];
+  const waiters: Array<{ met: () => boolean; resolve: (items: T[]) => void }> = [];
   let finish!: () => void;
   const done = new Promise<void>((resolve) => (finish = resolve));
+  const waitUntil = (met: () => boolean, what: () => string, timeoutMs: number): Promise<T[]> => {
+    if (met()) return Promise.resolve(items);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`${what()}; errors: ${JSON.stringify(errors)}`)), timeoutMs);
+      waiters.push({ met, resolve: (value) => (clearTimeout(timer), resolve(value)) });
+    });
+  };
   const collected: Collected<T> = {
     items,
     errors,
     completed: false,
     done,
-    waitFor(count, timeoutMs = 10_000) {
-      if (items.length >= count) return Promise.resolve(items);
-      return new Promise((resolve, reject) => {
-        const timer = setTimeout(
-          () => reject(new Error(`got ${items.length} of ${count} items; errors: ${JSON.stringify(errors)}`)),
-          timeoutMs,
-        );
-        waiters.push({ count, resolve: (value) => (clearTimeout(timer), resolve(value)) });
-      });
-    },
+    waitFor: (count, timeoutMs = 10_000) => waitUntil(() => items.length >= count, () => `got ${items.length} of ${count} items`, timeoutMs),
+    waitForItem: (found, timeoutMs = 10_000) => waitUntil(() => items.some(found), () => `none of the ${items.length} items matched`, timeoutMs),
     dispose: () => unsubscribe(),
   };
   const unsubscribe = client.subscribe<T>(
@@ -55,7 +56,7 @@ export function collect<T = any>(client: Client, query: string, variables?: Reco
         if (message.errors) errors.push(...message.errors);
         if (message.data) items.push(message.data as T);
         for (const waiter of [...waiters]) {
-          if (items.length >= waiter.count) {
+          if (waiter.met()) {
             waiters.splice(waiters.indexOf(waiter), 1);
             waiter.resolve(items);
           }

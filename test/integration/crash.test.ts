@@ -15,8 +15,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 
 /**
- * Kill/restart trials. 3 keep CI quick; the full run of RELIABILITY.md is
- * `CRASH_TRIALS=20 CRASH_EVENTS=2000 npx vitest run test/integration/crash.test.ts`.
+ * Kill/restart trials. 3 keep CI quick; the full run of RELIABILITY.md (20 trials
+ * of 2,000 events) is the soak tier's: `npm run test:soak` (see vitest.config.ts;
+ * CRASH_TRIALS and CRASH_EVENTS still override either).
  */
 const TRIALS = Number(process.env.CRASH_TRIALS ?? 3);
 /** Requests in flight at once while the process is being killed. */

@@ -1,9 +1,11 @@
 // The GraphQL API over real HTTP against the sandbox: every query and mutation
 // on both groups, batching proven by counting upstream requests, tenancy, and
 // the error table of CONTRACT.md.
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { FaultProxy } from '../helpers/fault-proxy.js';
 import { deliveryInput, partnerOrderBody, startStack, type Stack } from '../helpers/stack.js';
+import { waitUntil } from '../helpers/wait.js';
 
 const FULL_DELIVERY = /* GraphQL */ `
   fragment Full on Delivery {
@@ -225,14 +227,30 @@ describe('deliveries (batch)', () => {
     expect(new Set(gets().map((r) => r.path)).size).toBe(50);
   });
 
-  it('runs the reads concurrently: 50 reads at 20 ms take a small multiple of 20 ms', async () => {
-    stack.sandbox.setKnobs({ latencyMs: 20 });
-    const started = performance.now();
-    const result = await stack.gql('query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', { uids });
-    const elapsed = performance.now() - started;
-    expect(result.data.deliveries).toHaveLength(50);
-    // Serial reads would take 50 × 20 ms = 1 s.
-    expect(elapsed).toBeLessThan(400);
+  it('runs the reads concurrently: 50 distinct reads are at the upstream at once', async () => {
+    const gated = await startStack({ faultProxy: true });
+    try {
+      const unknown = Array.from({ length: 50 }, () => randomUUID());
+      // A key is tried one request at a time until the upstream has accepted it once.
+      expect((await gated.gql('query($uid: ID!) { delivery(uid: $uid) { uid } }', { uid: randomUUID() })).data).toEqual({ delivery: null });
+      // Every read is held at the upstream until all 50 are there: read one after another, the first would never be answered.
+      let arrived = 0;
+      let allArrived!: () => void;
+      const together = new Promise<void>((resolve) => (allArrived = resolve));
+      gated.proxy!.fault = async (req) => {
+        if (!unknown.some((uid) => req.url?.endsWith(`/deliveries/${uid}`))) return false;
+        arrived += 1;
+        if (arrived === unknown.length) allArrived();
+        await together;
+        return false;
+      };
+      const result = await gated.gql('query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', { uids: unknown });
+      expect(result.errors).toBeUndefined();
+      expect(result.data.deliveries).toEqual(unknown.map(() => null));
+      expect(arrived).toBe(50);
+    } finally {
+      await gated.stop();
+    }
   });
 
   it('gives null for unknown uids and for other merchants’ uids', async () => {
@@ -283,12 +301,18 @@ describe('a failing uid fails only its own entry', () => {
   });
 
   it('keeps one entry per uid, in order, when an early uid fails after later ones were answered', async () => {
-    const good = [];
+    const good: string[] = [];
     for (let i = 0; i < 2; i += 1) good.push((await faulty.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid);
     const slow = '44444444-4444-4444-8444-444444444444';
+    // The early uid fails only once the proxy has answered both later ones.
+    let answeredLater = 0;
     proxy.fault = async (req, res) => {
+      if (good.some((uid) => req.url?.includes(uid))) {
+        res.once('finish', () => (answeredLater += 1));
+        return false;
+      }
       if (!req.url?.includes(slow)) return false;
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      await waitUntil(() => answeredLater === good.length, 'the later uids to be answered');
       res.writeHead(500, { 'content-type': 'application/json' }).end('{"code":"boom","message":"internal"}');
       return true;
     };
@@ -321,12 +345,14 @@ describe('a failing uid fails only its own entry', () => {
     const uids = Array.from({ length: 8 }, (_, i) => `55555555-5555-4555-8555-00000000000${i}`);
     let cut = 0;
     let answered = 0;
+    let clientGone!: () => void;
+    const gone = new Promise<'answer'>((resolve) => (clientGone = () => resolve('answer')));
     proxy.fault = async (req, res) => {
       if (!req.url?.includes('/deliveries/55555555-')) return false;
-      const outcome = await Promise.race([
-        new Promise((resolve) => res.once('close', () => resolve('cut'))),
-        new Promise((resolve) => setTimeout(resolve, 2_000, 'waited')),
-      ]);
+      const closed = new Promise<'cut'>((resolve) => res.once('close', () => resolve('cut')));
+      // The read the other request shares is answered once the first client has gone (unless it was cut);
+      // the others are answered never: only being cut ends them.
+      const outcome = req.url.endsWith(uids[0]!) ? await Promise.race([closed, gone]) : await closed;
       if (outcome === 'cut') cut += 1;
       else {
         answered += 1;
@@ -344,13 +370,13 @@ describe('a failing uid fails only its own entry', () => {
     }).catch(() => 'gone');
     // Another request reads the first uid at the same moment: it shares that read, so that one must go on.
     const staying = faulty.gql('query($uid: ID!) { delivery(uid: $uid) { uid } }', { uid: uids[0] });
-    const deadline = Date.now() + 5_000;
-    while (proxy.seen.length - started < uids.length && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+    await waitUntil(() => proxy.seen.length - started >= uids.length, 'every read to reach the upstream');
     controller.abort();
     expect(await leaving).toBe('gone');
+    clientGone();
     const stayed = await staying;
     expect(stayed.data).toEqual({ delivery: null });
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await waitUntil(() => cut === uids.length - 1, 'the reads only the gone client wanted to be cut');
     proxy.fault = undefined;
     expect(answered).toBe(1); // the shared read
     expect(cut).toBe(uids.length - 1);

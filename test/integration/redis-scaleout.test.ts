@@ -21,6 +21,7 @@ import { canonicalJson } from '../../src/domain/canonical-json.js';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import { deliveryInput, type GraphQLResponse } from '../helpers/stack.js';
+import { waitUntil } from '../helpers/wait.js';
 import { collect, wsClient, type Collected } from '../helpers/ws-client.js';
 
 const CREATE = `mutation($input: DeliveryInput!, $key: String) {
@@ -235,10 +236,12 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
 
     const stored = await storedOf(uid);
     expect(stored.map((event) => event.seq)).toEqual([created, ...cursors]);
+    // One more event, to one instance: a second copy of any event before it would arrive before it.
+    const last = await post(a, tick(uid, 30));
+    expect(last.body.status).toBe('stored');
     for (const { sub } of watchers) {
-      await sub.waitFor(31);
-      await sleep(200); // room for a second copy, if one were coming
-      expect(cursorsOf(sub)).toEqual([created, ...cursors]);
+      await sub.waitFor(32);
+      expect(cursorsOf(sub)).toEqual([created, ...cursors, Number(last.body.cursor)]);
     }
     await Promise.all(watchers.map((w) => w.dispose()));
   });
@@ -324,7 +327,11 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
     b = await startInstance('b-restarted');
     const client = wsClient(b.url, sandbox.merchants[0]!.key);
     const second = collect(client, EVENTS, { uids: [uid], after: first.sub.items.at(-1).deliveryEvents.cursor });
-    await sleep(300);
+    // Events went on arriving while it was down: the first replayed one says the subscription is live. Then
+    // more arrive while it is (ten, acknowledged after the replay began), and the sender stops.
+    await second.waitFor(1);
+    const sentWhileResuming = acked.length;
+    await waitUntil(() => acked.length >= sentWhileResuming + 10, 'ten more events acknowledged after the restart');
     sending = false;
     await sender;
     expect(acked.length).toBeGreaterThan(sentWhileDown); // events arrived after the restart too
@@ -332,8 +339,8 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
     const all = (await storedOf(uid)).map((event) => event.seq);
     expect(all).toEqual([created, ...acked]);
     const expectedAfter = all.filter((seq) => seq > resumeAfter);
+    // The sender's last event is the last of the log: with it, everything before it arrived, each once.
     await second.waitFor(expectedAfter.length);
-    await sleep(100);
     expect(cursorsOf(second)).toEqual(expectedAfter);
     expect([...seenBefore, ...cursorsOf(second)]).toEqual(all);
     await Promise.all([first.dispose(), client.dispose()]);
@@ -362,7 +369,9 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
         [null, 'OK'],
       ]);
       answers = await Promise.all(events.map((event, n) => post(n % 2 ? a : b, event, tokens[n])));
-      await sleep(100);
+      // Each event was published on its instance's store connection before its 200; a round trip on those
+      // connections returns once Redis has handled (and, for the subscribers that are gone, dropped) them all.
+      await Promise.all([a, b].map((app) => (app.services.store as RedisStore).client.ping()));
     } finally {
       await admin.config('SET', 'maxclients', '10000');
       admin.disconnect();
@@ -370,13 +379,17 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
     expect(answers.every((answer) => answer.status === 200)).toBe(true);
     const cursors = answers.map((answer) => Number(answer.body.cursor)).sort((x, y) => x - y);
 
+    for (const { sub } of watchers) await sub.waitFor(41);
+    const caughtUp = { a: { ...busOf(a).stats }, b: { ...busOf(b).stats } };
+    // One more event: a second copy of any event before it would arrive before it.
+    const last = await post(a, tick(uid, 40));
+    expect(last.body.status).toBe('stored');
     for (const { sub } of watchers) {
-      await sub.waitFor(41);
-      await sleep(100);
-      expect(cursorsOf(sub)).toEqual([created, ...cursors]);
+      await sub.waitFor(42);
+      expect(cursorsOf(sub)).toEqual([created, ...cursors, Number(last.body.cursor)]);
     }
-    for (const [name, app] of [['a', a], ['b', b]] as const) {
-      const stats = busOf(app).stats;
+    for (const name of ['a', 'b'] as const) {
+      const stats = caughtUp[name];
       expect(stats.reconnects, name).toBeGreaterThan(before[name].reconnects);
       // None of these events came through pub/sub: they were read from the log.
       expect(stats.fromStore - before[name].fromStore, name).toBe(40);
@@ -434,11 +447,11 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
       }
     };
     const senders = Array.from({ length: 8 }, (_, worker) => sender(worker));
-    await sleep(300);
+    await waitUntil(() => byPhase.before >= 20, 'twenty events acknowledged before the kill');
     phase = 'down';
     await redis.restart(800);
     phase = 'after';
-    await sleep(400);
+    await waitUntil(() => byPhase.after >= 20, 'twenty events acknowledged after the restart', 15_000);
     phase = 'done';
     await Promise.all(senders);
 

@@ -7,6 +7,7 @@ import WebSocket from 'ws';
 import { callerCursors } from '../../src/domain/cursor.js';
 import type { FaultProxy } from '../helpers/fault-proxy.js';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
+import { listenersAttached, waitUntil } from '../helpers/wait.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
 const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`;
@@ -98,9 +99,11 @@ describe('deliveryUpdated', () => {
     await post({ uid, event_name: 'DELIVERY.ASSIGNED', status: 'assigned again' });
     const [, assigned] = await sub.waitFor(2);
     expect(assigned.deliveryUpdated).toMatchObject({ name: 'Delivery.Assigned', status: 'ASSIGNED', stale: false });
-    await new Promise((resolve) => setTimeout(resolve, 150));
-    // The repeat of the same milestone, in another case, is stale and not pushed.
-    expect(sub.items).toHaveLength(2);
+    // The repeat of the same milestone, in another case, is stale and not pushed: the next milestone, posted after it, is the next message.
+    await post({ uid, event_name: 'delivery.pickup_enroute', status: 'pickup_enroute' });
+    const [, , next] = await sub.waitFor(3);
+    expect(next.deliveryUpdated).toMatchObject({ name: 'delivery.pickup_enroute', status: 'PICKUP_ENROUTE' });
+    expect(sub.items).toHaveLength(3);
     await client.dispose();
   });
 
@@ -192,14 +195,19 @@ describe('courierLocation with a malformed position', () => {
   it('skips an event whose driver_location is not a usable point, and carries on', async () => {
     const uid = await book();
     const client = wsClient(stack.app.url, stack.key);
+    // No position is stored yet, so no first message: the listener attaching says the subscription is live.
+    const attached = listenersAttached(stack.app.services.bus);
     const sub = collect(client, LOCATION, { uid });
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await attached;
     await post({ uid, event_name: 'location.pickup_enroute', driver_location: { lat: 'north', lng: null } });
     await post({ uid, event_name: 'location.pickup_enroute', driver_location: { lat: 37.77, lng: -122.41 } });
     const [first] = await sub.waitFor(1);
     expect(first.courierLocation.location).toEqual({ lat: 37.77, lng: -122.41 });
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    expect(sub.items).toHaveLength(1);
+    // The next position is the next message: the malformed one was skipped, not sent late, and nothing failed.
+    await post({ uid, event_name: 'location.pickup_enroute', driver_location: { lat: 37.78, lng: -122.42 } });
+    const [, second] = await sub.waitFor(2);
+    expect(second.courierLocation.location).toEqual({ lat: 37.78, lng: -122.42 });
+    expect(sub.items).toHaveLength(2);
     expect(sub.errors).toEqual([]);
     await client.dispose();
   });
@@ -219,9 +227,12 @@ describe('deliveryEvents', () => {
     const sending = Promise.all(Array.from({ length: 150 }, (_, i) => send(50 + i)));
     const sub = collect(client, EVENTS, { uids: [uid], after });
     await sending;
-    const expected = 40 + 150 + 1; // replayed + live + delivery.created
-    await sub.waitFor(expected - 1);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    // The booking's delivery.created (sent by the sandbox whenever it gets to it) is stored too; then one last
+    // event: once it arrived, everything before it in the log has (or never will), duplicates included.
+    await stack.sandbox.idle();
+    const last = (await (await send(200)).json()) as { cursor: string };
+    const lastCursor = (await cursorsOf()).cursorOf(Number(last.cursor));
+    await sub.waitForItem((item) => item.deliveryEvents.cursor === lastCursor);
     const seen = sub.items.map((item) => item.deliveryEvents.cursor as string);
     expect(new Set(seen).size).toBe(seen.length);
     const positions = await positionsOf(seen);
@@ -234,17 +245,21 @@ describe('deliveryEvents', () => {
   it('shows each merchant only its own deliveries', async () => {
     const a = wsClient(stack.app.url, stack.key);
     const b = wsClient(stack.app.url, stack.otherKey);
+    const attached = listenersAttached(stack.app.services.bus, 2);
     const subA = collect(a, EVENTS, {});
     const subB = collect(b, EVENTS, {});
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await attached;
     const mine = await book(stack.key);
     const theirs = await book(stack.otherKey);
     await stack.sandbox.advance(mine);
     await stack.sandbox.advance(theirs);
     await stack.sandbox.idle();
-    await subA.waitFor(3);
-    await subB.waitFor(3);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    // One more event of each, mine then theirs: once a subscriber has its own, every event before it in the
+    // log was either sent to it or never will be (theirs, last of all, has the same uid as events A was not sent).
+    await post({ uid: mine, event_name: 'delivery.pickup_enroute', status: 'last of mine' });
+    await post({ uid: theirs, event_name: 'delivery.pickup_enroute', status: 'last of theirs' });
+    await subA.waitForItem((item) => item.deliveryEvents.uid === mine && item.deliveryEvents.name === 'delivery.pickup_enroute');
+    await subB.waitForItem((item) => item.deliveryEvents.uid === theirs && item.deliveryEvents.name === 'delivery.pickup_enroute');
     expect(new Set(subA.items.map((item) => item.deliveryEvents.uid))).toEqual(new Set([mine]));
     expect(new Set(subB.items.map((item) => item.deliveryEvents.uid))).toEqual(new Set([theirs]));
     await a.dispose();
@@ -319,9 +334,15 @@ describe('arguments written in the document', () => {
       expect(sub.errors).toEqual([]);
       expect(replayed.deliveryEvents).toEqual({ cursor: last, uid });
     }
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    expect(literal.items).toHaveLength(1);
-    expect(renamed.items).toHaveLength(1);
+    // Live after the replay, still filtered: the next event of the delivery is the next message.
+    await post({ uid: other, event_name: 'delivery.pickup_enroute', status: 'elsewhere again' });
+    const atNext = (await post({ uid, event_name: 'delivery.pickup_arrived', status: 'three' }).then((r) => r.json())) as { cursor: string };
+    const next = own.cursorOf(Number(atNext.cursor));
+    for (const sub of [literal, renamed]) {
+      const [, live] = await sub.waitFor(2);
+      expect(live.deliveryEvents).toEqual({ cursor: next, uid });
+      expect(sub.items).toHaveLength(2);
+    }
     await client.dispose();
   });
 
@@ -369,8 +390,9 @@ describe('deliveryEvents when the upstream cannot say who may see an event', () 
 
   it('waits and asks again, then delivers the events in order', async () => {
     const client = wsClient(faulty.app.url, faulty.key);
+    const attached = listenersAttached(faulty.app.services.bus);
     const sub = collect(client, 'subscription { deliveryEvents { cursor uid name } }');
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await attached;
     failOrderReads(2);
     // Seeding makes the sandbox send delivery.created; its access check meets the outage.
     const order = faulty.sandbox.seedPartnerOrder(faulty.key, { partner_reference: 'outage-1' });
@@ -388,8 +410,9 @@ describe('deliveryEvents when the upstream cannot say who may see an event', () 
 
   it('ends the stream with the upstream error, rather than skip the event, when the upstream stays down', async () => {
     const client = wsClient(faulty.app.url, faulty.key);
+    const attached = listenersAttached(faulty.app.services.bus);
     const sub = collect(client, 'subscription { deliveryEvents { uid name } }');
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await attached;
     failOrderReads(1_000);
     faulty.sandbox.seedPartnerOrder(faulty.key, { partner_reference: 'outage-2' });
     await sub.done;
@@ -429,8 +452,9 @@ describe('slow consumers', () => {
       socket.send(JSON.stringify({ type: 'connection_init', payload: { Authorization: `Bearer ${slow.key}` } }));
       await new Promise((resolve) => socket.once('message', resolve));
       const bigSelection = `cursor uid name status statusText receivedAt stale delivery { uid status rawStatus pickup { name phone email instructions address { street city country latitude longitude } } dropoff { name phone address { street city country } } package { description requirements } payload }`;
+      const attached = listenersAttached(slow.app.services.bus);
       socket.send(JSON.stringify({ id: '1', type: 'subscribe', payload: { query: `subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { ${bigSelection} } }`, variables: { uids: [uid] } } }));
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await attached;
       // Stop reading: the kernel buffers fill, the server's sends stall, its queue grows.
       (socket as unknown as { _socket: { pause(): void } })._socket.pause();
       const padding = 'x'.repeat(4000);
@@ -460,11 +484,12 @@ describe('slow consumers', () => {
     try {
       const uid = (await bursty.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid;
       // The booking's own delivery.created webhook is stored first, so only the burst is live after subscribing.
-      while ((await bursty.app.services.store.eventsAfter(0, 1, { uids: [uid] })).length === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+      await waitUntil(async () => (await bursty.app.services.store.eventsAfter(0, 1, { uids: [uid] })).length > 0, "the booking's delivery.created stored");
       let closedWith: number | undefined;
       const client = wsClient(bursty.app.url, bursty.key, { onClose: (code) => (closedWith = code) });
+      const attached = listenersAttached(bursty.app.services.bus);
       const sub = collect(client, EVENTS, { uids: [uid] });
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await attached;
       const sign = async (i: number) => {
         const event = { uid, event_name: 'delivery.assigned', status: `burst-${i}` };
         const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(bursty.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
@@ -504,7 +529,7 @@ describe('slow consumers', () => {
         });
         expect(response.headers['content-type']).toContain('text/event-stream');
         response.on('data', (chunk: Buffer) => chunks.push(chunk));
-        await waitUntil(() => slow.app.services.bus.listenerCount() > 0);
+        await waitUntil(() => slow.app.services.bus.listenerCount() > 0, 'the SSE subscription to attach');
         response.pause();
         // Big events (the status text is echoed), so the kernel's socket buffers (up to tens of MB) fill quickly.
         const padding = 'x'.repeat(6_000); // the signed token travels in a header, which Node caps at 16 KB
@@ -536,11 +561,3 @@ describe('slow consumers', () => {
     }, 60_000);
   }
 });
-
-async function waitUntil(check: () => boolean, timeoutMs = 5_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error('timed out');
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}

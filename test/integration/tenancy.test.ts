@@ -7,6 +7,7 @@ import type { Client } from 'graphql-ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_PLATFORM_ID } from '../../src/sandbox/index.js';
 import { deliveryInput, partnerOrderBody, startStack, type Stack } from '../helpers/stack.js';
+import { listenersAttached } from '../helpers/wait.js';
 import { collect, wsClient, type Collected } from '../helpers/ws-client.js';
 
 const MERCHANT_COUNT = 10;
@@ -32,7 +33,9 @@ let stack: Stack;
 /** Every delivery, with the merchant that owns it. */
 const owned: Owned[] = [];
 const platformUids = () => owned.filter((o) => o.group === 'PLATFORM').map((o) => o.uid);
-const ownerOf = (uid: string) => owned.find((o) => o.uid === uid)!.merchant;
+/** One delivery per merchant booked after everything else moved: the last events of the log (see the subscribers' beforeAll). */
+const markers: Owned[] = [];
+const ownerOf = (uid: string) => (owned.find((o) => o.uid === uid) ?? markers.find((o) => o.uid === uid))!.merchant;
 
 const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { __typename ... on MutationCreateDeliverySuccess { data { uid } } } }`;
 
@@ -179,25 +182,26 @@ describe(`deliveryEvents subscribers of ${MERCHANT_COUNT} merchants while every 
   beforeAll(async () => {
     clients = MERCHANTS.map(({ key }) => wsClient(stack.app.url, key));
     const everyUid = owned.map((o) => o.uid);
+    const attached = listenersAttached(stack.app.services.bus, MERCHANT_COUNT);
     unfiltered = clients.map((client) => collect(client, EVENTS, {}));
+    // Refused before they listen: only the unfiltered ones attach.
     everyone = clients.map((client, merchant) => collect(client, EVENTS, { uids: shuffled(everyUid, merchant) }));
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await attached;
+    await Promise.all(everyone.map((sub) => sub.done));
     // Deciding who may see another merchant's delivery takes upstream reads; a little latency makes them count.
     stack.sandbox.setKnobs({ latencyMs: 20 });
     try {
       // Two milestones for every delivery of every merchant, all at once: assigned, then pickup_enroute.
       for (let step = 0; step < 2; step += 1) await Promise.all(shuffled(owned, step).map((o) => stack.sandbox.advance(o.uid)));
       await stack.sandbox.idle();
-      // Wait until every subscriber has both milestones of its three deliveries, or it stops changing.
-      const deadline = Date.now() + 10_000;
-      let last = -1;
-      for (;;) {
-        const complete = unfiltered.every((sub, merchant) => mine(merchant).every((uid) => statusEvents(sub, uid) >= 2));
-        const seen = unfiltered.reduce((sum, sub) => sum + sub.items.length, 0);
-        if (complete || Date.now() > deadline || seen === last) break;
-        last = seen;
-        await new Promise((resolve) => setTimeout(resolve, 500));
+      // Then one booking per merchant, whose delivery.created is among the last events of the log. Once a
+      // subscriber has its own, it has been sent everything before it that it was ever going to be sent.
+      for (const [merchant, { key }] of MERCHANTS.entries()) {
+        const result = await stack.gql(CREATE, { input: deliveryInput({ payload: { merchant } }) }, key);
+        markers.push({ uid: result.data.createDelivery.data.uid, merchant, group: 'PLATFORM' });
       }
+      await stack.sandbox.idle();
+      await Promise.all(unfiltered.map((sub, merchant) => sub.waitForItem((item) => item.deliveryEvents.uid === markers[merchant]!.uid)));
     } finally {
       stack.sandbox.setKnobs({ latencyMs: 0 });
     }
@@ -219,7 +223,7 @@ describe(`deliveryEvents subscribers of ${MERCHANT_COUNT} merchants while every 
     }
     // Every merchant's deliveries were seen by someone: the events did flow.
     const seenUids = new Set(unfiltered.flatMap((sub) => sub.items.map((item) => item.deliveryEvents.uid)));
-    expect(seenUids.size).toBe(owned.length);
+    expect(seenUids.size).toBe(owned.length + markers.length);
   });
 
   it('refuses a filter that names another merchant’s deliveries, with no event', () => {

@@ -119,20 +119,13 @@ const anyValue: fc.Arbitrary<unknown> = fc.oneof(fc.jsonValue(), fc.anything(), 
 
 // ------------------------------------------------------------------ validateDeliveryInput / toWireRequest
 
-/**
- * graphql-scalars (Date) loads graphql's CommonJS build, our scalars its ESM build:
- * two GraphQLError classes, so the check goes by the class's own tag too.
- */
-function isGraphQLError(error: unknown): boolean {
-  return error instanceof GraphQLError || Object.prototype.toString.call(error) === '[object GraphQLError]';
-}
 
 /** The scalar's answer, or null where the scalar refuses it (GraphQL never lets that value through). */
 function throughScalar(type: GraphQLScalarType, value: unknown): string | null {
   try {
     return type.parseValue(value) as string;
   } catch (error) {
-    if (isGraphQLError(error)) return null;
+    if (error instanceof GraphQLError) return null;
     throw error;
   }
 }
@@ -676,7 +669,7 @@ function expectParsedOrGraphQLError(parse: () => unknown, shape: RegExp): void {
   try {
     value = parse();
   } catch (error) {
-    if (!isGraphQLError(error)) throw error;
+    if (!(error instanceof GraphQLError)) throw error;
     return;
   }
   expect(value).toMatch(shape);
@@ -796,7 +789,7 @@ describe('GraphQL scalars under random input', () => {
         try {
           parsed = DecimalScalar.parseValue(text) as string;
         } catch (error) {
-          if (!isGraphQLError(error)) throw error;
+          if (!(error instanceof GraphQLError)) throw error;
           return;
         }
         expect(parsed.length).toBeLessThanOrEqual(10 * text.length + 100);

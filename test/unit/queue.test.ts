@@ -1,5 +1,5 @@
 // The subscriber queue: positions coalesce once a reader lags, status events never drop, and a reader too far behind is cut off.
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { SlowConsumerError } from '../../src/errors.js';
 import { EventQueue } from '../../src/realtime/queue.js';
 
@@ -24,6 +24,11 @@ const drain = async (q: EventQueue<Item>, count: number) => {
 };
 
 describe('EventQueue', () => {
+  // The grace is the queue's own timer: the tests move a fake clock past it (or not) instead of sleeping.
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
   it('hands a waiting reader the next item at once', async () => {
     const { q } = queue();
     const next = q.next();
@@ -62,10 +67,12 @@ describe('EventQueue', () => {
   });
 
   it('fails with SlowConsumerError when the reader stays over the limit past the grace, and frees them', async () => {
+    vi.useFakeTimers();
     const { q, overflows, ended } = queue(3);
     for (let n = 1; n <= 4; n += 1) q.push({ kind: 'status', uid: 'a', n });
+    vi.advanceTimersByTime(49);
     expect(overflows).toEqual([]);
-    await new Promise((resolve) => setTimeout(resolve, 80));
+    vi.advanceTimersByTime(1);
     expect(overflows).toEqual([4]);
     expect(ended()).toBe(1);
     expect(q.pending).toBe(0);
@@ -75,11 +82,12 @@ describe('EventQueue', () => {
   });
 
   it('lets a reader work through a burst over the limit within the grace', async () => {
+    vi.useFakeTimers();
     const { q, overflows, ended } = queue(3, 0, 100);
     for (let n = 1; n <= 25; n += 1) q.push({ kind: 'status', uid: 'a', n });
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    vi.advanceTimersByTime(99);
     expect((await drain(q, 25)).map((item) => item.n)).toEqual(Array.from({ length: 25 }, (_, i) => i + 1));
-    await new Promise((resolve) => setTimeout(resolve, 150));
+    vi.advanceTimersByTime(1_000);
     expect(overflows).toEqual([]);
     expect(ended()).toBe(0);
     q.push({ kind: 'status', uid: 'a', n: 26 });
