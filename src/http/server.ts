@@ -133,6 +133,12 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     server.once('error', reject);
     server.listen(config.port, config.host, () => resolve());
   });
+  // WebSocket upgrades come through the same door: an id and a log line like any request (CORS is the socket's allowOrigin).
+  server.on('upgrade', (req: IncomingMessage) => {
+    const info: RequestInfo = { id: requestId(req.headers['x-request-id']) };
+    attachRequestInfo(req, info);
+    if (logRequests) logger.info({ reqId: info.id, method: req.method, path: (req.url ?? '/').split('?', 1)[0], upgrade: req.headers.upgrade }, 'upgrade');
+  });
   // After listen: a listen error (a busy port) is then the server's alone, not re-emitted by the WebSocket server.
   const ws = attachGraphQLWebSocket(server, yoga, { maxSubscriptions: config.realtime.maxSubscriptionsPerSocket, persisted: options.persisted, allowOrigin: cors.allows });
   const port = (server.address() as AddressInfo).port;

@@ -121,6 +121,14 @@ describe('request ids and logs', () => {
     expect(logs().find((log) => log.reqId === 'test-get' && log.msg === 'request')).toMatchObject({ operation: 'ViaGet', method: 'GET', status: 200 });
   });
 
+  it('gives a WebSocket upgrade an id and a log line too, like any request through the front door', async () => {
+    const { default: WebSocket } = await import('ws');
+    const socket = new WebSocket(`${app.url.replace('http', 'ws')}/graphql`, 'graphql-transport-ws', { headers: { 'x-request-id': 'upgrade-7' } });
+    await new Promise((resolve, reject) => socket.once('open', resolve).once('error', reject));
+    socket.terminate();
+    expect(logs()).toContainEqual(expect.objectContaining({ msg: 'upgrade', reqId: 'upgrade-7', path: '/graphql', upgrade: 'websocket' }));
+  });
+
   it('never writes a key to the log', async () => {
     await gql(AVAILABILITY, undefined, { authorization: 'Bearer sk_not_a_real_key_123' });
     await waitFor(() => logs().filter((log) => log.msg === 'request').length >= 4);
