@@ -40,7 +40,7 @@ type StreamEntry = [id: string, fields: string[]];
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    dgAppend(...args: string[]): Result<[0, string, number] | [1 | 2, StreamEntry], Context>;
+    dgAppend(...args: string[]): Result<Array<[0, string, number] | [1 | 2, StreamEntry] | [-1, string]>, Context>;
     dgLatest(delivery: string, log: string, kind: string): Result<StreamEntry | null, Context>;
     dgEventsOf(...args: string[]): Result<StreamEntry[], Context>;
     dgClaim(key: string, fingerprint: string, now: string, expiryMs: string, token: string, ttlMs: string): Result<[string, string?, string?], Context>;
@@ -53,56 +53,74 @@ declare module 'ioredis' {
 }
 
 /**
- * Judges the event exactly as judge() in src/domain/milestones.ts does, line for
- * line, from the facts eventFacts() gave the caller: the event's rank, whether it
- * moves the state, when it is final, and the rank that means "picked up". Then
- * appends and advances, all or nothing. A hit in the dedup hash with this call's
+ * Appends a whole group commit in one script call (one round trip, one AOF fsync
+ * for the batch), in order, so ranks are compared against what the same batch
+ * already wrote. Each event is judged exactly as judge() in src/domain/milestones.ts
+ * does, line for line, from the facts eventFacts() gave the caller: the event's
+ * rank, whether it moves the state, when it is final, and the rank that means
+ * "picked up"; then appended and advanced. Each event runs under pcall, so one
+ * that fails fails alone ({-1, message}). A hit in the dedup hash with this call's
  * own token is a resend of this very append (ioredis resends unanswered commands
  * after a reconnect): not a duplicate.
  */
+/** Arguments per event in the APPEND script (keep in step with its ARGV list). */
+const APPEND_FIELDS = 14;
+
 const APPEND = `
--- KEYS: 1 seq, 2 log, 3 delivery hash, 4 delivery events, 5 delivery dedup
--- ARGV: 1 dedup field, 2 token, 3 rank ('' when unknown), 4 moves the state,
+-- KEYS: 1 seq, 2 log, then per event: delivery hash, delivery events, delivery dedup
+-- ARGV: 1 fields per event (14), then per event:
+--       1 dedup field, 2 token, 3 rank ('' when unknown), 4 moves the state,
 --       5 final ('always', 'never' or 'before_pickup'), 6 picked-up rank,
 --       7 counts for latestEvent 'delivery', 8 carries a position,
 --       9 uid, 10 name, 11 has status text, 12 status text, 13 received at, 14 payload JSON
-local seen = redis.call('HGET', KEYS[5], ARGV[1])
-if seen then
-  local seq, token = string.match(seen, '^(%d+) (.*)$')
-  local entry = redis.call('XRANGE', KEYS[2], seq .. '-0', seq .. '-0')[1]
-  if token == ARGV[2] then return {2, entry} end
-  return {1, entry}
-end
-local state = redis.call('HMGET', KEYS[3], 'rank', 'terminal')
-local current = tonumber(state[1])
-local stale, moved, terminal = 0, 0, '0'
-if current and state[2] == '1' then
-  stale = 1
-elseif ARGV[3] ~= '' then
-  local rank = tonumber(ARGV[3])
-  if current and (rank < current or (ARGV[4] == '1' and rank == current)) then
-    stale = 1
-  elseif ARGV[4] == '1' then
-    moved = 1
-    local pickedUp = current ~= nil and current >= tonumber(ARGV[6])
-    if ARGV[5] == 'always' or (ARGV[5] == 'before_pickup' and not pickedUp) then terminal = '1' end
+local width = tonumber(ARGV[1])
+local function append(state, events, dedup, a)
+  local function arg(n) return ARGV[a + n] end
+  local seen = redis.call('HGET', dedup, arg(1))
+  if seen then
+    local seq, token = string.match(seen, '^(%d+) (.*)$')
+    local entry = redis.call('XRANGE', KEYS[2], seq .. '-0', seq .. '-0')[1]
+    if token == arg(2) then return {2, entry} end
+    return {1, entry}
   end
+  local now = redis.call('HMGET', state, 'rank', 'terminal')
+  local current = tonumber(now[1])
+  local stale, moved, terminal = 0, 0, '0'
+  if current and now[2] == '1' then
+    stale = 1
+  elseif arg(3) ~= '' then
+    local rank = tonumber(arg(3))
+    if current and (rank < current or (arg(4) == '1' and rank == current)) then
+      stale = 1
+    elseif arg(4) == '1' then
+      moved = 1
+      local pickedUp = current ~= nil and current >= tonumber(arg(6))
+      if arg(5) == 'always' or (arg(5) == 'before_pickup' and not pickedUp) then terminal = '1' end
+    end
+  end
+  local seq = string.format('%d', redis.call('INCR', KEYS[1]))
+  local fields = {'uid', arg(9), 'name', arg(10), 'at', arg(13), 'stale', stale, 'payload', arg(14)}
+  if arg(11) == '1' then
+    fields[#fields + 1] = 'status'
+    fields[#fields + 1] = arg(12)
+  end
+  redis.call('XADD', KEYS[2], seq .. '-0', unpack(fields))
+  redis.call('HSET', dedup, arg(1), seq .. ' ' .. arg(2))
+  redis.call('ZADD', events, seq, seq)
+  if stale == 0 then
+    if moved == 1 then redis.call('HSET', state, 'rank', arg(3), 'terminal', terminal, 'seq', seq) end
+    if arg(7) == '1' then redis.call('HSET', state, 'delivery', seq) end
+    if arg(8) == '1' then redis.call('HSET', state, 'location', seq) end
+  end
+  return {0, seq, stale}
 end
-local seq = string.format('%d', redis.call('INCR', KEYS[1]))
-local fields = {'uid', ARGV[9], 'name', ARGV[10], 'at', ARGV[13], 'stale', stale, 'payload', ARGV[14]}
-if ARGV[11] == '1' then
-  fields[#fields + 1] = 'status'
-  fields[#fields + 1] = ARGV[12]
+local results = {}
+for i = 1, (#KEYS - 2) / 3 do
+  local k = 3 + (i - 1) * 3
+  local ok, result = pcall(append, KEYS[k], KEYS[k + 1], KEYS[k + 2], 1 + (i - 1) * width)
+  if ok then results[i] = result else results[i] = {-1, tostring(result)} end
 end
-redis.call('XADD', KEYS[2], seq .. '-0', unpack(fields))
-redis.call('HSET', KEYS[5], ARGV[1], seq .. ' ' .. ARGV[2])
-redis.call('ZADD', KEYS[4], seq, seq)
-if stale == 0 then
-  if moved == 1 then redis.call('HSET', KEYS[3], 'rank', ARGV[3], 'terminal', terminal, 'seq', seq) end
-  if ARGV[7] == '1' then redis.call('HSET', KEYS[3], 'delivery', seq) end
-  if ARGV[8] == '1' then redis.call('HSET', KEYS[3], 'location', seq) end
-end
-return {0, seq, stale}
+return results
 `;
 
 const LATEST = `
@@ -264,7 +282,7 @@ export class RedisStore implements Store {
     this.#ownsClient = options.ownsClient ?? false;
     this.#retention = options.retention;
     this.#trims = options.retention && new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
-    client.defineCommand('dgAppend', { numberOfKeys: 5, lua: APPEND });
+    client.defineCommand('dgAppend', { lua: APPEND });
     client.defineCommand('dgLatest', { numberOfKeys: 2, lua: LATEST });
     client.defineCommand('dgEventsOf', { lua: EVENTS_OF });
     client.defineCommand('dgClaim', { numberOfKeys: 1, lua: CLAIM });
@@ -302,28 +320,25 @@ export class RedisStore implements Store {
 
   async appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]> {
     if (events.length === 0) return [];
-    // One script per event, in order, in one pipeline: ranks are compared against
-    // what the same batch already wrote. Resolves once Redis answered every one.
+    // The whole batch in one script call, in order: one round trip, and ranks compared
+    // against what the same batch already wrote. Resolves once Redis answered.
     const token = randomBytes(9).toString('base64url');
-    const pipeline = this.client.pipeline();
     // An event whose arguments cannot even be built fails alone; the others still go.
     const outcomes = new Array<AppendResult | Error>(events.length);
     const sent: number[] = [];
+    const keys: string[] = [];
+    const args: string[] = [];
     for (const [index, { payload, receivedAt }] of events.entries()) {
-      let args: string[];
+      let eventKeys: string[];
+      let eventArgs: string[];
       try {
         const name = payload.event_name;
-        const hash = fingerprint(payload);
-        const keys = this.#delivery(payload.uid);
+        const delivery = this.#delivery(payload.uid);
         const facts = eventFacts(name);
         const statusText = typeof payload.status === 'string' ? payload.status : null;
-        args = [
-          `${this.prefix}seq`,
-          this.#log,
-          keys.state,
-          keys.events,
-          keys.dedup,
-          `${hash} ${name}`,
+        eventKeys = [delivery.state, delivery.events, delivery.dedup];
+        eventArgs = [
+          `${fingerprint(payload)} ${name}`,
           `${token}.${index}`,
           facts.rank === undefined ? '' : String(facts.rank),
           flag(facts.moves),
@@ -343,30 +358,28 @@ export class RedisStore implements Store {
         outcomes[index] = error instanceof Error ? error : new Error(String(error));
         continue;
       }
-      pipeline.dgAppend(...args);
+      keys.push(...eventKeys);
+      args.push(...eventArgs);
       sent.push(index);
     }
-    const answers = sent.length > 0 ? await pipeline.exec() : [];
-    if (!answers) throw new Error('Redis pipeline was discarded');
-    // Each script runs on its own: one that failed fails only its event.
-    answers.forEach(([error, reply], position) => {
-      const index = sent[position]!;
-      if (error) {
-        outcomes[index] = error;
-        return;
-      }
-      const answer = reply as [0, string, number] | [1 | 2, StreamEntry];
-      if (answer[0] === 0) {
-        const { payload, receivedAt } = events[index]!;
-        const statusText = typeof payload.status === 'string' ? payload.status : null;
-        const event = { seq: Number(answer[1]), uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale: answer[2] === 1, payload };
-        outcomes[index] = { event, duplicate: false };
-      } else {
-        outcomes[index] = { event: toStored(answer[1]), duplicate: answer[0] === 1 };
-      }
-    });
+    if (sent.length > 0) {
+      const answers = await this.client.dgAppend(String(keys.length + 2), `${this.prefix}seq`, this.#log, ...keys, String(APPEND_FIELDS), ...args);
+      answers.forEach((answer, position) => {
+        const index = sent[position]!;
+        if (answer[0] === -1) {
+          outcomes[index] = new Error(`Redis could not store the event: ${answer[1]}`);
+        } else if (answer[0] === 0) {
+          const { payload, receivedAt } = events[index]!;
+          const statusText = typeof payload.status === 'string' ? payload.status : null;
+          const event = { seq: Number(answer[1]), uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale: answer[2] === 1, payload };
+          outcomes[index] = { event, duplicate: false };
+        } else {
+          outcomes[index] = { event: toStored(answer[1]), duplicate: answer[0] === 1 };
+        }
+      });
+    }
     if (outcomes.some((outcome) => outcome instanceof Error)) {
-      // Every script failing is Redis failing (down, out of memory): the whole batch fails as before.
+      // Every event failing is Redis failing (out of memory, a script error): the whole batch fails as before.
       if (outcomes.every((outcome) => outcome instanceof Error)) throw outcomes[0];
       throw new PartialAppendError(outcomes);
     }
