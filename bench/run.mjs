@@ -1,12 +1,18 @@
-// Runs every benchmark scenario (or those named) and records each in BENCHMARKS.md.
-// Usage: npm run bench [-- --quick] [-- scenario ...]
+// Runs every benchmark scenario (or those named) and records each in BENCHMARKS.md,
+// then prints the Goals table (kept at the top of BENCHMARKS.md).
+// Usage: npm run bench [-- --quick] [-- --profile[=dir]] [-- scenario ...]
 // The soaks run only when named: npm run bench -- soak --duration=60m (see scenarios/soak.mjs).
+// --profile (or BENCH_PROFILE=<dir>): every facade started runs under --cpu-prof and
+// writes a .cpuprofile into the directory (bench/profiles/ by default, not committed) when it stops.
+import path from 'node:path';
 import { singleRead } from './scenarios/single-read.mjs';
 import { batchRead } from './scenarios/batch-read.mjs';
 import { realtime, realtimeRedis, fanOut } from './scenarios/realtime.mjs';
 import { startup } from './scenarios/startup.mjs';
 import { soak, soakRedis } from './scenarios/soak.mjs';
 import { ScenarioSkipped } from './lib/contenders.mjs';
+import { BENCH } from './lib/proc.mjs';
+import { printGoals } from './lib/report.mjs';
 
 const SCENARIOS = { 'single-read': singleRead, 'batch-read': batchRead, realtime, 'realtime-redis': realtimeRedis, 'fan-out': fanOut, startup };
 /** Too long for every run (and for CI): only when named. */
@@ -21,6 +27,8 @@ if (unknown.length > 0) {
   console.error(`unknown scenario(s): ${unknown.join(', ')}; known: ${[...Object.keys(SCENARIOS), ...Object.keys(ON_DEMAND)].join(', ')}`);
   process.exit(2);
 }
+if (args.includes('--profile') || flags.profile) process.env.BENCH_PROFILE = flags.profile ?? path.join(BENCH, 'profiles');
+if (process.env.BENCH_PROFILE) console.log(`CPU profiles of the facade into ${path.resolve(process.env.BENCH_PROFILE)}`);
 const command = `npm run bench${args.length ? ` -- ${args.join(' ')}` : ''}`;
 for (const name of chosen.length ? chosen : Object.keys(SCENARIOS)) {
   console.log(`\n== ${name}${quick ? ' (quick)' : ''}`);
@@ -31,3 +39,4 @@ for (const name of chosen.length ? chosen : Object.keys(SCENARIOS)) {
     console.log(`skipped ${name}: ${error.message}`);
   }
 }
+printGoals({ quick });

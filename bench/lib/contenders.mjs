@@ -1,9 +1,9 @@
 // Starting each contender as its own process.
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { BENCH, ROOT, spawnReady } from './proc.mjs';
+import { BENCH, ROOT, spawnReady, stop } from './proc.mjs';
 import { PLATFORM_ID } from './fixed-upstream.mjs';
 
 export function startUpstream(latencyMs = 0) {
@@ -21,8 +21,27 @@ export function startReverseProxy(upstreamOrigin) {
   }));
 }
 
-/** delivery-graph, compiled (dist/main.js, as in production), against the given upstream. */
-export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'bench' } = {}) {
+let profiled = 0;
+
+/**
+ * With BENCH_PROFILE=<dir> (or `npm run bench -- --profile[=dir]`), every facade
+ * runs under --cpu-prof and writes <dir>/<label>-<n>.cpuprofile when it stops.
+ */
+function profileArgs(label) {
+  const dir = process.env.BENCH_PROFILE;
+  if (!dir) return { args: [] };
+  const absolute = path.resolve(dir);
+  mkdirSync(absolute, { recursive: true });
+  profiled += 1;
+  const name = `${label}-${new Date().toISOString().slice(0, 19).replace(/[-:T]/g, '')}-${profiled}.cpuprofile`;
+  return { args: ['--cpu-prof', `--cpu-prof-dir=${absolute}`, `--cpu-prof-name=${name}`], file: path.join(absolute, name) };
+}
+
+/**
+ * delivery-graph, compiled (dist/main.js, as in production), against the given
+ * upstream. `label` names its CPU profile when profiling (see profileArgs).
+ */
+export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'bench', label = 'facade' } = {}) {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'dg-bench-'));
   const extra = {};
   if (publicKeyPem) {
@@ -30,10 +49,21 @@ export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'ben
     writeFileSync(file, publicKeyPem);
     Object.assign(extra, { WEBHOOK_PUBLIC_KEY_FILE: file, WEBHOOK_ISSUER: issuer });
   }
-  return spawnReady(process.execPath, [path.join(ROOT, 'dist/main.js')], {
+  const profile = profileArgs(label);
+  return spawnReady(process.execPath, [...profile.args, path.join(ROOT, 'dist/main.js')], {
     env: { PORT: '0', UPSTREAM_URL: upstreamUrl, PLATFORM_ID, DATA_DIR: dataDir, LOG_LEVEL: 'silent', NODE_ENV: 'production', ...extra, ...env },
     ready: /serving on (http:\/\/\S+)/,
-  }).then((p) => ({ ...p, origin: p.match[1], dataDir }));
+  }).then((p) => ({
+    ...p,
+    origin: p.match[1],
+    dataDir,
+    async stop() {
+      if (!profile.file) return stop(p.child);
+      // The profile is written as the process exits: give it time rather than SIGKILL it after 5 s.
+      await stop(p.child, 120_000);
+      console.log(`CPU profile of ${label}: ${profile.file}`);
+    },
+  }));
 }
 
 export async function startMeshContender(upstreamUrl) {

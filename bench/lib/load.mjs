@@ -1,5 +1,7 @@
-// HTTP load with autocannon, summarised the same way for every contender.
+// HTTP load, summarised the same way for every contender. These run inside the
+// http-load process (bench/load/http-load.mjs), never in the orchestrator.
 import autocannon from 'autocannon';
+import { percentile } from './stats.mjs';
 
 /** Runs one load and returns requests/s and latency percentiles (ms). */
 export async function load({ url, method = 'GET', headers = {}, body, connections = 32, duration = 10, overallRate, expectBody }) {
@@ -23,18 +25,6 @@ export async function load({ url, method = 'GET', headers = {}, body, connection
     non2xx: result.non2xx,
   };
 }
-
-export const median = (values) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-};
-
-export const percentile = (values, p) => {
-  if (values.length === 0) return NaN;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
-};
 
 /**
  * Sends requests at a fixed rate (open loop: on schedule, whether or not earlier

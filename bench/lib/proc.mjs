@@ -47,12 +47,13 @@ export function rssKb(pid) {
   return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
 }
 
-export function stop(child) {
-  if (child.exitCode !== null) return Promise.resolve();
+/** SIGTERM, then SIGKILL if it has not exited after `killAfterMs` (a profiled facade needs longer: it writes its profile on exit). */
+export function stop(child, killAfterMs = 5_000) {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((resolve) => {
     child.once('exit', () => resolve());
     child.kill('SIGTERM');
-    setTimeout(() => child.kill('SIGKILL'), 5_000).unref();
+    setTimeout(() => child.kill('SIGKILL'), killAfterMs).unref();
   });
 }
 

@@ -1,11 +1,45 @@
 // Prints a scenario's table and writes it into BENCHMARKS.md between markers,
-// with the date, the machine and the exact command.
+// with the date, the machine and the exact command; keeps the Goals table at the
+// top of BENCHMARKS.md in step with the recorded sections.
 import { readFileSync, writeFileSync, existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { ROOT } from './proc.mjs';
 
 const FILE = path.join(ROOT, 'BENCHMARKS.md');
+
+/** The goals, in the order of the table; each measured by one scenario and recorded in its section. */
+export const GOALS = [
+  { id: 'read-vs-proxy', what: 'single read, throughput vs a plain undici reverse proxy', goal: '≥ 0.70×' },
+  { id: 'read-vs-mesh', what: 'single read, throughput vs Mesh on Hive Gateway', goal: '≥ 7×' },
+  { id: 'read-added-p99', what: 'single read, added p99 at 200 req/s over a direct GET', goal: '≤ +2 ms' },
+  { id: 'realtime', what: 'webhook → subscriber, one instance (SQLite), 500 events/s, 1,000 subscribers', goal: 'p99 ≤ 10 ms, 0 lost' },
+  { id: 'ingest', what: 'max verified-and-stored events/s, one instance (SQLite)', goal: '≥ 5,000' },
+  {
+    id: 'realtime-redis',
+    what: 'same realtime run, two instances on Redis (appendonly yes, appendfsync always), webhooks to A, subscribers on B',
+    goal: 'p99 ≤ 25 ms, 0 lost',
+  },
+  { id: 'ingest-redis', what: 'max verified-and-stored events/s on Redis, one instance', goal: '≥ 2,000' },
+];
+
+const NOISE = [
+  'Each row comes from one recorded run of the scenario named in the last column (no mixing of runs).',
+  'Throughput cells are medians of 3 rounds (the single read alternates its contenders within each round),',
+  'with the lowest and highest round: that range is the noise to read them with. Latency cells are',
+  'percentiles of one run (the added p99 is the median of 3 rounds of 2,000 requests, with its range; the',
+  'realtime p99 is over 100,000 messages). "Other load" is how much of a core the rest of the machine (not',
+  "the bench's processes) used meanwhile: the machine has 2 cores, so anything above a few % moves the cell.",
+].join('\n');
+
+/** Goal results of this process's scenarios, for the table printed at the end of a quick run. */
+const measuredThisRun = [];
+
+/**
+ * Whether this run's tables go into BENCHMARKS.md: not for quick runs (CI) nor
+ * profiled ones (--cpu-prof slows the facade), unless BENCH_WRITE=1.
+ */
+const recording = (quick) => (!quick && !process.env.BENCH_PROFILE) || process.env.BENCH_WRITE === '1';
 
 export function machine() {
   return `${os.cpus().length} cores (${os.cpus()[0]?.model.trim() ?? 'unknown CPU'}), ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}, ${os.platform()} ${os.release()}`;
@@ -16,25 +50,76 @@ export function table(headers, rows) {
   return [line(headers), line(headers.map(() => '---')), ...rows.map(line)].join('\n');
 }
 
-/** Replaces the scenario's section (between its markers) in BENCHMARKS.md, or appends it. */
-export function writeSection(id, title, body, { command, quick }) {
+/**
+ * Replaces the scenario's section (between its markers) in BENCHMARKS.md, or
+ * appends it. `goals` are its measured goals, [{ id, measured, met }]: kept in
+ * the section as a comment, from which the Goals table is rebuilt.
+ */
+export function writeSection(id, title, body, { command, quick, goals = [] }) {
   const stamp = new Date().toISOString().slice(0, 16).replace('T', ' ');
   const section = [
     `<!-- bench:${id}:start -->`,
     `### ${title}`,
     '',
-    `Measured ${stamp} UTC on ${machine()}${quick ? ' — quick mode (a few seconds per run; indicative only)' : ''}.`,
+    `Measured ${stamp} UTC on ${machine()}${quick ? ' — quick mode (a few seconds per run; indicative only)' : ''}${process.env.BENCH_PROFILE ? ' — facade under --cpu-prof' : ''}.`,
     `Command: \`${command}\``,
     '',
     body,
+    ...(goals.length ? [`<!-- goals ${JSON.stringify(goals)} -->`] : []),
     `<!-- bench:${id}:end -->`,
   ].join('\n');
   console.log(`\n${section}\n`);
-  if (quick && process.env.BENCH_WRITE !== '1') return; // quick runs (CI) print but keep the recorded full results
+  measuredThisRun.push(...goals.map((goal) => ({ ...goal, from: { id, title, stamp } })));
+  if (!recording(quick)) return; // quick and profiled runs print but keep the recorded full results
   let text = existsSync(FILE) ? readFileSync(FILE, 'utf8') : '# Benchmarks\n';
+  text = replaceBlock(text, id, section);
+  writeFileSync(FILE, replaceBlock(text, 'goals', goalsBlock(recordedGoals(text))));
+}
+
+function replaceBlock(text, id, block) {
   const pattern = new RegExp(`<!-- bench:${id}:start -->[\\s\\S]*?<!-- bench:${id}:end -->`);
-  text = pattern.test(text) ? text.replace(pattern, section) : `${text.trimEnd()}\n\n${section}\n`;
-  writeFileSync(FILE, text);
+  return pattern.test(text) ? text.replace(pattern, () => block) : `${text.trimEnd()}\n\n${block}\n`;
+}
+
+/** The goal results kept in BENCHMARKS.md's recorded sections, with the section each came from. */
+function recordedGoals(text) {
+  const found = [];
+  for (const [, id, content] of text.matchAll(/<!-- bench:([\w-]+):start -->([\s\S]*?)<!-- bench:\1:end -->/g)) {
+    const goals = /<!-- goals (.*) -->/.exec(content);
+    if (!goals) continue;
+    const title = /^### (.*)$/m.exec(content)?.[1] ?? id;
+    const stamp = /Measured (\S+ \S+) UTC/.exec(content)?.[1] ?? '';
+    for (const goal of JSON.parse(goals[1])) found.push({ ...goal, from: { id, title, stamp } });
+  }
+  return found;
+}
+
+/** GitHub's anchor for a heading. */
+const anchor = (title) => title.toLowerCase().replace(/[^\p{L}\p{N}\s-]/gu, '').trim().replace(/\s/g, '-');
+
+function goalsTable(results) {
+  return table(
+    ['what', 'goal', 'measured', 'status', 'from'],
+    GOALS.map(({ id, what, goal }) => {
+      const result = results.find((r) => r.id === id);
+      if (!result) return [what, goal, 'not recorded yet', '', ''];
+      return [what, goal, result.measured, result.met ? 'met' : '**not met**', `[${result.from.title}](#${anchor(result.from.title)}), ${result.from.stamp} UTC`];
+    }),
+  );
+}
+
+function goalsBlock(results) {
+  return ['<!-- bench:goals:start -->', goalsTable(results), '', NOISE, '<!-- bench:goals:end -->'].join('\n');
+}
+
+/** At the end of a run: the Goals table as recorded (full run) or from this run alone (quick or profiled run, not recorded). */
+export function printGoals({ quick }) {
+  const recorded = recording(quick);
+  const results = recorded && existsSync(FILE) ? recordedGoals(readFileSync(FILE, 'utf8')) : measuredThisRun;
+  console.log(`\n== goals (${recorded ? 'as recorded in BENCHMARKS.md' : 'this run alone, not recorded'})\n\n${goalsTable(results)}\n`);
 }
 
 export const fmt = (n, digits = 1) => (Number.isFinite(n) ? n.toFixed(digits) : 'n/a');
+
+/** 5216 → "5,216". */
+export const thousands = (n) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : 'n/a');

@@ -1,14 +1,18 @@
-// Signed webhooks and graphql-ws subscriber fleets for the realtime scenarios.
-import { createPrivateKey, generateKeyPairSync, sign } from 'node:crypto';
-import { createClient } from 'graphql-ws';
+// Signed webhooks for the realtime scenarios (posted from bench/load/webhook-poster.mjs)
+// and the soaks.
+import { generateKeyPairSync, sign } from 'node:crypto';
 import { Pool } from 'undici';
-import WebSocket from 'ws';
 
 export const ISSUER = 'bench';
 
 export function keyPair() {
   const { publicKey, privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
-  return { publicKeyPem: publicKey.export({ type: 'spki', format: 'pem' }), privateKey };
+  return {
+    publicKeyPem: publicKey.export({ type: 'spki', format: 'pem' }),
+    privateKey,
+    // For the poster processes, which sign their own events (the bench's throwaway key, never a merchant's).
+    privateKeyPem: privateKey.export({ type: 'pkcs8', format: 'pem' }),
+  };
 }
 
 const b64 = (value) => Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)).toString('base64url');
@@ -24,45 +28,17 @@ export function signEvent(privateKey, event) {
 export function webhookPoster(origin) {
   const pool = new Pool(origin, { connections: 64, pipelining: 1 });
   return {
+    /** `event` is the body: an object, or its JSON already serialized. */
     async post(token, event) {
       const response = await pool.request({
         method: 'POST',
         path: '/webhooks',
         headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-        body: JSON.stringify(event),
+        body: typeof event === 'string' ? event : JSON.stringify(event),
       });
       await response.body.arrayBuffer();
       return response.statusCode;
     },
     close: () => pool.close(),
   };
-}
-
-/**
- * Opens `count` graphql-ws connections, each with one deliveryEvents
- * subscription to `uidOf(i)`, and resolves once all are subscribed.
- */
-export async function subscriberFleet(origin, key, count, uidOf, onEvent) {
-  const url = `${origin.replace('http', 'ws')}/graphql`;
-  const clients = [];
-  const batch = 200;
-  for (let start = 0; start < count; start += batch) {
-    await Promise.all(
-      Array.from({ length: Math.min(batch, count - start) }, (_, j) => {
-        const i = start + j;
-        const client = createClient({ url, webSocketImpl: WebSocket, connectionParams: { authorization: `Bearer ${key}` }, retryAttempts: 0, lazy: false });
-        clients.push(client);
-        return new Promise((resolve, reject) => {
-          // Subscribed once the server ran the stream's setup: a probe event is not needed,
-          // the facade acknowledges nothing, so wait for the connection and a short settle.
-          client.subscribe(
-            { query: 'subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { uid statusText } }', variables: { uids: [uidOf(i)] } },
-            { next: (message) => onEvent(i, message.data?.deliveryEvents), error: reject, complete: () => undefined },
-          );
-          client.on('connected', () => resolve());
-        });
-      }),
-    );
-  }
-  return { clients, close: () => Promise.all(clients.map((client) => client.dispose())) };
 }

@@ -2,10 +2,14 @@
 // upstream, for four contenders run alternately in one session: direct GET (the
 // ceiling), a plain undici reverse proxy (the limit for a Node proxy),
 // delivery-graph, and GraphQL Mesh on Hive Gateway (what a user would pick instead).
+// The load (autocannon, then the fixed-rate client) comes from a process of its own.
+import os from 'node:os';
 import { startFacade, startMeshContender, startReverseProxy, startUpstream } from '../lib/contenders.mjs';
+import { cpuMeter } from '../lib/cpu.mjs';
 import { PLATFORM_ID } from '../lib/fixed-upstream.mjs';
-import { fixedRate, load, median } from '../lib/load.mjs';
-import { fmt, table, writeSection } from '../lib/report.mjs';
+import { fmt, table, thousands, writeSection } from '../lib/report.mjs';
+import { median, spread } from '../lib/stats.mjs';
+import { forkWorker } from '../lib/worker.mjs';
 import { MESH_SINGLE_READ } from '../mesh/queries.mjs';
 
 export const KEY = 'sk_bench_merchant';
@@ -29,20 +33,32 @@ export async function singleRead({ quick, command }) {
   const rounds = quick ? 1 : 3;
   const upstream = await startUpstream();
   const proxy = await startReverseProxy(upstream.origin);
-  const facade = await startFacade(upstream.url);
+  const facade = await startFacade(upstream.url, { label: 'single-read' });
   const mesh = await startMeshContender(upstream.url).catch((error) => {
     console.error(`Mesh did not start: ${error.message}`);
     return undefined;
   });
+  const http = forkWorker('http-load');
   const auth = { authorization: `Bearer ${KEY}` };
   const json = { 'content-type': 'application/json', ...auth };
   const path = `/api/v1/${PLATFORM_ID}/deliveries/${UID}`;
+  const DIRECT = 'direct GET (ceiling)';
+  const PROXY = 'undici reverse proxy';
+  const FACADE = 'delivery-graph';
+  const MESH = 'Mesh + Hive Gateway';
+  // `pid`: the contender's process, whose CPU is counted (the direct GET has none but the upstream).
   const contenders = [
-    { name: 'direct GET (ceiling)', url: `${upstream.origin}${path}`, headers: auth },
-    { name: 'undici reverse proxy', url: `${proxy.origin}${path}`, headers: auth },
-    { name: 'delivery-graph', url: `${facade.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID } }) },
-    ...(mesh ? [{ name: 'Mesh + Hive Gateway', url: `${mesh.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: MESH_SINGLE_READ, variables: { uid: UID, platform: PLATFORM_ID } }) }] : []),
+    { name: DIRECT, url: `${upstream.origin}${path}`, headers: auth },
+    { name: PROXY, url: `${proxy.origin}${path}`, headers: auth, pid: proxy.child.pid },
+    { name: FACADE, url: `${facade.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID } }), pid: facade.child.pid },
+    ...(mesh ? [{ name: MESH, url: `${mesh.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: MESH_SINGLE_READ, variables: { uid: UID, platform: PLATFORM_ID } }), pid: mesh.child.pid }] : []),
   ];
+  /** Max-throughput load on one contender, with the CPU share (of one core) of it, the upstream, the load process and anything else. */
+  const maxLoad = async ({ pid, ...c }, seconds) => {
+    const cpu = cpuMeter([{ name: 'contender', pid: pid ?? upstream.child.pid }, { name: 'upstream', pid: upstream.child.pid }, { name: 'load', pid: http.pid }]);
+    const result = await http.call('autocannon', { ...c, connections: 32, duration: seconds });
+    return { ...result, cpu: cpu.stop() };
+  };
 
   // Each contender answers correctly before it is measured.
   for (const c of contenders) {
@@ -54,11 +70,17 @@ export async function singleRead({ quick, command }) {
   const results = Object.fromEntries(contenders.map((c) => [c.name, { max: [], fixed: [] }]));
   for (let round = 0; round < rounds; round += 1) {
     for (const c of contenders) {
-      await load({ ...c, connections: 32, duration: 1 }); // warm-up
-      results[c.name].max.push(await load({ ...c, connections: 32, duration }));
+      await maxLoad(c, 1); // warm-up
+      results[c.name].max.push(await maxLoad(c, duration));
     }
-    for (const c of contenders) results[c.name].fixed.push(await fixedRate({ ...c, rate: 200, duration }));
+    for (const { pid, ...c } of contenders) {
+      // A second at the rate first: the previous contender's backlog drains, the client's connections open.
+      await http.call('fixedRate', { ...c, rate: 200, duration: 1 });
+      const cpu = cpuMeter([{ name: 'load', pid: http.pid }]);
+      results[c.name].fixed.push({ ...(await http.call('fixedRate', { ...c, rate: 200, duration })), others: cpu.stop().others });
+    }
   }
+  await http.stop();
   const summary = Object.fromEntries(
     Object.entries(results).map(([name, r]) => [
       name,
@@ -69,10 +91,13 @@ export async function singleRead({ quick, command }) {
         fixedP50: median(r.fixed.map((x) => x.p50)),
         fixedP99: median(r.fixed.map((x) => x.p99)),
         errors: [...r.max, ...r.fixed].reduce((sum, x) => sum + x.errors + (x.non2xx ?? 0), 0),
+        cpu: ['contender', 'upstream', 'load'].map((name) => median(r.max.map((x) => x.cpu.byName[name]))),
+        others: median(r.max.map((x) => x.cpu.others)),
+        fixedOthers: median(r.fixed.map((x) => x.others)),
       },
     ]),
   );
-  const direct = summary['direct GET (ceiling)'];
+  const direct = summary[DIRECT];
   const rows = Object.entries(summary).map(([name, s]) => [
     name,
     fmt(s.rps, 0),
@@ -81,21 +106,56 @@ export async function singleRead({ quick, command }) {
     fmt(s.fixedP50 - direct.fixedP50, 2),
     fmt(s.fixedP99 - direct.fixedP99, 2),
     String(s.errors),
+    `${name === DIRECT ? '—' : fmt(s.cpu[0], 0)} / ${fmt(s.cpu[1], 0)} / ${fmt(s.cpu[2], 0)} / ${fmt(s.others, 0)}`,
   ]);
-  const dg = summary['delivery-graph'];
+  const dg = summary[FACADE];
+  // Per round: the ratio of that round's throughputs and its added p99, for the noise note.
+  const perRound = (fn) => Array.from({ length: rounds }, (_, r) => fn(r));
+  /** "; rounds 0.66–0.74×" after a median (nothing for a single round). */
+  const range = (values, digits, unit) => {
+    const { min, max } = spread(values);
+    return rounds > 1 ? `; rounds ${fmt(min, digits)}–${fmt(max, digits)}${unit}` : '';
+  };
+  const vsProxy = dg.rps / summary[PROXY].rps;
+  const vsProxyRounds = perRound((r) => results[FACADE].max[r].rps / results[PROXY].max[r].rps);
+  const vsMesh = mesh ? dg.rps / summary[MESH].rps : NaN;
+  const vsMeshRounds = mesh ? perRound((r) => results[FACADE].max[r].rps / results[MESH].max[r].rps) : [];
+  const addedP99 = dg.fixedP99 - direct.fixedP99;
+  const addedP99Rounds = perRound((r) => results[FACADE].fixed[r].p99 - results[DIRECT].fixed[r].p99);
+  // What the rest of the machine took while the compared runs ran (the larger of the two medians), to tell a noisy cell.
+  const otherLoad = (...pcts) => `; other load ${fmt(Math.max(...pcts), 0)} % of a core`;
+  const goals = [
+    {
+      id: 'read-vs-proxy',
+      measured: `**${fmt(vsProxy, 2)}×** (${thousands(dg.rps)} vs ${thousands(summary[PROXY].rps)} req/s${range(vsProxyRounds, 2, '×')}${otherLoad(dg.others, summary[PROXY].others)})`,
+      met: vsProxy >= 0.7,
+    },
+    mesh
+      ? {
+          id: 'read-vs-mesh',
+          measured: `**${fmt(vsMesh, 1)}×** (${thousands(dg.rps)} vs ${thousands(summary[MESH].rps)} req/s${range(vsMeshRounds, 1, '×')}${otherLoad(dg.others, summary[MESH].others)})`,
+          met: vsMesh >= 7,
+        }
+      : { id: 'read-vs-mesh', measured: 'Mesh did not start in this run', met: false },
+    {
+      id: 'read-added-p99',
+      measured: `**+${fmt(addedP99, 2)} ms** (p99 ${fmt(dg.fixedP99, 2)} vs ${fmt(direct.fixedP99, 2)} ms${range(addedP99Rounds, 2, ' ms')}${otherLoad(dg.fixedOthers, direct.fixedOthers)})`,
+      met: addedP99 <= 2,
+    },
+  ];
   const ratios = [
-    `- delivery-graph / reverse proxy throughput: **${fmt(dg.rps / summary['undici reverse proxy'].rps, 2)}×** (goal ≥ 0.7×)`,
-    mesh ? `- delivery-graph / Mesh throughput: **${fmt(dg.rps / summary['Mesh + Hive Gateway'].rps, 2)}×** (goal ≥ 3×)` : '- Mesh: did not start in this run',
-    `- added latency at 200 req/s over the direct GET: p50 **${fmt(dg.fixedP50 - direct.fixedP50, 2)} ms** (goal ≤ 1), p99 **${fmt(dg.fixedP99 - direct.fixedP99, 2)} ms** (goal ≤ 5)`,
+    `- delivery-graph / reverse proxy throughput: **${fmt(vsProxy, 2)}×** (goal ≥ 0.70×${range(vsProxyRounds, 2, '×')})`,
+    mesh ? `- delivery-graph / Mesh throughput: **${fmt(vsMesh, 2)}×** (goal ≥ 7×${range(vsMeshRounds, 2, '×')})` : '- Mesh: did not start in this run',
+    `- added latency at 200 req/s over the direct GET: p50 **${fmt(dg.fixedP50 - direct.fixedP50, 2)} ms**, p99 **${fmt(addedP99, 2)} ms** (goal p99 ≤ +2 ms${range(addedP99Rounds, 2, ' ms')})`,
   ];
   const body = [
-    `${rounds} round(s) of ${duration} s per contender at 32 connections (max throughput), then ${duration} s at a fixed 200 req/s (open loop, microsecond clock); medians of the rounds. autocannon runs in the orchestrating process; every contender and the fixed upstream run in processes of their own.`,
+    `${rounds} round(s) of ${duration} s per contender at 32 connections (max throughput; a 1 s warm-up before each), then ${duration} s at a fixed 200 req/s (open loop, microsecond clock; a 1 s warm-up at the rate before each); medians of the rounds, the contenders alternating within each round. CPU is each process's share of one core during the max-throughput runs (the machine has ${os.cpus().length} cores, 100 % each); "not ours" is what the rest of the machine used meanwhile. The load (autocannon, then the fixed-rate client) runs in a process of its own; every contender and the fixed upstream run in processes of their own; the orchestrator idles while they run.`,
     '',
-    table(['contender', 'req/s', 'p50 ms', 'p99 ms', 'added p50 @200/s', 'added p99 @200/s', 'errors'], rows),
+    table(['contender', 'req/s', 'p50 ms', 'p99 ms', 'added p50 @200/s', 'added p99 @200/s', 'errors', 'CPU % at max: contender / upstream / load / not ours'], rows),
     '',
     ...ratios,
   ].join('\n');
-  writeSection('single-read', 'Single read', body, { command, quick });
+  writeSection('single-read', 'Single read', body, { command, quick, goals });
 
   await Promise.all([upstream.stop(), proxy.stop(), facade.stop(), mesh?.stop()]);
   return summary;

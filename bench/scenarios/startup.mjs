@@ -1,6 +1,6 @@
 // Start-up: time from `node` start to the facade serving, and idle memory.
 import { startFacade, startUpstream } from '../lib/contenders.mjs';
-import { median } from '../lib/load.mjs';
+import { median } from '../lib/stats.mjs';
 import { sleep } from '../lib/proc.mjs';
 import { fmt, table, writeSection } from '../lib/report.mjs';
 
@@ -10,7 +10,7 @@ export async function startup({ quick, command }) {
   const ready = [];
   const rss = [];
   for (let i = 0; i < runs; i += 1) {
-    const facade = await startFacade(upstream.url);
+    const facade = await startFacade(upstream.url, { label: 'startup' });
     ready.push(facade.readyMs);
     await sleep(1000);
     rss.push(facade.rssKb());
