@@ -74,6 +74,8 @@ export interface Config {
   };
   /** How long a graceful stop waits for in-flight requests before cutting connections. */
   readonly shutdownGraceMs: number;
+  /** Processes serving the one port (node:cluster); more than one needs REDIS_URL. */
+  readonly workers: number;
   /** Limits of the HTTP server against clients that hold connections open. */
   readonly server: {
     /** Most open connections (WebSockets included); undefined: 80 % of the process's file-descriptor limit. */
@@ -162,6 +164,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'AUTH_FAILURES_PER_MINUTE', help: 'unknown merchant keys one client address may try per minute before RATE_LIMITED (0: no limit)', default: '20' },
   { name: 'EVENT_RETENTION', help: 'how long webhook events, their de-duplication entries and ownership records are kept (e.g. 30d, 12h, 90m, 5s)', default: '30d' },
   { name: 'IDEMPOTENCY_RETENTION', help: 'how long idempotency keys are kept', default: '24h' },
+  { name: 'WORKERS', help: 'processes serving the one port, for machines with more cores than one process uses (more than 1 needs REDIS_URL, through which they share events, idempotency and limits)', default: '1' },
   { name: 'SHUTDOWN_GRACE_MS', help: 'on SIGTERM, how long in-flight requests may take before connections are cut', default: '10000' },
   { name: 'SUBSCRIBER_MAX_PENDING', help: 'events one subscriber may have waiting: over it for more than 1 s, or 10 times over at once, it is disconnected (SSE: KiB unsent)', default: '1000' },
   { name: 'WS_MAX_SUBSCRIPTIONS', help: 'operations one WebSocket may run at once', default: '100' },
@@ -360,6 +363,8 @@ export function loadConfig(env: Env = process.env): Config {
 
   const redisUrl = text(env, 'REDIS_URL');
   if (redisUrl !== undefined && !/^rediss?:\/\//.test(redisUrl)) throw new ConfigError('REDIS_URL', 'expected redis:// or rediss://');
+  // Each worker has its own memory: only through Redis do they share events, idempotency keys and limits.
+  if (integer(env, 'WORKERS', 1, 1, 256) > 1 && redisUrl === undefined) throw new ConfigError('WORKERS', 'more than one worker needs REDIS_URL (the workers share events, idempotency and limits through it)');
 
   const config: Config = {
     port: integer(env, 'PORT', 4000, 0, 65535),
@@ -401,6 +406,7 @@ export function loadConfig(env: Env = process.env): Config {
       maxResponseBytes: integer(env, 'GRAPHQL_MAX_RESPONSE_BYTES', 10_485_760, 1024, 1_073_741_824),
     },
     shutdownGraceMs: integer(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
+    workers: integer(env, 'WORKERS', 1, 1, 256),
     server: {
       maxConnections: text(env, 'MAX_CONNECTIONS') === undefined ? undefined : integer(env, 'MAX_CONNECTIONS', 0, 16, 10_000_000),
       headersTimeoutMs: integer(env, 'HEADERS_TIMEOUT_MS', 10_000, 100, 600_000),

@@ -1,7 +1,11 @@
 // Entry point: loadConfig → startApp → banner; stops gracefully on SIGTERM/SIGINT.
+// With WORKERS=N the first process supervises N workers that each run startApp (cluster.ts).
+import cluster from 'node:cluster';
 import { existsSync } from 'node:fs';
 import { startApp } from './app.js';
-import { CONFIG_VARIABLES, ConfigError, loadConfig } from './config.js';
+import { reportListening, runPrimary } from './cluster.js';
+import { CONFIG_VARIABLES, ConfigError, loadConfig, type Config } from './config.js';
+import type { Sandbox } from './sandbox/index.js';
 
 function help(): string {
   const width = Math.max(...CONFIG_VARIABLES.map((v) => v.name.length));
@@ -14,6 +18,39 @@ function help(): string {
     'Configuration is read from environment variables (see .env.example):',
     ...lines,
   ].join('\n');
+}
+
+/** The start-up text: where everything is, and with the sandbox, a ready key and what to try. */
+function banner(config: Config, url: string, sandbox: Sandbox | undefined, metrics: boolean): string {
+  const ws = url.replace('http', 'ws');
+  const lines = [
+    `delivery-graph is serving on ${url}`,
+    ...(config.trackingPage ? [`  tracking page       ${url}/   (book a delivery, watch the courier move)`] : []),
+    `  ${config.graphql.introspection ? 'GraphQL + GraphiQL' : 'GraphQL           '}  ${url}/graphql   (WebSocket: ${ws}/graphql)`,
+    `  webhooks            ${url}${config.webhook.path}`,
+    `  health / ready      ${url}/health   ${url}/ready`,
+    ...(metrics ? [`  metrics             ${url}/metrics`] : []),
+  ];
+  if (sandbox) {
+    const merchant = sandbox.merchants[0]!;
+    lines.push(
+      '',
+      `Upstream: the embedded sandbox at ${sandbox.url} (platform "${sandbox.platformId}"); set UPSTREAM_URL to use a real one.`,
+      `  merchant key: ${merchant.key}   (send it as "Authorization: Bearer <key>")`,
+      '',
+      ...(config.trackingPage
+        ? [`Watch a delivery move: open ${url}/ and press "Book a sandbox delivery".`, '']
+        : []),
+      'Try it:',
+      `  curl -s ${url}/graphql -H 'content-type: application/json' -H 'authorization: Bearer ${merchant.key}' \\`,
+      `    -d '{"query":"{ availability { group service available } }"}'`,
+      '',
+      `Or follow one from GraphQL: book it (README, "Cookbook"), then in GraphiQL at ${url}/graphql run`,
+      '  subscription { deliveryUpdated(uid: "<uid>") { status name receivedAt courierLocation { lat lng } } }',
+      `  with the header {"Authorization": "Bearer ${merchant.key}"}. Milestones come every ${config.sandbox.stepMs} ms (SANDBOX_STEP_MS).`,
+    );
+  }
+  return lines.join('\n');
 }
 
 async function main(): Promise<void> {
@@ -34,6 +71,10 @@ async function main(): Promise<void> {
     throw error;
   }
 
+  if (config.workers > 1 && cluster.isPrimary) {
+    await runPrimary(config, (url, sandbox) => console.log(banner(config, url, sandbox, config.metrics)));
+    return;
+  }
   let app;
   try {
     app = await startApp(config);
@@ -48,35 +89,12 @@ async function main(): Promise<void> {
     }
     throw error;
   }
-  const ws = app.url.replace('http', 'ws');
-  const lines = [
-    `delivery-graph is serving on ${app.url}`,
-    ...(config.trackingPage ? [`  tracking page       ${app.url}/   (book a delivery, watch the courier move)`] : []),
-    `  ${config.graphql.introspection ? 'GraphQL + GraphiQL' : 'GraphQL           '}  ${app.url}/graphql   (WebSocket: ${ws}/graphql)`,
-    `  webhooks            ${app.url}${config.webhook.path}`,
-    `  health / ready      ${app.url}/health   ${app.url}/ready`,
-    ...(app.metrics ? [`  metrics             ${app.url}/metrics`] : []),
-  ];
-  if (app.sandbox) {
-    const merchant = app.sandbox.merchants[0]!;
-    lines.push(
-      '',
-      `Upstream: the embedded sandbox at ${app.sandbox.url} (platform "${app.sandbox.platformId}"); set UPSTREAM_URL to use a real one.`,
-      `  merchant key: ${merchant.key}   (send it as "Authorization: Bearer <key>")`,
-      '',
-      ...(config.trackingPage
-        ? [`Watch a delivery move: open ${app.url}/ and press "Book a sandbox delivery".`, '']
-        : []),
-      'Try it:',
-      `  curl -s ${app.url}/graphql -H 'content-type: application/json' -H 'authorization: Bearer ${merchant.key}' \\`,
-      `    -d '{"query":"{ availability { group service available } }"}'`,
-      '',
-      `Or follow one from GraphQL: book it (README, "Cookbook"), then in GraphiQL at ${app.url}/graphql run`,
-      '  subscription { deliveryUpdated(uid: "<uid>") { status name receivedAt courierLocation { lat lng } } }',
-      `  with the header {"Authorization": "Bearer ${merchant.key}"}. Milestones come every ${config.sandbox.stepMs} ms (SANDBOX_STEP_MS).`,
-    );
+  if (cluster.isWorker) {
+    // One of WORKERS: the primary prints the banner; this one says where it serves.
+    reportListening(app.url);
+  } else {
+    console.log(banner(config, app.url, app.sandbox, app.metrics !== undefined));
   }
-  console.log(lines.join('\n'));
 
   let stopping = false;
   const shutdown = (signal: string) => {

@@ -2,7 +2,22 @@
 // (ownership records, idempotency keys, limits, cursors and the key memory all use it).
 import { createHash } from 'node:crypto';
 
+/**
+ * The hashes of the keys seen last, so that a request's several uses (its limits,
+ * what the upstream said about the key) cost one SHA-256 between them. Kept in
+ * this process's memory only, like the key in the request itself; never stored
+ * or logged. Bounded: the oldest entry goes first.
+ */
+const recent = new Map<string, string>();
+const RECENT_KEYS = 1024;
+
 /** Merchant keys are never stored: only this hash of them. */
 export function hashKey(key: string): string {
-  return createHash('sha256').update(`delivery-graph:merchant-key:${key}`).digest('hex');
+  let hash = recent.get(key);
+  if (hash === undefined) {
+    hash = createHash('sha256').update(`delivery-graph:merchant-key:${key}`).digest('hex');
+    if (recent.size >= RECENT_KEYS) recent.delete(recent.keys().next().value!);
+    recent.set(key, hash);
+  }
+  return hash;
 }

@@ -57,7 +57,8 @@ export class KeyRateLimiter implements Budget {
     if (this.perMinute === 0) return 0;
     const now = this.now();
     if (now - this.lastSweep >= SWEEP_EVERY_MS) this.sweep(now);
-    const id = createHash('sha256').update(key).digest('base64url');
+    // Held only hashed (a merchant key is a secret); hashKey remembers the last keys' hashes.
+    const id = hashKey(key);
     let bucket = this.buckets.get(id);
     if (!bucket) {
       bucket = { tokens: this.perMinute, at: now };

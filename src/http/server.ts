@@ -3,6 +3,7 @@
 // probes, metrics, GraphiQL and the tracking page). Here, and only here, each
 // request gets its id, its CORS headers, its access-log line and the server's
 // limits, before a path is chosen.
+import cluster from 'node:cluster';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Config } from '../config.js';
@@ -79,7 +80,8 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
       if (receiver) return receiver.handle(req, res);
       return json(res, 503, { error: 'webhooks_not_configured', message: 'Set WEBHOOK_PUBLIC_KEY_FILE and WEBHOOK_ISSUER to receive webhooks.' });
     }
-    if (pathname === '/health') return json(res, 200, { status: 'ok' });
+    // With WORKERS, which worker answered (the cluster hands each connection to one).
+    if (pathname === '/health') return json(res, 200, cluster.worker ? { status: 'ok', worker: cluster.worker.id } : { status: 'ok' });
     if (pathname === '/ready') return readiness.handle(res, draining);
     if (pathname === '/metrics' && metrics) return metrics.handle(req, res);
     if (options.trackingPage?.handle(req, res, pathname)) return;

@@ -41,7 +41,10 @@ export function decimalFrom(value: unknown): string | null {
     // cents value the upstream converted, not an artifact.
     if (!decimal.equals(value) && /^-?\d+(\.\d{1,2})?$/.test(shortest)) decimal = new Decimal(shortest);
   } else if (typeof value === 'string' && /^-?\d+(\.\d+)?$/.test(value.trim())) {
-    decimal = new Decimal(value.trim());
+    const text = value.trim();
+    // The common case, "2.50": already the exact form (no leading zero to drop, at most cents).
+    if (PLAIN_CENTS.test(text)) return withTwoDecimals(text);
+    decimal = new Decimal(text);
   } else {
     return null;
   }
@@ -49,6 +52,8 @@ export function decimalFrom(value: unknown): string | null {
 }
 
 const CENTS = /^-?\d{1,13}(\.\d{1,2})?$/;
+/** CENTS without leading zeros, as a decimal string may have them ("007.5"). */
+const PLAIN_CENTS = /^-?(0|[1-9]\d{0,12})(\.\d{1,2})?$/;
 
 function withTwoDecimals(text: string): string {
   const dot = text.indexOf('.');

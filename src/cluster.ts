@@ -1,0 +1,97 @@
+// WORKERS=N: N processes serve the one port (node:cluster hands each accepted
+// connection to a worker in turn), sharing events, idempotency keys and limits
+// through Redis. The primary only supervises: it starts the embedded sandbox when
+// there is no UPSTREAM_URL (one sandbox for all, passed to the workers as their
+// upstream), forks the workers, replaces one that dies, prints the banner once
+// they listen, and on SIGTERM/SIGINT stops them all gracefully before it exits.
+import cluster, { type Worker } from 'node:cluster';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import type { Config } from './config.js';
+import { createLogger } from './logger.js';
+import { DEMO_MERCHANTS, startSandbox, type Sandbox } from './sandbox/index.js';
+
+/** What a worker tells the primary once it listens. */
+export interface WorkerListening {
+  type: 'delivery-graph:listening';
+  url: string;
+}
+
+/** In a worker: tells the primary where it serves. */
+export function reportListening(url: string): void {
+  const message: WorkerListening = { type: 'delivery-graph:listening', url };
+  process.send?.(message);
+}
+
+/**
+ * Runs the primary. `banner` prints the start-up text once the first worker
+ * listens (with the sandbox, when there is one). Resolves when the primary is set
+ * up; the process then lives until a signal stops the workers.
+ */
+export async function runPrimary(config: Config, banner: (url: string, sandbox: Sandbox | undefined) => void): Promise<void> {
+  const logger = createLogger(config.logLevel);
+  let sandbox: Sandbox | undefined;
+  const env: Record<string, string> = {};
+  if (!config.upstream.url) {
+    sandbox = await startSandbox({ port: config.sandbox.port, host: config.host, merchants: DEMO_MERCHANTS, knobs: { stepMs: config.sandbox.stepMs, returnRate: config.sandbox.returnRate } });
+    // The workers take the primary's sandbox as their upstream, and its key to verify its webhooks.
+    mkdirSync(config.dataDir, { recursive: true });
+    const keyFile = path.join(config.dataDir, 'sandbox-webhook-public.pem');
+    writeFileSync(keyFile, sandbox.publicKeyPem);
+    Object.assign(env, { UPSTREAM_URL: sandbox.url, PLATFORM_ID: sandbox.platformId, WEBHOOK_PUBLIC_KEY_FILE: keyFile, WEBHOOK_ISSUER: sandbox.issuer });
+  }
+
+  let stopping = false;
+  let announced = false;
+  let failures = 0;
+  const fork = (): Worker => {
+    const worker = cluster.fork(env);
+    worker.on('message', (message: WorkerListening) => {
+      if (message?.type !== 'delivery-graph:listening' || announced) return;
+      announced = true;
+      sandbox?.setWebhookUrl(`${message.url}${config.webhook.path}`);
+      banner(message.url, sandbox);
+      logger.info({ workers: config.workers }, 'workers listening');
+    });
+    return worker;
+  };
+  cluster.on('exit', (worker, code, signal) => {
+    if (stopping) return;
+    // A worker that dies is replaced; the others go on serving meanwhile.
+    failures += 1;
+    logger.error({ worker: worker.id, code, signal }, 'a worker stopped; starting another');
+    if (failures > config.workers * 5) {
+      logger.fatal('workers keep stopping; giving up');
+      process.exit(1);
+    }
+    fork();
+  });
+  for (let i = 0; i < config.workers; i += 1) fork();
+
+  const shutdown = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, 'stopping the workers');
+    const workers = Object.values(cluster.workers ?? {}).filter((worker): worker is Worker => worker !== undefined);
+    let failed = false;
+    Promise.all(
+      workers.map(
+        (worker) =>
+          new Promise<void>((resolve) => {
+            worker.once('exit', (code) => {
+              if (code !== 0) failed = true;
+              resolve();
+            });
+            worker.process.kill('SIGTERM');
+          }),
+      ),
+    )
+      .then(() => sandbox?.stop())
+      .then(
+        () => process.exit(failed ? 1 : 0),
+        () => process.exit(1),
+      );
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+}

@@ -1,0 +1,93 @@
+// WORKERS=2 on one Redis: two processes serve the one port (node:cluster). What
+// one worker receives (a webhook, a booking's idempotency claim) the other sees;
+// a subscriber on either worker gets every milestone; SIGTERM stops them all.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { rmSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
+import { deliveryInput, makeDataDir } from '../helpers/stack.js';
+import { collect, wsClient } from '../helpers/ws-client.js';
+
+const root = new URL('../..', import.meta.url).pathname;
+const KEY = 'sk_test_demo_merchant';
+const CREATE = 'mutation($input: DeliveryInput!, $key: String) { createDelivery(input: $input, idempotencyKey: $key) { __typename ... on MutationCreateDeliverySuccess { data { uid } } } }';
+
+describe.skipIf(!redisAvailable('workers.test.ts'))('WORKERS=2 on one Redis', () => {
+  let redis: RedisServer;
+  let primary: ChildProcess;
+  let url: string;
+  const dataDir = makeDataDir();
+
+  beforeAll(async () => {
+    redis = await startRedisServer();
+    primary = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+      cwd: root,
+      env: { PATH: process.env.PATH ?? '', WORKERS: '2', REDIS_URL: redis.url, PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: '100', SANDBOX_RETURN_RATE: '0', DATA_DIR: dataDir, LOG_LEVEL: 'warn' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    url = await new Promise<string>((resolve, reject) => {
+      let output = '';
+      primary.once('exit', (code) => reject(new Error(`the primary exited with ${code}:\n${output}`)));
+      const onData = (chunk: Buffer) => {
+        output += chunk.toString();
+        const served = /serving on (http:\/\/\S+)/.exec(output);
+        if (served) resolve(served[1]!);
+      };
+      primary.stdout!.on('data', onData);
+      primary.stderr!.on('data', onData);
+    });
+  }, 60_000);
+
+  afterAll(async () => {
+    if (primary?.exitCode === null) primary.kill('SIGKILL');
+    await redis?.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  /** One request on a connection of its own, so the cluster may hand it to either worker. */
+  const gql = async (query: string, variables: Record<string, unknown>) => {
+    const response = await fetch(`${url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}`, connection: 'close' },
+      body: JSON.stringify({ query, variables }),
+    });
+    return (await response.json()) as { data: any; errors?: unknown };
+  };
+
+  it('is served by two worker processes', async () => {
+    const workers = new Set<number>();
+    // The cluster hands fresh connections to the workers in turn.
+    for (let i = 0; i < 20 && workers.size < 2; i += 1) {
+      const health = (await (await fetch(`${url}/health`, { headers: { connection: 'close' } })).json()) as { worker?: number };
+      workers.add(health.worker!);
+    }
+    expect([...workers].sort()).toEqual([1, 2]);
+  });
+
+  it('books once for one idempotency key sent to both workers at once', async () => {
+    const input = deliveryInput();
+    const key = `workers-${Date.now()}`;
+    const answers = await Promise.all(Array.from({ length: 6 }, () => gql(CREATE, { input, key })));
+    const uids = new Set(answers.map((answer) => answer.data.createDelivery.data.uid));
+    expect(uids.size).toBe(1);
+  });
+
+  it('delivers every milestone to a subscriber whichever worker received each webhook', async () => {
+    const booked = await gql(CREATE, { input: deliveryInput({ mode: 'NOW' }) });
+    const uid = booked.data.createDelivery.data.uid as string;
+    const client = wsClient(url, KEY);
+    const sub = collect(client, 'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { status } }', { uid });
+    const items = await sub.waitForItem((item) => item.deliveryUpdated.status === 'DROPOFF_COMPLETE', 30_000);
+    const statuses = sub.items.map((item) => item.deliveryUpdated.status);
+    expect(statuses.at(-1)).toBe('DROPOFF_COMPLETE');
+    expect(items).toBeDefined();
+    await client.dispose();
+  });
+
+  it('stops every worker on SIGTERM to the primary, and exits 0', async () => {
+    const exited = new Promise<number | null>((resolve) => primary.once('exit', (code) => resolve(code)));
+    primary.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    await expect(fetch(`${url}/health`)).rejects.toThrow();
+  });
+});
