@@ -51,7 +51,9 @@ export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'ben
   }
   const profile = profileArgs(label);
   return spawnReady(process.execPath, [...profile.args, path.join(ROOT, 'dist/main.js')], {
-    env: { PORT: '0', UPSTREAM_URL: upstreamUrl, PLATFORM_ID, DATA_DIR: dataDir, LOG_LEVEL: 'silent', NODE_ENV: 'production', ...extra, ...env },
+    // No per-key rate limit: the bench sends one key's traffic at thousands of requests a second, and
+    // measures serving them, not refusing them (RATE_LIMIT_PER_MINUTE's default would refuse most).
+    env: { PORT: '0', UPSTREAM_URL: upstreamUrl, PLATFORM_ID, DATA_DIR: dataDir, LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0', ...extra, ...env },
     ready: /serving on (http:\/\/\S+)/,
   }).then((p) => ({
     ...p,

@@ -95,6 +95,8 @@ export function startFixedUpstream(port = 0, latencyMs = 0) {
       body = cache.get(uid);
       if (!body) {
         body = JSON.stringify({ data: cannedDelivery(uid) });
+        // Bounded: a benchmark that reads a fresh uid per request would grow it without end.
+        if (cache.size >= 10_000) cache.clear();
         cache.set(uid, body);
       }
     } else if (url.endsWith('/availability')) {

@@ -4,7 +4,14 @@ import autocannon from 'autocannon';
 import { percentile } from './stats.mjs';
 
 /** Runs one load and returns requests/s and latency percentiles (ms). */
-export async function load({ url, method = 'GET', headers = {}, body, connections = 32, duration = 10, overallRate, expectBody }) {
+/** What a request's URL or body holds where each request puts a delivery uid of its own. */
+export const UID_SLOT = '00000000-0000-4000-8000-000000000000';
+
+export async function load({ url, method = 'GET', headers = {}, body, connections = 32, duration = 10, overallRate, expectBody, uniqueIds = false, graphql = false }) {
+  // With uniqueIds, UID_SLOT in the path or body becomes a fresh uuid per request: no two requests read the same delivery.
+  let n = 0;
+  const fresh = (text) => (text === undefined ? text : text.replace(UID_SLOT, () => `00000000-0000-4000-8000-${String((n += 1)).padStart(12, '0')}`));
+  const target = new URL(url);
   const result = await autocannon({
     url,
     method,
@@ -14,14 +21,17 @@ export async function load({ url, method = 'GET', headers = {}, body, connection
     duration,
     overallRate,
     pipelining: 1,
+    ...(uniqueIds ? { requests: [{ method, path: `${target.pathname}${target.search}`, headers, body, setupRequest: (request) => ({ ...request, path: fresh(request.path), body: fresh(request.body) }) }] } : {}),
     ...(expectBody ? { expectBody } : {}),
+    // A GraphQL answer with errors (a refusal, a failed read) is not a served request.
+    ...(graphql ? { verifyBody: (text) => !text.includes('"errors"') } : {}),
   });
   return {
     rps: result.requests.average,
     p50: result.latency.p50,
     p99: result.latency.p99,
     requests: result.requests.total,
-    errors: result.errors + result.timeouts,
+    errors: result.errors + result.timeouts + (result.mismatches ?? 0),
     non2xx: result.non2xx,
   };
 }

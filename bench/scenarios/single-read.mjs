@@ -8,12 +8,12 @@ import { startFacade, startMeshContender, startReverseProxy, startUpstream } fro
 import { cpuMeter } from '../lib/cpu.mjs';
 import { PLATFORM_ID } from '../lib/fixed-upstream.mjs';
 import { fmt, table, thousands, writeSection } from '../lib/report.mjs';
+import { UID_SLOT } from '../lib/load.mjs';
 import { median, spread } from '../lib/stats.mjs';
 import { forkWorker } from '../lib/worker.mjs';
 import { MESH_SINGLE_READ } from '../mesh/queries.mjs';
 
 export const KEY = 'sk_bench_merchant';
-const UID = '3f1c6b2e-8a4d-4c61-9a0e-5d2b7c9e1f00';
 
 export const FACADE_SINGLE_READ = `query Read($uid: ID!) {
   delivery(uid: $uid) {
@@ -41,17 +41,19 @@ export async function singleRead({ quick, command }) {
   const http = forkWorker('http-load');
   const auth = { authorization: `Bearer ${KEY}` };
   const json = { 'content-type': 'application/json', ...auth };
-  const path = `/api/v1/${PLATFORM_ID}/deliveries/${UID}`;
+  // Every request reads a delivery of its own (UID_SLOT, replaced per request): the facade's sharing of
+  // identical in-flight reads would otherwise spare it most upstream calls that the proxy makes.
+  const path = `/api/v1/${PLATFORM_ID}/deliveries/${UID_SLOT}`;
   const DIRECT = 'direct GET (ceiling)';
   const PROXY = 'undici reverse proxy';
   const FACADE = 'delivery-graph';
   const MESH = 'Mesh + Hive Gateway';
   // `pid`: the contender's process, whose CPU is counted (the direct GET has none but the upstream).
   const contenders = [
-    { name: DIRECT, url: `${upstream.origin}${path}`, headers: auth },
-    { name: PROXY, url: `${proxy.origin}${path}`, headers: auth, pid: proxy.child.pid },
-    { name: FACADE, url: `${facade.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID } }), pid: facade.child.pid },
-    ...(mesh ? [{ name: MESH, url: `${mesh.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: MESH_SINGLE_READ, variables: { uid: UID, platform: PLATFORM_ID } }), pid: mesh.child.pid }] : []),
+    { name: DIRECT, url: `${upstream.origin}${path}`, headers: auth, uniqueIds: true },
+    { name: PROXY, url: `${proxy.origin}${path}`, headers: auth, pid: proxy.child.pid, uniqueIds: true },
+    { name: FACADE, url: `${facade.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID_SLOT } }), pid: facade.child.pid, uniqueIds: true, graphql: true },
+    ...(mesh ? [{ name: MESH, url: `${mesh.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: MESH_SINGLE_READ, variables: { uid: UID_SLOT, platform: PLATFORM_ID } }), pid: mesh.child.pid, uniqueIds: true, graphql: true }] : []),
   ];
   /** Max-throughput load on one contender, with the CPU share (of one core) of it, the upstream, the load process and anything else. */
   const maxLoad = async ({ pid, ...c }, seconds) => {
