@@ -1,6 +1,7 @@
 // The webhook receiver: size cap, JWT verification, durable store, then 200 and
-// publication. Events arriving together are written in one transaction (one
-// fsync) and published in log order after the commit.
+// publication. Events arriving together, or while the previous commit is under
+// way, are written in one transaction (one fsync) and published in log order
+// after the commit.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '../logger.js';
 import type { EventBus } from '../realtime/bus.js';
@@ -27,10 +28,20 @@ interface Pending {
   reject(error: unknown): void;
 }
 
-/** Group commit: everything appended in one turn of the event loop shares one transaction. */
-class AppendBatcher {
-  #batch: Pending[] = [];
-  #flushing: Promise<void> = Promise.resolve();
+/** Most events one transaction takes; the rest wait for the next (a bound on one script call's size on Redis). */
+const MAX_BATCH = 512;
+
+/**
+ * Group commit: events that arrive while a commit is under way wait and go
+ * together in the next one, so a store whose commit waits on a slow fsync
+ * (Redis with appendfsync always) makes one commit per fsync, not one per turn
+ * of the event loop. With nothing under way, what arrives in one turn shares a
+ * transaction. One commit at a time keeps the log and the publications in one order.
+ */
+export class AppendBatcher {
+  #waiting: Pending[] = [];
+  #committing = false;
+  #scheduled = false;
 
   constructor(
     private readonly store: Store,
@@ -40,39 +51,55 @@ class AppendBatcher {
 
   append(payload: WireWebhookEvent, receivedAt: string): Promise<AppendResult> {
     return new Promise((resolve, reject) => {
-      this.#batch.push({ payload, receivedAt, resolve, reject });
-      if (this.#batch.length === 1) setImmediate(() => this.#flush());
+      this.#waiting.push({ payload, receivedAt, resolve, reject });
+      this.#schedule();
     });
   }
 
-  #flush(): void {
-    const batch = this.#batch;
-    this.#batch = [];
-    // Batches commit one after another, so the log and the publications keep one order.
-    this.#flushing = this.#flushing.then(async () => {
-      let results: ReadonlyArray<AppendResult | Error>;
-      try {
-        results = await this.store.appendEvents(batch);
-      } catch (error) {
-        // Some events could not be stored: only those fail (503, the sender retries them); the rest were stored.
-        if (!(error instanceof PartialAppendError)) {
-          for (const pending of batch) pending.reject(error);
-          return;
-        }
-        results = error.outcomes;
+  #schedule(): void {
+    if (this.#committing || this.#scheduled || this.#waiting.length === 0) return;
+    this.#scheduled = true;
+    setImmediate(() => {
+      this.#scheduled = false;
+      void this.#commit();
+    });
+  }
+
+  async #commit(): Promise<void> {
+    if (this.#committing) return;
+    this.#committing = true;
+    const batch = this.#waiting.splice(0, MAX_BATCH);
+    try {
+      await this.#store(batch);
+    } finally {
+      this.#committing = false;
+      this.#schedule();
+    }
+  }
+
+  async #store(batch: Pending[]): Promise<void> {
+    let results: ReadonlyArray<AppendResult | Error>;
+    try {
+      results = await this.store.appendEvents(batch);
+    } catch (error) {
+      // Some events could not be stored: only those fail (503, the sender retries them); the rest were stored.
+      if (!(error instanceof PartialAppendError)) {
+        for (const pending of batch) pending.reject(error);
+        return;
       }
-      // Stored is stored: the sender gets its 200 even if publishing one event fails.
-      results.forEach((result, index) => {
-        if (result instanceof Error) return batch[index]!.reject(result);
-        if (!result.duplicate) {
-          try {
-            this.bus.publish(result.event);
-          } catch (error) {
-            this.onPublishError(error);
-          }
+      results = error.outcomes;
+    }
+    // Stored is stored: the sender gets its 200 even if publishing one event fails.
+    results.forEach((result, index) => {
+      if (result instanceof Error) return batch[index]!.reject(result);
+      if (!result.duplicate) {
+        try {
+          this.bus.publish(result.event);
+        } catch (error) {
+          this.onPublishError(error);
         }
-        batch[index]!.resolve(result);
-      });
+      }
+      batch[index]!.resolve(result);
     });
   }
 }

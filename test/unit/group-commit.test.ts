@@ -1,0 +1,73 @@
+// The webhook receiver's group commit (AppendBatcher), against a store whose
+// commit is held open: events that arrive while a commit waits on its fsync go
+// together in the next commit, not one commit per turn of the event loop; the
+// log and the publications keep arrival order.
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { describe, expect, it } from 'vitest';
+import type { EventBus } from '../../src/realtime/bus.js';
+import type { AppendResult, Store, StoredEvent } from '../../src/store/store.js';
+import type { WireWebhookEvent } from '../../src/upstream/wire.js';
+import { AppendBatcher } from '../../src/webhooks/receiver.js';
+
+/** A store whose every commit waits until the test releases it; it records each commit's events. */
+function heldStore() {
+  const commits: string[][] = [];
+  const releases: Array<() => void> = [];
+  let seq = 0;
+  const store = {
+    async appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]> {
+      commits.push(events.map((event) => String(event.payload.event_id)));
+      await new Promise<void>((release) => releases.push(release));
+      return events.map((event) => ({ duplicate: false, event: { seq: ++seq, uid: String(event.payload.event_id) } as unknown as StoredEvent }) as AppendResult);
+    },
+  } as unknown as Store;
+  return { store, commits, releaseNext: () => releases.shift()?.() };
+}
+
+/** Lets the event loop turn until `met` holds (a commit is scheduled for the turn after the one that ended the last). */
+async function turnsUntil(met: () => boolean): Promise<void> {
+  for (let turn = 0; turn < 100 && !met(); turn += 1) await nextTurn();
+  expect(met()).toBe(true);
+}
+
+const event = (id: number) => ({ event_id: `e${id}`, event_name: 'delivery.assigned' }) as unknown as WireWebhookEvent;
+
+describe('AppendBatcher', () => {
+  it('gathers what arrives during a commit, over many turns of the event loop, into the next commit', async () => {
+    const { store, commits, releaseNext } = heldStore();
+    const published: string[] = [];
+    const bus = { publish: (stored: StoredEvent) => published.push(stored.uid) } as unknown as EventBus;
+    const batcher = new AppendBatcher(store, bus, () => undefined);
+
+    const first = batcher.append(event(0), 'now');
+    await nextTurn();
+    expect(commits).toEqual([['e0']]);
+    // Ten more, each in a turn of its own, while the first commit waits on its fsync.
+    const later: Array<Promise<AppendResult>> = [];
+    for (let id = 1; id <= 10; id += 1) {
+      later.push(batcher.append(event(id), 'now'));
+      await nextTurn();
+    }
+    expect(commits).toHaveLength(1);
+    releaseNext();
+    await first;
+    await turnsUntil(() => commits.length === 2);
+    expect(commits).toEqual([['e0'], ['e1', 'e2', 'e3', 'e4', 'e5', 'e6', 'e7', 'e8', 'e9', 'e10']]);
+    releaseNext();
+    await Promise.all(later);
+    expect(published).toEqual(['e0', 'e1', 'e2', 'e3', 'e4', 'e5', 'e6', 'e7', 'e8', 'e9', 'e10']);
+  });
+
+  it('commits at most 512 events at once, the rest next', async () => {
+    const { store, commits, releaseNext } = heldStore();
+    const batcher = new AppendBatcher(store, { publish: () => undefined } as unknown as EventBus, () => undefined);
+    const all = Array.from({ length: 600 }, (_, id) => batcher.append(event(id), 'now'));
+    await turnsUntil(() => commits.length === 1);
+    releaseNext();
+    await all[511];
+    await turnsUntil(() => commits.length === 2);
+    releaseNext();
+    await Promise.all(all);
+    expect(commits.map((commit) => commit.length)).toEqual([512, 88]);
+  });
+});
