@@ -3,7 +3,7 @@
 // through Redis. The primary only supervises: it starts the embedded sandbox when
 // there is no UPSTREAM_URL (one sandbox for all, passed to the workers as their
 // upstream), forks the workers, replaces one that dies, prints the banner once
-// they listen, and on SIGTERM/SIGINT stops them all gracefully before it exits.
+// all of them listen, and on SIGTERM/SIGINT stops them all gracefully before it exits.
 import cluster, { type Worker } from 'node:cluster';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -24,7 +24,7 @@ export function reportListening(url: string): void {
 }
 
 /**
- * Runs the primary. `banner` prints the start-up text once the first worker
+ * Runs the primary. `banner` prints the start-up text once every worker
  * listens (with the sandbox, when there is one). Resolves when the primary is set
  * up; the process then lives until a signal stops the workers.
  */
@@ -44,10 +44,15 @@ export async function runPrimary(config: Config, banner: (url: string, sandbox: 
   let stopping = false;
   let announced = false;
   let failures = 0;
+  const listening = new Set<number>();
   const fork = (): Worker => {
     const worker = cluster.fork(env);
     worker.on('message', (message: WorkerListening) => {
       if (message?.type !== 'delivery-graph:listening' || announced) return;
+      // The banner (and the sandbox's webhooks) wait for every worker, so that the
+      // first requests after it are spread over all of them.
+      listening.add(worker.id);
+      if (listening.size < config.workers) return;
       announced = true;
       sandbox?.setWebhookUrl(`${message.url}${config.webhook.path}`);
       banner(message.url, sandbox);
