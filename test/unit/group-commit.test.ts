@@ -9,6 +9,9 @@ import type { AppendResult, Store, StoredEvent } from '../../src/store/store.js'
 import type { WireWebhookEvent } from '../../src/upstream/wire.js';
 import { AppendBatcher } from '../../src/webhooks/receiver.js';
 
+/** The test's own marker on each event (the receiver never reads it). */
+const idOf = (payload: WireWebhookEvent) => (payload as unknown as { event_id: string }).event_id;
+
 /** A store whose every commit waits until the test releases it; it records each commit's events. */
 function heldStore() {
   const commits: string[][] = [];
@@ -16,9 +19,9 @@ function heldStore() {
   let seq = 0;
   const store = {
     async appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]> {
-      commits.push(events.map((event) => String(event.payload.event_id)));
+      commits.push(events.map((event) => idOf(event.payload)));
       await new Promise<void>((release) => releases.push(release));
-      return events.map((event) => ({ duplicate: false, event: { seq: ++seq, uid: String(event.payload.event_id) } as unknown as StoredEvent }) as AppendResult);
+      return events.map((event) => ({ duplicate: false, event: { seq: ++seq, uid: idOf(event.payload) } as unknown as StoredEvent }) as AppendResult);
     },
   } as unknown as Store;
   return { store, commits, releaseNext: () => releases.shift()?.() };
