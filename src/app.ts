@@ -4,6 +4,7 @@
 // graphql/yoga.ts, the HTTP front door in http/server.ts.
 import type { Server } from 'node:http';
 import type { Config } from './config.js';
+import { ClientTokens, clientTokenSecrets } from './graphql/client-tokens.js';
 import type { Services } from './graphql/context.js';
 import { PersistedOperations } from './graphql/persisted-operations.js';
 import { createRequestLimits } from './graphql/rate-limit.js';
@@ -97,7 +98,16 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   const redisBus = redis ? await connectRedisEventBus(redis, logger) : undefined;
   if (redisBus) teardown.add('redis bus', () => redisBus.close());
   const bus = redisBus ?? createEventBus();
-  const services: Services = { config, upstream, store, bus, access: new ReadAccess(store, upstream), maxPendingEvents: config.realtime.maxPendingEvents, bookingsInFlight: new Map() };
+  const services: Services = {
+    config,
+    upstream,
+    store,
+    bus,
+    access: new ReadAccess(store, upstream),
+    maxPendingEvents: config.realtime.maxPendingEvents,
+    bookingsInFlight: new Map(),
+    clientTokens: new ClientTokens(clientTokenSecrets(config.clientTokenSecrets, config.dataDir)),
+  };
 
   // Webhooks verify against the configured key, or the sandbox's when it is the upstream.
   const publicKeyPem = config.webhook.publicKeyPem ?? sandbox?.publicKeyPem;

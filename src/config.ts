@@ -94,6 +94,13 @@ export interface Config {
   readonly authFailuresPerMinute: number;
   /** How long stored events, their de-duplication entries and ownership records are kept. */
   readonly eventRetentionMs: number;
+  /**
+   * CLIENT_TOKEN_SECRET: the secrets client tokens are encrypted under, the first
+   * for new tokens, every one for reading (rotation). Undefined: one generated
+   * and kept in DATA_DIR (not allowed with REDIS_URL, where every instance must
+   * read every other's tokens).
+   */
+  readonly clientTokenSecrets: readonly string[] | undefined;
   /** How long idempotency keys are kept. */
   readonly idempotencyRetentionMs: number;
   readonly realtime: {
@@ -162,6 +169,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'REQUEST_TIMEOUT_MS', help: 'a whole request, body included, must arrive within this', default: '30000' },
   { name: 'TRUST_PROXY', help: 'how many proxies in front append to X-Forwarded-For (false or 0: use the socket address; true: 1)', default: 'false' },
   { name: 'AUTH_FAILURES_PER_MINUTE', help: 'unknown merchant keys one client address may try per minute before RATE_LIMITED (0: no limit)', default: '20' },
+  { name: 'CLIENT_TOKEN_SECRET', help: 'secret (32 characters or more) that client tokens are encrypted under; several, comma-separated, to rotate: the first makes new tokens, all are accepted. Required with REDIS_URL', default: 'generated once and kept in DATA_DIR/client-token.secret' },
   { name: 'EVENT_RETENTION', help: 'how long webhook events, their de-duplication entries and ownership records are kept (e.g. 30d, 12h, 90m, 5s)', default: '30d' },
   { name: 'IDEMPOTENCY_RETENTION', help: 'how long idempotency keys are kept', default: '24h' },
   { name: 'WORKERS', help: 'processes serving the one port, for machines with more cores than one process uses (more than 1 needs REDIS_URL, through which they share events, idempotency and limits)', default: '1' },
@@ -325,6 +333,26 @@ function corsOrigins(env: Env, name: string): CorsOrigins {
   return origins;
 }
 
+/** Shorter secrets are refused: a client token is only as strong as the secret it is encrypted under. */
+export const MIN_CLIENT_TOKEN_SECRET_LENGTH = 32;
+
+function clientTokenSecrets(env: Env, name: string, redisUrl: string | undefined): string[] | undefined {
+  const raw = text(env, name);
+  if (raw === undefined) {
+    if (redisUrl !== undefined) throw new ConfigError(name, 'required with REDIS_URL, so that every instance accepts the client tokens any of them made (e.g. openssl rand -base64 32)');
+    return undefined;
+  }
+  const secrets = raw.split(',').map((part) => part.trim()).filter(Boolean);
+  // The secret itself is never echoed: only which one of the list is wrong.
+  secrets.forEach((secret, index) => {
+    if (secret.length < MIN_CLIENT_TOKEN_SECRET_LENGTH) {
+      throw new ConfigError(name, `${secrets.length > 1 ? `secret ${index + 1} of ${secrets.length}` : 'the secret'} is ${secret.length} characters; at least ${MIN_CLIENT_TOKEN_SECRET_LENGTH} are required (e.g. openssl rand -base64 32)`);
+    }
+  });
+  if (secrets.length === 0) throw new ConfigError(name, 'lists no secret');
+  return secrets;
+}
+
 function persistedOperations(env: Env, name: string): { file: string; operations: Record<string, string> } | undefined {
   const file = text(env, name);
   if (file === undefined) return undefined;
@@ -415,6 +443,7 @@ export function loadConfig(env: Env = process.env): Config {
     },
     authFailuresPerMinute: integer(env, 'AUTH_FAILURES_PER_MINUTE', 20, 0, 1_000_000),
     eventRetentionMs: duration(env, 'EVENT_RETENTION', '30d', 1_000),
+    clientTokenSecrets: clientTokenSecrets(env, 'CLIENT_TOKEN_SECRET', redisUrl),
     idempotencyRetentionMs: duration(env, 'IDEMPOTENCY_RETENTION', '24h', 1_000),
     realtime: {
       maxPendingEvents: integer(env, 'SUBSCRIBER_MAX_PENDING', 1000, 1, 1_000_000),

@@ -12,7 +12,15 @@
 export type ErrorSurface = 'graphql-error' | 'result' | 'upstream-client';
 
 export const ERROR_CODES = {
-  UNAUTHENTICATED: { surface: 'graphql-error', meaning: 'No merchant key was sent, or the upstream refused it (401; a refusal is remembered for a minute).' },
+  UNAUTHENTICATED: {
+    surface: 'graphql-error',
+    meaning: 'No merchant key was sent, or the upstream refused it (401; a refusal is remembered for a minute); or a client token was tampered with, has expired, or was made under another CLIENT_TOKEN_SECRET.',
+  },
+  FORBIDDEN: {
+    surface: 'graphql-error',
+    meaning:
+      'A client token was used for something only the merchant key may do: any mutation, a query other than delivery, deliveries, node and clientToken, or deliveryEvents without uids. Nothing ran. (Deliveries outside the token read as not found instead.)',
+  },
   BAD_USER_INPUT: {
     surface: 'graphql-error',
     meaning:
@@ -106,6 +114,14 @@ export class UpstreamShapeError extends UpstreamProtocolError {
   override name = 'UpstreamShapeError';
   constructor(detail: string) {
     super(`The delivery service's answer is not of the documented shape: ${detail}.`);
+  }
+}
+
+/** A client token asked for more than reading its own deliveries. */
+export class ForbiddenError extends DeliveryGraphError {
+  override name = 'ForbiddenError';
+  constructor(message: string) {
+    super('FORBIDDEN', message);
   }
 }
 

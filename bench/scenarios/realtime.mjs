@@ -176,7 +176,8 @@ export async function realtimeRedis({ quick, command }) {
   const redis = await startRedis();
   const { publicKeyPem, privateKeyPem } = keyPair();
   const upstream = await startUpstream();
-  const env = { REDIS_URL: redis.url };
+  // Both instances must accept each other's client tokens, so Redis needs a shared secret.
+  const env = { REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: 'bench-client-token-secret-shared-by-instances' };
   const a = await startFacade(upstream.url, { publicKeyPem, env, label: 'realtime-redis-A' });
   const b = await startFacade(upstream.url, { publicKeyPem, env, label: 'realtime-redis-B' });
   const ingest = prepareIngest({ quick, origin: a.origin, privateKeyPem });

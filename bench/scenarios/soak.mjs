@@ -146,7 +146,7 @@ export async function soakRedis({ flags = {} }) {
     await runSoak({
       flags,
       storeLabel: 'Redis',
-      env: { REDIS_URL: redis.url },
+      env: { REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: 'bench-client-token-secret-shared-by-instances' },
       measureStore: async () => {
         const memory = Number(/used_memory:(\d+)/.exec(await client.info('memory'))?.[1] ?? 0);
         const [keys, log] = await Promise.all([client.dbsize(), client.xlen('dg:log')]);

@@ -11,6 +11,7 @@ import type { EventBus } from '../realtime/bus.js';
 import { clientAddress } from '../observability/client-address.js';
 import type { BookingResult, Store } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
+import { looksLikeClientToken, type ClientTokenGrant, type ClientTokens } from './client-tokens.js';
 import type { RequestLimits } from './rate-limit.js';
 
 /** Long-lived parts of the app that resolvers use. */
@@ -27,17 +28,31 @@ export interface Services {
    * concurrent repeats share one upstream call (other processes wait on the store).
    */
   bookingsInFlight: Map<string, Promise<BookingResult>>;
+  /** Makes and reads client tokens (CLIENT_TOKEN_SECRET). */
+  clientTokens: ClientTokens;
+}
+
+/** The client token a request came with, once read: its grant and its own text. */
+export interface ClientTokenCredential extends ClientTokenGrant {
+  readonly token: string;
 }
 
 export interface GraphQLContext {
   services: Services;
-  /** The merchant key from `Authorization: Bearer <key>`, if one was sent. */
+  /**
+   * The merchant key from `Authorization: Bearer <key>`, if one was sent; with a
+   * client token, the key the token acts for (upstream calls are made with it).
+   */
   key: string | undefined;
+  /** Set when the caller holds a client token: it may read these deliveries and nothing else. */
+  clientToken: ClientTokenCredential | undefined;
+  /** The uids a client token may read; undefined for a merchant key (whatever the upstream lets it read). */
+  scope: ReadonlySet<string> | undefined;
   /** The client's address (X-Forwarded-For only as far as TRUST_PROXY says), for limits per address. */
   clientAddress: string;
   /** The app's request limits (per key, per address), for checks outside the plugin (a socket's connection_init). */
   limits: RequestLimits | undefined;
-  /** The key, or UNAUTHENTICATED before any upstream call. */
+  /** The key, or UNAUTHENTICATED before any upstream call (no key, or a client token that is not accepted). */
   requireKey(): string;
   /** One read per (group, uid) per request; null for a uid the caller does not own. */
   deliveryLoader(group: ApiGroup): DataLoader<string, Delivery | null>;
@@ -69,14 +84,31 @@ export interface ContextOptions {
   signal?: AbortSignal | (() => AbortSignal | undefined);
 }
 
-export function createContext(services: Services, options: ContextOptions = {}): GraphQLContext {
-  const { authorization, req, limits, disconnect } = options;
+/** Said for every client token that is not accepted, whichever the reason: a forger learns nothing from it. */
+export const REFUSED_CLIENT_TOKEN = 'The client token is not accepted: it was altered, has expired, or was made by another server.';
+
+/**
+ * The context of one operation (or one WebSocket). A bearer credential shaped
+ * like a client token is read first (a promise only then, and only until it is
+ * remembered); anything else is a merchant key, as before.
+ */
+export function createContext(services: Services, options: ContextOptions = {}): GraphQLContext | Promise<GraphQLContext> {
+  const credential = bearerKey(options.authorization);
+  if (credential === undefined || !looksLikeClientToken(credential)) return contextFor(services, options, credential, undefined);
+  return services.clientTokens.read(credential).then((grant) => contextFor(services, options, grant?.key, grant ? { ...grant, token: credential } : null));
+}
+
+/** `token`: the client token read (null: one was sent and refused; undefined: none was sent). */
+function contextFor(services: Services, options: ContextOptions, key: string | undefined, token: ClientTokenCredential | null | undefined): GraphQLContext {
+  const { req, limits, disconnect } = options;
   let signal = options.signal;
-  const key = bearerKey(authorization);
+  const scope = token ? new Set(token.uids) : undefined;
   const loaders = new Map<ApiGroup, DataLoader<string, Delivery | null>>();
   return {
     services,
     key,
+    clientToken: token ?? undefined,
+    scope,
     clientAddress: clientAddress(req, services.config.server.trustProxyHops),
     limits,
     disconnect,
@@ -86,14 +118,18 @@ export function createContext(services: Services, options: ContextOptions = {}):
       return signal;
     },
     requireKey() {
+      if (token === null) throw new UnauthenticatedError(REFUSED_CLIENT_TOKEN);
       if (!key) throw new UnauthenticatedError();
+      // A token past its expiry is refused even within the operation or socket it was accepted for.
+      if (token && token.expiresAt.getTime() <= Date.now()) throw new UnauthenticatedError(REFUSED_CLIENT_TOKEN);
       return key;
     },
     deliveryLoader(group) {
       let loader = loaders.get(group);
       if (!loader) {
         // A batch may be stopped when the client goes away; a single read is left to finish (cheaper than watching for it).
-        loader = new DataLoader((uids) => readDeliveries(services, this.requireKey(), group, uids, uids.length > 1 ? this.clientGone() : undefined), {
+        // A client token's other uids read as not found without asking the upstream.
+        loader = new DataLoader((uids) => readDeliveries(services, this.requireKey(), group, uids, uids.length > 1 ? this.clientGone() : undefined, scope), {
           maxBatchSize: services.config.graphql.maxBatchSize,
         });
         loaders.set(group, loader);
@@ -113,9 +149,11 @@ async function readDeliveries(
   group: ApiGroup,
   uids: readonly string[],
   signal: AbortSignal | undefined,
+  scope: ReadonlySet<string> | undefined,
 ): Promise<Array<Delivery | null | Error>> {
   const { upstream, config } = services;
   const readOne = async (uid: string): Promise<Delivery | null | Error> => {
+    if (scope && !scope.has(uid)) return null;
     try {
       const options = signal ? { signal } : undefined;
       return group === 'PLATFORM'

@@ -189,7 +189,7 @@ builder.objectField(DeliveryRef, 'events', (t) =>
 function realtime(ctx: GraphQLContext): { deps: RealtimeDeps; subscriber: Subscriber } {
   const key = ctx.requireKey();
   const { store, bus, access, upstream, maxPendingEvents } = ctx.services;
-  return { deps: { store, bus, access, upstream, maxPending: maxPendingEvents }, subscriber: { key, disconnect: ctx.disconnect } };
+  return { deps: { store, bus, access, upstream, maxPending: maxPendingEvents }, subscriber: { key, scope: ctx.scope, disconnect: ctx.disconnect } };
 }
 
 /**

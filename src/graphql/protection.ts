@@ -28,6 +28,7 @@ import type { Config } from '../config.js';
 import { DeliveryGraphError, PersistedQueryNotFoundError, RateLimitedError, ResponseTooLargeError } from '../errors.js';
 import type { GraphQLContext } from './context.js';
 import type { PersistedOperations } from './persisted-operations.js';
+import { useClientTokenScope } from './client-token-scope.js';
 import type { Admission, RequestLimits } from './rate-limit.js';
 import { useVariableErrors } from './variables.js';
 
@@ -610,6 +611,8 @@ export function protectionPlugins({ config, limiter, persisted }: ProtectionOpti
     useCostLimit(OPERATION_LIMITS.cost, config.graphql.maxBatchSize),
     useResponseSizeLimit(config.graphql.maxResponseBytes),
     ...(config.graphql.introspection ? [] : [useNoIntrospection(), useHideSuggestions()]),
+    // A client token's refusals (mutations, other root fields) cost its merchant key nothing.
+    useClientTokenScope(),
     useRateLimit(limiter),
     // Last: it rewords graphql-jit's refusal of bad variables, and only what ran up to jit reaches it.
     useVariableErrors({ hideSuggestions: !config.graphql.introspection }),

@@ -12,6 +12,7 @@ import './booking.js';
 import './cancellation.js';
 import './availability.js';
 import './events.js';
+import './client-token.js';
 
 let schema: GraphQLSchema | undefined;
 

@@ -9,6 +9,7 @@ import { useServer } from 'graphql-ws/use/ws';
 import type { YogaServerInstance } from 'graphql-yoga';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { DeliveryGraphError, TooManySubscriptionsError, UnauthenticatedError } from '../errors.js';
+import { looksLikeClientToken } from '../graphql/client-tokens.js';
 import { bearerKey, type GraphQLContext } from '../graphql/context.js';
 import type { PersistedOperations } from '../graphql/persisted-operations.js';
 import { toGraphQLError } from '../graphql/protection.js';
@@ -21,7 +22,8 @@ export const WS_MAX_PAYLOAD_BYTES = 64 * 1024;
  * an address that has to wait; after 4403 they may, and the reason says why not.
  */
 export const WS_CLOSE = {
-  noKey: { code: 4403, reason: 'no merchant key in connection_init' },
+  noKey: { code: 4403, reason: 'no merchant key or client token in connection_init' },
+  refusedToken: { code: 4403, reason: 'the client token is not accepted (altered, expired or made by another server)' },
   refused: { code: 4403, reason: 'the merchant key was refused' },
   tooManyUnknownKeys: { code: 4429, reason: 'too many unknown keys from this address' },
 } as const;
@@ -142,6 +144,8 @@ export function attachGraphQLWebSocket(
         const key = bearerKey(authorization);
         if (!key) return refuse(WS_CLOSE.noKey.code, WS_CLOSE.noKey.reason);
         const context = (await yoga.getEnveloped({ req: ctx.extra.request, socket, authorization }).contextFactory()) as unknown as GraphQLContext;
+        // A client token is judged by its own encryption: the upstream accepted its key when it was made.
+        if (looksLikeClientToken(key)) return context.clientToken ? true : refuse(WS_CLOSE.refusedToken.code, WS_CLOSE.refusedToken.reason);
         if (!context.limits) return true;
         // The upstream is asked only about a key it has not judged; the call stops when the socket goes or takes too long.
         const ask = () => askUpstream(context.services.upstream, key, AbortSignal.any([AbortSignal.timeout(CONNECT_CHECK_MS), goneSignal(socket)]));

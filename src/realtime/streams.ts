@@ -1,7 +1,7 @@
 // The three subscription streams. Each attaches its listener before it reads
 // the store, so nothing published in between is missed, and then skips what it
 // already yielded by seq: no gap, no repeat.
-import { BadUserInputError, NotFoundError } from '../errors.js';
+import { BadUserInputError, ForbiddenError, NotFoundError } from '../errors.js';
 import { fromPartnerOrder, fromPlatformDelivery, geoPoint } from '../mapping/delivery.js';
 import type { Delivery, DeliveryStatus } from '../mapping/model.js';
 import { isDeliveryEvent, isLocationEvent, milestoneRank, stateOfStatus, transition, type MilestoneState } from '../domain/milestones.js';
@@ -29,6 +29,8 @@ export interface RealtimeDeps {
 
 export interface Subscriber {
   key: string;
+  /** With a client token: the only uids it may follow (others read as not found, and deliveryEvents needs uids). */
+  scope?: ReadonlySet<string>;
   /** Cuts the subscriber's connection off (WebSocket close) when it falls too far behind. */
   disconnect?(code: number, reason: string): void;
 }
@@ -79,8 +81,10 @@ function closable<T>(generator: AsyncGenerator<T>, queue: EventQueue<StoredEvent
   } as AsyncGenerator<T>;
 }
 
-async function assertReadable(deps: RealtimeDeps, key: string, uid: string): Promise<void> {
-  if (!(await deps.access.canRead(key, uid))) throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
+async function assertReadable(deps: RealtimeDeps, subscriber: Subscriber, uid: string): Promise<void> {
+  // A client token's other uids are not found, whatever its merchant key may read, and cost no upstream call.
+  if (subscriber.scope && !subscriber.scope.has(uid)) throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
+  if (!(await deps.access.canRead(subscriber.key, uid))) throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
 }
 
 /** A `snapshot` event from an upstream read, for a delivery of which no event is stored yet. */
@@ -143,7 +147,7 @@ export function deliveryUpdated(deps: RealtimeDeps, subscriber: Subscriber, uid:
 }
 
 async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<EventView> {
-  await assertReadable(deps, subscriber.key, uid);
+  await assertReadable(deps, subscriber, uid);
   const unlisten = deps.bus.listen(uid, (event) => {
     if (!event.stale && isDeliveryEvent(event.name)) queue.push(event);
   });
@@ -180,7 +184,7 @@ export function courierLocation(deps: RealtimeDeps, subscriber: Subscriber, uid:
 }
 
 async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<StoredEvent> {
-  await assertReadable(deps, subscriber.key, uid);
+  await assertReadable(deps, subscriber, uid);
   const unlisten = deps.bus.listen(uid, (event) => {
     if (event.stale) return;
     // Positions are what is sent; delivery.* events also move the state, and a final one ends the stream.
@@ -251,6 +255,8 @@ export function deliveryEvents(deps: RealtimeDeps, subscriber: Subscriber, args:
 
 async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber, args: DeliveryEventsArgs, queue: EventQueue<StoredEvent>): AsyncGenerator<StoredEvent> {
   const uids = args.uids && args.uids.length > 0 ? [...new Set(args.uids)] : undefined;
+  // Every event of the merchant is more than a client token was given.
+  if (subscriber.scope && !uids) throw new ForbiddenError('With a client token, deliveryEvents needs uids: those of the token.');
   const names = args.names && args.names.length > 0 ? new Set(args.names) : undefined;
   let afterSeq: number | undefined;
   if (args.after != null) {
@@ -258,7 +264,7 @@ async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber,
     afterSeq = (await callerCursors(deps.store, subscriber.key)).seqOf(args.after);
     if (afterSeq === undefined) throw new BadUserInputError(`"${args.after}" is not a cursor of this facade's event log for this key.`);
   }
-  if (uids) for (const uid of uids) await assertReadable(deps, subscriber.key, uid);
+  if (uids) for (const uid of uids) await assertReadable(deps, subscriber, uid);
 
   const push = (event: StoredEvent) => queue.push(event);
   const unlisteners = uids ? uids.map((uid) => deps.bus.listen(uid, push)) : [deps.bus.listen(undefined, push)];

@@ -53,6 +53,16 @@ subscription Follow {
 query Read {
   deliveries(uids: ["<uid>"]) { uid status price { amount currency } courier { name location { lat lng } } }
 }
+
+# A token for a customer's browser instead of the merchant key: it reads and follows
+# these uids only. Open /#token=<token> for the tracking page, or send it as the
+# Authorization header ("Bearer <token>") and run Read or Follow with it.
+mutation ClientToken {
+  createClientToken(uids: ["<uid>"], ttlSeconds: 3600) {
+    ... on MutationCreateClientTokenSuccess { data { token expiresAt uids } }
+    ... on Error { code message }
+  }
+}
 `;
 
 /** The examples with a key no earlier page load had. */

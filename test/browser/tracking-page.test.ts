@@ -199,6 +199,58 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
     await page.close();
   }, 30_000);
 
+  it('opens a delivery from a client token link: no key field, live to the end, the token out of the URL sent to the server', async () => {
+    const booked = await gql<{ createDelivery: { data: { uid: string } } }>(
+      'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }',
+      { input: deliveryInput() },
+    );
+    const uid = booked.createDelivery.data.uid;
+    const made = await gql<{ createClientToken: { data: { token: string } } }>(
+      'mutation($uids: [ID!]!) { createClientToken(uids: $uids, ttlSeconds: 600) { ... on MutationCreateClientTokenSuccess { data { token } } } }',
+      { uids: [uid] },
+    );
+    const token = made.createClientToken.data.token;
+
+    const { page, requests, problems } = await openPage(`/?token=${token}`);
+    await page.waitForSelector('#tracker:not([hidden])');
+    expect(await page.textContent('#fact-uid')).toBe(uid);
+    // No key anywhere on the page: the field is hidden and empty, the sandbox's demo key not even filled in, no booking.
+    expect(await page.isHidden('#key-form')).toBe(true);
+    expect(await page.isHidden('#book-form')).toBe(true);
+    expect(await page.inputValue('#key')).toBe('');
+    expect(await page.evaluate(() => document.documentElement.outerHTML.includes('sk_test_demo_merchant'))).toBe(false);
+    // The token moved into the fragment, which the browser never sends; a reload still works from it.
+    const url = new URL(page.url());
+    expect(url.search).toBe('');
+    expect(new URLSearchParams(url.hash.slice(1)).get('token')).toBe(token);
+    expect(new URLSearchParams(url.hash.slice(1)).get('uid')).toBe(uid);
+
+    // The sandbox moves it along; the page follows live to the end.
+    await page.waitForSelector('#timeline li[data-status="DROPOFF_COMPLETE"].current', { timeout: 30_000 });
+    expect(await page.textContent('#connection')).not.toMatch(/offline/);
+    await page.reload();
+    await page.waitForSelector('#timeline li[data-status="DROPOFF_COMPLETE"].current', { timeout: 10_000 });
+    expect(await page.textContent('#fact-uid')).toBe(uid);
+    expect(requests.filter((request) => request.includes('token='))).toEqual([`${app.url}/?token=${token}`]);
+    expect(problems).toEqual([]);
+    await page.close();
+  }, 60_000);
+
+  it('says so when a tracking link is altered or has expired', async () => {
+    const booked = await gql<{ createDelivery: { data: { uid: string } } }>(
+      'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }',
+      { input: deliveryInput() },
+    );
+    const expired = await app.services.clientTokens.issue('sk_test_demo_merchant', [booked.createDelivery.data.uid], -1);
+    const { page } = await openPage(`/#token=${expired.token}`);
+    await page.waitForSelector('#message[data-tone="error"]');
+    expect(await page.textContent('#message')).toMatch(/tracking link/);
+    expect(await page.textContent('#connection')).toMatch(/expired or is not valid/);
+    expect(await page.isHidden('#key-form')).toBe(true);
+    expect(await page.isHidden('#tracker')).toBe(true);
+    await page.close();
+  }, 30_000);
+
   it('links to GraphiQL, which loads from the facade alone and books anew after a reload', async () => {
     const { page, requests, problems } = await openPage();
     await page.click('nav a:text("GraphiQL")');

@@ -39,6 +39,9 @@ export interface StackOptions {
   faultProxy?: boolean;
 }
 
+/** CLIENT_TOKEN_SECRET for every instance a test starts on Redis (required there, so instances accept each other's tokens). */
+export const TEST_CLIENT_TOKEN_SECRET = 'test-client-token-secret-shared-by-instances';
+
 export function makeDataDir(): string {
   return mkdtempSync(path.join(tmpdir(), 'delivery-graph-test-'));
 }
@@ -61,6 +64,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     UPSTREAM_CHECK_INTERVAL_MS: '3600000',
     ...options.env,
   };
+  if (env.REDIS_URL && !env.CLIENT_TOKEN_SECRET) env.CLIENT_TOKEN_SECRET = TEST_CLIENT_TOKEN_SECRET;
   const boot = async () => {
     const app = await startApp(loadConfig(env));
     sandbox.setWebhookUrl(`${app.url}${app.services.config.webhook.path}`);

@@ -16,13 +16,14 @@ export interface Collected<T = any> {
   dispose(): void;
 }
 
-export function wsClient(httpUrl: string, key: string | undefined, options: { onClose?: (code: number, reason: string) => void } = {}): Client {
+export function wsClient(httpUrl: string, key: string | undefined, options: { onClose?: (code: number, reason: string) => void; lazy?: boolean } = {}): Client {
   return createClient({
     url: `${httpUrl.replace(/^http/, 'ws')}/graphql`,
     webSocketImpl: WebSocket,
     connectionParams: key === undefined ? {} : { authorization: `Bearer ${key}` },
     retryAttempts: 0,
-    lazy: true,
+    // Lazy: the socket opens with the first subscription and closes after the last one.
+    lazy: options.lazy ?? true,
     on: { closed: (event) => options.onClose?.((event as CloseEvent).code, (event as CloseEvent).reason) },
   });
 }
@@ -63,7 +64,9 @@ export function collect<T = any>(client: Client, query: string, variables?: Reco
         }
       },
       error: (error) => {
-        errors.push(error);
+        // An `error` message brings a list of GraphQL errors; a closed socket, its CloseEvent.
+        if (Array.isArray(error)) errors.push(...error);
+        else errors.push(error);
         finish();
       },
       complete: () => {

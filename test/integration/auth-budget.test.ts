@@ -18,7 +18,7 @@ import type { RedisStore } from '../../src/store/redis.js';
 import { loadConfig } from '../../src/config.js';
 import { DEFAULT_PLATFORM_ID, startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
-import { deliveryInput, startStack, type GraphQLResponse, type Stack } from '../helpers/stack.js';
+import { deliveryInput, startStack, type GraphQLResponse, type Stack, TEST_CLIENT_TOKEN_SECRET } from '../helpers/stack.js';
 
 const AVAILABILITY = '{ availability { group available errorCode } }';
 const CREATE = 'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }';
@@ -205,8 +205,8 @@ describe('unknown merchant keys per client address', () => {
     it('closes a socket without a key, or with a key the upstream refuses, saying which', async () => {
       const address = '198.51.100.50';
       stack.sandbox.resetRequests();
-      expect((await connect(stack, address, {})).closed).toEqual({ code: 4403, reason: 'no merchant key in connection_init' });
-      expect((await connect(stack, address, { authorization: DEMO })).closed).toEqual({ code: 4403, reason: 'no merchant key in connection_init' });
+      expect((await connect(stack, address, {})).closed).toEqual({ code: 4403, reason: 'no merchant key or client token in connection_init' });
+      expect((await connect(stack, address, { authorization: DEMO })).closed).toEqual({ code: 4403, reason: 'no merchant key or client token in connection_init' });
       expect(stack.sandbox.requests).toEqual([]);
 
       const key = madeUp();
@@ -359,7 +359,7 @@ describe.runIf(withRedis)('with REDIS_URL, two instances share one budget per ke
             UPSTREAM_URL: sandbox.url,
             PLATFORM_ID: sandbox.platformId,
             DATA_DIR: path.join(workDir, name),
-            REDIS_URL: redis.url,
+            REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
             LOG_LEVEL: 'silent',
             UPSTREAM_CHECK_INTERVAL_MS: '3600000',
             RATE_LIMIT_PER_MINUTE: String(PER_KEY),

@@ -13,7 +13,7 @@ import { loadConfig } from '../../src/config.js';
 import { callerCursors } from '../../src/domain/cursor.js';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
-import { deliveryInput, startStack, type GraphQLResponse, type Stack } from '../helpers/stack.js';
+import { deliveryInput, startStack, type GraphQLResponse, type Stack, TEST_CLIENT_TOKEN_SECRET } from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
 const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`;
@@ -208,7 +208,7 @@ describe.skipIf(!withRedis)('on two instances sharing one Redis', () => {
         WEBHOOK_PUBLIC_KEY_FILE: path.join(workDir, 'webhook-public.pem'),
         WEBHOOK_ISSUER: sandbox.issuer,
         DATA_DIR: path.join(workDir, name),
-        REDIS_URL: redis.url,
+        REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
         LOG_LEVEL: 'silent',
         UPSTREAM_CHECK_INTERVAL_MS: '3600000',
       }),

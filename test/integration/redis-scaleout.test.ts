@@ -20,7 +20,7 @@ import { type StoredEvent } from '../../src/store/store.js';
 import { canonicalJson } from '../../src/domain/canonical-json.js';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
-import { deliveryInput, type GraphQLResponse } from '../helpers/stack.js';
+import { deliveryInput, type GraphQLResponse, TEST_CLIENT_TOKEN_SECRET } from '../helpers/stack.js';
 import { waitUntil } from '../helpers/wait.js';
 import { collect, wsClient, type Collected } from '../helpers/ws-client.js';
 
@@ -64,7 +64,7 @@ async function startInstance(name: string): Promise<App> {
       WEBHOOK_PUBLIC_KEY_FILE: path.join(workDir, 'webhook-public.pem'),
       WEBHOOK_ISSUER: sandbox.issuer,
       DATA_DIR: dataDir,
-      REDIS_URL: redis.url,
+      REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
       LOG_LEVEL: 'silent',
       SHUTDOWN_GRACE_MS: '2000',
     }),
@@ -85,7 +85,7 @@ async function spawnInstance(name: string): Promise<{ url: string; stop(): Promi
       WEBHOOK_PUBLIC_KEY_FILE: path.join(workDir, 'webhook-public.pem'),
       WEBHOOK_ISSUER: sandbox.issuer,
       DATA_DIR: path.join(workDir, name),
-      REDIS_URL: redis.url,
+      REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
       LOG_LEVEL: 'silent',
     },
     stdio: ['ignore', 'pipe', 'pipe'],

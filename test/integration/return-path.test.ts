@@ -14,7 +14,7 @@ import { DEFAULT_KNOBS } from '../../src/sandbox/knobs.js';
 import type { SandboxWebhookEvent } from '../../src/sandbox/representations.js';
 import { loadSigningKeys, WebhookSender, type SigningKeys } from '../../src/sandbox/webhooks.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
-import { deliveryInput, startStack, type GraphQLResponse, type Stack } from '../helpers/stack.js';
+import { deliveryInput, startStack, type GraphQLResponse, type Stack, TEST_CLIENT_TOKEN_SECRET } from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
 const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`;
@@ -255,7 +255,7 @@ describe.skipIf(!withRedis)('the return path on two instances sharing Redis', ()
         WEBHOOK_PUBLIC_KEY_FILE: keyFile,
         WEBHOOK_ISSUER: stack.sandbox.issuer,
         DATA_DIR: path.join(workDir, name),
-        REDIS_URL: redis.url,
+        REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
         LOG_LEVEL: 'silent',
       });
       apps.push(await startApp(config));

@@ -5,7 +5,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
-import { deliveryInput, makeDataDir } from '../helpers/stack.js';
+import { deliveryInput, makeDataDir, TEST_CLIENT_TOKEN_SECRET } from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
 const root = new URL('../..', import.meta.url).pathname;
@@ -22,7 +22,7 @@ describe.skipIf(!redisAvailable('workers.test.ts'))('WORKERS=2 on one Redis', ()
     redis = await startRedisServer();
     primary = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
       cwd: root,
-      env: { PATH: process.env.PATH ?? '', WORKERS: '2', REDIS_URL: redis.url, PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: '100', SANDBOX_RETURN_RATE: '0', DATA_DIR: dataDir, LOG_LEVEL: 'warn' },
+      env: { PATH: process.env.PATH ?? '', WORKERS: '2', REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET, PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: '100', SANDBOX_RETURN_RATE: '0', DATA_DIR: dataDir, LOG_LEVEL: 'warn' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     url = await new Promise<string>((resolve, reject) => {

@@ -108,6 +108,7 @@ describe('accepted values', () => {
       UPSTREAM_TIMEOUT_MS: '2500',
       UPSTREAM_AMOUNT_UNIT: 'MAJOR',
       REDIS_URL: 'rediss://cache.example.com:6380/0',
+      CLIENT_TOKEN_SECRET: `${'a'.repeat(32)}, ${'b'.repeat(40)}`,
     });
     expect(config.port).toBe(0);
     expect(config.host).toBe('0.0.0.0');
@@ -121,6 +122,7 @@ describe('accepted values', () => {
     expect(config.upstream.timeoutMs).toBe(2500);
     expect(config.upstream.amountUnit).toBe('major');
     expect(config.redisUrl).toBe('rediss://cache.example.com:6380/0');
+    expect(config.clientTokenSecrets).toEqual(['a'.repeat(32), 'b'.repeat(40)]);
   });
 
   it('resolves a relative DATA_DIR against the working directory', () => {
@@ -175,6 +177,24 @@ describe('bad values fail with one line naming the variable', () => {
     ['not a URL', 'deliveries.example.com/api/v1'],
   ])('UPSTREAM_URL %s', (_, value) => {
     expectNamed(configError({ UPSTREAM_URL: value, PLATFORM_ID: 'p1' }), 'UPSTREAM_URL');
+  });
+
+  it('REDIS_URL without CLIENT_TOKEN_SECRET names CLIENT_TOKEN_SECRET (every instance must accept the same tokens)', () => {
+    const error = configError({ REDIS_URL: 'redis://127.0.0.1:6379' });
+    expectNamed(error, 'CLIENT_TOKEN_SECRET');
+    expect(error.message).toContain('REDIS_URL');
+  });
+
+  it.each([
+    ['one short secret', 'short-secret-0123456789', 'the secret is 23 characters'],
+    ['a short second secret of two', `${'k'.repeat(32)},short-secret-0123456789`, 'secret 2 of 2 is 23 characters'],
+    ['only commas', ' , ,', 'lists no secret'],
+  ])('CLIENT_TOKEN_SECRET: %s, without echoing the secret', (_, value, said) => {
+    const error = configError({ CLIENT_TOKEN_SECRET: value });
+    expectNamed(error, 'CLIENT_TOKEN_SECRET');
+    expect(error.message).toContain(said);
+    expect(error.message).not.toContain('short-secret');
+    expect(error.message).not.toContain('kkkk');
   });
 
   it('UPSTREAM_URL with credentials is refused without repeating them', () => {

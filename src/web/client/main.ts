@@ -36,6 +36,12 @@ const PIN = /* GraphQL */ `
   }
 `;
 
+const TOKEN_SCOPE = /* GraphQL */ `
+  query TokenScope {
+    clientToken { uids expiresAt }
+  }
+`;
+
 const BOOK = /* GraphQL */ `
   mutation Book($input: DeliveryInput!, $idempotencyKey: String) {
     createDelivery(input: $input, idempotencyKey: $idempotencyKey) {
@@ -118,6 +124,8 @@ function element<T extends Element>(selector: string): T {
 const meta = (name: string) => document.querySelector<HTMLMetaElement>(`meta[name="${name}"]`)?.content ?? '';
 
 const ui = {
+  keyForm: element<HTMLFormElement>('#key-form'),
+  keyHint: element<HTMLElement>('#key-hint'),
   keyInput: element<HTMLInputElement>('#key'),
   bookForm: element<HTMLFormElement>('#book-form'),
   bookButton: element<HTMLButtonElement>('#book'),
@@ -201,7 +209,7 @@ function isCloseEvent(value: unknown): value is CloseEvent {
 }
 
 function closeReason(event: CloseEvent): string {
-  if (event.code === 4403) return 'the merchant key was refused';
+  if (event.code === 4403) return clientToken ? 'this tracking link has expired or is not valid' : 'the merchant key was refused';
   if (event.code === 4008) return 'too slow, reconnect to catch up';
   return event.reason || `code ${event.code}`;
 }
@@ -238,8 +246,9 @@ function execute<T>(query: string, variables: Record<string, unknown>): Promise<
   });
 }
 
+/** The credential the socket opens with: the page's client token when it was opened with one, else the key typed in. */
 function currentKey(): string {
-  return ui.keyInput.value.trim();
+  return clientToken || ui.keyInput.value.trim();
 }
 
 // ---------------------------------------------------------------- tracking state
@@ -282,7 +291,7 @@ async function open(uid: string): Promise<void> {
   } catch (error) {
     return say(`Could not read ${uid}: ${(error as Error).message}`, 'error');
   }
-  if (!delivery) return say(`No delivery ${uid} is visible to this key.`, 'error');
+  if (!delivery) return say(clientToken ? `Delivery ${uid} is not part of this tracking link.` : `No delivery ${uid} is visible to this key.`, 'error');
 
   const state: Tracking = {
     uid,
@@ -301,7 +310,8 @@ async function open(uid: string): Promise<void> {
   for (const { node } of delivery.events.edges) if (!node.stale) record(state, node);
   if (state.courier && !state.trail.length) state.trail.push(state.courier);
   ui.tracker.hidden = false;
-  if (location.hash !== `#uid=${uid}`) history.replaceState(null, '', `#uid=${encodeURIComponent(uid)}`);
+  const hash = clientToken ? `#token=${clientToken}&uid=${encodeURIComponent(uid)}` : `#uid=${encodeURIComponent(uid)}`;
+  if (location.hash !== hash) history.replaceState(null, '', `${location.pathname}${hash}`);
   ui.uidInput.value = uid;
   drawMap(state);
   render(state);
@@ -546,7 +556,49 @@ async function book(): Promise<void> {
 
 // ---------------------------------------------------------------- wiring
 
-const sandboxKey = meta('dg-sandbox-key');
+/**
+ * A client token, from a link a merchant handed out: `/?token=…` or `/#token=…`.
+ * It is moved into the fragment at once, which the browser never sends, so it
+ * does not linger in server logs, proxies or a Referer (the page sends none anyway).
+ */
+function tokenFromLocation(): string {
+  const fromQuery = new URLSearchParams(location.search).get('token')?.trim();
+  const fromHash = new URLSearchParams(location.hash.slice(1)).get('token')?.trim();
+  return fromQuery || fromHash || '';
+}
+const clientToken = tokenFromLocation();
+
+/** With a client token: no key, no booking; the token's deliveries only. */
+async function openWithToken(): Promise<void> {
+  ui.keyForm.hidden = true;
+  ui.keyHint.hidden = true;
+  ui.bookForm.hidden = true;
+  ui.openForm.hidden = true;
+  document.body.dataset.mode = 'token';
+  // The sandbox's demo key has no place on a customer's page: not even in the head.
+  document.querySelector('meta[name="dg-sandbox-key"]')?.remove();
+  say('Opening the tracking link…');
+  let scope: { uids: string[]; expiresAt: string } | null;
+  try {
+    scope = (await execute<{ clientToken: { uids: string[]; expiresAt: string } | null }>(TOKEN_SCOPE, {})).clientToken;
+  } catch (error) {
+    return say(`This tracking link cannot be opened: ${(error as Error).message}`, 'error');
+  }
+  if (!scope || scope.uids.length === 0) return say('This tracking link names no delivery.', 'error');
+  // Several deliveries: the uid in the fragment if the token has it, else the first; a chooser for the rest.
+  if (scope.uids.length > 1) {
+    ui.openForm.hidden = false;
+    ui.uidInput.setAttribute('list', 'token-uids');
+    const list = document.createElement('datalist');
+    list.id = 'token-uids';
+    for (const uid of scope.uids) list.append(Object.assign(document.createElement('option'), { value: uid }));
+    ui.openForm.append(list);
+  }
+  const wanted = uidFromHash();
+  await open(scope.uids.includes(wanted) ? wanted : scope.uids[0]!);
+}
+
+const sandboxKey = clientToken ? '' : meta('dg-sandbox-key');
 if (sandboxKey) ui.keyInput.value = sandboxKey;
 ui.bookForm.hidden = !sandboxKey;
 
@@ -564,12 +616,17 @@ ui.keyInput.addEventListener('change', () => {
   setConnection('none');
 });
 
-const uidFromHash = () => new URLSearchParams(location.hash.slice(1)).get('uid')?.trim() ?? '';
+function uidFromHash(): string {
+  return new URLSearchParams(location.hash.slice(1)).get('uid')?.trim() ?? '';
+}
 window.addEventListener('hashchange', () => {
   const uid = uidFromHash();
   if (uid && uid !== tracking?.uid) void open(uid);
 });
 setConnection('none');
-if (uidFromHash()) void open(uidFromHash());
+if (clientToken) {
+  if (location.search.includes('token=')) history.replaceState(null, '', `${location.pathname}#token=${clientToken}`);
+  void openWithToken();
+} else if (uidFromHash()) void open(uidFromHash());
 else say(sandboxKey ? 'Book a sandbox delivery, or enter the uid of one to follow.' : 'Enter your merchant key and the uid of a delivery to follow.');
 document.body.dataset.ready = 'true';
