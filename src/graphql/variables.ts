@@ -5,7 +5,11 @@
 // refused an operation, asks graphql-js's coercion why, on every transport (an
 // envelop plugin: the direct JSON path, yoga's handler, SSE and graphql-ws all
 // run it), and answers that with BAD_USER_INPUT.
-import { getOperationAST, getVariableValues, type ExecutionArgs, type ExecutionResult } from 'graphql';
+//
+// It also mends one place where graphql-jit's coercion differs from the spec:
+// a required variable with a default (`$ttlSeconds: Int! = 3600`) left out of
+// the request must take its default, and jit refuses it as "not provided".
+import { getOperationAST, getVariableValues, Kind, valueFromASTUntyped, type DocumentNode, type ExecutionArgs, type ExecutionResult } from 'graphql';
 import { createGraphQLError, type Plugin } from 'graphql-yoga';
 import type { ErrorCode } from '../errors.js';
 
@@ -17,6 +21,49 @@ const BAD_USER_INPUT: ErrorCode = 'BAD_USER_INPUT';
 /** Whether a result is a refusal before anything ran: errors and no data at all (field errors come with data, even null). */
 function refusedBeforeRunning(result: unknown): result is ExecutionResult {
   return typeof result === 'object' && result !== null && !('data' in result) && Array.isArray((result as ExecutionResult).errors);
+}
+
+/** A required variable's default, as a client would have sent it. */
+interface RequiredDefault {
+  operation: string | undefined;
+  variable: string;
+  value: unknown;
+}
+
+/** Per parsed document (documents are cached, so this is computed once each): its required variables with defaults. */
+const requiredDefaults = new WeakMap<DocumentNode, RequiredDefault[]>();
+
+function requiredDefaultsOf(document: DocumentNode): RequiredDefault[] {
+  let found = requiredDefaults.get(document);
+  if (found) return found;
+  found = [];
+  for (const definition of document.definitions) {
+    if (definition.kind !== Kind.OPERATION_DEFINITION) continue;
+    for (const variable of definition.variableDefinitions ?? []) {
+      // Only `Type! = default`: jit applies the default of a nullable variable itself.
+      if (variable.defaultValue && variable.type.kind === Kind.NON_NULL_TYPE) {
+        found.push({ operation: definition.name?.value, variable: variable.variable.name.value, value: valueFromASTUntyped(variable.defaultValue) });
+      }
+    }
+  }
+  requiredDefaults.set(document, found);
+  return found;
+}
+
+/** The variables with the defaults of the left-out required ones filled in; the same object when none is missing. */
+function withRequiredDefaults(args: ExecutionArgs): ExecutionArgs['variableValues'] {
+  const defaults = requiredDefaultsOf(args.document);
+  if (defaults.length === 0) return args.variableValues;
+  const given = args.variableValues ?? {};
+  const several = defaults.some((entry) => entry.operation !== defaults[0]!.operation);
+  const operation = several ? getOperationAST(args.document, args.operationName ?? undefined)?.name?.value : defaults[0]!.operation;
+  let filled: Record<string, unknown> | undefined;
+  for (const entry of defaults) {
+    if (entry.operation !== operation || Object.prototype.hasOwnProperty.call(given, entry.variable)) continue;
+    filled ??= { ...given };
+    filled[entry.variable] = entry.value;
+  }
+  return filled ?? args.variableValues;
 }
 
 export interface VariableErrorOptions {
@@ -58,7 +105,15 @@ export function useVariableErrors({ hideSuggestions }: VariableErrorOptions): Pl
   const afterExecute = { onExecuteDone: reword };
   const afterSubscribe = { onSubscribeResult: reword };
   return {
-    onExecute: () => afterExecute,
-    onSubscribe: () => afterSubscribe,
+    // In place: a later plugin (graphql-jit's) replaces the execute function, and envelop
+    // hands these same arguments to whichever runs.
+    onExecute: ({ args }) => {
+      args.variableValues = withRequiredDefaults(args);
+      return afterExecute;
+    },
+    onSubscribe: ({ args }) => {
+      args.variableValues = withRequiredDefaults(args);
+      return afterSubscribe;
+    },
   };
 }

@@ -115,6 +115,37 @@ describe('variable errors on every transport', () => {
   });
 });
 
+describe('a required variable with a default, left out', () => {
+  // The spec (and graphql-js) take the default; graphql-jit alone refused it as "not provided".
+  const READ_DEFAULTED = `query($uid: ID! = "UID", $first: Int! = 2) { delivery(uid: $uid) { uid events(first: $first) { edges { cursor } } } }`;
+  const UPDATED_DEFAULTED = 'subscription($uid: ID! = "UID") { deliveryUpdated(uid: $uid) { uid status } }';
+  let uid: string;
+  beforeAll(async () => {
+    uid = (await stack.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid;
+  });
+
+  it('takes its default over HTTP (direct path and SSE) and WebSocket, and a given value wins', async () => {
+    const query = READ_DEFAULTED.replace('"UID"', JSON.stringify(uid));
+    const direct = await (await post({ query })).json();
+    expect(direct).toEqual({ data: { delivery: { uid, events: { edges: expect.any(Array) } } } });
+    const given = await (await post({ query, variables: { uid: 'no-such-delivery' } })).json();
+    expect(given).toEqual({ data: { delivery: null } });
+
+    const sse = sseEvents(await (await post({ query }, { accept: 'text/event-stream' })).text());
+    expect(JSON.parse(sse[0]!.data)).toMatchObject({ data: { delivery: { uid } } });
+
+    const client = wsClient(stack.app.url, stack.key);
+    try {
+      const sub = collect(client, UPDATED_DEFAULTED.replace('"UID"', JSON.stringify(uid)), {});
+      const [first] = await sub.waitFor(1);
+      expect(first).toEqual({ deliveryUpdated: { uid, status: 'CREATED' } });
+      sub.dispose();
+    } finally {
+      await client.dispose();
+    }
+  });
+});
+
 describe('without introspection', () => {
   let quiet: Stack;
   beforeAll(async () => {
