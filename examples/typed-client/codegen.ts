@@ -42,6 +42,7 @@ const config: CodegenConfig = {
           DateTime: 'string', // "YYYY-MM-DDTHH:MM:SSZ"
           Decimal: 'string', // "12.50": exact, never a binary float
           JSON: 'unknown',
+          _Any: 'unknown', // federation's entity representation (gateways send it; docs/federation.md)
         },
       },
     },

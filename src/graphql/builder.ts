@@ -1,6 +1,8 @@
 // The Pothos builder and its plugins; no types are defined here.
 import SchemaBuilder from '@pothos/core';
+import DirectivesPlugin from '@pothos/plugin-directives';
 import ErrorsPlugin from '@pothos/plugin-errors';
+import FederationPlugin from '@pothos/plugin-federation';
 import RelayPlugin from '@pothos/plugin-relay';
 import type { GraphQLContext } from './context.js';
 
@@ -16,8 +18,10 @@ export const builder = new SchemaBuilder<{
     ID: { Input: string; Output: string };
   };
 }>({
-  // Errors first, so errors thrown while loading are caught into result unions too.
-  plugins: [ErrorsPlugin, RelayPlugin],
+  // Errors first, so errors thrown while loading are caught into result unions too;
+  // federation last (after anything that wraps resolvers), as its plugin asks: it
+  // makes Delivery an entity of a supergraph (docs/federation.md).
+  plugins: [ErrorsPlugin, RelayPlugin, DirectivesPlugin, FederationPlugin],
   defaultFieldNullability: false,
   errors: { defaultTypes: [] },
   relay: {

@@ -149,3 +149,33 @@ builder.queryFields((t) => ({
     },
   }),
 }));
+
+/** The key fields a gateway sends in a Delivery representation: `group` only when the other subgraph knows it. */
+interface DeliveryRepresentation {
+  uid: string;
+  group?: ApiGroup | null;
+}
+
+/**
+ * A Delivery for the supergraph, through this request's loaders: every
+ * representation of one uid is one upstream read. With its group, from that
+ * group; without, from the platform group and, when the uid is not found there,
+ * from the partner group (the way ReadAccess.canRead looks): a uid is a UUID on
+ * both groups, so `uid` alone names one delivery, and a partner order read only
+ * on the platform group would wrongly read as null. Unknown everywhere → null.
+ */
+export async function resolveDeliveryReference(representation: DeliveryRepresentation, ctx: GraphQLContext): Promise<Delivery | null> {
+  const { uid, group } = representation;
+  if (typeof uid !== 'string' || uid === '') throw new BadUserInputError('A Delivery representation needs its uid, a non-empty string.');
+  if (group != null && group !== 'PLATFORM' && group !== 'PARTNER') throw new BadUserInputError('A Delivery representation\'s group is PLATFORM or PARTNER when given.');
+  if (group) return ctx.deliveryLoader(group).load(uid);
+  return (await ctx.deliveryLoader('PLATFORM').load(uid)) ?? ctx.deliveryLoader('PARTNER').load(uid);
+}
+
+// Delivery as a federation entity (docs/federation.md): `uid` is the key other
+// subgraphs hold; `uid group` lets one that knows the group save the partner
+// group's orders a platform read first. _entities itself is bounded in schema.ts.
+builder.asEntity(DeliveryRef, {
+  key: [builder.selection<{ uid: string }>('uid'), builder.selection<{ uid: string; group: ApiGroup }>('uid group')],
+  resolveReference: (representation, ctx) => resolveDeliveryReference(representation, ctx),
+});

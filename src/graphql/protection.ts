@@ -47,8 +47,10 @@ export const OPERATION_LIMITS = {
   directives: 20,
   /**
    * The most field values one answer may hold (operationCost): every field counts
-   * 1, `deliveries(uids:)` counts its selection once per uid and `Delivery.events`
-   * its edges once per event of the page. A 100-uid batch of full deliveries costs
+   * 1, `deliveries(uids:)` counts its selection once per uid (and federation's
+   * `_entities(representations:)` once per representation, by the same rule: a
+   * list field with a list argument) and `Delivery.events` its edges once per
+   * event of the page. A 100-uid batch of full deliveries costs
    * about 8,600, a full page of 500 events with every field about 8,000; 30
    * aliases of 100 uids × a page of events cost six million.
    */
@@ -370,7 +372,7 @@ interface CostPlan {
 function costRefusal(cost: number, limit: number, validation: boolean, node?: OperationDefinitionNode, atLeast = false): GraphQLError {
   const message =
     `Operation cost limit of ${limit} exceeded, found ${atLeast ? 'at least ' : ''}${cost}: every field counts once per value the answer can hold, ` +
-    `deliveries(uids:) once per uid and Delivery.events once per event of its page (first, or ${OPERATION_LIMITS.eventsPage} without it). ` +
+    `deliveries(uids:) once per uid, _entities(representations:) once per representation and Delivery.events once per event of its page (first, or ${OPERATION_LIMITS.eventsPage} without it). ` +
     'Ask for fewer uids, fields or events.';
   // The same marks yoga gives every validation error (HTTP 400), which an HTTP answer keeps to itself;
   // refused once the variables are known, the answer is an execution result and carries only the code.

@@ -22,6 +22,8 @@ export type Scalars = {
   Decimal: { input: string; output: string; }
   /** Any JSON value; payloads are stored and returned untouched. */
   JSON: { input: unknown; output: unknown; }
+  /** Federation: an entity representation, any JSON object with `__typename` and the key fields. */
+  _Any: { input: unknown; output: unknown; }
 };
 
 /** A street address. Coordinates are optional; the upstream derives them from the address when absent. */
