@@ -7,6 +7,7 @@ import type { Config } from './config.js';
 import { ClientTokens, clientTokenSecrets } from './graphql/client-tokens.js';
 import type { Services } from './graphql/context.js';
 import { PersistedOperations } from './graphql/persisted-operations.js';
+import { localPersistedQueryStore, sharedPersistedQueryStore } from './graphql/persisted-query-store.js';
 import { createRequestLimits } from './graphql/rate-limit.js';
 import { createGraphQLServer, type GraphQLServer } from './graphql/yoga.js';
 import { createReadiness } from './http/readiness.js';
@@ -120,9 +121,14 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   teardown.add('readiness', () => readiness.stop());
   // The first answer about the upstream before serving, unless it takes longer than a second (then it is reported when it comes).
   await readiness.firstCheck(1_000);
-  if (config.metrics) metrics = createMetrics({ upstream, bus, webhooks: receiver?.counters, upstreamHealth: readiness.upstream });
+  // Operations by hash: the allowlist when there is one, else automatic persisted queries (an LRU, behind it the store's Redis when there is one).
+  const allowlist = config.graphql.persistedOperations?.operations;
+  const apqStore = allowlist || config.graphql.apqMaxEntries === 0 ? undefined : localPersistedQueryStore(config.graphql.apqMaxEntries);
+  const persisted = new PersistedOperations(allowlist, {
+    store: apqStore && redis ? sharedPersistedQueryStore(apqStore, { client: redis.client, prefix: redis.prefix, logger }) : apqStore,
+  });
+  if (config.metrics) metrics = createMetrics({ upstream, bus, webhooks: receiver?.counters, upstreamHealth: readiness.upstream, persistedQueries: persisted.counters });
 
-  const persisted = config.graphql.persistedOperations && new PersistedOperations(config.graphql.persistedOperations.operations);
   const sandboxKey = sandbox?.merchants[0]?.key;
   const graphiql = config.graphql.introspection ? createGraphiQL({ graphqlPath: '/graphql', sandboxKey, logger }) : undefined;
   const yoga = createGraphQLServer({

@@ -67,6 +67,8 @@ export interface Config {
     readonly maxBodyBytes: number;
     /** When set, only these operations run (id, usually the sha256 of the text → document text). */
     readonly persistedOperations: { readonly file: string; readonly operations: Readonly<Record<string, string>> } | undefined;
+    /** Automatic persisted queries remembered by this process (an LRU; shared through Redis too when REDIS_URL is set); 0: APQ off. */
+    readonly apqMaxEntries: number;
     /** Operations one merchant key may run per minute (a token bucket of that size); 0: no limit. */
     readonly rateLimitPerMinute: number;
     /** Larger GraphQL responses are replaced by an error. */
@@ -179,6 +181,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'GRAPHQL_INTROSPECTION', help: 'true or false: schema introspection and GraphiQL', default: 'false in production, else true' },
   { name: 'GRAPHQL_MAX_BODY_BYTES', help: 'largest GraphQL request body accepted (413 above)', default: '1048576' },
   { name: 'PERSISTED_OPERATIONS_FILE', help: 'JSON file of {"<sha256>": "<document>"}: when set, only these operations run', default: 'unset: any operation' },
+  { name: 'APQ_MAX_ENTRIES', help: 'automatic persisted queries (Apollo APQ) each process remembers, least recently used first out; shared through REDIS_URL when set (0: APQ off; ignored with PERSISTED_OPERATIONS_FILE)', default: '10000' },
   { name: 'GRAPHQL_MAX_RESPONSE_BYTES', help: 'largest GraphQL response; a larger one is replaced by a RESPONSE_TOO_LARGE error', default: '10485760' },
   { name: 'RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations one merchant key may run per minute (0: no limit)', default: '6000' },
   { name: 'SANDBOX_PORT', help: 'port of the embedded sandbox (0: any free port)', default: '4010' },
@@ -430,6 +433,7 @@ export function loadConfig(env: Env = process.env): Config {
       introspection: oneOf(env, 'GRAPHQL_INTROSPECTION', ['true', 'false'] as const, text(env, 'NODE_ENV') === 'production' ? 'false' : 'true') === 'true',
       maxBodyBytes: integer(env, 'GRAPHQL_MAX_BODY_BYTES', 1_048_576, 1024, 1_073_741_824),
       persistedOperations: persistedOperations(env, 'PERSISTED_OPERATIONS_FILE'),
+      apqMaxEntries: integer(env, 'APQ_MAX_ENTRIES', 10_000, 0, 10_000_000),
       rateLimitPerMinute: integer(env, 'RATE_LIMIT_PER_MINUTE', 6000, 0, 10_000_000),
       maxResponseBytes: integer(env, 'GRAPHQL_MAX_RESPONSE_BYTES', 10_485_760, 1024, 1_073_741_824),
     },

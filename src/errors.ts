@@ -36,7 +36,7 @@ export const ERROR_CODES = {
   BAD_REQUEST: {
     surface: 'graphql-error',
     meaning:
-      'The HTTP request is not a GraphQL request: a body that is not JSON or not an object (400), a list of operations (batching is off; 400), no query, a variables or extensions parameter that is not JSON, a mutation over GET (405), or a POST that is not application/json (415).',
+      'The HTTP request is not a GraphQL request: a body that is not JSON or not an object (400), a list of operations (batching is off; 400), no query, a variables or extensions parameter that is not JSON, a mutation over GET (405), a POST that is not application/json (415), or an extensions.persistedQuery that is malformed or of a version other than 1.',
   },
   REQUEST_ENTITY_TOO_LARGE: { surface: 'graphql-error', meaning: 'The request body is larger than GRAPHQL_MAX_BODY_BYTES (HTTP 413); it was not read.' },
   UPSTREAM_TIMEOUT: { surface: 'graphql-error', meaning: 'The upstream did not answer within UPSTREAM_TIMEOUT_MS.' },
@@ -45,7 +45,13 @@ export const ERROR_CODES = {
   INTERNAL_SERVER_ERROR: { surface: 'graphql-error', meaning: 'A fault inside the facade; details are logged, never sent.' },
   RATE_LIMITED: { surface: 'graphql-error', meaning: 'The merchant key sent more than RATE_LIMIT_PER_MINUTE operations, or the client address tried more than AUTH_FAILURES_PER_MINUTE keys the upstream had not accepted; extensions.retryAfterSeconds says when to try again.' },
   RESPONSE_TOO_LARGE: { surface: 'graphql-error', meaning: 'The answer would exceed GRAPHQL_MAX_RESPONSE_BYTES; ask for fewer deliveries, fields or events (page with first/after).' },
-  PERSISTED_QUERY_NOT_FOUND: { surface: 'graphql-error', meaning: 'PERSISTED_OPERATIONS_FILE is set and the operation (by hash or by text) is not on it.' },
+  PERSISTED_QUERY_NOT_FOUND: {
+    surface: 'graphql-error',
+    meaning:
+      'The operation was sent by hash alone (extensions.persistedQuery) and the hash is unknown: the message is PersistedQueryNotFound, and an APQ client sends the query with its hash again (HTTP 200). Or PERSISTED_OPERATIONS_FILE is set and the operation (by hash or by text) is not on it.',
+  },
+  PERSISTED_QUERY_NOT_SUPPORTED: { surface: 'graphql-error', meaning: 'An operation was sent by hash alone while automatic persisted queries are off (APQ_MAX_ENTRIES=0): the message is PersistedQueryNotSupported; send the query text (HTTP 200).' },
+  PERSISTED_QUERY_HASH_MISMATCH: { surface: 'graphql-error', meaning: 'extensions.persistedQuery.sha256Hash is not the SHA-256 (hex) of the query sent with it; nothing ran and nothing was remembered (HTTP 400).' },
   TOO_MANY_SUBSCRIPTIONS: { surface: 'graphql-error', meaning: 'The WebSocket already runs WS_MAX_SUBSCRIPTIONS operations; complete one or open another socket.' },
   SUBSCRIBER_TOO_SLOW: { surface: 'graphql-error', meaning: 'A subscription over server-sent events fell more than SUBSCRIBER_MAX_PENDING events behind and was ended (over WebSocket the socket closes with 4008); resume with deliveryEvents(after:).' },
   VALIDATION_FAILED: { surface: 'result', meaning: 'The input breaks a rule of the chosen group; one FieldError per problem, with its input path.' },
@@ -187,8 +193,33 @@ export class ResponseTooLargeError extends DeliveryGraphError {
 
 export class PersistedQueryNotFoundError extends DeliveryGraphError {
   override name = 'PersistedQueryNotFoundError';
+  /** The message APQ clients (Apollo's persisted-queries link, urql's persistedExchange) retry on. */
+  static readonly APQ_MESSAGE = 'PersistedQueryNotFound';
   constructor(message = 'Only allowlisted operations run here; this one is not on the list.') {
     super('PERSISTED_QUERY_NOT_FOUND', message);
+  }
+}
+
+/** A hash alone while APQ is off; Apollo's link then stops sending hashes. */
+export class PersistedQueryNotSupportedError extends DeliveryGraphError {
+  override name = 'PersistedQueryNotSupportedError';
+  constructor() {
+    super('PERSISTED_QUERY_NOT_SUPPORTED', 'PersistedQueryNotSupported');
+  }
+}
+
+export class PersistedQueryHashMismatchError extends DeliveryGraphError {
+  override name = 'PersistedQueryHashMismatchError';
+  constructor() {
+    super('PERSISTED_QUERY_HASH_MISMATCH', 'The persisted query hash does not match the query: sha256Hash must be the SHA-256 of the query text, in hex. Nothing ran and nothing was stored.');
+  }
+}
+
+/** extensions.persistedQuery that is not {version: 1, sha256Hash: "<hex>"}. */
+export class PersistedQueryInvalidError extends DeliveryGraphError {
+  override name = 'PersistedQueryInvalidError';
+  constructor(message: string) {
+    super('BAD_REQUEST', message);
   }
 }
 

@@ -27,7 +27,7 @@ import { createGraphQLError, handleStreamOrSingleExecutionResult, type Plugin } 
 import type { Config } from '../config.js';
 import { DeliveryGraphError, PersistedQueryNotFoundError, RateLimitedError, ResponseTooLargeError } from '../errors.js';
 import type { GraphQLContext } from './context.js';
-import type { PersistedOperations } from './persisted-operations.js';
+import { namesPersistedQuery, persistedQueryStatus, type PersistedOperations } from './persisted-operations.js';
 import { useClientTokenScope } from './client-token-scope.js';
 import type { Admission, RequestLimits } from './rate-limit.js';
 import { useVariableErrors } from './variables.js';
@@ -531,27 +531,41 @@ function useResponseSizeLimit(maxBytes: number): Plugin {
   };
 }
 
+/** A refused persisted query as a GraphQL error, with the HTTP status yoga answers it with (see persistedQueryStatus). */
+export function persistedQueryError(error: DeliveryGraphError): GraphQLError {
+  const status = persistedQueryStatus(error);
+  return toGraphQLError(error, status === 200 ? {} : { http: { status } });
+}
+
 /**
- * Enforces PERSISTED_OPERATIONS_FILE. onParse runs on every transport, so an
- * unlisted document is refused everywhere before it is even parsed; onParams
- * turns a hash into its document for yoga's handler (the direct path hands
- * hash-only requests to yoga; graphql-ws resolves hashes in its onSubscribe).
+ * Persisted queries: onParams turns a hash into its query text for yoga's
+ * handler (the direct path and graphql-ws call the same resolve themselves);
+ * onValidate remembers a query sent with its hash once it passed validation, on
+ * every transport; onParse enforces PERSISTED_OPERATIONS_FILE, so with it an
+ * unlisted document is refused everywhere before it is even parsed.
  */
 function usePersistedOperations(persisted: PersistedOperations): Plugin {
   return {
     onParams({ params, setParams }) {
-      let document: string | undefined;
-      try {
-        document = persisted.documentFor(params);
-      } catch (error) {
-        throw toGraphQLError(error as DeliveryGraphError);
-      }
-      if (document !== undefined) setParams({ ...params, query: document });
+      // Synchronous for the common request, which names no persisted query.
+      if (!namesPersistedQuery(params)) return;
+      return persisted.resolve(params).then(
+        (resolved) => setParams(resolved),
+        (error: unknown) => {
+          throw error instanceof DeliveryGraphError ? persistedQueryError(error) : error;
+        },
+      );
     },
     onParse({ params }) {
+      if (!persisted.allowlisted) return;
       const text = typeof params.source === 'string' ? params.source : params.source.body;
       if (!persisted.allows(text)) throw toGraphQLError(new PersistedQueryNotFoundError());
     },
+    onValidate:
+      ({ context }) =>
+      ({ valid }) => {
+        if (valid) persisted.validated((context as { params?: unknown } | undefined)?.params);
+      },
   };
 }
 
@@ -595,7 +609,7 @@ function useRateLimit(limits: RequestLimits): Plugin {
 export interface ProtectionOptions {
   config: Config;
   limiter: RequestLimits;
-  persisted: PersistedOperations | undefined;
+  persisted: PersistedOperations;
 }
 
 /** The plugins, in the order they must run: cheap refusals first. */
@@ -603,7 +617,7 @@ export function protectionPlugins({ config, limiter, persisted }: ProtectionOpti
   return [
     useRefuseSimplePosts(),
     useRequestParseErrors(),
-    ...(persisted ? [usePersistedOperations(persisted)] : []),
+    usePersistedOperations(persisted),
     maxTokensPlugin({ n: OPERATION_LIMITS.tokens }),
     useFieldRepeatLimit(OPERATION_LIMITS.fieldRepeats),
     maxDepthPlugin({ n: OPERATION_LIMITS.depth, ...asValidationError }),

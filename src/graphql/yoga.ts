@@ -26,7 +26,8 @@ export interface GraphQLServerOptions {
   /** The tracing plugin, when OTEL_TRACING is on. */
   tracing: Plugin | undefined;
   limits: RequestLimits;
-  persisted: PersistedOperations | undefined;
+  /** Operations by hash: the allowlist, or automatic persisted queries. */
+  persisted: PersistedOperations;
   /** GraphiQL's page renderer and options (src/web/graphiql.ts), or off. */
   graphiql: Pick<Parameters<typeof createYoga>[0], 'renderGraphiQL' | 'graphiql'>;
 }
@@ -57,7 +58,21 @@ function maskError(error: unknown, message: string, isDev?: boolean): Error {
   return createGraphQLError(text, { nodes: located?.nodes, source: located?.source, positions: located?.positions, path: located?.path, extensions: { code } });
 }
 
+/** Each server's persisted operations, for the transports that resolve hashes before calling into it (http/graphql.ts, http/ws.ts). */
+const persistedOf = new WeakMap<GraphQLServer, PersistedOperations>();
+
+/** The persisted operations (allowlist or APQ) a GraphQL server was created with. */
+export function persistedOperationsOf(yoga: GraphQLServer): PersistedOperations | undefined {
+  return persistedOf.get(yoga);
+}
+
 export function createGraphQLServer(options: GraphQLServerOptions): GraphQLServer {
+  const yoga = createYogaServer(options);
+  persistedOf.set(yoga, options.persisted);
+  return yoga;
+}
+
+function createYogaServer(options: GraphQLServerOptions): GraphQLServer {
   const { services, logger, metrics } = options;
   const { config } = services;
   return createYoga({

@@ -7,8 +7,11 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { getOperationAST, type DocumentNode, type ExecutionResult } from 'graphql';
 import type { YogaServerInstance } from 'graphql-yoga';
+import { DeliveryGraphError } from '../errors.js';
 import type { GraphQLContext } from '../graphql/context.js';
+import { namesPersistedQuery, persistedQueryStatus } from '../graphql/persisted-operations.js';
 import { CHECKS_RESPONSE_SIZE, responseTooLarge } from '../graphql/protection.js';
+import { persistedOperationsOf } from '../graphql/yoga.js';
 
 export interface GraphQLHttpOptions {
   /** Larger bodies are refused with 413 before they are parsed. */
@@ -134,9 +137,23 @@ export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string,
     } catch {
       return false;
     }
-    if (!params || typeof params !== 'object' || Array.isArray(params) || typeof params.query !== 'string') return false;
+    if (!params || typeof params !== 'object' || Array.isArray(params)) return false;
     if (params.variables != null && (typeof params.variables !== 'object' || Array.isArray(params.variables))) return false;
     if (params.operationName != null && typeof params.operationName !== 'string') return false;
+    // A query named by hash (APQ or the allowlist) is resolved here, as yoga's onParams would, so hash-only requests stay on this path.
+    const persisted = namesPersistedQuery(params) ? persistedOperationsOf(yoga) : undefined;
+    if (persisted) {
+      try {
+        params = await persisted.resolve(params);
+      } catch (error) {
+        if (!(error instanceof DeliveryGraphError)) throw error;
+        // The same answer yoga's handler gives (see persistedQueryError): code, message, status.
+        const text = JSON.stringify({ errors: [{ message: error.message, extensions: { code: error.code } }] });
+        res.writeHead(persistedQueryStatus(error), { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) }).end(text);
+        return true;
+      }
+    }
+    if (typeof params.query !== 'string') return false;
 
     // A minimal request in the context: yoga's own parse hook then marks parse
     // errors (code GRAPHQL_PARSE_FAILED, HTTP 400) before its parser cache keeps

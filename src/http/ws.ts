@@ -11,8 +11,9 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { DeliveryGraphError, TooManySubscriptionsError, UnauthenticatedError } from '../errors.js';
 import { looksLikeClientToken } from '../graphql/client-tokens.js';
 import { bearerKey, type GraphQLContext } from '../graphql/context.js';
-import type { PersistedOperations } from '../graphql/persisted-operations.js';
+import { namesPersistedQuery, type PersistedOperations } from '../graphql/persisted-operations.js';
 import { toGraphQLError } from '../graphql/protection.js';
+import { persistedOperationsOf } from '../graphql/yoga.js';
 
 export const WS_MAX_PAYLOAD_BYTES = 64 * 1024;
 
@@ -50,10 +51,22 @@ export interface GraphQLWebSocketOptions {
   path?: string;
   /** Operations one socket may run at once; the next subscribe gets TOO_MANY_SUBSCRIPTIONS. */
   maxSubscriptions: number;
-  /** The allowlist, when PERSISTED_OPERATIONS_FILE is set: hashes in `extensions.persistedQuery` resolve here. */
+  /** Hashes in `extensions.persistedQuery` resolve here, unless the GraphQL server has its own (persistedOperationsOf). */
   persisted?: PersistedOperations;
   /** CORS_ORIGINS for sockets: a browser page on another origin is refused (403) at the upgrade. */
   allowOrigin?: (origin: string) => boolean;
+}
+
+/**
+ * A subscribe message whose payload names a persisted query but has no `query`
+ * (the graphql-ws client always sends one; a hand-written APQ client may not),
+ * given `query: ""`; any other message as it came.
+ */
+function withPersistedQueryText(message: unknown): unknown {
+  const { type, payload } = (message ?? {}) as { type?: unknown; payload?: Record<string, unknown> | null };
+  if (type !== 'subscribe' || !payload || typeof payload !== 'object' || payload.query != null) return message;
+  if (!namesPersistedQuery(payload)) return message;
+  return { ...(message as object), payload: { ...payload, query: '' } };
 }
 
 type Envelop = { execute: (args: ExecutionArgs) => unknown; subscribe: (args: ExecutionArgs) => unknown };
@@ -131,6 +144,8 @@ export function attachGraphQLWebSocket(
   const disposable = useServer(
     {
       connectionInitWaitTimeout: 5_000,
+      // graphql-ws refuses a subscribe without a query string (4400); one named by persisted hash alone gets an empty one.
+      jsonMessageReviver: (key, value) => (key === '' ? withPersistedQueryText(value) : value),
       // The key is judged once, here: a socket that is let in has a key the upstream accepted,
       // or one it could not judge now (each operation is still checked as over HTTP).
       onConnect: async (ctx) => {
@@ -162,18 +177,29 @@ export function attachGraphQLWebSocket(
         // graphql-ws records every running operation of the socket, this one included, until it ends.
         if (Object.keys(ctx.subscriptions).length > maxSubscriptions) return [toGraphQLError(new TooManySubscriptionsError(maxSubscriptions))];
         const socket = ctx.extra.socket;
+        // A query named by hash (APQ or the allowlist): the same resolution as over HTTP.
+        let params = payload;
+        const byHash = namesPersistedQuery(payload) ? (persistedOperationsOf(yoga) ?? persisted) : undefined;
+        if (byHash) {
+          try {
+            params = await byHash.resolve(payload);
+          } catch (error) {
+            if (!(error instanceof DeliveryGraphError)) throw error;
+            return [toGraphQLError(error)];
+          }
+        }
         const { schema, execute, subscribe, contextFactory, parse, validate } = yoga.getEnveloped({
           ...ctx,
           req: ctx.extra.request,
           socket,
-          params: payload,
+          params,
           authorization: authorizationOf(ctx.connectionParams),
           disconnect: (code: number, reason: string) => socket.close(code, reason),
           signal: () => goneSignal(socket),
         });
         let document;
         try {
-          document = parse(persisted?.documentFor(payload) ?? payload.query);
+          document = parse(params.query);
         } catch (error) {
           return forSocket([(error instanceof DeliveryGraphError ? toGraphQLError(error) : error) as GraphQLError]);
         }

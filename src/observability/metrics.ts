@@ -4,6 +4,7 @@
 // their owners only when /metrics is scraped.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { PersistedQueryCounters } from '../graphql/persisted-operations.js';
 import type { EventBus } from '../realtime/bus.js';
 import type { BreakerState } from '../upstream/breaker.js';
 import type { Upstream } from '../upstream/clients.js';
@@ -40,6 +41,8 @@ export interface MetricSources {
   webhooks: WebhookCounters | undefined;
   /** The upstream as the readiness check last found it. */
   upstreamHealth?: () => UpstreamHealth;
+  /** Lookups and registrations of persisted queries (APQ and the allowlist). */
+  persistedQueries?: PersistedQueryCounters;
 }
 
 export function createMetrics(sources: MetricSources): Metrics {
@@ -103,6 +106,20 @@ export function createMetrics(sources: MetricSources): Metrics {
       if (!counters) return;
       this.reset();
       for (const [status, count] of counters.refusals) this.inc({ status: String(status) }, count);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}persisted_queries_total`,
+    help: 'Operations named by hash (extensions.persistedQuery), by result: hit (the hash was known), miss (PersistedQueryNotFound), registered (a query sent with its hash was remembered)',
+    labelNames: ['result'] as const,
+    registers: [registry],
+    collect() {
+      const counters = sources.persistedQueries;
+      if (!counters) return;
+      this.reset();
+      this.inc({ result: 'hit' }, counters.hits);
+      this.inc({ result: 'miss' }, counters.misses);
+      this.inc({ result: 'registered' }, counters.registrations);
     },
   });
   new Gauge({

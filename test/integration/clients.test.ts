@@ -1,10 +1,13 @@
 // Real clients against the running facade: Apollo Client 3 (HttpLink over global
-// fetch, GraphQLWsLink over graphql-ws for subscriptions, InMemoryCache) and urql 5
+// fetch, GraphQLWsLink over graphql-ws for subscriptions, InMemoryCache; its
+// persisted-queries link for APQ, counted on the wire) and urql 5
 // (fetchExchange, subscriptionExchange over graphql-ws, the document cache and
 // graphcache). Each queries a delivery, books one, follows it live as the sandbox
 // moves it, and normalises `Delivery` by its Relay global `id`.
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { ApolloClient, HttpLink, InMemoryCache, gql, split, type NormalizedCacheObject } from '@apollo/client/core';
+import { createPersistedQueryLink } from '@apollo/client/link/persisted-queries';
 import { GraphQLWsLink } from '@apollo/client/link/subscriptions';
 import { getMainDefinition } from '@apollo/client/utilities';
 import { Client as UrqlClient, cacheExchange as documentCacheExchange, fetchExchange, subscriptionExchange, type Exchange } from '@urql/core';
@@ -194,6 +197,91 @@ describe('Apollo Client 3', () => {
     } finally {
       subscription.unsubscribe();
     }
+  });
+});
+
+/** One request as it went on the wire: its method, and the GraphQL parameters of its body or URL. */
+interface WireRequest {
+  method: string;
+  query: string | undefined;
+  extensions: { persistedQuery?: { version: number; sha256Hash: string } } | undefined;
+}
+
+/** Global fetch that records each request's GraphQL parameters. */
+function recordingFetch(): { fetch: typeof fetch; requests: WireRequest[] } {
+  const requests: WireRequest[] = [];
+  return {
+    requests,
+    fetch: (input, init) => {
+      const method = init?.method ?? 'GET';
+      if (method === 'GET') {
+        const url = new URL(String(input));
+        const extensions = url.searchParams.get('extensions');
+        requests.push({ method, query: url.searchParams.get('query') ?? undefined, extensions: extensions ? JSON.parse(extensions) : undefined });
+      } else {
+        const body = JSON.parse(String(init?.body)) as Partial<WireRequest>;
+        requests.push({ method, query: body.query, extensions: body.extensions });
+      }
+      return fetch(input, init);
+    },
+  };
+}
+
+describe('Apollo Client 3 with automatic persisted queries (createPersistedQueryLink)', () => {
+  const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
+  const clients: Array<ApolloClient<NormalizedCacheObject>> = [];
+
+  function apqClient(fetchImpl: typeof fetch, options: { useGETForHashedQueries?: boolean } = {}): ApolloClient<NormalizedCacheObject> {
+    const http = new HttpLink({ uri: `${stack.app.url}/graphql`, fetch: fetchImpl, headers: { authorization: `Bearer ${stack.key}` } });
+    const client = new ApolloClient({
+      link: createPersistedQueryLink({ sha256, ...options }).concat(http),
+      cache: new InMemoryCache(),
+      defaultOptions: { query: { fetchPolicy: 'network-only' } },
+    });
+    clients.push(client);
+    return client;
+  }
+  afterAll(() => clients.forEach((client) => client.stop()));
+
+  it('sends the hash alone, retries once with the query on PersistedQueryNotFound, then sends only the hash', async () => {
+    const { uid } = await bookViaGql();
+    const wire = recordingFetch();
+    const apollo = apqClient(wire.fetch);
+    const READ = gql`query ApqRead($uid: ID!) { delivery(uid: $uid) { id uid status } }`;
+
+    const first = await apollo.query({ query: READ, variables: { uid } });
+    expect(first.errors).toBeUndefined();
+    expect(first.data.delivery).toMatchObject({ uid, status: 'CREATED' });
+    expect(wire.requests).toHaveLength(2);
+    const [miss, retry] = wire.requests;
+    expect(miss).toMatchObject({ method: 'POST', query: undefined, extensions: { persistedQuery: { version: 1, sha256Hash: expect.stringMatching(/^[0-9a-f]{64}$/) } } });
+    expect(retry).toMatchObject({ method: 'POST', query: expect.stringContaining('ApqRead'), extensions: miss!.extensions });
+    expect(sha256(retry!.query!)).toBe(miss!.extensions!.persistedQuery!.sha256Hash);
+
+    const second = await apollo.query({ query: READ, variables: { uid } });
+    expect(second.data.delivery).toMatchObject({ uid, status: 'CREATED' });
+    expect(wire.requests).toHaveLength(3);
+    expect(wire.requests[2]).toEqual({ method: 'POST', query: undefined, extensions: miss!.extensions });
+  });
+
+  it('with useGETForHashedQueries: hash-only GETs, the one retry as a POST with the query', async () => {
+    const { uid } = await bookViaGql();
+    const wire = recordingFetch();
+    const apollo = apqClient(wire.fetch, { useGETForHashedQueries: true });
+    const READ = gql`query ApqReadByGet($uid: ID!) { delivery(uid: $uid) { id uid status } }`;
+
+    const first = await apollo.query({ query: READ, variables: { uid } });
+    expect(first.errors).toBeUndefined();
+    expect(first.data.delivery).toMatchObject({ uid, status: 'CREATED' });
+    expect(wire.requests.map(({ method, query }) => [method, query === undefined ? 'hash only' : 'with query'])).toEqual([
+      ['GET', 'hash only'],
+      ['POST', 'with query'],
+    ]);
+
+    const second = await apollo.query({ query: READ, variables: { uid } });
+    expect(second.data.delivery).toMatchObject({ uid, status: 'CREATED' });
+    expect(wire.requests).toHaveLength(3);
+    expect(wire.requests[2]).toMatchObject({ method: 'GET', query: undefined, extensions: wire.requests[0]!.extensions });
   });
 });
 

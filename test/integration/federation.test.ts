@@ -8,7 +8,6 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { buildSubgraphSchema } from '@apollo/subgraph';
 import { createGatewayRuntime, type GatewayRuntime } from '@graphql-hive/gateway-runtime';
-import { buildHTTPExecutor } from '@graphql-tools/executor-http';
 import { composeServices } from '@theguild/federation-composition';
 import { parse } from 'graphql';
 import { createYoga } from 'graphql-yoga';
@@ -262,12 +261,6 @@ describe('in a supergraph with Hive Gateway', () => {
     gateway = createGatewayRuntime({
       supergraph: composed.supergraphSdl!,
       logging: false,
-      // Hive Gateway loads its HTTP transport (@graphql-mesh/transport-http) on demand, and the
-      // runtime package alone does not install it: this is the executor it builds, over the gateway's
-      // own fetch (so header propagation applies).
-      transports: {
-        http: { getSubgraphExecutor: ({ transportEntry, fetch }) => buildHTTPExecutor({ endpoint: transportEntry.location!, fetch: fetch as typeof globalThis.fetch }) },
-      },
       // The merchant key goes to delivery-graph only: the orders subgraph never sees it.
       propagateHeaders: {
         fromClientToSubgraphs: ({ request, subgraphName }) => (subgraphName === 'deliveries' ? { authorization: request.headers.get('authorization') } : {}),

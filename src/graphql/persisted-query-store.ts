@@ -1,0 +1,88 @@
+// Where automatic persisted queries (APQ) are remembered: an LRU in this
+// process, and with REDIS_URL the store's Redis behind it, so a query one
+// instance learned is found by hash on every other. Both sides are bounded: the
+// LRU by APQ_MAX_ENTRIES and by the bytes it holds, Redis by a TTL that each use
+// refreshes. Redis is a cache here: when it does not answer, a lookup is a miss
+// (the client sends the full query again) and a registration stays local.
+import type { Redis } from 'ioredis';
+import { LRUCache } from 'lru-cache';
+import type { Logger } from '../logger.js';
+
+export interface PersistedQueryStore {
+  /** The query text registered under this hash (lowercase hex), if any. */
+  get(hash: string): Promise<string | undefined>;
+  /** Remembers a query under its hash; never throws. */
+  set(hash: string, query: string): Promise<void>;
+}
+
+/** Longest query text remembered: it still runs when longer, but is not kept (valid documents of 2,000 tokens fit with room to spare). */
+export const APQ_MAX_QUERY_BYTES = 64 * 1024;
+/** Most query text the in-process LRU holds, whatever APQ_MAX_ENTRIES says. */
+export const APQ_MAX_LOCAL_BYTES = 64 * 1024 * 1024;
+/** How long Redis keeps a query after its last use (GETEX refreshes it). */
+export const APQ_REDIS_TTL_SECONDS = 24 * 60 * 60;
+
+/** The in-process LRU: at most `maxEntries` queries and APQ_MAX_LOCAL_BYTES of text; the least recently used goes first. */
+export function localPersistedQueryStore(maxEntries: number): PersistedQueryStore {
+  const cache = new LRUCache<string, string>({
+    max: maxEntries,
+    maxSize: APQ_MAX_LOCAL_BYTES,
+    maxEntrySize: APQ_MAX_QUERY_BYTES,
+    // Length in UTF-16 units is within a factor of 3 of the bytes, enough for a memory bound.
+    sizeCalculation: (query) => Math.max(1, query.length),
+  });
+  return {
+    get: async (hash) => cache.get(hash),
+    set: async (hash, query) => void cache.set(hash, query),
+  };
+}
+
+export interface SharedStoreOptions {
+  client: Redis;
+  /** The store's key prefix ("dg:"); queries live at <prefix>apq:<sha256>. */
+  prefix: string;
+  logger?: Logger;
+  ttlSeconds?: number;
+}
+
+/**
+ * The local LRU in front of Redis. A hash the LRU lacks is read from Redis (and
+ * its TTL refreshed); a registration goes to both. While the Redis client is
+ * not ready, Redis is skipped at once rather than waiting out reconnection.
+ */
+export function sharedPersistedQueryStore(local: PersistedQueryStore, { client, prefix, logger, ttlSeconds = APQ_REDIS_TTL_SECONDS }: SharedStoreOptions): PersistedQueryStore {
+  const keyOf = (hash: string) => `${prefix}apq:${hash}`;
+  // One warning per outage, not one per request.
+  let failing = false;
+  const failed = (error: unknown) => {
+    if (!failing) logger?.warn({ err: error instanceof Error ? error.message : String(error) }, 'redis did not answer a persisted query lookup: this instance uses its own memory until it does');
+    failing = true;
+  };
+  const ready = () => client.status === 'ready';
+  return {
+    async get(hash) {
+      const known = await local.get(hash);
+      if (known !== undefined || !ready()) return known;
+      try {
+        const shared = await client.getex(keyOf(hash), 'EX', ttlSeconds);
+        failing = false;
+        if (shared === null) return undefined;
+        await local.set(hash, shared);
+        return shared;
+      } catch (error) {
+        failed(error);
+        return undefined;
+      }
+    },
+    async set(hash, query) {
+      await local.set(hash, query);
+      if (!ready()) return;
+      try {
+        await client.set(keyOf(hash), query, 'EX', ttlSeconds);
+        failing = false;
+      } catch (error) {
+        failed(error);
+      }
+    },
+  };
+}
