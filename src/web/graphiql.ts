@@ -63,6 +63,17 @@ mutation ClientToken {
     ... on Error { code message }
   }
 }
+
+# delivery-graph is a federation subgraph: this is how a gateway (Hive Gateway, Apollo
+# Router) reads deliveries another subgraph refers to by uid (docs/federation.md).
+query Entities {
+  _entities(representations: [{ __typename: "Delivery", uid: "<uid>" }]) {
+    ... on Delivery { uid status dropoff { name } }
+  }
+}
+
+# Clients may also send any of these as Apollo automatic persisted queries (the hash
+# alone, the query once when asked): docs/persisted-queries.md.
 `;
 
 /** The examples with a key no earlier page load had. */
