@@ -125,7 +125,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   const allowlist = config.graphql.persistedOperations?.operations;
   const apqStore = allowlist || config.graphql.apqMaxEntries === 0 ? undefined : localPersistedQueryStore(config.graphql.apqMaxEntries);
   const persisted = new PersistedOperations(allowlist, {
-    store: apqStore && redis ? sharedPersistedQueryStore(apqStore, { client: redis.client, prefix: redis.prefix, logger }) : apqStore,
+    store: apqStore && redis ? sharedPersistedQueryStore(apqStore, { client: redis.client, prefix: redis.prefix, maxEntries: config.graphql.apqMaxEntries, logger }) : apqStore,
   });
   if (config.metrics) metrics = createMetrics({ upstream, bus, webhooks: receiver?.counters, upstreamHealth: readiness.upstream, persistedQueries: persisted.counters });
 

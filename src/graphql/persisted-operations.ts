@@ -7,8 +7,10 @@
 // `resolve` is the one place a request's query text is decided, for every
 // transport: yoga's onParams (protection.ts), the direct JSON path
 // (http/graphql.ts) and graphql-ws's onSubscribe (http/ws.ts). A query sent with
-// its hash is remembered only once its document passed validation (the
-// onValidate hook of protection.ts), so nothing that cannot run is stored.
+// its hash is remembered only once it ran (its document passed validation) for
+// a caller whose merchant key the upstream has accepted (the execution hooks of
+// protection.ts): nothing that cannot run is stored, and a client without a
+// working key cannot fill the store, the shared Redis one included.
 // The allowlist check itself is an envelop onParse hook, which every transport
 // runs, so no path can execute an unlisted document.
 import { createHash } from 'node:crypto';
@@ -35,6 +37,8 @@ export interface PersistedQueryCounters {
   misses: number;
   /** Queries remembered after being sent with their hash. */
   registrations: number;
+  /** Queries sent with their hash that ran but were not remembered: the caller's key was not one the upstream accepted. */
+  refused: number;
 }
 
 const SHA256_HEX = /^[0-9a-f]{64}$/i;
@@ -66,7 +70,7 @@ export interface PersistedOperationsOptions {
 }
 
 export class PersistedOperations {
-  readonly counters: PersistedQueryCounters = { hits: 0, misses: 0, registrations: 0 };
+  readonly counters: PersistedQueryCounters = { hits: 0, misses: 0, registrations: 0, refused: 0 };
   private readonly byHash: Map<string, string> | undefined;
   private readonly documents: Set<string> | undefined;
   private readonly store: PersistedQueryStore | undefined;
@@ -153,16 +157,27 @@ export class PersistedOperations {
     return { ...params, query: known };
   }
 
+  /** Whether `params` (as resolve returned them) carry a query with its verified hash, not remembered yet. */
+  awaitsRegistration(params: unknown): boolean {
+    return typeof params === 'object' && params !== null && this.pending.has(params);
+  }
+
   /**
-   * Called once the document of `params` (as resolve returned them) passed
-   * validation: a query sent with its verified hash is remembered. Too long a
-   * text runs but is not kept (APQ_MAX_QUERY_BYTES).
+   * Called once the operation of `params` (as resolve returned them) ran, so its
+   * document is valid: a query sent with its verified hash is remembered when
+   * `accepted` (the caller's merchant key is one the upstream accepted); else it
+   * is left unremembered and the client sends the text again next time. Too long
+   * a text runs but is not kept (APQ_MAX_QUERY_BYTES).
    */
-  validated(params: unknown): void {
+  ran(params: unknown, accepted: boolean): void {
     if (!params || typeof params !== 'object' || !this.store) return;
     const registration = this.pending.get(params);
     if (!registration) return;
     this.pending.delete(params);
+    if (!accepted) {
+      this.counters.refused += 1;
+      return;
+    }
     if (Buffer.byteLength(registration.query) > APQ_MAX_QUERY_BYTES) return;
     this.counters.registrations += 1;
     void this.store.set(registration.hash, registration.query);

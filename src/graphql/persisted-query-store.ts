@@ -1,8 +1,11 @@
 // Where automatic persisted queries (APQ) are remembered: an LRU in this
 // process, and with REDIS_URL the store's Redis behind it, so a query one
 // instance learned is found by hash on every other. Both sides are bounded: the
-// LRU by APQ_MAX_ENTRIES and by the bytes it holds, Redis by a TTL that each use
-// refreshes. Redis is a cache here: when it does not answer, a lookup is a miss
+// LRU by APQ_MAX_ENTRIES and by the bytes it holds; Redis by the same number of
+// entries (an index of registrations, the oldest dropped first), a smaller
+// largest entry, and a TTL that each use refreshes. Only callers with a key the
+// upstream accepted register (protection.ts), so the worst one merchant can do
+// is churn the shared entries, not grow Redis. Redis is a cache here: when it does not answer, a lookup is a miss
 // (the client sends the full query again) and a registration stays local.
 import type { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
@@ -19,6 +22,8 @@ export interface PersistedQueryStore {
 export const APQ_MAX_QUERY_BYTES = 64 * 1024;
 /** Most query text the in-process LRU holds, whatever APQ_MAX_ENTRIES says. */
 export const APQ_MAX_LOCAL_BYTES = 64 * 1024 * 1024;
+/** Longest query text shared through Redis; longer ones (rare: 16 KiB is a very large operation) stay in each process's LRU. */
+export const APQ_MAX_SHARED_QUERY_BYTES = 16 * 1024;
 /** How long Redis keeps a query after its last use (GETEX refreshes it). */
 export const APQ_REDIS_TTL_SECONDS = 24 * 60 * 60;
 
@@ -37,8 +42,29 @@ export function localPersistedQueryStore(maxEntries: number): PersistedQueryStor
   };
 }
 
+/**
+ * Registers a query and keeps Redis's share bounded. KEYS: the query's key, the
+ * index (a sorted set of query keys by registration time). ARGV: query text, TTL
+ * in seconds, now in ms, most entries. Past the most, the earliest registered go
+ * (their keys are read from the index, so they are not in KEYS: fine on a single
+ * Redis, which is what the facade supports).
+ */
+const REGISTER = `
+redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[2]))
+redis.call('ZADD', KEYS[2], tonumber(ARGV[3]), KEYS[1])
+local extra = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
+if extra > 0 then
+  local oldest = redis.call('ZRANGE', KEYS[2], 0, extra - 1)
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, extra - 1)
+  for _, key in ipairs(oldest) do redis.call('DEL', key) end
+end
+return extra
+`;
+
 export interface SharedStoreOptions {
   client: Redis;
+  /** Most queries Redis holds for all instances together (APQ_MAX_ENTRIES). */
+  maxEntries: number;
   /** The store's key prefix ("dg:"); queries live at <prefix>apq:<sha256>. */
   prefix: string;
   logger?: Logger;
@@ -50,8 +76,9 @@ export interface SharedStoreOptions {
  * its TTL refreshed); a registration goes to both. While the Redis client is
  * not ready, Redis is skipped at once rather than waiting out reconnection.
  */
-export function sharedPersistedQueryStore(local: PersistedQueryStore, { client, prefix, logger, ttlSeconds = APQ_REDIS_TTL_SECONDS }: SharedStoreOptions): PersistedQueryStore {
+export function sharedPersistedQueryStore(local: PersistedQueryStore, { client, prefix, maxEntries, logger, ttlSeconds = APQ_REDIS_TTL_SECONDS }: SharedStoreOptions): PersistedQueryStore {
   const keyOf = (hash: string) => `${prefix}apq:${hash}`;
+  const index = `${prefix}apq-index`;
   // One warning per outage, not one per request.
   let failing = false;
   const failed = (error: unknown) => {
@@ -76,9 +103,10 @@ export function sharedPersistedQueryStore(local: PersistedQueryStore, { client, 
     },
     async set(hash, query) {
       await local.set(hash, query);
-      if (!ready()) return;
+      if (!ready() || Buffer.byteLength(query) > APQ_MAX_SHARED_QUERY_BYTES) return;
       try {
-        await client.set(keyOf(hash), query, 'EX', ttlSeconds);
+        // Registrations are rare (once per operation and deployment): the script text each time is fine.
+        await client.eval(REGISTER, 2, keyOf(hash), index, query, String(ttlSeconds), String(Date.now()), String(maxEntries));
         failing = false;
       } catch (error) {
         failed(error);

@@ -30,6 +30,7 @@ import type { GraphQLContext } from './context.js';
 import { namesPersistedQuery, persistedQueryStatus, type PersistedOperations } from './persisted-operations.js';
 import { useClientTokenScope } from './client-token-scope.js';
 import type { Admission, RequestLimits } from './rate-limit.js';
+import type { KnownKeys } from '../upstream/known-keys.js';
 import { useVariableErrors } from './variables.js';
 
 /**
@@ -544,7 +545,18 @@ export function persistedQueryError(error: DeliveryGraphError): GraphQLError {
  * every transport; onParse enforces PERSISTED_OPERATIONS_FILE, so with it an
  * unlisted document is refused everywhere before it is even parsed.
  */
-function usePersistedOperations(persisted: PersistedOperations): Plugin {
+function usePersistedOperations(persisted: PersistedOperations, keys: KnownKeys): Plugin {
+  /** A query that ran with its hash is remembered only for a caller whose merchant key the upstream accepted (a client token's included). */
+  const accepted = (context: unknown): boolean => {
+    const { key, clientToken } = context as GraphQLContext;
+    return key !== undefined && clientToken !== null && keys.standing(key) === 'accepted';
+  };
+  // After the operation ran (so its document was valid, and any upstream call has judged the key).
+  const remember = (context: unknown) => {
+    const params = (context as { params?: unknown }).params;
+    if (!persisted.awaitsRegistration(params)) return undefined;
+    return () => persisted.ran(params, accepted(context));
+  };
   return {
     onParams({ params, setParams }) {
       // Synchronous for the common request, which names no persisted query.
@@ -561,11 +573,14 @@ function usePersistedOperations(persisted: PersistedOperations): Plugin {
       const text = typeof params.source === 'string' ? params.source : params.source.body;
       if (!persisted.allows(text)) throw toGraphQLError(new PersistedQueryNotFoundError());
     },
-    onValidate:
-      ({ context }) =>
-      ({ valid }) => {
-        if (valid) persisted.validated((context as { params?: unknown } | undefined)?.params);
-      },
+    onExecute({ args }) {
+      const done = remember(args.contextValue);
+      return done && { onExecuteDone: done };
+    },
+    onSubscribe({ args }) {
+      const done = remember(args.contextValue);
+      return done && { onSubscribeResult: done };
+    },
   };
 }
 
@@ -617,7 +632,7 @@ export function protectionPlugins({ config, limiter, persisted }: ProtectionOpti
   return [
     useRefuseSimplePosts(),
     useRequestParseErrors(),
-    usePersistedOperations(persisted),
+    usePersistedOperations(persisted, limiter.keys),
     maxTokensPlugin({ n: OPERATION_LIMITS.tokens }),
     useFieldRepeatLimit(OPERATION_LIMITS.fieldRepeats),
     maxDepthPlugin({ n: OPERATION_LIMITS.depth, ...asValidationError }),

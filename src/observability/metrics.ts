@@ -110,7 +110,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   });
   new Counter({
     name: `${PREFIX}persisted_queries_total`,
-    help: 'Operations named by hash (extensions.persistedQuery), by result: hit (the hash was known), miss (PersistedQueryNotFound), registered (a query sent with its hash was remembered)',
+    help: 'Operations named by hash (extensions.persistedQuery), by result: hit (the hash was known), miss (PersistedQueryNotFound), registered (a query sent with its hash was remembered), unregistered (it ran but was not remembered: the caller\'s key was not one the upstream accepted)',
     labelNames: ['result'] as const,
     registers: [registry],
     collect() {
@@ -120,6 +120,7 @@ export function createMetrics(sources: MetricSources): Metrics {
       this.inc({ result: 'hit' }, counters.hits);
       this.inc({ result: 'miss' }, counters.misses);
       this.inc({ result: 'registered' }, counters.registrations);
+      this.inc({ result: 'unregistered' }, counters.refused);
     },
   });
   new Gauge({

@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
+import { localPersistedQueryStore, sharedPersistedQueryStore } from '../../src/graphql/persisted-query-store.js';
 import type { RedisStore } from '../../src/store/redis.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import { deliveryInput, startStack, type GraphQLResponse, type Stack } from '../helpers/stack.js';
@@ -213,6 +214,20 @@ describe('automatic persisted queries', () => {
     expect(firstError(await post(stack, { extensions: persisted(sha256(query)) }))?.message).toBe('PersistedQueryNotFound');
   });
 
+  it('remembers nothing for a caller without a key the upstream accepted: no key, or a made-up one (it runs all the same)', async () => {
+    for (const authorization of [undefined, 'Bearer sk_test_made_up_by_a_stranger']) {
+      const query = freshQuery('__typename');
+      const response = await fetch(`${stack.app.url}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(authorization ? { authorization } : {}) },
+        body: JSON.stringify({ query, extensions: persisted(sha256(query)) }),
+      });
+      expect(await response.json()).toEqual({ data: { __typename: 'Query' } });
+      // Not even the merchant finds it by hash: a stranger cannot fill the store (nor Redis behind it).
+      expect(firstError(await post(stack, { extensions: persisted(sha256(query)) }))?.message).toBe('PersistedQueryNotFound');
+    }
+  });
+
   it('runs a subscription named by hash over WebSocket', async () => {
     const booked = await stack.gql('mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }', { input: deliveryInput() });
     const uid = booked.data.createDelivery.data.uid as string;
@@ -224,7 +239,7 @@ describe('automatic persisted queries', () => {
         client.subscribe({ query: '', ...payload }, { next: (message) => resolve(message as GraphQLResponse), error: reject, complete: () => undefined });
       });
     try {
-      // The text with its hash on one socket: it runs, and was remembered when it passed validation, before its first update.
+      // The text with its hash on one socket: it runs, and is remembered once subscribed, before its first update.
       expect(await firstUpdate(clients[0]!, { query, variables: { uid }, extensions: persisted(sha256(query)) })).toEqual({ data: { deliveryUpdated: { uid, status: 'CREATED' } } });
       // The hash alone on another socket.
       expect(await firstUpdate(clients[1]!, { variables: { uid }, extensions: persisted(sha256(query)) })).toEqual({ data: { deliveryUpdated: { uid, status: 'CREATED' } } });
@@ -239,6 +254,7 @@ describe('automatic persisted queries', () => {
     expect(value('hit')).toBeGreaterThan(0);
     expect(value('miss')).toBeGreaterThan(0);
     expect(value('registered')).toBeGreaterThan(0);
+    expect(value('unregistered')).toBeGreaterThan(0);
   });
 });
 
@@ -247,6 +263,8 @@ describe('APQ_MAX_ENTRIES', () => {
 
   beforeAll(async () => {
     stack = await startStack({ env: { APQ_MAX_ENTRIES: '2' } });
+    // Queries are remembered for keys the upstream has accepted: one read gets the test key judged.
+    await post(stack, { query: '{ availability { group } }' });
   });
   afterAll(async () => {
     await stack?.stop();
@@ -339,6 +357,21 @@ describe.runIf(withRedis)('two instances on one Redis', () => {
     const ttl = await client.ttl(`dg:apq:${sha256(query)}`);
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(24 * 60 * 60);
+  });
+
+  it('keeps Redis bounded: APQ_MAX_ENTRIES queries at most (the earliest registered go first), none over 16 KiB', async () => {
+    const client = (stack.app.services.store as RedisStore).client;
+    const shared = sharedPersistedQueryStore(localPersistedQueryStore(100), { client, prefix: 'dg-bound-test:', maxEntries: 2 });
+    const queries = [freshQuery('__typename'), freshQuery('__typename'), freshQuery('__typename')];
+    for (const query of queries) await shared.set(sha256(query), query);
+    expect(await client.exists(...queries.map((query) => `dg-bound-test:apq:${sha256(query)}`))).toBe(2);
+    expect(await client.get(`dg-bound-test:apq:${sha256(queries[0]!)}`)).toBeNull();
+    expect(await client.zcard('dg-bound-test:apq-index')).toBe(2);
+    const long = `${freshQuery('__typename')} # ${'x'.repeat(16 * 1024)}`;
+    await shared.set(sha256(long), long);
+    expect(await client.exists(`dg-bound-test:apq:${sha256(long)}`)).toBe(0);
+    // Still remembered in this process.
+    expect(await shared.get(sha256(long))).toBe(long);
   });
 
   it('degrades while Redis is down: a miss for what B never saw, and the full query still runs', async () => {
