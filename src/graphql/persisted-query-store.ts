@@ -44,15 +44,16 @@ export function localPersistedQueryStore(maxEntries: number): PersistedQueryStor
 
 /**
  * Registers a query and keeps Redis's share bounded. KEYS: the query's key, the
- * index (a sorted set of query keys by registration time). ARGV: query text, TTL
- * in seconds, now in ms, most entries. Past the most, the earliest registered go
+ * index (a sorted set of query keys by registration order), the counter that
+ * orders them (a clock could tie). ARGV: query text, TTL in seconds, most
+ * entries. Past the most, the earliest registered go
  * (their keys are read from the index, so they are not in KEYS: fine on a single
  * Redis, which is what the facade supports).
  */
 const REGISTER = `
 redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[2]))
-redis.call('ZADD', KEYS[2], tonumber(ARGV[3]), KEYS[1])
-local extra = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
+redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), KEYS[1])
+local extra = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[3])
 if extra > 0 then
   local oldest = redis.call('ZRANGE', KEYS[2], 0, extra - 1)
   redis.call('ZREMRANGEBYRANK', KEYS[2], 0, extra - 1)
@@ -79,6 +80,7 @@ export interface SharedStoreOptions {
 export function sharedPersistedQueryStore(local: PersistedQueryStore, { client, prefix, maxEntries, logger, ttlSeconds = APQ_REDIS_TTL_SECONDS }: SharedStoreOptions): PersistedQueryStore {
   const keyOf = (hash: string) => `${prefix}apq:${hash}`;
   const index = `${prefix}apq-index`;
+  const order = `${prefix}apq-order`;
   // One warning per outage, not one per request.
   let failing = false;
   const failed = (error: unknown) => {
@@ -106,7 +108,7 @@ export function sharedPersistedQueryStore(local: PersistedQueryStore, { client, 
       if (!ready() || Buffer.byteLength(query) > APQ_MAX_SHARED_QUERY_BYTES) return;
       try {
         // Registrations are rare (once per operation and deployment): the script text each time is fine.
-        await client.eval(REGISTER, 2, keyOf(hash), index, query, String(ttlSeconds), String(Date.now()), String(maxEntries));
+        await client.eval(REGISTER, 3, keyOf(hash), index, order, query, String(ttlSeconds), String(maxEntries));
         failing = false;
       } catch (error) {
         failed(error);
