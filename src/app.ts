@@ -4,17 +4,18 @@
 // graphql/yoga.ts, the HTTP front door in http/server.ts.
 import type { Server } from 'node:http';
 import type { Config } from './config.js';
-import { ClientTokens, clientTokenSecrets } from './graphql/client-tokens.js';
+import { ClientTokens, clientTokenSecrets } from './access/client-tokens.js';
 import type { Services } from './graphql/context.js';
-import { PersistedOperations } from './graphql/persisted-operations.js';
-import { localPersistedQueryStore, sharedPersistedQueryStore } from './graphql/persisted-query-store.js';
-import { createRequestLimits } from './graphql/rate-limit.js';
-import { createGraphQLServer, type GraphQLServer } from './graphql/yoga.js';
+import { PersistedOperations } from './pipeline/persisted-operations.js';
+import { localPersistedQueryStore, sharedPersistedQueryStore } from './pipeline/persisted-query-store.js';
+import { createRequestLimits } from './access/rate-limit.js';
+import { createGraphQLServer, type GraphQLServer } from './pipeline/yoga.js';
 import { createReadiness } from './http/readiness.js';
 import { openFrontDoor } from './http/server.js';
 import { Teardown } from './lifecycle.js';
 import { createLogger, type Logger } from './logger.js';
 import { createMetrics, type Metrics } from './observability/metrics.js';
+import { operationMetrics } from './observability/operation-metrics.js';
 import { requestScope } from './observability/request.js';
 import type { SpanExporterLike } from './observability/tracing.js';
 import { ReadAccess } from './realtime/access.js';
@@ -131,19 +132,19 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
 
   const sandboxKey = sandbox?.merchants[0]?.key;
   const graphiql = config.graphql.introspection ? createGraphiQL({ graphqlPath: '/graphql', sandboxKey, logger }) : undefined;
-  const yoga = createGraphQLServer({
+  // Per key, per client token and per client address; shared by every instance through the store's Redis when there is one.
+  const limits = createRequestLimits(config, upstream.keys, redis && { client: redis.client, prefix: redis.prefix }, logger);
+  const { yoga, pipeline } = createGraphQLServer({
     services,
     logger,
-    metrics,
-    tracing: tracing?.plugin,
-    // Per key and per client address; shared by every instance through the store's Redis when there is one.
-    limits: createRequestLimits(config, upstream.keys, redis && { client: redis.client, prefix: redis.prefix }, logger),
+    observers: [...(metrics ? [operationMetrics(metrics)] : []), ...(tracing ? [tracing.observer] : [])],
+    limits,
     persisted,
     graphiql: { renderGraphiQL: renderGraphiQLPage, graphiql: graphiql?.options ?? false },
   });
 
   const trackingPage = config.trackingPage ? createTrackingPage({ graphqlPath: '/graphql', sandboxKey, graphiql: config.graphql.introspection, logger }) : undefined;
-  const http = await openFrontDoor({ config, logger, yoga, persisted, readiness, receiver, metrics, graphiql, trackingPage, directHttpPath: options.directHttpPath ?? true });
+  const http = await openFrontDoor({ config, logger, yoga, pipeline, clientTokens: services.clientTokens, limits, upstream, readiness, receiver, metrics, graphiql, trackingPage, directHttpPath: options.directHttpPath ?? true });
   sandbox?.setWebhookUrl(`${http.url}${config.webhook.path}`);
 
   // Graceful stop: readiness fails first so a load balancer drains us, then the

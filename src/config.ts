@@ -71,6 +71,14 @@ export interface Config {
     readonly apqMaxEntries: number;
     /** Operations one merchant key may run per minute (a token bucket of that size); 0: no limit. */
     readonly rateLimitPerMinute: number;
+    /** Operations one client token may run per minute, on its own bucket (never its merchant's); 0: no limit. */
+    readonly clientTokenRateLimitPerMinute: number;
+    /** Operations all client tokens together may run per minute from one client address; 0: no limit. */
+    readonly clientTokenAddressRateLimitPerMinute: number;
+    /** Longest query text parsed, comments included (DOCUMENT_TOO_LARGE above). */
+    readonly maxDocumentBytes: number;
+    /** Most heap the shared cache of parsed, validated and compiled documents holds (0: nothing kept). */
+    readonly cacheBytes: number;
     /** Larger GraphQL responses are replaced by an error. */
     readonly maxResponseBytes: number;
   };
@@ -184,6 +192,10 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'APQ_MAX_ENTRIES', help: 'automatic persisted queries (Apollo APQ) each process remembers, least recently used first out; shared through REDIS_URL when set (0: APQ off; ignored with PERSISTED_OPERATIONS_FILE)', default: '10000' },
   { name: 'GRAPHQL_MAX_RESPONSE_BYTES', help: 'largest GraphQL response; a larger one is replaced by a RESPONSE_TOO_LARGE error', default: '10485760' },
   { name: 'RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations one merchant key may run per minute (0: no limit)', default: '6000' },
+  { name: 'CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE', help: "GraphQL operations one client token may run per minute, on its own budget, never its merchant's (0: no limit)", default: '600' },
+  { name: 'CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations all client tokens together may run per minute from one client address (IPv6: per /64; 0: no limit)', default: '3000' },
+  { name: 'MAX_DOCUMENT_BYTES', help: 'longest GraphQL query text parsed, comments and whitespace included (DOCUMENT_TOO_LARGE, HTTP 413, above)', default: '16384' },
+  { name: 'GRAPHQL_CACHE_BYTES', help: 'heap the shared cache of parsed, validated and compiled documents may hold; only callers with an accepted key or a client token fill it (0: nothing kept)', default: '67108864' },
   { name: 'SANDBOX_PORT', help: 'port of the embedded sandbox (0: any free port)', default: '4010' },
   { name: 'SANDBOX_STEP_MS', help: 'time between simulated milestones in the embedded sandbox', default: String(DEFAULT_STEP_MS) },
   { name: 'SANDBOX_RETURN_RATE', help: 'share (0 to 1) of embedded-sandbox deliveries that fail or are canceled by the provider after pickup and then come back (the return path)', default: '0.1' },
@@ -435,6 +447,10 @@ export function loadConfig(env: Env = process.env): Config {
       persistedOperations: persistedOperations(env, 'PERSISTED_OPERATIONS_FILE'),
       apqMaxEntries: integer(env, 'APQ_MAX_ENTRIES', 10_000, 0, 10_000_000),
       rateLimitPerMinute: integer(env, 'RATE_LIMIT_PER_MINUTE', 6000, 0, 10_000_000),
+      clientTokenRateLimitPerMinute: integer(env, 'CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE', 600, 0, 10_000_000),
+      clientTokenAddressRateLimitPerMinute: integer(env, 'CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE', 3000, 0, 10_000_000),
+      maxDocumentBytes: integer(env, 'MAX_DOCUMENT_BYTES', 16_384, 256, 1_048_576),
+      cacheBytes: integer(env, 'GRAPHQL_CACHE_BYTES', 67_108_864, 0, 17_179_869_184),
       maxResponseBytes: integer(env, 'GRAPHQL_MAX_RESPONSE_BYTES', 10_485_760, 1024, 1_073_741_824),
     },
     shutdownGraceMs: integer(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),

@@ -36,8 +36,9 @@ export const ERROR_CODES = {
   BAD_REQUEST: {
     surface: 'graphql-error',
     meaning:
-      'The HTTP request is not a GraphQL request: a body that is not JSON or not an object (400), a list of operations (batching is off; 400), no query, a variables or extensions parameter that is not JSON, a mutation over GET (405), a POST that is not application/json (415), or an extensions.persistedQuery that is malformed or of a version other than 1.',
+      'The HTTP request is not a GraphQL request: a body that is not JSON or not an object (400), a list of operations (batching is off; 400), no query, a variables or extensions parameter that is not JSON, a mutation over GET (405), a subscription asked for without accept: text/event-stream (406), a POST that is not application/json (415), or an extensions.persistedQuery that is malformed or of a version other than 1.',
   },
+  DOCUMENT_TOO_LARGE: { surface: 'graphql-error', meaning: 'The query text is longer than MAX_DOCUMENT_BYTES (comments and whitespace included; HTTP 413). Nothing was parsed; send a shorter document, or persist it.' },
   REQUEST_ENTITY_TOO_LARGE: { surface: 'graphql-error', meaning: 'The request body is larger than GRAPHQL_MAX_BODY_BYTES (HTTP 413); it was not read.' },
   UPSTREAM_TIMEOUT: { surface: 'graphql-error', meaning: 'The upstream did not answer within UPSTREAM_TIMEOUT_MS.' },
   UPSTREAM_UNAVAILABLE: { surface: 'graphql-error', meaning: "The upstream could not be reached, reset the connection, or answered 5xx or 429; or its endpoint group's circuit is open (failing fast)." },
@@ -181,6 +182,13 @@ export class RateLimitedError extends DeliveryGraphError {
   constructor(retryAfterSeconds: number, message = 'Too many requests for this merchant key; slow down.') {
     super('RATE_LIMITED', message);
     this.retryAfterSeconds = retryAfterSeconds;
+  }
+}
+
+export class DocumentTooLargeError extends DeliveryGraphError {
+  override name = 'DocumentTooLargeError';
+  constructor(limit: number) {
+    super('DOCUMENT_TOO_LARGE', `The query text is longer than ${limit} bytes (MAX_DOCUMENT_BYTES, comments and whitespace included); nothing was parsed. Send a shorter document.`);
   }
 }
 

@@ -33,7 +33,7 @@ builder.queryField('availability', (t) =>
     description:
       "Both groups' availability, checked concurrently. A group that cannot be reached, or that refuses the key while the other accepts it, reads as unavailable with an errorCode; only a key both groups refuse is an UNAUTHENTICATED error.",
     resolve: async (_root, _args, ctx) => {
-      const key = ctx.requireKey();
+      const key = ctx.requireMerchantKey();
       const { upstream } = ctx.services;
       const checks: Array<[ApiGroup, () => Promise<{ service?: unknown; available?: unknown }>]> = [
         ['PLATFORM', () => upstream.platform.availability(key, { signal: ctx.clientGone() })],

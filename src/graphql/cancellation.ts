@@ -48,7 +48,7 @@ builder.mutationField('cancelDelivery', (t) =>
       group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group the delivery belongs to.' }),
     },
     resolve: async (_root, { uid, group }, ctx) => {
-      const key = ctx.requireKey();
+      const key = ctx.requireMerchantKey();
       const { upstream } = ctx.services;
       try {
         return await cancelIn(upstream, key, String(uid), group);

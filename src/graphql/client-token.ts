@@ -2,7 +2,7 @@
 // merchant lets a browser or phone follow some deliveries without its key.
 import { NotFoundError, ValidationError, type FieldProblem } from '../errors.js';
 import { builder } from './builder.js';
-import { CLIENT_TOKEN_LIMITS, type IssuedClientToken } from './client-tokens.js';
+import { CLIENT_TOKEN_LIMITS, type IssuedClientToken } from '../access/client-tokens.js';
 
 const ClientTokenRef = builder.objectRef<IssuedClientToken>('ClientToken').implement({
   description:
@@ -49,7 +49,8 @@ builder.mutationField('createClientToken', (t) =>
       }),
     },
     resolve: async (_root, args, ctx) => {
-      const key = ctx.requireKey();
+      // A client token cannot make another, whatever it was let through.
+      const key = ctx.requireMerchantKey();
       const uids = [...new Set(args.uids.map(String))];
       const problems = problemsOf(uids, args.ttlSeconds);
       if (problems.length > 0) throw new ValidationError(problems);

@@ -3,7 +3,7 @@
 import type { IncomingMessage } from 'node:http';
 import DataLoader from 'dataloader';
 import type { Config } from '../config.js';
-import { DeliveryGraphError, NotFoundError, UnauthenticatedError } from '../errors.js';
+import { DeliveryGraphError, ForbiddenError, NotFoundError, UnauthenticatedError } from '../errors.js';
 import { fromPartnerOrder, fromPlatformDelivery } from '../mapping/delivery.js';
 import type { ApiGroup, Delivery } from '../mapping/model.js';
 import type { ReadAccess } from '../realtime/access.js';
@@ -11,8 +11,10 @@ import type { EventBus } from '../realtime/bus.js';
 import { clientAddress } from '../observability/client-address.js';
 import type { BookingResult, Store } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
-import { looksLikeClientToken, type ClientTokenGrant, type ClientTokens } from './client-tokens.js';
-import type { RequestLimits } from './rate-limit.js';
+import type { Caller, ClientTokenCredential } from '../access/caller.js';
+import { MERCHANT_ONLY } from '../access/client-token-scope.js';
+import type { ClientTokens } from '../access/client-tokens.js';
+import type { RequestLimits } from '../access/rate-limit.js';
 
 /** Long-lived parts of the app that resolvers use. */
 export interface Services {
@@ -32,10 +34,7 @@ export interface Services {
   clientTokens: ClientTokens;
 }
 
-/** The client token a request came with, once read: its grant and its own text. */
-export interface ClientTokenCredential extends ClientTokenGrant {
-  readonly token: string;
-}
+export type { ClientTokenCredential };
 
 export interface GraphQLContext {
   services: Services;
@@ -52,8 +51,17 @@ export interface GraphQLContext {
   clientAddress: string;
   /** The app's request limits (per key, per address), for checks outside the plugin (a socket's connection_init). */
   limits: RequestLimits | undefined;
-  /** The key, or UNAUTHENTICATED before any upstream call (no key, or a client token that is not accepted). */
+  /**
+   * The key for reads: a merchant's own, or the one a client token acts for (its
+   * reads are held to its uids by `scope`). UNAUTHENTICATED before any upstream
+   * call without one (no key, or a client token that is not accepted).
+   */
   requireKey(): string;
+  /**
+   * The key for what only a merchant may do (book, cancel, quote, make client
+   * tokens): FORBIDDEN for a client token, whatever the pipeline let through.
+   */
+  requireMerchantKey(): string;
   /** One read per (group, uid) per request; null for a uid the caller does not own. */
   deliveryLoader(group: ApiGroup): DataLoader<string, Delivery | null>;
   /** Over WebSocket: closes this connection (a subscriber that fell too far behind). */
@@ -66,16 +74,9 @@ export interface GraphQLContext {
   clientGone(): AbortSignal | undefined;
 }
 
-/** `Bearer <key>` (scheme case-insensitive) → key. */
-export function bearerKey(header: string | null | undefined): string | undefined {
-  if (!header) return undefined;
-  const match = /^\s*bearer\s+(\S+)\s*$/i.exec(header);
-  return match?.[1];
-}
-
 export interface ContextOptions {
-  /** The Authorization header, or over WebSocket the connection_init entry. */
-  authorization?: string | null;
+  /** Who is asking, as the transport read it (access/caller.ts). */
+  caller: Caller;
   /** The Node request (any transport): where the client address comes from. */
   req?: IncomingMessage;
   limits?: RequestLimits;
@@ -87,20 +88,12 @@ export interface ContextOptions {
 /** Said for every client token that is not accepted, whichever the reason: a forger learns nothing from it. */
 export const REFUSED_CLIENT_TOKEN = 'The client token is not accepted: it was altered, has expired, or was made by another server.';
 
-/**
- * The context of one operation (or one WebSocket). A bearer credential shaped
- * like a client token is read first (a promise only then, and only until it is
- * remembered); anything else is a merchant key, as before.
- */
-export function createContext(services: Services, options: ContextOptions = {}): GraphQLContext | Promise<GraphQLContext> {
-  const credential = bearerKey(options.authorization);
-  if (credential === undefined || !looksLikeClientToken(credential)) return contextFor(services, options, credential, undefined);
-  return services.clientTokens.read(credential).then((grant) => contextFor(services, options, grant?.key, grant ? { ...grant, token: credential } : null));
-}
-
-/** `token`: the client token read (null: one was sent and refused; undefined: none was sent). */
-function contextFor(services: Services, options: ContextOptions, key: string | undefined, token: ClientTokenCredential | null | undefined): GraphQLContext {
-  const { req, limits, disconnect } = options;
+/** The context of one operation, for the caller the transport read. */
+export function createContext(services: Services, options: ContextOptions): GraphQLContext {
+  const { req, limits, disconnect, caller } = options;
+  const key = caller.kind === 'merchant' || caller.kind === 'client-token' ? caller.key : undefined;
+  // null: a client token was sent and refused; undefined: none was sent.
+  const token = caller.kind === 'client-token' ? caller.token : caller.kind === 'refused-token' ? null : undefined;
   let signal = options.signal;
   const scope = token ? new Set(token.uids) : undefined;
   const loaders = new Map<ApiGroup, DataLoader<string, Delivery | null>>();
@@ -123,6 +116,10 @@ function contextFor(services: Services, options: ContextOptions, key: string | u
       // A token past its expiry is refused even within the operation or socket it was accepted for.
       if (token && token.expiresAt.getTime() <= Date.now()) throw new UnauthenticatedError(REFUSED_CLIENT_TOKEN);
       return key;
+    },
+    requireMerchantKey() {
+      if (token) throw new ForbiddenError(MERCHANT_ONLY);
+      return this.requireKey();
     },
     deliveryLoader(group) {
       let loader = loaders.get(group);

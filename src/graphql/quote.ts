@@ -37,7 +37,7 @@ builder.mutationField('quoteDelivery', (t) =>
       group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group to quote on.' }),
     },
     resolve: async (_root, { input, group }, ctx) => {
-      const key = ctx.requireKey();
+      const key = ctx.requireMerchantKey();
       const { upstream, config } = ctx.services;
       const body = toWireRequest(input, group, config.upstream.amountUnit);
       const wire = await asValidation(

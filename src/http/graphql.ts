@@ -1,23 +1,26 @@
-// GraphQL over HTTP. The common request (a JSON POST of a query or mutation)
-// runs straight through yoga's envelop (the same parse/validate caches, error
-// masking and plugins as every other path) without building WHATWG Request and
-// Response objects for it; anything else (GET, GraphiQL, SSE, other content
-// types, batches, parse or validation failures) goes to yoga's full handler,
-// which owns the GraphQL-over-HTTP rules for those cases.
+// GraphQL over HTTP. The common request (a JSON POST that asks for JSON) goes
+// straight to the pipeline (the same one every transport runs through) without
+// building WHATWG Request and Response objects for it, and its answer is written
+// here by yoga's rules for application/json; anything else (GET, GraphiQL, SSE,
+// other content types, batches) goes to yoga's full handler, which reads the
+// request and hands it to the same pipeline.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { getOperationAST, type DocumentNode, type ExecutionResult } from 'graphql';
-import type { YogaServerInstance } from 'graphql-yoga';
-import { DeliveryGraphError } from '../errors.js';
-import type { GraphQLContext } from '../graphql/context.js';
-import { namesPersistedQuery, persistedQueryStatus } from '../graphql/persisted-operations.js';
-import { CHECKS_RESPONSE_SIZE, responseTooLarge } from '../graphql/protection.js';
-import { persistedOperationsOf } from '../graphql/yoga.js';
+import type { ExecutionResult, GraphQLError } from 'graphql';
+import { readCaller } from '../access/caller.js';
+import type { ClientTokens } from '../access/client-tokens.js';
+import { responseTooLarge } from '../pipeline/guards/response-size.js';
+import { namesPersistedQuery } from '../pipeline/persisted-operations.js';
+import type { Pipeline } from '../pipeline/pipeline.js';
+import type { WrittenResult } from '../pipeline/plan.js';
+import type { GraphQLServer } from '../pipeline/yoga.js';
 
 export interface GraphQLHttpOptions {
   /** Larger bodies are refused with 413 before they are parsed. */
   maxBodyBytes: number;
   /** An SSE response with more than this many bytes waiting to be sent is ended with SUBSCRIBER_TOO_SLOW. */
   maxSseBufferedBytes: number;
+  /** GRAPHQL_MAX_RESPONSE_BYTES: the direct path checks the text it writes. */
+  maxResponseBytes: number;
   /** false: no direct path, every request goes through yoga's handler (tests compare both). */
   direct?: boolean;
 }
@@ -61,6 +64,39 @@ interface Params {
   extensions?: unknown;
 }
 
+type HttpMarks = { status?: number; spec?: boolean; headers?: Record<string, string> };
+
+/**
+ * The status and headers yoga gives an answer under application/json: the
+ * highest `extensions.http.status` of its errors, spec-marked ones (parse and
+ * validation errors) excepted, which GraphQL-over-HTTP answers 200 there; 500
+ * for an unexpected error without data; else 200.
+ */
+function statusOf(result: ExecutionResult): { status: number; headers: Record<string, string> } {
+  let status = 0;
+  let unexpected = false;
+  const headers: Record<string, string> = {};
+  for (const error of result.errors ?? []) {
+    const http = error.extensions?.http as HttpMarks | undefined;
+    if (http) {
+      if (http.headers) Object.assign(headers, http.headers);
+      if (!http.spec && http.status && http.status > status) status = http.status;
+    } else if (error.extensions?.unexpected) unexpected = true;
+  }
+  return { status: status || (unexpected && !('data' in result) ? 500 : 200), headers };
+}
+
+/** The errors as a client sees them: without the marks only the server reads (http, unexpected). */
+function withoutMarks(result: ExecutionResult): ExecutionResult {
+  if (!result.errors?.some((error) => error.extensions?.http || error.extensions?.unexpected)) return result;
+  const errors = result.errors.map((error) => {
+    const { http: _http, unexpected: _unexpected, ...extensions } = error.extensions ?? {};
+    const json = error.toJSON();
+    return { ...json, extensions: Object.keys(extensions).length > 0 ? extensions : undefined };
+  });
+  return { ...result, errors: errors as unknown as GraphQLError[] };
+}
+
 class BodyTooLarge extends Error {}
 
 function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
@@ -100,14 +136,20 @@ function isPlainJsonPost(req: IncomingMessage): boolean {
   return !accept || accept === '*/*' || /^application\/json\s*(;|,|$)/i.test(accept);
 }
 
-export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext>, options: GraphQLHttpOptions) {
+export interface GraphQLHttpParts {
+  yoga: GraphQLServer;
+  pipeline: Pipeline;
+  clientTokens: ClientTokens;
+}
+
+export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens }: GraphQLHttpParts, options: GraphQLHttpOptions) {
   /** Hands the request to yoga's full handler, with the body already read. */
   const viaYoga = async (req: IncomingMessage, res: ServerResponse, body: Buffer | undefined): Promise<void> => {
     const headers = new Headers();
     for (const [name, value] of Object.entries(req.headers)) {
       if (value !== undefined) headers.set(name, Array.isArray(value) ? value.join(', ') : value);
     }
-    // The server context, { req }, as yoga's own node handler gives it: observers find the request record on it.
+    // The server context, { req }, as yoga's own node handler gives it: the pipeline finds the request record on it.
     const response = await yoga.fetch(
       `http://${req.headers.host ?? 'localhost'}${req.url ?? '/graphql'}`,
       { method: req.method, headers, body: body && req.method !== 'GET' && req.method !== 'HEAD' ? body : undefined },
@@ -130,6 +172,7 @@ export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string,
     else void reader.cancel().catch(() => undefined);
   };
 
+  /** Runs a plain JSON POST through the pipeline and writes its answer; false when yoga's handler should read it instead. */
   const direct = async (req: IncomingMessage, res: ServerResponse, body: Buffer): Promise<boolean> => {
     let params: Params;
     try {
@@ -137,28 +180,15 @@ export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string,
     } catch {
       return false;
     }
+    // Anything yoga's own checks would refuse (a batch, odd parameter types) is left to them.
     if (!params || typeof params !== 'object' || Array.isArray(params)) return false;
     if (params.variables != null && (typeof params.variables !== 'object' || Array.isArray(params.variables))) return false;
     if (params.operationName != null && typeof params.operationName !== 'string') return false;
-    // A query named by hash (APQ or the allowlist) is resolved here, as yoga's onParams would, so hash-only requests stay on this path.
-    const persisted = namesPersistedQuery(params) ? persistedOperationsOf(yoga) : undefined;
-    if (persisted) {
-      try {
-        params = await persisted.resolve(params);
-      } catch (error) {
-        if (!(error instanceof DeliveryGraphError)) throw error;
-        // The same answer yoga's handler gives (see persistedQueryError): code, message, status.
-        const text = JSON.stringify({ errors: [{ message: error.message, extensions: { code: error.code } }] });
-        res.writeHead(persistedQueryStatus(error), { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) }).end(text);
-        return true;
-      }
-    }
-    if (typeof params.query !== 'string') return false;
+    if (params.query != null && typeof params.query !== 'string') return false;
+    if (params.query == null && !namesPersistedQuery(params)) return false;
+    if (params.extensions != null && (typeof params.extensions !== 'object' || Array.isArray(params.extensions))) return false;
+    for (const name in params) if (name !== 'query' && name !== 'variables' && name !== 'operationName' && name !== 'extensions') return false;
 
-    // A minimal request in the context: yoga's own parse hook then marks parse
-    // errors (code GRAPHQL_PARSE_FAILED, HTTP 400) before its parser cache keeps
-    // them, so the same text sent later through yoga's handler still gets its 400.
-    const request = { method: 'POST', url: req.url, headers: { get: (name: string) => headerOf(req, name) } };
     // Aborted if the client goes away before its answer is written: its reads stop.
     // Made only when a resolver asks for it (a batch read does; a single read does not).
     let gone: AbortController | undefined;
@@ -171,38 +201,15 @@ export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string,
       }
       return gone.signal;
     };
-    const { parse, validate, contextFactory, execute, schema } = yoga.getEnveloped({
-      request,
-      params,
-      req,
-      authorization: req.headers.authorization,
-      signal,
-      // The answer's text is checked against GRAPHQL_MAX_RESPONSE_BYTES below, where it is written.
-      [CHECKS_RESPONSE_SIZE]: true,
-    });
-    let document: DocumentNode;
-    try {
-      document = parse(params.query);
-    } catch {
-      return false;
-    }
-    if (validate(schema, document).length > 0) return false;
-    const operation = getOperationAST(document, (params.operationName as string | undefined) ?? undefined);
-    if (!operation || operation.operation === 'subscription') return false;
-
-    const contextValue = await contextFactory();
-    const result = (await execute({
-      schema,
-      document,
-      contextValue,
-      variableValues: params.variables as Record<string, unknown> | undefined,
-      operationName: params.operationName as string | undefined,
-    })) as ExecutionResult & { stringify?: (result: ExecutionResult) => string };
-    const maxBytes = (contextValue as unknown as GraphQLContext).services.config.graphql.maxResponseBytes;
+    const caller = await readCaller(headerOf(req, 'authorization'), clientTokens);
+    const answer = await pipeline.run({ params, caller, method: 'POST', streams: false, req, signal, checksText: true });
+    const result = (answer.kind === 'invalid' ? { errors: answer.errors } : answer.outcome) as WrittenResult;
+    const { status, headers } = statusOf(result);
+    const maxBytes = options.maxResponseBytes;
     let text: string;
     try {
       // graphql-jit hands back a serializer compiled for this operation's shape.
-      text = result.stringify ? result.stringify(result) : JSON.stringify({ errors: result.errors, data: result.data, extensions: result.extensions });
+      text = result.stringify && !result.errors?.length ? result.stringify(result) : JSON.stringify(withoutMarks(result));
     } catch (error) {
       // Longer than the longest string V8 can make: far over any limit.
       if (!(error instanceof RangeError && /string length/i.test(error.message))) throw error;
@@ -214,7 +221,7 @@ export function createGraphQLHttpHandler(yoga: YogaServerInstance<Record<string,
       text = JSON.stringify(responseTooLarge(maxBytes));
       bytes = Buffer.byteLength(text);
     }
-    res.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'content-length': bytes }).end(text);
+    res.writeHead(status, { ...headers, 'content-type': 'application/json; charset=utf-8', 'content-length': bytes }).end(text);
     return true;
   };
 

@@ -7,8 +7,11 @@ import cluster from 'node:cluster';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Config } from '../config.js';
-import type { GraphQLServer } from '../graphql/yoga.js';
-import type { PersistedOperations } from '../graphql/persisted-operations.js';
+import type { ClientTokens } from '../access/client-tokens.js';
+import type { RequestLimits } from '../access/rate-limit.js';
+import type { Pipeline } from '../pipeline/pipeline.js';
+import type { GraphQLServer } from '../pipeline/yoga.js';
+import type { Upstream } from '../upstream/clients.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import { attachRequestInfo, requestId, requestScope, type RequestInfo } from '../observability/request.js';
@@ -28,7 +31,11 @@ export interface FrontDoorOptions {
   config: Config;
   logger: Logger;
   yoga: GraphQLServer;
-  persisted: PersistedOperations | undefined;
+  /** The pipeline every GraphQL operation runs through, whichever transport brought it. */
+  pipeline: Pipeline;
+  clientTokens: ClientTokens;
+  limits: RequestLimits;
+  upstream: Upstream;
   readiness: Readiness;
   receiver: WebhookReceiver | undefined;
   metrics: Metrics | undefined;
@@ -59,8 +66,9 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
   const { config, logger, yoga, readiness, receiver, metrics } = options;
   const cors = createCors(config.corsOrigins);
   // Over SSE a subscriber may leave about 1 KiB per allowed pending event unread before it is cut off.
-  const graphqlHttp = createGraphQLHttpHandler(yoga, {
+  const graphqlHttp = createGraphQLHttpHandler({ yoga, pipeline: options.pipeline, clientTokens: options.clientTokens }, {
     maxBodyBytes: config.graphql.maxBodyBytes,
+    maxResponseBytes: config.graphql.maxResponseBytes,
     maxSseBufferedBytes: config.realtime.maxPendingEvents * 1024,
     direct: options.directHttpPath,
   });
@@ -142,7 +150,18 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     if (logRequests) logger.info({ reqId: info.id, method: req.method, path: (req.url ?? '/').split('?', 1)[0], upgrade: req.headers.upgrade }, 'upgrade');
   });
   // After listen: a listen error (a busy port) is then the server's alone, not re-emitted by the WebSocket server.
-  const ws = attachGraphQLWebSocket(server, yoga, { maxSubscriptions: config.realtime.maxSubscriptionsPerSocket, persisted: options.persisted, allowOrigin: cors.allows });
+  const ws = attachGraphQLWebSocket(
+    server,
+    {
+      pipeline: options.pipeline,
+      schema: options.pipeline.documents.schema,
+      clientTokens: options.clientTokens,
+      limits: options.limits,
+      upstream: options.upstream,
+      trustProxyHops: config.server.trustProxyHops,
+    },
+    { maxSubscriptions: config.realtime.maxSubscriptionsPerSocket, allowOrigin: cors.allows },
+  );
   const port = (server.address() as AddressInfo).port;
   const host = config.host.includes(':') ? `[${config.host}]` : config.host;
 

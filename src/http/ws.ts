@@ -1,19 +1,21 @@
 // GraphQL over WebSocket (graphql-transport-ws) on the HTTP server's /graphql
-// path. Operations run through yoga's envelop, so the same plugins apply to
-// both transports. The merchant key travels in the connection_init payload and
+// path. Operations run through the same pipeline as over HTTP (every guard, the
+// same plan per operation). The merchant key travels in the connection_init payload and
 // is checked once there (see WS_CLOSE), so a refused key costs the upstream no
 // call per event. One socket runs at most WS_MAX_SUBSCRIPTIONS operations at once.
 import type { Server } from 'node:http';
-import type { ExecutionArgs, GraphQLError } from 'graphql';
+import { Kind, parse, type ExecutionArgs, type GraphQLError, type GraphQLSchema } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
-import type { YogaServerInstance } from 'graphql-yoga';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { DeliveryGraphError, TooManySubscriptionsError, UnauthenticatedError } from '../errors.js';
-import { looksLikeClientToken } from '../graphql/client-tokens.js';
-import { bearerKey, type GraphQLContext } from '../graphql/context.js';
-import { namesPersistedQuery, type PersistedOperations } from '../graphql/persisted-operations.js';
-import { toGraphQLError } from '../graphql/protection.js';
-import { persistedOperationsOf } from '../graphql/yoga.js';
+import { readCaller, type Caller } from '../access/caller.js';
+import type { ClientTokens } from '../access/client-tokens.js';
+import type { RequestLimits } from '../access/rate-limit.js';
+import { TooManySubscriptionsError, UnauthenticatedError } from '../errors.js';
+import { clientAddress } from '../observability/client-address.js';
+import { toGraphQLError } from '../pipeline/limits.js';
+import { namesPersistedQuery } from '../pipeline/persisted-operations.js';
+import type { Pipeline } from '../pipeline/pipeline.js';
+import type { Upstream } from '../upstream/clients.js';
 
 export const WS_MAX_PAYLOAD_BYTES = 64 * 1024;
 
@@ -47,15 +49,29 @@ export interface GraphQLWebSocket {
   close(): Promise<void>;
 }
 
+export interface GraphQLWebSocketParts {
+  pipeline: Pipeline;
+  schema: GraphQLSchema;
+  clientTokens: ClientTokens;
+  limits: RequestLimits;
+  upstream: Upstream;
+  /** TRUST_PROXY's hops, for the client address of the upgrade request. */
+  trustProxyHops: number;
+}
+
 export interface GraphQLWebSocketOptions {
   path?: string;
   /** Operations one socket may run at once; the next subscribe gets TOO_MANY_SUBSCRIPTIONS. */
   maxSubscriptions: number;
-  /** Hashes in `extensions.persistedQuery` resolve here, unless the GraphQL server has its own (persistedOperationsOf). */
-  persisted?: PersistedOperations;
   /** CORS_ORIGINS for sockets: a browser page on another origin is refused (403) at the upgrade. */
   allowOrigin?: (origin: string) => boolean;
 }
+
+/** What graphql-ws runs for an operation the pipeline already ran: its outcome, handed back as is. */
+type Ran = { outcome: unknown };
+
+/** The document graphql-ws is shown for a refusal that came before any document was read (a rate limit): a query, so it calls execute. */
+const REFUSAL_DOCUMENT = parse('{ __typename }');
 
 /**
  * A subscribe message whose payload names a persisted query but has no `query`
@@ -68,8 +84,6 @@ function withPersistedQueryText(message: unknown): unknown {
   if (!namesPersistedQuery(payload)) return message;
   return { ...(message as object), payload: { ...payload, query: '' } };
 }
-
-type Envelop = { execute: (args: ExecutionArgs) => unknown; subscribe: (args: ExecutionArgs) => unknown };
 
 /**
  * Yoga marks request errors with extensions.http (the status of an HTTP answer);
@@ -112,7 +126,7 @@ function goneSignal(socket: WebSocket): AbortSignal {
  * be valid there alone). The upstream clients learn the answers; a failure that
  * is not a refusal (down, slow) leaves the key unjudged.
  */
-async function askUpstream(upstream: GraphQLContext['services']['upstream'], key: string, signal: AbortSignal): Promise<void> {
+async function askUpstream(upstream: Upstream, key: string, signal: AbortSignal): Promise<void> {
   try {
     await upstream.platform.availability(key, { signal });
     return;
@@ -122,11 +136,11 @@ async function askUpstream(upstream: GraphQLContext['services']['upstream'], key
   await upstream.partner.availability(key, { signal }).catch(() => undefined);
 }
 
-export function attachGraphQLWebSocket(
-  server: Server,
-  yoga: YogaServerInstance<Record<string, unknown>, GraphQLContext>,
-  { path = '/graphql', maxSubscriptions, persisted, allowOrigin }: GraphQLWebSocketOptions,
-): GraphQLWebSocket {
+/** The caller of each socket, read once at connection_init. */
+const callers = new WeakMap<WebSocket, Caller>();
+
+export function attachGraphQLWebSocket(server: Server, parts: GraphQLWebSocketParts, { path = '/graphql', maxSubscriptions, allowOrigin }: GraphQLWebSocketOptions): GraphQLWebSocket {
+  const { pipeline, schema, clientTokens, limits, upstream, trustProxyHops } = parts;
   const wss = new WebSocketServer({
     server,
     path,
@@ -155,69 +169,46 @@ export function attachGraphQLWebSocket(
           socket.close(code, reason);
           return false;
         };
-        const authorization = authorizationOf(ctx.connectionParams);
-        const key = bearerKey(authorization);
-        if (!key) return refuse(WS_CLOSE.noKey.code, WS_CLOSE.noKey.reason);
-        const context = (await yoga.getEnveloped({ req: ctx.extra.request, socket, authorization }).contextFactory()) as unknown as GraphQLContext;
+        const caller = await readCaller(authorizationOf(ctx.connectionParams), clientTokens);
+        if (caller.kind === 'anonymous') return refuse(WS_CLOSE.noKey.code, WS_CLOSE.noKey.reason);
         // A client token is judged by its own encryption: the upstream accepted its key when it was made.
-        if (looksLikeClientToken(key)) return context.clientToken ? true : refuse(WS_CLOSE.refusedToken.code, WS_CLOSE.refusedToken.reason);
-        if (!context.limits) return true;
+        if (caller.kind === 'refused-token') return refuse(WS_CLOSE.refusedToken.code, WS_CLOSE.refusedToken.reason);
+        callers.set(socket, caller);
+        if (caller.kind === 'client-token') return true;
+        const { key } = caller;
         // The upstream is asked only about a key it has not judged; the call stops when the socket goes or takes too long.
-        const ask = () => askUpstream(context.services.upstream, key, AbortSignal.any([AbortSignal.timeout(CONNECT_CHECK_MS), goneSignal(socket)]));
-        const admission = await context.limits.admitConnection(key, context.clientAddress, ask);
+        const ask = () => askUpstream(upstream, key, AbortSignal.any([AbortSignal.timeout(CONNECT_CHECK_MS), goneSignal(socket)]));
+        const admission = await limits.admitConnection(key, clientAddress(ctx.extra.request, trustProxyHops), ask);
         if (admission.verdict === 'refused') return refuse(WS_CLOSE.refused.code, WS_CLOSE.refused.reason);
         if (admission.verdict === 'too-many-unknown-keys') {
           return refuse(WS_CLOSE.tooManyUnknownKeys.code, `${WS_CLOSE.tooManyUnknownKeys.reason}; retry in ${admission.retryAfterSeconds} s`);
         }
         return true;
       },
-      execute: (args) => (args.rootValue as Envelop).execute(args) as never,
-      subscribe: (args) => (args.rootValue as Envelop).subscribe(args) as never,
+      // The pipeline has already run the operation (onSubscribe): graphql-ws only delivers its outcome.
+      execute: (args) => (args.rootValue as Ran).outcome as never,
+      subscribe: (args) => (args.rootValue as Ran).outcome as never,
       onSubscribe: async (ctx, _id, payload) => {
         // graphql-ws records every running operation of the socket, this one included, until it ends.
         if (Object.keys(ctx.subscriptions).length > maxSubscriptions) return [toGraphQLError(new TooManySubscriptionsError(maxSubscriptions))];
         const socket = ctx.extra.socket;
-        // A query named by hash (APQ or the allowlist): the same resolution as over HTTP.
-        let params = payload;
-        const byHash = namesPersistedQuery(payload) ? (persistedOperationsOf(yoga) ?? persisted) : undefined;
-        if (byHash) {
-          try {
-            params = await byHash.resolve(payload);
-          } catch (error) {
-            if (!(error instanceof DeliveryGraphError)) throw error;
-            return [toGraphQLError(error)];
-          }
-        }
-        const { schema, execute, subscribe, contextFactory, parse, validate } = yoga.getEnveloped({
-          ...ctx,
+        const caller = callers.get(socket);
+        if (!caller) return [toGraphQLError(new UnauthenticatedError())];
+        const answer = await pipeline.run({
+          params: payload,
+          caller,
+          method: 'SOCKET',
+          streams: true,
           req: ctx.extra.request,
-          socket,
-          params,
-          authorization: authorizationOf(ctx.connectionParams),
           disconnect: (code: number, reason: string) => socket.close(code, reason),
           signal: () => goneSignal(socket),
         });
-        let document;
-        try {
-          document = parse(params.query);
-        } catch (error) {
-          return forSocket([(error instanceof DeliveryGraphError ? toGraphQLError(error) : error) as GraphQLError]);
-        }
-        let errors;
-        try {
-          errors = validate(schema, document);
-        } catch (error) {
-          return forSocket([error as GraphQLError]);
-        }
-        if (errors.length > 0) return forSocket(errors);
-        return {
-          schema,
-          operationName: payload.operationName,
-          document,
-          variableValues: payload.variables,
-          contextValue: await contextFactory(),
-          rootValue: { execute, subscribe },
-        };
+        if (answer.kind === 'invalid') return forSocket(answer.errors);
+        // graphql-ws picks execute or subscribe by the document's operation: the plan's own, or a query for a refusal made before any.
+        const { plan } = answer;
+        const document = plan ? plan.runnable : REFUSAL_DOCUMENT;
+        const operation = document.definitions.find((definition) => definition.kind === Kind.OPERATION_DEFINITION);
+        return { schema, document, operationName: operation && 'name' in operation ? operation.name?.value : undefined, rootValue: { outcome: answer.outcome } satisfies Ran } as ExecutionArgs;
       },
     },
     wss,

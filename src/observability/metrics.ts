@@ -4,7 +4,7 @@
 // their owners only when /metrics is scraped.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { PersistedQueryCounters } from '../graphql/persisted-operations.js';
+import type { PersistedQueryCounters } from '../pipeline/persisted-operations.js';
 import type { EventBus } from '../realtime/bus.js';
 import type { BreakerState } from '../upstream/breaker.js';
 import type { Upstream } from '../upstream/clients.js';

@@ -3,13 +3,18 @@
 // GraphQL operation (made the active context while it executes, a child of an
 // incoming W3C traceparent when there is one) and, under it, a CLIENT span per
 // upstream call, built from the call record when the call ends.
-import type { Plugin } from 'graphql-yoga';
 import type { Config } from '../config.js';
 import type { UpstreamCallRecord } from '../upstream/http.js';
-import { OperationNames } from './operation-names.js';
+import type { OperationLabel } from './operation-names.js';
+
+/** The pipeline's OperationObserver, by shape (observability does not import the pipeline). */
+export interface OperationObserverLike {
+  start(label: OperationLabel, request: object): { around<T>(run: () => T): T; done(outcome: unknown): void } | undefined;
+}
 
 export interface Tracing {
-  plugin: Plugin;
+  /** A span per operation the pipeline runs. */
+  observer: OperationObserverLike;
   upstreamCall(record: UpstreamCallRecord): void;
   shutdown(): Promise<void>;
 }
@@ -30,59 +35,29 @@ export async function startTracing(config: Config['tracing'], exporter?: SpanExp
   // Installs the AsyncLocalStorage context manager and the W3C propagator.
   provider.register();
   const tracer = provider.getTracer('delivery-graph');
-  const names = new OperationNames();
-  const spans = new WeakMap<object, import('@opentelemetry/api').Span>();
+  type Watched = { req?: { headers?: Record<string, unknown> }; headers?: Record<string, unknown> };
 
-  const headersOf = (context: { req?: unknown; request?: unknown }): Record<string, unknown> | undefined => {
-    const req = context.req as { headers?: Record<string, unknown> } | undefined;
-    if (req?.headers) return req.headers;
-    const request = context.request as Request | undefined;
-    return request?.headers ? Object.fromEntries(request.headers) : undefined;
-  };
-
-  const wrap = (context: object, run: () => unknown) => {
-    const headers = headersOf(context);
-    const parent = headers ? api.propagation.extract(api.ROOT_CONTEXT, headers) : api.context.active();
-    const span = tracer.startSpan('graphql.operation', { kind: api.SpanKind.SERVER }, parent);
-    spans.set(context, span);
-    return api.context.with(api.trace.setSpan(parent, span), run);
-  };
-
-  const name = (context: unknown, document: import('graphql').DocumentNode, operationName: string | null | undefined) => {
-    const span = spans.get(context as object);
-    if (!span) return undefined;
-    const label = names.label(document, operationName);
-    span.updateName(`${label.type} ${label.raw ?? 'anonymous'}`);
-    span.setAttributes({ 'graphql.operation.type': label.type, 'graphql.operation.name': label.raw ?? '' });
-    return span;
-  };
-
-  const plugin: Plugin = {
-    instrumentation: {
-      execute: ({ context }, wrapped) => wrap(context, wrapped) as ReturnType<typeof wrapped>,
-      subscribe: ({ context }, wrapped) => wrap(context, wrapped) as ReturnType<typeof wrapped>,
-    },
-    onExecute({ args }) {
-      const span = name(args.contextValue, args.document, args.operationName);
-      if (!span) return;
+  const observer: OperationObserverLike = {
+    start(label, request: Watched) {
+      const headers = request.req?.headers ?? request.headers;
+      const parent = headers ? api.propagation.extract(api.ROOT_CONTEXT, headers) : api.context.active();
+      const span = tracer.startSpan(`${label.type} ${label.raw ?? 'anonymous'}`, { kind: api.SpanKind.SERVER }, parent);
+      span.setAttributes({ 'graphql.operation.type': label.type, 'graphql.operation.name': label.raw ?? '' });
+      const active = api.trace.setSpan(parent, span);
       return {
-        onExecuteDone({ result }) {
-          const errors = (result as { errors?: readonly unknown[] }).errors;
+        around: <T>(run: () => T): T => api.context.with(active, run),
+        // A subscription's span covers setting it up, not its lifetime.
+        done(outcome: unknown) {
+          const errors = (outcome as { errors?: readonly unknown[] }).errors;
           if (errors?.length) span.setStatus({ code: api.SpanStatusCode.ERROR, message: `${errors.length} error(s)` });
           span.end();
         },
       };
     },
-    onSubscribe({ args }) {
-      const span = name(args.contextValue, args.document, args.operationName);
-      if (!span) return;
-      // The span covers setting the subscription up, not its lifetime.
-      return { onSubscribeResult: () => void span.end() };
-    },
   };
 
   return {
-    plugin,
+    observer,
     upstreamCall(record) {
       // Only calls made for an operation; readiness probes and the like are not traced.
       const parent = api.context.active();

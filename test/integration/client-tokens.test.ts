@@ -3,7 +3,7 @@
 // may read, what it is refused (before any upstream call), how it ends, and that
 // the merchant key cannot be read out of it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ClientTokens } from '../../src/graphql/client-tokens.js';
+import { ClientTokens } from '../../src/access/client-tokens.js';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 

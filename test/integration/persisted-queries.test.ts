@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
-import { localPersistedQueryStore, sharedPersistedQueryStore } from '../../src/graphql/persisted-query-store.js';
+import { localPersistedQueryStore, sharedPersistedQueryStore } from '../../src/pipeline/persisted-query-store.js';
 import type { RedisStore } from '../../src/store/redis.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import { deliveryInput, startStack, type GraphQLResponse, type Stack } from '../helpers/stack.js';

@@ -6,8 +6,8 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.js';
 import { PersistedQueryNotFoundError } from '../../src/errors.js';
-import { PersistedOperations } from '../../src/graphql/persisted-operations.js';
-import { KeyRateLimiter } from '../../src/graphql/rate-limit.js';
+import { PersistedOperations } from '../../src/pipeline/persisted-operations.js';
+import { KeyRateLimiter } from '../../src/access/rate-limit.js';
 
 describe('KeyRateLimiter', () => {
   const clock = () => {

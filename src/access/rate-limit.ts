@@ -1,5 +1,9 @@
 // What a request may cost before anything reaches the upstream:
 // - RATE_LIMIT_PER_MINUTE operations per merchant key;
+// - CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE per client token, and
+//   CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE for all tokens from one address:
+//   a token's budgets are its own, so a forwarded tracking link can never spend
+//   its merchant's;
 // - AUTH_FAILURES_PER_MINUTE tries of keys the upstream has not accepted, per
 //   client address, so rotating made-up keys cannot turn every request into
 //   upstream calls; a key the upstream refused a moment ago is answered
@@ -20,6 +24,7 @@ import { type DeliveryGraphError, RateLimitedError, UnauthenticatedError } from 
 import { addressGroup } from '../observability/client-address.js';
 import type { Logger } from '../logger.js';
 import type { KnownKeys } from '../upstream/known-keys.js';
+import type { Caller } from './caller.js';
 
 /** Per minute for one id (a key, an address): 0 when one unit is taken, else whole seconds until one is there. */
 export interface Budget {
@@ -184,20 +189,34 @@ export class RequestLimits {
     readonly perKey: Budget,
     /** AUTH_FAILURES_PER_MINUTE, per client address (IPv6: per /64). */
     readonly perAddress: Budget,
+    /** CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE, per client token. */
+    readonly perToken: Budget = new KeyRateLimiter(0),
+    /** CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE, for the client tokens of one address (IPv6: per /64). */
+    readonly perTokenAddress: Budget = new KeyRateLimiter(0),
   ) {}
 
   /**
-   * Decides whether an operation runs. Without a key it takes nothing (the
-   * resolvers refuse it UNAUTHENTICATED before any upstream call). A key the
-   * upstream accepted recently takes one unit of its own budget. Any other key
-   * also takes one try from its address; a refused one is then answered
-   * UNAUTHENTICATED. Synchronous when no Redis is involved.
+   * Decides whether an operation runs. Without a credential it takes nothing
+   * (only what needs no key runs then). A client token takes one unit of its
+   * own budget and one of its address's token budget, never its merchant's. A
+   * key the upstream accepted recently takes one unit of its own budget. Any
+   * other key also takes one try from its address; a refused one is then
+   * answered UNAUTHENTICATED. Synchronous when no Redis is involved.
    */
-  admit(key: string | undefined, address: string): Admission | Promise<Admission> {
-    if (!key) return ADMITTED;
+  admit(caller: Caller, address: string): Admission | Promise<Admission> {
+    if (caller.kind === 'client-token') return this.#token(caller.token.token, address);
+    if (caller.kind !== 'merchant') return ADMITTED;
+    const { key } = caller;
     const standing = this.keys.standing(key);
     if (standing === 'accepted') return this.#keyed(key);
     return this.#notAccepted(key, address, standing);
+  }
+
+  #token(token: string, address: string): Admission | Promise<Admission> {
+    const own = this.perToken.take(`token\n${token}`);
+    const shared = this.perTokenAddress.take(`token-address\n${addressGroup(address)}`);
+    if (typeof own === 'number' && typeof shared === 'number') return keyedAdmission(Math.max(own, shared), CLIENT_TOKEN_LIMITED);
+    return Promise.all([own, shared]).then(([a, b]) => keyedAdmission(Math.max(a, b), CLIENT_TOKEN_LIMITED));
   }
 
   /**
@@ -281,8 +300,10 @@ export class RequestLimits {
   }
 }
 
-function keyedAdmission(wait: number): Admission {
-  return wait === 0 ? ADMITTED : { refusal: new RateLimitedError(wait) };
+export const CLIENT_TOKEN_LIMITED = 'Too many requests for this client token; slow down (its budget is its own, not the merchant key\'s).';
+
+function keyedAdmission(wait: number, message?: string): Admission {
+  return wait === 0 ? ADMITTED : { refusal: new RateLimitedError(wait, message) };
 }
 
 /**
@@ -290,7 +311,9 @@ function keyedAdmission(wait: number): Admission {
  * connection (keys under its prefix) when there is one.
  */
 export function createRequestLimits(
-  config: Pick<Config, 'authFailuresPerMinute'> & { graphql: Pick<Config['graphql'], 'rateLimitPerMinute'> },
+  config: Pick<Config, 'authFailuresPerMinute'> & {
+    graphql: Pick<Config['graphql'], 'rateLimitPerMinute'> & Partial<Pick<Config['graphql'], 'clientTokenRateLimitPerMinute' | 'clientTokenAddressRateLimitPerMinute'>>;
+  },
   keys: KnownKeys,
   redis?: { client: Redis; prefix: string },
   logger?: Logger,
@@ -301,5 +324,11 @@ export function createRequestLimits(
           logger?.warn({ budget: name, err: error instanceof Error ? error.message : String(error) }, 'redis did not answer a rate limit: this instance limits on its own until it does'),
         )
       : new KeyRateLimiter(perMinute);
-  return new RequestLimits(keys, budget(config.graphql.rateLimitPerMinute, 'key'), budget(config.authFailuresPerMinute, 'address'));
+  return new RequestLimits(
+    keys,
+    budget(config.graphql.rateLimitPerMinute, 'key'),
+    budget(config.authFailuresPerMinute, 'address'),
+    budget(config.graphql.clientTokenRateLimitPerMinute ?? 0, 'token'),
+    budget(config.graphql.clientTokenAddressRateLimitPerMinute ?? 0, 'token-address'),
+  );
 }

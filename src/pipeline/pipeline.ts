@@ -1,0 +1,253 @@
+// The request pipeline: every GraphQL operation, whichever way it came (the
+// direct JSON path, yoga's handler for GET, SSE and the rest, graphql-ws),
+// passes here, in this order, and nowhere else:
+//
+//   query text (by hash: APQ or the allowlist) → its length → the caller's
+//   budgets → the document (shared caches only for a caller who earned them) →
+//   the plan of the named operation (none: refused) → what a caller without a
+//   key may run → validation → the guards, each judging the plan → the plan's
+//   own executor → error masking, the response size, observation.
+//
+// The guards and the executor read one OperationPlan, so what is judged is what
+// runs. Each decision about the caller is taken once, here, from one fact
+// (access/caller.ts), and handed on.
+import type { IncomingMessage } from 'node:http';
+import { type ExecutionResult, type GraphQLError } from 'graphql';
+import { createGraphQLError } from 'graphql-yoga';
+import { trustOf, type Caller, type Trust } from '../access/caller.js';
+import type { RequestLimits } from '../access/rate-limit.js';
+import { DeliveryGraphError, DocumentTooLargeError, PersistedQueryNotFoundError, RateLimitedError, UnauthenticatedError } from '../errors.js';
+import { createContext, REFUSED_CLIENT_TOKEN, type GraphQLContext, type Services } from '../graphql/context.js';
+import { OperationNames, type OperationLabel } from '../observability/operation-names.js';
+import { requestInfoOf } from '../observability/request.js';
+import { untilExpiry } from './guards/client-token.js';
+import { costWithVariables } from './guards/cost.js';
+import { boundResult, textOver } from './guards/response-size.js';
+import type { DocumentEntry, Documents } from './documents.js';
+import { OPERATION_LIMITS, toGraphQLError } from './limits.js';
+import { namesPersistedQuery, persistedQueryStatus, type PersistedOperations } from './persisted-operations.js';
+import type { OperationPlan, Outcome, WrittenResult } from './plan.js';
+
+/** A GraphQL request as any transport reads it. */
+export interface GraphQLParams {
+  query?: unknown;
+  variables?: unknown;
+  operationName?: unknown;
+  extensions?: unknown;
+}
+
+export interface OperationRequest {
+  params: GraphQLParams;
+  /** Who is asking, read once by the transport (access/caller.ts). */
+  caller: Caller;
+  /** GET and POST over HTTP, or an operation on a WebSocket. */
+  method: 'GET' | 'POST' | 'SOCKET';
+  /** Whether the answer may be a stream (SSE, graphql-ws); a plain JSON answer may not. */
+  streams: boolean;
+  /** The Node request (any transport): the client address, the request record. */
+  req?: IncomingMessage;
+  /** Headers for observers (a trace parent), when there is no Node request. */
+  headers?: Record<string, unknown>;
+  /** Aborted when the client goes away (or a function that makes it on first use). */
+  signal?: AbortSignal | (() => AbortSignal | undefined);
+  /** Over WebSocket: closes the connection (a subscriber too far behind). */
+  disconnect?: (code: number, reason: string) => void;
+  /** The transport checks the written text against GRAPHQL_MAX_RESPONSE_BYTES itself (the direct path). */
+  checksText?: boolean;
+  /** The transport already turned a persisted hash into its text (yoga's handler, whose checks want a query). */
+  resolved?: boolean;
+}
+
+/**
+ * What the pipeline answers: a request error (nothing ran: HTTP 4xx, or a
+ * graphql-ws `error` message), or the operation's outcome, a refusal by a
+ * guard included (an execution result without data).
+ */
+export type Answer = { kind: 'invalid'; errors: readonly GraphQLError[] } | { kind: 'ran'; outcome: Outcome; plan: OperationPlan | undefined };
+
+/** Watches operations as they run (metrics, tracing). */
+export interface OperationObserver {
+  /** An operation is about to run; what it returns wraps the run and hears its outcome. */
+  start(label: OperationLabel, request: OperationRequest, context: GraphQLContext): ObservedRun | undefined;
+}
+
+export interface ObservedRun {
+  around?<T>(run: () => T): T;
+  done(outcome: Outcome): void;
+}
+
+export interface PipelineOptions {
+  services: Services;
+  limits: RequestLimits;
+  persisted: PersistedOperations;
+  documents: Documents;
+  observers: readonly OperationObserver[];
+  /** Turns each error of a result into what the client may see (graphql/yoga's masking). */
+  maskError: (error: GraphQLError) => GraphQLError;
+}
+
+const invalid = (...errors: GraphQLError[]): Answer => ({ kind: 'invalid', errors });
+const refused = (error: GraphQLError, plan?: OperationPlan): Answer => ({ kind: 'ran', outcome: { errors: [error] }, plan });
+
+function refusal(error: DeliveryGraphError): GraphQLError {
+  return toGraphQLError(error, error instanceof RateLimitedError ? { retryAfterSeconds: error.retryAfterSeconds } : {});
+}
+
+/** Why a caller without a working key may not run this: in the words its credential calls for. */
+function keylessRefusal(caller: Caller): GraphQLError {
+  if (caller.kind === 'refused-token' || caller.kind === 'client-token') return toGraphQLError(new UnauthenticatedError(REFUSED_CLIENT_TOKEN));
+  if (caller.kind === 'merchant') return toGraphQLError(new UnauthenticatedError('The delivery service refused the merchant key.'));
+  return toGraphQLError(new UnauthenticatedError());
+}
+
+const NO_QUERY = () => createGraphQLError('Must provide query string.', { extensions: { code: 'BAD_REQUEST', http: { status: 400 } } });
+const UNRESOLVED = () => createGraphQLError('Could not determine what operation to execute.', { extensions: { code: 'OPERATION_RESOLUTION_FAILURE', http: { status: 400 } } });
+const MUTATION_OVER_GET = () =>
+  createGraphQLError('Can only perform a mutation operation from a POST request.', { extensions: { code: 'BAD_REQUEST', http: { status: 405, headers: { Allow: 'POST' } } } });
+const SUBSCRIPTION_WITHOUT_STREAM = () =>
+  createGraphQLError('A subscription answers with a stream: send it with `accept: text/event-stream` (server-sent events), or over a graphql-ws WebSocket at the same path.', {
+    extensions: { code: 'BAD_REQUEST', http: { status: 406 } },
+  });
+
+export class Pipeline {
+  readonly documents: Documents;
+  readonly #options: PipelineOptions;
+  readonly #names = new OperationNames();
+  readonly #maxDocumentBytes: number;
+  readonly #maxResponseBytes: number;
+
+  constructor(options: PipelineOptions) {
+    this.#options = options;
+    this.documents = options.documents;
+    this.#maxDocumentBytes = options.services.config.graphql.maxDocumentBytes;
+    this.#maxResponseBytes = options.services.config.graphql.maxResponseBytes;
+  }
+
+  async run(request: OperationRequest): Promise<Answer> {
+    const { persisted, limits, services } = this.#options;
+    let params = request.params;
+    // The text to run: by hash (APQ or the allowlist), or as sent.
+    if (!request.resolved && namesPersistedQuery(params)) {
+      try {
+        params = await persisted.resolve(params);
+      } catch (error) {
+        if (!(error instanceof DeliveryGraphError)) throw error;
+        const status = persistedQueryStatus(error);
+        return invalid(toGraphQLError(error, status === 200 ? {} : { http: { status } }));
+      }
+    }
+    const text = params.query;
+    if (typeof text !== 'string' || text === '') return invalid(NO_QUERY());
+    if (textOver(text, this.#maxDocumentBytes)) return invalid(toGraphQLError(new DocumentTooLargeError(this.#maxDocumentBytes), { http: { status: 413 } }));
+    if (!persisted.allows(text)) return invalid(toGraphQLError(new PersistedQueryNotFoundError()));
+    const operationName = typeof params.operationName === 'string' && params.operationName !== '' ? params.operationName : undefined;
+
+    // What the caller has earned, decided once for this operation.
+    const { caller } = request;
+    const trust: Trust = trustOf(caller, limits.keys);
+    const context = createContext(services, { caller, req: request.req, limits, disconnect: request.disconnect, signal: request.signal });
+    // Budgets before anything costly: a caller over them gets nothing parsed.
+    const admission = await limits.admit(caller, context.clientAddress);
+    if (admission.refusal) return refused(refusal(admission.refusal));
+    try {
+      const entry = this.documents.entry(text, trust === 'earned');
+      if (entry.parseError) return invalid(entry.parseError);
+      const plan = entry.plan(operationName);
+      // No operation resolves: nothing runs, whatever any guard would have said.
+      if (!plan) return invalid(UNRESOLVED());
+      // Without a working key, only what needs none, and not even validated otherwise.
+      if (trust === 'keyless' && plan.needsKey) return refused(keylessRefusal(caller), plan);
+      const errors = entry.validation();
+      if (errors.length > 0) return invalid(...errors);
+      const tooCostly = entry.costRefusal(plan);
+      if (tooCostly) return invalid(tooCostly);
+      if (request.method === 'GET' && plan.kind === 'mutation') return invalid(MUTATION_OVER_GET());
+      if (!request.streams && plan.kind === 'subscription') return invalid(SUBSCRIPTION_WITHOUT_STREAM());
+
+      const label = this.#names.label(plan.document, plan.operationName);
+      const info = requestInfoOf(request.req);
+      if (info) {
+        info.operationType = label.type;
+        info.operationName = label.raw;
+      }
+      const observed = this.#options.observers.map((observer) => observer.start(label, request, context)).filter((run) => run !== undefined);
+      const outcome = await this.#judgedRun(plan, entry, trust, request, params, context, observed);
+      for (const run of observed) run.done(outcome);
+      return { kind: 'ran', outcome, plan };
+    } finally {
+      admission.done?.();
+    }
+  }
+
+  /** The guards that need the request's own facts, then the plan's executor, then what goes out. */
+  async #judgedRun(
+    plan: OperationPlan,
+    entry: DocumentEntry,
+    trust: Trust,
+    request: OperationRequest,
+    params: GraphQLParams,
+    context: GraphQLContext,
+    observed: readonly ObservedRun[],
+  ): Promise<Outcome> {
+    const { caller } = request;
+    if (caller.kind === 'client-token' && plan.clientTokenRefusal) return { errors: [toGraphQLError(plan.clientTokenRefusal)] };
+    const variables = (params.variables ?? undefined) as Readonly<Record<string, unknown>> | undefined;
+    const { config } = this.#options.services;
+    const overCost = costWithVariables(plan.cost, OPERATION_LIMITS.cost, this.documents.schema, plan.document, plan.operation, variables, config.graphql.maxBatchSize);
+    if (overCost) return { errors: [overCost] };
+
+    // Compiled only for a caller who earned the shared cache, from the plan's second run on.
+    const compile = trust === 'earned' && ++plan.runs >= 2;
+    const wasCompiled = plan.compiled;
+    let run = () => plan.run(context, variables, compile);
+    for (const watcher of observed) {
+      const inner = run;
+      if (watcher.around) run = () => watcher.around!(inner);
+    }
+    let outcome: Outcome;
+    try {
+      outcome = await run();
+    } catch (error) {
+      outcome = { errors: [this.#options.maskError(error instanceof Error ? (error as GraphQLError) : createGraphQLError(String(error)))] };
+    }
+    if (!wasCompiled && plan.compiled) this.documents.reweigh(entry);
+    // A query sent with its hash is remembered once it ran, for a caller whose key the upstream has accepted by now.
+    if (this.#options.persisted.awaitsRegistration(params)) {
+      this.#options.persisted.ran(params, trustOf(caller, this.#options.limits.keys) === 'earned');
+    }
+    if (Symbol.asyncIterator in outcome) {
+      const stream = this.#streamOut(outcome);
+      return caller.kind === 'client-token' ? untilExpiry(stream, caller.token.expiresAt) : stream;
+    }
+    return this.#resultOut(outcome, !request.checksText);
+  }
+
+  /** Errors masked, then the size bound. */
+  #resultOut(result: WrittenResult, checkText: boolean): ExecutionResult {
+    if (result.errors?.length) result.errors = result.errors.map(this.#options.maskError);
+    return boundResult(result, this.#maxResponseBytes, checkText);
+  }
+
+  /**
+   * Every result of a stream as #resultOut makes a single one (SSE writes with
+   * stringify; graphql-ws counts); a stream that fails ends with one last result
+   * carrying its masked error, as a failed operation would answer.
+   */
+  #streamOut(stream: AsyncIterableIterator<ExecutionResult>): AsyncIterableIterator<ExecutionResult> {
+    let failed = false;
+    const out = (step: IteratorResult<ExecutionResult>): IteratorResult<ExecutionResult> => (step.done ? step : { done: false, value: this.#resultOut(step.value, true) });
+    const fail = (error: unknown): IteratorResult<ExecutionResult> => {
+      failed = true;
+      const masked = this.#options.maskError(error instanceof Error ? (error as GraphQLError) : createGraphQLError(String(error)));
+      return { done: false, value: { errors: [masked] } };
+    };
+    return {
+      [Symbol.asyncIterator]() {
+        return this;
+      },
+      next: () => (failed ? Promise.resolve({ done: true, value: undefined }) : stream.next().then(out, fail)),
+      return: (value?: unknown) => (stream.return ? stream.return(value as ExecutionResult).then(out) : Promise.resolve({ done: true, value: undefined })),
+      throw: (error?: unknown) => (stream.throw ? stream.throw(error).then(out) : Promise.reject(error)),
+    } as AsyncIterableIterator<ExecutionResult>;
+  }
+}

@@ -1,0 +1,145 @@
+// One plan per (document, operation name): the operation that runs, the facts
+// every guard judges (its kind, its root fields, whether it needs a merchant
+// key, what a client token may do with it, its cost as a function of its
+// variables), and the executor for that operation alone. The executor is built
+// from a document holding only the plan's operation (and its fragments), so
+// whatever another request named, or whatever was compiled first, this plan can
+// only ever run the operation its guards judged.
+import {
+  execute,
+  getOperationAST,
+  Kind,
+  subscribe,
+  type DefinitionNode,
+  type DocumentNode,
+  type ExecutionResult,
+  type FragmentDefinitionNode,
+  type GraphQLSchema,
+  type OperationDefinitionNode,
+  type SelectionSetNode,
+} from 'graphql';
+import { compileQuery, isCompiledQuery, type CompiledQuery } from 'graphql-jit';
+import { clientTokenRefusal, type OperationKind } from '../access/client-token-scope.js';
+import type { ForbiddenError } from '../errors.js';
+import { costPlanOf, type CostPlan } from './guards/cost.js';
+import { refusedBeforeRunning, requiredDefaultsOf, variableErrors, withRequiredDefaults } from './guards/variables.js';
+
+/** Root fields that need no credential: the schema's own description, and nothing of anyone's data. */
+const KEYLESS_ROOT_FIELDS: ReadonlySet<string> = new Set(['__typename', '__schema', '__type', '_service']);
+
+/** What an operation answers: one result, or a stream of them (a subscription). */
+export type Outcome = ExecutionResult | AsyncIterableIterator<ExecutionResult>;
+
+/** A result with the serializer compiled for its shape, when it has one. */
+export type WrittenResult = ExecutionResult & { stringify?: (result: ExecutionResult) => string };
+
+/** Every field selected at the root, through fragments and inline fragments (whatever @skip/@include say: judging more is safe). */
+function rootFieldsOf(selectionSet: SelectionSetNode, fragments: ReadonlyMap<string, FragmentDefinitionNode>, names = new Set<string>(), seen = new Set<string>()): Set<string> {
+  for (const selection of selectionSet.selections) {
+    if (selection.kind === Kind.FIELD) names.add(selection.name.value);
+    else if (selection.kind === Kind.INLINE_FRAGMENT) rootFieldsOf(selection.selectionSet, fragments, names, seen);
+    else if (!seen.has(selection.name.value)) {
+      seen.add(selection.name.value);
+      const fragment = fragments.get(selection.name.value);
+      if (fragment) rootFieldsOf(fragment.selectionSet, fragments, names, seen);
+    }
+  }
+  return names;
+}
+
+export interface PlanOptions {
+  schema: GraphQLSchema;
+  /** MAX_BATCH_SIZE: a list variable counts at most this many items. */
+  maxBatch: number;
+  /** Leave "Did you mean …?" out of variable errors (introspection off). */
+  hideSuggestions: boolean;
+}
+
+export class OperationPlan {
+  /** The name the requests of this plan give (undefined: none, the document's only operation). */
+  readonly operationName: string | undefined;
+  readonly kind: OperationKind;
+  readonly rootFields: ReadonlySet<string>;
+  /** Whether anything it selects at the root needs a credential. */
+  readonly needsKey: boolean;
+  /** Why a client token may not run it; undefined when it may. */
+  readonly clientTokenRefusal: ForbiddenError | undefined;
+  /** Its cost before variables; the cost guard counts again with variables only when `most` is over the limit. */
+  readonly cost: CostPlan;
+  /** The document the executor runs: this operation and the fragments, nothing else. */
+  readonly runnable: DocumentNode;
+  /** Runs so far (by callers who earned caching); the second one compiles. */
+  runs = 0;
+  readonly #options: PlanOptions;
+  readonly #requiredDefaults: ReadonlyArray<readonly [string, unknown]>;
+  #compiled: CompiledQuery | undefined;
+
+  constructor(
+    readonly document: DocumentNode,
+    readonly operation: OperationDefinitionNode,
+    operationName: string | undefined,
+    options: PlanOptions,
+  ) {
+    this.operationName = operationName;
+    this.kind = operation.operation;
+    this.#options = options;
+    const fragments = new Map<string, FragmentDefinitionNode>();
+    const kept: DefinitionNode[] = [operation];
+    for (const definition of document.definitions) {
+      if (definition.kind !== Kind.FRAGMENT_DEFINITION) continue;
+      fragments.set(definition.name.value, definition);
+      kept.push(definition);
+    }
+    this.runnable = { kind: Kind.DOCUMENT, definitions: kept };
+    this.rootFields = rootFieldsOf(operation.selectionSet, fragments);
+    this.needsKey = [...this.rootFields].some((name) => !KEYLESS_ROOT_FIELDS.has(name));
+    this.clientTokenRefusal = this.kind === 'mutation' || this.needsKey ? clientTokenRefusal(this.kind, this.rootFields) : undefined;
+    this.cost = costPlanOf(options.schema, document, operation, options.maxBatch);
+    this.#requiredDefaults = requiredDefaultsOf(operation);
+  }
+
+  /** Whether the compiled executor is built (the plan cache counts it in its bytes). */
+  get compiled(): boolean {
+    return this.#compiled !== undefined;
+  }
+
+  /**
+   * Runs the plan's operation. `compile`: the caller earned caching and this is
+   * at least the plan's second run, so graphql-jit compiles it (once); otherwise
+   * graphql-js runs it, which costs nothing to keep.
+   */
+  run(contextValue: unknown, variables: Readonly<Record<string, unknown>> | undefined, compile: boolean): Outcome | Promise<Outcome> {
+    const given = this.#requiredDefaults.length > 0 ? withRequiredDefaults(this.#requiredDefaults, variables) : variables;
+    if (compile && !this.#compiled) this.#compiled = this.#compile();
+    const compiled = this.#compiled;
+    let outcome: Outcome | Promise<Outcome>;
+    if (compiled) {
+      const run = this.kind === 'subscription' && compiled.subscribe ? compiled.subscribe : compiled.query;
+      outcome = run(undefined, contextValue, given) as Outcome | Promise<Outcome>;
+    } else {
+      const args = { schema: this.#options.schema, document: this.runnable, contextValue, variableValues: given };
+      outcome = (this.kind === 'subscription' ? subscribe(args) : execute(args)) as Outcome | Promise<Outcome>;
+    }
+    return outcome instanceof Promise ? outcome.then((value) => this.#finish(value, given)) : this.#finish(outcome, given);
+  }
+
+  /** jit's refusal of the variables reworded as graphql-js words it (BAD_USER_INPUT); the serializer for the result's shape. */
+  #finish(outcome: Outcome, variables: Readonly<Record<string, unknown>> | undefined): Outcome {
+    if (Symbol.asyncIterator in outcome) return outcome;
+    if (refusedBeforeRunning(outcome)) return variableErrors(this.#options.schema, this.operation, variables, this.#options.hideSuggestions) ?? outcome;
+    if (this.#compiled) (outcome as WrittenResult).stringify = this.#compiled.stringify;
+    return outcome;
+  }
+
+  #compile(): CompiledQuery | undefined {
+    const compiled = compileQuery(this.#options.schema, this.runnable, this.operationName);
+    // A document valid for graphql-js that jit cannot compile keeps running on graphql-js.
+    return isCompiledQuery(compiled) ? compiled : undefined;
+  }
+}
+
+/** The plan of the operation a request names in a valid document; undefined when none resolves (refused: fail closed). */
+export function planOf(document: DocumentNode, operationName: string | undefined, options: PlanOptions): OperationPlan | undefined {
+  const operation = getOperationAST(document, operationName);
+  return operation ? new OperationPlan(document, operation, operationName, options) : undefined;
+}

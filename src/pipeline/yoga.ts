@@ -1,0 +1,207 @@
+// The GraphQL server: the schema, the pipeline every operation runs through, and
+// graphql-yoga for what it does well on HTTP (reading GET and POST requests,
+// GraphiQL, server-sent events, the GraphQL-over-HTTP status rules). Yoga reads
+// a request's parameters; from there the pipeline (pipeline.ts) runs it, as it
+// runs the direct JSON path's and graphql-ws's operations. The HTTP front door
+// (src/http/) hands both their requests; this owns no socket.
+import { createGraphQLError, createYoga, maskError as yogaMaskError, type Plugin, type YogaServerInstance } from 'graphql-yoga';
+import type { GraphQLError } from 'graphql';
+import { readCaller } from '../access/caller.js';
+import type { RequestLimits } from '../access/rate-limit.js';
+import { DeliveryGraphError } from '../errors.js';
+import type { GraphQLContext, Services } from '../graphql/context.js';
+import { toSchema } from '../graphql/schema.js';
+import type { Logger } from '../logger.js';
+import { requestScope } from '../observability/request.js';
+import { Documents } from './documents.js';
+import { toGraphQLError } from './limits.js';
+import { namesPersistedQuery, persistedQueryStatus, type PersistedOperations } from './persisted-operations.js';
+import { Pipeline, type GraphQLParams, type OperationObserver } from './pipeline.js';
+
+export type GraphQLServer = YogaServerInstance<Record<string, unknown>, GraphQLContext>;
+
+export interface GraphQLServerOptions {
+  services: Services;
+  logger: Logger;
+  /** Metrics and tracing, each told of every operation that runs. */
+  observers: readonly OperationObserver[];
+  limits: RequestLimits;
+  /** Operations by hash: the allowlist, or automatic persisted queries. */
+  persisted: PersistedOperations;
+  /** GraphiQL's page renderer and options (src/web/graphiql.ts), or off. */
+  graphiql: Pick<Parameters<typeof createYoga>[0], 'renderGraphiQL' | 'graphiql'>;
+}
+
+/**
+ * Turns our typed errors into GraphQL errors with a stable extensions.code;
+ * everything else is masked as "Unexpected error." (INTERNAL_SERVER_ERROR), and
+ * the original, which only the operator may see, is logged.
+ */
+function maskErrorWith(logger: Logger) {
+  return (error: unknown, message: string, isDev?: boolean): Error => {
+    const masked = maskError(error, message, isDev);
+    if ((masked as Partial<GraphQLError>).extensions?.code === 'INTERNAL_SERVER_ERROR') {
+      const located = error as Partial<GraphQLError> | undefined;
+      logger.error({ reqId: requestScope.getStore()?.id, err: located?.originalError ?? error, path: located?.path?.join('.') }, 'unexpected error in a GraphQL operation (answered "Unexpected error.")');
+    }
+    return masked;
+  };
+}
+
+function maskError(error: unknown, message: string, isDev?: boolean): Error {
+  // A GraphQLError wraps what a resolver threw (originalError); a plain error stands for itself.
+  const located = error as Partial<GraphQLError> | undefined;
+  const original = located?.originalError ?? error;
+  if (!(original instanceof DeliveryGraphError)) return yogaMaskError(error, message, isDev);
+  // An upstream refusal of a body we did not send (a read, a cancel) is not the client's input: say so, without the upstream's words.
+  const [text, code] = original.code === 'VALIDATION' ? ['The delivery service refused the request.', 'UPSTREAM_ERROR'] : [original.message, original.code];
+  return createGraphQLError(text, { nodes: located?.nodes, source: located?.source, positions: located?.positions, path: located?.path, extensions: { code } });
+}
+
+/** Content types a browser may POST cross-site without a preflight (CSRF). */
+const SIMPLE_CONTENT_TYPES = new Set(['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data']);
+
+/**
+ * Refuses POSTs a form on another site could send (415): yoga would otherwise
+ * execute url-encoded and multipart bodies. The direct path only ever takes
+ * application/json, so yoga's onRequest is the one place this is needed.
+ */
+function useRefuseSimplePosts(): Plugin {
+  return {
+    onRequest({ request, endResponse, fetchAPI }) {
+      if (request.method !== 'POST') return;
+      const type = (request.headers.get('content-type') ?? '').split(';', 1)[0]!.trim().toLowerCase();
+      if (type !== '' && !SIMPLE_CONTENT_TYPES.has(type)) return;
+      const body = JSON.stringify({ errors: [{ message: 'POST a GraphQL request as application/json.', extensions: { code: 'BAD_REQUEST' } }] });
+      endResponse(new fetchAPI.Response(body, { status: 415, headers: { 'content-type': 'application/json; charset=utf-8' } }));
+    },
+  };
+}
+
+/**
+ * Requests yoga cannot read, answered without echoing them. A body that is not
+ * JSON gets "POST body sent invalid JSON." and, in extensions.originalError, the
+ * JSON parser's message, which quotes the body back (a key pasted into it, say):
+ * the refusal keeps its message, code and status without it. A GET whose
+ * `variables` or `extensions` parameter is not JSON throws the parser's own
+ * SyntaxError, which would be masked as a 500 "Unexpected error.": it is the
+ * client's mistake, so 400 BAD_REQUEST.
+ */
+function useRequestParseErrors(): Plugin {
+  const quiet = (error: unknown): never => {
+    if (error instanceof SyntaxError) {
+      throw createGraphQLError('The variables or extensions parameter is not valid JSON.', { extensions: { code: 'BAD_REQUEST', http: { status: 400 } } });
+    }
+    const extensions = (error as Partial<GraphQLError> | undefined)?.extensions;
+    if (!extensions || !('originalError' in extensions)) throw error;
+    const { originalError: _echo, http, ...kept } = extensions as { originalError?: unknown; http?: { status?: number; spec?: boolean } };
+    // yoga answers a spec-marked error 200 under application/json unless it carries that originalError:
+    // without it, the status stands on its own (400, as the GraphQL-over-HTTP spec wants for a body that does not parse).
+    throw createGraphQLError((error as Error).message, { extensions: http ? { ...kept, http: { status: http.status } } : kept });
+  };
+  return {
+    onRequestParse({ requestParser, setRequestParser }) {
+      if (!requestParser) return;
+      setRequestParser((request) => {
+        let parsed: ReturnType<typeof requestParser>;
+        try {
+          parsed = requestParser(request);
+        } catch (error) {
+          return quiet(error);
+        }
+        return parsed instanceof Promise ? parsed.catch(quiet) : parsed;
+      });
+    },
+  };
+}
+
+/** Whether a request takes a stream for an answer (server-sent events or multipart). */
+function takesStream(request: Request): boolean {
+  return /text\/event-stream|multipart\/mixed/i.test(request.headers.get('accept') ?? '');
+}
+
+/**
+ * Hands every operation yoga's handler has read to the pipeline: yoga's own
+ * parse, validate and execute are never called, so there is no second place
+ * where an operation could be judged or run.
+ */
+function usePipeline(pipeline: Pipeline, services: Services, persisted: PersistedOperations): Plugin {
+  /** Params whose hash this plugin turned into query text already (yoga's own checks want the text). */
+  const resolved = new WeakSet<object>();
+  return {
+    onParams({ params, setParams, setParamsHandler }) {
+      setParamsHandler(async ({ request, params, context }) => {
+        const { req } = context as { req?: import('node:http').IncomingMessage };
+        const caller = await readCaller(request.headers.get('authorization'), services.clientTokens);
+        const answer = await pipeline.run({
+          params: params as GraphQLParams,
+          caller,
+          method: request.method === 'GET' ? 'GET' : 'POST',
+          streams: takesStream(request),
+          req,
+          headers: req ? undefined : Object.fromEntries(request.headers),
+          signal: () => request.signal,
+          resolved: resolved.has(params),
+        });
+        return answer.kind === 'invalid' ? { errors: answer.errors as GraphQLError[] } : (answer.outcome as never);
+      });
+      // A query named by hash, resolved before yoga checks that the request has a query (synchronous for the common request).
+      if (!namesPersistedQuery(params)) return;
+      return persisted.resolve(params).then(
+        (text) => {
+          resolved.add(text);
+          setParams(text);
+        },
+        (error: unknown) => {
+          if (!(error instanceof DeliveryGraphError)) throw error;
+          const status = persistedQueryStatus(error);
+          throw toGraphQLError(error, status === 200 ? {} : { http: { status } });
+        },
+      );
+    },
+  };
+}
+
+export interface GraphQLServerParts {
+  yoga: GraphQLServer;
+  pipeline: Pipeline;
+}
+
+export function createGraphQLServer(options: GraphQLServerOptions): GraphQLServerParts {
+  const { services, logger } = options;
+  const { config } = services;
+  const schema = toSchema();
+  const masking = maskErrorWith(logger);
+  const pipeline = new Pipeline({
+    services,
+    limits: options.limits,
+    persisted: options.persisted,
+    observers: options.observers,
+    maskError: (error) => masking(error, 'Unexpected error.', false) as GraphQLError,
+    documents: new Documents({
+      schema,
+      maxBatch: config.graphql.maxBatchSize,
+      hideSuggestions: !config.graphql.introspection,
+      introspection: config.graphql.introspection,
+      cacheBytes: config.graphql.cacheBytes,
+    }),
+  });
+  const yoga = createYoga({
+    schema,
+    graphqlEndpoint: '/graphql',
+    landingPage: false,
+    // CORS is the front door's (src/http/server.ts), the same for every path.
+    cors: false,
+    logging: false,
+    ...options.graphiql,
+    // Never the original message or stack, whatever NODE_ENV says.
+    maskedErrors: { maskError: masking, isDev: false },
+    // No uploads in this schema; multipart is also a form a foreign site can POST.
+    multipart: false,
+    // Documents are the pipeline's to parse and keep (documents.ts), for callers who earned it.
+    parserAndValidationCache: false,
+    maxRequestBodySize: config.graphql.maxBodyBytes,
+    plugins: [useRefuseSimplePosts(), useRequestParseErrors(), usePipeline(pipeline, services, options.persisted)],
+  }) as unknown as GraphQLServer;
+  return { yoga, pipeline };
+}
