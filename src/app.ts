@@ -9,6 +9,7 @@ import type { Services } from './graphql/context.js';
 import { PersistedOperations } from './pipeline/persisted-operations.js';
 import { localPersistedQueryStore, sharedPersistedQueryStore } from './pipeline/persisted-query-store.js';
 import { createRequestLimits } from './access/rate-limit.js';
+import type { Pipeline } from './pipeline/pipeline.js';
 import { createGraphQLServer, type GraphQLServer } from './pipeline/yoga.js';
 import { createReadiness } from './http/readiness.js';
 import { openFrontDoor } from './http/server.js';
@@ -39,6 +40,8 @@ export interface App {
   services: Services;
   /** The GraphQL handler, for in-process requests (`app.yoga.fetch`). */
   yoga: GraphQLServer;
+  /** The request pipeline every operation runs through (its document cache, for operators and tests). */
+  pipeline: Pipeline;
   /** The webhook receiver, when a verification key is known. */
   receiver: WebhookReceiver | undefined;
   /** The embedded sandbox, when it is the upstream. */
@@ -157,5 +160,5 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       await teardown.run(logger);
     })());
 
-  return { url: http.url, port: http.port, server: http.server, services, yoga, receiver, sandbox, logger, metrics, stop };
+  return { url: http.url, port: http.port, server: http.server, services, yoga, pipeline, receiver, sandbox, logger, metrics, stop };
 }

@@ -157,7 +157,10 @@ export class Documents {
 
   /** Weighs a shared entry again once it grew (a plan was added or compiled). */
   reweigh(entry: DocumentEntry): void {
-    if (this.#shared?.peek(entry.text) === entry) this.#shared.set(entry.text, entry);
+    // lru-cache weighs a value when it is set, and not again for the same value: out and in.
+    if (this.#shared?.peek(entry.text) !== entry) return;
+    this.#shared.delete(entry.text);
+    this.#shared.set(entry.text, entry);
   }
 
   /** What the shared cache holds: entries and bytes (for /metrics and tests). */

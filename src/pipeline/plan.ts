@@ -110,12 +110,12 @@ export class OperationPlan {
    */
   run(contextValue: unknown, variables: Readonly<Record<string, unknown>> | undefined, compile: boolean): Outcome | Promise<Outcome> {
     const given = this.#requiredDefaults.length > 0 ? withRequiredDefaults(this.#requiredDefaults, variables) : variables;
-    if (compile && !this.#compiled) this.#compiled = this.#compile();
+    // Subscriptions stay on graphql-js: set up once per subscriber, and jit cannot run an aliased subscription root field.
+    if (compile && !this.#compiled && this.kind !== 'subscription') this.#compiled = this.#compile();
     const compiled = this.#compiled;
     let outcome: Outcome | Promise<Outcome>;
     if (compiled) {
-      const run = this.kind === 'subscription' && compiled.subscribe ? compiled.subscribe : compiled.query;
-      outcome = run(undefined, contextValue, given) as Outcome | Promise<Outcome>;
+      outcome = compiled.query(undefined, contextValue, given) as Outcome | Promise<Outcome>;
     } else {
       const args = { schema: this.#options.schema, document: this.runnable, contextValue, variableValues: given };
       outcome = (this.kind === 'subscription' ? subscribe(args) : execute(args)) as Outcome | Promise<Outcome>;
