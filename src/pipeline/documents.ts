@@ -30,13 +30,13 @@ function asRequestError(error: GraphQLError, code: string): GraphQLError {
   return error;
 }
 
-/** graphql-js's token-limit message, in the words clients have seen from us (graphql-armor's). */
+/** A text parsed with the token limit; graphql-js's token-limit message in the words clients have seen from us (graphql-armor's). */
 function parsed(text: string): DocumentNode | GraphQLError {
   try {
     return parse(text, { maxTokens: OPERATION_LIMITS.tokens });
   } catch (error) {
     if (!(error instanceof GraphQLError)) throw error;
-    if (/contains more than \d+ tokens/.test(error.message)) return asRequestError(new GraphQLError(`Syntax Error: Token limit of ${OPERATION_LIMITS.tokens} exceeded.`), 'GRAPHQL_PARSE_FAILED');
+    if (/contains more tha[nt] \d+ tokens/.test(error.message)) return asRequestError(new GraphQLError(`Syntax Error: Token limit of ${OPERATION_LIMITS.tokens} exceeded.`), 'GRAPHQL_PARSE_FAILED');
     return asRequestError(error, 'GRAPHQL_PARSE_FAILED');
   }
 }

@@ -155,14 +155,15 @@ export class Pipeline {
       const plan = entry.plan(operationName);
       // No operation resolves: nothing runs, whatever any guard would have said.
       if (!plan) return invalid(UNRESOLVED());
+      // How it came must fit what it is, whoever asks.
+      if (request.method === 'GET' && plan.kind === 'mutation') return invalid(MUTATION_OVER_GET());
+      if (!request.streams && plan.kind === 'subscription') return invalid(SUBSCRIPTION_WITHOUT_STREAM());
       // Without a working key, only what needs none, and not even validated otherwise.
       if (trust === 'keyless' && plan.needsKey) return refused(keylessRefusal(caller), plan);
       const errors = entry.validation();
       if (errors.length > 0) return invalid(...errors);
       const tooCostly = entry.costRefusal(plan);
       if (tooCostly) return invalid(tooCostly);
-      if (request.method === 'GET' && plan.kind === 'mutation') return invalid(MUTATION_OVER_GET());
-      if (!request.streams && plan.kind === 'subscription') return invalid(SUBSCRIPTION_WITHOUT_STREAM());
 
       const label = this.#names.label(plan.document, plan.operationName);
       const info = requestInfoOf(request.req);

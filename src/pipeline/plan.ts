@@ -64,8 +64,7 @@ export class OperationPlan {
   readonly needsKey: boolean;
   /** Why a client token may not run it; undefined when it may. */
   readonly clientTokenRefusal: ForbiddenError | undefined;
-  /** Its cost before variables; the cost guard counts again with variables only when `most` is over the limit. */
-  readonly cost: CostPlan;
+  #cost: CostPlan | undefined;
   /** The document the executor runs: this operation and the fragments, nothing else. */
   readonly runnable: DocumentNode;
   /** Runs so far (by callers who earned caching); the second one compiles. */
@@ -94,8 +93,16 @@ export class OperationPlan {
     this.rootFields = rootFieldsOf(operation.selectionSet, fragments);
     this.needsKey = [...this.rootFields].some((name) => !KEYLESS_ROOT_FIELDS.has(name));
     this.clientTokenRefusal = this.kind === 'mutation' || this.needsKey ? clientTokenRefusal(this.kind, this.rootFields) : undefined;
-    this.cost = costPlanOf(options.schema, document, operation, options.maxBatch);
     this.#requiredDefaults = requiredDefaultsOf(operation);
+  }
+
+  /**
+   * Its cost before variables (the cost guard counts again with variables only
+   * when `most` is over the limit). Counted on first use, which must come after
+   * validation: the walk trusts that fragments do not spread into themselves.
+   */
+  get cost(): CostPlan {
+    return (this.#cost ??= costPlanOf(this.#options.schema, this.document, this.operation, this.#options.maxBatch));
   }
 
   /** Whether the compiled executor is built (the plan cache counts it in its bytes). */

@@ -154,18 +154,15 @@ function expected(operation: Operation, credential: Credential, carrier: Carrier
   if (carrier === 'get' && isMutation(kind)) return { status: 405, data: null, errors: [{ code: 'BAD_REQUEST' }], writes: [] };
   // A client token may not run any mutation; refused before execution, so no data at all.
   if (credential === 'token' && isMutation(kind)) return answer(null, [{ code: 'FORBIDDEN' }]);
+  // Without a key only what needs none runs; anything else is refused before it runs (no data, no path).
   if (credential === 'none') {
     switch (kind) {
       case 'typename-query':
         return answer({ [key]: 'Query' });
       case 'typename-mutation':
         return answer({ [key]: 'Mutation' });
-      case 'read-query':
-        return answer({ [key]: null }, [{ code: 'UNAUTHENTICATED', path: [key] }]);
-      case 'subscription':
-        return answer(null, [{ code: 'UNAUTHENTICATED', path: ['deliveryUpdated'] }]);
       default:
-        return answer(null, [{ code: 'UNAUTHENTICATED', path: [key] }]);
+        return answer(null, [{ code: 'UNAUTHENTICATED' }]);
     }
   }
   switch (kind) {
