@@ -30,7 +30,7 @@ export const ERROR_CODES = {
   GRAPHQL_VALIDATION_FAILED: {
     surface: 'graphql-error',
     meaning:
-      'The operation does not fit the schema (an unknown field, argument or type, a literal of the wrong type) or breaks a limit checked before it runs (depth, aliases, directives, repeated fields, cost; see docs/limits.md). Nothing ran.',
+      'The operation does not fit the schema (an unknown field, argument or type, a literal of the wrong type), breaks a limit checked before it runs (depth, aliases, directives, repeated fields, cost; see docs/limits.md), or asks for introspection or _service where they are off (GRAPHQL_INTROSPECTION, FEDERATION_SDL). Nothing ran.',
   },
   OPERATION_RESOLUTION_FAILURE: { surface: 'graphql-error', meaning: 'operationName names no operation of the document, or the document has several operations and none is named (HTTP 400). Nothing ran.' },
   BAD_REQUEST: {

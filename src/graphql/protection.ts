@@ -29,6 +29,7 @@ import { DeliveryGraphError, PersistedQueryNotFoundError, RateLimitedError, Resp
 import type { GraphQLContext } from './context.js';
 import { namesPersistedQuery, persistedQueryStatus, type PersistedOperations } from './persisted-operations.js';
 import { useClientTokenScope } from './client-token-scope.js';
+import { useNoFederationSdl } from './federation-sdl.js';
 import type { Admission, RequestLimits } from './rate-limit.js';
 import type { KnownKeys } from '../upstream/known-keys.js';
 import { useVariableErrors } from './variables.js';
@@ -642,6 +643,7 @@ export function protectionPlugins({ config, limiter, persisted }: ProtectionOpti
     useCostLimit(OPERATION_LIMITS.cost, config.graphql.maxBatchSize),
     useResponseSizeLimit(config.graphql.maxResponseBytes),
     ...(config.graphql.introspection ? [] : [useNoIntrospection(), useHideSuggestions()]),
+    ...(config.graphql.federationSdl ? [] : [useNoFederationSdl()]),
     // A client token's refusals (mutations, other root fields) cost its merchant key nothing.
     useClientTokenScope(),
     useRateLimit(limiter),
