@@ -63,6 +63,8 @@ export interface Config {
     readonly batchConcurrency: number;
     /** Introspection and GraphiQL: off in production unless GRAPHQL_INTROSPECTION=true. */
     readonly introspection: boolean;
+    /** Federation's `_service { sdl }`: on outside production; in production as introspection is, unless FEDERATION_SDL says. */
+    readonly federationSdl: boolean;
     /** Larger GraphQL request bodies are refused with 413. */
     readonly maxBodyBytes: number;
     /** When set, only these operations run (id, usually the sha256 of the text → document text). */
@@ -187,6 +189,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'SUBSCRIBER_MAX_PENDING', help: 'events one subscriber may have waiting: over it for more than 1 s, or 10 times over at once, it is disconnected (SSE: KiB unsent)', default: '1000' },
   { name: 'WS_MAX_SUBSCRIPTIONS', help: 'operations one WebSocket may run at once', default: '100' },
   { name: 'GRAPHQL_INTROSPECTION', help: 'true or false: schema introspection and GraphiQL', default: 'false in production, else true' },
+  { name: 'FEDERATION_SDL', help: "true or false: federation's _service { sdl } (the whole schema), for a gateway that composes from it", default: 'in production as GRAPHQL_INTROSPECTION (false), else true' },
   { name: 'GRAPHQL_MAX_BODY_BYTES', help: 'largest GraphQL request body accepted (413 above)', default: '1048576' },
   { name: 'PERSISTED_OPERATIONS_FILE', help: 'JSON file of {"<sha256>": "<document>"}: when set, only these operations run', default: 'unset: any operation' },
   { name: 'APQ_MAX_ENTRIES', help: 'automatic persisted queries (Apollo APQ) each process remembers, least recently used first out; shared through REDIS_URL when set (0: APQ off; ignored with PERSISTED_OPERATIONS_FILE)', default: '10000' },
@@ -206,7 +209,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'OTEL_EXPORTER_OTLP_ENDPOINT', help: 'OTLP/HTTP collector base URL; spans go to <url>/v1/traces', default: 'http://localhost:4318' },
   { name: 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', help: 'full OTLP/HTTP traces URL, used as it is (overrides the above)', default: 'unset' },
   { name: 'OTEL_SERVICE_NAME', help: 'service.name of the spans', default: 'delivery-graph' },
-  { name: 'NODE_ENV', help: 'production turns off GraphiQL and introspection (see GRAPHQL_INTROSPECTION)', default: 'development' },
+  { name: 'NODE_ENV', help: 'production turns off GraphiQL, introspection and the federation SDL (see GRAPHQL_INTROSPECTION, FEDERATION_SDL)', default: 'development' },
 ];
 
 type Env = Record<string, string | undefined>;
@@ -409,10 +412,13 @@ export function loadConfig(env: Env = process.env): Config {
   // Each worker has its own memory: only through Redis do they share events, idempotency keys and limits.
   if (integer(env, 'WORKERS', 1, 1, 256) > 1 && redisUrl === undefined) throw new ConfigError('WORKERS', 'more than one worker needs REDIS_URL (the workers share events, idempotency and limits through it)');
 
+  const production = text(env, 'NODE_ENV') === 'production';
+  const introspection = oneOf(env, 'GRAPHQL_INTROSPECTION', ['true', 'false'] as const, production ? 'false' : 'true') === 'true';
+
   const config: Config = {
     port: integer(env, 'PORT', 4000, 0, 65535),
     host: text(env, 'HOST') ?? '127.0.0.1',
-    production: text(env, 'NODE_ENV') === 'production',
+    production,
     logLevel: oneOf(env, 'LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info'),
     dataDir: path.resolve(text(env, 'DATA_DIR') ?? './data'),
     redisUrl,
@@ -442,7 +448,9 @@ export function loadConfig(env: Env = process.env): Config {
     graphql: {
       maxBatchSize: integer(env, 'MAX_BATCH_SIZE', 100, 1, 10_000),
       batchConcurrency: integer(env, 'BATCH_CONCURRENCY', 64, 1, 1_000),
-      introspection: oneOf(env, 'GRAPHQL_INTROSPECTION', ['true', 'false'] as const, text(env, 'NODE_ENV') === 'production' ? 'false' : 'true') === 'true',
+      introspection,
+      // The SDL tells what introspection does: in production it is closed with it unless a gateway needs it (docs/federation.md).
+      federationSdl: oneOf(env, 'FEDERATION_SDL', ['true', 'false'] as const, !production || introspection ? 'true' : 'false') === 'true',
       maxBodyBytes: integer(env, 'GRAPHQL_MAX_BODY_BYTES', 1_048_576, 1024, 1_073_741_824),
       persistedOperations: persistedOperations(env, 'PERSISTED_OPERATIONS_FILE'),
       apqMaxEntries: integer(env, 'APQ_MAX_ENTRIES', 10_000, 0, 10_000_000),

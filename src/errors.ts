@@ -24,13 +24,13 @@ export const ERROR_CODES = {
   BAD_USER_INPUT: {
     surface: 'graphql-error',
     meaning:
-      'A variable does not fit its declared type, and nothing ran: it is missing, of the wrong type, or holds a bad value inside an input object (the message names the variable and the path, e.g. Variable "$input" got invalid value "abc" at "input.tip"; then what the type expects). Or an argument is malformed or out of bounds (an empty uid, a deliveries list over MAX_BATCH_SIZE).',
+      'A variable does not fit its declared type, and nothing ran: it is missing, of the wrong type, or holds a bad value inside an input object (the message names the variable and the path, e.g. Variable "$input" got invalid value "abc" at "input.tip"; then what the type expects). Or an argument is malformed or out of bounds, before any upstream call: a uid that is not one plain URL path segment of at most 64 characters (empty, . or .., or holding /, \\, whitespace or control characters; see docs/limits.md) or a partner reference that cannot be looked up, a deliveries list over MAX_BATCH_SIZE.',
   },
   GRAPHQL_PARSE_FAILED: { surface: 'graphql-error', meaning: 'The query text is not GraphQL (a syntax error, or more tokens than allowed); locations give the line and column. Nothing ran.' },
   GRAPHQL_VALIDATION_FAILED: {
     surface: 'graphql-error',
     meaning:
-      'The operation does not fit the schema (an unknown field, argument or type, a literal of the wrong type) or breaks a limit checked before it runs (depth, aliases, directives, repeated fields, cost; see docs/limits.md). Nothing ran.',
+      'The operation does not fit the schema (an unknown field, argument or type, a literal of the wrong type), breaks a limit checked before it runs (depth, aliases, directives, repeated fields, cost; see docs/limits.md), or asks for introspection or _service where they are off (GRAPHQL_INTROSPECTION, FEDERATION_SDL). Nothing ran.',
   },
   OPERATION_RESOLUTION_FAILURE: { surface: 'graphql-error', meaning: 'operationName names no operation of the document, or the document has several operations and none is named (HTTP 400). Nothing ran.' },
   BAD_REQUEST: {

@@ -7,6 +7,7 @@ import { builder } from './builder.js';
 import type { GraphQLContext } from './context.js';
 import { ApiGroupEnum, DeliveryModeEnum, DeliveryStatusEnum, DeliveryStyleEnum } from './enums.js';
 import { CourierRef, DistanceRef, MoneyRef, PackageRef, ProofOfDeliveryRef, StopRef } from './objects.js';
+import { checkUid } from './uid-arguments.js';
 
 export const DeliveryRef = builder.objectRef<DeliveryParent>('Delivery');
 
@@ -48,7 +49,7 @@ builder.node(DeliveryRef, {
   isTypeOf: (value) => typeof value === 'object' && value !== null && 'uid' in value && 'group' in value && ('stub' in value || 'pickup' in value),
   loadOne: (id, ctx) => {
     const parsed = parseDeliveryId(id);
-    return parsed ? ctx.deliveryLoader(parsed.group).load(parsed.uid) : null;
+    return parsed ? ctx.deliveryLoader(parsed.group).load(checkUid(parsed.uid, 'The uid in id')) : null;
   },
   fields: (t) => ({
     uid: t.exposeID('uid', { description: 'The upstream identifier returned at booking; reads, cancellations and webhooks are keyed on it.' }),
@@ -88,19 +89,20 @@ builder.queryFields((t) => ({
     nullable: true,
     description: 'One delivery by uid; null when no such delivery belongs to the caller (upstream 404).',
     args: {
-      uid: t.arg.id({ required: true, description: 'The delivery uid returned at booking.' }),
+      uid: t.arg.id({ required: true, description: 'The delivery uid returned at booking (one URL path segment: see docs/limits.md).' }),
       group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group to read from.' }),
     },
     resolve: (_root, { uid, group }, ctx) => {
       ctx.requireKey();
-      return ctx.deliveryLoader(group).load(String(uid));
+      // Checked here too, so that a client token's reads (answered without the upstream client) refuse it alike.
+      return ctx.deliveryLoader(group).load(checkUid(String(uid)));
     },
   }),
   deliveries: t.field({
     type: [DeliveryRef],
     nullable: { list: false, items: true },
     description:
-      'Many deliveries in one request: one entry per uid, in order; null where not found. Duplicates are read once, reads run concurrently under a bound, and one failing uid fails only its own entry. The selection counts once per uid towards the operation cost limit.',
+      'Many deliveries in one request: one entry per uid, in order; null where not found. Duplicates are read once, reads run concurrently under a bound, and one failing or malformed uid fails only its own entry (BAD_USER_INPUT at its path for a malformed one, read for nothing). The selection counts once per uid towards the operation cost limit.',
     args: {
       uids: t.arg.idList({ required: true, description: 'Delivery uids, at most MAX_BATCH_SIZE (100 by default).' }),
       group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group to read from.' }),
@@ -117,7 +119,8 @@ builder.queryFields((t) => ({
       const readOnce = (uid: string) => {
         let read = reads.get(uid);
         if (!read) {
-          read = loader.load(uid).catch((error: unknown) => (error instanceof Error ? error : new Error(String(error))));
+          // A malformed uid fails its own entry, unread: the rest of a list kept elsewhere still comes back.
+          read = new Promise<Delivery | null>((resolve) => resolve(loader.load(checkUid(uid)))).catch((error: unknown) => (error instanceof Error ? error : new Error(String(error))));
           reads.set(uid, read);
         }
         return read;
@@ -167,6 +170,7 @@ interface DeliveryRepresentation {
 export async function resolveDeliveryReference(representation: DeliveryRepresentation, ctx: GraphQLContext): Promise<Delivery | null> {
   const { uid, group } = representation;
   if (typeof uid !== 'string' || uid === '') throw new BadUserInputError('A Delivery representation needs its uid, a non-empty string.');
+  checkUid(uid, "A Delivery representation's uid");
   if (group != null && group !== 'PLATFORM' && group !== 'PARTNER') throw new BadUserInputError('A Delivery representation\'s group is PLATFORM or PARTNER when given.');
   if (group) return ctx.deliveryLoader(group).load(uid);
   return (await ctx.deliveryLoader('PLATFORM').load(uid)) ?? ctx.deliveryLoader('PARTNER').load(uid);

@@ -13,6 +13,7 @@ import type { GraphQLContext } from './context.js';
 import { DeliveryRef } from './delivery.js';
 import { DeliveryStatusEnum } from './enums.js';
 import { CourierRef, GeoPointRef } from './objects.js';
+import { checkUidArguments } from './uid-arguments.js';
 
 /**
  * One event object reaches every subscriber of its delivery: map its payload
@@ -200,7 +201,7 @@ function realtime(ctx: GraphQLContext): { deps: RealtimeDeps; subscriber: Subscr
  */
 function argumentsOf<T>(info: GraphQLResolveInfo): T {
   const field = info.parentType.getFields()[info.fieldName]!;
-  return getArgumentValues(field, info.fieldNodes[0]!, info.variableValues) as T;
+  return checkUidArguments(getArgumentValues(field, info.fieldNodes[0]!, info.variableValues)) as T;
 }
 
 builder.subscriptionType({

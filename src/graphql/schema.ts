@@ -67,7 +67,7 @@ function bounded(subgraph: GraphQLSchema): GraphQLSchema {
     return Promise.all(entries.map((entry) => Promise.resolve(entry).catch((error: unknown) => (error instanceof Error ? error : new Error(String(error))))));
   };
   entities.resolve = resolveBounded as typeof entities.resolve;
-  service.description = "Federation: this subgraph's SDL with its federation directives (`@key` on Delivery), for composing a supergraph. Open without a key and with introspection off, as gateways need it.";
+  service.description = "Federation: this subgraph's SDL with its federation directives (`@key` on Delivery), for composing a supergraph. Open without a key; in production only with FEDERATION_SDL=true (or introspection on), else refused by validation (docs/federation.md).";
   const describe: Record<string, string> = {
     _Any: 'Federation: an entity representation, any JSON object with `__typename` and the key fields.',
     _Entity: 'Federation: every type that _entities resolves (Delivery).',

@@ -10,6 +10,7 @@ import { maxDepthRule } from '@escape.tech/graphql-armor-max-depth';
 import { maxDirectivesRule } from '@escape.tech/graphql-armor-max-directives';
 import { LRUCache } from 'lru-cache';
 import { costBeforeVariables } from './guards/cost.js';
+import { noFederationSdlRule } from './guards/federation-sdl.js';
 import { fieldRepeatRefusal } from './guards/field-repeats.js';
 import { noIntrospectionRule, withoutSuggestions } from './guards/introspection.js';
 import { OPERATION_LIMITS } from './limits.js';
@@ -44,6 +45,8 @@ function parsed(text: string): DocumentNode | GraphQLError {
 export interface DocumentOptions extends PlanOptions {
   /** GRAPHQL_INTROSPECTION. */
   introspection: boolean;
+  /** FEDERATION_SDL: serve `_service { sdl }` (a validation error when off). */
+  federationSdl: boolean;
   /** GRAPHQL_CACHE_BYTES: the most the shared cache holds; 0 keeps nothing. */
   cacheBytes: number;
 }
@@ -123,6 +126,7 @@ function rulesOf(options: DocumentOptions): ValidationRule[] {
     maxDirectivesRule({ n: OPERATION_LIMITS.directives, ...asValidationError }) as unknown as ValidationRule,
   ];
   if (!options.introspection) rules.push(noIntrospectionRule);
+  if (!options.federationSdl) rules.push(noFederationSdlRule);
   return rules;
 }
 

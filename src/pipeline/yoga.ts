@@ -183,6 +183,7 @@ export function createGraphQLServer(options: GraphQLServerOptions): GraphQLServe
       maxBatch: config.graphql.maxBatchSize,
       hideSuggestions: !config.graphql.introspection,
       introspection: config.graphql.introspection,
+      federationSdl: config.graphql.federationSdl,
       cacheBytes: config.graphql.cacheBytes,
     }),
   });

@@ -1,6 +1,6 @@
 // Client of the partner endpoint group, directly under {base_url}.
 import type { UpstreamHttp } from './http.js';
-import { requireData, segment, type CallOptions } from './platform.js';
+import { referenceSegment, requireData, uidSegment, type CallOptions } from './platform.js';
 import type { WireAvailability, WireDeliveryRequest, WireOrder, WirePartnerCancellation, WireQuoteResult } from './wire.js';
 
 export class PartnerClient {
@@ -18,7 +18,7 @@ export class PartnerClient {
     const result = await this.#http.call<{ data?: WireOrder }>({
       group: 'partner',
       method: 'GET',
-      path: `/orders/${segment(uid, 'uid')}`,
+      path: `/orders/${uidSegment(uid)}`,
       route: '/orders/{uid}',
       key,
       ...options,
@@ -30,7 +30,7 @@ export class PartnerClient {
     const result = await this.#http.call<{ data?: WireOrder }>({
       group: 'partner',
       method: 'GET',
-      path: `/orders/partner/${segment(partnerReference, 'partnerReference')}`,
+      path: `/orders/partner/${referenceSegment(partnerReference)}`,
       route: '/orders/partner/{partner_reference}',
       key,
       ...options,
@@ -38,11 +38,11 @@ export class PartnerClient {
     return requireData(result, 'GET /orders/partner/{partner_reference}');
   }
 
-  cancel(key: string, uid: string, options: CallOptions = {}): Promise<WirePartnerCancellation> {
+  async cancel(key: string, uid: string, options: CallOptions = {}): Promise<WirePartnerCancellation> {
     return this.#http.call({
       group: 'partner',
       method: 'POST',
-      path: `/orders/${segment(uid, 'uid')}/cancel`,
+      path: `/orders/${uidSegment(uid)}/cancel`,
       route: '/orders/{uid}/cancel',
       key,
       cancel: true,

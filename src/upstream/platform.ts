@@ -1,4 +1,5 @@
 // Client of the platform endpoint group, under {base_url}/{platform}.
+import { partnerReferenceRefusal, uidRefusal } from '../domain/uid.js';
 import { BadUserInputError, UpstreamShapeError } from '../errors.js';
 import type { UpstreamHttp } from './http.js';
 import type {
@@ -15,12 +16,22 @@ export interface CallOptions {
 }
 
 /**
- * One path segment from a caller's identifier. An empty one would name another
- * resource (`/deliveries/` instead of `/deliveries/{uid}`), so it is refused here.
+ * A caller's uid as one path segment. Checked here (src/domain/uid.ts), the last
+ * step before every upstream call whatever path the uid came by: one that is not
+ * a plain segment would name another resource (`/deliveries/` or
+ * `/deliveries/../cancel` instead of `/deliveries/{uid}`). Encoded all the same.
  */
-export function segment(value: string, name: string): string {
-  if (value.trim() === '') throw new BadUserInputError(`${name} must not be empty.`);
-  return encodeURIComponent(value);
+export function uidSegment(uid: string): string {
+  const refusal = uidRefusal(uid, 'uid');
+  if (refusal) throw new BadUserInputError(refusal);
+  return encodeURIComponent(uid);
+}
+
+/** A caller's partner reference as one path segment: checked, then URL-encoded (its "/" and spaces stay inside it). */
+export function referenceSegment(reference: string): string {
+  const refusal = partnerReferenceRefusal(reference, 'partnerReference');
+  if (refusal) throw new BadUserInputError(refusal);
+  return encodeURIComponent(reference);
 }
 
 /** What create returns once the undocumented response shape is read. */
@@ -59,7 +70,7 @@ export class PlatformClient {
     const result = await this.#http.call<{ data?: WireDelivery }>({
       group: 'platform',
       method: 'GET',
-      path: `${this.#prefix}/deliveries/${segment(uid, 'uid')}`,
+      path: `${this.#prefix}/deliveries/${uidSegment(uid)}`,
       route: '/{platform}/deliveries/{uid}',
       key,
       ...options,
@@ -67,11 +78,12 @@ export class PlatformClient {
     return requireData(result, 'GET /{platform}/deliveries/{uid}');
   }
 
-  cancel(key: string, uid: string, options: CallOptions = {}): Promise<WirePlatformCancellation> {
+  // async: a refused uid rejects, as every other failure of a call does.
+  async cancel(key: string, uid: string, options: CallOptions = {}): Promise<WirePlatformCancellation> {
     return this.#http.call({
       group: 'platform',
       method: 'POST',
-      path: `${this.#prefix}/deliveries/${segment(uid, 'uid')}/cancel`,
+      path: `${this.#prefix}/deliveries/${uidSegment(uid)}/cancel`,
       route: '/{platform}/deliveries/{uid}/cancel',
       key,
       cancel: true,

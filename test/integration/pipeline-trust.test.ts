@@ -101,7 +101,7 @@ describe('nothing costly before a credential', () => {
     try {
       const refused = collect(client, padded);
       await refused.done;
-      expect(refused.errors?.map((error: { extensions?: { code?: string } }) => error.extensions?.code)).toEqual(['DOCUMENT_TOO_LARGE']);
+      expect((refused.errors as Array<{ extensions?: { code?: string } }> | undefined)?.map((error) => error.extensions?.code)).toEqual(['DOCUMENT_TOO_LARGE']);
     } finally {
       await client.dispose();
     }

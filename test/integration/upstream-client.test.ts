@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
+  BadUserInputError,
   DeliveryGraphError,
   NotCancelableError,
   NotFoundError,
@@ -642,11 +643,20 @@ describe('the wire', () => {
     expect(JSON.parse(fake.seen[0]!.body)).toEqual(body);
   });
 
-  it('a uid with path characters stays one path segment', async () => {
+  it('a uid that is not one plain path segment is refused by every call that takes one, before any request', async () => {
     const fake = await fakeUpstream(always(200, { data: DELIVERY }));
-    const { platform } = upstreamFor(fake);
-    await platform.get(KEY, '../../other/deliveries/x?y=1#z');
-    expect(fake.seen[0]!.url).toBe(`/api/v1/${PLATFORM}/deliveries/..%2F..%2Fother%2Fdeliveries%2Fx%3Fy%3D1%23z`);
+    const { platform, partner } = upstreamFor(fake);
+    for (const uid of ['..', '.', '../../other/deliveries/x?y=1#z', 'a\\b', 'a b', 'x'.repeat(65)]) {
+      for (const call of [() => platform.get(KEY, uid), () => platform.cancel(KEY, uid), () => partner.getOrder(KEY, uid), () => partner.cancel(KEY, uid)]) {
+        const error = await failure(call(), BadUserInputError, 'BAD_USER_INPUT');
+        expect(error.message).toMatch(/^uid /);
+      }
+    }
+    for (const reference of ['..', '.', 'a\u0000b', 'r'.repeat(201)]) {
+      const error = await failure(partner.getOrderByReference(KEY, reference), BadUserInputError, 'BAD_USER_INPUT');
+      expect(error.message).toMatch(/^partnerReference /);
+    }
+    expect(fake.seen).toEqual([]);
   });
 
   it('a base URL with a trailing slash gives the same paths', async () => {

@@ -117,6 +117,19 @@ describe('configuration of the request limits', () => {
     expect(problem({ GRAPHQL_INTROSPECTION: 'yes' }).variable).toBe('GRAPHQL_INTROSPECTION');
   });
 
+  it('serves the federation SDL outside production, and in production only as introspection is or FEDERATION_SDL says', () => {
+    expect(loadConfig({}).graphql.federationSdl).toBe(true);
+    expect(loadConfig({ GRAPHQL_INTROSPECTION: 'false' }).graphql.federationSdl).toBe(true);
+    expect(loadConfig({ NODE_ENV: 'production' }).graphql.federationSdl).toBe(false);
+    expect(loadConfig({ NODE_ENV: 'production', GRAPHQL_INTROSPECTION: 'true' }).graphql.federationSdl).toBe(true);
+    expect(loadConfig({ NODE_ENV: 'production', FEDERATION_SDL: 'TRUE' }).graphql.federationSdl).toBe(true);
+    expect(loadConfig({ NODE_ENV: 'production', GRAPHQL_INTROSPECTION: 'true', FEDERATION_SDL: 'false' }).graphql.federationSdl).toBe(false);
+    expect(loadConfig({ FEDERATION_SDL: 'false' }).graphql.federationSdl).toBe(false);
+    const refused = problem({ FEDERATION_SDL: 'yes' });
+    expect(refused.variable).toBe('FEDERATION_SDL');
+    expect(refused.message).toBe('FEDERATION_SDL: expected one of true, false, got "yes"');
+  });
+
   it.each([
     ['RATE_LIMIT_PER_MINUTE', '-1'],
     ['RATE_LIMIT_PER_MINUTE', 'lots'],
