@@ -1,9 +1,10 @@
 // Who may see which delivery's events. The facade's owner records decide first,
 // with no upstream call: a key may see a delivery recorded as its own (booked
-// through the facade with it), and never one recorded as another key's. Only a
-// delivery with no record at all is asked of the upstream (platform read, then
-// partner), and a subscription pays for each such check from its allowance.
-// Answers are cached per (key hash, uid); nothing is shared across keys.
+// through the facade with it, or found readable with it by an earlier check),
+// and never one recorded as another key's. Only a delivery with no record at all
+// is asked of the upstream (platform read, then partner), and a subscription
+// pays for each such check from its allowance. Answers are cached per (key hash,
+// uid); nothing is shared across keys.
 import { NotFoundError } from '../errors.js';
 import { type Store } from '../store/store.js';
 import { hashKey } from '../domain/merchant-key.js';
@@ -166,7 +167,7 @@ export class ReadAccess {
       pending = this.#pending.get(entry);
     }
     if (!pending) {
-      pending = this.#ask(key, uid).finally(() => this.#pending.delete(entry));
+      pending = this.#ask(key, owner, uid).finally(() => this.#pending.delete(entry));
       this.#pending.set(entry, pending);
     }
     const allowed = await pending;
@@ -174,8 +175,12 @@ export class ReadAccess {
     return allowed;
   }
 
-  /** One upstream check, for a delivery with no owner record, counted by what it found. */
-  async #ask(key: string, uid: string): Promise<boolean> {
+  /**
+   * One upstream check, for a delivery with no owner record, counted by what it
+   * found. A key the upstream lets read the delivery is recorded as its owner, so
+   * no instance asks again, for this key or any other.
+   */
+  async #ask(key: string, owner: string, uid: string): Promise<boolean> {
     let allowed: boolean;
     try {
       allowed = await this.#readable(key, uid);
@@ -184,6 +189,10 @@ export class ReadAccess {
       throw error;
     }
     this.counters.checks[allowed ? 'allowed' : 'denied'] += 1;
+    if (allowed) {
+      // The answer stands without the record: a store that cannot write it only costs a later check.
+      await this.#store.recordOwner(uid, owner).catch((error: unknown) => this.#logger?.warn({ err: error, uid }, 'could not record the owner of a delivery an access check allowed'));
+    }
     return allowed;
   }
 

@@ -10,13 +10,14 @@
 import { randomBytes } from 'node:crypto';
 import { exportPKCS8, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { callerCursors } from '../../src/domain/cursor.js';
 import { DEFAULT_PLATFORM_ID } from '../../src/sandbox/index.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import { deliveryInput, partnerOrderBody, startStack, type Stack } from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
 const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`;
-const REPLAY = `subscription { deliveryEvents(after: "0") { cursor uid name statusText } }`;
+const REPLAY = `subscription($after: String) { deliveryEvents(after: $after) { cursor uid name statusText } }`;
 
 /** Deliveries of another merchant, booked through the facade, and events posted for each of them. */
 const FOREIGN = 25;
@@ -69,22 +70,28 @@ async function post(stack: Stack, event: Record<string, unknown>): Promise<void>
 }
 
 /**
- * Replays the whole log as `key`, up to a marker event of `own` (a delivery the key
- * is sent events of) posted once the subscription started: replayed or live, it is
- * the last event of the log, so once it arrived every earlier event was either sent
- * or left out. The marker is not returned.
+ * Replays the log as `key` (from the start, or after `after`), up to a marker event
+ * of `own` (a delivery the key is sent events of) posted once the subscription
+ * started: replayed or live, it is the last event of the log, so once it arrived
+ * every earlier event was either sent or left out. Markers are not returned.
  */
-async function replay(stack: Stack, key: string, own: string): Promise<{ events: Replayed[]; errors: unknown[] }> {
+async function replay(stack: Stack, key: string, own: string, after = '0'): Promise<{ events: Replayed[]; errors: unknown[] }> {
   const client = wsClient(stack.app.url, key);
   try {
-    const sub = collect<{ deliveryEvents: Replayed }>(client, REPLAY);
+    const sub = collect<{ deliveryEvents: Replayed }>(client, REPLAY, { after });
     const marker = `marker ${Math.random()}`;
     await post(stack, { uid: own, event_name: 'delivery.marker', status: marker });
     await sub.waitForItem((item) => item.deliveryEvents.statusText === marker, 15_000);
-    return { events: sub.items.map((item) => item.deliveryEvents).filter((event) => event.statusText !== marker), errors: sub.errors };
+    return { events: sub.items.map((item) => item.deliveryEvents).filter((event) => event.name !== 'delivery.marker'), errors: sub.errors };
   } finally {
     await client.dispose();
   }
+}
+
+/** The key's cursor for the end of the log as it is now: a replay after it sees only what comes next. */
+async function cursorNow(stack: Stack, key: string): Promise<string> {
+  const { store } = stack.app.services;
+  return (await callerCursors(store, key)).cursorOf(await store.lastSeq());
 }
 
 /** The upstream requests since `mark` (a sandbox requestCount), as "METHOD path". */
@@ -175,6 +182,27 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       expect(upstreamAbout(stack, mark, [...ownOrders.slice(CHECKS), ...foreignOrders])).toEqual([]);
       expect(await metric(stack, 'delivery_graph_access_checks_total', { outcome: 'allowed' })).toBe(allowedBefore + CHECKS);
       expect(await metric(stack, 'delivery_graph_access_checks_withheld_total', { reason: 'subscription' })).toBe(withheldBefore + 2 + 10);
+    });
+
+    it('records a key the upstream let read a delivery as its owner: after a restart nothing is asked about it, for that key or another', async () => {
+      const [from, otherFrom] = [await cursorNow(stack, third.key), await cursorNow(stack, other.key)];
+      const orders = await partnerOrders(stack, third.key, 2);
+      const otherOwn = await book(stack, other.key);
+      await stack.sandbox.idle();
+      const first = await replay(stack, third.key, orders[0]!, from);
+      expect(first.events.map((event) => event.uid)).toEqual(orders);
+
+      // A new process: no cached answer, only what the store keeps.
+      await stack.restart();
+      let mark = stack.sandbox.requestCount;
+      const again = await replay(stack, third.key, orders[0]!, from);
+      expect(again.errors).toEqual([]);
+      expect(again.events.map((event) => event.uid)).toEqual(orders);
+      expect(upstreamAbout(stack, mark, orders)).toEqual([]);
+      mark = stack.sandbox.requestCount;
+      const theirs = await replay(stack, other.key, otherOwn, otherFrom);
+      expect(theirs.events.map((event) => event.uid)).toEqual([otherOwn]);
+      expect(upstreamAbout(stack, mark, orders)).toEqual([]);
     });
 
     it(`takes one unit of the key’s RATE_LIMIT_PER_MINUTE (${PER_MINUTE}) per upstream check, and skips the rest once it is spent`, async () => {

@@ -16,7 +16,7 @@ const THEIRS = 'sk_test_theirs';
 /** A store of owner records only, and an upstream where `MINE` may read the uids of `readable` (partner group). */
 function setup(options: { owners?: Record<string, string>; readable?: string[]; checksPerSubscription?: number } = {}) {
   const owners = new Map(Object.entries(options.owners ?? {}).map(([uid, key]) => [uid, hashKey(key)]));
-  const store = { ownerOf: async (uid: string) => owners.get(uid), recordOwner: async () => {} } as unknown as Store;
+  const store = { ownerOf: async (uid: string) => owners.get(uid), recordOwner: async (uid: string, owner: string) => void owners.set(uid, owners.get(uid) ?? owner) } as unknown as Store;
   const asked: string[] = [];
   const read = (group: string) => async (key: string, uid: string) => {
     asked.push(`${group} ${uid}`);
@@ -49,12 +49,15 @@ describe('ReadAccess.canRead', () => {
     expect(access.counters.checks).toEqual({ allowed: 0, denied: 0, failed: 0 });
   });
 
-  it('asks the upstream about a uid with no record, platform then partner, once per key while the answer is cached', async () => {
+  it('asks the upstream about a uid with no record, platform then partner, and records the key it allowed as the owner', async () => {
     const { access, asked } = setup({ readable: ['order'] });
-    expect(await access.canRead(MINE, 'order')).toBe(true);
-    expect(await access.canRead(MINE, 'order')).toBe(true);
     expect(await access.canRead(THEIRS, 'order')).toBe(false);
+    expect(await access.canRead(MINE, 'order')).toBe(true);
+    expect(await access.canRead(MINE, 'order')).toBe(true);
     expect(asked).toEqual(['platform order', 'partner order', 'platform order', 'partner order']);
+    // From the record: any other key is denied without asking.
+    expect(await access.canRead('sk_test_third', 'order')).toBe(false);
+    expect(asked).toHaveLength(4);
     expect(access.counters.checks).toEqual({ allowed: 1, denied: 1, failed: 0 });
   });
 
