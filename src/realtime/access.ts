@@ -45,7 +45,7 @@ export interface KeyBudget {
 export interface AccessCounters {
   /** Upstream checks by what they found; `failed`: the upstream could not say (down, timing out, the key refused). */
   checks: { allowed: number; denied: number; failed: number };
-  /** Checks not made, by reason: the event was skipped, undelivered. */
+  /** Checks not made, by reason: the event was skipped undelivered (or, for a uid the client named, the subscription refused). */
   withheld: { subscription: number; rate_limit: number };
 }
 
