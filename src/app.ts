@@ -108,7 +108,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     upstream,
     store,
     bus,
-    access: new ReadAccess(store, upstream),
+    access: new ReadAccess(store, upstream, { checksPerSubscription: config.realtime.accessChecksPerMinute, logger }),
     maxPendingEvents: config.realtime.maxPendingEvents,
     bookingsInFlight: new Map(),
     clientTokens: new ClientTokens(clientTokenSecrets(config.clientTokenSecrets, config.dataDir)),
@@ -131,7 +131,9 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   const persisted = new PersistedOperations(allowlist, {
     store: apqStore && redis ? sharedPersistedQueryStore(apqStore, { client: redis.client, prefix: redis.prefix, maxEntries: config.graphql.apqMaxEntries, logger }) : apqStore,
   });
-  if (config.metrics) metrics = createMetrics({ upstream, bus, webhooks: receiver?.counters, upstreamHealth: readiness.upstream, persistedQueries: persisted.counters });
+  if (config.metrics) {
+    metrics = createMetrics({ upstream, bus, webhooks: receiver?.counters, upstreamHealth: readiness.upstream, persistedQueries: persisted.counters, access: services.access.counters });
+  }
 
   const sandboxKey = sandbox?.merchants[0]?.key;
   const graphiql = config.graphql.introspection ? createGraphiQL({ graphqlPath: '/graphql', sandboxKey, logger }) : undefined;

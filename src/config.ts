@@ -120,6 +120,12 @@ export interface Config {
     readonly maxPendingEvents: number;
     /** Operations one WebSocket may run at once. */
     readonly maxSubscriptionsPerSocket: number;
+    /**
+     * Upstream access checks one subscription may make per minute for the events
+     * it meets (deliveries with no owner record); past them, and past the key's
+     * RATE_LIMIT_PER_MINUTE that each check draws on, those events are skipped.
+     */
+    readonly accessChecksPerMinute: number;
   };
   /** GET /metrics (Prometheus text format). */
   readonly metrics: boolean;
@@ -188,6 +194,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'SHUTDOWN_GRACE_MS', help: 'on SIGTERM, how long in-flight requests may take before connections are cut', default: '10000' },
   { name: 'SUBSCRIBER_MAX_PENDING', help: 'events one subscriber may have waiting: over it for more than 1 s, or 10 times over at once, it is disconnected (SSE: KiB unsent)', default: '1000' },
   { name: 'WS_MAX_SUBSCRIPTIONS', help: 'operations one WebSocket may run at once', default: '100' },
+  { name: 'SUBSCRIPTION_ACCESS_CHECKS', help: 'upstream access checks one deliveryEvents subscription without uids may make per minute, for deliveries the facade has no owner record of (each also takes one unit of RATE_LIMIT_PER_MINUTE); past either, their events are skipped (0: never asked)', default: '50' },
   { name: 'GRAPHQL_INTROSPECTION', help: 'true or false: schema introspection and GraphiQL', default: 'false in production, else true' },
   { name: 'FEDERATION_SDL', help: "true or false: federation's _service { sdl } (the whole schema), for a gateway that composes from it", default: 'in production as GRAPHQL_INTROSPECTION (false), else true' },
   { name: 'GRAPHQL_MAX_BODY_BYTES', help: 'largest GraphQL request body accepted (413 above)', default: '1048576' },
@@ -476,6 +483,7 @@ export function loadConfig(env: Env = process.env): Config {
     realtime: {
       maxPendingEvents: integer(env, 'SUBSCRIBER_MAX_PENDING', 1000, 1, 1_000_000),
       maxSubscriptionsPerSocket: integer(env, 'WS_MAX_SUBSCRIPTIONS', 100, 1, 100_000),
+      accessChecksPerMinute: integer(env, 'SUBSCRIPTION_ACCESS_CHECKS', 50, 0, 1_000_000),
     },
     metrics: oneOf(env, 'METRICS', ['true', 'false'] as const, 'true') === 'true',
     trackingPage: oneOf(env, 'TRACKING_PAGE', ['true', 'false'] as const, 'true') === 'true',

@@ -5,6 +5,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { PersistedQueryCounters } from '../pipeline/persisted-operations.js';
+import type { AccessCounters } from '../realtime/access.js';
 import type { EventBus } from '../realtime/bus.js';
 import type { BreakerState } from '../upstream/breaker.js';
 import type { Upstream } from '../upstream/clients.js';
@@ -43,6 +44,8 @@ export interface MetricSources {
   upstreamHealth?: () => UpstreamHealth;
   /** Lookups and registrations of persisted queries (APQ and the allowlist). */
   persistedQueries?: PersistedQueryCounters;
+  /** Subscriptions' upstream access checks, made and withheld. */
+  access?: AccessCounters;
 }
 
 export function createMetrics(sources: MetricSources): Metrics {
@@ -121,6 +124,30 @@ export function createMetrics(sources: MetricSources): Metrics {
       this.inc({ result: 'miss' }, counters.misses);
       this.inc({ result: 'registered' }, counters.registrations);
       this.inc({ result: 'unregistered' }, counters.refused);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}access_checks_total`,
+    help: 'Upstream access checks (may this key see this delivery?) for deliveries with no owner record: one or two upstream reads each, and one unit of the key\'s RATE_LIMIT_PER_MINUTE when a subscription makes it; by outcome: allowed, denied, failed (the upstream could not say)',
+    labelNames: ['outcome'] as const,
+    registers: [registry],
+    collect() {
+      const counters = sources.access;
+      if (!counters) return;
+      this.reset();
+      for (const outcome of ['allowed', 'denied', 'failed'] as const) this.inc({ outcome }, counters.checks[outcome]);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}access_checks_withheld_total`,
+    help: 'Upstream access checks a subscription did not make, for deliveries with no owner record: a deliveryEvents without uids skips that event undelivered, a subscription naming the uid is refused RATE_LIMITED; by reason: subscription (its SUBSCRIPTION_ACCESS_CHECKS of the minute spent), rate_limit (the key\'s RATE_LIMIT_PER_MINUTE spent)',
+    labelNames: ['reason'] as const,
+    registers: [registry],
+    collect() {
+      const counters = sources.access;
+      if (!counters) return;
+      this.reset();
+      for (const reason of ['subscription', 'rate_limit'] as const) this.inc({ reason }, counters.withheld[reason]);
     },
   });
   new Gauge({

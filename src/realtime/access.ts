@@ -1,43 +1,203 @@
-// Who may see which delivery's events: a key may, when the delivery was booked
-// through the facade with it, or when an upstream read with it succeeded. Answers
-// are cached per (key hash, uid); nothing is shared across keys.
+// Who may see which delivery's events. The facade's owner records decide first,
+// with no upstream call: a key may see a delivery recorded as its own (booked
+// through the facade with it, or found readable with it by an earlier check),
+// and never one recorded as another key's. Only a delivery with no record at all
+// is asked of the upstream (platform read, then partner), and a subscription
+// pays for each such check from its allowance. Answers are cached per (key hash,
+// uid); nothing is shared across keys.
 import { NotFoundError } from '../errors.js';
 import { type Store } from '../store/store.js';
 import { hashKey } from '../domain/merchant-key.js';
+import type { Logger } from '../logger.js';
 import type { Upstream } from '../upstream/clients.js';
 
+/** Answers from an owner record: records are only ever added (the first one wins) or expire with the events. */
+const RECORDED_TTL_MS = 30 * 60_000;
 const ALLOWED_TTL_MS = 30 * 60_000;
 const DENIED_TTL_MS = 15_000;
 const MAX_ENTRIES = 100_000;
+/** The window a subscription's SUBSCRIPTION_ACCESS_CHECKS are counted in. */
+const CHECK_WINDOW_MS = 60_000;
+
+/**
+ * The rule owner records make, in one place: true when the record is the
+ * caller's, false when it is another key's, undefined when there is none (only
+ * then may the upstream be asked).
+ */
+export function recordedAccess(recordedOwner: string | undefined, callerHash: string): boolean | undefined {
+  if (recordedOwner === undefined) return undefined;
+  return recordedOwner === callerHash;
+}
+
+/** Why an upstream check was not made (nothing was asked, and nothing is known), and in how many seconds one may be. */
+export interface Withheld {
+  /** subscription: it spent its SUBSCRIPTION_ACCESS_CHECKS of this minute; rate_limit: the key's RATE_LIMIT_PER_MINUTE is spent. */
+  reason: 'subscription' | 'rate_limit';
+  retryAfterSeconds: number;
+}
+
+/** One merchant key's rate-limit budget (RequestLimits.perKey): 0 when a unit was taken, else seconds until one is there. */
+export interface KeyBudget {
+  take(key: string): number | Promise<number>;
+}
+
+/** Access checks asked of the upstream and withheld, since start: read by /metrics. */
+export interface AccessCounters {
+  /** Upstream checks by what they found; `failed`: the upstream could not say (down, timing out, the key refused). */
+  checks: { allowed: number; denied: number; failed: number };
+  /** Checks not made, by reason: the event was skipped undelivered (or, for a uid the client named, the subscription refused). */
+  withheld: { subscription: number; rate_limit: number };
+}
+
+export interface ReadAccessOptions {
+  /** SUBSCRIPTION_ACCESS_CHECKS: upstream checks one subscription may make per minute for the events it meets. */
+  checksPerSubscription?: number;
+  logger?: Logger;
+}
+
+/**
+ * What one subscription may still spend on upstream checks: its own count per
+ * minute (none for uids the client named: those are as many as it sent), and
+ * one unit of the key's rate-limit budget each, as an operation would take.
+ * The first check it withholds is logged.
+ */
+const secondsUntil = (at: number, now: number) => Math.max(1, Math.ceil((at - now) / 1000));
+
+export class CheckAllowance {
+  #windowStart = 0;
+  #made = 0;
+  /** While the key's budget is known to be spent: when a unit is back (ms since the epoch). */
+  #budgetBackAt = 0;
+  #logged = false;
+
+  constructor(
+    private readonly key: string,
+    private readonly budget: KeyBudget | undefined,
+    /** Checks per minute; Infinity: no count of its own. */
+    readonly perMinute: number,
+    private readonly onWithheld: (withheld: Withheld, first: boolean) => void,
+  ) {}
+
+  /** Takes one check; undefined when it may be made, else why not. */
+  async take(): Promise<Withheld | undefined> {
+    const now = Date.now();
+    if (now - this.#windowStart >= CHECK_WINDOW_MS) {
+      this.#windowStart = now;
+      this.#made = 0;
+    }
+    if (this.#made >= this.perMinute) return this.#withhold({ reason: 'subscription', retryAfterSeconds: secondsUntil(this.#windowStart + CHECK_WINDOW_MS, now) });
+    if (this.budget) {
+      if (now < this.#budgetBackAt) return this.#withhold({ reason: 'rate_limit', retryAfterSeconds: secondsUntil(this.#budgetBackAt, now) });
+      const wait = await this.budget.take(this.key);
+      if (wait > 0) {
+        this.#budgetBackAt = Date.now() + wait * 1000;
+        return this.#withhold({ reason: 'rate_limit', retryAfterSeconds: wait });
+      }
+    }
+    this.#made += 1;
+    return undefined;
+  }
+
+  #withhold(withheld: Withheld): Withheld {
+    this.onWithheld(withheld, !this.#logged);
+    this.#logged = true;
+    return withheld;
+  }
+}
 
 export class ReadAccess {
   readonly #store: Store;
   readonly #upstream: Upstream;
+  readonly #checksPerSubscription: number;
+  readonly #logger: Logger | undefined;
   readonly #cache = new Map<string, { allowed: boolean; expires: number }>();
   readonly #pending = new Map<string, Promise<boolean>>();
+  readonly counters: AccessCounters = { checks: { allowed: 0, denied: 0, failed: 0 }, withheld: { subscription: 0, rate_limit: 0 } };
 
-  constructor(store: Store, upstream: Upstream) {
+  constructor(store: Store, upstream: Upstream, options: ReadAccessOptions = {}) {
     this.#store = store;
     this.#upstream = upstream;
+    this.#checksPerSubscription = options.checksPerSubscription ?? Infinity;
+    this.#logger = options.logger;
   }
 
-  async canRead(key: string, uid: string): Promise<boolean> {
+  /**
+   * A new allowance for one subscription: `capped` for the checks of events it
+   * meets (SUBSCRIPTION_ACCESS_CHECKS per minute), uncapped for the uids its
+   * client named; both draw on `budget` when there is one.
+   */
+  allowance(key: string, budget: KeyBudget | undefined, capped: boolean): CheckAllowance {
+    const perMinute = capped ? this.#checksPerSubscription : Infinity;
+    return new CheckAllowance(key, budget, perMinute, (withheld, first) => {
+      this.counters.withheld[withheld.reason] += 1;
+      if (first) {
+        this.#logger?.info(
+          { reason: withheld.reason, checksPerMinute: Number.isFinite(perMinute) ? perMinute : undefined },
+          withheld.reason === 'subscription'
+            ? 'subscription: SUBSCRIPTION_ACCESS_CHECKS spent; events of deliveries with no owner record are skipped until the minute is over'
+            : "subscription: the key's RATE_LIMIT_PER_MINUTE is spent; events of deliveries with no owner record are skipped until it is back",
+        );
+      }
+    });
+  }
+
+  /**
+   * Whether the key may see the delivery's events. Cached answers and owner
+   * records cost nothing; without either, the upstream is asked, after taking
+   * one check from `allowance` (when given): if it has none left, nothing is
+   * asked and the answer is why.
+   */
+  canRead(key: string, uid: string): Promise<boolean>;
+  canRead(key: string, uid: string, allowance: CheckAllowance | undefined): Promise<boolean | Withheld>;
+  async canRead(key: string, uid: string, allowance?: CheckAllowance): Promise<boolean | Withheld> {
     const owner = hashKey(key);
     const entry = `${owner}:${uid}`;
     const cached = this.#cache.get(entry);
     if (cached && cached.expires > Date.now()) return cached.allowed;
+    const recorded = recordedAccess(await this.#store.ownerOf(uid), owner);
+    if (recorded !== undefined) {
+      this.#put(entry, recorded, RECORDED_TTL_MS);
+      return recorded;
+    }
     let pending = this.#pending.get(entry);
     if (!pending) {
-      pending = this.#check(key, owner, uid).finally(() => this.#pending.delete(entry));
+      const withheld = await allowance?.take();
+      if (withheld) return withheld;
+      // Another caller may have started the same check meanwhile: share it (the check taken is spent all the same).
+      pending = this.#pending.get(entry);
+    }
+    if (!pending) {
+      pending = this.#ask(key, owner, uid).finally(() => this.#pending.delete(entry));
       this.#pending.set(entry, pending);
     }
     const allowed = await pending;
-    this.#put(entry, allowed);
+    this.#put(entry, allowed, allowed ? ALLOWED_TTL_MS : DENIED_TTL_MS);
     return allowed;
   }
 
-  async #check(key: string, owner: string, uid: string): Promise<boolean> {
-    if ((await this.#store.ownerOf(uid)) === owner) return true;
+  /**
+   * One upstream check, for a delivery with no owner record, counted by what it
+   * found. A key the upstream lets read the delivery is recorded as its owner, so
+   * no instance asks again, for this key or any other.
+   */
+  async #ask(key: string, owner: string, uid: string): Promise<boolean> {
+    let allowed: boolean;
+    try {
+      allowed = await this.#readable(key, uid);
+    } catch (error) {
+      this.counters.checks.failed += 1;
+      throw error;
+    }
+    this.counters.checks[allowed ? 'allowed' : 'denied'] += 1;
+    if (allowed) {
+      // The answer stands without the record: a store that cannot write it only costs a later check.
+      await this.#store.recordOwner(uid, owner).catch((error: unknown) => this.#logger?.warn({ err: error, uid }, 'could not record the owner of a delivery an access check allowed'));
+    }
+    return allowed;
+  }
+
+  /** Whether the key's read of the uid succeeds: platform group, then partner. */
+  async #readable(key: string, uid: string): Promise<boolean> {
     for (const read of [() => this.#upstream.platform.get(key, uid), () => this.#upstream.partner.getOrder(key, uid)]) {
       try {
         await read();
@@ -50,13 +210,13 @@ export class ReadAccess {
     return false;
   }
 
-  #put(entry: string, allowed: boolean): void {
+  #put(entry: string, allowed: boolean, ttlMs: number): void {
     if (this.#cache.size >= MAX_ENTRIES) {
       // Drop the oldest entry (Map keeps insertion order).
       const oldest = this.#cache.keys().next().value;
       if (oldest !== undefined) this.#cache.delete(oldest);
     }
     this.#cache.delete(entry);
-    this.#cache.set(entry, { allowed, expires: Date.now() + (allowed ? ALLOWED_TTL_MS : DENIED_TTL_MS) });
+    this.#cache.set(entry, { allowed, expires: Date.now() + ttlMs });
   }
 }

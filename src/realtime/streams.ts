@@ -1,14 +1,14 @@
 // The three subscription streams. Each attaches its listener before it reads
 // the store, so nothing published in between is missed, and then skips what it
 // already yielded by seq: no gap, no repeat.
-import { BadUserInputError, ForbiddenError, NotFoundError } from '../errors.js';
+import { BadUserInputError, ForbiddenError, NotFoundError, RateLimitedError } from '../errors.js';
 import { fromPartnerOrder, fromPlatformDelivery, geoPoint } from '../mapping/delivery.js';
 import type { Delivery, DeliveryStatus } from '../mapping/model.js';
 import { isDeliveryEvent, isLocationEvent, milestoneRank, stateOfStatus, transition, type MilestoneState } from '../domain/milestones.js';
 import { callerCursors } from '../domain/cursor.js';
 import type { Store, StoredEvent } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
-import type { ReadAccess } from './access.js';
+import type { CheckAllowance, KeyBudget, ReadAccess, Withheld } from './access.js';
 import type { EventBus } from './bus.js';
 import { EventQueue } from './queue.js';
 
@@ -25,6 +25,8 @@ export interface RealtimeDeps {
   upstream: Upstream;
   /** Most events one subscriber may have waiting. */
   maxPending: number;
+  /** The key's rate-limit budget (RATE_LIMIT_PER_MINUTE): each upstream access check takes one unit, as an operation does. */
+  budget?: KeyBudget;
 }
 
 export interface Subscriber {
@@ -81,11 +83,22 @@ function closable<T>(generator: AsyncGenerator<T>, queue: EventQueue<StoredEvent
   } as AsyncGenerator<T>;
 }
 
-async function assertReadable(deps: RealtimeDeps, subscriber: Subscriber, uid: string): Promise<void> {
+/**
+ * A uid the client named must be readable. Its upstream check, when it takes one,
+ * draws on the key's budget (none of the subscription's own count: the client
+ * named as many as it sent); with the budget spent, the subscription is refused
+ * RATE_LIMITED, as an operation would be.
+ */
+async function assertReadable(deps: RealtimeDeps, subscriber: Subscriber, uid: string, allowance: CheckAllowance): Promise<void> {
   // A client token's other uids are not found, whatever its merchant key may read, and cost no upstream call.
   if (subscriber.scope && !subscriber.scope.has(uid)) throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
-  if (!(await deps.access.canRead(subscriber.key, uid))) throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
+  const readable = await deps.access.canRead(subscriber.key, uid, allowance);
+  if (typeof readable !== 'boolean') throw new RateLimitedError(readable.retryAfterSeconds);
+  if (!readable) throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
 }
+
+/** The checks of uids the client named: the key's budget only. */
+const namedUids = (deps: RealtimeDeps, subscriber: Subscriber) => deps.access.allowance(subscriber.key, deps.budget, false);
 
 /** A `snapshot` event from an upstream read, for a delivery of which no event is stored yet. */
 async function snapshotOf(deps: RealtimeDeps, key: string, uid: string, seq: number): Promise<EventView> {
@@ -147,7 +160,7 @@ export function deliveryUpdated(deps: RealtimeDeps, subscriber: Subscriber, uid:
 }
 
 async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<EventView> {
-  await assertReadable(deps, subscriber, uid);
+  await assertReadable(deps, subscriber, uid, namedUids(deps, subscriber));
   const unlisten = deps.bus.listen(uid, (event) => {
     if (!event.stale && isDeliveryEvent(event.name)) queue.push(event);
   });
@@ -184,7 +197,7 @@ export function courierLocation(deps: RealtimeDeps, subscriber: Subscriber, uid:
 }
 
 async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<StoredEvent> {
-  await assertReadable(deps, subscriber, uid);
+  await assertReadable(deps, subscriber, uid, namedUids(deps, subscriber));
   const unlisten = deps.bus.listen(uid, (event) => {
     if (event.stale) return;
     // Positions are what is sent; delivery.* events also move the state, and a final one ends the stream.
@@ -232,19 +245,20 @@ export interface DeliveryEventsArgs {
  * times, in order; if it still cannot tell, the stream ends with that error, and
  * the client resumes with `after` once the upstream is back. An event is never
  * skipped for good because of an outage. A refused key (UNAUTHENTICATED) ends
- * the stream at once.
+ * the stream at once. Every try that reaches the upstream is one check of the
+ * allowance; once it has none left the answer is Withheld.
  */
-async function canReadPatiently(access: ReadAccess, key: string, uid: string): Promise<boolean> {
+async function canReadPatiently(access: ReadAccess, key: string, uid: string, allowance: CheckAllowance): Promise<boolean | Withheld> {
   for (const pause of ACCESS_RETRY_MS) {
     try {
-      return await access.canRead(key, uid);
+      return await access.canRead(key, uid, allowance);
     } catch (error) {
       // A refused key is an answer, not an outage: asking again would only cost the upstream calls.
       if ((error as { code?: unknown } | undefined)?.code === 'UNAUTHENTICATED') throw error;
       await new Promise((resolve) => setTimeout(resolve, pause));
     }
   }
-  return access.canRead(key, uid);
+  return access.canRead(key, uid, allowance);
 }
 
 /** deliveryEvents: stored events after the cursor, then live ones; only those the caller may see. */
@@ -264,13 +278,23 @@ async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber,
     afterSeq = (await callerCursors(deps.store, subscriber.key)).seqOf(args.after);
     if (afterSeq === undefined) throw new BadUserInputError(`"${args.after}" is not a cursor of this facade's event log for this key.`);
   }
-  if (uids) for (const uid of uids) await assertReadable(deps, subscriber, uid);
+  if (uids) {
+    const allowance = namedUids(deps, subscriber);
+    for (const uid of uids) await assertReadable(deps, subscriber, uid, allowance);
+  }
 
   const push = (event: StoredEvent) => queue.push(event);
   const unlisteners = uids ? uids.map((uid) => deps.bus.listen(uid, push)) : [deps.bus.listen(undefined, push)];
 
-  const visible = async (event: StoredEvent) =>
-    (!names || names.has(event.name)) && (uids !== undefined || (await canReadPatiently(deps.access, subscriber.key, event.uid)));
+  // Without uids, every merchant's events pass by. Owner records leave out other keys' deliveries and let the
+  // key's own through for free; a delivery with no record is asked of the upstream within SUBSCRIPTION_ACCESS_CHECKS
+  // a minute and the key's budget, and past them its event is skipped, undelivered (counted, logged once).
+  const allowance = uids ? undefined : deps.access.allowance(subscriber.key, deps.budget, true);
+  const visible = async (event: StoredEvent) => {
+    if (names && !names.has(event.name)) return false;
+    if (!allowance) return true;
+    return (await canReadPatiently(deps.access, subscriber.key, event.uid, allowance)) === true;
+  };
 
   try {
     // Without a cursor everything queued is new: the listener came first.

@@ -1,5 +1,6 @@
-// What the facade keeps: idempotency keys, ownership of deliveries booked
-// through it, and (see the events part) the webhook event log. The embedded
+// What the facade keeps: idempotency keys, ownership of deliveries (booked
+// through it, or found readable by a key's access check), and (see the events
+// part) the webhook event log. The embedded
 // SQLite store and the Redis store both serve this interface.
 import type { MilestoneState } from '../domain/milestones.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
@@ -70,7 +71,10 @@ export interface Store {
   claimIdempotency(ownerHash: string, idempotencyKey: string, fingerprint: string): Promise<IdempotencyClaim>;
   completeIdempotency(ownerHash: string, idempotencyKey: string, result: BookingResult): Promise<void>;
   releaseIdempotency(ownerHash: string, idempotencyKey: string): Promise<void>;
-  /** Records that `uid` was booked through the facade with the key hashed as `ownerHash`. */
+  /**
+   * Records that `uid` belongs to the key hashed as `ownerHash`: it was booked through
+   * the facade with it, or the upstream let that key read it. The first record stays.
+   */
   recordOwner(uid: string, ownerHash: string): Promise<void>;
   ownerOf(uid: string): Promise<string | undefined>;
   /**
