@@ -349,6 +349,7 @@ async function floodPhase({ upstream, facadeSpec, heap, kind, settings, keys, fl
 const mib = (value) => (value === undefined ? 'n/a' : thousands(value));
 const delta = (value, start) => (value === undefined || start === undefined ? 'n/a' : `${value >= start ? '+' : '−'}${thousands(Math.abs(value - start))}`);
 const ms = (value) => (value === Infinity ? 'not answered' : fmt(value, 1));
+const withMs = (value) => (Number.isFinite(value) ? `${fmt(value, 1)} ms` : ms(value));
 const counts = (map) => {
   const entries = Object.entries(map instanceof Map ? Object.fromEntries(map) : map).sort((a, b) => b[1] - a[1]);
   return entries.length ? entries.map(([what, count]) => `${thousands(count)} × ${what}`).join('; ') : '0';
@@ -361,7 +362,7 @@ function verdict(result) {
   if (result.died) failed.push('facade died');
   if (!(growth <= GOAL.rssGrowthMiB)) failed.push(`RSS +${thousands(growth)} MiB`);
   const p99 = percentile(result.health, 99);
-  if (!(p99 < GOAL.healthP99Ms)) failed.push(`/health p99 ${ms(p99)}${p99 === Infinity ? '' : ' ms'}`);
+  if (!(p99 < GOAL.healthP99Ms)) failed.push(`/health p99 ${withMs(p99)}`);
   if (result.webhooks.acked !== result.webhooks.sent) failed.push(`${thousands(result.webhooks.sent - result.webhooks.acked)} webhooks not acknowledged`);
   return { met: failed.length === 0, failed };
 }
@@ -383,6 +384,7 @@ function column(result) {
     none ?? `${fmt(attack.p50, 1)} / ${fmt(attack.p99, 1)} / ${fmt(attack.max, 0)}`,
     `${mib(memory.start)} / ${mib(memory.peak)} / ${mib(memory.end)} / ${mib(memory.idle)}`,
     `${delta(memory.peak, memory.start)} / ${delta(memory.end, memory.start)} / ${delta(memory.idle, memory.start)}`,
+    none ?? (attack.answered ? fmt(((memory.peak - memory.start) * 1024) / attack.answered, 0) : 'n/a'),
     `${mib(memory.heapStart)} / ${mib(memory.heapPeak)} / ${mib(memory.heapEnd)} / ${mib(memory.heapIdle)}`,
     `${thousands(probeCount - result.healthFailed)} / ${thousands(result.healthFailed)}`,
     `${ms(percentile(health, 50))} / ${ms(percentile(health, 99))} / ${ms(health.length ? health.reduce((most, v) => (v > most ? v : most), 0) : NaN)}`,
@@ -403,6 +405,7 @@ const ROWS = [
   'answer latency p50 / p99 / max (ms)',
   'RSS start / peak / end / after idle (MiB)',
   'RSS peak / end / idle − start (MiB)',
+  'RSS peak − start per answered request (KiB)',
   'V8 heap used start / peak / end / after idle (MiB)',
   '/health probes answered / failed',
   '/health p50 / p99 / max (ms)',
@@ -446,7 +449,7 @@ export async function anonymousFlood({ quick, command, flags = {} }) {
           console.log(`  ${facadeSpec.label}, ${heapLabel(heap)}: ${DOCUMENTS[kind]?.label ?? kind} …`);
           const result = await floodPhase({ upstream, facadeSpec, heap, kind, settings, keys, flood });
           results.push({ ...result, header: `${facadeSpec.label}, ${heapLabel(heap)}: ${kind}` });
-          console.log(`    ${result.ending}; RSS ${mib(result.memory.start)} → peak ${mib(result.memory.peak)} MiB; /health p99 ${ms(percentile(result.health, 99))} ms; webhooks ${result.webhooks.acked}/${result.webhooks.sent}`);
+          console.log(`    ${result.ending}; RSS ${mib(result.memory.start)} → peak ${mib(result.memory.peak)} MiB; /health p99 ${withMs(percentile(result.health, 99))}; webhooks ${result.webhooks.acked}/${result.webhooks.sent}`);
         }
       }
     }
@@ -487,7 +490,7 @@ export async function anonymousFlood({ quick, command, flags = {} }) {
       ? [
           {
             id: 'anonymous-flood',
-            measured: own.map((result) => `${result.kind}: RSS ${delta(result.memory.peak, result.memory.start)} MiB, /health p99 ${ms(percentile(result.health, 99))} ms, ${result.webhooks.acked}/${result.webhooks.sent} webhooks`).join('; '),
+            measured: own.map((result) => `${result.kind}: RSS ${delta(result.memory.peak, result.memory.start)} MiB, /health p99 ${withMs(percentile(result.health, 99))}, ${result.webhooks.acked}/${result.webhooks.sent} webhooks`).join('; '),
             met: own.every((result) => verdict(result).met),
           },
         ]
