@@ -37,11 +37,16 @@ function profileArgs(label) {
   return { args: ['--cpu-prof', `--cpu-prof-dir=${absolute}`, `--cpu-prof-name=${name}`], file: path.join(absolute, name) };
 }
 
+/** This checkout's compiled facade. */
+export const FACADE_ENTRY = path.join(ROOT, 'dist/main.js');
+
 /**
  * delivery-graph, compiled (dist/main.js, as in production), against the given
  * upstream. `label` names its CPU profile when profiling (see profileArgs).
+ * `entry` and `cwd` run another build (another checkout's dist/main.js, to
+ * compare old and new code in one run); this checkout's by default.
  */
-export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'bench', label = 'facade' } = {}) {
+export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'bench', label = 'facade', entry = FACADE_ENTRY, cwd = ROOT } = {}) {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'dg-bench-'));
   const extra = {};
   if (publicKeyPem) {
@@ -50,7 +55,8 @@ export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'ben
     Object.assign(extra, { WEBHOOK_PUBLIC_KEY_FILE: file, WEBHOOK_ISSUER: issuer });
   }
   const profile = profileArgs(label);
-  return spawnReady(process.execPath, [...profile.args, path.join(ROOT, 'dist/main.js')], {
+  return spawnReady(process.execPath, [...profile.args, entry], {
+    cwd,
     // No per-key rate limit: the bench sends one key's traffic at thousands of requests a second, and
     // measures serving them, not refusing them (RATE_LIMIT_PER_MINUTE's default would refuse most).
     env: { PORT: '0', UPSTREAM_URL: upstreamUrl, PLATFORM_ID, DATA_DIR: dataDir, LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0', ...extra, ...env },

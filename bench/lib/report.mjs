@@ -21,6 +21,11 @@ export const GOALS = [
     goal: 'p99 ≤ 25 ms, 0 lost',
   },
   { id: 'ingest-redis', what: 'max verified-and-stored events/s on Redis, one instance', goal: '≥ 2,000' },
+  {
+    id: 'anonymous-flood',
+    what: 'anonymous flood of distinct ~10 KB, then ~1 MB documents, 60 s each, 12 connections, 50 signed webhooks/s meanwhile (issue 20)',
+    goal: 'RSS ≤ start + 150 MiB, /health p99 < 100 ms, every webhook acknowledged',
+  },
 ];
 
 const NOISE = [

@@ -28,13 +28,14 @@ export function signEvent(privateKey, event) {
 export function webhookPoster(origin) {
   const pool = new Pool(origin, { connections: 64, pipelining: 1 });
   return {
-    /** `event` is the body: an object, or its JSON already serialized. */
-    async post(token, event) {
+    /** `event` is the body: an object, or its JSON already serialized. `signal` gives up on it (a deadline, say). */
+    async post(token, event, { signal } = {}) {
       const response = await pool.request({
         method: 'POST',
         path: '/webhooks',
         headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
         body: typeof event === 'string' ? event : JSON.stringify(event),
+        signal,
       });
       await response.body.arrayBuffer();
       return response.statusCode;
