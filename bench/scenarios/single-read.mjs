@@ -4,6 +4,7 @@
 // delivery-graph, and GraphQL Mesh on Hive Gateway (what a user would pick instead).
 // The load (autocannon, then the fixed-rate client) comes from a process of its own.
 import os from 'node:os';
+import path from 'node:path';
 import { startFacade, startMeshContender, startReverseProxy, startUpstream } from '../lib/contenders.mjs';
 import { cpuMeter } from '../lib/cpu.mjs';
 import { PLATFORM_ID } from '../lib/fixed-upstream.mjs';
@@ -28,12 +29,15 @@ export const FACADE_SINGLE_READ = `query Read($uid: ID!) {
   }
 }`;
 
-export async function singleRead({ quick, command }) {
+export async function singleRead({ quick, command, flags = {} }) {
   const duration = quick ? 3 : 10;
   const rounds = quick ? 1 : 3;
   const upstream = await startUpstream();
   const proxy = await startReverseProxy(upstream.origin);
   const facade = await startFacade(upstream.url, { label: 'single-read' });
+  // --baseline=<checkout>: that checkout's build too, side by side in the same rounds (old code against new).
+  const baselineDir = flags.baseline && path.resolve(flags.baseline);
+  const baseline = baselineDir ? await startFacade(upstream.url, { label: 'single-read-baseline', entry: path.join(baselineDir, 'dist/main.js'), cwd: baselineDir }) : undefined;
   const mesh = await startMeshContender(upstream.url).catch((error) => {
     console.error(`Mesh did not start: ${error.message}`);
     return undefined;
@@ -48,11 +52,15 @@ export async function singleRead({ quick, command }) {
   const PROXY = 'undici reverse proxy';
   const FACADE = 'delivery-graph';
   const MESH = 'Mesh + Hive Gateway';
+  const BASELINE = `delivery-graph at ${baselineDir ? path.basename(baselineDir) : ''}`;
   // `pid`: the contender's process, whose CPU is counted (the direct GET has none but the upstream).
   const contenders = [
     { name: DIRECT, url: `${upstream.origin}${path}`, headers: auth, uniqueIds: true },
     { name: PROXY, url: `${proxy.origin}${path}`, headers: auth, pid: proxy.child.pid, uniqueIds: true },
     { name: FACADE, url: `${facade.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID_SLOT } }), pid: facade.child.pid, uniqueIds: true, graphql: true },
+    ...(baseline
+      ? [{ name: BASELINE, url: `${baseline.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID_SLOT } }), pid: baseline.child.pid, uniqueIds: true, graphql: true }]
+      : []),
     ...(mesh ? [{ name: MESH, url: `${mesh.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: MESH_SINGLE_READ, variables: { uid: UID_SLOT, platform: PLATFORM_ID } }), pid: mesh.child.pid, uniqueIds: true, graphql: true }] : []),
   ];
   /** Max-throughput load on one contender, with the CPU share (of one core) of it, the upstream, the load process and anything else. */
@@ -150,6 +158,13 @@ export async function singleRead({ quick, command }) {
     mesh ? `- delivery-graph / Mesh throughput: **${fmt(vsMesh, 2)}×** (goal ≥ 7×${range(vsMeshRounds, 2, '×')})` : '- Mesh: did not start in this run',
     `- added latency at 200 req/s over the direct GET: p50 **${fmt(dg.fixedP50 - direct.fixedP50, 2)} ms**, p99 **${fmt(addedP99, 2)} ms** (goal p99 ≤ +2 ms${range(addedP99Rounds, 2, ' ms')})`,
   ];
+  // CPU per read: the contender's share of one core at max throughput over its requests per second.
+  const cpuPerRead = (name) => (summary[name].cpu[0] / 100 / summary[name].rps) * 1e6;
+  ratios.push(`- CPU per read at max throughput: delivery-graph **${fmt(cpuPerRead(FACADE), 0)} µs**, reverse proxy ${fmt(cpuPerRead(PROXY), 0)} µs (**${fmt(cpuPerRead(FACADE) / cpuPerRead(PROXY), 2)}×**)`);
+  if (baseline) {
+    const old = summary[BASELINE];
+    ratios.push(`- against ${BASELINE}, side by side: throughput **${fmt(dg.rps / old.rps, 2)}×** (${thousands(dg.rps)} vs ${thousands(old.rps)} req/s), CPU per read ${fmt(cpuPerRead(FACADE), 0)} vs ${fmt(cpuPerRead(BASELINE), 0)} µs, added p99 @200/s ${fmt(addedP99, 2)} vs ${fmt(old.fixedP99 - direct.fixedP99, 2)} ms`);
+  }
   const body = [
     `${rounds} round(s) of ${duration} s per contender at 32 connections (max throughput; a 1 s warm-up before each), then ${duration} s at a fixed 200 req/s (open loop, microsecond clock; a 1 s warm-up at the rate before each); medians of the rounds, the contenders alternating within each round. CPU is each process's share of one core during the max-throughput runs (the machine has ${os.cpus().length} cores, 100 % each); "not ours" is what the rest of the machine used meanwhile. The load (autocannon, then the fixed-rate client) runs in a process of its own; every contender and the fixed upstream run in processes of their own; the orchestrator idles while they run.`,
     '',
@@ -159,6 +174,6 @@ export async function singleRead({ quick, command }) {
   ].join('\n');
   writeSection('single-read', 'Single read', body, { command, quick, goals });
 
-  await Promise.all([upstream.stop(), proxy.stop(), facade.stop(), mesh?.stop()]);
+  await Promise.all([upstream.stop(), proxy.stop(), facade.stop(), baseline?.stop(), mesh?.stop()]);
   return summary;
 }
