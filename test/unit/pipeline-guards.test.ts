@@ -1,7 +1,7 @@
 // Each guard of the pipeline on its own, against plans made from real documents
 // and the real schema: what it refuses, what it lets through, and that the plan
 // it judges is the operation the request named (never another of the document).
-import { parse, type ExecutionResult } from 'graphql';
+import { parse, type ExecutionResult, type OperationDefinitionNode } from 'graphql';
 import { describe, expect, it } from 'vitest';
 import { clientTokenRefusal } from '../../src/access/client-token-scope.js';
 import { toSchema } from '../../src/graphql/schema.js';
@@ -128,7 +128,7 @@ describe('response size', () => {
 
 describe('variables', () => {
   it("fills a required variable's default when the request leaves it out", () => {
-    const [operation] = parse('mutation($ttl: Int! = 3600, $uids: [ID!]!) { createClientToken(uids: $uids, ttlSeconds: $ttl) { __typename } }').definitions as never[];
+    const operation = parse('mutation($ttl: Int! = 3600, $uids: [ID!]!) { createClientToken(uids: $uids, ttlSeconds: $ttl) { __typename } }').definitions[0] as OperationDefinitionNode;
     const defaults = requiredDefaultsOf(operation);
     expect(withRequiredDefaults(defaults, { uids: ['a'] })).toEqual({ uids: ['a'], ttl: 3600 });
     const given = { uids: ['a'], ttl: 60 };
