@@ -132,14 +132,23 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     store: apqStore && redis ? sharedPersistedQueryStore(apqStore, { client: redis.client, prefix: redis.prefix, maxEntries: config.graphql.apqMaxEntries, logger }) : apqStore,
   });
   if (config.metrics) {
-    metrics = createMetrics({ upstream, bus, webhooks: receiver?.counters, upstreamHealth: readiness.upstream, persistedQueries: persisted.counters, access: services.access.counters });
+    metrics = createMetrics({
+      upstream,
+      bus,
+      webhooks: receiver?.counters,
+      upstreamHealth: readiness.upstream,
+      persistedQueries: persisted.counters,
+      access: services.access.counters,
+      // The pipeline is made below; until then the cache is empty.
+      documentCache: () => served?.pipeline.documents.size ?? { entries: 0, bytes: 0 },
+    });
   }
 
   const sandboxKey = sandbox?.merchants[0]?.key;
   const graphiql = config.graphql.introspection ? createGraphiQL({ graphqlPath: '/graphql', sandboxKey, logger }) : undefined;
   // Per key, per client token and per client address; shared by every instance through the store's Redis when there is one.
   const limits = createRequestLimits(config, upstream.keys, redis && { client: redis.client, prefix: redis.prefix }, logger);
-  const { yoga, pipeline } = createGraphQLServer({
+  const served = createGraphQLServer({
     services,
     logger,
     observers: [...(metrics ? [operationMetrics(metrics)] : []), ...(tracing ? [tracing.observer] : [])],
@@ -147,6 +156,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     persisted,
     graphiql: { renderGraphiQL: renderGraphiQLPage, graphiql: graphiql?.options ?? false },
   });
+  const { yoga, pipeline } = served;
 
   const trackingPage = config.trackingPage ? createTrackingPage({ graphqlPath: '/graphql', sandboxKey, graphiql: config.graphql.introspection, logger }) : undefined;
   const http = await openFrontDoor({ config, logger, yoga, pipeline, clientTokens: services.clientTokens, limits, upstream, readiness, receiver, metrics, graphiql, trackingPage, directHttpPath: options.directHttpPath ?? true });

@@ -19,7 +19,7 @@ export const ERROR_CODES = {
   FORBIDDEN: {
     surface: 'graphql-error',
     meaning:
-      'A client token was used for something only the merchant key may do: any mutation, a query other than delivery, deliveries, node and clientToken, or deliveryEvents without uids. Nothing ran. (Deliveries outside the token read as not found instead.)',
+      'A client token was used for something only the merchant key may do: any mutation, a query other than delivery, deliveries, node, _entities and clientToken, or deliveryEvents without uids. Nothing ran. (Deliveries outside the token read as not found instead.)',
   },
   BAD_USER_INPUT: {
     surface: 'graphql-error',
@@ -44,7 +44,11 @@ export const ERROR_CODES = {
   UPSTREAM_UNAVAILABLE: { surface: 'graphql-error', meaning: "The upstream could not be reached, reset the connection, or answered 5xx or 429; or its endpoint group's circuit is open (failing fast)." },
   UPSTREAM_ERROR: { surface: 'graphql-error', meaning: 'The upstream answered something the facade does not understand (non-JSON, unexpected status).' },
   INTERNAL_SERVER_ERROR: { surface: 'graphql-error', meaning: 'A fault inside the facade; details are logged, never sent.' },
-  RATE_LIMITED: { surface: 'graphql-error', meaning: 'The merchant key sent more than RATE_LIMIT_PER_MINUTE operations, or the client address tried more than AUTH_FAILURES_PER_MINUTE keys the upstream had not accepted; extensions.retryAfterSeconds says when to try again.' },
+  RATE_LIMITED: {
+    surface: 'graphql-error',
+    meaning:
+      "The merchant key sent more than RATE_LIMIT_PER_MINUTE operations (a subscription's upstream access checks count as operations too), a client token more than CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE (its own budget, never its merchant's), the client tokens of one address more than CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE, or the client address tried more than AUTH_FAILURES_PER_MINUTE keys the upstream had not accepted; extensions.retryAfterSeconds says when to try again.",
+  },
   RESPONSE_TOO_LARGE: { surface: 'graphql-error', meaning: 'The answer would exceed GRAPHQL_MAX_RESPONSE_BYTES; ask for fewer deliveries, fields or events (page with first/after).' },
   PERSISTED_QUERY_NOT_FOUND: {
     surface: 'graphql-error',

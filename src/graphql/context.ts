@@ -49,7 +49,7 @@ export interface GraphQLContext {
   scope: ReadonlySet<string> | undefined;
   /** The client's address (X-Forwarded-For only as far as TRUST_PROXY says), for limits per address. */
   clientAddress: string;
-  /** The app's request limits (per key, per address), for checks outside the plugin (a socket's connection_init). */
+  /** The app's request limits (per key, per address), for the checks the streams make (a subscription's upstream access checks). */
   limits: RequestLimits | undefined;
   /**
    * The key for reads: a merchant's own, or the one a client token acts for (its

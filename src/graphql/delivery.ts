@@ -139,7 +139,8 @@ builder.queryFields((t) => ({
       partnerReference: t.arg.string({ required: true, description: 'The partner_reference given when the order was placed.' }),
     },
     resolve: async (_root, { partnerReference }, ctx) => {
-      const key = ctx.requireKey();
+      // By reference, not by uid: outside any client token's scope, so the merchant's alone.
+      const key = ctx.requireMerchantKey();
       try {
         const order = fromPartnerOrder(await ctx.services.upstream.partner.getOrderByReference(key, partnerReference, { signal: ctx.clientGone() }));
         // Prime the loader so a later read of the same uid in this request is free.

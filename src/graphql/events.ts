@@ -196,10 +196,10 @@ function realtime(ctx: GraphQLContext): { deps: RealtimeDeps; subscriber: Subscr
 }
 
 /**
- * A subscription field's arguments, read from the operation itself. graphql-jit
- * 0.8 (which runs every operation, subscriptions included) hands a subscription
- * field the operation's variables instead of its arguments, so a literal
- * (`uid: "…"`) or a differently named variable would be lost.
+ * A subscription field's arguments, read from the operation itself, with their
+ * uids checked. (Subscriptions run on graphql-js, which passes the arguments
+ * too; graphql-jit 0.8 handed a subscription field the operation's variables
+ * instead, and reading them here keeps the fields right on either.)
  */
 function argumentsOf<T>(info: GraphQLResolveInfo): T {
   const field = info.parentType.getFields()[info.fieldName]!;

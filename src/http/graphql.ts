@@ -10,7 +10,7 @@ import { readCaller } from '../access/caller.js';
 import type { ClientTokens } from '../access/client-tokens.js';
 import { responseTooLarge } from '../pipeline/guards/response-size.js';
 import { namesPersistedQuery } from '../pipeline/persisted-operations.js';
-import type { Pipeline } from '../pipeline/pipeline.js';
+import { isStreamRefusal, type Pipeline } from '../pipeline/pipeline.js';
 import type { WrittenResult } from '../pipeline/plan.js';
 import type { GraphQLServer } from '../pipeline/yoga.js';
 
@@ -203,6 +203,8 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens }: Graph
     };
     const caller = await readCaller(headerOf(req, 'authorization'), clientTokens);
     const answer = await pipeline.run({ params, caller, method: 'POST', streams: false, req, signal, checksText: true });
+    // A subscription asked for with `*/*` (or no accept) is answered with a stream, by yoga's handler; with application/json, 406.
+    if (answer.kind === 'invalid' && answer.errors.some(isStreamRefusal) && !/application\/json/i.test(headerOf(req, 'accept') ?? '')) return false;
     const result = (answer.kind === 'invalid' ? { errors: answer.errors } : answer.outcome) as WrittenResult;
     const { status, headers } = statusOf(result);
     const maxBytes = options.maxResponseBytes;

@@ -46,6 +46,8 @@ export interface MetricSources {
   persistedQueries?: PersistedQueryCounters;
   /** Subscriptions' upstream access checks, made and withheld. */
   access?: AccessCounters;
+  /** The shared cache of parsed, validated and compiled documents (GRAPHQL_CACHE_BYTES). */
+  documentCache?: () => { entries: number; bytes: number };
 }
 
 export function createMetrics(sources: MetricSources): Metrics {
@@ -157,6 +159,22 @@ export function createMetrics(sources: MetricSources): Metrics {
     collect() {
       const state = sources.upstreamHealth?.().state ?? 'unknown';
       this.set(state === 'up' ? 1 : state === 'down' ? 0 : -1);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}document_cache_bytes`,
+    help: 'Heap the shared document cache holds by its own count (text, syntax tree, plans, compiled executors); at most GRAPHQL_CACHE_BYTES. Only callers with an accepted key or a client token fill it',
+    registers: [registry],
+    collect() {
+      this.set(sources.documentCache?.().bytes ?? 0);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}document_cache_entries`,
+    help: 'Distinct query texts in the shared document cache',
+    registers: [registry],
+    collect() {
+      this.set(sources.documentCache?.().entries ?? 0);
     },
   });
   new Gauge({

@@ -4,7 +4,7 @@
 // the plans and compiled executors hanging off it, so a megabyte entry weighs a
 // megabyte and evicts accordingly. Anyone else gets an entry made for the
 // request alone, which is garbage as soon as it is answered.
-import { parse, validate, specifiedRules, GraphQLError, type DocumentNode, type GraphQLSchema, type ValidationRule } from 'graphql';
+import { Kind, parse, validate, specifiedRules, GraphQLError, type DocumentNode, type GraphQLSchema, type ValidationRule } from 'graphql';
 import { maxAliasesRule } from '@escape.tech/graphql-armor-max-aliases';
 import { maxDepthRule } from '@escape.tech/graphql-armor-max-depth';
 import { maxDirectivesRule } from '@escape.tech/graphql-armor-max-directives';
@@ -56,7 +56,10 @@ export class DocumentEntry {
   readonly document: DocumentNode | undefined;
   readonly parseError: GraphQLError | undefined;
   #validation: readonly GraphQLError[] | undefined;
-  readonly #plans = new Map<string, OperationPlan | null>();
+  /** Plans by operation name: at most one per operation of the document (names that resolve to none are not kept). */
+  readonly #plans = new Map<string, OperationPlan>();
+  /** Operations in the document: the most plans it can hold, counted in its weight from the start. */
+  readonly #operations: number;
   readonly #options: DocumentOptions;
   readonly #rules: readonly ValidationRule[];
 
@@ -70,6 +73,7 @@ export class DocumentEntry {
     const result = parsed(text);
     if (result instanceof GraphQLError) this.parseError = result;
     else this.document = result;
+    this.#operations = this.document ? this.document.definitions.filter((definition) => definition.kind === Kind.OPERATION_DEFINITION).length : 0;
   }
 
   /** The document's validation errors (none: valid), found once. */
@@ -89,8 +93,10 @@ export class DocumentEntry {
   plan(operationName: string | undefined): OperationPlan | null {
     const name = operationName ?? '';
     let plan = this.#plans.get(name);
-    if (plan === undefined) {
-      plan = planOf(this.document!, operationName, this.#options) ?? null;
+    if (!plan) {
+      plan = planOf(this.document!, operationName, this.#options);
+      // A name that resolves to nothing is refused each time (cheap), never kept: names are the client's to invent.
+      if (!plan) return null;
       this.#plans.set(name, plan);
     }
     return plan;
@@ -104,12 +110,9 @@ export class DocumentEntry {
 
   /** What this entry holds in the heap, by the measured ratios above. */
   get bytes(): number {
-    let bytes = this.text.length * (2 + SYNTAX_TREE_BYTES_PER_CHAR);
-    for (const plan of this.#plans.values()) {
-      if (!plan) continue;
-      bytes += PLAN_BYTES;
-      if (plan.compiled) bytes += this.text.length * COMPILED_BYTES_PER_CHAR;
-    }
+    // Every plan it can hold (one per operation, and one for the unnamed request of a lone operation), made or not.
+    let bytes = this.text.length * (2 + SYNTAX_TREE_BYTES_PER_CHAR) + (this.#operations + 1) * PLAN_BYTES;
+    for (const plan of this.#plans.values()) if (plan.compiled) bytes += this.text.length * COMPILED_BYTES_PER_CHAR;
     return bytes;
   }
 }

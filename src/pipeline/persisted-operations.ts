@@ -5,14 +5,13 @@
 // and when the facade does not know it (PersistedQueryNotFound) sends the query
 // with its hash once, which the facade checks and remembers.
 // `resolve` is the one place a request's query text is decided, for every
-// transport: yoga's onParams (protection.ts), the direct JSON path
-// (http/graphql.ts) and graphql-ws's onSubscribe (http/ws.ts). A query sent with
-// its hash is remembered only once it ran (its document passed validation) for
-// a caller whose merchant key the upstream has accepted (the execution hooks of
-// protection.ts): nothing that cannot run is stored, and a client without a
-// working key cannot fill the store, the shared Redis one included.
-// The allowlist check itself is an envelop onParse hook, which every transport
-// runs, so no path can execute an unlisted document.
+// transport: the pipeline (pipeline.ts) calls it, or yoga's onParams just before
+// it (yoga.ts). A query sent with its hash is remembered only once it ran (its
+// document passed validation) for a caller whose merchant key the upstream has
+// accepted: nothing that cannot run is stored, and a client without a working
+// key cannot fill the store, the shared Redis one included. The allowlist check
+// itself (`allows`) is one step of the pipeline, before any text is parsed, so
+// no path can execute an unlisted document.
 import { createHash } from 'node:crypto';
 import {
   PersistedQueryHashMismatchError,

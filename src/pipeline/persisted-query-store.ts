@@ -4,7 +4,7 @@
 // LRU by APQ_MAX_ENTRIES and by the bytes it holds; Redis by the same number of
 // entries (an index of registrations, the oldest dropped first), a smaller
 // largest entry, and a TTL that each use refreshes. Only callers with a key the
-// upstream accepted register (protection.ts), so the worst one merchant can do
+// upstream accepted register (pipeline.ts), so the worst one merchant can do
 // is churn the shared entries, not grow Redis. Redis is a cache here: when it does not answer, a lookup is a miss
 // (the client sends the full query again) and a registration stays local.
 import type { Redis } from 'ioredis';

@@ -54,8 +54,6 @@ export interface OperationRequest {
   disconnect?: (code: number, reason: string) => void;
   /** The transport checks the written text against GRAPHQL_MAX_RESPONSE_BYTES itself (the direct path). */
   checksText?: boolean;
-  /** The transport already turned a persisted hash into its text (yoga's handler, whose checks want a query). */
-  resolved?: boolean;
 }
 
 /**
@@ -109,6 +107,11 @@ const SUBSCRIPTION_WITHOUT_STREAM = () =>
     extensions: { code: 'BAD_REQUEST', http: { status: 406 } },
   });
 
+/** Whether an error is the refusal of a subscription asked for without a stream (a transport that can stream may serve it instead). */
+export function isStreamRefusal(error: GraphQLError): boolean {
+  return (error.extensions?.http as { status?: number } | undefined)?.status === 406;
+}
+
 export class Pipeline {
   readonly documents: Documents;
   readonly #options: PipelineOptions;
@@ -124,10 +127,27 @@ export class Pipeline {
   }
 
   async run(request: OperationRequest): Promise<Answer> {
-    const { persisted, limits, services } = this.#options;
+    const { limits, services } = this.#options;
+    // What the caller has earned, decided once for this operation.
+    const { caller } = request;
+    const trust: Trust = trustOf(caller, limits.keys);
+    const context = createContext(services, { caller, req: request.req, limits, disconnect: request.disconnect, signal: request.signal });
+    // Budgets before anything costly (a persisted query's lookup included): a caller over them gets nothing looked up or parsed.
+    const admission = await limits.admit(caller, context.clientAddress);
+    if (admission.refusal) return refused(refusal(admission.refusal));
+    try {
+      return await this.#admitted(request, trust, context);
+    } finally {
+      admission.done?.();
+    }
+  }
+
+  async #admitted(request: OperationRequest, trust: Trust, context: GraphQLContext): Promise<Answer> {
+    const { persisted } = this.#options;
+    const { caller } = request;
     let params = request.params;
     // The text to run: by hash (APQ or the allowlist), or as sent.
-    if (!request.resolved && namesPersistedQuery(params)) {
+    if (namesPersistedQuery(params)) {
       try {
         params = await persisted.resolve(params);
       } catch (error) {
@@ -141,15 +161,7 @@ export class Pipeline {
     if (textOver(text, this.#maxDocumentBytes)) return invalid(toGraphQLError(new DocumentTooLargeError(this.#maxDocumentBytes), { http: { status: 413 } }));
     if (!persisted.allows(text)) return invalid(toGraphQLError(new PersistedQueryNotFoundError()));
     const operationName = typeof params.operationName === 'string' && params.operationName !== '' ? params.operationName : undefined;
-
-    // What the caller has earned, decided once for this operation.
-    const { caller } = request;
-    const trust: Trust = trustOf(caller, limits.keys);
-    const context = createContext(services, { caller, req: request.req, limits, disconnect: request.disconnect, signal: request.signal });
-    // Budgets before anything costly: a caller over them gets nothing parsed.
-    const admission = await limits.admit(caller, context.clientAddress);
-    if (admission.refusal) return refused(refusal(admission.refusal));
-    try {
+    {
       const entry = this.documents.entry(text, trust === 'earned');
       if (entry.parseError) return invalid(entry.parseError);
       const plan = entry.plan(operationName);
@@ -175,8 +187,6 @@ export class Pipeline {
       const outcome = await this.#judgedRun(plan, entry, trust, request, params, context, observed);
       for (const run of observed) run.done(outcome);
       return { kind: 'ran', outcome, plan };
-    } finally {
-      admission.done?.();
     }
   }
 

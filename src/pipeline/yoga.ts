@@ -4,7 +4,7 @@
 // a request's parameters; from there the pipeline (pipeline.ts) runs it, as it
 // runs the direct JSON path's and graphql-ws's operations. The HTTP front door
 // (src/http/) hands both their requests; this owns no socket.
-import { createGraphQLError, createYoga, maskError as yogaMaskError, type Plugin, type YogaServerInstance } from 'graphql-yoga';
+import { createGraphQLError, createYoga, getSSEProcessor, isAsyncIterable, maskError as yogaMaskError, type Plugin, type YogaServerInstance } from 'graphql-yoga';
 import type { GraphQLError } from 'graphql';
 import { readCaller } from '../access/caller.js';
 import type { RequestLimits } from '../access/rate-limit.js';
@@ -14,8 +14,7 @@ import { toSchema } from '../graphql/schema.js';
 import type { Logger } from '../logger.js';
 import { requestScope } from '../observability/request.js';
 import { Documents } from './documents.js';
-import { toGraphQLError } from './limits.js';
-import { namesPersistedQuery, persistedQueryStatus, type PersistedOperations } from './persisted-operations.js';
+import { namesPersistedQuery, type PersistedOperations } from './persisted-operations.js';
 import { Pipeline, type GraphQLParams, type OperationObserver } from './pipeline.js';
 
 export type GraphQLServer = YogaServerInstance<Record<string, unknown>, GraphQLContext>;
@@ -115,9 +114,10 @@ function useRequestParseErrors(): Plugin {
   };
 }
 
-/** Whether a request takes a stream for an answer (server-sent events or multipart). */
+// Whether a request takes server-sent events for an answer: by name, or as any type (or no accept at all).
 function takesStream(request: Request): boolean {
-  return /text\/event-stream|multipart\/mixed/i.test(request.headers.get('accept') ?? '');
+  const accept = request.headers.get('accept');
+  return !accept || /text\/event-stream|\*\/\*/i.test(accept);
 }
 
 /**
@@ -125,10 +125,13 @@ function takesStream(request: Request): boolean {
  * parse, validate and execute are never called, so there is no second place
  * where an operation could be judged or run.
  */
-function usePipeline(pipeline: Pipeline, services: Services, persisted: PersistedOperations): Plugin {
-  /** Params whose hash this plugin turned into query text already (yoga's own checks want the text). */
-  const resolved = new WeakSet<object>();
+function usePipeline(pipeline: Pipeline, services: Services): Plugin {
+  const serverSentEvents = getSSEProcessor();
   return {
+    // A stream goes out as server-sent events (yoga would pick multipart for a plain accept, having not seen it subscribe).
+    onResultProcess({ request, result, setResultProcessor }) {
+      if (isAsyncIterable(result) && takesStream(request)) setResultProcessor(serverSentEvents, 'text/event-stream');
+    },
     onParams({ params, setParams, setParamsHandler }) {
       setParamsHandler(async ({ request, params, context }) => {
         const { req } = context as { req?: import('node:http').IncomingMessage };
@@ -141,23 +144,11 @@ function usePipeline(pipeline: Pipeline, services: Services, persisted: Persiste
           req,
           headers: req ? undefined : Object.fromEntries(request.headers),
           signal: () => request.signal,
-          resolved: resolved.has(params),
         });
         return answer.kind === 'invalid' ? { errors: answer.errors as GraphQLError[] } : (answer.outcome as never);
       });
-      // A query named by hash, resolved before yoga checks that the request has a query (synchronous for the common request).
-      if (!namesPersistedQuery(params)) return;
-      return persisted.resolve(params).then(
-        (text) => {
-          resolved.add(text);
-          setParams(text);
-        },
-        (error: unknown) => {
-          if (!(error instanceof DeliveryGraphError)) throw error;
-          const status = persistedQueryStatus(error);
-          throw toGraphQLError(error, status === 200 ? {} : { http: { status } });
-        },
-      );
+      // A query named by hash alone: yoga's own check wants a query string, and the pipeline resolves the hash after the caller's budgets.
+      if (params.query == null && namesPersistedQuery(params)) setParams({ ...params, query: '' });
     },
   };
 }
@@ -202,7 +193,7 @@ export function createGraphQLServer(options: GraphQLServerOptions): GraphQLServe
     // Documents are the pipeline's to parse and keep (documents.ts), for callers who earned it.
     parserAndValidationCache: false,
     maxRequestBodySize: config.graphql.maxBodyBytes,
-    plugins: [useRefuseSimplePosts(), useRequestParseErrors(), usePipeline(pipeline, services, options.persisted)],
+    plugins: [useRefuseSimplePosts(), useRequestParseErrors(), usePipeline(pipeline, services)],
   }) as unknown as GraphQLServer;
   return { yoga, pipeline };
 }

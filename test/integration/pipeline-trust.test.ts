@@ -108,7 +108,7 @@ describe('nothing costly before a credential', () => {
   });
 
   it('answers a subscription asked for as plain JSON with 406 and what to do instead', async () => {
-    const { status, body } = await post(stack, { query: 'subscription { deliveryUpdated(uid: "x") { uid } }' }, stack.key);
+    const { status, body } = await post(stack, { query: 'subscription { deliveryUpdated(uid: "x") { uid } }' }, stack.key, { accept: 'application/json' });
     expect(status).toBe(406);
     expect(codes(body)).toEqual(['BAD_REQUEST']);
     expect(body.errors?.[0]?.message).toMatch(/text\/event-stream/);
