@@ -104,6 +104,8 @@ export interface Config {
   };
   /** Unknown merchant keys one client address may try per minute before RATE_LIMITED (0: no limit). */
   readonly authFailuresPerMinute: number;
+  /** Requests without a working credential refused for needing one, per client address per minute, before that address's keyless requests are refused unread (0: no limit). */
+  readonly keylessRefusalsPerMinute: number;
   /** How long stored events, their de-duplication entries and ownership records are kept. */
   readonly eventRetentionMs: number;
   /**
@@ -187,6 +189,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'REQUEST_TIMEOUT_MS', help: 'a whole request, body included, must arrive within this', default: '30000' },
   { name: 'TRUST_PROXY', help: 'how many proxies in front append to X-Forwarded-For (false or 0: use the socket address; true: 1)', default: 'false' },
   { name: 'AUTH_FAILURES_PER_MINUTE', help: 'unknown merchant keys one client address may try per minute before RATE_LIMITED (0: no limit)', default: '20' },
+  { name: 'KEYLESS_REFUSALS_PER_MINUTE', help: "requests without a working credential that one client address may have refused for needing one, per minute; past it that address's requests without a credential get RATE_LIMITED before their body is read (0: no limit)", default: '60' },
   { name: 'CLIENT_TOKEN_SECRET', help: 'secret (32 characters or more) that client tokens are encrypted under; several, comma-separated, to rotate: the first makes new tokens, all are accepted. Required with REDIS_URL', default: 'generated once and kept in DATA_DIR/client-token.secret' },
   { name: 'EVENT_RETENTION', help: 'how long webhook events, their de-duplication entries and ownership records are kept (e.g. 30d, 12h, 90m, 5s)', default: '30d' },
   { name: 'IDEMPOTENCY_RETENTION', help: 'how long idempotency keys are kept', default: '24h' },
@@ -477,6 +480,7 @@ export function loadConfig(env: Env = process.env): Config {
       trustProxyHops: proxyHops(env, 'TRUST_PROXY'),
     },
     authFailuresPerMinute: integer(env, 'AUTH_FAILURES_PER_MINUTE', 20, 0, 1_000_000),
+    keylessRefusalsPerMinute: integer(env, 'KEYLESS_REFUSALS_PER_MINUTE', 60, 0, 1_000_000),
     eventRetentionMs: duration(env, 'EVENT_RETENTION', '30d', 1_000),
     clientTokenSecrets: clientTokenSecrets(env, 'CLIENT_TOKEN_SECRET', redisUrl),
     idempotencyRetentionMs: duration(env, 'IDEMPOTENCY_RETENTION', '24h', 1_000),

@@ -195,7 +195,7 @@ async function floodPhase({ upstream, facadeSpec, heap, kind, settings, keys, fl
     cwd: facadeSpec.cwd,
     label: `anonymous-flood-${kind}`,
     // The production default, not startFacade's unlimited one (anonymous requests take none of it anyway).
-    env: { RATE_LIMIT_PER_MINUTE: undefined, ...heapEnv(heap) },
+    env: { RATE_LIMIT_PER_MINUTE: undefined, ...heapEnv(heap), ...settings.facadeEnv },
   });
   const { pid } = facade.child;
   const stderrTail = tailOf(facade.child.stderr);
@@ -427,6 +427,8 @@ export async function anonymousFlood({ quick, command, flags = {} }) {
     baselineMs: quick ? 1_000 : duration(flags, 'baseline', '10s'),
     maxRssMiB: positive(flags, 'max-rss', 6_144),
     bodyBytes: positive(flags, 'body-bytes', 1_048_576),
+    // --facade-env=NAME=value,NAME=value: settings for every facade (e.g. KEYLESS_REFUSALS_PER_MINUTE=0 measures the pipeline's own cost).
+    facadeEnv: Object.fromEntries(String(flags['facade-env'] ?? '').split(',').filter(Boolean).map((pair) => pair.split(/=(.*)/s, 2))),
   };
   const kinds = String(flags.documents ?? '10kb,1mb').split(',').filter(Boolean);
   for (const kind of kinds) if (!DOCUMENTS[kind]) throw new Error(`--documents: unknown "${kind}"; known: ${Object.keys(DOCUMENTS).join(', ')}`);
@@ -435,7 +437,7 @@ export async function anonymousFlood({ quick, command, flags = {} }) {
   const heapLabels = new Map(heaps.map((heap) => [heap, heap === 'default' ? `default heap (${thousands(heapLimitMiB(heap))} MiB)` : `--max-old-space-size=${heap}`]));
   const heapLabel = (heap) => heapLabels.get(heap);
   console.log(
-    `anonymous flood: ${kinds.join(' then ')} documents, ${settings.connections} connections, ${settings.durationMs / 1000} s each; /health every ${settings.probeEveryMs} ms, ${settings.webhookRate} webhooks/s; RSS cap ${settings.maxRssMiB} MiB`,
+    `anonymous flood: ${kinds.join(' then ')} documents${Object.keys(settings.facadeEnv).length ? ` (facades with ${Object.entries(settings.facadeEnv).map(([name, value]) => `${name}=${value}`).join(' ')})` : ''}, ${settings.connections} connections, ${settings.durationMs / 1000} s each; /health every ${settings.probeEveryMs} ms, ${settings.webhookRate} webhooks/s; RSS cap ${settings.maxRssMiB} MiB`,
   );
 
   const keys = keyPair();

@@ -57,6 +57,15 @@ export class KeyRateLimiter implements Budget {
     this.lastSweep = now();
   }
 
+  /** Whole seconds until this id has a token, without taking one (0: it has one now). */
+  wait(key: string): number {
+    if (this.perMinute === 0) return 0;
+    const bucket = this.buckets.get(hashKey(key));
+    if (!bucket) return 0;
+    const tokens = Math.min(this.perMinute, bucket.tokens + (this.now() - bucket.at) * this.perMs);
+    return tokens >= 1 ? 0 : Math.max(1, Math.ceil((1 - tokens) / this.perMs / 1000));
+  }
+
   /** Takes one token for this key: 0 when allowed, otherwise whole seconds until a token is there. */
   take(key: string): number {
     if (this.perMinute === 0) return 0;
@@ -193,7 +202,23 @@ export class RequestLimits {
     readonly perToken: Budget = new KeyRateLimiter(0),
     /** CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE, for the client tokens of one address (IPv6: per /64). */
     readonly perTokenAddress: Budget = new KeyRateLimiter(0),
+    /** KEYLESS_REFUSALS_PER_MINUTE, per client address, in this process (it is asked before a body is read, so it cannot wait on Redis). */
+    readonly keylessRefusals: KeyRateLimiter = new KeyRateLimiter(0),
   ) {}
+
+  /**
+   * Whole seconds until this address may send a request without a working
+   * credential again: 0 while it has refusals left in KEYLESS_REFUSALS_PER_MINUTE.
+   * Asked before anything of such a request is read.
+   */
+  keylessWait(address: string): number {
+    return this.keylessRefusals.wait(`keyless\n${addressGroup(address)}`);
+  }
+
+  /** One refusal of a request that needed a credential it did not have, charged to its address. */
+  chargeKeylessRefusal(address: string): void {
+    this.keylessRefusals.take(`keyless\n${addressGroup(address)}`);
+  }
 
   /**
    * Decides whether an operation runs. Without a credential it takes nothing
@@ -300,6 +325,8 @@ export class RequestLimits {
   }
 }
 
+export const KEYLESS_LIMITED = 'Too many requests without a working merchant key or client token from this address; send one.';
+
 export const CLIENT_TOKEN_LIMITED = 'Too many requests for this client token; slow down (its budget is its own, not the merchant key\'s).';
 
 function keyedAdmission(wait: number, message?: string): Admission {
@@ -311,7 +338,7 @@ function keyedAdmission(wait: number, message?: string): Admission {
  * connection (keys under its prefix) when there is one.
  */
 export function createRequestLimits(
-  config: Pick<Config, 'authFailuresPerMinute'> & {
+  config: Pick<Config, 'authFailuresPerMinute'> & Partial<Pick<Config, 'keylessRefusalsPerMinute'>> & {
     graphql: Pick<Config['graphql'], 'rateLimitPerMinute'> & Partial<Pick<Config['graphql'], 'clientTokenRateLimitPerMinute' | 'clientTokenAddressRateLimitPerMinute'>>;
   },
   keys: KnownKeys,
@@ -330,5 +357,6 @@ export function createRequestLimits(
     budget(config.authFailuresPerMinute, 'address'),
     budget(config.graphql.clientTokenRateLimitPerMinute ?? 0, 'token'),
     budget(config.graphql.clientTokenAddressRateLimitPerMinute ?? 0, 'token-address'),
+    new KeyRateLimiter(config.keylessRefusalsPerMinute ?? 0),
   );
 }

@@ -7,6 +7,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ExecutionResult, GraphQLError } from 'graphql';
 import { readCaller } from '../access/caller.js';
+import { KEYLESS_LIMITED, type RequestLimits } from '../access/rate-limit.js';
+import { clientAddress } from '../observability/client-address.js';
 import type { ClientTokens } from '../access/client-tokens.js';
 import { responseTooLarge } from '../pipeline/guards/response-size.js';
 import { namesPersistedQuery } from '../pipeline/persisted-operations.js';
@@ -21,6 +23,8 @@ export interface GraphQLHttpOptions {
   maxSseBufferedBytes: number;
   /** GRAPHQL_MAX_RESPONSE_BYTES: the direct path checks the text it writes. */
   maxResponseBytes: number;
+  /** MAX_DOCUMENT_BYTES: what a request without a credential may send is bounded by it. */
+  maxDocumentBytes: number;
   /** false: no direct path, every request goes through yoga's handler (tests compare both). */
   direct?: boolean;
 }
@@ -140,9 +144,17 @@ export interface GraphQLHttpParts {
   yoga: GraphQLServer;
   pipeline: Pipeline;
   clientTokens: ClientTokens;
+  limits: RequestLimits;
+  /** TRUST_PROXY's hops, for the client address. */
+  trustProxyHops: number;
 }
 
-export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens }: GraphQLHttpParts, options: GraphQLHttpOptions) {
+/** Room for variables and extensions beside the query text in the body of a request without a credential. */
+const KEYLESS_BODY_SLACK_BYTES = 64 * 1024;
+
+export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits, trustProxyHops }: GraphQLHttpParts, options: GraphQLHttpOptions) {
+  // A request without a credential can only run what needs none: its body has no use for more than a document and its variables.
+  const keylessBodyBytes = Math.min(options.maxBodyBytes, options.maxDocumentBytes + KEYLESS_BODY_SLACK_BYTES);
   /** Hands the request to yoga's full handler, with the body already read. */
   const viaYoga = async (req: IncomingMessage, res: ServerResponse, body: Buffer | undefined): Promise<void> => {
     const headers = new Headers();
@@ -228,10 +240,21 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens }: Graph
   };
 
   return (req: IncomingMessage, res: ServerResponse): void => {
+    const keyless = !req.headers.authorization;
+    if (keyless) {
+      // An address whose requests without a credential were refused too often this minute gets nothing read.
+      const wait = limits.keylessWait(clientAddress(req, trustProxyHops));
+      if (wait > 0) {
+        const text = JSON.stringify({ errors: [{ message: KEYLESS_LIMITED, extensions: { code: 'RATE_LIMITED', retryAfterSeconds: wait } }] });
+        res.setHeader('connection', 'close');
+        res.writeHead(429, { 'content-type': 'application/json; charset=utf-8', 'retry-after': String(wait), 'content-length': Buffer.byteLength(text) }).end(text);
+        return void req.resume();
+      }
+    }
     // Streams go through viaYoga, whose writes limitEventStream can watch.
     const stream = asksForEventStream(req);
     if (!stream && !isPlainJsonPost(req)) return void yoga(req, res);
-    readBody(req, options.maxBodyBytes)
+    readBody(req, keyless ? keylessBodyBytes : options.maxBodyBytes)
       .then(async (body) => {
         if (stream || options.direct === false || !(await direct(req, res, body))) await viaYoga(req, res, body);
       })

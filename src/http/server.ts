@@ -66,12 +66,16 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
   const { config, logger, yoga, readiness, receiver, metrics } = options;
   const cors = createCors(config.corsOrigins);
   // Over SSE a subscriber may leave about 1 KiB per allowed pending event unread before it is cut off.
-  const graphqlHttp = createGraphQLHttpHandler({ yoga, pipeline: options.pipeline, clientTokens: options.clientTokens }, {
-    maxBodyBytes: config.graphql.maxBodyBytes,
-    maxResponseBytes: config.graphql.maxResponseBytes,
-    maxSseBufferedBytes: config.realtime.maxPendingEvents * 1024,
-    direct: options.directHttpPath,
-  });
+  const graphqlHttp = createGraphQLHttpHandler(
+    { yoga, pipeline: options.pipeline, clientTokens: options.clientTokens, limits: options.limits, trustProxyHops: config.server.trustProxyHops },
+    {
+      maxBodyBytes: config.graphql.maxBodyBytes,
+      maxResponseBytes: config.graphql.maxResponseBytes,
+      maxDocumentBytes: config.graphql.maxDocumentBytes,
+      maxSseBufferedBytes: config.realtime.maxPendingEvents * 1024,
+      direct: options.directHttpPath,
+    },
+  );
   // The request id reaches upstream-call logs through an AsyncLocalStorage, entered only when those logs are on.
   const debug = logger.isLevelEnabled('debug');
   const logRequests = logger.isLevelEnabled('info');

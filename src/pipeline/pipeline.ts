@@ -15,7 +15,7 @@ import type { IncomingMessage } from 'node:http';
 import { type ExecutionResult, type GraphQLError } from 'graphql';
 import { createGraphQLError } from 'graphql-yoga';
 import { trustOf, type Caller, type Trust } from '../access/caller.js';
-import type { RequestLimits } from '../access/rate-limit.js';
+import { KEYLESS_LIMITED, type RequestLimits } from '../access/rate-limit.js';
 import { DeliveryGraphError, DocumentTooLargeError, PersistedQueryNotFoundError, RateLimitedError, UnauthenticatedError } from '../errors.js';
 import { createContext, REFUSED_CLIENT_TOKEN, type GraphQLContext, type Services } from '../graphql/context.js';
 import { OperationNames, type OperationLabel } from '../observability/operation-names.js';
@@ -133,6 +133,10 @@ export class Pipeline {
     const trust: Trust = trustOf(caller, limits.keys);
     const context = createContext(services, { caller, req: request.req, limits, disconnect: request.disconnect, signal: request.signal });
     // Budgets before anything costly (a persisted query's lookup included): a caller over them gets nothing looked up or parsed.
+    if (trust === 'keyless') {
+      const wait = limits.keylessWait(context.clientAddress);
+      if (wait > 0) return refused(refusal(new RateLimitedError(wait, KEYLESS_LIMITED)));
+    }
     const admission = await limits.admit(caller, context.clientAddress);
     if (admission.refusal) return refused(refusal(admission.refusal));
     try {
@@ -171,7 +175,10 @@ export class Pipeline {
       if (request.method === 'GET' && plan.kind === 'mutation') return invalid(MUTATION_OVER_GET());
       if (!request.streams && plan.kind === 'subscription') return invalid(SUBSCRIPTION_WITHOUT_STREAM());
       // Without a working key, only what needs none, and not even validated otherwise.
-      if (trust === 'keyless' && plan.needsKey) return refused(keylessRefusal(caller), plan);
+      if (trust === 'keyless' && plan.needsKey) {
+        this.#options.limits.chargeKeylessRefusal(context.clientAddress);
+        return refused(keylessRefusal(caller), plan);
+      }
       const errors = entry.validation();
       if (errors.length > 0) return invalid(...errors);
       const tooCostly = entry.costRefusal(plan);

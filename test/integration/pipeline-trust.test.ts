@@ -115,6 +115,36 @@ describe('nothing costly before a credential', () => {
   });
 });
 
+describe('requests without a credential, budgeted per address', () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack({ env: { KEYLESS_REFUSALS_PER_MINUTE: '3' } });
+  });
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  it('reads no more of a keyless body than a document and its variables need', async () => {
+    const { status, body } = await post(stack, { query: '{ __typename }', variables: { filler: 'x'.repeat(200_000) } });
+    expect(status).toBe(413);
+    expect(codes(body)).toEqual(['REQUEST_ENTITY_TOO_LARGE']);
+    // With a key, the body limit is GRAPHQL_MAX_BODY_BYTES.
+    expect((await post(stack, { query: '{ __typename }', variables: { filler: 'x'.repeat(200_000) } }, stack.key)).status).toBe(200);
+  });
+
+  it('refuses an address unread once its keyless requests were refused KEYLESS_REFUSALS_PER_MINUTE times, and no one else', async () => {
+    for (let n = 0; n < 3; n += 1) expect(codes((await post(stack, { query: distinctRead(300 + n) })).body)).toEqual(['UNAUTHENTICATED']);
+    const limited = await fetch(`${stack.app.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: '{ __typename }' }) });
+    expect(limited.status).toBe(429);
+    expect(Number(limited.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(codes((await limited.json()) as GraphQLResponse)).toEqual(['RATE_LIMITED']);
+    // Over GET (yoga's handler) too, and a caller with a key is not affected.
+    const get = await fetch(`${stack.app.url}/graphql?query=${encodeURIComponent('{ __typename }')}`);
+    expect(codes((await get.json()) as GraphQLResponse)).toEqual(['RATE_LIMITED']);
+    expect((await post(stack, { query: '{ __typename }' }, stack.key)).body).toEqual({ data: { __typename: 'Query' } });
+  });
+});
+
 describe('the shared document cache', () => {
   let stack: Stack;
   const cacheBytes = 2_000_000;
