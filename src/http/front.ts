@@ -1,0 +1,135 @@
+// The listening sockets in front of the HTTP servers. Node's HTTP parser has one
+// header limit per server, and only webhook tokens need more than its 16 KiB: so
+// on a shared port each connection's first request line is read here, before any
+// parser holds headers, and the connection goes to the server for its path (the
+// webhook path to the one whose limit fits a token, anything else to one with
+// Node's default). Here too: the connection cap across every listener, and the
+// deadline for that first request line.
+import type { Server } from 'node:http';
+import { createServer, type Server as NetServer, type Socket } from 'node:net';
+import { DEFAULT_HEADER_BYTES, pathOf, refuseConnection } from './server-limits.js';
+
+/** Which server takes a connection, by the path of its first request (undefined: no request line could be read). */
+export type Route = (path: string | undefined) => Server;
+
+export interface FrontOptions {
+  /** Most open connections over every listener (WebSockets included); the next are closed at once. */
+  maxConnections: number;
+  /** The first request line must arrive within this, else 408 (the server's own deadline then covers its headers). */
+  headersTimeoutMs: number;
+  /** A connection refused here, before any server had it. */
+  onRefusal(status: number, reason: string): void;
+}
+
+export interface Fronts {
+  /** Listens; each connection goes to `to` (one server), or to the server `to` picks by its first request's path. */
+  listen(port: number, host: string, to: Server | Route): Promise<NetServer>;
+  /** Connections open now, over every listener. */
+  readonly connections: number;
+  /** Stops accepting and drops connections still waiting for their first line; resolves once every connection has closed. */
+  close(): Promise<void>;
+}
+
+/**
+ * Makes an HTTP server that never listens itself take connections handed to it:
+ * Node starts checking a server's header and request deadlines when it starts
+ * listening, so that moment is announced here (its own 'listening' handler).
+ */
+export function takeHandedConnections(server: Server): void {
+  server.emit('listening');
+}
+
+/**
+ * net.Server's own count of its open connections, the one its maxConnections
+ * checks: it drops as a socket is destroyed, where 'close' comes a turn later.
+ */
+function openOn(listener: NetServer): number {
+  return (listener as NetServer & { _connections: number })._connections;
+}
+
+export function createFronts(options: FrontOptions): Fronts {
+  const listeners: NetServer[] = [];
+  // Connections whose first request line has not arrived: a graceful stop drops them.
+  const waiting = new Set<Socket>();
+  let closing = false;
+  const open = () => listeners.reduce((sum, listener) => sum + openOn(listener), 0);
+
+  const handOff = (socket: Socket, server: Server, head: Buffer | undefined) => {
+    // The bytes read here go back in front of the rest, for the server's parser to read first.
+    if (head) socket.unshift(head);
+    server.emit('connection', socket);
+    socket.resume();
+  };
+
+  const readFirstLine = (socket: Socket, route: Route) => {
+    waiting.add(socket);
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const stop = () => {
+      clearTimeout(timer);
+      waiting.delete(socket);
+      socket.off('data', onData);
+      socket.off('end', onEnd);
+      socket.off('error', onError);
+    };
+    const timer = setTimeout(() => {
+      stop();
+      options.onRefusal(408, `no request line within ${options.headersTimeoutMs} ms`);
+      refuseConnection(socket, 408, 'Request Timeout');
+    }, options.headersTimeoutMs);
+    const onData = (chunk: Buffer) => {
+      chunks.push(chunk);
+      size += chunk.length;
+      const head = chunks.length === 1 ? chunk : Buffer.concat(chunks, size);
+      const lineEnd = head.indexOf('\r\n');
+      // A line longer than the default limit goes to the default server, whose parser refuses it (431).
+      if (lineEnd < 0 && size < DEFAULT_HEADER_BYTES) return;
+      stop();
+      socket.pause();
+      handOff(socket, route(lineEnd < 0 ? undefined : pathOf(head.subarray(0, lineEnd))), head);
+    };
+    // Closed before a request line: nothing to answer.
+    const onEnd = () => {
+      stop();
+      socket.destroy();
+    };
+    const onError = () => {
+      stop();
+      socket.destroy();
+    };
+    socket.on('data', onData);
+    socket.on('end', onEnd);
+    socket.on('error', onError);
+    socket.resume();
+  };
+
+  return {
+    get connections() {
+      return open();
+    },
+    async listen(port, host, to) {
+      // As node:http does for its own listener: half-open sockets (the server ends them) and no Nagle delay.
+      const listener = createServer({ pauseOnConnect: true, allowHalfOpen: true, noDelay: true }, (socket) => {
+        // This connection is already counted.
+        if (closing || open() > options.maxConnections) return void socket.destroy();
+        if (typeof to === 'function') readFirstLine(socket, to);
+        else handOff(socket, to, undefined);
+      });
+      await new Promise<void>((resolve, reject) => {
+        listener.once('error', reject);
+        listener.listen(port, host, () => {
+          listener.off('error', reject);
+          resolve();
+        });
+      });
+      listeners.push(listener);
+      return listener;
+    },
+    async close() {
+      closing = true;
+      for (const socket of waiting) socket.destroy();
+      waiting.clear();
+      await Promise.all(listeners.map((listener) => new Promise<void>((resolve) => listener.close(() => resolve()))));
+    },
+  };
+}
