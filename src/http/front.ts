@@ -81,12 +81,15 @@ export function createFronts(options: FrontOptions): Fronts {
       chunks.push(chunk);
       size += chunk.length;
       const head = chunks.length === 1 ? chunk : Buffer.concat(chunks, size);
-      const lineEnd = head.indexOf('\r\n');
+      // Empty lines before a request line are allowed (RFC 9112, 2.2), and skipped as the parser skips them.
+      let start = 0;
+      while (head[start] === 0x0d || head[start] === 0x0a) start += 1;
+      const lineEnd = head.indexOf('\r\n', start);
       // A line longer than the default limit goes to the default server, whose parser refuses it (431).
       if (lineEnd < 0 && size < DEFAULT_HEADER_BYTES) return;
       stop();
       socket.pause();
-      handOff(socket, route(lineEnd < 0 ? undefined : pathOf(head.subarray(0, lineEnd))), head);
+      handOff(socket, route(lineEnd < 0 ? undefined : pathOf(head.subarray(start, lineEnd))), head);
     };
     // Closed before a request line: nothing to answer.
     const onEnd = () => {

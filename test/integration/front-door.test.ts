@@ -74,6 +74,9 @@ describe('header limits on the shared port (default setup)', () => {
   it('takes a webhook token of 200 KiB on the webhook path (the verifier refuses it, the header limit does not)', async () => {
     const raw = await exchange(stack.app.url, [webhookRequest(`Bearer ${'a'.repeat(200 * 1024)}`)]);
     expect(statuses(raw)).toEqual([401]);
+    // Empty lines before the request line are skipped, as the parser skips them.
+    const afterEmptyLines = await exchange(stack.app.url, ['\r\n\r\n', webhookRequest(`Bearer ${'a'.repeat(200 * 1024)}`)], { gapMs: 20 });
+    expect(statuses(afterEmptyLines)).toEqual([401]);
   });
 
   it('answers another path on a webhook connection within the default limit, with CORS and a request id, then closes it', async () => {
