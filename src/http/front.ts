@@ -5,12 +5,19 @@
 // webhook path to the one whose limit fits a token, anything else to one with
 // Node's default). Here too: the connection cap across every listener, and the
 // deadline for that first request line.
-import type { Server } from 'node:http';
+import { METHODS, type Server } from 'node:http';
 import { createServer, type Server as NetServer, type Socket } from 'node:net';
 import { DEFAULT_HEADER_BYTES, pathOf, refuseConnection } from './server-limits.js';
 
 /** Which server takes a connection, by the path of its first request (undefined: no request line could be read). */
 export type Route = (path: string | undefined) => Server;
+
+/** Whether the bytes of a first line so far can still be a request line's start: a known method, or the start of one. */
+function couldBeRequestLine(head: Buffer, start: number): boolean {
+  const space = head.indexOf(0x20, start);
+  const method = head.toString('latin1', start, space < 0 ? Math.min(head.length, start + 16) : space);
+  return space < 0 ? METHODS.some((known) => known.startsWith(method)) : METHODS.includes(method);
+}
 
 export interface FrontOptions {
   /** Most open connections over every listener (WebSockets included); the next are closed at once. */
@@ -85,8 +92,8 @@ export function createFronts(options: FrontOptions): Fronts {
       let start = 0;
       while (head[start] === 0x0d || head[start] === 0x0a) start += 1;
       const lineEnd = head.indexOf('\r\n', start);
-      // A line longer than the default limit goes to the default server, whose parser refuses it (431).
-      if (lineEnd < 0 && size < DEFAULT_HEADER_BYTES) return;
+      // Bytes that cannot begin a request, and a line longer than the default limit, go to the default server at once: its parser refuses them (400, 431).
+      if (lineEnd < 0 && size < DEFAULT_HEADER_BYTES && couldBeRequestLine(head, start)) return;
       stop();
       socket.pause();
       handOff(socket, route(lineEnd < 0 ? undefined : pathOf(head.subarray(start, lineEnd))), head);

@@ -71,6 +71,13 @@ describe('header limits on the shared port (default setup)', () => {
     expect(performance.now() - started).toBeLessThan(1_500);
   });
 
+  it('answers 400 at once to bytes that cannot begin a request line (the front waits only for what can)', async () => {
+    const started = performance.now();
+    expect(statuses(await exchange(stack.app.url, ['GEX'], { waitMs: 2_000 }))).toEqual([400]);
+    expect(statuses(await exchange(stack.app.url, ['\x16\x03\x01\x02\x00'], { waitMs: 2_000 }))).toEqual([400]);
+    expect(performance.now() - started).toBeLessThan(1_500);
+  });
+
   it('takes a webhook token of 200 KiB on the webhook path (the verifier refuses it, the header limit does not)', async () => {
     const raw = await exchange(stack.app.url, [webhookRequest(`Bearer ${'a'.repeat(200 * 1024)}`)]);
     expect(statuses(raw)).toEqual([401]);
