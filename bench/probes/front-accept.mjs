@@ -26,7 +26,7 @@ if (values.serve) {
     address = http.address();
   } else {
     takeHandedConnections(http);
-    const fronts = createFronts({ maxConnections: 1_000_000, headersTimeoutMs: 60_000, onRefusal() {} });
+    const fronts = createFronts({ maxConnections: 1_000_000, headersTimeoutMs: 60_000, onRefusal() {}, onListenerError() {} });
     address = (await fronts.listen(0, '127.0.0.1', () => http)).address();
   }
   const before = process.cpuUsage();

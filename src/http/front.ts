@@ -26,6 +26,8 @@ export interface FrontOptions {
   headersTimeoutMs: number;
   /** A connection refused here, before any server had it. */
   onRefusal(status: number, reason: string): void;
+  /** A listener's error once it listens (accept failing, e.g. out of descriptors): it goes on listening. */
+  onListenerError(error: Error): void;
 }
 
 export interface Fronts {
@@ -76,8 +78,8 @@ export function createFronts(options: FrontOptions): Fronts {
       clearTimeout(timer);
       waiting.delete(socket);
       socket.off('data', onData);
-      socket.off('end', onEnd);
-      socket.off('error', onError);
+      socket.off('end', drop);
+      socket.off('error', drop);
     };
     const timer = setTimeout(() => {
       stop();
@@ -98,18 +100,14 @@ export function createFronts(options: FrontOptions): Fronts {
       socket.pause();
       handOff(socket, route(lineEnd < 0 ? undefined : pathOf(head.subarray(start, lineEnd))), head);
     };
-    // Closed before a request line: nothing to answer.
-    const onEnd = () => {
-      stop();
-      socket.destroy();
-    };
-    const onError = () => {
+    // Closed or broken before a request line: nothing to answer.
+    const drop = () => {
       stop();
       socket.destroy();
     };
     socket.on('data', onData);
-    socket.on('end', onEnd);
-    socket.on('error', onError);
+    socket.on('end', drop);
+    socket.on('error', drop);
     socket.resume();
   };
 
@@ -129,6 +127,7 @@ export function createFronts(options: FrontOptions): Fronts {
         listener.once('error', reject);
         listener.listen(port, host, () => {
           listener.off('error', reject);
+          listener.on('error', options.onListenerError);
           resolve();
         });
       });

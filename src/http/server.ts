@@ -229,6 +229,7 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     maxConnections: limits.maxConnections ?? defaultMaxConnections(),
     headersTimeoutMs: limits.headersTimeoutMs,
     onRefusal: (status, reason) => logger.warn({ status, reason }, 'request refused by the HTTP server'),
+    onListenerError: (error) => logger.error({ err: error }, 'a listener could not accept a connection'),
   });
   let main: NetServer;
   let webhookListener: NetServer | undefined;

@@ -11,8 +11,11 @@ import { loadConfig } from '../../src/config.js';
 import { createLogger } from '../../src/logger.js';
 import { deliveryInput, makeDataDir, startStack, type Stack } from '../helpers/stack.js';
 
-/** Writes `parts` on one connection (`gapMs` apart) and returns what the server sent before it closed or `waitMs` passed. */
-async function exchange(url: string, parts: string[], { gapMs = 0, waitMs = 3_000 } = {}): Promise<string> {
+/**
+ * Writes `parts` on one connection (`gapMs` apart; unless `pastAnswers`, none after the server's first answer)
+ * and returns what the server sent before it closed or `waitMs` passed.
+ */
+async function exchange(url: string, parts: string[], { gapMs = 0, waitMs = 3_000, pastAnswers = false } = {}): Promise<string> {
   const socket = connect(Number(new URL(url).port), '127.0.0.1');
   await once(socket, 'connect');
   let received = '';
@@ -21,7 +24,7 @@ async function exchange(url: string, parts: string[], { gapMs = 0, waitMs = 3_00
   socket.on('error', () => undefined);
   const closed = once(socket, 'close');
   for (const part of parts) {
-    if (socket.destroyed || received) break;
+    if (socket.destroyed || (received && !pastAnswers)) break;
     socket.write(part);
     if (gapMs) await sleep(gapMs);
   }
@@ -95,6 +98,12 @@ describe('header limits on the shared port (default setup)', () => {
     expect(second).toMatch(/^x-request-id: after-webhook$/im);
     const large = await exchange(stack.app.url, [`${webhookRequest('Bearer nope', true)}GET /graphql HTTP/1.1\r\nhost: x\r\n${padding(20 * 1024)}\r\n`]);
     expect(statuses(large)).toEqual([401, 431]);
+    // A WebSocket asked for on a webhook connection is the public server's.
+    const upgrade = 'GET /graphql HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-protocol: graphql-transport-ws\r\n';
+    // (Not pipelined: Node answers an upgrade at once, even before the answer to a request ahead of it.)
+    const parts = (last: string) => [webhookRequest('Bearer nope', true), last];
+    expect(statuses(await exchange(stack.app.url, parts(`${upgrade}\r\n`), { gapMs: 300, waitMs: 1_000, pastAnswers: true }))).toEqual([401, 101]);
+    expect(statuses(await exchange(stack.app.url, parts(`${upgrade}${padding(20 * 1024)}\r\n`), { gapMs: 300, pastAnswers: true }))).toEqual([401, 431]);
   });
 
   it('counts a webhook token over WEBHOOK_MAX_TOKEN_BYTES (431) in delivery_graph_webhook_refusals_total', async () => {
