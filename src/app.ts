@@ -36,6 +36,10 @@ export interface App {
   /** Base URL of the facade, e.g. http://127.0.0.1:4000 */
   url: string;
   port: number;
+  /** Where webhooks are received (WEBHOOK_PATH on the main port, or on WEBHOOK_PORT). */
+  webhookUrl: string;
+  /** Where GET /metrics is served, when it is (on METRICS_PORT, or the main port). */
+  metricsUrl: string | undefined;
   server: Server;
   services: Services;
   /** The GraphQL handler, for in-process requests (`app.yoga.fetch`). */
@@ -47,7 +51,7 @@ export interface App {
   /** The embedded sandbox, when it is the upstream. */
   sandbox: Sandbox | undefined;
   logger: Logger;
-  /** The Prometheus metrics behind GET /metrics, unless METRICS=false. */
+  /** The Prometheus metrics behind GET /metrics, unless METRICS=false or nowhere serves them (production without METRICS_PORT or METRICS_TOKEN). */
   metrics: Metrics | undefined;
   stop(): Promise<void>;
 }
@@ -131,7 +135,10 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   const persisted = new PersistedOperations(allowlist, {
     store: apqStore && redis ? sharedPersistedQueryStore(apqStore, { client: redis.client, prefix: redis.prefix, maxEntries: config.graphql.apqMaxEntries, logger }) : apqStore,
   });
-  if (config.metrics) {
+  // In production /metrics is served only where asked for (METRICS_PORT, METRICS_TOKEN): otherwise nothing is collected.
+  const metricsServed = config.metricsAccess.onMainPort || config.metricsAccess.port !== undefined;
+  if (config.metrics && !metricsServed) logger.warn('/metrics is off in production: set METRICS_PORT (a listener of its own) or METRICS_TOKEN (a bearer token) to serve it');
+  if (config.metrics && metricsServed) {
     metrics = createMetrics({
       upstream,
       bus,
@@ -160,7 +167,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
 
   const trackingPage = config.trackingPage ? createTrackingPage({ graphqlPath: '/graphql', sandboxKey, graphiql: config.graphql.introspection, logger }) : undefined;
   const http = await openFrontDoor({ config, logger, yoga, pipeline, clientTokens: services.clientTokens, limits, upstream, readiness, receiver, metrics, graphiql, trackingPage, directHttpPath: options.directHttpPath ?? true });
-  sandbox?.setWebhookUrl(`${http.url}${config.webhook.path}`);
+  sandbox?.setWebhookUrl(http.webhookUrl);
 
   // Graceful stop: readiness fails first so a load balancer drains us, then the
   // front door closes (see FrontDoor.close); then the rest, newest first.
@@ -172,5 +179,5 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       await teardown.run(logger);
     })());
 
-  return { url: http.url, port: http.port, server: http.server, services, yoga, pipeline, receiver, sandbox, logger, metrics, stop };
+  return { url: http.url, port: http.port, webhookUrl: http.webhookUrl, metricsUrl: http.metricsUrl, server: http.server, services, yoga, pipeline, receiver, sandbox, logger, metrics, stop };
 }

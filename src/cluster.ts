@@ -15,11 +15,15 @@ import { DEMO_MERCHANTS, startSandbox, type Sandbox } from './sandbox/index.js';
 export interface WorkerListening {
   type: 'delivery-graph:listening';
   url: string;
+  /** Where webhooks are received (the main port, or WEBHOOK_PORT). */
+  webhookUrl: string;
+  /** Where /metrics is served, when it is. */
+  metricsUrl: string | undefined;
 }
 
 /** In a worker: tells the primary where it serves. */
-export function reportListening(url: string): void {
-  const message: WorkerListening = { type: 'delivery-graph:listening', url };
+export function reportListening(where: { url: string; webhookUrl: string; metricsUrl: string | undefined }): void {
+  const message: WorkerListening = { type: 'delivery-graph:listening', url: where.url, webhookUrl: where.webhookUrl, metricsUrl: where.metricsUrl };
   process.send?.(message);
 }
 
@@ -28,7 +32,7 @@ export function reportListening(url: string): void {
  * listens (with the sandbox, when there is one). Resolves when the primary is set
  * up; the process then lives until a signal stops the workers.
  */
-export async function runPrimary(config: Config, banner: (url: string, sandbox: Sandbox | undefined) => void): Promise<void> {
+export async function runPrimary(config: Config, banner: (where: WorkerListening, sandbox: Sandbox | undefined) => void): Promise<void> {
   const logger = createLogger(config.logLevel);
   let sandbox: Sandbox | undefined;
   const env: Record<string, string> = {};
@@ -54,8 +58,8 @@ export async function runPrimary(config: Config, banner: (url: string, sandbox: 
       listening.add(worker.id);
       if (listening.size < config.workers) return;
       announced = true;
-      sandbox?.setWebhookUrl(`${message.url}${config.webhook.path}`);
-      banner(message.url, sandbox);
+      sandbox?.setWebhookUrl(message.webhookUrl);
+      banner(message, sandbox);
       logger.info({ workers: config.workers }, 'workers listening');
     });
     return worker;

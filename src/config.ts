@@ -35,6 +35,8 @@ export interface UpstreamConfig {
 
 export interface WebhookConfig {
   readonly path: string;
+  /** WEBHOOK_PORT: a listener of its own for webhooks (the main port then answers them 404); undefined: the main port takes them. */
+  readonly port: number | undefined;
   /** Largest webhook JWT accepted (it travels in the Authorization header, whose limit is raised to match). */
   readonly maxTokenBytes: number;
   /** A webhook's body must arrive within this after its headers. */
@@ -131,6 +133,17 @@ export interface Config {
   };
   /** GET /metrics (Prometheus text format). */
   readonly metrics: boolean;
+  /** Where GET /metrics is answered, and who may read it. */
+  readonly metricsAccess: {
+    /** METRICS_PORT: a listener of its own, answering /metrics only; undefined: none. */
+    readonly port: number | undefined;
+    /** METRICS_HOST: the address that listener binds (loopback unless told). */
+    readonly host: string;
+    /** METRICS_TOKEN: when set, every /metrics request, on any port, must carry it as `Authorization: Bearer <token>`. */
+    readonly token: string | undefined;
+    /** The main port answers /metrics: always with a token; without one, outside production and without METRICS_PORT. */
+    readonly onMainPort: boolean;
+  };
   /** GET / serves the live tracking page. */
   readonly trackingPage: boolean;
   /** OpenTelemetry tracing: off unless OTEL_TRACING=true; when off, no SDK is loaded. */
@@ -169,7 +182,8 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'WEBHOOK_PUBLIC_KEY_FILE', help: 'RSA public key (2048 bits or more) that verifies webhook JWTs: PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE", or DER', default: "the sandbox's" },
   { name: 'WEBHOOK_ISSUER', help: 'required iss claim of webhook JWTs', default: "the sandbox's" },
   { name: 'WEBHOOK_PATH', help: 'path of the webhook receiver', default: '/webhooks' },
-  { name: 'WEBHOOK_MAX_TOKEN_BYTES', help: 'largest webhook JWT accepted (it travels in the Authorization header; the header limit is raised to match)', default: '262144' },
+  { name: 'WEBHOOK_PORT', help: 'a port of its own for webhooks, on HOST (the main port then answers the webhook path 404); unset: webhooks come in on PORT, where only connections whose first request is for WEBHOOK_PATH get the raised header limit', default: 'unset' },
+  { name: 'WEBHOOK_MAX_TOKEN_BYTES', help: 'largest webhook JWT accepted (it travels in the Authorization header; the header limit of webhook connections is raised to match, every other connection keeps 16 KiB)', default: '262144' },
   { name: 'WEBHOOK_BODY_TIMEOUT_MS', help: "a webhook's body must arrive within this after its headers", default: '10000' },
   { name: 'DATA_DIR', help: 'directory of the embedded SQLite store', default: './data' },
   { name: 'UPSTREAM_TIMEOUT_MS', help: 'budget of one upstream call, retries included', default: '10000' },
@@ -214,12 +228,15 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'SANDBOX_RETURN_RATE', help: 'share (0 to 1) of embedded-sandbox deliveries that fail or are canceled by the provider after pickup and then come back (the return path)', default: '0.1' },
   { name: 'LOG_LEVEL', help: 'fatal, error, warn, info, debug, trace or silent (info: one line per request; debug: also each upstream call)', default: 'info' },
   { name: 'METRICS', help: 'true or false: Prometheus metrics at GET /metrics', default: 'true' },
+  { name: 'METRICS_PORT', help: 'a port of its own for GET /metrics, on METRICS_HOST (the main port then answers /metrics 404 unless METRICS_TOKEN is set)', default: 'unset' },
+  { name: 'METRICS_HOST', help: 'address the METRICS_PORT listener binds (0.0.0.0 for a scraper on another machine)', default: '127.0.0.1' },
+  { name: 'METRICS_TOKEN', help: 'bearer token (16 characters or more) every /metrics request must carry as "Authorization: Bearer <token>", else 401; with it /metrics is also served on the main port', default: 'unset' },
   { name: 'TRACKING_PAGE', help: 'true or false: the live tracking page at GET /', default: 'true' },
   { name: 'OTEL_TRACING', help: 'true or false: OpenTelemetry spans for GraphQL operations and their upstream calls', default: 'false' },
   { name: 'OTEL_EXPORTER_OTLP_ENDPOINT', help: 'OTLP/HTTP collector base URL; spans go to <url>/v1/traces', default: 'http://localhost:4318' },
   { name: 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', help: 'full OTLP/HTTP traces URL, used as it is (overrides the above)', default: 'unset' },
   { name: 'OTEL_SERVICE_NAME', help: 'service.name of the spans', default: 'delivery-graph' },
-  { name: 'NODE_ENV', help: 'production turns off GraphiQL, introspection and the federation SDL (see GRAPHQL_INTROSPECTION, FEDERATION_SDL)', default: 'development' },
+  { name: 'NODE_ENV', help: 'production turns off GraphiQL, introspection and the federation SDL (see GRAPHQL_INTROSPECTION, FEDERATION_SDL), and /metrics on the main port unless METRICS_TOKEN is set', default: 'development' },
 ];
 
 type Env = Record<string, string | undefined>;
@@ -361,6 +378,28 @@ function corsOrigins(env: Env, name: string): CorsOrigins {
   return origins;
 }
 
+/** Shorter metrics tokens are refused: the token is all that stands between the internet and /metrics. */
+export const MIN_METRICS_TOKEN_LENGTH = 16;
+
+function metricsToken(env: Env, name: string): string | undefined {
+  const token = text(env, name);
+  if (token === undefined) return undefined;
+  // The token itself is never echoed.
+  if (/\s/.test(token)) throw new ConfigError(name, 'must not contain whitespace (it is sent as "Authorization: Bearer <token>")');
+  if (token.length < MIN_METRICS_TOKEN_LENGTH) throw new ConfigError(name, `is ${token.length} characters; at least ${MIN_METRICS_TOKEN_LENGTH} are required (e.g. openssl rand -hex 24)`);
+  return token;
+}
+
+/** An optional listen port that must not be one the facade already uses (0: any free port, never a clash). */
+function extraPort(env: Env, name: string, taken: ReadonlyArray<[string, number | undefined]>): number | undefined {
+  if (text(env, name) === undefined) return undefined;
+  const port = integer(env, name, 0, 0, 65535);
+  for (const [other, value] of taken) {
+    if (port !== 0 && port === value) throw new ConfigError(name, `${port} is ${other} as well; choose another port`);
+  }
+  return port;
+}
+
 /** Shorter secrets are refused: a client token is only as strong as the secret it is encrypted under. */
 export const MIN_CLIENT_TOKEN_SECRET_LENGTH = 32;
 
@@ -422,11 +461,15 @@ export function loadConfig(env: Env = process.env): Config {
   // Each worker has its own memory: only through Redis do they share events, idempotency keys and limits.
   if (integer(env, 'WORKERS', 1, 1, 256) > 1 && redisUrl === undefined) throw new ConfigError('WORKERS', 'more than one worker needs REDIS_URL (the workers share events, idempotency and limits through it)');
 
+  const port = integer(env, 'PORT', 4000, 0, 65535);
   const production = text(env, 'NODE_ENV') === 'production';
   const introspection = oneOf(env, 'GRAPHQL_INTROSPECTION', ['true', 'false'] as const, production ? 'false' : 'true') === 'true';
+  const webhookPort = extraPort(env, 'WEBHOOK_PORT', [['PORT', port]]);
+  const metricsPort = extraPort(env, 'METRICS_PORT', [['PORT', port], ['WEBHOOK_PORT', webhookPort]]);
+  const token = metricsToken(env, 'METRICS_TOKEN');
 
   const config: Config = {
-    port: integer(env, 'PORT', 4000, 0, 65535),
+    port,
     host: text(env, 'HOST') ?? '127.0.0.1',
     production,
     logLevel: oneOf(env, 'LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info'),
@@ -449,6 +492,7 @@ export function loadConfig(env: Env = process.env): Config {
     },
     webhook: {
       path: webhookPath,
+      port: webhookPort,
       maxTokenBytes: integer(env, 'WEBHOOK_MAX_TOKEN_BYTES', 262_144, 16_384, 16_777_216),
       bodyTimeoutMs: integer(env, 'WEBHOOK_BODY_TIMEOUT_MS', 10_000, 100, 600_000),
       publicKeyPem: key?.pem,
@@ -490,6 +534,13 @@ export function loadConfig(env: Env = process.env): Config {
       accessChecksPerMinute: integer(env, 'SUBSCRIPTION_ACCESS_CHECKS', 50, 0, 1_000_000),
     },
     metrics: oneOf(env, 'METRICS', ['true', 'false'] as const, 'true') === 'true',
+    metricsAccess: {
+      port: metricsPort,
+      host: text(env, 'METRICS_HOST') ?? '127.0.0.1',
+      token,
+      // Platform-wide volumes and every tenant's operation names: public only outside production, and only when not asked otherwise.
+      onMainPort: token !== undefined || (!production && metricsPort === undefined),
+    },
     trackingPage: oneOf(env, 'TRACKING_PAGE', ['true', 'false'] as const, 'true') === 'true',
     tracing: {
       enabled: oneOf(env, 'OTEL_TRACING', ['true', 'false'] as const, 'false') === 'true',

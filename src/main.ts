@@ -20,16 +20,23 @@ function help(): string {
   ].join('\n');
 }
 
+/** Where a process serves: the main port, the webhooks and /metrics. */
+interface Where {
+  url: string;
+  webhookUrl: string;
+  metricsUrl: string | undefined;
+}
+
 /** The start-up text: where everything is, and with the sandbox, a ready key and what to try. */
-function banner(config: Config, url: string, sandbox: Sandbox | undefined, metrics: boolean): string {
+function banner(config: Config, { url, webhookUrl, metricsUrl }: Where, sandbox: Sandbox | undefined): string {
   const ws = url.replace('http', 'ws');
   const lines = [
     `delivery-graph is serving on ${url}`,
     ...(config.trackingPage ? [`  tracking page       ${url}/   (book a delivery, watch the courier move)`] : []),
     `  ${config.graphql.introspection ? 'GraphQL + GraphiQL' : 'GraphQL           '}  ${url}/graphql   (WebSocket: ${ws}/graphql)`,
-    `  webhooks            ${url}${config.webhook.path}`,
+    `  webhooks            ${webhookUrl}`,
     `  health / ready      ${url}/health   ${url}/ready`,
-    ...(metrics ? [`  metrics             ${url}/metrics`] : []),
+    ...(metricsUrl ? [`  metrics             ${metricsUrl}${config.metricsAccess.token ? '   (Authorization: Bearer <METRICS_TOKEN>)' : ''}`] : []),
   ];
   if (sandbox) {
     const merchant = sandbox.merchants[0]!;
@@ -72,7 +79,7 @@ async function main(): Promise<void> {
   }
 
   if (config.workers > 1 && cluster.isPrimary) {
-    await runPrimary(config, (url, sandbox) => console.log(banner(config, url, sandbox, config.metrics)));
+    await runPrimary(config, (where, sandbox) => console.log(banner(config, where, sandbox)));
     return;
   }
   let app;
@@ -82,18 +89,23 @@ async function main(): Promise<void> {
     // A port taken by another process is the commonest way to fail: say which and what to change, in one line.
     const { code, port } = error as NodeJS.ErrnoException & { port?: number };
     if (code === 'EADDRINUSE' || code === 'EACCES') {
-      const variable = port === config.sandbox.port && !config.upstream.url && port !== config.port ? 'SANDBOX_PORT' : 'PORT';
+      const variable =
+        port === config.webhook.port ? 'WEBHOOK_PORT'
+        : port === config.metricsAccess.port ? 'METRICS_PORT'
+        : port === config.sandbox.port && !config.upstream.url && port !== config.port ? 'SANDBOX_PORT'
+        : 'PORT';
       const problem = code === 'EADDRINUSE' ? 'is already in use' : 'may not be used by this user';
-      console.error(`delivery-graph: port ${port} on ${config.host} ${problem}; set ${variable} to a free port (e.g. ${variable}=${Number(port) + 1} npm start)`);
+      const host = variable === 'METRICS_PORT' ? config.metricsAccess.host : config.host;
+      console.error(`delivery-graph: port ${port} on ${host} ${problem}; set ${variable} to a free port (e.g. ${variable}=${Number(port) + 1} npm start)`);
       process.exit(1);
     }
     throw error;
   }
   if (cluster.isWorker) {
     // One of WORKERS: the primary prints the banner; this one says where it serves.
-    reportListening(app.url);
+    reportListening(app);
   } else {
-    console.log(banner(config, app.url, app.sandbox, app.metrics !== undefined));
+    console.log(banner(config, app, app.sandbox));
   }
 
   let stopping = false;

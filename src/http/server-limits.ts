@@ -1,9 +1,10 @@
-// Limits of the one HTTP server against clients that hold connections open or
-// send oversized headers: a connection cap, deadlines for headers and for whole
-// requests, a header limit raised to fit the largest webhook token, and a count
-// and a log line for every request the server itself refuses (431, 400, 408).
+// Limits of the HTTP servers against clients that hold connections open or
+// send oversized headers: deadlines for headers and for whole requests, Node's
+// 16 KiB header limit everywhere but on webhook connections (raised there to fit
+// the largest webhook token), and a count and a log line for every request a
+// server itself refuses (431, 400, 408). The connection cap is the front's (front.ts).
 import { readFileSync } from 'node:fs';
-import type { Server } from 'node:http';
+import { maxHeaderSize as defaultMaxHeaderSize, type IncomingMessage, type Server } from 'node:http';
 import type { Socket } from 'node:net';
 
 /** Room beside the webhook token in the header block: the request line and the other headers. */
@@ -18,16 +19,31 @@ export interface ServerLimits {
   maxTokenBytes: number;
 }
 
+/** The header limit of every connection but webhook ones: Node's own (16 KiB unless --max-http-header-size says otherwise). */
+export const DEFAULT_HEADER_BYTES = defaultMaxHeaderSize;
+
+/** The header limit of webhook connections: the largest webhook token plus the rest of a request. */
+export function webhookHeaderBytes(limits: ServerLimits): number {
+  return limits.maxTokenBytes + HEADER_SLACK_BYTES;
+}
+
 /**
- * What the server must be created with: headers up to the largest webhook token
- * plus the rest of a request, and deadlines checked often enough to hold (Node
- * checks them every 30 s by default).
+ * What a server must be created with: its header limit, and deadlines checked
+ * often enough to hold (Node checks them every 30 s by default).
  */
-export function serverOptions(limits: ServerLimits): { maxHeaderSize: number; connectionsCheckingInterval: number } {
+export function serverOptions(limits: ServerLimits, maxHeaderSize: number): { maxHeaderSize: number; connectionsCheckingInterval: number } {
   return {
-    maxHeaderSize: limits.maxTokenBytes + HEADER_SLACK_BYTES,
+    maxHeaderSize,
     connectionsCheckingInterval: Math.max(100, Math.min(1_000, Math.floor(limits.headersTimeoutMs / 4))),
   };
+}
+
+/** About the bytes of a request's head as they came (request line, headers, line ends), for a limit checked after parsing. */
+export function headBytes(req: IncomingMessage): number {
+  let bytes = (req.method?.length ?? 0) + (req.url?.length ?? 0) + 12;
+  const raw = req.rawHeaders;
+  for (let i = 0; i < raw.length; i += 2) bytes += raw[i]!.length + raw[i + 1]!.length + 4;
+  return bytes;
 }
 
 /**
@@ -50,18 +66,26 @@ const STATUS_OF_PARSER_ERROR: Record<string, [number, string]> = {
   ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout'],
 };
 
-/** The path of a request's first line, from the bytes the parser refused (never the headers). */
-function pathOf(raw: Buffer | undefined): string | undefined {
+/** The path of a request line (origin form), or undefined when the bytes do not start with one. */
+export function pathOf(raw: Buffer | undefined): string | undefined {
   const line = raw?.subarray(0, 2048).toString('latin1').split('\r\n', 1)[0];
   return line ? /^[A-Z]+ (\/[^ ?]*)/.exec(line)?.[1] : undefined;
 }
 
+/** Closes a connection with a bare refusal (the request could not be read, so nothing else is said). */
+export function refuseConnection(socket: Socket, status: number, text: string): void {
+  // After a timeout Node has already stopped writing to the socket: it can only be closed.
+  if (!socket.writable) return void socket.destroy();
+  socket.end(`HTTP/1.1 ${status} ${text}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
+  // A client that never reads nor closes would keep the half-closed socket (and its descriptor): a second is enough.
+  setTimeout(() => socket.destroy(), 1_000).unref();
+}
+
 /**
- * Applies the limits, and answers the requests the HTTP parser refuses itself:
- * `onRefusal` hears each one (status, the path when it can be read, why).
+ * Applies the deadlines, and answers the requests the HTTP parser refuses itself:
+ * `onRefusal` hears each one (status, the path when the refused bytes show it, why).
  */
 export function applyServerLimits(server: Server, limits: ServerLimits, onRefusal: (status: number, path: string | undefined, reason: string) => void): void {
-  server.maxConnections = limits.maxConnections ?? defaultMaxConnections();
   server.headersTimeout = limits.headersTimeoutMs;
   server.requestTimeout = limits.requestTimeoutMs;
   const refused = new WeakSet<Socket>();
@@ -71,10 +95,6 @@ export function applyServerLimits(server: Server, limits: ServerLimits, onRefusa
     if (error.code === 'ECONNRESET' || refused.has(socket)) return void socket.destroy();
     refused.add(socket);
     onRefusal(status, pathOf(error.rawPacket), error.code ?? error.message);
-    // After a timeout Node has already stopped writing to the socket: it can only be closed.
-    if (!socket.writable) return void socket.destroy();
-    socket.end(`HTTP/1.1 ${status} ${text}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
-    // A client that never reads nor closes would keep the half-closed socket (and its descriptor): a second is enough.
-    setTimeout(() => socket.destroy(), 1_000).unref();
+    refuseConnection(socket, status, text);
   });
 }

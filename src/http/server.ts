@@ -1,11 +1,15 @@
-// The one front door: a single HTTP server through which every way in passes
-// (the direct JSON path and yoga's handler, SSE, WebSocket upgrades, webhooks,
-// probes, metrics, GraphiQL and the tracking page). Here, and only here, each
-// request gets its id, its CORS headers, its access-log line and the server's
-// limits, before a path is chosen.
+// The front door: every way in passes through here (the direct JSON path and
+// yoga's handler, SSE, WebSocket upgrades, webhooks, probes, metrics, GraphiQL
+// and the tracking page). Here, and only here, each request gets its id, its
+// CORS headers, its access-log line and the servers' limits, before a path is
+// chosen. Behind the listening sockets (front.ts) are up to three HTTP servers:
+// the public one with Node's 16 KiB header limit, the webhook one whose limit
+// fits the largest webhook token, and, with METRICS_PORT, one for /metrics alone.
 import cluster from 'node:cluster';
+import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Server as NetServer, Socket } from 'node:net';
+import { bearerCredential } from '../access/caller.js';
 import type { Config } from '../config.js';
 import type { ClientTokens } from '../access/client-tokens.js';
 import type { RequestLimits } from '../access/rate-limit.js';
@@ -19,7 +23,8 @@ import type { WebhookReceiver } from '../webhooks/receiver.js';
 import { createCors } from './cors.js';
 import { createGraphQLHttpHandler } from './graphql.js';
 import type { Readiness } from './readiness.js';
-import { applyServerLimits, serverOptions } from './server-limits.js';
+import { createFronts, takeHandedConnections } from './front.js';
+import { applyServerLimits, DEFAULT_HEADER_BYTES, defaultMaxConnections, headBytes, refuseConnection, serverOptions, webhookHeaderBytes } from './server-limits.js';
 import { attachGraphQLWebSocket } from './ws.js';
 
 /** A part that answers some paths itself (GraphiQL, the tracking page): true when it did. */
@@ -48,10 +53,15 @@ export interface FrontDoorOptions {
 }
 
 export interface FrontDoor {
+  /** The public HTTP server (GraphQL, WebSockets, probes, pages); it is handed its connections, it does not listen itself. */
   server: Server;
   /** Base URL, e.g. http://127.0.0.1:4000 */
   url: string;
   port: number;
+  /** Where webhooks are received: on the main port, or on WEBHOOK_PORT. */
+  webhookUrl: string;
+  /** Where /metrics is served, when it is (METRICS_PORT, or the main port). */
+  metricsUrl: string | undefined;
   /**
    * Graceful stop: /ready fails at once, WebSockets close with 1001, keep-alive
    * connections close after their answer, in-flight requests get SHUTDOWN_GRACE_MS.
@@ -61,6 +71,22 @@ export interface FrontDoor {
 
 /** Probes and scrapes log at debug, everything else at info. */
 const QUIET_PATHS = new Set(['/health', '/ready', '/metrics']);
+
+type Route = (req: IncomingMessage, res: ServerResponse, pathname: string) => void;
+
+/** Checks `Authorization: Bearer <token>` against METRICS_TOKEN in the same time whatever was sent. */
+function bearerCheck(token: string): (authorization: string | undefined) => boolean {
+  const expected = createHash('sha256').update(token).digest();
+  // Digests are of one length: timingSafeEqual neither throws nor tells how long the token is.
+  return (authorization) => timingSafeEqual(createHash('sha256').update(bearerCredential(authorization) ?? '').digest(), expected);
+}
+
+/** http://host:port of a listener, with the loopback address for "any". */
+function urlOf(listener: NetServer, host: string): string {
+  const { port } = listener.address() as AddressInfo;
+  const shown = host.includes(':') ? `[${host}]` : host;
+  return `http://${shown === '0.0.0.0' ? '127.0.0.1' : shown}:${port}`;
+}
 
 export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoor> {
   const { config, logger, yoga, readiness, receiver, metrics } = options;
@@ -79,25 +105,70 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
   // The request id reaches upstream-call logs through an AsyncLocalStorage, entered only when those logs are on.
   const debug = logger.isLevelEnabled('debug');
   const logRequests = logger.isLevelEnabled('info');
+  // Without WEBHOOK_PORT, webhooks come in on the main port.
+  const webhooksOnMainPort = config.webhook.port === undefined;
   let draining = false;
 
   const json = (res: ServerResponse, status: number, body: unknown) => {
     res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
   };
 
-  const route = (req: IncomingMessage, res: ServerResponse, pathname: string) => {
+  const receive = (req: IncomingMessage, res: ServerResponse) => {
+    if (receiver) return receiver.handle(req, res);
+    json(res, 503, { error: 'webhooks_not_configured', message: 'Set WEBHOOK_PUBLIC_KEY_FILE and WEBHOOK_ISSUER to receive webhooks.' });
+  };
+
+  const metricsAllowed = config.metricsAccess.token === undefined ? () => true : bearerCheck(config.metricsAccess.token);
+  const serveMetrics = (req: IncomingMessage, res: ServerResponse, served: Metrics) => {
+    if (!metricsAllowed(req.headers.authorization)) {
+      res.writeHead(401, { 'content-type': 'application/json', 'www-authenticate': 'Bearer realm="metrics"' });
+      res.end('{"error":"unauthorized","message":"GET /metrics needs Authorization: Bearer <METRICS_TOKEN>."}');
+      return;
+    }
+    served.handle(req, res);
+  };
+
+  const notFound = (res: ServerResponse, pathname: string) => json(res, 404, { error: 'not_found', message: `Nothing at ${pathname}. GraphQL is at /graphql.` });
+
+  /** Every path of the main port. */
+  const routePublic: Route = (req, res, pathname) => {
     if (options.graphiql?.handle(req, res, pathname)) return;
     if (pathname === '/graphql') return graphqlHttp(req, res);
     if (pathname === config.webhook.path) {
-      if (receiver) return receiver.handle(req, res);
-      return json(res, 503, { error: 'webhooks_not_configured', message: 'Set WEBHOOK_PUBLIC_KEY_FILE and WEBHOOK_ISSUER to receive webhooks.' });
+      if (webhooksOnMainPort) return receive(req, res);
+      return json(res, 404, { error: 'not_found', message: 'Webhooks are received on their own port (WEBHOOK_PORT).' });
     }
     // With WORKERS, which worker answered (the cluster hands each connection to one).
     if (pathname === '/health') return json(res, 200, cluster.worker ? { status: 'ok', worker: cluster.worker.id } : { status: 'ok' });
     if (pathname === '/ready') return readiness.handle(res, draining);
-    if (pathname === '/metrics' && metrics) return metrics.handle(req, res);
+    if (pathname === '/metrics' && metrics && config.metricsAccess.onMainPort) return serveMetrics(req, res, metrics);
     if (options.trackingPage?.handle(req, res, pathname)) return;
-    json(res, 404, { error: 'not_found', message: `Nothing at ${pathname}. GraphQL is at /graphql.` });
+    notFound(res, pathname);
+  };
+
+  /** A connection whose first request was for the webhook path (main port): the one server with the raised header limit. */
+  const routeWebhookConnection: Route = (req, res, pathname) => {
+    if (pathname === config.webhook.path) return receive(req, res);
+    // A proxy or a keep-alive client may send any path on any connection: another path gets the main port's
+    // header limit and answer, then the connection closes, so that the next request is routed by its own path.
+    res.setHeader('connection', 'close');
+    if (headBytes(req) > DEFAULT_HEADER_BYTES) {
+      logger.warn({ status: 431, path: pathname, reason: 'headers over the default limit' }, 'request refused by the HTTP server');
+      return json(res, 431, { error: 'headers_too_large', message: `Headers are limited to ${DEFAULT_HEADER_BYTES} bytes outside ${config.webhook.path}.` });
+    }
+    routePublic(req, res, pathname);
+  };
+
+  /** WEBHOOK_PORT: the webhook path alone. */
+  const routeWebhookPort: Route = (req, res, pathname) => {
+    if (pathname === config.webhook.path) return receive(req, res);
+    json(res, 404, { error: 'not_found', message: `This port receives webhooks only, at ${config.webhook.path}.` });
+  };
+
+  /** METRICS_PORT: /metrics alone. */
+  const routeMetricsPort: Route = (req, res, pathname) => {
+    if (pathname === '/metrics' && metrics) return serveMetrics(req, res, metrics);
+    json(res, 404, { error: 'not_found', message: 'This port serves /metrics only.' });
   };
 
   const logWhenDone = (req: IncomingMessage, res: ServerResponse, pathname: string, info: RequestInfo) => {
@@ -118,7 +189,8 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     });
   };
 
-  const handle = (req: IncomingMessage, res: ServerResponse) => {
+  /** What every request of every server goes through before its route. */
+  const handler = (route: Route) => (req: IncomingMessage, res: ServerResponse) => {
     const pathname = (req.url ?? '/').split('?', 1)[0]!;
     // Every request gets an id (the caller's x-request-id when it is a plain token), echoed in the response.
     const info: RequestInfo = { id: requestId(req.headers['x-request-id']) };
@@ -127,33 +199,70 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     // While stopping, each keep-alive connection closes after its answer: the upstream's
     // webhook sender (and any client) would otherwise keep it busy until the grace period ends.
     if (draining) res.setHeader('connection', 'close');
-    // CORS before any path is chosen, so every answer carries it; a preflight is answered here.
-    const preflight = cors.handle(req, res);
+    // CORS before any path is chosen, so every answer carries it (a preflight is answered here); never /metrics, which no page may read.
+    const preflight = pathname !== '/metrics' && cors.handle(req, res);
     if (logRequests) logWhenDone(req, res, pathname, info);
     if (preflight) return;
     if (debug) return requestScope.run(info, route, req, res, pathname);
     route(req, res, pathname);
   };
 
-  // Headers up to the largest webhook token (it travels in Authorization); connection cap and deadlines.
+  /** A request a server refused itself; on a webhook connection one whose line the parser no longer held is taken for a webhook. */
+  const refusedBy = (webhookConnections: boolean) => (status: number, path: string | undefined, reason: string) => {
+    const target = path ?? (webhookConnections ? config.webhook.path : undefined);
+    if (target === config.webhook.path && receiver && (webhookConnections || webhooksOnMainPort)) return receiver.countRefusal(status, reason);
+    logger.warn({ status, path: target, reason }, 'request refused by the HTTP server');
+  };
+
+  // Node's 16 KiB header limit for everything but webhook connections, whose limit fits the largest token (it travels in Authorization).
   const limits = { ...config.server, maxTokenBytes: config.webhook.maxTokenBytes };
-  const server = createServer(serverOptions(limits), handle);
-  server.keepAliveTimeout = 65_000;
-  applyServerLimits(server, limits, (status, path, reason) => {
-    if (path === config.webhook.path && receiver) return receiver.countRefusal(status, reason);
-    logger.warn({ status, path, reason }, 'request refused by the HTTP server');
+  const server = createServer(serverOptions(limits, DEFAULT_HEADER_BYTES), handler(routePublic));
+  const webhookServer = createServer(serverOptions(limits, webhookHeaderBytes(limits)), handler(webhooksOnMainPort ? routeWebhookConnection : routeWebhookPort));
+  const metricsServer = metrics && config.metricsAccess.port !== undefined ? createServer(serverOptions(limits, DEFAULT_HEADER_BYTES), handler(routeMetricsPort)) : undefined;
+  const servers = metricsServer ? [server, webhookServer, metricsServer] : [server, webhookServer];
+  for (const each of servers) {
+    each.keepAliveTimeout = 65_000;
+    takeHandedConnections(each);
+  }
+  applyServerLimits(server, limits, refusedBy(false));
+  applyServerLimits(webhookServer, limits, refusedBy(true));
+  if (metricsServer) applyServerLimits(metricsServer, limits, refusedBy(false));
+  // A WebSocket asked for on a webhook connection is the main server's, within its header limit.
+  if (webhooksOnMainPort) {
+    webhookServer.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      if (headBytes(req) <= DEFAULT_HEADER_BYTES) return void server.emit('upgrade', req, socket, head);
+      logger.warn({ status: 431, path: (req.url ?? '/').split('?', 1)[0], reason: 'headers over the default limit' }, 'request refused by the HTTP server');
+      refuseConnection(socket, 431, 'Request Header Fields Too Large');
+    });
+  }
+
+  // The connection cap counts every listener's connections together.
+  const fronts = createFronts({
+    maxConnections: limits.maxConnections ?? defaultMaxConnections(),
+    headersTimeoutMs: limits.headersTimeoutMs,
+    onRefusal: (status, reason) => logger.warn({ status, reason }, 'request refused by the HTTP server'),
+    onListenerError: (error) => logger.error({ err: error }, 'a listener could not accept a connection'),
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(config.port, config.host, () => resolve());
-  });
+  let main: NetServer;
+  let webhookListener: NetServer | undefined;
+  let metricsListener: NetServer | undefined;
+  try {
+    // The main port reads each connection's first request line to tell webhook connections from the rest.
+    main = await fronts.listen(config.port, config.host, webhooksOnMainPort ? (path) => (path === config.webhook.path ? webhookServer : server) : server);
+    if (!webhooksOnMainPort) webhookListener = await fronts.listen(config.webhook.port!, config.host, webhookServer);
+    if (metricsServer) metricsListener = await fronts.listen(config.metricsAccess.port!, config.metricsAccess.host, metricsServer);
+  } catch (error) {
+    // One port busy: the ones already listening close, so a failed start holds none.
+    await fronts.close();
+    for (const each of servers) each.close();
+    throw error;
+  }
   // WebSocket upgrades come through the same door: an id and a log line like any request (CORS is the socket's allowOrigin).
   server.on('upgrade', (req: IncomingMessage) => {
     const info: RequestInfo = { id: requestId(req.headers['x-request-id']) };
     attachRequestInfo(req, info);
     if (logRequests) logger.info({ reqId: info.id, method: req.method, path: (req.url ?? '/').split('?', 1)[0], upgrade: req.headers.upgrade }, 'upgrade');
   });
-  // After listen: a listen error (a busy port) is then the server's alone, not re-emitted by the WebSocket server.
   const ws = attachGraphQLWebSocket(
     server,
     {
@@ -166,20 +275,25 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     },
     { maxSubscriptions: config.realtime.maxSubscriptionsPerSocket, allowOrigin: cors.allows },
   );
-  const port = (server.address() as AddressInfo).port;
-  const host = config.host.includes(':') ? `[${config.host}]` : config.host;
+  const url = urlOf(main, config.host);
+  const webhookUrl = `${webhookListener ? urlOf(webhookListener, config.host) : url}${config.webhook.path}`;
+  const metricsUrl = metricsListener ? `${urlOf(metricsListener, config.metricsAccess.host)}/metrics` : metrics && config.metricsAccess.onMainPort ? `${url}/metrics` : undefined;
 
   let closing: Promise<void> | undefined;
   const close = () =>
     (closing ??= (async () => {
       draining = true;
       await ws.close();
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      server.closeIdleConnections();
-      const grace = setTimeout(() => server.closeAllConnections(), config.shutdownGraceMs);
+      const closed = fronts.close();
+      for (const each of servers) each.closeIdleConnections();
+      const grace = setTimeout(() => {
+        for (const each of servers) each.closeAllConnections();
+      }, config.shutdownGraceMs);
       await closed;
       clearTimeout(grace);
+      // Ends each server's deadline checks (none of them listens, so there is nothing else to close).
+      for (const each of servers) each.close();
     })());
 
-  return { server, url: `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`, port, close };
+  return { server, url, port: (main.address() as AddressInfo).port, webhookUrl, metricsUrl, close };
 }

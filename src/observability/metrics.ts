@@ -103,7 +103,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   });
   new Counter({
     name: `${PREFIX}webhook_refusals_total`,
-    help: 'Webhook requests refused, by HTTP status: 400 malformed event, 401 unverifiable token, 408 body too slow, 413 body too large, 431 token over WEBHOOK_MAX_TOKEN_BYTES (refused by the HTTP server), 503 not stored',
+    help: 'Webhook requests refused, by HTTP status: 400 malformed event, 401 unverifiable token, 408 headers or body too slow, 413 body too large, 431 token over WEBHOOK_MAX_TOKEN_BYTES (refused by the HTTP server), 503 not stored',
     labelNames: ['status'] as const,
     registers: [registry],
     collect() {

@@ -69,7 +69,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   if (env.REDIS_URL && !env.CLIENT_TOKEN_SECRET) env.CLIENT_TOKEN_SECRET = TEST_CLIENT_TOKEN_SECRET;
   const boot = async () => {
     const app = await startApp(loadConfig(env));
-    sandbox.setWebhookUrl(`${app.url}${app.services.config.webhook.path}`);
+    sandbox.setWebhookUrl(app.webhookUrl);
     return app;
   };
   let app = await boot();

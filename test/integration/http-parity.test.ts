@@ -173,7 +173,6 @@ describe('CORS_ORIGINS', () => {
     ['an unsupported method', '/graphql', { method: 'DELETE' }, 405],
     ['the liveness probe', '/health', {}, 200],
     ['the readiness probe', '/ready', {}, 200],
-    ['metrics', '/metrics', {}, 200],
     ['an unknown path', '/nowhere', {}, 404],
     ['a webhook without a token', '/webhooks', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' }, 401],
     ['the tracking page', '/', {}, 200],
@@ -186,6 +185,14 @@ describe('CORS_ORIGINS', () => {
       await response.body?.cancel();
     });
   }
+
+  it('carries no CORS header on metrics, for a listed origin either: no page may read them', async () => {
+    const response = await fetch(`${stack.app.url}/metrics`, { headers: { origin: allowed } });
+    expect(response.status).toBe(200);
+    expect(response.headers.get('access-control-allow-origin')).toBeNull();
+    expect(response.headers.get('access-control-expose-headers')).toBeNull();
+    await response.body?.cancel();
+  });
 
   it('refuses a WebSocket upgrade from an origin that is not listed, and lets a listed one and a non-browser client in', async () => {
     const url = `${stack.app.url.replace('http', 'ws')}/graphql`;

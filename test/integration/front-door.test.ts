@@ -1,0 +1,228 @@
+// The front door's ports and limits (issue 20): webhook-sized headers only on
+// webhook connections (or WEBHOOK_PORT), every webhook refusal counted (431
+// included), and /metrics off the public port in production unless a port or
+// a token is given for it, never with CORS.
+import { once } from 'node:events';
+import { connect } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startApp, type App } from '../../src/app.js';
+import { loadConfig } from '../../src/config.js';
+import { createLogger } from '../../src/logger.js';
+import { deliveryInput, makeDataDir, startStack, type Stack } from '../helpers/stack.js';
+
+/**
+ * Writes `parts` on one connection (`gapMs` apart; unless `pastAnswers`, none after the server's first answer)
+ * and returns what the server sent before it closed or `waitMs` passed.
+ */
+async function exchange(url: string, parts: string[], { gapMs = 0, waitMs = 3_000, pastAnswers = false } = {}): Promise<string> {
+  const socket = connect(Number(new URL(url).port), '127.0.0.1');
+  await once(socket, 'connect');
+  let received = '';
+  socket.on('data', (chunk: Buffer) => (received += chunk.toString('latin1')));
+  // The server may close while parts are still being written: that is an answer too.
+  socket.on('error', () => undefined);
+  const closed = once(socket, 'close');
+  for (const part of parts) {
+    if (socket.destroyed || (received && !pastAnswers)) break;
+    socket.write(part);
+    if (gapMs) await sleep(gapMs);
+  }
+  await Promise.race([closed, sleep(waitMs)]);
+  socket.destroy();
+  return received;
+}
+
+/** The status lines of the answers in a raw exchange, in order. */
+const statuses = (raw: string) => [...raw.matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map((match) => Number(match[1]));
+
+const padding = (bytes: number) => `x-padding: ${'p'.repeat(bytes)}\r\n`;
+/** A webhook POST; unless `keepAlive`, it asks the server to close the connection after answering. */
+const webhookRequest = (authorization: string, keepAlive = false) =>
+  `POST /webhooks HTTP/1.1\r\nhost: x\r\n${keepAlive ? '' : 'connection: close\r\n'}content-type: application/json\r\nauthorization: ${authorization}\r\ncontent-length: 2\r\n\r\n{}`;
+
+async function refusalsOf(url: string, status: number): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  return Number(new RegExp(`^delivery_graph_webhook_refusals_total\\{status="${status}"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
+}
+
+async function eventNames(stack: Stack, uid: string): Promise<string[]> {
+  const result = await stack.gql('query($uid: ID!) { delivery(uid: $uid) { events { edges { node { name } } } } }', { uid });
+  return result.data?.delivery?.events.edges.map((edge: { node: { name: string } }) => edge.node.name) ?? [];
+}
+
+describe('header limits on the shared port (default setup)', () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack();
+  });
+  afterAll(() => stack?.stop());
+
+  it('answers 431 to 20 KiB of headers on /graphql and /health, as Node does by default', async () => {
+    for (const path of ['/graphql', '/health']) {
+      const response = await fetch(`${stack.app.url}${path}`, { headers: { 'x-padding': 'p'.repeat(20 * 1024) } });
+      expect(response.status, path).toBe(431);
+    }
+    expect((await fetch(`${stack.app.url}/health`, { headers: { 'x-padding': 'p'.repeat(8 * 1024) } })).status).toBe(200);
+  });
+
+  it('refuses trickled headers to /graphql once they pass 16 KiB, without waiting for the rest', async () => {
+    const parts = ['POST /graphql HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n', ...Array.from({ length: 64 }, () => padding(1024))];
+    const started = performance.now();
+    const raw = await exchange(stack.app.url, parts, { gapMs: 5, waitMs: 1_500 });
+    expect(statuses(raw)).toEqual([431]);
+    expect(performance.now() - started).toBeLessThan(1_500);
+  });
+
+  it('answers 400 at once to bytes that cannot begin a request line (the front waits only for what can)', async () => {
+    const started = performance.now();
+    expect(statuses(await exchange(stack.app.url, ['GEX'], { waitMs: 2_000 }))).toEqual([400]);
+    expect(statuses(await exchange(stack.app.url, ['\x16\x03\x01\x02\x00'], { waitMs: 2_000 }))).toEqual([400]);
+    expect(performance.now() - started).toBeLessThan(1_500);
+  });
+
+  it('takes a webhook token of 200 KiB on the webhook path (the verifier refuses it, the header limit does not)', async () => {
+    const raw = await exchange(stack.app.url, [webhookRequest(`Bearer ${'a'.repeat(200 * 1024)}`)]);
+    expect(statuses(raw)).toEqual([401]);
+    // Empty lines before the request line are skipped, as the parser skips them.
+    const afterEmptyLines = await exchange(stack.app.url, ['\r\n\r\n', webhookRequest(`Bearer ${'a'.repeat(200 * 1024)}`)], { gapMs: 20 });
+    expect(statuses(afterEmptyLines)).toEqual([401]);
+  });
+
+  it('answers another path on a webhook connection within the default limit, with CORS and a request id, then closes it', async () => {
+    const small = await exchange(stack.app.url, [`${webhookRequest('Bearer nope', true)}GET /health HTTP/1.1\r\nhost: x\r\norigin: https://shop.example\r\nx-request-id: after-webhook\r\n\r\n`]);
+    expect(statuses(small)).toEqual([401, 200]);
+    const second = small.slice(small.lastIndexOf('HTTP/1.1 '));
+    expect(second).toMatch(/^connection: close$/im);
+    expect(second).toMatch(/^access-control-allow-origin: \*$/im);
+    expect(second).toMatch(/^x-request-id: after-webhook$/im);
+    const large = await exchange(stack.app.url, [`${webhookRequest('Bearer nope', true)}GET /graphql HTTP/1.1\r\nhost: x\r\n${padding(20 * 1024)}\r\n`]);
+    expect(statuses(large)).toEqual([401, 431]);
+    // A WebSocket asked for on a webhook connection is the public server's.
+    const upgrade = 'GET /graphql HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-protocol: graphql-transport-ws\r\n';
+    // (Not pipelined: Node answers an upgrade at once, even before the answer to a request ahead of it.)
+    const parts = (last: string) => [webhookRequest('Bearer nope', true), last];
+    expect(statuses(await exchange(stack.app.url, parts(`${upgrade}\r\n`), { gapMs: 300, waitMs: 1_000, pastAnswers: true }))).toEqual([401, 101]);
+    expect(statuses(await exchange(stack.app.url, parts(`${upgrade}${padding(20 * 1024)}\r\n`), { gapMs: 300, pastAnswers: true }))).toEqual([401, 431]);
+  });
+
+  it('counts a webhook token over WEBHOOK_MAX_TOKEN_BYTES (431) in delivery_graph_webhook_refusals_total', async () => {
+    const before = await refusalsOf(stack.app.url, 431);
+    // Just over the 256 KiB default: the parser meets the limit far from the request line.
+    const raw = await exchange(stack.app.url, [webhookRequest(`Bearer ${'a'.repeat(300 * 1024)}`)]);
+    expect(statuses(raw)).toEqual([431]);
+    // The request line alone in the first packet, the token after it.
+    const trickled = await exchange(stack.app.url, ['POST /webhooks HTTP/1.1\r\n', `host: x\r\nauthorization: Bearer ${'a'.repeat(300 * 1024)}\r\n\r\n`], { gapMs: 50 });
+    expect(statuses(trickled)).toEqual([431]);
+    expect(await refusalsOf(stack.app.url, 431)).toBe(before + 2);
+    expect(stack.app.receiver!.counters.refusals.get(431)).toBe(before + 2);
+  });
+});
+
+describe('deadlines behind the front', () => {
+  it('cuts off a connection that sends no request line, half of one, or a webhook request line without its headers, within HEADERS_TIMEOUT_MS', async () => {
+    const stack = await startStack({ env: { HEADERS_TIMEOUT_MS: '300', REQUEST_TIMEOUT_MS: '600' } });
+    try {
+      const started = performance.now();
+      const answers = await Promise.all([[], ['GET /grap'], ['POST /webhooks HTTP/1.1\r\nhost: x\r\n']].map((parts) => exchange(stack.app.url, parts, { waitMs: 5_000 })));
+      expect(performance.now() - started).toBeLessThan(3_000);
+      // The front answers 408 before any server has the connection; a server past its own deadline may only close it.
+      expect(statuses(answers[0]!)).toEqual([408]);
+      expect(statuses(answers[1]!)).toEqual([408]);
+      expect(stack.app.receiver!.counters.refusals.get(408)).toBe(1);
+      expect((await fetch(`${stack.app.url}/health`)).status).toBe(200);
+    } finally {
+      await stack.stop();
+    }
+  });
+});
+
+describe('WEBHOOK_PORT', () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack({ env: { WEBHOOK_PORT: '0' } });
+  });
+  afterAll(() => stack?.stop());
+
+  it('receives webhooks on a port of its own, and only them; the main port keeps 16 KiB of headers and refuses the webhook path', async () => {
+    expect(new URL(stack.app.webhookUrl).port).not.toBe(String(stack.app.port));
+    // The sandbox posts this booking's webhooks to the webhook port.
+    const created = await stack.gql('mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }', { input: deliveryInput() });
+    const uid = created.data.createDelivery.data.uid as string;
+    while (!(await eventNames(stack, uid)).includes('delivery.created')) await sleep(25);
+
+    const webhookOrigin = new URL(stack.app.webhookUrl).origin;
+    expect(statuses(await exchange(webhookOrigin, [webhookRequest(`Bearer ${'a'.repeat(200 * 1024)}`)]))).toEqual([401]);
+    expect((await fetch(`${webhookOrigin}/graphql`)).status).toBe(404);
+    expect((await fetch(`${stack.app.url}/webhooks`, { method: 'POST', body: '{}' })).status).toBe(404);
+    expect((await fetch(`${stack.app.url}/graphql`, { headers: { 'x-padding': 'p'.repeat(20 * 1024) } })).status).toBe(431);
+  });
+});
+
+describe('/metrics', () => {
+  const TOKEN = 'metrics-token-for-tests-0123456789';
+  const apps: App[] = [];
+  let stack: Stack;
+  const lines: string[] = [];
+  beforeAll(async () => {
+    stack = await startStack();
+  });
+  afterAll(async () => {
+    await Promise.all(apps.map((app) => app.stop()));
+    await stack?.stop();
+  });
+  const start = async (env: Record<string, string>) => {
+    const app = await startApp(loadConfig({ ...stack.env, DATA_DIR: makeDataDir(), ...env }), { logger: createLogger('trace', { write: (line: string) => void lines.push(line) }) });
+    apps.push(app);
+    return app;
+  };
+
+  it('is served on the main port outside production, without CORS', async () => {
+    const response = await fetch(`${stack.app.url}/metrics`, { headers: { origin: 'https://shop.example' } });
+    expect(response.status).toBe(200);
+    expect(response.headers.get('access-control-allow-origin')).toBeNull();
+    // Every other answer keeps its CORS.
+    expect((await fetch(`${stack.app.url}/health`, { headers: { origin: 'https://shop.example' } })).headers.get('access-control-allow-origin')).toBe('*');
+  });
+
+  it('is off the main port in production unless METRICS_PORT or METRICS_TOKEN asks for it', async () => {
+    const app = await start({ NODE_ENV: 'production' });
+    expect((await fetch(`${app.url}/metrics`)).status).toBe(404);
+    expect(app.metricsUrl).toBeUndefined();
+  });
+
+  it('with METRICS_TOKEN: 401 without the bearer token or with another, 200 with it, no CORS, and the token never logged', async () => {
+    const app = await start({ NODE_ENV: 'production', METRICS_TOKEN: TOKEN });
+    const scrape = (authorization?: string) => fetch(`${app.url}/metrics`, { headers: { origin: 'https://shop.example', ...(authorization ? { authorization } : {}) } });
+    for (const authorization of [undefined, `Bearer ${TOKEN}x`, `Bearer ${TOKEN.slice(0, -1)}`, TOKEN, `Basic ${TOKEN}`]) {
+      const refused = await scrape(authorization);
+      expect(refused.status, String(authorization)).toBe(401);
+      expect(refused.headers.get('www-authenticate')).toMatch(/^Bearer/);
+      expect(refused.headers.get('access-control-allow-origin')).toBeNull();
+      expect(await refused.text()).not.toContain('delivery_graph_');
+    }
+    const allowed = await scrape(`Bearer ${TOKEN}`);
+    expect(allowed.status).toBe(200);
+    expect(allowed.headers.get('access-control-allow-origin')).toBeNull();
+    expect(await allowed.text()).toContain('delivery_graph_graphql_operations_total');
+    expect(lines.length).toBeGreaterThan(0);
+    expect(lines.join('\n')).not.toContain(TOKEN);
+  });
+
+  it('with METRICS_PORT: served there (loopback), and not on the main port', async () => {
+    const app = await start({ NODE_ENV: 'production', METRICS_PORT: '0' });
+    expect(app.metricsUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
+    expect(new URL(app.metricsUrl!).port).not.toBe(String(app.port));
+    const response = await fetch(app.metricsUrl!);
+    expect(response.status).toBe(200);
+    expect(await response.text()).toContain('delivery_graph_webhook_refusals_total');
+    expect((await fetch(`${app.url}/metrics`)).status).toBe(404);
+    expect((await fetch(`${new URL(app.metricsUrl!).origin}/graphql`)).status).toBe(404);
+  });
+
+  it('refuses a short METRICS_TOKEN, and a METRICS_PORT that is PORT, naming the variable', () => {
+    expect(() => loadConfig({ METRICS_TOKEN: 'short' })).toThrow(/^METRICS_TOKEN: is 5 characters/);
+    expect(() => loadConfig({ PORT: '4000', METRICS_PORT: '4000' })).toThrow(/^METRICS_PORT: 4000 is PORT as well/);
+    expect(() => loadConfig({ PORT: '4000', WEBHOOK_PORT: '4000' })).toThrow(/^WEBHOOK_PORT: 4000 is PORT as well/);
+  });
+});
