@@ -22,6 +22,7 @@ import { OperationNames, type OperationLabel } from '../observability/operation-
 import { requestInfoOf } from '../observability/request.js';
 import { untilExpiry } from './guards/client-token.js';
 import { costWithVariables } from './guards/cost.js';
+import { readKeyless } from './guards/keyless.js';
 import { boundResult, textOver } from './guards/response-size.js';
 import type { DocumentEntry, Documents } from './documents.js';
 import { OPERATION_LIMITS, toGraphQLError } from './limits.js';
@@ -165,6 +166,18 @@ export class Pipeline {
     if (textOver(text, this.#maxDocumentBytes)) return invalid(toGraphQLError(new DocumentTooLargeError(this.#maxDocumentBytes), { http: { status: 413 } }));
     if (!persisted.allows(text)) return invalid(toGraphQLError(new PersistedQueryNotFoundError()));
     const operationName = typeof params.operationName === 'string' && params.operationName !== '' ? params.operationName : undefined;
+    // Without a working key, what needs one is refused from the tokens alone, before any syntax tree is built.
+    if (trust === 'keyless') {
+      const reading = readKeyless(text, operationName, OPERATION_LIMITS.tokens);
+      if (reading) {
+        if (request.method === 'GET' && reading.kind === 'mutation') return invalid(MUTATION_OVER_GET());
+        if (!request.streams && reading.kind === 'subscription') return invalid(SUBSCRIPTION_WITHOUT_STREAM());
+        if (reading.needsKey) {
+          this.#options.limits.chargeKeylessRefusal(context.clientAddress);
+          return refused(keylessRefusal(caller));
+        }
+      }
+    }
     {
       const entry = this.documents.entry(text, trust === 'earned');
       if (entry.parseError) return invalid(entry.parseError);

@@ -22,10 +22,9 @@ import { compileQuery, isCompiledQuery, type CompiledQuery } from 'graphql-jit';
 import { clientTokenRefusal, type OperationKind } from '../access/client-token-scope.js';
 import type { ForbiddenError } from '../errors.js';
 import { costPlanOf, type CostPlan } from './guards/cost.js';
+import { KEYLESS_ROOT_FIELDS } from './guards/keyless.js';
 import { refusedBeforeRunning, requiredDefaultsOf, variableErrors, withRequiredDefaults } from './guards/variables.js';
 
-/** Root fields that need no credential: the schema's own description, and nothing of anyone's data. */
-const KEYLESS_ROOT_FIELDS: ReadonlySet<string> = new Set(['__typename', '__schema', '__type', '_service']);
 
 /** What an operation answers: one result, or a stream of them (a subscription). */
 export type Outcome = ExecutionResult | AsyncIterableIterator<ExecutionResult>;

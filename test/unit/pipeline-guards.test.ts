@@ -12,6 +12,7 @@ import { withoutSuggestions } from '../../src/pipeline/guards/introspection.js';
 import { boundResult, jsonOver } from '../../src/pipeline/guards/response-size.js';
 import { requiredDefaultsOf, withRequiredDefaults } from '../../src/pipeline/guards/variables.js';
 import { Documents } from '../../src/pipeline/documents.js';
+import { readKeyless } from '../../src/pipeline/guards/keyless.js';
 import { OPERATION_LIMITS } from '../../src/pipeline/limits.js';
 
 const schema = toSchema();
@@ -133,5 +134,24 @@ describe('variables', () => {
     expect(withRequiredDefaults(defaults, { uids: ['a'] })).toEqual({ uids: ['a'], ttl: 3600 });
     const given = { uids: ['a'], ttl: 60 };
     expect(withRequiredDefaults(defaults, given)).toBe(given);
+  });
+});
+
+describe('what a caller without a key may run, read from the tokens', () => {
+  it('tells the named operation, its kind and whether it needs a key, without a syntax tree', () => {
+    const text = `# a comment\nquery A { __typename a: __schema { queryType { name } } } mutation B($x: ID!) @skip(if: false) { cancelDelivery(uid: $x) { __typename } } fragment F on Query { delivery(uid: "x") { uid } }`;
+    expect(readKeyless(text, 'A', 2000)).toEqual({ kind: 'query', needsKey: false });
+    expect(readKeyless(text, 'B', 2000)).toEqual({ kind: 'mutation', needsKey: true });
+    expect(readKeyless('{ delivery(uid: "x") { uid events(first: 2) { edges { node { name } } } } }', undefined, 2000)).toEqual({ kind: 'query', needsKey: true });
+    expect(readKeyless('subscription { deliveryUpdated(uid: "x") { uid } }', undefined, 2000)).toEqual({ kind: 'subscription', needsKey: true });
+  });
+
+  it('leaves to the full parse what the tokens alone cannot tell', () => {
+    expect(readKeyless('{ ...F } fragment F on Query { __typename }', undefined, 2000)).toBeUndefined();
+    expect(readKeyless('{ ... on Query { delivery(uid: "x") { uid } } }', undefined, 2000)).toBeUndefined();
+    expect(readKeyless('query A { __typename } query B { __typename }', undefined, 2000)).toBeUndefined();
+    expect(readKeyless('query A { __typename }', 'Nope', 2000)).toBeUndefined();
+    expect(readKeyless('{ delivery(uid: ', undefined, 2000)).toBeUndefined();
+    expect(readKeyless(`{ ${'a '.repeat(50)}}`, undefined, 10)).toBeUndefined();
   });
 });

@@ -1,0 +1,104 @@
+// What a caller without a working key may run: only root fields that need no
+// credential. This reads the named operation's kind and root fields from the
+// document's tokens, without building a syntax tree, so a flood of documents
+// that need a key is refused for the price of a lexer pass. Anything it cannot
+// read this way (a fragment spread at the root, a syntax error, an unknown
+// operation name) is left to the full parse, which judges the same thing.
+import { Lexer, Source, TokenKind, type Token } from 'graphql';
+import type { OperationKind } from '../../access/client-token-scope.js';
+
+/** Root fields that need no credential: the schema's own description, and nothing of anyone's data. */
+export const KEYLESS_ROOT_FIELDS: ReadonlySet<string> = new Set(['__typename', '__schema', '__type', '_service']);
+
+export interface KeylessReading {
+  kind: OperationKind;
+  /** Whether any root field of the named operation needs a credential. */
+  needsKey: boolean;
+}
+
+class Unreadable extends Error {}
+
+/** The named operation's kind and whether it needs a key; undefined when the tokens alone cannot tell. */
+export function readKeyless(text: string, operationName: string | undefined, maxTokens: number): KeylessReading | undefined {
+  let lexer: Lexer;
+  let count = 0;
+  const next = (): Token => {
+    if (++count > maxTokens) throw new Unreadable();
+    return lexer.advance();
+  };
+  /** Skips a balanced group whose opening token was just read. */
+  const skip = (open: TokenKind, close: TokenKind): Token => {
+    let depth = 1;
+    let token: Token;
+    do {
+      token = next();
+      if (token.kind === TokenKind.EOF) throw new Unreadable();
+      if (token.kind === open) depth += 1;
+      else if (token.kind === close) depth -= 1;
+    } while (depth > 0);
+    return next();
+  };
+  /** Directives and their arguments, from `token` on; returns the first token after them. */
+  const directives = (token: Token): Token => {
+    while (token.kind === TokenKind.AT) {
+      token = next(); // name
+      token = next();
+      if (token.kind === TokenKind.PAREN_L) token = skip(TokenKind.PAREN_L, TokenKind.PAREN_R);
+    }
+    return token;
+  };
+  try {
+    lexer = new Lexer(new Source(text));
+    const operations: Array<{ name: string | undefined; kind: OperationKind; fields: string[] }> = [];
+    let token = next();
+    while (token.kind !== TokenKind.EOF) {
+      let kind: OperationKind = 'query';
+      let name: string | undefined;
+      if (token.kind === TokenKind.NAME) {
+        if (token.value === 'fragment') {
+          // fragment Name on Type @directives { … }
+          while (token.kind !== TokenKind.BRACE_L && token.kind !== TokenKind.EOF) token = next();
+          if (token.kind === TokenKind.EOF) throw new Unreadable();
+          token = skip(TokenKind.BRACE_L, TokenKind.BRACE_R);
+          continue;
+        }
+        if (token.value !== 'query' && token.value !== 'mutation' && token.value !== 'subscription') throw new Unreadable();
+        kind = token.value as OperationKind;
+        token = next();
+        if (token.kind === TokenKind.NAME) {
+          name = token.value;
+          token = next();
+        }
+        if (token.kind === TokenKind.PAREN_L) token = skip(TokenKind.PAREN_L, TokenKind.PAREN_R);
+        token = directives(token);
+      }
+      if (token.kind !== TokenKind.BRACE_L) throw new Unreadable();
+      const fields: string[] = [];
+      token = next();
+      while (token.kind !== TokenKind.BRACE_R) {
+        // A spread or inline fragment at the root: the full parse follows fragments.
+        if (token.kind !== TokenKind.NAME) throw new Unreadable();
+        let field = token.value;
+        token = next();
+        if (token.kind === TokenKind.COLON) {
+          token = next();
+          if (token.kind !== TokenKind.NAME) throw new Unreadable();
+          field = token.value;
+          token = next();
+        }
+        fields.push(field);
+        if (token.kind === TokenKind.PAREN_L) token = skip(TokenKind.PAREN_L, TokenKind.PAREN_R);
+        token = directives(token);
+        if (token.kind === TokenKind.BRACE_L) token = skip(TokenKind.BRACE_L, TokenKind.BRACE_R);
+      }
+      operations.push({ name, kind, fields });
+      token = next();
+    }
+    const chosen = operationName === undefined ? (operations.length === 1 ? operations[0] : undefined) : operations.find((operation) => operation.name === operationName);
+    if (!chosen) return undefined;
+    return { kind: chosen.kind, needsKey: chosen.fields.some((field) => !KEYLESS_ROOT_FIELDS.has(field)) };
+  } catch {
+    // Unreadable here, or a syntax error: the full parse says what is wrong.
+    return undefined;
+  }
+}
