@@ -4,7 +4,7 @@
 // delivery-graph, and GraphQL Mesh on Hive Gateway (what a user would pick instead).
 // The load (autocannon, then the fixed-rate client) comes from a process of its own.
 import os from 'node:os';
-import path from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { startFacade, startMeshContender, startReverseProxy, startUpstream } from '../lib/contenders.mjs';
 import { cpuMeter } from '../lib/cpu.mjs';
 import { PLATFORM_ID } from '../lib/fixed-upstream.mjs';
@@ -36,8 +36,8 @@ export async function singleRead({ quick, command, flags = {} }) {
   const proxy = await startReverseProxy(upstream.origin);
   const facade = await startFacade(upstream.url, { label: 'single-read' });
   // --baseline=<checkout>: that checkout's build too, side by side in the same rounds (old code against new).
-  const baselineDir = flags.baseline && path.resolve(flags.baseline);
-  const baseline = baselineDir ? await startFacade(upstream.url, { label: 'single-read-baseline', entry: path.join(baselineDir, 'dist/main.js'), cwd: baselineDir }) : undefined;
+  const baselineDir = flags.baseline && resolve(flags.baseline);
+  const baseline = baselineDir ? await startFacade(upstream.url, { label: 'single-read-baseline', entry: join(baselineDir, 'dist/main.js'), cwd: baselineDir }) : undefined;
   const mesh = await startMeshContender(upstream.url).catch((error) => {
     console.error(`Mesh did not start: ${error.message}`);
     return undefined;
@@ -52,7 +52,7 @@ export async function singleRead({ quick, command, flags = {} }) {
   const PROXY = 'undici reverse proxy';
   const FACADE = 'delivery-graph';
   const MESH = 'Mesh + Hive Gateway';
-  const BASELINE = `delivery-graph at ${baselineDir ? path.basename(baselineDir) : ''}`;
+  const BASELINE = `delivery-graph at ${baselineDir ? basename(baselineDir) : ''}`;
   // `pid`: the contender's process, whose CPU is counted (the direct GET has none but the upstream).
   const contenders = [
     { name: DIRECT, url: `${upstream.origin}${path}`, headers: auth, uniqueIds: true },
