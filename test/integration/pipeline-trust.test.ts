@@ -53,6 +53,19 @@ describe('nothing costly before a credential', () => {
     expect(stack.sandbox.requests.length).toBe(before);
   });
 
+  it('does the same over GET and server-sent events', async () => {
+    const before = stack.sandbox.requests.length;
+    const cached = stack.app.pipeline.documents.size.entries;
+    for (let n = 400; n < 405; n += 1) {
+      const get = await fetch(`${stack.app.url}/graphql?query=${encodeURIComponent(distinctRead(n, 3))}`);
+      expect(codes((await get.json()) as GraphQLResponse)).toEqual(['UNAUTHENTICATED']);
+      const sse = await fetch(`${stack.app.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ query: distinctRead(n + 10, 3) }) });
+      expect(await sse.text()).toMatch(/UNAUTHENTICATED/);
+    }
+    expect(stack.app.pipeline.documents.size.entries).toBe(cached);
+    expect(stack.sandbox.requests.length).toBe(before);
+  });
+
   it('does not validate what a keyless caller may not run anyway (an invalid read is refused for its missing key)', async () => {
     const { body } = await post(stack, { query: '{ delivery(uid: "x") { noSuchField } }' });
     expect(codes(body)).toEqual(['UNAUTHENTICATED']);
