@@ -119,7 +119,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   };
 
   // Webhooks verify against the configured key, or the sandbox's when it is the upstream.
-  const publicKeyPem = config.webhook.publicKeyPem ?? sandbox?.publicKeyPem;
+  const publicKeyPem = config.webhook.publicKeyPems ?? (sandbox ? [sandbox.publicKeyPem] : undefined);
   const issuer = config.webhook.issuer ?? sandbox?.issuer;
   const verifier = publicKeyPem && issuer ? await createWebhookVerifier(publicKeyPem, issuer) : undefined;
   const receiver = verifier && createWebhookReceiver({ verifier, store, bus, logger, bodyTimeoutMs: config.webhook.bodyTimeoutMs });

@@ -41,8 +41,11 @@ export interface WebhookConfig {
   readonly maxTokenBytes: number;
   /** A webhook's body must arrive within this after its headers. */
   readonly bodyTimeoutMs: number;
-  /** The key that verifies webhook JWTs, as SPKI PEM whatever form the file had; undefined with the sandbox. */
-  readonly publicKeyPem: string | undefined;
+  /**
+   * The keys that verify webhook JWTs, as SPKI PEM whatever form the file had
+   * (several during a key change: an event verifies against any); undefined with the sandbox.
+   */
+  readonly publicKeyPems: readonly string[] | undefined;
   readonly publicKeyFile: string | undefined;
   readonly issuer: string | undefined;
 }
@@ -179,7 +182,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'HOST', help: 'address the facade listens on', default: '127.0.0.1' },
   { name: 'UPSTREAM_URL', help: 'upstream base URL ending in /api/v1', default: 'unset: start the embedded sandbox' },
   { name: 'PLATFORM_ID', help: 'platform identifier in platform-group paths (required with UPSTREAM_URL)', default: "the sandbox's" },
-  { name: 'WEBHOOK_PUBLIC_KEY_FILE', help: 'RSA public key (2048 bits or more) that verifies webhook JWTs: PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE", or DER', default: "the sandbox's" },
+  { name: 'WEBHOOK_PUBLIC_KEY_FILE', help: 'RSA public key (2048 bits or more) that verifies webhook JWTs: PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE", or DER; a PEM file may hold several (a key change: an event verifies against any)', default: "the sandbox's" },
   { name: 'WEBHOOK_ISSUER', help: 'required iss claim of webhook JWTs', default: "the sandbox's" },
   { name: 'WEBHOOK_PATH', help: 'path of the webhook receiver', default: '/webhooks' },
   { name: 'WEBHOOK_PORT', help: 'a port of its own for webhooks, on HOST (the main port then answers the webhook path 404); unset: webhooks come in on PORT, where only connections whose first request is for WEBHOOK_PATH get the raised header limit', default: 'unset' },
@@ -322,13 +325,16 @@ function upstreamBaseUrl(env: Env, name: string): string | undefined {
 const MIN_RSA_BITS = 2048;
 
 /**
- * The webhook verification key, in whichever form an account manager hands it out:
- * PEM SPKI "PUBLIC KEY", PKCS#1 "RSA PUBLIC KEY", an X.509 "CERTIFICATE" (its key
- * is used; its dates are not checked, as the upstream's signatures never were), or
- * the same as DER. Normalized to SPKI PEM. Not RSA or under 2048 bits: refused here,
- * rather than starting and answering 401 to every webhook.
+ * The webhook verification keys, in whichever form an account manager hands them
+ * out: PEM SPKI "PUBLIC KEY", PKCS#1 "RSA PUBLIC KEY", an X.509 "CERTIFICATE"
+ * (its key is used; its dates are not checked, as the upstream's signatures never
+ * were), or the same as DER. A PEM file may hold several blocks, each in any of
+ * these forms: during a key change, the old key and the new one, and an event
+ * verifies against either. Normalized to SPKI PEM. A key that is not RSA or is
+ * under 2048 bits is refused here, naming its block, rather than starting and
+ * answering 401 to every webhook.
  */
-function publicKey(env: Env, name: string): { file: string; pem: string } | undefined {
+function publicKeys(env: Env, name: string): { file: string; pems: string[] } | undefined {
   const file = text(env, name);
   if (file === undefined) return undefined;
   let bytes: Buffer;
@@ -340,16 +346,22 @@ function publicKey(env: Env, name: string): { file: string; pem: string } | unde
   const pem = bytes.toString('utf8');
   // createPublicKey would derive the public half of a private key; a private key has no business on this machine.
   if (/-----BEGIN [A-Z ]*PRIVATE KEY-----/.test(pem)) throw new ConfigError(name, `${file} holds a private key; give the public key (or certificate) the account manager sent`);
-  let key: KeyObject;
-  try {
-    key = pem.includes('-----BEGIN ') ? createPublicKey(pem) : derPublicKey(bytes);
-  } catch {
-    throw new ConfigError(name, `${file} holds no public key: expected a PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE" block (or the same as DER)`);
-  }
-  if (key.asymmetricKeyType !== 'rsa') throw new ConfigError(name, `${file} holds a ${key.asymmetricKeyType ?? 'non-RSA'} key; webhooks are signed RS256, which needs an RSA key`);
-  const bits = key.asymmetricKeyDetails?.modulusLength ?? 0;
-  if (bits < MIN_RSA_BITS) throw new ConfigError(name, `${file} holds a ${bits}-bit RSA key; at least ${MIN_RSA_BITS} bits are required`);
-  return { file, pem: key.export({ type: 'spki', format: 'pem' }).toString() };
+  const blocks = pem.includes('-----BEGIN ') ? [...pem.matchAll(/-----BEGIN ([A-Z0-9 ]+)-----[\s\S]*?-----END \1-----/g)].map((match) => match[0]) : [bytes];
+  if (blocks.length === 0) throw new ConfigError(name, `${file} holds no complete PEM block`);
+  const pems = blocks.map((block, index) => {
+    const which = blocks.length > 1 ? `block ${index + 1} of ${file}` : file;
+    let key: KeyObject;
+    try {
+      key = typeof block === 'string' ? createPublicKey(block) : derPublicKey(block);
+    } catch {
+      throw new ConfigError(name, `${which} holds no public key: expected a PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE" block (or the same as DER)`);
+    }
+    if (key.asymmetricKeyType !== 'rsa') throw new ConfigError(name, `${which} holds a ${key.asymmetricKeyType ?? 'non-RSA'} key; webhooks are signed RS256, which needs an RSA key`);
+    const bits = key.asymmetricKeyDetails?.modulusLength ?? 0;
+    if (bits < MIN_RSA_BITS) throw new ConfigError(name, `${which} holds a ${bits}-bit RSA key; at least ${MIN_RSA_BITS} bits are required`);
+    return key.export({ type: 'spki', format: 'pem' }).toString();
+  });
+  return { file, pems: [...new Set(pems)] };
 }
 
 function derPublicKey(der: Buffer): KeyObject {
@@ -446,7 +458,7 @@ export function loadConfig(env: Env = process.env): Config {
   if (upstreamUrl && !platformId) throw new ConfigError('PLATFORM_ID', 'required when UPSTREAM_URL is set');
   if (platformId && !/^[A-Za-z0-9._~-]+$/.test(platformId)) throw new ConfigError('PLATFORM_ID', 'must be a single URL path segment');
 
-  const key = publicKey(env, 'WEBHOOK_PUBLIC_KEY_FILE');
+  const key = publicKeys(env, 'WEBHOOK_PUBLIC_KEY_FILE');
   const issuer = text(env, 'WEBHOOK_ISSUER');
   if (key && !issuer) throw new ConfigError('WEBHOOK_ISSUER', 'required when WEBHOOK_PUBLIC_KEY_FILE is set');
 
@@ -495,7 +507,7 @@ export function loadConfig(env: Env = process.env): Config {
       port: webhookPort,
       maxTokenBytes: integer(env, 'WEBHOOK_MAX_TOKEN_BYTES', 262_144, 16_384, 16_777_216),
       bodyTimeoutMs: integer(env, 'WEBHOOK_BODY_TIMEOUT_MS', 10_000, 100, 600_000),
-      publicKeyPem: key?.pem,
+      publicKeyPems: key?.pems,
       publicKeyFile: key?.file,
       issuer,
     },

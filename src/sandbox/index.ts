@@ -79,8 +79,14 @@ export interface Sandbox {
   platformId: string;
   merchants: SandboxMerchant[];
   issuer: string;
-  /** SPKI PEM of the webhook signing key. */
-  publicKeyPem: string;
+  /** SPKI PEM of the webhook signing key (the current one, after useSigningKey). */
+  readonly publicKeyPem: string;
+  /**
+   * Changes the webhook signing key, as the upstream may (its document is silent
+   * on key changes): every event from now on, retries included, is signed with
+   * the given PKCS#8 PEM private key, or a new one. Returns the new SPKI PEM public key.
+   */
+  useSigningKey(privateKeyPem?: string): Promise<string>;
   /** Live: the running sandbox reads these on every decision. Change them through setKnobs. */
   knobs: SandboxKnobs;
   setKnobs(knobs: Partial<SandboxKnobs>): void;
@@ -137,7 +143,7 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
   const issuer = options.issuer ?? DEFAULT_ISSUER;
   // Checked before anything is opened: a bad size starts nothing.
   const requests = new RequestLog(options.requestLogSize ?? DEFAULT_REQUEST_LOG_SIZE);
-  const keys = await loadSigningKeys(options.privateKeyPem);
+  let keys = await loadSigningKeys(options.privateKeyPem);
   const knobs: SandboxKnobs = { ...DEFAULT_KNOBS };
   applyKnobs(knobs, options.knobs);
   let webhookUrl = options.webhookUrl;
@@ -159,7 +165,9 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     lifecycle,
     knobs,
     requests,
-    publicKeyPem: keys.publicKeyPem,
+    get publicKeyPem() {
+      return keys.publicKeyPem;
+    },
     lifetime: lifetime.signal,
     setKnobs,
     info: () => ({
@@ -191,7 +199,15 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     platformId,
     merchants,
     issuer,
-    publicKeyPem: keys.publicKeyPem,
+    get publicKeyPem() {
+      return keys.publicKeyPem;
+    },
+    async useSigningKey(privateKeyPem?: string) {
+      const next = await loadSigningKeys(privateKeyPem);
+      webhooks.useKey(next.privateKey);
+      keys = next;
+      return next.publicKeyPem;
+    },
     knobs,
     setKnobs,
     setWebhookUrl: (url) => {

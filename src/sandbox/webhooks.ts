@@ -199,7 +199,15 @@ export class WebhookSender {
       .setIssuer(this.options.issuer)
       .setIssuedAt()
       .setExpirationTime(`${JWT_LIFETIME_S}s`)
-      .sign(this.options.privateKey);
+      .sign(this.signingKey ?? this.options.privateKey);
+  }
+
+  /** The key set by useKey, once the upstream has changed keys (the options' key until then). */
+  private signingKey: KeyObject | undefined;
+
+  /** Signs every event from now on with this key: a key change, as the upstream's account manager would announce one. */
+  useKey(privateKey: KeyObject): void {
+    this.signingKey = privateKey;
   }
 
   private notifyIdle(): void {

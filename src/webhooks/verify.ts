@@ -20,20 +20,32 @@ export interface WebhookVerifier {
   verify(authorization: string | undefined): Promise<WireWebhookEvent>;
 }
 
-export async function createWebhookVerifier(publicKeyPem: string, issuer: string): Promise<WebhookVerifier> {
-  const key: KeyObject | CryptoKey = await importSPKI(publicKeyPem, 'RS256');
+/**
+ * A verifier for tokens signed by any of these keys (SPKI PEM): during a key
+ * change the file holds the old key and the new one. A token is tried against
+ * the next key only when the signature did not match; any other fault (expired,
+ * another issuer) is final.
+ */
+export async function createWebhookVerifier(publicKeyPems: string | readonly string[], issuer: string): Promise<WebhookVerifier> {
+  const keys: Array<KeyObject | CryptoKey> = await Promise.all((typeof publicKeyPems === 'string' ? [publicKeyPems] : publicKeyPems).map((pem) => importSPKI(pem, 'RS256')));
+  if (keys.length === 0) throw new Error('createWebhookVerifier needs at least one key');
+  const verifyWithAny = async (token: string) => {
+    for (let index = 0; ; index += 1) {
+      try {
+        return await jwtVerify(token, keys[index]!, { algorithms: ['RS256'], issuer, requiredClaims: ['exp'], clockTolerance: CLOCK_TOLERANCE_SECONDS });
+      } catch (error) {
+        const last = index === keys.length - 1;
+        if (last || (error as { code?: string }).code !== 'ERR_JWS_SIGNATURE_VERIFICATION_FAILED') throw error;
+      }
+    }
+  };
   return {
     async verify(authorization) {
       const token = /^Bearer ([A-Za-z0-9_\-.=]+)$/.exec(authorization?.trim() ?? '')?.[1];
       if (!token) throw new WebhookAuthError('missing bearer token');
       let payload: unknown;
       try {
-        ({ payload } = await jwtVerify(token, key, {
-          algorithms: ['RS256'],
-          issuer,
-          requiredClaims: ['exp'],
-          clockTolerance: CLOCK_TOLERANCE_SECONDS,
-        }).then((result) => ({ payload: result.payload.payload })));
+        ({ payload } = await verifyWithAny(token).then((result) => ({ payload: result.payload.payload })));
       } catch (error) {
         throw new WebhookAuthError((error as { code?: string }).code ?? 'invalid token');
       }

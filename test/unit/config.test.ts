@@ -67,7 +67,7 @@ describe('defaults', () => {
     expect(config.upstream.url).toBeUndefined();
     expect(config.upstream.platformId).toBeUndefined();
     expect(config.redisUrl).toBeUndefined();
-    expect(config.webhook.publicKeyPem).toBeUndefined();
+    expect(config.webhook.publicKeyPems).toBeUndefined();
     expect(config.webhook.publicKeyFile).toBeUndefined();
     expect(config.webhook.issuer).toBeUndefined();
   });
@@ -114,7 +114,7 @@ describe('accepted values', () => {
     expect(config.host).toBe('0.0.0.0');
     expect(config.upstream.url).toBe('https://deliveries.example.com/api/v1');
     expect(config.upstream.platformId).toBe('acme-platform');
-    expect(config.webhook.publicKeyPem).toBe(publicKeyPem);
+    expect(config.webhook.publicKeyPems).toEqual([publicKeyPem]);
     expect(config.webhook.publicKeyFile).toBe(publicKeyFile);
     expect(config.webhook.issuer).toBe('lastmile');
     expect(config.webhook.path).toBe('/hooks/lastmile');
@@ -233,7 +233,20 @@ describe('bad values fail with one line naming the variable', () => {
   });
 
   it('WEBHOOK_PUBLIC_KEY_FILE holding a PKCS#1 "RSA PUBLIC KEY" is read as the same key (SPKI)', () => {
-    expect(loadConfig({ WEBHOOK_PUBLIC_KEY_FILE: pkcs1PublicKeyFile, WEBHOOK_ISSUER: 'lastmile' }).webhook.publicKeyPem).toBe(publicKeyPem);
+    expect(loadConfig({ WEBHOOK_PUBLIC_KEY_FILE: pkcs1PublicKeyFile, WEBHOOK_ISSUER: 'lastmile' }).webhook.publicKeyPems).toEqual([publicKeyPem]);
+  });
+
+  it('WEBHOOK_PUBLIC_KEY_FILE may hold several keys (a key change), each block in any accepted form, and names the block that is wrong', () => {
+    const next = generateKeyPairSync('rsa', { modulusLength: 2048 }).publicKey;
+    const bundle = path.join(dir, 'bundle.pem');
+    writeFileSync(bundle, `${readFileSync(pkcs1PublicKeyFile, 'utf8')}\n${next.export({ type: 'spki', format: 'pem' })}`);
+    expect(loadConfig({ WEBHOOK_PUBLIC_KEY_FILE: bundle, WEBHOOK_ISSUER: 'lastmile' }).webhook.publicKeyPems).toEqual([publicKeyPem, next.export({ type: 'spki', format: 'pem' }).toString()]);
+    const ec = generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey.export({ type: 'spki', format: 'pem' });
+    const mixed = path.join(dir, 'mixed.pem');
+    writeFileSync(mixed, `${publicKeyPem}${ec}`);
+    const error = configError({ WEBHOOK_PUBLIC_KEY_FILE: mixed, WEBHOOK_ISSUER: 'lastmile' });
+    expectNamed(error, 'WEBHOOK_PUBLIC_KEY_FILE');
+    expect(error.message).toMatch(/block 2 of .*ec key/);
   });
 
   it('WEBHOOK_PUBLIC_KEY_FILE holding an EC key says that RS256 needs RSA', () => {
