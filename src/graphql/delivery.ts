@@ -62,6 +62,12 @@ builder.node(DeliveryRef, {
     pickup: t.field({ type: StopRef, description: 'Where the package is collected.', resolve: read('pickup') }),
     dropoff: t.field({ type: StopRef, description: 'Where the package goes.', resolve: read('dropoff') }),
     deliveryDate: t.field({ type: 'Date', nullable: true, description: 'Scheduled date.', resolve: read('deliveryDate') }),
+    scheduledAt: t.field({
+      type: 'DateTime',
+      nullable: true,
+      description: 'The scheduled date with its time of day, in UTC, as a read of the delivery gives it (the upstream sends a full datetime there); null where only the date is known, as in a webhook event.',
+      resolve: read('scheduledAt'),
+    }),
     deliveryStartTime: t.field({ type: 'DateTime', nullable: true, description: 'Start of the delivery window (partner group).', resolve: read('deliveryStartTime') }),
     deliveryEndTime: t.field({ type: 'DateTime', nullable: true, description: 'End of the dropoff window.', resolve: read('deliveryEndTime') }),
     estimatedDropoffAt: t.field({ type: 'DateTime', nullable: true, description: 'Estimated arrival at the dropoff (dropoff_time_estimated).', resolve: read('estimatedDropoffAt') }),

@@ -79,6 +79,8 @@ function common(raw: Loose, group: ApiGroup, pickupAddress: Address | null, drop
     pickup: stop(raw, 'pickup', pickupAddress, str(raw.email)),
     dropoff: stop(raw, 'dropoff', dropoffAddress, str(raw.dropoff_email)),
     deliveryDate: calendarDate(raw.delivery_date),
+    // A read's delivery_date is a full datetime: its time of day is kept here (a webhook's plain date has none).
+    scheduledAt: typeof raw.delivery_date === 'string' && raw.delivery_date.includes('T') ? utcDateTime(raw.delivery_date) : null,
     deliveryEndTime: utcDateTime(raw.delivery_end_time),
     estimatedDropoffAt: utcDateTime(raw.dropoff_time_estimated),
     mode: deliveryMode(raw.package_delivery_mode),

@@ -43,6 +43,8 @@ export interface SandboxKnobs {
   webhookTimeoutMs: number;
   /** Retry n waits retryBaseMs * 2^(n-1); at most 5 retries. */
   retryBaseMs: number;
+  /** The time of day of a read's delivery_date, in minutes after midnight UTC (the document does not say which; 0 = midnight). */
+  deliveryMinuteOfDay: number;
 }
 
 export interface SandboxOptions {
@@ -154,9 +156,11 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
   const lifecycle = new LifecycleSimulator(state, knobs, (record, eventName, { final, location }) =>
     webhooks.enqueue(record.uid, toWebhookEvent(record, eventName, state.origin, { location }), final),
   );
+  state.deliveryMinuteOfDay = knobs.deliveryMinuteOfDay;
   const setKnobs = (patch: unknown) => {
     const stepMs = knobs.stepMs;
     applyKnobs(knobs, patch);
+    state.deliveryMinuteOfDay = knobs.deliveryMinuteOfDay;
     if (knobs.stepMs !== stepMs) lifecycle.reschedule();
   };
 

@@ -20,10 +20,12 @@ export const DEFAULT_KNOBS: Readonly<SandboxKnobs> = Object.freeze({
   returnRate: 0,
   webhookTimeoutMs: 5000,
   retryBaseMs: 500,
+  // The document gives delivery_date on read as a full datetime without saying which time: midnight unless set.
+  deliveryMinuteOfDay: 0,
 });
 
 const RATES = new Set<keyof SandboxKnobs>(['errorRate', 'duplicateRate', 'reorderRate', 'returnRate']);
-const INTEGERS = new Set<keyof SandboxKnobs>(['locationTicks']);
+const INTEGERS = new Set<keyof SandboxKnobs>(['locationTicks', 'deliveryMinuteOfDay']);
 /** A zero timeout would fail every webhook attempt before it is sent. */
 const POSITIVE = new Set<keyof SandboxKnobs>(['webhookTimeoutMs']);
 
@@ -46,6 +48,7 @@ export function applyKnobs(target: SandboxKnobs, patch: unknown): void {
     }
     if (POSITIVE.has(knob) && value === 0) throw new RangeError(`${knob} must be greater than 0`);
     if (RATES.has(knob) && value > 1) throw new RangeError(`${knob} must be between 0 and 1`);
+    if (knob === 'deliveryMinuteOfDay' && value > 1439) throw new RangeError(`${knob} must be between 0 and 1439`);
     if (INTEGERS.has(knob) && !Number.isInteger(value)) {
       throw new RangeError(`${knob} must be an integer`);
     }

@@ -30,13 +30,13 @@ function readOrder(ctx: ApiContext): ApiResult {
   const record = ctx.state.find(ctx.params.uid!, 'partner', ctx.merchant.key);
   if (!record) return apiError('partner', 404, 'not_found', 'No order with this uid.');
   // The read by uid has no delivery_style, unlike the read by reference.
-  return { status: 200, body: { data: toPartnerOrder(record, ctx.state.origin, false) } };
+  return { status: 200, body: { data: toPartnerOrder(record, ctx.state.origin, false, ctx.state.deliveryMinuteOfDay) } };
 }
 
 function readOrderByReference(ctx: ApiContext): ApiResult {
   const record = ctx.state.findByPartnerReference(ctx.merchant.key, ctx.params.reference!);
   if (!record) return apiError('partner', 404, 'not_found', 'No order with this partner reference.');
-  return { status: 200, body: { data: toPartnerOrder(record, ctx.state.origin, true) } };
+  return { status: 200, body: { data: toPartnerOrder(record, ctx.state.origin, true, ctx.state.deliveryMinuteOfDay) } };
 }
 
 function cancelOrder(ctx: ApiContext): ApiResult {
@@ -127,5 +127,5 @@ export function seedOrder(state: SandboxState, lifecycle: LifecycleSimulator, ke
     return { ok: false, reason: 'duplicate_reference', message: error.message };
   }
   lifecycle.start(record);
-  return { ok: true, order: toPartnerOrder(record, state.origin, true) };
+  return { ok: true, order: toPartnerOrder(record, state.origin, true, state.deliveryMinuteOfDay) };
 }

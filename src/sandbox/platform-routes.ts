@@ -47,7 +47,7 @@ function readDelivery(ctx: ApiContext): ApiResult {
   const record = ctx.state.find(ctx.params.uid!, 'platform', ctx.merchant.key);
   // Another merchant's delivery is "not found", never "forbidden": its existence is not leaked.
   if (!record) return apiError('platform', 404, 'not_found', 'No delivery with this uid belongs to the platform.');
-  return { status: 200, body: { data: toPlatformDelivery(record, ctx.state.origin) } };
+  return { status: 200, body: { data: toPlatformDelivery(record, ctx.state.origin, ctx.state.deliveryMinuteOfDay) } };
 }
 
 function cancelDelivery(ctx: ApiContext): ApiResult {

@@ -31,9 +31,9 @@ export function trackingUrl(origin: string, uid: string): string {
   return `${origin}/track/${uid}`;
 }
 
-export function toPlatformDelivery(record: DeliveryRecord, origin: string): WireDelivery {
+export function toPlatformDelivery(record: DeliveryRecord, origin: string, minuteOfDay = 0): WireDelivery {
   return {
-    ...commonFields(record, origin),
+    ...commonFields(record, origin, minuteOfDay),
     dimensions: dimensionsOf(record),
     tracking_link: trackingUrl(origin, record.uid),
     expected_cancellation_fee: expectedCancellationFee(record),
@@ -43,8 +43,8 @@ export function toPlatformDelivery(record: DeliveryRecord, origin: string): Wire
 }
 
 /** `withStyle`: only the read by partner reference carries `delivery_style`. */
-export function toPartnerOrder(record: DeliveryRecord, origin: string, withStyle: boolean): WireOrder {
-  const { delivery_style: _omitted, ...common } = commonFields(record, origin);
+export function toPartnerOrder(record: DeliveryRecord, origin: string, withStyle: boolean, minuteOfDay = 0): WireOrder {
+  const { delivery_style: _omitted, ...common } = commonFields(record, origin, minuteOfDay);
   return {
     ...common,
     ...(withStyle ? { delivery_style: record.deliveryStyle } : {}),
@@ -57,7 +57,7 @@ export function toPartnerOrder(record: DeliveryRecord, origin: string, withStyle
   };
 }
 
-function commonFields(record: DeliveryRecord, origin: string): WireDeliveryCommon {
+function commonFields(record: DeliveryRecord, origin: string, minuteOfDay: number): WireDeliveryCommon {
   const r = record.request;
   const assigned = record.courier !== null;
   // Proof of delivery stays on the read once the courier is at the door, unless the package turned back.
@@ -69,8 +69,8 @@ function commonFields(record: DeliveryRecord, origin: string): WireDeliveryCommo
     distance: { value: record.quote.distanceKm, unit: 'km' },
     pickup_name: r.pickup_name,
     dropoff_name: r.dropoff_name,
-    // On read the date is a full datetime at midnight UTC.
-    delivery_date: `${deliveryDay(record)}T00:00:00+00:00`,
+    // On read the date is a full datetime; which time of day the document does not say (the deliveryMinuteOfDay knob, midnight by default).
+    delivery_date: `${deliveryDay(record)}T${String(Math.floor(minuteOfDay / 60)).padStart(2, '0')}:${String(minuteOfDay % 60).padStart(2, '0')}:00+00:00`,
     driver_id: null,
     driver_name: assigned ? record.courier!.name : null,
     driver_location: assigned ? record.courierAt : null,

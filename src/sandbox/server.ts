@@ -187,7 +187,7 @@ function handleTrackingPage(deps: ServerDeps, method: string, path: string): Pag
   const match = /^\/track\/([^/]+)$/.exec(path);
   const record = method === 'GET' && match ? deps.state.deliveries.get(decodeSegment(match[1]!) ?? '') : undefined;
   if (!record) return { status: 404, contentType: 'text/html; charset=utf-8', body: '<!doctype html><title>Not found</title><p>No such delivery.</p>' };
-  const d = toPlatformDelivery(record, deps.state.origin);
+  const d = toPlatformDelivery(record, deps.state.origin, deps.state.deliveryMinuteOfDay);
   const rows: [string, unknown][] = [
     ['Status', d.status],
     ['Courier', d.driver_name ?? 'not assigned yet'],

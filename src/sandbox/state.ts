@@ -156,6 +156,8 @@ export interface DeliveryRecord {
 export class SandboxState {
   /** Set once the server listens; tracking and proof URLs hang off it. */
   origin = '';
+  /** The deliveryMinuteOfDay knob: the time of day a read's delivery_date carries. */
+  deliveryMinuteOfDay = 0;
   readonly deliveries = new Map<string, DeliveryRecord>();
   private readonly merchantsByKey: Map<string, SandboxMerchant>;
   private readonly platformIds: Set<string>;

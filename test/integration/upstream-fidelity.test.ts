@@ -362,3 +362,24 @@ describe('item prices go out in the amount unit, like the tip', () => {
     }
   });
 });
+
+describe("a read's delivery_date with its time of day (the sandbox's deliveryMinuteOfDay)", () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack({ sandbox: { knobs: { deliveryMinuteOfDay: 14 * 60 + 45 } } });
+  });
+  afterAll(() => stack?.stop());
+
+  it('keeps deliveryDate and gives the full timestamp as scheduledAt, on both groups', async () => {
+    const booked = await stack.gql(`mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`, {
+      input: deliveryInput({ deliveryDate: '2026-12-24' }),
+    });
+    const uid = booked.data.createDelivery.data.uid as string;
+    const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { deliveryDate scheduledAt } }`, { uid });
+    expect(read.data.delivery).toEqual({ deliveryDate: '2026-12-24', scheduledAt: '2026-12-24T14:45:00Z' });
+    // A webhook's plain date has no time of day: the event's delivery says so with null.
+    await stack.sandbox.idle();
+    const events = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { events(first: 1) { edges { node { delivery { deliveryDate scheduledAt } } } } } }`, { uid });
+    expect(events.data.delivery.events.edges[0].node.delivery).toEqual({ deliveryDate: '2026-12-24', scheduledAt: null });
+  });
+});

@@ -224,6 +224,7 @@ describe('fromPlatformDelivery', () => {
         windowStart: '2026-05-01T15:00:00Z',
       },
       deliveryDate: '2026-05-01',
+      scheduledAt: '2026-05-01T00:00:00Z',
       deliveryStartTime: null,
       deliveryEndTime: '2026-05-01T16:00:00Z',
       estimatedDropoffAt: '2026-05-01T15:45:00Z',
@@ -602,6 +603,10 @@ describe('times', () => {
 
   it('keeps the plain delivery_date of a webhook', () => {
     expect(fromWebhookEvent({ ...webhookEvent(), delivery_date: '2026-12-31' }).deliveryDate).toBe('2026-12-31');
+    // The time of day a read gives is kept beside the date (a webhook's plain date has none).
+    expect(fromPlatformDelivery({ ...platformDelivery(), delivery_date: '2026-05-01T23:30:00-02:00' }).scheduledAt).toBe('2026-05-02T01:30:00Z');
+    expect(fromPlatformDelivery({ ...platformDelivery(), delivery_date: '2026-05-01T14:15:00+00:00' }).scheduledAt).toBe('2026-05-01T14:15:00Z');
+    expect(fromWebhookEvent({ ...webhookEvent(), delivery_date: '2026-12-31' }).scheduledAt).toBeNull();
   });
 
   it('reads an unreadable or impossible time as no value, not a rolled-over one', () => {
