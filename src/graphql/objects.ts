@@ -98,6 +98,12 @@ const ItemRef = builder.objectRef<Item>('Item').implement({
     externalInstanceId: t.exposeString('externalInstanceId', { nullable: true, description: "The merchant's id of this instance of the item." }),
     price: t.expose('price', { type: 'Decimal', nullable: true, description: 'Unit price.' }),
     barcode: t.exposeString('barcode', { nullable: true, description: 'Barcode.' }),
+    extra: t.field({
+      type: 'JSON',
+      nullable: true,
+      description: 'What the delivery service sent for this item beyond the fields above, as it sent it (its document lists seven keys; an item may carry more); null when nothing.',
+      resolve: (item) => item.extra,
+    }),
   }),
 });
 

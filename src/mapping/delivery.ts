@@ -181,7 +181,16 @@ function packageOf(raw: Loose, dimensions: unknown): Package {
   };
 }
 
+/** An item's keys as the document lists them (request and read); the rest is kept in `extra`. */
+const ITEM_KEYS = new Set(['name', 'quantity', 'description', 'external_id', 'external_instance_id', 'price', 'barcode']);
+
 function item(raw: Loose): Item {
+  let extra: Record<string, unknown> | null = null;
+  for (const key of Object.keys(raw)) {
+    if (ITEM_KEYS.has(key)) continue;
+    extra ??= {};
+    extra[key] = raw[key];
+  }
   return {
     name: str(raw.name),
     quantity: num(raw.quantity),
@@ -190,6 +199,7 @@ function item(raw: Loose): Item {
     externalInstanceId: str(raw.external_instance_id),
     price: decimalFrom(raw.price),
     barcode: str(raw.barcode),
+    extra,
   };
 }
 

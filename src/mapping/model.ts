@@ -79,6 +79,8 @@ export interface Item {
   externalInstanceId: string | null;
   price: string | null;
   barcode: string | null;
+  /** What the upstream sent for the item beyond the documented keys, as sent; null when nothing. */
+  extra: Record<string, unknown> | null;
 }
 
 export interface Package {

@@ -8,7 +8,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { FaultProxy } from '../helpers/fault-proxy.js';
-import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
+import { deliveryInput, partnerOrderBody, startStack, type Stack } from '../helpers/stack.js';
 
 const UID = '7d3f5a2e-9c41-4b8e-a0f6-1e2d3c4b5a69';
 
@@ -381,5 +381,29 @@ describe("a read's delivery_date with its time of day (the sandbox's deliveryMin
     await stack.sandbox.idle();
     const events = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { events(first: 1) { edges { node { delivery { deliveryDate scheduledAt } } } } } }`, { uid });
     expect(events.data.delivery.events.edges[0].node.delivery).toEqual({ deliveryDate: '2026-12-24', scheduledAt: null });
+  });
+});
+
+describe('item keys beyond the documented seven', () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack();
+  });
+  afterAll(() => stack?.stop());
+
+  it('are kept in Item.extra, as the upstream sent them; an item with none has null', async () => {
+    const body = partnerOrderBody('PO-extra-items', {
+      items: [
+        { name: 'Mug', quantity: 1, price: 1250, gift_wrap: true, options: { color: 'red' } },
+        { name: 'Plate', quantity: 2 },
+      ],
+    });
+    const uid = stack.sandbox.seedPartnerOrder(stack.key, body).uid as string;
+    const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid, group: PARTNER) { package { items { name price extra } } } }`, { uid });
+    expect(read.errors).toBeUndefined();
+    expect(read.data.delivery.package.items).toEqual([
+      { name: 'Mug', price: '12.50', extra: { gift_wrap: true, options: { color: 'red' } } },
+      { name: 'Plate', price: null, extra: null },
+    ]);
   });
 });

@@ -237,7 +237,7 @@ describe('fromPlatformDelivery', () => {
         requirements: ['photo_proof_of_delivery'],
         itemsCount: 2,
         items: [
-          { name: 'Atlas', quantity: 2, description: 'Hardcover', externalId: 'sku-1', externalInstanceId: 'sku-1-a', price: '24.99', barcode: '9780000000001' },
+          { name: 'Atlas', quantity: 2, description: 'Hardcover', externalId: 'sku-1', externalInstanceId: 'sku-1-a', price: '24.99', barcode: '9780000000001', extra: null },
         ],
         weight: 6.5,
         dimensions: { height: 20, length: 40, width: 30 },
