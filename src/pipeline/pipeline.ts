@@ -15,6 +15,7 @@ import type { IncomingMessage } from 'node:http';
 import { type ExecutionResult, type GraphQLError } from 'graphql';
 import { createGraphQLError } from 'graphql-yoga';
 import { trustOf, type Caller, type Trust } from '../access/caller.js';
+import type { OperationKind } from '../access/client-token-scope.js';
 import { KEYLESS_LIMITED, type RequestLimits } from '../access/rate-limit.js';
 import { DeliveryGraphError, DocumentTooLargeError, PersistedQueryNotFoundError, RateLimitedError, UnauthenticatedError } from '../errors.js';
 import { createContext, REFUSED_CLIENT_TOKEN, type GraphQLContext, type Services } from '../graphql/context.js';
@@ -149,7 +150,6 @@ export class Pipeline {
 
   async #admitted(request: OperationRequest, trust: Trust, context: GraphQLContext): Promise<Answer> {
     const { persisted } = this.#options;
-    const { caller } = request;
     let params = request.params;
     // The text to run: by hash (APQ or the allowlist), or as sent.
     if (namesPersistedQuery(params)) {
@@ -169,45 +169,45 @@ export class Pipeline {
     // Without a working key, what needs one is refused from the tokens alone, before any syntax tree is built.
     if (trust === 'keyless') {
       const reading = readKeyless(text, operationName, OPERATION_LIMITS.tokens);
-      if (reading) {
-        if (request.method === 'GET' && reading.kind === 'mutation') return invalid(MUTATION_OVER_GET());
-        if (!request.streams && reading.kind === 'subscription') return invalid(SUBSCRIPTION_WITHOUT_STREAM());
-        if (reading.needsKey) {
-          this.#options.limits.chargeKeylessRefusal(context.clientAddress);
-          return refused(keylessRefusal(caller));
-        }
-      }
+      const early = reading && this.#arrivalRefusal(request, context, trust, reading.kind, reading.needsKey);
+      if (early) return early;
     }
-    {
-      const entry = this.documents.entry(text, trust === 'earned');
-      if (entry.parseError) return invalid(entry.parseError);
-      const plan = entry.plan(operationName);
-      // No operation resolves: nothing runs, whatever any guard would have said.
-      if (!plan) return invalid(UNRESOLVED());
-      // How it came must fit what it is, whoever asks.
-      if (request.method === 'GET' && plan.kind === 'mutation') return invalid(MUTATION_OVER_GET());
-      if (!request.streams && plan.kind === 'subscription') return invalid(SUBSCRIPTION_WITHOUT_STREAM());
-      // Without a working key, only what needs none, and not even validated otherwise.
-      if (trust === 'keyless' && plan.needsKey) {
-        this.#options.limits.chargeKeylessRefusal(context.clientAddress);
-        return refused(keylessRefusal(caller), plan);
-      }
-      const errors = entry.validation();
-      if (errors.length > 0) return invalid(...errors);
-      const tooCostly = entry.costRefusal(plan);
-      if (tooCostly) return invalid(tooCostly);
+    const entry = this.documents.entry(text, trust === 'earned');
+    if (entry.parseError) return invalid(entry.parseError);
+    const plan = entry.plan(operationName);
+    // No operation resolves: nothing runs, whatever any guard would have said.
+    if (!plan) return invalid(UNRESOLVED());
+    const refusedOnArrival = this.#arrivalRefusal(request, context, trust, plan.kind, plan.needsKey, plan);
+    if (refusedOnArrival) return refusedOnArrival;
+    const errors = entry.validation();
+    if (errors.length > 0) return invalid(...errors);
+    const tooCostly = entry.costRefusal(plan);
+    if (tooCostly) return invalid(tooCostly);
 
-      const label = this.#names.label(plan.document, plan.operationName);
-      const info = requestInfoOf(request.req);
-      if (info) {
-        info.operationType = label.type;
-        info.operationName = label.raw;
-      }
-      const observed = this.#options.observers.map((observer) => observer.start(label, request, context)).filter((run) => run !== undefined);
-      const outcome = await this.#judgedRun(plan, entry, trust, request, params, context, observed);
-      for (const run of observed) run.done(outcome);
-      return { kind: 'ran', outcome, plan };
+    const label = this.#names.label(plan.document, plan.operationName);
+    const info = requestInfoOf(request.req);
+    if (info) {
+      info.operationType = label.type;
+      info.operationName = label.raw;
     }
+    const observed = this.#options.observers.map((observer) => observer.start(label, request, context)).filter((run) => run !== undefined);
+    const outcome = await this.#judgedRun(plan, entry, trust, request, params, context, observed);
+    for (const run of observed) run.done(outcome);
+    return { kind: 'ran', outcome, plan };
+  }
+
+  /**
+   * What is refused before validation, from an operation's kind and whether it
+   * needs a key (read from its tokens or from its plan, the same rule either way):
+   * how it came must fit what it is, whoever asks; without a working key, only
+   * what needs none runs, and each refusal is charged to the caller's address.
+   */
+  #arrivalRefusal(request: OperationRequest, context: GraphQLContext, trust: Trust, kind: OperationKind, needsKey: boolean, plan?: OperationPlan): Answer | undefined {
+    if (request.method === 'GET' && kind === 'mutation') return invalid(MUTATION_OVER_GET());
+    if (!request.streams && kind === 'subscription') return invalid(SUBSCRIPTION_WITHOUT_STREAM());
+    if (trust !== 'keyless' || !needsKey) return undefined;
+    this.#options.limits.chargeKeylessRefusal(context.clientAddress);
+    return refused(keylessRefusal(request.caller), plan);
   }
 
   /** The guards that need the request's own facts, then the plan's executor, then what goes out. */
