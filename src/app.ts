@@ -9,6 +9,7 @@ import type { Services } from './graphql/context.js';
 import { PersistedOperations } from './pipeline/persisted-operations.js';
 import { localPersistedQueryStore, sharedPersistedQueryStore } from './pipeline/persisted-query-store.js';
 import { createRequestLimits } from './access/rate-limit.js';
+import { Owners } from './access/owners.js';
 import type { Pipeline } from './pipeline/pipeline.js';
 import { createGraphQLServer, type GraphQLServer } from './pipeline/yoga.js';
 import { createReadiness } from './http/readiness.js';
@@ -107,12 +108,16 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   const redisBus = redis ? await connectRedisEventBus(redis, logger) : undefined;
   if (redisBus) teardown.add('redis bus', () => redisBus.close());
   const bus = redisBus ?? createEventBus();
+  // Who may see which delivery: one set of owner records for every path (src/access/owners.ts).
+  const owners = new Owners(store, { logger });
+  teardown.add('owner records', () => owners.flush());
   const services: Services = {
     config,
     upstream,
     store,
     bus,
-    access: new ReadAccess(store, upstream, { checksPerSubscription: config.realtime.accessChecksPerMinute, logger }),
+    owners,
+    access: new ReadAccess(store, upstream, { checksPerSubscription: config.realtime.accessChecksPerMinute, logger, owners }),
     maxPendingEvents: config.realtime.maxPendingEvents,
     bookingsInFlight: new Map(),
     clientTokens: new ClientTokens(clientTokenSecrets(config.clientTokenSecrets, config.dataDir)),

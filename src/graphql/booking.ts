@@ -20,7 +20,7 @@ const PENDING_POLL_MS = 25;
 async function book(ctx: GraphQLContext, key: string, body: WireDeliveryRequest, input: DeliveryInput): Promise<BookingResult> {
   const created = await asValidation(key, () => ctx.services.upstream.platform.create(key, body), input);
   const result = { uid: created.uid, trackingUrl: created.trackingLink ?? null };
-  await ctx.services.store.recordOwner(result.uid, hashKey(key));
+  await ctx.services.store.recordOwner(result.uid, hashKey(key), 'PLATFORM');
   return result;
 }
 

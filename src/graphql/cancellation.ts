@@ -8,6 +8,8 @@ import { builder } from './builder.js';
 import { ApiGroupEnum, DeliveryStatusEnum } from './enums.js';
 import { MoneyRef } from './objects.js';
 import type { Upstream } from '../upstream/clients.js';
+import { ownerVerdict, type Owners } from '../access/owners.js';
+import { hashKey } from '../domain/merchant-key.js';
 
 interface Cancellation {
   uid: string;
@@ -49,23 +51,35 @@ builder.mutationField('cancelDelivery', (t) =>
     },
     resolve: async (_root, { uid, group }, ctx) => {
       const key = ctx.requireMerchantKey();
-      const { upstream } = ctx.services;
+      const { upstream, owners } = ctx.services;
+      const caller = hashKey(key);
+      // The owner record decides first (src/access/owners.ts): another key's delivery is not found, unasked.
+      const record = await owners.lookupOne(String(uid));
+      const verdict = ownerVerdict(record, caller);
+      if (verdict === 'other') throw new NotFoundError();
+      if (record?.group && record.group !== group) throw notInGroup(String(uid), group, record.group);
       try {
-        return await cancelIn(upstream, key, String(uid), group);
+        const cancellation = await cancelIn(upstream, key, String(uid), group);
+        if (verdict === 'unknown') owners.learn(String(uid), caller, group);
+        return cancellation;
       } catch (error) {
-        if (error instanceof NotFoundError) throw await notFoundIn(upstream, key, String(uid), group);
+        if (error instanceof NotFoundError) throw verdict === 'own' ? new NotFoundError() : await notFoundIn(ctx.services.owners, upstream, key, String(uid), group);
         throw error;
       }
     },
   }),
 );
 
+const notInGroup = (uid: string, group: ApiGroup, other: ApiGroup) =>
+  new NotFoundError(`No delivery ${uid} in the ${group} group: it exists in the ${other} group; pass group: ${other}`);
+
 /**
- * A NotFoundError that says where the delivery is when the caller has it in the
- * other group (one read there, with the same key, so only the caller's own
- * deliveries are found); the plain one when that read fails or finds nothing.
+ * For a delivery with no owner record: a NotFoundError that says where the
+ * delivery is when the caller can read it in the other group (one read there,
+ * with the same key; the key is then recorded as its owner); the plain one when
+ * that read fails or finds nothing.
  */
-async function notFoundIn(upstream: Upstream, key: string, uid: string, group: ApiGroup): Promise<NotFoundError> {
+async function notFoundIn(owners: Owners, upstream: Upstream, key: string, uid: string, group: ApiGroup): Promise<NotFoundError> {
   const other: ApiGroup = group === 'PLATFORM' ? 'PARTNER' : 'PLATFORM';
   try {
     if (other === 'PLATFORM') await upstream.platform.get(key, uid);
@@ -73,7 +87,8 @@ async function notFoundIn(upstream: Upstream, key: string, uid: string, group: A
   } catch {
     return new NotFoundError();
   }
-  return new NotFoundError(`No delivery ${uid} in the ${group} group: it exists in the ${other} group; pass group: ${other}`);
+  owners.learn(uid, hashKey(key), other);
+  return notInGroup(uid, group, other);
 }
 
 /** One cancel in the group asked, read into a Cancellation. */

@@ -9,11 +9,13 @@ import type { ApiGroup, Delivery } from '../mapping/model.js';
 import type { ReadAccess } from '../realtime/access.js';
 import type { EventBus } from '../realtime/bus.js';
 import { clientAddress } from '../observability/client-address.js';
-import type { BookingResult, Store } from '../store/store.js';
+import type { BookingResult, OwnerRecord, Store } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { Caller, ClientTokenCredential } from '../access/caller.js';
 import { MERCHANT_ONLY } from '../access/client-token-scope.js';
 import type { ClientTokens } from '../access/client-tokens.js';
+import { ownerVerdict, type Owners } from '../access/owners.js';
+import { hashKey } from '../domain/merchant-key.js';
 import type { RequestLimits } from '../access/rate-limit.js';
 
 /** Long-lived parts of the app that resolvers use. */
@@ -23,6 +25,8 @@ export interface Services {
   store: Store;
   bus: EventBus;
   access: ReadAccess;
+  /** Owner records: who may see which delivery (src/access/owners.ts). */
+  owners: Owners;
   /** Most events one subscriber may have waiting before it is cut off. */
   maxPendingEvents: number;
   /**
@@ -62,7 +66,7 @@ export interface GraphQLContext {
    * tokens): FORBIDDEN for a client token, whatever the pipeline let through.
    */
   requireMerchantKey(): string;
-  /** One read per (group, uid) per request; null for a uid the caller does not own. */
+  /** One read per (group, uid) per request; null for a uid the caller may not see (src/access/owners.ts decides). */
   deliveryLoader(group: ApiGroup): DataLoader<string, Delivery | null>;
   /** Over WebSocket: closes this connection (a subscriber that fell too far behind). */
   disconnect?(code: number, reason: string): void;
@@ -138,7 +142,10 @@ export function createContext(services: Services, options: ContextOptions): Grap
 
 /**
  * Reads each (already distinct) uid once, at most `batchConcurrency` at a time.
- * A failing uid fails only its own entry; an unknown one reads as null.
+ * A failing uid fails only its own entry; an unknown one reads as null, and so
+ * does one recorded as another key's (or as living in the other group), without
+ * asking the upstream. A delivery with no record that the upstream lets the key
+ * read is recorded as the key's.
  */
 async function readDeliveries(
   services: Services,
@@ -148,14 +155,29 @@ async function readDeliveries(
   signal: AbortSignal | undefined,
   scope: ReadonlySet<string> | undefined,
 ): Promise<Array<Delivery | null | Error>> {
-  const { upstream, config } = services;
+  const { upstream, config, owners } = services;
+  const caller = hashKey(key);
+  let records: Map<string, OwnerRecord>;
+  try {
+    records = await owners.lookup(scope ? uids.filter((uid) => scope.has(uid)) : uids);
+  } catch (error) {
+    // Without the records nobody can be told apart: every entry fails, nothing is read.
+    const failure = error instanceof DeliveryGraphError ? error : new Error('The owner records could not be read.');
+    return uids.map(() => failure);
+  }
   const readOne = async (uid: string): Promise<Delivery | null | Error> => {
     if (scope && !scope.has(uid)) return null;
+    const record = records.get(uid);
+    const verdict = ownerVerdict(record, caller);
+    if (verdict === 'other' || (record?.group && record.group !== group)) return null;
     try {
       const options = signal ? { signal } : undefined;
-      return group === 'PLATFORM'
-        ? fromPlatformDelivery(await upstream.platform.get(key, uid, options))
-        : fromPartnerOrder(await upstream.partner.getOrder(key, uid, options));
+      const delivery =
+        group === 'PLATFORM'
+          ? fromPlatformDelivery(await upstream.platform.get(key, uid, options))
+          : fromPartnerOrder(await upstream.partner.getOrder(key, uid, options));
+      if (verdict === 'unknown') owners.learn(uid, caller, group);
+      return delivery;
     } catch (error) {
       if (error instanceof NotFoundError) return null;
       return error instanceof DeliveryGraphError ? error : new Error(String(error));

@@ -8,6 +8,8 @@ import type { GraphQLContext } from './context.js';
 import { ApiGroupEnum, DeliveryModeEnum, DeliveryStatusEnum, DeliveryStyleEnum } from './enums.js';
 import { CourierRef, DistanceRef, MoneyRef, PackageRef, ProofOfDeliveryRef, StopRef } from './objects.js';
 import { checkUid } from './uid-arguments.js';
+import { ownerVerdict } from '../access/owners.js';
+import { hashKey } from '../domain/merchant-key.js';
 
 export const DeliveryRef = builder.objectRef<DeliveryParent>('Delivery');
 
@@ -93,7 +95,8 @@ builder.queryFields((t) => ({
   delivery: t.field({
     type: DeliveryRef,
     nullable: true,
-    description: 'One delivery by uid; null when no such delivery belongs to the caller (upstream 404).',
+    description:
+      "One delivery by uid; null when no such delivery belongs to the caller: recorded as another key's (booked or first read with it: the upstream is not asked), or not found upstream (404).",
     args: {
       uid: t.arg.id({ required: true, description: 'The delivery uid returned at booking (one URL path segment: see docs/limits.md).' }),
       group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group to read from.' }),
@@ -149,6 +152,11 @@ builder.queryFields((t) => ({
       const key = ctx.requireMerchantKey();
       try {
         const order = fromPartnerOrder(await ctx.services.upstream.partner.getOrderByReference(key, partnerReference, { signal: ctx.clientGone() }));
+        // The owner record decides here too (src/access/owners.ts): another key's order is not found.
+        const caller = hashKey(key);
+        const verdict = ownerVerdict(await ctx.services.owners.lookupOne(order.uid), caller);
+        if (verdict === 'other') return null;
+        if (verdict === 'unknown') ctx.services.owners.learn(order.uid, caller, 'PARTNER');
         // Prime the loader so a later read of the same uid in this request is free.
         ctx.deliveryLoader('PARTNER').prime(order.uid, order);
         return order;

@@ -3,7 +3,7 @@
 import { getArgumentValues, type GraphQLResolveInfo } from 'graphql';
 import { BadUserInputError } from '../errors.js';
 import { fromWebhookEvent, geoPoint } from '../mapping/delivery.js';
-import type { Courier, Delivery, DeliveryStatus, GeoPoint } from '../mapping/model.js';
+import type { ApiGroup, Courier, Delivery, DeliveryStatus, GeoPoint } from '../mapping/model.js';
 import { statusOfWebhook } from '../domain/status.js';
 import { callerCursors, START_CURSOR, type CallerCursors } from '../domain/cursor.js';
 import { courierLocation, deliveryEvents, deliveryUpdated, type EventView, type RealtimeDeps, type Subscriber } from '../realtime/streams.js';
@@ -17,17 +17,25 @@ import { checkUidArguments } from './uid-arguments.js';
 
 /**
  * One event object reaches every subscriber of its delivery: map its payload
- * once, not once per subscriber.
+ * once, not once per subscriber. The group is the one the owner record knows
+ * (PLATFORM when there is none): the body does not say.
  */
 const mapped = new WeakMap<object, Delivery>();
-function deliveryOf(event: EventView): Delivery {
+function deliveryOf(event: EventView, group: ApiGroup = 'PLATFORM'): Delivery {
   if (event.snapshot) return event.snapshot.delivery;
   let delivery = mapped.get(event);
-  if (!delivery) {
-    delivery = fromWebhookEvent(event.payload);
+  if (!delivery || delivery.group !== group) {
+    delivery = fromWebhookEvent(event.payload, group);
     mapped.set(event, delivery);
   }
   return delivery;
+}
+
+/** The delivery an event describes, in the group the facade knows it by. */
+async function eventDelivery(event: EventView, ctx: GraphQLContext): Promise<Delivery> {
+  if (event.snapshot) return event.snapshot.delivery;
+  const record = await ctx.services.owners.lookupOne(event.uid);
+  return deliveryOf(event, record?.group ?? 'PLATFORM');
 }
 
 /** From the event's name, as its delivery's status is (fromWebhookEvent); the label only for a name the facade does not know. */
@@ -86,7 +94,11 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
       description:
         'True when it arrived after a later milestone (out of order), as a repeat of the current one, or after a final one (DROPOFF_COMPLETE, RETURNED, or CANCELED/FAILED before pickup); stale events change nothing.',
     }),
-    delivery: t.field({ type: DeliveryRef, description: 'The delivery as this event describes it.', resolve: deliveryOf }),
+    delivery: t.field({
+      type: DeliveryRef,
+      description: "The delivery as this event describes it, in the endpoint group the facade knows it by (its booking, a read, or an access check); PLATFORM when it knows none.",
+      resolve: (event, _args, ctx) => eventDelivery(event, ctx),
+    }),
   }),
 });
 

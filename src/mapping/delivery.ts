@@ -38,21 +38,23 @@ export function fromPartnerOrder(wire: WireOrder): Delivery {
 }
 
 /**
- * A webhook body describes the delivery as of that event. Events of partner
- * orders are told apart by the partner fields they carry. Its status is the
- * milestone of `event_name`, not the human-readable `status` label.
+ * A webhook body describes the delivery as of that event. Its group is not in
+ * the body (the document lists the same fields for every event): the caller
+ * gives it, from what the facade knows of the uid (src/access/owners.ts). Its
+ * status is the milestone of `event_name`, not the human-readable `status` label.
  */
-export function fromWebhookEvent(wire: WireWebhookEvent): Delivery {
+export function fromWebhookEvent(wire: WireWebhookEvent, group: ApiGroup = 'PLATFORM'): Delivery {
   const raw = wire as unknown as Loose;
-  const partner = raw.partner_reference != null || raw.partner_payload != null;
+  const partner = group === 'PARTNER';
   return {
-    ...common(raw, partner ? 'PARTNER' : 'PLATFORM', nestedAddress(raw.pickup_address), nestedAddress(raw.dropoff_address)),
+    ...common(raw, group, nestedAddress(raw.pickup_address), nestedAddress(raw.dropoff_address)),
     // The event's name says where the delivery stands; `status` stays as rawStatus.
     status: statusOfWebhook(raw.event_name, raw.status),
     package: packageOf(raw, raw.dimensions ?? raw.dimentions),
     trackingUrl: str(raw.tracking_link ?? raw.tracking_url),
     expectedCancellationFee: amountMoney(raw.expected_cancellation_fee ?? raw.expected_cancelation_fee),
-    payload: (partner ? raw.partner_payload : raw.platform_payload) ?? null,
+    // The document's body has platform_payload on every event; an upstream that adds a partner order's own fields is read too.
+    payload: (partner ? (raw.partner_payload ?? raw.platform_payload) : raw.platform_payload) ?? null,
     partnerReference: str(raw.partner_reference),
     deliveryStartTime: utcDateTime(raw.delivery_start_time),
   };

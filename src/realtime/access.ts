@@ -1,12 +1,13 @@
-// Who may see which delivery's events. The facade's owner records decide first,
-// with no upstream call: a key may see a delivery recorded as its own (booked
-// through the facade with it, or found readable with it by an earlier check),
-// and never one recorded as another key's. Only a delivery with no record at all
-// is asked of the upstream (platform read, then partner), and a subscription
-// pays for each such check from its allowance. Answers are cached per (key hash,
-// uid); nothing is shared across keys.
+// Who may see which delivery's events, by the one rule of src/access/owners.ts:
+// the owner record decides, with no upstream call: a key may see a delivery
+// recorded as its own (booked through the facade with it, or found readable with
+// it by an earlier read or check), and never one recorded as another key's. Only
+// a delivery with no record at all is asked of the upstream (platform read, then
+// partner), and a subscription pays for each such check from its allowance.
+// Answers are cached per (key hash, uid); nothing is shared across keys.
 import { NotFoundError } from '../errors.js';
-import { type Store } from '../store/store.js';
+import { type OwnerGroup, type Store } from '../store/store.js';
+import { ownerVerdict, Owners } from '../access/owners.js';
 import { hashKey } from '../domain/merchant-key.js';
 import type { Logger } from '../logger.js';
 import type { Upstream } from '../upstream/clients.js';
@@ -20,13 +21,13 @@ const MAX_ENTRIES = 100_000;
 const CHECK_WINDOW_MS = 60_000;
 
 /**
- * The rule owner records make, in one place: true when the record is the
- * caller's, false when it is another key's, undefined when there is none (only
- * then may the upstream be asked).
+ * The owner rule (src/access/owners.ts) as a yes or no: true when the record is
+ * the caller's, false when it is another key's, undefined when there is none
+ * (only then may the upstream be asked).
  */
 export function recordedAccess(recordedOwner: string | undefined, callerHash: string): boolean | undefined {
-  if (recordedOwner === undefined) return undefined;
-  return recordedOwner === callerHash;
+  const verdict = ownerVerdict(recordedOwner === undefined ? undefined : { owner: recordedOwner, group: null }, callerHash);
+  return verdict === 'unknown' ? undefined : verdict === 'own';
 }
 
 /** Why an upstream check was not made (nothing was asked, and nothing is known), and in how many seconds one may be. */
@@ -53,6 +54,8 @@ export interface ReadAccessOptions {
   /** SUBSCRIPTION_ACCESS_CHECKS: upstream checks one subscription may make per minute for the events it meets. */
   checksPerSubscription?: number;
   logger?: Logger;
+  /** The app's owner records; a private set on `store` when not given. */
+  owners?: Owners;
 }
 
 /**
@@ -106,7 +109,7 @@ export class CheckAllowance {
 }
 
 export class ReadAccess {
-  readonly #store: Store;
+  readonly #owners: Owners;
   readonly #upstream: Upstream;
   readonly #checksPerSubscription: number;
   readonly #logger: Logger | undefined;
@@ -115,7 +118,7 @@ export class ReadAccess {
   readonly counters: AccessCounters = { checks: { allowed: 0, denied: 0, failed: 0 }, withheld: { subscription: 0, rate_limit: 0 } };
 
   constructor(store: Store, upstream: Upstream, options: ReadAccessOptions = {}) {
-    this.#store = store;
+    this.#owners = options.owners ?? new Owners(store, { logger: options.logger });
     this.#upstream = upstream;
     this.#checksPerSubscription = options.checksPerSubscription ?? Infinity;
     this.#logger = options.logger;
@@ -154,8 +157,9 @@ export class ReadAccess {
     const entry = `${owner}:${uid}`;
     const cached = this.#cache.get(entry);
     if (cached && cached.expires > Date.now()) return cached.allowed;
-    const recorded = recordedAccess(await this.#store.ownerOf(uid), owner);
-    if (recorded !== undefined) {
+    const verdict = ownerVerdict(await this.#owners.lookupOne(uid), owner);
+    if (verdict !== 'unknown') {
+      const recorded = verdict === 'own';
       this.#put(entry, recorded, RECORDED_TTL_MS);
       return recorded;
     }
@@ -181,33 +185,31 @@ export class ReadAccess {
    * no instance asks again, for this key or any other.
    */
   async #ask(key: string, owner: string, uid: string): Promise<boolean> {
-    let allowed: boolean;
+    let group: OwnerGroup | undefined;
     try {
-      allowed = await this.#readable(key, uid);
+      group = await this.#readable(key, uid);
     } catch (error) {
       this.counters.checks.failed += 1;
       throw error;
     }
-    this.counters.checks[allowed ? 'allowed' : 'denied'] += 1;
-    if (allowed) {
-      // The answer stands without the record: a store that cannot write it only costs a later check.
-      await this.#store.recordOwner(uid, owner).catch((error: unknown) => this.#logger?.warn({ err: error, uid }, 'could not record the owner of a delivery an access check allowed'));
-    }
-    return allowed;
+    this.counters.checks[group ? 'allowed' : 'denied'] += 1;
+    // The answer stands without the record: a store that cannot write it only costs a later check.
+    if (group) this.#owners.learn(uid, owner, group);
+    return group !== undefined;
   }
 
-  /** Whether the key's read of the uid succeeds: platform group, then partner. */
-  async #readable(key: string, uid: string): Promise<boolean> {
-    for (const read of [() => this.#upstream.platform.get(key, uid), () => this.#upstream.partner.getOrder(key, uid)]) {
+  /** The group in which the key's read of the uid succeeds (platform, then partner); undefined when in neither. */
+  async #readable(key: string, uid: string): Promise<OwnerGroup | undefined> {
+    for (const group of ['PLATFORM', 'PARTNER'] as const) {
       try {
-        await read();
-        return true;
+        await (group === 'PLATFORM' ? this.#upstream.platform.get(key, uid) : this.#upstream.partner.getOrder(key, uid));
+        return group;
       } catch (error) {
         // Not found in one group: try the other. Anything else is not an answer.
         if (!(error instanceof NotFoundError)) throw error;
       }
     }
-    return false;
+    return undefined;
   }
 
   #put(entry: string, allowed: boolean, ttlMs: number): void {

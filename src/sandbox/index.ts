@@ -45,6 +45,14 @@ export interface SandboxKnobs {
   retryBaseMs: number;
   /** The time of day of a read's delivery_date, in minutes after midnight UTC (the document does not say which; 0 = midnight). */
   deliveryMinuteOfDay: number;
+  /**
+   * Whose deliveries a key may read (GET by uid, both groups): `merchant`, only its
+   * own; `platform`, any of its platform's, as the document's 404 ("no delivery
+   * with this uid belongs to the platform") allows. Cancels stay the merchant's own.
+   */
+  readScope: 'merchant' | 'platform';
+  /** Whether a partner order's webhooks also carry partner_reference and partner_payload (the document's body has neither). */
+  partnerWebhookFields: boolean;
 }
 
 export interface SandboxOptions {
@@ -154,13 +162,15 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
   const state = new SandboxState(merchants);
   const webhooks = new WebhookSender({ knobs, issuer, privateKey: keys.privateKey, webhookUrl: () => webhookUrl });
   const lifecycle = new LifecycleSimulator(state, knobs, (record, eventName, { final, location }) =>
-    webhooks.enqueue(record.uid, toWebhookEvent(record, eventName, state.origin, { location }), final),
+    webhooks.enqueue(record.uid, toWebhookEvent(record, eventName, state.origin, { location, partnerFields: knobs.partnerWebhookFields }), final),
   );
   state.deliveryMinuteOfDay = knobs.deliveryMinuteOfDay;
+  state.readScope = knobs.readScope;
   const setKnobs = (patch: unknown) => {
     const stepMs = knobs.stepMs;
     applyKnobs(knobs, patch);
     state.deliveryMinuteOfDay = knobs.deliveryMinuteOfDay;
+    state.readScope = knobs.readScope;
     if (knobs.stepMs !== stepMs) lifecycle.reschedule();
   };
 

@@ -22,12 +22,20 @@ export const DEFAULT_KNOBS: Readonly<SandboxKnobs> = Object.freeze({
   retryBaseMs: 500,
   // The document gives delivery_date on read as a full datetime without saying which time: midnight unless set.
   deliveryMinuteOfDay: 0,
+  // The document's 404 for a read is "no delivery with this uid belongs to the platform": the
+  // sandbox scopes reads to the merchant key unless asked to scope them to the platform.
+  readScope: 'merchant',
+  // The document's webhook body has neither partner field: a partner order's events carry them only when asked.
+  partnerWebhookFields: false,
 });
 
 const RATES = new Set<keyof SandboxKnobs>(['errorRate', 'duplicateRate', 'reorderRate', 'returnRate']);
 const INTEGERS = new Set<keyof SandboxKnobs>(['locationTicks', 'deliveryMinuteOfDay']);
 /** A zero timeout would fail every webhook attempt before it is sent. */
 const POSITIVE = new Set<keyof SandboxKnobs>(['webhookTimeoutMs']);
+/** Knobs that take one of a few words, and those words. */
+const CHOICES: Partial<Record<keyof SandboxKnobs, readonly string[]>> = { readScope: ['merchant', 'platform'] };
+const SWITCHES = new Set<keyof SandboxKnobs>(['partnerWebhookFields']);
 
 /**
  * Checks a partial knob set and copies it onto `target` in place (the live
@@ -43,6 +51,17 @@ export function applyKnobs(target: SandboxKnobs, patch: unknown): void {
     if (value === undefined) continue;
     if (!(name in DEFAULT_KNOBS)) throw new RangeError(`unknown knob ${name}`);
     const knob = name as keyof SandboxKnobs;
+    const choices = CHOICES[knob];
+    if (choices) {
+      if (typeof value !== 'string' || !choices.includes(value)) throw new RangeError(`${knob} must be one of ${choices.join(', ')}`);
+      (accepted as Record<string, unknown>)[knob] = value;
+      continue;
+    }
+    if (SWITCHES.has(knob)) {
+      if (typeof value !== 'boolean') throw new RangeError(`${knob} must be true or false`);
+      (accepted as Record<string, unknown>)[knob] = value;
+      continue;
+    }
     if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
       throw new RangeError(`${knob} must be a finite number >= 0`);
     }
@@ -52,7 +71,7 @@ export function applyKnobs(target: SandboxKnobs, patch: unknown): void {
     if (INTEGERS.has(knob) && !Number.isInteger(value)) {
       throw new RangeError(`${knob} must be an integer`);
     }
-    accepted[knob] = value;
+    (accepted as Record<string, unknown>)[knob] = value;
   }
   Object.assign(target, accepted);
 }

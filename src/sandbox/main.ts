@@ -19,6 +19,8 @@ const USAGE = `Usage: npm run sandbox -- [options]
   --reorder-rate <0..1>  share of webhooks sent after the next one (default 0)
   --return-rate <0..1>   share of picked-up deliveries that fail or are canceled by
                          the provider, then go back to the pickup (default 0)
+  --read-scope <s>       whose deliveries a key may read: merchant (its own, default)
+                         or platform (any of its platform's, as the document allows)
   --request-log-size <n> most recent requests kept for inspection (default ${DEFAULT_REQUEST_LOG_SIZE})
   --public-key-file <p>  where to write the webhook public key (default ./data/sandbox-public.pem)
   --help                 show this text
@@ -53,6 +55,7 @@ async function main(): Promise<void> {
       'duplicate-rate': { type: 'string' },
       'reorder-rate': { type: 'string' },
       'return-rate': { type: 'string' },
+      'read-scope': { type: 'string' },
       'request-log-size': { type: 'string' },
       'public-key-file': { type: 'string' },
       help: { type: 'boolean' },
@@ -67,8 +70,10 @@ async function main(): Promise<void> {
   const knobs: Partial<SandboxKnobs> = {};
   for (const [flag, knob] of Object.entries(NUMERIC_KNOBS)) {
     const raw = values[flag as keyof typeof values];
-    if (typeof raw === 'string') knobs[knob] = parseNumber(flag, raw);
+    if (typeof raw === 'string') (knobs as Record<string, unknown>)[knob] = parseNumber(flag, raw);
   }
+  // Checked with the other knobs by startSandbox (applyKnobs).
+  if (values['read-scope'] !== undefined) (knobs as Record<string, unknown>).readScope = values['read-scope'];
   const port = values.port === undefined ? 4010 : parseNumber('port', values.port);
   const webhookUrl = values['webhook-url'];
   if (webhookUrl !== undefined && !URL.canParse(webhookUrl)) throw new UsageError('--webhook-url must be an absolute URL');

@@ -27,7 +27,7 @@ function quoteOrder(ctx: ApiContext): ApiResult {
 }
 
 function readOrder(ctx: ApiContext): ApiResult {
-  const record = ctx.state.find(ctx.params.uid!, 'partner', ctx.merchant.key);
+  const record = ctx.state.findReadable(ctx.params.uid!, 'partner', ctx.merchant);
   if (!record) return apiError('partner', 404, 'not_found', 'No order with this uid.');
   // The read by uid has no delivery_style, unlike the read by reference.
   return { status: 200, body: { data: toPartnerOrder(record, ctx.state.origin, false, ctx.state.deliveryMinuteOfDay) } };

@@ -44,8 +44,8 @@ function createDelivery(ctx: ApiContext): ApiResult {
 }
 
 function readDelivery(ctx: ApiContext): ApiResult {
-  const record = ctx.state.find(ctx.params.uid!, 'platform', ctx.merchant.key);
-  // Another merchant's delivery is "not found", never "forbidden": its existence is not leaked.
+  const record = ctx.state.findReadable(ctx.params.uid!, 'platform', ctx.merchant);
+  // A delivery the key may not read is "not found", never "forbidden": its existence is not leaked.
   if (!record) return apiError('platform', 404, 'not_found', 'No delivery with this uid belongs to the platform.');
   return { status: 200, body: { data: toPlatformDelivery(record, ctx.state.origin, ctx.state.deliveryMinuteOfDay) } };
 }

@@ -167,8 +167,9 @@ export function proofUrl(origin: string, uid: string, kind: 'photo' | 'signature
 }
 
 /**
- * The webhook body. Partner-group orders also carry their `partner_reference`
- * and `partner_payload` (the wire type only lists the platform's payload).
+ * The webhook body. Partner-group orders carry their `partner_reference` and
+ * `partner_payload` only with the `partnerWebhookFields` knob (the document's
+ * body lists the platform's payload alone, null for them otherwise).
  */
 export type SandboxWebhookEvent = WireWebhookEvent & {
   partner_reference?: string | null;
@@ -178,6 +179,8 @@ export type SandboxWebhookEvent = WireWebhookEvent & {
 export interface WebhookExtras {
   /** Set on location events: the fresh position. Delivery events use the courier's current one. */
   location?: boolean;
+  /** A partner order's event carries partner_reference and partner_payload (knob partnerWebhookFields). */
+  partnerFields?: boolean;
 }
 
 /** The webhook body (and JWT `payload` claim) for one event about `record`, as of now. */
@@ -188,9 +191,9 @@ export function toWebhookEvent(record: DeliveryRecord, eventName: string, origin
     uid: record.uid,
     event_name: eventName,
     status: webhookStatus(record),
-    ...(record.group === 'platform'
-      ? { platform_payload: r.platform_payload ?? null }
-      : { partner_reference: r.partner_reference ?? null, partner_payload: r.partner_payload ?? null }),
+    ...(record.group === 'partner' && extras.partnerFields
+      ? { partner_reference: r.partner_reference ?? null, partner_payload: r.partner_payload ?? null }
+      : { platform_payload: r.platform_payload ?? null }),
     price: priceOf(record),
     distance: { value: record.quote.distanceKm, unit: 'km' },
     tip: r.tip === undefined ? null : centsToMajor(record.quote.tipCents),

@@ -158,6 +158,8 @@ export class SandboxState {
   origin = '';
   /** The deliveryMinuteOfDay knob: the time of day a read's delivery_date carries. */
   deliveryMinuteOfDay = 0;
+  /** The readScope knob: whose deliveries a key may read. */
+  readScope: 'merchant' | 'platform' = 'merchant';
   readonly deliveries = new Map<string, DeliveryRecord>();
   private readonly merchantsByKey: Map<string, SandboxMerchant>;
   private readonly platformIds: Set<string>;
@@ -215,6 +217,16 @@ export class SandboxState {
   find(uid: string, group: Group, merchantKey: string): DeliveryRecord | undefined {
     const record = this.deliveries.get(uid);
     return record && record.group === group && record.merchantKey === merchantKey ? record : undefined;
+  }
+
+  /**
+   * A delivery the caller may read by uid: its own, or with readScope `platform`
+   * any of the same group booked by a merchant of the caller's platform.
+   */
+  findReadable(uid: string, group: Group, merchant: SandboxMerchant): DeliveryRecord | undefined {
+    if (this.readScope === 'merchant') return this.find(uid, group, merchant.key);
+    const record = this.deliveries.get(uid);
+    return record && record.group === group && this.merchantByKey(record.merchantKey)?.platformId === merchant.platformId ? record : undefined;
   }
 
   findByPartnerReference(merchantKey: string, reference: string): DeliveryRecord | undefined {

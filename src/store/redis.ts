@@ -8,7 +8,7 @@
 //   delivery:<uid>:events      sorted set of the delivery's seqs (eventsAfter with uids)
 //   delivery:<uid>:dedup       hash "<sha256 of canonical payload> <event name>" → "<seq> <append token>"
 //   idem:<owner>:<key>         hash: fingerprint, state (pending|done), uid, trackingUrl, updatedAt, token
-//   owner:<uid>                the owner hash of a delivery booked through the facade
+//   owner:<uid>                "<owner hash>" or "<owner hash> <group>": who the delivery belongs to (src/access/owners.ts)
 //   cursor-secret              random secret the cursors of every instance derive from (src/domain/cursor.ts)
 //   trim                       lease of the instance trimming expired data right now
 // With a retention, idempotency and ownership keys carry a TTL, and a timer trims
@@ -30,6 +30,9 @@ import {
   type DeliveryState,
   type EventFilter,
   type IdempotencyClaim,
+  type OwnerEntry,
+  type OwnerGroup,
+  type OwnerRecord,
   type Store,
   type StoredEvent,
 } from './store.js';
@@ -444,14 +447,38 @@ export class RedisStore implements Store {
     await this.client.dgRelease(this.#idem(ownerHash, idempotencyKey));
   }
 
-  async recordOwner(uid: string, ownerHash: string): Promise<void> {
-    const key = `${this.prefix}owner:${uid}`;
-    if (this.#retention) await this.client.set(key, ownerHash, 'PX', this.#retention.eventRetentionMs, 'NX');
-    else await this.client.set(key, ownerHash, 'NX');
+  async recordOwner(uid: string, ownerHash: string, group?: OwnerGroup): Promise<void> {
+    await this.recordOwners([{ uid, owner: ownerHash, group: group ?? null }]);
+  }
+
+  async recordOwners(records: readonly OwnerEntry[]): Promise<void> {
+    // One round trip; NX keeps the first record.
+    const pipeline = this.client.pipeline();
+    for (const { uid, owner, group } of records) {
+      const key = `${this.prefix}owner:${uid}`;
+      const value = group ? `${owner} ${group}` : owner;
+      if (this.#retention) pipeline.set(key, value, 'PX', this.#retention.eventRetentionMs, 'NX');
+      else pipeline.set(key, value, 'NX');
+    }
+    const results = await pipeline.exec();
+    const failed = results?.find(([error]) => error);
+    if (failed) throw failed[0];
   }
 
   async ownerOf(uid: string): Promise<string | undefined> {
-    return (await this.client.get(`${this.prefix}owner:${uid}`)) ?? undefined;
+    return (await this.ownersOf([uid])).get(uid)?.owner;
+  }
+
+  async ownersOf(uids: readonly string[]): Promise<Map<string, OwnerRecord>> {
+    const found = new Map<string, OwnerRecord>();
+    if (uids.length === 0) return found;
+    const values = await this.client.mget(uids.map((uid) => `${this.prefix}owner:${uid}`));
+    values.forEach((value, index) => {
+      if (value === null) return;
+      const [owner, group] = value.split(' ');
+      found.set(uids[index]!, { owner: owner!, group: group === 'PLATFORM' || group === 'PARTNER' ? group : null });
+    });
+    return found;
   }
 
   async ping(): Promise<void> {

@@ -18,6 +18,9 @@ import {
   type DeliveryState,
   type EventFilter,
   type IdempotencyClaim,
+  type OwnerEntry,
+  type OwnerGroup,
+  type OwnerRecord,
   type Store,
   type StoredEvent,
 } from './store.js';
@@ -57,6 +60,8 @@ const INCREMENTAL_VACUUM = 2;
 /** Pages one incremental vacuum step gives back (1 MiB of 4 KiB pages, a few ms of I/O). */
 const VACUUM_STEP_PAGES = 256;
 /** Free pages kept for the next inserts: a quarter of the file, at least 4 MiB; only the excess is given back. */
+const ownerGroup = (value: string | null): OwnerGroup | null => (value === 'PLATFORM' || value === 'PARTNER' ? value : null);
+
 const freePagesKept = (pages: number) => Math.max(1024, Math.floor(pages / 4));
 
 export class SqliteStore implements Store {
@@ -108,7 +113,8 @@ export class SqliteStore implements Store {
       CREATE TABLE IF NOT EXISTS ownership (
         uid TEXT PRIMARY KEY,
         owner_hash TEXT NOT NULL,
-        created_at INTEGER NOT NULL
+        created_at INTEGER NOT NULL,
+        api_group TEXT
       );
       CREATE TABLE IF NOT EXISTS readiness (id INTEGER PRIMARY KEY CHECK (id = 1), checked_at INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -116,6 +122,9 @@ export class SqliteStore implements Store {
       CREATE INDEX IF NOT EXISTS idempotency_by_time ON idempotency (updated_at);
       CREATE INDEX IF NOT EXISTS ownership_by_time ON ownership (created_at);
     `);
+    // A file made before groups were kept gains the column; its records read with no group.
+    const ownershipColumns = this.db.prepare<[], { name: string }>('SELECT name FROM pragma_table_info(\'ownership\')').all();
+    if (!ownershipColumns.some((column) => column.name === 'api_group')) this.db.exec('ALTER TABLE ownership ADD COLUMN api_group TEXT');
     this.#retention = options.retention;
     // The first pass comes after one interval: statements are ready by then.
     this.#trims = options.retention && new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
@@ -131,8 +140,8 @@ export class SqliteStore implements Store {
         "UPDATE idempotency SET state = 'done', uid = ?, tracking_url = ?, updated_at = ? WHERE owner_hash = ? AND idempotency_key = ?",
       ),
       deleteIdem: this.db.prepare("DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ? AND state = 'pending'"),
-      insertOwner: this.db.prepare('INSERT OR IGNORE INTO ownership (uid, owner_hash, created_at) VALUES (?, ?, ?)'),
-      getOwner: this.db.prepare<[string, number], { owner_hash: string }>('SELECT owner_hash FROM ownership WHERE uid = ? AND created_at >= ?'),
+      insertOwner: this.db.prepare('INSERT OR IGNORE INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)'),
+      getOwner: this.db.prepare<[string, number], { owner_hash: string; api_group: string | null }>('SELECT owner_hash, api_group FROM ownership WHERE uid = ? AND created_at >= ?'),
       forgetIdem: this.db.prepare('DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?'),
       findEvent: this.db.prepare<[string, string, string], EventRow>('SELECT * FROM events WHERE uid = ? AND name = ? AND hash = ?'),
       insertEvent: this.db.prepare(
@@ -264,14 +273,31 @@ export class SqliteStore implements Store {
     this.#statements.deleteIdem.run(ownerHash, idempotencyKey);
   }
 
-  async recordOwner(uid: string, ownerHash: string): Promise<void> {
-    this.#statements.insertOwner.run(uid, ownerHash, Date.now());
+  async recordOwner(uid: string, ownerHash: string, group?: OwnerGroup): Promise<void> {
+    this.#statements.insertOwner.run(uid, ownerHash, Date.now(), group ?? null);
+  }
+
+  async recordOwners(records: readonly OwnerEntry[]): Promise<void> {
+    const now = Date.now();
+    // One transaction: one fsync for the lot.
+    this.db.transaction(() => {
+      for (const record of records) this.#statements.insertOwner.run(record.uid, record.owner, now, record.group);
+    })();
   }
 
   async ownerOf(uid: string): Promise<string | undefined> {
+    return (await this.ownersOf([uid])).get(uid)?.owner;
+  }
+
+  async ownersOf(uids: readonly string[]): Promise<Map<string, OwnerRecord>> {
     // Past the retention a record is gone, whether or not a trim pass has deleted it yet.
     const since = this.#retention ? Date.now() - this.#retention.eventRetentionMs : -Infinity;
-    return this.#statements.getOwner.get(uid, since)?.owner_hash;
+    const found = new Map<string, OwnerRecord>();
+    for (const uid of uids) {
+      const row = this.#statements.getOwner.get(uid, since);
+      if (row) found.set(uid, { owner: row.owner_hash, group: ownerGroup(row.api_group) });
+    }
+    return found;
   }
 
   async cursorSecret(): Promise<Buffer> {

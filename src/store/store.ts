@@ -37,6 +37,21 @@ export interface StoredEvent {
   payload: WireWebhookEvent;
 }
 
+/** The endpoint group a delivery lives in, as the owner record knows it. */
+export type OwnerGroup = 'PLATFORM' | 'PARTNER';
+
+/** Who a delivery belongs to, as the facade recorded it (src/access/owners.ts decides with it). */
+export interface OwnerRecord {
+  /** The hash of the merchant key (src/domain/merchant-key.ts). */
+  owner: string;
+  /** null for a record made before groups were kept. */
+  group: OwnerGroup | null;
+}
+
+export interface OwnerEntry extends OwnerRecord {
+  uid: string;
+}
+
 export interface AppendResult {
   event: StoredEvent;
   /** Same uid, event name and canonical payload as an event already stored: nothing new was written. */
@@ -72,11 +87,16 @@ export interface Store {
   completeIdempotency(ownerHash: string, idempotencyKey: string, result: BookingResult): Promise<void>;
   releaseIdempotency(ownerHash: string, idempotencyKey: string): Promise<void>;
   /**
-   * Records that `uid` belongs to the key hashed as `ownerHash`: it was booked through
-   * the facade with it, or the upstream let that key read it. The first record stays.
+   * Records that `uid` belongs to the key hashed as `ownerHash`, in `group` when it
+   * is known: it was booked through the facade with it, or the upstream let that
+   * key read it. The first record stays.
    */
-  recordOwner(uid: string, ownerHash: string): Promise<void>;
+  recordOwner(uid: string, ownerHash: string, group?: OwnerGroup): Promise<void>;
+  /** The same for many at once, in one write. */
+  recordOwners(records: readonly OwnerEntry[]): Promise<void>;
   ownerOf(uid: string): Promise<string | undefined>;
+  /** The records of those uids that have one (one read for all). */
+  ownersOf(uids: readonly string[]): Promise<Map<string, OwnerRecord>>;
   /**
    * A random secret kept with the data, created on first use: the same for every
    * instance that shares the store and across restarts. Cursors are derived from it

@@ -194,25 +194,39 @@ describe('a simulated delivery, as the webhook receiver sees it', () => {
     expect(events.at(-1)).toMatchObject({ status: 'Canceled', cancellation_reason: 'Canceled by platform', driver_location: expect.any(Object) });
   });
 
-  it('sends partner orders with partner_reference and partner_payload instead of platform_payload', async () => {
+  it("sends a partner order's events with the document's body (platform_payload null, no partner fields), and with them only when partnerWebhookFields asks", async () => {
     await listen();
-    const order = sandbox.seedPartnerOrder(key, {
-      partner_reference: 'hook-ref',
-      partner_payload: { basket: 9 },
-      delivery_start_time: '2030-01-01T09:00:00Z',
-      dropoff_address_street: undefined,
-      dropoff_address_city: undefined,
-      dropoff_address_country: undefined,
-    });
-    await sandbox.advance(order.uid);
+    const seed = (reference: string) =>
+      sandbox.seedPartnerOrder(key, {
+        partner_reference: reference,
+        partner_payload: { basket: 9 },
+        delivery_start_time: '2030-01-01T09:00:00Z',
+        dropoff_address_street: undefined,
+        dropoff_address_city: undefined,
+        dropoff_address_country: undefined,
+      });
+    const plain = seed('hook-plain');
+    await sandbox.advance(plain.uid);
     await sandbox.idle();
-    const [created, assigned] = ofDelivery(order.uid)(receiver.events());
-    expect(created).toMatchObject({ event_name: 'delivery.created', partner_reference: 'hook-ref', partner_payload: { basket: 9 }, delivery_start_time: '2030-01-01T09:00:00+00:00' });
-    expect(created).not.toHaveProperty('platform_payload');
+    const [created, assigned] = ofDelivery(plain.uid)(receiver.events());
+    expect(created).toMatchObject({ event_name: 'delivery.created', platform_payload: null, delivery_start_time: '2030-01-01T09:00:00+00:00' });
+    expect(created).not.toHaveProperty('partner_reference');
+    expect(created).not.toHaveProperty('partner_payload');
     // No dropoff address was given: the nested object is left out.
     expect(created).not.toHaveProperty('dropoff_address');
     expect(created!.pickup_address).toMatchObject({ street: '1 Market St', city: 'San Francisco' });
     expect(assigned!.event_name).toBe('delivery.assigned');
+
+    sandbox.setKnobs({ partnerWebhookFields: true });
+    try {
+      const order = seed('hook-ref');
+      await sandbox.idle();
+      const [withFields] = ofDelivery(order.uid)(receiver.events());
+      expect(withFields).toMatchObject({ event_name: 'delivery.created', partner_reference: 'hook-ref', partner_payload: { basket: 9 } });
+      expect(withFields).not.toHaveProperty('platform_payload');
+    } finally {
+      sandbox.setKnobs({ partnerWebhookFields: false });
+    }
   });
 
   it('sends nothing while no webhook URL is set', async () => {

@@ -390,6 +390,23 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     expect(await store.ownerOf('o2')).toBeUndefined();
   });
 
+  test('ownership: records keep their group, many are written and read at once, and the first still stays', async () => {
+    fresh();
+    await store.recordOwner('g1', 'first', 'PARTNER');
+    await store.recordOwners([
+      { uid: 'g1', owner: 'second', group: 'PLATFORM' },
+      { uid: 'g2', owner: 'second', group: 'PLATFORM' },
+      { uid: 'g3', owner: 'third', group: null },
+    ]);
+    const found = await store.ownersOf(['g1', 'g2', 'g3', 'g4']);
+    expect(Object.fromEntries(found)).toEqual({
+      g1: { owner: 'first', group: 'PARTNER' },
+      g2: { owner: 'second', group: 'PLATFORM' },
+      g3: { owner: 'third', group: null },
+    });
+    expect(await store.ownersOf([])).toEqual(new Map());
+  });
+
   test('keeps one cursor secret: made on first use, the same when the data is opened again, another in another store', async () => {
     fresh();
     const secret = await store.cursorSecret();

@@ -480,6 +480,8 @@ describe('a store that fails', () => {
     releaseIdempotency: Store['releaseIdempotency'] = (...args) => this.inner.releaseIdempotency(...args);
     recordOwner: Store['recordOwner'] = (...args) => this.inner.recordOwner(...args);
     ownerOf: Store['ownerOf'] = (...args) => this.inner.ownerOf(...args);
+    recordOwners: Store['recordOwners'] = (...args) => this.inner.recordOwners(...args);
+    ownersOf: Store['ownersOf'] = (...args) => this.inner.ownersOf(...args);
     deliveryState: Store['deliveryState'] = (...args) => this.inner.deliveryState(...args);
     cursorSecret: Store['cursorSecret'] = () => this.inner.cursorSecret();
     ping: Store['ping'] = () => this.inner.ping();

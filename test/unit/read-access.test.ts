@@ -16,7 +16,10 @@ const THEIRS = 'sk_test_theirs';
 /** A store of owner records only, and an upstream where `MINE` may read the uids of `readable` (partner group). */
 function setup(options: { owners?: Record<string, string>; readable?: string[]; checksPerSubscription?: number } = {}) {
   const owners = new Map(Object.entries(options.owners ?? {}).map(([uid, key]) => [uid, hashKey(key)]));
-  const store = { ownerOf: async (uid: string) => owners.get(uid), recordOwner: async (uid: string, owner: string) => void owners.set(uid, owners.get(uid) ?? owner) } as unknown as Store;
+  const store = {
+    ownersOf: async (uids: string[]) => new Map(uids.filter((uid) => owners.has(uid)).map((uid) => [uid, { owner: owners.get(uid)!, group: null }])),
+    recordOwners: async (records: Array<{ uid: string; owner: string }>) => records.forEach(({ uid, owner }) => owners.set(uid, owners.get(uid) ?? owner)),
+  } as unknown as Store;
   const asked: string[] = [];
   const read = (group: string) => async (key: string, uid: string) => {
     asked.push(`${group} ${uid}`);

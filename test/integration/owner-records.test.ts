@@ -1,0 +1,187 @@
+// Who may see a delivery, against an upstream that scopes reads to the platform
+// (the document's 404 reads "no delivery with this uid belongs to the platform",
+// so any merchant of the platform may get a 200 for another's delivery). The
+// sandbox runs with readScope: 'platform'; each test first shows that the
+// upstream itself would hand the other merchant the delivery, then that the
+// facade does not, on every path, without asking the upstream. A delivery the
+// facade has no record of is the upstream's to decide, and the first key it lets
+// read it is kept as the owner. Events of a partner order take their group from
+// what the facade knows, not from fields the document's webhook body lacks.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { partnerOrderBody, startStack, deliveryInput, type Stack } from '../helpers/stack.js';
+import { collect, wsClient } from '../helpers/ws-client.js';
+
+const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`;
+const READ = `query($uid: ID!, $group: ApiGroup! = PLATFORM) { delivery(uid: $uid, group: $group) { uid group pickup { name } payload } }`;
+const MANY = `query($uids: [ID!]!) { deliveries(uids: $uids) { uid pickup { name } } }`;
+const NODE = `query($id: ID!) { node(id: $id) { id ... on Delivery { uid } } }`;
+const ENTITIES = `query($representations: [_Any!]!) { _entities(representations: $representations) { ... on Delivery { uid } } }`;
+const CANCEL = `mutation($uid: ID!, $group: ApiGroup! = PLATFORM) { cancelDelivery(uid: $uid, group: $group) { __typename ... on NotFoundError { message } ... on MutationCancelDeliverySuccess { data { status } } } }`;
+const TOKEN = `mutation($uids: [ID!]!) { createClientToken(uids: $uids) { __typename ... on MutationCreateClientTokenSuccess { data { token } } } }`;
+
+/** A Delivery's global id (Relay: base64 of type, group and uid). */
+const nodeId = (group: string, uid: string) => Buffer.from(`Delivery:${group}:${uid}`).toString('base64');
+
+let stack: Stack;
+let owner: string;
+let other: string;
+
+/** What the upstream answers `key` for a platform read of `uid`, asked directly (not through the facade). */
+async function upstreamStatus(key: string, uid: string): Promise<number> {
+  const response = await fetch(`${stack.sandbox.url}/${stack.sandbox.platformId}/deliveries/${uid}`, { headers: { authorization: `Bearer ${key}` } });
+  await response.body?.cancel();
+  return response.status;
+}
+
+/** The upstream requests `run` caused. */
+async function upstreamCalls(run: () => Promise<unknown>): Promise<number> {
+  const mark = stack.sandbox.requestCount;
+  await run();
+  return stack.sandbox.requestsSince(mark).filter((r) => r.group !== 'control').length;
+}
+
+async function book(key: string): Promise<string> {
+  const result = await stack.gql(CREATE, { input: deliveryInput() }, key);
+  expect(result.errors).toBeUndefined();
+  return result.data.createDelivery.data.uid;
+}
+
+beforeAll(async () => {
+  stack = await startStack({ sandbox: { knobs: { readScope: 'platform' } } });
+  owner = stack.key;
+  other = stack.otherKey;
+});
+
+afterAll(async () => {
+  await stack?.stop();
+});
+
+describe('a delivery booked through the facade', () => {
+  it('is refused to every other key on every read path, and the upstream is not asked', async () => {
+    const uid = await book(owner);
+    // The upstream itself would let the other merchant of the platform read it.
+    expect(await upstreamStatus(other, uid)).toBe(200);
+
+    let answers: Array<Record<string, any>> = [];
+    const calls = await upstreamCalls(async () => {
+      answers = await Promise.all([
+        stack.gql(READ, { uid }, other),
+        stack.gql(MANY, { uids: [uid, uid] }, other),
+        stack.gql(NODE, { id: nodeId('PLATFORM', uid) }, other),
+        stack.gql(ENTITIES, { representations: [{ __typename: 'Delivery', uid }] }, other),
+        stack.gql(ENTITIES, { representations: [{ __typename: 'Delivery', uid, group: 'PARTNER' }] }, other),
+      ]);
+    });
+    const [read, many, node, entities, partnerEntities] = answers;
+    expect(read).toEqual({ data: { delivery: null } });
+    expect(many).toEqual({ data: { deliveries: [null, null] } });
+    expect(node).toEqual({ data: { node: null } });
+    expect(entities).toEqual({ data: { _entities: [null] } });
+    expect(partnerEntities).toEqual({ data: { _entities: [null] } });
+    expect(calls).toBe(0);
+
+    // The owner still reads it.
+    expect((await stack.gql(READ, { uid }, owner)).data.delivery.uid).toBe(uid);
+  });
+
+  it('cannot be canceled, followed or put in a client token by another key', async () => {
+    const uid = await book(owner);
+    let cancel: Record<string, any> = {};
+    let token: Record<string, any> = {};
+    const calls = await upstreamCalls(async () => {
+      cancel = await stack.gql(CANCEL, { uid }, other);
+      token = await stack.gql(TOKEN, { uids: [uid] }, other);
+    });
+    expect(cancel.data.cancelDelivery.__typename).toBe('NotFoundError');
+    expect(token.data.createClientToken.__typename).toBe('NotFoundError');
+    expect(calls).toBe(0);
+
+    const client = wsClient(stack.app.url, other);
+    try {
+      const updates = collect(client, `subscription($uid: ID!) { deliveryUpdated(uid: $uid) { uid status } }`, { uid });
+      await updates.done;
+      expect(JSON.stringify(updates.errors)).toContain('NOT_FOUND');
+      expect(updates.items).toEqual([]);
+    } finally {
+      await client.dispose();
+    }
+    // Still not canceled: the owner's read says so.
+    expect((await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { status } }`, { uid }, owner)).data.delivery.status).not.toBe('CANCELED');
+  });
+
+  it("keeps another key's deliveryEvents free of it, whatever the upstream would allow", async () => {
+    const client = wsClient(stack.app.url, other);
+    try {
+      const uid = await book(owner);
+      await stack.sandbox.advance(uid);
+      await stack.sandbox.idle();
+      // A delivery of the other key's own, after the owner's: once its event arrives, the owner's would have too.
+      const own = await book(other);
+      await stack.sandbox.idle();
+      // From the oldest stored event: the owner's are in the log, before the other key's own.
+      const events = collect(client, `subscription { deliveryEvents(after: "0") { uid name } }`);
+      await events.waitForItem((item: any) => item.deliveryEvents.uid === own);
+      expect(events.items.map((item: any) => item.deliveryEvents.uid)).not.toContain(uid);
+      expect(events.errors).toEqual([]);
+    } finally {
+      await client.dispose();
+    }
+  });
+});
+
+describe('a delivery the facade has no record of', () => {
+  it('is the upstream\'s to decide: the first key it lets read it is kept as the owner, across a restart', async () => {
+    // Booked at the upstream directly, by the owner: the facade never saw it.
+    const response = await fetch(`${stack.sandbox.url}/${stack.sandbox.platformId}/deliveries`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${owner}`, 'content-type': 'application/json' },
+      body: JSON.stringify(wireBooking()),
+    });
+    const { uid } = (await response.json()) as { uid: string };
+    expect(await upstreamStatus(other, uid)).toBe(200);
+
+    // The owner reads it first (one upstream read): it is recorded as the owner's.
+    expect(await upstreamCalls(async () => expect((await stack.gql(READ, { uid }, owner)).data.delivery.uid).toBe(uid))).toBe(1);
+    await stack.restart();
+    expect(await upstreamCalls(async () => expect(await stack.gql(READ, { uid }, other)).toEqual({ data: { delivery: null } }))).toBe(0);
+  });
+
+  it('gives a partner order\'s events the partner group, though the webhook body does not say it', async () => {
+    const order = stack.sandbox.seedPartnerOrder(owner, partnerOrderBody('OWN-1', { partner_payload: { shop: 'one' } }));
+    // The facade learns the group from the owner's read.
+    expect((await stack.gql(READ, { uid: order.uid, group: 'PARTNER' }, owner)).data.delivery.group).toBe('PARTNER');
+    await stack.sandbox.advance(order.uid);
+    await stack.sandbox.idle();
+    const page = await stack.gql(
+      `query($uid: ID!) { delivery(uid: $uid, group: PARTNER) { events { edges { node { name delivery { id group } } } } } }`,
+      { uid: order.uid },
+      owner,
+    );
+    const nodes = page.data.delivery.events.edges.map((edge: any) => edge.node);
+    expect(nodes.length).toBeGreaterThan(0);
+    for (const node of nodes) expect(node.delivery).toEqual({ id: nodeId('PARTNER', order.uid), group: 'PARTNER' });
+    // Its id leads back to the order.
+    expect((await stack.gql(NODE, { id: nodes[0].delivery.id }, owner)).data.node).toEqual({ id: nodeId('PARTNER', order.uid), uid: order.uid });
+    // And another key is refused it, though the upstream would read it out (platform scope).
+    expect(await stack.gql(READ, { uid: order.uid, group: 'PARTNER' }, other)).toEqual({ data: { delivery: null } });
+  });
+});
+
+/** A platform booking body as the upstream takes it. */
+function wireBooking() {
+  return {
+    pickup_address_street: '1 Market St',
+    pickup_address_city: 'San Francisco',
+    pickup_address_country: 'US',
+    pickup_name: 'Shop',
+    pickup_phone_number: '+14155550100',
+    dropoff_address_street: '2 Mission St',
+    dropoff_address_city: 'San Francisco',
+    dropoff_address_country: 'US',
+    dropoff_name: 'Customer',
+    dropoff_phone_number: '+14155550101',
+    email: 'shop@example.com',
+    currency: 'USD',
+    package_delivery_mode: 'NOW',
+  };
+}
