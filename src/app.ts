@@ -151,6 +151,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       upstreamHealth: readiness.upstream,
       persistedQueries: persisted.counters,
       access: services.access.counters,
+      owners,
       // The pipeline is made below; until then the cache is empty.
       documentCache: () => served?.pipeline.documents.size ?? { entries: 0, bytes: 0 },
     });

@@ -48,6 +48,8 @@ export interface MetricSources {
   access?: AccessCounters;
   /** The shared cache of parsed, validated and compiled documents (GRAPHQL_CACHE_BYTES). */
   documentCache?: () => { entries: number; bytes: number };
+  /** Owner records: written from reads, failed writes, and those kept in memory. */
+  owners?: { counters: { recorded: number; failed: number }; cached: { entries: number; bytes: number } };
 }
 
 export function createMetrics(sources: MetricSources): Metrics {
@@ -159,6 +161,27 @@ export function createMetrics(sources: MetricSources): Metrics {
     collect() {
       const state = sources.upstreamHealth?.().state ?? 'unknown';
       this.set(state === 'up' ? 1 : state === 'down' ? 0 : -1);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}owner_records_learned_total`,
+    help: 'Owner records written for deliveries with no record that the upstream let a key read or cancel (booked deliveries are recorded at booking), by result: written, failed (the answer stood; the next read asks the upstream again)',
+    labelNames: ['result'] as const,
+    registers: [registry],
+    collect() {
+      const owners = sources.owners;
+      if (!owners) return;
+      this.reset();
+      this.inc({ result: 'written' }, owners.counters.recorded);
+      this.inc({ result: 'failed' }, owners.counters.failed);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}owner_cache_bytes`,
+    help: 'Heap the owner records kept in memory hold by their own estimate; at most 8 MiB (OWNER_CACHE_BYTES in src/access/owners.ts)',
+    registers: [registry],
+    collect() {
+      this.set(sources.owners?.cached.bytes ?? 0);
     },
   });
   new Gauge({

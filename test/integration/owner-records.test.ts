@@ -7,7 +7,7 @@
 // facade has no record of is the upstream's to decide, and the first key it lets
 // read it is kept as the owner. Events of a partner order take their group from
 // what the facade knows, not from fields the document's webhook body lacks.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { partnerOrderBody, startStack, deliveryInput, type Stack } from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
@@ -38,6 +38,13 @@ async function upstreamCalls(run: () => Promise<unknown>): Promise<number> {
   const mark = stack.sandbox.requestCount;
   await run();
   return stack.sandbox.requestsSince(mark).filter((r) => r.group !== 'control').length;
+}
+
+/** delivery_graph_owner_records_learned_total{result="written"} */
+async function learned(): Promise<number> {
+  const text = await (await fetch(`${stack.app.url}/metrics`)).text();
+  const line = text.split('\n').find((candidate) => candidate.startsWith('delivery_graph_owner_records_learned_total{result="written"}'));
+  return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
 }
 
 async function book(key: string): Promise<string> {
@@ -140,8 +147,10 @@ describe('a delivery the facade has no record of', () => {
     const { uid } = (await response.json()) as { uid: string };
     expect(await upstreamStatus(other, uid)).toBe(200);
 
-    // The owner reads it first (one upstream read): it is recorded as the owner's.
+    // The owner reads it first (one upstream read): it is recorded as the owner's, and /metrics counts the record.
+    const written = await learned();
     expect(await upstreamCalls(async () => expect((await stack.gql(READ, { uid }, owner)).data.delivery.uid).toBe(uid))).toBe(1);
+    await vi.waitFor(async () => expect(await learned()).toBe(written + 1));
     await stack.restart();
     expect(await upstreamCalls(async () => expect(await stack.gql(READ, { uid }, other)).toEqual({ data: { delivery: null } }))).toBe(0);
   });

@@ -516,11 +516,16 @@ describe('knobs and request log', () => {
     const ok = await call('POST', '/sandbox/knobs', { base: sandbox.origin, body: { latencyMs: 5, duplicateRate: 0.25 } });
     expect(ok.status).toBe(200);
     expect(sandbox.knobs).toMatchObject({ latencyMs: 5, duplicateRate: 0.25 });
-    for (const bad of [{ errorRate: 2 }, { stepMs: -1 }, { nonsense: 1 }, { latencyMs: 'slow' }]) {
+    for (const bad of [{ errorRate: 2 }, { stepMs: -1 }, { nonsense: 1 }, { latencyMs: 'slow' }, { readScope: 'world' }, { readScope: 1 }, { partnerWebhookFields: 1 }]) {
       const res = await call('POST', '/sandbox/knobs', { base: sandbox.origin, body: bad });
       expect(res.status).toBe(400);
     }
     expect(sandbox.knobs.errorRate).toBe(0);
+    expect(sandbox.knobs).toMatchObject({ readScope: 'merchant', partnerWebhookFields: false });
+    const scoped = await call('POST', '/sandbox/knobs', { base: sandbox.origin, body: { readScope: 'platform', partnerWebhookFields: true } });
+    expect(scoped.status).toBe(200);
+    expect(sandbox.knobs).toMatchObject({ readScope: 'platform', partnerWebhookFields: true });
+    sandbox.setKnobs({ readScope: 'merchant', partnerWebhookFields: false });
     sandbox.setKnobs({ duplicateRate: 0 });
     expect(() => sandbox.setKnobs({ reorderRate: 1.5 })).toThrow(RangeError);
   });
