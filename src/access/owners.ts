@@ -29,6 +29,12 @@ export function ownerVerdict(record: OwnerRecord | undefined, callerHash: string
  */
 export const OWNER_CACHE_BYTES = 8 * 1024 * 1024;
 const CACHED_FOR_MS = 10 * 60_000;
+/**
+ * Records learned from reads wait this long to be written together: at most
+ * twenty commits (each an fsync on the embedded store) a second, however many
+ * first reads arrive. A crash loses at most this much; those reads ask again.
+ */
+const LEARN_FLUSH_MS = 50;
 /** A uid, the shared hash string's reference, the group and the Map entry: about this much. */
 const ENTRY_OVERHEAD_BYTES = 160;
 
@@ -49,7 +55,7 @@ export class Owners {
   readonly #cacheBytes: number;
   readonly #cache = new Map<string, Cached>();
   #bytes = 0;
-  /** Records learned from reads, written together on the next turn of the event loop (one commit for many). */
+  /** Records learned from reads, written together every LEARN_FLUSH_MS (one commit for many). */
   #pending = new Map<string, OwnerEntry>();
   #writing: Promise<void> | undefined;
   #scheduled = false;
@@ -90,17 +96,17 @@ export class Owners {
   /**
    * A key the upstream let read `uid`, which has no record: it is the owner from
    * now on. Kept in memory at once, so this instance decides with it right away;
-   * written to the store on the next turn, with whatever else was learned by then.
+   * written to the store within LEARN_FLUSH_MS, with whatever else was learned by then.
    */
   learn(uid: string, owner: string, group: OwnerGroup): void {
     if (this.#known(uid, Date.now()) || this.#pending.has(uid)) return;
     this.#pending.set(uid, { uid, owner, group });
     if (this.#scheduled) return;
     this.#scheduled = true;
-    setImmediate(() => {
+    setTimeout(() => {
       this.#scheduled = false;
       void this.flush();
-    });
+    }, LEARN_FLUSH_MS).unref();
   }
 
   /** Writes what was learned and not yet written; resolves when it is (or failed, logged). */
