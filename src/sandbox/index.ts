@@ -45,6 +45,12 @@ export interface SandboxKnobs {
   retryBaseMs: number;
   /** The time of day of a read's delivery_date, in minutes after midnight UTC (the document does not say which; 0 = midnight). */
   deliveryMinuteOfDay: number;
+  /**
+   * POST /deliveries books the delivery (its lifecycle and webhooks start) and only
+   * then waits this long before answering: a caller with a shorter timeout loses
+   * the answer of a booking that exists. 0 = answer at once.
+   */
+  createAnswerDelayMs: number;
 }
 
 export interface SandboxOptions {

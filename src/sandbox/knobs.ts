@@ -22,6 +22,8 @@ export const DEFAULT_KNOBS: Readonly<SandboxKnobs> = Object.freeze({
   retryBaseMs: 500,
   // The document gives delivery_date on read as a full datetime without saying which time: midnight unless set.
   deliveryMinuteOfDay: 0,
+  // Creates answer at once unless a test wants the answer lost after the booking was made.
+  createAnswerDelayMs: 0,
 });
 
 const RATES = new Set<keyof SandboxKnobs>(['errorRate', 'duplicateRate', 'reorderRate', 'returnRate']);
