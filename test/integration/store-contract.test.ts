@@ -10,6 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import Database from 'better-sqlite3';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -540,6 +541,31 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     await trim(store);
     // Gone from the store, not only hidden: the two claims left are the new one and the one in flight.
     expect(await footprint(store)).toMatchObject({ owners: 0, idempotency: 2 });
+  });
+});
+
+describe('SqliteStore on a file from before the unknown state', () => {
+  it('upgrades the idempotency table in place: rows kept, the unknown state accepted, markers found', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'delivery-graph-upgrade-'));
+    dirs.push(dir);
+    const old = new Database(path.join(dir, 'delivery-graph.sqlite'));
+    old.exec(`CREATE TABLE idempotency (
+      owner_hash TEXT NOT NULL, idempotency_key TEXT NOT NULL, fingerprint TEXT NOT NULL,
+      state TEXT NOT NULL CHECK (state IN ('pending', 'done')), uid TEXT, tracking_url TEXT, updated_at INTEGER NOT NULL,
+      PRIMARY KEY (owner_hash, idempotency_key))`);
+    const now = Date.now();
+    old.prepare("INSERT INTO idempotency VALUES ('owner', 'booked', 'fp', 'done', 'u1', NULL, ?)").run(now);
+    old.prepare("INSERT INTO idempotency VALUES ('owner', 'in-flight', 'fp', 'pending', NULL, NULL, ?)").run(now);
+    old.close();
+    const store = new SqliteStore(dir);
+    try {
+      expect(await store.claimIdempotency('owner', 'booked', 'fp')).toEqual({ state: 'done', result: { uid: 'u1', trackingUrl: null } });
+      expect(await store.markIdempotencyUnknown('owner', 'in-flight')).toMatchObject({ state: 'unknown' });
+      expect(await store.resolveBookingMarker(bookingMarker('owner', 'in-flight'), { uid: 'u2', trackingUrl: null })).toBe('owner');
+      expect(await store.claimIdempotency('owner', 'in-flight', 'fp')).toEqual({ state: 'done', result: { uid: 'u2', trackingUrl: null } });
+    } finally {
+      await store.close();
+    }
   });
 });
 
