@@ -67,6 +67,11 @@ export const ERROR_CODES = {
   },
   NOT_CANCELABLE: { surface: 'result', meaning: 'The delivery is past pickup or already finished.' },
   IDEMPOTENCY_CONFLICT: { surface: 'result', meaning: 'The idempotency key was used before with different input.' },
+  BOOKING_OUTCOME_UNKNOWN: {
+    surface: 'result',
+    meaning:
+      "An earlier booking with this idempotency key lost its answer (a timeout, a dropped connection, a 5xx other than 503) and the upstream may have booked it; nothing new was booked. Retry the same key later: it returns that booking once the upstream's event for it arrives. A new key books again.",
+  },
   VALIDATION: { surface: 'upstream-client', meaning: 'The upstream rejected a request body; clients see it as a ValidationError (VALIDATION_FAILED).' },
 } as const satisfies Record<string, { surface: ErrorSurface; meaning: string }>;
 
@@ -107,9 +112,15 @@ export class UpstreamUnavailableError extends DeliveryGraphError {
   override name = 'UpstreamUnavailableError';
   /** Seconds the upstream asked us to wait (Retry-After), when it said. */
   readonly retryAfterSeconds: number | undefined;
-  constructor(message = 'The delivery service is unavailable.', options?: { cause?: unknown; retryAfterSeconds?: number }) {
+  /** The status of the upstream's answer (5xx, 429), when it answered. */
+  readonly status: number | undefined;
+  /** The request certainly never reached the upstream: the circuit was open, or no connection could be made. */
+  readonly unsent: boolean;
+  constructor(message = 'The delivery service is unavailable.', options?: { cause?: unknown; retryAfterSeconds?: number; status?: number; unsent?: boolean }) {
     super('UPSTREAM_UNAVAILABLE', message, options);
     this.retryAfterSeconds = options?.retryAfterSeconds;
+    this.status = options?.status;
+    this.unsent = options?.unsent ?? false;
   }
 }
 
@@ -176,6 +187,23 @@ export class IdempotencyConflictError extends DeliveryGraphError {
   override name = 'IdempotencyConflictError';
   constructor(message = 'This idempotency key was already used with different input.') {
     super('IDEMPOTENCY_CONFLICT', message);
+  }
+}
+
+/**
+ * A retry of a booking whose first answer was lost: the upstream may have booked
+ * it, so nothing is sent again until its event says what happened.
+ */
+export class BookingOutcomeUnknownError extends DeliveryGraphError {
+  override name = 'BookingOutcomeUnknownError';
+  /** When the first booking's answer was lost, ISO 8601 UTC. */
+  readonly since: string;
+  constructor(since: Date) {
+    super(
+      'BOOKING_OUTCOME_UNKNOWN',
+      "An earlier request with this idempotency key was sent to the delivery service, but its answer was lost, so it may have booked; nothing new was booked. Retry with the same key in a little while: once the service's event for that booking arrives, the retry returns it. Until then, look for it with deliveryEvents. Use a new key only to book again on purpose.",
+    );
+    this.since = since.toISOString();
   }
 }
 

@@ -1,7 +1,16 @@
 // createDelivery: books on the PLATFORM group (the partner group has no create
 // endpoint), idempotently when the client sends an idempotencyKey.
 import { setTimeout as sleep } from 'node:timers/promises';
-import { IdempotencyConflictError, UpstreamTimeoutError, ValidationError } from '../errors.js';
+import {
+  BookingOutcomeUnknownError,
+  IdempotencyConflictError,
+  NotFoundError,
+  UnauthenticatedError,
+  UpstreamTimeoutError,
+  UpstreamUnavailableError,
+  ValidationError,
+} from '../errors.js';
+import { BOOKING_MARKER_FIELD, bookingMarker } from '../domain/booking-marker.js';
 import type { DeliveryStub } from '../mapping/model.js';
 import { asValidation, toWireRequest, type DeliveryInput } from '../mapping/request.js';
 import type { BookingResult } from '../store/store.js';
@@ -25,14 +34,43 @@ async function book(ctx: GraphQLContext, key: string, body: WireDeliveryRequest,
 }
 
 /**
+ * Whether a failed create certainly booked nothing: the upstream refused it (a
+ * 4xx, a 429, a 503, which says it did not handle the request), or it never left
+ * (an open circuit, no connection). A timeout, a reset or closed connection, any
+ * other 5xx, or an answer that could not be read may come after the upstream booked.
+ */
+function bookedNothing(error: unknown): boolean {
+  if (error instanceof ValidationError || error instanceof UnauthenticatedError || error instanceof NotFoundError) return true;
+  if (error instanceof UpstreamUnavailableError) return error.unsent || error.status === 429 || error.status === 503;
+  return false;
+}
+
+/** Frees the key when nothing was booked; otherwise keeps it unknown, or returns the booking a webhook already named. */
+async function afterFailedBooking(ctx: GraphQLContext, owner: string, idempotencyKey: string, error: unknown): Promise<BookingResult> {
+  const { store } = ctx.services;
+  if (bookedNothing(error)) {
+    await store.releaseIdempotency(owner, idempotencyKey);
+    throw error;
+  }
+  const claim = await store.markIdempotencyUnknown(owner, idempotencyKey);
+  if (claim.state !== 'done') throw error;
+  await store.recordOwner(claim.result.uid, owner, 'PLATFORM');
+  return claim.result;
+}
+
+/**
  * The same key with the same input returns the first booking; with other input
  * it is a conflict. A repeat that arrives while the first is still booking waits
  * for it (in this process through `services.bookingsInFlight`, across processes by polling the store).
+ * A booking whose answer was lost keeps its claim as 'unknown': its webhooks carry
+ * the key's marker (src/domain/booking-marker.ts) and turn it done; until then a
+ * repeat books nothing and gets BookingOutcomeUnknownError.
  */
 async function bookOnce(ctx: GraphQLContext, key: string, idempotencyKey: string, body: WireDeliveryRequest, input: DeliveryInput): Promise<BookingResult> {
   const { store, config } = ctx.services;
   const owner = hashKey(key);
   const print = fingerprint(body);
+  const marked: WireDeliveryRequest = { ...body, platform_payload: { ...body.platform_payload, [BOOKING_MARKER_FIELD]: bookingMarker(owner, idempotencyKey) } };
   const local = `${owner}:${idempotencyKey}`;
   const deadline = Date.now() + config.upstream.timeoutMs * 2;
   for (;;) {
@@ -50,6 +88,7 @@ async function bookOnce(ctx: GraphQLContext, key: string, idempotencyKey: string
     const claim = await store.claimIdempotency(owner, idempotencyKey, print);
     if (claim.state === 'conflict') throw new IdempotencyConflictError();
     if (claim.state === 'done') return claim.result;
+    if (claim.state === 'unknown') throw new BookingOutcomeUnknownError(claim.since);
     if (claim.state === 'pending') {
       if (Date.now() > deadline) throw new UpstreamTimeoutError('An earlier request with this idempotency key is still booking; try again.');
       await sleep(PENDING_POLL_MS);
@@ -57,13 +96,14 @@ async function bookOnce(ctx: GraphQLContext, key: string, idempotencyKey: string
     }
     const booking = (async () => {
       try {
-        const result = await book(ctx, key, body, input);
+        let result: BookingResult;
+        try {
+          result = await book(ctx, key, marked, input);
+        } catch (error) {
+          return await afterFailedBooking(ctx, owner, idempotencyKey, error);
+        }
         await store.completeIdempotency(owner, idempotencyKey, result);
         return result;
-      } catch (error) {
-        // Nothing was booked as far as we know: let a retry try again.
-        await store.releaseIdempotency(owner, idempotencyKey);
-        throw error;
       } finally {
         ctx.services.bookingsInFlight.delete(local);
       }
@@ -77,10 +117,10 @@ builder.mutationField('createDelivery', (t) =>
   t.field({
     type: DeliveryRef,
     description:
-      'Books a delivery on the PLATFORM group (the partner group has no create endpoint). The same idempotencyKey with the same input returns the first result and books nothing new; with different input it is an IdempotencyConflictError. Fields beyond uid and trackingUrl are read from the upstream once, only when selected.',
+      "Books a delivery on the PLATFORM group (the partner group has no create endpoint). The same idempotencyKey with the same input returns the first result and books nothing new; with different input it is an IdempotencyConflictError. When the first request's answer was lost (UPSTREAM_TIMEOUT, or UPSTREAM_UNAVAILABLE after it was sent), the upstream may have booked: a retry with the same key books nothing and returns that booking once the upstream's webhook for it has arrived, a BookingOutcomeUnknownError until then. Fields beyond uid and trackingUrl are read from the upstream once, only when selected.",
     nullable: false,
     errors: {
-      types: [ValidationError, IdempotencyConflictError],
+      types: [ValidationError, IdempotencyConflictError, BookingOutcomeUnknownError],
       result: { description: 'The booked delivery.' },
       union: { description: 'The booked delivery, or why it was not booked.' },
       dataField: { description: 'The booked delivery; fields beyond uid and trackingUrl are read on demand.' },
@@ -88,7 +128,8 @@ builder.mutationField('createDelivery', (t) =>
     args: {
       input: t.arg({ type: DeliveryInputRef, required: true, description: 'What to deliver, from where to where.' }),
       idempotencyKey: t.arg.string({
-        description: 'Any string unique to this booking (per merchant key); a retry with the same key and input books nothing new.',
+        description:
+          "Any string unique to this booking (per merchant key), kept for IDEMPOTENCY_RETENTION (24 h by default); a retry with the same key and input books nothing new, even when the first request's answer was lost. A refusal that booked nothing (a ValidationError, a 429 or 503) frees the key. The facade marks the booking's platform_payload with a hash of it (never the key itself), under a reserved name that reads never show.",
       }),
     },
     resolve: async (_root, { input, idempotencyKey }, ctx): Promise<DeliveryStub> => {

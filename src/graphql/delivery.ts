@@ -84,9 +84,10 @@ builder.node(DeliveryRef, {
     trackingUrl: t.string({
       nullable: true,
       description: 'Public real-time tracking page, no login needed (tracking_link / tracking_url).',
-      resolve: (d) => (isStub(d) ? d.trackingUrl : d.trackingUrl),
+      // A booking known from its webhook (a lost create answer) has no tracking link yet: read it.
+      resolve: (d, args, ctx) => (isStub(d) && d.trackingUrl === null ? read('trackingUrl')(d, args, ctx) : d.trackingUrl),
     }),
-    payload: t.field({ type: 'JSON', nullable: true, description: 'platform_payload or partner_payload, exactly as supplied.', resolve: read('payload') }),
+    payload: t.field({ type: 'JSON', nullable: true, description: 'platform_payload or partner_payload, exactly as supplied (without the facade\'s idempotency marker, see createDelivery.idempotencyKey).', resolve: read('payload') }),
     partnerReference: t.string({ nullable: true, description: "The partner group's own reference of the order.", resolve: read('partnerReference') }),
   }),
 });

@@ -2,6 +2,7 @@
 // client may get as data is an object type implementing the Error interface.
 import {
   DeliveryGraphError,
+  BookingOutcomeUnknownError,
   IdempotencyConflictError,
   NotCancelableError,
   NotFoundError,
@@ -55,4 +56,15 @@ builder.objectType(IdempotencyConflictError, {
   description: 'The idempotency key was already used by this merchant with different input; nothing was booked.',
   interfaces: [ErrorInterface],
   isTypeOf: (value) => value instanceof IdempotencyConflictError,
+});
+
+builder.objectType(BookingOutcomeUnknownError, {
+  name: 'BookingOutcomeUnknownError',
+  description:
+    "An earlier request with this idempotency key reached the upstream but its answer was lost, so it may have booked; nothing new was booked. Retry the same key later: it returns that booking once the upstream's webhook for it arrives. A new key books again.",
+  interfaces: [ErrorInterface],
+  isTypeOf: (value) => value instanceof BookingOutcomeUnknownError,
+  fields: (t) => ({
+    since: t.field({ type: 'DateTime', description: "When the earlier request's answer was lost.", resolve: (error) => error.since }),
+  }),
 });

@@ -7,6 +7,7 @@ import type { Address, ApiGroup, Courier, Delivery, Item, Money, Package, Stop }
 import { calendarDate, decimalFrom, int, isJsonObject, num, str, utcDateTime } from './scalars.js';
 import { deliveryStatus, statusOfWebhook } from '../domain/status.js';
 import { deliveryMode, deliveryStyle } from './status.js';
+import { withoutMarker } from '../domain/booking-marker.js';
 
 type Side = 'pickup' | 'dropoff';
 type Loose = Record<string, unknown>;
@@ -18,7 +19,7 @@ export function fromPlatformDelivery(wire: WireDelivery): Delivery {
     package: packageOf(raw, raw.dimensions),
     trackingUrl: str(raw.tracking_link),
     expectedCancellationFee: amountMoney(raw.expected_cancellation_fee),
-    payload: raw.platform_payload ?? null,
+    payload: withoutMarker(raw.platform_payload) ?? null,
     partnerReference: null,
     deliveryStartTime: utcDateTime(raw.delivery_start_time),
   };
@@ -54,7 +55,7 @@ export function fromWebhookEvent(wire: WireWebhookEvent, group: ApiGroup = 'PLAT
     trackingUrl: str(raw.tracking_link ?? raw.tracking_url),
     expectedCancellationFee: amountMoney(raw.expected_cancellation_fee ?? raw.expected_cancelation_fee),
     // The document's body has platform_payload on every event; an upstream that adds a partner order's own fields is read too.
-    payload: (partner ? (raw.partner_payload ?? raw.platform_payload) : raw.platform_payload) ?? null,
+    payload: (partner ? (raw.partner_payload ?? withoutMarker(raw.platform_payload)) : withoutMarker(raw.platform_payload)) ?? null,
     partnerReference: str(raw.partner_reference),
     deliveryStartTime: utcDateTime(raw.delivery_start_time),
   };

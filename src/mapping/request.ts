@@ -2,6 +2,7 @@
 // chosen group (all problems at once, each with its input path). The upstream
 // rejects what these rules reject; checking first saves a round trip and gives
 // the client GraphQL paths instead of REST field names.
+import { BOOKING_MARKER_FIELD } from '../domain/booking-marker.js';
 import { Decimal } from 'decimal.js';
 import type { AmountUnit } from '../config.js';
 import { ValidationError, type FieldProblem, UpstreamValidationError } from '../errors.js';
@@ -227,6 +228,8 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
     }
   }
   if (input.payload != null && !isJsonObject(input.payload)) problem('payload', 'must be a JSON object');
+  // The facade marks bookings there (src/domain/booking-marker.ts); a client's own mark would pass for one.
+  else if (input.payload != null && BOOKING_MARKER_FIELD in input.payload) problem('payload', `may not use the key ${BOOKING_MARKER_FIELD}: the facade reserves it`);
 
   // Every request amount goes out in UPSTREAM_AMOUNT_UNIT, so each obeys the same rules.
   const amounts: Array<[string, string | null | undefined]> = [

@@ -53,6 +53,12 @@ export interface SandboxKnobs {
   readScope: 'merchant' | 'platform';
   /** Whether a partner order's webhooks also carry partner_reference and partner_payload (the document's body has neither). */
   partnerWebhookFields: boolean;
+  /**
+   * POST /deliveries books the delivery (its lifecycle and webhooks start) and only
+   * then waits this long before answering: a caller with a shorter timeout loses
+   * the answer of a booking that exists. 0 = answer at once.
+   */
+  createAnswerDelayMs: number;
 }
 
 export interface SandboxOptions {

@@ -27,6 +27,8 @@ export const DEFAULT_KNOBS: Readonly<SandboxKnobs> = Object.freeze({
   readScope: 'merchant',
   // The document's webhook body has neither partner field: a partner order's events carry them only when asked.
   partnerWebhookFields: false,
+  // Creates answer at once unless a test wants the answer lost after the booking was made.
+  createAnswerDelayMs: 0,
 });
 
 const RATES = new Set<keyof SandboxKnobs>(['errorRate', 'duplicateRate', 'reorderRate', 'returnRate']);

@@ -103,7 +103,16 @@ async function handleApi(
     if (!isPlainObject(parsed)) return { status: 400, body: errorBody(group, 'bad_request', 'The request body must be a JSON object.') };
     json = parsed;
   }
-  return match.route.handle({ group, merchant: auth.merchant, params: match.params, body: json, state: deps.state, lifecycle: deps.lifecycle });
+  const result = match.route.handle({ group, merchant: auth.merchant, params: match.params, body: json, state: deps.state, lifecycle: deps.lifecycle });
+  // A booking made, its answer late (createAnswerDelayMs): the document promises no answer time.
+  if (group === 'platform' && method === 'POST' && match.route.path.join('/') === 'deliveries' && result.status === 201 && deps.knobs.createAnswerDelayMs > 0) {
+    try {
+      await sleep(deps.knobs.createAnswerDelayMs, undefined, { signal: deps.lifetime });
+    } catch {
+      return null;
+    }
+  }
+  return result;
 }
 
 /**

@@ -7,7 +7,8 @@
 //                              delivery, location (seq of the latest non-stale event of each kind)
 //   delivery:<uid>:events      sorted set of the delivery's seqs (eventsAfter with uids)
 //   delivery:<uid>:dedup       hash "<sha256 of canonical payload> <event name>" → "<seq> <append token>"
-//   idem:<owner>:<key>         hash: fingerprint, state (pending|done), uid, trackingUrl, updatedAt, token
+//   idem:<owner>:<key>         hash: fingerprint, state (pending|done|unknown), uid, trackingUrl, updatedAt, token, owner
+//   idem-marker:<marker>       the name of the idem key a booking marker belongs to (src/domain/booking-marker.ts)
 //   owner:<uid>                "<owner hash>" or "<owner hash> <group>": who the delivery belongs to (src/access/owners.ts)
 //   cursor-secret              random secret the cursors of every instance derive from (src/domain/cursor.ts)
 //   trim                       lease of the instance trimming expired data right now
@@ -37,6 +38,14 @@ import {
   type StoredEvent,
 } from './store.js';
 import { fingerprint } from '../domain/canonical-json.js';
+import { bookingMarker } from '../domain/booking-marker.js';
+
+/** A claim as the CLAIM and UNKNOWN scripts answer it. */
+function claimOf([state, first, second]: [string, string?, string?]): IdempotencyClaim {
+  if (state === 'done') return { state, result: { uid: first!, trackingUrl: second ?? null } };
+  if (state === 'unknown') return { state, since: new Date(Number(first)) };
+  return { state: state as 'claimed' | 'pending' | 'conflict' };
+}
 
 /** A stream entry as Redis returns it: [id, [field, value, field, value, …]]. */
 type StreamEntry = [id: string, fields: string[]];
@@ -46,7 +55,9 @@ declare module 'ioredis' {
     dgAppend(...args: string[]): Result<Array<[0, string, number] | [1 | 2, StreamEntry] | [-1, string]>, Context>;
     dgLatest(delivery: string, log: string, kind: string): Result<StreamEntry | null, Context>;
     dgEventsOf(...args: string[]): Result<StreamEntry[], Context>;
-    dgClaim(key: string, fingerprint: string, now: string, expiryMs: string, token: string, ttlMs: string): Result<[string, string?, string?], Context>;
+    dgClaim(key: string, markerKey: string, fingerprint: string, now: string, expiryMs: string, token: string, ttlMs: string, owner: string): Result<[string, string?, string?], Context>;
+    dgUnknown(key: string, markerKey: string, now: string, ttlMs: string): Result<[string, string?, string?], Context>;
+    dgResolve(key: string, uid: string, hasTrackingUrl: string, trackingUrl: string, now: string, ttlMs: string): Result<string | null, Context>;
     dgComplete(key: string, uid: string, hasTrackingUrl: string, trackingUrl: string, now: string, ttlMs: string): Result<number, Context>;
     dgRelease(key: string): Result<number, Context>;
     dgLogHead(log: string, count: string): Result<string[], Context>;
@@ -152,24 +163,57 @@ return out
 
 /** A resend of the same claim (same token) is still this caller's claim. */
 const CLAIM = `
--- ARGV: 1 fingerprint, 2 now (ms), 3 pending expiry (ms), 4 token, 5 time to live (ms; '' for ever)
+-- KEYS: 1 idem key, 2 its marker key
+-- ARGV: 1 fingerprint, 2 now (ms), 3 pending expiry (ms), 4 token, 5 time to live (ms; '' for ever), 6 owner hash
 local r = redis.call('HMGET', KEYS[1], 'fingerprint', 'state', 'uid', 'trackingUrl', 'updatedAt', 'token')
 if not r[1] then
-  redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'state', 'pending', 'updatedAt', ARGV[2], 'token', ARGV[4])
-  if ARGV[5] ~= '' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
+  redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'state', 'pending', 'updatedAt', ARGV[2], 'token', ARGV[4], 'owner', ARGV[6])
+  redis.call('SET', KEYS[2], KEYS[1])
+  if ARGV[5] ~= '' then
+    redis.call('PEXPIRE', KEYS[1], ARGV[5])
+    redis.call('PEXPIRE', KEYS[2], ARGV[5])
+  end
   return {'claimed'}
 end
 if r[1] ~= ARGV[1] then return {'conflict'} end
 if r[2] == 'done' then return {'done', r[3], r[4]} end
+if r[2] == 'unknown' then return {'unknown', r[5]} end
 if r[6] == ARGV[4] then return {'claimed'} end
 if tonumber(ARGV[2]) - tonumber(r[5]) > tonumber(ARGV[3]) then
-  redis.call('HSET', KEYS[1], 'updatedAt', ARGV[2], 'token', ARGV[4])
-  if ARGV[5] ~= '' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
-  return {'claimed'}
+  -- Its process died mid-call: the booking may have been sent.
+  redis.call('HSET', KEYS[1], 'state', 'unknown', 'updatedAt', ARGV[2])
+  if ARGV[5] ~= '' then
+    redis.call('PEXPIRE', KEYS[1], ARGV[5])
+    redis.call('PEXPIRE', KEYS[2], ARGV[5])
+  end
+  return {'unknown', ARGV[2]}
 end
 return {'pending'}
 `;
-
+const UNKNOWN = `
+-- KEYS: 1 idem key, 2 its marker key. ARGV: 1 now (ms), 2 time to live (ms; '' for ever)
+local r = redis.call('HMGET', KEYS[1], 'state', 'uid', 'trackingUrl', 'updatedAt')
+if not r[1] then return {'unknown', ARGV[1]} end
+if r[1] == 'done' then return {'done', r[2], r[3]} end
+if r[1] == 'pending' then
+  redis.call('HSET', KEYS[1], 'state', 'unknown', 'updatedAt', ARGV[1])
+  if ARGV[2] ~= '' then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  end
+  return {'unknown', ARGV[1]}
+end
+return {'unknown', r[4]}
+`;
+const RESOLVE = `
+-- ARGV: 1 uid, 2 has tracking URL, 3 tracking URL, 4 now (ms), 5 time to live (ms; '' for ever)
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= 'pending' and state ~= 'unknown' then return false end
+redis.call('HSET', KEYS[1], 'state', 'done', 'uid', ARGV[1], 'updatedAt', ARGV[4])
+if ARGV[2] == '1' then redis.call('HSET', KEYS[1], 'trackingUrl', ARGV[3]) end
+if ARGV[5] ~= '' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
+return redis.call('HGET', KEYS[1], 'owner')
+`;
 const COMPLETE = `
 -- ARGV: 1 uid, 2 has tracking URL, 3 tracking URL, 4 now (ms), 5 time to live (ms; '' for ever)
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -184,7 +228,8 @@ return 1
 `;
 
 const RELEASE = `
-if redis.call('HGET', KEYS[1], 'state') == 'pending' then return redis.call('DEL', KEYS[1]) end
+local state = redis.call('HGET', KEYS[1], 'state')
+if state == 'pending' or state == 'unknown' then return redis.call('DEL', KEYS[1]) end
 return 0
 `;
 
@@ -288,7 +333,9 @@ export class RedisStore implements Store {
     client.defineCommand('dgAppend', { lua: APPEND });
     client.defineCommand('dgLatest', { numberOfKeys: 2, lua: LATEST });
     client.defineCommand('dgEventsOf', { lua: EVENTS_OF });
-    client.defineCommand('dgClaim', { numberOfKeys: 1, lua: CLAIM });
+    client.defineCommand('dgClaim', { numberOfKeys: 2, lua: CLAIM });
+    client.defineCommand('dgUnknown', { numberOfKeys: 2, lua: UNKNOWN });
+    client.defineCommand('dgResolve', { numberOfKeys: 1, lua: RESOLVE });
     client.defineCommand('dgComplete', { numberOfKeys: 1, lua: COMPLETE });
     client.defineCommand('dgRelease', { numberOfKeys: 1, lua: RELEASE });
     client.defineCommand('dgLogHead', { numberOfKeys: 1, lua: LOG_HEAD });
@@ -417,19 +464,52 @@ export class RedisStore implements Store {
     return Number((await this.client.get(`${this.prefix}seq`)) ?? 0);
   }
 
+  #marker(marker: string): string {
+    return `${this.prefix}idem-marker:${marker}`;
+  }
+
+  /** A claim in flight or unknown outlives its pending expiry, whatever the retention. */
+  get #idemTtl(): string {
+    return this.#retention ? String(Math.max(this.#retention.idempotencyRetentionMs, PENDING_EXPIRY_MS)) : '';
+  }
+
   async claimIdempotency(ownerHash: string, idempotencyKey: string, fingerprint: string): Promise<IdempotencyClaim> {
     const token = randomBytes(9).toString('base64url');
-    const [state, uid, trackingUrl] = await this.client.dgClaim(
+    const answer = await this.client.dgClaim(
       this.#idem(ownerHash, idempotencyKey),
+      this.#marker(bookingMarker(ownerHash, idempotencyKey)),
       fingerprint,
       String(Date.now()),
       String(PENDING_EXPIRY_MS),
       token,
-      // A claim in flight outlives its pending expiry, whatever the retention.
-      this.#retention ? String(Math.max(this.#retention.idempotencyRetentionMs, PENDING_EXPIRY_MS)) : '',
+      this.#idemTtl,
+      ownerHash,
     );
-    if (state === 'done') return { state, result: { uid: uid!, trackingUrl: trackingUrl ?? null } };
-    return { state: state as 'claimed' | 'pending' | 'conflict' };
+    return claimOf(answer);
+  }
+
+  async markIdempotencyUnknown(ownerHash: string, idempotencyKey: string): Promise<IdempotencyClaim> {
+    const answer = await this.client.dgUnknown(
+      this.#idem(ownerHash, idempotencyKey),
+      this.#marker(bookingMarker(ownerHash, idempotencyKey)),
+      String(Date.now()),
+      this.#idemTtl,
+    );
+    return claimOf(answer);
+  }
+
+  async resolveBookingMarker(marker: string, result: BookingResult): Promise<string | undefined> {
+    const key = await this.client.get(this.#marker(marker));
+    if (key === null) return undefined;
+    const owner = await this.client.dgResolve(
+      key,
+      result.uid,
+      flag(result.trackingUrl !== null),
+      result.trackingUrl ?? '',
+      String(Date.now()),
+      this.#retention ? String(this.#retention.idempotencyRetentionMs) : '',
+    );
+    return owner ?? undefined;
   }
 
   async completeIdempotency(ownerHash: string, idempotencyKey: string, result: BookingResult): Promise<void> {

@@ -24,6 +24,7 @@ import {
   type Store,
   type StoredEvent,
 } from './store.js';
+import { bookingMarker } from '../domain/booking-marker.js';
 import { fingerprint } from '../domain/canonical-json.js';
 
 interface EventRow {
@@ -64,6 +65,40 @@ const ownerGroup = (value: string | null): OwnerGroup | null => (value === 'PLAT
 
 const freePagesKept = (pages: number) => Math.max(1024, Math.floor(pages / 4));
 
+const IDEMPOTENCY_COLUMNS = `
+        owner_hash TEXT NOT NULL,
+        idempotency_key TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'done', 'unknown')),
+        uid TEXT,
+        tracking_url TEXT,
+        updated_at INTEGER NOT NULL,
+        marker TEXT,
+        PRIMARY KEY (owner_hash, idempotency_key)`;
+
+/**
+ * A file made before the 'unknown' state has a CHECK that refuses it, and no
+ * marker column; SQLite cannot alter a CHECK, so the table is copied into a new one.
+ */
+function upgradeIdempotencyTable(db: Database.Database): void {
+  const table = db.prepare<[], { sql: string }>("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'idempotency'").get();
+  if (!table || table.sql.includes("'unknown'")) return;
+  db.transaction(() => {
+    db.exec(`CREATE TABLE idempotency_upgraded (${IDEMPOTENCY_COLUMNS});`);
+    const rows = db.prepare<[], { owner_hash: string; idempotency_key: string }>('SELECT owner_hash, idempotency_key FROM idempotency').all();
+    db.exec('INSERT INTO idempotency_upgraded (owner_hash, idempotency_key, fingerprint, state, uid, tracking_url, updated_at) SELECT owner_hash, idempotency_key, fingerprint, state, uid, tracking_url, updated_at FROM idempotency');
+    const mark = db.prepare('UPDATE idempotency_upgraded SET marker = ? WHERE owner_hash = ? AND idempotency_key = ?');
+    for (const row of rows) mark.run(bookingMarker(row.owner_hash, row.idempotency_key), row.owner_hash, row.idempotency_key);
+    db.exec('DROP TABLE idempotency; ALTER TABLE idempotency_upgraded RENAME TO idempotency;');
+  }).immediate();
+}
+
+function claimOf(row: { state: string; uid: string | null; tracking_url: string | null; updated_at: number }): IdempotencyClaim {
+  if (row.state === 'done') return { state: 'done', result: { uid: row.uid!, trackingUrl: row.tracking_url } };
+  if (row.state === 'unknown') return { state: 'unknown', since: new Date(row.updated_at) };
+  return { state: 'pending' };
+}
+
 export class SqliteStore implements Store {
   readonly db: Database.Database;
   readonly #statements;
@@ -81,17 +116,9 @@ export class SqliteStore implements Store {
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = FULL');
     this.db.pragma('busy_timeout = 5000');
+    upgradeIdempotencyTable(this.db);
     this.db.exec(`
-      CREATE TABLE IF NOT EXISTS idempotency (
-        owner_hash TEXT NOT NULL,
-        idempotency_key TEXT NOT NULL,
-        fingerprint TEXT NOT NULL,
-        state TEXT NOT NULL CHECK (state IN ('pending', 'done')),
-        uid TEXT,
-        tracking_url TEXT,
-        updated_at INTEGER NOT NULL,
-        PRIMARY KEY (owner_hash, idempotency_key)
-      );
+      CREATE TABLE IF NOT EXISTS idempotency (${IDEMPOTENCY_COLUMNS});
       CREATE TABLE IF NOT EXISTS events (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
         uid TEXT NOT NULL,
@@ -120,6 +147,8 @@ export class SqliteStore implements Store {
       CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
       -- For the retention: expired ownership and idempotency rows are found by time.
       CREATE INDEX IF NOT EXISTS idempotency_by_time ON idempotency (updated_at);
+      -- A webhook's booking marker finds its claim.
+      CREATE INDEX IF NOT EXISTS idempotency_by_marker ON idempotency (marker);
       CREATE INDEX IF NOT EXISTS ownership_by_time ON ownership (created_at);
     `);
     // A file made before groups were kept gains the column; its records read with no group.
@@ -133,13 +162,16 @@ export class SqliteStore implements Store {
         'SELECT fingerprint, state, uid, tracking_url, updated_at FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?',
       ),
       insertIdem: this.db.prepare(
-        "INSERT INTO idempotency (owner_hash, idempotency_key, fingerprint, state, updated_at) VALUES (?, ?, ?, 'pending', ?)",
+        "INSERT INTO idempotency (owner_hash, idempotency_key, fingerprint, state, updated_at, marker) VALUES (?, ?, ?, 'pending', ?, ?)",
       ),
-      reclaimIdem: this.db.prepare("UPDATE idempotency SET updated_at = ? WHERE owner_hash = ? AND idempotency_key = ? AND state = 'pending'"),
+      unknownIdem: this.db.prepare("UPDATE idempotency SET state = 'unknown', updated_at = ? WHERE owner_hash = ? AND idempotency_key = ? AND state = 'pending'"),
+      resolveIdem: this.db.prepare<[string, string | null, number, string], { owner_hash: string }>(
+        "UPDATE idempotency SET state = 'done', uid = ?, tracking_url = ?, updated_at = ? WHERE marker = ? AND state IN ('pending', 'unknown') RETURNING owner_hash",
+      ),
       completeIdem: this.db.prepare(
         "UPDATE idempotency SET state = 'done', uid = ?, tracking_url = ?, updated_at = ? WHERE owner_hash = ? AND idempotency_key = ?",
       ),
-      deleteIdem: this.db.prepare("DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ? AND state = 'pending'"),
+      deleteIdem: this.db.prepare("DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ? AND state IN ('pending', 'unknown')"),
       insertOwner: this.db.prepare('INSERT OR IGNORE INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)'),
       getOwner: this.db.prepare<[string, number], { owner_hash: string; api_group: string | null }>('SELECT owner_hash, api_group FROM ownership WHERE uid = ? AND created_at >= ?'),
       forgetIdem: this.db.prepare('DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?'),
@@ -169,9 +201,9 @@ export class SqliteStore implements Store {
       // A delivery's state goes with its last event.
       forgetState: this.db.prepare('DELETE FROM delivery_state WHERE uid = ? AND NOT EXISTS (SELECT 1 FROM events WHERE uid = ?)'),
       trimOwners: this.db.prepare('DELETE FROM ownership WHERE rowid IN (SELECT rowid FROM ownership WHERE created_at < ? LIMIT ?)'),
-      // A pending claim is its booking in flight: it goes only once it could be claimed again anyway.
+      // A pending claim is its booking in flight: it goes only once it would have turned unknown anyway.
       trimIdem: this.db.prepare(
-        "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency WHERE updated_at < ? AND (state = 'done' OR updated_at < ?) LIMIT ?)",
+        "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency WHERE updated_at < ? AND (state != 'pending' OR updated_at < ?) LIMIT ?)",
       ),
     };
     const s = this.#statements;
@@ -252,17 +284,31 @@ export class SqliteStore implements Store {
         row = undefined;
       }
       if (!row) {
-        s.insertIdem.run(ownerHash, idempotencyKey, fingerprint, now);
+        s.insertIdem.run(ownerHash, idempotencyKey, fingerprint, now, bookingMarker(ownerHash, idempotencyKey));
         return { state: 'claimed' };
       }
       if (row.fingerprint !== fingerprint) return { state: 'conflict' };
-      if (row.state === 'done') return { state: 'done', result: { uid: row.uid!, trackingUrl: row.tracking_url } };
-      if (now - row.updated_at > PENDING_EXPIRY_MS) {
-        s.reclaimIdem.run(now, ownerHash, idempotencyKey);
-        return { state: 'claimed' };
+      if (row.state === 'pending' && now - row.updated_at > PENDING_EXPIRY_MS) {
+        // Its process died mid-call: the booking may have been sent.
+        s.unknownIdem.run(now, ownerHash, idempotencyKey);
+        return { state: 'unknown', since: new Date(now) };
       }
-      return { state: 'pending' };
+      return claimOf(row);
     }).immediate();
+  }
+
+  async markIdempotencyUnknown(ownerHash: string, idempotencyKey: string): Promise<IdempotencyClaim> {
+    const s = this.#statements;
+    return this.db.transaction((): IdempotencyClaim => {
+      s.unknownIdem.run(Date.now(), ownerHash, idempotencyKey);
+      const row = s.getIdem.get(ownerHash, idempotencyKey);
+      // Deleted meanwhile (its retention ended): nothing is known about it any more.
+      return row ? claimOf(row) : { state: 'unknown', since: new Date() };
+    }).immediate();
+  }
+
+  async resolveBookingMarker(marker: string, result: BookingResult): Promise<string | undefined> {
+    return this.#statements.resolveIdem.get(result.uid, result.trackingUrl, Date.now(), marker)?.owner_hash;
   }
 
   async completeIdempotency(ownerHash: string, idempotencyKey: string, result: BookingResult): Promise<void> {
@@ -316,7 +362,7 @@ export class SqliteStore implements Store {
 
   #idemExpired(state: string, updatedAt: number, now: number): boolean {
     const age = now - updatedAt;
-    return age > this.#retention!.idempotencyRetentionMs && (state === 'done' || age > PENDING_EXPIRY_MS);
+    return age > this.#retention!.idempotencyRetentionMs && (state !== 'pending' || age > PENDING_EXPIRY_MS);
   }
 
   /**

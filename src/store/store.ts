@@ -5,7 +5,10 @@
 import type { MilestoneState } from '../domain/milestones.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 
-/** A booking left pending this long (its process died mid-call) may be claimed again. */
+/**
+ * A booking left pending this long lost its process mid-call: whether it was sent
+ * is unknown, so the claim turns 'unknown' (see IdempotencyClaim) rather than free.
+ */
 export const PENDING_EXPIRY_MS = 120_000;
 
 export interface BookingResult {
@@ -21,7 +24,14 @@ export type IdempotencyClaim =
   /** Another request with this key is booking right now. */
   | { state: 'pending' }
   /** The key was used with different input. */
-  | { state: 'conflict' };
+  | { state: 'conflict' }
+  /**
+   * The booking was sent but its answer was lost (a timeout, a dropped connection),
+   * so the upstream may have booked it: nothing may be booked with this key. It turns
+   * 'done' when a webhook carrying the booking's marker arrives (resolveBookingMarker);
+   * otherwise it stays until the idempotency retention, counted from `since`, ends it.
+   */
+  | { state: 'unknown'; since: Date };
 
 /** A verified webhook event as the store keeps it. */
 export interface StoredEvent {
@@ -83,9 +93,22 @@ export interface Store {
   /** The seq of the newest event stored (0 when none). */
   lastSeq(): Promise<number>;
 
+  /** Claims the key for a booking; a new claim also records the key's booking marker (src/domain/booking-marker.ts). */
   claimIdempotency(ownerHash: string, idempotencyKey: string, fingerprint: string): Promise<IdempotencyClaim>;
   completeIdempotency(ownerHash: string, idempotencyKey: string, result: BookingResult): Promise<void>;
+  /** The booking certainly booked nothing: a pending (or unknown) claim is deleted, so the key is free again. A done one stays. */
   releaseIdempotency(ownerHash: string, idempotencyKey: string): Promise<void>;
+  /**
+   * The booking's answer was lost: a pending claim turns 'unknown' as of now. Returns
+   * the claim as it then stands: 'done' when a webhook already resolved it.
+   */
+  markIdempotencyUnknown(ownerHash: string, idempotencyKey: string): Promise<IdempotencyClaim>;
+  /**
+   * A webhook carried a booking marker: the pending or unknown claim it marks turns
+   * 'done' with this result. Returns the owner hash of that claim, or undefined when
+   * no pending or unknown claim has this marker (unknown marker, or already done).
+   */
+  resolveBookingMarker(marker: string, result: BookingResult): Promise<string | undefined>;
   /**
    * Records that `uid` belongs to the key hashed as `ownerHash`, in `group` when it
    * is known: it was booked through the facade with it, or the upstream let that

@@ -88,9 +88,10 @@ export class GroupBreaker {
       if (code === 'EOPENBREAKER') {
         throw new UpstreamUnavailableError(
           `The circuit to the delivery service's ${this.#group} endpoints is open after repeated failures; calls fail fast until a trial call succeeds.`,
+          { unsent: true },
         );
       }
-      throw new UpstreamUnavailableError(`The circuit to the delivery service's ${this.#group} endpoints is shut.`);
+      throw new UpstreamUnavailableError(`The circuit to the delivery service's ${this.#group} endpoints is shut.`, { unsent: true });
     }
   }
 

@@ -85,6 +85,11 @@ const CONNECTION_ERROR_CODES = new Set([
   'UND_ERR_CONNECT_TIMEOUT',
   'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
 ]);
+/**
+ * The connection could not be made, so the request never left: a POST failing so
+ * booked nothing. A reset or a close may come after the request was sent, so they are not here.
+ */
+const CONNECT_ERROR_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
 const TIMEOUT_ERROR_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
 /** What undici refuses in a header value (lib/core/util.js headerCharRegex). */
 const NOT_A_HEADER_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
@@ -195,7 +200,7 @@ export class UpstreamHttp {
   }
 
   async #call<T>(request: UpstreamRequest, signal: AbortSignal | undefined): Promise<T> {
-    if (signal?.aborted) throw callerAborted(signal.reason);
+    if (signal?.aborted) throw callerAborted(signal.reason, true);
     // The group refused this key a moment ago: asking again would only cost the upstream a call.
     if (request.key && this.#options.keys?.refusedBy(request.key, request.group)) throw new UnauthenticatedError(REFUSED_KEY);
     // undici 7 refuses such a key as a header value but keeps the pool slot it took:
@@ -333,8 +338,8 @@ export class UpstreamHttp {
 
 const REFUSED_KEY = 'The delivery service refused the merchant key.';
 
-function callerAborted(cause: unknown): UpstreamUnavailableError {
-  return new UpstreamUnavailableError('The upstream call was aborted.', { cause });
+function callerAborted(cause: unknown, unsent = false): UpstreamUnavailableError {
+  return new UpstreamUnavailableError('The upstream call was aborted.', { cause, unsent });
 }
 
 class ResponseTooLarge extends Error {}
@@ -415,6 +420,7 @@ export function classifyStatus(
   if (response.status >= 500 || response.status === 429) {
     const wait = retryAfterMs(response.headers?.['retry-after']);
     return new UpstreamUnavailableError(`The delivery service answered ${response.status} to ${where}.`, {
+      status: response.status,
       retryAfterSeconds: wait === undefined ? undefined : Math.ceil(wait / 1000),
     });
   }
@@ -439,7 +445,7 @@ function classifyThrown(error: unknown, request: UpstreamRequest): DeliveryGraph
   const code = (error as { code?: unknown } | undefined)?.code;
   if (typeof code === 'string' && TIMEOUT_ERROR_CODES.has(code)) return new UpstreamTimeoutError(undefined, { cause: error });
   if (typeof code === 'string' && CONNECTION_ERROR_CODES.has(code)) {
-    return new UpstreamUnavailableError('The delivery service could not be reached or dropped the connection.', { cause: error });
+    return new UpstreamUnavailableError('The delivery service could not be reached or dropped the connection.', { cause: error, unsent: CONNECT_ERROR_CODES.has(code) });
   }
   return new UpstreamProtocolError(undefined, { cause: error });
 }

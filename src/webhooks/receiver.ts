@@ -5,6 +5,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '../logger.js';
 import type { EventBus } from '../realtime/bus.js';
+import { markerOf } from '../domain/booking-marker.js';
 import { PartialAppendError, type AppendResult, type Store } from '../store/store.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 import { WebhookAuthError, WebhookPayloadError, type WebhookVerifier } from './verify.js';
@@ -102,6 +103,19 @@ export class AppendBatcher {
       batch[index]!.resolve(result);
     });
   }
+}
+
+/**
+ * An event of a booking made with an idempotency key carries the key's marker in
+ * platform_payload (src/domain/booking-marker.ts): when that booking's answer was
+ * lost, this is how the facade learns its uid. Its claim turns done and the key owns it.
+ */
+async function resolveBooking(store: Store, payload: WireWebhookEvent): Promise<void> {
+  const marker = markerOf(payload.platform_payload);
+  if (!marker) return;
+  // A webhook carries no tracking link (upstream-api.md); a client asking for it gets it read.
+  const owner = await store.resolveBookingMarker(marker, { uid: payload.uid, trackingUrl: null });
+  if (owner) await store.recordOwner(payload.uid, owner, 'PLATFORM');
 }
 
 class BodyTooLarge extends Error {}
@@ -214,6 +228,13 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
     } catch (error) {
       logger.error({ err: error, uid: payload.uid, event: payload.event_name }, 'webhook not stored');
       return answer(res, 503, { error: 'store_unavailable', message: 'The event could not be stored; retry later.' });
+    }
+    try {
+      await resolveBooking(options.store, payload);
+    } catch (error) {
+      // Stored, but the booking it names is not resolved: the sender's retry (a duplicate) tries again.
+      logger.error({ err: error, uid: payload.uid }, 'webhook stored, its booking marker not resolved');
+      return answer(res, 503, { error: 'store_unavailable', message: 'The event could not be processed; retry later.' });
     }
     if (result.duplicate) counters.duplicate += 1;
     else if (result.event.stale) counters.stale += 1;

@@ -10,9 +10,11 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import Database from 'better-sqlite3';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { bookingMarker } from '../../src/domain/booking-marker.js';
 import { transition, type MilestoneState } from '../../src/domain/milestones.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { SqliteStore } from '../../src/store/sqlite.js';
@@ -364,7 +366,7 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     expect(await store.claimIdempotency('owner', 'never-claimed', 'fp')).toEqual({ state: 'claimed' });
   });
 
-  test('idempotency: a pending claim older than the expiry may be claimed again', async () => {
+  test('idempotency: a pending claim older than the expiry turns unknown (its process died mid-call), never free again', async () => {
     fresh();
     vi.useFakeTimers({ toFake: ['Date'] });
     try {
@@ -374,9 +376,58 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       expect(await store.claimIdempotency('owner', 'k', 'fp')).toEqual({ state: 'pending' });
       vi.setSystemTime(Date.now() + 1);
       expect(await store.claimIdempotency('owner', 'k', 'other')).toEqual({ state: 'conflict' });
-      expect(await store.claimIdempotency('owner', 'k', 'fp')).toEqual({ state: 'claimed' });
-      // The reclaim restarts the clock.
-      expect(await store.claimIdempotency('owner', 'k', 'fp')).toEqual({ state: 'pending' });
+      const since = new Date();
+      expect(await store.claimIdempotency('owner', 'k', 'fp')).toEqual({ state: 'unknown', since });
+      vi.setSystemTime(Date.now() + 5_000);
+      expect(await store.claimIdempotency('owner', 'k', 'fp')).toEqual({ state: 'unknown', since });
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  test('idempotency: a lost answer turns the claim unknown; a webhook marker resolves it to done; a release frees it', async () => {
+    fresh();
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      vi.setSystemTime(new Date('2030-01-01T00:00:00Z'));
+      expect(await store.claimIdempotency('owner', 'lost', 'fp')).toEqual({ state: 'claimed' });
+      const since = new Date();
+      expect(await store.markIdempotencyUnknown('owner', 'lost')).toEqual({ state: 'unknown', since });
+      vi.setSystemTime(Date.now() + 1_000);
+      // Kept with its time; other input is still a conflict.
+      expect(await store.claimIdempotency('owner', 'lost', 'fp')).toEqual({ state: 'unknown', since });
+      expect(await store.claimIdempotency('owner', 'lost', 'other')).toEqual({ state: 'conflict' });
+      expect(await store.claimIdempotency('someone else', 'lost', 'fp')).toEqual({ state: 'claimed' });
+
+      // A marker of no claim, and another owner's marker for the same idempotency key, resolve nothing of ours.
+      expect(await store.resolveBookingMarker(bookingMarker('nobody', 'lost'), { uid: 'u-x', trackingUrl: null })).toBeUndefined();
+      expect(await store.resolveBookingMarker(bookingMarker('owner', 'lost'), { uid: 'u-1', trackingUrl: null })).toBe('owner');
+      expect(await store.claimIdempotency('owner', 'lost', 'fp')).toEqual({ state: 'done', result: { uid: 'u-1', trackingUrl: null } });
+      // Resolved once: a later event of the same booking changes nothing.
+      expect(await store.resolveBookingMarker(bookingMarker('owner', 'lost'), { uid: 'u-2', trackingUrl: null })).toBeUndefined();
+      expect(await store.markIdempotencyUnknown('owner', 'lost')).toEqual({ state: 'done', result: { uid: 'u-1', trackingUrl: null } });
+
+      // A webhook may come before the create's answer: it resolves the pending claim, and a lost answer then finds it done.
+      expect(await store.claimIdempotency('owner', 'early', 'fp')).toEqual({ state: 'claimed' });
+      expect(await store.resolveBookingMarker(bookingMarker('owner', 'early'), { uid: 'u-3', trackingUrl: 'https://t.example/3' })).toBe('owner');
+      expect(await store.markIdempotencyUnknown('owner', 'early')).toEqual({ state: 'done', result: { uid: 'u-3', trackingUrl: 'https://t.example/3' } });
+
+      // A definite refusal frees an unknown claim too (its own booking said nothing was booked).
+      expect(await store.claimIdempotency('owner', 'refused', 'fp')).toEqual({ state: 'claimed' });
+      await store.markIdempotencyUnknown('owner', 'refused');
+      await store.releaseIdempotency('owner', 'refused');
+      expect(await store.claimIdempotency('owner', 'refused', 'fp2')).toEqual({ state: 'claimed' });
+
+      // The unknown state is durable.
+      expect(await store.claimIdempotency('owner', 'durable', 'fp')).toEqual({ state: 'claimed' });
+      const lostAt = new Date();
+      await store.markIdempotencyUnknown('owner', 'durable');
+      const again = reopen(store);
+      try {
+        expect(await again.claimIdempotency('owner', 'durable', 'fp')).toEqual({ state: 'unknown', since: lostAt });
+      } finally {
+        await again.close();
+      }
     } finally {
       vi.useRealTimers();
     }
@@ -507,6 +558,31 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     await trim(store);
     // Gone from the store, not only hidden: the two claims left are the new one and the one in flight.
     expect(await footprint(store)).toMatchObject({ owners: 0, idempotency: 2 });
+  });
+});
+
+describe('SqliteStore on a file from before the unknown state', () => {
+  it('upgrades the idempotency table in place: rows kept, the unknown state accepted, markers found', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'delivery-graph-upgrade-'));
+    dirs.push(dir);
+    const old = new Database(path.join(dir, 'delivery-graph.sqlite'));
+    old.exec(`CREATE TABLE idempotency (
+      owner_hash TEXT NOT NULL, idempotency_key TEXT NOT NULL, fingerprint TEXT NOT NULL,
+      state TEXT NOT NULL CHECK (state IN ('pending', 'done')), uid TEXT, tracking_url TEXT, updated_at INTEGER NOT NULL,
+      PRIMARY KEY (owner_hash, idempotency_key))`);
+    const now = Date.now();
+    old.prepare("INSERT INTO idempotency VALUES ('owner', 'booked', 'fp', 'done', 'u1', NULL, ?)").run(now);
+    old.prepare("INSERT INTO idempotency VALUES ('owner', 'in-flight', 'fp', 'pending', NULL, NULL, ?)").run(now);
+    old.close();
+    const store = new SqliteStore(dir);
+    try {
+      expect(await store.claimIdempotency('owner', 'booked', 'fp')).toEqual({ state: 'done', result: { uid: 'u1', trackingUrl: null } });
+      expect(await store.markIdempotencyUnknown('owner', 'in-flight')).toMatchObject({ state: 'unknown' });
+      expect(await store.resolveBookingMarker(bookingMarker('owner', 'in-flight'), { uid: 'u2', trackingUrl: null })).toBe('owner');
+      expect(await store.claimIdempotency('owner', 'in-flight', 'fp')).toEqual({ state: 'done', result: { uid: 'u2', trackingUrl: null } });
+    } finally {
+      await store.close();
+    }
   });
 });
 

@@ -478,6 +478,8 @@ describe('a store that fails', () => {
     claimIdempotency: Store['claimIdempotency'] = (...args) => this.inner.claimIdempotency(...args);
     completeIdempotency: Store['completeIdempotency'] = (...args) => this.inner.completeIdempotency(...args);
     releaseIdempotency: Store['releaseIdempotency'] = (...args) => this.inner.releaseIdempotency(...args);
+    markIdempotencyUnknown: Store['markIdempotencyUnknown'] = (...args) => this.inner.markIdempotencyUnknown(...args);
+    resolveBookingMarker: Store['resolveBookingMarker'] = (...args) => this.inner.resolveBookingMarker(...args);
     recordOwner: Store['recordOwner'] = (...args) => this.inner.recordOwner(...args);
     ownerOf: Store['ownerOf'] = (...args) => this.inner.ownerOf(...args);
     recordOwners: Store['recordOwners'] = (...args) => this.inner.recordOwners(...args);
