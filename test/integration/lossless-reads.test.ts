@@ -1,0 +1,64 @@
+// Nothing the upstream gives is lost on the way through (issue 21, item 8):
+// a partner order's style, which only its read by reference carries.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { deliveryInput, partnerOrderBody, startStack, type Stack } from '../helpers/stack.js';
+
+let stack: Stack;
+beforeAll(async () => {
+  stack = await startStack();
+});
+afterAll(() => stack?.stop());
+
+/** The sandbox requests since `mark`, as "METHOD path". */
+function callsSince(mark: number): string[] {
+  return stack.sandbox.requestsSince(mark).map((r) => `${r.method} ${r.path}`);
+}
+
+describe("a partner order's style, read by uid", () => {
+  const seed = (reference: string, style: string) => stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody(reference, { delivery_style: style })).uid as string;
+
+  it('comes from the read by reference, only when selected, once per order', async () => {
+    const fragile = seed('PO-style-1', 'Special Handling');
+    const plain = seed('PO-style-2', 'Standard');
+
+    // Without a style field: one read per order, by uid, nothing more.
+    let mark = stack.sandbox.requestCount;
+    const bare = await stack.gql(`query($uids: [ID!]!) { deliveries(uids: $uids, group: PARTNER) { uid partnerReference } }`, { uids: [fragile, plain] });
+    expect(bare.errors).toBeUndefined();
+    expect(callsSince(mark).filter((c) => c.includes('/orders/partner/'))).toEqual([]);
+    expect(callsSince(mark)).toHaveLength(2);
+
+    // With style and rawStyle, each order listed twice: one read by reference per order.
+    mark = stack.sandbox.requestCount;
+    const styled = await stack.gql(`query($uids: [ID!]!) { deliveries(uids: $uids, group: PARTNER) { uid style rawStyle } }`, { uids: [fragile, plain, fragile, plain] });
+    expect(styled.errors).toBeUndefined();
+    expect(styled.data.deliveries).toEqual([
+      { uid: fragile, style: 'SPECIAL_HANDLING', rawStyle: 'Special Handling' },
+      { uid: plain, style: 'STANDARD', rawStyle: 'Standard' },
+      { uid: fragile, style: 'SPECIAL_HANDLING', rawStyle: 'Special Handling' },
+      { uid: plain, style: 'STANDARD', rawStyle: 'Standard' },
+    ]);
+    const calls = callsSince(mark);
+    expect(calls.filter((c) => c.includes('/orders/partner/')).sort()).toEqual(['GET /api/v1/orders/partner/PO-style-1', 'GET /api/v1/orders/partner/PO-style-2']);
+    expect(calls).toHaveLength(4);
+  });
+
+  it('costs nothing more when the order was read by reference already', async () => {
+    seed('PO-style-3', 'Special Handling');
+    const mark = stack.sandbox.requestCount;
+    const read = await stack.gql(`{ deliveryByReference(partnerReference: "PO-style-3") { style } }`);
+    expect(read.data.deliveryByReference.style).toBe('SPECIAL_HANDLING');
+    expect(callsSince(mark)).toHaveLength(1);
+  });
+
+  it('is not asked for a platform delivery, whose read carries it', async () => {
+    const booked = await stack.gql(`mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`, {
+      input: deliveryInput({ style: 'SPECIAL_HANDLING' }),
+    });
+    const uid = booked.data.createDelivery.data.uid as string;
+    const mark = stack.sandbox.requestCount;
+    const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { style } }`, { uid });
+    expect(read.data.delivery.style).toBe('SPECIAL_HANDLING');
+    expect(callsSince(mark)).toHaveLength(1);
+  });
+});
