@@ -44,7 +44,7 @@ const ItemInputRef = builder.inputType('ItemInput', {
     externalInstanceId: t.string({ description: "The merchant's id of this instance of the item." }),
     price: t.field({
       type: 'Decimal',
-      description: 'Unit price in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default, like tip).',
+      description: 'Unit price in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default, like tip, and read back in the same unit, so Item.price returns it as given).',
     }),
     barcode: t.string({ description: 'Barcode.' }),
   }),

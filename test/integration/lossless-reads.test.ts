@@ -62,3 +62,36 @@ describe("a partner order's style, read by uid", () => {
     expect(callsSince(mark)).toHaveLength(1);
   });
 });
+
+describe('item prices, both ways in the amount unit', () => {
+  const ITEMS = `query($uid: ID!) { delivery(uid: $uid) { package { items { name price } declaredValue } tip } }`;
+  const book = (target: Stack) =>
+    target.gql(`mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`, {
+      input: deliveryInput({ items: [{ name: 'Atlas', quantity: 1, price: '12.34' }, { name: 'Map', quantity: 2, price: '0.05' }, { name: 'Pen' }] }),
+    });
+
+  it('come back as they were given (cents on the wire, the default)', async () => {
+    const uid = (await book(stack)).data.createDelivery.data.uid as string;
+    const read = await stack.gql(ITEMS, { uid });
+    expect(read.errors).toBeUndefined();
+    expect(read.data.delivery.package.items).toEqual([
+      { name: 'Atlas', price: '12.34' },
+      { name: 'Map', price: '0.05' },
+      { name: 'Pen', price: null },
+    ]);
+    // The amounts the document converts from cents on read stay as they were.
+    expect(read.data.delivery.tip).toBe('3.50');
+    expect(read.data.delivery.package.declaredValue).toBe('45.10');
+  });
+
+  it('come back as they were given with UPSTREAM_AMOUNT_UNIT=major', async () => {
+    const major = await startStack({ env: { UPSTREAM_AMOUNT_UNIT: 'major' } });
+    try {
+      const uid = (await book(major)).data.createDelivery.data.uid as string;
+      const read = await major.gql(ITEMS, { uid });
+      expect(read.data.delivery.package.items.map((i: { price: string | null }) => i.price)).toEqual(['12.34', '0.05', null]);
+    } finally {
+      await major.stop();
+    }
+  });
+});
