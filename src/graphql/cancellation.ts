@@ -53,7 +53,11 @@ builder.mutationField('cancelDelivery', (t) =>
       try {
         return await cancelIn(upstream, key, String(uid), group);
       } catch (error) {
-        if (error instanceof NotFoundError) throw await notFoundIn(upstream, key, String(uid), group);
+        if (error instanceof NotFoundError) {
+          const notFound = await notFoundIn(upstream, key, String(uid), group);
+          notFound.upstream = error.upstream;
+          throw notFound;
+        }
         throw error;
       }
     },

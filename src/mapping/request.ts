@@ -6,6 +6,7 @@ import { Decimal } from 'decimal.js';
 import type { AmountUnit } from '../config.js';
 import { ValidationError, type FieldProblem, UpstreamValidationError } from '../errors.js';
 import type { WireDeliveryRequest, WireItem } from '../upstream/wire.js';
+import { scrubSecrets } from '../upstream/refusal.js';
 import type { ApiGroup, DeliveryMode, DeliveryStyle } from './model.js';
 import { INPUT_LIMITS, nestsDeeperThan } from '../domain/limits.js';
 import { isJsonObject } from './scalars.js';
@@ -136,7 +137,7 @@ export function inputPathOfWireField(field: string): string {
  * the caller's key scrubbed from them in case the upstream echoes its header.
  */
 export function validationErrorFromUpstream(error: UpstreamValidationError, key: string, input?: DeliveryInput): ValidationError {
-  const scrub = (text: string) => (key ? text.split(key).join('[redacted]') : text);
+  const scrub = (text: string) => scrubSecrets(text, key);
   // The client wrote delivery_style as rawStyle when it sent that field.
   const pathOf = (field: string) => {
     if (field === 'delivery_style' && input?.rawStyle != null) return 'input.rawStyle';
@@ -159,7 +160,9 @@ export function validationErrorFromUpstream(error: UpstreamValidationError, key:
   }
   const message = scrub(error.message);
   if (fields.length === 0) fields.push({ path: pathFromWords(message), message });
-  return new ValidationError(fields, message);
+  const result = new ValidationError(fields, message);
+  result.upstream = error.upstream;
+  return result;
 }
 
 /**

@@ -95,3 +95,41 @@ describe('item prices, both ways in the amount unit', () => {
     }
   });
 });
+
+describe("the upstream's own code and message on a refusal", () => {
+  const CANCEL = `mutation($uid: ID!, $group: ApiGroup!) { cancelDelivery(uid: $uid, group: $group) { __typename ... on Error { code message upstream { status error message } } } }`;
+
+  it('is on a cancel refused as not found, and as not cancelable (409), on both groups', async () => {
+    const missing = await stack.gql(CANCEL, { uid: '00000000-0000-4000-8000-000000000000', group: 'PARTNER' });
+    expect(missing.data.cancelDelivery).toMatchObject({ __typename: 'NotFoundError', upstream: { status: 404, error: 'not_found', message: 'No order with this uid.' } });
+
+    const uid = stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody('PO-refusal-1')).uid as string;
+    while ((await stack.gql(`query($uid: ID!) { delivery(uid: $uid, group: PARTNER) { status } }`, { uid })).data.delivery.status !== 'PICKUP_COMPLETE') {
+      await stack.sandbox.advance(uid);
+    }
+    const late = await stack.gql(CANCEL, { uid, group: 'PARTNER' });
+    expect(late.data.cancelDelivery).toEqual({
+      __typename: 'NotCancelableError',
+      code: 'NOT_CANCELABLE',
+      message: 'The delivery can no longer be canceled.',
+      upstream: { status: 409, error: 'not_cancelable', message: 'The order can no longer be canceled: it was picked up, delivered or already canceled.' },
+    });
+  });
+
+  it('is in extensions.upstream of an UNAUTHENTICATED error, without the key', async () => {
+    const forged = 'sk_test_forged_key_0123456789abcdef';
+    const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { uid } }`, { uid: '00000000-0000-4000-8000-000000000000' }, forged);
+    expect(read.errors?.[0]?.extensions).toEqual({ code: 'UNAUTHENTICATED', upstream: { status: 401, error: 'invalid_api_key', message: expect.any(String) } });
+    expect(JSON.stringify(read)).not.toContain(forged);
+  });
+
+  it('is on a ValidationError the upstream gave', async () => {
+    // The sandbox refuses an Oversize style without a vehicle size; the facade lets a style it does not know through.
+    const quote = await stack.gql(
+      `mutation($input: DeliveryInput!) { quoteDelivery(input: $input) { __typename ... on ValidationError { upstream { status error message } } } }`,
+      { input: deliveryInput({ rawStyle: 'White Glove' }) },
+    );
+    expect(quote.data.quoteDelivery.__typename).toBe('ValidationError');
+    expect(quote.data.quoteDelivery.upstream).toMatchObject({ status: expect.any(Number), message: expect.stringContaining('delivery_style') });
+  });
+});
