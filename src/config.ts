@@ -190,7 +190,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'WEBHOOK_BODY_TIMEOUT_MS', help: "a webhook's body must arrive within this after its headers", default: '10000' },
   { name: 'DATA_DIR', help: 'directory of the embedded SQLite store', default: './data' },
   { name: 'UPSTREAM_TIMEOUT_MS', help: 'budget of one upstream call, retries included', default: '10000' },
-  { name: 'UPSTREAM_AMOUNT_UNIT', help: 'unit the upstream expects for request tip and package_value: cents or major', default: 'cents' },
+  { name: 'UPSTREAM_AMOUNT_UNIT', help: 'unit the upstream expects for request tip, package_value and item price (item prices are read back in it too): cents or major', default: 'cents' },
   { name: 'UPSTREAM_CHECK_INTERVAL_MS', help: "time between background checks of the upstream's health, reported by /ready and /metrics (readiness never depends on it)", default: '10000' },
   { name: 'UPSTREAM_CONNECTIONS', help: 'most keep-alive sockets to the upstream', default: '64' },
   { name: 'UPSTREAM_MAX_RESPONSE_BYTES', help: 'largest upstream response body accepted', default: '1048576' },

@@ -9,6 +9,8 @@
  * typed result's `code`, or only inside the upstream client (turned into another
  * shape before a client sees it).
  */
+import type { UpstreamRefusal } from './upstream/refusal.js';
+
 export type ErrorSurface = 'graphql-error' | 'result' | 'upstream-client';
 
 export const ERROR_CODES = {
@@ -42,7 +44,11 @@ export const ERROR_CODES = {
   REQUEST_ENTITY_TOO_LARGE: { surface: 'graphql-error', meaning: 'The request body is larger than GRAPHQL_MAX_BODY_BYTES (HTTP 413); it was not read.' },
   UPSTREAM_TIMEOUT: { surface: 'graphql-error', meaning: 'The upstream did not answer within UPSTREAM_TIMEOUT_MS.' },
   UPSTREAM_UNAVAILABLE: { surface: 'graphql-error', meaning: "The upstream could not be reached, reset the connection, or answered 5xx or 429; or its endpoint group's circuit is open (failing fast)." },
-  UPSTREAM_ERROR: { surface: 'graphql-error', meaning: 'The upstream answered something the facade does not understand (non-JSON, unexpected status).' },
+  UPSTREAM_ERROR: {
+    surface: 'graphql-error',
+    meaning:
+      'The upstream answered something the facade does not understand (non-JSON, unexpected status such as 403), or refused a read or cancel as invalid ("The delivery service refused the request: <its message>"); extensions.upstream holds its status, code and message.',
+  },
   INTERNAL_SERVER_ERROR: { surface: 'graphql-error', meaning: 'A fault inside the facade; details are logged, never sent.' },
   RATE_LIMITED: {
     surface: 'graphql-error',
@@ -81,6 +87,8 @@ export type ErrorCode = keyof typeof ERROR_CODES;
 export class DeliveryGraphError extends Error {
   override name = 'DeliveryGraphError';
   readonly code: ErrorCode;
+  /** When this is the upstream's refusal: its status, code and message, scrubbed (extensions.upstream, Error.upstream). */
+  upstream: UpstreamRefusal | undefined;
   constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.code = code;

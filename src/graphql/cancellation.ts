@@ -63,7 +63,11 @@ builder.mutationField('cancelDelivery', (t) =>
         if (verdict === 'unknown') owners.learn(String(uid), caller, group);
         return cancellation;
       } catch (error) {
-        if (error instanceof NotFoundError) throw verdict === 'own' ? new NotFoundError() : await notFoundIn(ctx.services.owners, upstream, key, String(uid), group);
+        if (error instanceof NotFoundError) {
+          const notFound = verdict === 'own' ? new NotFoundError() : await notFoundIn(ctx.services.owners, upstream, key, String(uid), group);
+          notFound.upstream = error.upstream;
+          throw notFound;
+        }
         throw error;
       }
     },

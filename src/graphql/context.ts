@@ -68,6 +68,12 @@ export interface GraphQLContext {
   requireMerchantKey(): string;
   /** One read per (group, uid) per request; null for a uid the caller may not see (src/access/owners.ts decides). */
   deliveryLoader(group: ApiGroup): DataLoader<string, Delivery | null>;
+  /**
+   * One partner-group read by partner reference per reference per request; null
+   * when none belongs to the caller. Used for what only that read carries
+   * (delivery_style), so it is never asked for unless such a field is selected.
+   */
+  orderByReferenceLoader(): DataLoader<string, Delivery | null>;
   /** Over WebSocket: closes this connection (a subscriber that fell too far behind). */
   disconnect?(code: number, reason: string): void;
   /**
@@ -101,6 +107,7 @@ export function createContext(services: Services, options: ContextOptions): Grap
   let signal = options.signal;
   const scope = token ? new Set(token.uids) : undefined;
   const loaders = new Map<ApiGroup, DataLoader<string, Delivery | null>>();
+  let byReference: DataLoader<string, Delivery | null> | undefined;
   return {
     services,
     key,
@@ -129,69 +136,82 @@ export function createContext(services: Services, options: ContextOptions): Grap
       let loader = loaders.get(group);
       if (!loader) {
         // A batch may be stopped when the client goes away; a single read is left to finish (cheaper than watching for it).
-        // A client token's other uids read as not found without asking the upstream.
-        loader = new DataLoader((uids) => readDeliveries(services, this.requireKey(), group, uids, uids.length > 1 ? this.clientGone() : undefined, scope), {
-          maxBatchSize: services.config.graphql.maxBatchSize,
-        });
+        loader = new DataLoader(
+          async (uids) => {
+            const key = this.requireKey();
+            const { upstream, owners } = services;
+            const caller = hashKey(key);
+            // The owner records decide first (src/access/owners.ts), for the whole batch in one lookup.
+            let records: Map<string, OwnerRecord>;
+            try {
+              records = await owners.lookup(scope ? uids.filter((uid) => scope.has(uid)) : uids);
+            } catch (error) {
+              // Without the records nobody can be told apart: every entry fails, nothing is read.
+              const failure = error instanceof DeliveryGraphError ? error : new Error('The owner records could not be read.');
+              return uids.map(() => failure);
+            }
+            const read = async (uid: string, options: { signal: AbortSignal } | undefined) => {
+              // A client token's other uids, another key's deliveries and a delivery recorded in the
+              // other group read as not found, without asking the upstream.
+              if (scope && !scope.has(uid)) return null;
+              const record = records.get(uid);
+              const verdict = ownerVerdict(record, caller);
+              if (verdict === 'other' || (record?.group && record.group !== group)) return null;
+              const delivery =
+                group === 'PLATFORM' ? fromPlatformDelivery(await upstream.platform.get(key, uid, options)) : fromPartnerOrder(await upstream.partner.getOrder(key, uid, options));
+              // No record: the upstream let this key read it, so it is the key's from now on.
+              if (verdict === 'unknown') owners.learn(uid, caller, group);
+              return delivery;
+            };
+            return readEach(services, uids, uids.length > 1 ? this.clientGone() : undefined, read);
+          },
+          { maxBatchSize: services.config.graphql.maxBatchSize },
+        );
         loaders.set(group, loader);
       }
       return loader;
+    },
+    orderByReferenceLoader() {
+      byReference ??= new DataLoader(
+        (references) => {
+          const key = this.requireKey();
+          const read = async (reference: string, options: { signal: AbortSignal } | undefined) => fromPartnerOrder(await services.upstream.partner.getOrderByReference(key, reference, options));
+          return readEach(services, references, references.length > 1 ? this.clientGone() : undefined, read);
+        },
+        { maxBatchSize: services.config.graphql.maxBatchSize },
+      );
+      return byReference;
     },
   };
 }
 
 /**
- * Reads each (already distinct) uid once, at most `batchConcurrency` at a time.
- * A failing uid fails only its own entry; an unknown one reads as null, and so
- * does one recorded as another key's (or as living in the other group), without
- * asking the upstream. A delivery with no record that the upstream lets the key
- * read is recorded as the key's.
+ * Reads each (already distinct) id once, at most `batchConcurrency` at a time.
+ * A failing id fails only its own entry; an unknown one reads as null.
  */
-async function readDeliveries(
+async function readEach(
   services: Services,
-  key: string,
-  group: ApiGroup,
-  uids: readonly string[],
+  ids: readonly string[],
   signal: AbortSignal | undefined,
-  scope: ReadonlySet<string> | undefined,
+  read: (id: string, options: { signal: AbortSignal } | undefined) => Promise<Delivery | null>,
 ): Promise<Array<Delivery | null | Error>> {
-  const { upstream, config, owners } = services;
-  const caller = hashKey(key);
-  let records: Map<string, OwnerRecord>;
-  try {
-    records = await owners.lookup(scope ? uids.filter((uid) => scope.has(uid)) : uids);
-  } catch (error) {
-    // Without the records nobody can be told apart: every entry fails, nothing is read.
-    const failure = error instanceof DeliveryGraphError ? error : new Error('The owner records could not be read.');
-    return uids.map(() => failure);
-  }
-  const readOne = async (uid: string): Promise<Delivery | null | Error> => {
-    if (scope && !scope.has(uid)) return null;
-    const record = records.get(uid);
-    const verdict = ownerVerdict(record, caller);
-    if (verdict === 'other' || (record?.group && record.group !== group)) return null;
+  const readOne = async (id: string): Promise<Delivery | null | Error> => {
     try {
-      const options = signal ? { signal } : undefined;
-      const delivery =
-        group === 'PLATFORM'
-          ? fromPlatformDelivery(await upstream.platform.get(key, uid, options))
-          : fromPartnerOrder(await upstream.partner.getOrder(key, uid, options));
-      if (verdict === 'unknown') owners.learn(uid, caller, group);
-      return delivery;
+      return await read(id, signal ? { signal } : undefined);
     } catch (error) {
       if (error instanceof NotFoundError) return null;
       return error instanceof DeliveryGraphError ? error : new Error(String(error));
     }
   };
-  const results = new Array<Delivery | null | Error>(uids.length);
+  const results = new Array<Delivery | null | Error>(ids.length);
   let next = 0;
   const worker = async () => {
-    while (next < uids.length && !signal?.aborted) {
+    while (next < ids.length && !signal?.aborted) {
       const index = next++;
-      results[index] = await readOne(uids[index]!);
+      results[index] = await readOne(ids[index]!);
     }
   };
-  await Promise.all(Array.from({ length: Math.min(config.graphql.batchConcurrency, uids.length) }, worker));
+  await Promise.all(Array.from({ length: Math.min(services.config.graphql.batchConcurrency, ids.length) }, worker));
   // Reads never started because the client went away still need an entry.
   for (let index = 0; index < results.length; index += 1) if (results[index] === undefined) results[index] = new Error('The client went away before this read.');
   return results;

@@ -33,6 +33,20 @@ function read<K extends keyof Delivery>(key: K) {
   };
 }
 
+/**
+ * The style of a delivery. A partner order read by uid carries no delivery_style
+ * (the upstream's document: only the read by partner reference does), so for
+ * one with a reference it is taken from that read: once per order per request,
+ * and only when a style field is selected.
+ */
+async function styleSource(parent: DeliveryParent, ctx: GraphQLContext): Promise<Delivery> {
+  const delivery = await full(parent, ctx);
+  if (delivery.group !== 'PARTNER' || delivery.rawStyle !== null || !delivery.partnerReference) return delivery;
+  const byReference = await ctx.orderByReferenceLoader().load(delivery.partnerReference);
+  // The reference names this very order, or its answer says nothing about this one.
+  return byReference && byReference.uid === delivery.uid ? byReference : delivery;
+}
+
 const GLOBAL_ID_SEPARATOR = ':';
 
 function parseDeliveryId(id: string): { group: ApiGroup; uid: string } | null {
@@ -74,8 +88,18 @@ builder.node(DeliveryRef, {
     deliveryEndTime: t.field({ type: 'DateTime', nullable: true, description: 'End of the dropoff window.', resolve: read('deliveryEndTime') }),
     estimatedDropoffAt: t.field({ type: 'DateTime', nullable: true, description: 'Estimated arrival at the dropoff (dropoff_time_estimated).', resolve: read('estimatedDropoffAt') }),
     mode: t.field({ type: DeliveryModeEnum, nullable: true, description: 'On demand (NOW) or SCHEDULED.', resolve: read('mode') }),
-    style: t.field({ type: DeliveryStyleEnum, nullable: true, description: 'Handling style; OTHER for styles the facade does not know.', resolve: read('style') }),
-    rawStyle: t.string({ nullable: true, description: 'The style string exactly as the upstream sent it.', resolve: read('rawStyle') }),
+    style: t.field({
+      type: DeliveryStyleEnum,
+      nullable: true,
+      description:
+        "Handling style; OTHER for styles the facade does not know. A partner order's read by uid has no style upstream, so for a partner order with a partnerReference selecting this costs one more upstream read (by reference), once per order per request.",
+      resolve: async (parent, _args, ctx) => (await styleSource(parent, ctx)).style,
+    }),
+    rawStyle: t.string({
+      nullable: true,
+      description: 'The style string exactly as the upstream sent it (for a partner order, from its read by partner reference, as `style`).',
+      resolve: async (parent, _args, ctx) => (await styleSource(parent, ctx)).rawStyle,
+    }),
     package: t.field({ type: PackageRef, description: 'What is being delivered.', resolve: read('package') }),
     courier: t.field({ type: CourierRef, nullable: true, description: 'The courier; null until one is assigned.', resolve: read('courier') }),
     proofOfDelivery: t.field({ type: ProofOfDeliveryRef, nullable: true, description: 'Photo and signature collected at the dropoff.', resolve: read('proofOfDelivery') }),

@@ -9,13 +9,29 @@ import {
   ValidationError,
   type FieldProblem,
 } from '../errors.js';
+import type { UpstreamRefusal } from '../upstream/refusal.js';
 import { builder } from './builder.js';
+
+const UpstreamRefusalRef = builder.objectRef<UpstreamRefusal>('UpstreamRefusal').implement({
+  description: "What the delivery service said when it refused a call, scrubbed of keys and tokens and cut to a bounded length (never its raw body). The same object is a GraphQL error's extensions.upstream.",
+  fields: (t) => ({
+    status: t.exposeInt('status', { description: 'The HTTP status it answered.' }),
+    error: t.exposeString('error', { nullable: true, description: "Its error code: the body's `code` (platform group) or `error` (partner group), e.g. not_cancelable; null when it sent none." }),
+    message: t.exposeString('message', { nullable: true, description: 'Its message; null when it sent none.' }),
+  }),
+});
 
 export const ErrorInterface = builder.interfaceRef<DeliveryGraphError>('Error').implement({
   description: 'An expected failure returned as data in a mutation result union.',
   fields: (t) => ({
     message: t.exposeString('message', { description: 'What went wrong, for people.' }),
     code: t.exposeString('code', { description: 'Stable machine-readable code, e.g. VALIDATION_FAILED.' }),
+    upstream: t.field({
+      type: UpstreamRefusalRef,
+      nullable: true,
+      description: "The delivery service's own status, error code and message when this is its refusal; null when the facade decided alone (its own checks, an idempotency conflict).",
+      resolve: (error) => error.upstream ?? null,
+    }),
   }),
 });
 

@@ -19,6 +19,23 @@ const AddressInputRef = builder.inputType('AddressInput', {
   }),
 });
 
+const AddressPartsInputRef = builder.inputType('AddressPartsInput', {
+  description:
+    'A dropoff address part by part, every part optional: the PARTNER group takes any of them (its document makes the dropoff address fields optional); the PLATFORM group still needs street, city and country.',
+  fields: (t) => ({
+    street: t.string({ description: 'Street name.' }),
+    city: t.string({ description: 'City.' }),
+    country: t.string({ description: 'Country.' }),
+    number: t.string({ description: 'House or building number.' }),
+    secondaryNumber: t.string({ description: 'Apartment, suite or unit.' }),
+    county: t.string({ description: 'County.' }),
+    state: t.string({ description: 'State or region.' }),
+    postalCode: t.string({ description: 'Postal code.' }),
+    latitude: t.float({ description: 'Latitude, -90 to 90.' }),
+    longitude: t.float({ description: 'Longitude, -180 to 180.' }),
+  }),
+});
+
 const StopInputRef = builder.inputType('StopInput', {
   description: 'The pickup or the dropoff of a request.',
   fields: (t) => ({
@@ -26,7 +43,12 @@ const StopInputRef = builder.inputType('StopInput', {
     phone: t.string({ description: 'Contact phone; at most 15 characters for the pickup.' }),
     email: t.string({ description: 'Contact email; pickup.email is the required `email` of the upstream body.' }),
     instructions: t.string({ description: 'Instructions for the courier; at most 512 characters for the pickup.' }),
-    address: t.field({ type: AddressInputRef, description: 'Required for the pickup; for the dropoff on the PLATFORM group.' }),
+    address: t.field({ type: AddressInputRef, description: 'Required for the pickup; for the dropoff on the PLATFORM group (or addressParts with street, city and country).' }),
+    addressParts: t.field({
+      type: AddressPartsInputRef,
+      description:
+        'The dropoff only, instead of address: a partial address (e.g. a postal code and a city), which the PARTNER group accepts; on the PLATFORM group street, city and country are still required.',
+    }),
     windowStart: t.field({
       type: 'DateTime',
       description: 'Start of the stop window, any offset (sent as UTC). dropoff.windowStart is required unless mode is NOW.',
@@ -44,7 +66,7 @@ const ItemInputRef = builder.inputType('ItemInput', {
     externalInstanceId: t.string({ description: "The merchant's id of this instance of the item." }),
     price: t.field({
       type: 'Decimal',
-      description: 'Unit price in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default, like tip).',
+      description: 'Unit price in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default, like tip, and read back in the same unit, so Item.price returns it as given).',
     }),
     barcode: t.string({ description: 'Barcode.' }),
   }),

@@ -1,6 +1,7 @@
 // Small value types shared by deliveries, quotes, cancellations and events.
 // Their fields read the same-named properties of the mapping model.
 import type { Address, Courier, Distance, GeoPoint, Item, Money, Package, Stop } from '../mapping/model.js';
+import { amountFromUpstream } from '../mapping/scalars.js';
 import { builder } from './builder.js';
 
 export const MoneyRef = builder.objectRef<Money>('Money').implement({
@@ -96,7 +97,14 @@ const ItemRef = builder.objectRef<Item>('Item').implement({
     description: t.exposeString('description', { nullable: true, description: 'Item description.' }),
     externalId: t.exposeString('externalId', { nullable: true, description: "The merchant's id of the item." }),
     externalInstanceId: t.exposeString('externalInstanceId', { nullable: true, description: "The merchant's id of this instance of the item." }),
-    price: t.expose('price', { type: 'Decimal', nullable: true, description: 'Unit price.' }),
+    price: t.field({
+      type: 'Decimal',
+      nullable: true,
+      description:
+        'Unit price in major units. Item prices are sent to the delivery service in UPSTREAM_AMOUNT_UNIT (cents by default) and read back in that same unit, so a price comes back as it was given.',
+      // The upstream gives an item back as it was sent: its price in the unit it went out in.
+      resolve: (item, _args, ctx) => amountFromUpstream(item.price, ctx.services.config.upstream.amountUnit),
+    }),
     barcode: t.exposeString('barcode', { nullable: true, description: 'Barcode.' }),
     extra: t.field({
       type: 'JSON',

@@ -77,6 +77,12 @@ export interface Item {
   description: string | null;
   externalId: string | null;
   externalInstanceId: string | null;
+  /**
+   * The price as the upstream sent it, a decimal string in the unit it was sent
+   * in (UPSTREAM_AMOUNT_UNIT: the document states no unit for items, and an item
+   * is not listed among the amounts converted from cents on read). The GraphQL
+   * Item converts it to major units.
+   */
   price: string | null;
   barcode: string | null;
   /** What the upstream sent for the item beyond the documented keys, as sent; null when nothing. */

@@ -7,6 +7,7 @@ import { Decimal } from 'decimal.js';
 import type { AmountUnit } from '../config.js';
 import { ValidationError, type FieldProblem, UpstreamValidationError } from '../errors.js';
 import type { WireDeliveryRequest, WireItem } from '../upstream/wire.js';
+import { scrubSecrets } from '../upstream/refusal.js';
 import type { ApiGroup, DeliveryMode, DeliveryStyle } from './model.js';
 import { INPUT_LIMITS, nestsDeeperThan } from '../domain/limits.js';
 import { isJsonObject } from './scalars.js';
@@ -25,12 +26,17 @@ export interface AddressInput {
   longitude?: number | null;
 }
 
+/** An address of which any part may be missing: the partner group's dropoff (its document makes those fields optional). */
+export type AddressPartsInput = { [K in keyof AddressInput]?: AddressInput[K] | null };
+
 export interface StopInput {
   name: string;
   phone?: string | null;
   email?: string | null;
   instructions?: string | null;
   address?: AddressInput | null;
+  /** The dropoff's address part by part, instead of `address`. */
+  addressParts?: AddressPartsInput | null;
   /** Already UTC "YYYY-MM-DDTHH:MM:SSZ" (the DateTime scalar converts offsets). */
   windowStart?: string | null;
 }
@@ -132,9 +138,14 @@ export function inputPathOfWireField(field: string): string {
  * the caller's key scrubbed from them in case the upstream echoes its header.
  */
 export function validationErrorFromUpstream(error: UpstreamValidationError, key: string, input?: DeliveryInput): ValidationError {
-  const scrub = (text: string) => (key ? text.split(key).join('[redacted]') : text);
+  const scrub = (text: string) => scrubSecrets(text, key);
   // The client wrote delivery_style as rawStyle when it sent that field.
-  const pathOf = (field: string) => (field === 'delivery_style' && input?.rawStyle != null ? 'input.rawStyle' : inputPathOfWireField(field));
+  const pathOf = (field: string) => {
+    if (field === 'delivery_style' && input?.rawStyle != null) return 'input.rawStyle';
+    const path = inputPathOfWireField(field);
+    // The client wrote the dropoff address as addressParts when it sent that.
+    return input?.dropoff.addressParts != null ? path.replace(/^input\.dropoff\.address\./, 'input.dropoff.addressParts.') : path;
+  };
   // A message without a field (the partner group's, or a bare list of messages) names the field when it can.
   const pathFromWords = (message: string) => {
     const named = /\b([a-z]+(?:_[a-z]+)+|email|currency|weight|tip|items)\b/.exec(message)?.[1];
@@ -150,7 +161,9 @@ export function validationErrorFromUpstream(error: UpstreamValidationError, key:
   }
   const message = scrub(error.message);
   if (fields.length === 0) fields.push({ path: pathFromWords(message), message });
-  return new ValidationError(fields, message);
+  const result = new ValidationError(fields, message);
+  result.upstream = error.upstream;
+  return result;
 }
 
 /**
@@ -179,23 +192,30 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
     if (blank(value)) problem(path, 'is required');
   };
 
-  const checkAddress = (side: 'pickup' | 'dropoff', address: AddressInput | null | undefined, mandatory: boolean) => {
-    if (!address) {
-      if (mandatory) problem(`${side}.address`, `is required${side === 'dropoff' ? ' on the PLATFORM group' : ''}`);
-      return;
+  // `at` is the input path of the address given: `address`, or the dropoff's `addressParts`.
+  const checkAddress = (at: string, address: AddressPartsInput, streetCityCountry: string | null) => {
+    for (const part of ['street', 'city', 'country'] as const) {
+      if (streetCityCountry !== null) {
+        if (blank(address[part])) problem(`${at}.${part}`, streetCityCountry);
+      } else if (address[part] != null && blank(address[part])) {
+        problem(`${at}.${part}`, 'must not be blank (leave it out instead)');
+      }
     }
-    required(`${side}.address.street`, address.street);
-    required(`${side}.address.city`, address.city);
-    required(`${side}.address.country`, address.country);
-    if (address.latitude != null && !(address.latitude >= -90 && address.latitude <= 90)) problem(`${side}.address.latitude`, 'must be between -90 and 90');
-    if (address.longitude != null && !(address.longitude >= -180 && address.longitude <= 180)) problem(`${side}.address.longitude`, 'must be between -180 and 180');
+    if (address.latitude != null && !(address.latitude >= -90 && address.latitude <= 90)) problem(`${at}.latitude`, 'must be between -90 and 90');
+    if (address.longitude != null && !(address.longitude >= -180 && address.longitude <= 180)) problem(`${at}.longitude`, 'must be between -180 and 180');
   };
 
   const { pickup, dropoff } = input;
   required('pickup.name', pickup.name);
   required('dropoff.name', dropoff.name);
-  checkAddress('pickup', pickup.address, true);
-  checkAddress('dropoff', dropoff.address, group === 'PLATFORM');
+  if (pickup.address) checkAddress('pickup.address', pickup.address, 'is required');
+  else problem('pickup.address', 'is required');
+  if (pickup.addressParts != null) problem('pickup.addressParts', 'is only for the dropoff; the pickup needs address (street, city and country)');
+  if (dropoff.address && dropoff.addressParts) problem('dropoff.addressParts', 'must not be given together with address; send one of them');
+  else if (dropoff.address) checkAddress('dropoff.address', dropoff.address, 'is required');
+  // The partner group's dropoff address fields are all optional; the platform group's street, city and country are not.
+  else if (dropoff.addressParts) checkAddress('dropoff.addressParts', dropoff.addressParts, group === 'PLATFORM' ? 'is required on the PLATFORM group' : null);
+  else if (group === 'PLATFORM') problem('dropoff.address', 'is required on the PLATFORM group');
   if (blank(pickup.email)) problem('pickup.email', 'is required (the contact email of the pickup)');
   for (const [side, email] of [['pickup', pickup.email], ['dropoff', dropoff.email]] as const) {
     if (!blank(email) && !/^[^\s@]+@[^\s@]+$/.test(email!)) problem(`${side}.email`, 'must be an email address');
@@ -281,6 +301,7 @@ function checkSizes(input: DeliveryInput, problem: (path: string, message: strin
     if (side === 'dropoff') text(`${side}.instructions`, stop.instructions, INPUT_LIMITS.longText);
     for (const field of ['street', 'number', 'secondaryNumber', 'city', 'county', 'state', 'postalCode', 'country'] as const) {
       text(`${side}.address.${field}`, stop.address?.[field], INPUT_LIMITS.shortText);
+      text(`${side}.addressParts.${field}`, stop.addressParts?.[field], INPUT_LIMITS.shortText);
     }
   }
   text('description', input.description, INPUT_LIMITS.longText);
@@ -319,7 +340,7 @@ export function toWireRequest(input: DeliveryInput, group: ApiGroup, amountUnit:
   const set = <K extends keyof WireDeliveryRequest>(field: K, value: WireDeliveryRequest[K] | null | undefined) => {
     if (value !== null && value !== undefined) body[field] = value;
   };
-  const setAddress = (side: 'pickup' | 'dropoff', address: AddressInput | null | undefined) => {
+  const setAddress = (side: 'pickup' | 'dropoff', address: AddressPartsInput | null | undefined) => {
     if (!address) return;
     for (const [wire, key] of Object.entries(ADDRESS_FIELDS)) {
       const value = address[key];
@@ -327,7 +348,7 @@ export function toWireRequest(input: DeliveryInput, group: ApiGroup, amountUnit:
     }
   };
   setAddress('pickup', input.pickup.address);
-  setAddress('dropoff', input.dropoff.address);
+  setAddress('dropoff', input.dropoff.address ?? input.dropoff.addressParts);
   set('pickup_phone_number', input.pickup.phone);
   set('dropoff_phone_number', input.dropoff.phone);
   set('pickup_instructions', input.pickup.instructions);

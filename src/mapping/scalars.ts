@@ -1,6 +1,7 @@
 // Money, time and number conversions shared by every mapping. Money never goes
 // through binary float arithmetic: upstream floats are re-read as decimals.
 import { Decimal } from 'decimal.js';
+import type { AmountUnit } from '../config.js';
 
 /** Numbers the upstream may send as numeric strings are read as numbers; anything else is null. */
 export function num(value: unknown): number | null {
@@ -59,6 +60,16 @@ function withTwoDecimals(text: string): string {
   const dot = text.indexOf('.');
   if (dot < 0) return `${text}.00`;
   return text.length - dot === 2 ? `${text}0` : text;
+}
+
+/**
+ * An amount the upstream gives in `unit` as a decimal string in major units:
+ * cents are divided by 100 (1234 → "12.34"), major units are read as they are.
+ */
+export function amountFromUpstream(value: unknown, unit: AmountUnit): string | null {
+  const decimal = decimalFrom(value);
+  if (decimal === null || unit === 'major') return decimal;
+  return formatDecimal(new Decimal(decimal).div(100));
 }
 
 export function formatDecimal(decimal: Decimal): string {

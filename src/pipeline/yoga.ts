@@ -52,9 +52,14 @@ function maskError(error: unknown, message: string, isDev?: boolean): Error {
   const located = error as Partial<GraphQLError> | undefined;
   const original = located?.originalError ?? error;
   if (!(original instanceof DeliveryGraphError)) return yogaMaskError(error, message, isDev);
-  // An upstream refusal of a body we did not send (a read, a cancel) is not the client's input: say so, without the upstream's words.
-  const [text, code] = original.code === 'VALIDATION' ? ['The delivery service refused the request.', 'UPSTREAM_ERROR'] : [original.message, original.code];
-  return createGraphQLError(text, { nodes: located?.nodes, source: located?.source, positions: located?.positions, path: located?.path, extensions: { code } });
+  const { upstream } = original;
+  // An upstream refusal of a body we did not send (a read, a cancel) is not the client's input: UPSTREAM_ERROR, with the upstream's (scrubbed) words.
+  const [text, code] =
+    original.code === 'VALIDATION'
+      ? [upstream?.message ? `The delivery service refused the request: ${upstream.message}` : 'The delivery service refused the request.', 'UPSTREAM_ERROR']
+      : [original.message, original.code];
+  const extensions = upstream ? { code, upstream } : { code };
+  return createGraphQLError(text, { nodes: located?.nodes, source: located?.source, positions: located?.positions, path: located?.path, extensions });
 }
 
 /** Content types a browser may POST cross-site without a preflight (CSRF). */

@@ -259,14 +259,10 @@ function nestedAddress(record: DeliveryRecord, end: 'pickup' | 'dropoff'): Parti
 }
 
 /**
- * Items come back as sent, except each price, which is read out converted from
- * cents like tip and package_value (every request amount is taken in cents).
+ * Items come back as sent, price included: the document lists only tip and
+ * package_value as converted from cents on read, and shows nothing of an item
+ * on read beyond its being an object.
  */
 function itemsOnRead(items: unknown): unknown[] | null {
-  if (!Array.isArray(items)) return null;
-  return items.map((item) =>
-    item && typeof item === 'object' && typeof (item as { price?: unknown }).price === 'number'
-      ? { ...item, price: centsToMajor((item as { price: number }).price) }
-      : item,
-  );
+  return Array.isArray(items) ? items : null;
 }

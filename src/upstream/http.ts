@@ -9,6 +9,7 @@ import { Pool } from 'undici';
 import { DEFAULT_BREAKER, GroupBreaker, type AttemptOutcome, type BreakerSettings, type BreakerState } from './breaker.js';
 import type { KnownKeys } from './known-keys.js';
 import { SharedReads } from './shared-reads.js';
+import { upstreamRefusal } from './refusal.js';
 import {
   DeliveryGraphError,
   NotCancelableError,
@@ -398,7 +399,19 @@ function parseSuccess<T>(response: RawResponse, request: UpstreamRequest): T {
  */
 export function classifyStatus(
   response: { status: number; text: string; headers?: RawResponse['headers'] },
-  request: Pick<UpstreamRequest, 'method' | 'route' | 'cancel'>): DeliveryGraphError {
+  request: Pick<UpstreamRequest, 'method' | 'route' | 'cancel'> & { key?: string },
+): DeliveryGraphError {
+  const error = classifyRefusal(response, request);
+  // Whatever it became, the client is told what the upstream said (scrubbed, bounded), never the raw body.
+  const body = parseJson(response.text);
+  error.upstream = upstreamRefusal(response.status, body && typeof body === 'object' ? (body as Record<string, unknown>) : {}, request.key);
+  return error;
+}
+
+function classifyRefusal(
+  response: { status: number; text: string; headers?: RawResponse['headers'] },
+  request: Pick<UpstreamRequest, 'method' | 'route' | 'cancel'>,
+): DeliveryGraphError {
   const body = parseJson(response.text);
   const fields = body && typeof body === 'object' ? (body as Record<string, unknown>) : {};
   const code = typeof fields.code === 'string' ? fields.code : typeof fields.error === 'string' ? fields.error : undefined;

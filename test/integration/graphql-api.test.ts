@@ -408,8 +408,8 @@ describe('deliveryByReference and the partner group', () => {
       payload: { po: 1001 },
     });
     const byUid = await stack.gql('query($uid: ID!) { delivery(uid: $uid, group: PARTNER) { uid partnerReference style } }', { uid: order.uid });
-    // The read by uid carries no delivery_style (upstream-api.md).
-    expect(byUid.data.delivery).toEqual({ uid: order.uid, partnerReference: 'PO-1001', style: null });
+    // The read by uid carries no delivery_style (upstream-api.md): the style comes from the read by reference.
+    expect(byUid.data.delivery).toEqual({ uid: order.uid, partnerReference: 'PO-1001', style: 'SPECIAL_HANDLING' });
   });
 
   it('reads an unknown reference as null', async () => {

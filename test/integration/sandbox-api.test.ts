@@ -232,8 +232,8 @@ describe('platform create, read, cancel', () => {
       package_delivery_mode: 'SCHEDULED',
       package_requirements: ['photo_proof_of_delivery'],
       items_count: 2,
-      // Sent in cents like every request amount, read out converted like tip and package_value.
-      items: [{ name: 'Sourdough', quantity: 2, price: 6.5, external_id: 'sku-1' }],
+      // Items come back as sent: unlike tip and package_value, the document converts nothing of an item on read.
+      items: [{ name: 'Sourdough', quantity: 2, price: 650, external_id: 'sku-1' }],
       weight: 2,
       package_value: 12.99,
       tip: 12.34,

@@ -177,7 +177,7 @@ const CREATE = /* GraphQL */ `
     createDelivery(input: $input, idempotencyKey: $idem) {
       __typename
       ... on MutationCreateDeliverySuccess { data { uid trackingUrl status } }
-      ... on Error { code message }
+      ... on Error { code message upstream { status error message } }
       ... on ValidationError { fields { path message } }
     }
   }
@@ -187,7 +187,7 @@ const QUOTE = /* GraphQL */ `
     quoteDelivery(input: $input, group: $group) {
       __typename
       ... on MutationQuoteDeliverySuccess { data { fee { amount currency } } }
-      ... on ValidationError { code message fields { path message } }
+      ... on ValidationError { code message fields { path message } upstream { status error message } }
     }
   }
 `;
@@ -196,7 +196,7 @@ const CANCEL = /* GraphQL */ `
     cancelDelivery(uid: $uid, group: $group) {
       __typename
       ... on MutationCancelDeliverySuccess { data { uid status fee { amount } } }
-      ... on Error { code message }
+      ... on Error { code message upstream { status error message } }
     }
   }
 `;
@@ -240,13 +240,18 @@ describe('secrets', () => {
   // sk_…", errors: {pickup_name: ["… Bearer sk_…"]}}` or a partner 400 `{error, message}`)
   // puts the merchant key into the GraphQL answer, against "No secret is ever put into an
   // error". Expected: the caller's key (and `Bearer <key>`) scrubbed from upstream text,
-  // and reads/cancels answering a documented code (UPSTREAM_ERROR) without the upstream's words.
+  // and reads/cancels answering a documented code (UPSTREAM_ERROR). Since then every
+  // refusal carries the upstream's code and message (extensions.upstream, Error.upstream),
+  // so they are scrubbed of any key-like token too, another merchant's included.
   // (First in the file, while no 5xx has been seen: a breaker opened by the walk below would keep these calls from the upstream.)
   it('keeps a key the upstream echoes in a validation message out of the answer', async () => {
     const answers: string[] = [];
     const echoes = [
       (auth: string) => ({ status: 422, body: JSON.stringify({ message: `Invalid request for ${auth}`, errors: { pickup_name: [`not accepted from ${auth}`], [auth]: ['unknown field'] } }) }),
       (auth: string) => ({ status: 400, body: JSON.stringify({ error: 'validation_error', message: `currency refused for ${auth}` }) }),
+      // Any refusal's message reaches the client (extensions.upstream, Error.upstream): the caller's key, another merchant's, and a bearer value go.
+      (auth: string) => ({ status: 403, body: JSON.stringify({ code: 'forbidden', message: `not for ${auth}, nor ${A}, nor Bearer tok-${B.slice(3)}` }) }),
+      (auth: string) => ({ status: 409, body: JSON.stringify({ error: 'not_cancelable', message: `refused ${auth.replace('Bearer ', '')}` }) }),
     ];
     for (const echo of echoes) {
       upstreamFault = echo;
@@ -260,6 +265,9 @@ describe('secrets', () => {
       }
     }
     expect(answers.join('\n')).toContain('VALIDATION');
+    // The upstream's words do arrive, scrubbed.
+    expect(answers.join('\n')).toContain('"error":"forbidden"');
+    expect(answers.join('\n')).toContain('[redacted]');
     expectNoKeyIn({ answers: answers.join('\n') });
   });
 

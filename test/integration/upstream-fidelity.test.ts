@@ -324,6 +324,56 @@ describe('rawStyle: a style enabled for the platform beyond the documented four'
   });
 });
 
+describe('a partial dropoff address (addressParts)', () => {
+  /** An input whose dropoff address is given part by part. */
+  const withParts = (parts: Record<string, unknown>, overrides: Record<string, unknown> = {}) => {
+    const input = partnerInput(overrides);
+    (input.dropoff as Record<string, unknown>).addressParts = parts;
+    return input;
+  };
+
+  it('is quoted on the PARTNER group, and only the parts given are sent', async () => {
+    const real = await stack.gql(QUOTE, { input: withParts({ city: 'Springfield', postalCode: '12345' }), group: 'PARTNER' });
+    expect(real.errors).toBeUndefined();
+    expect(real.data.quoteDelivery.__typename).toBe('MutationQuoteDeliverySuccess');
+
+    const sent = answer('POST', '/api/v1/quote', 200, QUOTED);
+    await stack.gql(QUOTE, { input: withParts({ city: 'Springfield', postalCode: '12345' }), group: 'PARTNER' });
+    const dropoffAddress = Object.fromEntries(Object.entries(sent[0]!.body).filter(([field]) => field.startsWith('dropoff_address_')));
+    expect(dropoffAddress).toEqual({ dropoff_address_city: 'Springfield', dropoff_address_postal_code: '12345' });
+  });
+
+  it("keeps the PLATFORM group's rules, checked before any call", async () => {
+    const before = upstreamCalls('/quote');
+    const result = await stack.gql(QUOTE, { input: withParts({ city: 'Springfield', postalCode: '12345' }), group: 'PLATFORM' });
+    expect(result.data.quoteDelivery.fields).toEqual([
+      { path: 'input.dropoff.addressParts.street', message: 'is required on the PLATFORM group' },
+      { path: 'input.dropoff.addressParts.country', message: 'is required on the PLATFORM group' },
+    ]);
+    const whole = await stack.gql(QUOTE, { input: withParts({ street: 'Elm St', city: 'Springfield', country: 'US' }), group: 'PLATFORM' });
+    expect(whole.data.quoteDelivery.__typename).toBe('MutationQuoteDeliverySuccess');
+    expect(upstreamCalls('/quote')).toBe(before + 1);
+  });
+
+  it('refuses blank parts, parts for the pickup, and address and addressParts together', async () => {
+    const before = upstreamCalls('/quote');
+    const blank = await stack.gql(QUOTE, { input: withParts({ street: ' ', latitude: 91 }), group: 'PARTNER' });
+    expect(blank.data.quoteDelivery.fields).toEqual([
+      { path: 'input.dropoff.addressParts.street', message: 'must not be blank (leave it out instead)' },
+      { path: 'input.dropoff.addressParts.latitude', message: 'must be between -90 and 90' },
+    ]);
+    const both = withParts({ city: 'Springfield' });
+    (both.dropoff as Record<string, unknown>).address = { street: 'Elm St', city: 'Springfield', country: 'US' };
+    (both.pickup as Record<string, unknown>).addressParts = { city: 'Springfield' };
+    const refused = await stack.gql(QUOTE, { input: both, group: 'PARTNER' });
+    expect(refused.data.quoteDelivery.fields).toEqual([
+      { path: 'input.pickup.addressParts', message: 'is only for the dropoff; the pickup needs address (street, city and country)' },
+      { path: 'input.dropoff.addressParts', message: 'must not be given together with address; send one of them' },
+    ]);
+    expect(upstreamCalls('/quote')).toBe(before);
+  });
+});
+
 describe('item prices go out in the amount unit, like the tip', () => {
   it('sends "12.34" as 1234 cents, and checks it like the tip', async () => {
     const sent = answer('POST', `${platformPath}/deliveries`, 201, { uid: UID, tracking_link: `https://track.example/${UID}` });

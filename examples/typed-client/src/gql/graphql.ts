@@ -50,6 +50,30 @@ export type AddressInput = {
   street: Scalars['String']['input'];
 };
 
+/** A dropoff address part by part, every part optional: the PARTNER group takes any of them (its document makes the dropoff address fields optional); the PLATFORM group still needs street, city and country. */
+export type AddressPartsInput = {
+  /** City. */
+  city?: InputMaybe<Scalars['String']['input']>;
+  /** Country. */
+  country?: InputMaybe<Scalars['String']['input']>;
+  /** County. */
+  county?: InputMaybe<Scalars['String']['input']>;
+  /** Latitude, -90 to 90. */
+  latitude?: InputMaybe<Scalars['Float']['input']>;
+  /** Longitude, -180 to 180. */
+  longitude?: InputMaybe<Scalars['Float']['input']>;
+  /** House or building number. */
+  number?: InputMaybe<Scalars['String']['input']>;
+  /** Postal code. */
+  postalCode?: InputMaybe<Scalars['String']['input']>;
+  /** Apartment, suite or unit. */
+  secondaryNumber?: InputMaybe<Scalars['String']['input']>;
+  /** State or region. */
+  state?: InputMaybe<Scalars['String']['input']>;
+  /** Street name. */
+  street?: InputMaybe<Scalars['String']['input']>;
+};
+
 /** The upstream endpoint group a call goes to. */
 export type ApiGroup =
   /** Endpoints directly under /api/v1: quote, read orders by uid or partner_reference, cancel. */
@@ -160,7 +184,7 @@ export type ItemInput = {
   externalInstanceId?: InputMaybe<Scalars['String']['input']>;
   /** Item name. */
   name?: InputMaybe<Scalars['String']['input']>;
-  /** Unit price in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default, like tip). */
+  /** Unit price in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default, like tip, and read back in the same unit, so Item.price returns it as given). */
   price?: InputMaybe<Scalars['Decimal']['input']>;
   /** How many. */
   quantity?: InputMaybe<Scalars['Float']['input']>;
@@ -168,8 +192,10 @@ export type ItemInput = {
 
 /** The pickup or the dropoff of a request. */
 export type StopInput = {
-  /** Required for the pickup; for the dropoff on the PLATFORM group. */
+  /** Required for the pickup; for the dropoff on the PLATFORM group (or addressParts with street, city and country). */
   address?: InputMaybe<AddressInput>;
+  /** The dropoff only, instead of address: a partial address (e.g. a postal code and a city), which the PARTNER group accepts; on the PLATFORM group street, city and country are still required. */
+  addressParts?: InputMaybe<AddressPartsInput>;
   /** Contact email; pickup.email is the required `email` of the upstream body. */
   email?: InputMaybe<Scalars['String']['input']>;
   /** Instructions for the courier; at most 512 characters for the pickup. */
