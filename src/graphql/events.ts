@@ -25,6 +25,8 @@ function deliveryOf(event: EventView): Delivery {
   let delivery = mapped.get(event);
   if (!delivery) {
     delivery = fromWebhookEvent(event.payload);
+    // deliveryUpdated's view of a courier change on a late milestone: the status stays where the delivery is.
+    if (event.heldStatus) delivery = { ...delivery, status: event.heldStatus };
     mapped.set(event, delivery);
   }
   return delivery;
@@ -32,7 +34,7 @@ function deliveryOf(event: EventView): Delivery {
 
 /** From the event's name, as its delivery's status is (fromWebhookEvent); the label only for a name the facade does not know. */
 function statusOf(event: EventView): DeliveryStatus {
-  return event.snapshot ? event.snapshot.status : statusOfWebhook(event.name, event.payload.status);
+  return event.snapshot?.status ?? event.heldStatus ?? statusOfWebhook(event.name, event.payload.status);
 }
 
 /** The caller's cursors, looked up once per request (or subscription); the value itself once it is known. */
@@ -71,7 +73,8 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
     }),
     status: t.field({
       type: DeliveryStatusEnum,
-      description: "The status implied by the event's milestone (its name); for a name the facade does not know, read from statusText.",
+      description:
+        "The status implied by the event's milestone (its name); for a name the facade does not know, read from statusText. On deliveryUpdated, an event that changed only the courier (courierOnly) carries the delivery's current status instead, which never goes back.",
       resolve: statusOf,
     }),
     statusText: t.exposeString('statusText', { nullable: true, description: 'The upstream\'s human-readable status, e.g. "Picked Up".' }),
@@ -84,7 +87,11 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
     }),
     stale: t.exposeBoolean('stale', {
       description:
-        'True when it arrived after a later milestone (out of order), as a repeat of the current one, or after a final one (DROPOFF_COMPLETE, RETURNED, or CANCELED/FAILED before pickup); stale events change nothing.',
+        'True when it arrived after a later milestone (out of order), as a repeat of the current one, or after a final one (DROPOFF_COMPLETE, RETURNED, or CANCELED/FAILED before pickup), and did not name a new courier; also when it came from a courier who had since been replaced, or is a position of a courier other than the current one. Stale events change nothing.',
+    }),
+    courierOnly: t.exposeBoolean('courierOnly', {
+      description:
+        "True when the event changed the delivery's courier and nothing else: a delivery.* event naming another courier (another driver_id, or another driver_name where there is none), as a reassignment does, whose milestone is behind the delivery's or repeats it. It is not stale; its milestone does not move the status back.",
     }),
     delivery: t.field({ type: DeliveryRef, description: 'The delivery as this event describes it.', resolve: deliveryOf }),
   }),

@@ -47,7 +47,7 @@ describe('milestone order', () => {
   it.each(pairs)('after %s, %s moves forward; the other way round the earlier one is stale', (earlier, later) => {
     expect(transition(stateAfter(earlier), later).stale).toBe(false);
     const ahead = stateAfter(later);
-    expect(transition(ahead, earlier)).toEqual({ stale: true, state: ahead });
+    expect(transition(ahead, earlier)).toEqual({ stale: true, courierOnly: false, state: ahead });
   });
 
   it('skips milestones that never arrived (a later one may come first)', () => {
@@ -75,7 +75,7 @@ describe('the return path', () => {
   it('after a failure past pickup, late dropoff events, a second cancel or failure, and earlier positions are stale', () => {
     const failed = stateAfter('delivery.pickup_complete', 'delivery.dropoff_enroute', 'delivery.failed');
     for (const late of ['delivery.dropoff_enroute', 'delivery.dropoff_arrived', 'delivery.dropoff_complete', 'delivery.pickup_complete', 'delivery.failed', 'delivery.canceled', 'location.dropoff_enroute', 'location.pickup_complete']) {
-      expect(transition(failed, late), late).toEqual({ stale: true, state: failed });
+      expect(transition(failed, late), late).toEqual({ stale: true, courierOnly: false, state: failed });
     }
     const returning = transition(failed, 'delivery.return_in_progress').state;
     for (const late of ['delivery.failed', 'delivery.canceled', 'delivery.dropoff_complete', 'delivery.return_in_progress']) {
@@ -94,7 +94,7 @@ describe('the return path', () => {
       const ended = stateAfter(...starts, notDelivered);
       expect(ended, starts.join(' ')).toEqual({ rank: 8, terminal: true });
       for (const late of ['delivery.return_in_progress', 'delivery.returned', 'location.return_in_progress', 'delivery.pickup_complete', 'delivery.mystery']) {
-        expect(transition(ended, late), late).toEqual({ stale: true, state: ended });
+        expect(transition(ended, late), late).toEqual({ stale: true, courierOnly: false, state: ended });
       }
     }
   });
@@ -115,31 +115,31 @@ describe('duplicates and positions', () => {
       expect(transition(state, name).stale, name).toBe(true);
     }
     const enroute = stateAfter('delivery.dropoff_enroute');
-    expect(transition(enroute, 'location.dropoff_enroute')).toEqual({ stale: false, state: enroute });
+    expect(transition(enroute, 'location.dropoff_enroute')).toEqual({ stale: false, courierOnly: false, state: enroute });
     expect(transition(enroute, 'Location.Dropoff_Enroute').stale).toBe(false);
   });
 
   it('positions never move the state, and one from an earlier milestone is stale', () => {
     const arrived = stateAfter('delivery.pickup_arrived');
-    expect(transition(arrived, 'location.dropoff_enroute')).toEqual({ stale: false, state: arrived });
-    expect(transition(arrived, 'location.pickup_enroute')).toEqual({ stale: true, state: arrived });
+    expect(transition(arrived, 'location.dropoff_enroute')).toEqual({ stale: false, courierOnly: false, state: arrived });
+    expect(transition(arrived, 'location.pickup_enroute')).toEqual({ stale: true, courierOnly: false, state: arrived });
     expect(transition(arrived, 'location.assigned_driver').stale).toBe(true);
-    expect(transition(undefined, 'location.pickup_enroute')).toEqual({ stale: false, state: undefined });
+    expect(transition(undefined, 'location.pickup_enroute')).toEqual({ stale: false, courierOnly: false, state: undefined });
   });
 
   it('location.return_in_progress is fine during a return and after a failure past pickup', () => {
     const failed = stateAfter('delivery.pickup_complete', 'delivery.failed');
-    expect(transition(failed, 'location.return_in_progress')).toEqual({ stale: false, state: failed });
+    expect(transition(failed, 'location.return_in_progress')).toEqual({ stale: false, courierOnly: false, state: failed });
     const returning = stateAfter('delivery.pickup_complete', 'delivery.failed', 'delivery.return_in_progress');
-    expect(transition(returning, 'location.return_in_progress')).toEqual({ stale: false, state: returning });
+    expect(transition(returning, 'location.return_in_progress')).toEqual({ stale: false, courierOnly: false, state: returning });
     expect(transition(returning, 'location.dropoff_arrived').stale).toBe(true);
   });
 
   it('an unknown milestone is never ranked and moves nothing, but is stale after a final state', () => {
     const enroute = stateAfter('delivery.pickup_enroute');
-    expect(transition(enroute, 'delivery.teleported')).toEqual({ stale: false, state: enroute });
-    expect(transition(undefined, 'delivery.teleported')).toEqual({ stale: false, state: undefined });
-    expect(transition(enroute, 'ping')).toEqual({ stale: false, state: enroute });
+    expect(transition(enroute, 'delivery.teleported')).toEqual({ stale: false, courierOnly: false, state: enroute });
+    expect(transition(undefined, 'delivery.teleported')).toEqual({ stale: false, courierOnly: false, state: undefined });
+    expect(transition(enroute, 'ping')).toEqual({ stale: false, courierOnly: false, state: enroute });
     expect(transition(stateAfter('delivery.canceled'), 'ping').stale).toBe(true);
   });
 
