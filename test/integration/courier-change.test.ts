@@ -41,7 +41,7 @@ async function post(event: Record<string, unknown>): Promise<{ status: string; s
 /** The newest stored event of the delivery with this name, as the upstream sent it. */
 async function storedPayload(uid: string, name: string): Promise<Record<string, unknown>> {
   const events = await stack.app.services.store.eventsAfter(0, 500, { uids: [uid] });
-  return events.filter((event) => event.name === name).at(-1)!.payload as Record<string, unknown>;
+  return events.filter((event) => event.name === name).at(-1)!.payload as unknown as Record<string, unknown>;
 }
 
 it('pushes a reassigned courier to subscribers without moving the status back, and ignores the old courier afterwards', async () => {

@@ -3,7 +3,7 @@
 // duplicates and positions; and the status an event gives its delivery, read
 // from its event_name rather than its human-readable label.
 import { describe, expect, it } from 'vitest';
-import { eventFacts, stateOfStatus, transition, type MilestoneState } from '../../src/domain/milestones.js';
+import { courierIdentity, eventFacts, stateOfStatus, transition, type MilestoneState } from '../../src/domain/milestones.js';
 import { fromWebhookEvent } from '../../src/mapping/delivery.js';
 import { statusOfWebhook } from '../../src/domain/status.js';
 
@@ -184,5 +184,38 @@ describe('the status an event gives its delivery', () => {
     expect(fromWebhookEvent({ uid: 'u', event_name: 'delivery.teleported', status: 'Picked Up' }).status).toBe('PICKUP_COMPLETE');
     expect(fromWebhookEvent({ uid: 'u', event_name: 'delivery.teleported', status: 'Beamed' }).status).toBe('UNKNOWN');
     expect(statusOfWebhook(undefined, 'Delivered')).toBe('DROPOFF_COMPLETE');
+  });
+});
+
+describe('couriers', () => {
+  const ana = { id: '1', name: 'Ana Costa' };
+  const ben = { id: '2', name: 'Ben Okafor' };
+  const enroute = transition(transition(undefined, 'delivery.assigned', ana).state, 'delivery.pickup_enroute', ana).state;
+
+  it('a delivery.* event naming another courier changes the courier alone when its milestone is late or a repeat', () => {
+    expect(transition(enroute, 'delivery.assigned', ben)).toEqual({
+      stale: false,
+      courierOnly: true,
+      state: { rank: 2, terminal: false, courier: ben, formerCouriers: [ana] },
+    });
+    expect(transition(enroute, 'delivery.pickup_enroute', ben).courierOnly).toBe(true);
+    // The same courier on a late milestone is stale as before.
+    expect(transition(enroute, 'delivery.assigned', ana)).toEqual({ stale: true, courierOnly: false, state: enroute });
+  });
+
+  it('after a change, the replaced courier is stale, positions of a courier not announced are stale, and a final state ends it all', () => {
+    const changed = transition(enroute, 'delivery.assigned', ben).state;
+    for (const name of ['location.pickup_enroute', 'delivery.pickup_enroute', 'delivery.pickup_arrived']) expect(transition(changed, name, ana).stale, name).toBe(true);
+    expect(transition(changed, 'location.pickup_enroute', ben).stale).toBe(false);
+    expect(transition(enroute, 'location.pickup_enroute', ben).stale).toBe(true);
+    expect(transition(stateAfter('delivery.dropoff_complete'), 'delivery.assigned', ben).stale).toBe(true);
+  });
+
+  it('compares by driver_id when both events carry one, else by name', () => {
+    expect(transition(enroute, 'delivery.assigned', { id: '1', name: 'A. Costa' }).stale).toBe(true);
+    expect(transition(enroute, 'delivery.assigned', { id: null, name: 'Ana Costa' }).stale).toBe(true);
+    expect(transition(enroute, 'delivery.assigned', { id: null, name: 'Ben Okafor' }).courierOnly).toBe(true);
+    expect(courierIdentity({ driver_id: 7, driver_name: '' })).toEqual({ id: '7', name: null });
+    expect(courierIdentity({ driver_id: null, driver_name: null })).toBeUndefined();
   });
 });
