@@ -39,6 +39,12 @@ export interface SandboxKnobs {
    * `sandbox_outcome` overrides it for one delivery.
    */
   returnRate: number;
+  /**
+   * 0..1: share of deliveries that get another courier once, right after
+   * pickup_enroute (delivery.assigned and location.assigned_driver naming the new
+   * driver; the milestone stays). reassignCourier() does it on demand.
+   */
+  reassignRate: number;
   /** The receiver must answer 2xx within this. */
   webhookTimeoutMs: number;
   /** Retry n waits retryBaseMs * 2^(n-1); at most 5 retries. */

@@ -81,15 +81,19 @@ export class LifecycleSimulator {
     if (!record) throw new LifecycleError('not_found', `no delivery ${uid}`);
     if (isFinished(record)) throw new LifecycleError('finished', `delivery ${uid} is already finished`);
     if (!record.courier) throw new LifecycleError('not_assigned', `delivery ${uid} has no courier yet`);
-    const courier = pickCourier(record, record.courier);
+    this.changeCourier(record);
+    // The step's location ticks start again from the new courier.
+    this.clearTimers(uid);
+    this.schedule(record);
+  }
+
+  private changeCourier(record: DeliveryRecord): void {
+    const courier = pickCourier(record, record.courier!);
     if (isPickedUp(record) && record.courierAt) courier.origin = record.courierAt;
     record.courier = courier;
     record.courierAt = courier.origin;
     this.emit(record, MILESTONE.assigned.event, { final: false, location: false });
     this.emit(record, MILESTONE.assigned.location!, { final: false, location: true });
-    // The step's location ticks start again from the new courier.
-    this.clearTimers(uid);
-    this.schedule(record);
   }
 
   /**
@@ -134,6 +138,8 @@ export class LifecycleSimulator {
 
     this.emit(record, milestone.event, { final: milestone.final, location: false });
     if (milestone.location) this.emit(record, milestone.location, { final: false, location: true });
+    // The reassignRate knob's share of deliveries get another courier once, on the way to the pickup.
+    if (milestone.key === 'pickup_enroute' && this.knobs.reassignRate > 0 && Math.random() < this.knobs.reassignRate) this.changeCourier(record);
     if (!milestone.final) this.schedule(record);
   }
 

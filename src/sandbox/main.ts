@@ -19,6 +19,9 @@ const USAGE = `Usage: npm run sandbox -- [options]
   --reorder-rate <0..1>  share of webhooks sent after the next one (default 0)
   --return-rate <0..1>   share of picked-up deliveries that fail or are canceled by
                          the provider, then go back to the pickup (default 0)
+  --reassign-rate <0..1> share of deliveries that get another courier once, on the way
+                         to the pickup (default 0; POST /sandbox/deliveries/<uid>/reassign
+                         does it for one delivery)
   --request-log-size <n> most recent requests kept for inspection (default ${DEFAULT_REQUEST_LOG_SIZE})
   --public-key-file <p>  where to write the webhook public key (default ./data/sandbox-public.pem)
   --help                 show this text
@@ -39,6 +42,7 @@ const NUMERIC_KNOBS: Record<string, keyof SandboxKnobs> = {
   'duplicate-rate': 'duplicateRate',
   'reorder-rate': 'reorderRate',
   'return-rate': 'returnRate',
+  'reassign-rate': 'reassignRate',
 };
 
 async function main(): Promise<void> {
@@ -53,6 +57,7 @@ async function main(): Promise<void> {
       'duplicate-rate': { type: 'string' },
       'reorder-rate': { type: 'string' },
       'return-rate': { type: 'string' },
+      'reassign-rate': { type: 'string' },
       'request-log-size': { type: 'string' },
       'public-key-file': { type: 'string' },
       help: { type: 'boolean' },

@@ -134,3 +134,30 @@ it('refuses to reassign a delivery that has no courier yet, and an unknown one',
   const body = (await done.json()) as { uid: string; driver_id: number; driver_name: string };
   expect(body).toMatchObject({ uid, driver_id: expect.any(Number), driver_name: expect.any(String) });
 });
+
+it('reassignRate 1 gives every delivery another courier once, on the way to the pickup, in events and reads', async () => {
+  stack.sandbox.setKnobs({ reassignRate: 1 });
+  try {
+    const created = await stack.gql(CREATE, { input: deliveryInput() });
+    const uid: string = created.data.createDelivery.data.uid;
+    await stack.sandbox.advance(uid); // assigned
+    await stack.sandbox.advance(uid); // pickup_enroute, then the new courier
+    await stack.sandbox.advance(uid); // pickup_arrived: no second change
+    await stack.sandbox.idle();
+    const events = await stack.app.services.store.eventsAfter(0, 500, { uids: [uid] });
+    const named = events.filter((event) => event.name.startsWith('delivery.')).map((event) => [event.name, event.payload.driver_id, event.courierOnly]);
+    const [first, second] = [named[1]![1], named[3]![1]];
+    expect(second).not.toBe(first);
+    expect(named).toEqual([
+      ['delivery.created', null, false],
+      ['delivery.assigned', first, false],
+      ['delivery.pickup_enroute', first, false],
+      ['delivery.assigned', second, true],
+      ['delivery.pickup_arrived', second, false],
+    ]);
+    const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { status courier { name } } }`, { uid });
+    expect(read.data.delivery).toEqual({ status: 'PICKUP_ARRIVED', courier: { name: events.at(-1)!.payload.driver_name } });
+  } finally {
+    stack.sandbox.setKnobs({ reassignRate: 0 });
+  }
+});
