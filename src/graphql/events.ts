@@ -220,7 +220,7 @@ builder.subscriptionType({
       type: DeliveryEventRef,
       nullable: false,
       description:
-        'Lifecycle of one delivery: first the current state (the latest stored event, or a `snapshot` read from the upstream), then one message per accepted delivery.* event. Never moves backwards; duplicates are dropped. Completes after a final milestone: DROPOFF_COMPLETE, RETURNED, or CANCELED/FAILED before pickup; after pickup, a cancel or failure is followed by RETURN_IN_PROGRESS and RETURNED.',
+        'Lifecycle of one delivery: first the current state (the latest stored event, or a `snapshot` read from the upstream), then one message per accepted delivery.* event. Never moves backwards; duplicates are dropped. An event naming another courier (a reassignment) is sent even when its milestone is behind, with courierOnly true, the new courier, and the status the delivery already has. Completes after a final milestone: DROPOFF_COMPLETE, RETURNED, or CANCELED/FAILED before pickup; after pickup, a cancel or failure is followed by RETURN_IN_PROGRESS and RETURNED.',
       args: { uid: t.arg.id({ required: true, description: 'The delivery to follow.' }) },
       subscribe: (_root, _args, ctx, info) => {
         const { uid } = argumentsOf<{ uid: string }>(info);
@@ -233,7 +233,7 @@ builder.subscriptionType({
       type: CourierLocationRef,
       nullable: false,
       description:
-        'Courier position for one delivery: location.* events and driver_location on delivery.* events, starting with the latest known, the return trip included. Stale positions (from an earlier milestone) are dropped; a slow reader gets the latest position only. Completes when the delivery reaches a final milestone.',
+        'Courier position for one delivery: location.* events and driver_location on delivery.* events, starting with the latest known, the return trip included. Stale positions (from an earlier milestone, or of a courier since replaced) are dropped, but the first position of a new courier is sent whatever its milestone; a slow reader gets the latest position only. Completes when the delivery reaches a final milestone.',
       args: { uid: t.arg.id({ required: true, description: 'The delivery to follow.' }) },
       subscribe: (_root, _args, ctx, info) => {
         const { uid } = argumentsOf<{ uid: string }>(info);
