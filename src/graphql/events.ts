@@ -26,6 +26,8 @@ function deliveryOf(event: EventView, group: ApiGroup = 'PLATFORM'): Delivery {
   let delivery = mapped.get(event);
   if (!delivery || delivery.group !== group) {
     delivery = fromWebhookEvent(event.payload, group);
+    // deliveryUpdated's view of a courier change on a late milestone: the status stays where the delivery is.
+    if (event.heldStatus) delivery = { ...delivery, status: event.heldStatus };
     mapped.set(event, delivery);
   }
   return delivery;
@@ -40,7 +42,7 @@ async function eventDelivery(event: EventView, ctx: GraphQLContext): Promise<Del
 
 /** From the event's name, as its delivery's status is (fromWebhookEvent); the label only for a name the facade does not know. */
 function statusOf(event: EventView): DeliveryStatus {
-  return event.snapshot ? event.snapshot.status : statusOfWebhook(event.name, event.payload.status);
+  return event.snapshot?.status ?? event.heldStatus ?? statusOfWebhook(event.name, event.payload.status);
 }
 
 /** The caller's cursors, looked up once per request (or subscription); the value itself once it is known. */
@@ -79,7 +81,8 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
     }),
     status: t.field({
       type: DeliveryStatusEnum,
-      description: "The status implied by the event's milestone (its name); for a name the facade does not know, read from statusText.",
+      description:
+        "The status implied by the event's milestone (its name); for a name the facade does not know, read from statusText. On deliveryUpdated, an event that changed only the courier (courierOnly) carries the delivery's current status instead, which never goes back.",
       resolve: statusOf,
     }),
     statusText: t.exposeString('statusText', { nullable: true, description: 'The upstream\'s human-readable status, e.g. "Picked Up".' }),
@@ -92,7 +95,11 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
     }),
     stale: t.exposeBoolean('stale', {
       description:
-        'True when it arrived after a later milestone (out of order), as a repeat of the current one, or after a final one (DROPOFF_COMPLETE, RETURNED, or CANCELED/FAILED before pickup); stale events change nothing.',
+        'True when it arrived after a later milestone (out of order), as a repeat of the current one, or after a final one (DROPOFF_COMPLETE, RETURNED, or CANCELED/FAILED before pickup), and did not name a new courier; also when it came from a courier who had since been replaced, or is a position of a courier other than the current one. Stale events change nothing.',
+    }),
+    courierOnly: t.exposeBoolean('courierOnly', {
+      description:
+        "True when the event changed the delivery's courier and nothing else: a delivery.* event naming another courier (another driver_id, or another driver_name where there is none), as a reassignment does, whose milestone is behind the delivery's or repeats it. It is not stale; its milestone does not move the status back.",
     }),
     delivery: t.field({
       type: DeliveryRef,
@@ -225,7 +232,7 @@ builder.subscriptionType({
       type: DeliveryEventRef,
       nullable: false,
       description:
-        'Lifecycle of one delivery: first the current state (the latest stored event, or a `snapshot` read from the upstream), then one message per accepted delivery.* event. Never moves backwards; duplicates are dropped. Completes after a final milestone: DROPOFF_COMPLETE, RETURNED, or CANCELED/FAILED before pickup; after pickup, a cancel or failure is followed by RETURN_IN_PROGRESS and RETURNED.',
+        'Lifecycle of one delivery: first the current state (the latest stored event, or a `snapshot` read from the upstream), then one message per accepted delivery.* event. Never moves backwards; duplicates are dropped. An event naming another courier (a reassignment) is sent even when its milestone is behind, with courierOnly true, the new courier, and the status the delivery already has. Completes after a final milestone: DROPOFF_COMPLETE, RETURNED, or CANCELED/FAILED before pickup; after pickup, a cancel or failure is followed by RETURN_IN_PROGRESS and RETURNED.',
       args: { uid: t.arg.id({ required: true, description: 'The delivery to follow.' }) },
       subscribe: (_root, _args, ctx, info) => {
         const { uid } = argumentsOf<{ uid: string }>(info);
@@ -238,7 +245,7 @@ builder.subscriptionType({
       type: CourierLocationRef,
       nullable: false,
       description:
-        'Courier position for one delivery: location.* events and driver_location on delivery.* events, starting with the latest known, the return trip included. Stale positions (from an earlier milestone) are dropped; a slow reader gets the latest position only. Completes when the delivery reaches a final milestone.',
+        'Courier position for one delivery: location.* events and driver_location on delivery.* events, starting with the latest known, the return trip included. Stale positions (from an earlier milestone, or of a courier since replaced) are dropped, but the first position of a new courier is sent whatever its milestone; a slow reader gets the latest position only. Completes when the delivery reaches a final milestone.',
       args: { uid: t.arg.id({ required: true, description: 'The delivery to follow.' }) },
       subscribe: (_root, _args, ctx, info) => {
         const { uid } = argumentsOf<{ uid: string }>(info);

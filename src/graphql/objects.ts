@@ -72,6 +72,11 @@ const VehicleRef = builder.objectRef<NonNullable<Courier['vehicle']>>('Vehicle')
 export const CourierRef = builder.objectRef<Courier>('Courier').implement({
   description: 'The courier assigned to a delivery.',
   fields: (t) => ({
+    id: t.exposeString('id', {
+      nullable: true,
+      description:
+        "The delivery service's id of the courier (driver_id, a number, given as a string), which tells a new courier from the previous one when a delivery is reassigned. Webhook events carry it; the service's reads keep it reserved, so it is null on a delivery read from the service and where an event names none.",
+    }),
     name: t.exposeString('name', { nullable: true, description: "Courier's full name." }),
     pickupPhone: t.exposeString('pickupPhone', { nullable: true, description: 'Courier phone for pickup-related contact.' }),
     dropoffPhone: t.exposeString('dropoffPhone', { nullable: true, description: 'Courier phone for dropoff-related contact.' }),

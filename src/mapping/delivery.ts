@@ -6,6 +6,7 @@ import type { WireDelivery, WireOrder, WireWebhookAddress, WireWebhookEvent } fr
 import type { Address, ApiGroup, Courier, Delivery, Item, Money, Package, Stop } from './model.js';
 import { calendarDate, decimalFrom, int, isJsonObject, num, str, utcDateTime } from './scalars.js';
 import { deliveryStatus, statusOfWebhook } from '../domain/status.js';
+import { courierIdentity } from '../domain/milestones.js';
 import { deliveryMode, deliveryStyle } from './status.js';
 import { withoutMarker } from '../domain/booking-marker.js';
 
@@ -152,6 +153,7 @@ function courier(raw: Loose): Courier | null {
   };
   const hasVehicle = vehicle.make !== null || vehicle.model !== null || vehicle.year !== null;
   const result: Courier = {
+    id: courierIdentity(raw)?.id ?? null,
     name: str(raw.driver_name),
     pickupPhone: str(raw.driver_pickup_phone_number),
     dropoffPhone: str(raw.driver_dropoff_phone_number),
@@ -159,7 +161,7 @@ function courier(raw: Loose): Courier | null {
     location,
   };
   // No courier until one is assigned: every courier field empty means none.
-  return result.name || result.pickupPhone || result.dropoffPhone || hasVehicle || location ? result : null;
+  return result.id || result.name || result.pickupPhone || result.dropoffPhone || hasVehicle || location ? result : null;
 }
 
 export function geoPoint(value: unknown): { lat: number; lng: number } | null {

@@ -64,6 +64,8 @@ export interface Stop {
 }
 
 export interface Courier {
+  /** driver_id as a string: webhooks carry a number; reads keep it reserved (null). */
+  id: string | null;
   name: string | null;
   pickupPhone: string | null;
   dropoffPhone: string | null;

@@ -4,7 +4,17 @@
 import { BadUserInputError, ForbiddenError, NotFoundError, RateLimitedError } from '../errors.js';
 import { fromPartnerOrder, fromPlatformDelivery, geoPoint } from '../mapping/delivery.js';
 import type { Delivery, DeliveryStatus } from '../mapping/model.js';
-import { isDeliveryEvent, isLocationEvent, milestoneRank, stateOfStatus, transition, type MilestoneState } from '../domain/milestones.js';
+import {
+  courierIdentity,
+  isDeliveryEvent,
+  isLocationEvent,
+  milestoneRank,
+  sameCourier,
+  stateOfStatus,
+  transition,
+  type MilestoneState,
+} from '../domain/milestones.js';
+import { statusOfWebhook } from '../domain/status.js';
 import { callerCursors } from '../domain/cursor.js';
 import type { Store, StoredEvent } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
@@ -16,7 +26,17 @@ import { EventQueue } from './queue.js';
 export type EventView = StoredEvent & {
   /** Set on snapshots: the delivery as read, and its status. */
   snapshot?: { delivery: Delivery; status: DeliveryStatus };
+  /**
+   * Set by deliveryUpdated on an event that changed only the courier (courierOnly):
+   * the delivery's status, which the event's own milestone is behind or repeats.
+   */
+  heldStatus?: DeliveryStatus;
 };
+
+/** The status a message of deliveryUpdated shows. */
+function statusOfView(event: EventView): DeliveryStatus {
+  return event.snapshot?.status ?? event.heldStatus ?? statusOfWebhook(event.name, event.payload.status);
+}
 
 export interface RealtimeDeps {
   store: Store;
@@ -116,9 +136,15 @@ async function snapshotOf(deps: RealtimeDeps, key: string, uid: string, seq: num
     statusText: delivery.rawStatus,
     receivedAt: new Date().toISOString(),
     stale: false,
+    courierOnly: false,
     payload: { uid, event_name: 'snapshot' },
     snapshot: { delivery, status: delivery.status },
   };
+}
+
+/** The courier a read names (reads keep driver_id null: the name is all there is). */
+function snapshotCourier(delivery: Delivery) {
+  return delivery.courier ? courierIdentity({ driver_id: delivery.courier.id, driver_name: delivery.courier.name }) : undefined;
 }
 
 /**
@@ -134,14 +160,23 @@ class FollowedState {
     private seq: number,
   ) {}
 
-  /** Folds in one event; false when, judged against this state, it is stale (or already folded in). */
-  accept(event: StoredEvent): boolean {
-    if (event.seq <= this.seq) return false;
+  /**
+   * Folds in one event: 'stale' when, judged against this state, it changes
+   * nothing (or was already folded in); 'courier' when it changed only the courier.
+   */
+  accept(event: StoredEvent): 'stale' | 'courier' | 'accepted' {
+    if (event.seq <= this.seq) return 'stale';
     this.seq = event.seq;
-    const step = transition(this.state, event.name);
-    if (step.stale) return false;
+    const step = transition(this.state, event.name, courierIdentity(event.payload));
+    if (step.stale) return 'stale';
     this.state = step.state;
-    return true;
+    return step.courierOnly ? 'courier' : 'accepted';
+  }
+
+  /** Whether a position belongs to the current courier (or no courier is known to tell). */
+  isCurrentCourier(event: StoredEvent): boolean {
+    const named = courierIdentity(event.payload);
+    return !named || !this.state?.courier || sameCourier(this.state.courier, named);
   }
 
   get final(): boolean {
@@ -169,18 +204,30 @@ async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber
     // The state before the latest event: whatever moved it in between is folded in from the queue.
     const stored = await deps.store.deliveryState(uid);
     const latest = await deps.store.latestEvent(uid, 'delivery');
-    const current: EventView = latest ?? (await snapshotOf(deps, subscriber.key, uid, logPosition));
+    let current: EventView = latest ?? (await snapshotOf(deps, subscriber.key, uid, logPosition));
+    // The latest event changed only the courier: the status is the one of the event that last moved the milestone.
+    if (current.courierOnly && stored) {
+      const [mover] = await deps.store.eventsAfter(stored.seq - 1, 1, { uids: [uid] });
+      if (mover?.seq === stored.seq) current = { ...current, heldStatus: statusOfView(mover) };
+    }
     // A snapshot may be ahead of events still on their way: judged against it, they are late.
-    const followed = current.snapshot ? new FollowedState(stateOfStatus(current.snapshot.status), current.seq) : new FollowedState(stored, stored?.seq ?? 0);
+    const followed = current.snapshot
+      ? new FollowedState(stateOfStatus(current.snapshot.status, snapshotCourier(current.snapshot.delivery)), current.seq)
+      : new FollowedState(stored, stored?.seq ?? 0);
     let lastSeq = current.seq;
+    let status = statusOfView(current);
     yield current;
     if (followed.final) return;
     for await (const event of queue) {
-      if (!followed.accept(event)) continue;
+      const outcome = followed.accept(event);
+      if (outcome === 'stale') continue;
       // Sent once, in log order; an unknown milestone moves nothing and is not sent.
       if (event.seq > lastSeq && milestoneRank(event.name) !== undefined) {
         lastSeq = event.seq;
-        yield event;
+        // A new courier on a late milestone: sent with the status the delivery has, which does not go back.
+        const view: EventView = outcome === 'courier' ? { ...event, heldStatus: status } : event;
+        status = statusOfView(view);
+        yield view;
       }
       if (followed.final) return;
     }
@@ -210,17 +257,24 @@ async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber
     let lastSeq = 0;
     let lastRank = -1;
     const latest = await deps.store.latestEvent(uid, 'location');
-    if (latest && geoPoint(latest.payload.driver_location)) {
+    // A position of a courier since replaced is no pin of the current one.
+    if (latest && geoPoint(latest.payload.driver_location) && followed.isCurrentCourier(latest)) {
       lastSeq = latest.seq;
       lastRank = milestoneRank(latest.name) ?? -1;
       yield latest;
     }
     if (followed.final) return;
     for await (const event of queue) {
-      followed.accept(event);
+      const outcome = followed.accept(event);
       // The final event's own position is not sent.
       if (followed.final) return;
       if (!geoPoint(event.payload.driver_location)) continue;
+      // A new courier's first position counts whatever its milestone; the rank the pin reached stays.
+      if (outcome === 'courier' && event.seq > lastSeq) {
+        lastSeq = event.seq;
+        yield event;
+        continue;
+      }
       const rank = milestoneRank(event.name) ?? lastRank;
       if (event.seq <= lastSeq || rank < lastRank) continue;
       lastSeq = event.seq;

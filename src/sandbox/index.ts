@@ -39,6 +39,12 @@ export interface SandboxKnobs {
    * `sandbox_outcome` overrides it for one delivery.
    */
   returnRate: number;
+  /**
+   * 0..1: share of deliveries that get another courier once, right after
+   * pickup_enroute (delivery.assigned and location.assigned_driver naming the new
+   * driver; the milestone stays). reassignCourier() does it on demand.
+   */
+  reassignRate: number;
   /** The receiver must answer 2xx within this. */
   webhookTimeoutMs: number;
   /** Retry n waits retryBaseMs * 2^(n-1); at most 5 retries. */
@@ -125,6 +131,12 @@ export interface Sandbox {
   requestsSince(mark: number): SandboxRequestRecord[];
   /** Moves one delivery to its next milestone now (emitting its events). Rejects for an unknown or finished delivery. */
   advance(uid: string): Promise<void>;
+  /**
+   * Gives one delivery another courier now (new driver_id, name, phones, vehicle),
+   * announced by delivery.assigned and location.assigned_driver; the milestone stays.
+   * Rejects for an unknown or finished delivery, or one with no courier yet.
+   */
+  reassignCourier(uid: string): Promise<void>;
   /** The partner group has no create endpoint: book an order for `key` directly. Throws when invalid. */
   seedPartnerOrder(key: string, body: Partial<WireDeliveryRequest> & { partner_reference: string }): WireOrder;
   webhookStats(): WebhookStats;
@@ -241,6 +253,7 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     },
     requestsSince: (mark) => requests.since(mark),
     advance: (uid) => lifecycle.advance(uid),
+    reassignCourier: async (uid) => lifecycle.reassign(uid),
     seedPartnerOrder: (key, body) => {
       const outcome = seedOrder(state, lifecycle, key, body as JsonObject);
       if (!outcome.ok) throw new Error(`seedPartnerOrder: ${outcome.message}`);

@@ -18,6 +18,8 @@ export const DEFAULT_KNOBS: Readonly<SandboxKnobs> = Object.freeze({
   reorderRate: 0,
   // Every delivery is delivered unless asked otherwise: tests and demos opt in.
   returnRate: 0,
+  // Every courier keeps their delivery unless asked otherwise.
+  reassignRate: 0,
   webhookTimeoutMs: 5000,
   retryBaseMs: 500,
   // The document gives delivery_date on read as a full datetime without saying which time: midnight unless set.
@@ -31,7 +33,7 @@ export const DEFAULT_KNOBS: Readonly<SandboxKnobs> = Object.freeze({
   createAnswerDelayMs: 0,
 });
 
-const RATES = new Set<keyof SandboxKnobs>(['errorRate', 'duplicateRate', 'reorderRate', 'returnRate']);
+const RATES = new Set<keyof SandboxKnobs>(['errorRate', 'duplicateRate', 'reorderRate', 'returnRate', 'reassignRate']);
 const INTEGERS = new Set<keyof SandboxKnobs>(['locationTicks', 'deliveryMinuteOfDay']);
 /** A zero timeout would fail every webhook attempt before it is sent. */
 const POSITIVE = new Set<keyof SandboxKnobs>(['webhookTimeoutMs']);

@@ -33,7 +33,7 @@ export type EmitEvent = (record: DeliveryRecord, eventName: string, options: { f
 export class LifecycleError extends Error {
   override readonly name = 'LifecycleError';
   constructor(
-    readonly code: 'not_found' | 'finished',
+    readonly code: 'not_found' | 'finished' | 'not_assigned',
     message: string,
   ) {
     super(message);
@@ -67,6 +67,33 @@ export class LifecycleSimulator {
       throw new LifecycleError('finished', `delivery ${uid} is already ${end}`);
     }
     this.step(record);
+  }
+
+  /**
+   * Gives a delivery another courier (new driver_id, name, phones, vehicle), as
+   * the document allows ("A driver has taken it" can happen again): announced by
+   * delivery.assigned and location.assigned_driver naming the new driver, while
+   * the milestone stays where it is. Before pickup the new courier comes from
+   * elsewhere; once picked up they take over where the package is.
+   */
+  reassign(uid: string): void {
+    const record = this.state.deliveries.get(uid);
+    if (!record) throw new LifecycleError('not_found', `no delivery ${uid}`);
+    if (isFinished(record)) throw new LifecycleError('finished', `delivery ${uid} is already finished`);
+    if (!record.courier) throw new LifecycleError('not_assigned', `delivery ${uid} has no courier yet`);
+    this.changeCourier(record);
+    // The step's location ticks start again from the new courier.
+    this.clearTimers(uid);
+    this.schedule(record);
+  }
+
+  private changeCourier(record: DeliveryRecord): void {
+    const courier = pickCourier(record, record.courier!);
+    if (isPickedUp(record) && record.courierAt) courier.origin = record.courierAt;
+    record.courier = courier;
+    record.courierAt = courier.origin;
+    this.emit(record, MILESTONE.assigned.event, { final: false, location: false });
+    this.emit(record, MILESTONE.assigned.location!, { final: false, location: true });
   }
 
   /**
@@ -111,6 +138,8 @@ export class LifecycleSimulator {
 
     this.emit(record, milestone.event, { final: milestone.final, location: false });
     if (milestone.location) this.emit(record, milestone.location, { final: false, location: true });
+    // The reassignRate knob's share of deliveries get another courier once, on the way to the pickup.
+    if (milestone.key === 'pickup_enroute' && this.knobs.reassignRate > 0 && Math.random() < this.knobs.reassignRate) this.changeCourier(record);
     if (!milestone.final) this.schedule(record);
   }
 

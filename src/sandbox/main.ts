@@ -21,6 +21,9 @@ const USAGE = `Usage: npm run sandbox -- [options]
                          the provider, then go back to the pickup (default 0)
   --read-scope <s>       whose deliveries a key may read: merchant (its own, default)
                          or platform (any of its platform's, as the document allows)
+  --reassign-rate <0..1> share of deliveries that get another courier once, on the way
+                         to the pickup (default 0; POST /sandbox/deliveries/<uid>/reassign
+                         does it for one delivery)
   --request-log-size <n> most recent requests kept for inspection (default ${DEFAULT_REQUEST_LOG_SIZE})
   --public-key-file <p>  where to write the webhook public key (default ./data/sandbox-public.pem)
   --help                 show this text
@@ -41,6 +44,7 @@ const NUMERIC_KNOBS: Record<string, keyof SandboxKnobs> = {
   'duplicate-rate': 'duplicateRate',
   'reorder-rate': 'reorderRate',
   'return-rate': 'returnRate',
+  'reassign-rate': 'reassignRate',
 };
 
 async function main(): Promise<void> {
@@ -56,6 +60,7 @@ async function main(): Promise<void> {
       'reorder-rate': { type: 'string' },
       'return-rate': { type: 'string' },
       'read-scope': { type: 'string' },
+      'reassign-rate': { type: 'string' },
       'request-log-size': { type: 'string' },
       'public-key-file': { type: 'string' },
       help: { type: 'boolean' },

@@ -206,7 +206,8 @@ export function toWebhookEvent(record: DeliveryRecord, eventName: string, origin
     dropoff_name: r.dropoff_name,
     dropoff_phone_number: r.dropoff_phone_number ?? null,
     dropoff_instructions: r.dropoff_instructions ?? null,
-    driver_id: null,
+    // Reads keep driver_id reserved (null); webhooks carry the courier's number.
+    driver_id: assigned ? record.courier!.id : null,
     ...(assigned
       ? {
           driver_name: record.courier!.name,

@@ -173,6 +173,19 @@ async function handleControl(deps: ServerDeps, req: IncomingMessage, method: str
     return jsonPage(200, { uid, status: readStatus(deps.state.deliveries.get(uid)!) });
   }
 
+  const reassign = /^\/sandbox\/deliveries\/([^/]+)\/reassign$/.exec(path);
+  if (method === 'POST' && reassign) {
+    const uid = decodeSegment(reassign[1]!) ?? '';
+    try {
+      deps.lifecycle.reassign(uid);
+    } catch (error) {
+      if (!(error instanceof LifecycleError)) throw error;
+      return controlError(error.code === 'not_found' ? 404 : 409, error.code, error.message);
+    }
+    const courier = deps.state.deliveries.get(uid)!.courier!;
+    return jsonPage(200, { uid, driver_id: courier.id, driver_name: courier.name });
+  }
+
   if (method === 'POST' && path === '/sandbox/orders') {
     const key = bearerToken(req.headers.authorization);
     if (key === null) return controlError(401, 'invalid_api_key', 'Missing API key: send Authorization: Bearer <key>.');

@@ -103,6 +103,8 @@ export const STEP = Object.freeze({
 });
 
 export interface Courier {
+  /** driver_id: a number on webhooks (reads keep it reserved and null, as the document says). */
+  id: number;
   name: string;
   pickupPhone: string;
   dropoffPhone: string;
@@ -482,13 +484,19 @@ const LARGE_VEHICLES: readonly [make: string, model: string][] = [
   ['Toyota', 'RAV4'],
 ];
 
-export function pickCourier(record: DeliveryRecord): Courier {
+/** Each courier the sandbox assigns gets the next driver_id. */
+let lastDriverId = 1000;
+
+/** A courier for the record; another one than `replacing` (by name too, so a reassignment shows) when given. */
+export function pickCourier(record: DeliveryRecord, replacing?: Courier): Courier {
   const oversize = record.deliveryStyle === 'Oversize';
   const [vehicleMake, vehicleModel] = pick(oversize ? LARGE_VEHICLES : VEHICLES);
   const bearing = Math.random() * 2 * Math.PI;
   const km = 2 + Math.random() * 2;
+  lastDriverId += 1;
   return {
-    name: pick(COURIER_NAMES),
+    id: lastDriverId,
+    name: pick(COURIER_NAMES.filter((name) => name !== replacing?.name)),
     pickupPhone: fakePhone(),
     dropoffPhone: fakePhone(),
     vehicleMake,

@@ -3,8 +3,9 @@
 // one transaction, here one Lua script. Keys, under a prefix (default "dg:"):
 //   seq                        counter, INCR'd by the append script
 //   log                        stream of events; entry id "<seq>-0"
-//   delivery:<uid>             hash: rank, terminal, seq (the milestone state) and
-//                              delivery, location (seq of the latest non-stale event of each kind)
+//   delivery:<uid>             hash: rank, terminal, seq (the milestone state), courier and
+//                              formers (JSON, see courierJson), and delivery, location (seq of
+//                              the latest non-stale event of each kind)
 //   delivery:<uid>:events      sorted set of the delivery's seqs (eventsAfter with uids)
 //   delivery:<uid>:dedup       hash "<sha256 of canonical payload> <event name>" → "<seq> <append token>"
 //   idem:<owner>:<key>         hash: fingerprint, state (pending|done|unknown), uid, trackingUrl, updatedAt, token, owner
@@ -21,11 +22,13 @@ import { Redis, type Result } from 'ioredis';
 import { logConnection, redisOptions } from '../redis/connection.js';
 import type { Logger } from '../logger.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
-import { eventFacts, PICKED_UP_RANK } from '../domain/milestones.js';
+import { courierIdentity, eventFacts, PICKED_UP_RANK } from '../domain/milestones.js';
 import { TRIM_BATCH, TrimSchedule, trimIntervalMs, yieldToEventLoop, type Retention } from './retention.js';
 import {
   PartialAppendError,
   PENDING_EXPIRY_MS,
+  courierJson,
+  courierPart,
   type AppendResult,
   type BookingResult,
   type DeliveryState,
@@ -78,16 +81,25 @@ declare module 'ioredis' {
  * after a reconnect): not a duplicate.
  */
 /** Arguments per event in the APPEND script (keep in step with its ARGV list). */
-const APPEND_FIELDS = 14;
+const APPEND_FIELDS = 15;
 
 const APPEND = `
 -- KEYS: 1 seq, 2 log, then per event: delivery hash, delivery events, delivery dedup
--- ARGV: 1 fields per event (14), then per event:
+-- ARGV: 1 fields per event (15), then per event:
 --       1 dedup field, 2 token, 3 rank ('' when unknown), 4 moves the state,
 --       5 final ('always', 'never' or 'before_pickup'), 6 picked-up rank,
 --       7 counts for latestEvent 'delivery', 8 carries a position,
---       9 uid, 10 name, 11 has status text, 12 status text, 13 received at, 14 payload JSON
+--       9 uid, 10 name, 11 has status text, 12 status text, 13 received at, 14 payload JSON,
+--       15 the courier it names (JSON {id, name}, '' when none)
+-- The stale field of an entry: 0 accepted, 1 stale, 2 accepted for its courier only.
 local width = tonumber(ARGV[1])
+local function same(a, b)
+  if a.id ~= nil and b.id ~= nil then return a.id == b.id end
+  return a.name == b.name
+end
+local function other_courier(known, courier)
+  return known ~= nil and not same(known, courier)
+end
 local function append(state, events, dedup, a)
   local function arg(n) return ARGV[a + n] end
   local seen = redis.call('HGET', dedup, arg(1))
@@ -97,15 +109,28 @@ local function append(state, events, dedup, a)
     if token == arg(2) then return {2, entry} end
     return {1, entry}
   end
-  local now = redis.call('HMGET', state, 'rank', 'terminal')
+  local now = redis.call('HMGET', state, 'rank', 'terminal', 'courier', 'formers')
   local current = tonumber(now[1])
-  local stale, moved, terminal = 0, 0, '0'
+  local courier, known, formers = nil, nil, {}
+  if arg(15) ~= '' then courier = cjson.decode(arg(15)) end
+  if now[3] then known = cjson.decode(now[3]) end
+  if now[4] then formers = cjson.decode(now[4]) end
+  local stale, moved, terminal, courierOnly = 0, 0, '0', 0
   if current and now[2] == '1' then
     stale = 1
   elseif arg(3) ~= '' then
     local rank = tonumber(arg(3))
-    if current and (rank < current or (arg(4) == '1' and rank == current)) then
+    local former = false
+    if courier then
+      for _, c in pairs(formers) do
+        if same(c, courier) then former = true end
+      end
+    end
+    local other = courier ~= nil and known ~= nil and not same(known, courier)
+    if former or (other and arg(4) ~= '1') then
       stale = 1
+    elseif current and (rank < current or (arg(4) == '1' and rank == current)) then
+      if other then courierOnly = 1 else stale = 1 end
     elseif arg(4) == '1' then
       moved = 1
       local pickedUp = current ~= nil and current >= tonumber(arg(6))
@@ -113,7 +138,9 @@ local function append(state, events, dedup, a)
     end
   end
   local seq = string.format('%d', redis.call('INCR', KEYS[1]))
-  local fields = {'uid', arg(9), 'name', arg(10), 'at', arg(13), 'stale', stale, 'payload', arg(14)}
+  local mark = stale
+  if courierOnly == 1 then mark = 2 end
+  local fields = {'uid', arg(9), 'name', arg(10), 'at', arg(13), 'stale', mark, 'payload', arg(14)}
   if arg(11) == '1' then
     fields[#fields + 1] = 'status'
     fields[#fields + 1] = arg(12)
@@ -123,10 +150,20 @@ local function append(state, events, dedup, a)
   redis.call('ZADD', events, seq, seq)
   if stale == 0 then
     if moved == 1 then redis.call('HSET', state, 'rank', arg(3), 'terminal', terminal, 'seq', seq) end
+    -- An accepted delivery.* event names the courier from now on; one it replaces is remembered.
+    if (moved == 1 or courierOnly == 1) and courier then
+      if other_courier(known, courier) then
+        local list = {}
+        for _, c in pairs(formers) do list[#list + 1] = c end
+        list[#list + 1] = known
+        redis.call('HSET', state, 'formers', cjson.encode(list))
+      end
+      redis.call('HSET', state, 'courier', arg(15))
+    end
     if arg(7) == '1' then redis.call('HSET', state, 'delivery', seq) end
     if arg(8) == '1' then redis.call('HSET', state, 'location', seq) end
   end
-  return {0, seq, stale}
+  return {0, seq, mark}
 end
 local results = {}
 for i = 1, (#KEYS - 2) / 3 do
@@ -302,6 +339,7 @@ function toStored([id, list]: StreamEntry): StoredEvent {
     statusText: fields.status ?? null,
     receivedAt: fields.at!,
     stale: fields.stale === '1',
+    courierOnly: fields.stale === '2',
     payload: JSON.parse(fields.payload!) as WireWebhookEvent,
   };
 }
@@ -385,6 +423,7 @@ export class RedisStore implements Store {
         const name = payload.event_name;
         const delivery = this.#delivery(payload.uid);
         const facts = eventFacts(name);
+        const courier = courierIdentity(payload);
         const statusText = typeof payload.status === 'string' ? payload.status : null;
         eventKeys = [delivery.state, delivery.events, delivery.dedup];
         eventArgs = [
@@ -403,6 +442,7 @@ export class RedisStore implements Store {
           statusText ?? '',
           receivedAt,
           JSON.stringify(payload),
+          courier ? courierJson(courier) : '',
         ];
       } catch (error) {
         outcomes[index] = error instanceof Error ? error : new Error(String(error));
@@ -421,7 +461,7 @@ export class RedisStore implements Store {
         } else if (answer[0] === 0) {
           const { payload, receivedAt } = events[index]!;
           const statusText = typeof payload.status === 'string' ? payload.status : null;
-          const event = { seq: Number(answer[1]), uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale: answer[2] === 1, payload };
+          const event = { seq: Number(answer[1]), uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale: answer[2] === 1, courierOnly: answer[2] === 2, payload };
           outcomes[index] = { event, duplicate: false };
         } else {
           outcomes[index] = { event: toStored(answer[1]), duplicate: answer[0] === 1 };
@@ -455,8 +495,8 @@ export class RedisStore implements Store {
   }
 
   async deliveryState(uid: string): Promise<DeliveryState | undefined> {
-    const [rank, terminal, seq] = await this.client.hmget(this.#delivery(uid).state, 'rank', 'terminal', 'seq');
-    return rank === null ? undefined : { rank: Number(rank), terminal: terminal === '1', seq: Number(seq) };
+    const [rank, terminal, seq, courier, formers] = await this.client.hmget(this.#delivery(uid).state, 'rank', 'terminal', 'seq', 'courier', 'formers');
+    return rank === null ? undefined : { rank: Number(rank), terminal: terminal === '1', seq: Number(seq), ...courierPart(courier, formers) };
   }
 
   /** The counter the append script INCRs with each XADD: trimming the log does not lower it. */

@@ -8,11 +8,14 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { Logger } from '../logger.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
-import { transition, type MilestoneState } from '../domain/milestones.js';
+import { courierIdentity, transition, type MilestoneState } from '../domain/milestones.js';
 import { TRIM_BATCH, TrimSchedule, trimIntervalMs, yieldToEventLoop, type Retention } from './retention.js';
 import {
   PartialAppendError,
   PENDING_EXPIRY_MS,
+  courierJson,
+  courierPart,
+  formerCouriersJson,
   type AppendResult,
   type BookingResult,
   type DeliveryState,
@@ -33,6 +36,7 @@ interface EventRow {
   name: string;
   status_text: string | null;
   received_at: string;
+  /** 0 accepted, 1 stale, 2 accepted for its courier only (StoredEvent.courierOnly). */
   stale: number;
   payload: string;
 }
@@ -45,9 +49,20 @@ function toStored(row: EventRow): StoredEvent {
     statusText: row.status_text,
     receivedAt: row.received_at,
     stale: row.stale === 1,
+    courierOnly: row.stale === 2,
     payload: JSON.parse(row.payload) as WireWebhookEvent,
   };
 }
+
+interface StateRow {
+  rank: number;
+  terminal: number;
+  seq: number;
+  courier: string | null;
+  former_couriers: string | null;
+}
+
+const stateOf = (row: StateRow): MilestoneState => ({ rank: row.rank, terminal: row.terminal === 1, ...courierPart(row.courier, row.former_couriers) });
 
 export interface SqliteStoreOptions {
   fileName?: string;
@@ -135,7 +150,9 @@ export class SqliteStore implements Store {
         uid TEXT PRIMARY KEY,
         rank REAL NOT NULL,
         terminal INTEGER NOT NULL,
-        seq INTEGER NOT NULL
+        seq INTEGER NOT NULL,
+        courier TEXT,
+        former_couriers TEXT
       );
       CREATE TABLE IF NOT EXISTS ownership (
         uid TEXT PRIMARY KEY,
@@ -154,6 +171,9 @@ export class SqliteStore implements Store {
     // A file made before groups were kept gains the column; its records read with no group.
     const ownershipColumns = this.db.prepare<[], { name: string }>('SELECT name FROM pragma_table_info(\'ownership\')').all();
     if (!ownershipColumns.some((column) => column.name === 'api_group')) this.db.exec('ALTER TABLE ownership ADD COLUMN api_group TEXT');
+    // A file made before couriers were kept: its states gain the columns, empty (no courier known yet).
+    const stateColumns = new Set(this.db.prepare<[], { name: string }>('PRAGMA table_info(delivery_state)').all().map((column) => column.name));
+    if (!stateColumns.has('courier')) this.db.exec('ALTER TABLE delivery_state ADD COLUMN courier TEXT; ALTER TABLE delivery_state ADD COLUMN former_couriers TEXT;');
     this.#retention = options.retention;
     // The first pass comes after one interval: statements are ready by then.
     this.#trims = options.retention && new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
@@ -179,17 +199,19 @@ export class SqliteStore implements Store {
       insertEvent: this.db.prepare(
         'INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload) VALUES (?, ?, ?, ?, ?, ?, ?)',
       ),
-      getState: this.db.prepare<[string], { rank: number; terminal: number; seq: number }>('SELECT rank, terminal, seq FROM delivery_state WHERE uid = ?'),
+      getState: this.db.prepare<[string], StateRow>('SELECT rank, terminal, seq, courier, former_couriers FROM delivery_state WHERE uid = ?'),
       putState: this.db.prepare(
-        'INSERT INTO delivery_state (uid, rank, terminal, seq) VALUES (?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET rank = excluded.rank, terminal = excluded.terminal, seq = excluded.seq',
+        'INSERT INTO delivery_state (uid, rank, terminal, seq, courier, former_couriers) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET rank = excluded.rank, terminal = excluded.terminal, seq = excluded.seq, courier = excluded.courier, former_couriers = excluded.former_couriers',
       ),
+      // A courier change alone: the milestone, and the event that last moved it, stay.
+      putCourier: this.db.prepare('UPDATE delivery_state SET courier = ?, former_couriers = ? WHERE uid = ?'),
       eventsAfter: this.db.prepare<[number, number], EventRow>('SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?'),
       eventsOfUidAfter: this.db.prepare<[string, number, number], EventRow>('SELECT * FROM events WHERE uid = ? AND seq > ? ORDER BY seq LIMIT ?'),
       latestDelivery: this.db.prepare<[string], EventRow>(
-        "SELECT * FROM events WHERE uid = ? AND stale = 0 AND name LIKE 'delivery.%' ORDER BY seq DESC LIMIT 1",
+        "SELECT * FROM events WHERE uid = ? AND stale <> 1 AND name LIKE 'delivery.%' ORDER BY seq DESC LIMIT 1",
       ),
       latestLocation: this.db.prepare<[string], EventRow>(
-        "SELECT * FROM events WHERE uid = ? AND stale = 0 AND json_extract(payload, '$.driver_location.lat') IS NOT NULL ORDER BY seq DESC LIMIT 1",
+        "SELECT * FROM events WHERE uid = ? AND stale <> 1 AND json_extract(payload, '$.driver_location.lat') IS NOT NULL ORDER BY seq DESC LIMIT 1",
       ),
       // The highest seq ever given (AUTOINCREMENT's record), which trimming the log does not lower.
       lastSeq: this.db.prepare<[], { seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'events'"),
@@ -214,14 +236,17 @@ export class SqliteStore implements Store {
       const existing = s.findEvent.get(payload.uid, payload.event_name, hash);
       if (existing) return { event: toStored(existing), duplicate: true };
       const row = s.getState.get(payload.uid);
-      const current: MilestoneState | undefined = row ? { rank: row.rank, terminal: row.terminal === 1 } : undefined;
-      const { stale, state: next } = transition(current, payload.event_name);
+      const current: MilestoneState | undefined = row && stateOf(row);
+      const { stale, courierOnly, state: next } = transition(current, payload.event_name, courierIdentity(payload));
       const statusText = typeof payload.status === 'string' ? payload.status : null;
-      const info = s.insertEvent.run(payload.uid, payload.event_name, hash, statusText, receivedAt, stale ? 1 : 0, JSON.stringify(payload));
+      const info = s.insertEvent.run(payload.uid, payload.event_name, hash, statusText, receivedAt, stale ? 1 : courierOnly ? 2 : 0, JSON.stringify(payload));
       const seq = Number(info.lastInsertRowid);
-      // Only an event that moved the state is written as its last mover.
-      if (next && next !== current) s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, seq);
-      return { event: { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale, payload }, duplicate: false };
+      const courier = next?.courier ? courierJson(next.courier) : null;
+      const formers = next?.formerCouriers ? formerCouriersJson(next.formerCouriers) : null;
+      // Only an event that moved the milestone is written as its last mover.
+      if (courierOnly) s.putCourier.run(courier, formers, payload.uid);
+      else if (next && next !== current) s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, seq, courier, formers);
+      return { event: { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale, courierOnly, payload }, duplicate: false };
     });
   }
 
@@ -265,7 +290,7 @@ export class SqliteStore implements Store {
 
   async deliveryState(uid: string): Promise<DeliveryState | undefined> {
     const row = this.#statements.getState.get(uid);
-    return row ? { rank: row.rank, terminal: row.terminal === 1, seq: row.seq } : undefined;
+    return row ? { ...stateOf(row), seq: row.seq } : undefined;
   }
 
   async lastSeq(): Promise<number> {

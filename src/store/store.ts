@@ -2,7 +2,7 @@
 // through it, or found readable by a key's access check), and (see the events
 // part) the webhook event log. The embedded
 // SQLite store and the Redis store both serve this interface.
-import type { MilestoneState } from '../domain/milestones.js';
+import type { CourierIdentity, MilestoneState } from '../domain/milestones.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 
 /**
@@ -42,8 +42,13 @@ export interface StoredEvent {
   statusText: string | null;
   /** When the facade received it, ISO 8601 UTC. */
   receivedAt: string;
-  /** True when it arrived after a later milestone, as a repeat of the current one, or after a final one (src/domain/milestones.ts). */
+  /**
+   * True when it arrived after a later milestone, as a repeat of the current one, or after a final one, and named
+   * no new courier; or when it came from a courier already replaced (src/domain/milestones.ts).
+   */
   stale: boolean;
+  /** Not stale, but it changed only the courier: a reassignment whose milestone is behind the delivery's or repeats it. */
+  courierOnly: boolean;
   payload: WireWebhookEvent;
 }
 
@@ -68,9 +73,32 @@ export interface AppendResult {
   duplicate: boolean;
 }
 
-/** A delivery's milestone state (see src/domain/milestones.ts) and the event that last moved it. */
+/** A delivery's milestone state (see src/domain/milestones.ts) and the event that last moved its milestone. */
 export interface DeliveryState extends MilestoneState {
   seq: number;
+}
+
+/** How both stores write a courier identity: JSON with the absent parts left out (the Redis script reads it with cjson). */
+export function courierJson(courier: CourierIdentity): string {
+  return JSON.stringify(wireCourier(courier));
+}
+
+export function formerCouriersJson(formers: readonly CourierIdentity[]): string {
+  return JSON.stringify(formers.map(wireCourier));
+}
+
+const wireCourier = (courier: CourierIdentity) => ({ id: courier.id ?? undefined, name: courier.name ?? undefined });
+
+const identityOf = (value: { id?: string; name?: string }): CourierIdentity => ({ id: value.id ?? null, name: value.name ?? null });
+
+/** The courier part of a stored state: only what is there, as judge() builds it. */
+export function courierPart(courier: string | null | undefined, formers: string | null | undefined): Pick<MilestoneState, 'courier' | 'formerCouriers'> {
+  const part: Pick<MilestoneState, 'courier' | 'formerCouriers'> = {};
+  if (courier) part.courier = identityOf(JSON.parse(courier) as { id?: string; name?: string });
+  // Redis's cjson writes an empty list as {}: no entries either way.
+  const list = formers ? Object.values(JSON.parse(formers) as Record<string, { id?: string; name?: string }>).map(identityOf) : [];
+  if (list.length > 0) part.formerCouriers = list;
+  return part;
 }
 
 export interface EventFilter {

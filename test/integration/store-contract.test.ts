@@ -15,11 +15,11 @@ import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { bookingMarker } from '../../src/domain/booking-marker.js';
-import { transition, type MilestoneState } from '../../src/domain/milestones.js';
+import { courierIdentity, transition, type MilestoneState } from '../../src/domain/milestones.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { SqliteStore } from '../../src/store/sqlite.js';
 import type { Retention } from '../../src/store/retention.js';
-import { PENDING_EXPIRY_MS, type Store } from '../../src/store/store.js';
+import { PENDING_EXPIRY_MS, type Store, type StoredEvent } from '../../src/store/store.js';
 import { DELIVERY_EVENT_NAMES, LOCATION_EVENT_NAMES, type WireWebhookEvent } from '../../src/upstream/wire.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 
@@ -168,7 +168,7 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     fresh();
     const created = event('d1', 'delivery.created', { platform_payload: { a: 1, b: [1, { c: 2, d: 3 }] } });
     const [first] = await store.appendEvents([created]);
-    expect(first).toEqual({ duplicate: false, event: { seq: 1, uid: 'd1', name: 'delivery.created', statusText: 'created', receivedAt: AT, stale: false, payload: created.payload } });
+    expect(first).toEqual({ duplicate: false, event: { seq: 1, uid: 'd1', name: 'delivery.created', statusText: 'created', receivedAt: AT, stale: false, courierOnly: false, payload: created.payload } });
 
     const reordered = { payload: JSON.parse('{"platform_payload":{"b":[1,{"d":3,"c":2}],"a":1},"status":"created","event_name":"delivery.created","uid":"d1"}'), receivedAt: '2031-01-01T00:00:00.000Z' };
     const [again] = await store.appendEvents([reordered]);
@@ -282,6 +282,86 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       expect(appended.stale, label).toBe(judged.stale);
       expect(await store.deliveryState(uid), label).toEqual(judged.state && { ...judged.state, seq: movedAt });
     }
+  });
+
+  test('judges the courier an event names as the domain transition does (a reassignment, a replaced courier, ids and names)', async () => {
+    fresh();
+    const ana = { driver_id: 1, driver_name: 'Ana Costa' };
+    const ben = { driver_id: 2, driver_name: 'Ben Okafor' };
+    const at = (lat: number) => ({ driver_location: { lat, lng: lat } });
+    const sequences: Array<Array<[string, Record<string, unknown>]>> = [
+      // Reassigned while en route: the new courier's assigned changes the courier alone; the old one's events are late.
+      [
+        ['delivery.assigned', ana],
+        ['delivery.pickup_enroute', ana],
+        ['delivery.assigned', { ...ben, ...at(1) }],
+        ['location.pickup_enroute', { ...ana, ...at(2) }],
+        ['delivery.pickup_enroute', { ...ana, n: 2 }],
+        ['delivery.pickup_arrived', ana],
+        ['location.pickup_enroute', { ...ben, ...at(3) }],
+        ['delivery.pickup_arrived', ben],
+        ['delivery.assigned', { driver_id: 3, driver_name: 'Chen Wei' }],
+        ['delivery.assigned', { ...ben, n: 3 }],
+      ],
+      // A position of a courier no delivery.* event named yet; then a repeat of the milestone by that courier.
+      [
+        ['delivery.assigned', ana],
+        ['location.assigned_driver', { ...ben, ...at(4) }],
+        ['delivery.assigned', ben],
+        ['location.assigned_driver', { ...ben, ...at(5) }],
+      ],
+      // Names only; an id on one side only compares by name; a new name under the same id is the same courier.
+      [
+        ['delivery.assigned', { driver_name: 'Ana Costa' }],
+        ['delivery.pickup_enroute', ana],
+        ['delivery.assigned', { driver_id: 1, driver_name: 'A. Costa' }],
+        ['delivery.pickup_arrived', { driver_name: 'Ben Okafor' }],
+        ['delivery.pickup_enroute', { driver_name: 'Ana Costa', n: 4 }],
+        ['delivery.pickup_complete', {}],
+      ],
+      // Nothing changes a final delivery; an unknown milestone changes no courier.
+      [['delivery.assigned', ana], ['delivery.mystery', ben], ['delivery.dropoff_complete', ana], ['delivery.assigned', ben]],
+    ];
+    for (const [n, sequence] of sequences.entries()) {
+      const uid = `courier:${n}`;
+      let expected: MilestoneState | undefined;
+      let movedAt: number | undefined;
+      for (const [i, [name, extra]] of sequence.entries()) {
+        const judged = transition(expected, name, courierIdentity(extra));
+        // One at a time, so the stored state can be read after each.
+        const appended: StoredEvent = (await store.appendEvents([event(uid, name, extra)]))[0]!.event;
+        const label = `${uid} #${i} ${name} ${JSON.stringify(extra)}`;
+        expect([appended.stale, appended.courierOnly], label).toEqual([judged.stale, judged.courierOnly]);
+        if (judged.state !== expected && !judged.courierOnly) movedAt = appended.seq;
+        expected = judged.state;
+        expect(await store.deliveryState(uid), label).toEqual(expected && { ...expected, seq: movedAt });
+      }
+    }
+    // The rule's answers, spelt out for the first sequence: [stale, courierOnly].
+    const first = (await store.eventsAfter(0, 100, { uids: ['courier:0'] })).map((e) => [e.stale, e.courierOnly]);
+    expect(first).toEqual([
+      [false, false],
+      [false, false],
+      [false, true],
+      [true, false],
+      [true, false],
+      [true, false],
+      [false, false],
+      [false, false],
+      [false, true],
+      [true, false],
+    ]);
+    expect(await store.deliveryState('courier:0')).toMatchObject({
+      rank: 3,
+      courier: { id: '3', name: 'Chen Wei' },
+      formerCouriers: [
+        { id: '1', name: 'Ana Costa' },
+        { id: '2', name: 'Ben Okafor' },
+      ],
+    });
+    // latestEvent counts a courier change: the newest delivery.* event and pin are the new courier's.
+    expect((await store.latestEvent('courier:1', 'delivery'))?.payload.driver_name).toBe('Ben Okafor');
+    expect((await store.latestEvent('courier:0', 'location'))?.payload.driver_location).toEqual({ lat: 3, lng: 3 });
   });
 
   test('keeps judging states stored under the earlier ranks (return_in_progress 6.5, returned 7.5)', async () => {

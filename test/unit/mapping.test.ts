@@ -138,7 +138,7 @@ function webhookEvent(): WireWebhookEvent {
     dropoff_name: 'Diego Alvarez',
     dropoff_phone_number: '+17185550122',
     dropoff_instructions: 'Leave with the doorman',
-    driver_id: null,
+    driver_id: 4812,
     driver_name: 'Carla Mendes',
     driver_location: { lat: 40.7411, lng: -73.9897 },
     driver_pickup_phone_number: '+12125550101',
@@ -244,6 +244,7 @@ describe('fromPlatformDelivery', () => {
         declaredValue: '49.98',
       },
       courier: {
+        id: null,
         name: 'Carla Mendes',
         pickupPhone: '+12125550101',
         dropoffPhone: '+12125550102',
@@ -352,6 +353,8 @@ describe('fromWebhookEvent', () => {
     expect(event.status).toBe('PICKUP_COMPLETE');
     expect(event.rawStatus).toBe('Picked Up');
     expect(event.courier).toEqual({
+      // driver_id is a number on webhooks; the schema gives it as a string.
+      id: '4812',
       name: 'Carla Mendes',
       pickupPhone: '+12125550101',
       dropoffPhone: '+12125550102',
@@ -424,7 +427,7 @@ describe('courier, proof of delivery, absent and null', () => {
 
   it('has a courier as soon as any courier field is set', () => {
     const courier = fromPlatformDelivery({ ...unassigned(), driver_name: 'Carla Mendes' }).courier;
-    expect(courier).toEqual({ name: 'Carla Mendes', pickupPhone: null, dropoffPhone: null, vehicle: null, location: null });
+    expect(courier).toEqual({ id: null, name: 'Carla Mendes', pickupPhone: null, dropoffPhone: null, vehicle: null, location: null });
     expect(fromWebhookEvent({ uid: 'u', event_name: 'location.assigned_driver', driver_location: { lat: 1.5, lng: 2.5 } }).courier?.location).toEqual({ lat: 1.5, lng: 2.5 });
   });
 

@@ -3,7 +3,7 @@
 // duplicates and positions; and the status an event gives its delivery, read
 // from its event_name rather than its human-readable label.
 import { describe, expect, it } from 'vitest';
-import { eventFacts, stateOfStatus, transition, type MilestoneState } from '../../src/domain/milestones.js';
+import { courierIdentity, eventFacts, stateOfStatus, transition, type MilestoneState } from '../../src/domain/milestones.js';
 import { fromWebhookEvent } from '../../src/mapping/delivery.js';
 import { statusOfWebhook } from '../../src/domain/status.js';
 
@@ -47,7 +47,7 @@ describe('milestone order', () => {
   it.each(pairs)('after %s, %s moves forward; the other way round the earlier one is stale', (earlier, later) => {
     expect(transition(stateAfter(earlier), later).stale).toBe(false);
     const ahead = stateAfter(later);
-    expect(transition(ahead, earlier)).toEqual({ stale: true, state: ahead });
+    expect(transition(ahead, earlier)).toEqual({ stale: true, courierOnly: false, state: ahead });
   });
 
   it('skips milestones that never arrived (a later one may come first)', () => {
@@ -75,7 +75,7 @@ describe('the return path', () => {
   it('after a failure past pickup, late dropoff events, a second cancel or failure, and earlier positions are stale', () => {
     const failed = stateAfter('delivery.pickup_complete', 'delivery.dropoff_enroute', 'delivery.failed');
     for (const late of ['delivery.dropoff_enroute', 'delivery.dropoff_arrived', 'delivery.dropoff_complete', 'delivery.pickup_complete', 'delivery.failed', 'delivery.canceled', 'location.dropoff_enroute', 'location.pickup_complete']) {
-      expect(transition(failed, late), late).toEqual({ stale: true, state: failed });
+      expect(transition(failed, late), late).toEqual({ stale: true, courierOnly: false, state: failed });
     }
     const returning = transition(failed, 'delivery.return_in_progress').state;
     for (const late of ['delivery.failed', 'delivery.canceled', 'delivery.dropoff_complete', 'delivery.return_in_progress']) {
@@ -94,7 +94,7 @@ describe('the return path', () => {
       const ended = stateAfter(...starts, notDelivered);
       expect(ended, starts.join(' ')).toEqual({ rank: 8, terminal: true });
       for (const late of ['delivery.return_in_progress', 'delivery.returned', 'location.return_in_progress', 'delivery.pickup_complete', 'delivery.mystery']) {
-        expect(transition(ended, late), late).toEqual({ stale: true, state: ended });
+        expect(transition(ended, late), late).toEqual({ stale: true, courierOnly: false, state: ended });
       }
     }
   });
@@ -115,31 +115,31 @@ describe('duplicates and positions', () => {
       expect(transition(state, name).stale, name).toBe(true);
     }
     const enroute = stateAfter('delivery.dropoff_enroute');
-    expect(transition(enroute, 'location.dropoff_enroute')).toEqual({ stale: false, state: enroute });
+    expect(transition(enroute, 'location.dropoff_enroute')).toEqual({ stale: false, courierOnly: false, state: enroute });
     expect(transition(enroute, 'Location.Dropoff_Enroute').stale).toBe(false);
   });
 
   it('positions never move the state, and one from an earlier milestone is stale', () => {
     const arrived = stateAfter('delivery.pickup_arrived');
-    expect(transition(arrived, 'location.dropoff_enroute')).toEqual({ stale: false, state: arrived });
-    expect(transition(arrived, 'location.pickup_enroute')).toEqual({ stale: true, state: arrived });
+    expect(transition(arrived, 'location.dropoff_enroute')).toEqual({ stale: false, courierOnly: false, state: arrived });
+    expect(transition(arrived, 'location.pickup_enroute')).toEqual({ stale: true, courierOnly: false, state: arrived });
     expect(transition(arrived, 'location.assigned_driver').stale).toBe(true);
-    expect(transition(undefined, 'location.pickup_enroute')).toEqual({ stale: false, state: undefined });
+    expect(transition(undefined, 'location.pickup_enroute')).toEqual({ stale: false, courierOnly: false, state: undefined });
   });
 
   it('location.return_in_progress is fine during a return and after a failure past pickup', () => {
     const failed = stateAfter('delivery.pickup_complete', 'delivery.failed');
-    expect(transition(failed, 'location.return_in_progress')).toEqual({ stale: false, state: failed });
+    expect(transition(failed, 'location.return_in_progress')).toEqual({ stale: false, courierOnly: false, state: failed });
     const returning = stateAfter('delivery.pickup_complete', 'delivery.failed', 'delivery.return_in_progress');
-    expect(transition(returning, 'location.return_in_progress')).toEqual({ stale: false, state: returning });
+    expect(transition(returning, 'location.return_in_progress')).toEqual({ stale: false, courierOnly: false, state: returning });
     expect(transition(returning, 'location.dropoff_arrived').stale).toBe(true);
   });
 
   it('an unknown milestone is never ranked and moves nothing, but is stale after a final state', () => {
     const enroute = stateAfter('delivery.pickup_enroute');
-    expect(transition(enroute, 'delivery.teleported')).toEqual({ stale: false, state: enroute });
-    expect(transition(undefined, 'delivery.teleported')).toEqual({ stale: false, state: undefined });
-    expect(transition(enroute, 'ping')).toEqual({ stale: false, state: enroute });
+    expect(transition(enroute, 'delivery.teleported')).toEqual({ stale: false, courierOnly: false, state: enroute });
+    expect(transition(undefined, 'delivery.teleported')).toEqual({ stale: false, courierOnly: false, state: undefined });
+    expect(transition(enroute, 'ping')).toEqual({ stale: false, courierOnly: false, state: enroute });
     expect(transition(stateAfter('delivery.canceled'), 'ping').stale).toBe(true);
   });
 
@@ -184,5 +184,38 @@ describe('the status an event gives its delivery', () => {
     expect(fromWebhookEvent({ uid: 'u', event_name: 'delivery.teleported', status: 'Picked Up' }).status).toBe('PICKUP_COMPLETE');
     expect(fromWebhookEvent({ uid: 'u', event_name: 'delivery.teleported', status: 'Beamed' }).status).toBe('UNKNOWN');
     expect(statusOfWebhook(undefined, 'Delivered')).toBe('DROPOFF_COMPLETE');
+  });
+});
+
+describe('couriers', () => {
+  const ana = { id: '1', name: 'Ana Costa' };
+  const ben = { id: '2', name: 'Ben Okafor' };
+  const enroute = transition(transition(undefined, 'delivery.assigned', ana).state, 'delivery.pickup_enroute', ana).state;
+
+  it('a delivery.* event naming another courier changes the courier alone when its milestone is late or a repeat', () => {
+    expect(transition(enroute, 'delivery.assigned', ben)).toEqual({
+      stale: false,
+      courierOnly: true,
+      state: { rank: 2, terminal: false, courier: ben, formerCouriers: [ana] },
+    });
+    expect(transition(enroute, 'delivery.pickup_enroute', ben).courierOnly).toBe(true);
+    // The same courier on a late milestone is stale as before.
+    expect(transition(enroute, 'delivery.assigned', ana)).toEqual({ stale: true, courierOnly: false, state: enroute });
+  });
+
+  it('after a change, the replaced courier is stale, positions of a courier not announced are stale, and a final state ends it all', () => {
+    const changed = transition(enroute, 'delivery.assigned', ben).state;
+    for (const name of ['location.pickup_enroute', 'delivery.pickup_enroute', 'delivery.pickup_arrived']) expect(transition(changed, name, ana).stale, name).toBe(true);
+    expect(transition(changed, 'location.pickup_enroute', ben).stale).toBe(false);
+    expect(transition(enroute, 'location.pickup_enroute', ben).stale).toBe(true);
+    expect(transition(stateAfter('delivery.dropoff_complete'), 'delivery.assigned', ben).stale).toBe(true);
+  });
+
+  it('compares by driver_id when both events carry one, else by name', () => {
+    expect(transition(enroute, 'delivery.assigned', { id: '1', name: 'A. Costa' }).stale).toBe(true);
+    expect(transition(enroute, 'delivery.assigned', { id: null, name: 'Ana Costa' }).stale).toBe(true);
+    expect(transition(enroute, 'delivery.assigned', { id: null, name: 'Ben Okafor' }).courierOnly).toBe(true);
+    expect(courierIdentity({ driver_id: 7, driver_name: '' })).toEqual({ id: '7', name: null });
+    expect(courierIdentity({ driver_id: null, driver_name: null })).toBeUndefined();
   });
 });
