@@ -189,10 +189,10 @@ builder.objectField(DeliveryRef, 'events', (t) =>
 
 function realtime(ctx: GraphQLContext): { deps: RealtimeDeps; subscriber: Subscriber } {
   const key = ctx.requireKey();
-  const { store, bus, access, upstream, maxPendingEvents } = ctx.services;
+  const { store, bus, access, upstream, maxPendingEvents, reconciler } = ctx.services;
   // The key's RATE_LIMIT_PER_MINUTE budget: a subscription's upstream access checks draw on it, as operations do.
   const budget = ctx.limits?.perKey;
-  return { deps: { store, bus, access, upstream, maxPending: maxPendingEvents, budget }, subscriber: { key, scope: ctx.scope, disconnect: ctx.disconnect } };
+  return { deps: { store, bus, access, upstream, maxPending: maxPendingEvents, budget, reconciler }, subscriber: { key, scope: ctx.scope, disconnect: ctx.disconnect } };
 }
 
 /**
