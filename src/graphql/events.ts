@@ -82,6 +82,11 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
       description: "The courier's position carried by the event (driver_location).",
       resolve: (event) => (event.snapshot ? event.snapshot.delivery.courier?.location : geoPoint(event.payload.driver_location)) ?? null,
     }),
+    source: t.string({
+      description:
+        'Where the event came from: "webhook" (sent by the upstream), "poll" (made by the facade from a read of the upstream when no webhook had brought the change; see RECONCILE_INTERVAL_MS) or "read" (a `snapshot`).',
+      resolve: (event) => (event.snapshot ? 'read' : event.payload.facade_source === 'poll' ? 'poll' : 'webhook'),
+    }),
     stale: t.exposeBoolean('stale', {
       description:
         'True when it arrived after a later milestone (out of order), as a repeat of the current one, or after a final one (DROPOFF_COMPLETE, RETURNED, or CANCELED/FAILED before pickup); stale events change nothing.',
