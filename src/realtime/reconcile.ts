@@ -127,7 +127,9 @@ export class Reconciler {
    * word that the key is still valid, and a fresh state. A refused key rejects
    * UNAUTHENTICATED. Any other failure (upstream down, not found) resolves
    * undefined: the stored state stands and reconciliation reads again later.
-   * A change the read shows against the store is stored and published first.
+   * The read is not stored: a store behind it may only have webhooks on their
+   * way, and a read stored first would make them stale. Reconciliation stores
+   * what is still missing once no event has come for an interval.
    */
   async confirm(key: string, uid: string): Promise<DeliveryRead | undefined> {
     let read: DeliveryRead;
@@ -138,8 +140,6 @@ export class Reconciler {
       this.#options.logger?.debug({ err: error, uid }, 'reconcile: the read at subscription start failed; the stored state stands');
       return undefined;
     }
-    // Only against a stored state: with none, the subscription shows the read itself as its snapshot.
-    if (await this.#options.store.deliveryState(uid)) await this.#apply(uid, read);
     return read;
   }
 
@@ -266,17 +266,27 @@ export class Reconciler {
     }
   }
 
-  /** Platform read, then partner (or the group that answered last time first). */
+  /**
+   * Platform read, then partner (or the group that answered last time first).
+   * A key may be valid for one group only: it is refused when both refuse it,
+   * or when one refuses it and the other does not know the delivery.
+   */
   async #read(key: string, uid: string, group: 'platform' | 'partner' | undefined): Promise<DeliveryRead> {
     const { upstream } = this.#options;
     const platform = async (): Promise<DeliveryRead> => ({ group: 'platform', wire: await upstream.platform.get(key, uid) });
     const partner = async (): Promise<DeliveryRead> => ({ group: 'partner', wire: await upstream.partner.getOrder(key, uid) });
     const [first, second] = group === 'partner' ? [partner, platform] : [platform, partner];
+    let firstError: unknown;
     try {
       return await first();
     } catch (error) {
-      if (!(error instanceof NotFoundError)) throw error;
-      return second();
+      if (!(error instanceof NotFoundError) && !isRefusal(error)) throw error;
+      firstError = error;
+    }
+    try {
+      return await second();
+    } catch (error) {
+      throw error instanceof NotFoundError && isRefusal(firstError) ? firstError : error;
     }
   }
 

@@ -108,6 +108,17 @@ function follow(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: 
   return deps.reconciler?.follow(uid, { key: subscriber.key, end: (error) => queue.fail(error) }) ?? (() => undefined);
 }
 
+/**
+ * The reconciler's confirmation of the key (src/realtime/reconcile.ts), started
+ * now and awaited later; a refusal that comes before it is awaited is not an
+ * unhandled rejection.
+ */
+function confirmed(deps: RealtimeDeps, subscriber: Subscriber, uid: string): Promise<DeliveryRead | undefined> {
+  const confirming = deps.reconciler ? deps.reconciler.confirm(subscriber.key, uid) : Promise.resolve(undefined);
+  confirming.catch(() => undefined);
+  return confirming;
+}
+
 /** The checks of uids the client named: the key's budget only. */
 const namedUids = (deps: RealtimeDeps, subscriber: Subscriber) => deps.access.allowance(subscriber.key, deps.budget, false);
 
@@ -184,14 +195,15 @@ async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber
     if (!event.stale && isDeliveryEvent(event.name)) queue.push(event);
   });
   let unfollow = () => {};
+  // The upstream's word on the key, and the first state when none is stored; asked while the store is read, awaited before anything is sent.
+  const confirming = confirmed(deps, subscriber, uid);
   try {
-    // The upstream's word on the key, and a fresh state (stored first when it is ahead of the store).
-    const read = await deps.reconciler?.confirm(subscriber.key, uid);
-    unfollow = follow(deps, subscriber, uid, queue);
     const logPosition = await deps.store.lastSeq();
     // The state before the latest event: whatever moved it in between is folded in from the queue.
     const stored = await deps.store.deliveryState(uid);
     const latest = await deps.store.latestEvent(uid, 'delivery');
+    const read = await confirming;
+    unfollow = follow(deps, subscriber, uid, queue);
     const current: EventView = latest ?? (await snapshotOf(deps, subscriber.key, uid, logPosition, read));
     // A snapshot may be ahead of events still on their way: judged against it, they are late.
     const followed = current.snapshot ? new FollowedState(stateOfStatus(current.snapshot.status), current.seq) : new FollowedState(stored, stored?.seq ?? 0);
@@ -230,14 +242,15 @@ async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber
     if (isDeliveryEvent(event.name) || geoPoint(event.payload.driver_location)) queue.push(event);
   });
   let unfollow = () => {};
+  const confirming = confirmed(deps, subscriber, uid);
   try {
-    await deps.reconciler?.confirm(subscriber.key, uid);
-    unfollow = follow(deps, subscriber, uid, queue);
     const stored = await deps.store.deliveryState(uid);
     const followed = new FollowedState(stored, stored?.seq ?? 0);
     let lastSeq = 0;
     let lastRank = -1;
     const latest = await deps.store.latestEvent(uid, 'location');
+    await confirming;
+    unfollow = follow(deps, subscriber, uid, queue);
     if (latest && geoPoint(latest.payload.driver_location)) {
       lastSeq = latest.seq;
       lastRank = milestoneRank(latest.name) ?? -1;
