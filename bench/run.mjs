@@ -10,13 +10,14 @@ import { singleRead } from './scenarios/single-read.mjs';
 import { batchRead } from './scenarios/batch-read.mjs';
 import { realtime, realtimeRedis, fanOut } from './scenarios/realtime.mjs';
 import { startup } from './scenarios/startup.mjs';
+import { reconcile } from './scenarios/reconcile.mjs';
 import { soak, soakRedis } from './scenarios/soak.mjs';
 import { anonymousFlood } from './attacks/anonymous-flood.mjs';
 import { ScenarioSkipped } from './lib/contenders.mjs';
 import { BENCH } from './lib/proc.mjs';
 import { printGoals } from './lib/report.mjs';
 
-const SCENARIOS = { 'single-read': singleRead, 'batch-read': batchRead, realtime, 'realtime-redis': realtimeRedis, 'fan-out': fanOut, startup, 'anonymous-flood': anonymousFlood };
+const SCENARIOS = { 'single-read': singleRead, 'batch-read': batchRead, realtime, 'realtime-redis': realtimeRedis, 'fan-out': fanOut, startup, reconcile, 'anonymous-flood': anonymousFlood };
 /** Too long for every run (and for CI): only when named. */
 const ON_DEMAND = { soak, 'soak-redis': soakRedis };
 const args = process.argv.slice(2);

@@ -22,13 +22,14 @@ import { requestScope } from './observability/request.js';
 import type { SpanExporterLike } from './observability/tracing.js';
 import { ReadAccess } from './realtime/access.js';
 import { createEventBus } from './realtime/bus.js';
+import { Reconciler } from './realtime/reconcile.js';
 import { connectRedisEventBus } from './realtime/redis-bus.js';
 import { DEMO_MERCHANTS, startSandbox, type Sandbox } from './sandbox/index.js';
 import { RedisStore } from './store/redis.js';
 import { SqliteStore } from './store/sqlite.js';
 import type { Store } from './store/store.js';
 import { createUpstream } from './upstream/clients.js';
-import { createWebhookReceiver, type WebhookReceiver } from './webhooks/receiver.js';
+import { AppendBatcher, createWebhookReceiver, type WebhookReceiver } from './webhooks/receiver.js';
 import { createWebhookVerifier } from './webhooks/verify.js';
 import { createGraphiQL, renderGraphiQLPage } from './web/graphiql.js';
 import { createTrackingPage } from './web/page.js';
@@ -111,6 +112,18 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   // Who may see which delivery: one set of owner records for every path (src/access/owners.ts).
   const owners = new Owners(store, { logger });
   teardown.add('owner records', () => owners.flush());
+  // Webhooks and reconciliation store events through one batcher: one log order, publications in it.
+  const batcher = new AppendBatcher(store, bus, (error) => logger.error({ err: error }, 'stored event not published'));
+  // Each instance reads what its own subscribers follow; an event they hear from any instance puts the read off.
+  const reconciler = new Reconciler({
+    store,
+    upstream,
+    append: (payload, receivedAt) => batcher.append(payload, receivedAt),
+    intervalMs: config.realtime.reconcileIntervalMs,
+    maxReadsPerSecond: config.realtime.reconcileMaxReadsPerSecond,
+    logger,
+  });
+  teardown.add('reconciler', () => reconciler.stop());
   const services: Services = {
     config,
     upstream,
@@ -121,14 +134,21 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     maxPendingEvents: config.realtime.maxPendingEvents,
     bookingsInFlight: new Map(),
     clientTokens: new ClientTokens(clientTokenSecrets(config.clientTokenSecrets, config.dataDir)),
+    reconciler,
   };
 
   // Webhooks verify against the configured key, or the sandbox's when it is the upstream.
   const publicKeyPem = config.webhook.publicKeyPems ?? (sandbox ? [sandbox.publicKeyPem] : undefined);
   const issuer = config.webhook.issuer ?? sandbox?.issuer;
   const verifier = publicKeyPem && issuer ? await createWebhookVerifier(publicKeyPem, issuer) : undefined;
-  const receiver = verifier && createWebhookReceiver({ verifier, store, bus, logger, bodyTimeoutMs: config.webhook.bodyTimeoutMs });
-  if (!receiver) logger.warn('no WEBHOOK_PUBLIC_KEY_FILE: the webhook receiver answers 503 and subscriptions see no events');
+  const receiver = verifier && createWebhookReceiver({ verifier, store, bus, logger, bodyTimeoutMs: config.webhook.bodyTimeoutMs, batcher });
+  if (!receiver) {
+    logger.warn(
+      config.realtime.reconcileIntervalMs > 0
+        ? `no WEBHOOK_PUBLIC_KEY_FILE: polling alone, subscriptions see what reads of the upstream show every ${config.realtime.reconcileIntervalMs} ms (RECONCILE_INTERVAL_MS); the webhook receiver answers 503`
+        : 'no WEBHOOK_PUBLIC_KEY_FILE and RECONCILE_INTERVAL_MS=0: subscriptions see no change after their first state; the webhook receiver answers 503',
+    );
+  }
 
   const readiness = createReadiness({ upstream, logger, upstreamCheckMs: config.upstream.healthCheckMs, checkStore: () => store.ping() });
   teardown.add('readiness', () => readiness.stop());
@@ -152,6 +172,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       persistedQueries: persisted.counters,
       access: services.access.counters,
       owners,
+      reconcile: { counters: reconciler.counters, followed: () => reconciler.followedCount },
       // The pipeline is made below; until then the cache is empty.
       documentCache: () => served?.pipeline.documents.size ?? { entries: 0, bytes: 0 },
     });

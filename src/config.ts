@@ -133,7 +133,17 @@ export interface Config {
      * RATE_LIMIT_PER_MINUTE that each check draws on, those events are skipped.
      */
     readonly accessChecksPerMinute: number;
+    /**
+     * RECONCILE_INTERVAL_MS: a delivery followed by a live subscriber of this
+     * instance is read from the upstream when no event has come for this long
+     * (0: never). Shorter by default when no webhooks can arrive.
+     */
+    readonly reconcileIntervalMs: number;
+    /** RECONCILE_MAX_READS_PER_SECOND: most reconciliation reads this instance makes per second, whatever it follows. */
+    readonly reconcileMaxReadsPerSecond: number;
   };
+  /** Whether webhooks can arrive: a key verifies them (WEBHOOK_PUBLIC_KEY_FILE, or the embedded sandbox's). Without, polling alone. */
+  readonly webhooksEnabled: boolean;
   /** GET /metrics (Prometheus text format). */
   readonly metrics: boolean;
   /** Where GET /metrics is answered, and who may read it. */
@@ -215,6 +225,8 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'SUBSCRIBER_MAX_PENDING', help: 'events one subscriber may have waiting: over it for more than 1 s, or 10 times over at once, it is disconnected (SSE: KiB unsent)', default: '1000' },
   { name: 'WS_MAX_SUBSCRIPTIONS', help: 'operations one WebSocket may run at once', default: '100' },
   { name: 'SUBSCRIPTION_ACCESS_CHECKS', help: 'upstream access checks one deliveryEvents subscription without uids may make per minute, for deliveries the facade has no owner record of (each also takes one unit of RATE_LIMIT_PER_MINUTE); past either, their events are skipped (0: never asked)', default: '50' },
+  { name: 'RECONCILE_INTERVAL_MS', help: 'a delivery a live subscriber follows is read from the upstream when no event has come for this long, and a change found is pushed as an event; 0: never', default: '30000; 5000 without webhooks (WEBHOOK_PUBLIC_KEY_FILE unset with UPSTREAM_URL)' },
+  { name: 'RECONCILE_MAX_READS_PER_SECOND', help: 'most reconciliation reads one instance makes per second, however many deliveries it follows', default: '100' },
   { name: 'GRAPHQL_INTROSPECTION', help: 'true or false: schema introspection and GraphiQL', default: 'false in production, else true' },
   { name: 'FEDERATION_SDL', help: "true or false: federation's _service { sdl } (the whole schema), for a gateway that composes from it", default: 'in production as GRAPHQL_INTROSPECTION (false), else true' },
   { name: 'GRAPHQL_MAX_BODY_BYTES', help: 'largest GraphQL request body accepted (413 above)', default: '1048576' },
@@ -461,6 +473,8 @@ export function loadConfig(env: Env = process.env): Config {
   const key = publicKeys(env, 'WEBHOOK_PUBLIC_KEY_FILE');
   const issuer = text(env, 'WEBHOOK_ISSUER');
   if (key && !issuer) throw new ConfigError('WEBHOOK_ISSUER', 'required when WEBHOOK_PUBLIC_KEY_FILE is set');
+  // The embedded sandbox signs with a key the facade knows; a real upstream's key must be given.
+  const webhooksEnabled = key !== undefined || upstreamUrl === undefined;
 
   const webhookPath = text(env, 'WEBHOOK_PATH') ?? '/webhooks';
   if (!/^\/[A-Za-z0-9._~/-]*$/.test(webhookPath)) throw new ConfigError('WEBHOOK_PATH', `expected a path starting with /, got "${webhookPath}"`);
@@ -544,7 +558,11 @@ export function loadConfig(env: Env = process.env): Config {
       maxPendingEvents: integer(env, 'SUBSCRIBER_MAX_PENDING', 1000, 1, 1_000_000),
       maxSubscriptionsPerSocket: integer(env, 'WS_MAX_SUBSCRIPTIONS', 100, 1, 100_000),
       accessChecksPerMinute: integer(env, 'SUBSCRIPTION_ACCESS_CHECKS', 50, 0, 1_000_000),
+      // Without webhooks, reads are all a subscriber gets: poll more often.
+      reconcileIntervalMs: integer(env, 'RECONCILE_INTERVAL_MS', webhooksEnabled ? 30_000 : 5_000, 0, 86_400_000),
+      reconcileMaxReadsPerSecond: integer(env, 'RECONCILE_MAX_READS_PER_SECOND', 100, 1, 100_000),
     },
+    webhooksEnabled,
     metrics: oneOf(env, 'METRICS', ['true', 'false'] as const, 'true') === 'true',
     metricsAccess: {
       port: metricsPort,

@@ -34,7 +34,11 @@ function banner(config: Config, { url, webhookUrl, metricsUrl }: Where, sandbox:
     `delivery-graph is serving on ${url}`,
     ...(config.trackingPage ? [`  tracking page       ${url}/   (book a delivery, watch the courier move)`] : []),
     `  ${config.graphql.introspection ? 'GraphQL + GraphiQL' : 'GraphQL           '}  ${url}/graphql   (WebSocket: ${ws}/graphql)`,
-    `  webhooks            ${webhookUrl}`,
+    config.webhooksEnabled
+      ? `  webhooks            ${webhookUrl}`
+      : config.realtime.reconcileIntervalMs > 0
+        ? `  webhooks            off (no WEBHOOK_PUBLIC_KEY_FILE): polling alone, followed deliveries are read every ${config.realtime.reconcileIntervalMs} ms (RECONCILE_INTERVAL_MS)`
+        : '  webhooks            off (no WEBHOOK_PUBLIC_KEY_FILE) and RECONCILE_INTERVAL_MS=0: subscribers see only their first state',
     `  health / ready      ${url}/health   ${url}/ready`,
     ...(metricsUrl ? [`  metrics             ${metricsUrl}${config.metricsAccess.token ? '   (Authorization: Bearer <METRICS_TOKEN>)' : ''}`] : []),
   ];

@@ -1,5 +1,6 @@
 // What every resolver gets: the caller's merchant key and address, and the per-request
 // loaders (keyed by group and uid, so nothing is shared across keys or requests).
+import type { Reconciler } from '../realtime/reconcile.js';
 import type { IncomingMessage } from 'node:http';
 import DataLoader from 'dataloader';
 import type { Config } from '../config.js';
@@ -36,6 +37,8 @@ export interface Services {
   bookingsInFlight: Map<string, Promise<BookingResult>>;
   /** Makes and reads client tokens (CLIENT_TOKEN_SECRET). */
   clientTokens: ClientTokens;
+  /** Confirms a subscriber's key with the upstream and reads followed deliveries when no event comes (src/realtime/reconcile.ts). */
+  reconciler?: Reconciler;
 }
 
 export type { ClientTokenCredential };

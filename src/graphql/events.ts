@@ -93,6 +93,11 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
       description: "The courier's position carried by the event (driver_location).",
       resolve: (event) => (event.snapshot ? event.snapshot.delivery.courier?.location : geoPoint(event.payload.driver_location)) ?? null,
     }),
+    source: t.string({
+      description:
+        'Where the event came from: "webhook" (sent by the upstream), "poll" (made by the facade from a read of the upstream when no webhook had brought the change; see RECONCILE_INTERVAL_MS) or "read" (a `snapshot`).',
+      resolve: (event) => (event.snapshot ? 'read' : event.payload.facade_source === 'poll' ? 'poll' : 'webhook'),
+    }),
     stale: t.exposeBoolean('stale', {
       description:
         'True when it arrived after a later milestone (out of order), as a repeat of the current one, or after a final one (DROPOFF_COMPLETE, RETURNED, or CANCELED/FAILED before pickup), and did not name a new courier; also when it came from a courier who had since been replaced, or is a position of a courier other than the current one. Stale events change nothing.',
@@ -208,10 +213,10 @@ builder.objectField(DeliveryRef, 'events', (t) =>
 
 function realtime(ctx: GraphQLContext): { deps: RealtimeDeps; subscriber: Subscriber } {
   const key = ctx.requireKey();
-  const { store, bus, access, upstream, maxPendingEvents } = ctx.services;
+  const { store, bus, access, upstream, maxPendingEvents, reconciler } = ctx.services;
   // The key's RATE_LIMIT_PER_MINUTE budget: a subscription's upstream access checks draw on it, as operations do.
   const budget = ctx.limits?.perKey;
-  return { deps: { store, bus, access, upstream, maxPending: maxPendingEvents, budget }, subscriber: { key, scope: ctx.scope, disconnect: ctx.disconnect } };
+  return { deps: { store, bus, access, upstream, maxPending: maxPendingEvents, budget, reconciler }, subscriber: { key, scope: ctx.scope, disconnect: ctx.disconnect } };
 }
 
 /**

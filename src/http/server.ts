@@ -108,6 +108,8 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
   // Without WEBHOOK_PORT, webhooks come in on the main port.
   const webhooksOnMainPort = config.webhook.port === undefined;
   let draining = false;
+  // How subscriptions learn of changes: webhooks (with reads when none come), or reads of the upstream alone.
+  const events = { source: receiver ? 'webhooks' : 'polling', reconcileIntervalMs: config.realtime.reconcileIntervalMs };
 
   const json = (res: ServerResponse, status: number, body: unknown) => {
     res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
@@ -139,7 +141,7 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
       return json(res, 404, { error: 'not_found', message: 'Webhooks are received on their own port (WEBHOOK_PORT).' });
     }
     // With WORKERS, which worker answered (the cluster hands each connection to one).
-    if (pathname === '/health') return json(res, 200, cluster.worker ? { status: 'ok', worker: cluster.worker.id } : { status: 'ok' });
+    if (pathname === '/health') return json(res, 200, { status: 'ok', ...(cluster.worker ? { worker: cluster.worker.id } : {}), events });
     if (pathname === '/ready') return readiness.handle(res, draining);
     if (pathname === '/metrics' && metrics && config.metricsAccess.onMainPort) return serveMetrics(req, res, metrics);
     if (options.trackingPage?.handle(req, res, pathname)) return;

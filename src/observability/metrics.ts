@@ -7,6 +7,7 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom
 import type { PersistedQueryCounters } from '../pipeline/persisted-operations.js';
 import type { AccessCounters } from '../realtime/access.js';
 import type { EventBus } from '../realtime/bus.js';
+import type { ReconcileCounters } from '../realtime/reconcile.js';
 import type { BreakerState } from '../upstream/breaker.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { UpstreamCallRecord } from '../upstream/http.js';
@@ -46,6 +47,8 @@ export interface MetricSources {
   persistedQueries?: PersistedQueryCounters;
   /** Subscriptions' upstream access checks, made and withheld. */
   access?: AccessCounters;
+  /** Reconciliation: reads of followed deliveries and what they found. */
+  reconcile?: { counters: ReconcileCounters; followed: () => number };
   /** The shared cache of parsed, validated and compiled documents (GRAPHQL_CACHE_BYTES). */
   documentCache?: () => { entries: number; bytes: number };
   /** Owner records: written from reads, failed writes, and those kept in memory. */
@@ -152,6 +155,29 @@ export function createMetrics(sources: MetricSources): Metrics {
       if (!counters) return;
       this.reset();
       for (const reason of ['subscription', 'rate_limit'] as const) this.inc({ reason }, counters.withheld[reason]);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}reconcile_total`,
+    help: 'Reconciliation (RECONCILE_INTERVAL_MS): reads of followed deliveries no event had come for, by result: read (reads made), change (events stored from a read that webhooks had not brought), error (reads that failed and back off), refused (subscriptions ended because the upstream refused their key)',
+    labelNames: ['result'] as const,
+    registers: [registry],
+    collect() {
+      const counters = sources.reconcile?.counters;
+      if (!counters) return;
+      this.reset();
+      this.inc({ result: 'read' }, counters.reads);
+      this.inc({ result: 'change' }, counters.changes);
+      this.inc({ result: 'error' }, counters.errors);
+      this.inc({ result: 'refused' }, counters.refused);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}reconcile_followed_deliveries`,
+    help: 'Deliveries a live subscriber of this instance follows: each is read from the upstream when no event has come for RECONCILE_INTERVAL_MS',
+    registers: [registry],
+    collect() {
+      this.set(sources.reconcile?.followed() ?? 0);
     },
   });
   new Gauge({

@@ -21,6 +21,7 @@ import type { Upstream } from '../upstream/clients.js';
 import type { CheckAllowance, KeyBudget, ReadAccess, Withheld } from './access.js';
 import type { EventBus } from './bus.js';
 import { EventQueue } from './queue.js';
+import type { DeliveryRead, Reconciler } from './reconcile.js';
 
 /** A stored event, or the `snapshot` built from an upstream read when none is stored. */
 export type EventView = StoredEvent & {
@@ -47,6 +48,8 @@ export interface RealtimeDeps {
   maxPending: number;
   /** The key's rate-limit budget (RATE_LIMIT_PER_MINUTE): each upstream access check takes one unit, as an operation does. */
   budget?: KeyBudget;
+  /** Confirms the key with the upstream as a subscription starts, and reads followed deliveries when no event comes. */
+  reconciler?: Reconciler;
 }
 
 export interface Subscriber {
@@ -117,17 +120,43 @@ async function assertReadable(deps: RealtimeDeps, subscriber: Subscriber, uid: s
   if (!readable) throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
 }
 
+/**
+ * Starts following the delivery for reconciliation: a refused key ends the
+ * stream by failing its queue. Returns the way to stop.
+ */
+function follow(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): () => void {
+  return deps.reconciler?.follow(uid, { key: subscriber.key, end: (error) => queue.fail(error) }) ?? (() => undefined);
+}
+
+/**
+ * The reconciler's confirmation of the key (src/realtime/reconcile.ts), started
+ * now and awaited later; a refusal that comes before it is awaited is not an
+ * unhandled rejection.
+ */
+function confirmed(deps: RealtimeDeps, subscriber: Subscriber, uid: string): Promise<DeliveryRead | undefined> {
+  const confirming = deps.reconciler ? deps.reconciler.confirm(subscriber.key, uid) : Promise.resolve(undefined);
+  confirming.catch(() => undefined);
+  return confirming;
+}
+
 /** The checks of uids the client named: the key's budget only. */
 const namedUids = (deps: RealtimeDeps, subscriber: Subscriber) => deps.access.allowance(subscriber.key, deps.budget, false);
 
-/** A `snapshot` event from an upstream read, for a delivery of which no event is stored yet. */
-async function snapshotOf(deps: RealtimeDeps, key: string, uid: string, seq: number): Promise<EventView> {
+/**
+ * A `snapshot` event from an upstream read, for a delivery of which no event is
+ * stored yet: the read made as the subscription started, or a new one.
+ */
+async function snapshotOf(deps: RealtimeDeps, key: string, uid: string, seq: number, read: DeliveryRead | undefined): Promise<EventView> {
   let delivery: Delivery;
-  try {
-    delivery = fromPlatformDelivery(await deps.upstream.platform.get(key, uid));
-  } catch (error) {
-    if (!(error instanceof NotFoundError)) throw error;
-    delivery = fromPartnerOrder(await deps.upstream.partner.getOrder(key, uid));
+  if (read) {
+    delivery = read.group === 'platform' ? fromPlatformDelivery(read.wire) : fromPartnerOrder(read.wire);
+  } else {
+    try {
+      delivery = fromPlatformDelivery(await deps.upstream.platform.get(key, uid));
+    } catch (error) {
+      if (!(error instanceof NotFoundError)) throw error;
+      delivery = fromPartnerOrder(await deps.upstream.partner.getOrder(key, uid));
+    }
   }
   return {
     seq,
@@ -197,14 +226,20 @@ export function deliveryUpdated(deps: RealtimeDeps, subscriber: Subscriber, uid:
 async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<EventView> {
   await assertReadable(deps, subscriber, uid, namedUids(deps, subscriber));
   const unlisten = deps.bus.listen(uid, (event) => {
+    deps.reconciler?.heard(uid);
     if (!event.stale && isDeliveryEvent(event.name)) queue.push(event);
   });
+  let unfollow = () => {};
+  // The upstream's word on the key, and the first state when none is stored; asked while the store is read, awaited before anything is sent.
+  const confirming = confirmed(deps, subscriber, uid);
   try {
     const logPosition = await deps.store.lastSeq();
     // The state before the latest event: whatever moved it in between is folded in from the queue.
     const stored = await deps.store.deliveryState(uid);
     const latest = await deps.store.latestEvent(uid, 'delivery');
-    let current: EventView = latest ?? (await snapshotOf(deps, subscriber.key, uid, logPosition));
+    const read = await confirming;
+    unfollow = follow(deps, subscriber, uid, queue);
+    let current: EventView = latest ?? (await snapshotOf(deps, subscriber.key, uid, logPosition, read));
     // The latest event changed only the courier: the status is the one of the event that last moved the milestone.
     if (current.courierOnly && stored) {
       const [mover] = await deps.store.eventsAfter(stored.seq - 1, 1, { uids: [uid] });
@@ -232,6 +267,7 @@ async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber
       if (followed.final) return;
     }
   } finally {
+    unfollow();
     unlisten();
     await queue.return();
   }
@@ -246,17 +282,22 @@ export function courierLocation(deps: RealtimeDeps, subscriber: Subscriber, uid:
 async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<StoredEvent> {
   await assertReadable(deps, subscriber, uid, namedUids(deps, subscriber));
   const unlisten = deps.bus.listen(uid, (event) => {
+    deps.reconciler?.heard(uid);
     if (event.stale) return;
     // Positions are what is sent; delivery.* events also move the state, and a final one ends the stream.
     // Only events with a usable position count as positions (a malformed one would break the non-null location).
     if (isDeliveryEvent(event.name) || geoPoint(event.payload.driver_location)) queue.push(event);
   });
+  let unfollow = () => {};
+  const confirming = confirmed(deps, subscriber, uid);
   try {
     const stored = await deps.store.deliveryState(uid);
     const followed = new FollowedState(stored, stored?.seq ?? 0);
     let lastSeq = 0;
     let lastRank = -1;
     const latest = await deps.store.latestEvent(uid, 'location');
+    await confirming;
+    unfollow = follow(deps, subscriber, uid, queue);
     // A position of a courier since replaced is no pin of the current one.
     if (latest && geoPoint(latest.payload.driver_location) && followed.isCurrentCourier(latest)) {
       lastSeq = latest.seq;
@@ -282,6 +323,7 @@ async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber
       yield event;
     }
   } finally {
+    unfollow();
     unlisten();
     await queue.return();
   }
@@ -336,9 +378,16 @@ async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber,
     const allowance = namedUids(deps, subscriber);
     for (const uid of uids) await assertReadable(deps, subscriber, uid, allowance);
   }
+  // The upstream's word on the key: one call, whatever the uids (their reads come with reconciliation).
+  await deps.reconciler?.confirmKey(subscriber.key);
 
-  const push = (event: StoredEvent) => queue.push(event);
+  const push = (event: StoredEvent) => {
+    if (uids) deps.reconciler?.heard(event.uid);
+    queue.push(event);
+  };
   const unlisteners = uids ? uids.map((uid) => deps.bus.listen(uid, push)) : [deps.bus.listen(undefined, push)];
+  // Named deliveries are followed: read when no event comes, and the subscription ended if the key is refused.
+  const unfollows = uids ? uids.map((uid) => follow(deps, subscriber, uid, queue)) : [];
 
   // Without uids, every merchant's events pass by. Owner records leave out other keys' deliveries and let the
   // key's own through for free; a delivery with no record is asked of the upstream within SUBSCRIPTION_ACCESS_CHECKS
@@ -369,6 +418,7 @@ async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber,
       if (await visible(event)) yield event;
     }
   } finally {
+    for (const unfollow of unfollows) unfollow();
     for (const unlisten of unlisteners) unlisten();
     await queue.return();
   }

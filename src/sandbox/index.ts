@@ -129,6 +129,11 @@ export interface Sandbox {
    * Throws a RangeError when some of them are no longer kept (trimmed or reset), so a count is never short.
    */
   requestsSince(mark: number): SandboxRequestRecord[];
+  /**
+   * Revokes a merchant key, as a merchant may in its dashboard: from now on every
+   * /api/v1 call with it is answered 401 invalid_api_key. Throws for a key the sandbox does not know.
+   */
+  revokeKey(key: string): void;
   /** Moves one delivery to its next milestone now (emitting its events). Rejects for an unknown or finished delivery. */
   advance(uid: string): Promise<void>;
   /**
@@ -252,6 +257,10 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
       return requests.count;
     },
     requestsSince: (mark) => requests.since(mark),
+    revokeKey: (key) => {
+      if (!state.merchantByKey(key)) throw new Error('revokeKey: not a sandbox merchant key');
+      state.revokedKeys.add(key);
+    },
     advance: (uid) => lifecycle.advance(uid),
     reassignCourier: async (uid) => lifecycle.reassign(uid),
     seedPartnerOrder: (key, body) => {

@@ -125,6 +125,7 @@ function authenticate(state: SandboxState, header: string | undefined, platformI
   if (key === null) return { message: 'Missing API key: send Authorization: Bearer <key>.' };
   const merchant = state.merchantByKey(key);
   if (!merchant) return { message: 'The API key is invalid.' };
+  if (state.revokedKeys.has(key)) return { message: 'The API key has been revoked.' };
   if (platformId !== null && merchant.platformId !== platformId) return { message: 'The API key is not valid for this platform.' };
   return { merchant };
 }
@@ -184,6 +185,13 @@ async function handleControl(deps: ServerDeps, req: IncomingMessage, method: str
     }
     const courier = deps.state.deliveries.get(uid)!.courier!;
     return jsonPage(200, { uid, driver_id: courier.id, driver_name: courier.name });
+  }
+  // The key travels as the bearer token, as on /api/v1, never in the path (paths get logged).
+  if (method === 'POST' && path === '/sandbox/revoke-key') {
+    const key = bearerToken(req.headers.authorization);
+    if (key === null || !deps.state.merchantByKey(key)) return controlError(404, 'not_found', 'Send the key to revoke as Authorization: Bearer <key>; it must be a sandbox merchant key.');
+    deps.state.revokedKeys.add(key);
+    return jsonPage(200, { revoked: true });
   }
 
   if (method === 'POST' && path === '/sandbox/orders') {

@@ -177,6 +177,9 @@ export class SandboxState {
     return this.merchantsByKey.get(key);
   }
 
+  /** Keys the merchant revoked (revokeKey): answered 401 from then on. */
+  readonly revokedKeys = new Set<string>();
+
   hasPlatform(platformId: string): boolean {
     return this.platformIds.has(platformId);
   }

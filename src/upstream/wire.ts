@@ -274,6 +274,8 @@ export interface WireWebhookEvent {
   /** Not in the documented body; the sandbox (and possibly the upstream) adds them on partner orders' events. */
   partner_reference?: string | null;
   partner_payload?: JsonObject | null;
+  /** Never sent by the upstream: "poll" on an event the facade made from a read (src/realtime/reconcile.ts). */
+  facade_source?: string | null;
 }
 
 /** Milestones the upstream announces as `delivery.*` events, in lifecycle order. */

@@ -160,11 +160,13 @@ export interface WebhookReceiverOptions {
   logger: Logger;
   /** The body must arrive within this after the headers (WEBHOOK_BODY_TIMEOUT_MS). */
   bodyTimeoutMs: number;
+  /** Shared with reconciliation, so events it makes from reads go into the one log order; a new one when absent. */
+  batcher?: AppendBatcher;
 }
 
 export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookReceiver {
   const { verifier, logger } = options;
-  const batcher = new AppendBatcher(options.store, options.bus, (error) => logger.error({ err: error }, 'stored event not published'));
+  const batcher = options.batcher ?? new AppendBatcher(options.store, options.bus, (error) => logger.error({ err: error }, 'stored event not published'));
   const counters: WebhookCounters = { accepted: 0, duplicate: 0, stale: 0, rejected: 0, refusals: new Map() };
 
   const countRefusal = (status: number) => {

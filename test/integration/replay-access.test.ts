@@ -97,6 +97,8 @@ async function cursorNow(stack: Stack, key: string): Promise<string> {
 /** The upstream requests since `mark` (a sandbox requestCount), as "METHOD path". */
 const upstreamSince = (stack: Stack, mark: number) => stack.sandbox.requestsSince(mark).map((request) => `${request.method} ${request.path}`);
 /** Those that name one of `uids`. */
+/** The one upstream call a deliveryEvents subscription makes to confirm its key (src/realtime/reconcile.ts, confirmKey). */
+const KEY_CHECK = `GET /api/v1/${DEFAULT_PLATFORM_ID}/availability`;
 const upstreamAbout = (stack: Stack, mark: number, uids: string[]) => upstreamSince(stack, mark).filter((request) => uids.some((uid) => request.includes(uid)));
 
 /** One sample of /metrics by name and labels; 0 when absent. */
@@ -146,9 +148,9 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       const mark = stack.sandbox.requestCount;
       const { events, errors } = await replay(stack, caller.key, mine);
       expect(errors).toEqual([]);
-      // None of the 125 events of theirs, and no upstream request at all: each is left out on its owner record.
+      // None of the 125 events of theirs, and no upstream request but the key's confirmation: each is left out on its owner record.
       expect(events.filter((event) => event.uid !== mine)).toEqual([]);
-      expect(upstreamSince(stack, mark)).toEqual([]);
+      expect(upstreamSince(stack, mark)).toEqual([KEY_CHECK]);
       // Every event of mine, in log order: the sandbox's delivery.created, then the ones posted.
       expect(events.map((event) => event.statusText)).toEqual(['Created', ...Array.from({ length: ROUNDS }, (_, round) => `mine ${round}`)]);
 
@@ -157,7 +159,7 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       const theirReplay = await replay(stack, other.key, theirs[0]!);
       expect(theirReplay.events.filter((event) => !theirs.includes(event.uid))).toEqual([]);
       expect(theirReplay.events).toHaveLength(FOREIGN * (ROUNDS + 1));
-      expect(upstreamSince(stack, theirMark)).toEqual([]);
+      expect(upstreamSince(stack, theirMark)).toEqual([KEY_CHECK]);
     });
 
     it(`asks the upstream about at most SUBSCRIPTION_ACCESS_CHECKS (${CHECKS}) deliveries with no owner record, skips the rest and counts them, and still sends the caller’s recorded ones`, async () => {
@@ -176,7 +178,7 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       expect(errors).toEqual([]);
       // The first three orders were asked (a platform read, not found, then a partner read) and sent.
       const asked = ownOrders.slice(0, CHECKS);
-      expect(upstreamSince(stack, mark)).toEqual(asked.flatMap((uid) => [`GET /api/v1/${DEFAULT_PLATFORM_ID}/deliveries/${uid}`, `GET /api/v1/orders/${uid}`]));
+      expect(upstreamSince(stack, mark)).toEqual([KEY_CHECK, ...asked.flatMap((uid) => [`GET /api/v1/${DEFAULT_PLATFORM_ID}/deliveries/${uid}`, `GET /api/v1/orders/${uid}`])]);
       expect(events.map((event) => event.uid)).toEqual([...asked, booked]);
       // The other two of the caller's and all ten of theirs were skipped, one withheld check each, nothing asked about them.
       expect(upstreamAbout(stack, mark, [...ownOrders.slice(CHECKS), ...foreignOrders])).toEqual([]);
