@@ -158,6 +158,7 @@ async function main(): Promise<void> {
     case 'ValidationError':
       return fail(`not booked, ${booking.code}: ${booking.message}\n${booking.fields.map((f) => `  ${f.path}: ${f.message}`).join('\n')}`);
     case 'IdempotencyConflictError':
+    case 'BookingOutcomeUnknownError':
       return fail(`not booked, ${booking.code}: ${booking.message}`);
     default: {
       const unexpected: never = booking;

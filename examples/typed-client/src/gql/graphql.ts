@@ -215,6 +215,7 @@ export type BookDeliveryMutationVariables = Exact<{
 
 
 export type BookDeliveryMutation = { __typename?: 'Mutation', createDelivery:
+    | { __typename: 'BookingOutcomeUnknownError', code: string, message: string }
     | { __typename: 'IdempotencyConflictError', code: string, message: string }
     | { __typename: 'MutationCreateDeliverySuccess', data: { __typename?: 'Delivery', uid: string, status: DeliveryStatus, trackingUrl?: string | null } }
     | { __typename: 'ValidationError', code: string, message: string, fields: Array<{ __typename?: 'FieldError', path: string, message: string }> }
