@@ -65,6 +65,12 @@ export interface SandboxKnobs {
    * the answer of a booking that exists. 0 = answer at once.
    */
   createAnswerDelayMs: number;
+  /**
+   * Where create's answer puts `uid` and `tracking_link` (the document shows
+   * neither the shape nor the status code): `top-level` with 201, or `data`,
+   * wrapped as reads are, with 200.
+   */
+  createAnswerShape: 'top-level' | 'data';
 }
 
 export interface SandboxOptions {
@@ -189,11 +195,13 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
   );
   state.deliveryMinuteOfDay = knobs.deliveryMinuteOfDay;
   state.readScope = knobs.readScope;
+  state.createAnswerShape = knobs.createAnswerShape;
   const setKnobs = (patch: unknown) => {
     const stepMs = knobs.stepMs;
     applyKnobs(knobs, patch);
     state.deliveryMinuteOfDay = knobs.deliveryMinuteOfDay;
     state.readScope = knobs.readScope;
+    state.createAnswerShape = knobs.createAnswerShape;
     if (knobs.stepMs !== stepMs) lifecycle.reschedule();
   };
 

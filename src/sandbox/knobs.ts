@@ -31,6 +31,8 @@ export const DEFAULT_KNOBS: Readonly<SandboxKnobs> = Object.freeze({
   partnerWebhookFields: false,
   // Creates answer at once unless a test wants the answer lost after the booking was made.
   createAnswerDelayMs: 0,
+  // The document shows create's answer only as carrying uid and tracking_link: at the top level with 201 unless asked.
+  createAnswerShape: 'top-level',
 });
 
 const RATES = new Set<keyof SandboxKnobs>(['errorRate', 'duplicateRate', 'reorderRate', 'returnRate', 'reassignRate']);
@@ -38,7 +40,7 @@ const INTEGERS = new Set<keyof SandboxKnobs>(['locationTicks', 'deliveryMinuteOf
 /** A zero timeout would fail every webhook attempt before it is sent. */
 const POSITIVE = new Set<keyof SandboxKnobs>(['webhookTimeoutMs']);
 /** Knobs that take one of a few words, and those words. */
-const CHOICES: Partial<Record<keyof SandboxKnobs, readonly string[]>> = { readScope: ['merchant', 'platform'] };
+const CHOICES: Partial<Record<keyof SandboxKnobs, readonly string[]>> = { readScope: ['merchant', 'platform'], createAnswerShape: ['top-level', 'data'] };
 const SWITCHES = new Set<keyof SandboxKnobs>(['partnerWebhookFields']);
 
 /**

@@ -36,11 +36,10 @@ function createDelivery(ctx: ApiContext): ApiResult {
   if (problems.length > 0) return { status: 422, body: platformValidationBody(problems) };
   const record = ctx.state.create('platform', ctx.merchant.key, request);
   ctx.lifecycle.start(record);
-  // The doc shows only `uid` and `tracking_link`; the sandbox puts them at the top level.
-  return {
-    status: 201,
-    body: { message: 'Delivery created', uid: record.uid, tracking_link: trackingUrl(ctx.state.origin, record.uid) },
-  };
+  // The doc shows only `uid` and `tracking_link`: at the top level unless the createAnswerShape knob says `data`.
+  const created = { uid: record.uid, tracking_link: trackingUrl(ctx.state.origin, record.uid) };
+  if (ctx.state.createAnswerShape === 'data') return { status: 200, body: { message: 'Delivery created', data: created } };
+  return { status: 201, body: { message: 'Delivery created', ...created } };
 }
 
 function readDelivery(ctx: ApiContext): ApiResult {

@@ -105,7 +105,7 @@ async function handleApi(
   }
   const result = match.route.handle({ group, merchant: auth.merchant, params: match.params, body: json, state: deps.state, lifecycle: deps.lifecycle });
   // A booking made, its answer late (createAnswerDelayMs): the document promises no answer time.
-  if (group === 'platform' && method === 'POST' && match.route.path.join('/') === 'deliveries' && result.status === 201 && deps.knobs.createAnswerDelayMs > 0) {
+  if (group === 'platform' && method === 'POST' && match.route.path.join('/') === 'deliveries' && result.status < 300 && deps.knobs.createAnswerDelayMs > 0) {
     try {
       await sleep(deps.knobs.createAnswerDelayMs, undefined, { signal: deps.lifetime });
     } catch {

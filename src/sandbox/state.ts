@@ -162,6 +162,8 @@ export class SandboxState {
   deliveryMinuteOfDay = 0;
   /** The readScope knob: whose deliveries a key may read. */
   readScope: 'merchant' | 'platform' = 'merchant';
+  /** The createAnswerShape knob: where create's answer puts uid and tracking_link. */
+  createAnswerShape: 'top-level' | 'data' = 'top-level';
   readonly deliveries = new Map<string, DeliveryRecord>();
   private readonly merchantsByKey: Map<string, SandboxMerchant>;
   private readonly platformIds: Set<string>;

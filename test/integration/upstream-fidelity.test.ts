@@ -434,6 +434,28 @@ describe("a read's delivery_date with its time of day (the sandbox's deliveryMin
   });
 });
 
+describe("create's answer, wherever the upstream puts uid and tracking_link (the sandbox's createAnswerShape)", () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack();
+  });
+  afterAll(() => stack?.stop());
+
+  it.each(['top-level', 'data'] as const)('books and reads back the delivery when they are at %s', async (shape) => {
+    stack.sandbox.setKnobs({ createAnswerShape: shape });
+    const mark = stack.sandbox.requestCount;
+    const booked = await stack.gql(`mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid trackingUrl } } } }`, {
+      input: deliveryInput(),
+    });
+    const created = stack.sandbox.requestsSince(mark).find((r) => r.method === 'POST')!;
+    expect(created.status).toBe(shape === 'data' ? 200 : 201);
+    const { uid, trackingUrl } = booked.data.createDelivery.data;
+    expect(uid).toMatch(/^[0-9a-f-]{36}$/);
+    expect(trackingUrl).toContain(uid);
+    expect((await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { uid } }`, { uid })).data.delivery.uid).toBe(uid);
+  });
+});
+
 describe('item keys beyond the documented seven', () => {
   let stack: Stack;
   beforeAll(async () => {
