@@ -645,7 +645,9 @@ describe('identical reads through the facade', () => {
 
   it('with two keys → 2 upstream GETs, and neither sees the other’s answer', async () => {
     const { stack, proxy } = faulty;
-    const uid = await bookOne(stack, stack.key);
+    // Booked at the upstream itself: the facade has no owner record, so each key's read is the upstream's to answer
+    // (one booked through the facade would be refused to the other key without a GET: owner-records.test.ts).
+    const uid = await bookUpstream(stack, stack.key);
     // The second key's first use goes alone (a key the upstream has not yet accepted is tried once at a time);
     // once it is known, its reads share in-flight GETs like any other key's.
     await stack.gql(DELIVERY_QUERY, { uid: 'warm-up', group: 'PLATFORM' }, stack.otherKey);
@@ -988,6 +990,23 @@ async function bookOne(stack: Stack, key: string): Promise<string> {
   const uid = result.data?.createDelivery?.data?.uid;
   if (typeof uid !== 'string') throw new Error(`booking failed: ${JSON.stringify(result)}`);
   return uid;
+}
+
+/** A booking made at the upstream directly, with `key`: the facade never saw it. */
+async function bookUpstream(stack: Stack, key: string): Promise<string> {
+  const body = {
+    pickup_address_street: '1 Market St', pickup_address_city: 'San Francisco', pickup_address_country: 'US', pickup_name: 'Shop',
+    dropoff_address_street: '2 Mission St', dropoff_address_city: 'San Francisco', dropoff_address_country: 'US', dropoff_name: 'Customer',
+    email: 'shop@example.com', package_delivery_mode: 'NOW',
+  };
+  const response = await fetch(`${stack.sandbox.url}/${stack.sandbox.platformId}/deliveries`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  const created = (await response.json()) as { uid?: string };
+  if (typeof created.uid !== 'string') throw new Error(`upstream booking failed: ${JSON.stringify(created)}`);
+  return created.uid;
 }
 
 function tally(values: string[]): Record<string, number> {
