@@ -79,6 +79,12 @@ export class CheckAllowance {
     /** Checks per minute; Infinity: no count of its own. */
     readonly perMinute: number,
     private readonly onWithheld: (withheld: Withheld, first: boolean) => void,
+    /**
+     * Whether a check it pays for may make the key the delivery's owner: true for
+     * uids the client named, false for the events an unfiltered deliveryEvents
+     * meets (merely passing by must not claim another merchant's delivery).
+     */
+    readonly records = true,
   ) {}
 
   /** Takes one check; undefined when it may be made, else why not. */
@@ -114,7 +120,7 @@ export class ReadAccess {
   readonly #checksPerSubscription: number;
   readonly #logger: Logger | undefined;
   readonly #cache = new Map<string, { allowed: boolean; expires: number }>();
-  readonly #pending = new Map<string, Promise<boolean>>();
+  readonly #pending = new Map<string, Promise<OwnerGroup | undefined>>();
   readonly counters: AccessCounters = { checks: { allowed: 0, denied: 0, failed: 0 }, withheld: { subscription: 0, rate_limit: 0 } };
 
   constructor(store: Store, upstream: Upstream, options: ReadAccessOptions = {}) {
@@ -141,7 +147,7 @@ export class ReadAccess {
             : "subscription: the key's RATE_LIMIT_PER_MINUTE is spent; events of deliveries with no owner record are skipped until it is back",
         );
       }
-    });
+    }, !capped);
   }
 
   /**
@@ -171,31 +177,29 @@ export class ReadAccess {
       pending = this.#pending.get(entry);
     }
     if (!pending) {
-      pending = this.#ask(key, owner, uid).finally(() => this.#pending.delete(entry));
+      pending = this.#ask(key, uid).finally(() => this.#pending.delete(entry));
       this.#pending.set(entry, pending);
     }
-    const allowed = await pending;
+    const group = await pending;
+    // A key the upstream lets read the delivery is recorded as its owner (no instance asks again, for
+    // this key or any other), unless the check was only for an event passing an unfiltered deliveryEvents.
+    // The answer stands without the record: a store that cannot write it only costs a later check.
+    if (group && (allowance?.records ?? true)) this.#owners.learn(uid, owner, group);
+    const allowed = group !== undefined;
     this.#put(entry, allowed, allowed ? ALLOWED_TTL_MS : DENIED_TTL_MS);
     return allowed;
   }
 
-  /**
-   * One upstream check, for a delivery with no owner record, counted by what it
-   * found. A key the upstream lets read the delivery is recorded as its owner, so
-   * no instance asks again, for this key or any other.
-   */
-  async #ask(key: string, owner: string, uid: string): Promise<boolean> {
-    let group: OwnerGroup | undefined;
+  /** One upstream check, for a delivery with no owner record, counted by what it found: the group it was found in. */
+  async #ask(key: string, uid: string): Promise<OwnerGroup | undefined> {
     try {
-      group = await this.#readable(key, uid);
+      const group = await this.#readable(key, uid);
+      this.counters.checks[group ? 'allowed' : 'denied'] += 1;
+      return group;
     } catch (error) {
       this.counters.checks.failed += 1;
       throw error;
     }
-    this.counters.checks[group ? 'allowed' : 'denied'] += 1;
-    // The answer stands without the record: a store that cannot write it only costs a later check.
-    if (group) this.#owners.learn(uid, owner, group);
-    return group !== undefined;
   }
 
   /** The group in which the key's read of the uid succeeds (platform, then partner); undefined when in neither. */

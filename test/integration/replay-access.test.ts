@@ -186,7 +186,7 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       expect(await metric(stack, 'delivery_graph_access_checks_withheld_total', { reason: 'subscription' })).toBe(withheldBefore + 2 + 10);
     });
 
-    it('records a key the upstream let read a delivery as its owner: after a restart nothing is asked about it, for that key or another', async () => {
+    it('records no owner from a check of an event passing by; a read naming the delivery does, and after a restart nothing is asked about it, for that key or another', async () => {
       const [from, otherFrom] = [await cursorNow(stack, third.key), await cursorNow(stack, other.key)];
       const orders = await partnerOrders(stack, third.key, 2);
       const otherOwn = await book(stack, other.key);
@@ -194,12 +194,24 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       const first = await replay(stack, third.key, orders[0]!, from);
       expect(first.events.map((event) => event.uid)).toEqual(orders);
 
-      // A new process: no cached answer, only what the store keeps.
+      // A new process: no cached answer, only what the store keeps. Passing by claimed nothing: the checks are made again.
       await stack.restart();
       let mark = stack.sandbox.requestCount;
       const again = await replay(stack, third.key, orders[0]!, from);
-      expect(again.errors).toEqual([]);
       expect(again.events.map((event) => event.uid)).toEqual(orders);
+      expect(upstreamAbout(stack, mark, orders)).toHaveLength(orders.length * 2);
+
+      // The owner reads its orders by uid: now they are recorded as its own.
+      for (const uid of orders) {
+        const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid, group: PARTNER) { uid } }`, { uid }, third.key);
+        expect(read.data.delivery.uid).toBe(uid);
+      }
+      await stack.app.services.owners.flush();
+      await stack.restart();
+      mark = stack.sandbox.requestCount;
+      const recorded = await replay(stack, third.key, orders[0]!, from);
+      expect(recorded.errors).toEqual([]);
+      expect(recorded.events.map((event) => event.uid)).toEqual(orders);
       expect(upstreamAbout(stack, mark, orders)).toEqual([]);
       mark = stack.sandbox.requestCount;
       const theirs = await replay(stack, other.key, otherOwn, otherFrom);

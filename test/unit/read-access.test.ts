@@ -64,6 +64,19 @@ describe('ReadAccess.canRead', () => {
     expect(access.counters.checks).toEqual({ allowed: 1, denied: 1, failed: 0 });
   });
 
+  it('records no owner from a check an unfiltered deliveryEvents made for an event passing by; a uid the client named is recorded', async () => {
+    const { access, asked } = setup({ readable: ['passing', 'named'] });
+    expect(await access.canRead(MINE, 'passing', access.allowance(MINE, undefined, true))).toBe(true);
+    // Not the key's delivery by record: another key is still the upstream's to answer.
+    expect(await access.canRead(THEIRS, 'passing')).toBe(false);
+    expect(asked.filter((entry) => entry.endsWith('passing'))).toEqual(['platform passing', 'partner passing', 'platform passing', 'partner passing']);
+    expect(await access.canRead(MINE, 'named', access.allowance(MINE, undefined, false))).toBe(true);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(await access.canRead(THEIRS, 'named')).toBe(false);
+    // Denied from the record: not asked.
+    expect(asked.filter((entry) => entry.endsWith('named'))).toEqual(['platform named', 'partner named']);
+  });
+
   it('makes at most SUBSCRIPTION_ACCESS_CHECKS upstream checks for one subscription, then withholds them, counted and logged once', async () => {
     const { access, asked, lines } = setup({ readable: ['a', 'b', 'c', 'd'], checksPerSubscription: 2 });
     const allowance = access.allowance(MINE, undefined, true);
