@@ -4,7 +4,8 @@
 // 32 reads in flight at a time, each of a uid of its own, with a request signal
 // as a GraphQL read passes one; the two variants alternate per round.
 //
-//   npm run build && node bench/probes/upstream-call.mjs [--reads=20000] [--rounds=3] [--dist=<other checkout>/dist]
+//   npm run build && node bench/probes/upstream-call.mjs [--reads=20000] [--rounds=3] [--dist=<other checkout>/dist] [--only=facade|bare]
+// (--only and node --cpu-prof: a profile of one variant.)
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
@@ -13,7 +14,7 @@ import { PLATFORM_ID } from '../lib/fixed-upstream.mjs';
 import { stop } from '../lib/proc.mjs';
 
 const { values } = parseArgs({
-  options: { reads: { type: 'string', default: '20000' }, rounds: { type: 'string', default: '3' }, dist: { type: 'string' } },
+  options: { reads: { type: 'string', default: '20000' }, rounds: { type: 'string', default: '3' }, dist: { type: 'string' }, only: { type: 'string' } },
 });
 const dist = path.resolve(values.dist ?? new URL('../../dist', import.meta.url).pathname);
 const { createUpstream } = await import(path.join(dist, 'upstream/clients.js'));
@@ -32,6 +33,8 @@ const variants = {
     return JSON.parse(await response.body.text()).data;
   },
 };
+
+if (values.only) for (const name of Object.keys(variants)) if (!name.startsWith(values.only)) delete variants[name];
 
 let serial = 0;
 /** µs of this process's CPU per read, over `reads` reads. */

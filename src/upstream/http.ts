@@ -4,7 +4,6 @@
 // typed error with a stable code. Only idempotent GETs are retried, and only
 // identical GETs in flight together are shared. Every attempt is admitted and
 // counted by the circuit breaker of its endpoint group.
-import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool, type Dispatcher } from 'undici';
 import { DEFAULT_BREAKER, GroupBreaker, type AttemptOutcome, type BreakerSettings, type BreakerState } from './breaker.js';
 import type { KnownKeys } from './known-keys.js';
@@ -170,10 +169,13 @@ export class UpstreamHttp {
     const identity = request.method === 'GET' ? `${request.group}\n${request.path}\n${request.key}` : undefined;
     let flight = identity === undefined ? undefined : this.#shared.get(identity);
     if (!flight) {
-      flight = new Flight(identity);
-      // Listed before the call starts: a call that fails at once removes itself when it ends.
-      this.#shared.add(flight);
-      flight.promise = this.#call(request, flight);
+      const started = new Flight(identity);
+      this.#shared.add(started);
+      this.#call(request, started).then(
+        (body) => this.#shared.settle(started, false, body),
+        (error: unknown) => this.#shared.settle(started, true, error),
+      );
+      flight = started;
     }
     return this.#shared.join<T>(flight, signal);
   }
@@ -224,7 +226,7 @@ export class UpstreamHttp {
       // One timer for the whole call, retries included; it aborts the flight's request.
       timer = setTimeout(() => {
         flight.timedOut = true;
-        flight.controller.abort();
+        flight.abort();
       }, this.#options.timeoutMs);
       const breaker = this.#breakers[request.group];
       for (;;) {
@@ -245,7 +247,7 @@ export class UpstreamHttp {
           const canRetry = request.method === 'GET' && attempts <= MAX_GET_RETRIES && !flight.abandoned;
           // A retry only happens when it can still finish inside the budget.
           if (!canRetry || performance.now() + delay + 10 >= deadline) throw error.error;
-          await sleep(delay, undefined, { signal: flight.controller.signal }).catch(() => undefined);
+          await pause(delay, flight);
           if (flight.abandoned) throw callerAborted(undefined);
         }
       }
@@ -255,7 +257,6 @@ export class UpstreamHttp {
       throw known;
     } finally {
       clearTimeout(timer);
-      this.#shared.remove(flight);
     }
   }
 
@@ -263,7 +264,7 @@ export class UpstreamHttp {
   async #attempt<T>(request: UpstreamRequest, deadline: number, flight: Flight): Promise<Answer<T>> {
     let response: RawResponse;
     try {
-      response = await this.#send(request, deadline, flight.controller.signal);
+      response = await this.#send(request, deadline, flight);
     } catch (error) {
       if (flight.abandoned) throw new AttemptFailure(callerAborted(error), { callerAborted: true });
       if (flight.timedOut) throw new AttemptFailure(new UpstreamTimeoutError(undefined, { cause: error }));
@@ -318,7 +319,7 @@ export class UpstreamHttp {
     return retryAfterMs === undefined ? jittered : Math.max(jittered, retryAfterMs);
   }
 
-  async #send(request: UpstreamRequest, deadline: number, signal: AbortSignal): Promise<RawResponse> {
+  async #send(request: UpstreamRequest, deadline: number, signal: AbortSignal | Flight): Promise<RawResponse> {
     const remaining = Math.max(1, Math.floor(deadline - performance.now()));
     const headers: Record<string, string> = { accept: 'application/json' };
     if (request.key) headers.authorization = `Bearer ${request.key}`;
@@ -349,6 +350,20 @@ export class UpstreamHttp {
 
 const REFUSED_KEY = 'The delivery service refused the merchant key.';
 
+/** Waits `ms`, or less when the flight is aborted meanwhile. */
+function pause(ms: number, flight: Flight): Promise<void> {
+  if (flight.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      flight.off('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    flight.once('abort', done);
+  });
+}
+
 class ResponseTooLarge extends Error {}
 
 /**
@@ -356,16 +371,18 @@ class ResponseTooLarge extends Error {}
  * says so (undici fails a body that runs past its Content-Length), chunk by chunk
  * when it has none.
  */
-async function readCapped(body: Dispatcher.ResponseData['body'], limit: number, contentLength: unknown): Promise<string> {
-  if (typeof contentLength === 'string' && contentLength !== '') {
-    if (Number(contentLength) > limit) {
-      // Destroying an unread undici body emits 'error'; unheard, it would be an uncaught exception.
-      body.on('error', () => undefined);
-      body.destroy();
-      throw new ResponseTooLarge();
-    }
-    return body.text();
+function readCapped(body: Dispatcher.ResponseData['body'], limit: number, contentLength: unknown): Promise<string> {
+  if (typeof contentLength !== 'string' || contentLength === '') return readChunks(body, limit);
+  if (Number(contentLength) > limit) {
+    // Destroying an unread undici body emits 'error'; unheard, it would be an uncaught exception.
+    body.on('error', () => undefined);
+    body.destroy();
+    return Promise.reject(new ResponseTooLarge());
   }
+  return body.text();
+}
+
+async function readChunks(body: Dispatcher.ResponseData['body'], limit: number): Promise<string> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of body) {
