@@ -239,8 +239,9 @@ export class UpstreamHttp {
           this.#report(request, answer.status, 'ok', attempts, started);
           return answer.body;
         } catch (error) {
+          // Every admitted attempt is counted, or a half-open trial would hold its slot for good.
+          breaker.record(trial, error instanceof AttemptFailure ? error : UNEXPECTED_FAILURE);
           if (!(error instanceof AttemptFailure)) throw error;
-          breaker.record(trial, error);
           status = error.status;
           if (!error.retryable) throw error.error;
           const delay = this.#retryDelay(attempts, error.retryAfterMs);
@@ -349,6 +350,8 @@ export class UpstreamHttp {
 }
 
 const REFUSED_KEY = 'The delivery service refused the merchant key.';
+/** An attempt that failed in a way #attempt did not wrap: counted as the upstream's fault. */
+const UNEXPECTED_FAILURE: AttemptOutcome = { status: undefined, unsent: false, callerAborted: false };
 
 /** Waits `ms`, or less when the flight is aborted meanwhile. */
 function pause(ms: number, flight: Flight): Promise<void> {
