@@ -239,12 +239,7 @@ async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber
     const latest = await deps.store.latestEvent(uid, 'delivery');
     const read = await confirming;
     unfollow = follow(deps, subscriber, uid, queue);
-    // The confirming read is the first state when nothing is stored, and when it is ahead of what is
-    // (webhooks lost or still on their way): a new subscriber starts from the upstream's word, not an old event.
-    const fresh = read && (await snapshotOf(deps, subscriber.key, uid, logPosition, read));
-    const freshRank = fresh ? stateOfStatus(fresh.snapshot!.status)?.rank : undefined;
-    const freshIsAhead = freshRank !== undefined && stored !== undefined && freshRank > stored.rank;
-    let current: EventView = latest && !freshIsAhead ? latest : (fresh ?? (await snapshotOf(deps, subscriber.key, uid, logPosition, undefined)));
+    let current: EventView = latest ?? (await snapshotOf(deps, subscriber.key, uid, logPosition, read));
     // The latest event changed only the courier: the status is the one of the event that last moved the milestone.
     if (current.courierOnly && stored) {
       const [mover] = await deps.store.eventsAfter(stored.seq - 1, 1, { uids: [uid] });

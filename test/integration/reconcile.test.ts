@@ -60,23 +60,6 @@ describe('with webhooks off', () => {
     }
   });
 
-  it("a new subscriber starts from the upstream's state when it is ahead of the stored events", async () => {
-    const uid = await book();
-    await stack.sandbox.idle();
-    // The stored state is CREATED (its webhook came); the next milestones' webhooks are lost.
-    stack.sandbox.setWebhookUrl(undefined);
-    try {
-      for (let i = 0; i < 2; i += 1) await stack.sandbox.advance(uid);
-      const client = wsClient(stack.app.url, stack.key);
-      const sub = collect(client, UPDATED, { uid });
-      const [first] = await sub.waitFor(1);
-      expect(first.deliveryUpdated).toMatchObject({ name: 'snapshot', status: 'PICKUP_ENROUTE', source: 'read' });
-      client.dispose();
-    } finally {
-      stack.sandbox.setWebhookUrl(stack.app.webhookUrl);
-    }
-  });
-
   it('N subscribers on one delivery cost one upstream read per interval, not N', async () => {
     stack.sandbox.setWebhookUrl(undefined);
     const clients: ReturnType<typeof wsClient>[] = [];
