@@ -34,3 +34,26 @@ describe('a batched read of 50 distinct uids', () => {
     expect(warnings).toEqual([]);
   });
 });
+
+describe('the sandbox under many requests in flight', () => {
+  it('waits out latencyMs for 50 requests at once, and sends their webhooks, with no warning', async () => {
+    const warnings: string[] = [];
+    const onWarning = (warning: Error) => warnings.push(`${warning.name}: ${warning.message}`);
+    process.on('warning', onWarning);
+    stack.sandbox.setKnobs({ latencyMs: 50 });
+    try {
+      const reads = Array.from({ length: 50 }, (_, i) =>
+        fetch(`${stack.sandbox.url}/orders/partner/none-${i}`, { headers: { authorization: `Bearer ${stack.key}` } }).then((response) => response.status),
+      );
+      expect(new Set(await Promise.all(reads))).toEqual(new Set([404]));
+      // 50 orders' delivery.created webhooks in flight at once.
+      for (let i = 0; i < 50; i += 1) stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody(`PO-webhooks-${i}`));
+      await stack.sandbox.idle();
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      stack.sandbox.setKnobs({ latencyMs: 0 });
+      process.off('warning', onWarning);
+    }
+    expect(warnings).toEqual([]);
+  });
+});
