@@ -28,6 +28,8 @@ import {
   type StoredEvent,
 } from './store.js';
 import { bookingMarker } from '../domain/booking-marker.js';
+import { lockDataDir, type DataDirLock } from './data-dir-lock.js';
+import { UidFilter } from './uid-filter.js';
 import { fingerprint } from '../domain/canonical-json.js';
 
 interface EventRow {
@@ -114,6 +116,11 @@ function claimOf(row: { state: string; uid: string | null; tracking_url: string 
   return { state: 'pending' };
 }
 
+/** The owner filter's size bounds, in uids (UidFilter: 10 bits each; the largest is 8 MiB), and the uids read per turn while it is filled. */
+const OWNER_FILTER_MIN = 1 << 16;
+const OWNER_FILTER_MAX = Math.floor((8 * 1024 * 1024 * 8) / 10);
+const OWNER_FILTER_SLICE = 20_000;
+
 export class SqliteStore implements Store {
   readonly db: Database.Database;
   readonly #statements;
@@ -121,10 +128,24 @@ export class SqliteStore implements Store {
   readonly #trims: TrimSchedule | undefined;
   #cursorSecret: Buffer | undefined;
   readonly #appendOne: (event: { payload: WireWebhookEvent; receivedAt: string }) => AppendResult;
+  readonly #lock: DataDirLock;
+  readonly #logger: Logger | undefined;
+  /** The uids with an owner record (uid-filter.ts); consulted once `complete`, i.e. once it has read every record of the file. */
+  #ownerFilter = { filter: new UidFilter(OWNER_FILTER_MIN), complete: false };
+  /** A larger filter being filled from the file while the current one stays in use. */
+  #nextOwnerFilter: UidFilter | undefined;
 
   constructor(dataDir: string, options: SqliteStoreOptions = {}) {
     mkdirSync(dataDir, { recursive: true });
-    this.db = new Database(path.join(dataDir, options.fileName ?? 'delivery-graph.sqlite'));
+    const file = path.join(dataDir, options.fileName ?? 'delivery-graph.sqlite');
+    // Before the file is opened: a second process stops here, having changed nothing.
+    this.#lock = lockDataDir(dataDir, file);
+    try {
+      this.db = new Database(file);
+    } catch (error) {
+      this.#lock.release();
+      throw error;
+    }
     // Takes effect on a new file only (before its first table); a file created before keeps
     // auto_vacuum = NONE: its freed pages are reused by new rows, but the file does not shrink.
     this.db.pragma('auto_vacuum = INCREMENTAL');
@@ -248,6 +269,53 @@ export class SqliteStore implements Store {
       else if (next && next !== current) s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, seq, courier, formers);
       return { event: { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale, courierOnly, payload }, duplicate: false };
     });
+    this.#logger = options.logger;
+    this.#startOwnerFilter();
+  }
+
+  /** A filter that cannot be filled (the file closed or failed meanwhile) leaves the file to answer every lookup: slower, never wrong. */
+  #startOwnerFilter(): void {
+    this.#rebuildOwnerFilter().catch((error: unknown) => {
+      if (this.db.open) this.#logger?.warn({ err: error }, 'the owner filter could not be filled: owner lookups ask the file');
+    });
+  }
+
+  /**
+   * Fills a new owner filter, sized for twice the records the file holds, with
+   * every uid that has one, a slice per turn of the event loop; then it is the
+   * one in use (until then the current one, if complete, still answers).
+   */
+  async #rebuildOwnerFilter(): Promise<void> {
+    const records = this.db.prepare<[], { n: number }>('SELECT count(*) AS n FROM ownership').get()!.n;
+    const filter = new UidFilter(Math.min(OWNER_FILTER_MAX, Math.max(OWNER_FILTER_MIN, records * 2)));
+    if (this.#ownerFilter.complete) this.#nextOwnerFilter = filter;
+    else this.#ownerFilter = { filter, complete: false };
+    const slice = this.db.prepare<[number], { rowid: number; uid: string }>(`SELECT rowid, uid FROM ownership WHERE rowid > ? ORDER BY rowid LIMIT ${OWNER_FILTER_SLICE}`);
+    let after = 0;
+    for (;;) {
+      if (!this.db.open) return;
+      const rows = slice.all(after);
+      for (const row of rows) filter.add(row.uid);
+      if (rows.length < OWNER_FILTER_SLICE) break;
+      after = rows[rows.length - 1]!.rowid;
+      await yieldToEventLoop();
+    }
+    this.#ownerFilter = { filter, complete: true };
+    this.#nextOwnerFilter = undefined;
+  }
+
+  /** The owner filter in use, for tests and /metrics: its size, and whether it answers yet. */
+  get ownerFilter(): { capacity: number; bytes: number; complete: boolean } {
+    const { filter, complete } = this.#ownerFilter;
+    return { capacity: filter.capacity, bytes: filter.bytes + (this.#nextOwnerFilter?.bytes ?? 0), complete };
+  }
+
+  /** Every record written goes into the filter first (and into the one being filled); a full one is replaced by a larger one, up to OWNER_FILTER_MAX. */
+  #filterOwner(uid: string): void {
+    this.#ownerFilter.filter.add(uid);
+    this.#nextOwnerFilter?.add(uid);
+    const { filter, complete } = this.#ownerFilter;
+    if (complete && !this.#nextOwnerFilter && filter.added > filter.capacity && filter.capacity < OWNER_FILTER_MAX) this.#startOwnerFilter();
   }
 
   async appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]> {
@@ -345,11 +413,13 @@ export class SqliteStore implements Store {
   }
 
   async recordOwner(uid: string, ownerHash: string, group?: OwnerGroup): Promise<void> {
+    this.#filterOwner(uid);
     this.#statements.insertOwner.run(uid, ownerHash, Date.now(), group ?? null);
   }
 
   async recordOwners(records: readonly OwnerEntry[]): Promise<void> {
     const now = Date.now();
+    for (const record of records) this.#filterOwner(record.uid);
     // One transaction: one fsync for the lot.
     this.db.transaction(() => {
       for (const record of records) this.#statements.insertOwner.run(record.uid, record.owner, now, record.group);
@@ -364,7 +434,10 @@ export class SqliteStore implements Store {
     // Past the retention a record is gone, whether or not a trim pass has deleted it yet.
     const since = this.#retention ? Date.now() - this.#retention.eventRetentionMs : -Infinity;
     const found = new Map<string, OwnerRecord>();
+    const { filter, complete } = this.#ownerFilter;
     for (const uid of uids) {
+      // Never recorded: no need to ask the file.
+      if (complete && !filter.mayHave(uid)) continue;
       const row = this.#statements.getOwner.get(uid, since);
       if (row) found.set(uid, { owner: row.owner_hash, group: ownerGroup(row.api_group) });
     }
@@ -444,5 +517,6 @@ export class SqliteStore implements Store {
   async close(): Promise<void> {
     await this.#trims?.stop();
     if (this.db.open) this.db.close();
+    this.#lock.release();
   }
 }
