@@ -25,6 +25,7 @@ import { waitUntil } from '../helpers/wait.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
 const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { __typename ... on MutationCreateDeliverySuccess { data { uid } } } }`;
+const READ = `query($uid: ID!) { delivery(uid: $uid) { uid status } }`;
 const EVENTS = `subscription($uids: [ID!], $after: String) { deliveryEvents(uids: $uids, after: $after) { cursor uid name statusText } }`;
 
 type WireEvent = Record<string, unknown> & { uid: string; event_name: string };
@@ -97,6 +98,15 @@ async function post(app: App, event: WireEvent, token?: string): Promise<Posted>
   return { status: response.status, body: (await response.json()) as Posted['body'] };
 }
 
+async function gql<T = any>(app: App, query: string, variables: Record<string, unknown>): Promise<GraphQLResponse<T>> {
+  const response = await fetch(`${app.url}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${sandbox.merchants[0]!.key}` },
+    body: JSON.stringify({ query, variables }),
+  });
+  return (await response.json()) as GraphQLResponse<T>;
+}
+
 async function book(app: App): Promise<string> {
   const response = await fetch(`${app.url}/graphql`, {
     method: 'POST',
@@ -124,7 +134,7 @@ describe.skipIf(!withRedis)('two instances through Redis Sentinel', () => {
 
     const events: WireEvent[] = [];
     const tokens: string[] = [];
-    const answers: Array<{ status: number; body: Posted['body']; app: 'a' | 'b'; at: number }> = [];
+    const answers: Array<{ status: number; body: Posted['body']; app: 'a' | 'b'; at: number; tookMs: number }> = [];
     let next = 0;
     let phase: 'before' | 'after' | 'done' = 'before';
     const acked = { before: 0, after: 0 };
@@ -136,8 +146,9 @@ describe.skipIf(!withRedis)('two instances through Redis Sentinel', () => {
         tokens[n] = await sign(events[n]!);
         const which = worker % 2 ? 'a' : 'b';
         const current = phase;
+        const sentAt = Date.now();
         const answer = await post(which === 'a' ? a : b, events[n]!, tokens[n]);
-        answers[n] = { ...answer, app: which, at: Date.now() };
+        answers[n] = { ...answer, app: which, at: Date.now(), tookMs: Date.now() - sentAt };
         if (answer.status === 200) acked[current] += 1;
         else await sleep(20);
       }
@@ -153,12 +164,30 @@ describe.skipIf(!withRedis)('two instances through Redis Sentinel', () => {
     const before = acked.before;
     await sleep(400);
     const ackedWhileBehind = acked.before - before;
+    // B has read the delivery once: its owner record is in B's memory, so reading it needs no Redis.
+    expect((await gql(b, READ, { uid })).data?.delivery.uid).toBe(uid);
     const killedPort = await set.killPrimary();
     set.resume(replica);
     killedAt = Date.now();
     phase = 'after';
+    // While no primary answers: /ready says why, and a read that needs no Redis is served.
+    let outage = true;
+    const readiness: Array<{ status: number; body: { status?: string; store?: string } }> = [];
+    const readinessWatch = (async () => {
+      while (outage) {
+        const response = await fetch(`${a.url}/ready`);
+        readiness.push({ status: response.status, body: (await response.json()) as { status?: string; store?: string } });
+        await sleep(100);
+      }
+    })();
+    const readDuringOutage = await gql(b, READ, { uid });
     const promoted = await set.failedOverFrom(killedPort);
     const promotedAt = Date.now();
+    outage = false;
+    await readinessWatch;
+    expect(readDuringOutage.errors).toBeUndefined();
+    expect(readDuringOutage.data?.delivery.uid).toBe(uid);
+    expect(readiness.find((x) => x.status === 503), JSON.stringify(readiness)).toMatchObject({ body: { status: 'store unavailable', store: expect.any(String) } });
     // Both instances acknowledge again.
     await waitUntil(() => answers.some((x) => x && x.app === 'a' && x.status === 200 && x.at > promotedAt) && answers.some((x) => x && x.app === 'b' && x.status === 200 && x.at > promotedAt), 'both instances acknowledging after the failover', 30_000);
     const recoveredAt = Date.now();
@@ -166,6 +195,9 @@ describe.skipIf(!withRedis)('two instances through Redis Sentinel', () => {
     phase = 'done';
     await Promise.all(senders);
 
+    // Refused quickly, never held: the slowest 503 took at most the replica wait and a few reconnection attempts.
+    const slowest503 = Math.max(0, ...answers.filter((x) => x.status === 503).map((x) => x.tookMs));
+    expect(slowest503).toBeLessThan(5000);
     const statuses = new Set(answers.map((x) => x.status));
     expect([...statuses].every((status) => status === 200 || status === 503)).toBe(true);
     for (const x of answers) if (x.status === 503) expect(x.body.error).toBe('store_unavailable');
@@ -207,7 +239,7 @@ describe.skipIf(!withRedis)('two instances through Redis Sentinel', () => {
       const recovery = (recoveredAt - killedAt) / 1000;
       console.log(
         `sentinel failover under load: replica paused 400 ms and cut off (${ackedWhileBehind} acknowledged meanwhile), then primary ${killedPort} killed (SIGKILL), replica ${promoted} promoted after ${((promotedAt - killedAt) / 1000).toFixed(1)} s; ` +
-          `${answers.length} webhooks sent, ${acknowledged.length} acknowledged (${acked.before} before the kill, ${acked.after} after), ${refused.length} answered 503 and stored on retry; ` +
+          `${answers.length} webhooks sent, ${acknowledged.length} acknowledged (${acked.before} before the kill, ${acked.after} after), ${refused.length} answered 503 (slowest ${slowest503} ms) and stored on retry; ` +
           `found after the kill: ${acknowledged.length} of ${acknowledged.length} acknowledged, duplicates 0; subscriber on the other instance: ${seen().length} events, each once; both instances acknowledging again ${recovery.toFixed(1)} s after the kill`,
       );
       expect(recovery).toBeLessThan(20);
