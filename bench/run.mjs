@@ -8,7 +8,7 @@
 import path from 'node:path';
 import { singleRead } from './scenarios/single-read.mjs';
 import { batchRead } from './scenarios/batch-read.mjs';
-import { realtime, realtimeRedis, fanOut } from './scenarios/realtime.mjs';
+import { realtime, realtimeRedis, redisReplicaAck, fanOut } from './scenarios/realtime.mjs';
 import { startup } from './scenarios/startup.mjs';
 import { reconcile } from './scenarios/reconcile.mjs';
 import { soak, soakRedis } from './scenarios/soak.mjs';
@@ -19,7 +19,7 @@ import { printGoals } from './lib/report.mjs';
 
 const SCENARIOS = { 'single-read': singleRead, 'batch-read': batchRead, realtime, 'realtime-redis': realtimeRedis, 'fan-out': fanOut, startup, reconcile, 'anonymous-flood': anonymousFlood };
 /** Too long for every run (and for CI): only when named. */
-const ON_DEMAND = { soak, 'soak-redis': soakRedis };
+const ON_DEMAND = { soak, 'soak-redis': soakRedis, 'redis-replica-ack': redisReplicaAck };
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
 // --name=value flags, for the scenarios that take them (the soaks, anonymous-flood).

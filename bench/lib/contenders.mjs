@@ -90,7 +90,18 @@ export class ScenarioSkipped extends Error {}
  * Where there is none, Debian's is installed as the tests do (scripts/redis-server.sh);
  * where that cannot be done either, the scenario is skipped with a line saying why.
  */
-export async function startRedis() {
+/** A second redis-server replicating `primary` (same durability settings); resolves once it is in sync. */
+export async function startReplica(primary) {
+  const replica = await startRedis(['--replicaof', '127.0.0.1', String(primary.port)]);
+  for (let tries = 0; ; tries += 1) {
+    const info = spawnSync('redis-cli', ['-p', String(replica.port), 'info', 'replication'], { encoding: 'utf8' }).stdout ?? '';
+    if (info.includes('master_link_status:up')) return replica;
+    if (tries > 200) throw new Error(`the replica on ${replica.port} did not sync:\n${info}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+export async function startRedis(extraArgs = []) {
   const found = () => spawnSync('sh', ['-c', 'command -v redis-server'], { stdio: 'ignore' }).status === 0;
   if (!found()) {
     spawnSync('bash', [path.join(ROOT, 'scripts/redis-server.sh'), 'install'], { stdio: ['ignore', 'inherit', 'inherit'] });
@@ -104,9 +115,9 @@ export async function startRedis() {
       probe.close(() => resolve(free));
     });
   });
-  const p = await spawnReady('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always'], {
+  const p = await spawnReady('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always', ...extraArgs], {
     ready: /Ready to accept connections/,
   });
   await new Promise((resolve) => setTimeout(resolve, 300));
-  return { ...p, url: `redis://127.0.0.1:${port}`, version: 'redis-server 7' };
+  return { ...p, port, url: `redis://127.0.0.1:${port}`, version: 'redis-server 7' };
 }

@@ -6,9 +6,10 @@
 // subscriber process times each message against the poster's send time on the
 // clock both share (bench/lib/clock.mjs); how closely they agree is measured
 // before each run and printed with it.
+import { spawnSync } from 'node:child_process';
 import os from 'node:os';
 import { clockAgreement, describeAgreement } from '../lib/clock.mjs';
-import { startFacade, startRedis, startUpstream } from '../lib/contenders.mjs';
+import { startFacade, startRedis, startReplica, startUpstream } from '../lib/contenders.mjs';
 import { cpuMeter, describeCpu } from '../lib/cpu.mjs';
 import { sleep } from '../lib/proc.mjs';
 import { fmt, table, thousands, writeSection } from '../lib/report.mjs';
@@ -197,6 +198,52 @@ export async function realtimeRedis({ quick, command }) {
   writeSection('realtime-redis', 'Realtime across instances on Redis', body, { command, quick, goals: realtimeGoals(m, i, targets) });
   await Promise.all([upstream.stop(), a.stop()]);
   await redis.stop();
+}
+
+/**
+ * What waiting for a replica costs (issue 23): a primary and one replica, two
+ * instances (webhooks to A, subscribers on B), measured once with
+ * REDIS_MIN_REPLICAS_ACK=0 and once with the default (1, since the primary has
+ * a replica: every stored batch waits for WAIT), in that order, in one run.
+ */
+export async function redisReplicaAck({ quick, command }) {
+  const primary = await startRedis();
+  const replica = await startReplica(primary);
+  const { publicKeyPem, privateKeyPem } = keyPair();
+  const upstream = await startUpstream();
+  const results = [];
+  for (const [label, acks] of [['no replica acknowledgement (REDIS_MIN_REPLICAS_ACK=0)', '0'], ['one replica acknowledging (the default with a replica)', undefined]]) {
+    // The same events again would be duplicates, which are stored once and published once: each setting starts empty.
+    spawnSync('redis-cli', ['-p', String(primary.port), 'flushall'], { stdio: 'ignore' });
+    const env = { REDIS_URL: primary.url, CLIENT_TOKEN_SECRET: 'bench-client-token-secret-shared-by-instances', ...(acks === undefined ? {} : { REDIS_MIN_REPLICAS_ACK: acks }) };
+    const a = await startFacade(upstream.url, { publicKeyPem, env, label: `replica-ack-${acks ?? 'default'}-A` });
+    const b = await startFacade(upstream.url, { publicKeyPem, env, label: `replica-ack-${acks ?? 'default'}-B` });
+    const ingest = prepareIngest({ quick, origin: a.origin, privateKeyPem });
+    const servers = [{ name: 'A', pid: a.child.pid }, { name: 'B', pid: b.child.pid }, { name: 'primary', pid: primary.child.pid }, { name: 'replica', pid: replica.child.pid }];
+    const m = await measureDelivery({ quick, postOrigin: a.origin, subscribeOrigin: b.origin, privateKeyPem, before: ingest.ready, servers, p99Goal: 25 });
+    await b.stop();
+    const i = await measureIngest(ingest, servers.filter((server) => server.name !== 'B'));
+    await a.stop();
+    results.push({ label, m, i });
+  }
+  const row = ({ label, m, i }) => [
+    label,
+    `${fmt(m.run.ackP50, 2)} / ${fmt(m.run.ackP99, 2)} ms`,
+    `${fmt(m.delivery.p50, 2)} / ${fmt(m.delivery.p99, 2)} ms`,
+    `${m.delivery.lost} / ${m.run.failed}`,
+    `${thousands(i.rate)}${i.rounds > 1 ? ` (${thousands(i.min)}–${thousands(i.max)})` : ''}${i.failed ? `, ${i.failed} failed` : ''}`,
+  ];
+  const body = [
+    `A Redis primary and one replica (${primary.version}, both \`appendonly yes\`, \`appendfsync always\`, on this machine), two instances: webhooks to A, subscribers on B, then ingest on A alone. Measured first without waiting for the replica, then with the default (every stored batch waits until the replica confirms it, Redis \`WAIT 1\`), in one run. ${method(results[0].m, results[0].i)}`,
+    '',
+    table(['setting', 'webhook ack p50 / p99', 'webhook → subscriber p50 / p99', 'lost / webhooks failed', 'max stored events/s (median; rounds)'], results.map(row)),
+    '',
+    `With the replica acknowledging: ingest ${fmt(results[1].i.rate / results[0].i.rate, 2)}× and subscriber p99 ${fmt(results[1].m.delivery.p99 - results[0].m.delivery.p99, 2)} ms more than without.`,
+  ].join('\n');
+  writeSection('redis-replica-ack', 'Redis with a replica acknowledging', body, { command, quick });
+  await upstream.stop();
+  await replica.stop();
+  await primary.stop();
 }
 
 export async function fanOut({ quick, command }) {
