@@ -176,6 +176,7 @@ class Writer {
       }
     }
     this.#closing = true;
+    this.#stop('the store was closed');
     await this.thread.terminate();
   }
 
@@ -277,6 +278,7 @@ export class SqliteStore implements Store {
       ),
       // The highest seq ever given (AUTOINCREMENT's record), which trimming the log does not lower.
       lastSeq: this.db.prepare<[], { seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'events'"),
+      ping: this.db.prepare('SELECT 1'),
     };
   }
 
@@ -396,9 +398,13 @@ export class SqliteStore implements Store {
     }
   }
 
-  /** A real write (one row, one fsync) on the writer thread: a read-only file, a full disk or a stopped thread fails it. */
-  ping(): Promise<void> {
-    return this.#writer.call('ping');
+  /**
+   * A read here and a real write (one row, one fsync) on the writer thread: a
+   * closed connection, a read-only file, a full disk or a stopped thread fails it.
+   */
+  async ping(): Promise<void> {
+    this.#statements.ping.get();
+    await this.#writer.call('ping');
   }
 
   /** Stops the trim schedule (waiting for a pass in progress), lets the writes sent so far commit, then closes the file. */
