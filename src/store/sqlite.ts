@@ -136,7 +136,8 @@ class Writer {
   constructor(file: string, retention: Retention | undefined, logger: Logger | undefined) {
     const { port1, port2 } = new MessageChannel();
     const data: WriterData = { file, retention, port: port2 };
-    this.thread = startWriterThread({ workerData: data, transferList: [port2] });
+    // No flags from this process (--import tsx, --input-type…): the thread needs none.
+    this.thread = startWriterThread({ workerData: data, transferList: [port2], execArgv: [] });
     this.#port = port1;
     port1.on('message', (reply: WriterReply) => {
       const waiting = this.#waiting.get(reply.id);
