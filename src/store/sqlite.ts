@@ -145,14 +145,14 @@ class Writer {
       this.#waiting.delete(reply.id);
       if ('error' in reply) waiting.reject(writerError(reply.error));
       else waiting.resolve(reply.value);
-      this.#holdProcess();
+      if (this.#waiting.size === 0) this.#holdProcess(false);
     });
     this.thread.on('error', (error) => {
       if (!this.#closing) logger?.error({ err: error }, 'the SQLite writer thread failed');
       this.#stop(`it failed: ${error.message}`);
     });
     this.thread.on('exit', (code) => this.#stop(`it exited with code ${code}`));
-    this.#holdProcess();
+    this.#holdProcess(false);
   }
 
   /** Sends a request; resolves with its answer once the transaction that held it has committed. */
@@ -162,8 +162,15 @@ class Writer {
     const request: WriterRequest = { id, op, now: Date.now(), args };
     return new Promise((resolve, reject) => {
       this.#waiting.set(id, { resolve: resolve as (value: unknown) => void, reject });
-      this.#holdProcess();
-      this.#port.postMessage(request);
+      if (this.#waiting.size === 1) this.#holdProcess(true);
+      try {
+        this.#port.postMessage(request);
+      } catch (error) {
+        // Arguments that cannot be copied to the thread: nothing was sent.
+        this.#waiting.delete(id);
+        if (this.#waiting.size === 0) this.#holdProcess(false);
+        throw error;
+      }
     });
   }
 
@@ -190,8 +197,8 @@ class Writer {
   }
 
   /** A request waiting for its answer keeps the process alive; an idle writer does not. */
-  #holdProcess(): void {
-    if (this.#waiting.size > 0) {
+  #holdProcess(hold: boolean): void {
+    if (hold) {
       this.thread.ref();
       this.#port.ref();
     } else {
@@ -290,7 +297,8 @@ export class SqliteStore implements Store {
 
   async appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]> {
     // One transaction for the batch (one fsync) on the writer thread; each event in a savepoint of its own.
-    const answers = await this.#writer.call('append', events);
+    // Only what is stored crosses to the thread (a caller's batch may carry more, e.g. the receiver's callbacks).
+    const answers = await this.#writer.call('append', events.map(({ payload, receivedAt }) => ({ payload, receivedAt })));
     const outcomes = answers.map((answer, index): AppendResult | Error => {
       if ('error' in answer) return writerError(answer.error);
       if (answer.duplicate) return { event: toStored(answer.row), duplicate: true };
