@@ -1,5 +1,6 @@
 // The SQLite store's writer thread: a worker_threads Worker that owns the one
-// connection that writes the file. Every write (events, idempotency claims,
+// connection that writes the file (opened by the first request; a thread whose
+// store closed can serve the next store of the process, see sqlite.ts). Every write (events, idempotency claims,
 // owner records, the cursor secret, readiness, retention trims) happens here,
 // so a commit and its fsync never hold the main thread's event loop. Requests
 // that arrive while a commit runs wait in the port and go together in the next
@@ -17,8 +18,6 @@ import { PENDING_EXPIRY_MS, courierJson, courierPart, formerCouriersJson, type B
 
 /** What the main thread hands the writer thread at its start. */
 export interface WriterData {
-  file: string;
-  retention: Retention | undefined;
   port: MessagePort;
 }
 
@@ -56,7 +55,10 @@ export type TrimPhase = 'log' | 'records' | 'vacuum';
  * caller asked, which is the time written and compared against retentions.
  */
 export interface WriterOps {
-  append(now: number, events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): AppendOutcome[];
+  /** Opens the file (its tables exist: sqlite.ts made them) for the requests that follow. */
+  open(now: number, file: string, retention: Retention | undefined): void;
+  /** Events as their payload's JSON: what is stored, and what the thread de-duplicates and ranks by. */
+  append(now: number, events: ReadonlyArray<{ json: string; receivedAt: string }>): AppendOutcome[];
   claim(now: number, ownerHash: string, idempotencyKey: string, fingerprint: string): IdempotencyClaim;
   markUnknown(now: number, ownerHash: string, idempotencyKey: string): IdempotencyClaim;
   resolveMarker(now: number, marker: string, result: BookingResult): string | undefined;
@@ -67,7 +69,7 @@ export interface WriterOps {
   ping(now: number): void;
   /** One step of a trim pass; true when that phase has more to do. */
   trim(now: number, phase: TrimPhase): boolean;
-  /** Answered after every request sent before it, with the connection closed; the main thread then ends the thread. */
+  /** Answered after every request sent before it, with the connection closed. */
   close(now: number): void;
 }
 
@@ -115,8 +117,8 @@ function asWriterError(error: unknown): WriterError {
   return { name: error.name, message: error.message, ...(typeof code === 'string' ? { code } : {}) };
 }
 
-/** The write operations on the writer's connection (the file's tables exist: sqlite.ts made them). */
-function writeOps(db: Database.Database, retention: Retention | undefined): WriterOps {
+/** The write operations on one connection (the file's tables exist: sqlite.ts made them). */
+function writeOps(db: Database.Database, retention: Retention | undefined): Omit<WriterOps, 'open'> {
   const s = {
     getIdem: db.prepare<[string, string], { fingerprint: string; state: string; uid: string | null; tracking_url: string | null; updated_at: number }>(
       'SELECT fingerprint, state, uid, tracking_url, updated_at FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?',
@@ -160,7 +162,8 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Writ
 
   // One event, ranked against what the batch already wrote, in a savepoint of its own (a nested
   // better-sqlite3 transaction): one that fails is undone alone and fails only itself.
-  const appendOne = db.transaction(({ payload, receivedAt }: { payload: WireWebhookEvent; receivedAt: string }): AppendOutcome => {
+  const appendOne = db.transaction(({ json, receivedAt }: { json: string; receivedAt: string }): AppendOutcome => {
+    const payload = JSON.parse(json) as WireWebhookEvent;
     const hash = fingerprint(payload);
     const existing = s.findEvent.get(payload.uid, payload.event_name, hash);
     if (existing) return { duplicate: true, row: existing };
@@ -168,7 +171,7 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Writ
     const current: MilestoneState | undefined = row && stateOf(row);
     const { stale, courierOnly, state: next } = transition(current, payload.event_name, courierIdentity(payload));
     const statusText = typeof payload.status === 'string' ? payload.status : null;
-    const info = s.insertEvent.run(payload.uid, payload.event_name, hash, statusText, receivedAt, stale ? 1 : courierOnly ? 2 : 0, JSON.stringify(payload));
+    const info = s.insertEvent.run(payload.uid, payload.event_name, hash, statusText, receivedAt, stale ? 1 : courierOnly ? 2 : 0, json);
     const seq = Number(info.lastInsertRowid);
     const courier = next?.courier ? courierJson(next.courier) : null;
     const formers = next?.formerCouriers ? formerCouriersJson(next.formerCouriers) : null;
@@ -280,16 +283,34 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Writ
   };
 }
 
+/** The connection the thread serves now, and its operations: none before open and after close. */
+let current: { db: Database.Database; ops: Omit<WriterOps, 'open'> } | undefined;
+
+function call(request: WriterRequest): unknown {
+  if (request.op === 'open') {
+    const [file, retention] = request.args as [string, Retention | undefined];
+    const db = new Database(file);
+    db.pragma('journal_mode = WAL');
+    db.pragma('synchronous = FULL');
+    db.pragma('busy_timeout = 5000');
+    current = { db, ops: writeOps(db, retention) };
+    return undefined;
+  }
+  if (!current) throw new Error('The SQLite writer thread has no file open.');
+  const value = (current.ops[request.op] as (now: number, ...args: unknown[]) => unknown)(request.now, ...request.args);
+  if (request.op === 'close') current = undefined;
+  return value;
+}
+
 /**
  * Runs what arrived together: the requests that may share a transaction in one
  * (one commit, one fsync), each in a savepoint so that one that fails is undone
- * and fails alone; a trim step or close on its own. Answers after the commit.
+ * and fails alone; any other request on its own. Answers after the commit.
  */
-function serve(db: Database.Database, ops: WriterOps, port: MessagePort, requests: WriterRequest[]): void {
-  const call = (request: WriterRequest) => (ops[request.op] as (now: number, ...args: unknown[]) => unknown)(request.now, ...request.args);
+function serve(port: MessagePort, requests: WriterRequest[]): void {
   while (requests.length > 0) {
     const first = requests[0]!;
-    if (!SHARED.has(first.op)) {
+    if (!current || !SHARED.has(first.op)) {
       requests.shift();
       let reply: WriterReply;
       try {
@@ -300,6 +321,7 @@ function serve(db: Database.Database, ops: WriterOps, port: MessagePort, request
       port.postMessage(reply);
       continue;
     }
+    const { db } = current;
     let end = 1;
     while (end < requests.length && SHARED.has(requests[end]!.op)) end += 1;
     const group = requests.splice(0, end);
@@ -326,18 +348,10 @@ function serve(db: Database.Database, ops: WriterOps, port: MessagePort, request
   }
 }
 
-function start({ file, retention, port }: WriterData): void {
-  const db = new Database(file);
-  db.pragma('journal_mode = WAL');
-  db.pragma('synchronous = FULL');
-  db.pragma('busy_timeout = 5000');
-  const ops = writeOps(db, retention);
-  port.on('message', (request: WriterRequest) => {
-    // Everything that queued up meanwhile joins this transaction.
-    const requests = [request];
-    for (let next = receiveMessageOnPort(port); next; next = receiveMessageOnPort(port)) requests.push(next.message as WriterRequest);
-    serve(db, ops, port, requests);
-  });
-}
-
-start(workerData as WriterData);
+const { port } = workerData as WriterData;
+port.on('message', (request: WriterRequest) => {
+  // Everything that queued up meanwhile joins this transaction.
+  const requests = [request];
+  for (let next = receiveMessageOnPort(port); next; next = receiveMessageOnPort(port)) requests.push(next.message as WriterRequest);
+  serve(port, requests);
+});

@@ -33,7 +33,7 @@ import {
   type StoredEvent,
 } from './store.js';
 import { bookingMarker } from '../domain/booking-marker.js';
-import type { EventRow, TrimPhase, WriterArgs, WriterData, WriterError, WriterOps, WriterReply, WriterRequest } from './sqlite-writer.js';
+import type { AppendOutcome, EventRow, TrimPhase, WriterArgs, WriterData, WriterError, WriterOps, WriterReply, WriterRequest } from './sqlite-writer.js';
 
 function toStored(row: EventRow): StoredEvent {
   return {
@@ -123,21 +123,35 @@ function startWriterThread(options: WorkerOptions): Worker {
   return new Worker(source, { ...options, eval: true });
 }
 
-/** The main thread's side of the writer thread: requests by id, answered in order. */
-class Writer {
-  readonly thread: Worker;
+/** The main thread's side of a writer thread: requests by id, answered in order. */
+class WriterThread {
+  /**
+   * A thread whose store closed, kept (idle, not holding the process) for the
+   * next store this process opens: starting one costs tens of ms, and a test
+   * opens hundreds of stores. At most one is kept.
+   */
+  static #spare: WriterThread | undefined;
+
+  /** The spare thread, or a new one. */
+  static take(logger: Logger | undefined): WriterThread {
+    const spare = WriterThread.#spare;
+    WriterThread.#spare = undefined;
+    return spare && !spare.#stopped ? spare : new WriterThread(logger);
+  }
+
+  readonly worker: Worker;
   readonly #port;
   readonly #waiting = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
   #nextId = 1;
   /** Set once the thread is gone: every request from then on fails with it. */
   #stopped: Error | undefined;
-  #closing = false;
+  #ending = false;
 
-  constructor(file: string, retention: Retention | undefined, logger: Logger | undefined) {
+  private constructor(logger: Logger | undefined) {
     const { port1, port2 } = new MessageChannel();
-    const data: WriterData = { file, retention, port: port2 };
+    const data: WriterData = { port: port2 };
     // No flags from this process (--import tsx, --input-type…): the thread needs none.
-    this.thread = startWriterThread({ workerData: data, transferList: [port2], execArgv: [] });
+    this.worker = startWriterThread({ workerData: data, transferList: [port2], execArgv: [] });
     this.#port = port1;
     port1.on('message', (reply: WriterReply) => {
       const waiting = this.#waiting.get(reply.id);
@@ -147,11 +161,11 @@ class Writer {
       else waiting.resolve(reply.value);
       if (this.#waiting.size === 0) this.#holdProcess(false);
     });
-    this.thread.on('error', (error) => {
-      if (!this.#closing) logger?.error({ err: error }, 'the SQLite writer thread failed');
+    this.worker.on('error', (error) => {
+      if (!this.#ending) logger?.error({ err: error }, 'the SQLite writer thread failed');
       this.#stop(`it failed: ${error.message}`);
     });
-    this.thread.on('exit', (code) => this.#stop(`it exited with code ${code}`));
+    this.worker.on('exit', (code) => this.#stop(`it exited with code ${code}`));
     this.#holdProcess(false);
   }
 
@@ -174,18 +188,14 @@ class Writer {
     });
   }
 
-  /** Lets every request sent so far finish, then ends the thread. */
-  async close(): Promise<void> {
-    if (!this.#stopped) {
-      try {
-        await this.call('close');
-      } catch {
-        // The thread stopped meanwhile: there is nothing left to close there.
-      }
+  /** Its store closed: kept as the spare when there is none, ended otherwise. */
+  async release(): Promise<void> {
+    if (!this.#stopped && !WriterThread.#spare) {
+      WriterThread.#spare = this;
+      return;
     }
-    this.#closing = true;
-    this.#stop('the store was closed');
-    await this.thread.terminate();
+    this.#ending = true;
+    await this.worker.terminate();
   }
 
   #stop(reason: string): void {
@@ -196,13 +206,13 @@ class Writer {
     this.#port.close();
   }
 
-  /** A request waiting for its answer keeps the process alive; an idle writer does not. */
+  /** A request waiting for its answer keeps the process alive; an idle thread does not. */
   #holdProcess(hold: boolean): void {
     if (hold) {
-      this.thread.ref();
+      this.worker.ref();
       this.#port.ref();
     } else {
-      this.thread.unref();
+      this.worker.unref();
       this.#port.unref();
     }
   }
@@ -212,7 +222,9 @@ export class SqliteStore implements Store {
   /** The main thread's connection: the store reads through it and never writes (the writer thread does). */
   readonly db: Database.Database;
   readonly #statements;
-  readonly #writer: Writer;
+  readonly #thread: WriterThread;
+  /** Set by close(): the thread may serve another store by then. */
+  #closed = false;
   readonly #retention: Retention | undefined;
   readonly #trims: TrimSchedule | undefined;
   #cursorSecret: Buffer | undefined;
@@ -271,7 +283,9 @@ export class SqliteStore implements Store {
     if (!stateColumns.has('courier')) this.db.exec('ALTER TABLE delivery_state ADD COLUMN courier TEXT; ALTER TABLE delivery_state ADD COLUMN former_couriers TEXT;');
     this.#retention = options.retention;
     // The tables exist: the writer thread's connection can prepare its statements.
-    this.#writer = new Writer(this.db.name, options.retention, options.logger);
+    this.#thread = WriterThread.take(options.logger);
+    // A file that cannot be opened there fails every write after it, and readiness.
+    this.#thread.call('open', this.db.name, options.retention).catch((error: unknown) => options.logger?.error({ err: error }, 'the SQLite writer thread could not open the file'));
     this.#trims = options.retention && new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
     this.#statements = {
       getOwner: this.db.prepare<[string, number], { owner_hash: string; api_group: string | null }>('SELECT owner_hash, api_group FROM ownership WHERE uid = ? AND created_at >= ?'),
@@ -292,22 +306,44 @@ export class SqliteStore implements Store {
 
   /** The writer thread, for tests and diagnostics. */
   get writerThread(): Worker {
-    return this.#writer.thread;
+    return this.#thread.worker;
+  }
+
+  /** Sends a write to the writer thread; after close() it fails at once. */
+  #write<Op extends keyof WriterOps>(op: Op, ...args: WriterArgs<Op>): Promise<ReturnType<WriterOps[Op]>> {
+    if (this.#closed) return Promise.reject(new Error('The SQLite store is closed; nothing more can be written to it.'));
+    return this.#thread.call(op, ...args);
   }
 
   async appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]> {
     // One transaction for the batch (one fsync) on the writer thread; each event in a savepoint of its own.
-    // Only what is stored crosses to the thread (a caller's batch may carry more, e.g. the receiver's callbacks).
-    const answers = await this.#writer.call('append', events.map(({ payload, receivedAt }) => ({ payload, receivedAt })));
-    const outcomes = answers.map((answer, index): AppendResult | Error => {
-      if ('error' in answer) return writerError(answer.error);
-      if (answer.duplicate) return { event: toStored(answer.row), duplicate: true };
-      const { payload, receivedAt } = events[index]!;
-      const { seq, stale, courierOnly, statusText } = answer;
-      return { event: { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale, courierOnly, payload }, duplicate: false };
+    // Each payload crosses to the thread as its JSON, which is what is stored; one that cannot be written fails alone.
+    const outcomes: Array<AppendResult | Error | undefined> = [];
+    const sent: Array<{ json: string; receivedAt: string }> = [];
+    const sentIndex: number[] = [];
+    events.forEach(({ payload, receivedAt }, index) => {
+      try {
+        sent.push({ json: JSON.stringify(payload), receivedAt });
+        sentIndex.push(index);
+      } catch (error) {
+        outcomes[index] = error instanceof Error ? error : new Error(String(error));
+      }
     });
-    if (outcomes.some((outcome) => outcome instanceof Error)) throw new PartialAppendError(outcomes);
+    const answers = sent.length > 0 ? await this.#write('append', sent) : [];
+    answers.forEach((answer, n) => {
+      const index = sentIndex[n]!;
+      outcomes[index] = this.#appended(answer, events[index]!);
+    });
+    if (outcomes.some((outcome) => outcome instanceof Error)) throw new PartialAppendError(outcomes as Array<AppendResult | Error>);
     return outcomes as AppendResult[];
+  }
+
+  /** One event's answer from the thread, as the store's caller gets it. */
+  #appended(answer: AppendOutcome, { payload, receivedAt }: { payload: WireWebhookEvent; receivedAt: string }): AppendResult | Error {
+    if ('error' in answer) return writerError(answer.error);
+    if (answer.duplicate) return { event: toStored(answer.row), duplicate: true };
+    const { seq, stale, courierOnly, statusText } = answer;
+    return { event: { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale, courierOnly, payload }, duplicate: false };
   }
 
   async eventsAfter(afterSeq: number, limit: number, filter: EventFilter = {}): Promise<StoredEvent[]> {
@@ -339,31 +375,31 @@ export class SqliteStore implements Store {
   }
 
   claimIdempotency(ownerHash: string, idempotencyKey: string, fingerprint: string): Promise<IdempotencyClaim> {
-    return this.#writer.call('claim', ownerHash, idempotencyKey, fingerprint);
+    return this.#write('claim', ownerHash, idempotencyKey, fingerprint);
   }
 
   markIdempotencyUnknown(ownerHash: string, idempotencyKey: string): Promise<IdempotencyClaim> {
-    return this.#writer.call('markUnknown', ownerHash, idempotencyKey);
+    return this.#write('markUnknown', ownerHash, idempotencyKey);
   }
 
   resolveBookingMarker(marker: string, result: BookingResult): Promise<string | undefined> {
-    return this.#writer.call('resolveMarker', marker, result);
+    return this.#write('resolveMarker', marker, result);
   }
 
   completeIdempotency(ownerHash: string, idempotencyKey: string, result: BookingResult): Promise<void> {
-    return this.#writer.call('complete', ownerHash, idempotencyKey, result);
+    return this.#write('complete', ownerHash, idempotencyKey, result);
   }
 
   releaseIdempotency(ownerHash: string, idempotencyKey: string): Promise<void> {
-    return this.#writer.call('release', ownerHash, idempotencyKey);
+    return this.#write('release', ownerHash, idempotencyKey);
   }
 
   recordOwner(uid: string, ownerHash: string, group?: OwnerGroup): Promise<void> {
-    return this.#writer.call('recordOwners', [{ uid, owner: ownerHash, group: group ?? null }]);
+    return this.#write('recordOwners', [{ uid, owner: ownerHash, group: group ?? null }]);
   }
 
   recordOwners(records: readonly OwnerEntry[]): Promise<void> {
-    return this.#writer.call('recordOwners', records);
+    return this.#write('recordOwners', records);
   }
 
   async ownerOf(uid: string): Promise<string | undefined> {
@@ -383,7 +419,7 @@ export class SqliteStore implements Store {
 
   async cursorSecret(): Promise<Buffer> {
     // Created once per file (the writer keeps the first); every later start reads the same one.
-    this.#cursorSecret ??= Buffer.from(await this.#writer.call('cursorSecret'));
+    this.#cursorSecret ??= Buffer.from(await this.#write('cursorSecret'));
     return this.#cursorSecret;
   }
 
@@ -401,7 +437,7 @@ export class SqliteStore implements Store {
     for (const phase of phases) {
       for (;;) {
         if (stopping()) return;
-        if (!(await this.#writer.call('trim', phase))) break;
+        if (!(await this.#write('trim', phase))) break;
         await yieldToEventLoop();
       }
     }
@@ -413,13 +449,18 @@ export class SqliteStore implements Store {
    */
   async ping(): Promise<void> {
     this.#statements.ping.get();
-    await this.#writer.call('ping');
+    await this.#write('ping');
   }
 
   /** Stops the trim schedule (waiting for a pass in progress), lets the writes sent so far commit, then closes the file. */
   async close(): Promise<void> {
     await this.#trims?.stop();
-    await this.#writer.close();
+    if (!this.#closed) {
+      this.#closed = true;
+      // Answered after every write sent before it; a thread that stopped has nothing left to close.
+      await this.#thread.call('close').catch(() => undefined);
+      await this.#thread.release();
+    }
     if (this.db.open) this.db.close();
   }
 }

@@ -96,7 +96,7 @@ describe('the SQLite writer thread', () => {
     const appended = store.appendEvents([event('d1', 'delivery.created')]);
     await store.close();
     expect(await appended).toHaveLength(1);
-    await expect(store.recordOwner('d1', 'owner-hash')).rejects.toThrow(/SQLite writer thread stopped/);
+    await expect(store.recordOwner('d1', 'owner-hash')).rejects.toThrow(/SQLite store is closed/);
     const again = new SqliteStore(path.dirname(store.db.name));
     try {
       expect(await again.lastSeq()).toBe(1);
