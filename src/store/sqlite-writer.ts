@@ -290,9 +290,10 @@ function call(request: WriterRequest): unknown {
   if (request.op === 'open') {
     const [file, retention] = request.args as [string, Retention | undefined];
     const db = new Database(file);
+    // First: the store's reading connection may hold the file a moment, and a pragma must wait for it, not fail.
+    db.pragma('busy_timeout = 5000');
     db.pragma('journal_mode = WAL');
     db.pragma('synchronous = FULL');
-    db.pragma('busy_timeout = 5000');
     current = { db, ops: writeOps(db, retention) };
     return undefined;
   }

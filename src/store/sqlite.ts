@@ -232,12 +232,13 @@ export class SqliteStore implements Store {
   constructor(dataDir: string, options: SqliteStoreOptions = {}) {
     mkdirSync(dataDir, { recursive: true });
     this.db = new Database(path.join(dataDir, options.fileName ?? 'delivery-graph.sqlite'));
+    // First: the writer thread of another store on this file may hold it a moment.
+    this.db.pragma('busy_timeout = 5000');
     // Takes effect on a new file only (before its first table); a file created before keeps
     // auto_vacuum = NONE: its freed pages are reused by new rows, but the file does not shrink.
     this.db.pragma('auto_vacuum = INCREMENTAL');
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = FULL');
-    this.db.pragma('busy_timeout = 5000');
     upgradeIdempotencyTable(this.db);
     this.db.exec(`
       CREATE TABLE IF NOT EXISTS idempotency (${IDEMPOTENCY_COLUMNS});
