@@ -1,8 +1,9 @@
 // The SQLite store's writer thread: a worker_threads Worker that owns the one
 // connection that writes the file (opened by the first request; a thread whose
-// store closed can serve the next store of the process, see sqlite.ts). Every write (events, idempotency claims,
-// owner records, the cursor secret, readiness, retention trims) happens here,
-// so a commit and its fsync never hold the main thread's event loop. Requests
+// store closed may serve the process's next store, see sqlite.ts). Every write
+// (events, idempotency claims, owner records, the cursor secret, readiness,
+// retention trims) happens here, so a commit and its fsync never hold the main
+// thread's event loop. Requests
 // that arrive while a commit runs wait in the port and go together in the next
 // transaction (one fsync), each in a savepoint of its own; a request is answered
 // only after the transaction that holds it has committed.
