@@ -89,8 +89,7 @@ export class Owners {
   }
 
   async lookupOne(uid: string): Promise<OwnerRecord | undefined> {
-    const now = Date.now();
-    return this.#known(uid, now) ?? (await this.lookup([uid])).get(uid);
+    return (await this.lookup([uid])).get(uid);
   }
 
   /**

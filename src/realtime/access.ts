@@ -20,16 +20,6 @@ const MAX_ENTRIES = 100_000;
 /** The window a subscription's SUBSCRIPTION_ACCESS_CHECKS are counted in. */
 const CHECK_WINDOW_MS = 60_000;
 
-/**
- * The owner rule (src/access/owners.ts) as a yes or no: true when the record is
- * the caller's, false when it is another key's, undefined when there is none
- * (only then may the upstream be asked).
- */
-export function recordedAccess(recordedOwner: string | undefined, callerHash: string): boolean | undefined {
-  const verdict = ownerVerdict(recordedOwner === undefined ? undefined : { owner: recordedOwner, group: null }, callerHash);
-  return verdict === 'unknown' ? undefined : verdict === 'own';
-}
-
 /** Why an upstream check was not made (nothing was asked, and nothing is known), and in how many seconds one may be. */
 export interface Withheld {
   /** subscription: it spent its SUBSCRIPTION_ACCESS_CHECKS of this minute; rate_limit: the key's RATE_LIMIT_PER_MINUTE is spent. */

@@ -2,6 +2,7 @@
 // service of upstream-api.md, over real HTTP, with knobs for speed and faults.
 // Used by `npm start` when no UPSTREAM_URL is set, by `npm run sandbox`, and by tests.
 import { randomBytes } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import type { JsonObject, WireDeliveryRequest, WireOrder } from '../upstream/wire.js';
 import { applyKnobs, DEFAULT_KNOBS } from './knobs.js';
@@ -188,6 +189,8 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
   let webhookUrl = options.webhookUrl;
 
   const lifetime = new AbortController();
+  // Every request waiting out latencyMs listens to it: as many listeners as requests in flight, by design.
+  setMaxListeners(0, lifetime.signal);
   const state = new SandboxState(merchants);
   const webhooks = new WebhookSender({ knobs, issuer, privateKey: keys.privateKey, webhookUrl: () => webhookUrl });
   const lifecycle = new LifecycleSimulator(state, knobs, (record, eventName, { final, location }) =>

@@ -2,6 +2,7 @@
 // <JWT>` (RS256; claims iss, iat, exp and `payload` = the same body), retried up
 // to 5 times with doubling gaps. Events of one delivery go out one at a time in
 // order, unless the duplicate/reorder knobs perturb that on purpose.
+import { setMaxListeners } from 'node:events';
 import { createPrivateKey, createPublicKey, generateKeyPair, type KeyObject } from 'node:crypto';
 import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -62,7 +63,11 @@ export class WebhookSender {
   private readonly counters = { sent: 0, delivered: 0, failed: 0, retries: 0 };
   private pending = 0;
   private idleWaiters: (() => void)[] = [];
-  private readonly lifetime = new AbortController();
+  private readonly lifetime = ((controller) => {
+    // Every webhook attempt in flight listens to it until it settles: as many listeners as attempts, by design.
+    setMaxListeners(0, controller.signal);
+    return controller;
+  })(new AbortController());
   // A private pool so stop() can close every socket the sandbox opened.
   private readonly agent = new Agent({ keepAliveTimeout: 2_000, connections: 64 });
 

@@ -2,13 +2,12 @@
 // connection cap), a time budget per call that covers headers, body and retries,
 // a cap on the response size, and the classification of every failure into one
 // typed error with a stable code. Only idempotent GETs are retried, and only
-// identical GETs in flight together are shared. Every attempt passes through the
-// circuit breaker of its endpoint group.
-import { setTimeout as sleep } from 'node:timers/promises';
-import { Pool } from 'undici';
+// identical GETs in flight together are shared. Every attempt is admitted and
+// counted by the circuit breaker of its endpoint group.
+import { Pool, type Dispatcher } from 'undici';
 import { DEFAULT_BREAKER, GroupBreaker, type AttemptOutcome, type BreakerSettings, type BreakerState } from './breaker.js';
 import type { KnownKeys } from './known-keys.js';
-import { SharedReads } from './shared-reads.js';
+import { callerAborted, Flight, SharedReads } from './shared-reads.js';
 import { upstreamRefusal } from './refusal.js';
 import {
   DeliveryGraphError,
@@ -143,7 +142,7 @@ export class UpstreamHttp {
     this.#options = options;
     const settings = options.breaker ?? DEFAULT_BREAKER;
     const breaker = (group: ApiGroupName) =>
-      new GroupBreaker(group, settings, options.timeoutMs, (state) => {
+      new GroupBreaker(group, settings, (state) => {
         for (const listener of this.#breakerListeners) listener(group, state);
       });
     this.#breakers = { platform: breaker('platform'), partner: breaker('partner') };
@@ -163,10 +162,22 @@ export class UpstreamHttp {
    * answer. Concurrent identical GETs (same group, path and key) share one call.
    */
   call<T>(request: UpstreamRequest): Promise<T> {
+    const signal = request.signal;
+    if (signal?.aborted) return Promise.reject(callerAborted(signal.reason, true));
     // A POST is never shared: each caller's booking or cancellation is its own.
-    if (request.method !== 'GET') return this.#call<T>(request, request.signal);
     // Group and path hold no newline (the path is URL-encoded), so the key, last, cannot blur the identity.
-    return this.#shared.run(`${request.group}\n${request.path}\n${request.key}`, request.signal, (signal) => this.#call<T>(request, signal));
+    const identity = request.method === 'GET' ? `${request.group}\n${request.path}\n${request.key}` : undefined;
+    let flight = identity === undefined ? undefined : this.#shared.get(identity);
+    if (!flight) {
+      const started = new Flight(identity);
+      this.#shared.add(started);
+      this.#call(request, started).then(
+        (body) => this.#shared.settle(started, false, body),
+        (error: unknown) => this.#shared.settle(started, true, error),
+      );
+      flight = started;
+    }
+    return this.#shared.join<T>(flight, signal);
   }
 
   /**
@@ -200,43 +211,45 @@ export class UpstreamHttp {
     return () => this.#breakerListeners.delete(listener);
   }
 
-  async #call<T>(request: UpstreamRequest, signal: AbortSignal | undefined): Promise<T> {
-    if (signal?.aborted) throw callerAborted(signal.reason, true);
-    // The group refused this key a moment ago: asking again would only cost the upstream a call.
-    if (request.key && this.#options.keys?.refusedBy(request.key, request.group)) throw new UnauthenticatedError(REFUSED_KEY);
-    // undici 7 refuses such a key as a header value but keeps the pool slot it took:
-    // after `connections` of them every call would stall. Refuse it before undici sees it.
-    if (NOT_A_HEADER_VALUE.test(request.key)) throw new UpstreamProtocolError('The merchant key cannot be sent as an HTTP header value.');
+  async #call<T>(request: UpstreamRequest, flight: Flight): Promise<T> {
     const started = performance.now();
-    const deadline = started + this.#options.timeoutMs;
-    // One timer and one controller for the whole call, retries included.
-    const budget = new AbortController();
-    const timer = setTimeout(() => budget.abort(), this.#options.timeoutMs);
-    const forward = () => budget.abort();
-    signal?.addEventListener('abort', forward, { once: true });
-    const breaker = this.#breakers[request.group];
     let attempts = 0;
     let status: number | undefined;
+    let timer: NodeJS.Timeout | undefined;
     try {
+      // The group refused this key a moment ago: asking again would only cost the upstream a call.
+      if (request.key && this.#options.keys?.refusedBy(request.key, request.group)) throw new UnauthenticatedError(REFUSED_KEY);
+      // undici 7 refuses such a key as a header value but keeps the pool slot it took:
+      // after `connections` of them every call would stall. Refuse it before undici sees it.
+      if (NOT_A_HEADER_VALUE.test(request.key)) throw new UpstreamProtocolError('The merchant key cannot be sent as an HTTP header value.');
+      const deadline = started + this.#options.timeoutMs;
+      // One timer for the whole call, retries included; it aborts the flight's request.
+      timer = setTimeout(() => {
+        flight.timedOut = true;
+        flight.abort();
+      }, this.#options.timeoutMs);
+      const breaker = this.#breakers[request.group];
       for (;;) {
+        // An open circuit refuses here without sending, on a retry as on a first attempt.
+        const trial = breaker.admit();
+        attempts += 1;
         try {
-          // An open circuit rejects here without sending, on a retry as on a first attempt.
-          const answer = await breaker.run(() => {
-            attempts += 1;
-            return this.#attempt<T>(request, deadline, budget.signal, signal);
-          }, forward);
+          const answer = await this.#attempt<T>(request, deadline, flight);
+          breaker.record(trial, undefined);
           this.#report(request, answer.status, 'ok', attempts, started);
           return answer.body;
         } catch (error) {
+          // Every admitted attempt is counted, or a half-open trial would hold its slot for good.
+          breaker.record(trial, error instanceof AttemptFailure ? error : UNEXPECTED_FAILURE);
           if (!(error instanceof AttemptFailure)) throw error;
           status = error.status;
           if (!error.retryable) throw error.error;
           const delay = this.#retryDelay(attempts, error.retryAfterMs);
-          const canRetry = request.method === 'GET' && attempts <= MAX_GET_RETRIES && !signal?.aborted;
+          const canRetry = request.method === 'GET' && attempts <= MAX_GET_RETRIES && !flight.abandoned;
           // A retry only happens when it can still finish inside the budget.
           if (!canRetry || performance.now() + delay + 10 >= deadline) throw error.error;
-          await sleep(delay, undefined, { signal: budget.signal }).catch(() => undefined);
-          if (signal?.aborted) throw callerAborted(signal.reason);
+          await pause(delay, flight);
+          if (flight.abandoned) throw callerAborted(undefined);
         }
       }
     } catch (error) {
@@ -245,18 +258,17 @@ export class UpstreamHttp {
       throw known;
     } finally {
       clearTimeout(timer);
-      signal?.removeEventListener('abort', forward);
     }
   }
 
   /** One request and its answer, every failure wrapped for the retry loop and the breaker. */
-  async #attempt<T>(request: UpstreamRequest, deadline: number, budget: AbortSignal, caller: AbortSignal | undefined): Promise<Answer<T>> {
+  async #attempt<T>(request: UpstreamRequest, deadline: number, flight: Flight): Promise<Answer<T>> {
     let response: RawResponse;
     try {
-      response = await this.#send(request, deadline, budget);
+      response = await this.#send(request, deadline, flight);
     } catch (error) {
-      if (caller?.aborted) throw new AttemptFailure(callerAborted(error), { callerAborted: true });
-      if (budget.aborted) throw new AttemptFailure(new UpstreamTimeoutError(undefined, { cause: error }));
+      if (flight.abandoned) throw new AttemptFailure(callerAborted(error), { callerAborted: true });
+      if (flight.timedOut) throw new AttemptFailure(new UpstreamTimeoutError(undefined, { cause: error }));
       const classified = classifyThrown(error, request);
       throw new AttemptFailure(classified, {
         // A dropped or refused connection may be retried; the breaker counts it.
@@ -308,7 +320,7 @@ export class UpstreamHttp {
     return retryAfterMs === undefined ? jittered : Math.max(jittered, retryAfterMs);
   }
 
-  async #send(request: UpstreamRequest, deadline: number, signal: AbortSignal): Promise<RawResponse> {
+  async #send(request: UpstreamRequest, deadline: number, signal: AbortSignal | Flight): Promise<RawResponse> {
     const remaining = Math.max(1, Math.floor(deadline - performance.now()));
     const headers: Record<string, string> = { accept: 'application/json' };
     if (request.key) headers.authorization = `Bearer ${request.key}`;
@@ -338,33 +350,51 @@ export class UpstreamHttp {
 }
 
 const REFUSED_KEY = 'The delivery service refused the merchant key.';
+/** An attempt that failed in a way #attempt did not wrap: counted as the upstream's fault. */
+const UNEXPECTED_FAILURE: AttemptOutcome = { status: undefined, unsent: false, callerAborted: false };
 
-function callerAborted(cause: unknown, unsent = false): UpstreamUnavailableError {
-  return new UpstreamUnavailableError('The upstream call was aborted.', { cause, unsent });
+/** Waits `ms`, or less when the flight is aborted meanwhile. */
+function pause(ms: number, flight: Flight): Promise<void> {
+  if (flight.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      flight.off('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    flight.once('abort', done);
+  });
 }
 
 class ResponseTooLarge extends Error {}
 
-async function readCapped(
-  body: AsyncIterable<Buffer> & { destroy(): void; on(event: 'error', listener: () => void): unknown },
-  limit: number,
-  contentLength: unknown,
-): Promise<string> {
-  if (typeof contentLength === 'string' && Number(contentLength) > limit) {
+/**
+ * The body as text, refused past `limit` bytes: at once when its Content-Length
+ * says so (undici fails a body that runs past its Content-Length), chunk by chunk
+ * when it has none.
+ */
+function readCapped(body: Dispatcher.ResponseData['body'], limit: number, contentLength: unknown): Promise<string> {
+  if (typeof contentLength !== 'string' || contentLength === '') return readChunks(body, limit);
+  if (Number(contentLength) > limit) {
     // Destroying an unread undici body emits 'error'; unheard, it would be an uncaught exception.
     body.on('error', () => undefined);
     body.destroy();
-    throw new ResponseTooLarge();
+    return Promise.reject(new ResponseTooLarge());
   }
+  return body.text();
+}
+
+async function readChunks(body: Dispatcher.ResponseData['body'], limit: number): Promise<string> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of body) {
-    size += chunk.length;
+    size += (chunk as Buffer).length;
     if (size > limit) {
       body.destroy();
       throw new ResponseTooLarge();
     }
-    chunks.push(chunk);
+    chunks.push(chunk as Buffer);
   }
   return Buffer.concat(chunks, size).toString('utf8');
 }

@@ -53,6 +53,8 @@ export class KnownKeys {
   readonly #refusedTtlMs: number;
   readonly #maxKeys: number;
   readonly #maxWaitMs: number;
+  /** An acceptance is written again only once this much of its time to live has passed. */
+  readonly #relearnAfterMs: number;
   readonly #now: () => number;
 
   constructor(options: KnownKeysOptions = {}) {
@@ -61,6 +63,7 @@ export class KnownKeys {
     this.#maxKeys = options.maxKeys ?? 50_000;
     this.#maxWaitMs = options.maxWaitMs ?? 10_000;
     this.#now = options.now ?? Date.now;
+    this.#relearnAfterMs = Math.min(1000, this.#acceptedTtlMs / 10);
   }
 
   /** Where the key stands with the upstream, from what it last said. */
@@ -83,6 +86,8 @@ export class KnownKeys {
     const verdicts = this.#verdicts.get(hash) ?? {};
     const now = this.#now();
     const verdict = (verdicts[group] ??= { acceptedUntil: 0, refusedUntil: 0 });
+    // Accepted again right after the last time (every read says so): nothing to change but a moment of its time to live.
+    if (accepted && verdict.refusedUntil === 0 && verdict.acceptedUntil - now > this.#acceptedTtlMs - this.#relearnAfterMs) return;
     if (accepted) {
       verdict.acceptedUntil = now + this.#acceptedTtlMs;
       verdict.refusedUntil = 0;

@@ -43,7 +43,9 @@ describe('npm start against the embedded sandbox', () => {
   let bannerText = '';
 
   beforeAll(async () => {
-    child = run({ PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: '40', SANDBOX_RETURN_RATE: '0', DATA_DIR: dataDir });
+    // Steps long enough that the subscriber below is live before the delivery is picked up, even on a busy machine
+    // (it confirms its key with one upstream read as it starts; a later start begins from the read's state).
+    child = run({ PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: '250', SANDBOX_RETURN_RATE: '0', DATA_DIR: dataDir });
     child.stdout!.on('data', (chunk: Buffer) => (bannerText += chunk.toString()));
     const [served, merchant] = await Promise.all([
       waitFor(child, /serving on (http:\/\/\S+)/),

@@ -6,7 +6,8 @@ import { describe, expect, it } from 'vitest';
 import { hashKey } from '../../src/domain/merchant-key.js';
 import { NotFoundError } from '../../src/errors.js';
 import { createLogger } from '../../src/logger.js';
-import { ReadAccess, recordedAccess, type KeyBudget } from '../../src/realtime/access.js';
+import { ownerVerdict } from '../../src/access/owners.js';
+import { ReadAccess, type KeyBudget } from '../../src/realtime/access.js';
 import type { Store } from '../../src/store/store.js';
 import type { Upstream } from '../../src/upstream/clients.js';
 
@@ -33,11 +34,11 @@ function setup(options: { owners?: Record<string, string>; readable?: string[]; 
   return { access, asked, lines };
 }
 
-describe('recordedAccess', () => {
+describe('ownerVerdict', () => {
   it('allows the recorded key, denies any other, and leaves a uid with no record to the upstream', () => {
-    expect(recordedAccess(hashKey(MINE), hashKey(MINE))).toBe(true);
-    expect(recordedAccess(hashKey(THEIRS), hashKey(MINE))).toBe(false);
-    expect(recordedAccess(undefined, hashKey(MINE))).toBeUndefined();
+    expect(ownerVerdict({ owner: hashKey(MINE), group: null }, hashKey(MINE))).toBe('own');
+    expect(ownerVerdict({ owner: hashKey(THEIRS), group: 'PARTNER' }, hashKey(MINE))).toBe('other');
+    expect(ownerVerdict(undefined, hashKey(MINE))).toBe('unknown');
   });
 });
 
