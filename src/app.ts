@@ -172,6 +172,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       persistedQueries: persisted.counters,
       access: services.access.counters,
       owners,
+      ownerFilter: () => (store instanceof SqliteStore ? store.ownerFilter : undefined),
       reconcile: { counters: reconciler.counters, followed: () => reconciler.followedCount },
       // The pipeline is made below; until then the cache is empty.
       documentCache: () => served?.pipeline.documents.size ?? { entries: 0, bytes: 0 },

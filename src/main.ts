@@ -4,6 +4,7 @@ import cluster from 'node:cluster';
 import { existsSync } from 'node:fs';
 import { startApp } from './app.js';
 import { reportListening, runPrimary } from './cluster.js';
+import { DataDirInUseError } from './store/data-dir-lock.js';
 import { CONFIG_VARIABLES, ConfigError, loadConfig, type Config } from './config.js';
 import type { Sandbox } from './sandbox/index.js';
 
@@ -90,6 +91,11 @@ async function main(): Promise<void> {
   try {
     app = await startApp(config);
   } catch (error) {
+    // Another process on this DATA_DIR: one line, saying what to change.
+    if (error instanceof DataDirInUseError) {
+      console.error(`delivery-graph: ${error.message}`);
+      process.exit(1);
+    }
     // A port taken by another process is the commonest way to fail: say which and what to change, in one line.
     const { code, port } = error as NodeJS.ErrnoException & { port?: number };
     if (code === 'EADDRINUSE' || code === 'EACCES') {

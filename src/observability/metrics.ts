@@ -53,6 +53,8 @@ export interface MetricSources {
   documentCache?: () => { entries: number; bytes: number };
   /** Owner records: written from reads, failed writes, and those kept in memory. */
   owners?: { counters: { recorded: number; failed: number }; cached: { entries: number; bytes: number } };
+  /** The embedded store's filter of uids with an owner record (undefined on Redis). */
+  ownerFilter?: () => { bytes: number } | undefined;
 }
 
 export function createMetrics(sources: MetricSources): Metrics {
@@ -208,6 +210,14 @@ export function createMetrics(sources: MetricSources): Metrics {
     registers: [registry],
     collect() {
       this.set(sources.owners?.cached.bytes ?? 0);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}owner_filter_bytes`,
+    help: 'Bytes of the embedded store\'s filter of uids with an owner record (src/store/uid-filter.ts), which answers "no record" without a query; at most 8 MiB, 16 while a larger one is filled. 0 on Redis',
+    registers: [registry],
+    collect() {
+      this.set(sources.ownerFilter?.()?.bytes ?? 0);
     },
   });
   new Gauge({

@@ -33,6 +33,8 @@ import {
   type StoredEvent,
 } from './store.js';
 import { bookingMarker } from '../domain/booking-marker.js';
+import { lockDataDir, type DataDirLock } from './data-dir-lock.js';
+import { UidFilter } from './uid-filter.js';
 import type { AppendOutcome, EventRow, TrimPhase, WriterArgs, WriterData, WriterError, WriterOps, WriterReply, WriterRequest } from './sqlite-writer.js';
 
 function toStored(row: EventRow): StoredEvent {
@@ -218,6 +220,11 @@ class WriterThread {
   }
 }
 
+/** The owner filter's size bounds, in uids (UidFilter: 10 bits each; the largest is 8 MiB), and the uids read per turn while it is filled. */
+const OWNER_FILTER_MIN = 1 << 16;
+const OWNER_FILTER_MAX = Math.floor((8 * 1024 * 1024 * 8) / 10);
+const OWNER_FILTER_SLICE = 20_000;
+
 export class SqliteStore implements Store {
   /** The main thread's connection: the store reads through it and never writes (the writer thread does). */
   readonly db: Database.Database;
@@ -228,10 +235,30 @@ export class SqliteStore implements Store {
   readonly #retention: Retention | undefined;
   readonly #trims: TrimSchedule | undefined;
   #cursorSecret: Buffer | undefined;
+  readonly #lock: DataDirLock;
+  readonly #logger: Logger | undefined;
+  /** The uids with an owner record (uid-filter.ts); consulted once `complete`, i.e. once it has read every record of the file. */
+  #ownerFilter = { filter: new UidFilter(OWNER_FILTER_MIN), complete: false };
+  /** A larger filter being filled from the file while the current one stays in use. */
+  #nextOwnerFilter: UidFilter | undefined;
+  /**
+   * Uids whose owner record is on its way to the writer thread or waits for its
+   * commit (a count per uid): a filter being filled cannot read them from the
+   * file yet, so it takes them from here.
+   */
+  readonly #ownersInFlight = new Map<string, number>();
 
   constructor(dataDir: string, options: SqliteStoreOptions = {}) {
     mkdirSync(dataDir, { recursive: true });
-    this.db = new Database(path.join(dataDir, options.fileName ?? 'delivery-graph.sqlite'));
+    const file = path.join(dataDir, options.fileName ?? 'delivery-graph.sqlite');
+    // Before the file is opened: a second process stops here, having changed nothing.
+    this.#lock = lockDataDir(dataDir, file);
+    try {
+      this.db = new Database(file);
+    } catch (error) {
+      this.#lock.release();
+      throw error;
+    }
     // First: the writer thread of another store on this file may hold it a moment.
     this.db.pragma('busy_timeout = 5000');
     // Takes effect on a new file only (before its first table); a file created before keeps
@@ -303,6 +330,71 @@ export class SqliteStore implements Store {
       lastSeq: this.db.prepare<[], { seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'events'"),
       ping: this.db.prepare('SELECT 1'),
     };
+    this.#logger = options.logger;
+    this.#startOwnerFilter();
+  }
+
+  /** A filter that cannot be filled (the file closed or failed meanwhile) leaves the file to answer every lookup: slower, never wrong. */
+  #startOwnerFilter(): void {
+    this.#rebuildOwnerFilter().catch((error: unknown) => {
+      if (this.db.open) this.#logger?.warn({ err: error }, 'the owner filter could not be filled: owner lookups ask the file');
+    });
+  }
+
+  /**
+   * Fills a new owner filter, sized for twice the records the file holds, with
+   * every uid that has one, a slice per turn of the event loop; then it is the
+   * one in use (until then the current one, if complete, still answers).
+   */
+  async #rebuildOwnerFilter(): Promise<void> {
+    const records = this.db.prepare<[], { n: number }>('SELECT count(*) AS n FROM ownership').get()!.n;
+    const filter = new UidFilter(Math.min(OWNER_FILTER_MAX, Math.max(OWNER_FILTER_MIN, records * 2)));
+    if (this.#ownerFilter.complete) this.#nextOwnerFilter = filter;
+    else this.#ownerFilter = { filter, complete: false };
+    // Records not committed yet are not in the file for the slices below to read.
+    for (const uid of this.#ownersInFlight.keys()) filter.add(uid);
+    const slice = this.db.prepare<[number], { rowid: number; uid: string }>(`SELECT rowid, uid FROM ownership WHERE rowid > ? ORDER BY rowid LIMIT ${OWNER_FILTER_SLICE}`);
+    let after = 0;
+    for (;;) {
+      if (!this.db.open) return;
+      const rows = slice.all(after);
+      for (const row of rows) filter.add(row.uid);
+      if (rows.length < OWNER_FILTER_SLICE) break;
+      after = rows[rows.length - 1]!.rowid;
+      await yieldToEventLoop();
+    }
+    this.#ownerFilter = { filter, complete: true };
+    this.#nextOwnerFilter = undefined;
+  }
+
+  /** The owner filter in use, for tests and /metrics: its size, and whether it answers yet. */
+  get ownerFilter(): { capacity: number; bytes: number; complete: boolean } {
+    const { filter, complete } = this.#ownerFilter;
+    return { capacity: filter.capacity, bytes: filter.bytes + (this.#nextOwnerFilter?.bytes ?? 0), complete };
+  }
+
+  /**
+   * Writes owner records on the writer thread. Each uid goes into the filter
+   * first (and into the one being filled), and counts as in flight until its
+   * write settles; a full filter is replaced by a larger one, up to OWNER_FILTER_MAX.
+   */
+  async #writeOwners(records: readonly OwnerEntry[]): Promise<void> {
+    for (const { uid } of records) {
+      this.#ownersInFlight.set(uid, (this.#ownersInFlight.get(uid) ?? 0) + 1);
+      this.#ownerFilter.filter.add(uid);
+      this.#nextOwnerFilter?.add(uid);
+    }
+    const { filter, complete } = this.#ownerFilter;
+    if (complete && !this.#nextOwnerFilter && filter.added > filter.capacity && filter.capacity < OWNER_FILTER_MAX) this.#startOwnerFilter();
+    try {
+      await this.#write('recordOwners', records);
+    } finally {
+      for (const { uid } of records) {
+        const left = this.#ownersInFlight.get(uid)! - 1;
+        if (left === 0) this.#ownersInFlight.delete(uid);
+        else this.#ownersInFlight.set(uid, left);
+      }
+    }
   }
 
   /** The writer thread, for tests and diagnostics. */
@@ -396,11 +488,11 @@ export class SqliteStore implements Store {
   }
 
   recordOwner(uid: string, ownerHash: string, group?: OwnerGroup): Promise<void> {
-    return this.#write('recordOwners', [{ uid, owner: ownerHash, group: group ?? null }]);
+    return this.#writeOwners([{ uid, owner: ownerHash, group: group ?? null }]);
   }
 
   recordOwners(records: readonly OwnerEntry[]): Promise<void> {
-    return this.#write('recordOwners', records);
+    return this.#writeOwners(records);
   }
 
   async ownerOf(uid: string): Promise<string | undefined> {
@@ -411,7 +503,10 @@ export class SqliteStore implements Store {
     // Past the retention a record is gone, whether or not a trim pass has deleted it yet.
     const since = this.#retention ? Date.now() - this.#retention.eventRetentionMs : -Infinity;
     const found = new Map<string, OwnerRecord>();
+    const { filter, complete } = this.#ownerFilter;
     for (const uid of uids) {
+      // Never recorded: no need to ask the file.
+      if (complete && !filter.mayHave(uid)) continue;
       const row = this.#statements.getOwner.get(uid, since);
       if (row) found.set(uid, { owner: row.owner_hash, group: ownerGroup(row.api_group) });
     }
@@ -463,5 +558,6 @@ export class SqliteStore implements Store {
       await this.#thread.release();
     }
     if (this.db.open) this.db.close();
+    this.#lock.release();
   }
 }

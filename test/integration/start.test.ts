@@ -245,3 +245,34 @@ describe('a start that fails', () => {
     }
   });
 });
+
+describe('one process per data folder', () => {
+  it('a second process on the same DATA_DIR stops at start with one line naming it; a killed holder does not block the next start', async () => {
+    const dataDir = makeDataDir();
+    const first = run({ PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir });
+    try {
+      await waitFor(first, /serving on (http:\/\/\S+)/);
+      const second = run({ PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir });
+      let stderr = '';
+      second.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      expect(await exited(second)).toBe(1);
+      expect(stderr.trim().split('\n')).toEqual([
+        `delivery-graph: DATA_DIR=${dataDir} is in use by another delivery-graph process (pid ${first.pid}): give this one another DATA_DIR, or set REDIS_URL on every instance to run several on one store.`,
+      ]);
+      // Killed without a chance to clean up: the lock goes with the process.
+      first.kill('SIGKILL');
+      await exited(first);
+      const third = run({ PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir });
+      try {
+        const [, served] = await waitFor(third, /serving on (http:\/\/\S+)/);
+        expect((await fetch(`${served}/health`)).status).toBe(200);
+      } finally {
+        third.kill('SIGKILL');
+        await exited(third);
+      }
+    } finally {
+      if (first.exitCode === null && first.signalCode === null) first.kill('SIGKILL');
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});

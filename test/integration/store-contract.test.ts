@@ -58,9 +58,15 @@ function redisStore(retention?: Retention): Store {
   return new RedisStore(client, { prefix: `contract:${randomUUID()}:`, ownsClient: true, retention });
 }
 
-/** The same data opened again: the same SQLite file, or the same prefix on the same Redis. */
-function reopen(store: Store): Store {
-  if (store instanceof SqliteStore) return new SqliteStore(path.dirname(store.db.name));
+/**
+ * The same data opened again: the same SQLite file (closed first: one process
+ * holds a file at a time, data-dir-lock.ts), or the same prefix on the same Redis.
+ */
+async function reopen(store: Store): Promise<Store> {
+  if (store instanceof SqliteStore) {
+    await store.close();
+    return new SqliteStore(path.dirname(store.db.name));
+  }
   const client = new Redis(redisUrl!);
   clients.push(client);
   return new RedisStore(client, { prefix: (store as RedisStore).prefix, ownsClient: true });
@@ -502,7 +508,7 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       expect(await store.claimIdempotency('owner', 'durable', 'fp')).toEqual({ state: 'claimed' });
       const lostAt = new Date();
       await store.markIdempotencyUnknown('owner', 'durable');
-      const again = reopen(store);
+      const again = await reopen(store);
       try {
         expect(await again.claimIdempotency('owner', 'durable', 'fp')).toEqual({ state: 'unknown', since: lostAt });
       } finally {
@@ -543,7 +549,7 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     const secret = await store.cursorSecret();
     expect(secret).toHaveLength(32);
     expect(await store.cursorSecret()).toEqual(secret);
-    const again = reopen(store);
+    const again = await reopen(store);
     const other = makeStore();
     try {
       expect(await again.cursorSecret()).toEqual(secret);
