@@ -242,11 +242,13 @@ export class SqliteStore implements Store {
   /** A larger filter being filled from the file while the current one stays in use. */
   #nextOwnerFilter: UidFilter | undefined;
   /**
-   * Uids whose owner record is on its way to the writer thread or waits for its
-   * commit (a count per uid): a filter being filled cannot read them from the
-   * file yet, so it takes them from here.
+   * Owner records on their way to the writer thread or waiting for their commit,
+   * by uid (the first sent, which is the one the file keeps, and how many writes
+   * of that uid are pending). They are not in the file yet: ownersOf answers
+   * them from here, as it would had the write been synchronous, and a filter
+   * being filled takes their uids from here.
    */
-  readonly #ownersInFlight = new Map<string, number>();
+  readonly #ownersInFlight = new Map<string, { record: OwnerRecord; writes: number }>();
 
   constructor(dataDir: string, options: SqliteStoreOptions = {}) {
     mkdirSync(dataDir, { recursive: true });
@@ -379,8 +381,10 @@ export class SqliteStore implements Store {
    * write settles; a full filter is replaced by a larger one, up to OWNER_FILTER_MAX.
    */
   async #writeOwners(records: readonly OwnerEntry[]): Promise<void> {
-    for (const { uid } of records) {
-      this.#ownersInFlight.set(uid, (this.#ownersInFlight.get(uid) ?? 0) + 1);
+    for (const { uid, owner, group } of records) {
+      const sending = this.#ownersInFlight.get(uid);
+      if (sending) sending.writes += 1;
+      else this.#ownersInFlight.set(uid, { record: { owner, group }, writes: 1 });
       this.#ownerFilter.filter.add(uid);
       this.#nextOwnerFilter?.add(uid);
     }
@@ -390,9 +394,9 @@ export class SqliteStore implements Store {
       await this.#write('recordOwners', records);
     } finally {
       for (const { uid } of records) {
-        const left = this.#ownersInFlight.get(uid)! - 1;
-        if (left === 0) this.#ownersInFlight.delete(uid);
-        else this.#ownersInFlight.set(uid, left);
+        const sending = this.#ownersInFlight.get(uid)!;
+        sending.writes -= 1;
+        if (sending.writes === 0) this.#ownersInFlight.delete(uid);
       }
     }
   }
@@ -509,6 +513,11 @@ export class SqliteStore implements Store {
       if (complete && !filter.mayHave(uid)) continue;
       const row = this.#statements.getOwner.get(uid, since);
       if (row) found.set(uid, { owner: row.owner_hash, group: ownerGroup(row.api_group) });
+      else {
+        // Sent, not committed yet: a read after the write finds it, as on Redis (commands run in order).
+        const sending = this.#ownersInFlight.get(uid);
+        if (sending) found.set(uid, sending.record);
+      }
     }
     return found;
   }

@@ -72,6 +72,27 @@ describe('the SQLite writer thread', () => {
     }
   });
 
+  it('reads back an owner record sent before the read, while its commit still waits; not once its write failed', async () => {
+    const store = openStore();
+    try {
+      await store.ping();
+      const lock = holdWriteLock(store);
+      const recorded = store.recordOwners([{ uid: 'd1', owner: 'owner-hash', group: 'PARTNER' }]);
+      await turnOfTheEventLoop();
+      // The access check of a webhook or read that follows the write must not find "no record".
+      expect(await store.ownersOf(['d1', 'd2'])).toEqual(new Map([['d1', { owner: 'owner-hash', group: 'PARTNER' }]]));
+      lock.release();
+      await recorded;
+      expect(await store.ownerOf('d1')).toBe('owner-hash');
+      // A write that fails (the thread is gone) leaves nothing behind to read.
+      await store.writerThread.terminate();
+      await expect(store.recordOwner('d2', 'other-hash')).rejects.toThrow(/SQLite writer thread stopped/);
+      expect(await store.ownerOf('d2')).toBeUndefined();
+    } finally {
+      await store.close();
+    }
+  });
+
   it('fails the write waiting on a thread that dies, and every later one, with a clear error; reads go on', async () => {
     const store = openStore();
     try {
