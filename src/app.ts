@@ -103,7 +103,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   // With REDIS_URL, events, dedup, idempotency, limits and fan-out are shared by every instance on that Redis.
   // Both stores trim what is older than its retention on a timer, until close().
   const retention = { eventRetentionMs: config.eventRetentionMs, idempotencyRetentionMs: config.idempotencyRetentionMs };
-  const store = options.store ?? (config.redisUrl ? RedisStore.connect(config.redisUrl, { logger, retention }) : new SqliteStore(config.dataDir, { retention, logger }));
+  const store = options.store ?? ((config.redisUrl ?? config.redisSentinel) ? RedisStore.connect((config.redisUrl ?? config.redisSentinel)!, { logger, retention, replicaAcks: { min: config.redisMinReplicasAck, timeoutMs: config.redisReplicaAckTimeoutMs } }) : new SqliteStore(config.dataDir, { retention, logger }));
   teardown.add('store', () => store.close());
   const redis = store instanceof RedisStore ? store : undefined;
   const redisBus = redis ? await connectRedisEventBus(redis, logger) : undefined;

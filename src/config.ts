@@ -57,6 +57,12 @@ export interface Config {
   readonly logLevel: LogLevel;
   readonly dataDir: string;
   readonly redisUrl: string | undefined;
+  /** REDIS_SENTINELS and REDIS_SENTINEL_NAME (instead of REDIS_URL): the Sentinels that say which server is the primary now. */
+  readonly redisSentinel: RedisSentinelConfig | undefined;
+  /** REDIS_MIN_REPLICAS_ACK: replicas that must confirm a stored batch before its webhooks are acknowledged (undefined: 1 when the primary has any). */
+  readonly redisMinReplicasAck: number | undefined;
+  /** REDIS_REPLICA_ACK_TIMEOUT_MS: how long a batch waits for them before its webhooks are answered 503. */
+  readonly redisReplicaAckTimeoutMs: number;
   /** Origins whose browser pages may call the facade (CORS): `*` for any. */
   readonly corsOrigins: CorsOrigins;
   readonly upstream: UpstreamConfig;
@@ -176,6 +182,20 @@ export interface Config {
   };
 }
 
+export interface RedisSentinelConfig {
+  sentinels: Array<{ host: string; port: number }>;
+  /** The monitored primary's name (`sentinel monitor <name> …`). */
+  name: string;
+  /** REDIS_PASSWORD (and REDIS_USERNAME): for the primary and replicas. */
+  password: string | undefined;
+  username: string | undefined;
+  /** REDIS_SENTINEL_PASSWORD: for the Sentinels themselves. */
+  sentinelPassword: string | undefined;
+  /** REDIS_TLS: TLS to the primary and replicas; REDIS_SENTINEL_TLS: to the Sentinels. */
+  tls: boolean;
+  sentinelTls: boolean;
+}
+
 export class ConfigError extends Error {
   override name = 'ConfigError';
   constructor(
@@ -209,6 +229,15 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'BREAKER_RESET_MS', help: 'how long an open circuit fails fast before one trial call is let through', default: '5000' },
   { name: 'CORS_ORIGINS', help: 'comma-separated origins whose browser pages may call the facade (e.g. https://shop.example), or * for any', default: '*' },
   { name: 'REDIS_URL', help: 'share events, dedup and fan-out between instances through Redis', default: 'unset: embedded' },
+  { name: 'REDIS_SENTINELS', help: 'instead of REDIS_URL: comma-separated host:port of Redis Sentinels, which name the primary (and a new one after a failover)', default: 'unset' },
+  { name: 'REDIS_SENTINEL_NAME', help: 'the name the Sentinels monitor the primary under; required with REDIS_SENTINELS', default: 'unset' },
+  { name: 'REDIS_PASSWORD', help: 'with REDIS_SENTINELS: the password of the primary and replicas (with REDIS_URL it goes in the URL)', default: 'unset' },
+  { name: 'REDIS_USERNAME', help: 'with REDIS_SENTINELS: the ACL user of the primary and replicas', default: 'unset: default user' },
+  { name: 'REDIS_SENTINEL_PASSWORD', help: 'with REDIS_SENTINELS: the password of the Sentinels themselves', default: 'unset' },
+  { name: 'REDIS_TLS', help: 'with REDIS_SENTINELS: true for TLS to the primary and replicas', default: 'false' },
+  { name: 'REDIS_SENTINEL_TLS', help: 'with REDIS_SENTINELS: true for TLS to the Sentinels', default: 'false' },
+  { name: 'REDIS_MIN_REPLICAS_ACK', help: 'replicas that must confirm each stored batch of webhooks (Redis WAIT) before they are acknowledged; otherwise 503 and the upstream retries', default: '1 when the primary has a replica, else 0' },
+  { name: 'REDIS_REPLICA_ACK_TIMEOUT_MS', help: 'how long a stored batch waits for REDIS_MIN_REPLICAS_ACK replicas before its webhooks are answered 503', default: '1000' },
   { name: 'MAX_BATCH_SIZE', help: 'longest deliveries(uids:) list', default: '100' },
   { name: 'BATCH_CONCURRENCY', help: 'upstream reads one GraphQL request runs at once', default: '64' },
   { name: 'MAX_CONNECTIONS', help: 'most open connections, WebSockets included (the next are closed at once)', default: "80 % of the process's file-descriptor limit" },
@@ -424,13 +453,40 @@ function extraPort(env: Env, name: string, taken: ReadonlyArray<[string, number 
   return port;
 }
 
+/** REDIS_SENTINELS=host:port,host:port with REDIS_SENTINEL_NAME, or nothing. */
+function sentinelConfig(env: Env): RedisSentinelConfig | undefined {
+  const raw = text(env, 'REDIS_SENTINELS');
+  const name = text(env, 'REDIS_SENTINEL_NAME');
+  if (raw === undefined) {
+    if (name !== undefined) throw new ConfigError('REDIS_SENTINEL_NAME', 'set with REDIS_SENTINELS (the Sentinels to ask for this primary)');
+    return undefined;
+  }
+  const sentinels = raw.split(',').map((part) => part.trim()).filter(Boolean).map((part) => {
+    const match = /^(\[[^\]]+\]|[^:\s]+):(\d{1,5})$/.exec(part);
+    const port = match ? Number(match[2]) : NaN;
+    if (!match || port < 1 || port > 65535) throw new ConfigError('REDIS_SENTINELS', `expected comma-separated host:port, got "${part}"`);
+    return { host: match[1]!.replace(/^\[|\]$/g, ''), port };
+  });
+  if (sentinels.length === 0) throw new ConfigError('REDIS_SENTINELS', 'expected comma-separated host:port');
+  if (name === undefined) throw new ConfigError('REDIS_SENTINEL_NAME', "required with REDIS_SENTINELS: the name the Sentinels monitor the primary under (`sentinel monitor <name> …`)");
+  return {
+    sentinels,
+    name,
+    password: text(env, 'REDIS_PASSWORD'),
+    username: text(env, 'REDIS_USERNAME'),
+    sentinelPassword: text(env, 'REDIS_SENTINEL_PASSWORD'),
+    tls: oneOf(env, 'REDIS_TLS', ['true', 'false'] as const, 'false') === 'true',
+    sentinelTls: oneOf(env, 'REDIS_SENTINEL_TLS', ['true', 'false'] as const, 'false') === 'true',
+  };
+}
+
 /** Shorter secrets are refused: a client token is only as strong as the secret it is encrypted under. */
 export const MIN_CLIENT_TOKEN_SECRET_LENGTH = 32;
 
-function clientTokenSecrets(env: Env, name: string, redisUrl: string | undefined): string[] | undefined {
+function clientTokenSecrets(env: Env, name: string, shared: boolean): string[] | undefined {
   const raw = text(env, name);
   if (raw === undefined) {
-    if (redisUrl !== undefined) throw new ConfigError(name, 'required with REDIS_URL, so that every instance accepts the client tokens any of them made (e.g. openssl rand -base64 32)');
+    if (shared) throw new ConfigError(name, 'required with REDIS_URL or REDIS_SENTINELS, so that every instance accepts the client tokens any of them made (e.g. openssl rand -base64 32)');
     return undefined;
   }
   const secrets = raw.split(',').map((part) => part.trim()).filter(Boolean);
@@ -484,8 +540,11 @@ export function loadConfig(env: Env = process.env): Config {
 
   const redisUrl = text(env, 'REDIS_URL');
   if (redisUrl !== undefined && !/^rediss?:\/\//.test(redisUrl)) throw new ConfigError('REDIS_URL', 'expected redis:// or rediss://');
+  const redisSentinel = sentinelConfig(env);
+  if (redisSentinel && redisUrl !== undefined) throw new ConfigError('REDIS_SENTINELS', 'set either REDIS_URL or REDIS_SENTINELS, not both');
+  const redis = redisUrl ?? redisSentinel;
   // Each worker has its own memory: only through Redis do they share events, idempotency keys and limits.
-  if (integer(env, 'WORKERS', 1, 1, 256) > 1 && redisUrl === undefined) throw new ConfigError('WORKERS', 'more than one worker needs REDIS_URL (the workers share events, idempotency and limits through it)');
+  if (integer(env, 'WORKERS', 1, 1, 256) > 1 && redis === undefined) throw new ConfigError('WORKERS', 'more than one worker needs REDIS_URL or REDIS_SENTINELS (the workers share events, idempotency and limits through it)');
 
   const port = integer(env, 'PORT', 4000, 0, 65535);
   const production = text(env, 'NODE_ENV') === 'production';
@@ -501,6 +560,9 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel: oneOf(env, 'LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info'),
     dataDir: path.resolve(text(env, 'DATA_DIR') ?? './data'),
     redisUrl,
+    redisSentinel,
+    redisMinReplicasAck: text(env, 'REDIS_MIN_REPLICAS_ACK') === undefined ? undefined : integer(env, 'REDIS_MIN_REPLICAS_ACK', 1, 0, 16),
+    redisReplicaAckTimeoutMs: integer(env, 'REDIS_REPLICA_ACK_TIMEOUT_MS', 1000, 10, 60_000),
     corsOrigins: corsOrigins(env, 'CORS_ORIGINS'),
     upstream: {
       url: upstreamUrl,
@@ -552,7 +614,7 @@ export function loadConfig(env: Env = process.env): Config {
     authFailuresPerMinute: integer(env, 'AUTH_FAILURES_PER_MINUTE', 20, 0, 1_000_000),
     keylessRefusalsPerMinute: integer(env, 'KEYLESS_REFUSALS_PER_MINUTE', 60, 0, 1_000_000),
     eventRetentionMs: duration(env, 'EVENT_RETENTION', '30d', 1_000),
-    clientTokenSecrets: clientTokenSecrets(env, 'CLIENT_TOKEN_SECRET', redisUrl),
+    clientTokenSecrets: clientTokenSecrets(env, 'CLIENT_TOKEN_SECRET', redis !== undefined),
     idempotencyRetentionMs: duration(env, 'IDEMPOTENCY_RETENTION', '24h', 1_000),
     realtime: {
       maxPendingEvents: integer(env, 'SUBSCRIBER_MAX_PENDING', 1000, 1, 1_000_000),

@@ -47,8 +47,14 @@ export function bareKey(raw: string): string {
 
 const STATUS_BY_BARE_KEY = new Map(Object.entries(STATUS_ALIASES).map(([key, status]) => [bareKey(key), status]));
 
+/** The spellings above as they are written, found without rewriting the string first (reads send these). */
+const STATUS_AS_WRITTEN = new Map(Object.entries(STATUS_ALIASES));
+
 export function deliveryStatus(raw: unknown): DeliveryStatus {
-  if (typeof raw !== 'string' || raw.trim() === '') return 'UNKNOWN';
+  if (typeof raw !== 'string') return 'UNKNOWN';
+  const status = STATUS_AS_WRITTEN.get(raw);
+  if (status !== undefined) return status;
+  if (raw.trim() === '') return 'UNKNOWN';
   return STATUS_BY_BARE_KEY.get(bareKey(raw)) ?? 'UNKNOWN';
 }
 

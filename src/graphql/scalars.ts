@@ -1,9 +1,9 @@
 // The four custom scalars. DateTime and Decimal are written here because no kept
 // library gives their exact wire forms (UTC seconds with a Z; exact decimal strings).
 import { Decimal as DecimalJs } from 'decimal.js';
-import { GraphQLError, Kind, type ValueNode } from 'graphql';
+import { GraphQLError, GraphQLScalarType, Kind, type ValueNode } from 'graphql';
 import { JSONResolver, LocalDateResolver } from 'graphql-scalars';
-import { decimalFrom, formatDecimal, utcDateTime } from '../mapping/scalars.js';
+import { decimalFrom, formatDecimal, isCalendarDateText, isDecimalCentsText, isUtcSecondsText, utcDateTime } from '../mapping/scalars.js';
 import { builder } from './builder.js';
 
 const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
@@ -22,6 +22,8 @@ builder.scalarType('DateTime', {
   description:
     'An instant. Output: always UTC with seconds precision, "YYYY-MM-DDTHH:MM:SSZ". Input: any RFC 3339 date-time with an offset (Z or +hh:mm); the facade converts it to UTC before calling the upstream.',
   serialize: (value) => {
+    // What the mapping made is already the output form: checked, not parsed again.
+    if (typeof value === 'string' && value.length === 20 && isUtcSecondsText(value)) return value;
     const utc = utcDateTime(value);
     if (!utc) throw new GraphQLError('DateTime cannot represent this value.');
     return utc;
@@ -30,7 +32,13 @@ builder.scalarType('DateTime', {
   parseLiteral: (ast) => parseDateTime(ast.kind === Kind.STRING ? ast.value : undefined),
 });
 
-builder.addScalarType('Date', LocalDateResolver, {
+// LocalDate as it is, but a value already in its form is checked without building a Date.
+const LocalDate = new GraphQLScalarType({
+  ...LocalDateResolver.toConfig(),
+  serialize: (value) => (typeof value === 'string' && isCalendarDateText(value) ? value : LocalDateResolver.serialize(value)),
+});
+
+builder.addScalarType('Date', LocalDate, {
   description: 'A calendar date, "YYYY-MM-DD".',
 });
 
@@ -61,6 +69,7 @@ function decimalLiteral(ast: ValueNode): string {
 builder.scalarType('Decimal', {
   description: 'An exact decimal amount in major units, serialized as a string ("12.50"). Never a binary float on the wire.',
   serialize: (value) => {
+    if (typeof value === 'string' && isDecimalCentsText(value)) return value;
     const text = decimalFrom(value);
     if (text === null) throw new GraphQLError('Decimal cannot represent this value.');
     return text;

@@ -10,33 +10,85 @@ import { courierIdentity } from '../domain/milestones.js';
 import { deliveryMode, deliveryStyle } from './status.js';
 import { withoutMarker } from '../domain/booking-marker.js';
 
-type Side = 'pickup' | 'dropoff';
 type Loose = Record<string, unknown>;
+
+/** Where one stop's fields are in a read or webhook body: the same names with `pickup_` or `dropoff_`, written out once. */
+interface StopKeys {
+  name: string;
+  phone: string;
+  email: string;
+  instructions: string;
+  startTime: string;
+  /** The flat address of a read: `pickup_address_street` and so on. */
+  address: Record<keyof Address, string>;
+}
+
+const PICKUP: StopKeys = {
+  name: 'pickup_name',
+  phone: 'pickup_phone_number',
+  email: 'email',
+  instructions: 'pickup_instructions',
+  startTime: 'pickup_start_time',
+  address: {
+    street: 'pickup_address_street',
+    number: 'pickup_address_number',
+    secondaryNumber: 'pickup_address_secondary_number',
+    city: 'pickup_address_city',
+    county: 'pickup_address_county',
+    state: 'pickup_address_state',
+    postalCode: 'pickup_address_postal_code',
+    country: 'pickup_address_country',
+    latitude: 'pickup_address_latitude',
+    longitude: 'pickup_address_longitude',
+  },
+};
+
+const DROPOFF: StopKeys = {
+  name: 'dropoff_name',
+  phone: 'dropoff_phone_number',
+  email: 'dropoff_email',
+  instructions: 'dropoff_instructions',
+  startTime: 'dropoff_start_time',
+  address: {
+    street: 'dropoff_address_street',
+    number: 'dropoff_address_number',
+    secondaryNumber: 'dropoff_address_secondary_number',
+    city: 'dropoff_address_city',
+    county: 'dropoff_address_county',
+    state: 'dropoff_address_state',
+    postalCode: 'dropoff_address_postal_code',
+    country: 'dropoff_address_country',
+    latitude: 'dropoff_address_latitude',
+    longitude: 'dropoff_address_longitude',
+  },
+};
 
 export function fromPlatformDelivery(wire: WireDelivery): Delivery {
   const raw = wire as unknown as Loose;
-  return {
-    ...common(raw, 'PLATFORM', flatAddress(raw, 'pickup'), flatAddress(raw, 'dropoff')),
-    package: packageOf(raw, raw.dimensions),
+  return deliveryOf(raw, 'PLATFORM', {
+    status: deliveryStatus(raw.status),
+    pickupAddress: flatAddress(raw, PICKUP),
+    dropoffAddress: flatAddress(raw, DROPOFF),
+    dimensions: raw.dimensions,
     trackingUrl: str(raw.tracking_link),
     expectedCancellationFee: amountMoney(raw.expected_cancellation_fee),
     payload: withoutMarker(raw.platform_payload) ?? null,
     partnerReference: null,
-    deliveryStartTime: utcDateTime(raw.delivery_start_time),
-  };
+  });
 }
 
 export function fromPartnerOrder(wire: WireOrder): Delivery {
   const raw = wire as unknown as Loose;
-  return {
-    ...common(raw, 'PARTNER', flatAddress(raw, 'pickup'), flatAddress(raw, 'dropoff')),
-    package: packageOf(raw, raw.dimentions ?? raw.dimensions),
+  return deliveryOf(raw, 'PARTNER', {
+    status: deliveryStatus(raw.status),
+    pickupAddress: flatAddress(raw, PICKUP),
+    dropoffAddress: flatAddress(raw, DROPOFF),
+    dimensions: raw.dimentions ?? raw.dimensions,
     trackingUrl: str(raw.tracking_url ?? raw.tracking_link),
     expectedCancellationFee: amountMoney(raw.expected_cancelation_fee ?? raw.expected_cancellation_fee),
     payload: raw.partner_payload ?? null,
     partnerReference: str(raw.partner_reference),
-    deliveryStartTime: utcDateTime(raw.delivery_start_time),
-  };
+  });
 }
 
 /**
@@ -48,78 +100,96 @@ export function fromPartnerOrder(wire: WireOrder): Delivery {
 export function fromWebhookEvent(wire: WireWebhookEvent, group: ApiGroup = 'PLATFORM'): Delivery {
   const raw = wire as unknown as Loose;
   const partner = group === 'PARTNER';
-  return {
-    ...common(raw, group, nestedAddress(raw.pickup_address), nestedAddress(raw.dropoff_address)),
+  return deliveryOf(raw, group, {
     // The event's name says where the delivery stands; `status` stays as rawStatus.
     status: statusOfWebhook(raw.event_name, raw.status),
-    package: packageOf(raw, raw.dimensions ?? raw.dimentions),
+    pickupAddress: nestedAddress(raw.pickup_address),
+    dropoffAddress: nestedAddress(raw.dropoff_address),
+    dimensions: raw.dimensions ?? raw.dimentions,
     trackingUrl: str(raw.tracking_link ?? raw.tracking_url),
     expectedCancellationFee: amountMoney(raw.expected_cancellation_fee ?? raw.expected_cancelation_fee),
     // The document's body has platform_payload on every event; an upstream that adds a partner order's own fields is read too.
     payload: (partner ? (raw.partner_payload ?? withoutMarker(raw.platform_payload)) : withoutMarker(raw.platform_payload)) ?? null,
     partnerReference: str(raw.partner_reference),
-    deliveryStartTime: utcDateTime(raw.delivery_start_time),
-  };
+  });
 }
 
-type CommonPart = Omit<Delivery, 'package' | 'trackingUrl' | 'expectedCancellationFee' | 'payload' | 'partnerReference' | 'deliveryStartTime'>;
+/** What the three bodies spell or lay out differently, read by each from-function. */
+interface Differences {
+  status: Delivery['status'];
+  pickupAddress: Address | null;
+  dropoffAddress: Address | null;
+  dimensions: unknown;
+  trackingUrl: string | null;
+  expectedCancellationFee: Money | null;
+  payload: unknown;
+  partnerReference: string | null;
+}
 
-function common(raw: Loose, group: ApiGroup, pickupAddress: Address | null, dropoffAddress: Address | null): CommonPart {
+/** One object literal for all three, so every Delivery has the same shape. */
+function deliveryOf(raw: Loose, group: ApiGroup, differences: Differences): Delivery {
   const price = isJsonObject(raw.price) ? raw.price : undefined;
   const priceAmount = decimalFrom(price?.value);
   const distance = isJsonObject(raw.distance) ? raw.distance : undefined;
   const distanceValue = num(distance?.value);
   const photoUrl = str(raw.dropoff_verification_image_url);
   const signatureUrl = str(raw.dropoff_signature_image_url);
+  // A read's delivery_date is a full datetime: its time of day is kept in scheduledAt (a webhook's plain date has none).
+  const scheduledAt = typeof raw.delivery_date === 'string' && raw.delivery_date.includes('T') ? utcDateTime(raw.delivery_date) : null;
   return {
     uid: String(raw.uid),
     group,
-    status: deliveryStatus(raw.status),
+    status: differences.status,
     rawStatus: str(raw.status),
     // `price.value` is null until pricing settles.
     price: priceAmount !== null ? { amount: priceAmount, currency: str(price?.currency) ?? '' } : null,
     tip: decimalFrom(raw.tip),
     distance: distanceValue !== null ? { value: distanceValue, unit: str(distance?.unit) } : null,
-    pickup: stop(raw, 'pickup', pickupAddress, str(raw.email)),
-    dropoff: stop(raw, 'dropoff', dropoffAddress, str(raw.dropoff_email)),
-    deliveryDate: calendarDate(raw.delivery_date),
-    // A read's delivery_date is a full datetime: its time of day is kept here (a webhook's plain date has none).
-    scheduledAt: typeof raw.delivery_date === 'string' && raw.delivery_date.includes('T') ? utcDateTime(raw.delivery_date) : null,
+    pickup: stop(raw, PICKUP, differences.pickupAddress),
+    dropoff: stop(raw, DROPOFF, differences.dropoffAddress),
+    // The date of scheduledAt when there is one: the same text is not read twice.
+    deliveryDate: scheduledAt !== null ? scheduledAt.slice(0, 10) : calendarDate(raw.delivery_date),
+    scheduledAt,
+    deliveryStartTime: utcDateTime(raw.delivery_start_time),
     deliveryEndTime: utcDateTime(raw.delivery_end_time),
     estimatedDropoffAt: utcDateTime(raw.dropoff_time_estimated),
     mode: deliveryMode(raw.package_delivery_mode),
     style: deliveryStyle(raw.delivery_style),
     rawStyle: str(raw.delivery_style),
+    package: packageOf(raw, differences.dimensions),
     courier: courier(raw),
     proofOfDelivery: photoUrl || signatureUrl ? { photoUrl, signatureUrl } : null,
     cancellationReason: str(raw.cancellation_reason),
+    expectedCancellationFee: differences.expectedCancellationFee,
+    trackingUrl: differences.trackingUrl,
+    payload: differences.payload,
+    partnerReference: differences.partnerReference,
   };
 }
 
-function stop(raw: Loose, side: Side, address: Address | null, email: string | null): Stop {
+function stop(raw: Loose, keys: StopKeys, address: Address | null): Stop {
   return {
-    name: str(raw[`${side}_name`]),
-    phone: str(raw[`${side}_phone_number`]),
-    email,
-    instructions: str(raw[`${side}_instructions`]),
+    name: str(raw[keys.name]),
+    phone: str(raw[keys.phone]),
+    email: str(raw[keys.email]),
+    instructions: str(raw[keys.instructions]),
     address,
-    windowStart: utcDateTime(raw[`${side}_start_time`]),
+    windowStart: utcDateTime(raw[keys.startTime]),
   };
 }
 
-function flatAddress(raw: Loose, side: Side): Address | null {
-  const field = (name: string) => raw[`${side}_address_${name}`];
+function flatAddress(raw: Loose, { address: keys }: StopKeys): Address | null {
   return addressOrNull({
-    street: str(field('street')),
-    number: str(field('number')),
-    secondaryNumber: str(field('secondary_number')),
-    city: str(field('city')),
-    county: str(field('county')),
-    state: str(field('state')),
-    postalCode: str(field('postal_code')),
-    country: str(field('country')),
-    latitude: num(field('latitude')),
-    longitude: num(field('longitude')),
+    street: str(raw[keys.street]),
+    number: str(raw[keys.number]),
+    secondaryNumber: str(raw[keys.secondaryNumber]),
+    city: str(raw[keys.city]),
+    county: str(raw[keys.county]),
+    state: str(raw[keys.state]),
+    postalCode: str(raw[keys.postalCode]),
+    country: str(raw[keys.country]),
+    latitude: num(raw[keys.latitude]),
+    longitude: num(raw[keys.longitude]),
   });
 }
 
@@ -141,7 +211,8 @@ function nestedAddress(value: unknown): Address | null {
 }
 
 function addressOrNull(address: Address): Address | null {
-  return Object.values(address).some((value) => value !== null) ? address : null;
+  for (const key in address) if (address[key as keyof Address] !== null) return address;
+  return null;
 }
 
 function courier(raw: Loose): Courier | null {

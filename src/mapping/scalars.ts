@@ -55,6 +55,13 @@ export function decimalFrom(value: unknown): string | null {
 const CENTS = /^-?\d{1,13}(\.\d{1,2})?$/;
 /** CENTS without leading zeros, as a decimal string may have them ("007.5"). */
 const PLAIN_CENTS = /^-?(0|[1-9]\d{0,12})(\.\d{1,2})?$/;
+/** PLAIN_CENTS with exactly two decimals: the form decimalFrom gives a cents amount. */
+const DECIMAL_CENTS = /^-?(0|[1-9]\d{0,12})\.\d\d$/;
+
+/** Whether `text` is already what decimalFrom makes of it, in the common case of a cents amount ("12.50"). */
+export function isDecimalCentsText(text: string): boolean {
+  return DECIMAL_CENTS.test(text);
+}
 
 function withTwoDecimals(text: string): string {
   const dot = text.indexOf('.');
@@ -87,9 +94,10 @@ const ISO_WITH_OFFSET = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2})(?::(\d{2})
  */
 export function utcDateTime(value: unknown): string | null {
   if (typeof value !== 'string') return null;
-  // The upstream's own form, already UTC: "YYYY-MM-DDTHH:MM:SS+00:00" or "…Z".
-  const utc = UTC_SECONDS.exec(value);
-  if (utc) return isCalendarDay(utc[1]!, utc[2]!, utc[3]!) && isClockTime(utc[4]!, utc[5]!, utc[6]!) ? `${value.slice(0, 19)}Z` : null;
+  // Already the output form: itself, no copy.
+  if (value.length === 20 && isUtcSecondsText(value)) return value;
+  // The upstream's own form, already UTC: "YYYY-MM-DDTHH:MM:SS+00:00".
+  if (value.length === 25 && isUtcSecondsText(value)) return `${value.slice(0, 19)}Z`;
   const text = value.trim();
   if (!ISO_WITH_OFFSET.test(text)) return null;
   const hasOffset = /([Zz]|[+-]\d{2}:?\d{2})$/.test(text);
@@ -108,18 +116,46 @@ export function utcDateTime(value: unknown): string | null {
 export function calendarDate(value: unknown): string | null {
   if (typeof value !== 'string') return null;
   const text = value.trim();
-  const plain = /^(\d{4})-(\d{2})-(\d{2})$/.exec(text);
-  if (plain) return isCalendarDay(plain[1]!, plain[2]!, plain[3]!) ? text : null;
+  if (PLAIN_DATE.test(text)) return isCalendarDateText(text) ? text : null;
   return utcDateTime(text)?.slice(0, 10) ?? null;
 }
 
-const UTC_SECONDS = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:Z|\+00:00)$/;
+const UTC_SECONDS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:Z|\+00:00)$/;
+const PLAIN_DATE = /^\d{4}-\d{2}-\d{2}$/;
 const DAYS_IN_MONTH = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
 
+/**
+ * Whether `text` is a real UTC instant to the second, "YYYY-MM-DDTHH:MM:SSZ"
+ * (the DateTime output form) or "…+00:00". Checked without copying anything:
+ * the DateTime scalar asks this of every value it writes.
+ */
+export function isUtcSecondsText(text: string): boolean {
+  return (
+    UTC_SECONDS.test(text) &&
+    isDay(digitsAt(text, 0, 4), digitsAt(text, 5, 2), digitsAt(text, 8, 2)) &&
+    digitsAt(text, 11, 2) <= 23 &&
+    digitsAt(text, 14, 2) <= 59 &&
+    digitsAt(text, 17, 2) <= 59
+  );
+}
+
+/** Whether `text` is a real calendar date, "YYYY-MM-DD" (the Date output form). */
+export function isCalendarDateText(text: string): boolean {
+  return PLAIN_DATE.test(text) && isDay(digitsAt(text, 0, 4), digitsAt(text, 5, 2), digitsAt(text, 8, 2));
+}
+
+/** The number written by `count` ASCII digits at `at` (the caller has checked they are digits). */
+function digitsAt(text: string, at: number, count: number): number {
+  let value = 0;
+  for (let i = at; i < at + count; i += 1) value = value * 10 + text.charCodeAt(i) - 48;
+  return value;
+}
+
 function isCalendarDay(year: string, month: string, day: string): boolean {
-  const y = Number(year);
-  const m = Number(month);
-  const d = Number(day);
+  return isDay(Number(year), Number(month), Number(day));
+}
+
+function isDay(y: number, m: number, d: number): boolean {
   if (m < 1 || m > 12 || d < 1) return false;
   const leap = m === 2 && y % 4 === 0 && (y % 100 !== 0 || y % 400 === 0);
   return d <= DAYS_IN_MONTH[m - 1]! + (leap ? 1 : 0);

@@ -14,7 +14,11 @@ const STYLES: Record<string, DeliveryStyle> = {
 const STYLE_BY_BARE_KEY = new Map(Object.entries(STYLES).map(([key, style]) => [bareKey(key), style]));
 
 export function deliveryStyle(raw: unknown): DeliveryStyle | null {
-  if (typeof raw !== 'string' || raw.trim() === '') return null;
+  if (typeof raw !== 'string') return null;
+  // The upstream's own spelling ("Standard") and the enum's are found as they are.
+  const style = STYLE_AS_WRITTEN.get(raw);
+  if (style !== undefined) return style;
+  if (raw.trim() === '') return null;
   return STYLE_BY_BARE_KEY.get(bareKey(raw)) ?? 'OTHER';
 }
 
@@ -26,8 +30,13 @@ export const WIRE_STYLE: Record<Exclude<DeliveryStyle, 'OTHER'>, string> = {
   OVERSIZE: 'Oversize',
 };
 
+const STYLE_AS_WRITTEN = new Map<string, DeliveryStyle>([...Object.entries(STYLES), ...Object.entries(WIRE_STYLE).map(([style, wire]) => [wire, style as DeliveryStyle] as const)]);
+
 export function deliveryMode(raw: unknown): DeliveryMode | null {
-  if (typeof raw !== 'string' || raw.trim() === '') return null;
+  if (typeof raw !== 'string') return null;
+  if (raw === 'NOW') return 'NOW';
+  if (raw === 'SCHEDULED') return 'SCHEDULED';
+  if (raw.trim() === '') return null;
   // The upstream treats anything but NOW as scheduled.
   return enumKey(raw) === 'NOW' ? 'NOW' : 'SCHEDULED';
 }

@@ -241,7 +241,7 @@ export async function connectRedisEventBus(store: RedisStore, logger?: Logger): 
   try {
     await store.lastSeq();
   } catch (error) {
-    throw new Error(`REDIS_URL: Redis did not answer (${error instanceof Error ? error.message : String(error)})`);
+    throw new Error(`${store.client.options.sentinels ? 'REDIS_SENTINELS' : 'REDIS_URL'}: Redis did not answer (${error instanceof Error ? error.message : String(error)})`);
   }
   await warnAboutSettings(store.client, logger);
   // A subscriber waits out outages however long: ioredis resubscribes, the bus catches up.

@@ -1,8 +1,12 @@
 // How every Redis client of the facade connects (the store's, the event bus's
 // subscriber, the shared rate limits on the store's): one set of settings, and
 // one log line per lost or regained connection, never with the URL.
-import type { Redis, RedisOptions } from 'ioredis';
+import { Redis, type RedisOptions } from 'ioredis';
+import type { RedisSentinelConfig } from '../config.js';
 import type { Logger } from '../logger.js';
+
+/** Where the facade's Redis is: a URL (REDIS_URL), or the Sentinels that name its primary (REDIS_SENTINELS). */
+export type RedisConnection = string | RedisSentinelConfig;
 
 /**
  * Connection settings for every client of the facade. A command waits through at
@@ -17,6 +21,29 @@ export function redisOptions(name: string): RedisOptions {
     retryStrategy: (attempt) => Math.min(attempt * 50, 1000),
     commandTimeout: 5000,
   };
+}
+
+/**
+ * A new client of `connection`. Through Sentinels, ioredis asks them for the
+ * primary on every (re)connection and checks that the server it reached is one,
+ * so after a failover the next connection goes to the promoted replica; a
+ * server that answers READONLY (a demoted primary) makes it reconnect and ask again.
+ */
+export function connectRedis(connection: RedisConnection, name: string): Redis {
+  if (typeof connection === 'string') return new Redis(connection, redisOptions(name));
+  return new Redis({
+    ...redisOptions(name),
+    sentinels: connection.sentinels,
+    name: connection.name,
+    password: connection.password,
+    username: connection.username,
+    sentinelPassword: connection.sentinelPassword,
+    ...(connection.tls ? { tls: {}, enableTLSForSentinelMode: true } : {}),
+    ...(connection.sentinelTls ? { sentinelTLS: {} } : {}),
+    // Hears the Sentinels announce a new primary instead of waiting for the old one's connection to fail.
+    failoverDetector: true,
+    reconnectOnError: (error) => (error.message.startsWith('READONLY') ? 2 : false),
+  });
 }
 
 /** Logs when a client loses and regains Redis, once per change, never with the URL (it may hold a password). */

@@ -19,7 +19,7 @@
 // named in KEYS; they live in different slots, so Redis Cluster is not supported.
 import { randomBytes } from 'node:crypto';
 import { Redis, type Result } from 'ioredis';
-import { logConnection, redisOptions } from '../redis/connection.js';
+import { connectRedis, logConnection, type RedisConnection } from '../redis/connection.js';
 import type { Logger } from '../logger.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 import { courierIdentity, eventFacts, PICKED_UP_RANK } from '../domain/milestones.js';
@@ -327,7 +327,24 @@ export interface RedisStoreOptions {
   ownsClient?: boolean;
   /** Delete what is older than this (on a timer, and by TTL); without it nothing is ever deleted. */
   retention?: Retention;
+  /**
+   * Replicas that must confirm each stored batch of events before appendEvents
+   * resolves (Redis WAIT), and for how long it waits. `min` undefined: 1 when
+   * the primary has a replica, else 0. Without this option nothing waits.
+   */
+  replicaAcks?: { min: number | undefined; timeoutMs: number };
 }
+
+/** Stored on the primary, not confirmed by enough replicas in time: a failover could lose it, so it is not acknowledged. */
+export class ReplicaAckError extends Error {
+  constructor(confirmed: number, required: number, timeoutMs: number) {
+    super(`the events were stored on the Redis primary, but ${confirmed} of the ${required} replica(s) required confirmed them within ${timeoutMs} ms`);
+    this.name = 'ReplicaAckError';
+  }
+}
+
+/** How long the primary's count of replicas is trusted before INFO is asked again. */
+const REPLICA_COUNT_TTL_MS = 5000;
 
 function toStored([id, list]: StreamEntry): StoredEvent {
   const fields: Record<string, string> = {};
@@ -354,6 +371,10 @@ function carriesPosition(payload: WireWebhookEvent): boolean {
 
 const flag = (value: boolean) => (value ? '1' : '0');
 
+function defineAppend(client: Redis): void {
+  client.defineCommand('dgAppend', { lua: APPEND });
+}
+
 export class RedisStore implements Store {
   readonly client: Redis;
   readonly prefix: string;
@@ -361,14 +382,27 @@ export class RedisStore implements Store {
   readonly #retention: Retention | undefined;
   readonly #trims: TrimSchedule | undefined;
   #cursorSecret: Promise<Buffer> | undefined;
+  readonly #replicaAcks: RedisStoreOptions['replicaAcks'];
+  readonly #logger: Logger | undefined;
+  /**
+   * With replica acks: the connection every batch of events is written and
+   * WAITed on (WAIT counts the writes of its own connection, and blocks it, so
+   * the other commands do not queue behind it).
+   */
+  #writer: Redis | undefined;
+  #replicaCount: { count: number; at: number } | undefined;
+  /** Batches stored but refused for want of replica confirmations, for /metrics. */
+  readonly counters = { replicaAckFailures: 0 };
 
   constructor(client: Redis, options: RedisStoreOptions = {}) {
     this.client = client;
+    this.#replicaAcks = options.replicaAcks;
+    this.#logger = options.logger;
     this.prefix = options.prefix ?? 'dg:';
     this.#ownsClient = options.ownsClient ?? false;
     this.#retention = options.retention;
     this.#trims = options.retention && new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
-    client.defineCommand('dgAppend', { lua: APPEND });
+    defineAppend(client);
     client.defineCommand('dgLatest', { numberOfKeys: 2, lua: LATEST });
     client.defineCommand('dgEventsOf', { lua: EVENTS_OF });
     client.defineCommand('dgClaim', { numberOfKeys: 2, lua: CLAIM });
@@ -382,8 +416,8 @@ export class RedisStore implements Store {
   }
 
   /** Opens its own client on `url`. */
-  static connect(url: string, options: Omit<RedisStoreOptions, 'ownsClient'> = {}): RedisStore {
-    const client = new Redis(url, redisOptions('delivery-graph:store'));
+  static connect(connection: RedisConnection, options: Omit<RedisStoreOptions, 'ownsClient'> = {}): RedisStore {
+    const client = connectRedis(connection, 'delivery-graph:store');
     logConnection(client, 'store', options.logger);
     return new RedisStore(client, { ...options, ownsClient: true });
   }
@@ -453,7 +487,10 @@ export class RedisStore implements Store {
       sent.push(index);
     }
     if (sent.length > 0) {
-      const answers = await this.client.dgAppend(String(keys.length + 2), `${this.prefix}seq`, this.#log, ...keys, String(APPEND_FIELDS), ...args);
+      const required = await this.#requiredReplicas();
+      const writer = required > 0 ? this.#writerClient() : this.client;
+      const answers = await writer.dgAppend(String(keys.length + 2), `${this.prefix}seq`, this.#log, ...keys, String(APPEND_FIELDS), ...args);
+      if (required > 0) await this.#confirmed(writer, required, answers.some((answer) => answer[0] === 1));
       answers.forEach((answer, position) => {
         const index = sent[position]!;
         if (answer[0] === -1) {
@@ -474,6 +511,48 @@ export class RedisStore implements Store {
       throw new PartialAppendError(outcomes);
     }
     return outcomes as AppendResult[];
+  }
+
+  /** REDIS_MIN_REPLICAS_ACK, or by default 1 when the primary has a replica (asked with INFO at most every few seconds). */
+  async #requiredReplicas(): Promise<number> {
+    const acks = this.#replicaAcks;
+    if (!acks) return 0;
+    if (acks.min !== undefined) return acks.min;
+    const now = Date.now();
+    if (!this.#replicaCount || now - this.#replicaCount.at > REPLICA_COUNT_TTL_MS) {
+      const info = await this.#writerClient().info('replication');
+      const count = Number(/^connected_slaves:(\d+)/m.exec(info)?.[1] ?? 0);
+      this.#replicaCount = { count, at: now };
+    }
+    return this.#replicaCount.count > 0 ? 1 : 0;
+  }
+
+  #writerClient(): Redis {
+    if (!this.#writer) {
+      const timeoutMs = this.#replicaAcks?.timeoutMs ?? 0;
+      this.#writer = this.client.duplicate({ connectionName: 'delivery-graph:writer', commandTimeout: timeoutMs + 5000 });
+      defineAppend(this.#writer);
+      logConnection(this.#writer, 'writer', this.#logger);
+    }
+    return this.#writer;
+  }
+
+  /**
+   * Waits until `required` replicas have every write before this point. A batch
+   * of duplicates alone wrote nothing of its own, and WAIT counts from this
+   * connection's last write: one small write first puts that at the end of the
+   * replication stream, so the earlier write of the events it found (made
+   * through another connection, perhaps another instance) is covered too.
+   */
+  async #confirmed(writer: Redis, required: number, foundDuplicates: boolean): Promise<void> {
+    const timeoutMs = this.#replicaAcks!.timeoutMs;
+    if (foundDuplicates) await writer.incr(`${this.prefix}replica-acks`);
+    const confirmed = await writer.wait(required, timeoutMs);
+    if (confirmed >= required) return;
+    this.counters.replicaAckFailures += 1;
+    // Fewer replicas than thought (one left, or a failover): counted again next time.
+    this.#replicaCount = undefined;
+    throw new ReplicaAckError(confirmed, required, timeoutMs);
   }
 
   async eventsAfter(afterSeq: number, limit: number, filter: EventFilter = {}): Promise<StoredEvent[]> {
@@ -668,6 +747,8 @@ export class RedisStore implements Store {
   /** Stops the trim schedule (waiting for a pass in progress), then quits the client if the store opened it. */
   async close(): Promise<void> {
     await this.#trims?.stop();
+    // The writer is this store's own, whoever owns the client.
+    this.#writer?.disconnect();
     if (!this.#ownsClient || this.client.status === 'end') return;
     // QUIT lets answers in flight arrive; on a connection that is down there are none to wait for.
     if (this.client.status === 'ready') await this.client.quit().catch(() => this.client.disconnect());

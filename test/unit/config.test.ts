@@ -361,3 +361,56 @@ describe('CONFIG_VARIABLES', () => {
     expect(defaults.UPSTREAM_AMOUNT_UNIT).toBe(config.upstream.amountUnit);
   });
 });
+
+describe('Redis through Sentinel', () => {
+  const SECRET = { CLIENT_TOKEN_SECRET: 'a'.repeat(32) };
+  it('reads the Sentinels, the primary\'s name, passwords, TLS and the replica acknowledgements', () => {
+    const config = loadConfig({
+      ...SECRET,
+      REDIS_SENTINELS: 'sentinel-1:26379, 10.0.0.2:26380,[::1]:26381',
+      REDIS_SENTINEL_NAME: 'events',
+      REDIS_PASSWORD: 'p',
+      REDIS_SENTINEL_PASSWORD: 's',
+      REDIS_TLS: 'true',
+      REDIS_MIN_REPLICAS_ACK: '2',
+      REDIS_REPLICA_ACK_TIMEOUT_MS: '250',
+    });
+    expect(config.redisUrl).toBeUndefined();
+    expect(config.redisSentinel).toEqual({
+      sentinels: [
+        { host: 'sentinel-1', port: 26379 },
+        { host: '10.0.0.2', port: 26380 },
+        { host: '::1', port: 26381 },
+      ],
+      name: 'events',
+      password: 'p',
+      username: undefined,
+      sentinelPassword: 's',
+      tls: true,
+      sentinelTls: false,
+    });
+    expect(config.redisMinReplicasAck).toBe(2);
+    expect(config.redisReplicaAckTimeoutMs).toBe(250);
+  });
+
+  it('by default waits for one replica when the primary has one, for at most a second', () => {
+    const config = loadConfig({ ...SECRET, REDIS_URL: 'redis://127.0.0.1:6379' });
+    expect(config.redisMinReplicasAck).toBeUndefined();
+    expect(config.redisReplicaAckTimeoutMs).toBe(1000);
+  });
+
+  it.each([
+    [{ REDIS_SENTINELS: 'sentinel-1:26379' }, 'REDIS_SENTINEL_NAME'],
+    [{ REDIS_SENTINEL_NAME: 'events' }, 'REDIS_SENTINEL_NAME'],
+    [{ REDIS_SENTINELS: 'sentinel-1', REDIS_SENTINEL_NAME: 'events' }, 'REDIS_SENTINELS'],
+    [{ REDIS_SENTINELS: 'sentinel-1:0', REDIS_SENTINEL_NAME: 'events' }, 'REDIS_SENTINELS'],
+    [{ REDIS_SENTINELS: 'a:1', REDIS_SENTINEL_NAME: 'events', REDIS_URL: 'redis://x:6379' }, 'REDIS_SENTINELS'],
+    [{ REDIS_URL: 'redis://x:6379', REDIS_MIN_REPLICAS_ACK: '-1' }, 'REDIS_MIN_REPLICAS_ACK'],
+  ])('%j fails naming %s', (env, variable) => {
+    expectNamed(configError({ ...SECRET, ...env }), variable);
+  });
+
+  it('several instances on Sentinel need CLIENT_TOKEN_SECRET, as on REDIS_URL', () => {
+    expectNamed(configError({ REDIS_SENTINELS: 'a:1', REDIS_SENTINEL_NAME: 'events' }), 'CLIENT_TOKEN_SECRET');
+  });
+});
