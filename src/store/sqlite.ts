@@ -1,21 +1,26 @@
 // The embedded store: one SQLite file under DATA_DIR, in WAL mode with full
 // fsync, so that what it acknowledged survives a kill -9 and a power cut.
+// Every write goes to the writer thread (sqlite-writer.ts), which owns the one
+// writing connection: a commit waits on the disk there, never on this thread's
+// event loop, and writes that arrive meanwhile join the next commit. Reads run
+// here on a connection of their own: WAL lets a reader see every committed
+// transaction while a write runs, and a write is answered only after its
+// commit, so what a caller awaited it reads back.
 // With a retention, a timer deletes what expired in small transactions and
 // hands the freed pages back to the file system a few at a time (#trim).
-import { randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { MessageChannel, Worker, type WorkerOptions } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import type { Logger } from '../logger.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
-import { courierIdentity, transition, type MilestoneState } from '../domain/milestones.js';
-import { TRIM_BATCH, TrimSchedule, trimIntervalMs, yieldToEventLoop, type Retention } from './retention.js';
+import type { MilestoneState } from '../domain/milestones.js';
+import { TrimSchedule, trimIntervalMs, yieldToEventLoop, type Retention } from './retention.js';
 import {
   PartialAppendError,
-  PENDING_EXPIRY_MS,
-  courierJson,
   courierPart,
-  formerCouriersJson,
   type AppendResult,
   type BookingResult,
   type DeliveryState,
@@ -30,18 +35,7 @@ import {
 import { bookingMarker } from '../domain/booking-marker.js';
 import { lockDataDir, type DataDirLock } from './data-dir-lock.js';
 import { UidFilter } from './uid-filter.js';
-import { fingerprint } from '../domain/canonical-json.js';
-
-interface EventRow {
-  seq: number;
-  uid: string;
-  name: string;
-  status_text: string | null;
-  received_at: string;
-  /** 0 accepted, 1 stale, 2 accepted for its courier only (StoredEvent.courierOnly). */
-  stale: number;
-  payload: string;
-}
+import type { AppendOutcome, EventRow, TrimPhase, WriterArgs, WriterData, WriterError, WriterOps, WriterReply, WriterRequest } from './sqlite-writer.js';
 
 function toStored(row: EventRow): StoredEvent {
   return {
@@ -66,21 +60,14 @@ interface StateRow {
 
 const stateOf = (row: StateRow): MilestoneState => ({ rank: row.rank, terminal: row.terminal === 1, ...courierPart(row.courier, row.former_couriers) });
 
+const ownerGroup = (value: string | null): OwnerGroup | null => (value === 'PLATFORM' || value === 'PARTNER' ? value : null);
+
 export interface SqliteStoreOptions {
   fileName?: string;
   /** Delete what is older than this, on a timer; without it nothing is ever deleted. */
   retention?: Retention;
   logger?: Logger;
 }
-
-/** auto_vacuum = INCREMENTAL: freed pages can be given back to the file system a few at a time. */
-const INCREMENTAL_VACUUM = 2;
-/** Pages one incremental vacuum step gives back (1 MiB of 4 KiB pages, a few ms of I/O). */
-const VACUUM_STEP_PAGES = 256;
-/** Free pages kept for the next inserts: a quarter of the file, at least 4 MiB; only the excess is given back. */
-const ownerGroup = (value: string | null): OwnerGroup | null => (value === 'PLATFORM' || value === 'PARTNER' ? value : null);
-
-const freePagesKept = (pages: number) => Math.max(1024, Math.floor(pages / 4));
 
 const IDEMPOTENCY_COLUMNS = `
         owner_hash TEXT NOT NULL,
@@ -110,10 +97,127 @@ function upgradeIdempotencyTable(db: Database.Database): void {
   }).immediate();
 }
 
-function claimOf(row: { state: string; uid: string | null; tracking_url: string | null; updated_at: number }): IdempotencyClaim {
-  if (row.state === 'done') return { state: 'done', result: { uid: row.uid!, trackingUrl: row.tracking_url } };
-  if (row.state === 'unknown') return { state: 'unknown', since: new Date(row.updated_at) };
-  return { state: 'pending' };
+/** An error from the writer thread, as it was thrown there (a SqliteError keeps its code). */
+function writerError({ name, message, code }: WriterError): Error {
+  return Object.assign(new Error(message), { name, ...(code ? { code } : {}) });
+}
+
+/** The writer's source as one CommonJS bundle, built once per process (see startWriterThread). */
+let writerBundle: string | undefined;
+
+/**
+ * Starts the writer thread from the compiled file next to this one (node
+ * dist/main.js). When this module runs as TypeScript (tsx: tests, npm start)
+ * there is no compiled file, and a thread started through tsx's loader takes
+ * half a second or more: esbuild (tsx's own compiler) bundles the writer's
+ * source once, and each thread runs that bundle, requiring better-sqlite3 from here.
+ */
+function startWriterThread(options: WorkerOptions): Worker {
+  if (!import.meta.url.endsWith('.ts')) return new Worker(new URL('./sqlite-writer.js', import.meta.url), options);
+  const require = createRequire(import.meta.url);
+  if (!writerBundle) {
+    const esbuild = require('esbuild') as typeof import('esbuild');
+    const entry = fileURLToPath(new URL('./sqlite-writer.ts', import.meta.url));
+    const built = esbuild.buildSync({ entryPoints: [entry], bundle: true, platform: 'node', format: 'cjs', target: 'node20', external: ['better-sqlite3'], write: false });
+    writerBundle = built.outputFiles[0]!.text;
+  }
+  const source = `((require) => {\n${writerBundle}\n})(require('node:module').createRequire(${JSON.stringify(import.meta.url)}));`;
+  return new Worker(source, { ...options, eval: true });
+}
+
+/** The main thread's side of a writer thread: requests by id, answered in order. */
+class WriterThread {
+  /**
+   * A thread whose store closed, kept (idle, not holding the process) for the
+   * next store this process opens: starting one costs tens of ms, and a test
+   * opens hundreds of stores. At most one is kept.
+   */
+  static #spare: WriterThread | undefined;
+
+  /** The spare thread, or a new one. */
+  static take(logger: Logger | undefined): WriterThread {
+    const spare = WriterThread.#spare;
+    WriterThread.#spare = undefined;
+    return spare && !spare.#stopped ? spare : new WriterThread(logger);
+  }
+
+  readonly worker: Worker;
+  readonly #port;
+  readonly #waiting = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
+  #nextId = 1;
+  /** Set once the thread is gone: every request from then on fails with it. */
+  #stopped: Error | undefined;
+  #ending = false;
+
+  private constructor(logger: Logger | undefined) {
+    const { port1, port2 } = new MessageChannel();
+    const data: WriterData = { port: port2 };
+    // No flags from this process (--import tsx, --input-type…): the thread needs none.
+    this.worker = startWriterThread({ workerData: data, transferList: [port2], execArgv: [] });
+    this.#port = port1;
+    port1.on('message', (reply: WriterReply) => {
+      const waiting = this.#waiting.get(reply.id);
+      if (!waiting) return;
+      this.#waiting.delete(reply.id);
+      if ('error' in reply) waiting.reject(writerError(reply.error));
+      else waiting.resolve(reply.value);
+      if (this.#waiting.size === 0) this.#holdProcess(false);
+    });
+    this.worker.on('error', (error) => {
+      if (!this.#ending) logger?.error({ err: error }, 'the SQLite writer thread failed');
+      this.#stop(`it failed: ${error.message}`);
+    });
+    this.worker.on('exit', (code) => this.#stop(`it exited with code ${code}`));
+    this.#holdProcess(false);
+  }
+
+  /** Sends a request; resolves with its answer once the transaction that held it has committed. */
+  call<Op extends keyof WriterOps>(op: Op, ...args: WriterArgs<Op>): Promise<ReturnType<WriterOps[Op]>> {
+    if (this.#stopped) return Promise.reject(this.#stopped);
+    const id = this.#nextId++;
+    const request: WriterRequest = { id, op, now: Date.now(), args };
+    return new Promise((resolve, reject) => {
+      this.#waiting.set(id, { resolve: resolve as (value: unknown) => void, reject });
+      if (this.#waiting.size === 1) this.#holdProcess(true);
+      try {
+        this.#port.postMessage(request);
+      } catch (error) {
+        // Arguments that cannot be copied to the thread: nothing was sent.
+        this.#waiting.delete(id);
+        if (this.#waiting.size === 0) this.#holdProcess(false);
+        throw error;
+      }
+    });
+  }
+
+  /** Its store closed: kept as the spare when there is none, ended otherwise. */
+  async release(): Promise<void> {
+    if (!this.#stopped && !WriterThread.#spare) {
+      WriterThread.#spare = this;
+      return;
+    }
+    this.#ending = true;
+    await this.worker.terminate();
+  }
+
+  #stop(reason: string): void {
+    if (this.#stopped) return;
+    this.#stopped = new Error(`The SQLite writer thread stopped (${reason}); nothing more can be written to the store.`);
+    for (const waiting of this.#waiting.values()) waiting.reject(this.#stopped);
+    this.#waiting.clear();
+    this.#port.close();
+  }
+
+  /** A request waiting for its answer keeps the process alive; an idle thread does not. */
+  #holdProcess(hold: boolean): void {
+    if (hold) {
+      this.worker.ref();
+      this.#port.ref();
+    } else {
+      this.worker.unref();
+      this.#port.unref();
+    }
+  }
 }
 
 /** The owner filter's size bounds, in uids (UidFilter: 10 bits each; the largest is 8 MiB), and the uids read per turn while it is filled. */
@@ -122,18 +226,29 @@ const OWNER_FILTER_MAX = Math.floor((8 * 1024 * 1024 * 8) / 10);
 const OWNER_FILTER_SLICE = 20_000;
 
 export class SqliteStore implements Store {
+  /** The main thread's connection: the store reads through it and never writes (the writer thread does). */
   readonly db: Database.Database;
   readonly #statements;
+  readonly #thread: WriterThread;
+  /** Set by close(): the thread may serve another store by then. */
+  #closed = false;
   readonly #retention: Retention | undefined;
   readonly #trims: TrimSchedule | undefined;
   #cursorSecret: Buffer | undefined;
-  readonly #appendOne: (event: { payload: WireWebhookEvent; receivedAt: string }) => AppendResult;
   readonly #lock: DataDirLock;
   readonly #logger: Logger | undefined;
   /** The uids with an owner record (uid-filter.ts); consulted once `complete`, i.e. once it has read every record of the file. */
   #ownerFilter = { filter: new UidFilter(OWNER_FILTER_MIN), complete: false };
   /** A larger filter being filled from the file while the current one stays in use. */
   #nextOwnerFilter: UidFilter | undefined;
+  /**
+   * Owner records on their way to the writer thread or waiting for their commit,
+   * by uid (the first sent, which is the one the file keeps, and how many writes
+   * of that uid are pending). They are not in the file yet: ownersOf answers
+   * them from here, as it would had the write been synchronous, and a filter
+   * being filled takes their uids from here.
+   */
+  readonly #ownersInFlight = new Map<string, { record: OwnerRecord; writes: number }>();
 
   constructor(dataDir: string, options: SqliteStoreOptions = {}) {
     mkdirSync(dataDir, { recursive: true });
@@ -146,12 +261,13 @@ export class SqliteStore implements Store {
       this.#lock.release();
       throw error;
     }
+    // First: the writer thread of another store on this file may hold it a moment.
+    this.db.pragma('busy_timeout = 5000');
     // Takes effect on a new file only (before its first table); a file created before keeps
     // auto_vacuum = NONE: its freed pages are reused by new rows, but the file does not shrink.
     this.db.pragma('auto_vacuum = INCREMENTAL');
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = FULL');
-    this.db.pragma('busy_timeout = 5000');
     upgradeIdempotencyTable(this.db);
     this.db.exec(`
       CREATE TABLE IF NOT EXISTS idempotency (${IDEMPOTENCY_COLUMNS});
@@ -196,36 +312,14 @@ export class SqliteStore implements Store {
     const stateColumns = new Set(this.db.prepare<[], { name: string }>('PRAGMA table_info(delivery_state)').all().map((column) => column.name));
     if (!stateColumns.has('courier')) this.db.exec('ALTER TABLE delivery_state ADD COLUMN courier TEXT; ALTER TABLE delivery_state ADD COLUMN former_couriers TEXT;');
     this.#retention = options.retention;
-    // The first pass comes after one interval: statements are ready by then.
+    // The tables exist: the writer thread's connection can prepare its statements.
+    this.#thread = WriterThread.take(options.logger);
+    // A file that cannot be opened there fails every write after it, and readiness.
+    this.#thread.call('open', this.db.name, options.retention).catch((error: unknown) => options.logger?.error({ err: error }, 'the SQLite writer thread could not open the file'));
     this.#trims = options.retention && new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
     this.#statements = {
-      getIdem: this.db.prepare<[string, string], { fingerprint: string; state: string; uid: string | null; tracking_url: string | null; updated_at: number }>(
-        'SELECT fingerprint, state, uid, tracking_url, updated_at FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?',
-      ),
-      insertIdem: this.db.prepare(
-        "INSERT INTO idempotency (owner_hash, idempotency_key, fingerprint, state, updated_at, marker) VALUES (?, ?, ?, 'pending', ?, ?)",
-      ),
-      unknownIdem: this.db.prepare("UPDATE idempotency SET state = 'unknown', updated_at = ? WHERE owner_hash = ? AND idempotency_key = ? AND state = 'pending'"),
-      resolveIdem: this.db.prepare<[string, string | null, number, string], { owner_hash: string }>(
-        "UPDATE idempotency SET state = 'done', uid = ?, tracking_url = ?, updated_at = ? WHERE marker = ? AND state IN ('pending', 'unknown') RETURNING owner_hash",
-      ),
-      completeIdem: this.db.prepare(
-        "UPDATE idempotency SET state = 'done', uid = ?, tracking_url = ?, updated_at = ? WHERE owner_hash = ? AND idempotency_key = ?",
-      ),
-      deleteIdem: this.db.prepare("DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ? AND state IN ('pending', 'unknown')"),
-      insertOwner: this.db.prepare('INSERT OR IGNORE INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)'),
       getOwner: this.db.prepare<[string, number], { owner_hash: string; api_group: string | null }>('SELECT owner_hash, api_group FROM ownership WHERE uid = ? AND created_at >= ?'),
-      forgetIdem: this.db.prepare('DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?'),
-      findEvent: this.db.prepare<[string, string, string], EventRow>('SELECT * FROM events WHERE uid = ? AND name = ? AND hash = ?'),
-      insertEvent: this.db.prepare(
-        'INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload) VALUES (?, ?, ?, ?, ?, ?, ?)',
-      ),
       getState: this.db.prepare<[string], StateRow>('SELECT rank, terminal, seq, courier, former_couriers FROM delivery_state WHERE uid = ?'),
-      putState: this.db.prepare(
-        'INSERT INTO delivery_state (uid, rank, terminal, seq, courier, former_couriers) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET rank = excluded.rank, terminal = excluded.terminal, seq = excluded.seq, courier = excluded.courier, former_couriers = excluded.former_couriers',
-      ),
-      // A courier change alone: the milestone, and the event that last moved it, stay.
-      putCourier: this.db.prepare('UPDATE delivery_state SET courier = ?, former_couriers = ? WHERE uid = ?'),
       eventsAfter: this.db.prepare<[number, number], EventRow>('SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?'),
       eventsOfUidAfter: this.db.prepare<[string, number, number], EventRow>('SELECT * FROM events WHERE uid = ? AND seq > ? ORDER BY seq LIMIT ?'),
       latestDelivery: this.db.prepare<[string], EventRow>(
@@ -236,39 +330,8 @@ export class SqliteStore implements Store {
       ),
       // The highest seq ever given (AUTOINCREMENT's record), which trimming the log does not lower.
       lastSeq: this.db.prepare<[], { seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'events'"),
-      getMeta: this.db.prepare<[string], { value: Buffer }>('SELECT value FROM meta WHERE name = ?'),
-      putMetaOnce: this.db.prepare('INSERT OR IGNORE INTO meta (name, value) VALUES (?, ?)'),
-      // The oldest events, without their payloads: the trim deletes the leading ones that expired.
-      logHead: this.db.prepare<[number], { seq: number; received_at: string }>('SELECT seq, received_at FROM events ORDER BY seq LIMIT ?'),
-      trimLog: this.db.prepare<[number], { uid: string }>('DELETE FROM events WHERE seq <= ? RETURNING uid'),
-      // A delivery's state goes with its last event.
-      forgetState: this.db.prepare('DELETE FROM delivery_state WHERE uid = ? AND NOT EXISTS (SELECT 1 FROM events WHERE uid = ?)'),
-      trimOwners: this.db.prepare('DELETE FROM ownership WHERE rowid IN (SELECT rowid FROM ownership WHERE created_at < ? LIMIT ?)'),
-      // A pending claim is its booking in flight: it goes only once it would have turned unknown anyway.
-      trimIdem: this.db.prepare(
-        "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency WHERE updated_at < ? AND (state != 'pending' OR updated_at < ?) LIMIT ?)",
-      ),
+      ping: this.db.prepare('SELECT 1'),
     };
-    const s = this.#statements;
-    // One event, ranked against what the batch already wrote, in a savepoint of its own (a nested
-    // better-sqlite3 transaction inside appendEvents'): one that fails is undone alone and fails only itself.
-    this.#appendOne = this.db.transaction(({ payload, receivedAt }: { payload: WireWebhookEvent; receivedAt: string }): AppendResult => {
-      const hash = fingerprint(payload);
-      const existing = s.findEvent.get(payload.uid, payload.event_name, hash);
-      if (existing) return { event: toStored(existing), duplicate: true };
-      const row = s.getState.get(payload.uid);
-      const current: MilestoneState | undefined = row && stateOf(row);
-      const { stale, courierOnly, state: next } = transition(current, payload.event_name, courierIdentity(payload));
-      const statusText = typeof payload.status === 'string' ? payload.status : null;
-      const info = s.insertEvent.run(payload.uid, payload.event_name, hash, statusText, receivedAt, stale ? 1 : courierOnly ? 2 : 0, JSON.stringify(payload));
-      const seq = Number(info.lastInsertRowid);
-      const courier = next?.courier ? courierJson(next.courier) : null;
-      const formers = next?.formerCouriers ? formerCouriersJson(next.formerCouriers) : null;
-      // Only an event that moved the milestone is written as its last mover.
-      if (courierOnly) s.putCourier.run(courier, formers, payload.uid);
-      else if (next && next !== current) s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, seq, courier, formers);
-      return { event: { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale, courierOnly, payload }, duplicate: false };
-    });
     this.#logger = options.logger;
     this.#startOwnerFilter();
   }
@@ -290,6 +353,8 @@ export class SqliteStore implements Store {
     const filter = new UidFilter(Math.min(OWNER_FILTER_MAX, Math.max(OWNER_FILTER_MIN, records * 2)));
     if (this.#ownerFilter.complete) this.#nextOwnerFilter = filter;
     else this.#ownerFilter = { filter, complete: false };
+    // Records not committed yet are not in the file for the slices below to read.
+    for (const uid of this.#ownersInFlight.keys()) filter.add(uid);
     const slice = this.db.prepare<[number], { rowid: number; uid: string }>(`SELECT rowid, uid FROM ownership WHERE rowid > ? ORDER BY rowid LIMIT ${OWNER_FILTER_SLICE}`);
     let after = 0;
     for (;;) {
@@ -310,31 +375,72 @@ export class SqliteStore implements Store {
     return { capacity: filter.capacity, bytes: filter.bytes + (this.#nextOwnerFilter?.bytes ?? 0), complete };
   }
 
-  /** Every record written goes into the filter first (and into the one being filled); a full one is replaced by a larger one, up to OWNER_FILTER_MAX. */
-  #filterOwner(uid: string): void {
-    this.#ownerFilter.filter.add(uid);
-    this.#nextOwnerFilter?.add(uid);
+  /**
+   * Writes owner records on the writer thread. Each uid goes into the filter
+   * first (and into the one being filled), and counts as in flight until its
+   * write settles; a full filter is replaced by a larger one, up to OWNER_FILTER_MAX.
+   */
+  async #writeOwners(records: readonly OwnerEntry[]): Promise<void> {
+    for (const { uid, owner, group } of records) {
+      const sending = this.#ownersInFlight.get(uid);
+      if (sending) sending.writes += 1;
+      else this.#ownersInFlight.set(uid, { record: { owner, group }, writes: 1 });
+      this.#ownerFilter.filter.add(uid);
+      this.#nextOwnerFilter?.add(uid);
+    }
     const { filter, complete } = this.#ownerFilter;
     if (complete && !this.#nextOwnerFilter && filter.added > filter.capacity && filter.capacity < OWNER_FILTER_MAX) this.#startOwnerFilter();
+    try {
+      await this.#write('recordOwners', records);
+    } finally {
+      for (const { uid } of records) {
+        const sending = this.#ownersInFlight.get(uid)!;
+        sending.writes -= 1;
+        if (sending.writes === 0) this.#ownersInFlight.delete(uid);
+      }
+    }
+  }
+
+  /** The writer thread, for tests and diagnostics. */
+  get writerThread(): Worker {
+    return this.#thread.worker;
+  }
+
+  /** Sends a write to the writer thread; after close() it fails at once. */
+  #write<Op extends keyof WriterOps>(op: Op, ...args: WriterArgs<Op>): Promise<ReturnType<WriterOps[Op]>> {
+    if (this.#closed) return Promise.reject(new Error('The SQLite store is closed; nothing more can be written to it.'));
+    return this.#thread.call(op, ...args);
   }
 
   async appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]> {
-    // One transaction for the batch (one fsync); each event in a savepoint of its own (see #appendOne).
-    const outcomes = this.db
-      .transaction(() =>
-        events.map((event): AppendResult | Error => {
-          try {
-            return this.#appendOne(event);
-          } catch (error) {
-            // A failure of the transaction itself (disk full, I/O) is every event's: let it end the batch.
-            if (!this.db.inTransaction) throw error;
-            return error instanceof Error ? error : new Error(String(error));
-          }
-        }),
-      )
-      .immediate();
-    if (outcomes.some((outcome) => outcome instanceof Error)) throw new PartialAppendError(outcomes);
+    // One transaction for the batch (one fsync) on the writer thread; each event in a savepoint of its own.
+    // Each payload crosses to the thread as its JSON, which is what is stored; one that cannot be written fails alone.
+    const outcomes: Array<AppendResult | Error | undefined> = [];
+    const sent: Array<{ json: string; receivedAt: string }> = [];
+    const sentIndex: number[] = [];
+    events.forEach(({ payload, receivedAt }, index) => {
+      try {
+        sent.push({ json: JSON.stringify(payload), receivedAt });
+        sentIndex.push(index);
+      } catch (error) {
+        outcomes[index] = error instanceof Error ? error : new Error(String(error));
+      }
+    });
+    const answers = sent.length > 0 ? await this.#write('append', sent) : [];
+    answers.forEach((answer, n) => {
+      const index = sentIndex[n]!;
+      outcomes[index] = this.#appended(answer, events[index]!);
+    });
+    if (outcomes.some((outcome) => outcome instanceof Error)) throw new PartialAppendError(outcomes as Array<AppendResult | Error>);
     return outcomes as AppendResult[];
+  }
+
+  /** One event's answer from the thread, as the store's caller gets it. */
+  #appended(answer: AppendOutcome, { payload, receivedAt }: { payload: WireWebhookEvent; receivedAt: string }): AppendResult | Error {
+    if ('error' in answer) return writerError(answer.error);
+    if (answer.duplicate) return { event: toStored(answer.row), duplicate: true };
+    const { seq, stale, courierOnly, statusText } = answer;
+    return { event: { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale, courierOnly, payload }, duplicate: false };
   }
 
   async eventsAfter(afterSeq: number, limit: number, filter: EventFilter = {}): Promise<StoredEvent[]> {
@@ -365,65 +471,32 @@ export class SqliteStore implements Store {
     return this.#statements.lastSeq.get()?.seq ?? 0;
   }
 
-  async claimIdempotency(ownerHash: string, idempotencyKey: string, fingerprint: string): Promise<IdempotencyClaim> {
-    const s = this.#statements;
-    // One transaction: the read and the insert cannot interleave with another claim.
-    return this.db.transaction((): IdempotencyClaim => {
-      let row = s.getIdem.get(ownerHash, idempotencyKey);
-      const now = Date.now();
-      // Past its retention a key is gone, whether or not a trim pass has deleted it yet.
-      if (row && this.#retention && this.#idemExpired(row.state, row.updated_at, now)) {
-        s.forgetIdem.run(ownerHash, idempotencyKey);
-        row = undefined;
-      }
-      if (!row) {
-        s.insertIdem.run(ownerHash, idempotencyKey, fingerprint, now, bookingMarker(ownerHash, idempotencyKey));
-        return { state: 'claimed' };
-      }
-      if (row.fingerprint !== fingerprint) return { state: 'conflict' };
-      if (row.state === 'pending' && now - row.updated_at > PENDING_EXPIRY_MS) {
-        // Its process died mid-call: the booking may have been sent.
-        s.unknownIdem.run(now, ownerHash, idempotencyKey);
-        return { state: 'unknown', since: new Date(now) };
-      }
-      return claimOf(row);
-    }).immediate();
+  claimIdempotency(ownerHash: string, idempotencyKey: string, fingerprint: string): Promise<IdempotencyClaim> {
+    return this.#write('claim', ownerHash, idempotencyKey, fingerprint);
   }
 
-  async markIdempotencyUnknown(ownerHash: string, idempotencyKey: string): Promise<IdempotencyClaim> {
-    const s = this.#statements;
-    return this.db.transaction((): IdempotencyClaim => {
-      s.unknownIdem.run(Date.now(), ownerHash, idempotencyKey);
-      const row = s.getIdem.get(ownerHash, idempotencyKey);
-      // Deleted meanwhile (its retention ended): nothing is known about it any more.
-      return row ? claimOf(row) : { state: 'unknown', since: new Date() };
-    }).immediate();
+  markIdempotencyUnknown(ownerHash: string, idempotencyKey: string): Promise<IdempotencyClaim> {
+    return this.#write('markUnknown', ownerHash, idempotencyKey);
   }
 
-  async resolveBookingMarker(marker: string, result: BookingResult): Promise<string | undefined> {
-    return this.#statements.resolveIdem.get(result.uid, result.trackingUrl, Date.now(), marker)?.owner_hash;
+  resolveBookingMarker(marker: string, result: BookingResult): Promise<string | undefined> {
+    return this.#write('resolveMarker', marker, result);
   }
 
-  async completeIdempotency(ownerHash: string, idempotencyKey: string, result: BookingResult): Promise<void> {
-    this.#statements.completeIdem.run(result.uid, result.trackingUrl, Date.now(), ownerHash, idempotencyKey);
+  completeIdempotency(ownerHash: string, idempotencyKey: string, result: BookingResult): Promise<void> {
+    return this.#write('complete', ownerHash, idempotencyKey, result);
   }
 
-  async releaseIdempotency(ownerHash: string, idempotencyKey: string): Promise<void> {
-    this.#statements.deleteIdem.run(ownerHash, idempotencyKey);
+  releaseIdempotency(ownerHash: string, idempotencyKey: string): Promise<void> {
+    return this.#write('release', ownerHash, idempotencyKey);
   }
 
-  async recordOwner(uid: string, ownerHash: string, group?: OwnerGroup): Promise<void> {
-    this.#filterOwner(uid);
-    this.#statements.insertOwner.run(uid, ownerHash, Date.now(), group ?? null);
+  recordOwner(uid: string, ownerHash: string, group?: OwnerGroup): Promise<void> {
+    return this.#writeOwners([{ uid, owner: ownerHash, group: group ?? null }]);
   }
 
-  async recordOwners(records: readonly OwnerEntry[]): Promise<void> {
-    const now = Date.now();
-    for (const record of records) this.#filterOwner(record.uid);
-    // One transaction: one fsync for the lot.
-    this.db.transaction(() => {
-      for (const record of records) this.#statements.insertOwner.run(record.uid, record.owner, now, record.group);
-    })();
+  recordOwners(records: readonly OwnerEntry[]): Promise<void> {
+    return this.#writeOwners(records);
   }
 
   async ownerOf(uid: string): Promise<string | undefined> {
@@ -440,16 +513,18 @@ export class SqliteStore implements Store {
       if (complete && !filter.mayHave(uid)) continue;
       const row = this.#statements.getOwner.get(uid, since);
       if (row) found.set(uid, { owner: row.owner_hash, group: ownerGroup(row.api_group) });
+      else {
+        // Sent, not committed yet: a read after the write finds it, as on Redis (commands run in order).
+        const sending = this.#ownersInFlight.get(uid);
+        if (sending) found.set(uid, sending.record);
+      }
     }
     return found;
   }
 
   async cursorSecret(): Promise<Buffer> {
-    if (!this.#cursorSecret) {
-      // Created once per file; every later start reads the same one.
-      this.#statements.putMetaOnce.run('cursor_secret', randomBytes(32));
-      this.#cursorSecret = this.#statements.getMeta.get('cursor_secret')!.value;
-    }
+    // Created once per file (the writer keeps the first); every later start reads the same one.
+    this.#cursorSecret ??= Buffer.from(await this.#write('cursorSecret'));
     return this.#cursorSecret;
   }
 
@@ -458,64 +533,39 @@ export class SqliteStore implements Store {
     return this.#trims?.run() ?? Promise.resolve();
   }
 
-  #idemExpired(state: string, updatedAt: number, now: number): boolean {
-    const age = now - updatedAt;
-    return age > this.#retention!.idempotencyRetentionMs && (state !== 'pending' || age > PENDING_EXPIRY_MS);
+  /**
+   * One trim pass, in steps of at most TRIM_BATCH rows, each its own short
+   * transaction on the writer thread: writes sent meanwhile go between two steps.
+   */
+  async #trim(stopping: () => boolean): Promise<void> {
+    const phases: TrimPhase[] = ['log', 'records', 'vacuum'];
+    for (const phase of phases) {
+      for (;;) {
+        if (stopping()) return;
+        if (!(await this.#write('trim', phase))) break;
+        await yieldToEventLoop();
+      }
+    }
   }
 
   /**
-   * One trim pass, in steps of at most TRIM_BATCH rows, each its own short
-   * transaction, with the event loop free in between: better-sqlite3 blocks it
-   * while a statement runs.
+   * A read here and a real write (one row, one fsync) on the writer thread: a
+   * closed connection, a read-only file, a full disk or a stopped thread fails it.
    */
-  async #trim(stopping: () => boolean): Promise<void> {
-    const s = this.#statements;
-    const retention = this.#retention!;
-    // The log in seq order, which is the order of arrival: only its leading expired events go.
-    for (;;) {
-      if (stopping()) return;
-      const cutoff = Date.now() - retention.eventRetentionMs;
-      let upTo = 0;
-      for (const row of s.logHead.all(TRIM_BATCH)) {
-        // A time that does not parse cannot be aged; it must not hold the log back either.
-        if (Date.parse(row.received_at) >= cutoff) break;
-        upTo = row.seq;
-      }
-      if (upTo === 0) break;
-      this.db.transaction(() => {
-        const uids = new Set(s.trimLog.all(upTo).map((row) => row.uid));
-        for (const uid of uids) s.forgetState.run(uid, uid);
-      }).immediate();
-      await yieldToEventLoop();
-    }
-    for (;;) {
-      if (stopping()) return;
-      const now = Date.now();
-      const owners = s.trimOwners.run(now - retention.eventRetentionMs, TRIM_BATCH).changes;
-      const idem = s.trimIdem.run(now - retention.idempotencyRetentionMs, now - PENDING_EXPIRY_MS, TRIM_BATCH).changes;
-      if (owners < TRIM_BATCH && idem < TRIM_BATCH) break;
-      await yieldToEventLoop();
-    }
-    // Freed pages beyond what the next inserts will want go back to the file system, a step at a time.
-    if (this.db.pragma('auto_vacuum', { simple: true }) !== INCREMENTAL_VACUUM) return;
-    for (;;) {
-      if (stopping()) return;
-      const free = this.db.pragma('freelist_count', { simple: true }) as number;
-      const pages = this.db.pragma('page_count', { simple: true }) as number;
-      if (free <= freePagesKept(pages)) break;
-      this.db.pragma(`incremental_vacuum(${Math.min(VACUUM_STEP_PAGES, free - freePagesKept(pages))})`);
-      await yieldToEventLoop();
-    }
-  }
-
-  /** A real write (one row, one fsync): a read-only file, a full disk or a closed connection fails it. */
   async ping(): Promise<void> {
-    this.db.prepare('INSERT INTO readiness (id, checked_at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at').run(Date.now());
+    this.#statements.ping.get();
+    await this.#write('ping');
   }
 
-  /** Stops the trim schedule (waiting for a pass in progress), then closes the file. */
+  /** Stops the trim schedule (waiting for a pass in progress), lets the writes sent so far commit, then closes the file. */
   async close(): Promise<void> {
     await this.#trims?.stop();
+    if (!this.#closed) {
+      this.#closed = true;
+      // Answered after every write sent before it; a thread that stopped has nothing left to close.
+      await this.#thread.call('close').catch(() => undefined);
+      await this.#thread.release();
+    }
     if (this.db.open) this.db.close();
     this.#lock.release();
   }

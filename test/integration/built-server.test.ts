@@ -45,7 +45,7 @@ describe('the built server, deployed without src/ and without esbuild', () => {
   }, 120_000);
 
   afterAll(() => {
-    child?.kill('SIGTERM');
+    if (child?.exitCode === null) child.kill('SIGKILL');
     if (deploy) rmSync(deploy, { recursive: true, force: true });
   });
 
@@ -60,5 +60,16 @@ describe('the built server, deployed without src/ and without esbuild', () => {
       expect(file.status).toBe(200);
       expect((await file.arrayBuffer()).byteLength).toBeGreaterThan(1000);
     }
+  });
+
+  // The SQLite writer thread runs dist/store/sqlite-writer.js here (no esbuild to bundle the source).
+  it('writes through the SQLite writer thread, then stops on SIGTERM with exit code 0', async () => {
+    // /ready writes a row to the store's file: a writer thread that could not start answers 503.
+    const ready = await fetch(`${url}/ready`);
+    expect(await ready.json()).toMatchObject({ status: 'ready', store: 'ok' });
+    expect(ready.status).toBe(200);
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
   });
 });

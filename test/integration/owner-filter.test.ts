@@ -6,6 +6,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SqliteStore } from '../../src/store/sqlite.js';
 
@@ -78,5 +79,32 @@ describe('the owner filter of the embedded store', () => {
     expect(store.ownerFilter.bytes).toBeLessThanOrEqual(8 * 1024 * 1024);
     const found = await store.ownersOf(uids);
     expect(found.size).toBe(uids.length);
+  });
+
+  it('keeps a record still waiting for its commit when a larger filter is filled from the file', async () => {
+    const store = open();
+    await filled(store);
+    const first = store.ownerFilter.capacity;
+    for (let start = 0; start < first; start += 10_000) {
+      const batch = Array.from({ length: Math.min(10_000, first - start) }, (_, index) => ({ uid: `uid-${start + index}`, owner: 'hash', group: 'PLATFORM' as const }));
+      await store.recordOwners(batch);
+    }
+    // Another connection holds the file's write lock: the next record waits on the writer thread, not yet in the file.
+    const other = new Database(store.db.name);
+    other.exec('BEGIN IMMEDIATE');
+    let late: Promise<void>;
+    try {
+      // One more than the filter was sized for: a larger one is filled from the file meanwhile.
+      late = store.recordOwner('late', 'hash-late', 'PARTNER');
+      for (let wait = 0; store.ownerFilter.capacity === first || !store.ownerFilter.complete; wait += 1) {
+        if (wait > 500) throw new Error('the owner filter did not grow');
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+    } finally {
+      other.exec('ROLLBACK');
+      other.close();
+    }
+    await late;
+    expect((await store.ownersOf(['late'])).get('late')).toEqual({ owner: 'hash-late', group: 'PARTNER' });
   });
 });
