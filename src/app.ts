@@ -62,7 +62,7 @@ export interface StartOptions {
   logger?: Logger;
   /** Use this store instead of opening the SQLite file (tests). */
   store?: Store;
-  /** With OTEL_TRACING=true: export spans here instead of OTLP over HTTP (tests). */
+  /** With tracing on: export spans here instead of the configured exporter (tests). */
   spanExporter?: SpanExporterLike;
   /** false: every GraphQL HTTP request goes through yoga's handler (tests compare both paths). */
   directHttpPath?: boolean;
@@ -94,7 +94,6 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   const debug = logger.isLevelEnabled('debug');
   const upstream = createUpstream({ ...config.upstream, url: sandbox?.url ?? config.upstream.url!, platformId: config.upstream.platformId ?? sandbox!.platformId }, (call) => {
     metrics?.upstreamCall(call);
-    tracing?.upstreamCall(call);
     if (debug) logger.debug({ reqId: requestScope.getStore()?.id, upstream: call }, 'upstream call');
   });
   teardown.add('upstream', () => upstream.close());

@@ -165,12 +165,24 @@ export interface Config {
   };
   /** GET / serves the live tracking page. */
   readonly trackingPage: boolean;
-  /** OpenTelemetry tracing: off unless OTEL_TRACING=true; when off, no SDK is loaded. */
+  /**
+   * OpenTelemetry tracing, configured by the standard OTEL_* variables: on when
+   * OTEL_TRACES_EXPORTER names an exporter or an OTLP endpoint is set (and
+   * OTEL_SDK_DISABLED is not true); when off, no SDK is loaded.
+   */
   readonly tracing: {
     readonly enabled: boolean;
+    /** OTEL_TRACES_EXPORTER: OTLP over HTTP, or the console (stdout). */
+    readonly exporter: 'otlp' | 'console';
     /** Where spans are POSTed (OTLP over HTTP). */
     readonly tracesUrl: string;
+    /** OTEL_EXPORTER_OTLP_HEADERS, then OTEL_EXPORTER_OTLP_TRACES_HEADERS (e.g. a collector's API key: never logged). */
+    readonly headers: Readonly<Record<string, string>>;
     readonly serviceName: string;
+    /** OTEL_RESOURCE_ATTRIBUTES. */
+    readonly resourceAttributes: Readonly<Record<string, string>>;
+    /** OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (a ratio for the *traceidratio samplers). */
+    readonly sampler: { readonly name: TraceSampler; readonly ratio: number };
   };
   readonly sandbox: {
     /** Port of the embedded sandbox when UPSTREAM_URL is unset (0: any free port). */
@@ -181,6 +193,9 @@ export interface Config {
     readonly returnRate: number;
   };
 }
+
+export const TRACE_SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'] as const;
+export type TraceSampler = (typeof TRACE_SAMPLERS)[number];
 
 export interface RedisSentinelConfig {
   sentinels: Array<{ host: string; port: number }>;
@@ -276,10 +291,17 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'METRICS_HOST', help: 'address the METRICS_PORT listener binds (0.0.0.0 for a scraper on another machine)', default: '127.0.0.1' },
   { name: 'METRICS_TOKEN', help: 'bearer token (16 characters or more) every /metrics request must carry as "Authorization: Bearer <token>", else 401; with it /metrics is also served on the main port', default: 'unset' },
   { name: 'TRACKING_PAGE', help: 'true or false: the live tracking page at GET /', default: 'true' },
-  { name: 'OTEL_TRACING', help: 'true or false: OpenTelemetry spans for GraphQL operations and their upstream calls', default: 'false' },
-  { name: 'OTEL_EXPORTER_OTLP_ENDPOINT', help: 'OTLP/HTTP collector base URL; spans go to <url>/v1/traces', default: 'http://localhost:4318' },
-  { name: 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', help: 'full OTLP/HTTP traces URL, used as it is (overrides the above)', default: 'unset' },
+  { name: 'OTEL_TRACES_EXPORTER', help: 'otlp (OTLP over HTTP), console (spans on stdout) or none: turns OpenTelemetry tracing on (HTTP server spans, a span per GraphQL operation, each upstream request)', default: 'none, unless an OTLP endpoint is set' },
+  { name: 'OTEL_EXPORTER_OTLP_ENDPOINT', help: 'OTLP/HTTP collector base URL; spans go to <url>/v1/traces; setting it turns tracing on', default: 'http://localhost:4318' },
+  { name: 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', help: 'full OTLP/HTTP traces URL, used as it is (overrides the above); setting it turns tracing on', default: 'unset' },
+  { name: 'OTEL_EXPORTER_OTLP_HEADERS', help: 'headers sent with every export, key=value comma-separated (URL-encoded values), e.g. a collector API key; OTEL_EXPORTER_OTLP_TRACES_HEADERS adds or overrides', default: 'unset' },
+  { name: 'OTEL_EXPORTER_OTLP_TRACES_HEADERS', help: 'headers sent with trace exports only (as OTEL_EXPORTER_OTLP_HEADERS)', default: 'unset' },
   { name: 'OTEL_SERVICE_NAME', help: 'service.name of the spans', default: 'delivery-graph' },
+  { name: 'OTEL_RESOURCE_ATTRIBUTES', help: 'resource attributes of every span, key=value comma-separated (e.g. deployment.environment.name=prod)', default: 'unset' },
+  { name: 'OTEL_TRACES_SAMPLER', help: `which traces are kept: ${'always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio'}`, default: 'parentbased_always_on' },
+  { name: 'OTEL_TRACES_SAMPLER_ARG', help: 'the ratio (0 to 1) of the traceidratio samplers', default: '1' },
+  { name: 'OTEL_SDK_DISABLED', help: 'true: no tracing, whatever else is set', default: 'false' },
+  { name: 'OTEL_TRACING', help: 'deprecated: true is OTEL_TRACES_EXPORTER=otlp', default: 'false' },
   { name: 'NODE_ENV', help: 'production turns off GraphiQL, introspection and the federation SDL (see GRAPHQL_INTROSPECTION, FEDERATION_SDL), and /metrics on the main port unless METRICS_TOKEN is set', default: 'development' },
 ];
 
@@ -451,6 +473,46 @@ function extraPort(env: Env, name: string, taken: ReadonlyArray<[string, number 
     if (port !== 0 && port === value) throw new ConfigError(name, `${port} is ${other} as well; choose another port`);
   }
   return port;
+}
+
+/** `key=value,key=value` (values URL-encoded), as the OpenTelemetry specification writes headers and resource attributes. */
+function keyValues(env: Env, name: string): Record<string, string> {
+  const raw = text(env, name);
+  const pairs: Record<string, string> = {};
+  if (raw === undefined) return pairs;
+  for (const part of raw.split(',')) {
+    if (part.trim() === '') continue;
+    const at = part.indexOf('=');
+    const key = at > 0 ? part.slice(0, at).trim() : '';
+    // The value may be a secret (an API key): the message names the entry, never its value.
+    if (key === '') throw new ConfigError(name, 'expected key=value pairs separated by commas');
+    try {
+      pairs[key] = decodeURIComponent(part.slice(at + 1).trim());
+    } catch {
+      throw new ConfigError(name, `the value of ${key} is not valid URL-encoding`);
+    }
+  }
+  return pairs;
+}
+
+function tracingConfig(env: Env): Config['tracing'] {
+  const exporterName = oneOf(env, 'OTEL_TRACES_EXPORTER', ['otlp', 'console', 'none', 'unset'] as const, 'unset');
+  const tracesEndpoint = httpUrlOf(env, 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT');
+  const endpoint = httpUrlOf(env, 'OTEL_EXPORTER_OTLP_ENDPOINT');
+  const legacy = oneOf(env, 'OTEL_TRACING', ['true', 'false'] as const, 'false') === 'true';
+  const disabled = oneOf(env, 'OTEL_SDK_DISABLED', ['true', 'false'] as const, 'false') === 'true';
+  const wanted = exporterName === 'otlp' || exporterName === 'console' || (exporterName === 'unset' && (tracesEndpoint !== undefined || endpoint !== undefined || legacy));
+  const ratio = text(env, 'OTEL_TRACES_SAMPLER_ARG') === undefined ? 1 : Number(text(env, 'OTEL_TRACES_SAMPLER_ARG'));
+  if (!Number.isFinite(ratio) || ratio < 0 || ratio > 1) throw new ConfigError('OTEL_TRACES_SAMPLER_ARG', `expected a ratio from 0 to 1, got "${text(env, 'OTEL_TRACES_SAMPLER_ARG')}"`);
+  return {
+    enabled: wanted && !disabled,
+    exporter: exporterName === 'console' ? 'console' : 'otlp',
+    tracesUrl: tracesEndpoint?.href ?? `${(endpoint?.href ?? 'http://localhost:4318').replace(/\/+$/, '')}/v1/traces`,
+    headers: { ...keyValues(env, 'OTEL_EXPORTER_OTLP_HEADERS'), ...keyValues(env, 'OTEL_EXPORTER_OTLP_TRACES_HEADERS') },
+    serviceName: text(env, 'OTEL_SERVICE_NAME') ?? 'delivery-graph',
+    resourceAttributes: keyValues(env, 'OTEL_RESOURCE_ATTRIBUTES'),
+    sampler: { name: oneOf(env, 'OTEL_TRACES_SAMPLER', TRACE_SAMPLERS, 'parentbased_always_on'), ratio },
+  };
 }
 
 /** REDIS_SENTINELS=host:port,host:port with REDIS_SENTINEL_NAME, or nothing. */
@@ -634,13 +696,7 @@ export function loadConfig(env: Env = process.env): Config {
       onMainPort: token !== undefined || (!production && metricsPort === undefined),
     },
     trackingPage: oneOf(env, 'TRACKING_PAGE', ['true', 'false'] as const, 'true') === 'true',
-    tracing: {
-      enabled: oneOf(env, 'OTEL_TRACING', ['true', 'false'] as const, 'false') === 'true',
-      tracesUrl:
-        httpUrlOf(env, 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT')?.href ??
-        `${(httpUrlOf(env, 'OTEL_EXPORTER_OTLP_ENDPOINT')?.href ?? 'http://localhost:4318').replace(/\/+$/, '')}/v1/traces`,
-      serviceName: text(env, 'OTEL_SERVICE_NAME') ?? 'delivery-graph',
-    },
+    tracing: tracingConfig(env),
     sandbox: {
       port: integer(env, 'SANDBOX_PORT', 4010, 0, 65535),
       stepMs: integer(env, 'SANDBOX_STEP_MS', DEFAULT_STEP_MS, 0, 3_600_000),

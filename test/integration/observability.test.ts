@@ -3,6 +3,8 @@
 // an upstream failure and webhooks.
 import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { request as httpRequest } from 'node:http';
+import { SpanKind } from '@opentelemetry/api';
 import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startApp, type App } from '../../src/app.js';
@@ -194,8 +196,8 @@ describe('GET /metrics', () => {
   });
 });
 
-describe('OpenTelemetry tracing (OTEL_TRACING=true)', () => {
-  it('makes a span per operation with a child span per upstream call', async () => {
+describe('OpenTelemetry tracing (the standard OTEL_* variables, in-memory exporter)', () => {
+  it('traces a request from its HTTP server span through the GraphQL operation to each upstream request, under the caller\'s traceparent', async () => {
     const spans: ReadableSpan[] = [];
     // (InMemorySpanExporter forgets its spans on shutdown, which is when the batch is flushed.)
     const exporter: SpanExporter = {
@@ -206,29 +208,73 @@ describe('OpenTelemetry tracing (OTEL_TRACING=true)', () => {
       shutdown: async () => undefined,
     };
     const traced = await startApp(
-      loadConfig({ PORT: '0', UPSTREAM_URL: sandbox.url, PLATFORM_ID: sandbox.platformId, DATA_DIR: dataDir, LOG_LEVEL: 'silent', OTEL_TRACING: 'true' }),
+      loadConfig({
+        PORT: '0',
+        UPSTREAM_URL: sandbox.url,
+        PLATFORM_ID: sandbox.platformId,
+        // A data folder of its own: the app above holds the shared one.
+        DATA_DIR: path.join(dataDir, 'traced'),
+        LOG_LEVEL: 'silent',
+        OTEL_TRACES_EXPORTER: 'otlp',
+        OTEL_SERVICE_NAME: 'dg-under-test',
+        OTEL_RESOURCE_ATTRIBUTES: 'deployment.environment.name=test',
+      }),
       { spanExporter: exporter },
     );
+    const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
     try {
-      const response = await fetch(`${traced.url}/graphql`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
-        body: JSON.stringify({ query: AVAILABILITY }),
+      // Sent with node:http, not fetch: fetch is undici, whose instrumentation (live in this process now) would add a traceparent of its own.
+      const status = await new Promise<number>((resolve, reject) => {
+        const body = JSON.stringify({ query: AVAILABILITY });
+        const request = httpRequest(`${traced.url}/graphql`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), authorization: `Bearer ${key}`, traceparent: `00-${traceId}-00f067aa0ba902b7-01` },
+        });
+        request.on('response', (response) => {
+          response.resume();
+          response.on('end', () => resolve(response.statusCode!));
+        });
+        request.on('error', reject);
+        request.end(body);
       });
-      expect(response.status).toBe(200);
+      expect(status).toBe(200);
+      // Probes are not traced.
+      await fetch(`${traced.url}/health`);
     } finally {
       await traced.stop(); // flushes the batch processor
     }
-    const operation = spans.find((span) => span.name === 'query Availability');
+    const ours = spans.filter((span) => span.spanContext().traceId === traceId);
+    const server = ours.find((span) => span.kind === SpanKind.SERVER && span.attributes['url.path'] === '/graphql');
+    expect(server, JSON.stringify(ours.map((span) => span.name))).toBeDefined();
+    expect(server!.attributes).toMatchObject({ 'http.request.method': 'POST', 'http.response.status_code': 200 });
+    expect(server!.parentSpanContext?.spanId).toBe('00f067aa0ba902b7');
+    expect(server!.resource.attributes).toMatchObject({ 'service.name': 'dg-under-test', 'deployment.environment.name': 'test' });
+
+    const operation = ours.find((span) => span.name === 'query Availability');
     expect(operation).toBeDefined();
-    expect(operation!.attributes['graphql.operation.name']).toBe('Availability');
-    const children = spans.filter((span) => span.parentSpanContext?.spanId === operation!.spanContext().spanId);
-    expect(children.map((span) => span.attributes['delivery_graph.upstream.group']).sort()).toEqual(['partner', 'platform']);
-    for (const child of children) {
-      expect(child.spanContext().traceId).toBe(operation!.spanContext().traceId);
-      expect(child.attributes['http.response.status_code']).toBe(200);
-    }
+    expect(operation!.kind).toBe(SpanKind.INTERNAL);
+    expect(operation!.parentSpanContext?.spanId).toBe(server!.spanContext().spanId);
+    expect(operation!.attributes).toMatchObject({ 'graphql.operation.type': 'query', 'graphql.operation.name': 'Availability' });
+
+    // One CLIENT span per upstream request (undici's instrumentation), under the operation: availability asks both groups.
+    const upstream = ours.filter((span) => span.kind === SpanKind.CLIENT && span.parentSpanContext?.spanId === operation!.spanContext().spanId);
+    expect(upstream.map((span) => new URL(String(span.attributes['url.full'])).pathname).sort()).toEqual(['/api/v1/availability', `/api/v1/${sandbox.platformId}/availability`].sort());
+    for (const span of upstream) expect(span.attributes).toMatchObject({ 'http.request.method': 'GET', 'http.response.status_code': 200 });
+    expect(spans.some((span) => span.kind === SpanKind.SERVER && span.attributes['url.path'] === '/health')).toBe(false);
+    // No key in any attribute.
     expect(JSON.stringify(spans.map((span) => span.attributes))).not.toContain(key);
+  });
+
+  it('is off unless asked for, and OTEL_SDK_DISABLED wins', () => {
+    expect(loadConfig({}).tracing.enabled).toBe(false);
+    expect(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).tracing).toMatchObject({ enabled: true, tracesUrl: 'http://collector:4318/v1/traces' });
+    expect(loadConfig({ OTEL_TRACES_EXPORTER: 'console' }).tracing).toMatchObject({ enabled: true, exporter: 'console' });
+    expect(loadConfig({ OTEL_TRACES_EXPORTER: 'none', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).tracing.enabled).toBe(false);
+    expect(loadConfig({ OTEL_TRACES_EXPORTER: 'otlp', OTEL_SDK_DISABLED: 'true' }).tracing.enabled).toBe(false);
+    expect(loadConfig({ OTEL_TRACES_EXPORTER: 'otlp', OTEL_EXPORTER_OTLP_HEADERS: 'api-key=s%3Dcret,x-team=ops', OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.25' }).tracing).toMatchObject({
+      headers: { 'api-key': 's=cret', 'x-team': 'ops' },
+      sampler: { name: 'parentbased_traceidratio', ratio: 0.25 },
+    });
   });
 });
 
