@@ -520,7 +520,8 @@ export class RedisStore implements Store {
     if (acks.min !== undefined) return acks.min;
     const now = Date.now();
     if (!this.#replicaCount || now - this.#replicaCount.at > REPLICA_COUNT_TTL_MS) {
-      const info = await this.#writerClient().info('replication');
+      // On the shared connection: the writer's is made only once there is a replica to wait for.
+      const info = await this.client.info('replication');
       const count = Number(/^connected_slaves:(\d+)/m.exec(info)?.[1] ?? 0);
       this.#replicaCount = { count, at: now };
     }

@@ -1,3 +1,4 @@
+import { rmSync } from 'node:fs';
 // One front door: the same HTTP cases against the direct JSON path and against
 // yoga's handler (an app started with the direct path off) give the same status,
 // content type, CORS headers, request id and body. Then CORS_ORIGINS on every
@@ -8,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
-import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
+import { deliveryInput, makeDataDir, startStack, type Stack } from '../helpers/stack.js';
 
 const ORIGIN = 'https://shop.example';
 const QUOTE = 'mutation($input: DeliveryInput!) { quoteDelivery(input: $input) { __typename } }';
@@ -33,14 +34,18 @@ async function see(url: string, init: RequestInit): Promise<Seen> {
 describe('the direct path and yoga answer alike', () => {
   let stack: Stack;
   let yogaOnly: App;
+  let yogaDataDir: string;
 
   beforeAll(async () => {
     stack = await startStack();
-    yogaOnly = await startApp(loadConfig(stack.env), { directHttpPath: false });
+    // A data folder of its own: one process (here, one app) per folder.
+    yogaDataDir = makeDataDir();
+    yogaOnly = await startApp(loadConfig({ ...stack.env, DATA_DIR: yogaDataDir }), { directHttpPath: false });
   });
   afterAll(async () => {
     await yogaOnly?.stop();
     await stack?.stop();
+    if (yogaDataDir) rmSync(yogaDataDir, { recursive: true, force: true });
   });
 
   const post = (body: unknown, headers: Record<string, string> = {}): RequestInit => ({
