@@ -1,9 +1,9 @@
-import { rmSync } from 'node:fs';
 // One front door: the same HTTP cases against the direct JSON path and against
 // yoga's handler (an app started with the direct path off) give the same status,
 // content type, CORS headers, request id and body. Then CORS_ORIGINS on every
 // kind of answer: GraphQL, SSE, probes, webhooks, 404 and 413 refusals, preflights
 // and WebSocket upgrades.
+import { rmSync } from 'node:fs';
 import { once } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
