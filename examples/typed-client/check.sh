@@ -4,8 +4,10 @@
 #   2. src/gql/ is what codegen makes from ../../schema.graphql (codegen:check);
 #   3. the example type-checks against it (typecheck);
 #   4. against a real facade — started from the repo root on a free port, with
-#      the embedded sandbox moving a milestone every 100 ms — the example books
-#      a delivery and follows it to DROPOFF_COMPLETE.
+#      the embedded sandbox moving a milestone every 100 ms and sending back
+#      every delivery it is free to (SANDBOX_RETURN_RATE=1) — the example books
+#      a delivery that asks to arrive (sandbox_outcome) and follows it to
+#      DROPOFF_COMPLETE.
 # Needs the root's node_modules (`npm ci` at the repo root). Runs from anywhere.
 set -euo pipefail
 
@@ -64,12 +66,12 @@ server_log() {
 port="$(node -e 'const s = require("node:net").createServer(); s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });')"
 url="http://127.0.0.1:$port"
 
-echo "== typed-client: starting the facade on $url (sandbox upstream, SANDBOX_STEP_MS=100)"
+echo "== typed-client: starting the facade on $url (sandbox upstream, SANDBOX_STEP_MS=100, SANDBOX_RETURN_RATE=1)"
 # The empty variables keep a developer's .env at the root from pointing this
 # run at a real upstream, Redis or an allowlist (it never overrides a set variable).
 (
   cd "$root"
-  export PORT="$port" HOST=127.0.0.1 SANDBOX_PORT=0 SANDBOX_STEP_MS=100 SANDBOX_RETURN_RATE=0 \
+  export PORT="$port" HOST=127.0.0.1 SANDBOX_PORT=0 SANDBOX_STEP_MS=100 SANDBOX_RETURN_RATE=1 \
     DATA_DIR="$work/data" LOG_LEVEL=warn \
     UPSTREAM_URL= REDIS_URL= PERSISTED_OPERATIONS_FILE=
   # What `npm start` at the root runs (tsx src/main.ts), as a single process.

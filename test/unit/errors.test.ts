@@ -1,4 +1,4 @@
-// The README's error table and the registry in src/errors.ts must agree.
+// The error table of docs/errors.md and the registry in src/errors.ts must agree.
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { ERROR_CODES } from '../../src/errors.js';
@@ -9,8 +9,8 @@ interface ReadmeRow {
 }
 
 function readmeErrorTable(): Map<string, ReadmeRow> {
-  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
-  const section = readme.split(/^## Error codes$/m)[1]?.split(/^## /m)[0] ?? '';
+  const page = readFileSync(new URL('../../docs/errors.md', import.meta.url), 'utf8');
+  const section = page.split(/^## Error codes$/m)[1]?.split(/^## /m)[0] ?? '';
   const rows = new Map<string, ReadmeRow>();
   for (const line of section.split('\n')) {
     const match = /^\| `([A-Z_]+)` \| ([^|]+) \| ([^|]+) \|$/.exec(line);
@@ -20,11 +20,11 @@ function readmeErrorTable(): Map<string, ReadmeRow> {
 }
 
 describe('error registry', () => {
-  it('lists exactly the codes of src/errors.ts in the README', () => {
+  it('lists exactly the codes of src/errors.ts in docs/errors.md', () => {
     expect([...readmeErrorTable().keys()].sort()).toEqual(Object.keys(ERROR_CODES).sort());
   });
 
-  it('says in the README where each code reaches the client', () => {
+  it('says in docs/errors.md where each code reaches the client', () => {
     const surfaceWords = { 'graphql-error': 'GraphQL error', result: 'result', 'upstream-client': 'upstream client' } as const;
     for (const [code, { surface }] of readmeErrorTable()) {
       const expected = surfaceWords[ERROR_CODES[code as keyof typeof ERROR_CODES].surface];
@@ -32,7 +32,7 @@ describe('error registry', () => {
     }
   });
 
-  it('gives each code the same meaning in the README as in the registry', () => {
+  it('gives each code the same meaning in docs/errors.md as in the registry', () => {
     for (const [code, { meaning }] of readmeErrorTable()) {
       expect(meaning.replaceAll('`', ''), code).toBe(ERROR_CODES[code as keyof typeof ERROR_CODES].meaning);
     }

@@ -144,6 +144,10 @@ async function main(): Promise<void> {
         name: 'Grace Hopper',
         address: { street: '9 Elm St', city: 'San Francisco', country: 'US' },
       },
+      // The sandbox sends back a share of its deliveries after pickup (SANDBOX_RETURN_RATE);
+      // this entry makes this one arrive, so the run ends the same way every time. A real
+      // upstream stores the payload untouched and ignores it.
+      payload: { orderId: 'typed-client', sandbox_outcome: 'delivered' },
     },
   });
 
