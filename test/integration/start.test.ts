@@ -199,6 +199,27 @@ describe('npm start, exactly as the README runs it', () => {
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
+
+  it('names every busy port in that one line, the main port and the sandbox port together', async () => {
+    const { createServer } = await import('node:net');
+    const blockers = [createServer(), createServer()];
+    for (const blocker of blockers) await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', () => resolve()));
+    const [port, sandboxPort] = blockers.map((blocker) => (blocker.address() as { port: number }).port) as [number, number];
+    const dataDir = makeDataDir();
+    try {
+      const child = npmStart({ PORT: String(port), SANDBOX_PORT: String(sandboxPort), DATA_DIR: dataDir });
+      let stderr = '';
+      child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      expect(await exited(child)).toBe(1);
+      expect(stderr.trim().split('\n')).toEqual([
+        `delivery-graph: port ${port} on 127.0.0.1 is already in use, port ${sandboxPort} on 127.0.0.1 is already in use; ` +
+          `set PORT and SANDBOX_PORT to free ports (e.g. PORT=${port + 1} SANDBOX_PORT=${sandboxPort + 1} npm start)`,
+      ]);
+    } finally {
+      for (const blocker of blockers) blocker.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe('a start that fails', () => {
