@@ -4,11 +4,12 @@
 // kind of answer: GraphQL, SSE, probes, webhooks, 404 and 413 refusals, preflights
 // and WebSocket upgrades.
 import { once } from 'node:events';
+import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
-import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
+import { deliveryInput, makeDataDir, startStack, type Stack } from '../helpers/stack.js';
 
 const ORIGIN = 'https://shop.example';
 const QUOTE = 'mutation($input: DeliveryInput!) { quoteDelivery(input: $input) { __typename } }';
@@ -33,14 +34,17 @@ async function see(url: string, init: RequestInit): Promise<Seen> {
 describe('the direct path and yoga answer alike', () => {
   let stack: Stack;
   let yogaOnly: App;
+  // A data folder of its own: one process per SQLite file (src/store/data-dir-lock.ts).
+  const yogaDataDir = makeDataDir();
 
   beforeAll(async () => {
     stack = await startStack();
-    yogaOnly = await startApp(loadConfig(stack.env), { directHttpPath: false });
+    yogaOnly = await startApp(loadConfig({ ...stack.env, DATA_DIR: yogaDataDir }), { directHttpPath: false });
   });
   afterAll(async () => {
     await yogaOnly?.stop();
     await stack?.stop();
+    rmSync(yogaDataDir, { recursive: true, force: true });
   });
 
   const post = (body: unknown, headers: Record<string, string> = {}): RequestInit => ({
