@@ -32,12 +32,17 @@ export default defineConfig({
       {
         extends: true,
         // In-process only: no sockets, no child processes, no files beyond temp directories.
-        test: { name: 'unit', include: ['test/unit/**/*.test.ts'] },
+        test: { name: 'unit', include: ['test/unit/**/*.test.ts'], setupFiles: ['test/setup/no-warnings.ts'] },
       },
       {
         extends: true,
         // Real HTTP on port 0, SQLite files, redis-server and child processes (installs redis-server when missing).
-        test: { name: 'integration', include: ['test/integration/**/*.test.ts'], globalSetup: ['test/global-setup.ts'] },
+        test: {
+          name: 'integration',
+          include: ['test/integration/**/*.test.ts'],
+          globalSetup: ['test/global-setup.ts'],
+          setupFiles: ['test/setup/no-warnings.ts'],
+        },
       },
       {
         extends: true,

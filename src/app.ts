@@ -69,7 +69,7 @@ export interface StartOptions {
 }
 
 export async function startApp(config: Config, options: StartOptions = {}): Promise<App> {
-  const logger = options.logger ?? createLogger(config.logLevel);
+  const logger = options.logger ?? createLogger(config.logLevel, undefined, config.logFormat);
   const teardown = new Teardown();
   try {
     return await buildApp(config, options, logger, teardown);

@@ -33,7 +33,7 @@ export function reportListening(where: { url: string; webhookUrl: string; metric
  * up; the process then lives until a signal stops the workers.
  */
 export async function runPrimary(config: Config, banner: (where: WorkerListening, sandbox: Sandbox | undefined) => void): Promise<void> {
-  const logger = createLogger(config.logLevel);
+  const logger = createLogger(config.logLevel, undefined, config.logFormat);
   let sandbox: Sandbox | undefined;
   const env: Record<string, string> = {};
   if (!config.upstream.url) {

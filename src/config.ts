@@ -9,6 +9,8 @@ import { DEFAULT_STEP_MS } from './sandbox/knobs.js';
 
 export type AmountUnit = 'cents' | 'major';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+/** pretty: readable, coloured lines for a person at a terminal; json: one JSON object a line, for machines. */
+export type LogFormat = 'pretty' | 'json';
 
 export interface UpstreamConfig {
   /** Base URL ending in /api/v1; undefined means "start the embedded sandbox". */
@@ -55,6 +57,7 @@ export interface Config {
   readonly host: string;
   readonly production: boolean;
   readonly logLevel: LogLevel;
+  readonly logFormat: LogFormat;
   readonly dataDir: string;
   readonly redisUrl: string | undefined;
   /** REDIS_SENTINELS and REDIS_SENTINEL_NAME (instead of REDIS_URL): the Sentinels that say which server is the primary now. */
@@ -286,6 +289,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'SANDBOX_STEP_MS', help: 'time between simulated milestones in the embedded sandbox', default: String(DEFAULT_STEP_MS) },
   { name: 'SANDBOX_RETURN_RATE', help: 'share (0 to 1) of embedded-sandbox deliveries that fail or are canceled by the provider after pickup and then come back (the return path)', default: '0.1' },
   { name: 'LOG_LEVEL', help: 'fatal, error, warn, info, debug, trace or silent (info: one line per request; debug: also each upstream call)', default: 'info' },
+  { name: 'LOG_FORMAT', help: 'pretty (readable, coloured lines) or json (one JSON object a line)', default: 'pretty when stdout is a terminal, else json' },
   { name: 'METRICS', help: 'true or false: Prometheus metrics at GET /metrics', default: 'true' },
   { name: 'METRICS_PORT', help: 'a port of its own for GET /metrics, on METRICS_HOST (the main port then answers /metrics 404 unless METRICS_TOKEN is set)', default: 'unset' },
   { name: 'METRICS_HOST', help: 'address the METRICS_PORT listener binds (0.0.0.0 for a scraper on another machine)', default: '127.0.0.1' },
@@ -620,6 +624,8 @@ export function loadConfig(env: Env = process.env): Config {
     host: text(env, 'HOST') ?? '127.0.0.1',
     production,
     logLevel: oneOf(env, 'LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info'),
+    // The one default not read from env: whether a person is watching (a terminal) or a machine collects the lines.
+    logFormat: oneOf(env, 'LOG_FORMAT', ['pretty', 'json'] as const, process.stdout.isTTY ? 'pretty' : 'json'),
     dataDir: path.resolve(text(env, 'DATA_DIR') ?? './data'),
     redisUrl,
     redisSentinel,

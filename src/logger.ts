@@ -1,11 +1,26 @@
 // Structured logs (pino). Anything that could hold a merchant key or a token is
 // redacted at the logger, so a careless field cannot leak one.
+// LOG_FORMAT=pretty formats each line with pino-pretty in this process, writing
+// synchronously: a terminal gets its lines in order with the banner (console.log),
+// and none is lost when the process exits. A transport's worker thread would give
+// neither; pretty is for a person watching, json (pino's own) for everything else.
 import { pino, type DestinationStream, type Logger } from 'pino';
-import type { LogLevel } from './config.js';
+import pretty from 'pino-pretty';
+import type { LogFormat, LogLevel } from './config.js';
 
 export type { Logger };
 
-export function createLogger(level: LogLevel, destination?: DestinationStream): Logger {
+/** A logger at level, writing to destination (stdout when absent) as format says. */
+export function createLogger(level: LogLevel, destination?: DestinationStream, format: LogFormat = 'json'): Logger {
+  const out =
+    format === 'pretty'
+      ? pretty({
+          destination: (destination as NodeJS.WritableStream | undefined) ?? 1,
+          sync: true,
+          singleLine: true,
+          translateTime: 'SYS:HH:MM:ss.l',
+        })
+      : destination;
   return pino(
     {
       level,
@@ -15,6 +30,6 @@ export function createLogger(level: LogLevel, destination?: DestinationStream): 
         censor: '[redacted]',
       },
     },
-    destination,
+    out,
   );
 }

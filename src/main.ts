@@ -2,6 +2,7 @@
 // With WORKERS=N the first process supervises N workers that each run startApp (cluster.ts).
 import cluster from 'node:cluster';
 import { existsSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { startApp } from './app.js';
 import { reportListening, runPrimary } from './cluster.js';
 import { DataDirInUseError } from './store/data-dir-lock.js';
@@ -65,6 +66,46 @@ function banner(config: Config, { url, webhookUrl, metricsUrl }: Where, sandbox:
   return lines.join('\n');
 }
 
+/** Every port this configuration listens on, with the variable that sets it (0, any free port, cannot be taken). */
+function wantedPorts(config: Config): { variable: string; port: number; host: string }[] {
+  const wanted = [{ variable: 'PORT', port: config.port, host: config.host }];
+  if (!config.upstream.url) wanted.push({ variable: 'SANDBOX_PORT', port: config.sandbox.port, host: config.host });
+  if (config.webhook.port !== undefined) wanted.push({ variable: 'WEBHOOK_PORT', port: config.webhook.port, host: config.host });
+  if (config.metricsAccess.port !== undefined) wanted.push({ variable: 'METRICS_PORT', port: config.metricsAccess.port, host: config.metricsAccess.host });
+  return wanted.filter((w) => w.port !== 0);
+}
+
+/** Whether listening on port and host fails, and how ('EADDRINUSE', 'EACCES', …); undefined when it is free. */
+function listenProblem(port: number, host: string): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const probe = createServer();
+    probe.once('error', (error: NodeJS.ErrnoException) => resolve(error.code ?? 'error'));
+    probe.listen(port, host, () => probe.close(() => resolve(undefined)));
+  });
+}
+
+/**
+ * The one line for a start that failed on a port. The start has let go of every port it
+ * had opened, so each wanted port is tried here: the line names all busy ones at once,
+ * not the first the start happened to meet.
+ */
+async function portProblems(config: Config, error: NodeJS.ErrnoException & { port?: number }): Promise<string> {
+  const wanted = wantedPorts(config);
+  const problems: { variable: string; port: number; host: string; code: string }[] = [];
+  for (const w of wanted) {
+    const code = await listenProblem(w.port, w.host);
+    if (code === 'EADDRINUSE' || code === 'EACCES') problems.push({ ...w, code });
+  }
+  // The port went free meanwhile (or the failure was elsewhere): say what the start met.
+  if (!problems.length) {
+    const met = wanted.find((w) => w.port === error.port) ?? { variable: 'PORT', port: Number(error.port), host: config.host };
+    problems.push({ ...met, code: error.code! });
+  }
+  const described = problems.map(({ port, host, code }) => `port ${port} on ${host} ${code === 'EADDRINUSE' ? 'is already in use' : 'may not be used by this user'}`);
+  const settings = problems.map(({ variable, port }) => `${variable}=${port + 1}`).join(' ');
+  return `${described.join(', ')}; set ${problems.map((p) => p.variable).join(' and ')} to ${problems.length > 1 ? 'free ports' : 'a free port'} (e.g. ${settings} npm start)`;
+}
+
 async function main(): Promise<void> {
   if (process.argv.includes('--help') || process.argv.includes('-h')) {
     console.log(help());
@@ -96,17 +137,10 @@ async function main(): Promise<void> {
       console.error(`delivery-graph: ${error.message}`);
       process.exit(1);
     }
-    // A port taken by another process is the commonest way to fail: say which and what to change, in one line.
-    const { code, port } = error as NodeJS.ErrnoException & { port?: number };
+    // A port taken by another process is the commonest way to fail: name every busy one and what to change, in one line.
+    const { code } = error as NodeJS.ErrnoException;
     if (code === 'EADDRINUSE' || code === 'EACCES') {
-      const variable =
-        port === config.webhook.port ? 'WEBHOOK_PORT'
-        : port === config.metricsAccess.port ? 'METRICS_PORT'
-        : port === config.sandbox.port && !config.upstream.url && port !== config.port ? 'SANDBOX_PORT'
-        : 'PORT';
-      const problem = code === 'EADDRINUSE' ? 'is already in use' : 'may not be used by this user';
-      const host = variable === 'METRICS_PORT' ? config.metricsAccess.host : config.host;
-      console.error(`delivery-graph: port ${port} on ${host} ${problem}; set ${variable} to a free port (e.g. ${variable}=${Number(port) + 1} npm start)`);
+      console.error(`delivery-graph: ${await portProblems(config, error as NodeJS.ErrnoException & { port?: number })}`);
       process.exit(1);
     }
     throw error;

@@ -72,11 +72,19 @@ export function pathOf(raw: Buffer | undefined): string | undefined {
   return line ? /^[A-Z]+ (\/[^ ?]*)/.exec(line)?.[1] : undefined;
 }
 
-/** Closes a connection with a bare refusal (the request could not be read, so nothing else is said). */
+/** What a refusal of the HTTP parser's says, in the front door's { error, message } form: the request was not read, so its path is not known. */
+const REFUSAL_BODY: Record<number, { error: string; message: string }> = {
+  400: { error: 'bad_request', message: 'The request could not be read as HTTP/1.1: check its request line and headers.' },
+  408: { error: 'request_timeout', message: 'The request line and headers did not arrive in time: send them at once, then the body.' },
+  431: { error: 'headers_too_large', message: 'The request headers are too large: send fewer or shorter ones (a long cookie, or a token in the wrong header).' },
+};
+
+/** Closes a connection with a refusal whose body says why (the request could not be read, so nothing else is said). */
 export function refuseConnection(socket: Socket, status: number, text: string): void {
   // After a timeout Node has already stopped writing to the socket: it can only be closed.
   if (!socket.writable) return void socket.destroy();
-  socket.end(`HTTP/1.1 ${status} ${text}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
+  const body = JSON.stringify(REFUSAL_BODY[status] ?? REFUSAL_BODY[400]);
+  socket.end(`HTTP/1.1 ${status} ${text}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
   // A client that never reads nor closes would keep the half-closed socket (and its descriptor): a second is enough.
   setTimeout(() => socket.destroy(), 1_000).unref();
 }

@@ -69,7 +69,7 @@ export interface FrontDoor {
   close(): Promise<void>;
 }
 
-/** Probes and scrapes log at debug, everything else at info. */
+/** Probes and scrapes log at debug, everything else at info (webhooks: see quiet below). */
 const QUIET_PATHS = new Set(['/health', '/ready', '/metrics']);
 
 type Route = (req: IncomingMessage, res: ServerResponse, pathname: string) => void;
@@ -173,10 +173,12 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     json(res, 404, { error: 'not_found', message: 'This port serves /metrics only.' });
   };
 
+  // Each webhook's line is at debug outside production: a delivery sends dozens, and a terminal's banner should stay on screen.
+  const quiet = (pathname: string) => QUIET_PATHS.has(pathname) || (!config.production && pathname === config.webhook.path);
   const logWhenDone = (req: IncomingMessage, res: ServerResponse, pathname: string, info: RequestInfo) => {
     const started = performance.now();
     res.once('close', () => {
-      logger[QUIET_PATHS.has(pathname) ? 'debug' : 'info'](
+      logger[quiet(pathname) ? 'debug' : 'info'](
         {
           reqId: info.id,
           method: req.method,

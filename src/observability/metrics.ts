@@ -274,12 +274,12 @@ export function createMetrics(sources: MetricSources): Metrics {
     },
     handle(req, res) {
       if (req.method !== 'GET' && req.method !== 'HEAD') {
-        res.writeHead(405, { allow: 'GET', 'content-type': 'application/json' }).end('{"error":"method_not_allowed"}');
+        res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' }).end('{"error":"method_not_allowed","message":"/metrics answers GET and HEAD only."}');
         return;
       }
       registry.metrics().then(
         (text) => res.writeHead(200, { 'content-type': registry.contentType, 'cache-control': 'no-store' }).end(req.method === 'HEAD' ? undefined : text),
-        () => res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"metrics_unavailable"}'),
+        () => res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"metrics_unavailable","message":"The metrics could not be collected this time; try again."}'),
       );
     },
   };

@@ -104,7 +104,7 @@ const NO_QUERY = () => createGraphQLError('Must provide query string.', { extens
 const UNRESOLVED = () => createGraphQLError('Could not determine what operation to execute.', { extensions: { code: 'OPERATION_RESOLUTION_FAILURE', http: { status: 400 } } });
 const MUTATION_OVER_GET = () =>
   createGraphQLError('Can only perform a mutation operation from a POST request.', { extensions: { code: 'BAD_REQUEST', http: { status: 405, headers: { Allow: 'POST' } } } });
-const SUBSCRIPTION_WITHOUT_STREAM = () =>
+export const SUBSCRIPTION_WITHOUT_STREAM = () =>
   createGraphQLError('A subscription answers with a stream: send it with `accept: text/event-stream` (server-sent events), or over a graphql-ws WebSocket at the same path.', {
     extensions: { code: 'BAD_REQUEST', http: { status: 406 } },
   });

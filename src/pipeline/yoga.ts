@@ -4,8 +4,8 @@
 // a request's parameters; from there the pipeline (pipeline.ts) runs it, as it
 // runs the direct JSON path's and graphql-ws's operations. The HTTP front door
 // (src/http/) hands both their requests; this owns no socket.
-import { createGraphQLError, createYoga, getSSEProcessor, isAsyncIterable, maskError as yogaMaskError, type Plugin, type YogaServerInstance } from 'graphql-yoga';
-import type { GraphQLError } from 'graphql';
+import { createGraphQLError, createYoga, getSSEProcessor, isAsyncIterable, maskError as yogaMaskError, processRegularResult, type Plugin, type YogaServerInstance } from 'graphql-yoga';
+import { getOperationAST, parse, type GraphQLError } from 'graphql';
 import { readCaller } from '../access/caller.js';
 import type { RequestLimits } from '../access/rate-limit.js';
 import { DeliveryGraphError } from '../errors.js';
@@ -15,7 +15,7 @@ import type { Logger } from '../logger.js';
 import { requestScope } from '../observability/request.js';
 import { Documents } from './documents.js';
 import { namesPersistedQuery, type PersistedOperations } from './persisted-operations.js';
-import { Pipeline, type GraphQLParams, type OperationObserver } from './pipeline.js';
+import { Pipeline, SUBSCRIPTION_WITHOUT_STREAM, type GraphQLParams, type OperationObserver } from './pipeline.js';
 
 export type GraphQLServer = YogaServerInstance<Record<string, unknown>, GraphQLContext>;
 
@@ -125,6 +125,32 @@ function takesStream(request: Request): boolean {
   return !accept || /text\/event-stream|\*\/\*/i.test(accept);
 }
 
+// The media types yoga's result processors answer in (JSON, server-sent events, multipart), and the ranges that cover them.
+const ANSWERABLE = /^(\*\/\*|application\/\*|application\/json|application\/graphql-response\+json|text\/\*|text\/event-stream|multipart\/\*|multipart\/mixed)$/;
+
+// Whether the accept header (none: anything) allows an answer this server can give.
+function answerable(request: Request): boolean {
+  const accept = request.headers.get('accept');
+  if (!accept) return true;
+  return accept.split(',').some((range) => ANSWERABLE.test(range.split(';', 1)[0]!.trim().toLowerCase()));
+}
+
+// Whether the request's document is a subscription (read only for a request refused anyway).
+function subscribes(params: GraphQLParams): boolean {
+  if (typeof params.query !== 'string' || !params.query) return false;
+  try {
+    return getOperationAST(parse(params.query), typeof params.operationName === 'string' ? params.operationName : undefined)?.operation === 'subscription';
+  } catch {
+    return false;
+  }
+}
+
+const NOT_ACCEPTABLE = () =>
+  createGraphQLError(
+    'This endpoint answers in application/graphql-response+json or application/json (a subscription in text/event-stream): send one of them in the accept header, or none.',
+    { extensions: { code: 'BAD_REQUEST', http: { status: 406 } } },
+  );
+
 /**
  * Hands every operation yoga's handler has read to the pipeline: yoga's own
  * parse, validate and execute are never called, so there is no second place
@@ -134,11 +160,15 @@ function usePipeline(pipeline: Pipeline, services: Services): Plugin {
   const serverSentEvents = getSSEProcessor();
   return {
     // A stream goes out as server-sent events (yoga would pick multipart for a plain accept, having not seen it subscribe).
-    onResultProcess({ request, result, setResultProcessor }) {
+    // Yoga answers 406 with no body when no processor takes the accept header: the refusal below is written as JSON instead.
+    onResultProcess({ request, result, resultProcessor, setResultProcessor }) {
       if (isAsyncIterable(result) && takesStream(request)) setResultProcessor(serverSentEvents, 'text/event-stream');
+      else if (!resultProcessor) setResultProcessor(processRegularResult, 'application/json');
     },
     onParams({ params, setParams, setParamsHandler }) {
       setParamsHandler(async ({ request, params, context }) => {
+        // Refused before it runs: a mutation must not take effect only for its answer to be refused.
+        if (!answerable(request)) return { errors: [subscribes(params as GraphQLParams) ? SUBSCRIPTION_WITHOUT_STREAM() : NOT_ACCEPTABLE()] };
         const { req } = context as { req?: import('node:http').IncomingMessage };
         const caller = await readCaller(request.headers.get('authorization'), services.clientTokens);
         const answer = await pipeline.run({

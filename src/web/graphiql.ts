@@ -366,7 +366,7 @@ export function createGraphiQL(options: GraphiQLPageOptions): GraphiQLPage {
       }
       if (!isAsset) return false;
       if (req.method !== 'GET' && req.method !== 'HEAD') {
-        res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain; charset=utf-8' }).end('Method not allowed.\n');
+        res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' }).end(JSON.stringify({ error: 'method_not_allowed', message: `${pathname} answers GET and HEAD only.` }));
         return true;
       }
       loadAssets().then((assets) => {

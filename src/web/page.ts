@@ -153,7 +153,7 @@ export function createTrackingPage(options: TrackingPageOptions): TrackingPage {
       const isPage = pathname === '/' || pathname === '/index.html';
       if (!isPage && !pathname.startsWith('/tracking/')) return false;
       if (req.method !== 'GET' && req.method !== 'HEAD') {
-        res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain; charset=utf-8' }).end('Method not allowed.\n');
+        res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' }).end(JSON.stringify({ error: 'method_not_allowed', message: `${pathname} answers GET and HEAD only; GraphQL is POSTed to /graphql.` }));
         return true;
       }
       // The assets are named by content (?v=), so they may be kept; the page itself is always revalidated.

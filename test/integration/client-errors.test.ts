@@ -187,6 +187,9 @@ describe('the codes of common mistakes are all in the registry', () => {
       400,
     ],
     ['a body over GRAPHQL_MAX_BODY_BYTES', () => post({ query: '{ __typename }', padding: 'x'.repeat(1_100_000) }), 'REQUEST_ENTITY_TOO_LARGE', 413],
+    ['a subscription POSTed for JSON', () => post({ query: UPDATED, variables: { uid: 'x' } }, { accept: 'application/json' }), 'BAD_REQUEST', 406],
+    ['a subscription POSTed for HTML', () => post({ query: UPDATED, variables: { uid: 'x' } }, { accept: 'text/html' }), 'BAD_REQUEST', 406],
+    ['a query that accepts only XML', () => post({ query: '{ __typename }' }, { accept: 'application/xml' }), 'BAD_REQUEST', 406],
   ];
 
   for (const [name, send, code, status] of mistakes) {
@@ -215,6 +218,57 @@ describe('the codes of common mistakes are all in the registry', () => {
     } finally {
       await client.dispose();
     }
+  });
+});
+
+describe('every refusal has a body that says what to do', () => {
+  const STREAM_HINT = 'A subscription answers with a stream: send it with `accept: text/event-stream` (server-sent events), or over a graphql-ws WebSocket at the same path.';
+
+  it('406 to a subscription whatever the accept header names, on the direct path and through yoga, with the same message', async () => {
+    for (const accept of ['application/json', 'application/graphql-response+json', 'text/html', 'application/xml']) {
+      const response = await post({ query: UPDATED, variables: { uid: 'x' } }, { accept });
+      expect(response.status, accept).toBe(406);
+      expect(response.headers.get('content-type'), accept).toMatch(/^application\/(graphql-response\+)?json/);
+      expect(((await response.json()) as { errors: WireError[] }).errors, accept).toEqual([{ message: STREAM_HINT, extensions: { code: 'BAD_REQUEST' } }]);
+    }
+  });
+
+  it('406 before anything runs to a mutation that accepts no answer this server gives, saying which to ask for', async () => {
+    const mark = stack.sandbox.requestCount;
+    const response = await post({ query: CREATE, variables: { input: deliveryInput() } }, { accept: 'text/html' });
+    expect(response.status).toBe(406);
+    const [error] = ((await response.json()) as { errors: WireError[] }).errors;
+    expect(error!.message).toContain('application/graphql-response+json or application/json');
+    expect(error!.extensions?.code).toBe('BAD_REQUEST');
+    expect(stack.sandbox.requestsSince(mark)).toEqual([]);
+  });
+
+  it('405 on the page, GraphiQL and /metrics names the methods they answer', async () => {
+    for (const path of ['/', '/graphiql/nothing.js', '/metrics']) {
+      const response = await fetch(`${stack.app.url}${path}`, { method: 'POST' });
+      expect(response.status, path).toBe(405);
+      expect(await response.json(), path).toEqual({ error: 'method_not_allowed', message: expect.stringContaining('answers GET and HEAD only') });
+    }
+  });
+
+  it('400 and 431 from the HTTP parser come with a JSON body', async () => {
+    const { connect } = await import('node:net');
+    const exchange = (text: string) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = connect(Number(new URL(stack.app.url).port), '127.0.0.1');
+        let answer = '';
+        socket.on('data', (chunk) => (answer += chunk.toString()));
+        socket.on('close', () => resolve(answer));
+        socket.on('error', reject);
+        socket.write(text);
+      });
+    const bodyOf = (answer: string) => JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as { error: string; message: string };
+    const garbled = await exchange('GET /graphql HTTP/1.1\r\nhost: x\r\nnot a header\r\n\r\n');
+    expect(garbled).toMatch(/^HTTP\/1\.1 400 /);
+    expect(bodyOf(garbled)).toEqual({ error: 'bad_request', message: expect.stringContaining('check its request line and headers') });
+    const large = await exchange(`GET /graphql HTTP/1.1\r\nhost: x\r\nx-padding: ${'p'.repeat(20 * 1024)}\r\n\r\n`);
+    expect(large).toMatch(/^HTTP\/1\.1 431 /);
+    expect(bodyOf(large)).toEqual({ error: 'headers_too_large', message: expect.stringContaining('send fewer or shorter ones') });
   });
 });
 

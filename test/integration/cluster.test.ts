@@ -44,6 +44,8 @@ describe.skipIf(!redisAvailable('cluster.test.ts'))('npm run cluster', () => {
       child.kill('SIGINT');
       expect(await exited).toBe(0);
       for (const url of urls) await expect(fetch(`${url}/health`)).rejects.toThrow();
+      // Node warnings go to the stderr of the process that has them: none from any of its processes.
+      expect(output).not.toMatch(/warning/i);
     } finally {
       if (child.exitCode === null) child.kill('SIGKILL');
     }

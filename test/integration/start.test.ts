@@ -131,6 +131,65 @@ describe('npm start against the embedded sandbox', () => {
   });
 });
 
+describe('npm start with default logging, stdout not a terminal', () => {
+  /** Starts with LOG_LEVEL and LOG_FORMAT unset, books a delivery and follows it to the end; returns what the process wrote. */
+  async function bookedDeliveryLife(env: Record<string, string>): Promise<{ stdout: string; stderr: string }> {
+    const dataDir = makeDataDir();
+    const child = run({ PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: '100', SANDBOX_RETURN_RATE: '0', DATA_DIR: dataDir, LOG_LEVEL: '', ...env });
+    let stdout = '';
+    let stderr = '';
+    child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    try {
+      const [[, url], [, key]] = await Promise.all([waitFor(child, /serving on (http:\/\/\S+)/), waitFor(child, /merchant key: (\S+)/), waitFor(child, /Milestones come every/)]);
+      const response = await fetch(`${url}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+        body: JSON.stringify({
+          query: 'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }',
+          variables: { input: deliveryInput() },
+        }),
+      });
+      const uid = ((await response.json()) as any).data.createDelivery.data.uid;
+      const client = wsClient(url!, key!);
+      const updates = collect(client, 'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { status } }', { uid });
+      await updates.done;
+      await client.dispose();
+      expect(updates.items.at(-1).deliveryUpdated.status).toBe('DROPOFF_COMPLETE');
+      const done = exited(child);
+      child.kill('SIGTERM');
+      expect(await done).toBe(0);
+      return { stdout, stderr };
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }
+
+  /** The log lines: every stdout line after the banner (the banner ends with the line on milestones). */
+  const logLines = (stdout: string) => stdout.slice(stdout.indexOf('\n', stdout.indexOf('Milestones come every')) + 1).split('\n').filter(Boolean);
+
+  it('in development writes JSON lines and no line per webhook at info, so the banner stays in view', async () => {
+    const { stdout, stderr } = await bookedDeliveryLife({});
+    const lines = logLines(stdout).map((line) => JSON.parse(line) as { level: number; msg: string; path?: string });
+    expect(lines.filter((line) => line.msg === 'request' && line.path === '/graphql')).toHaveLength(1);
+    expect(lines.filter((line) => line.path === '/webhooks')).toEqual([]);
+    // The mutation's line, the socket's upgrade and the stop: a handful, however many webhooks came.
+    expect(lines.length).toBeLessThanOrEqual(5);
+    expect(stderr).not.toMatch(/warning/i);
+  });
+
+  it('in production logs each webhook at info, one JSON line each', async () => {
+    const { stdout, stderr } = await bookedDeliveryLife({ NODE_ENV: 'production' });
+    const lines = logLines(stdout).map((line) => JSON.parse(line) as { level: number; msg: string; path?: string; status?: number });
+    const webhooks = lines.filter((line) => line.msg === 'request' && line.path === '/webhooks');
+    // Created, the milestones to drop-off, and the courier's positions between them.
+    expect(webhooks.length).toBeGreaterThan(5);
+    expect(webhooks.every((line) => line.level === 30 && line.status === 200)).toBe(true);
+    expect(stderr).not.toMatch(/warning/i);
+  });
+});
+
 describe('start-up with a bad variable', () => {
   it('exits 1 with one line naming the variable', async () => {
     const child = run({ UPSTREAM_TIMEOUT_MS: 'soon' });
@@ -194,8 +253,30 @@ describe('npm start, exactly as the README runs it', () => {
       expect(await exited(child)).toBe(1);
       const lines = stderr.trim().split('\n').filter((line) => line.includes('delivery-graph') || line.includes('    at '));
       expect(lines).toEqual([`delivery-graph: port ${port} on 127.0.0.1 is already in use; set PORT to a free port (e.g. PORT=${port + 1} npm start)`]);
+      expect(stderr).not.toMatch(/warning/i);
     } finally {
       blocker.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it('names every busy port in that one line, the main port and the sandbox port together', async () => {
+    const { createServer } = await import('node:net');
+    const blockers = [createServer(), createServer()];
+    for (const blocker of blockers) await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', () => resolve()));
+    const [port, sandboxPort] = blockers.map((blocker) => (blocker.address() as { port: number }).port) as [number, number];
+    const dataDir = makeDataDir();
+    try {
+      const child = npmStart({ PORT: String(port), SANDBOX_PORT: String(sandboxPort), DATA_DIR: dataDir });
+      let stderr = '';
+      child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      expect(await exited(child)).toBe(1);
+      expect(stderr.trim().split('\n')).toEqual([
+        `delivery-graph: port ${port} on 127.0.0.1 is already in use, port ${sandboxPort} on 127.0.0.1 is already in use; ` +
+          `set PORT and SANDBOX_PORT to free ports (e.g. PORT=${port + 1} SANDBOX_PORT=${sandboxPort + 1} npm start)`,
+      ]);
+    } finally {
+      for (const blocker of blockers) blocker.close();
       rmSync(dataDir, { recursive: true, force: true });
     }
   });

@@ -16,6 +16,7 @@ describe.skipIf(!redisAvailable('workers.test.ts'))('WORKERS=2 on one Redis', ()
   let redis: RedisServer;
   let primary: ChildProcess;
   let url: string;
+  let stderr = '';
   const dataDir = makeDataDir();
 
   beforeAll(async () => {
@@ -36,6 +37,7 @@ describe.skipIf(!redisAvailable('workers.test.ts'))('WORKERS=2 on one Redis', ()
       primary.stdout!.on('data', onData);
       primary.stderr!.on('data', onData);
     });
+    primary.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
   }, 60_000);
 
   afterAll(async () => {
@@ -89,6 +91,10 @@ describe.skipIf(!redisAvailable('workers.test.ts'))('WORKERS=2 on one Redis', ()
     primary.kill('SIGTERM');
     expect(await exited).toBe(0);
     await expect(fetch(`${url}/health`)).rejects.toThrow();
+  });
+
+  it('printed no warning (a Node warning goes to the stderr of the process that has it)', () => {
+    expect(stderr).not.toMatch(/warning/i);
   });
 });
 
