@@ -1,7 +1,7 @@
 // One registry of the error codes clients see. Each class has a stable `code`
 // and a default message; the codes yoga gives the request errors it answers
 // itself (GRAPHQL_PARSE_FAILED, BAD_REQUEST, …) have no class but are listed
-// too. The README's error table is checked against ERROR_CODES by
+// too. The error table in docs/errors.md is checked against ERROR_CODES by
 // test/unit/errors.test.ts. Messages never carry keys or raw upstream bodies.
 
 /**

@@ -264,6 +264,6 @@ async function warnAboutSettings(client: Redis, logger: Logger | undefined): Pro
     logger?.warn({ maxmemoryPolicy: policy }, 'Redis may evict keys: de-duplication, idempotency and the event log need maxmemory-policy noeviction');
   }
   if (field('aof_enabled') === '0') {
-    logger?.warn('Redis runs without AOF (appendonly no): a Redis crash or restart loses acknowledged webhooks; see the README on durability');
+    logger?.warn('Redis runs without AOF (appendonly no): a Redis crash or restart loses acknowledged webhooks; see docs/scale-out.md on what Redis settings guarantee');
   }
 }
