@@ -238,7 +238,7 @@ export async function redisReplicaAck({ quick, command }) {
     '',
     table(['setting', 'webhook ack p50 / p99', 'webhook → subscriber p50 / p99', 'lost / webhooks failed', 'max stored events/s (median; rounds)'], results.map(row)),
     '',
-    `With the replica acknowledging: ingest ${fmt(results[1].i.rate / results[0].i.rate, 2)}× and subscriber p99 ${fmt(results[1].m.delivery.p99 - results[0].m.delivery.p99, 2)} ms more than without.`,
+    `With the replica acknowledging: ingest ${fmt(results[1].i.rate / results[0].i.rate, 2)}× that without, subscriber p99 ${fmt(Math.abs(results[1].m.delivery.p99 - results[0].m.delivery.p99), 2)} ms ${results[1].m.delivery.p99 >= results[0].m.delivery.p99 ? 'higher' : 'lower'} (one run of each, the second right after the first: differences of this size are within this machine's run-to-run noise).`,
   ].join('\n');
   writeSection('redis-replica-ack', 'Redis with a replica acknowledging', body, { command, quick });
   await upstream.stop();
