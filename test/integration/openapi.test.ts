@@ -359,7 +359,7 @@ describe('the description itself', () => {
     const props = rawSpec.components.schemas.WebhookEvent.properties;
     for (const field of ['partner_reference', 'partner_payload']) {
       expect(props[field]['x-sandbox-addition'], field).toBe(true);
-      expect(props[field].description).toMatch(/not in upstream-api\.md/);
+      expect(props[field].description).toMatch(/not in the upstream's document/);
     }
   });
 
