@@ -9,12 +9,11 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { startUpstream } from '../lib/contenders.mjs';
 import { PLATFORM_ID } from '../lib/fixed-upstream.mjs';
-import { UID_SLOT } from '../lib/load.mjs';
 import { ROOT } from '../lib/proc.mjs';
 import { forkWorker } from '../lib/worker.mjs';
-import { FACADE_SINGLE_READ, KEY } from '../scenarios/single-read.mjs';
+import { facadeReadLoad, probeFlags } from '../scenarios/single-read.mjs';
 
-const flags = Object.fromEntries(process.argv.slice(2).filter((a) => a.startsWith('--')).map((a) => a.slice(2).split(/=(.*)/s, 2)));
+const flags = probeFlags();
 const seconds = Number(flags.seconds ?? 5);
 const upstream = await startUpstream();
 const { startApp } = await import(path.join(ROOT, 'dist/app.js'));
@@ -23,15 +22,7 @@ const app = await startApp(
   loadConfig({ PORT: '0', UPSTREAM_URL: upstream.url, PLATFORM_ID, DATA_DIR: mkdtempSync(path.join(tmpdir(), 'dg-bench-')), LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0' }),
 );
 const http = forkWorker('http-load');
-const request = {
-  url: `${app.url}/graphql`,
-  method: 'POST',
-  headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
-  body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID_SLOT } }),
-  uniqueIds: true,
-  graphql: true,
-  connections: 32,
-};
+const request = facadeReadLoad(app.url);
 await http.call('autocannon', { ...request, duration: 2 });
 const session = new Session();
 session.connect();

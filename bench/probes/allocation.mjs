@@ -11,12 +11,11 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { startUpstream } from '../lib/contenders.mjs';
 import { PLATFORM_ID } from '../lib/fixed-upstream.mjs';
-import { UID_SLOT } from '../lib/load.mjs';
 import { ROOT, stop } from '../lib/proc.mjs';
 import { forkWorker } from '../lib/worker.mjs';
-import { FACADE_SINGLE_READ, KEY } from '../scenarios/single-read.mjs';
+import { facadeReadLoad, probeFlags } from '../scenarios/single-read.mjs';
 
-const flags = Object.fromEntries(process.argv.slice(2).filter((a) => a.startsWith('--')).map((a) => a.slice(2).split(/=(.*)/s, 2)));
+const flags = probeFlags();
 const seconds = Number(flags.seconds ?? 10);
 const rounds = Number(flags.rounds ?? 2);
 
@@ -57,15 +56,7 @@ const contenders = [{ name: 'this checkout', checkout: ROOT }];
 if (flags.baseline) contenders.push({ name: path.basename(path.resolve(flags.baseline)), checkout: path.resolve(flags.baseline) });
 for (const c of contenders) c.facade = await startTraced(upstream.url, c.checkout);
 const http = forkWorker('http-load');
-const request = (c) => ({
-  url: `${c.facade.origin}/graphql`,
-  method: 'POST',
-  headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
-  body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID_SLOT } }),
-  uniqueIds: true,
-  graphql: true,
-  connections: 32,
-});
+const request = (c) => facadeReadLoad(c.facade.origin);
 const results = Object.fromEntries(contenders.map((c) => [c.name, []]));
 for (let round = 0; round < rounds; round += 1) {
   for (const c of contenders) {

@@ -6,25 +6,16 @@ import path from 'node:path';
 import { startFacade, startUpstream } from '../lib/contenders.mjs';
 import { cpuMeter } from '../lib/cpu.mjs';
 import { BENCH } from '../lib/proc.mjs';
-import { UID_SLOT } from '../lib/load.mjs';
 import { forkWorker } from '../lib/worker.mjs';
-import { FACADE_SINGLE_READ, KEY } from '../scenarios/single-read.mjs';
+import { facadeReadLoad, probeFlags } from '../scenarios/single-read.mjs';
 
-const flags = Object.fromEntries(process.argv.slice(2).filter((a) => a.startsWith('--')).map((a) => a.slice(2).split(/=(.*)/s, 2)));
+const flags = probeFlags();
 const seconds = Number(flags.seconds ?? 15);
 process.env.BENCH_PROFILE = flags.dir ?? path.join(BENCH, 'profiles');
 const upstream = await startUpstream();
 const facade = await startFacade(upstream.url, { label: 'profile-read', entry: flags.entry, cwd: flags.cwd });
 const http = forkWorker('http-load');
-const request = {
-  url: `${facade.origin}/graphql`,
-  method: 'POST',
-  headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
-  body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID_SLOT } }),
-  uniqueIds: true,
-  graphql: true,
-  connections: 32,
-};
+const request = facadeReadLoad(facade.origin);
 await http.call('autocannon', { ...request, duration: 3 });
 const cpu = cpuMeter([{ name: 'facade', pid: facade.child.pid }]);
 const result = await http.call('autocannon', { ...request, duration: seconds });

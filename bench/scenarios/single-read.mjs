@@ -29,6 +29,22 @@ export const FACADE_SINGLE_READ = `query Read($uid: ID!) {
   }
 }`;
 
+/** The single read as a load request (autocannon, 32 connections, a fresh uid per request) against a facade at `origin`. */
+export function facadeReadLoad(origin) {
+  return {
+    url: `${origin}/graphql`,
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID_SLOT } }),
+    uniqueIds: true,
+    graphql: true,
+    connections: 32,
+  };
+}
+
+/** `--name=value` flags of a probe's command line. */
+export const probeFlags = () => Object.fromEntries(process.argv.slice(2).filter((arg) => arg.startsWith('--')).map((arg) => arg.slice(2).split(/=(.*)/s, 2)));
+
 export async function singleRead({ quick, command, flags = {} }) {
   const duration = quick ? 3 : 10;
   const rounds = quick ? 1 : 3;

@@ -3,10 +3,13 @@
 // with SIGKILL (a crash, not a clean shutdown) and starts it again on the same
 // port and directory, so what it acknowledged must come back from the AOF.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, constants, mkdtempSync, rmSync } from 'node:fs';
-import { createConnection, createServer } from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { findRedisServer, freePort } from '../../scripts/sentinel-set.js';
+
+export { findRedisServer, freePort };
 
 export interface RedisServer {
   url: string;
@@ -20,20 +23,6 @@ export interface RedisServer {
   stop(): Promise<void>;
 }
 
-/** /usr/bin/redis-server, or redis-server on PATH; undefined when there is none. */
-export function findRedisServer(): string | undefined {
-  const candidates = ['/usr/bin/redis-server', ...(process.env.PATH ?? '').split(path.delimiter).map((dir) => path.join(dir, 'redis-server'))];
-  for (const candidate of candidates) {
-    try {
-      accessSync(candidate, constants.X_OK);
-      return candidate;
-    } catch {
-      // next
-    }
-  }
-  return undefined;
-}
-
 const MISSING = 'redis-server not found (install Debian\'s redis-server, or run scripts/redis-server.sh start, which does)';
 
 /**
@@ -44,17 +33,6 @@ export function redisAvailable(file: string): boolean {
   if (findRedisServer() || process.env.CI) return true;
   console.warn(`${file}: skipped: ${MISSING}`);
   return false;
-}
-
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 function ping(port: number): Promise<boolean> {
