@@ -11,8 +11,26 @@ import { RequestLog } from './request-log.js';
 import { seedOrder } from './partner-routes.js';
 import { toWebhookEvent } from './representations.js';
 import { createSandboxServer } from './server.js';
-import { SandboxState } from './state.js';
-import { loadSigningKeys, WebhookSender, type WebhookStats } from './webhooks.js';
+import { isFinished, planOf, readStatus, SandboxState, type Outcome } from './state.js';
+import type { Selector, WebhookOrderName } from './webhook-script.js';
+import { loadSigningKeys, WebhookSender, type WebhookHistory, type WebhookStats } from './webhooks.js';
+
+export { plannedWebhooks, OUTCOMES, type Outcome } from './state.js';
+export type { Selector, WebhookScript } from './webhook-script.js';
+export type { WebhookFate, WebhookHistory, WebhookHistoryEntry } from './webhooks.js';
+
+/** A delivery's whole story, for tests: its outcome and true state, and each event with what became of its webhook. */
+export interface DeliveryHistory extends WebhookHistory {
+  uid: string;
+  /** null while undecided (drawn at pickup). */
+  outcome: Outcome | null;
+  /** What a read answers now: the upstream's true state. */
+  status: string;
+  /** Nothing more will happen to it. */
+  finished: boolean;
+  /** The delivery.* events of its plan, in order (the delivered path while the outcome is open; a merchant cancel cuts it short). */
+  plan: string[];
+}
 
 export interface SandboxMerchant {
   key: string;
@@ -33,6 +51,26 @@ export interface SandboxKnobs {
   duplicateRate: number;
   /** 0..1: share of webhooks held back and sent after the delivery's next one. */
   reorderRate: number;
+  /** 0..1: share of webhooks never sent, as if all five retries had failed (the read still tells the truth). */
+  dropRate: number;
+  /**
+   * The order of the webhooks of each delivery booked from now on: `as_emitted`
+   * (as they happen), or gathered until the delivery ends and then sent
+   * `reversed` or `shuffled`. A payload's `sandbox_webhooks` overrides it.
+   */
+  webhookOrder: WebhookOrderName;
+  /**
+   * null, or a number that makes every later booking's draws (outcome,
+   * reassignment, webhook faults, shuffles) follow from it and the booking's
+   * place in line (both groups counted), so a run can be replayed.
+   */
+  seed: number | null;
+  /**
+   * null (outcomes follow returnRate, drawn at pickup), or weights by outcome,
+   * drawn at booking: e.g. `{delivered: 3, failed_then_delivered: 1}`. A
+   * payload's `sandbox_outcome` overrides it.
+   */
+  outcomeWeights: Readonly<Partial<Record<Outcome, number>>> | null;
   /**
    * 0..1: share of picked-up deliveries that are not delivered: they fail at the
    * door or are canceled by the provider on the way, then go back to the pickup
@@ -152,6 +190,19 @@ export interface Sandbox {
   /** The partner group has no create endpoint: book an order for `key` directly. Throws when invalid. */
   seedPartnerOrder(key: string, body: Partial<WireDeliveryRequest> & { partner_reference: string }): WireOrder;
   webhookStats(): WebhookStats;
+  /**
+   * Every event of one delivery in true order, what became of each webhook
+   * (sent, dropped, held, ...), the order they were sent in, and the true state
+   * now. Undefined for an unknown uid. Also `GET /sandbox/deliveries/<uid>/history`.
+   */
+  history(uid: string): DeliveryHistory | undefined;
+  /**
+   * Sends webhooks of one delivery that were kept back (its script's `hold`, or
+   * gathered for its order): those the selectors pick, in that order, or all.
+   * Resolves with their indexes once the receiver acknowledged them (or they
+   * were given up). Rejects for an unknown uid. Also `POST /sandbox/deliveries/<uid>/webhooks/release`.
+   */
+  releaseWebhooks(uid: string, selectors?: readonly Selector[]): Promise<number[]>;
   /** Resolves when no webhook is queued, in flight or waiting for a retry. */
   idle(): Promise<void>;
   /** Closes the server, its sockets, timers and outbound webhook connections. */
@@ -194,18 +245,43 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
   const state = new SandboxState(merchants);
   const webhooks = new WebhookSender({ knobs, issuer, privateKey: keys.privateKey, webhookUrl: () => webhookUrl });
   const lifecycle = new LifecycleSimulator(state, knobs, (record, eventName, { final, location }) =>
-    webhooks.enqueue(record.uid, toWebhookEvent(record, eventName, state.origin, { location, partnerFields: knobs.partnerWebhookFields }), final),
+    webhooks.enqueue(record.uid, toWebhookEvent(record, eventName, state.origin, { location, partnerFields: knobs.partnerWebhookFields }), final, {
+      readStatus: readStatus(record),
+      script: record.webhookScript,
+      seed: record.seed,
+    }),
   );
-  state.deliveryMinuteOfDay = knobs.deliveryMinuteOfDay;
-  state.readScope = knobs.readScope;
-  state.createAnswerShape = knobs.createAnswerShape;
-  const setKnobs = (patch: unknown) => {
-    const stepMs = knobs.stepMs;
-    applyKnobs(knobs, patch);
+  const mirrorKnobs = () => {
     state.deliveryMinuteOfDay = knobs.deliveryMinuteOfDay;
     state.readScope = knobs.readScope;
     state.createAnswerShape = knobs.createAnswerShape;
+    state.seed = knobs.seed;
+  };
+  mirrorKnobs();
+  const setKnobs = (patch: unknown) => {
+    const stepMs = knobs.stepMs;
+    applyKnobs(knobs, patch);
+    mirrorKnobs();
     if (knobs.stepMs !== stepMs) lifecycle.reschedule();
+  };
+  const history = (uid: string): DeliveryHistory | undefined => {
+    const record = state.deliveries.get(uid);
+    const sent = webhooks.history(uid);
+    if (!record || !sent) return undefined;
+    const plan = planOf(record).map((m) => m.event);
+    return {
+      uid,
+      outcome: record.outcome,
+      status: readStatus(record),
+      finished: isFinished(record),
+      plan: record.canceled ? [...plan.slice(0, record.step + 1), 'delivery.canceled'] : plan,
+      ...sent,
+    };
+  };
+  const releaseWebhooks = async (uid: string, selectors?: readonly Selector[]): Promise<number[]> => {
+    const released = state.deliveries.has(uid) ? await webhooks.release(uid, selectors) : undefined;
+    if (released === undefined) throw new Error(`releaseWebhooks: no delivery ${uid}`);
+    return released;
   };
 
   const server = createSandboxServer({
@@ -218,6 +294,8 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     },
     lifetime: lifetime.signal,
     setKnobs,
+    history,
+    releaseWebhooks,
     info: () => ({
       url: `${state.origin}/api/v1`,
       platformId,
@@ -280,6 +358,8 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
       return outcome.order;
     },
     webhookStats: () => webhooks.stats(),
+    history,
+    releaseWebhooks,
     idle: () => webhooks.idle(),
     stop: () =>
       (stopping ??= (async () => {

@@ -1,17 +1,20 @@
-// The milestone simulator: moves each delivery created → assigned → … →
-// dropoff_complete (or, once picked up, failed or canceled by the provider and
-// then back to the pickup), one milestone every `stepMs` (or on advance()),
-// moves its courier between the coordinates, and announces each step as events.
+// The milestone simulator: moves each delivery along the plan of its outcome
+// (created → assigned → … → dropoff_complete, or a failure or provider cancel
+// before or after pickup, then maybe back to the pickup or a second attempt),
+// one milestone every `stepMs` (or on advance()), moves its courier between the
+// coordinates, and announces each step as events.
 import type { LocationEventName, WireLatLng } from '../upstream/wire.js';
 import type { SandboxKnobs } from './index.js';
 import {
   MILESTONE,
+  OUTCOMES,
   cancellationFeeCents,
   STEP,
   interpolate,
   isFinished,
   isPickedUp,
   milestoneOf,
+  planOf,
   pickCourier,
   pickProviderCancellationReason,
   PLANS,
@@ -23,6 +26,10 @@ import {
 
 /** Where the courier is when an en-route milestone fires: a tenth of the way along. */
 const ENROUTE_START = 0.1;
+/** A provider cancel right after pickup finds the courier just driven off: this share of the way to the dropoff. */
+const DRIVEN_OFF = 0.05;
+/** After a failed attempt the courier leaves and comes back for the second from halfway between the two ends. */
+const REATTEMPT_FROM = 0.5;
 
 /** Milestones on the way to the recipient: the arrival estimate means something only here. */
 const DELIVERY_PATH: ReadonlySet<MilestoneKey> = new Set(PLANS.delivered.map((m) => m.key));
@@ -53,6 +60,8 @@ export class LifecycleSimulator {
 
   /** Announces a new delivery and sets its clock running. */
   start(record: DeliveryRecord): void {
+    // With outcomeWeights every outcome may be drawn, some branching before pickup: drawn now.
+    if (this.knobs.outcomeWeights !== null) record.outcome ??= this.drawWeightedOutcome(record, this.knobs.outcomeWeights);
     record.etaAt = this.estimateArrival(record);
     this.emit(record, MILESTONE.created.event, { final: false, location: false });
     this.schedule(record);
@@ -63,7 +72,8 @@ export class LifecycleSimulator {
     const record = this.state.deliveries.get(uid);
     if (!record) throw new LifecycleError('not_found', `no delivery ${uid}`);
     if (isFinished(record)) {
-      const end = record.canceled ? 'canceled' : milestoneOf(record).key === 'returned' ? 'returned' : 'delivered';
+      const ends: Partial<Record<string, string>> = { returned: 'returned', dropoff_complete: 'delivered', failed: 'failed', provider_canceled: 'canceled' };
+      const end = record.canceled ? 'canceled' : ends[milestoneOf(record).key];
       throw new LifecycleError('finished', `delivery ${uid} is already ${end}`);
     }
     this.step(record);
@@ -127,8 +137,9 @@ export class LifecycleSimulator {
     this.clearTimers(record.uid);
     record.step += 1;
     // Whether this package reaches its recipient is settled once it is in the vehicle.
-    if (record.step === STEP.pickupComplete) record.outcome ??= this.chooseOutcome();
+    if (record.step === STEP.pickupComplete) record.outcome ??= this.chooseOutcome(record);
     const milestone = milestoneOf(record);
+    const final = isFinished(record);
 
     if (milestone.key === 'assigned') record.courier = pickCourier(record);
     if (milestone.key === 'provider_canceled') record.providerCancellation = { at: new Date(), reason: pickProviderCancellationReason() };
@@ -136,18 +147,29 @@ export class LifecycleSimulator {
     record.courierAt = this.courierPositionAt(record, milestone.key);
     record.etaAt = this.estimateArrival(record);
 
-    this.emit(record, milestone.event, { final: milestone.final, location: false });
+    this.emit(record, milestone.event, { final, location: false });
     if (milestone.location) this.emit(record, milestone.location, { final: false, location: true });
     // The reassignRate knob's share of deliveries get another courier once, on the way to the pickup.
-    if (milestone.key === 'pickup_enroute' && this.knobs.reassignRate > 0 && Math.random() < this.knobs.reassignRate) this.changeCourier(record);
-    if (!milestone.final) this.schedule(record);
+    if (milestone.key === 'pickup_enroute' && this.knobs.reassignRate > 0 && record.random() < this.knobs.reassignRate) this.changeCourier(record);
+    if (!final) this.schedule(record);
   }
 
   /** The returnRate knob's share of deliveries go back, half after a failure and half after a provider cancel. */
-  private chooseOutcome(): Outcome {
+  private chooseOutcome(record: DeliveryRecord): Outcome {
     const { returnRate } = this.knobs;
-    if (returnRate <= 0 || Math.random() >= returnRate) return 'delivered';
-    return Math.random() < 0.5 ? 'failed_then_returned' : 'canceled_then_returned';
+    if (returnRate <= 0 || record.random() >= returnRate) return 'delivered';
+    return record.random() < 0.5 ? 'failed_then_returned' : 'canceled_then_returned';
+  }
+
+  /** One outcome drawn by weight (outcomeWeights knob); every weight 0 or missing means delivered. */
+  private drawWeightedOutcome(record: DeliveryRecord, weights: Partial<Record<Outcome, number>>): Outcome {
+    const total = OUTCOMES.reduce((sum, outcome) => sum + (weights[outcome] ?? 0), 0);
+    let draw = record.random() * total;
+    for (const outcome of OUTCOMES) {
+      draw -= weights[outcome] ?? 0;
+      if (draw < 0) return outcome;
+    }
+    return 'delivered';
   }
 
   /**
@@ -178,7 +200,7 @@ export class LifecycleSimulator {
       case 'pickup_enroute':
         return { from: courier.origin, to: record.pickup.point, event: 'location.pickup_enroute' };
       case 'dropoff_enroute':
-        return { from: record.pickup.point, to: record.dropoff.point, event: 'location.dropoff_enroute' };
+        return { from: this.dropoffLegStart(record), to: record.dropoff.point, event: 'location.dropoff_enroute' };
       case 'return_in_progress':
         return { from: record.returnFrom ?? record.dropoff.point, to: record.pickup.point, event: 'location.return_in_progress' };
       default:
@@ -198,16 +220,27 @@ export class LifecycleSimulator {
       case 'returned':
         return record.pickup.point;
       case 'dropoff_enroute':
-        return interpolate(record.pickup.point, record.dropoff.point, ENROUTE_START);
+        return interpolate(this.dropoffLegStart(record), record.dropoff.point, ENROUTE_START);
       case 'dropoff_arrived':
       case 'dropoff_complete':
         return record.dropoff.point;
       case 'return_in_progress':
         return interpolate(record.returnFrom ?? record.dropoff.point, record.pickup.point, ENROUTE_START);
+      case 'provider_canceled':
+        // Right after pickup the courier has just driven off; otherwise the cancel finds them where they are.
+        return planOf(record)[record.step - 1]?.key === 'pickup_complete' ? interpolate(record.pickup.point, record.dropoff.point, DRIVEN_OFF) : record.courierAt;
       default:
-        // A failure or a provider cancel happens where the courier is.
+        // A failure happens where the courier is.
         return record.courierAt;
     }
+  }
+
+  /** The dropoff leg starts at the pickup; a second attempt after a failure, from where the courier waited. */
+  private dropoffLegStart(record: DeliveryRecord): WireLatLng {
+    const reattempt = planOf(record)
+      .slice(0, record.step)
+      .some((m) => m.key === 'failed');
+    return reattempt ? interpolate(record.dropoff.point, record.pickup.point, REATTEMPT_FROM) : record.pickup.point;
   }
 
   /**
@@ -219,7 +252,9 @@ export class LifecycleSimulator {
     const key = milestoneOf(record).key;
     if (key === 'dropoff_complete') return new Date(now);
     if (this.knobs.stepMs <= 0 || !DELIVERY_PATH.has(key)) return record.etaAt;
-    return new Date(now + (STEP.dropoffComplete - record.step) * this.knobs.stepMs);
+    // A plan that ends elsewhere is estimated as if it would arrive, as it still might for all the courier knows.
+    const arrival = planOf(record).lastIndexOf(MILESTONE.dropoff_complete);
+    return new Date(now + ((arrival >= 0 ? arrival : STEP.dropoffComplete) - record.step) * this.knobs.stepMs);
   }
 
   private addTimer(uid: string, ms: number, run: () => void): void {

@@ -6,6 +6,7 @@ import { parseArgs } from 'node:util';
 import { DEFAULT_REQUEST_LOG_SIZE, startSandbox, type SandboxKnobs } from './index.js';
 import { DEFAULT_STEP_MS } from './knobs.js';
 import { OUTCOME_PAYLOAD_FIELD, OUTCOMES, PLANS, STEP } from './state.js';
+import { WEBHOOKS_PAYLOAD_FIELD } from './webhook-script.js';
 
 const USAGE = `Usage: npm run sandbox -- [options]
 
@@ -17,8 +18,15 @@ const USAGE = `Usage: npm run sandbox -- [options]
   --error-rate <0..1>    share of API requests answered 503 (default 0)
   --duplicate-rate <0..1> share of webhooks sent twice (default 0)
   --reorder-rate <0..1>  share of webhooks sent after the next one (default 0)
+  --drop-rate <0..1>     share of webhooks never sent, as after five failed retries (default 0)
+  --webhook-order <o>    each delivery's webhooks as_emitted (default), or gathered until
+                         it ends and sent reversed or shuffled
+  --seed <n>             replayable draws: every booking's faults and outcome follow
+                         from this seed and its place in line (default: unseeded)
   --return-rate <0..1>   share of picked-up deliveries that fail or are canceled by
                          the provider, then go back to the pickup (default 0)
+  --outcomes <weights>   draw each booking's outcome by weight instead, e.g.
+                         delivered=6,failed_then_delivered=1,canceled_before_pickup=1
   --read-scope <s>       whose deliveries a key may read: merchant (its own, default)
                          or platform (any of its platform's, as the document allows)
   --reassign-rate <0..1> share of deliveries that get another courier once, on the way
@@ -31,8 +39,13 @@ const USAGE = `Usage: npm run sandbox -- [options]
 To force one delivery's outcome, whatever --return-rate says, put "${OUTCOME_PAYLOAD_FIELD}"
 in its platform_payload (or a seeded order's partner_payload), e.g.
 {"platform_payload": {"${OUTCOME_PAYLOAD_FIELD}": "failed_then_returned"}}. The payload is
-still stored and returned untouched. Values, and the events after dropoff_enroute:
-${OUTCOMES.map((o) => `  ${o.padEnd(24)}${PLANS[o].slice(STEP.dropoffEnroute + 1).map((m) => m.event).join(', ')}`).join('\n')}
+still stored and returned untouched. Values, and the events after pickup_arrived:
+${OUTCOMES.map((o) => `  ${o.padEnd(37)}${PLANS[o].slice(STEP.pickupArrived + 1).map((m) => m.event).join(', ')}`).join('\n')}
+
+To script one delivery's webhooks, put "${WEBHOOKS_PAYLOAD_FIELD}" in the same payload, e.g.
+{"${WEBHOOKS_PAYLOAD_FIELD}": {"order": "shuffled", "seed": 7, "drop": ["delivery.pickup_complete"],
+"duplicate": [3], "hold": ["location.*"]}}; see src/sandbox/README.md.
+GET /sandbox/deliveries/<uid>/history shows every event in true order and what became of it.
 
 Knobs can also be changed while it runs: POST /sandbox/knobs {"returnRate": 0.2}.
 `;
@@ -43,6 +56,8 @@ const NUMERIC_KNOBS: Record<string, keyof SandboxKnobs> = {
   'error-rate': 'errorRate',
   'duplicate-rate': 'duplicateRate',
   'reorder-rate': 'reorderRate',
+  'drop-rate': 'dropRate',
+  seed: 'seed',
   'return-rate': 'returnRate',
   'reassign-rate': 'reassignRate',
 };
@@ -58,6 +73,10 @@ async function main(): Promise<void> {
       'error-rate': { type: 'string' },
       'duplicate-rate': { type: 'string' },
       'reorder-rate': { type: 'string' },
+      'drop-rate': { type: 'string' },
+      'webhook-order': { type: 'string' },
+      seed: { type: 'string' },
+      outcomes: { type: 'string' },
       'return-rate': { type: 'string' },
       'read-scope': { type: 'string' },
       'reassign-rate': { type: 'string' },
@@ -79,6 +98,8 @@ async function main(): Promise<void> {
   }
   // Checked with the other knobs by startSandbox (applyKnobs).
   if (values['read-scope'] !== undefined) (knobs as Record<string, unknown>).readScope = values['read-scope'];
+  if (values['webhook-order'] !== undefined) (knobs as Record<string, unknown>).webhookOrder = values['webhook-order'];
+  if (values.outcomes !== undefined) knobs.outcomeWeights = parseWeights(values.outcomes);
   const port = values.port === undefined ? 4010 : parseNumber('port', values.port);
   const webhookUrl = values['webhook-url'];
   if (webhookUrl !== undefined && !URL.canParse(webhookUrl)) throw new UsageError('--webhook-url must be an absolute URL');
@@ -115,6 +136,17 @@ async function main(): Promise<void> {
 }
 
 class UsageError extends Error {}
+
+/** `delivered=6,failed_then_delivered=1`: outcome=weight pairs (the knob checks names and weights). */
+function parseWeights(raw: string): Record<string, number> {
+  const weights: Record<string, number> = {};
+  for (const pair of raw.split(',')) {
+    const [outcome, weight] = pair.split('=');
+    if (!outcome || weight === undefined) throw new UsageError(`--outcomes takes outcome=weight pairs separated by commas, got "${raw}"`);
+    weights[outcome.trim()] = parseNumber('outcomes', weight);
+  }
+  return weights;
+}
 
 function parseNumber(flag: string, raw: string): number {
   const value = Number(raw);

@@ -18,6 +18,7 @@ import {
   centsToDecimal,
   centsToMajor,
   deliveryDay,
+  isFinished,
   isPickedUp,
   milestoneOf,
   readStatus,
@@ -158,7 +159,8 @@ function deliveryEndTime(record: DeliveryRecord): string | null {
 /** What cancelling now would cost; null once cancelling is refused, the charged fee once canceled. */
 export function expectedCancellationFee(record: DeliveryRecord): WireFeeAmount | null {
   if (record.canceled) return { amount: centsToDecimal(record.canceled.feeCents), currency: record.quote.currency };
-  if (isPickedUp(record)) return null;
+  // Nothing to cancel once the courier has the package, or once the provider ended it.
+  if (isPickedUp(record) || isFinished(record)) return null;
   return { amount: centsToDecimal(cancellationFeeCents(record)), currency: record.quote.currency };
 }
 

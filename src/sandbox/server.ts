@@ -4,7 +4,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { JsonObject } from '../upstream/wire.js';
-import type { SandboxKnobs, SandboxMerchant, SandboxRequestRecord } from './index.js';
+import type { DeliveryHistory, SandboxKnobs, SandboxMerchant, SandboxRequestRecord } from './index.js';
 import { LifecycleError, type LifecycleSimulator } from './lifecycle.js';
 import type { RequestLog } from './request-log.js';
 import { PARTNER_ROOTS, PARTNER_ROUTES, seedOrder } from './partner-routes.js';
@@ -13,6 +13,7 @@ import { toPlatformDelivery } from './representations.js';
 import { errorBody, matchRoute, type ApiResult } from './routing.js';
 import { readStatus, type Group, type SandboxState } from './state.js';
 import { isPlainObject } from './validation.js';
+import { selectorListProblems, type Selector } from './webhook-script.js';
 
 const API_PREFIX = '/api/v1';
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -27,6 +28,8 @@ export interface ServerDeps {
   lifetime: AbortSignal;
   info(): JsonObject;
   setKnobs(patch: unknown): void;
+  history(uid: string): DeliveryHistory | undefined;
+  releaseWebhooks(uid: string, selectors?: readonly Selector[]): Promise<number[]>;
 }
 
 type RecordGroup = SandboxRequestRecord['group'];
@@ -172,6 +175,28 @@ async function handleControl(deps: ServerDeps, req: IncomingMessage, method: str
       return controlError(error.code === 'not_found' ? 404 : 409, error.code, error.message);
     }
     return jsonPage(200, { uid, status: readStatus(deps.state.deliveries.get(uid)!) });
+  }
+
+  const history = /^\/sandbox\/deliveries\/([^/]+)\/history$/.exec(path);
+  if (method === 'GET' && history) {
+    const uid = decodeSegment(history[1]!) ?? '';
+    const found = deps.history(uid);
+    return found ? jsonPage(200, found) : controlError(404, 'not_found', `No delivery ${uid}.`);
+  }
+
+  // Sends what a delivery's script kept back; answers once the receiver has acknowledged it.
+  const release = /^\/sandbox\/deliveries\/([^/]+)\/webhooks\/release$/.exec(path);
+  if (method === 'POST' && release) {
+    const uid = decodeSegment(release[1]!) ?? '';
+    const text = await readBody(req);
+    const body = text === '' ? {} : parseJson(text);
+    if (!isPlainObject(body)) return controlError(400, 'bad_request', 'The request body must be empty or a JSON object {"events": [selectors]}.');
+    const events = body.events;
+    const problems = events === undefined ? [] : selectorListProblems(events, 'events');
+    if (problems.length > 0) return controlError(400, 'bad_request', problems.join(' '));
+    if (!deps.state.deliveries.has(uid)) return controlError(404, 'not_found', `No delivery ${uid}.`);
+    const released = await deps.releaseWebhooks(uid, events as Selector[] | undefined);
+    return jsonPage(200, { uid, released });
   }
 
   const reassign = /^\/sandbox\/deliveries\/([^/]+)\/reassign$/.exec(path);

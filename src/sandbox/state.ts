@@ -8,6 +8,7 @@ import type {
   WireLatLng,
 } from '../upstream/wire.js';
 import type { SandboxMerchant } from './index.js';
+import { deriveSeed, freshSeed, seededRandom, webhookScriptOf, type WebhookScript } from './webhook-script.js';
 
 export type Group = 'platform' | 'partner';
 
@@ -34,20 +35,17 @@ export interface Milestone {
   event: DeliveryEventName;
   /** The location event sent with this milestone; none where the courier does not move on. */
   location: LocationEventName | null;
-  /** Nothing follows: the delivery is finished. */
-  final: boolean;
 }
 
 export const CANCELED_STATUS = 'Canceled';
 
-const milestone = (
-  key: MilestoneKey,
-  event: DeliveryEventName,
-  status: string,
-  label: string,
-  location: LocationEventName | null,
-  final = false,
-): Milestone => ({ key, event, status, label, location, final });
+const milestone = (key: MilestoneKey, event: DeliveryEventName, status: string, label: string, location: LocationEventName | null): Milestone => ({
+  key,
+  event,
+  status,
+  label,
+  location,
+});
 
 export const MILESTONE: Readonly<Record<MilestoneKey, Milestone>> = Object.freeze({
   created: milestone('created', 'delivery.created', 'CREATED', 'Created', null),
@@ -57,16 +55,27 @@ export const MILESTONE: Readonly<Record<MilestoneKey, Milestone>> = Object.freez
   pickup_complete: milestone('pickup_complete', 'delivery.pickup_complete', 'PICKUP_COMPLETE', 'Picked Up', 'location.pickup_complete'),
   dropoff_enroute: milestone('dropoff_enroute', 'delivery.dropoff_enroute', 'DROPOFF_ENROUTE', 'Dropoff Enroute', 'location.dropoff_enroute'),
   dropoff_arrived: milestone('dropoff_arrived', 'delivery.dropoff_arrived', 'DROPOFF_ARRIVED', 'Dropoff Arrived', 'location.dropoff_arrived'),
-  dropoff_complete: milestone('dropoff_complete', 'delivery.dropoff_complete', 'DROPOFF_COMPLETE', 'Delivered', null, true),
-  // The return path: the package was picked up but not delivered, and goes back.
+  dropoff_complete: milestone('dropoff_complete', 'delivery.dropoff_complete', 'DROPOFF_COMPLETE', 'Delivered', null),
+  // Off the straight path: a failure (at the door, or at the pickup) or a cancel by the provider, and the way back.
   failed: milestone('failed', 'delivery.failed', 'FAILED', 'Failed', null),
   provider_canceled: milestone('provider_canceled', 'delivery.canceled', CANCELED_STATUS, CANCELED_STATUS, null),
   return_in_progress: milestone('return_in_progress', 'delivery.return_in_progress', 'RETURN_IN_PROGRESS', 'Return In Progress', 'location.return_in_progress'),
-  returned: milestone('returned', 'delivery.returned', 'RETURNED', 'Returned', null, true),
+  returned: milestone('returned', 'delivery.returned', 'RETURNED', 'Returned', null),
 });
 
-/** How a delivery ends. */
-export const OUTCOMES = ['delivered', 'failed_then_returned', 'canceled_then_returned'] as const;
+/**
+ * How a delivery ends. The document lists the events but not the transitions:
+ * each outcome is one sequence it allows, so the facade is tested against each.
+ */
+export const OUTCOMES = [
+  'delivered',
+  'failed_then_returned',
+  'canceled_then_returned',
+  'failed_then_delivered',
+  'canceled_after_pickup_then_returned',
+  'canceled_before_pickup',
+  'failed_before_pickup',
+] as const;
 export type Outcome = (typeof OUTCOMES)[number];
 
 /**
@@ -76,21 +85,29 @@ export type Outcome = (typeof OUTCOMES)[number];
 export const OUTCOME_PAYLOAD_FIELD = 'sandbox_outcome';
 
 const M = MILESTONE;
-const TO_PICKUP = [M.created, M.assigned, M.pickup_enroute, M.pickup_arrived, M.pickup_complete] as const;
+const TO_PICKUP_ARRIVED = [M.created, M.assigned, M.pickup_enroute, M.pickup_arrived] as const;
+const TO_PICKUP = [...TO_PICKUP_ARRIVED, M.pickup_complete] as const;
 
 /**
- * The milestones of each outcome, in order. Every plan shares the path up to
- * dropoff_enroute, so a step index means the same milestone on all of them until
- * the delivery branches: the outcome may be decided as late as pickup.
- * A failure happens at the recipient's door; a provider cancellation on the way there.
+ * The milestones of each outcome, in order; the last one ends the delivery.
+ * The plans that go past pickup share the path up to pickup_complete, so a step
+ * index means the same milestone on all of them until the delivery branches: the
+ * outcome may be decided as late as pickup. A failure happens at the recipient's
+ * door (or, before pickup, at the store); a provider cancel after pickup on the
+ * way to the recipient, or right after pickup as the courier drives off.
  */
 export const PLANS: Readonly<Record<Outcome, readonly Milestone[]>> = Object.freeze({
   delivered: [...TO_PICKUP, M.dropoff_enroute, M.dropoff_arrived, M.dropoff_complete],
   failed_then_returned: [...TO_PICKUP, M.dropoff_enroute, M.dropoff_arrived, M.failed, M.return_in_progress, M.returned],
+  // A second attempt after a failure at the door: the document never says what may follow `failed`.
+  failed_then_delivered: [...TO_PICKUP, M.dropoff_enroute, M.dropoff_arrived, M.failed, M.dropoff_enroute, M.dropoff_arrived, M.dropoff_complete],
   canceled_then_returned: [...TO_PICKUP, M.dropoff_enroute, M.provider_canceled, M.return_in_progress, M.returned],
+  canceled_after_pickup_then_returned: [...TO_PICKUP, M.provider_canceled, M.return_in_progress, M.returned],
+  canceled_before_pickup: [...TO_PICKUP_ARRIVED, M.provider_canceled],
+  failed_before_pickup: [...TO_PICKUP_ARRIVED, M.failed],
 });
 
-/** Indexes of the shared part of every plan (and of the whole delivered plan). */
+/** Indexes of the shared part of the plans that get past pickup (and of the whole delivered plan). */
 export const STEP = Object.freeze({
   created: 0,
   assigned: 1,
@@ -101,6 +118,15 @@ export const STEP = Object.freeze({
   /** On the delivered plan only. */
   dropoffComplete: 7,
 });
+
+/**
+ * The webhooks a delivery of this outcome sends, in true order, when moved by
+ * `advance()` alone (stepMs 0: no location ticks) and never reassigned: the
+ * indexes a `sandbox_webhooks` script names. A merchant cancel ends it early.
+ */
+export function plannedWebhooks(outcome: Outcome): string[] {
+  return PLANS[outcome].flatMap((m) => (m.location ? [m.event, m.location] : [m.event]));
+}
 
 export interface Courier {
   /** driver_id: a number on webhooks (reads keep it reserved and null, as the document says). */
@@ -140,8 +166,18 @@ export interface DeliveryRecord {
   dropoff: Place;
   quote: Quote;
   deliveryStyle: string;
-  /** Decided at creation when the payload forces it, else when the package is picked up; null until then. */
+  /** Decided at creation when the payload or the outcomeWeights knob says, else when the package is picked up; null until then. */
   outcome: Outcome | null;
+  /**
+   * The seed of this delivery's draws (outcome, reassignment, webhook faults and
+   * order): its payload's `sandbox_webhooks.seed`, else derived from the seed knob
+   * and the booking's place in line, else fresh. Shown in its history.
+   */
+  seed: number;
+  /** Draws for the lifecycle (outcome, reassignment), from `seed`. */
+  random: () => number;
+  /** The payload's `sandbox_webhooks`: how its webhooks go out; null leaves them to the fault knobs. */
+  webhookScript: WebhookScript | null;
   /** Index into the plan of the outcome (PLANS.delivered while undecided). */
   step: number;
   courier: Courier | null;
@@ -164,6 +200,8 @@ export class SandboxState {
   readScope: 'merchant' | 'platform' = 'merchant';
   /** The createAnswerShape knob: where create's answer puts uid and tracking_link. */
   createAnswerShape: 'top-level' | 'data' = 'top-level';
+  /** The seed knob: with it, each booking's draws follow from it and the booking's place in line. */
+  seed: number | null = null;
   readonly deliveries = new Map<string, DeliveryRecord>();
   private readonly merchantsByKey: Map<string, SandboxMerchant>;
   private readonly platformIds: Set<string>;
@@ -186,6 +224,9 @@ export class SandboxState {
     return this.platformIds.has(platformId);
   }
 
+  /** Bookings made so far, both groups: a booking's place in line seeds its draws under the seed knob. */
+  private booked = 0;
+
   /** Books a validated request; the lifecycle is started by the caller. */
   create(group: Group, merchantKey: string, request: WireDeliveryRequest): DeliveryRecord {
     if (group === 'partner' && request.partner_reference !== undefined) {
@@ -194,6 +235,9 @@ export class SandboxState {
       }
     }
     const createdAt = new Date();
+    const booking = (this.booked += 1);
+    const webhookScript = webhookScriptOf(request.platform_payload ?? request.partner_payload);
+    const deliverySeed = webhookScript?.seed ?? (this.seed === null ? freshSeed() : deriveSeed(this.seed, booking));
     const record: DeliveryRecord = {
       uid: randomUUID(),
       group,
@@ -205,6 +249,9 @@ export class SandboxState {
       quote: priceDelivery(request),
       deliveryStyle: request.delivery_style ?? 'Standard',
       outcome: forcedOutcome(request),
+      seed: deliverySeed,
+      random: seededRandom(deriveSeed(deliverySeed, 'lifecycle')),
+      webhookScript,
       step: STEP.created,
       courier: null,
       courierAt: null,
@@ -259,13 +306,16 @@ export function milestoneOf(record: DeliveryRecord): Milestone {
   return planOf(record)[record.step]!;
 }
 
+/** The delivery reached the last milestone of its plan, or the merchant canceled it: nothing follows. */
 export function isFinished(record: DeliveryRecord): boolean {
-  return record.canceled !== null || milestoneOf(record).final;
+  return record.canceled !== null || record.step === planOf(record).length - 1;
 }
 
 /** The courier has the package (or had it, on the way back): the merchant can no longer cancel. */
 export function isPickedUp(record: DeliveryRecord): boolean {
-  return record.step >= STEP.pickupComplete;
+  return planOf(record)
+    .slice(0, record.step + 1)
+    .some((m) => m.key === 'pickup_complete');
 }
 
 /** Status as the read endpoints spell it. */
@@ -511,7 +561,7 @@ export function pickCourier(record: DeliveryRecord, replacing?: Courier): Courie
   };
 }
 
-/** Why a provider gives up on a picked-up delivery; the `provider:` prefix tells it from a merchant's cancel. */
+/** Why a provider gives up on a delivery; the `provider:` prefix tells it from a merchant's cancel. */
 const PROVIDER_CANCELLATION_REASONS = ['provider: vehicle breakdown', 'provider: courier unavailable', 'provider: road closed'];
 
 export function pickProviderCancellationReason(): string {

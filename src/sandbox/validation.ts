@@ -3,6 +3,7 @@
 // order of FIELDS decides which problem the top-level message names.
 import type { JsonObject, WireDeliveryRequest } from '../upstream/wire.js';
 import { OUTCOME_PAYLOAD_FIELD, OUTCOMES, outcomeInPayload, type Group } from './state.js';
+import { WEBHOOKS_PAYLOAD_FIELD, webhookScriptInPayload, webhookScriptProblems } from './webhook-script.js';
 
 export interface FieldProblem {
   field: string;
@@ -168,12 +169,14 @@ function crossFieldRules(body: JsonObject, present: JsonObject, problem: (field:
     }
   }
 
-  // The sandbox's own switch inside the payload: a misspelt outcome would otherwise silently deliver.
+  // The sandbox's own switches inside the payload: a misspelt outcome or script would otherwise silently deliver in order.
   for (const field of ['platform_payload', 'partner_payload']) {
     const outcome = outcomeInPayload(present[field]);
     if (outcome !== undefined && !(OUTCOMES as readonly unknown[]).includes(outcome)) {
       problem(field, `The ${field}.${OUTCOME_PAYLOAD_FIELD} field must be one of ${OUTCOMES.join(', ')}.`);
     }
+    const script = webhookScriptInPayload(present[field]);
+    if (script !== undefined) for (const message of webhookScriptProblems(script, `${field}.${WEBHOOKS_PAYLOAD_FIELD}`)) problem(field, message);
   }
 
   const currency = present.currency as string | undefined;

@@ -1,7 +1,9 @@
 // Outbound webhooks: each event is POSTed as JSON with `Authorization: Bearer
 // <JWT>` (RS256; claims iss, iat, exp and `payload` = the same body), retried up
 // to 5 times with doubling gaps. Events of one delivery go out one at a time in
-// order, unless the duplicate/reorder knobs perturb that on purpose.
+// order, unless the fault knobs or the delivery's script (webhook-script.ts)
+// drop, duplicate, reorder or hold them on purpose; every event is kept in the
+// delivery's history with what became of it.
 import { setMaxListeners } from 'node:events';
 import { createPrivateKey, createPublicKey, generateKeyPair, type KeyObject } from 'node:crypto';
 import { promisify } from 'node:util';
@@ -10,6 +12,7 @@ import { SignJWT } from 'jose';
 import { Agent, request } from 'undici';
 import type { SandboxKnobs } from './index.js';
 import type { SandboxWebhookEvent } from './representations.js';
+import { arrange, deriveSeed, matchesAny, pick, seededRandom, type ScriptedEvent, type Selector, type WebhookScript } from './webhook-script.js';
 
 export const MAX_RETRIES = 5;
 /** The JWT outlives the slowest retry schedule a receiver could see. */
@@ -41,13 +44,88 @@ export interface WebhookStats {
   retries: number;
   /** Events waiting in a queue or in flight (including waiting for a retry). */
   pending: number;
+  /** Events never sent on purpose (a script's `drop`, the dropRate knob): lost as after five failed retries. */
+  dropped: number;
+  /** Events kept back: held until released, gathered until their delivery ends, or held back by reorderRate. */
+  held: number;
 }
 
-interface DeliveryQueue {
-  events: SandboxWebhookEvent[];
+/**
+ * What became of one event's webhook: `not_sent` (no URL on file), `dropped`
+ * (never sent, on purpose), `held` (until released), `waiting` (gathered until
+ * the delivery ends, or held back by reorderRate), `queued` (to be sent or being
+ * sent), `delivered` (a copy acknowledged), `failed` (given up after the retries).
+ */
+export type WebhookFate = 'not_sent' | 'dropped' | 'held' | 'waiting' | 'queued' | 'delivered' | 'failed';
+
+/** One event of a delivery, in the true order, and what became of its webhook. */
+export interface WebhookHistoryEntry {
+  /** Its place in the delivery's true order, from 0 (delivery.created): what a script's number selects. */
+  index: number;
+  event_name: string;
+  /** The webhook's human-readable status. */
+  status: string | null;
+  /** What a read answered right after the event: the upstream's true state then. */
+  read_status: string | null;
+  /** When it happened (ISO 8601). */
+  at: string;
+  fate: WebhookFate;
+  /** Copies handed to the sender: 2 for a duplicate. */
+  copies: number;
+  /** Copies the receiver acknowledged with a 2xx. */
+  acknowledged: number;
+}
+
+/** The webhooks of one delivery: every event in true order, and the order they were sent in. */
+export interface WebhookHistory {
+  /** The seed of the delivery's draws, to replay a run. */
+  seed: number | null;
+  /** How its webhooks are ordered: `as_emitted`, `reversed`, `shuffled`, or a script's selector list. */
+  order: WebhookScript['order'];
+  /** Whether a payload's `sandbox_webhooks` scripts them (the fault rate knobs then leave it alone). */
+  scripted: boolean;
+  events: WebhookHistoryEntry[];
+  /** Indexes of the events in the order they were handed to the receiver, one per copy. */
+  sent: number[];
+}
+
+/** What the sandbox knows of the delivery an event belongs to; a bare enqueue (a test's own sender) has none. */
+export interface EventOrigin {
+  /** The read status right after the event. */
+  readStatus: string;
+  /** The delivery's `sandbox_webhooks` script; null for none. Read with its first event. */
+  script: WebhookScript | null;
+  /** The delivery's seed. Read with its first event. */
+  seed: number;
+}
+
+/** One event on its way out: its body, its place in the true order, and its entry in the history. */
+interface Outbound extends ScriptedEvent {
+  body: SandboxWebhookEvent;
+  entry: WebhookHistoryEntry;
+}
+
+/** One delivery's webhooks: the history, and the events kept back or queued. */
+interface Outbox {
+  script: WebhookScript | null;
+  order: WebhookScript['order'];
+  seed: number | null;
+  /** Draws for the fault knobs and the shuffle. */
+  random: () => number;
+  entries: WebhookHistoryEntry[];
+  occurrences: Map<string, number>;
+  sent: number[];
+  /** Gathered until the delivery ends (an order other than as_emitted). */
+  waiting: Outbound[];
+  /** Held until released. */
+  held: Outbound[];
+  /** The one event reorderRate holds back until the delivery's next one has gone. */
+  reordered: Outbound | null;
+  /** To send, one item per copy, in order. */
+  queue: Outbound[];
   running: boolean;
-  /** An event the reorder knob holds back until the delivery's next event has gone first. */
-  held: SandboxWebhookEvent | null;
+  /** Resolved when the queue is empty and nothing is in flight. */
+  drained: (() => void)[];
 }
 
 export interface WebhookSenderOptions {
@@ -59,9 +137,10 @@ export interface WebhookSenderOptions {
 }
 
 export class WebhookSender {
-  private readonly queues = new Map<string, DeliveryQueue>();
-  private readonly counters = { sent: 0, delivered: 0, failed: 0, retries: 0 };
+  private readonly outboxes = new Map<string, Outbox>();
+  private readonly counters = { sent: 0, delivered: 0, failed: 0, retries: 0, dropped: 0 };
   private pending = 0;
+  private kept = 0;
   private idleWaiters: (() => void)[] = [];
   private readonly lifetime = ((controller) => {
     // Every webhook attempt in flight listens to it until it settles: as many listeners as attempts, by design.
@@ -74,32 +153,68 @@ export class WebhookSender {
   constructor(private readonly options: WebhookSenderOptions) {}
 
   /**
-   * Queues one event of delivery `uid`. `final` marks the delivery's last event:
-   * it is never held back, and releases any event that is.
+   * Takes one event of delivery `uid`, as it happens. `final` marks the
+   * delivery's last event: it is never held back by reorderRate, and sends
+   * what that knob or the delivery's order kept back. `origin` ties the event to
+   * the sandbox's delivery (its script, seed and history).
    */
-  enqueue(uid: string, event: SandboxWebhookEvent, final: boolean): void {
+  enqueue(uid: string, event: SandboxWebhookEvent, final: boolean, origin?: EventOrigin): void {
     if (this.lifetime.signal.aborted) return;
+    const box = this.outboxFor(uid, origin);
+    const item = this.record(box, event, origin?.readStatus ?? null);
     // With no URL on file no events are sent; state is only visible by polling.
-    if (!this.options.webhookUrl()) return;
-    const queue = this.queueFor(uid);
-    const { reorderRate } = this.options.knobs;
-    if (!final && queue.held === null && reorderRate > 0 && Math.random() < reorderRate) {
-      queue.held = event;
-      return;
+    if (!this.options.webhookUrl()) item.entry.fate = 'not_sent';
+    else if (box.script) this.takeScripted(box, item);
+    else this.takeUnscripted(box, item, final);
+    if (final) {
+      this.send(box, this.arranged(box, box.waiting));
+      box.waiting = [];
+      if (box.reordered) this.send(box, this.copies(box, box.reordered));
+      box.reordered = null;
     }
-    this.push(queue, event);
-    if (queue.held !== null) {
-      this.push(queue, queue.held);
-      queue.held = null;
+    void this.drain(box);
+  }
+
+  /**
+   * Sends events of delivery `uid` kept back (held, or gathered until the
+   * delivery ends): those the selectors pick, in the selectors' order, or with
+   * none given, everything kept (the gathered ones arranged, then the held ones
+   * in true order). Resolves with their indexes once the receiver has
+   * acknowledged them (or they were given up); undefined for a delivery with no events.
+   */
+  async release(uid: string, selectors?: readonly Selector[]): Promise<number[] | undefined> {
+    const box = this.outboxes.get(uid);
+    if (!box) return undefined;
+    let released: Outbound[];
+    if (selectors === undefined) {
+      released = [...this.arranged(box, box.waiting), ...box.held.flatMap((item) => this.copies(box, item))];
+      box.waiting = [];
+      box.held = [];
+    } else {
+      const kept = [...box.waiting, ...box.held].sort((a, b) => a.index - b.index);
+      const { sequence, picked } = pick(kept, selectors, (item) => this.copiesOf(box, item));
+      released = sequence;
+      box.waiting = box.waiting.filter((item) => !picked.has(item));
+      box.held = box.held.filter((item) => !picked.has(item));
     }
-    void this.drain(uid, queue);
+    this.send(box, released);
+    void this.drain(box);
+    await new Promise<void>((resolve) => (box.running || box.queue.length > 0 ? box.drained.push(resolve) : resolve()));
+    return [...new Set(released.map((item) => item.index))];
+  }
+
+  /** The webhooks of delivery `uid` so far; undefined when it has sent none. */
+  history(uid: string): WebhookHistory | undefined {
+    const box = this.outboxes.get(uid);
+    if (!box) return undefined;
+    return { seed: box.seed, order: box.order, scripted: box.script !== null, events: box.entries.map((entry) => ({ ...entry })), sent: [...box.sent] };
   }
 
   stats(): WebhookStats {
-    return { ...this.counters, pending: this.pending };
+    return { ...this.counters, pending: this.pending, held: this.kept };
   }
 
-  /** Resolves once nothing is queued or in flight. A held-back event is not pending: it waits for the delivery's next event. */
+  /** Resolves once nothing is queued or in flight. A kept-back event is not pending: it waits for a release or the delivery's next event. */
   idle(): Promise<void> {
     if (this.pending === 0 || this.lifetime.signal.aborted) return Promise.resolve();
     return new Promise((resolve) => this.idleWaiters.push(resolve));
@@ -109,46 +224,143 @@ export class WebhookSender {
   async close(): Promise<void> {
     if (this.lifetime.signal.aborted) return;
     this.lifetime.abort();
-    this.queues.clear();
+    for (const box of this.outboxes.values()) this.notifyDrained(box);
+    this.outboxes.clear();
     this.pending = 0;
     this.notifyIdle();
     await this.agent.destroy().catch(() => undefined);
   }
 
-  private queueFor(uid: string): DeliveryQueue {
-    let queue = this.queues.get(uid);
-    if (!queue) {
-      queue = { events: [], running: false, held: null };
-      this.queues.set(uid, queue);
+  private outboxFor(uid: string, origin: EventOrigin | undefined): Outbox {
+    let box = this.outboxes.get(uid);
+    if (!box) {
+      const script = origin?.script ?? null;
+      const seed = origin?.seed ?? null;
+      box = {
+        script,
+        // The order is fixed with the delivery's first event: a knob change applies to later bookings.
+        order: script ? script.order : this.options.knobs.webhookOrder,
+        seed,
+        random: seed === null ? Math.random : seededRandom(deriveSeed(seed, 'webhooks')),
+        entries: [],
+        occurrences: new Map(),
+        sent: [],
+        waiting: [],
+        held: [],
+        reordered: null,
+        queue: [],
+        running: false,
+        drained: [],
+      };
+      this.outboxes.set(uid, box);
     }
-    return queue;
+    return box;
   }
 
-  private push(queue: DeliveryQueue, event: SandboxWebhookEvent): void {
+  /** Adds the event to the delivery's history, in true order. */
+  private record(box: Outbox, body: SandboxWebhookEvent, readStatus: string | null): Outbound {
+    const occurrence = (box.occurrences.get(body.event_name) ?? 0) + 1;
+    box.occurrences.set(body.event_name, occurrence);
+    const entry: WebhookHistoryEntry = {
+      index: box.entries.length,
+      event_name: body.event_name,
+      status: body.status ?? null,
+      read_status: readStatus,
+      at: new Date().toISOString(),
+      fate: 'queued',
+      copies: 0,
+      acknowledged: 0,
+    };
+    box.entries.push(entry);
+    return { index: entry.index, eventName: body.event_name, occurrence, body, entry };
+  }
+
+  /** A scripted delivery: its script alone decides; the fault rate knobs leave it alone, so a test gets exactly what it wrote. */
+  private takeScripted(box: Outbox, item: Outbound): void {
+    const script = box.script!;
+    if (matchesAny(script.drop, item)) this.drop(item);
+    else if (matchesAny(script.hold, item)) this.keep(box.held, item, 'held');
+    else if (box.order !== 'as_emitted') this.keep(box.waiting, item, 'waiting');
+    else this.send(box, this.copies(box, item));
+  }
+
+  /** Any other delivery: the dropRate, webhookOrder, reorderRate and duplicateRate knobs. */
+  private takeUnscripted(box: Outbox, item: Outbound, final: boolean): void {
+    const { dropRate, reorderRate } = this.options.knobs;
+    if (dropRate > 0 && box.random() < dropRate) return this.drop(item);
+    if (box.order !== 'as_emitted') return this.keep(box.waiting, item, 'waiting');
+    if (!final && box.reordered === null && reorderRate > 0 && box.random() < reorderRate) {
+      box.reordered = item;
+      item.entry.fate = 'waiting';
+      this.kept++;
+      return;
+    }
+    this.send(box, this.copies(box, item));
+    if (box.reordered !== null) {
+      this.send(box, this.copies(box, box.reordered));
+      box.reordered = null;
+    }
+  }
+
+  private drop(item: Outbound): void {
+    item.entry.fate = 'dropped';
+    this.counters.dropped++;
+  }
+
+  private keep(list: Outbound[], item: Outbound, fate: 'held' | 'waiting'): void {
+    item.entry.fate = fate;
+    list.push(item);
+    this.kept++;
+  }
+
+  /** How many copies of the event go out: two for a duplicate (the script's `duplicate`, else a duplicateRate draw). */
+  private copiesOf(box: Outbox, item: Outbound): number {
+    if (box.script) return matchesAny(box.script.duplicate, item) ? 2 : 1;
     const { duplicateRate } = this.options.knobs;
-    const copies = duplicateRate > 0 && Math.random() < duplicateRate ? 2 : 1;
-    for (let i = 0; i < copies; i++) queue.events.push(event);
-    this.pending += copies;
+    return duplicateRate > 0 && box.random() < duplicateRate ? 2 : 1;
+  }
+
+  private copies(box: Outbox, item: Outbound): Outbound[] {
+    return Array<Outbound>(this.copiesOf(box, item)).fill(item);
+  }
+
+  /** The gathered events in the delivery's order, with their copies. */
+  private arranged(box: Outbox, batch: readonly Outbound[]): Outbound[] {
+    return arrange(batch, box.order, (item) => this.copiesOf(box, item), box.random);
+  }
+
+  /** Queues the items (one per copy) to go out in this order. */
+  private send(box: Outbox, items: readonly Outbound[]): void {
+    for (const item of items) {
+      // An event kept back is no longer kept once it is on its way (count it once, not per copy).
+      if (item.entry.fate === 'held' || item.entry.fate === 'waiting') this.kept--;
+      if (item.entry.fate !== 'delivered') item.entry.fate = 'queued';
+      item.entry.copies++;
+      box.queue.push(item);
+      this.pending++;
+    }
   }
 
   /** One worker per delivery: the next event waits until the previous one is delivered or given up. */
-  private async drain(uid: string, queue: DeliveryQueue): Promise<void> {
-    if (queue.running) return;
-    queue.running = true;
+  private async drain(box: Outbox): Promise<void> {
+    if (box.running) return;
+    box.running = true;
     try {
-      for (let event = queue.events.shift(); event; event = queue.events.shift()) {
-        await this.deliver(event);
+      for (let item = box.queue.shift(); item; item = box.queue.shift()) {
+        box.sent.push(item.index);
+        await this.deliver(item);
         if (this.lifetime.signal.aborted) return;
         this.pending--;
         if (this.pending === 0) this.notifyIdle();
       }
     } finally {
-      queue.running = false;
-      if (queue.events.length === 0 && queue.held === null && this.queues.get(uid) === queue) this.queues.delete(uid);
+      box.running = false;
+      if (box.queue.length === 0) this.notifyDrained(box);
     }
   }
 
-  private async deliver(event: SandboxWebhookEvent): Promise<void> {
+  private async deliver(item: Outbound): Promise<void> {
+    const { entry } = item;
     this.counters.sent++;
     for (let attempt = 0; attempt <= MAX_RETRIES; attempt++) {
       if (attempt > 0) {
@@ -162,14 +374,21 @@ export class WebhookSender {
         this.counters.retries++;
       }
       const url = this.options.webhookUrl();
-      if (url === undefined) return; // the URL was removed: nobody to tell any more
-      if (await this.attempt(url, event)) {
+      if (url === undefined) {
+        // The URL was removed: nobody to tell any more.
+        if (entry.acknowledged === 0) entry.fate = 'not_sent';
+        return;
+      }
+      if (await this.attempt(url, item.body)) {
         this.counters.delivered++;
+        entry.acknowledged++;
+        entry.fate = 'delivered';
         return;
       }
       if (this.lifetime.signal.aborted) return;
     }
     this.counters.failed++;
+    if (entry.acknowledged === 0) entry.fate = 'failed';
   }
 
   /** One POST; true when answered 2xx within webhookTimeoutMs. */
@@ -213,6 +432,12 @@ export class WebhookSender {
   /** Signs every event from now on with this key: a key change, as the upstream's account manager would announce one. */
   useKey(privateKey: KeyObject): void {
     this.signingKey = privateKey;
+  }
+
+  private notifyDrained(box: Outbox): void {
+    const waiters = box.drained;
+    box.drained = [];
+    for (const resolve of waiters) resolve();
   }
 
   private notifyIdle(): void {
