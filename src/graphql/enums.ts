@@ -38,7 +38,7 @@ export const DeliveryModeEnum = builder.enumType('DeliveryMode', {
   description: 'When the delivery happens.',
   values: {
     NOW: { description: 'On demand: dispatched as soon as possible.' },
-    SCHEDULED: { description: 'In the window given by deliveryDate and the stop windows (the default).' },
+    SCHEDULED: { description: 'In the window given by deliveryDate (a UTC date) and the stop windows (the default).' },
   } as const,
 });
 
