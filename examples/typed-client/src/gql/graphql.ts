@@ -134,17 +134,17 @@ export type DeliveryMode =
 export type DeliveryStatus =
   /** A courier has taken the delivery. */
   | 'ASSIGNED'
-  /** Canceled by the platform, the service or the provider. Terminal. */
+  /** Canceled by the platform, the service or the provider. Normally final, but a later event or read can revise it: a cancel after pickup is followed by RETURN_IN_PROGRESS and RETURNED, and an event that proves a pickup (pickup_complete, any dropoff_* or return_*), in whatever order it arrives, makes a cancel first seen as one before pickup one after it. When events contradict it, one read of the upstream decides. */
   | 'CANCELED'
   /** Accepted; courier sourcing has started. */
   | 'CREATED'
   /** The courier is at the dropoff; proof of delivery arrives with this milestone. */
   | 'DROPOFF_ARRIVED'
-  /** Delivered. Terminal. */
+  /** Delivered. Normally final: no event moves it back, and should a later event contradict it (a failure), one read of the upstream settles the status and the read wins. */
   | 'DROPOFF_COMPLETE'
   /** The courier is on the way to the recipient. */
   | 'DROPOFF_ENROUTE'
-  /** The delivery could not be completed. Terminal. */
+  /** The delivery could not be completed. Normally final, but a later event or read can revise it: a failure after pickup is followed by RETURN_IN_PROGRESS and RETURNED, and a re-attempt the upstream completes ends at DROPOFF_COMPLETE. When events contradict it, one read of the upstream decides. */
   | 'FAILED'
   /** The courier is at the pickup. */
   | 'PICKUP_ARRIVED'
@@ -152,7 +152,7 @@ export type DeliveryStatus =
   | 'PICKUP_COMPLETE'
   /** The courier is on the way to the pickup. */
   | 'PICKUP_ENROUTE'
-  /** The package is back at the pickup. Terminal. */
+  /** The package is back at the pickup. Normally final: no event moves it back; a read of the upstream that says otherwise wins. */
   | 'RETURNED'
   /** The package is going back to the pickup. */
   | 'RETURN_IN_PROGRESS'
