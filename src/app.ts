@@ -139,7 +139,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   // Webhooks verify against the configured key, or the sandbox's when it is the upstream.
   const publicKeyPem = config.webhook.publicKeyPems ?? (sandbox ? [sandbox.publicKeyPem] : undefined);
   const issuer = config.webhook.issuer ?? sandbox?.issuer;
-  const verifier = publicKeyPem && issuer ? await createWebhookVerifier(publicKeyPem, issuer) : undefined;
+  const verifier = publicKeyPem && issuer ? await createWebhookVerifier(publicKeyPem, issuer, { clockToleranceSeconds: config.webhook.clockToleranceSeconds }) : undefined;
   const receiver = verifier && createWebhookReceiver({ verifier, store, bus, logger, bodyTimeoutMs: config.webhook.bodyTimeoutMs, batcher });
   if (!receiver) {
     logger.warn(

@@ -7,7 +7,8 @@ import path from 'node:path';
 import { normalizeOrigin, type CorsOrigins } from './http/cors.js';
 import { DEFAULT_STEP_MS } from './sandbox/knobs.js';
 
-export type AmountUnit = 'cents' | 'major';
+export const AMOUNT_UNITS = ['cents', 'major'] as const;
+export type AmountUnit = (typeof AMOUNT_UNITS)[number];
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 /** pretty: readable, coloured lines for a person at a terminal; json: one JSON object a line, for machines. */
 export type LogFormat = 'pretty' | 'json';
@@ -17,7 +18,12 @@ export interface UpstreamConfig {
   readonly url: string | undefined;
   readonly platformId: string | undefined;
   readonly timeoutMs: number;
+  /** UPSTREAM_AMOUNT_UNIT: the unit request `tip` and `package_value` are sent in. */
   readonly amountUnit: AmountUnit;
+  /** UPSTREAM_ITEM_PRICE_UNIT: the unit item prices are sent in and read back in (UPSTREAM_AMOUNT_UNIT's unless set). */
+  readonly itemPriceUnit: AmountUnit;
+  /** UPSTREAM_QUOTE_AMOUNT_UNIT: the unit a quote's `delivery_fee` and `tip` are read in. */
+  readonly quoteAmountUnit: AmountUnit;
   /** Time between background checks of the upstream's health (reported by /ready and /metrics, never used to pull the instance). */
   readonly healthCheckMs: number;
   /** Most sockets kept open to the upstream origin. */
@@ -43,6 +49,8 @@ export interface WebhookConfig {
   readonly maxTokenBytes: number;
   /** A webhook's body must arrive within this after its headers. */
   readonly bodyTimeoutMs: number;
+  /** WEBHOOK_CLOCK_TOLERANCE_SECONDS: a token is still accepted this long after its `exp` (and this long before its `nbf`/`iat`). */
+  readonly clockToleranceSeconds: number;
   /**
    * The keys that verify webhook JWTs, as SPKI PEM whatever form the file had
    * (several during a key change: an event verifies against any); undefined with the sandbox.
@@ -236,9 +244,12 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'WEBHOOK_PORT', help: 'a port of its own for webhooks, on HOST (the main port then answers the webhook path 404); unset: webhooks come in on PORT, where only connections whose first request is for WEBHOOK_PATH get the raised header limit', default: 'unset' },
   { name: 'WEBHOOK_MAX_TOKEN_BYTES', help: 'largest webhook JWT accepted (it travels in the Authorization header; the header limit of webhook connections is raised to match, every other connection keeps 16 KiB)', default: '262144' },
   { name: 'WEBHOOK_BODY_TIMEOUT_MS', help: "a webhook's body must arrive within this after its headers", default: '10000' },
+  { name: 'WEBHOOK_CLOCK_TOLERANCE_SECONDS', help: "seconds a webhook JWT is still accepted after its exp (and before its nbf/iat), for clock skew between the upstream and this host; 0: none", default: '30' },
   { name: 'DATA_DIR', help: 'directory of the embedded SQLite store', default: './data' },
   { name: 'UPSTREAM_TIMEOUT_MS', help: 'budget of one upstream call, retries included', default: '10000' },
-  { name: 'UPSTREAM_AMOUNT_UNIT', help: 'unit the upstream expects for request tip, package_value and item price (item prices are read back in it too): cents or major', default: 'cents' },
+  { name: 'UPSTREAM_AMOUNT_UNIT', help: 'unit the upstream expects for request tip and package_value (and item price unless UPSTREAM_ITEM_PRICE_UNIT is set): cents or major', default: 'cents' },
+  { name: 'UPSTREAM_ITEM_PRICE_UNIT', help: 'unit the upstream expects for request item price, and gives it back in on reads: cents or major', default: "UPSTREAM_AMOUNT_UNIT's" },
+  { name: 'UPSTREAM_QUOTE_AMOUNT_UNIT', help: "unit of the quote answer's delivery_fee and tip: major (read as they are) or cents (divided by 100)", default: 'major' },
   { name: 'UPSTREAM_CHECK_INTERVAL_MS', help: "time between background checks of the upstream's health, reported by /ready and /metrics (readiness never depends on it)", default: '10000' },
   { name: 'UPSTREAM_CONNECTIONS', help: 'most keep-alive sockets to the upstream', default: '64' },
   { name: 'UPSTREAM_MAX_RESPONSE_BYTES', help: 'largest upstream response body accepted', default: '1048576' },
@@ -618,6 +629,7 @@ export function loadConfig(env: Env = process.env): Config {
   const webhookPort = extraPort(env, 'WEBHOOK_PORT', [['PORT', port]]);
   const metricsPort = extraPort(env, 'METRICS_PORT', [['PORT', port], ['WEBHOOK_PORT', webhookPort]]);
   const token = metricsToken(env, 'METRICS_TOKEN');
+  const amountUnit = oneOf(env, 'UPSTREAM_AMOUNT_UNIT', AMOUNT_UNITS, 'cents');
 
   const config: Config = {
     port,
@@ -636,7 +648,11 @@ export function loadConfig(env: Env = process.env): Config {
       url: upstreamUrl,
       platformId,
       timeoutMs: integer(env, 'UPSTREAM_TIMEOUT_MS', 10_000, 100, 600_000),
-      amountUnit: oneOf(env, 'UPSTREAM_AMOUNT_UNIT', ['cents', 'major'] as const, 'cents'),
+      amountUnit,
+      // Its own setting: an upstream may take tips in cents and item prices in major units (the document states no unit for items).
+      itemPriceUnit: oneOf(env, 'UPSTREAM_ITEM_PRICE_UNIT', AMOUNT_UNITS, amountUnit),
+      // The document gives the quote's delivery_fee and tip as numbers with no unit; major is how they have always been read.
+      quoteAmountUnit: oneOf(env, 'UPSTREAM_QUOTE_AMOUNT_UNIT', AMOUNT_UNITS, 'major'),
       healthCheckMs: integer(env, 'UPSTREAM_CHECK_INTERVAL_MS', 10_000, 100, 3_600_000),
       connections: integer(env, 'UPSTREAM_CONNECTIONS', 64, 1, 10_000),
       maxResponseBytes: integer(env, 'UPSTREAM_MAX_RESPONSE_BYTES', 1_048_576, 1024, 1_073_741_824),
@@ -651,6 +667,8 @@ export function loadConfig(env: Env = process.env): Config {
       port: webhookPort,
       maxTokenBytes: integer(env, 'WEBHOOK_MAX_TOKEN_BYTES', 262_144, 16_384, 16_777_216),
       bodyTimeoutMs: integer(env, 'WEBHOOK_BODY_TIMEOUT_MS', 10_000, 100, 600_000),
+      // An hour is already far more skew than a synchronised clock has; past that, expired tokens would be a replay window.
+      clockToleranceSeconds: integer(env, 'WEBHOOK_CLOCK_TOLERANCE_SECONDS', 30, 0, 3600),
       publicKeyPems: key?.pems,
       publicKeyFile: key?.file,
       issuer,

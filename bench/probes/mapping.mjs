@@ -42,7 +42,7 @@ function contextFor(delivery) {
   return {
     requireKey: () => 'sk_bench_merchant',
     deliveryLoader: () => ({ load: () => Promise.resolve(delivery) }),
-    services: { config: { upstream: { amountUnit: 'cents' } } },
+    services: { config: { upstream: { amountUnit: 'cents', itemPriceUnit: 'cents' } } },
     clientGone: () => undefined,
   };
 }

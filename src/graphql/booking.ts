@@ -134,7 +134,7 @@ builder.mutationField('createDelivery', (t) =>
     },
     resolve: async (_root, { input, idempotencyKey }, ctx): Promise<DeliveryStub> => {
       const key = ctx.requireMerchantKey();
-      const body = toWireRequest(input, 'PLATFORM', ctx.services.config.upstream.amountUnit);
+      const body = toWireRequest(input, 'PLATFORM', ctx.services.config.upstream);
       const result = idempotencyKey ? await bookOnce(ctx, key, idempotencyKey, body, input) : await book(ctx, key, body, input);
       return { uid: result.uid, group: 'PLATFORM', trackingUrl: result.trackingUrl, stub: true };
     },

@@ -28,7 +28,7 @@ const CancellationRef = builder.objectRef<Cancellation>('Cancellation').implemen
     group: t.field({ type: ApiGroupEnum, description: 'The endpoint group that canceled it.', resolve: (c) => c.group }),
     status: t.field({ type: DeliveryStatusEnum, description: 'Status after cancelling (CANCELED).', resolve: (c) => c.status }),
     rawStatus: t.exposeString('rawStatus', { nullable: true, description: 'The status string exactly as the upstream sent it.' }),
-    fee: t.expose('fee', { type: MoneyRef, nullable: true, description: 'The cancellation fee charged.' }),
+    fee: t.expose('fee', { type: MoneyRef, nullable: true, description: "The cancellation fee the upstream stated in its answer (cancellation_fee, or cancelation_fee on the PARTNER group); what is billed is the upstream's to say. Null when it stated none." }),
     partnerReference: t.exposeString('partnerReference', { nullable: true, description: 'The order’s partner reference (PARTNER group).' }),
     message: t.exposeString('message', { nullable: true, description: "The upstream's message." }),
   }),

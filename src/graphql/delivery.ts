@@ -77,7 +77,7 @@ builder.node(DeliveryRef, {
     distance: t.field({ type: DistanceRef, nullable: true, description: 'Distance from pickup to dropoff.', resolve: read('distance') }),
     pickup: t.field({ type: StopRef, description: 'Where the package is collected.', resolve: read('pickup') }),
     dropoff: t.field({ type: StopRef, description: 'Where the package goes.', resolve: read('dropoff') }),
-    deliveryDate: t.field({ type: 'Date', nullable: true, description: 'Scheduled date.', resolve: read('deliveryDate') }),
+    deliveryDate: t.field({ type: 'Date', nullable: true, description: 'Scheduled date, a UTC date (the upstream reads and writes every date in UTC).', resolve: read('deliveryDate') }),
     scheduledAt: t.field({
       type: 'DateTime',
       nullable: true,

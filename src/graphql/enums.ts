@@ -17,11 +17,11 @@ const STATUS_HELP: Record<(typeof DELIVERY_STATUSES)[number], string> = {
   PICKUP_COMPLETE: 'The package is in the vehicle (upstream "Picked Up").',
   DROPOFF_ENROUTE: 'The courier is on the way to the recipient.',
   DROPOFF_ARRIVED: 'The courier is at the dropoff; proof of delivery arrives with this milestone.',
-  DROPOFF_COMPLETE: 'Delivered. Terminal.',
+  DROPOFF_COMPLETE: 'Delivered. Normally final: no event moves it back, and should a later event contradict it (a failure), one read of the upstream settles the status and the read wins.',
   RETURN_IN_PROGRESS: 'The package is going back to the pickup.',
-  RETURNED: 'The package is back at the pickup. Terminal.',
-  CANCELED: 'Canceled by the platform, the service or the provider. Terminal.',
-  FAILED: 'The delivery could not be completed. Terminal.',
+  RETURNED: 'The package is back at the pickup. Normally final: no event moves it back; a read of the upstream that says otherwise wins.',
+  CANCELED: 'Canceled by the platform, the service or the provider. Normally final, but a later event or read can revise it: a cancel after pickup is followed by RETURN_IN_PROGRESS and RETURNED, and an event that proves a pickup (pickup_complete, any dropoff_* or return_*), in whatever order it arrives, makes a cancel first seen as one before pickup one after it. When events contradict it, one read of the upstream decides.',
+  FAILED: 'The delivery could not be completed. Normally final, but a later event or read can revise it: a failure after pickup is followed by RETURN_IN_PROGRESS and RETURNED, and a re-attempt the upstream completes ends at DROPOFF_COMPLETE. When events contradict it, one read of the upstream decides.',
   UNKNOWN: 'A status the facade does not recognise; rawStatus has the upstream string.',
 };
 
@@ -38,7 +38,7 @@ export const DeliveryModeEnum = builder.enumType('DeliveryMode', {
   description: 'When the delivery happens.',
   values: {
     NOW: { description: 'On demand: dispatched as soon as possible.' },
-    SCHEDULED: { description: 'In the window given by deliveryDate and the stop windows (the default).' },
+    SCHEDULED: { description: 'In the window given by deliveryDate (a UTC date) and the stop windows (the default).' },
   } as const,
 });
 

@@ -68,7 +68,7 @@ function cursorOf(ctx: GraphQLContext, seq: number): string | Promise<string> {
 }
 
 export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').implement({
-  description: 'A webhook event as received from the upstream, after its signature was verified; or a `snapshot` built from a read.',
+  description: 'A webhook event as received from the upstream, after its signature was verified; an event the facade made from a read of the upstream that found a change no webhook had brought (source "poll"); or a `snapshot` built from a read.',
   fields: (t) => ({
     cursor: t.string({
       description:
@@ -82,7 +82,7 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
     status: t.field({
       type: DeliveryStatusEnum,
       description:
-        "The status implied by the event's milestone (its name); for a name the facade does not know, read from statusText. On deliveryUpdated, an event that changed only the courier (courierOnly) carries the delivery's current status instead, which never goes back.",
+        "The status implied by the event's milestone (its name); for a name the facade does not know, read from statusText. On deliveryUpdated, an event that changed only the courier (courierOnly) carries the delivery's current status instead, which no event moves back.",
       resolve: statusOf,
     }),
     statusText: t.exposeString('statusText', { nullable: true, description: 'The upstream\'s human-readable status, e.g. "Picked Up".' }),
@@ -100,7 +100,7 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
     }),
     stale: t.exposeBoolean('stale', {
       description:
-        'True when it arrived after a later milestone (out of order), as a repeat of the current one, or after a final one (DROPOFF_COMPLETE, RETURNED, or CANCELED/FAILED before pickup), and did not name a new courier; also when it came from a courier who had since been replaced, or is a position of a courier other than the current one. Stale events change nothing.',
+        'True when it arrived behind the delivery\'s milestone (out of order) or as a repeat of it, and did not name a new courier; also when it came from a courier who had since been replaced, or is a position of a courier other than the current one. A stale event does not move the status; an event that proves a pickup (pickup_complete, any dropoff_* or return_*) still counts as that proof, however late it arrives.',
     }),
     courierOnly: t.exposeBoolean('courierOnly', {
       description:
@@ -148,7 +148,7 @@ const DeliveryEventConnectionRef = builder.connectionObject(
   {
     type: DeliveryEventRef,
     name: 'DeliveryEventConnection',
-    description: "A page of a delivery's webhook events, oldest first.",
+    description: "A page of a delivery's stored events (webhooks, and changes found by reading the upstream), oldest first.",
     edgesNullable: { list: false, items: false },
     nodeNullable: false,
     edgesField: { description: 'The events of this page, each with its cursor.' },
@@ -194,7 +194,7 @@ builder.objectField(DeliveryRef, 'events', (t) =>
   t.field({
     type: DeliveryEventConnectionRef,
     nullable: false,
-    description: 'Every webhook event received for this delivery, oldest first (stale ones included, marked).',
+    description: 'Every event stored for this delivery, oldest first (stale ones included, marked): the webhooks received, and the changes the facade found by reading the upstream (source "poll").',
     args: {
       first: t.arg.int({ description: `Page size, 1 to ${MAX_PAGE}; all (up to ${MAX_PAGE}) when omitted.` }),
       after: t.arg.string({ description: `Cursor of the event to read after (one this key was given), or "${START_CURSOR}" for the first page.` }),
@@ -231,13 +231,13 @@ function argumentsOf<T>(info: GraphQLResolveInfo): T {
 }
 
 builder.subscriptionType({
-  description: 'Live updates, fed only by the upstream\'s verified webhooks. Over WebSocket (graphql-transport-ws) or server-sent events.',
+  description: 'Live updates, fed by the upstream\'s verified webhooks and by reads of the upstream that find a change no webhook brought (reconciliation, source "poll"; all there is when the upstream sends no webhooks). Over WebSocket (graphql-transport-ws) or server-sent events.',
   fields: (t) => ({
     deliveryUpdated: t.field({
       type: DeliveryEventRef,
       nullable: false,
       description:
-        'Lifecycle of one delivery: first the current state (the latest stored event, or a `snapshot` read from the upstream), then one message per accepted delivery.* event. Never moves backwards; duplicates are dropped. An event naming another courier (a reassignment) is sent even when its milestone is behind, with courierOnly true, the new courier, and the status the delivery already has. Completes after a final milestone: DROPOFF_COMPLETE, RETURNED, or CANCELED/FAILED before pickup; after pickup, a cancel or failure is followed by RETURN_IN_PROGRESS and RETURNED.',
+        'Lifecycle of one delivery: first the current state (the latest stored event, or a `snapshot` read from the upstream, or that read when it contradicts a stored final state), then one message per accepted delivery.* event or change found by reading the upstream. No event moves it backwards (where events contradict a final state, one read of the upstream decides); duplicates are dropped. An event naming another courier (a reassignment) is sent even when its milestone is behind, with courierOnly true, the new courier, and the status the delivery already has. Completes only when nothing can follow: at DROPOFF_COMPLETE or RETURNED, and at CANCELED or FAILED only once no later event can still turn it into a return or a completed re-attempt.',
       args: { uid: t.arg.id({ required: true, description: 'The delivery to follow.' }) },
       subscribe: (_root, _args, ctx, info) => {
         const { uid } = argumentsOf<{ uid: string }>(info);
@@ -250,7 +250,7 @@ builder.subscriptionType({
       type: CourierLocationRef,
       nullable: false,
       description:
-        'Courier position for one delivery: location.* events and driver_location on delivery.* events, starting with the latest known, the return trip included. Stale positions (from an earlier milestone, or of a courier since replaced) are dropped, but the first position of a new courier is sent whatever its milestone; a slow reader gets the latest position only. Completes when the delivery reaches a final milestone.',
+        'Courier position for one delivery: location.* events and driver_location on delivery.* events, starting with the latest known, the return trip included. Stale positions (from an earlier milestone, or of a courier since replaced) are dropped, but the first position of a new courier is sent whatever its milestone; a slow reader gets the latest position only. Completes when deliveryUpdated would: when nothing can follow.',
       args: { uid: t.arg.id({ required: true, description: 'The delivery to follow.' }) },
       subscribe: (_root, _args, ctx, info) => {
         const { uid } = argumentsOf<{ uid: string }>(info);

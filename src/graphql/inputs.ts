@@ -51,7 +51,7 @@ const StopInputRef = builder.inputType('StopInput', {
     }),
     windowStart: t.field({
       type: 'DateTime',
-      description: 'Start of the stop window, any offset (sent as UTC). dropoff.windowStart is required unless mode is NOW.',
+      description: 'Start of the stop window, any offset (sent as UTC). dropoff.windowStart is required unless mode is NOW; its UTC date is the deliveryDate.',
     }),
   }),
 });
@@ -66,7 +66,7 @@ const ItemInputRef = builder.inputType('ItemInput', {
     externalInstanceId: t.string({ description: "The merchant's id of this instance of the item." }),
     price: t.field({
       type: 'Decimal',
-      description: 'Unit price in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default, like tip, and read back in the same unit, so Item.price returns it as given).',
+      description: 'Unit price in major units: not negative, at most two decimals (sent in UPSTREAM_ITEM_PRICE_UNIT, which is UPSTREAM_AMOUNT_UNIT unless set, cents by default; read back in the same unit, so Item.price returns it as given).',
     }),
     barcode: t.string({ description: 'Barcode.' }),
   }),
@@ -78,8 +78,12 @@ export const DeliveryInputRef = builder.inputRef<DeliveryInput>('DeliveryInput')
   fields: (t) => ({
     pickup: t.field({ type: StopInputRef, required: true, description: 'Where the package is collected.' }),
     dropoff: t.field({ type: StopInputRef, required: true, description: 'Where the package goes.' }),
-    mode: t.field({ type: DeliveryModeEnum, description: 'NOW for on demand; SCHEDULED (the default) needs deliveryDate.' }),
-    deliveryDate: t.field({ type: 'Date', description: 'Scheduled date; required when mode is SCHEDULED or not given.' }),
+    mode: t.field({ type: DeliveryModeEnum, description: 'NOW for on demand; SCHEDULED (the default) needs dropoff.windowStart and a deliveryDate (taken from it when not given).' }),
+    deliveryDate: t.field({
+      type: 'Date',
+      description:
+        "Scheduled date, a UTC date (the upstream reads every date and time in UTC and infers no local time): the UTC date of dropoff.windowStart, so a window at 09:00 on 2 May in Sydney (+10:00) is on 1 May. One that contradicts dropoff.windowStart's UTC date is a ValidationError naming both. Needed when mode is SCHEDULED or not given; left out there, it is taken from dropoff.windowStart.",
+    }),
     deliveryStartTime: t.field({ type: 'DateTime', description: 'Start of the delivery window. PARTNER only.' }),
     deliveryEndTime: t.field({ type: 'DateTime', description: 'End of the delivery window. PARTNER only.' }),
     style: t.field({
@@ -99,8 +103,8 @@ export const DeliveryInputRef = builder.inputRef<DeliveryInput>('DeliveryInput')
     items: t.field({ type: [ItemInputRef], description: 'Items in the package.' }),
     itemsCount: t.int({ description: 'Number of items.' }),
     weight: t.float({ description: 'Package weight.' }),
-    declaredValue: t.field({ type: 'Decimal', description: 'Declared value in major units (sent in UPSTREAM_AMOUNT_UNIT, cents by default).' }),
-    tip: t.field({ type: 'Decimal', description: 'Courier tip in major units (sent in UPSTREAM_AMOUNT_UNIT, cents by default).' }),
+    declaredValue: t.field({ type: 'Decimal', description: 'Declared value in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default).' }),
+    tip: t.field({ type: 'Decimal', description: 'Courier tip in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default).' }),
     currency: t.string({ description: 'Three-letter currency code; required on PARTNER.' }),
     payload: t.field({ type: 'JSON', description: 'Any JSON object, sent as platform_payload or partner_payload and returned untouched.' }),
     partnerReference: t.string({ description: 'Your own reference of the order. PARTNER only.' }),

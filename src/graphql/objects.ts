@@ -106,9 +106,9 @@ const ItemRef = builder.objectRef<Item>('Item').implement({
       type: 'Decimal',
       nullable: true,
       description:
-        'Unit price in major units. Item prices are sent to the delivery service in UPSTREAM_AMOUNT_UNIT (cents by default) and read back in that same unit, so a price comes back as it was given.',
+        'Unit price in major units. Item prices are sent to the delivery service in UPSTREAM_ITEM_PRICE_UNIT (UPSTREAM_AMOUNT_UNIT unless set; cents by default) and read back in that same unit, so a price comes back as it was given.',
       // The upstream gives an item back as it was sent: its price in the unit it went out in.
-      resolve: (item, _args, ctx) => amountFromUpstream(item.price, ctx.services.config.upstream.amountUnit),
+      resolve: (item, _args, ctx) => amountFromUpstream(item.price, ctx.services.config.upstream.itemPriceUnit),
     }),
     barcode: t.exposeString('barcode', { nullable: true, description: 'Barcode.' }),
     extra: t.field({

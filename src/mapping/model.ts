@@ -81,7 +81,7 @@ export interface Item {
   externalInstanceId: string | null;
   /**
    * The price as the upstream sent it, a decimal string in the unit it was sent
-   * in (UPSTREAM_AMOUNT_UNIT: the document states no unit for items, and an item
+   * in (UPSTREAM_ITEM_PRICE_UNIT: the document states no unit for items, and an item
    * is not listed among the amounts converted from cents on read). The GraphQL
    * Item converts it to major units.
    */

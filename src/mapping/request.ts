@@ -4,13 +4,13 @@
 // the client GraphQL paths instead of REST field names.
 import { BOOKING_MARKER_FIELD } from '../domain/booking-marker.js';
 import { Decimal } from 'decimal.js';
-import type { AmountUnit } from '../config.js';
+import type { AmountUnit, UpstreamConfig } from '../config.js';
 import { ValidationError, type FieldProblem, UpstreamValidationError } from '../errors.js';
 import type { WireDeliveryRequest, WireItem } from '../upstream/wire.js';
 import { scrubSecrets } from '../upstream/refusal.js';
 import type { ApiGroup, DeliveryMode, DeliveryStyle } from './model.js';
 import { INPUT_LIMITS, nestsDeeperThan } from '../domain/limits.js';
-import { isJsonObject } from './scalars.js';
+import { isJsonObject, utcDateTime } from './scalars.js';
 import { deliveryStyle, WIRE_STYLE } from './status.js';
 
 export interface AddressInput {
@@ -230,7 +230,17 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
 
   const mode = input.mode ?? 'SCHEDULED';
   if (mode !== 'NOW' && !dropoff.windowStart) problem('dropoff.windowStart', 'is required unless mode is NOW');
-  if (mode === 'SCHEDULED' && !input.deliveryDate) problem('deliveryDate', 'is required when mode is SCHEDULED or not given');
+  // Without a window start there is nothing to take the date from (see deliveryDateOf).
+  if (mode === 'SCHEDULED' && !input.deliveryDate && !dropoff.windowStart) {
+    problem('deliveryDate', 'is required when mode is SCHEDULED or not given (or give dropoff.windowStart, whose UTC date it then is)');
+  }
+  // The upstream reads delivery_date and dropoff_start_time both in UTC ("does not infer local time"):
+  // a local date beside a UTC instant would schedule a day off, so a contradiction is refused, not guessed at.
+  const windowDate = utcDateOf(dropoff.windowStart);
+  if (input.deliveryDate && windowDate && input.deliveryDate !== windowDate) {
+    problem('deliveryDate', `is ${input.deliveryDate}, but dropoff.windowStart falls on ${windowDate} in UTC; deliveryDate is a UTC date`);
+    problem('dropoff.windowStart', `falls on ${windowDate} in UTC, not on deliveryDate ${input.deliveryDate}; send deliveryDate ${windowDate}, or leave it out`);
+  }
 
   if (input.style === 'OTHER') problem('style', 'OTHER is only read, never requested; send a style enabled for your platform as rawStyle');
   if (input.rawStyle != null) {
@@ -251,7 +261,7 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
   // The facade marks bookings there (src/domain/booking-marker.ts); a client's own mark would pass for one.
   else if (input.payload != null && BOOKING_MARKER_FIELD in input.payload) problem('payload', `may not use the key ${BOOKING_MARKER_FIELD}: the facade reserves it`);
 
-  // Every request amount goes out in UPSTREAM_AMOUNT_UNIT, so each obeys the same rules.
+  // Every request amount may go out in cents (UPSTREAM_AMOUNT_UNIT, UPSTREAM_ITEM_PRICE_UNIT), so each obeys the same rules.
   const amounts: Array<[string, string | null | undefined]> = [
     ['tip', input.tip],
     ['declaredValue', input.declaredValue],
@@ -327,10 +337,35 @@ function checkSizes(input: DeliveryInput, problem: (path: string, message: strin
   }
 }
 
+/**
+ * The units request amounts are sent in: `tip` and `package_value` in
+ * UPSTREAM_AMOUNT_UNIT, item prices in UPSTREAM_ITEM_PRICE_UNIT (an upstream may
+ * take one in cents and the other in major units). One unit alone is both.
+ */
+export type RequestAmountUnits = AmountUnit | Pick<UpstreamConfig, 'amountUnit' | 'itemPriceUnit'>;
+
+/**
+ * The `YYYY-MM-DD` sent as delivery_date: the one given, or where the mode needs
+ * one and none was given, the UTC date of the dropoff window's start (the
+ * document's times are all UTC, so its date is a UTC date too).
+ */
+export function deliveryDateOf(input: Pick<DeliveryInput, 'mode' | 'deliveryDate' | 'dropoff'>): string | undefined {
+  if (input.deliveryDate) return input.deliveryDate;
+  if ((input.mode ?? 'SCHEDULED') !== 'SCHEDULED') return undefined;
+  return utcDateOf(input.dropoff.windowStart) ?? undefined;
+}
+
+/** The UTC calendar date of an instant in any offset (the DateTime scalar hands it over in UTC already); unreadable: null. */
+function utcDateOf(instant: string | null | undefined): string | null {
+  return instant ? (utcDateTime(instant)?.slice(0, 10) ?? null) : null;
+}
+
 /** Validates, then builds the upstream body. Throws ValidationError with every problem. */
-export function toWireRequest(input: DeliveryInput, group: ApiGroup, amountUnit: AmountUnit): WireDeliveryRequest {
+export function toWireRequest(input: DeliveryInput, group: ApiGroup, units: RequestAmountUnits): WireDeliveryRequest {
   const problems = validateDeliveryInput(input, group);
   if (problems.length > 0) throw new ValidationError(problems);
+  const amountUnit = typeof units === 'string' ? units : units.amountUnit;
+  const itemPriceUnit = typeof units === 'string' ? units : units.itemPriceUnit;
 
   const body: WireDeliveryRequest = {
     pickup_name: input.pickup.name,
@@ -356,14 +391,14 @@ export function toWireRequest(input: DeliveryInput, group: ApiGroup, amountUnit:
   set('dropoff_email', input.dropoff.email);
   set('pickup_start_time', input.pickup.windowStart);
   set('dropoff_start_time', input.dropoff.windowStart);
-  set('delivery_date', input.deliveryDate);
+  set('delivery_date', deliveryDateOf(input));
   set('package_delivery_mode', input.mode);
   set('package_minimum_vehicle_size', input.minimumVehicleSize);
   set('delivery_style', requestedStyle(input).wire);
   set('weight', input.weight);
   set('package_description', input.description);
   set('package_requirements', input.requirements);
-  set('items', input.items?.map((item) => wireItem(item, amountUnit)));
+  set('items', input.items?.map((item) => wireItem(item, itemPriceUnit)));
   set('items_count', input.itemsCount);
   set('package_value', amountForUpstream(input.declaredValue, amountUnit));
   set('tip', amountForUpstream(input.tip, amountUnit));
@@ -384,21 +419,21 @@ export function toWireRequest(input: DeliveryInput, group: ApiGroup, amountUnit:
   return body;
 }
 
-/** Request `tip`, `package_value` and item `price` go in the unit UPSTREAM_AMOUNT_UNIT names (cents by default: 12.34 → 1234). */
+/** A request amount in major units as the upstream takes it in `unit` (cents: 12.34 → 1234). */
 export function amountForUpstream(amount: string | null | undefined, unit: AmountUnit): number | undefined {
   if (amount === null || amount === undefined) return undefined;
   const decimal = new Decimal(amount);
   return unit === 'cents' ? decimal.mul(100).toNumber() : decimal.toNumber();
 }
 
-function wireItem(item: ItemInput, amountUnit: AmountUnit): WireItem {
+function wireItem(item: ItemInput, priceUnit: AmountUnit): WireItem {
   const wire: WireItem = {};
   if (item.name != null) wire.name = item.name;
   if (item.quantity != null) wire.quantity = item.quantity;
   if (item.description != null) wire.description = item.description;
   if (item.externalId != null) wire.external_id = item.externalId;
   if (item.externalInstanceId != null) wire.external_instance_id = item.externalInstanceId;
-  if (item.price != null) wire.price = amountForUpstream(item.price, amountUnit);
+  if (item.price != null) wire.price = amountForUpstream(item.price, priceUnit);
   if (item.barcode != null) wire.barcode = item.barcode;
   return wire;
 }

@@ -4,7 +4,7 @@ import { importSPKI, jwtVerify, type KeyObject } from 'jose';
 import { MAX_EVENT_DEPTH, nestsDeeperThan } from '../domain/limits.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 
-/** Seconds of clock skew tolerated on exp (and nbf/iat when present). */
+/** Default seconds of clock skew tolerated on exp (and nbf/iat when present): WEBHOOK_CLOCK_TOLERANCE_SECONDS. */
 export const CLOCK_TOLERANCE_SECONDS = 30;
 
 export class WebhookAuthError extends Error {
@@ -24,15 +24,21 @@ export interface WebhookVerifier {
  * A verifier for tokens signed by any of these keys (SPKI PEM): during a key
  * change the file holds the old key and the new one. A token is tried against
  * the next key only when the signature did not match; any other fault (expired,
- * another issuer) is final.
+ * another issuer) is final. `clockToleranceSeconds` is how long after its `exp`
+ * a token still passes: the document only says exp "must not have passed", and
+ * two clocks never agree to the second.
  */
-export async function createWebhookVerifier(publicKeyPems: string | readonly string[], issuer: string): Promise<WebhookVerifier> {
+export async function createWebhookVerifier(
+  publicKeyPems: string | readonly string[],
+  issuer: string,
+  { clockToleranceSeconds = CLOCK_TOLERANCE_SECONDS }: { clockToleranceSeconds?: number } = {},
+): Promise<WebhookVerifier> {
   const keys: Array<KeyObject | CryptoKey> = await Promise.all((typeof publicKeyPems === 'string' ? [publicKeyPems] : publicKeyPems).map((pem) => importSPKI(pem, 'RS256')));
   if (keys.length === 0) throw new Error('createWebhookVerifier needs at least one key');
   const verifyWithAny = async (token: string) => {
     for (let index = 0; ; index += 1) {
       try {
-        return await jwtVerify(token, keys[index]!, { algorithms: ['RS256'], issuer, requiredClaims: ['exp'], clockTolerance: CLOCK_TOLERANCE_SECONDS });
+        return await jwtVerify(token, keys[index]!, { algorithms: ['RS256'], issuer, requiredClaims: ['exp'], clockTolerance: clockToleranceSeconds });
       } catch (error) {
         const last = index === keys.length - 1;
         if (last || (error as { code?: string }).code !== 'ERR_JWS_SIGNATURE_VERIFICATION_FAILED') throw error;

@@ -5,6 +5,9 @@
 // bodies the facade sent; everything else reaches the sandbox. Also the request
 // rules that depend on the upstream's judgement: any vehicle size for OVERSIZE,
 // styles beyond the documented four (rawStyle), item prices in the amount unit.
+// And the units and dates the document leaves open, against the sandbox itself
+// (a proxy records what it received): item prices in a unit of their own, quote
+// amounts read in UPSTREAM_QUOTE_AMOUNT_UNIT, deliveryDate as a UTC date.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { FaultProxy } from '../helpers/fault-proxy.js';
@@ -422,7 +425,7 @@ describe("a read's delivery_date with its time of day (the sandbox's deliveryMin
 
   it('keeps deliveryDate and gives the full timestamp as scheduledAt, on both groups', async () => {
     const booked = await stack.gql(`mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`, {
-      input: deliveryInput({ deliveryDate: '2026-12-24' }),
+      input: { ...deliveryInput({ deliveryDate: '2026-12-24' }), dropoff: { ...(deliveryInput().dropoff as object), windowStart: '2026-12-24T16:00:00Z' } },
     });
     const uid = booked.data.createDelivery.data.uid as string;
     const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { deliveryDate scheduledAt } }`, { uid });
@@ -476,6 +479,160 @@ describe('item keys beyond the documented seven', () => {
     expect(read.data.delivery.package.items).toEqual([
       { name: 'Mug', price: '12.50', extra: { gift_wrap: true, options: { color: 'red' } } },
       { name: 'Plate', price: null, extra: null },
+    ]);
+  });
+});
+
+// ---------------------------------------------------------------------------
+// Units and dates, against the sandbox: the proxy passes every call on and keeps what it carried.
+
+interface Carried {
+  path: string;
+  sent: any;
+  /** The sandbox's answer, before any rewrite. */
+  answered: any;
+}
+
+/**
+ * Passes every POST ending in `suffix` on to the sandbox, recording the body sent
+ * and the sandbox's answer; `rewrite` may change the answer the facade gets.
+ */
+function carry(on: FaultProxy, origin: string, suffix: string, rewrite: (answer: any) => any = (answer) => answer): Carried[] {
+  const carried: Carried[] = [];
+  const previous = on.fault;
+  on.fault = async (req: IncomingMessage, res: ServerResponse) => {
+    if (req.method !== 'POST' || !req.url?.endsWith(suffix)) return previous ? previous(req, res) : false;
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const text = Buffer.concat(chunks).toString('utf8');
+    const upstream = await fetch(`${origin}${req.url}`, {
+      method: 'POST',
+      headers: { authorization: req.headers.authorization ?? '', 'content-type': 'application/json' },
+      body: text,
+    });
+    const answered = await upstream.json();
+    carried.push({ path: req.url, sent: JSON.parse(text), answered });
+    res.writeHead(upstream.status, { 'content-type': 'application/json' }).end(JSON.stringify(rewrite(answered)));
+    return true;
+  };
+  return carried;
+}
+
+const READ_AMOUNTS = `query($uid: ID!) { delivery(uid: $uid) { tip package { declaredValue items { name price } } } }`;
+const ITEMS = [
+  { name: 'Atlas', quantity: 1, price: '12.34' },
+  { name: 'Map', quantity: 2, price: '0.29' },
+  { name: 'Pen', quantity: 3 },
+];
+
+describe('item prices in a unit of their own (UPSTREAM_ITEM_PRICE_UNIT), apart from tip and declared value', () => {
+  /** Books through a stack with `env`; what the sandbox received and what a read gives back. */
+  async function bookWith(env: Record<string, string>) {
+    const own = await startStack({ faultProxy: true, env });
+    try {
+      const carried = carry(own.proxy!, own.sandbox.origin, '/deliveries');
+      const booked = await own.gql(CREATE, { input: deliveryInput({ items: ITEMS }) });
+      expect(booked.data.createDelivery.__typename).toBe('MutationCreateDeliverySuccess');
+      const read = await own.gql(READ_AMOUNTS, { uid: booked.data.createDelivery.data.uid });
+      expect(read.errors).toBeUndefined();
+      return { sent: carried[0]!.sent, read: read.data.delivery };
+    } finally {
+      await own.stop();
+    }
+  }
+
+  it('tip and declared value in cents, item prices in major units: the sandbox gets 350 and 12.34, and a read gives back what was booked', async () => {
+    const { sent, read } = await bookWith({ UPSTREAM_AMOUNT_UNIT: 'cents', UPSTREAM_ITEM_PRICE_UNIT: 'major' });
+    expect(sent.tip).toBe(350);
+    expect(sent.package_value).toBe(4510);
+    expect(sent.items).toEqual([
+      { name: 'Atlas', quantity: 1, price: 12.34 },
+      { name: 'Map', quantity: 2, price: 0.29 },
+      { name: 'Pen', quantity: 3 },
+    ]);
+    expect(read).toEqual({
+      tip: '3.50',
+      package: { declaredValue: '45.10', items: [{ name: 'Atlas', price: '12.34' }, { name: 'Map', price: '0.29' }, { name: 'Pen', price: null }] },
+    });
+  });
+
+  it('unset, item prices follow UPSTREAM_AMOUNT_UNIT as before: all in cents', async () => {
+    const { sent, read } = await bookWith({ UPSTREAM_AMOUNT_UNIT: 'cents' });
+    expect(sent.tip).toBe(350);
+    expect(sent.items.map((item: { price?: number }) => item.price)).toEqual([1234, 29, undefined]);
+    expect(read.package.items.map((item: { price: string | null }) => item.price)).toEqual(['12.34', '0.29', null]);
+  });
+});
+
+describe('the quote amounts in UPSTREAM_QUOTE_AMOUNT_UNIT', () => {
+  it('major (the default): the sandbox quotes in major units and the quote reads them as they are', async () => {
+    const carried = carry(proxy, stack.sandbox.origin, '/quote');
+    const result = await stack.gql(QUOTE, { input: deliveryInput(), group: 'PLATFORM' });
+    expect(result.errors).toBeUndefined();
+    const { delivery_fee, tip } = carried[0]!.answered.data.price;
+    expect(delivery_fee).toBeGreaterThan(1);
+    expect(result.data.quoteDelivery.data.fee.amount).toBe(Number(delivery_fee).toFixed(2));
+    expect(result.data.quoteDelivery.data.tip.amount).toBe(Number(tip).toFixed(2));
+  });
+
+  it('cents: an upstream that quotes in cents reads as the same amounts in major units, on both groups', async () => {
+    const cents = await startStack({ faultProxy: true, env: { UPSTREAM_QUOTE_AMOUNT_UNIT: 'cents' } });
+    try {
+      // The sandbox's quote, its delivery_fee and tip turned into cents: an upstream that quotes in cents.
+      const toCents = (answer: any) => ({
+        ...answer,
+        data: { ...answer.data, price: { ...answer.data.price, delivery_fee: Math.round(answer.data.price.delivery_fee * 100), tip: Math.round(answer.data.price.tip * 100) } },
+      });
+      const carried = carry(cents.proxy!, cents.sandbox.origin, '/quote', toCents);
+      const platform = await cents.gql(QUOTE, { input: deliveryInput(), group: 'PLATFORM' });
+      const partner = await cents.gql(QUOTE, { input: partnerInput(), group: 'PARTNER' });
+      for (const [result, at] of [[platform, 0], [partner, 1]] as const) {
+        expect(result.errors).toBeUndefined();
+        const major = carried[at]!.answered.data.price;
+        expect(result.data.quoteDelivery.data.fee).toEqual({ amount: Number(major.delivery_fee).toFixed(2), currency: major.currency });
+        expect(result.data.quoteDelivery.data.tip).toEqual({ amount: '3.50', currency: major.currency });
+      }
+      // What went out is unchanged: the quote's unit is its own.
+      expect(carried[0]!.sent.tip).toBe(350);
+    } finally {
+      await cents.stop();
+    }
+  });
+});
+
+describe('deliveryDate, a UTC date', () => {
+  // A Sydney merchant's dropoff window at 09:00 on 2 May, local time: 23:00 UTC on 1 May.
+  const sydney = (deliveryDate: string | undefined) => {
+    const input = deliveryInput({ deliveryDate });
+    (input.dropoff as Record<string, unknown>).windowStart = '2030-05-02T09:00:00+10:00';
+    return input;
+  };
+
+  it.each([
+    ['quote', async (input: Record<string, unknown>) => (await stack.gql(QUOTE, { input, group: 'PLATFORM' })).data.quoteDelivery],
+    ['create', async (input: Record<string, unknown>) => (await stack.gql(CREATE, { input })).data.createDelivery],
+  ])('%s: a local date beside the window is a ValidationError naming both fields, before any call', async (_, run) => {
+    const before = proxy.seen.length;
+    const result = await run(sydney('2030-05-02'));
+    expect(result.__typename).toBe('ValidationError');
+    expect(result.fields).toEqual([
+      { path: 'input.deliveryDate', message: 'is 2030-05-02, but dropoff.windowStart falls on 2030-05-01 in UTC; deliveryDate is a UTC date' },
+      { path: 'input.dropoff.windowStart', message: 'falls on 2030-05-01 in UTC, not on deliveryDate 2030-05-02; send deliveryDate 2030-05-01, or leave it out' },
+    ]);
+    expect(proxy.seen.length).toBe(before);
+  });
+
+  it('the UTC date is sent as given; left out, the window start gives it: the sandbox gets 2030-05-01 beside 2030-05-01T23:00:00Z', async () => {
+    const carried = carry(proxy, stack.sandbox.origin, '/deliveries');
+    for (const deliveryDate of ['2030-05-01', undefined]) {
+      const booked = await stack.gql(CREATE, { input: sydney(deliveryDate) });
+      expect(booked.data.createDelivery.__typename).toBe('MutationCreateDeliverySuccess');
+      const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { deliveryDate } }`, { uid: booked.data.createDelivery.data.uid });
+      expect(read.data.delivery.deliveryDate).toBe('2030-05-01');
+    }
+    expect(carried.map(({ sent }) => [sent.delivery_date, sent.dropoff_start_time])).toEqual([
+      ['2030-05-01', '2030-05-01T23:00:00Z'],
+      ['2030-05-01', '2030-05-01T23:00:00Z'],
     ]);
   });
 });

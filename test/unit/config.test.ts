@@ -64,6 +64,9 @@ describe('defaults', () => {
     expect(path.isAbsolute(config.dataDir)).toBe(true);
     expect(config.upstream.timeoutMs).toBe(10_000);
     expect(config.upstream.amountUnit).toBe('cents');
+    expect(config.upstream.itemPriceUnit).toBe('cents');
+    expect(config.upstream.quoteAmountUnit).toBe('major');
+    expect(config.webhook.clockToleranceSeconds).toBe(30);
     expect(config.upstream.url).toBeUndefined();
     expect(config.upstream.platformId).toBeUndefined();
     expect(config.redisUrl).toBeUndefined();
@@ -131,6 +134,38 @@ describe('accepted values', () => {
 
   it('accepts a plain-http upstream with a port', () => {
     expect(loadConfig({ UPSTREAM_URL: 'http://127.0.0.1:8080/api/v1', PLATFORM_ID: 'p1' }).upstream.url).toBe('http://127.0.0.1:8080/api/v1');
+  });
+});
+
+describe('amount units and the webhook clock tolerance', () => {
+  it('item prices follow UPSTREAM_AMOUNT_UNIT unless UPSTREAM_ITEM_PRICE_UNIT is set', () => {
+    expect(loadConfig({ UPSTREAM_AMOUNT_UNIT: 'major' }).upstream).toMatchObject({ amountUnit: 'major', itemPriceUnit: 'major' });
+    expect(loadConfig({ UPSTREAM_AMOUNT_UNIT: 'cents', UPSTREAM_ITEM_PRICE_UNIT: 'major' }).upstream).toMatchObject({ amountUnit: 'cents', itemPriceUnit: 'major' });
+    expect(loadConfig({ UPSTREAM_AMOUNT_UNIT: 'major', UPSTREAM_ITEM_PRICE_UNIT: 'Cents' }).upstream).toMatchObject({ amountUnit: 'major', itemPriceUnit: 'cents' });
+    expect(loadConfig({ UPSTREAM_ITEM_PRICE_UNIT: ' ' }).upstream.itemPriceUnit).toBe('cents');
+  });
+
+  it('the quote amounts have a unit of their own, major by default whatever UPSTREAM_AMOUNT_UNIT says', () => {
+    expect(loadConfig({ UPSTREAM_AMOUNT_UNIT: 'cents' }).upstream.quoteAmountUnit).toBe('major');
+    expect(loadConfig({ UPSTREAM_QUOTE_AMOUNT_UNIT: 'cents' }).upstream).toMatchObject({ quoteAmountUnit: 'cents', amountUnit: 'cents', itemPriceUnit: 'cents' });
+    expect(loadConfig({ UPSTREAM_QUOTE_AMOUNT_UNIT: 'MAJOR', UPSTREAM_AMOUNT_UNIT: 'major' }).upstream.quoteAmountUnit).toBe('major');
+  });
+
+  it('WEBHOOK_CLOCK_TOLERANCE_SECONDS from 0 to 3600', () => {
+    expect(loadConfig({ WEBHOOK_CLOCK_TOLERANCE_SECONDS: '0' }).webhook.clockToleranceSeconds).toBe(0);
+    expect(loadConfig({ WEBHOOK_CLOCK_TOLERANCE_SECONDS: '5' }).webhook.clockToleranceSeconds).toBe(5);
+    expect(loadConfig({ WEBHOOK_CLOCK_TOLERANCE_SECONDS: '3600' }).webhook.clockToleranceSeconds).toBe(3600);
+  });
+
+  it.each([
+    ['UPSTREAM_ITEM_PRICE_UNIT', 'dollars'],
+    ['UPSTREAM_QUOTE_AMOUNT_UNIT', 'pennies'],
+    ['WEBHOOK_CLOCK_TOLERANCE_SECONDS', '-1'],
+    ['WEBHOOK_CLOCK_TOLERANCE_SECONDS', '3601'],
+    ['WEBHOOK_CLOCK_TOLERANCE_SECONDS', '1.5'],
+    ['WEBHOOK_CLOCK_TOLERANCE_SECONDS', 'thirty'],
+  ])('%s=%j is refused, naming it', (name, value) => {
+    expectNamed(configError({ [name]: value }), name);
   });
 });
 
@@ -359,6 +394,8 @@ describe('CONFIG_VARIABLES', () => {
     expect(path.resolve(defaults.DATA_DIR!)).toBe(config.dataDir);
     expect(Number(defaults.UPSTREAM_TIMEOUT_MS)).toBe(config.upstream.timeoutMs);
     expect(defaults.UPSTREAM_AMOUNT_UNIT).toBe(config.upstream.amountUnit);
+    expect(defaults.UPSTREAM_QUOTE_AMOUNT_UNIT).toBe(config.upstream.quoteAmountUnit);
+    expect(Number(defaults.WEBHOOK_CLOCK_TOLERANCE_SECONDS)).toBe(config.webhook.clockToleranceSeconds);
   });
 });
 

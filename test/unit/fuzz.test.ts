@@ -13,6 +13,7 @@ import { toSchema } from '../../src/graphql/schema.js';
 import { fromPartnerOrder, fromPlatformDelivery, fromWebhookEvent } from '../../src/mapping/delivery.js';
 import { DELIVERY_STATUSES, DELIVERY_STYLES, type ApiGroup, type Delivery } from '../../src/mapping/model.js';
 import { toWireRequest, validateDeliveryInput, type DeliveryInput } from '../../src/mapping/request.js';
+import { utcDateTime } from '../../src/mapping/scalars.js';
 import type { WireDelivery, WireDeliveryRequest, WireOrder, WireWebhookEvent } from '../../src/upstream/wire.js';
 
 const RUNS = 1000;
@@ -260,7 +261,8 @@ function validishInput(a: InputArbitraries): fc.Arbitrary<DeliveryInput> {
           address: { street: r.street, city: 'Springfield', country: 'US', latitude: r.latitude },
         },
         dropoff: { name: r.names[1], address: { street: r.street, city: 'Springfield', country: 'US' }, windowStart: r.windowStart },
-        deliveryDate: '2030-05-01',
+        // deliveryDate is the window's UTC date (a contradiction is refused); unparsed text, as the raw variant has, is never compared.
+        deliveryDate: utcDateTime(r.windowStart)?.slice(0, 10) ?? '2030-05-01',
         currency: 'usd',
         tip: r.tip,
         declaredValue: r.declaredValue,
@@ -309,6 +311,9 @@ function bodyProblems(body: WireDeliveryRequest, input: DeliveryInput, group: Ap
   const mode = input.mode ?? 'SCHEDULED';
   if (mode !== 'NOW') check(Boolean(body.dropoff_start_time), 'dropoff_start_time missing');
   if (mode === 'SCHEDULED') check(Boolean(body.delivery_date), 'delivery_date missing');
+  // delivery_date is a UTC date: never another day than the dropoff window's start.
+  const windowDay = utcDateTime(body.dropoff_start_time)?.slice(0, 10);
+  if (body.delivery_date !== undefined && windowDay !== undefined) check(body.delivery_date === windowDay, `delivery_date ${body.delivery_date} is not the UTC date of dropoff_start_time ${body.dropoff_start_time}`);
   // A documented style in its documented spelling, or a style enabled beyond them exactly as rawStyle wrote it (trimmed).
   const documented = ['Standard', 'Hybrid', 'Special Handling', 'Oversize'];
   if (body.delivery_style !== undefined) {

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { UpstreamValidationError, ValidationError, type FieldProblem } from '../../src/errors.js';
 import { fromPartnerOrder, fromPlatformDelivery, fromWebhookEvent } from '../../src/mapping/delivery.js';
 import type { Delivery } from '../../src/mapping/model.js';
+import { quoteFromWire } from '../../src/mapping/quote.js';
 import { toWireRequest, validateDeliveryInput, validationErrorFromUpstream, type DeliveryInput } from '../../src/mapping/request.js';
 import { calendarDate, decimalFrom, utcDateTime } from '../../src/mapping/scalars.js';
 import { deliveryStatus, statusOfEvent } from '../../src/domain/status.js';
@@ -843,9 +844,13 @@ describe('validateDeliveryInput', () => {
     expect(problemsOf(now, group)).toEqual([]);
   });
 
-  it.each(GROUPS)('requires deliveryDate when mode is absent or SCHEDULED on %s', (group, make) => {
+  it.each(GROUPS)('requires deliveryDate when mode is absent or SCHEDULED and no dropoff window gives it, on %s', (group, make) => {
     for (const mode of ['SCHEDULED', null, undefined] as const) {
-      expect(pathsOf({ ...make(), mode, deliveryDate: null }, group)).toEqual(['input.deliveryDate']);
+      const input = { ...make(), mode, deliveryDate: null };
+      input.dropoff = { ...input.dropoff, windowStart: null };
+      expect(pathsOf(input, group).sort()).toEqual(['input.deliveryDate', 'input.dropoff.windowStart']);
+      // With a window start, the date is taken from it (see "deliveryDate, a UTC date").
+      expect(problemsOf({ ...make(), mode, deliveryDate: null }, group)).toEqual([]);
     }
     expect(problemsOf({ ...make(), mode: 'NOW', deliveryDate: null }, group)).toEqual([]);
   });
@@ -1087,6 +1092,107 @@ describe('toWireRequest', () => {
       dropoff_address_country: 'US',
       package_delivery_mode: 'NOW',
     });
+  });
+});
+
+describe('deliveryDate, a UTC date', () => {
+  // A Sydney merchant's window at 09:00 on 2 May (+10:00) is 23:00 UTC on 1 May, as the DateTime scalar hands it over.
+  const sydney = (deliveryDate: string | null, mode: DeliveryInput['mode'] = 'SCHEDULED'): DeliveryInput => {
+    const input = platformInput();
+    return { ...input, mode, deliveryDate, pickup: { ...input.pickup, windowStart: '2030-05-01T22:00:00Z' }, dropoff: { ...input.dropoff, windowStart: '2030-05-01T23:00:00Z' } };
+  };
+
+  it.each(GROUPS)('refuses a deliveryDate that contradicts the UTC date of dropoff.windowStart on %s, naming both fields', (group, make) => {
+    const input = { ...make(), deliveryDate: '2030-05-02', dropoff: { ...make().dropoff, windowStart: '2030-05-01T23:00:00Z' } };
+    expect(problemsOf(input, group)).toEqual([
+      { path: 'input.deliveryDate', message: 'is 2030-05-02, but dropoff.windowStart falls on 2030-05-01 in UTC; deliveryDate is a UTC date' },
+      { path: 'input.dropoff.windowStart', message: 'falls on 2030-05-01 in UTC, not on deliveryDate 2030-05-02; send deliveryDate 2030-05-01, or leave it out' },
+    ]);
+    let thrown: unknown;
+    try {
+      toWireRequest(input, group, 'cents');
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(ValidationError);
+    expect((thrown as ValidationError).fields.map((field) => field.path)).toEqual(['input.deliveryDate', 'input.dropoff.windowStart']);
+  });
+
+  it('takes the UTC date, not the local one: the Sydney window of 2 May is on 1 May', () => {
+    expect(pathsOf(sydney('2030-05-02'), 'PLATFORM')).toEqual(['input.deliveryDate', 'input.dropoff.windowStart']);
+    expect(problemsOf(sydney('2030-05-01'), 'PLATFORM')).toEqual([]);
+    expect(toWireRequest(sydney('2030-05-01'), 'PLATFORM', 'cents')).toMatchObject({ delivery_date: '2030-05-01', dropoff_start_time: '2030-05-01T23:00:00Z' });
+  });
+
+  it('compares in UTC a window start given with an offset by a caller other than the DateTime scalar', () => {
+    const input = sydney('2030-05-02');
+    input.dropoff = { ...input.dropoff, windowStart: '2030-05-02T09:00:00+10:00' };
+    expect(pathsOf(input, 'PLATFORM')).toEqual(['input.deliveryDate', 'input.dropoff.windowStart']);
+  });
+
+  it('refuses the contradiction with mode NOW too: both fields were given', () => {
+    expect(pathsOf(sydney('2030-05-02', 'NOW'), 'PLATFORM')).toEqual(['input.deliveryDate', 'input.dropoff.windowStart']);
+  });
+
+  it.each(GROUPS)('sends the UTC date of dropoff.windowStart as delivery_date when it is needed and left out, on %s', (group, make) => {
+    for (const mode of ['SCHEDULED', null, undefined] as const) {
+      const input = { ...make(), mode, deliveryDate: null, dropoff: { ...make().dropoff, windowStart: '2030-05-01T23:00:00Z' } };
+      expect(toWireRequest(input, group, 'cents').delivery_date).toBe('2030-05-01');
+    }
+  });
+
+  it('derives nothing with mode NOW, where no date is needed', () => {
+    const body = toWireRequest(sydney(null, 'NOW'), 'PLATFORM', 'cents');
+    expect(body).not.toHaveProperty('delivery_date');
+    expect(body.dropoff_start_time).toBe('2030-05-01T23:00:00Z');
+  });
+
+  it('sends a deliveryDate given without a window as it is', () => {
+    const input = { ...sydney('2030-05-02', 'NOW'), dropoff: { ...sydney(null).dropoff, windowStart: null } };
+    expect(toWireRequest(input, 'PLATFORM', 'cents').delivery_date).toBe('2030-05-02');
+  });
+});
+
+describe('amount units, each its own setting', () => {
+  const withAmounts = (): DeliveryInput => ({ ...platformInput(), tip: '3.50', declaredValue: '45.10', items: [{ name: 'Atlas', price: '12.34' }, { name: 'Pen' }] });
+
+  it('sends tip and declared value in cents and item prices in major units (UPSTREAM_ITEM_PRICE_UNIT=major)', () => {
+    const body = toWireRequest(withAmounts(), 'PLATFORM', { amountUnit: 'cents', itemPriceUnit: 'major' });
+    expect(body.tip).toBe(350);
+    expect(body.package_value).toBe(4510);
+    expect(body.items).toEqual([{ name: 'Atlas', price: 12.34 }, { name: 'Pen' }]);
+  });
+
+  it('and the other way round: tip in major units, item prices in cents', () => {
+    const body = toWireRequest({ ...withAmounts(), currency: 'USD' }, 'PARTNER', { amountUnit: 'major', itemPriceUnit: 'cents' });
+    expect(body.tip).toBe(3.5);
+    expect(body.package_value).toBe(45.1);
+    expect(body.items).toEqual([{ name: 'Atlas', price: 1234 }, { name: 'Pen' }]);
+  });
+
+  it('one unit alone is both, as before', () => {
+    expect(toWireRequest(withAmounts(), 'PLATFORM', 'cents')).toMatchObject({ tip: 350, package_value: 4510, items: [{ price: 1234 }, {}] });
+    expect(toWireRequest(withAmounts(), 'PLATFORM', { amountUnit: 'major', itemPriceUnit: 'major' })).toMatchObject({ tip: 3.5, items: [{ price: 12.34 }, {}] });
+  });
+});
+
+describe('quoteFromWire in UPSTREAM_QUOTE_AMOUNT_UNIT', () => {
+  const answer = (price: Record<string, unknown>) => ({ message: 'Quote created.', data: { price: { currency: 'USD', ...price }, distance: 4.2 } }) as never;
+
+  it('reads major units as they are (the default)', () => {
+    expect(quoteFromWire('PLATFORM', answer({ delivery_fee: 12.5, tip: 3.5 }), 'major')).toMatchObject({ fee: { amount: '12.50', currency: 'USD' }, tip: { amount: '3.50', currency: 'USD' } });
+  });
+
+  it('divides cents by 100', () => {
+    expect(quoteFromWire('PLATFORM', answer({ delivery_fee: 1250, tip: 350 }), 'cents')).toMatchObject({ fee: { amount: '12.50', currency: 'USD' }, tip: { amount: '3.50', currency: 'USD' } });
+    expect(quoteFromWire('PARTNER', answer({ delivery_fee: '1999', tip: 5 }), 'cents')).toMatchObject({ fee: { amount: '19.99' }, tip: { amount: '0.05' } });
+  });
+
+  it('still refuses a quote without a fee and keeps a missing tip null, in either unit', () => {
+    for (const unit of ['major', 'cents'] as const) {
+      expect(() => quoteFromWire('PLATFORM', answer({ tip: 350 }), unit)).toThrow(/without a delivery fee/);
+      expect(quoteFromWire('PLATFORM', answer({ delivery_fee: 0 }), unit)).toMatchObject({ fee: { amount: '0.00' }, tip: null });
+    }
   });
 });
 

@@ -85,9 +85,9 @@ export type ApiGroup =
 export type DeliveryInput = {
   /** Three-letter currency code; required on PARTNER. */
   currency?: InputMaybe<Scalars['String']['input']>;
-  /** Declared value in major units (sent in UPSTREAM_AMOUNT_UNIT, cents by default). */
+  /** Declared value in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default). */
   declaredValue?: InputMaybe<Scalars['Decimal']['input']>;
-  /** Scheduled date; required when mode is SCHEDULED or not given. */
+  /** Scheduled date, a UTC date (the upstream reads every date and time in UTC and infers no local time): the UTC date of dropoff.windowStart, so a window at 09:00 on 2 May in Sydney (+10:00) is on 1 May. One that contradicts dropoff.windowStart's UTC date is a ValidationError naming both. Needed when mode is SCHEDULED or not given; left out there, it is taken from dropoff.windowStart. */
   deliveryDate?: InputMaybe<Scalars['Date']['input']>;
   /** End of the delivery window. PARTNER only. */
   deliveryEndTime?: InputMaybe<Scalars['DateTime']['input']>;
@@ -103,7 +103,7 @@ export type DeliveryInput = {
   itemsCount?: InputMaybe<Scalars['Int']['input']>;
   /** Smallest vehicle that fits, e.g. CAR, SUV, VAN. Required (any non-blank value) for the OVERSIZE style; whether it is an SUV or larger is for the upstream to judge. */
   minimumVehicleSize?: InputMaybe<Scalars['String']['input']>;
-  /** NOW for on demand; SCHEDULED (the default) needs deliveryDate. */
+  /** NOW for on demand; SCHEDULED (the default) needs dropoff.windowStart and a deliveryDate (taken from it when not given). */
   mode?: InputMaybe<DeliveryMode>;
   /** Your own reference of the order. PARTNER only. */
   partnerReference?: InputMaybe<Scalars['String']['input']>;
@@ -117,7 +117,7 @@ export type DeliveryInput = {
   requirements?: InputMaybe<Array<Scalars['String']['input']>>;
   /** Handling style, one of the four documented ones; STANDARD when neither style nor rawStyle is given. OVERSIZE needs minimumVehicleSize. Not with rawStyle. */
   style?: InputMaybe<DeliveryStyle>;
-  /** Courier tip in major units (sent in UPSTREAM_AMOUNT_UNIT, cents by default). */
+  /** Courier tip in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default). */
   tip?: InputMaybe<Scalars['Decimal']['input']>;
   /** Package weight. */
   weight?: InputMaybe<Scalars['Float']['input']>;
@@ -127,24 +127,24 @@ export type DeliveryInput = {
 export type DeliveryMode =
   /** On demand: dispatched as soon as possible. */
   | 'NOW'
-  /** In the window given by deliveryDate and the stop windows (the default). */
+  /** In the window given by deliveryDate (a UTC date) and the stop windows (the default). */
   | 'SCHEDULED';
 
 /** Normalized lifecycle. Upstream strings ("DROPOFF_COMPLETE", "Picked Up", "Canceled", ...) map onto these case- and separator-insensitively; anything unrecognized is UNKNOWN, never an error. */
 export type DeliveryStatus =
   /** A courier has taken the delivery. */
   | 'ASSIGNED'
-  /** Canceled by the platform, the service or the provider. Terminal. */
+  /** Canceled by the platform, the service or the provider. Normally final, but a later event or read can revise it: a cancel after pickup is followed by RETURN_IN_PROGRESS and RETURNED, and an event that proves a pickup (pickup_complete, any dropoff_* or return_*), in whatever order it arrives, makes a cancel first seen as one before pickup one after it. When events contradict it, one read of the upstream decides. */
   | 'CANCELED'
   /** Accepted; courier sourcing has started. */
   | 'CREATED'
   /** The courier is at the dropoff; proof of delivery arrives with this milestone. */
   | 'DROPOFF_ARRIVED'
-  /** Delivered. Terminal. */
+  /** Delivered. Normally final: no event moves it back, and should a later event contradict it (a failure), one read of the upstream settles the status and the read wins. */
   | 'DROPOFF_COMPLETE'
   /** The courier is on the way to the recipient. */
   | 'DROPOFF_ENROUTE'
-  /** The delivery could not be completed. Terminal. */
+  /** The delivery could not be completed. Normally final, but a later event or read can revise it: a failure after pickup is followed by RETURN_IN_PROGRESS and RETURNED, and a re-attempt the upstream completes ends at DROPOFF_COMPLETE. When events contradict it, one read of the upstream decides. */
   | 'FAILED'
   /** The courier is at the pickup. */
   | 'PICKUP_ARRIVED'
@@ -152,7 +152,7 @@ export type DeliveryStatus =
   | 'PICKUP_COMPLETE'
   /** The courier is on the way to the pickup. */
   | 'PICKUP_ENROUTE'
-  /** The package is back at the pickup. Terminal. */
+  /** The package is back at the pickup. Normally final: no event moves it back; a read of the upstream that says otherwise wins. */
   | 'RETURNED'
   /** The package is going back to the pickup. */
   | 'RETURN_IN_PROGRESS'
@@ -184,7 +184,7 @@ export type ItemInput = {
   externalInstanceId?: InputMaybe<Scalars['String']['input']>;
   /** Item name. */
   name?: InputMaybe<Scalars['String']['input']>;
-  /** Unit price in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default, like tip, and read back in the same unit, so Item.price returns it as given). */
+  /** Unit price in major units: not negative, at most two decimals (sent in UPSTREAM_ITEM_PRICE_UNIT, which is UPSTREAM_AMOUNT_UNIT unless set, cents by default; read back in the same unit, so Item.price returns it as given). */
   price?: InputMaybe<Scalars['Decimal']['input']>;
   /** How many. */
   quantity?: InputMaybe<Scalars['Float']['input']>;
@@ -204,7 +204,7 @@ export type StopInput = {
   name: Scalars['String']['input'];
   /** Contact phone; at most 15 characters for the pickup. */
   phone?: InputMaybe<Scalars['String']['input']>;
-  /** Start of the stop window, any offset (sent as UTC). dropoff.windowStart is required unless mode is NOW. */
+  /** Start of the stop window, any offset (sent as UTC). dropoff.windowStart is required unless mode is NOW; its UTC date is the deliveryDate. */
   windowStart?: InputMaybe<Scalars['DateTime']['input']>;
 };
 
