@@ -9,6 +9,7 @@ import { createLogger } from '../../src/logger.js';
 import { SqliteStore } from '../../src/store/sqlite.js';
 import type { Store } from '../../src/store/store.js';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
+import { collect, wsClient } from '../helpers/ws-client.js';
 
 const CREATE = /* GraphQL */ `
   mutation Book($input: DeliveryInput!, $key: String) {
@@ -106,6 +107,20 @@ describe('a booking while the store cannot write', () => {
     expect((await stack.gql(READ, { uid })).data.delivery).toEqual({ uid, trackingUrl });
     expect((await stack.gql(READ, { uid }, stack.otherKey)).data.delivery).toBeNull();
     expect(await file.ownerOf(uid)).toBeUndefined();
+    // And follows it over a WebSocket; the other merchant cannot.
+    const FOLLOW = 'subscription ($uid: ID!) { deliveryUpdated(uid: $uid) { uid status } }';
+    const mine = wsClient(stack.app.url, stack.key);
+    const theirs = wsClient(stack.app.url, stack.otherKey);
+    try {
+      const followed = collect(mine, FOLLOW, { uid });
+      expect((await followed.waitFor(1))[0]).toEqual({ deliveryUpdated: { uid, status: 'CREATED' } });
+      const refused = collect(theirs, FOLLOW, { uid });
+      await refused.done;
+      expect(refused.items).toEqual([]);
+      expect(refused.errors).toHaveLength(1);
+    } finally {
+      await Promise.all([mine.dispose(), theirs.dispose()]);
+    }
 
     // Logged once, with the uid and without the key.
     const logged = failuresLoggedFor(uid);
