@@ -6,6 +6,7 @@ import { createServer } from 'node:net';
 import { startApp } from './app.js';
 import { reportListening, runPrimary } from './cluster.js';
 import { DataDirInUseError } from './store/data-dir-lock.js';
+import { StoreFileError } from './store/sqlite-file.js';
 import { CONFIG_VARIABLES, ConfigError, loadConfig, type Config } from './config.js';
 import type { Sandbox } from './sandbox/index.js';
 
@@ -132,8 +133,8 @@ async function main(): Promise<void> {
   try {
     app = await startApp(config);
   } catch (error) {
-    // Another process on this DATA_DIR: one line, saying what to change.
-    if (error instanceof DataDirInUseError) {
+    // Another process on this DATA_DIR, or a store file that is damaged or emptied: one line, naming it and what to do.
+    if (error instanceof DataDirInUseError || error instanceof StoreFileError) {
       console.error(`delivery-graph: ${error.message}`);
       process.exit(1);
     }

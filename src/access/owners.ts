@@ -9,8 +9,11 @@
 // - a delivery with no record is the upstream's to decide, with the caller's key;
 //   a key it lets read the delivery is recorded as the owner from then on (the
 //   first record stays), with the endpoint group the delivery was found in.
+// A booking is recorded here too (recordBooking): the upstream made it, so its
+// caller gets it even when the store cannot write; the record then waits in
+// memory, answers lookups from there, and is written when the store writes again.
 import type { Logger } from '../logger.js';
-import type { OwnerEntry, OwnerGroup, OwnerRecord, Store } from '../store/store.js';
+import type { BookingResult, OwnerEntry, OwnerGroup, OwnerRecord, Store } from '../store/store.js';
 
 /** What the record says of one caller: its own, another key's, or nothing known (the upstream decides). */
 export type OwnerVerdict = 'own' | 'other' | 'unknown';
@@ -37,6 +40,36 @@ const CACHED_FOR_MS = 10 * 60_000;
 const LEARN_FLUSH_MS = 50;
 /** A uid, the shared hash string's reference, the group and the Map entry: about this much. */
 const ENTRY_OVERHEAD_BYTES = 160;
+/**
+ * Bookings whose record the store refused wait in memory up to this many bytes
+ * (by the length of what each holds): tens of thousands of bookings, hours of a
+ * busy merchant's traffic. Past it a booking is still answered, but its record
+ * is only logged (docs/limits.md, "Bookings the store could not record").
+ */
+export const UNRECORDED_BOOKING_BYTES = 8 * 1024 * 1024;
+/** The first retry of unrecorded bookings, doubled after each failed one up to the second. */
+const RECORD_RETRY_MS = 1_000;
+const RECORD_RETRY_MAX_MS = 30_000;
+/** The Map entries, the result, the flags: about this much beside the strings. */
+const BOOKING_OVERHEAD_BYTES = 400;
+
+/** A booking the upstream made, as the facade records it. */
+export interface BookingRecord {
+  result: BookingResult;
+  /** The hash of the booking merchant's key. */
+  owner: string;
+  group: OwnerGroup;
+  /** With an idempotency key: the claim to complete with the result, and the fingerprint of the input it was claimed for. */
+  claim?: { idempotencyKey: string; fingerprint: string };
+}
+
+/** A booking whose record waits for the store: which of its two writes are still to do. */
+interface Unrecorded {
+  booking: BookingRecord;
+  ownerWritten: boolean;
+  claimWritten: boolean;
+  bytes: number;
+}
 
 interface Cached {
   record: OwnerRecord;
@@ -47,6 +80,8 @@ interface Cached {
 export interface OwnersOptions {
   logger?: Logger;
   cacheBytes?: number;
+  /** At most this many bytes of bookings wait in memory for the store (UNRECORDED_BOOKING_BYTES). */
+  unrecordedBytes?: number;
 }
 
 export class Owners {
@@ -61,11 +96,20 @@ export class Owners {
   #scheduled = false;
   /** Records written, and record writes that failed (the answer stood; a later read asks again): read by /metrics. */
   readonly counters = { recorded: 0, failed: 0 };
+  /** Bookings the store could not record yet, by uid; and the same by claim (owner hash and idempotency key), for a retry of the key. */
+  readonly #unrecorded = new Map<string, Unrecorded>();
+  readonly #unrecordedClaims = new Map<string, Unrecorded>();
+  #unrecordedBytes = 0;
+  #retrying: Promise<void> | undefined;
+  #retryTimer: NodeJS.Timeout | undefined;
+  #retryMs = RECORD_RETRY_MS;
+  readonly #unrecordedLimit: number;
 
   constructor(store: Store, options: OwnersOptions = {}) {
     this.#store = store;
     this.#logger = options.logger;
     this.#cacheBytes = options.cacheBytes ?? OWNER_CACHE_BYTES;
+    this.#unrecordedLimit = options.unrecordedBytes ?? UNRECORDED_BOOKING_BYTES;
   }
 
   /** The records of those uids that have one: from memory, the rest in one store read. */
@@ -104,12 +148,125 @@ export class Owners {
     this.#scheduled = true;
     setTimeout(() => {
       this.#scheduled = false;
-      void this.flush();
+      void this.#flushLearned();
     }, LEARN_FLUSH_MS).unref();
   }
 
-  /** Writes what was learned and not yet written; resolves when it is (or failed, logged). */
+  /**
+   * Records a booking the upstream made: its owner and, with an idempotency key,
+   * the claim's result. Never fails: a write the store refuses is logged once
+   * with the uid, kept in memory (lookups and unrecordedClaim answer from there)
+   * and written again on a timer, after the next write that works, and at stop.
+   */
+  async recordBooking(booking: BookingRecord): Promise<void> {
+    const { result, owner, group, claim } = booking;
+    const [ownerWrite, claimWrite] = await Promise.allSettled([
+      this.#store.recordOwner(result.uid, owner, group),
+      claim ? this.#store.completeIdempotency(owner, claim.idempotencyKey, result) : undefined,
+    ]);
+    if (ownerWrite.status === 'fulfilled' && claimWrite.status === 'fulfilled') {
+      // The store writes again: what waited is written now rather than at the next tick of the timer.
+      if (this.#unrecorded.size > 0) void this.#retryUnrecorded();
+      return;
+    }
+    const error = ownerWrite.status === 'rejected' ? ownerWrite.reason : (claimWrite as PromiseRejectedResult).reason;
+    this.#keepUnrecorded({ booking, ownerWritten: ownerWrite.status === 'fulfilled', claimWritten: claimWrite.status === 'fulfilled', bytes: bookingBytes(booking) }, error);
+  }
+
+  /** The booking of an idempotency key whose claim the store has not been able to complete yet, with the fingerprint it was claimed for. */
+  unrecordedClaim(owner: string, idempotencyKey: string): { result: BookingResult; fingerprint: string } | undefined {
+    const waiting = this.#unrecordedClaims.get(claimId(owner, idempotencyKey));
+    return waiting && { result: waiting.booking.result, fingerprint: waiting.booking.claim!.fingerprint };
+  }
+
+  /** Bookings waiting in memory for the store, and their bytes. */
+  get unrecorded(): { bookings: number; bytes: number } {
+    return { bookings: this.#unrecorded.size, bytes: this.#unrecordedBytes };
+  }
+
+  #keepUnrecorded(entry: Unrecorded, error: unknown): void {
+    const { uid } = entry.booking.result;
+    if (this.#unrecorded.has(uid)) return;
+    if (this.#unrecordedBytes + entry.bytes > this.#unrecordedLimit) {
+      this.#logger?.error({ err: error, uid }, 'could not record a booking the upstream made, and too many wait already: it was answered; its owner is learned again on a read, its idempotency claim resolved by its webhook');
+      return;
+    }
+    this.#logger?.error({ err: error, uid }, 'could not record a booking the upstream made: it was answered, and is recorded once the store writes again');
+    this.#unrecorded.set(uid, entry);
+    const { claim, owner } = entry.booking;
+    if (claim && !entry.claimWritten) this.#unrecordedClaims.set(claimId(owner, claim.idempotencyKey), entry);
+    this.#unrecordedBytes += entry.bytes;
+    this.#scheduleRetry();
+  }
+
+  #scheduleRetry(): void {
+    if (this.#retryTimer || this.#unrecorded.size === 0) return;
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = undefined;
+      void this.#retryUnrecorded();
+    }, this.#retryMs).unref();
+  }
+
+  /** Writes every unrecorded booking again, owners in one write; one pass at a time. */
+  #retryUnrecorded(): Promise<void> {
+    this.#retrying ??= this.#writeUnrecorded().finally(() => {
+      this.#retrying = undefined;
+      this.#scheduleRetry();
+    });
+    return this.#retrying;
+  }
+
+  async #writeUnrecorded(): Promise<void> {
+    const entries = [...this.#unrecorded.values()];
+    if (entries.length === 0) return;
+    const owners = entries.filter((entry) => !entry.ownerWritten);
+    const ownersWrite = owners.length > 0 ? this.#store.recordOwners(owners.map(({ booking }) => ({ uid: booking.result.uid, owner: booking.owner, group: booking.group }))) : undefined;
+    const claims = entries.filter((entry) => entry.booking.claim && !entry.claimWritten);
+    const claimWrites = claims.map(({ booking }) => this.#store.completeIdempotency(booking.owner, booking.claim!.idempotencyKey, booking.result));
+    const [ownersDone, ...claimsDone] = await Promise.allSettled([ownersWrite, ...claimWrites]);
+    if (ownersDone!.status === 'fulfilled') for (const entry of owners) entry.ownerWritten = true;
+    claimsDone.forEach((done, n) => {
+      if (done.status !== 'fulfilled') return;
+      const entry = claims[n]!;
+      entry.claimWritten = true;
+      this.#unrecordedClaims.delete(claimId(entry.booking.owner, entry.booking.claim!.idempotencyKey));
+    });
+    let recorded = 0;
+    const now = Date.now();
+    for (const entry of entries) {
+      if (!entry.ownerWritten || (entry.booking.claim && !entry.claimWritten)) continue;
+      const { result, owner, group } = entry.booking;
+      this.#unrecorded.delete(result.uid);
+      this.#unrecordedBytes -= entry.bytes;
+      this.#remember(result.uid, { owner, group }, now);
+      recorded += 1;
+    }
+    if (recorded > 0) this.#logger?.info({ count: recorded, waiting: this.#unrecorded.size }, 'recorded bookings that had waited for the store');
+    // Back off while the store keeps refusing; at once back to the first delay when it writes.
+    this.#retryMs = this.#unrecorded.size === 0 || recorded > 0 ? RECORD_RETRY_MS : Math.min(this.#retryMs * 2, RECORD_RETRY_MAX_MS);
+  }
+
+  /**
+   * Writes what was learned and not yet written, and the bookings that wait for
+   * the store (at stop: what still fails is logged, with its uids); resolves when
+   * done (or failed, logged).
+   */
   async flush(): Promise<void> {
+    await this.#flushLearned();
+    if (this.#unrecorded.size === 0) return;
+    await this.#retryUnrecorded();
+    // The store closes next: no timer is left to write to it (the next booking's write tries again).
+    clearTimeout(this.#retryTimer);
+    this.#retryTimer = undefined;
+    if (this.#unrecorded.size > 0) {
+      this.#logger?.error(
+        { count: this.#unrecorded.size, uids: [...this.#unrecorded.keys()].slice(0, 1000) },
+        'bookings the store could not record are still unrecorded: their owners are learned again on a read, their idempotency claims resolved by their webhooks',
+      );
+    }
+  }
+
+  async #flushLearned(): Promise<void> {
     while (this.#writing) await this.#writing;
     if (this.#pending.size === 0) return;
     const batch = [...this.#pending.values()];
@@ -117,6 +274,7 @@ export class Owners {
     this.#writing = this.#store.recordOwners(batch).then(
       () => {
         this.counters.recorded += batch.length;
+        if (this.#unrecorded.size > 0) void this.#retryUnrecorded();
         // Known from the store's side now; a record another instance wrote first is found on the next lookup's miss.
         const now = Date.now();
         for (const entry of batch) this.#remember(entry.uid, { owner: entry.owner, group: entry.group }, now);
@@ -139,6 +297,8 @@ export class Owners {
   }
 
   #known(uid: string, now: number): OwnerRecord | undefined {
+    const booked = this.#unrecorded.get(uid);
+    if (booked) return { owner: booked.booking.owner, group: booked.booking.group };
     const pending = this.#pending.get(uid);
     if (pending) return { owner: pending.owner, group: pending.group };
     const cached = this.#cache.get(uid);
@@ -168,4 +328,12 @@ export class Owners {
     this.#cache.delete(uid);
     this.#bytes -= cached.bytes;
   }
+}
+
+const claimId = (owner: string, idempotencyKey: string) => `${owner}:${idempotencyKey}`;
+
+/** What an unrecorded booking holds: its strings (two bytes a character) and the entries around them. */
+function bookingBytes({ result, owner, claim }: BookingRecord): number {
+  const chars = result.uid.length + (result.trackingUrl?.length ?? 0) + owner.length + (claim ? claim.idempotencyKey.length * 2 + claim.fingerprint.length + owner.length : 0);
+  return BOOKING_OVERHEAD_BYTES + chars * 2;
 }

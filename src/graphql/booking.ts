@@ -13,6 +13,7 @@ import {
 import { BOOKING_MARKER_FIELD, bookingMarker } from '../domain/booking-marker.js';
 import type { DeliveryStub } from '../mapping/model.js';
 import { asValidation, toWireRequest, type DeliveryInput } from '../mapping/request.js';
+import type { BookingRecord } from '../access/owners.js';
 import type { BookingResult } from '../store/store.js';
 import { fingerprint } from '../domain/canonical-json.js';
 import { hashKey } from '../domain/merchant-key.js';
@@ -26,10 +27,17 @@ import { DeliveryInputRef } from './inputs.js';
 const PENDING_POLL_MS = 25;
 
 
-async function book(ctx: GraphQLContext, key: string, body: WireDeliveryRequest, input: DeliveryInput): Promise<BookingResult> {
+/**
+ * Books upstream and records the booking (its owner, and with `claim` the
+ * idempotency key's result). Once the upstream has booked, the booking is the
+ * caller's whatever the store does: a record it cannot write waits in memory
+ * (Owners.recordBooking), so a failed write never turns a booking into an error
+ * that would make the caller book again.
+ */
+async function book(ctx: GraphQLContext, key: string, body: WireDeliveryRequest, input: DeliveryInput, claim?: BookingRecord['claim']): Promise<BookingResult> {
   const created = await asValidation(key, () => ctx.services.upstream.platform.create(key, body), input);
   const result = { uid: created.uid, trackingUrl: created.trackingLink ?? null };
-  await ctx.services.store.recordOwner(result.uid, hashKey(key), 'PLATFORM');
+  await ctx.services.owners.recordBooking({ result, owner: hashKey(key), group: 'PLATFORM', claim });
   return result;
 }
 
@@ -54,7 +62,7 @@ async function afterFailedBooking(ctx: GraphQLContext, owner: string, idempotenc
   }
   const claim = await store.markIdempotencyUnknown(owner, idempotencyKey);
   if (claim.state !== 'done') throw error;
-  await store.recordOwner(claim.result.uid, owner, 'PLATFORM');
+  await ctx.services.owners.recordBooking({ result: claim.result, owner, group: 'PLATFORM' });
   return claim.result;
 }
 
@@ -64,7 +72,9 @@ async function afterFailedBooking(ctx: GraphQLContext, owner: string, idempotenc
  * for it (in this process through `services.bookingsInFlight`, across processes by polling the store).
  * A booking whose answer was lost keeps its claim as 'unknown': its webhooks carry
  * the key's marker (src/domain/booking-marker.ts) and turn it done; until then a
- * repeat books nothing and gets BookingOutcomeUnknownError.
+ * repeat books nothing and gets BookingOutcomeUnknownError. A booking whose result
+ * the store could not take is answered from memory here (Owners.unrecordedClaim);
+ * another process sees its claim pending meanwhile (docs/operations.md).
  */
 async function bookOnce(ctx: GraphQLContext, key: string, idempotencyKey: string, body: WireDeliveryRequest, input: DeliveryInput): Promise<BookingResult> {
   const { store, config } = ctx.services;
@@ -74,15 +84,16 @@ async function bookOnce(ctx: GraphQLContext, key: string, idempotencyKey: string
   const local = `${owner}:${idempotencyKey}`;
   const deadline = Date.now() + config.upstream.timeoutMs * 2;
   for (;;) {
+    // Booked, but the store has not taken the claim's result yet: it is in memory, and only there.
+    const unrecorded = ctx.services.owners.unrecordedClaim(owner, idempotencyKey);
+    if (unrecorded) {
+      if (unrecorded.fingerprint !== print) throw new IdempotencyConflictError();
+      return unrecorded.result;
+    }
     const running = ctx.services.bookingsInFlight.get(local);
     if (running) {
-      const result = await running.catch(() => undefined);
-      if (result) {
-        // The running booking may have had other input: the store decides.
-        const claim = await store.claimIdempotency(owner, idempotencyKey, print);
-        if (claim.state === 'conflict') throw new IdempotencyConflictError();
-        if (claim.state === 'done') return claim.result;
-      }
+      // The running booking may have had other input: once it ends, the claim decides (from memory or the store).
+      await running.catch(() => undefined);
       continue;
     }
     const claim = await store.claimIdempotency(owner, idempotencyKey, print);
@@ -94,20 +105,9 @@ async function bookOnce(ctx: GraphQLContext, key: string, idempotencyKey: string
       await sleep(PENDING_POLL_MS);
       continue;
     }
-    const booking = (async () => {
-      try {
-        let result: BookingResult;
-        try {
-          result = await book(ctx, key, marked, input);
-        } catch (error) {
-          return await afterFailedBooking(ctx, owner, idempotencyKey, error);
-        }
-        await store.completeIdempotency(owner, idempotencyKey, result);
-        return result;
-      } finally {
-        ctx.services.bookingsInFlight.delete(local);
-      }
-    })();
+    const booking = book(ctx, key, marked, input, { idempotencyKey, fingerprint: print })
+      .catch((error: unknown) => afterFailedBooking(ctx, owner, idempotencyKey, error))
+      .finally(() => ctx.services.bookingsInFlight.delete(local));
     ctx.services.bookingsInFlight.set(local, booking);
     return booking;
   }

@@ -4,7 +4,7 @@
 // file of its own held in an exclusive transaction for the life of the store:
 // the operating system's file lock behind it is released when the process
 // ends, however it ends, so a crashed process never blocks the next start.
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import Database from 'better-sqlite3';
 
 export class DataDirInUseError extends Error {
@@ -18,6 +18,10 @@ export class DataDirInUseError extends Error {
 }
 
 export interface DataDirLock {
+  /** The lock file, which stays when the lock is released. */
+  file: string;
+  /** The lock file was there before: a store has been opened in this folder. */
+  existed: boolean;
   release(): void;
 }
 
@@ -25,6 +29,7 @@ export interface DataDirLock {
 export function lockDataDir(dataDir: string, file: string): DataDirLock {
   const lockFile = `${file}.lock`;
   const pidFile = `${lockFile}.pid`;
+  const existed = existsSync(lockFile);
   const db = new Database(lockFile, { timeout: 0 });
   try {
     db.exec('BEGIN EXCLUSIVE');
@@ -36,6 +41,8 @@ export function lockDataDir(dataDir: string, file: string): DataDirLock {
   // Only for the message a second process prints: the lock itself is the transaction.
   writeFileSync(pidFile, String(process.pid));
   return {
+    file: lockFile,
+    existed,
     release() {
       if (!db.open) return;
       rmSync(pidFile, { force: true });

@@ -8,7 +8,7 @@
 // commit, so what a caller awaited it reads back.
 // With a retention, a timer deletes what expired in small transactions and
 // hands the freed pages back to the file system a few at a time (#trim).
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
@@ -34,6 +34,7 @@ import {
 } from './store.js';
 import { bookingMarker } from '../domain/booking-marker.js';
 import { lockDataDir, type DataDirLock } from './data-dir-lock.js';
+import { checkStoreFile, damagedFileMessage, isDamage } from './sqlite-file.js';
 import { UidFilter } from './uid-filter.js';
 import type { AppendOutcome, EventRow, TrimPhase, WriterArgs, WriterData, WriterError, WriterOps, WriterReply, WriterRequest } from './sqlite-writer.js';
 
@@ -249,6 +250,8 @@ export class SqliteStore implements Store {
    * being filled takes their uids from here.
    */
   readonly #ownersInFlight = new Map<string, { record: OwnerRecord; writes: number }>();
+  /** Why the file reads as damaged, once a read or write found it so (ping() fails with it). */
+  #damage: string | undefined;
 
   constructor(dataDir: string, options: SqliteStoreOptions = {}) {
     mkdirSync(dataDir, { recursive: true });
@@ -256,13 +259,21 @@ export class SqliteStore implements Store {
     // Before the file is opened: a second process stops here, having changed nothing.
     this.#lock = lockDataDir(dataDir, file);
     try {
+      const created = !existsSync(file);
       this.db = new Database(file);
+      try {
+        // First: the writer thread of another store on this file may hold it a moment.
+        this.db.pragma('busy_timeout = 5000');
+        // Before anything is written to it: a damaged or emptied file stops the start, unchanged.
+        checkStoreFile(this.db, { created, heldBefore: this.#lock.existed, lockFile: this.#lock.file }, options.logger);
+      } catch (error) {
+        this.db.close();
+        throw error;
+      }
     } catch (error) {
       this.#lock.release();
       throw error;
     }
-    // First: the writer thread of another store on this file may hold it a moment.
-    this.db.pragma('busy_timeout = 5000');
     // Takes effect on a new file only (before its first table); a file created before keeps
     // auto_vacuum = NONE: its freed pages are reused by new rows, but the file does not shrink.
     this.db.pragma('auto_vacuum = INCREMENTAL');
@@ -339,6 +350,7 @@ export class SqliteStore implements Store {
   /** A filter that cannot be filled (the file closed or failed meanwhile) leaves the file to answer every lookup: slower, never wrong. */
   #startOwnerFilter(): void {
     this.#rebuildOwnerFilter().catch((error: unknown) => {
+      this.#noticeDamage(error);
       if (this.db.open) this.#logger?.warn({ err: error }, 'the owner filter could not be filled: owner lookups ask the file');
     });
   }
@@ -406,10 +418,30 @@ export class SqliteStore implements Store {
     return this.#thread.worker;
   }
 
+  /** A read on this thread; a file found damaged by it fails readiness from then on. */
+  #read<T>(read: () => T): T {
+    try {
+      return read();
+    } catch (error) {
+      this.#noticeDamage(error);
+      throw error;
+    }
+  }
+
+  /** SQLite found the file damaged after the start (see sqlite-file.ts): logged once, and every ping() fails naming the file. */
+  #noticeDamage(error: unknown): void {
+    if (this.#damage || !isDamage(error)) return;
+    this.#damage = damagedFileMessage(this.db.name, error.message);
+    this.#logger?.error({ err: error, file: this.db.name }, 'the store file is damaged: /ready fails until it is restored');
+  }
+
   /** Sends a write to the writer thread; after close() it fails at once. */
   #write<Op extends keyof WriterOps>(op: Op, ...args: WriterArgs<Op>): Promise<ReturnType<WriterOps[Op]>> {
     if (this.#closed) return Promise.reject(new Error('The SQLite store is closed; nothing more can be written to it.'));
-    return this.#thread.call(op, ...args);
+    return this.#thread.call(op, ...args).catch((error: unknown) => {
+      this.#noticeDamage(error);
+      throw error;
+    });
   }
 
   async appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]> {
@@ -437,7 +469,11 @@ export class SqliteStore implements Store {
 
   /** One event's answer from the thread, as the store's caller gets it. */
   #appended(answer: AppendOutcome, { payload, receivedAt }: { payload: WireWebhookEvent; receivedAt: string }): AppendResult | Error {
-    if ('error' in answer) return writerError(answer.error);
+    if ('error' in answer) {
+      const error = writerError(answer.error);
+      this.#noticeDamage(error);
+      return error;
+    }
     if (answer.duplicate) return { event: toStored(answer.row), duplicate: true };
     const { seq, stale, courierOnly, statusText } = answer;
     return { event: { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale, courierOnly, payload }, duplicate: false };
@@ -448,27 +484,27 @@ export class SqliteStore implements Store {
     let rows: EventRow[];
     if (uids && uids.length > 0) {
       // Per uid through the (uid, seq) index, then merged in log order.
-      rows = uids.flatMap((uid) => this.#statements.eventsOfUidAfter.all(uid, afterSeq, limit));
+      rows = this.#read(() => uids.flatMap((uid) => this.#statements.eventsOfUidAfter.all(uid, afterSeq, limit)));
       rows.sort((a, b) => a.seq - b.seq);
       rows = rows.slice(0, limit);
     } else {
-      rows = this.#statements.eventsAfter.all(afterSeq, limit);
+      rows = this.#read(() => this.#statements.eventsAfter.all(afterSeq, limit));
     }
     return rows.map(toStored);
   }
 
   async latestEvent(uid: string, kind: 'delivery' | 'location'): Promise<StoredEvent | undefined> {
-    const row = kind === 'delivery' ? this.#statements.latestDelivery.get(uid) : this.#statements.latestLocation.get(uid);
+    const row = this.#read(() => (kind === 'delivery' ? this.#statements.latestDelivery.get(uid) : this.#statements.latestLocation.get(uid)));
     return row ? toStored(row) : undefined;
   }
 
   async deliveryState(uid: string): Promise<DeliveryState | undefined> {
-    const row = this.#statements.getState.get(uid);
+    const row = this.#read(() => this.#statements.getState.get(uid));
     return row ? { ...stateOf(row), seq: row.seq } : undefined;
   }
 
   async lastSeq(): Promise<number> {
-    return this.#statements.lastSeq.get()?.seq ?? 0;
+    return this.#read(() => this.#statements.lastSeq.get()?.seq ?? 0);
   }
 
   claimIdempotency(ownerHash: string, idempotencyKey: string, fingerprint: string): Promise<IdempotencyClaim> {
@@ -511,7 +547,7 @@ export class SqliteStore implements Store {
     for (const uid of uids) {
       // Never recorded: no need to ask the file.
       if (complete && !filter.mayHave(uid)) continue;
-      const row = this.#statements.getOwner.get(uid, since);
+      const row = this.#read(() => this.#statements.getOwner.get(uid, since));
       if (row) found.set(uid, { owner: row.owner_hash, group: ownerGroup(row.api_group) });
       else {
         // Sent, not committed yet: a read after the write finds it, as on Redis (commands run in order).
@@ -553,6 +589,7 @@ export class SqliteStore implements Store {
    * closed connection, a read-only file, a full disk or a stopped thread fails it.
    */
   async ping(): Promise<void> {
+    if (this.#damage) throw new Error(this.#damage);
     this.#statements.ping.get();
     await this.#write('ping');
   }
