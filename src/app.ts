@@ -10,6 +10,7 @@ import { PersistedOperations } from './pipeline/persisted-operations.js';
 import { localPersistedQueryStore, sharedPersistedQueryStore } from './pipeline/persisted-query-store.js';
 import { createRequestLimits } from './access/rate-limit.js';
 import { Owners } from './access/owners.js';
+import { SubscriptionSlots } from './access/subscription-slots.js';
 import type { Pipeline } from './pipeline/pipeline.js';
 import { createGraphQLServer, type GraphQLServer } from './pipeline/yoga.js';
 import { createReadiness } from './http/readiness.js';
@@ -134,6 +135,11 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     bookingsInFlight: new Map(),
     clientTokens: new ClientTokens(clientTokenSecrets(config.clientTokenSecrets, config.dataDir)),
     reconciler,
+    subscriptions: new SubscriptionSlots({
+      perKey: config.realtime.subscriptionsPerKey,
+      perClientToken: config.realtime.subscriptionsPerClientToken,
+      perAddress: config.realtime.subscriptionsPerAddress,
+    }),
   };
 
   // Webhooks verify against the configured key, or the sandbox's when it is the upstream.
@@ -170,6 +176,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       upstreamHealth: readiness.upstream,
       persistedQueries: persisted.counters,
       access: services.access.counters,
+      subscriptions: services.subscriptions,
       owners,
       ownerFilter: () => (store instanceof SqliteStore ? store.ownerFilter : undefined),
       reconcile: { counters: reconciler.counters, followed: () => reconciler.followedCount },

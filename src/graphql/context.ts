@@ -18,6 +18,7 @@ import type { ClientTokens } from '../access/client-tokens.js';
 import { ownerVerdict, type Owners } from '../access/owners.js';
 import { hashKey } from '../domain/merchant-key.js';
 import type { RequestLimits } from '../access/rate-limit.js';
+import type { SubscriptionSlots } from '../access/subscription-slots.js';
 
 /** Long-lived parts of the app that resolvers use. */
 export interface Services {
@@ -39,6 +40,8 @@ export interface Services {
   clientTokens: ClientTokens;
   /** Confirms a subscriber's key with the upstream and reads followed deliveries when no event comes (src/realtime/reconcile.ts). */
   reconciler?: Reconciler;
+  /** Subscriptions open at once per key, client token and address (src/access/subscription-slots.ts). */
+  subscriptions: SubscriptionSlots;
 }
 
 export type { ClientTokenCredential };
