@@ -23,6 +23,7 @@ import { requestScope } from './observability/request.js';
 import type { SpanExporterLike } from './observability/tracing.js';
 import { ReadAccess } from './realtime/access.js';
 import { createEventBus } from './realtime/bus.js';
+import { EventPages } from './realtime/event-pages.js';
 import { Reconciler } from './realtime/reconcile.js';
 import { connectRedisEventBus } from './realtime/redis-bus.js';
 import { DEMO_MERCHANTS, startSandbox, type Sandbox } from './sandbox/index.js';
@@ -140,6 +141,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       perClientToken: config.realtime.subscriptionsPerClientToken,
       perAddress: config.realtime.subscriptionsPerAddress,
     }),
+    eventPages: new EventPages(store),
   };
 
   // Webhooks verify against the configured key, or the sandbox's when it is the upstream.

@@ -9,6 +9,7 @@ import { fromPartnerOrder, fromPlatformDelivery } from '../mapping/delivery.js';
 import type { ApiGroup, Delivery } from '../mapping/model.js';
 import type { ReadAccess } from '../realtime/access.js';
 import type { EventBus } from '../realtime/bus.js';
+import type { EventPages } from '../realtime/event-pages.js';
 import { clientAddress } from '../observability/client-address.js';
 import type { BookingResult, OwnerRecord, Store } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
@@ -42,6 +43,8 @@ export interface Services {
   reconciler?: Reconciler;
   /** Subscriptions open at once per key, client token and address (src/access/subscription-slots.ts). */
   subscriptions: SubscriptionSlots;
+  /** Delivery.events in a subscription: one store read per message for all its subscribers (src/realtime/event-pages.ts). */
+  eventPages: EventPages;
 }
 
 export type { ClientTokenCredential };
