@@ -10,6 +10,7 @@ import { PersistedOperations } from './pipeline/persisted-operations.js';
 import { localPersistedQueryStore, sharedPersistedQueryStore } from './pipeline/persisted-query-store.js';
 import { createRequestLimits } from './access/rate-limit.js';
 import { Owners } from './access/owners.js';
+import { SubscriptionSlots } from './access/subscription-slots.js';
 import type { Pipeline } from './pipeline/pipeline.js';
 import { createGraphQLServer, type GraphQLServer } from './pipeline/yoga.js';
 import { createReadiness } from './http/readiness.js';
@@ -22,6 +23,7 @@ import { requestScope } from './observability/request.js';
 import type { SpanExporterLike } from './observability/tracing.js';
 import { ReadAccess } from './realtime/access.js';
 import { createEventBus } from './realtime/bus.js';
+import { EventPages } from './realtime/event-pages.js';
 import { Reconciler } from './realtime/reconcile.js';
 import { connectRedisEventBus } from './realtime/redis-bus.js';
 import { DEMO_MERCHANTS, startSandbox, type Sandbox } from './sandbox/index.js';
@@ -134,6 +136,12 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     bookingsInFlight: new Map(),
     clientTokens: new ClientTokens(clientTokenSecrets(config.clientTokenSecrets, config.dataDir)),
     reconciler,
+    subscriptions: new SubscriptionSlots({
+      perKey: config.realtime.subscriptionsPerKey,
+      perClientToken: config.realtime.subscriptionsPerClientToken,
+      perAddress: config.realtime.subscriptionsPerAddress,
+    }),
+    eventPages: new EventPages(store),
   };
 
   // Webhooks verify against the configured key, or the sandbox's when it is the upstream.
@@ -170,6 +178,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       upstreamHealth: readiness.upstream,
       persistedQueries: persisted.counters,
       access: services.access.counters,
+      subscriptions: services.subscriptions,
       owners,
       ownerFilter: () => (store instanceof SqliteStore ? store.ownerFilter : undefined),
       reconcile: { counters: reconciler.counters, followed: () => reconciler.followedCount },

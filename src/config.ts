@@ -144,6 +144,12 @@ export interface Config {
     readonly maxPendingEvents: number;
     /** Operations one WebSocket may run at once. */
     readonly maxSubscriptionsPerSocket: number;
+    /** SUBSCRIPTIONS_PER_KEY: subscriptions open at once per merchant key on this instance, its client tokens' included (0: no cap). */
+    readonly subscriptionsPerKey: number;
+    /** SUBSCRIPTIONS_PER_CLIENT_TOKEN: subscriptions open at once per client token on this instance (0: no cap). */
+    readonly subscriptionsPerClientToken: number;
+    /** SUBSCRIPTIONS_PER_ADDRESS: subscriptions of client tokens and keys the upstream has not accepted, open at once per client address on this instance (0: no cap). */
+    readonly subscriptionsPerAddress: number;
     /**
      * Upstream access checks one subscription may make per minute for the events
      * it meets (deliveries with no owner record); past them, and past the key's
@@ -282,6 +288,9 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'SHUTDOWN_GRACE_MS', help: 'on SIGTERM, how long in-flight requests may take before connections are cut', default: '10000' },
   { name: 'SUBSCRIBER_MAX_PENDING', help: 'events one subscriber may have waiting: over it for more than 1 s, or 10 times over at once, it is disconnected (SSE: KiB unsent)', default: '1000' },
   { name: 'WS_MAX_SUBSCRIPTIONS', help: 'operations one WebSocket may run at once', default: '100' },
+  { name: 'SUBSCRIPTIONS_PER_KEY', help: 'subscriptions one merchant key may hold open at once on one instance, over every socket and stream, those of its client tokens included; the next gets TOO_MANY_SUBSCRIPTIONS (0: no cap)', default: '5000' },
+  { name: 'SUBSCRIPTIONS_PER_CLIENT_TOKEN', help: 'subscriptions one client token may hold open at once on one instance, over every socket and stream (0: no cap)', default: '20' },
+  { name: 'SUBSCRIPTIONS_PER_ADDRESS', help: 'subscriptions the client tokens and not yet accepted keys of one client address may hold open at once on one instance (IPv6: per /64; 0: no cap)', default: '500' },
   { name: 'SUBSCRIPTION_ACCESS_CHECKS', help: 'upstream access checks one deliveryEvents subscription without uids may make per minute, for deliveries the facade has no owner record of (each also takes one unit of RATE_LIMIT_PER_MINUTE); past either, their events are skipped (0: never asked)', default: '50' },
   { name: 'RECONCILE_INTERVAL_MS', help: 'a delivery a live subscriber follows is read from the upstream when no event has come for this long, and a change found is pushed as an event; 0: never', default: '30000; 5000 without webhooks (WEBHOOK_PUBLIC_KEY_FILE unset with UPSTREAM_URL)' },
   { name: 'RECONCILE_MAX_READS_PER_SECOND', help: 'most reconciliation reads one instance makes per second, however many deliveries it follows', default: '100' },
@@ -705,6 +714,9 @@ export function loadConfig(env: Env = process.env): Config {
     realtime: {
       maxPendingEvents: integer(env, 'SUBSCRIBER_MAX_PENDING', 1000, 1, 1_000_000),
       maxSubscriptionsPerSocket: integer(env, 'WS_MAX_SUBSCRIPTIONS', 100, 1, 100_000),
+      subscriptionsPerKey: integer(env, 'SUBSCRIPTIONS_PER_KEY', 5000, 0, 10_000_000),
+      subscriptionsPerClientToken: integer(env, 'SUBSCRIPTIONS_PER_CLIENT_TOKEN', 20, 0, 1_000_000),
+      subscriptionsPerAddress: integer(env, 'SUBSCRIPTIONS_PER_ADDRESS', 500, 0, 10_000_000),
       accessChecksPerMinute: integer(env, 'SUBSCRIPTION_ACCESS_CHECKS', 50, 0, 1_000_000),
       // Without webhooks, reads are all a subscriber gets: poll more often.
       reconcileIntervalMs: integer(env, 'RECONCILE_INTERVAL_MS', webhooksEnabled ? 30_000 : 5_000, 0, 86_400_000),

@@ -63,7 +63,11 @@ export const ERROR_CODES = {
   },
   PERSISTED_QUERY_NOT_SUPPORTED: { surface: 'graphql-error', meaning: 'An operation was sent by hash alone while automatic persisted queries are off (APQ_MAX_ENTRIES=0): the message is PersistedQueryNotSupported; send the query text (HTTP 200).' },
   PERSISTED_QUERY_HASH_MISMATCH: { surface: 'graphql-error', meaning: 'extensions.persistedQuery.sha256Hash is not the SHA-256 (hex) of the query sent with it; nothing ran and nothing was remembered (HTTP 400).' },
-  TOO_MANY_SUBSCRIPTIONS: { surface: 'graphql-error', meaning: 'The WebSocket already runs WS_MAX_SUBSCRIPTIONS operations; complete one or open another socket.' },
+  TOO_MANY_SUBSCRIPTIONS: {
+    surface: 'graphql-error',
+    meaning:
+      'A cap on what runs at once is full, and nothing ran: the WebSocket already runs WS_MAX_SUBSCRIPTIONS operations, or on this instance the merchant key (its client tokens included) holds SUBSCRIPTIONS_PER_KEY open subscriptions, the client token SUBSCRIPTIONS_PER_CLIENT_TOKEN, or the client address SUBSCRIPTIONS_PER_ADDRESS of client tokens and keys the upstream has not accepted. extensions.setting names the cap and extensions.limit its value; complete a subscription (or close its socket or stream) before starting another.',
+  },
   SUBSCRIBER_TOO_SLOW: { surface: 'graphql-error', meaning: 'A subscription over server-sent events fell more than SUBSCRIBER_MAX_PENDING events behind and was ended (over WebSocket the socket closes with 4008); resume with deliveryEvents(after:).' },
   VALIDATION_FAILED: { surface: 'result', meaning: 'The input breaks a rule of the chosen group; one FieldError per problem, with its input path.' },
   NOT_FOUND: {
@@ -279,10 +283,28 @@ export class SlowConsumerError extends DeliveryGraphError {
   }
 }
 
+/** The caps on what runs at once, by the setting that sets each (docs/limits.md#subscriptions). */
+export type SubscriptionCapSetting = 'WS_MAX_SUBSCRIPTIONS' | 'SUBSCRIPTIONS_PER_KEY' | 'SUBSCRIPTIONS_PER_CLIENT_TOKEN' | 'SUBSCRIPTIONS_PER_ADDRESS';
+
+const SUBSCRIPTION_CAP_MESSAGES: Record<SubscriptionCapSetting, (limit: number) => string> = {
+  WS_MAX_SUBSCRIPTIONS: (limit) => `At most ${limit} operations may run at once on one WebSocket. Complete one, or open another socket (WS_MAX_SUBSCRIPTIONS).`,
+  SUBSCRIPTIONS_PER_KEY: (limit) =>
+    `This merchant key already holds ${limit} open subscriptions on this server, those of its client tokens included (SUBSCRIPTIONS_PER_KEY); complete one before starting another.`,
+  SUBSCRIPTIONS_PER_CLIENT_TOKEN: (limit) =>
+    `This client token already holds ${limit} open subscriptions (SUBSCRIPTIONS_PER_CLIENT_TOKEN); complete one before starting another (deliveryEvents(uids:) follows several deliveries in one).`,
+  SUBSCRIPTIONS_PER_ADDRESS: (limit) =>
+    `This client address already holds ${limit} open subscriptions of client tokens and unconfirmed keys (SUBSCRIPTIONS_PER_ADDRESS); complete one before starting another.`,
+};
+
 export class TooManySubscriptionsError extends DeliveryGraphError {
   override name = 'TooManySubscriptionsError';
-  constructor(limit: number) {
-    super('TOO_MANY_SUBSCRIPTIONS', `At most ${limit} operations may run at once on one WebSocket.`);
+  constructor(
+    /** The full cap, named by its setting (sent as extensions.setting). */
+    readonly setting: SubscriptionCapSetting,
+    /** Its value (sent as extensions.limit). */
+    readonly limit: number,
+  ) {
+    super('TOO_MANY_SUBSCRIPTIONS', SUBSCRIPTION_CAP_MESSAGES[setting](limit));
   }
 }
 

@@ -9,6 +9,7 @@ import { fromPartnerOrder, fromPlatformDelivery } from '../mapping/delivery.js';
 import type { ApiGroup, Delivery } from '../mapping/model.js';
 import type { ReadAccess } from '../realtime/access.js';
 import type { EventBus } from '../realtime/bus.js';
+import type { EventPages } from '../realtime/event-pages.js';
 import { clientAddress } from '../observability/client-address.js';
 import type { BookingResult, OwnerRecord, Store } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
@@ -18,6 +19,7 @@ import type { ClientTokens } from '../access/client-tokens.js';
 import { ownerVerdict, type Owners } from '../access/owners.js';
 import { hashKey } from '../domain/merchant-key.js';
 import type { RequestLimits } from '../access/rate-limit.js';
+import type { SubscriptionSlots } from '../access/subscription-slots.js';
 
 /** Long-lived parts of the app that resolvers use. */
 export interface Services {
@@ -39,6 +41,10 @@ export interface Services {
   clientTokens: ClientTokens;
   /** Confirms a subscriber's key with the upstream and reads followed deliveries when no event comes (src/realtime/reconcile.ts). */
   reconciler?: Reconciler;
+  /** Subscriptions open at once per key, client token and address (src/access/subscription-slots.ts). */
+  subscriptions: SubscriptionSlots;
+  /** Delivery.events in a subscription: one store read per message for all its subscribers (src/realtime/event-pages.ts). */
+  eventPages: EventPages;
 }
 
 export type { ClientTokenCredential };

@@ -33,11 +33,14 @@ function deliveryOf(event: EventView, group: ApiGroup = 'PLATFORM'): Delivery {
   return delivery;
 }
 
+/** The seq of the event (or snapshot) a delivery was made from: Delivery.events in a subscription is read as of it. */
+const messageSeqs = new WeakMap<object, number>();
+
 /** The delivery an event describes, in the group the facade knows it by. */
 async function eventDelivery(event: EventView, ctx: GraphQLContext): Promise<Delivery> {
-  if (event.snapshot) return event.snapshot.delivery;
-  const record = await ctx.services.owners.lookupOne(event.uid);
-  return deliveryOf(event, record?.group ?? 'PLATFORM');
+  const delivery = event.snapshot ? event.snapshot.delivery : deliveryOf(event, (await ctx.services.owners.lookupOne(event.uid))?.group ?? 'PLATFORM');
+  messageSeqs.set(delivery, event.seq);
+  return delivery;
 }
 
 /** From the event's name, as its delivery's status is (fromWebhookEvent); the label only for a name the facade does not know. */
@@ -166,17 +169,26 @@ interface EventPage {
 /**
  * Pages already asked for in this request, by uid, first and after: a list that
  * names one delivery a hundred times reads its events once. Not across a
- * subscription's events, which share one context but not one moment.
+ * subscription's events, which share one context but not one moment: those are
+ * shared by message instead, across every subscriber of it.
  */
 const pagesByContext = new WeakMap<GraphQLContext, Map<string, Promise<EventPage>>>();
 
-async function eventPage(ctx: GraphQLContext, uid: string, first: number | null | undefined, after: string | null | undefined): Promise<EventPage> {
+/**
+ * A page of the delivery's events. `messageSeq`: in a subscription, the seq of
+ * the message the delivery came with; the page is then read once for every
+ * subscriber of that message (src/realtime/event-pages.ts).
+ */
+async function eventPage(ctx: GraphQLContext, uid: string, first: number | null | undefined, after: string | null | undefined, messageSeq?: number): Promise<EventPage> {
   if (first != null && (first < 1 || first > MAX_PAGE)) throw new BadUserInputError(`first must be between 1 and ${MAX_PAGE}.`);
   const cursors = await cursorsOf(ctx);
   const afterSeq = after == null ? 0 : cursors.seqOf(after);
   if (afterSeq === undefined) throw new BadUserInputError(`"${after}" is not a cursor of this facade's event log for this key.`);
   const limit = first ?? MAX_PAGE;
-  const events = await ctx.services.store.eventsAfter(afterSeq, limit + 1, { uids: [uid] });
+  const events =
+    messageSeq === undefined
+      ? await ctx.services.store.eventsAfter(afterSeq, limit + 1, { uids: [uid] })
+      : await ctx.services.eventPages.page(uid, messageSeq, afterSeq, limit + 1);
   const page = events.slice(0, limit);
   const edges = page.map((event) => ({ cursor: cursors.cursorOf(event.seq), node: event }));
   return {
@@ -200,7 +212,7 @@ builder.objectField(DeliveryRef, 'events', (t) =>
       after: t.arg.string({ description: `Cursor of the event to read after (one this key was given), or "${START_CURSOR}" for the first page.` }),
     },
     resolve: (delivery, { first, after }, ctx, info) => {
-      if (info.operation.operation === 'subscription') return eventPage(ctx, delivery.uid, first, after);
+      if (info.operation.operation === 'subscription') return eventPage(ctx, delivery.uid, first, after, messageSeqs.get(delivery));
       let pages = pagesByContext.get(ctx);
       if (!pages) pagesByContext.set(ctx, (pages = new Map()));
       const key = JSON.stringify([delivery.uid, first ?? null, after ?? null]);

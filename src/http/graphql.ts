@@ -173,9 +173,20 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
     res.writeHead(response.status, outgoing);
     if (!response.body) return void res.end();
     // Streams (SSE subscriptions) are passed on as they come (bounded by limitEventStream).
-    const reader = response.body.getReader();
-    res.on('close', () => void reader.cancel().catch(() => undefined));
-    while (!res.writableEnded) {
+    const stream = response.body;
+    const reader = stream.getReader();
+    // Cancelling ends the subscription and gives back its slots (src/access/subscription-slots.ts). The stream is
+    // cancelled itself: yoga's (a Node stream inside) cancels a reader only after its pending read, which waits
+    // for the next ping (12 s). Where a locked stream cannot be, the reader is. A client gone while the
+    // subscription started has closed already: its 'close' will not come again.
+    const cancel = () =>
+      void Promise.resolve()
+        .then(() => stream.cancel())
+        .catch(() => reader.cancel())
+        .catch(() => undefined);
+    if (res.destroyed) cancel();
+    else res.on('close', cancel);
+    while (!res.writableEnded && !res.destroyed) {
       const { done, value } = await reader.read();
       if (done) break;
       res.write(value);

@@ -2,7 +2,8 @@
 // path. Operations run through the same pipeline as over HTTP (every guard, the
 // same plan per operation). The merchant key travels in the connection_init payload and
 // is checked once there (see WS_CLOSE), so a refused key costs the upstream no
-// call per event. One socket runs at most WS_MAX_SUBSCRIPTIONS operations at once.
+// call per event. One socket runs at most WS_MAX_SUBSCRIPTIONS operations at once;
+// the caps per key, client token and address are the pipeline's, for every transport.
 import type { Server } from 'node:http';
 import { Kind, parse, type ExecutionArgs, type GraphQLError, type GraphQLSchema } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
@@ -10,7 +11,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { readCaller, type Caller } from '../access/caller.js';
 import type { ClientTokens } from '../access/client-tokens.js';
 import type { RequestLimits } from '../access/rate-limit.js';
-import { TooManySubscriptionsError, UnauthenticatedError } from '../errors.js';
+import { UnauthenticatedError } from '../errors.js';
 import { clientAddress } from '../observability/client-address.js';
 import { toGraphQLError } from '../pipeline/limits.js';
 import { namesPersistedQuery } from '../pipeline/persisted-operations.js';
@@ -190,7 +191,11 @@ export function attachGraphQLWebSocket(server: Server, parts: GraphQLWebSocketPa
       subscribe: (args) => (args.rootValue as Ran).outcome as never,
       onSubscribe: async (ctx, _id, payload) => {
         // graphql-ws records every running operation of the socket, this one included, until it ends.
-        if (Object.keys(ctx.subscriptions).length > maxSubscriptions) return [toGraphQLError(new TooManySubscriptionsError(maxSubscriptions))];
+        // A subscription also holds slots of its key, client token and address, whichever socket or stream it runs on: the pipeline takes them.
+        if (Object.keys(ctx.subscriptions).length > maxSubscriptions) {
+          const refusal = pipeline.subscriptions.refuse('socket', maxSubscriptions);
+          return [toGraphQLError(refusal, { setting: refusal.setting, limit: refusal.limit })];
+        }
         const socket = ctx.extra.socket;
         const caller = callers.get(socket);
         if (!caller) return [toGraphQLError(new UnauthenticatedError())];

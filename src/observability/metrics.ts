@@ -4,6 +4,7 @@
 // their owners only when /metrics is scraped.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { SubscriptionCounters } from '../access/subscription-slots.js';
 import type { PersistedQueryCounters } from '../pipeline/persisted-operations.js';
 import type { AccessCounters } from '../realtime/access.js';
 import type { EventBus } from '../realtime/bus.js';
@@ -47,6 +48,8 @@ export interface MetricSources {
   persistedQueries?: PersistedQueryCounters;
   /** Subscriptions' upstream access checks, made and withheld. */
   access?: AccessCounters;
+  /** Subscriptions open at once and those refused by a cap (src/access/subscription-slots.ts). */
+  subscriptions?: { readonly counters: SubscriptionCounters; readonly open: number };
   /** Reconciliation: reads of followed deliveries and what they found. */
   reconcile?: { counters: ReconcileCounters; followed: () => number };
   /** The shared cache of parsed, validated and compiled documents (GRAPHQL_CACHE_BYTES). */
@@ -157,6 +160,26 @@ export function createMetrics(sources: MetricSources): Metrics {
       if (!counters) return;
       this.reset();
       for (const reason of ['subscription', 'rate_limit'] as const) this.inc({ reason }, counters.withheld[reason]);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}subscription_refusals_total`,
+    help: 'Subscriptions (and, for socket, any operation) refused TOO_MANY_SUBSCRIPTIONS before they started, by the cap that was full: socket (WS_MAX_SUBSCRIPTIONS), key (SUBSCRIPTIONS_PER_KEY), client_token (SUBSCRIPTIONS_PER_CLIENT_TOKEN), address (SUBSCRIPTIONS_PER_ADDRESS)',
+    labelNames: ['cap'] as const,
+    registers: [registry],
+    collect() {
+      const slots = sources.subscriptions;
+      if (!slots) return;
+      this.reset();
+      for (const cap of ['socket', 'key', 'client_token', 'address'] as const) this.inc({ cap }, slots.counters.refused[cap]);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}subscriptions_open`,
+    help: 'Subscriptions open on this instance, over WebSocket and server-sent events: each holds a slot of SUBSCRIPTIONS_PER_KEY and, as its caller is, SUBSCRIPTIONS_PER_CLIENT_TOKEN and SUBSCRIPTIONS_PER_ADDRESS',
+    registers: [registry],
+    collect() {
+      this.set(sources.subscriptions?.open ?? 0);
     },
   });
   new Counter({

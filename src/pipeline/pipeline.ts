@@ -17,7 +17,8 @@ import { createGraphQLError } from 'graphql-yoga';
 import { trustOf, type Caller, type Trust } from '../access/caller.js';
 import type { OperationKind } from '../access/client-token-scope.js';
 import { KEYLESS_LIMITED, type RequestLimits } from '../access/rate-limit.js';
-import { DeliveryGraphError, DocumentTooLargeError, PersistedQueryNotFoundError, RateLimitedError, UnauthenticatedError } from '../errors.js';
+import { holdingSlot, type SubscriptionSlots } from '../access/subscription-slots.js';
+import { DeliveryGraphError, DocumentTooLargeError, PersistedQueryNotFoundError, RateLimitedError, TooManySubscriptionsError, UnauthenticatedError } from '../errors.js';
 import { createContext, REFUSED_CLIENT_TOKEN, type GraphQLContext, type Services } from '../graphql/context.js';
 import { OperationNames, type OperationLabel } from '../observability/operation-names.js';
 import { requestInfoOf } from '../observability/request.js';
@@ -116,6 +117,8 @@ export function isStreamRefusal(error: GraphQLError): boolean {
 
 export class Pipeline {
   readonly documents: Documents;
+  /** Subscriptions open at once, per key, client token and address (the WebSocket server counts its own refusals here too). */
+  readonly subscriptions: SubscriptionSlots;
   readonly #options: PipelineOptions;
   readonly #names = new OperationNames();
   readonly #maxDocumentBytes: number;
@@ -124,6 +127,7 @@ export class Pipeline {
   constructor(options: PipelineOptions) {
     this.#options = options;
     this.documents = options.documents;
+    this.subscriptions = options.services.subscriptions;
     this.#maxDocumentBytes = options.services.config.graphql.maxDocumentBytes;
     this.#maxResponseBytes = options.services.config.graphql.maxResponseBytes;
   }
@@ -226,6 +230,9 @@ export class Pipeline {
     const { config } = this.#options.services;
     const overCost = costWithVariables(plan.cost, OPERATION_LIMITS.cost, this.documents.schema, plan.document, plan.operation, variables, config.graphql.maxBatchSize);
     if (overCost) return { errors: [overCost] };
+    // A subscription holds a slot of each cap on its caller from before it starts until it ends (access/subscription-slots.ts).
+    const slot = plan.kind === 'subscription' ? this.subscriptions.take(caller, context.clientAddress, trust) : undefined;
+    if (slot instanceof TooManySubscriptionsError) return { errors: [toGraphQLError(slot, { setting: slot.setting, limit: slot.limit })] };
 
     // Compiled only for a caller who earned the shared cache, from the plan's second run on.
     const compile = trust === 'earned' && ++plan.runs >= 2;
@@ -241,6 +248,7 @@ export class Pipeline {
     } catch (error) {
       outcome = { errors: [this.#options.maskError(error instanceof Error ? (error as GraphQLError) : createGraphQLError(String(error)))] };
     }
+    if (!(Symbol.asyncIterator in outcome)) slot?.release();
     if (!wasCompiled && plan.compiled) this.documents.reweigh(entry);
     // A query sent with its hash is remembered once it ran, for a caller whose key the upstream has accepted by now.
     if (this.#options.persisted.awaitsRegistration(params)) {
@@ -248,7 +256,8 @@ export class Pipeline {
     }
     if (Symbol.asyncIterator in outcome) {
       const stream = this.#streamOut(outcome);
-      return caller.kind === 'client-token' ? untilExpiry(stream, caller.token.expiresAt) : stream;
+      const bounded = caller.kind === 'client-token' ? untilExpiry(stream, caller.token.expiresAt) : stream;
+      return slot ? holdingSlot(bounded, slot) : bounded;
     }
     return this.#resultOut(outcome, !request.checksText);
   }
