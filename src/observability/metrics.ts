@@ -51,6 +51,8 @@ export interface MetricSources {
   reconcile?: { counters: ReconcileCounters; followed: () => number };
   /** The shared cache of parsed, validated and compiled documents (GRAPHQL_CACHE_BYTES). */
   documentCache?: () => { entries: number; bytes: number };
+  /** graphql-jit compiles: made, put off by the budget, refused as too large (GRAPHQL_COMPILE_MAX_FIELDS, GRAPHQL_COMPILES_PER_MINUTE). */
+  compiles?: () => { compiled: number; overBudget: number; tooLarge: number } | undefined;
   /** Owner records: written from reads, failed writes, and those kept in memory. */
   owners?: { counters: { recorded: number; failed: number }; cached: { entries: number; bytes: number } };
   /** The embedded store's filter of uids with an owner record (undefined on Redis). */
@@ -133,6 +135,20 @@ export function createMetrics(sources: MetricSources): Metrics {
       this.inc({ result: 'miss' }, counters.misses);
       this.inc({ result: 'registered' }, counters.registrations);
       this.inc({ result: 'unregistered' }, counters.refused);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}graphql_compiles_total`,
+    help: 'graphql-jit compiles of operation plans, by result: compiled, over_budget (put off: GRAPHQL_COMPILES_PER_MINUTE spent for the process or the key; a later run may compile), too_large (more fields than GRAPHQL_COMPILE_MAX_FIELDS: runs on graphql-js for good). Only accepted merchant keys compile',
+    labelNames: ['result'] as const,
+    registers: [registry],
+    collect() {
+      const counters = sources.compiles?.();
+      if (!counters) return;
+      this.reset();
+      this.inc({ result: 'compiled' }, counters.compiled);
+      this.inc({ result: 'over_budget' }, counters.overBudget);
+      this.inc({ result: 'too_large' }, counters.tooLarge);
     },
   });
   new Counter({
@@ -222,7 +238,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   });
   new Gauge({
     name: `${PREFIX}document_cache_bytes`,
-    help: 'Heap the shared document cache holds by its own count (text, syntax tree, plans, compiled executors); at most GRAPHQL_CACHE_BYTES. Only callers with an accepted key or a client token fill it',
+    help: 'Heap the shared document cache holds, each entry weighed from what it holds (text, syntax tree tokens and nodes, plans, validation errors, generated source of compiled executors); at most GRAPHQL_CACHE_BYTES. Only callers with an accepted key or a client token fill it',
     registers: [registry],
     collect() {
       this.set(sources.documentCache?.().bytes ?? 0);

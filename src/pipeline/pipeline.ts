@@ -227,8 +227,8 @@ export class Pipeline {
     const overCost = costWithVariables(plan.cost, OPERATION_LIMITS.cost, this.documents.schema, plan.document, plan.operation, variables, config.graphql.maxBatchSize);
     if (overCost) return { errors: [overCost] };
 
-    // Compiled only for a caller who earned the shared cache, from the plan's second run on.
-    const compile = trust === 'earned' && ++plan.runs >= 2;
+    // Compiled only for an accepted merchant key, from the plan's second run, within the budget (documents.ts).
+    const compile = this.documents.mayCompile(plan, caller, trust);
     const wasCompiled = plan.compiled;
     let run = () => plan.run(context, variables, compile);
     for (const watcher of observed) {
