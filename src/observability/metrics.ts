@@ -124,7 +124,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   });
   new Counter({
     name: `${PREFIX}persisted_queries_total`,
-    help: 'Operations named by hash (extensions.persistedQuery), by result: hit (the hash was known), miss (PersistedQueryNotFound), registered (a query sent with its hash was remembered), unregistered (it ran but was not remembered: the caller\'s key was not one the upstream accepted)',
+    help: 'Operations named by hash (extensions.persistedQuery), by result: hit (the hash was known), miss (PersistedQueryNotFound), registered (a query sent with its hash was remembered), unregistered (it ran but was not remembered: the caller was not a merchant key the upstream accepted, a client token included)',
     labelNames: ['result'] as const,
     registers: [registry],
     collect() {

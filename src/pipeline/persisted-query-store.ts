@@ -3,13 +3,16 @@
 // instance learned is found by hash on every other. Both sides are bounded: the
 // LRU by APQ_MAX_ENTRIES and by the bytes it holds; Redis by the same number of
 // entries (an index of registrations, the oldest dropped first), a smaller
-// largest entry, and a TTL that each use refreshes. Only callers with a key the
-// upstream accepted register (pipeline.ts), so the worst one merchant can do
-// is churn the shared entries, not grow Redis. Redis is a cache here: when it does not answer, a lookup is a miss
-// (the client sends the full query again) and a registration stays local.
+// largest entry, and a TTL that each use refreshes. Only merchant keys the
+// upstream accepted register (pipeline.ts; not client tokens), so the worst one
+// merchant can do is churn the shared entries, not grow Redis. The LRU weighs
+// each query by the heap it holds (weights.ts), not by its length. Redis is a
+// cache here: when it does not answer, a lookup is a miss (the client sends the
+// full query again) and a registration stays local.
 import type { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from '../logger.js';
+import { PERSISTED_QUERY_ENTRY_BYTES, stringBytes } from './weights.js';
 
 export interface PersistedQueryStore {
   /** The query text registered under this hash (lowercase hex), if any. */

@@ -242,9 +242,9 @@ export class Pipeline {
       outcome = { errors: [this.#options.maskError(error instanceof Error ? (error as GraphQLError) : createGraphQLError(String(error)))] };
     }
     if (!wasCompiled && plan.compiled) this.documents.reweigh(entry);
-    // A query sent with its hash is remembered once it ran, for a caller whose key the upstream has accepted by now.
+    // A query sent with its hash is remembered once it ran, for a merchant key the upstream has accepted by now (never a client token's).
     if (this.#options.persisted.awaitsRegistration(params)) {
-      this.#options.persisted.ran(params, trustOf(caller, this.#options.limits.keys) === 'earned');
+      this.#options.persisted.ran(params, caller.kind === 'merchant' && trustOf(caller, this.#options.limits.keys) === 'earned');
     }
     if (Symbol.asyncIterator in outcome) {
       const stream = this.#streamOut(outcome);
