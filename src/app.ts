@@ -184,6 +184,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       reconcile: { counters: reconciler.counters, followed: () => reconciler.followedCount },
       // The pipeline is made below; until then the cache is empty.
       documentCache: () => served?.pipeline.documents.size ?? { entries: 0, bytes: 0 },
+      compiles: () => served?.pipeline.documents.compiles,
     });
   }
 

@@ -103,6 +103,10 @@ export interface Config {
     readonly maxDocumentBytes: number;
     /** Most heap the shared cache of parsed, validated and compiled documents holds (0: nothing kept). */
     readonly cacheBytes: number;
+    /** Most fields (fragments spread, aliases apart) a plan may resolve to be compiled by graphql-jit; larger ones run on graphql-js. */
+    readonly compileMaxFields: number;
+    /** graphql-jit compiles per process and minute, a third of them at most for one merchant key (0: none). */
+    readonly compilesPerMinute: number;
     /** Larger GraphQL responses are replaced by an error. */
     readonly maxResponseBytes: number;
   };
@@ -304,7 +308,9 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE', help: "GraphQL operations one client token may run per minute, on its own budget, never its merchant's (0: no limit)", default: '600' },
   { name: 'CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations all client tokens together may run per minute from one client address (IPv6: per /64; 0: no limit)', default: '3000' },
   { name: 'MAX_DOCUMENT_BYTES', help: 'longest GraphQL query text parsed, comments and whitespace included (DOCUMENT_TOO_LARGE, HTTP 413, above)', default: '16384' },
-  { name: 'GRAPHQL_CACHE_BYTES', help: 'heap the shared cache of parsed, validated and compiled documents may hold; only callers with an accepted key or a client token fill it (0: nothing kept)', default: '67108864' },
+  { name: 'GRAPHQL_CACHE_BYTES', help: 'heap the shared cache of parsed, validated and compiled documents may hold, each entry weighed by what it holds; only callers with an accepted key or a client token fill it (0: nothing kept)', default: '67108864' },
+  { name: 'GRAPHQL_COMPILE_MAX_FIELDS', help: 'most fields, fragments spread and aliases counted apart, that an operation may resolve to be compiled by graphql-jit (a compile blocks the process about 0.05 ms a field); larger ones run on graphql-js', default: '100' },
+  { name: 'GRAPHQL_COMPILES_PER_MINUTE', help: 'graphql-jit compiles per process and minute, at most a third of them for one merchant key; only accepted merchant keys compile, never client tokens (0: nothing compiled)', default: '60' },
   { name: 'SANDBOX_PORT', help: 'port of the embedded sandbox (0: any free port)', default: '4010' },
   { name: 'SANDBOX_STEP_MS', help: 'time between simulated milestones in the embedded sandbox', default: String(DEFAULT_STEP_MS) },
   { name: 'SANDBOX_RETURN_RATE', help: 'share (0 to 1) of embedded-sandbox deliveries that fail or are canceled by the provider after pickup and then come back (the return path)', default: '0.1' },
@@ -696,6 +702,8 @@ export function loadConfig(env: Env = process.env): Config {
       clientTokenAddressRateLimitPerMinute: integer(env, 'CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE', 3000, 0, 10_000_000),
       maxDocumentBytes: integer(env, 'MAX_DOCUMENT_BYTES', 16_384, 256, 1_048_576),
       cacheBytes: integer(env, 'GRAPHQL_CACHE_BYTES', 67_108_864, 0, 17_179_869_184),
+      compileMaxFields: integer(env, 'GRAPHQL_COMPILE_MAX_FIELDS', 100, 0, 1_000_000),
+      compilesPerMinute: integer(env, 'GRAPHQL_COMPILES_PER_MINUTE', 60, 0, 1_000_000),
       maxResponseBytes: integer(env, 'GRAPHQL_MAX_RESPONSE_BYTES', 10_485_760, 1024, 1_073_741_824),
     },
     shutdownGraceMs: integer(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),

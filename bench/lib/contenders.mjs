@@ -44,9 +44,10 @@ export const FACADE_ENTRY = path.join(ROOT, 'dist/main.js');
  * delivery-graph, compiled (dist/main.js, as in production), against the given
  * upstream. `label` names its CPU profile when profiling (see profileArgs).
  * `entry` and `cwd` run another build (another checkout's dist/main.js, to
- * compare old and new code in one run); this checkout's by default.
+ * compare old and new code in one run); this checkout's by default. `execArgv`:
+ * Node options before the entry (a bench-only preload, --expose-gc).
  */
-export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'bench', label = 'facade', entry = FACADE_ENTRY, cwd = ROOT } = {}) {
+export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'bench', label = 'facade', entry = FACADE_ENTRY, cwd = ROOT, execArgv = [] } = {}) {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'dg-bench-'));
   const extra = {};
   if (publicKeyPem) {
@@ -55,7 +56,7 @@ export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'ben
     Object.assign(extra, { WEBHOOK_PUBLIC_KEY_FILE: file, WEBHOOK_ISSUER: issuer });
   }
   const profile = profileArgs(label);
-  return spawnReady(process.execPath, [...profile.args, entry], {
+  return spawnReady(process.execPath, [...profile.args, ...execArgv, entry], {
     cwd,
     // No per-key rate limit: the bench sends one key's traffic at thousands of requests a second, and
     // measures serving them, not refusing them (RATE_LIMIT_PER_MINUTE's default would refuse most).

@@ -112,3 +112,22 @@ export const DOCUMENTS = {
   '10kb': { label: '~10 KB distinct documents', body: (n) => wideBody(n), text: (n) => wideDocument(n) },
   '1mb': { label: '~1 MB comment-padded documents', body: (n, bodyBytes) => paddedBody(n, bodyBytes), text: (n, bodyBytes) => paddedDocument(n, bodyBytes) },
 };
+
+/** The fields of a delivery a tracking page or a dashboard reads (about 50, its page of one event included). */
+export const FULL_DELIVERY_FIELDS =
+  'uid status rawStatus group mode trackingUrl partnerReference deliveryDate tip price { amount currency } distance { value unit } ' +
+  'pickup { name phone address { street city postalCode country latitude longitude } } dropoff { name phone address { street city postalCode country latitude longitude } } ' +
+  'courier { name location { lat lng } vehicle { make model } } events(first: 1) { edges { cursor node { uid name status receivedAt } } }';
+
+/**
+ * Issue 29's token flood: 28 aliased `delivery(uid:)` reads spreading one
+ * fragment of FULL_DELIVERY_FIELDS, about 2 KB of text that resolves 1,456
+ * fields (2.4 MB of generated source when graphql-jit compiles it). The aliases
+ * and the fragment's name vary with n, so every document, and the code a
+ * compile would generate for it, is distinct.
+ */
+export function fragmentHeavyDocument(n, uid) {
+  const tag = n.toString(36);
+  const reads = Array.from({ length: 28 }, (_, k) => `t${tag}_${k}: delivery(uid: "${uid}") { ...Track${tag} }`).join(' ');
+  return `query TokenFlood${tag} { ${reads} } fragment Track${tag} on Delivery { ${FULL_DELIVERY_FIELDS} }`;
+}

@@ -26,6 +26,11 @@ export const GOALS = [
     what: 'anonymous flood of distinct ~10 KB, then ~1 MB documents, 60 s each, 12 connections, 50 signed webhooks/s meanwhile (issue 20)',
     goal: 'RSS ≤ start + 150 MiB, /health p99 < 100 ms, every webhook acknowledged',
   },
+  {
+    id: 'token-flood',
+    what: "one client token sending distinct fragment-heavy documents inside its rate limit for 60 s, a merchant reading at 50/s meanwhile (issue 29)",
+    goal: "read p99 ≤ 4× before, RSS ≤ start + 300 MiB, heap within 10 % of the document cache's count",
+  },
 ];
 
 const NOISE = [

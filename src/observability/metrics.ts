@@ -54,6 +54,8 @@ export interface MetricSources {
   reconcile?: { counters: ReconcileCounters; followed: () => number };
   /** The shared cache of parsed, validated and compiled documents (GRAPHQL_CACHE_BYTES). */
   documentCache?: () => { entries: number; bytes: number };
+  /** graphql-jit compiles: made, put off by the budget, refused as too large (GRAPHQL_COMPILE_MAX_FIELDS, GRAPHQL_COMPILES_PER_MINUTE). */
+  compiles?: () => { compiled: number; overBudget: number; tooLarge: number } | undefined;
   /** Owner records: written from reads, failed writes, and those kept in memory. */
   owners?: { counters: { recorded: number; failed: number }; cached: { entries: number; bytes: number } };
   /** The embedded store's filter of uids with an owner record (undefined on Redis). */
@@ -125,7 +127,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   });
   new Counter({
     name: `${PREFIX}persisted_queries_total`,
-    help: 'Operations named by hash (extensions.persistedQuery), by result: hit (the hash was known), miss (PersistedQueryNotFound), registered (a query sent with its hash was remembered), unregistered (it ran but was not remembered: the caller\'s key was not one the upstream accepted)',
+    help: 'Operations named by hash (extensions.persistedQuery), by result: hit (the hash was known), miss (PersistedQueryNotFound), registered (a query sent with its hash was remembered), unregistered (it ran but was not remembered: the caller was not a merchant key the upstream accepted, a client token included)',
     labelNames: ['result'] as const,
     registers: [registry],
     collect() {
@@ -136,6 +138,20 @@ export function createMetrics(sources: MetricSources): Metrics {
       this.inc({ result: 'miss' }, counters.misses);
       this.inc({ result: 'registered' }, counters.registrations);
       this.inc({ result: 'unregistered' }, counters.refused);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}graphql_compiles_total`,
+    help: 'graphql-jit compiles of operation plans, by result: compiled, over_budget (put off: GRAPHQL_COMPILES_PER_MINUTE spent for the process or the key; a later run may compile), too_large (more fields than GRAPHQL_COMPILE_MAX_FIELDS: runs on graphql-js for good). Only accepted merchant keys compile',
+    labelNames: ['result'] as const,
+    registers: [registry],
+    collect() {
+      const counters = sources.compiles?.();
+      if (!counters) return;
+      this.reset();
+      this.inc({ result: 'compiled' }, counters.compiled);
+      this.inc({ result: 'over_budget' }, counters.overBudget);
+      this.inc({ result: 'too_large' }, counters.tooLarge);
     },
   });
   new Counter({
@@ -245,7 +261,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   });
   new Gauge({
     name: `${PREFIX}document_cache_bytes`,
-    help: 'Heap the shared document cache holds by its own count (text, syntax tree, plans, compiled executors); at most GRAPHQL_CACHE_BYTES. Only callers with an accepted key or a client token fill it',
+    help: 'Heap the shared document cache holds, each entry weighed from what it holds (text, syntax tree tokens and nodes, plans, validation errors, generated source of compiled executors); at most GRAPHQL_CACHE_BYTES. Only callers with an accepted key or a client token fill it',
     registers: [registry],
     collect() {
       this.set(sources.documentCache?.().bytes ?? 0);

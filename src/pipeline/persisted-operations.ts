@@ -7,9 +7,10 @@
 // `resolve` is the one place a request's query text is decided, for every
 // transport: the pipeline (pipeline.ts) calls it, or yoga's onParams just before
 // it (yoga.ts). A query sent with its hash is remembered only once it ran (its
-// document passed validation) for a caller whose merchant key the upstream has
-// accepted: nothing that cannot run is stored, and a client without a working
-// key cannot fill the store, the shared Redis one included. The allowlist check
+// document passed validation) for a merchant key the upstream has accepted
+// (never a client token, which whoever follows a tracking link holds): nothing
+// that cannot run is stored, and a client without a working merchant key cannot
+// fill the store, the shared Redis one included. The allowlist check
 // itself (`allows`) is one step of the pipeline, before any text is parsed, so
 // no path can execute an unlisted document.
 import { createHash } from 'node:crypto';
@@ -36,7 +37,7 @@ export interface PersistedQueryCounters {
   misses: number;
   /** Queries remembered after being sent with their hash. */
   registrations: number;
-  /** Queries sent with their hash that ran but were not remembered: the caller's key was not one the upstream accepted. */
+  /** Queries sent with their hash that ran but were not remembered: the caller was not a merchant key the upstream accepted (a client token included). */
   refused: number;
 }
 
@@ -164,7 +165,7 @@ export class PersistedOperations {
   /**
    * Called once the operation of `params` (as resolve returned them) ran, so its
    * document is valid: a query sent with its verified hash is remembered when
-   * `accepted` (the caller's merchant key is one the upstream accepted); else it
+   * `accepted` (the caller is a merchant key the upstream accepted); else it
    * is left unremembered and the client sends the text again next time. Too long
    * a text runs but is not kept (APQ_MAX_QUERY_BYTES).
    */

@@ -3,13 +3,16 @@
 // instance learned is found by hash on every other. Both sides are bounded: the
 // LRU by APQ_MAX_ENTRIES and by the bytes it holds; Redis by the same number of
 // entries (an index of registrations, the oldest dropped first), a smaller
-// largest entry, and a TTL that each use refreshes. Only callers with a key the
-// upstream accepted register (pipeline.ts), so the worst one merchant can do
-// is churn the shared entries, not grow Redis. Redis is a cache here: when it does not answer, a lookup is a miss
-// (the client sends the full query again) and a registration stays local.
+// largest entry, and a TTL that each use refreshes. Only merchant keys the
+// upstream accepted register (pipeline.ts; not client tokens), so the worst one
+// merchant can do is churn the shared entries, not grow Redis. The LRU weighs
+// each query by the heap it holds (weights.ts), not by its length. Redis is a
+// cache here: when it does not answer, a lookup is a miss (the client sends the
+// full query again) and a registration stays local.
 import type { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from '../logger.js';
+import { PERSISTED_QUERY_ENTRY_BYTES, stringBytes } from './weights.js';
 
 export interface PersistedQueryStore {
   /** The query text registered under this hash (lowercase hex), if any. */
@@ -20,21 +23,26 @@ export interface PersistedQueryStore {
 
 /** Longest query text remembered: it still runs when longer, but is not kept (valid documents of 2,000 tokens fit with room to spare). */
 export const APQ_MAX_QUERY_BYTES = 64 * 1024;
-/** Most query text the in-process LRU holds, whatever APQ_MAX_ENTRIES says. */
+/** Most heap the in-process LRU holds (hashes, query texts, their slots), whatever APQ_MAX_ENTRIES says. */
 export const APQ_MAX_LOCAL_BYTES = 64 * 1024 * 1024;
 /** Longest query text shared through Redis; longer ones (rare: 16 KiB is a very large operation) stay in each process's LRU. */
 export const APQ_MAX_SHARED_QUERY_BYTES = 16 * 1024;
 /** How long Redis keeps a query after its last use (GETEX refreshes it). */
 export const APQ_REDIS_TTL_SECONDS = 24 * 60 * 60;
 
-/** The in-process LRU: at most `maxEntries` queries and APQ_MAX_LOCAL_BYTES of text; the least recently used goes first. */
+/** What one remembered query holds in the heap: its hash, its text (one or two bytes a character, as V8 stores it) and its slot. */
+export function persistedQueryBytes(hash: string, query: string): number {
+  return stringBytes(hash) + stringBytes(query) + PERSISTED_QUERY_ENTRY_BYTES;
+}
+
+/** The in-process LRU: at most `maxEntries` queries and APQ_MAX_LOCAL_BYTES of heap; the least recently used goes first. */
 export function localPersistedQueryStore(maxEntries: number): PersistedQueryStore {
   const cache = new LRUCache<string, string>({
     max: maxEntries,
     maxSize: APQ_MAX_LOCAL_BYTES,
-    maxEntrySize: APQ_MAX_QUERY_BYTES,
-    // Length in UTF-16 units is within a factor of 3 of the bytes, enough for a memory bound.
-    sizeCalculation: (query) => Math.max(1, query.length),
+    // The heaviest text registration lets in: APQ_MAX_QUERY_BYTES of UTF-8 is at most as many characters, two bytes each.
+    maxEntrySize: persistedQueryBytes('0'.repeat(64), '\u0100'.repeat(APQ_MAX_QUERY_BYTES)),
+    sizeCalculation: (query, hash) => persistedQueryBytes(hash, query),
   });
   return {
     get: async (hash) => cache.get(hash),

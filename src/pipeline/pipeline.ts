@@ -234,8 +234,8 @@ export class Pipeline {
     const slot = plan.kind === 'subscription' ? this.subscriptions.take(caller, context.clientAddress, trust) : undefined;
     if (slot instanceof TooManySubscriptionsError) return { errors: [toGraphQLError(slot, { setting: slot.setting, limit: slot.limit })] };
 
-    // Compiled only for a caller who earned the shared cache, from the plan's second run on.
-    const compile = trust === 'earned' && ++plan.runs >= 2;
+    // Compiled only for an accepted merchant key, from the plan's second run, within the budget (documents.ts).
+    const compile = this.documents.mayCompile(plan, caller, trust);
     const wasCompiled = plan.compiled;
     let run = () => plan.run(context, variables, compile);
     for (const watcher of observed) {
@@ -250,9 +250,9 @@ export class Pipeline {
     }
     if (!(Symbol.asyncIterator in outcome)) slot?.release();
     if (!wasCompiled && plan.compiled) this.documents.reweigh(entry);
-    // A query sent with its hash is remembered once it ran, for a caller whose key the upstream has accepted by now.
+    // A query sent with its hash is remembered once it ran, for a merchant key the upstream has accepted by now (never a client token's).
     if (this.#options.persisted.awaitsRegistration(params)) {
-      this.#options.persisted.ran(params, trustOf(caller, this.#options.limits.keys) === 'earned');
+      this.#options.persisted.ran(params, caller.kind === 'merchant' && trustOf(caller, this.#options.limits.keys) === 'earned');
     }
     if (Symbol.asyncIterator in outcome) {
       const stream = this.#streamOut(outcome);

@@ -4,7 +4,10 @@
 // variables), and the executor for that operation alone. The executor is built
 // from a document holding only the plan's operation (and its fragments), so
 // whatever another request named, or whatever was compiled first, this plan can
-// only ever run the operation its guards judged.
+// only ever run the operation its guards judged. Compiling is the caller's
+// to earn and the process's to budget (documents.ts); the plan counts the
+// fields its executor would resolve, to refuse a compile too large to block on,
+// and weighs the executor it made by the source generated for it.
 import {
   execute,
   getOperationAST,
@@ -24,7 +27,7 @@ import type { ForbiddenError } from '../errors.js';
 import { costPlanOf, type CostPlan } from './guards/cost.js';
 import { KEYLESS_ROOT_FIELDS } from './guards/keyless.js';
 import { refusedBeforeRunning, requiredDefaultsOf, variableErrors, withRequiredDefaults } from './guards/variables.js';
-
+import { compiledBytes, GENERATED_CHARS_PER_FIELD, PLAN_BYTES } from './weights.js';
 
 /** What an operation answers: one result, or a stream of them (a subscription). */
 export type Outcome = ExecutionResult | AsyncIterableIterator<ExecutionResult>;
@@ -44,6 +47,31 @@ function rootFieldsOf(selectionSet: SelectionSetNode, fragments: ReadonlyMap<str
     }
   }
   return names;
+}
+
+/**
+ * Every field a selection resolves once fragments are spread and aliases kept
+ * apart: what graphql-jit generates code for (GENERATED_CHARS_PER_FIELD of
+ * source each, and a compile time to match). A fragment is counted once and multiplied by its
+ * spreads, so a spread in 28 aliases costs 28 times its fields, as it does graphql-jit.
+ */
+function expandedFieldsOf(selectionSet: SelectionSetNode, fragments: ReadonlyMap<string, FragmentDefinitionNode>, counted: Map<string, number>): number {
+  let fields = 0;
+  for (const selection of selectionSet.selections) {
+    if (selection.kind === Kind.FIELD) fields += 1 + (selection.selectionSet ? expandedFieldsOf(selection.selectionSet, fragments, counted) : 0);
+    else if (selection.kind === Kind.INLINE_FRAGMENT) fields += expandedFieldsOf(selection.selectionSet, fragments, counted);
+    else {
+      const name = selection.name.value;
+      let spread = counted.get(name);
+      if (spread === undefined) {
+        const fragment = fragments.get(name);
+        spread = fragment ? expandedFieldsOf(fragment.selectionSet, fragments, counted) : 0;
+        counted.set(name, spread);
+      }
+      fields += spread;
+    }
+  }
+  return fields;
 }
 
 export interface PlanOptions {
@@ -66,11 +94,17 @@ export class OperationPlan {
   #cost: CostPlan | undefined;
   /** The document the executor runs: this operation and the fragments, nothing else. */
   readonly runnable: DocumentNode;
-  /** Runs so far (by callers who earned caching); the second one compiles. */
+  /** Runs so far by callers who may compile (documents.ts); from the second one on, it compiles if the budget allows. */
   runs = 0;
   readonly #options: PlanOptions;
+  readonly #fragments: ReadonlyMap<string, FragmentDefinitionNode>;
   readonly #requiredDefaults: ReadonlyArray<readonly [string, unknown]>;
+  #expandedFields: number | undefined;
   #compiled: CompiledQuery | undefined;
+  /** The heap the compiled executor holds, measured when it was made. */
+  #compiledBytes = 0;
+  /** jit could not compile it: graphql-js runs it for good, and no compile is tried again. */
+  #uncompilable = false;
 
   constructor(
     readonly document: DocumentNode,
@@ -88,6 +122,7 @@ export class OperationPlan {
       fragments.set(definition.name.value, definition);
       kept.push(definition);
     }
+    this.#fragments = fragments;
     this.runnable = { kind: Kind.DOCUMENT, definitions: kept };
     this.rootFields = rootFieldsOf(operation.selectionSet, fragments);
     this.needsKey = [...this.rootFields].some((name) => !KEYLESS_ROOT_FIELDS.has(name));
@@ -104,20 +139,38 @@ export class OperationPlan {
     return (this.#cost ??= costPlanOf(this.#options.schema, this.document, this.operation, this.#options.maxBatch));
   }
 
+  /**
+   * The fields its operation resolves, fragments spread and aliases apart (see
+   * expandedFieldsOf). Counted on first use, after validation, like the cost.
+   */
+  get expandedFields(): number {
+    return (this.#expandedFields ??= expandedFieldsOf(this.operation.selectionSet, this.#fragments, new Map()));
+  }
+
   /** Whether the compiled executor is built (the plan cache counts it in its bytes). */
   get compiled(): boolean {
     return this.#compiled !== undefined;
   }
 
+  /** Whether a compile could still be asked of it: not compiled yet, not a subscription, not one jit refused. */
+  get compilable(): boolean {
+    // Subscriptions stay on graphql-js: set up once per subscriber, and jit cannot run an aliased subscription root field.
+    return !this.#compiled && !this.#uncompilable && this.kind !== 'subscription';
+  }
+
+  /** What the plan holds in the heap: its facts, and once compiled, its executor as measured when it was made. */
+  get bytes(): number {
+    return PLAN_BYTES + this.#compiledBytes;
+  }
+
   /**
-   * Runs the plan's operation. `compile`: the caller earned caching and this is
-   * at least the plan's second run, so graphql-jit compiles it (once); otherwise
+   * Runs the plan's operation. `compile`: the caller may compile and the budget
+   * allowed it (documents.ts), so graphql-jit compiles it (once); otherwise
    * graphql-js runs it, which costs nothing to keep.
    */
   run(contextValue: unknown, variables: Readonly<Record<string, unknown>> | undefined, compile: boolean): Outcome | Promise<Outcome> {
     const given = this.#requiredDefaults.length > 0 ? withRequiredDefaults(this.#requiredDefaults, variables) : variables;
-    // Subscriptions stay on graphql-js: set up once per subscriber, and jit cannot run an aliased subscription root field.
-    if (compile && !this.#compiled && this.kind !== 'subscription') this.#compiled = this.#compile();
+    if (compile && this.compilable) this.#compile();
     const compiled = this.#compiled;
     let outcome: Outcome | Promise<Outcome>;
     if (compiled) {
@@ -137,10 +190,20 @@ export class OperationPlan {
     return outcome;
   }
 
-  #compile(): CompiledQuery | undefined {
-    const compiled = compileQuery(this.#options.schema, this.runnable, this.operationName);
+  #compile(): void {
+    // `debug` hands back the generated source, the one measure of what the executor holds; it is not kept.
+    const compiled = compileQuery(this.#options.schema, this.runnable, this.operationName, { debug: true } as Parameters<typeof compileQuery>[3]);
     // A document valid for graphql-js that jit cannot compile keeps running on graphql-js.
-    return isCompiledQuery(compiled) ? compiled : undefined;
+    if (!isCompiledQuery(compiled)) {
+      this.#uncompilable = true;
+      return;
+    }
+    const debug = compiled as CompiledQuery & { __DO_NOT_USE_THIS_OR_YOU_WILL_BE_FIRED_compilation?: string };
+    const source = debug.__DO_NOT_USE_THIS_OR_YOU_WILL_BE_FIRED_compilation;
+    delete debug.__DO_NOT_USE_THIS_OR_YOU_WILL_BE_FIRED_compilation;
+    // Should a later graphql-jit not hand it back, its length is reckoned from the fields (never counted as nothing).
+    this.#compiledBytes = compiledBytes(source?.length ?? this.expandedFields * GENERATED_CHARS_PER_FIELD);
+    this.#compiled = compiled;
   }
 }
 

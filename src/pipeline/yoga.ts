@@ -211,6 +211,8 @@ export function createGraphQLServer(options: GraphQLServerOptions): GraphQLServe
       introspection: config.graphql.introspection,
       federationSdl: config.graphql.federationSdl,
       cacheBytes: config.graphql.cacheBytes,
+      compileMaxFields: config.graphql.compileMaxFields,
+      compilesPerMinute: config.graphql.compilesPerMinute,
     }),
   });
   const yoga = createYoga({

@@ -228,6 +228,27 @@ describe('automatic persisted queries', () => {
     }
   });
 
+  it("remembers nothing a client token sends (it runs all the same), yet runs by hash what its merchant's key registered", async () => {
+    const booked = await stack.gql('mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }', { input: deliveryInput() });
+    const uid = booked.data.createDelivery.data.uid as string;
+    const minted = await stack.gql('mutation($uids: [ID!]!) { createClientToken(uids: $uids) { ... on MutationCreateClientTokenSuccess { data { token } } } }', { uids: [uid] });
+    const token = minted.data.createClientToken.data.token as string;
+    const asToken = async (body: Sent) => {
+      const response = await fetch(`${stack.app.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify(body) });
+      return (await response.json()) as GraphQLResponse;
+    };
+    const read = () => `query Q${randomUUID().replaceAll('-', '')}($uid: ID!) { delivery(uid: $uid) { uid } }`;
+    const query = read();
+    expect(await asToken({ query, variables: { uid }, extensions: persisted(sha256(query)) })).toEqual({ data: { delivery: { uid } } });
+    // Whoever holds a tracking link is not a merchant whose key the upstream accepted: nothing is stored, for anyone.
+    expect((await asToken({ variables: { uid }, extensions: persisted(sha256(query)) })).errors?.[0]?.message).toBe('PersistedQueryNotFound');
+    expect(firstError(await post(stack, { variables: { uid }, extensions: persisted(sha256(query)) }))?.message).toBe('PersistedQueryNotFound');
+    // What the merchant registered, its token may run by hash.
+    const registered = read();
+    expect((await post(stack, { query: registered, variables: { uid }, extensions: persisted(sha256(registered)) })).body).toEqual({ data: { delivery: { uid } } });
+    expect(await asToken({ variables: { uid }, extensions: persisted(sha256(registered)) })).toEqual({ data: { delivery: { uid } } });
+  });
+
   it('runs a subscription named by hash over WebSocket', async () => {
     const booked = await stack.gql('mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }', { input: deliveryInput() });
     const uid = booked.data.createDelivery.data.uid as string;

@@ -16,7 +16,7 @@ import { readKeyless } from '../../src/pipeline/guards/keyless.js';
 import { OPERATION_LIMITS } from '../../src/pipeline/limits.js';
 
 const schema = toSchema();
-const options = { schema, maxBatch: 100, hideSuggestions: false, introspection: true, federationSdl: true, cacheBytes: 1_000_000 };
+const options = { schema, maxBatch: 100, hideSuggestions: false, introspection: true, federationSdl: true, cacheBytes: 1_000_000, compileMaxFields: 100, compilesPerMinute: 60 };
 
 const TWO_OPERATIONS = `
   query Read { delivery(uid: "u1") { uid } }
