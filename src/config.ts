@@ -120,6 +120,15 @@ export interface Config {
   readonly authFailuresPerMinute: number;
   /** Requests without a working credential refused for needing one, per client address per minute, before that address's keyless requests are refused unread (0: no limit). */
   readonly keylessRefusalsPerMinute: number;
+  /**
+   * Work (milliseconds of this process's event loop, and 1 per 64 KiB read or
+   * answered) the operations of callers without an accepted key may take per
+   * client address per minute, before that address's requests without one are
+   * refused unread (0: no limit).
+   */
+  readonly keylessWorkMsPerMinute: number;
+  /** The same for every such caller together, in this process (0: no limit). */
+  readonly keylessTotalWorkMsPerMinute: number;
   /** How long stored events, their de-duplication entries and ownership records are kept. */
   readonly eventRetentionMs: number;
   /**
@@ -264,6 +273,8 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'TRUST_PROXY', help: 'how many proxies in front append to X-Forwarded-For (false or 0: use the socket address; true: 1)', default: 'false' },
   { name: 'AUTH_FAILURES_PER_MINUTE', help: 'unknown merchant keys one client address may try per minute before RATE_LIMITED (0: no limit)', default: '20' },
   { name: 'KEYLESS_REFUSALS_PER_MINUTE', help: "requests without a working credential that one client address may have refused for needing one, per minute; past it that address's requests without a credential get RATE_LIMITED before their body is read (0: no limit)", default: '60' },
+  { name: 'KEYLESS_WORK_MS_PER_MINUTE', help: "work the operations of callers without an accepted key (none, a refused or made-up one, a header that is not a Bearer credential) may cost this process per client address per minute: milliseconds of parsing, validating and running them, and 1 per 64 KiB read or answered; past it that address's requests without an accepted key get RATE_LIMITED before their body is read (0: no limit)", default: '2000' },
+  { name: 'KEYLESS_TOTAL_WORK_MS_PER_MINUTE', help: 'the same work for every caller without an accepted key together, per minute, in this process: the most of it they can take whatever their number of addresses (0: no limit)', default: '6000' },
   { name: 'CLIENT_TOKEN_SECRET', help: 'secret (32 characters or more) that client tokens are encrypted under; several, comma-separated, to rotate: the first makes new tokens, all are accepted. Required with REDIS_URL', default: 'generated once and kept in DATA_DIR/client-token.secret' },
   { name: 'EVENT_RETENTION', help: 'how long webhook events, their de-duplication entries and ownership records are kept (e.g. 30d, 12h, 90m, 5s)', default: '30d' },
   { name: 'IDEMPOTENCY_RETENTION', help: 'how long idempotency keys are kept', default: '24h' },
@@ -681,6 +692,8 @@ export function loadConfig(env: Env = process.env): Config {
     },
     authFailuresPerMinute: integer(env, 'AUTH_FAILURES_PER_MINUTE', 20, 0, 1_000_000),
     keylessRefusalsPerMinute: integer(env, 'KEYLESS_REFUSALS_PER_MINUTE', 60, 0, 1_000_000),
+    keylessWorkMsPerMinute: integer(env, 'KEYLESS_WORK_MS_PER_MINUTE', 2_000, 0, 60_000_000),
+    keylessTotalWorkMsPerMinute: integer(env, 'KEYLESS_TOTAL_WORK_MS_PER_MINUTE', 6_000, 0, 60_000_000),
     eventRetentionMs: duration(env, 'EVENT_RETENTION', '30d', 1_000),
     clientTokenSecrets: clientTokenSecrets(env, 'CLIENT_TOKEN_SECRET', redis !== undefined),
     idempotencyRetentionMs: duration(env, 'IDEMPOTENCY_RETENTION', '24h', 1_000),

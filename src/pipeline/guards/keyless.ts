@@ -4,6 +4,8 @@
 // that need a key is refused for the price of a lexer pass. Anything it cannot
 // read this way (a fragment spread at the root, a syntax error, an unknown
 // operation name) is left to the full parse, which judges the same thing.
+// Whatever such a caller does run is timed (KeylessWork) and charged to its
+// address (access/rate-limit.ts).
 import { Lexer, Source, TokenKind, type Token } from 'graphql';
 import type { OperationKind } from '../../access/client-token-scope.js';
 
@@ -100,5 +102,32 @@ export function readKeyless(text: string, operationName: string | undefined, max
   } catch {
     // Unreadable here, or a syntax error: the full parse says what is wrong.
     return undefined;
+  }
+}
+
+/**
+ * The time an operation of a caller without an accepted key holds the event
+ * loop, counted in laps: `lap` adds the time since the last mark (the parse,
+ * the validation, the synchronous part of the execution, the count of its
+ * answer), `skip` marks without adding (the time it waited on the upstream or
+ * on a store, when others ran). Answer bytes are added by `answered`.
+ */
+export class KeylessWork {
+  ms = 0;
+  bytes = 0;
+  #at = performance.now();
+
+  lap(): void {
+    const now = performance.now();
+    this.ms += now - this.#at;
+    this.#at = now;
+  }
+
+  skip(): void {
+    this.#at = performance.now();
+  }
+
+  answered(bytes: number): void {
+    this.bytes += bytes;
   }
 }
