@@ -192,7 +192,8 @@ export class Pipeline {
     const tooCostly = entry.costRefusal(plan);
     if (tooCostly) return invalid(tooCostly);
 
-    const label = this.#names.label(plan.document, plan.operationName);
+    // A caller without an accepted key names nothing in the metrics: its names could take every label.
+    const label = this.#names.label(plan.document, plan.operationName, trust === 'earned');
     const info = requestInfoOf(request.req);
     if (info) {
       info.operationType = label.type;
@@ -200,6 +201,8 @@ export class Pipeline {
     }
     const observed = this.#options.observers.map((observer) => observer.start(label, request, context)).filter((run) => run !== undefined);
     const outcome = await this.#judgedRun(plan, entry, trust, request, params, context, observed, work);
+    // A key's first operation, which got the key accepted, names its label after all (a made-up key's never does).
+    if (trust === 'trying' && trustOf(request.caller, this.#options.limits.keys) === 'earned') label.name = this.#names.label(plan.document, plan.operationName).name;
     for (const run of observed) run.done(outcome);
     return { kind: 'ran', outcome, plan };
   }

@@ -2,7 +2,8 @@
 // a refused one, a made-up one, an Authorization that is not a Bearer
 // credential) is charged to its address by the work it costs, measured, not by
 // its refusals; introspection is costed by what its lists hold; the keyless
-// body bound follows the trust decision, not the presence of a header.
+// body bound follows the trust decision, not the presence of a header; and no
+// such caller names a metric label.
 import { request as httpRequest } from 'node:http';
 import { getIntrospectionQuery } from 'graphql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -176,5 +177,31 @@ describe('the keyless body bound follows the trust decision', () => {
     const asked = stack.sandbox.requests.length;
     expect((await post(stack, large, { authorization: `Bearer ${stack.otherKey}` })).status).toBe(200);
     expect(stack.sandbox.requests.length).toBe(asked);
+  });
+});
+
+describe('operation-name labels', () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack({ env: { TRUST_PROXY: '1' } });
+  });
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  it('are never taken by a caller without an accepted key: its names all count as "other"', async () => {
+    for (let n = 0; n < 210; n += 1) {
+      const headers: Record<string, string> = n % 3 === 0 ? { authorization: 'Bearer sk_made_up_labels' } : n % 3 === 1 ? { authorization: 'Basic x' } : {};
+      expect((await post(stack, { query: `query Junk${n} { __typename }` }, { ...headers, ...from(`192.0.2.${n % 200}`) })).body.data?.__typename).toBe('Query');
+    }
+    // The merchant's operations come after, and still get names of their own.
+    expect((await stack.gql('query MerchantRead { availability { group } }')).errors).toBeUndefined();
+    expect((await stack.gql('query MerchantAgain { __typename }')).errors).toBeUndefined();
+    const text = await (await fetch(`${stack.app.url}/metrics`)).text();
+    expect(text).not.toMatch(/name="Junk\d+"/);
+    expect(text).toMatch(/delivery_graph_graphql_operations_total\{type="query",name="other",outcome="ok"\} 210\b/);
+    // A key's first operation (the one the upstream accepted it on) is named too.
+    expect(text).toMatch(/delivery_graph_graphql_operations_total\{type="query",name="MerchantRead",outcome="ok"\} 1\b/);
+    expect(text).toMatch(/delivery_graph_graphql_operations_total\{type="query",name="MerchantAgain",outcome="ok"\} 1\b/);
   });
 });
