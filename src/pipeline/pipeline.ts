@@ -23,7 +23,7 @@ import { OperationNames, type OperationLabel } from '../observability/operation-
 import { requestInfoOf } from '../observability/request.js';
 import { untilExpiry } from './guards/client-token.js';
 import { costWithVariables } from './guards/cost.js';
-import { KeylessWork, readKeyless } from './guards/keyless.js';
+import { KeylessWork, keylessCostRefusal, keylessFragmentsRefusal, readKeyless } from './guards/keyless.js';
 import { boundResult, textOver } from './guards/response-size.js';
 import type { DocumentEntry, Documents } from './documents.js';
 import { OPERATION_LIMITS, toGraphQLError } from './limits.js';
@@ -187,9 +187,13 @@ export class Pipeline {
     if (!plan) return invalid(UNRESOLVED());
     const refusedOnArrival = this.#arrivalRefusal(request, context, trust, plan.kind, plan.needsKey, plan);
     if (refusedOnArrival) return refusedOnArrival;
+    // What needs no key, asked without an accepted one, is kept small: few fragments before validation compares them, a bounded cost after.
+    const small = trust !== 'earned' && !plan.needsKey;
+    const tooManyFragments = small ? keylessFragmentsRefusal(plan.document) : undefined;
+    if (tooManyFragments) return invalid(tooManyFragments);
     const errors = entry.validation();
     if (errors.length > 0) return invalid(...errors);
-    const tooCostly = entry.costRefusal(plan);
+    const tooCostly = entry.costRefusal(plan) ?? (small ? keylessCostRefusal(plan.cost.least, plan.operation) : undefined);
     if (tooCostly) return invalid(tooCostly);
 
     // A caller without an accepted key names nothing in the metrics: its names could take every label.

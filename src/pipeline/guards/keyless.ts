@@ -6,11 +6,50 @@
 // operation name) is left to the full parse, which judges the same thing.
 // Whatever such a caller does run is timed (KeylessWork) and charged to its
 // address (access/rate-limit.ts).
-import { Lexer, Source, TokenKind, type Token } from 'graphql';
+import { Kind, Lexer, Source, TokenKind, type DocumentNode, type GraphQLError, type OperationDefinitionNode, type Token } from 'graphql';
+import { createGraphQLError } from 'graphql-yoga';
 import type { OperationKind } from '../../access/client-token-scope.js';
 
 /** Root fields that need no credential: the schema's own description, and nothing of anyone's data. */
 export const KEYLESS_ROOT_FIELDS: ReadonlySet<string> = new Set(['__typename', '__schema', '__type', '_service']);
+
+/**
+ * What an operation that needs no key may hold when its caller has no accepted
+ * key. Introspection tools send a few fragments (GraphiQL's full introspection:
+ * 3, costing about 4,500 here); a document of hundreds of fragments costs tens
+ * of milliseconds of validation (every pair of fragments compared), and an
+ * introspection listing the schema ten times over as many of running, each
+ * held in one piece by the event loop, which every other caller then waits on.
+ */
+export const KEYLESS_LIMITS = {
+  /** Fragment definitions in the document, checked before validation. */
+  fragments: 20,
+  /** Its cost (guards/cost.ts), against the 50,000 of an earned caller. */
+  cost: 10_000,
+} as const;
+
+const SEND_A_KEY = 'Send a merchant key or client token, or ask for less.';
+
+/** The validation refusal's marks (HTTP 400; 200 under application/json, as every validation error). */
+const refusedAsInvalid = (message: string, node?: OperationDefinitionNode): GraphQLError =>
+  createGraphQLError(message, { nodes: node, extensions: { code: 'GRAPHQL_VALIDATION_FAILED', http: { spec: true, status: 400 } } });
+
+/** Why a document that needs no key has too many fragments for a caller without one; undefined when it has few enough. */
+export function keylessFragmentsRefusal(document: DocumentNode): GraphQLError | undefined {
+  let fragments = 0;
+  for (const definition of document.definitions) if (definition.kind === Kind.FRAGMENT_DEFINITION) fragments += 1;
+  if (fragments <= KEYLESS_LIMITS.fragments) return undefined;
+  return refusedAsInvalid(`Without an accepted key, a document may hold at most ${KEYLESS_LIMITS.fragments} fragments; found ${fragments}. ${SEND_A_KEY}`);
+}
+
+/** Why an operation that needs no key costs too much for a caller without one (its cost before variables); undefined when it may run. */
+export function keylessCostRefusal(cost: number, operation: OperationDefinitionNode): GraphQLError | undefined {
+  if (cost <= KEYLESS_LIMITS.cost) return undefined;
+  return refusedAsInvalid(
+    `Without an accepted key, an operation may cost at most ${KEYLESS_LIMITS.cost}; found ${cost} (introspection counts every type, field and argument it lists, each time it lists them). ${SEND_A_KEY}`,
+    operation,
+  );
+}
 
 export interface KeylessReading {
   kind: OperationKind;
