@@ -55,12 +55,19 @@ export class KeyRateLimiter implements Budget {
   private readonly perMs: number;
   private lastSweep: number;
 
+  /** The most a bucket holds: a burst. */
+  private readonly capacity: number;
+
   constructor(
-    /** Bucket size and refill per minute; 0 disables the limit. */
+    /** Refill per minute, and bucket size unless `burst` says; 0 disables the limit. */
     readonly perMinute: number,
     private readonly now: () => number = () => performance.now(),
+    /** Bucket size, when smaller than a minute's worth. */
+    burst: number = perMinute,
   ) {
     this.perMs = perMinute / 60_000;
+    // Never below one unit, which `take` and `wait` ask for.
+    this.capacity = Math.max(Math.min(perMinute, burst), Math.min(perMinute, 1));
     this.lastSweep = now();
   }
 
@@ -69,7 +76,7 @@ export class KeyRateLimiter implements Budget {
     if (this.perMinute === 0) return 0;
     const bucket = this.buckets.get(hashKey(key));
     if (!bucket) return 0;
-    const tokens = Math.min(this.perMinute, bucket.tokens + (this.now() - bucket.at) * this.perMs);
+    const tokens = Math.min(this.capacity, bucket.tokens + (this.now() - bucket.at) * this.perMs);
     return tokens >= 1 ? 0 : Math.max(1, Math.ceil((1 - tokens) / this.perMs / 1000));
   }
 
@@ -82,10 +89,10 @@ export class KeyRateLimiter implements Budget {
     const id = hashKey(key);
     let bucket = this.buckets.get(id);
     if (!bucket) {
-      bucket = { tokens: this.perMinute, at: now };
+      bucket = { tokens: this.capacity, at: now };
       this.buckets.set(id, bucket);
     } else {
-      bucket.tokens = Math.min(this.perMinute, bucket.tokens + (now - bucket.at) * this.perMs);
+      bucket.tokens = Math.min(this.capacity, bucket.tokens + (now - bucket.at) * this.perMs);
       bucket.at = now;
     }
     if (bucket.tokens >= 1) {
@@ -107,10 +114,10 @@ export class KeyRateLimiter implements Budget {
     const id = hashKey(key);
     const bucket = this.buckets.get(id);
     if (!bucket) {
-      this.buckets.set(id, { tokens: this.perMinute - units, at: now });
+      this.buckets.set(id, { tokens: this.capacity - units, at: now });
       return;
     }
-    bucket.tokens = Math.min(this.perMinute, bucket.tokens + (now - bucket.at) * this.perMs) - units;
+    bucket.tokens = Math.min(this.capacity, bucket.tokens + (now - bucket.at) * this.perMs) - units;
     bucket.at = now;
   }
 
@@ -122,7 +129,7 @@ export class KeyRateLimiter implements Budget {
   private sweep(now: number): void {
     this.lastSweep = now;
     for (const [id, bucket] of this.buckets) {
-      if (bucket.tokens + (now - bucket.at) * this.perMs >= this.perMinute) this.buckets.delete(id);
+      if (bucket.tokens + (now - bucket.at) * this.perMs >= this.capacity) this.buckets.delete(id);
     }
   }
 }
@@ -370,6 +377,18 @@ export class RequestLimits {
   }
 }
 
+/**
+ * A work budget: a bucket of a tenth of a minute's worth, so a flood that
+ * starts gets its work spread over the minute at the budget's rate instead of
+ * a minute's worth in one burst that holds the process for as long.
+ */
+export function workBudget(perMinute: number, now?: () => number): KeyRateLimiter {
+  return new KeyRateLimiter(perMinute, now, perMinute / WORK_BURST_DIVISOR);
+}
+
+/** A work budget's bucket holds 1/10 of its minute: 6 s of refill. */
+const WORK_BURST_DIVISOR = 10;
+
 /** The one id of KEYLESS_TOTAL_WORK_MS_PER_MINUTE's bucket. */
 const TOTAL_WORK = 'keyless work of every address';
 
@@ -419,7 +438,7 @@ export function createRequestLimits(
     budget(config.graphql.clientTokenRateLimitPerMinute ?? 0, 'token'),
     budget(config.graphql.clientTokenAddressRateLimitPerMinute ?? 0, 'token-address'),
     new KeyRateLimiter(config.keylessRefusalsPerMinute ?? 0),
-    new KeyRateLimiter(config.keylessWorkMsPerMinute ?? 0),
-    new KeyRateLimiter(config.keylessTotalWorkMsPerMinute ?? 0),
+    workBudget(config.keylessWorkMsPerMinute ?? 0),
+    workBudget(config.keylessTotalWorkMsPerMinute ?? 0),
   );
 }

@@ -182,6 +182,13 @@ export interface GraphQLHttpParts {
 const KEYLESS_BODY_SLACK_BYTES = 64 * 1024;
 /** How long a large body of a key nobody has judged waits for the upstream's verdict on the key. */
 const JUDGE_KEY_MS = 3_000;
+/**
+ * How long a request refused before its body is read waits for its 429: a
+ * client that loops on its refusals then sends two a second a connection, not
+ * the thousands an immediate answer lets it (each a connection to accept and a
+ * request to parse).
+ */
+const REFUSAL_PAUSE_MS = 500;
 
 export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits, upstream, trustProxyHops }: GraphQLHttpParts, options: GraphQLHttpOptions) {
   // A request without an accepted credential can only run what needs none, or is a key's first try:
@@ -298,9 +305,15 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
       const wait = limits.keylessWait(address);
       if (wait > 0) {
         const text = JSON.stringify({ errors: [{ message: KEYLESS_LIMITED, extensions: { code: 'RATE_LIMITED', retryAfterSeconds: wait } }] });
-        res.setHeader('connection', 'close');
-        res.writeHead(429, { 'content-type': 'application/json; charset=utf-8', 'retry-after': String(wait), 'content-length': Buffer.byteLength(text) }).end(text);
-        return void req.resume();
+        const refuse = () => {
+          if (res.destroyed) return;
+          res.setHeader('connection', 'close');
+          res.writeHead(429, { 'content-type': 'application/json; charset=utf-8', 'retry-after': String(wait), 'content-length': Buffer.byteLength(text) }).end(text);
+          req.resume();
+        };
+        const paused = setTimeout(refuse, REFUSAL_PAUSE_MS);
+        res.once('close', () => clearTimeout(paused));
+        return;
       }
     }
     // Streams go through viaYoga, whose writes limitEventStream can watch.

@@ -2,7 +2,7 @@
 // the work is done (it may go into debt, and the wait pays it back), and the
 // address and process budgets of callers without an accepted key.
 import { describe, expect, it } from 'vitest';
-import { KeyRateLimiter, keylessWorkUnits, RequestLimits } from '../../src/access/rate-limit.js';
+import { KeyRateLimiter, keylessWorkUnits, RequestLimits, workBudget } from '../../src/access/rate-limit.js';
 import { KnownKeys } from '../../src/upstream/known-keys.js';
 
 const clock = () => {
@@ -36,6 +36,25 @@ describe('KeyRateLimiter.charge', () => {
     const other = new KeyRateLimiter(10, clock().now);
     other.charge('a', 0);
     expect(other.size).toBe(0);
+  });
+});
+
+describe('a work budget', () => {
+  it('holds a tenth of its minute, however long it was left alone: a flood gets its work spread over the minute', () => {
+    const time = clock();
+    const budget = workBudget(600, time.now);
+    time.advance(3_600_000);
+    budget.charge('a', 59);
+    expect(budget.wait('a')).toBe(0);
+    budget.charge('a', 1);
+    // Ten units a second: the next one in a tenth of a second (rounded up to a whole second).
+    expect(budget.wait('a')).toBe(1);
+    time.advance(100);
+    expect(budget.wait('a')).toBe(0);
+    // Idle again for an hour: still only 60 to spend at once.
+    time.advance(3_600_000);
+    budget.charge('a', 61);
+    expect(budget.wait('a')).toBe(1);
   });
 });
 
