@@ -26,6 +26,11 @@ export const GOALS = [
     what: 'anonymous flood of distinct ~10 KB, then ~1 MB documents, 60 s each, 12 connections, 50 signed webhooks/s meanwhile (issue 20)',
     goal: 'RSS ≤ start + 150 MiB, /health p99 < 100 ms, every webhook acknowledged',
   },
+  {
+    id: 'keyless-flood',
+    what: "keyless floods, 3 connections each: costly introspection (development), 220-fragment __typename documents and the same with a made-up key (production); a merchant's read at 50/s, 30 s before and during (issue 29)",
+    goal: "merchant's read p99 during each ≤ 4× before",
+  },
 ];
 
 const NOISE = [
