@@ -299,7 +299,8 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
     // Trust, as the pipeline decides it: anything but a client token this server made or a key the upstream
     // accepted (no Authorization, one that is not a Bearer credential, a refused or made-up key) is held to keyless bounds.
     const trust = trustOf(caller, limits.keys);
-    const address = clientAddress(req, trustProxyHops);
+    // Only budgets without an accepted key are kept per address.
+    const address = trust === 'earned' ? '' : clientAddress(req, trustProxyHops);
     if (trust !== 'earned') {
       // An address whose requests without an accepted credential cost or were refused too much this minute gets nothing read.
       const wait = limits.keylessWait(address);
