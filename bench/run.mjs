@@ -4,6 +4,7 @@
 // The soaks run only when named: npm run bench -- soak --duration=60m (see scenarios/soak.mjs).
 // anonymous-flood takes --duration, --facade=<other checkout>, --heap and more (see attacks/anonymous-flood.mjs);
 // token-flood takes --baseline=<other checkout>, --duration, --rate, --heap and more (see attacks/token-flood.mjs).
+// keyless-flood takes --baseline=<other checkout>, --duration and more (see attacks/keyless-flood.mjs).
 // --profile (or BENCH_PROFILE=<dir>): every facade started runs under --cpu-prof and
 // writes a .cpuprofile into the directory (bench/profiles/ by default, not committed) when it stops.
 import path from 'node:path';
@@ -15,16 +16,17 @@ import { reconcile } from './scenarios/reconcile.mjs';
 import { soak, soakRedis } from './scenarios/soak.mjs';
 import { anonymousFlood } from './attacks/anonymous-flood.mjs';
 import { tokenFlood } from './attacks/token-flood.mjs';
+import { keylessFlood } from './attacks/keyless-flood.mjs';
 import { ScenarioSkipped } from './lib/contenders.mjs';
 import { BENCH } from './lib/proc.mjs';
 import { printGoals } from './lib/report.mjs';
 
-const SCENARIOS = { 'single-read': singleRead, 'batch-read': batchRead, realtime, 'realtime-redis': realtimeRedis, 'fan-out': fanOut, startup, reconcile, 'anonymous-flood': anonymousFlood, 'token-flood': tokenFlood };
+const SCENARIOS = { 'single-read': singleRead, 'batch-read': batchRead, realtime, 'realtime-redis': realtimeRedis, 'fan-out': fanOut, startup, reconcile, 'anonymous-flood': anonymousFlood, 'token-flood': tokenFlood, 'keyless-flood': keylessFlood };
 /** Too long for every run (and for CI): only when named. */
 const ON_DEMAND = { soak, 'soak-redis': soakRedis, 'redis-replica-ack': redisReplicaAck };
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
-// --name=value flags, for the scenarios that take them (the soaks, anonymous-flood).
+// --name=value flags, for the scenarios that take them (the soaks, anonymous-flood, keyless-flood).
 const flags = Object.fromEntries(args.filter((arg) => /^--[\w-]+=/.test(arg)).map((arg) => arg.slice(2).split(/=(.*)/s, 2)));
 const chosen = args.filter((arg) => !arg.startsWith('--'));
 const unknown = chosen.filter((name) => !(name in SCENARIOS) && !(name in ON_DEMAND));

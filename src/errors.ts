@@ -53,7 +53,7 @@ export const ERROR_CODES = {
   RATE_LIMITED: {
     surface: 'graphql-error',
     meaning:
-      "The merchant key sent more than RATE_LIMIT_PER_MINUTE operations (a subscription's upstream access checks count as operations too), a client token more than CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE (its own budget, never its merchant's), the client tokens of one address more than CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE, or the client address tried more than AUTH_FAILURES_PER_MINUTE keys the upstream had not accepted; extensions.retryAfterSeconds says when to try again.",
+      "The merchant key sent more than RATE_LIMIT_PER_MINUTE operations (a subscription's upstream access checks count as operations too), a client token more than CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE (its own budget, never its merchant's), the client tokens of one address more than CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE, or the client address tried more than AUTH_FAILURES_PER_MINUTE keys the upstream had not accepted, or its requests without an accepted key cost more than KEYLESS_WORK_MS_PER_MINUTE of work (or were refused more than KEYLESS_REFUSALS_PER_MINUTE times for needing one; all such callers together: KEYLESS_TOTAL_WORK_MS_PER_MINUTE); extensions.retryAfterSeconds says when to try again.",
   },
   RESPONSE_TOO_LARGE: { surface: 'graphql-error', meaning: 'The answer would exceed GRAPHQL_MAX_RESPONSE_BYTES; ask for fewer deliveries, fields or events (page with first/after).' },
   PERSISTED_QUERY_NOT_FOUND: {

@@ -129,16 +129,32 @@ function rssMiB(pid) {
   }
 }
 
-/** One POST of a document, keyed or not: the status, the first error's code and the answer's start. */
+/**
+ * One POST of a document, keyed or not: the status, the first error's code and
+ * the answer's start. A facade may answer a large body 413 and close the
+ * connection while the body is still being written: the client then sees the
+ * write fail (EPIPE, ECONNRESET) instead of the answer. That is an answer too
+ * (the body was refused unread), reported as `closed`, never a crash of the run.
+ */
 async function postOnce(origin, body, key) {
-  const response = await request(`${origin}/graphql`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
-    body,
-    headersTimeout: 30_000,
-    bodyTimeout: 30_000,
-  });
-  const text = await response.body.text();
+  let response;
+  try {
+    response = await request(`${origin}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+      body,
+      headersTimeout: 30_000,
+      bodyTimeout: 30_000,
+    });
+  } catch (error) {
+    return { status: 0, errors: [], data: undefined, hasData: false, text: '', closed: error.code ?? error.cause?.code ?? error.name ?? 'error' };
+  }
+  let text;
+  try {
+    text = await response.body.text();
+  } catch (error) {
+    return { status: response.statusCode, errors: [], data: undefined, hasData: false, text: '', closed: error.code ?? error.cause?.code ?? error.name ?? 'error' };
+  }
   let parsed;
   try {
     parsed = JSON.parse(text);
@@ -149,7 +165,8 @@ async function postOnce(origin, body, key) {
 }
 
 /** An answer in a few words: its status, its data's fields, and its errors (the first one's message and code). */
-function describeAnswer({ status, errors, data, text }) {
+function describeAnswer({ status, errors, data, text, closed }) {
+  if (closed) return `${status ? `${status}, then ` : ''}the connection closed while the body was written (${closed}): refused before it was read`;
   if (data === undefined && errors.length === 0) return `${status}, not a GraphQL answer: \`${text.slice(0, 120)}\``;
   const fields = data && typeof data === 'object' ? Object.values(data) : [];
   const what = data === null ? 'data null' : fields.every((value) => value === null) ? `data with ${fields.length} field(s), all null` : 'data';

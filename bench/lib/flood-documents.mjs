@@ -1,4 +1,5 @@
-// GraphQL documents for the anonymous flood (bench/attacks/anonymous-flood.mjs):
+// GraphQL documents for the anonymous flood (bench/attacks/anonymous-flood.mjs)
+// and the keyless floods (bench/attacks/keyless-flood.mjs, KEYLESS_DOCUMENTS below):
 // every one distinct and valid, each within the facade's operation limits
 // (src/graphql/protection.ts OPERATION_LIMITS: 2,000 tokens, depth 12, 30 aliases,
 // a response key at most 10 times per selection set, cost 50,000).
@@ -131,3 +132,53 @@ export function fragmentHeavyDocument(n, uid) {
   const reads = Array.from({ length: 28 }, (_, k) => `t${tag}_${k}: delivery(uid: "${uid}") { ...Track${tag} }`).join(' ');
   return `query TokenFlood${tag} { ${reads} } fragment Track${tag} on Delivery { ${FULL_DELIVERY_FIELDS} }`;
 }
+/** One listing of every type with its fields, their arguments and types, enum values and input fields: about 3,400 values here. */
+const TYPE_LISTING =
+  'types { name kind description fields(includeDeprecated: true) { name description isDeprecated args { name description defaultValue type { name kind ofType { name kind } } } ' +
+  'type { name kind ofType { name kind ofType { name kind } } } } enumValues(includeDeprecated: true) { name description } inputFields { name description type { name kind ofType { name kind } } } }';
+
+/**
+ * Aliased type listings in one introspection: as many as a caller without an
+ * accepted key may still run here (a cost of about 6,900 against its 10,000;
+ * about 150 KB answered). 73fe34c ran any number (30: 2.3 MB, 450 ms).
+ */
+export const INTROSPECTION_LISTINGS = 2;
+
+/** The n-th costly introspection: the schema listed INTROSPECTION_LISTINGS times over, named after n. */
+export function introspectionDocument(n) {
+  return `query Introspect${n.toString(36)} { __schema { ${Array.from({ length: INTROSPECTION_LISTINGS }, (_, i) => `t${i}: ${TYPE_LISTING}`).join(' ')} } }`;
+}
+
+/** Fragments in one fragment-heavy document: within 2,000 tokens (8 a fragment with its spread). */
+export const FRAGMENTS = 220;
+
+/** The n-th fragment-heavy document: FRAGMENTS fragments on Query each selecting __typename, all spread at the root; valid, cheap to answer, slow to validate. */
+export function fragmentDocument(n) {
+  const tag = n.toString(36);
+  const spreads = Array.from({ length: FRAGMENTS }, (_, i) => `...F${tag}_${i}`).join(' ');
+  const fragments = Array.from({ length: FRAGMENTS }, (_, i) => `fragment F${tag}_${i} on Query { __typename }`).join('\n');
+  return `query Fragments${tag} { ${spreads} }\n${fragments}`;
+}
+
+/** A merchant key nobody issued (the bench's fixed upstream would accept any key it is asked about; these documents never ask it). */
+export const MADE_UP_KEY = 'sk_made_up_by_the_keyless_flood';
+
+/** The keyless floods' documents by the name keyless-flood's --floods flag uses; `headers` go with every request, `env` to the facade. */
+export const KEYLESS_DOCUMENTS = {
+  introspection: {
+    label: `introspection without a key, ${INTROSPECTION_LISTINGS} aliased listings of every type with its fields, arguments and values, the most such a caller may run (development: introspection on)`,
+    body: (n) => JSON.stringify({ query: introspectionDocument(n) }),
+    env: { NODE_ENV: 'development' },
+  },
+  fragments: {
+    label: `${FRAGMENTS}-fragment __typename documents without a key (production)`,
+    body: (n) => JSON.stringify({ query: fragmentDocument(n) }),
+    env: { NODE_ENV: 'production' },
+  },
+  'made-up-key': {
+    label: `the same ${FRAGMENTS}-fragment documents with a made-up Bearer key (production)`,
+    body: (n) => JSON.stringify({ query: fragmentDocument(n) }),
+    headers: { authorization: `Bearer ${MADE_UP_KEY}` },
+    env: { NODE_ENV: 'production' },
+  },
+};

@@ -31,6 +31,11 @@ export const GOALS = [
     what: "one client token sending distinct fragment-heavy documents inside its rate limit for 60 s, a merchant reading at 50/s meanwhile (issue 29)",
     goal: "read p99 ≤ 4× before, RSS ≤ start + 300 MiB, heap within 10 % of the document cache's count",
   },
+  {
+    id: 'keyless-flood',
+    what: "keyless floods, 3 connections each: costly introspection (development), 220-fragment __typename documents and the same with a made-up key (production); a merchant's read at 50/s, 30 s before and during (issue 29)",
+    goal: "merchant's read p99 during each ≤ 4× before",
+  },
 ];
 
 const NOISE = [

@@ -1,13 +1,14 @@
-// The anonymous flood (bench/attacks/anonymous-flood.mjs), from a process of its
-// own so that building and sending the documents never delays the orchestrator's
-// /health probes, webhooks and memory samples. `connections` loops each POST one
-// distinct document (bench/lib/flood-documents.mjs) without an Authorization
-// header, and the next as soon as it is answered, until the time is up or `stop`
-// is called. `paced` is the token flood's (bench/attacks/token-flood.mjs): with a
-// credential, at a fixed rate, each distinct document sent `repeats` times.
+// The anonymous and keyless floods (bench/attacks/anonymous-flood.mjs,
+// keyless-flood.mjs), from a process of its own so that building and sending the
+// documents never delays the orchestrator's probes, reads, webhooks and memory
+// samples. `connections` loops each POST one distinct document
+// (bench/lib/flood-documents.mjs) without a working credential (none, or a
+// made-up key), and the next as soon as it is answered, until the time is up or
+// `stop` is called. `paced` is the token flood's (bench/attacks/token-flood.mjs):
+// with a credential, at a fixed rate, each distinct document sent `repeats` times.
 // Driven over IPC (bench/lib/worker.mjs).
 import { Pool } from 'undici';
-import { DOCUMENTS, fragmentHeavyDocument } from '../lib/flood-documents.mjs';
+import { DOCUMENTS, KEYLESS_DOCUMENTS, fragmentHeavyDocument } from '../lib/flood-documents.mjs';
 import { sleep } from '../lib/proc.mjs';
 import { percentile } from '../lib/stats.mjs';
 import { serve } from '../lib/worker.mjs';
@@ -28,7 +29,7 @@ function outcomeOf(status, text) {
 serve({
   async run({ origin, kind, connections, seconds, bodyBytes, first = 0 }) {
     stopping = false;
-    const documents = DOCUMENTS[kind];
+    const documents = DOCUMENTS[kind] ?? KEYLESS_DOCUMENTS[kind];
     if (!documents) throw new Error(`unknown kind of document "${kind}"`);
     // A stalled facade fails a request after 30 s instead of holding its loop for undici's 300 s default.
     const pool = new Pool(origin, { connections, pipelining: 1, headersTimeout: 30_000, bodyTimeout: 30_000 });
@@ -52,7 +53,7 @@ serve({
         sent += 1;
         bytesSent += body.length;
         try {
-          const response = await pool.request({ method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json' }, body });
+          const response = await pool.request({ method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json', ...documents.headers }, body });
           const text = await response.body.text();
           latencies.push(performance.now() - sentAt);
           answered += 1;

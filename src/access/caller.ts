@@ -46,12 +46,17 @@ export function readCaller(authorization: string | null | undefined, tokens: Cli
  * What a caller has earned for one operation, decided once from one fact each:
  * - `earned`: a client token this server made, or a merchant key the upstream
  *   accepted recently. Its documents are kept in the shared caches and compiled.
- * - `trying`: a merchant key nobody has judged yet. It may run anything (its
- *   address pays for the try, see access/rate-limit.ts), but nothing it sends is
- *   kept or compiled until the upstream has accepted the key.
- * - `keyless`: no credential, a refused client token, or a key the upstream
- *   refused. Only what needs no key runs (`__typename`, `_service`, introspection
- *   where enabled), parsed for this request alone.
+ * - `trying`: a merchant key nobody has judged yet, which anyone can make up. It
+ *   may run anything, since what needs the key goes to the upstream, which judges
+ *   it; until then it gets no more than `keyless`: nothing it sends is kept or
+ *   compiled, its address pays for the try and for the work of each operation,
+ *   what needs no key is held to keyless limits, and over HTTP its body to the
+ *   keyless bound unless the upstream accepts the key first (see
+ *   access/rate-limit.ts, http/graphql.ts).
+ * - `keyless`: no credential, an Authorization that is not a Bearer credential,
+ *   a refused client token, or a key the upstream refused. Only what needs no
+ *   key runs (`__typename`, `_service`, introspection where enabled), parsed for
+ *   this request alone, its work charged to its address.
  */
 export type Trust = 'earned' | 'trying' | 'keyless';
 

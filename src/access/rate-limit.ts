@@ -7,7 +7,14 @@
 // - AUTH_FAILURES_PER_MINUTE tries of keys the upstream has not accepted, per
 //   client address, so rotating made-up keys cannot turn every request into
 //   upstream calls; a key the upstream refused a moment ago is answered
-//   UNAUTHENTICATED here, and one it accepted recently costs nothing of this.
+//   UNAUTHENTICATED here, and one it accepted recently costs nothing of this;
+// - for every caller without an accepted key (none, a refused one, one nobody
+//   has judged yet, a client token that does not decrypt), the work its
+//   operations cost this process, measured, per client address
+//   (KEYLESS_WORK_MS_PER_MINUTE) and for all such callers together
+//   (KEYLESS_TOTAL_WORK_MS_PER_MINUTE), and its refusals for needing a key
+//   (KEYLESS_REFUSALS_PER_MINUTE). These are this process's own: its CPU is
+//   what they protect, and they are asked before a body is read.
 // In one process both are token buckets, refilled continuously, so a key may
 // burst up to a minute's worth and then runs at the steady rate. With Redis
 // (REDIS_URL) every instance draws on the same budgets: one fixed one-minute
@@ -48,12 +55,19 @@ export class KeyRateLimiter implements Budget {
   private readonly perMs: number;
   private lastSweep: number;
 
+  /** The most a bucket holds: a burst. */
+  private readonly capacity: number;
+
   constructor(
-    /** Bucket size and refill per minute; 0 disables the limit. */
+    /** Refill per minute, and bucket size unless `burst` says; 0 disables the limit. */
     readonly perMinute: number,
     private readonly now: () => number = () => performance.now(),
+    /** Bucket size, when smaller than a minute's worth. */
+    burst: number = perMinute,
   ) {
     this.perMs = perMinute / 60_000;
+    // Never below one unit, which `take` and `wait` ask for.
+    this.capacity = Math.max(Math.min(perMinute, burst), Math.min(perMinute, 1));
     this.lastSweep = now();
   }
 
@@ -62,7 +76,7 @@ export class KeyRateLimiter implements Budget {
     if (this.perMinute === 0) return 0;
     const bucket = this.buckets.get(hashKey(key));
     if (!bucket) return 0;
-    const tokens = Math.min(this.perMinute, bucket.tokens + (this.now() - bucket.at) * this.perMs);
+    const tokens = Math.min(this.capacity, bucket.tokens + (this.now() - bucket.at) * this.perMs);
     return tokens >= 1 ? 0 : Math.max(1, Math.ceil((1 - tokens) / this.perMs / 1000));
   }
 
@@ -75,10 +89,10 @@ export class KeyRateLimiter implements Budget {
     const id = hashKey(key);
     let bucket = this.buckets.get(id);
     if (!bucket) {
-      bucket = { tokens: this.perMinute, at: now };
+      bucket = { tokens: this.capacity, at: now };
       this.buckets.set(id, bucket);
     } else {
-      bucket.tokens = Math.min(this.perMinute, bucket.tokens + (now - bucket.at) * this.perMs);
+      bucket.tokens = Math.min(this.capacity, bucket.tokens + (now - bucket.at) * this.perMs);
       bucket.at = now;
     }
     if (bucket.tokens >= 1) {
@@ -86,6 +100,25 @@ export class KeyRateLimiter implements Budget {
       return 0;
     }
     return Math.max(1, Math.ceil((1 - bucket.tokens) / this.perMs / 1000));
+  }
+
+  /**
+   * Takes `units` from this id's bucket once they are spent, however few are
+   * left: the bucket may go below zero, and `wait` then counts the time until it
+   * is back above one. For what is only known after it ran (the work of an operation).
+   */
+  charge(key: string, units: number): void {
+    if (this.perMinute === 0 || !(units > 0)) return;
+    const now = this.now();
+    if (now - this.lastSweep >= SWEEP_EVERY_MS) this.sweep(now);
+    const id = hashKey(key);
+    const bucket = this.buckets.get(id);
+    if (!bucket) {
+      this.buckets.set(id, { tokens: this.capacity - units, at: now });
+      return;
+    }
+    bucket.tokens = Math.min(this.capacity, bucket.tokens + (now - bucket.at) * this.perMs) - units;
+    bucket.at = now;
   }
 
   /** Keys currently tracked (hashes only). */
@@ -96,7 +129,7 @@ export class KeyRateLimiter implements Budget {
   private sweep(now: number): void {
     this.lastSweep = now;
     for (const [id, bucket] of this.buckets) {
-      if (bucket.tokens + (now - bucket.at) * this.perMs >= this.perMinute) this.buckets.delete(id);
+      if (bucket.tokens + (now - bucket.at) * this.perMs >= this.capacity) this.buckets.delete(id);
     }
   }
 }
@@ -204,15 +237,22 @@ export class RequestLimits {
     readonly perTokenAddress: Budget = new KeyRateLimiter(0),
     /** KEYLESS_REFUSALS_PER_MINUTE, per client address, in this process (it is asked before a body is read, so it cannot wait on Redis). */
     readonly keylessRefusals: KeyRateLimiter = new KeyRateLimiter(0),
+    /** KEYLESS_WORK_MS_PER_MINUTE, per client address, in this process: the work it measures is this process's. */
+    readonly keylessWork: KeyRateLimiter = new KeyRateLimiter(0),
+    /** KEYLESS_TOTAL_WORK_MS_PER_MINUTE, for every caller without an accepted key together, in this process. */
+    readonly keylessTotalWork: KeyRateLimiter = new KeyRateLimiter(0),
   ) {}
 
   /**
-   * Whole seconds until this address may send a request without a working
-   * credential again: 0 while it has refusals left in KEYLESS_REFUSALS_PER_MINUTE.
-   * Asked before anything of such a request is read.
+   * Whole seconds until this address may send a request without an accepted
+   * credential again: 0 while it has refusals left in KEYLESS_REFUSALS_PER_MINUTE
+   * and work left in KEYLESS_WORK_MS_PER_MINUTE, and all such callers together
+   * in KEYLESS_TOTAL_WORK_MS_PER_MINUTE. Asked before anything of such a request
+   * is read, and again before its operation runs.
    */
   keylessWait(address: string): number {
-    return this.keylessRefusals.wait(`keyless\n${addressGroup(address)}`);
+    const group = addressGroup(address);
+    return Math.max(this.keylessRefusals.wait(`keyless\n${group}`), this.keylessWork.wait(`work\n${group}`), this.keylessTotalWork.wait(TOTAL_WORK));
   }
 
   /** One refusal of a request that needed a credential it did not have, charged to its address. */
@@ -221,8 +261,19 @@ export class RequestLimits {
   }
 
   /**
+   * Work done for a caller without an accepted key, once it is done (work units:
+   * see keylessWorkUnits), charged to its address and to the total of all such
+   * callers; past either budget, its next requests wait (keylessWait).
+   */
+  chargeKeylessWork(address: string, units: number): void {
+    this.keylessWork.charge(`work\n${addressGroup(address)}`, units);
+    this.keylessTotalWork.charge(TOTAL_WORK, units);
+  }
+
+  /**
    * Decides whether an operation runs. Without a credential it takes nothing
-   * (only what needs no key runs then). A client token takes one unit of its
+   * here (only what needs no key runs then, and its work is charged once done:
+   * chargeKeylessWork). A client token takes one unit of its
    * own budget and one of its address's token budget, never its merchant's. A
    * key the upstream accepted recently takes one unit of its own budget. Any
    * other key also takes one try from its address; a refused one is then
@@ -245,7 +296,8 @@ export class RequestLimits {
   }
 
   /**
-   * Decides whether a WebSocket may open with this key. An accepted key passes;
+   * Decides whether a WebSocket may open with this key (or an HTTP body larger
+   * than a keyless one may be read for it). An accepted key passes;
    * any other takes one try from the address, and a key nobody has judged is
    * put to the upstream by `ask` (whose answers the upstream clients learn).
    */
@@ -325,7 +377,35 @@ export class RequestLimits {
   }
 }
 
-export const KEYLESS_LIMITED = 'Too many requests without a working merchant key or client token from this address; send one.';
+/**
+ * A work budget: a bucket of a tenth of a minute's worth, so a flood that
+ * starts gets its work spread over the minute at the budget's rate instead of
+ * a minute's worth in one burst that holds the process for as long.
+ */
+export function workBudget(perMinute: number, now?: () => number): KeyRateLimiter {
+  return new KeyRateLimiter(perMinute, now, perMinute / WORK_BURST_DIVISOR);
+}
+
+/** A work budget's bucket holds 1/10 of its minute: 6 s of refill. */
+const WORK_BURST_DIVISOR = 10;
+
+/** The one id of KEYLESS_TOTAL_WORK_MS_PER_MINUTE's bucket. */
+const TOTAL_WORK = 'keyless work of every address';
+
+/**
+ * Bytes read or answered that count as one unit (a millisecond) of work: about
+ * what parsing, serializing and writing that many bytes of JSON takes here,
+ * which the timed part of an operation does not see.
+ */
+export const KEYLESS_BYTES_PER_WORK_MS = 64 * 1024;
+
+/** Work units of an operation: the milliseconds it held the event loop, and its bytes read and answered. */
+export function keylessWorkUnits(ms: number, bytes: number): number {
+  return ms + bytes / KEYLESS_BYTES_PER_WORK_MS;
+}
+
+export const KEYLESS_LIMITED =
+  'Too much asked without an accepted merchant key or client token from this address (too many refusals, or too much work: KEYLESS_WORK_MS_PER_MINUTE); send one, or wait retryAfterSeconds.';
 
 export const CLIENT_TOKEN_LIMITED = 'Too many requests for this client token; slow down (its budget is its own, not the merchant key\'s).';
 
@@ -338,7 +418,7 @@ function keyedAdmission(wait: number, message?: string): Admission {
  * connection (keys under its prefix) when there is one.
  */
 export function createRequestLimits(
-  config: Pick<Config, 'authFailuresPerMinute'> & Partial<Pick<Config, 'keylessRefusalsPerMinute'>> & {
+  config: Pick<Config, 'authFailuresPerMinute'> & Partial<Pick<Config, 'keylessRefusalsPerMinute' | 'keylessWorkMsPerMinute' | 'keylessTotalWorkMsPerMinute'>> & {
     graphql: Pick<Config['graphql'], 'rateLimitPerMinute'> & Partial<Pick<Config['graphql'], 'clientTokenRateLimitPerMinute' | 'clientTokenAddressRateLimitPerMinute'>>;
   },
   keys: KnownKeys,
@@ -358,5 +438,7 @@ export function createRequestLimits(
     budget(config.graphql.clientTokenRateLimitPerMinute ?? 0, 'token'),
     budget(config.graphql.clientTokenAddressRateLimitPerMinute ?? 0, 'token-address'),
     new KeyRateLimiter(config.keylessRefusalsPerMinute ?? 0),
+    workBudget(config.keylessWorkMsPerMinute ?? 0),
+    workBudget(config.keylessTotalWorkMsPerMinute ?? 0),
   );
 }

@@ -6,8 +6,8 @@
 // request and hands it to the same pipeline.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ExecutionResult, GraphQLError } from 'graphql';
-import { readCaller } from '../access/caller.js';
-import { KEYLESS_LIMITED, type RequestLimits } from '../access/rate-limit.js';
+import { readCaller, trustOf, type Caller } from '../access/caller.js';
+import { KEYLESS_LIMITED, keylessWorkUnits, type RequestLimits } from '../access/rate-limit.js';
 import { clientAddress } from '../observability/client-address.js';
 import type { ClientTokens } from '../access/client-tokens.js';
 import { responseTooLarge } from '../pipeline/guards/response-size.js';
@@ -15,6 +15,7 @@ import { namesPersistedQuery } from '../pipeline/persisted-operations.js';
 import { isStreamRefusal, type Pipeline } from '../pipeline/pipeline.js';
 import type { WrittenResult } from '../pipeline/plan.js';
 import type { GraphQLServer } from '../pipeline/yoga.js';
+import { judgeKey, type Upstream } from '../upstream/clients.js';
 
 export interface GraphQLHttpOptions {
   /** Larger bodies are refused with 413 before they are parsed. */
@@ -103,26 +104,52 @@ function withoutMarks(result: ExecutionResult): ExecutionResult {
 
 class BodyTooLarge extends Error {}
 
-function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+/**
+ * Reads a body of at most `limit` bytes. `raise`, when given, is asked once
+ * when the body turns out longer (declared or as it comes), with reading
+ * paused: the larger limit it answers (a key the upstream has just accepted),
+ * or undefined to refuse the body.
+ */
+function readBody(req: IncomingMessage, limit: number, raise?: () => Promise<number | undefined>): Promise<Buffer> {
   return new Promise((resolve, reject) => {
-    const declared = Number(req.headers['content-length']);
-    if (Number.isFinite(declared) && declared > limit) return reject(new BodyTooLarge());
     const chunks: Buffer[] = [];
     let size = 0;
+    const refuse = () => {
+      // Stop reading; the connection is closed once the 413 is written.
+      req.off('data', onData);
+      req.pause();
+      reject(new BodyTooLarge());
+    };
+    /** Asks for a larger limit (once); reading stays paused meanwhile. */
+    const askForMore = (then: () => void) => {
+      const ask = raise;
+      raise = undefined;
+      if (!ask) return refuse();
+      req.pause();
+      ask().then(
+        (raised) => {
+          if (raised === undefined || raised <= limit) return refuse();
+          limit = raised;
+          then();
+        },
+        () => refuse(),
+      );
+    };
     const onData = (chunk: Buffer) => {
       size += chunk.length;
-      if (size > limit) {
-        // Stop reading; the connection is closed once the 413 is written.
-        req.off('data', onData);
-        req.pause();
-        reject(new BodyTooLarge());
-        return;
-      }
       chunks.push(chunk);
+      if (size > limit) askForMore(() => (size > limit ? refuse() : req.resume()));
     };
-    req.on('data', onData);
-    req.on('end', () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size)));
-    req.on('error', reject);
+    const start = () => {
+      const declared = Number(req.headers['content-length']);
+      if (Number.isFinite(declared) && declared > limit) return askForMore(start);
+      req.on('data', onData);
+      req.on('end', () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size)));
+      req.on('error', reject);
+      // Paused while a larger limit was asked for.
+      req.resume();
+    };
+    start();
   });
 }
 
@@ -145,16 +172,46 @@ export interface GraphQLHttpParts {
   pipeline: Pipeline;
   clientTokens: ClientTokens;
   limits: RequestLimits;
+  /** Asked about a key nobody has judged yet whose body is larger than a keyless one may be; without it, such a body is refused. */
+  upstream?: Upstream;
   /** TRUST_PROXY's hops, for the client address. */
   trustProxyHops: number;
 }
 
 /** Room for variables and extensions beside the query text in the body of a request without a credential. */
 const KEYLESS_BODY_SLACK_BYTES = 64 * 1024;
+/** How long a large body of a key nobody has judged waits for the upstream's verdict on the key. */
+const JUDGE_KEY_MS = 3_000;
+/**
+ * How long a request refused before its body is read waits for its 429: a
+ * client that loops on its refusals then sends two a second a connection, not
+ * the thousands an immediate answer lets it (each a connection to accept and a
+ * request to parse).
+ */
+const REFUSAL_PAUSE_MS = 500;
 
-export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits, trustProxyHops }: GraphQLHttpParts, options: GraphQLHttpOptions) {
-  // A request without a credential can only run what needs none: its body has no use for more than a document and its variables.
+export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits, upstream, trustProxyHops }: GraphQLHttpParts, options: GraphQLHttpOptions) {
+  // A request without an accepted credential can only run what needs none, or is a key's first try:
+  // its body has no use for more than a document and its variables until the upstream accepts the key.
   const keylessBodyBytes = Math.min(options.maxBodyBytes, options.maxDocumentBytes + KEYLESS_BODY_SLACK_BYTES);
+  /**
+   * The full body limit for a key nobody has judged once the upstream accepts it
+   * (the address pays one of its AUTH_FAILURES_PER_MINUTE tries, as a WebSocket's
+   * first key does); undefined otherwise.
+   */
+  const raiseForKey = (key: string, address: string, req: IncomingMessage) => async (): Promise<number | undefined> => {
+    if (!upstream) return undefined;
+    const gone = new AbortController();
+    const onClose = () => gone.abort();
+    req.once('close', onClose);
+    try {
+      const ask = () => judgeKey(upstream, key, AbortSignal.any([AbortSignal.timeout(JUDGE_KEY_MS), gone.signal]));
+      const admission = await limits.admitConnection(key, address, ask);
+      return admission.verdict === 'accepted' ? options.maxBodyBytes : undefined;
+    } finally {
+      req.off('close', onClose);
+    }
+  };
   /** Hands the request to yoga's full handler, with the body already read. */
   const viaYoga = async (req: IncomingMessage, res: ServerResponse, body: Buffer | undefined): Promise<void> => {
     const headers = new Headers();
@@ -196,7 +253,7 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
   };
 
   /** Runs a plain JSON POST through the pipeline and writes its answer; false when yoga's handler should read it instead. */
-  const direct = async (req: IncomingMessage, res: ServerResponse, body: Buffer): Promise<boolean> => {
+  const direct = async (req: IncomingMessage, res: ServerResponse, body: Buffer, caller: Caller): Promise<boolean> => {
     let params: Params;
     try {
       params = JSON.parse(body.toString('utf8')) as Params;
@@ -224,7 +281,6 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
       }
       return gone.signal;
     };
-    const caller = await readCaller(headerOf(req, 'authorization'), clientTokens);
     const answer = await pipeline.run({ params, caller, method: 'POST', streams: false, req, signal, checksText: true });
     // A subscription asked for with `*/*` (or no accept) is answered with a stream, by yoga's handler; with application/json, 406.
     if (answer.kind === 'invalid' && answer.errors.some(isStreamRefusal) && !/application\/json/i.test(headerOf(req, 'accept') ?? '')) return false;
@@ -250,24 +306,39 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
     return true;
   };
 
-  return (req: IncomingMessage, res: ServerResponse): void => {
-    const keyless = !req.headers.authorization;
-    if (keyless) {
-      // An address whose requests without a credential were refused too often this minute gets nothing read.
-      const wait = limits.keylessWait(clientAddress(req, trustProxyHops));
+  const handle = (req: IncomingMessage, res: ServerResponse, caller: Caller): void => {
+    // Trust, as the pipeline decides it: anything but a client token this server made or a key the upstream
+    // accepted (no Authorization, one that is not a Bearer credential, a refused or made-up key) is held to keyless bounds.
+    const trust = trustOf(caller, limits.keys);
+    // Only budgets without an accepted key are kept per address.
+    const address = trust === 'earned' ? '' : clientAddress(req, trustProxyHops);
+    if (trust !== 'earned') {
+      // An address whose requests without an accepted credential cost or were refused too much this minute gets nothing read.
+      const wait = limits.keylessWait(address);
       if (wait > 0) {
         const text = JSON.stringify({ errors: [{ message: KEYLESS_LIMITED, extensions: { code: 'RATE_LIMITED', retryAfterSeconds: wait } }] });
-        res.setHeader('connection', 'close');
-        res.writeHead(429, { 'content-type': 'application/json; charset=utf-8', 'retry-after': String(wait), 'content-length': Buffer.byteLength(text) }).end(text);
-        return void req.resume();
+        const refuse = () => {
+          if (res.destroyed) return;
+          res.setHeader('connection', 'close');
+          res.writeHead(429, { 'content-type': 'application/json; charset=utf-8', 'retry-after': String(wait), 'content-length': Buffer.byteLength(text) }).end(text);
+          req.resume();
+        };
+        const paused = setTimeout(refuse, REFUSAL_PAUSE_MS);
+        res.once('close', () => clearTimeout(paused));
+        return;
       }
     }
     // Streams go through viaYoga, whose writes limitEventStream can watch.
     const stream = asksForEventStream(req);
-    if (!stream && !isPlainJsonPost(req)) return void yoga(req, res);
-    readBody(req, keyless ? keylessBodyBytes : options.maxBodyBytes)
+    // Yoga reads the bodies of the rest itself, up to GRAPHQL_MAX_BODY_BYTES: only for a caller who earned that.
+    const bodiless = req.method === 'GET' || req.method === 'HEAD';
+    if (!stream && !isPlainJsonPost(req) && (trust === 'earned' || bodiless)) return void yoga(req, res);
+    const raise = trust === 'trying' && caller.kind === 'merchant' ? raiseForKey(caller.key, address, req) : undefined;
+    readBody(req, trust === 'earned' ? options.maxBodyBytes : keylessBodyBytes, raise)
       .then(async (body) => {
-        if (stream || options.direct === false || !(await direct(req, res, body))) await viaYoga(req, res, body);
+        // The bytes read are work too (the operation's own is charged by the pipeline).
+        if (trust !== 'earned') limits.chargeKeylessWork(address, keylessWorkUnits(0, body.length));
+        if (stream || options.direct === false || !isPlainJsonPost(req) || !(await direct(req, res, body, caller))) await viaYoga(req, res, body);
       })
       .catch((error: unknown) => {
         if (res.headersSent) return void res.destroy();
@@ -280,5 +351,17 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
         }
         res.writeHead(500, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Unexpected error.","extensions":{"code":"INTERNAL_SERVER_ERROR"}}]}');
       });
+  };
+
+  return (req: IncomingMessage, res: ServerResponse): void => {
+    // The caller is read once, before any of the body (a client token's reading is remembered, so only its first is slow).
+    const caller = readCaller(headerOf(req, 'authorization'), clientTokens);
+    if (!(caller instanceof Promise)) return handle(req, res, caller);
+    caller.then(
+      (read) => handle(req, res, read),
+      () => {
+        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Unexpected error.","extensions":{"code":"INTERNAL_SERVER_ERROR"}}]}');
+      },
+    );
   };
 }

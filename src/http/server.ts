@@ -93,7 +93,7 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
   const cors = createCors(config.corsOrigins);
   // Over SSE a subscriber may leave about 1 KiB per allowed pending event unread before it is cut off.
   const graphqlHttp = createGraphQLHttpHandler(
-    { yoga, pipeline: options.pipeline, clientTokens: options.clientTokens, limits: options.limits, trustProxyHops: config.server.trustProxyHops },
+    { yoga, pipeline: options.pipeline, clientTokens: options.clientTokens, limits: options.limits, upstream: options.upstream, trustProxyHops: config.server.trustProxyHops },
     {
       maxBodyBytes: config.graphql.maxBodyBytes,
       maxResponseBytes: config.graphql.maxResponseBytes,

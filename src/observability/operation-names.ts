@@ -1,5 +1,9 @@
 // Operation names as metric labels: names only (never the text), and at most
-// MAX_NAMES distinct ones per process; the rest are counted as "other".
+// MAX_NAMES distinct ones per process; the rest are counted as "other". Only a
+// caller who earned it (a key the upstream accepted, a client token) names a
+// label: anyone else's operations all count as "other", so names made up
+// without a key (`query Junk1 { __typename }`, …) cannot take the labels the
+// merchants' operations need.
 import { getOperationAST, type DocumentNode } from 'graphql';
 
 const MAX_NAMES = 200;
@@ -16,11 +20,13 @@ export interface OperationLabel {
 export class OperationNames {
   readonly #known = new Set<string>();
 
-  label(document: DocumentNode, operationName: string | null | undefined): OperationLabel {
+  /** `earned`: the caller's trust (access/caller.ts) is earned; otherwise the name is counted as "other". */
+  label(document: DocumentNode, operationName: string | null | undefined, earned = true): OperationLabel {
     const operation = getOperationAST(document, operationName ?? undefined);
     if (!operation) return { type: 'unknown', name: 'unknown', raw: undefined };
     const name = operation.name?.value;
-    return { type: operation.operation, name: name === undefined ? 'anonymous' : this.#cap(name), raw: name?.slice(0, MAX_NAME_LENGTH) };
+    const label = !earned ? 'other' : name === undefined ? 'anonymous' : this.#cap(name);
+    return { type: operation.operation, name: label, raw: name?.slice(0, MAX_NAME_LENGTH) };
   }
 
   #cap(name: string): string {

@@ -16,7 +16,7 @@ import { type ExecutionResult, type GraphQLError } from 'graphql';
 import { createGraphQLError } from 'graphql-yoga';
 import { trustOf, type Caller, type Trust } from '../access/caller.js';
 import type { OperationKind } from '../access/client-token-scope.js';
-import { KEYLESS_LIMITED, type RequestLimits } from '../access/rate-limit.js';
+import { KEYLESS_LIMITED, keylessWorkUnits, type RequestLimits } from '../access/rate-limit.js';
 import { holdingSlot, type SubscriptionSlots } from '../access/subscription-slots.js';
 import { DeliveryGraphError, DocumentTooLargeError, PersistedQueryNotFoundError, RateLimitedError, TooManySubscriptionsError, UnauthenticatedError } from '../errors.js';
 import { createContext, REFUSED_CLIENT_TOKEN, type GraphQLContext, type Services } from '../graphql/context.js';
@@ -24,7 +24,7 @@ import { OperationNames, type OperationLabel } from '../observability/operation-
 import { requestInfoOf } from '../observability/request.js';
 import { untilExpiry } from './guards/client-token.js';
 import { costWithVariables } from './guards/cost.js';
-import { readKeyless } from './guards/keyless.js';
+import { KeylessWork, keylessCostRefusal, keylessFragmentsRefusal, readKeyless } from './guards/keyless.js';
 import { boundResult, textOver } from './guards/response-size.js';
 import type { DocumentEntry, Documents } from './documents.js';
 import { OPERATION_LIMITS, toGraphQLError } from './limits.js';
@@ -139,26 +139,34 @@ export class Pipeline {
     const trust: Trust = trustOf(caller, limits.keys);
     const context = createContext(services, { caller, req: request.req, limits, disconnect: request.disconnect, signal: request.signal });
     // Budgets before anything costly (a persisted query's lookup included): a caller over them gets nothing looked up or parsed.
-    if (trust === 'keyless') {
+    if (trust !== 'earned') {
       const wait = limits.keylessWait(context.clientAddress);
       if (wait > 0) return refused(refusal(new RateLimitedError(wait, KEYLESS_LIMITED)));
     }
     const admission = await limits.admit(caller, context.clientAddress);
     if (admission.refusal) return refused(refusal(admission.refusal));
+    // Without an accepted key, what the operation costs this process is timed and charged to its address, whatever it runs.
+    const work = trust === 'earned' ? undefined : new KeylessWork();
     try {
-      return await this.#admitted(request, trust, context);
+      return await this.#admitted(request, trust, context, work);
     } finally {
       admission.done?.();
+      if (work) {
+        work.lap();
+        limits.chargeKeylessWork(context.clientAddress, keylessWorkUnits(work.ms, work.bytes));
+      }
     }
   }
 
-  async #admitted(request: OperationRequest, trust: Trust, context: GraphQLContext): Promise<Answer> {
+  async #admitted(request: OperationRequest, trust: Trust, context: GraphQLContext, work: KeylessWork | undefined): Promise<Answer> {
     const { persisted } = this.#options;
     let params = request.params;
     // The text to run: by hash (APQ or the allowlist), or as sent.
     if (namesPersistedQuery(params)) {
       try {
+        work?.lap();
         params = await persisted.resolve(params);
+        work?.skip();
       } catch (error) {
         if (!(error instanceof DeliveryGraphError)) throw error;
         const status = persistedQueryStatus(error);
@@ -183,19 +191,26 @@ export class Pipeline {
     if (!plan) return invalid(UNRESOLVED());
     const refusedOnArrival = this.#arrivalRefusal(request, context, trust, plan.kind, plan.needsKey, plan);
     if (refusedOnArrival) return refusedOnArrival;
+    // What needs no key, asked without an accepted one, is kept small: few fragments before validation compares them, a bounded cost after.
+    const small = trust !== 'earned' && !plan.needsKey;
+    const tooManyFragments = small ? keylessFragmentsRefusal(plan.document) : undefined;
+    if (tooManyFragments) return invalid(tooManyFragments);
     const errors = entry.validation();
     if (errors.length > 0) return invalid(...errors);
-    const tooCostly = entry.costRefusal(plan);
+    const tooCostly = entry.costRefusal(plan) ?? (small ? keylessCostRefusal(plan.cost.least, plan.operation) : undefined);
     if (tooCostly) return invalid(tooCostly);
 
-    const label = this.#names.label(plan.document, plan.operationName);
+    // A caller without an accepted key names nothing in the metrics: its names could take every label.
+    const label = this.#names.label(plan.document, plan.operationName, trust === 'earned');
     const info = requestInfoOf(request.req);
     if (info) {
       info.operationType = label.type;
       info.operationName = label.raw;
     }
     const observed = this.#options.observers.map((observer) => observer.start(label, request, context)).filter((run) => run !== undefined);
-    const outcome = await this.#judgedRun(plan, entry, trust, request, params, context, observed);
+    const outcome = await this.#judgedRun(plan, entry, trust, request, params, context, observed, work);
+    // A key's first operation, which got the key accepted, names its label after all (a made-up key's never does).
+    if (trust === 'trying' && trustOf(request.caller, this.#options.limits.keys) === 'earned') label.name = this.#names.label(plan.document, plan.operationName).name;
     for (const run of observed) run.done(outcome);
     return { kind: 'ran', outcome, plan };
   }
@@ -223,6 +238,7 @@ export class Pipeline {
     params: GraphQLParams,
     context: GraphQLContext,
     observed: readonly ObservedRun[],
+    work: KeylessWork | undefined,
   ): Promise<Outcome> {
     const { caller } = request;
     if (caller.kind === 'client-token' && plan.clientTokenRefusal) return { errors: [toGraphQLError(plan.clientTokenRefusal)] };
@@ -244,11 +260,15 @@ export class Pipeline {
     }
     let outcome: Outcome;
     try {
-      outcome = await run();
+      const running = run();
+      // What ran before the first wait on the upstream or a store (for what needs no key: all of it) is work; the wait is not.
+      work?.lap();
+      outcome = await running;
     } catch (error) {
       outcome = { errors: [this.#options.maskError(error instanceof Error ? (error as GraphQLError) : createGraphQLError(String(error)))] };
     }
     if (!(Symbol.asyncIterator in outcome)) slot?.release();
+    work?.skip();
     if (!wasCompiled && plan.compiled) this.documents.reweigh(entry);
     // A query sent with its hash is remembered once it ran, for a merchant key the upstream has accepted by now (never a client token's).
     if (this.#options.persisted.awaitsRegistration(params)) {
@@ -259,13 +279,13 @@ export class Pipeline {
       const bounded = caller.kind === 'client-token' ? untilExpiry(stream, caller.token.expiresAt) : stream;
       return slot ? holdingSlot(bounded, slot) : bounded;
     }
-    return this.#resultOut(outcome, !request.checksText);
+    return this.#resultOut(outcome, !request.checksText, work);
   }
 
-  /** Errors masked, then the size bound. */
-  #resultOut(result: WrittenResult, checkText: boolean): ExecutionResult {
+  /** Errors masked, then the size bound (whose count is the answer's bytes for a caller charged by them). */
+  #resultOut(result: WrittenResult, checkText: boolean, work?: KeylessWork): ExecutionResult {
     if (result.errors?.length) result.errors = result.errors.map(this.#options.maskError);
-    return boundResult(result, this.#maxResponseBytes, checkText);
+    return boundResult(result, this.#maxResponseBytes, checkText, work && ((bytes) => work.answered(bytes)));
   }
 
   /**

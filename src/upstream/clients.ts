@@ -1,5 +1,6 @@
 // Builds the two endpoint-group clients over one pool to the upstream origin.
 import type { Config } from '../config.js';
+import { UnauthenticatedError } from '../errors.js';
 import type { BreakerState } from './breaker.js';
 import { UpstreamHttp, type ApiGroupName, type BreakerStates, type UpstreamCallRecord } from './http.js';
 import { KnownKeys } from './known-keys.js';
@@ -45,4 +46,20 @@ export function createUpstream(
     onBreakerChange: (listener) => http.onBreakerChange(listener),
     close: () => http.close(),
   };
+}
+
+/**
+ * Puts a key to the upstream with its cheapest keyed call, the platform group's
+ * availability; only when that group refuses it, the partner group's (a key may
+ * be valid there alone). The upstream clients learn the answers (Upstream.keys);
+ * a failure that is not a refusal (down, slow) leaves the key unjudged.
+ */
+export async function judgeKey(upstream: Pick<Upstream, 'platform' | 'partner'>, key: string, signal: AbortSignal): Promise<void> {
+  try {
+    await upstream.platform.availability(key, { signal });
+    return;
+  } catch (error) {
+    if (!(error instanceof UnauthenticatedError)) return;
+  }
+  await upstream.partner.availability(key, { signal }).catch(() => undefined);
 }

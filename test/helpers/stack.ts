@@ -67,6 +67,9 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     LOG_LEVEL: 'silent',
     // Tests send many refused requests without a key from one address; the budget for them has tests of its own (pipeline-trust).
     KEYLESS_REFUSALS_PER_MINUTE: '0',
+    // And introspect, read the SDL and try made-up keys without limit, unless a test sets the budgets for them (keyless-work).
+    KEYLESS_WORK_MS_PER_MINUTE: '0',
+    KEYLESS_TOTAL_WORK_MS_PER_MINUTE: '0',
     // One health check of the upstream at start, none during a test (they would count as upstream requests) unless a test asks.
     UPSTREAM_CHECK_INTERVAL_MS: '3600000',
     ...options.env,

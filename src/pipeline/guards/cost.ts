@@ -5,15 +5,27 @@
 // $uids)` with a long list) is counted again with the request's variables.
 // Replaces graphql-armor's cost rule, which multiplies only by literal
 // `first`/`last`: a list argument, a variable or an omitted `first` counted once.
+// Introspection (`__schema`, `__type`) is counted by what its lists hold in this
+// schema (every type, every field of each, …), and federation's `_service { sdl }`
+// by the definitions the SDL writes, once per alias: what needs no key is
+// counted like what does.
 import { Kind, type DocumentNode, type FieldNode, type FragmentDefinitionNode, type GraphQLError, type GraphQLSchema, type OperationDefinitionNode, type SelectionSetNode, type ValueNode } from 'graphql';
 import { createGraphQLError } from 'graphql-yoga';
 import { OPERATION_LIMITS } from '../limits.js';
 
 /** A GraphQL type as the cost walk reads it (duck-typed: graphql may be loaded twice, see guards/introspection.ts). */
 interface TypeLike {
+  name?: string;
   ofType?: TypeLike;
-  getFields?: () => Record<string, { type: TypeLike; args: ReadonlyArray<{ name: string; type: TypeLike }> }>;
+  getFields?: () => Record<string, FieldLike>;
   readonly [Symbol.toStringTag]?: string;
+}
+
+interface FieldLike {
+  type: TypeLike;
+  args: ReadonlyArray<{ name: string; type: TypeLike }>;
+  /** Introspection's fields resolve from the schema's own objects. */
+  resolve?: (source: unknown, args: Record<string, unknown>, context: unknown, info: { schema: GraphQLSchema }) => unknown;
 }
 
 /** Whether a type is a list (under any non-null), and the named type inside. */
@@ -45,6 +57,8 @@ interface CostWalk {
   memo: Map<string, number>;
   /** Set once a multiplier comes from a variable. */
   usesVariables: boolean;
+  /** Introspection values already counted, by selection set and the schema object it was counted on. */
+  introspected: Map<SelectionSetNode, Map<unknown, number>>;
 }
 
 /** The items of a list argument: a single value is a list of one. */
@@ -79,9 +93,6 @@ function pageSize(value: ValueNode | undefined, walk: CostWalk): number | undefi
   return typeof given === 'number' && Number.isFinite(given) ? Math.max(0, Math.trunc(given)) : undefined;
 }
 
-/** The types introspection's root fields return (they are not among the schema's own fields). */
-const INTROSPECTION_TYPES: Readonly<Record<string, string>> = { __schema: '__Schema', __type: '__Type' };
-
 /**
  * One field: itself and everything under it, times the entries it holds. A list
  * field with a list argument (`deliveries(uids:)`) holds one entry per item; a
@@ -94,11 +105,12 @@ function fieldCost(node: FieldNode, parent: TypeLike | undefined, page: number, 
   const name = node.name.value;
   const field = parent?.getFields?.()[name];
   if (!field) {
-    // __typename, and introspection's root fields, whose lists count once.
+    // __typename, and introspection's root fields, counted on the schema itself.
     if (!node.selectionSet) return 1;
-    const type = walk.schema.getType(INTROSPECTION_TYPES[name] ?? '') as TypeLike | null | undefined;
-    return 1 + selectionCost(node.selectionSet, type ?? undefined, 1, walk);
+    return 1 + introspectionRootCost(node, walk);
   }
+  // The whole schema as text: as many values as the definitions it writes.
+  if (name === 'sdl' && parent?.name === '_Service') return sdlValues(walk.schema);
   const { list, named } = unwrap(field.type);
   const argument = (argName: string) => node.arguments?.find((arg) => arg.name.value === argName)?.value;
   const paged = field.args.some((arg) => arg.name === 'first' || arg.name === 'last');
@@ -111,6 +123,99 @@ function fieldCost(node: FieldNode, parent: TypeLike | undefined, page: number, 
   }
   const inner = node.selectionSet ? selectionCost(node.selectionSet, named, list ? 1 : ownPage, walk) : 0;
   return times * (1 + inner);
+}
+
+/** What introspection's resolvers are asked with: deprecated fields, arguments and values included (counting more is safe). */
+const INCLUDE_DEPRECATED = Object.freeze({ includeDeprecated: true });
+
+/**
+ * `__schema { … }` or `__type(name:) { … }`: the values of its answer, counted
+ * on the schema's own objects by introspection's own resolvers (the types, the
+ * fields of each, the arguments of each, …) without writing anything. A name
+ * given in a variable that is not known yet counts as the largest type.
+ */
+function introspectionRootCost(node: FieldNode, walk: CostWalk): number {
+  const set = node.selectionSet!;
+  const { schema } = walk;
+  if (node.name.value === '__schema') return introspectionValues(set, '__Schema', schema, walk);
+  if (node.name.value !== '__type') return selectionCost(set, undefined, 1, walk);
+  const argument = node.arguments?.find((arg) => arg.name.value === 'name')?.value;
+  let name: unknown;
+  if (argument?.kind === Kind.STRING) name = argument.value;
+  else if (argument?.kind === Kind.VARIABLE && typeof walk.variables === 'object') name = walk.variables[argument.name.value];
+  if (typeof name === 'string') {
+    const type = schema.getType(name);
+    return type ? introspectionValues(set, '__Type', type, walk) : 0;
+  }
+  let most = 0;
+  for (const type of Object.values(schema.getTypeMap())) most = Math.max(most, introspectionValues(set, '__Type', type, walk));
+  return most;
+}
+
+/**
+ * The values a selection on an introspection type holds for one schema object
+ * (the schema, a type, a field, …): a list field once per item it holds, each
+ * with what is selected under it. Stops counting past OPERATION_LIMITS.cost, so
+ * a nesting made to be huge is over the limit for the price of the limit.
+ */
+function introspectionValues(set: SelectionSetNode, typeName: string, source: unknown, walk: CostWalk): number {
+  let bySource = walk.introspected.get(set);
+  if (!bySource) walk.introspected.set(set, (bySource = new Map()));
+  const known = bySource.get(source);
+  if (known !== undefined) return known;
+  const fields = (walk.schema.getType(typeName) as TypeLike | undefined)?.getFields?.() ?? {};
+  const info = { schema: walk.schema };
+  let cost = 0;
+  for (const selection of set.selections) {
+    if (cost > OPERATION_LIMITS.cost) break;
+    if (selection.kind === Kind.INLINE_FRAGMENT) {
+      cost += introspectionValues(selection.selectionSet, typeName, source, walk);
+      continue;
+    }
+    if (selection.kind === Kind.FRAGMENT_SPREAD) {
+      const fragment = walk.fragments.get(selection.name.value);
+      if (fragment) cost += introspectionValues(fragment.selectionSet, typeName, source, walk);
+      continue;
+    }
+    const field = fields[selection.name.value];
+    // __typename, or a field this type does not have (validation refused it).
+    if (!field) {
+      cost += 1;
+      continue;
+    }
+    const value = field.resolve ? field.resolve(source, INCLUDE_DEPRECATED, undefined, info) : (source as Record<string, unknown>)[selection.name.value];
+    const inner = unwrap(field.type).named.name ?? '';
+    const items = Array.isArray(value) ? value : value == null ? [] : [value];
+    if (!selection.selectionSet) cost += Math.max(1, items.length);
+    else if (items.length === 0) cost += 1;
+    else {
+      for (const item of items) {
+        cost += 1 + introspectionValues(selection.selectionSet, inner, item, walk);
+        if (cost > OPERATION_LIMITS.cost) break;
+      }
+    }
+  }
+  bySource.set(source, cost);
+  return cost;
+}
+
+const SDL_VALUES = new WeakMap<GraphQLSchema, number>();
+
+/** The definitions the schema's SDL writes: its types, and their fields, arguments, input fields and enum values, and the directives. */
+function sdlValues(schema: GraphQLSchema): number {
+  let count = SDL_VALUES.get(schema);
+  if (count !== undefined) return count;
+  count = schema.getDirectives().reduce((sum, directive) => sum + 1 + directive.args.length, 0);
+  for (const type of Object.values(schema.getTypeMap())) {
+    // Introspection's own types are not written.
+    if (type.name.startsWith('__')) continue;
+    count += 1;
+    const members = type as { getFields?: () => Record<string, { args?: readonly unknown[] }>; getValues?: () => readonly unknown[] };
+    for (const field of Object.values(members.getFields?.() ?? {})) count += 1 + (field.args?.length ?? 0);
+    count += members.getValues?.().length ?? 0;
+  }
+  SDL_VALUES.set(schema, count);
+  return count;
 }
 
 function selectionCost(set: SelectionSetNode, type: TypeLike | undefined, page: number, walk: CostWalk): number {
@@ -152,7 +257,7 @@ export function operationCost(
   for (const definition of document.definitions) if (definition.kind === Kind.FRAGMENT_DEFINITION) fragments.set(definition.name.value, definition);
   const defaults = new Map<string, ValueNode>();
   for (const definition of operation.variableDefinitions ?? []) if (definition.defaultValue) defaults.set(definition.variable.name.value, definition.defaultValue);
-  const walk: CostWalk = { schema, fragments, defaults, variables, maxBatch, memo: new Map(), usesVariables: false };
+  const walk: CostWalk = { schema, fragments, defaults, variables, maxBatch, memo: new Map(), usesVariables: false, introspected: new Map() };
   const root = operation.operation === 'query' ? schema.getQueryType() : operation.operation === 'mutation' ? schema.getMutationType() : schema.getSubscriptionType();
   const cost = selectionCost(operation.selectionSet, (root ?? undefined) as TypeLike | undefined, 1, walk);
   return { cost, usesVariables: walk.usesVariables };

@@ -30,6 +30,11 @@ export function textOver(text: string, maxBytes: number): boolean {
  * completes on HTTP.
  */
 export function jsonOver(value: unknown, maxBytes: number): boolean {
+  return jsonBytes(value, maxBytes) > maxBytes;
+}
+
+/** The bytes `value` takes written as JSON, counted as jsonOver counts them: the count stops once it passes `maxBytes`. */
+export function jsonBytes(value: unknown, maxBytes: number): number {
   let bytes = 0;
   const pending: unknown[] = [value];
   while (pending.length > 0) {
@@ -61,9 +66,9 @@ export function jsonOver(value: unknown, maxBytes: number): boolean {
         }
       }
     }
-    if (bytes > maxBytes) return true;
+    if (bytes > maxBytes) return bytes;
   }
-  return false;
+  return bytes;
 }
 
 type Written = ExecutionResult & { stringify?: (result: ExecutionResult) => string };
@@ -71,10 +76,13 @@ type Written = ExecutionResult & { stringify?: (result: ExecutionResult) => stri
 /**
  * The result as it may go out: replaced by the refusal when its count is over
  * `maxBytes`; else, when `checkText`, with a `stringify` that checks the text it
- * writes (yoga's handler and SSE write with it).
+ * writes (yoga's handler and SSE write with it). `counted` hears the count (the
+ * work an answer costs, for callers charged by it).
  */
-export function boundResult(result: Written, maxBytes: number, checkText: boolean): ExecutionResult {
-  if (jsonOver(result, maxBytes)) return responseTooLarge(maxBytes);
+export function boundResult(result: Written, maxBytes: number, checkText: boolean, counted?: (bytes: number) => void): ExecutionResult {
+  const bytes = jsonBytes(result, maxBytes);
+  counted?.(Math.min(bytes, maxBytes));
+  if (bytes > maxBytes) return responseTooLarge(maxBytes);
   if (!checkText) return result;
   const write = result.stringify ?? ((value: ExecutionResult) => JSON.stringify(value));
   result.stringify = (value) => {
