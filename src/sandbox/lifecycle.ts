@@ -4,7 +4,7 @@
 // one milestone every `stepMs` (or on advance()), moves its courier between the
 // coordinates, and announces each step as events.
 import type { LocationEventName, WireLatLng } from '../upstream/wire.js';
-import type { SandboxKnobs } from './index.js';
+import type { Outcome, SandboxKnobs } from './types.js';
 import {
   MILESTONE,
   OUTCOMES,
@@ -20,7 +20,6 @@ import {
   PLANS,
   type DeliveryRecord,
   type MilestoneKey,
-  type Outcome,
   type SandboxState,
 } from './state.js';
 

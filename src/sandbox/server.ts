@@ -4,7 +4,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { JsonObject } from '../upstream/wire.js';
-import type { DeliveryHistory, SandboxKnobs, SandboxMerchant, SandboxRequestRecord } from './index.js';
 import { LifecycleError, type LifecycleSimulator } from './lifecycle.js';
 import type { RequestLog } from './request-log.js';
 import { PARTNER_ROOTS, PARTNER_ROUTES, seedOrder } from './partner-routes.js';
@@ -13,7 +12,8 @@ import { toPlatformDelivery } from './representations.js';
 import { errorBody, matchRoute, type ApiResult } from './routing.js';
 import { readStatus, type Group, type SandboxState } from './state.js';
 import { isPlainObject } from './validation.js';
-import { selectorListProblems, type Selector } from './webhook-script.js';
+import type { DeliveryHistory, SandboxKnobs, SandboxMerchant, SandboxRequestRecord, Selector } from './types.js';
+import { selectorListProblems } from './webhook-script.js';
 
 const API_PREFIX = '/api/v1';
 const MAX_BODY_BYTES = 1024 * 1024;

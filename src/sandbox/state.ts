@@ -7,8 +7,8 @@ import type {
   WireDeliveryRequest,
   WireLatLng,
 } from '../upstream/wire.js';
-import type { SandboxMerchant } from './index.js';
-import { deriveSeed, freshSeed, seededRandom, webhookScriptOf, type WebhookScript } from './webhook-script.js';
+import type { Outcome, SandboxMerchant, WebhookScript } from './types.js';
+import { deriveSeed, freshSeed, seededRandom, webhookScriptOf } from './webhook-script.js';
 
 export type Group = 'platform' | 'partner';
 
@@ -63,10 +63,7 @@ export const MILESTONE: Readonly<Record<MilestoneKey, Milestone>> = Object.freez
   returned: milestone('returned', 'delivery.returned', 'RETURNED', 'Returned', null),
 });
 
-/**
- * How a delivery ends. The document lists the events but not the transitions:
- * each outcome is one sequence it allows, so the facade is tested against each.
- */
+/** Every outcome (types.ts), in the order the docs list them and weighted draws walk them. */
 export const OUTCOMES = [
   'delivered',
   'failed_then_returned',
@@ -75,8 +72,10 @@ export const OUTCOMES = [
   'canceled_after_pickup_then_returned',
   'canceled_before_pickup',
   'failed_before_pickup',
-] as const;
-export type Outcome = (typeof OUTCOMES)[number];
+] as const satisfies readonly Outcome[];
+/** Fails to compile when an outcome is missing from OUTCOMES. */
+const _everyOutcomeListed: Exclude<Outcome, (typeof OUTCOMES)[number]> extends never ? true : never = true;
+void _everyOutcomeListed;
 
 /**
  * The `platform_payload` / `partner_payload` entry that fixes a delivery's

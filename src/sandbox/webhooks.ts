@@ -10,9 +10,9 @@ import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SignJWT } from 'jose';
 import { Agent, request } from 'undici';
-import type { SandboxKnobs } from './index.js';
 import type { SandboxWebhookEvent } from './representations.js';
-import { arrange, deriveSeed, matchesAny, pick, seededRandom, type ScriptedEvent, type Selector, type WebhookScript } from './webhook-script.js';
+import type { SandboxKnobs, Selector, WebhookHistory, WebhookHistoryEntry, WebhookScript, WebhookStats } from './types.js';
+import { arrange, deriveSeed, matchesAny, pick, seededRandom, type ScriptedEvent } from './webhook-script.js';
 
 export const MAX_RETRIES = 5;
 /** The JWT outlives the slowest retry schedule a receiver could see. */
@@ -31,62 +31,6 @@ export async function loadSigningKeys(privateKeyPem?: string): Promise<SigningKe
   if (privateKey.asymmetricKeyType !== 'rsa') throw new Error('the webhook signing key must be an RSA key');
   const publicKeyPem = createPublicKey(privateKey).export({ type: 'spki', format: 'pem' }).toString();
   return { privateKey, publicKeyPem };
-}
-
-export interface WebhookStats {
-  /** Events handed to the sender, duplicates included: each got a first attempt. */
-  sent: number;
-  /** Events a receiver acknowledged with a 2xx. */
-  delivered: number;
-  /** Events given up after the last retry. */
-  failed: number;
-  /** Attempts after the first, over all events. */
-  retries: number;
-  /** Events waiting in a queue or in flight (including waiting for a retry). */
-  pending: number;
-  /** Events never sent on purpose (a script's `drop`, the dropRate knob): lost as after five failed retries. */
-  dropped: number;
-  /** Events kept back: held until released, gathered until their delivery ends, or held back by reorderRate. */
-  held: number;
-}
-
-/**
- * What became of one event's webhook: `not_sent` (no URL on file), `dropped`
- * (never sent, on purpose), `held` (until released), `waiting` (gathered until
- * the delivery ends, or held back by reorderRate), `queued` (to be sent or being
- * sent), `delivered` (a copy acknowledged), `failed` (given up after the retries).
- */
-export type WebhookFate = 'not_sent' | 'dropped' | 'held' | 'waiting' | 'queued' | 'delivered' | 'failed';
-
-/** One event of a delivery, in the true order, and what became of its webhook. */
-export interface WebhookHistoryEntry {
-  /** Its place in the delivery's true order, from 0 (delivery.created): what a script's number selects. */
-  index: number;
-  event_name: string;
-  /** The webhook's human-readable status. */
-  status: string | null;
-  /** What a read answered right after the event: the upstream's true state then. */
-  read_status: string | null;
-  /** When it happened (ISO 8601). */
-  at: string;
-  fate: WebhookFate;
-  /** Copies handed to the sender: 2 for a duplicate. */
-  copies: number;
-  /** Copies the receiver acknowledged with a 2xx. */
-  acknowledged: number;
-}
-
-/** The webhooks of one delivery: every event in true order, and the order they were sent in. */
-export interface WebhookHistory {
-  /** The seed of the delivery's draws, to replay a run. */
-  seed: number | null;
-  /** How its webhooks are ordered: `as_emitted`, `reversed`, `shuffled`, or a script's selector list. */
-  order: WebhookScript['order'];
-  /** Whether a payload's `sandbox_webhooks` scripts them (the fault rate knobs then leave it alone). */
-  scripted: boolean;
-  events: WebhookHistoryEntry[];
-  /** Indexes of the events in the order they were handed to the receiver, one per copy. */
-  sent: number[];
 }
 
 /** What the sandbox knows of the delivery an event belongs to; a bare enqueue (a test's own sender) has none. */
