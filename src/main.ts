@@ -7,7 +7,7 @@ import { startApp } from './app.js';
 import { reportListening, runPrimary } from './cluster.js';
 import { DataDirInUseError } from './store/data-dir-lock.js';
 import { CONFIG_VARIABLES, ConfigError, loadConfig, type Config } from './config.js';
-import type { Sandbox } from './sandbox/index.js';
+import { SandboxWorldInUseError, type Sandbox } from './sandbox/index.js';
 
 function help(): string {
   const width = Math.max(...CONFIG_VARIABLES.map((v) => v.name.length));
@@ -132,8 +132,8 @@ async function main(): Promise<void> {
   try {
     app = await startApp(config);
   } catch (error) {
-    // Another process on this DATA_DIR: one line, saying what to change.
-    if (error instanceof DataDirInUseError) {
+    // Another process on this DATA_DIR (or on its sandbox world): one line, saying what to change.
+    if (error instanceof DataDirInUseError || error instanceof SandboxWorldInUseError) {
       console.error(`delivery-graph: ${error.message}`);
       process.exit(1);
     }

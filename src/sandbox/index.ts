@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import type { AddressInfo } from 'node:net';
+import path from 'node:path';
 import type { JsonObject, WireDeliveryRequest, WireOrder } from '../upstream/wire.js';
 import { applyKnobs, DEFAULT_KNOBS } from './knobs.js';
 import { LifecycleSimulator } from './lifecycle.js';
@@ -13,9 +14,12 @@ import { toWebhookEvent } from './representations.js';
 import { createSandboxServer } from './server.js';
 import { isFinished, planOf, readStatus, SandboxState } from './state.js';
 import type { DeliveryHistory, Sandbox, SandboxKnobs, SandboxMerchant, SandboxOptions, Selector } from './types.js';
-import { loadSigningKeys, WebhookSender } from './webhooks.js';
+import { keptSigningKeyPem, loadSigningKeys, WebhookSender } from './webhooks.js';
+import { SIGNING_KEY_FILE, WorldFile } from './world-file.js';
 
 export { plannedWebhooks, OUTCOMES } from './state.js';
+export { SandboxWorldInUseError, SIGNING_KEY_FILE, WORLD_FILE } from './world-file.js';
+export { DEFAULT_WEBHOOK_HISTORY_SIZE } from './webhooks.js';
 export type * from './types.js';
 
 export const DEFAULT_PLATFORM_ID = 'sandbox-platform';
@@ -43,23 +47,60 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
   const issuer = options.issuer ?? DEFAULT_ISSUER;
   // Checked before anything is opened: a bad size starts nothing.
   const requests = new RequestLog(options.requestLogSize ?? DEFAULT_REQUEST_LOG_SIZE);
-  let keys = await loadSigningKeys(options.privateKeyPem);
   const knobs: SandboxKnobs = { ...DEFAULT_KNOBS };
   applyKnobs(knobs, options.knobs);
+  // The key given, else the one kept in a file (made the first time), else one for this run.
+  const keyFile = options.signingKeyFile ?? (options.dataDir === undefined ? undefined : path.join(options.dataDir, SIGNING_KEY_FILE));
+  let keys = await loadSigningKeys(options.privateKeyPem ?? (keyFile === undefined ? undefined : await keptSigningKeyPem(keyFile)));
   let webhookUrl = options.webhookUrl;
+  let paused = options.paused ?? false;
 
+  const world = options.dataDir === undefined ? undefined : new WorldFile(options.dataDir);
   const lifetime = new AbortController();
   // Every request waiting out latencyMs listens to it: as many listeners as requests in flight, by design.
   setMaxListeners(0, lifetime.signal);
   const state = new SandboxState(merchants);
-  const webhooks = new WebhookSender({ knobs, issuer, privateKey: keys.privateKey, webhookUrl: () => webhookUrl });
-  const lifecycle = new LifecycleSimulator(state, knobs, (record, eventName, { final, location }) =>
-    webhooks.enqueue(record.uid, toWebhookEvent(record, eventName, state.origin, { location, partnerFields: knobs.partnerWebhookFields }), final, {
-      readStatus: readStatus(record),
-      script: record.webhookScript,
-      seed: record.seed,
-    }),
+  // Both start paused: nothing moves or goes out before the server listens (and, when asked, before resume()).
+  const webhooks = new WebhookSender(
+    { knobs, issuer, privateKey: keys.privateKey, webhookUrl: () => webhookUrl, historySize: options.webhookHistorySize, changed: (uid) => world?.webhooksChanged(uid) },
+    { paused: true },
   );
+  const lifecycle = new LifecycleSimulator(
+    state,
+    knobs,
+    (record, eventName, { final, location }) => {
+      // Every change of a delivery is announced by an event: the world file keeps it as it is announced.
+      world?.deliveryChanged(record.uid);
+      webhooks.enqueue(record.uid, toWebhookEvent(record, eventName, state.origin, { location, partnerFields: knobs.partnerWebhookFields }), final, {
+        readStatus: readStatus(record),
+        script: record.webhookScript,
+        seed: record.seed,
+      });
+    },
+    { paused: true },
+  );
+  if (world) {
+    const kept = world.load(merchants);
+    for (const record of kept.deliveries) state.restore(record);
+    for (const [uid, snapshot] of kept.webhooks) webhooks.restore(uid, snapshot);
+    for (const key of kept.revokedKeys) state.revokedKeys.add(key);
+    state.booked = kept.booked;
+    world.attach({ state, webhooks: (uid) => webhooks.snapshot(uid) });
+  }
+  const resume = () => {
+    paused = false;
+    lifecycle.resume();
+    webhooks.resume();
+  };
+  const setWebhookUrl = (url: string | undefined) => {
+    webhookUrl = url;
+    // A host that learns its webhook URL once it listens started the sandbox paused: the URL is the signal.
+    if (paused && url !== undefined) resume();
+  };
+  const revokeKey = (key: string) => {
+    state.revokedKeys.add(key);
+    world?.keyRevoked(key);
+  };
   const mirrorKnobs = () => {
     state.deliveryMinuteOfDay = knobs.deliveryMinuteOfDay;
     state.readScope = knobs.readScope;
@@ -103,7 +144,10 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     },
     lifetime: lifetime.signal,
     setKnobs,
+    setWebhookUrl,
+    revokeKey,
     history,
+    historySize: webhooks.historySize,
     releaseWebhooks,
     info: () => ({
       url: `${state.origin}/api/v1`,
@@ -113,19 +157,31 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
       webhookUrl: webhookUrl ?? null,
       knobs: { ...knobs },
       requestLogSize: requests.capacity,
+      webhookHistorySize: webhooks.historySize,
+      dataDir: options.dataDir ?? null,
+      deliveries: state.deliveries.size,
     }),
   });
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
-      server.off('error', reject);
-      resolve();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
-  });
+  } catch (error) {
+    // A busy port starts nothing: the world file's lock goes with it.
+    world?.close();
+    await webhooks.close();
+    throw error;
+  }
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   state.origin = `http://${host}:${address.port}`;
+  // Restored deliveries go on from where they stood, and their webhooks not yet sent go out.
+  if (!paused) resume();
 
   let stopping: Promise<void> | null = null;
   return {
@@ -134,6 +190,10 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     platformId,
     merchants,
     issuer,
+    dataDir: options.dataDir,
+    get deliveryCount() {
+      return state.deliveries.size;
+    },
     get publicKeyPem() {
       return keys.publicKeyPem;
     },
@@ -145,9 +205,11 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     },
     knobs,
     setKnobs,
-    setWebhookUrl: (url) => {
-      webhookUrl = url;
+    get webhookUrl() {
+      return webhookUrl;
     },
+    setWebhookUrl,
+    resume,
     requests: requests.records,
     resetRequests: () => requests.clear(),
     requestLogSize: requests.capacity,
@@ -157,7 +219,7 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     requestsSince: (mark) => requests.since(mark),
     revokeKey: (key) => {
       if (!state.merchantByKey(key)) throw new Error('revokeKey: not a sandbox merchant key');
-      state.revokedKeys.add(key);
+      revokeKey(key);
     },
     advance: (uid) => lifecycle.advance(uid),
     reassignCourier: async (uid) => lifecycle.reassign(uid),
@@ -177,6 +239,8 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         // Keep-alive and in-flight sockets would hold close() open.
         server.closeAllConnections();
+        // Written before the sender lets go of its queues: what was still to send goes out after a restart.
+        world?.close();
         await Promise.all([closed, webhooks.close()]);
       })()),
   };

@@ -50,12 +50,17 @@ export class LifecycleSimulator {
   /** Pending step and location-tick timers per delivery uid. */
   private readonly timers = new Map<string, Set<NodeJS.Timeout>>();
   private stopped = false;
+  /** Paused: no clock runs (advance() still moves a delivery) until resume(). */
+  private paused: boolean;
 
   constructor(
     private readonly state: SandboxState,
     private readonly knobs: SandboxKnobs,
     private readonly emit: EmitEvent,
-  ) {}
+    { paused = false } = {},
+  ) {
+    this.paused = paused;
+  }
 
   /** Announces a new delivery and sets its clock running. */
   start(record: DeliveryRecord): void {
@@ -127,6 +132,12 @@ export class LifecycleSimulator {
     }
   }
 
+  /** Sets the clocks of every unfinished delivery running (those restored from a world file included). */
+  resume(): void {
+    this.paused = false;
+    this.reschedule();
+  }
+
   stop(): void {
     this.stopped = true;
     for (const uid of [...this.timers.keys()]) this.clearTimers(uid);
@@ -177,7 +188,7 @@ export class LifecycleSimulator {
    */
   private schedule(record: DeliveryRecord): void {
     const { stepMs, locationTicks } = this.knobs;
-    if (this.stopped || stepMs <= 0 || isFinished(record)) return;
+    if (this.stopped || this.paused || stepMs <= 0 || isFinished(record)) return;
     this.addTimer(record.uid, stepMs, () => this.step(record));
 
     const leg = this.enrouteLeg(record);

@@ -224,7 +224,7 @@ export class SandboxState {
   }
 
   /** Bookings made so far, both groups: a booking's place in line seeds its draws under the seed knob. */
-  private booked = 0;
+  booked = 0;
 
   /** Books a validated request; the lifecycle is started by the caller. */
   create(group: Group, merchantKey: string, request: WireDeliveryRequest): DeliveryRecord {
@@ -264,6 +264,15 @@ export class SandboxState {
       this.partnerReferences.set(`${merchantKey}\n${request.partner_reference}`, record.uid);
     }
     return record;
+  }
+
+  /** Takes back a delivery a world file kept (booked before a restart), with its partner reference. */
+  restore(record: DeliveryRecord): void {
+    this.deliveries.set(record.uid, record);
+    if (record.group === 'partner' && record.request.partner_reference !== undefined) {
+      this.partnerReferences.set(`${record.merchantKey}\n${record.request.partner_reference}`, record.uid);
+    }
+    if (record.courier) noteDriverId(record.courier.id);
   }
 
   /** A delivery the caller may see: same group, same merchant key. Anything else is "not found". */
@@ -540,6 +549,11 @@ const LARGE_VEHICLES: readonly [make: string, model: string][] = [
 
 /** Each courier the sandbox assigns gets the next driver_id. */
 let lastDriverId = 1000;
+
+/** A courier of a restored delivery has this id: later couriers get higher ones, never it again. */
+function noteDriverId(id: number): void {
+  lastDriverId = Math.max(lastDriverId, id);
+}
 
 /** A courier for the record; another one than `replacing` (by name too, so a reassignment shows) when given. */
 export function pickCourier(record: DeliveryRecord, replacing?: Courier): Courier {

@@ -210,11 +210,32 @@ export interface SandboxOptions {
   merchants?: SandboxMerchant[];
   webhookUrl?: string;
   issuer?: string;
-  /** PKCS8 PEM RSA key for RS256 webhook signatures; generated when absent. */
+  /** PKCS8 PEM RSA key for RS256 webhook signatures; else the one in `signingKeyFile`, else one made for the run. */
   privateKeyPem?: string;
+  /**
+   * A file holding the PKCS8 PEM signing key: read, or made (2048-bit RSA) and
+   * written the first time, so restarts sign with the same key. Default
+   * `<dataDir>/signing-key.pem` with a `dataDir`, else none.
+   */
+  signingKeyFile?: string;
+  /**
+   * A folder the sandbox keeps its world in (deliveries, their webhooks not yet
+   * sent and their histories, revoked keys; world.sqlite) and its signing key: a
+   * sandbox started again on it goes on where the last one stood. One process
+   * at a time (SandboxWorldInUseError). Default: nothing kept, a world per run.
+   */
+  dataDir?: string;
+  /**
+   * Start with no clock running and no kept webhook going out until resume(), or
+   * until setWebhookUrl() gives a URL: for a host that learns its webhook URL
+   * once it listens (the facade), so a restored delivery does not move unheard.
+   */
+  paused?: boolean;
   knobs?: Partial<SandboxKnobs>;
   /** How many of the most recent requests `requests` keeps; default 10,000. */
   requestLogSize?: number;
+  /** How many finished deliveries' webhook histories are kept (the most recent to finish); default 1,000. */
+  webhookHistorySize?: number;
 }
 
 
@@ -236,7 +257,16 @@ export interface Sandbox {
   /** Live: the running sandbox reads these on every decision. Change them through setKnobs. */
   knobs: SandboxKnobs;
   setKnobs(knobs: Partial<SandboxKnobs>): void;
+  /** Where webhooks go now; undefined: nowhere (polling only). */
+  readonly webhookUrl: string | undefined;
+  /** Changes where webhooks go, from the next attempt on (undefined: nowhere); also `PUT /sandbox/webhook-url`. Resumes a paused sandbox. */
   setWebhookUrl(url: string | undefined): void;
+  /** Starts the clocks and the kept webhooks of a sandbox started `paused`; nothing when it runs already. */
+  resume(): void;
+  /** The folder its world is kept in, when it is. */
+  readonly dataDir: string | undefined;
+  /** Deliveries and orders it holds, those kept from before a restart included. */
+  readonly deliveryCount: number;
   /**
    * The most recent requests (at most `requestLogSize`), oldest first, for tests
    * that count upstream calls. Live: the same array is trimmed and emptied in place.
@@ -272,7 +302,8 @@ export interface Sandbox {
   /**
    * Every event of one delivery in true order, what became of each webhook
    * (sent, dropped, held, ...), the order they were sent in, and the true state
-   * now. Undefined for an unknown uid. Also `GET /sandbox/deliveries/<uid>/history`.
+   * now. Undefined for an unknown uid, and once its history is forgotten (`webhookHistorySize`
+   * deliveries finished after it). Also `GET /sandbox/deliveries/<uid>/history`.
    */
   history(uid: string): DeliveryHistory | undefined;
   /**
