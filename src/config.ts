@@ -236,7 +236,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'WEBHOOK_PORT', help: 'a port of its own for webhooks, on HOST (the main port then answers the webhook path 404); unset: webhooks come in on PORT, where only connections whose first request is for WEBHOOK_PATH get the raised header limit', default: 'unset' },
   { name: 'WEBHOOK_MAX_TOKEN_BYTES', help: 'largest webhook JWT accepted (it travels in the Authorization header; the header limit of webhook connections is raised to match, every other connection keeps 16 KiB)', default: '262144' },
   { name: 'WEBHOOK_BODY_TIMEOUT_MS', help: "a webhook's body must arrive within this after its headers", default: '10000' },
-  { name: 'DATA_DIR', help: 'directory of the embedded SQLite store', default: './data' },
+  { name: 'DATA_DIR', help: "directory of the embedded SQLite store, and of the embedded sandbox's world and signing key (DATA_DIR/sandbox)", default: './data' },
   { name: 'UPSTREAM_TIMEOUT_MS', help: 'budget of one upstream call, retries included', default: '10000' },
   { name: 'UPSTREAM_AMOUNT_UNIT', help: 'unit the upstream expects for request tip, package_value and item price (item prices are read back in it too): cents or major', default: 'cents' },
   { name: 'UPSTREAM_CHECK_INTERVAL_MS', help: "time between background checks of the upstream's health, reported by /ready and /metrics (readiness never depends on it)", default: '10000' },
