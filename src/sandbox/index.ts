@@ -55,7 +55,6 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
   let webhookUrl = options.webhookUrl;
   let paused = options.paused ?? false;
 
-  const world = options.dataDir === undefined ? undefined : new WorldFile(options.dataDir);
   const lifetime = new AbortController();
   // Every request waiting out latencyMs listens to it: as many listeners as requests in flight, by design.
   setMaxListeners(0, lifetime.signal);
@@ -79,8 +78,16 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     },
     { paused: true },
   );
+  // Opened once every option has been checked (the sender checks webhookHistorySize): a bad option leaves no lock behind.
+  const world = options.dataDir === undefined ? undefined : new WorldFile(options.dataDir);
   if (world) {
-    const kept = world.load(merchants);
+    let kept;
+    try {
+      kept = world.load(merchants);
+    } catch (error) {
+      world.close();
+      throw error;
+    }
     for (const record of kept.deliveries) state.restore(record);
     for (const [uid, snapshot] of kept.webhooks) webhooks.restore(uid, snapshot);
     for (const key of kept.revokedKeys) state.revokedKeys.add(key);

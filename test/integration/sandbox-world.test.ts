@@ -156,7 +156,7 @@ describe('a sandbox started again on its folder', () => {
 });
 
 describe('one sandbox per folder', () => {
-  it('refuses a second sandbox on a folder in use, and a start that fails lets go of it', async () => {
+  it('refuses a second sandbox on a folder in use, and a start that fails (a busy port, a bad option) lets go of it', async () => {
     const dataDir = folder();
     const first = await sandboxOn(dataDir);
     await expect(startSandbox({ dataDir })).rejects.toThrow(SandboxWorldInUseError);
@@ -171,6 +171,8 @@ describe('one sandbox per folder', () => {
     } finally {
       blocker.close();
     }
+    // Neither does a bad option.
+    await expect(startSandbox({ dataDir, webhookHistorySize: -1 })).rejects.toThrow('webhookHistorySize must be an integer >= 0');
     const again = await sandboxOn(dataDir);
     expect(again.dataDir).toBe(dataDir);
   });
