@@ -22,7 +22,7 @@ const FORMAT = 1;
 
 export class SandboxWorldInUseError extends Error {
   constructor(dataDir: string, pid: number | undefined) {
-    super(`the sandbox world in ${dataDir} is in use by another process${pid ? ` (pid ${pid})` : ''}: stop it, or give this sandbox another folder`);
+    super(`the sandbox world in ${dataDir} is in use by another process${pid ? ` (pid ${pid})` : ''}: stop that one, or start this one on another folder`);
     this.name = 'SandboxWorldInUseError';
   }
 }

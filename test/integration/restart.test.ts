@@ -5,6 +5,7 @@
 // webhooks the restarted facade still verifies.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
+import path from 'node:path';
 import { expect, it } from 'vitest';
 import { freePort } from '../../scripts/sentinel-set.js';
 import { deliveryInput, makeDataDir } from '../helpers/stack.js';
@@ -105,3 +106,32 @@ it('a delivery booked before a restart is read, followed to its end and canceled
     rmSync(dataDir, { recursive: true, force: true });
   }
 }, 90_000);
+
+it('stops at start with one line when another process holds its sandbox world (a standalone sandbox on DATA_DIR/sandbox)', async () => {
+  const dataDir = makeDataDir();
+  const standalone = spawn(process.execPath, ['--import', 'tsx', 'src/sandbox/main.ts', '--port', '0', '--data-dir', path.join(dataDir, 'sandbox'), '--public-key-file', path.join(dataDir, 'public.pem')], {
+    cwd: root,
+    env: { PATH: process.env.PATH ?? '' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      let output = '';
+      standalone.stdout!.on('data', (chunk: Buffer) => {
+        output += chunk.toString();
+        if (output.includes('control:')) resolve();
+      });
+      standalone.once('exit', (code) => reject(new Error(`the standalone sandbox exited with ${code}:\n${output}`)));
+    });
+    const facade = start({ PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir });
+    let stderr = '';
+    facade.child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    facade.url.catch(() => undefined);
+    const code = await new Promise<number | null>((resolve) => facade.child.once('exit', resolve));
+    expect(code).toBe(1);
+    expect(stderr.trim().split('\n')).toEqual([`delivery-graph: the sandbox world in ${path.join(dataDir, 'sandbox')} is in use by another process (pid ${standalone.pid}): stop that one, or start this one on another folder`]);
+  } finally {
+    standalone.kill('SIGKILL');
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}, 60_000);
