@@ -2,21 +2,41 @@
 //
 // A whole scale-out set on this machine, for trying failover by hand: a Redis
 // primary, a replica and three Sentinels (scripts/sentinel-set.ts), the sandbox,
-// and N facade instances on consecutive ports from --port (0: any free ports),
-// each its own process on the Sentinels. Prints where everything is; Ctrl-C (or
-// SIGTERM) stops all of it and removes what it wrote.
+// and N facade instances, each its own process on the Sentinels. Everything it
+// starts listens on a port counted from --port (0: any free ports), so a second
+// set, or anything else, can be kept clear of it. Prints where everything is;
+// Ctrl-C (or SIGTERM) stops all of it and removes what it wrote.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { DEMO_MERCHANTS, startSandbox } from '../src/sandbox/index.js';
 import { startSentinelSet } from './sentinel-set.js';
 
-const flags = Object.fromEntries(process.argv.slice(2).map((arg) => /^--([\w-]+)=(.*)$/.exec(arg)?.slice(1) ?? [arg, '']));
+const USAGE = `Usage: npm run cluster [-- --instances=N --port=P]
+
+  --instances=N  facade instances to start, 1 to 16 (default 2)
+  --port=P       the base port (default 4000): instance i listens on P+i-1, then the
+                 sandbox on P+N, the Redis primary on P+N+1, its replica on P+N+2 and
+                 the three Sentinels on P+N+3 to P+N+5. 0: every one on a free port.
+  --help         show this text
+
+Every instance uses Redis through the Sentinels, the sandbox upstream (the demo
+merchant keys) and a folder of its own under a temporary directory; Ctrl-C stops
+everything and removes that directory. See docs/scale-out.md.
+`;
+
+const args = process.argv.slice(2);
+if (args.includes('--help') || args.includes('-h')) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
+const flags = Object.fromEntries(args.map((arg) => /^--([\w-]+)=(.*)$/.exec(arg)?.slice(1) ?? [arg, '']));
 for (const name of Object.keys(flags)) {
   if (name !== 'instances' && name !== 'port') {
-    console.error(`cluster: unknown option ${name}; usage: npm run cluster [-- --instances=2 --port=4000]`);
+    console.error(`cluster: unknown option ${name}\n\n${USAGE}`);
     process.exit(2);
   }
 }
@@ -26,9 +46,37 @@ if (!Number.isInteger(instances) || instances < 1 || instances > 16) {
   console.error('cluster: --instances must be a whole number from 1 to 16');
   process.exit(2);
 }
-if (!Number.isInteger(basePort) || basePort < 0 || basePort + instances - 1 > 65535) {
-  console.error('cluster: --port must be a port number (0: any free ports)');
+/** What listens where: the instances first, then the sandbox, the Redis servers and the Sentinels. */
+const layout = [
+  ...Array.from({ length: instances }, (_, index) => `instance ${index + 1}`),
+  'the sandbox',
+  'the Redis primary',
+  'the Redis replica',
+  'Sentinel 1',
+  'Sentinel 2',
+  'Sentinel 3',
+];
+if (!Number.isInteger(basePort) || basePort < 0 || (basePort > 0 && basePort < 1024) || basePort + layout.length - 1 > 65535) {
+  console.error(`cluster: --port must be 0 (any free ports) or a port from 1024 to ${65536 - layout.length} (it and the ${layout.length - 1} after it are used)`);
   process.exit(2);
+}
+/** The port of the n-th in the layout; 0 (any free one) without a base. */
+const portOf = (n: number) => (basePort === 0 ? 0 : basePort + n);
+
+/** Whether something already listens on the port. */
+const busy = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const probe = createServer();
+    probe.once('error', () => resolve(true));
+    probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(false)));
+  });
+if (basePort !== 0) {
+  // Checked before anything starts: one line naming every port taken, rather than a half-started set.
+  const taken = (await Promise.all(layout.map(async (what, n) => ((await busy(portOf(n))) ? `${portOf(n)} (${what})` : undefined)))).filter(Boolean);
+  if (taken.length > 0) {
+    console.error(`cluster: port${taken.length > 1 ? 's' : ''} ${taken.join(', ')} already in use; pick another base: --port=${basePort + 100}, or --port=0 for any free ports`);
+    process.exit(1);
+  }
 }
 
 const root = path.resolve(import.meta.dirname, '..');
@@ -37,8 +85,9 @@ const children: ChildProcess[] = [];
 let stopping = false;
 
 console.log('starting a Redis primary, a replica and three Sentinels…');
-const set = await startSentinelSet();
-const sandbox = await startSandbox({ merchants: DEMO_MERCHANTS, knobs: { stepMs: 3000, returnRate: 0 } });
+const redisPorts = [1, 2, 3, 4, 5].map((n) => portOf(instances + n));
+const set = await startSentinelSet(basePort === 0 ? {} : { ports: redisPorts as [number, number, number, number, number] });
+const sandbox = await startSandbox({ port: portOf(instances), merchants: DEMO_MERCHANTS, knobs: { stepMs: 3000, returnRate: 0 } });
 const keyFile = path.join(dir, 'sandbox-webhook-public.pem');
 writeFileSync(keyFile, sandbox.publicKeyPem);
 const env = {
@@ -57,7 +106,7 @@ const env = {
 async function startInstance(index: number): Promise<string> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     cwd: root,
-    env: { ...env, PORT: String(basePort === 0 ? 0 : basePort + index), DATA_DIR: path.join(dir, `instance-${index + 1}`) },
+    env: { ...env, PORT: String(portOf(index)), DATA_DIR: path.join(dir, `instance-${index + 1}`) },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   children.push(child);

@@ -89,7 +89,12 @@ async function until<T>(what: string, timeoutMs: number, check: () => Promise<T 
   throw new Error(`${what} within ${timeoutMs} ms${last instanceof Error ? ` (${last.message})` : ''}`);
 }
 
-export async function startSentinelSet(): Promise<SentinelSet> {
+export interface SentinelSetOptions {
+  /** The ports of the primary, the replica and the three Sentinels, in that order; default: five free ones. */
+  ports?: readonly [number, number, number, number, number];
+}
+
+export async function startSentinelSet(options: SentinelSetOptions = {}): Promise<SentinelSet> {
   const binary = findRedisServer();
   if (!binary) throw new Error("redis-server not found (install Debian's redis-server, or run scripts/redis-server.sh install)");
   const dir = mkdtempSync(path.join(tmpdir(), 'delivery-graph-sentinels-'));
@@ -120,7 +125,7 @@ export async function startSentinelSet(): Promise<SentinelSet> {
     });
   };
 
-  const [primary, replica, ...sentinelPorts] = await Promise.all([freePort(), freePort(), freePort(), freePort(), freePort()]);
+  const [primary, replica, ...sentinelPorts] = options.ports ?? (await Promise.all([freePort(), freePort(), freePort(), freePort(), freePort()]));
   await dataServer(primary!);
   await dataServer(replica!, primary);
   for (const port of sentinelPorts) {

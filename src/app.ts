@@ -3,6 +3,7 @@
 // closes them newest first. No part is configured here beyond wiring: yoga is in
 // graphql/yoga.ts, the HTTP front door in http/server.ts.
 import type { Server } from 'node:http';
+import path from 'node:path';
 import type { Config } from './config.js';
 import { ClientTokens, clientTokenSecrets } from './access/client-tokens.js';
 import type { Services } from './graphql/context.js';
@@ -83,10 +84,15 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
 }
 
 async function buildApp(config: Config, options: StartOptions, logger: Logger, teardown: Teardown): Promise<App> {
-  // With no UPSTREAM_URL, the embedded sandbox is the upstream.
+  // With REDIS_URL, events, dedup, idempotency, limits and fan-out are shared by every instance on that Redis.
+  // Both stores trim what is older than its retention on a timer, until close(). Opened first: SQLite's holds DATA_DIR, the sandbox's world included.
+  const retention = { eventRetentionMs: config.eventRetentionMs, idempotencyRetentionMs: config.idempotencyRetentionMs };
+  const store = options.store ?? ((config.redisUrl ?? config.redisSentinel) ? RedisStore.connect((config.redisUrl ?? config.redisSentinel)!, { logger, retention, replicaAcks: { min: config.redisMinReplicasAck, timeoutMs: config.redisReplicaAckTimeoutMs } }) : new SqliteStore(config.dataDir, { retention, logger }));
+  teardown.add('store', () => store.close());
+  // With no UPSTREAM_URL, the embedded sandbox is the upstream, its world kept in DATA_DIR/sandbox; paused until it knows where webhooks go.
   const sandbox = config.upstream.url
     ? undefined
-    : await startSandbox({ port: config.sandbox.port, host: config.host, merchants: DEMO_MERCHANTS, knobs: { stepMs: config.sandbox.stepMs, returnRate: config.sandbox.returnRate } });
+    : await startSandbox({ port: config.sandbox.port, host: config.host, merchants: DEMO_MERCHANTS, dataDir: path.join(config.dataDir, 'sandbox'), paused: true, knobs: { stepMs: config.sandbox.stepMs, returnRate: config.sandbox.returnRate } });
   if (sandbox) teardown.add('sandbox', () => sandbox.stop());
 
   // Tracing first, so its context manager is in place before anything runs; nothing of it loads when it is off.
@@ -101,11 +107,6 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   teardown.add('upstream', () => upstream.close());
   upstream.onBreakerChange((group, state) => logger[state === 'open' ? 'warn' : 'info']({ group, state }, 'upstream circuit breaker'));
 
-  // With REDIS_URL, events, dedup, idempotency, limits and fan-out are shared by every instance on that Redis.
-  // Both stores trim what is older than its retention on a timer, until close().
-  const retention = { eventRetentionMs: config.eventRetentionMs, idempotencyRetentionMs: config.idempotencyRetentionMs };
-  const store = options.store ?? ((config.redisUrl ?? config.redisSentinel) ? RedisStore.connect((config.redisUrl ?? config.redisSentinel)!, { logger, retention, replicaAcks: { min: config.redisMinReplicasAck, timeoutMs: config.redisReplicaAckTimeoutMs } }) : new SqliteStore(config.dataDir, { retention, logger }));
-  teardown.add('store', () => store.close());
   const redis = store instanceof RedisStore ? store : undefined;
   const redisBus = redis ? await connectRedisEventBus(redis, logger) : undefined;
   if (redisBus) teardown.add('redis bus', () => redisBus.close());

@@ -37,7 +37,8 @@ export async function runPrimary(config: Config, banner: (where: WorkerListening
   let sandbox: Sandbox | undefined;
   const env: Record<string, string> = {};
   if (!config.upstream.url) {
-    sandbox = await startSandbox({ port: config.sandbox.port, host: config.host, merchants: DEMO_MERCHANTS, knobs: { stepMs: config.sandbox.stepMs, returnRate: config.sandbox.returnRate } });
+    // Its world kept in DATA_DIR/sandbox, as a single process keeps it; paused until the workers listen (setWebhookUrl below).
+    sandbox = await startSandbox({ port: config.sandbox.port, host: config.host, merchants: DEMO_MERCHANTS, dataDir: path.join(config.dataDir, 'sandbox'), paused: true, knobs: { stepMs: config.sandbox.stepMs, returnRate: config.sandbox.returnRate } });
     // The workers take the primary's sandbox as their upstream, and its key to verify its webhooks.
     mkdirSync(config.dataDir, { recursive: true });
     const keyFile = path.join(config.dataDir, 'sandbox-webhook-public.pem');

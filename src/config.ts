@@ -264,7 +264,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'WEBHOOK_MAX_TOKEN_BYTES', help: 'largest webhook JWT accepted (it travels in the Authorization header; the header limit of webhook connections is raised to match, every other connection keeps 16 KiB)', default: '262144' },
   { name: 'WEBHOOK_BODY_TIMEOUT_MS', help: "a webhook's body must arrive within this after its headers", default: '10000' },
   { name: 'WEBHOOK_CLOCK_TOLERANCE_SECONDS', help: "seconds a webhook JWT is still accepted after its exp (and before its nbf/iat), for clock skew between the upstream and this host; 0: none", default: '30' },
-  { name: 'DATA_DIR', help: 'directory of the embedded SQLite store', default: './data' },
+  { name: 'DATA_DIR', help: "directory of the embedded SQLite store, and of the embedded sandbox's world and signing key (DATA_DIR/sandbox)", default: './data' },
   { name: 'UPSTREAM_TIMEOUT_MS', help: 'budget of one upstream call, retries included', default: '10000' },
   { name: 'UPSTREAM_AMOUNT_UNIT', help: 'unit the upstream expects for request tip and package_value (and item price unless UPSTREAM_ITEM_PRICE_UNIT is set): cents or major', default: 'cents' },
   { name: 'UPSTREAM_ITEM_PRICE_UNIT', help: 'unit the upstream expects for request item price, and gives it back in on reads: cents or major', default: "UPSTREAM_AMOUNT_UNIT's" },

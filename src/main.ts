@@ -8,7 +8,7 @@ import { reportListening, runPrimary } from './cluster.js';
 import { DataDirInUseError } from './store/data-dir-lock.js';
 import { StoreFileError } from './store/sqlite-file.js';
 import { CONFIG_VARIABLES, ConfigError, loadConfig, type Config } from './config.js';
-import type { Sandbox } from './sandbox/index.js';
+import { SandboxWorldInUseError, type Sandbox } from './sandbox/index.js';
 
 function help(): string {
   const width = Math.max(...CONFIG_VARIABLES.map((v) => v.name.length));
@@ -133,8 +133,8 @@ async function main(): Promise<void> {
   try {
     app = await startApp(config);
   } catch (error) {
-    // Another process on this DATA_DIR, or a store file that is damaged or emptied: one line, naming it and what to do.
-    if (error instanceof DataDirInUseError || error instanceof StoreFileError) {
+    // Another process on this DATA_DIR (or on its sandbox world), or a store file that is damaged or emptied: one line, naming it and what to do.
+    if (error instanceof DataDirInUseError || error instanceof SandboxWorldInUseError || error instanceof StoreFileError) {
       console.error(`delivery-graph: ${error.message}`);
       process.exit(1);
     }

@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import type { AddressInfo } from 'node:net';
+import path from 'node:path';
 import type { JsonObject, WireDeliveryRequest, WireOrder } from '../upstream/wire.js';
 import { applyKnobs, DEFAULT_KNOBS } from './knobs.js';
 import { LifecycleSimulator } from './lifecycle.js';
@@ -11,203 +12,15 @@ import { RequestLog } from './request-log.js';
 import { seedOrder } from './partner-routes.js';
 import { toWebhookEvent } from './representations.js';
 import { createSandboxServer } from './server.js';
-import { isFinished, planOf, readStatus, SandboxState, type Outcome } from './state.js';
-import type { Selector, WebhookOrderName } from './webhook-script.js';
-import { loadSigningKeys, WebhookSender, type WebhookHistory, type WebhookStats } from './webhooks.js';
+import { isFinished, planOf, readStatus, SandboxState } from './state.js';
+import type { DeliveryHistory, Sandbox, SandboxKnobs, SandboxMerchant, SandboxOptions, Selector } from './types.js';
+import { keptSigningKeyPem, loadSigningKeys, WebhookSender } from './webhooks.js';
+import { SIGNING_KEY_FILE, WorldFile } from './world-file.js';
 
-export { plannedWebhooks, OUTCOMES, type Outcome } from './state.js';
-export type { Selector, WebhookScript } from './webhook-script.js';
-export type { WebhookFate, WebhookHistory, WebhookHistoryEntry } from './webhooks.js';
-
-/** A delivery's whole story, for tests: its outcome and true state, and each event with what became of its webhook. */
-export interface DeliveryHistory extends WebhookHistory {
-  uid: string;
-  /** null while undecided (drawn at pickup). */
-  outcome: Outcome | null;
-  /** What a read answers now: the upstream's true state. */
-  status: string;
-  /** Nothing more will happen to it. */
-  finished: boolean;
-  /** The delivery.* events of its plan, in order (the delivered path while the outcome is open; a merchant cancel cuts it short). */
-  plan: string[];
-}
-
-export interface SandboxMerchant {
-  key: string;
-  name: string;
-  platformId: string;
-}
-
-export interface SandboxKnobs {
-  /** Time between lifecycle milestones; 0 = manual (only advance() moves a delivery). */
-  stepMs: number;
-  /** Extra location.* events with interpolated coordinates while en route. */
-  locationTicks: number;
-  /** Added to every /api/v1 response. */
-  latencyMs: number;
-  /** 0..1: share of /api/v1 requests answered 503 `unavailable`. */
-  errorRate: number;
-  /** 0..1: share of webhooks sent twice. */
-  duplicateRate: number;
-  /** 0..1: share of webhooks held back and sent after the delivery's next one. */
-  reorderRate: number;
-  /** 0..1: share of webhooks never sent, as if all five retries had failed (the read still tells the truth). */
-  dropRate: number;
-  /**
-   * The order of the webhooks of each delivery booked from now on: `as_emitted`
-   * (as they happen), or gathered until the delivery ends and then sent
-   * `reversed` or `shuffled`. A payload's `sandbox_webhooks` overrides it.
-   */
-  webhookOrder: WebhookOrderName;
-  /**
-   * null, or a number that makes every later booking's draws (outcome,
-   * reassignment, webhook faults, shuffles) follow from it and the booking's
-   * place in line (both groups counted), so a run can be replayed.
-   */
-  seed: number | null;
-  /**
-   * null (outcomes follow returnRate, drawn at pickup), or weights by outcome,
-   * drawn at booking: e.g. `{delivered: 3, failed_then_delivered: 1}`. A
-   * payload's `sandbox_outcome` overrides it.
-   */
-  outcomeWeights: Readonly<Partial<Record<Outcome, number>>> | null;
-  /**
-   * 0..1: share of picked-up deliveries that are not delivered: they fail at the
-   * door or are canceled by the provider on the way, then go back to the pickup
-   * (return_in_progress, returned). Decided at pickup; a payload's
-   * `sandbox_outcome` overrides it for one delivery.
-   */
-  returnRate: number;
-  /**
-   * 0..1: share of deliveries that get another courier once, right after
-   * pickup_enroute (delivery.assigned and location.assigned_driver naming the new
-   * driver; the milestone stays). reassignCourier() does it on demand.
-   */
-  reassignRate: number;
-  /** The receiver must answer 2xx within this. */
-  webhookTimeoutMs: number;
-  /** Retry n waits retryBaseMs * 2^(n-1); at most 5 retries. */
-  retryBaseMs: number;
-  /** The time of day of a read's delivery_date, in minutes after midnight UTC (the document does not say which; 0 = midnight). */
-  deliveryMinuteOfDay: number;
-  /**
-   * Whose deliveries a key may read (GET by uid, both groups): `merchant`, only its
-   * own; `platform`, any of its platform's, as the document's 404 ("no delivery
-   * with this uid belongs to the platform") allows. Cancels stay the merchant's own.
-   */
-  readScope: 'merchant' | 'platform';
-  /** Whether a partner order's webhooks also carry partner_reference and partner_payload (the document's body has neither). */
-  partnerWebhookFields: boolean;
-  /**
-   * POST /deliveries books the delivery (its lifecycle and webhooks start) and only
-   * then waits this long before answering: a caller with a shorter timeout loses
-   * the answer of a booking that exists. 0 = answer at once.
-   */
-  createAnswerDelayMs: number;
-  /**
-   * Where create's answer puts `uid` and `tracking_link` (the document shows
-   * neither the shape nor the status code): `top-level` with 201, or `data`,
-   * wrapped as reads are, with 200.
-   */
-  createAnswerShape: 'top-level' | 'data';
-}
-
-export interface SandboxOptions {
-  /** Default 0: any free port. */
-  port?: number;
-  /** Default 127.0.0.1. */
-  host?: string;
-  platformId?: string;
-  merchants?: SandboxMerchant[];
-  webhookUrl?: string;
-  issuer?: string;
-  /** PKCS8 PEM RSA key for RS256 webhook signatures; generated when absent. */
-  privateKeyPem?: string;
-  knobs?: Partial<SandboxKnobs>;
-  /** How many of the most recent requests `requests` keeps; default 10,000. */
-  requestLogSize?: number;
-}
-
-export interface SandboxRequestRecord {
-  /** 1 for the sandbox's first request, then one more for each: never reset, never reused. */
-  seq: number;
-  method: string;
-  path: string;
-  group: 'platform' | 'partner' | 'control';
-  status: number;
-  /** Arrival time, ms since the epoch. */
-  at: number;
-}
-
-export interface Sandbox {
-  /** Base URL ending in /api/v1. */
-  url: string;
-  origin: string;
-  platformId: string;
-  merchants: SandboxMerchant[];
-  issuer: string;
-  /** SPKI PEM of the webhook signing key (the current one, after useSigningKey). */
-  readonly publicKeyPem: string;
-  /**
-   * Changes the webhook signing key, as the upstream may (its document is silent
-   * on key changes): every event from now on, retries included, is signed with
-   * the given PKCS#8 PEM private key, or a new one. Returns the new SPKI PEM public key.
-   */
-  useSigningKey(privateKeyPem?: string): Promise<string>;
-  /** Live: the running sandbox reads these on every decision. Change them through setKnobs. */
-  knobs: SandboxKnobs;
-  setKnobs(knobs: Partial<SandboxKnobs>): void;
-  setWebhookUrl(url: string | undefined): void;
-  /**
-   * The most recent requests (at most `requestLogSize`), oldest first, for tests
-   * that count upstream calls. Live: the same array is trimmed and emptied in place.
-   */
-  requests: SandboxRequestRecord[];
-  /** Empties `requests`; `requestCount` goes on counting. */
-  resetRequests(): void;
-  /** How many requests `requests` keeps at most. */
-  readonly requestLogSize: number;
-  /** Requests answered since start: only ever grows. Take it as a mark for requestsSince. */
-  readonly requestCount: number;
-  /**
-   * The requests answered after `mark` (an earlier `requestCount`), oldest first.
-   * Throws a RangeError when some of them are no longer kept (trimmed or reset), so a count is never short.
-   */
-  requestsSince(mark: number): SandboxRequestRecord[];
-  /**
-   * Revokes a merchant key, as a merchant may in its dashboard: from now on every
-   * /api/v1 call with it is answered 401 invalid_api_key. Throws for a key the sandbox does not know.
-   */
-  revokeKey(key: string): void;
-  /** Moves one delivery to its next milestone now (emitting its events). Rejects for an unknown or finished delivery. */
-  advance(uid: string): Promise<void>;
-  /**
-   * Gives one delivery another courier now (new driver_id, name, phones, vehicle),
-   * announced by delivery.assigned and location.assigned_driver; the milestone stays.
-   * Rejects for an unknown or finished delivery, or one with no courier yet.
-   */
-  reassignCourier(uid: string): Promise<void>;
-  /** The partner group has no create endpoint: book an order for `key` directly. Throws when invalid. */
-  seedPartnerOrder(key: string, body: Partial<WireDeliveryRequest> & { partner_reference: string }): WireOrder;
-  webhookStats(): WebhookStats;
-  /**
-   * Every event of one delivery in true order, what became of each webhook
-   * (sent, dropped, held, ...), the order they were sent in, and the true state
-   * now. Undefined for an unknown uid. Also `GET /sandbox/deliveries/<uid>/history`.
-   */
-  history(uid: string): DeliveryHistory | undefined;
-  /**
-   * Sends webhooks of one delivery that were kept back (its script's `hold`, or
-   * gathered for its order): those the selectors pick, in that order, or all.
-   * Resolves with their indexes once the receiver acknowledged them (or they
-   * were given up). Rejects for an unknown uid. Also `POST /sandbox/deliveries/<uid>/webhooks/release`.
-   */
-  releaseWebhooks(uid: string, selectors?: readonly Selector[]): Promise<number[]>;
-  /** Resolves when no webhook is queued, in flight or waiting for a retry. */
-  idle(): Promise<void>;
-  /** Closes the server, its sockets, timers and outbound webhook connections. */
-  stop(): Promise<void>;
-}
+export { plannedWebhooks, OUTCOMES } from './state.js';
+export { SandboxWorldInUseError, SIGNING_KEY_FILE, WORLD_FILE } from './world-file.js';
+export { DEFAULT_WEBHOOK_HISTORY_SIZE } from './webhooks.js';
+export type * from './types.js';
 
 export const DEFAULT_PLATFORM_ID = 'sandbox-platform';
 
@@ -234,23 +47,67 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
   const issuer = options.issuer ?? DEFAULT_ISSUER;
   // Checked before anything is opened: a bad size starts nothing.
   const requests = new RequestLog(options.requestLogSize ?? DEFAULT_REQUEST_LOG_SIZE);
-  let keys = await loadSigningKeys(options.privateKeyPem);
   const knobs: SandboxKnobs = { ...DEFAULT_KNOBS };
   applyKnobs(knobs, options.knobs);
+  // The key given, else the one kept in a file (made the first time), else one for this run.
+  const keyFile = options.signingKeyFile ?? (options.dataDir === undefined ? undefined : path.join(options.dataDir, SIGNING_KEY_FILE));
+  let keys = await loadSigningKeys(options.privateKeyPem ?? (keyFile === undefined ? undefined : await keptSigningKeyPem(keyFile)));
   let webhookUrl = options.webhookUrl;
+  let paused = options.paused ?? false;
 
   const lifetime = new AbortController();
   // Every request waiting out latencyMs listens to it: as many listeners as requests in flight, by design.
   setMaxListeners(0, lifetime.signal);
   const state = new SandboxState(merchants);
-  const webhooks = new WebhookSender({ knobs, issuer, privateKey: keys.privateKey, webhookUrl: () => webhookUrl });
-  const lifecycle = new LifecycleSimulator(state, knobs, (record, eventName, { final, location }) =>
-    webhooks.enqueue(record.uid, toWebhookEvent(record, eventName, state.origin, { location, partnerFields: knobs.partnerWebhookFields }), final, {
-      readStatus: readStatus(record),
-      script: record.webhookScript,
-      seed: record.seed,
-    }),
+  // Both start paused: nothing moves or goes out before the server listens (and, when asked, before resume()).
+  const webhooks = new WebhookSender(
+    { knobs, issuer, privateKey: keys.privateKey, webhookUrl: () => webhookUrl, historySize: options.webhookHistorySize, changed: (uid) => world?.webhooksChanged(uid) },
+    { paused: true },
   );
+  const lifecycle = new LifecycleSimulator(
+    state,
+    knobs,
+    (record, eventName, { final, location }) => {
+      // Every change of a delivery is announced by an event: the world file keeps it as it is announced.
+      world?.deliveryChanged(record.uid);
+      webhooks.enqueue(record.uid, toWebhookEvent(record, eventName, state.origin, { location, partnerFields: knobs.partnerWebhookFields }), final, {
+        readStatus: readStatus(record),
+        script: record.webhookScript,
+        seed: record.seed,
+      });
+    },
+    { paused: true },
+  );
+  // Opened once every option has been checked (the sender checks webhookHistorySize): a bad option leaves no lock behind.
+  const world = options.dataDir === undefined ? undefined : new WorldFile(options.dataDir);
+  if (world) {
+    let kept;
+    try {
+      kept = world.load(merchants);
+    } catch (error) {
+      world.close();
+      throw error;
+    }
+    for (const record of kept.deliveries) state.restore(record);
+    for (const [uid, snapshot] of kept.webhooks) webhooks.restore(uid, snapshot);
+    for (const key of kept.revokedKeys) state.revokedKeys.add(key);
+    state.booked = kept.booked;
+    world.attach({ state, webhooks: (uid) => webhooks.snapshot(uid) });
+  }
+  const resume = () => {
+    paused = false;
+    lifecycle.resume();
+    webhooks.resume();
+  };
+  const setWebhookUrl = (url: string | undefined) => {
+    webhookUrl = url;
+    // A host that learns its webhook URL once it listens started the sandbox paused: the URL is the signal.
+    if (paused && url !== undefined) resume();
+  };
+  const revokeKey = (key: string) => {
+    state.revokedKeys.add(key);
+    world?.keyRevoked(key);
+  };
   const mirrorKnobs = () => {
     state.deliveryMinuteOfDay = knobs.deliveryMinuteOfDay;
     state.readScope = knobs.readScope;
@@ -294,7 +151,10 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     },
     lifetime: lifetime.signal,
     setKnobs,
+    setWebhookUrl,
+    revokeKey,
     history,
+    historySize: webhooks.historySize,
     releaseWebhooks,
     info: () => ({
       url: `${state.origin}/api/v1`,
@@ -304,19 +164,31 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
       webhookUrl: webhookUrl ?? null,
       knobs: { ...knobs },
       requestLogSize: requests.capacity,
+      webhookHistorySize: webhooks.historySize,
+      dataDir: options.dataDir ?? null,
+      deliveries: state.deliveries.size,
     }),
   });
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
-      server.off('error', reject);
-      resolve();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
-  });
+  } catch (error) {
+    // A busy port starts nothing: the world file's lock goes with it.
+    world?.close();
+    await webhooks.close();
+    throw error;
+  }
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   state.origin = `http://${host}:${address.port}`;
+  // Restored deliveries go on from where they stood, and their webhooks not yet sent go out.
+  if (!paused) resume();
 
   let stopping: Promise<void> | null = null;
   return {
@@ -325,6 +197,10 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     platformId,
     merchants,
     issuer,
+    dataDir: options.dataDir,
+    get deliveryCount() {
+      return state.deliveries.size;
+    },
     get publicKeyPem() {
       return keys.publicKeyPem;
     },
@@ -336,9 +212,11 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     },
     knobs,
     setKnobs,
-    setWebhookUrl: (url) => {
-      webhookUrl = url;
+    get webhookUrl() {
+      return webhookUrl;
     },
+    setWebhookUrl,
+    resume,
     requests: requests.records,
     resetRequests: () => requests.clear(),
     requestLogSize: requests.capacity,
@@ -348,7 +226,7 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     requestsSince: (mark) => requests.since(mark),
     revokeKey: (key) => {
       if (!state.merchantByKey(key)) throw new Error('revokeKey: not a sandbox merchant key');
-      state.revokedKeys.add(key);
+      revokeKey(key);
     },
     advance: (uid) => lifecycle.advance(uid),
     reassignCourier: async (uid) => lifecycle.reassign(uid),
@@ -368,6 +246,8 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         // Keep-alive and in-flight sockets would hold close() open.
         server.closeAllConnections();
+        // Written before the sender lets go of its queues: what was still to send goes out after a restart.
+        world?.close();
         await Promise.all([closed, webhooks.close()]);
       })()),
   };

@@ -1,6 +1,6 @@
 // The sandbox's fault and speed knobs: defaults and the one place a patch is
 // checked, so the library, the control route and the CLI reject the same inputs.
-import type { SandboxKnobs } from './index.js';
+import type { SandboxKnobs } from './types.js';
 import { OUTCOMES } from './state.js';
 import { isSeed, MAX_SEED, WEBHOOK_ORDERS } from './webhook-script.js';
 

@@ -4,7 +4,7 @@
 // one milestone every `stepMs` (or on advance()), moves its courier between the
 // coordinates, and announces each step as events.
 import type { LocationEventName, WireLatLng } from '../upstream/wire.js';
-import type { SandboxKnobs } from './index.js';
+import type { Outcome, SandboxKnobs } from './types.js';
 import {
   MILESTONE,
   OUTCOMES,
@@ -20,7 +20,6 @@ import {
   PLANS,
   type DeliveryRecord,
   type MilestoneKey,
-  type Outcome,
   type SandboxState,
 } from './state.js';
 
@@ -51,12 +50,17 @@ export class LifecycleSimulator {
   /** Pending step and location-tick timers per delivery uid. */
   private readonly timers = new Map<string, Set<NodeJS.Timeout>>();
   private stopped = false;
+  /** Paused: no clock runs (advance() still moves a delivery) until resume(). */
+  private paused: boolean;
 
   constructor(
     private readonly state: SandboxState,
     private readonly knobs: SandboxKnobs,
     private readonly emit: EmitEvent,
-  ) {}
+    { paused = false } = {},
+  ) {
+    this.paused = paused;
+  }
 
   /** Announces a new delivery and sets its clock running. */
   start(record: DeliveryRecord): void {
@@ -128,6 +132,12 @@ export class LifecycleSimulator {
     }
   }
 
+  /** Sets the clocks of every unfinished delivery running (those restored from a world file included). */
+  resume(): void {
+    this.paused = false;
+    this.reschedule();
+  }
+
   stop(): void {
     this.stopped = true;
     for (const uid of [...this.timers.keys()]) this.clearTimers(uid);
@@ -178,7 +188,7 @@ export class LifecycleSimulator {
    */
   private schedule(record: DeliveryRecord): void {
     const { stepMs, locationTicks } = this.knobs;
-    if (this.stopped || stepMs <= 0 || isFinished(record)) return;
+    if (this.stopped || this.paused || stepMs <= 0 || isFinished(record)) return;
     this.addTimer(record.uid, stepMs, () => this.step(record));
 
     const leg = this.enrouteLeg(record);

@@ -1,9 +1,11 @@
 // `npm run sandbox`: the sandbox upstream on its own, for demos and manual
 // testing. Configured by flags only (the facade's config owns the environment).
+// The same identity on every start: the demo merchants, and its world and
+// signing key kept in --data-dir, as `npm start` keeps the embedded one's.
 import { mkdir, writeFile } from 'node:fs/promises';
-import { dirname, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { DEFAULT_REQUEST_LOG_SIZE, startSandbox, type SandboxKnobs } from './index.js';
+import { DEFAULT_REQUEST_LOG_SIZE, DEFAULT_WEBHOOK_HISTORY_SIZE, DEMO_MERCHANTS, SandboxWorldInUseError, SIGNING_KEY_FILE, startSandbox, type SandboxKnobs } from './index.js';
 import { DEFAULT_STEP_MS } from './knobs.js';
 import { OUTCOME_PAYLOAD_FIELD, OUTCOMES, PLANS, STEP } from './state.js';
 import { WEBHOOKS_PAYLOAD_FIELD } from './webhook-script.js';
@@ -12,7 +14,17 @@ const USAGE = `Usage: npm run sandbox -- [options]
 
   --port <n>             listen port (default 4010; 0 = any free port)
   --host <addr>          listen address (default 127.0.0.1)
-  --webhook-url <url>    where to POST signed webhooks (default: none, poll instead)
+  --webhook-url <url>    where to POST signed webhooks (default: none, poll instead); change
+                         it while it runs: PUT /sandbox/webhook-url {"url": "<url>"}
+                         ({"url": null}: none)
+  --data-dir <dir>       where the sandbox keeps its world (deliveries, webhooks not yet
+                         sent, histories, revoked keys) and its signing key, so a restart
+                         goes on where it stood (default ./data/sandbox: the folder
+                         \`npm start\` keeps its embedded sandbox in with the default DATA_DIR)
+  --key-file <p>         the webhook signing key (PKCS#8 PEM), made once and kept
+                         (default <data-dir>/${SIGNING_KEY_FILE})
+  --in-memory            keep nothing: a new world each start (and a new signing key,
+                         unless --key-file is given)
   --step-ms <n>          ms between lifecycle milestones; 0 = manual (default ${DEFAULT_STEP_MS})
   --latency-ms <n>       delay added to every API response (default 0)
   --error-rate <0..1>    share of API requests answered 503 (default 0)
@@ -33,8 +45,13 @@ const USAGE = `Usage: npm run sandbox -- [options]
                          to the pickup (default 0; POST /sandbox/deliveries/<uid>/reassign
                          does it for one delivery)
   --request-log-size <n> most recent requests kept for inspection (default ${DEFAULT_REQUEST_LOG_SIZE})
+  --history-size <n>     finished deliveries whose webhook history is kept, the most
+                         recent to finish (default ${DEFAULT_WEBHOOK_HISTORY_SIZE})
   --public-key-file <p>  where to write the webhook public key (default ./data/sandbox-public.pem)
   --help                 show this text
+
+Merchant keys: ${DEMO_MERCHANTS.map((m) => m.key).join(' and ')} (platform "${DEMO_MERCHANTS[0]!.platformId}"), the
+same as the sandbox \`npm start\` embeds.
 
 To force one delivery's outcome, whatever --return-rate says, put "${OUTCOME_PAYLOAD_FIELD}"
 in its platform_payload (or a seeded order's partner_payload), e.g.
@@ -81,7 +98,11 @@ async function main(): Promise<void> {
       'read-scope': { type: 'string' },
       'reassign-rate': { type: 'string' },
       'request-log-size': { type: 'string' },
+      'history-size': { type: 'string' },
       'public-key-file': { type: 'string' },
+      'data-dir': { type: 'string' },
+      'key-file': { type: 'string' },
+      'in-memory': { type: 'boolean' },
       help: { type: 'boolean' },
     },
     strict: true,
@@ -106,18 +127,25 @@ async function main(): Promise<void> {
 
   const rawLogSize = values['request-log-size'];
   const requestLogSize = rawLogSize === undefined ? undefined : parseNumber('request-log-size', rawLogSize);
+  const rawHistorySize = values['history-size'];
+  const webhookHistorySize = rawHistorySize === undefined ? undefined : parseNumber('history-size', rawHistorySize);
+  if (values['in-memory'] && values['data-dir'] !== undefined) throw new UsageError('--in-memory keeps nothing: give it or --data-dir, not both');
+  const dataDir = values['in-memory'] ? undefined : resolve(values['data-dir'] ?? './data/sandbox');
+  const keyFile = values['key-file'] === undefined ? (dataDir && join(dataDir, SIGNING_KEY_FILE)) : resolve(values['key-file']);
 
-  const sandbox = await startSandbox({ port, host: values.host ?? '127.0.0.1', webhookUrl, knobs, requestLogSize });
-  const keyFile = resolve(values['public-key-file'] ?? './data/sandbox-public.pem');
-  await mkdir(dirname(keyFile), { recursive: true });
-  await writeFile(keyFile, sandbox.publicKeyPem);
+  const sandbox = await startSandbox({ port, host: values.host ?? '127.0.0.1', webhookUrl, knobs, requestLogSize, webhookHistorySize, merchants: DEMO_MERCHANTS, dataDir, signingKeyFile: keyFile });
+  const publicKeyFile = resolve(values['public-key-file'] ?? './data/sandbox-public.pem');
+  await mkdir(dirname(publicKeyFile), { recursive: true });
+  await writeFile(publicKeyFile, sandbox.publicKeyPem);
 
   const lines = [
     `sandbox upstream listening: ${sandbox.url}`,
     `platform id:     ${sandbox.platformId}`,
     `webhook issuer:  ${sandbox.issuer}`,
-    `public key file: ${keyFile}`,
-    `webhooks:        ${webhookUrl ?? 'off (no --webhook-url)'}`,
+    `public key file: ${publicKeyFile}`,
+    `signing key:     ${keyFile ?? 'made for this run (--in-memory)'}`,
+    `world:           ${dataDir ? `${dataDir} (${sandbox.deliveryCount} deliveries kept)` : 'in memory (--in-memory): gone at stop'}`,
+    `webhooks:        ${webhookUrl ?? 'off (no --webhook-url)'}   (change: PUT ${sandbox.origin}/sandbox/webhook-url)`,
     'merchant keys:',
     ...sandbox.merchants.map((m) => `  ${m.key}  ${m.name} (platform ${m.platformId})`),
     `control:         ${sandbox.origin}/sandbox/info`,
@@ -155,6 +183,10 @@ function parseNumber(flag: string, raw: string): number {
 }
 
 main().catch((error: unknown) => {
+  if (error instanceof SandboxWorldInUseError) {
+    process.stderr.write(`sandbox: ${error.message}\n`);
+    process.exit(1);
+  }
   // Usage and knob problems are one line; anything else is a real failure.
   const known = error instanceof UsageError || error instanceof RangeError || (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
   process.stderr.write(`sandbox: ${(error as Error).message}\n${known ? `\n${USAGE}` : ''}`);

@@ -1,7 +1,7 @@
 // The sandbox's record of the requests it answered, for tests that count
 // upstream calls: a ring of the most recent ones, so a long-running sandbox
 // (`npm start`) does not keep every request it ever saw.
-import type { SandboxRequestRecord } from './index.js';
+import type { SandboxRequestRecord } from './types.js';
 
 export class RequestLog {
   /** Oldest first; handed out as `sandbox.requests`, so it is only ever changed in place. */

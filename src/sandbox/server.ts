@@ -4,7 +4,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { JsonObject } from '../upstream/wire.js';
-import type { DeliveryHistory, SandboxKnobs, SandboxMerchant, SandboxRequestRecord } from './index.js';
 import { LifecycleError, type LifecycleSimulator } from './lifecycle.js';
 import type { RequestLog } from './request-log.js';
 import { PARTNER_ROOTS, PARTNER_ROUTES, seedOrder } from './partner-routes.js';
@@ -13,7 +12,8 @@ import { toPlatformDelivery } from './representations.js';
 import { errorBody, matchRoute, type ApiResult } from './routing.js';
 import { readStatus, type Group, type SandboxState } from './state.js';
 import { isPlainObject } from './validation.js';
-import { selectorListProblems, type Selector } from './webhook-script.js';
+import type { DeliveryHistory, SandboxKnobs, SandboxMerchant, SandboxRequestRecord, Selector } from './types.js';
+import { selectorListProblems } from './webhook-script.js';
 
 const API_PREFIX = '/api/v1';
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -28,7 +28,11 @@ export interface ServerDeps {
   lifetime: AbortSignal;
   info(): JsonObject;
   setKnobs(patch: unknown): void;
+  setWebhookUrl(url: string | undefined): void;
+  revokeKey(key: string): void;
   history(uid: string): DeliveryHistory | undefined;
+  /** How many finished deliveries' histories are kept: named when one is no longer. */
+  historySize: number;
   releaseWebhooks(uid: string, selectors?: readonly Selector[]): Promise<number[]>;
 }
 
@@ -165,6 +169,17 @@ async function handleControl(deps: ServerDeps, req: IncomingMessage, method: str
     return jsonPage(200, { knobs: deps.knobs });
   }
 
+  // Where webhooks go, changed while it runs: {"url": "http://…"}, or {"url": null} for nowhere (polling only).
+  if (method === 'PUT' && path === '/sandbox/webhook-url') {
+    const body = parseJson(await readBody(req));
+    const url = isPlainObject(body) ? body.url : undefined;
+    if (url !== null && !(typeof url === 'string' && isHttpUrl(url))) {
+      return controlError(400, 'bad_request', 'Send {"url": "<absolute http or https URL>"}, or {"url": null} to send no webhooks.');
+    }
+    deps.setWebhookUrl(url ?? undefined);
+    return jsonPage(200, { webhookUrl: url });
+  }
+
   const advance = /^\/sandbox\/deliveries\/([^/]+)\/advance$/.exec(path);
   if (method === 'POST' && advance) {
     const uid = decodeSegment(advance[1]!) ?? '';
@@ -181,7 +196,11 @@ async function handleControl(deps: ServerDeps, req: IncomingMessage, method: str
   if (method === 'GET' && history) {
     const uid = decodeSegment(history[1]!) ?? '';
     const found = deps.history(uid);
-    return found ? jsonPage(200, found) : controlError(404, 'not_found', `No delivery ${uid}.`);
+    if (found) return jsonPage(200, found);
+    if (deps.state.deliveries.has(uid)) {
+      return controlError(410, 'history_not_kept', `The webhook history of ${uid} is no longer kept: the sandbox keeps those of the ${deps.historySize} deliveries that finished last (webhookHistorySize).`);
+    }
+    return controlError(404, 'not_found', `No delivery ${uid}.`);
   }
 
   // Sends what a delivery's script kept back; answers once the receiver has acknowledged it.
@@ -215,7 +234,7 @@ async function handleControl(deps: ServerDeps, req: IncomingMessage, method: str
   if (method === 'POST' && path === '/sandbox/revoke-key') {
     const key = bearerToken(req.headers.authorization);
     if (key === null || !deps.state.merchantByKey(key)) return controlError(404, 'not_found', 'Send the key to revoke as Authorization: Bearer <key>; it must be a sandbox merchant key.');
-    deps.state.revokedKeys.add(key);
+    deps.revokeKey(key);
     return jsonPage(200, { revoked: true });
   }
 
@@ -271,6 +290,10 @@ function escapeHtml(text: string): string {
 function splitPath(path: string): string[] | null {
   const segments = path.split('/').filter((s) => s !== '').map(decodeSegment);
   return segments.every((s): s is string => s !== null) ? segments : null;
+}
+
+function isHttpUrl(text: string): boolean {
+  return URL.canParse(text) && ['http:', 'https:'].includes(new URL(text).protocol);
 }
 
 function decodeSegment(segment: string): string | null {

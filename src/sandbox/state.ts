@@ -7,8 +7,8 @@ import type {
   WireDeliveryRequest,
   WireLatLng,
 } from '../upstream/wire.js';
-import type { SandboxMerchant } from './index.js';
-import { deriveSeed, freshSeed, seededRandom, webhookScriptOf, type WebhookScript } from './webhook-script.js';
+import type { Outcome, SandboxMerchant, WebhookScript } from './types.js';
+import { deriveSeed, freshSeed, seededRandom, webhookScriptOf } from './webhook-script.js';
 
 export type Group = 'platform' | 'partner';
 
@@ -63,10 +63,7 @@ export const MILESTONE: Readonly<Record<MilestoneKey, Milestone>> = Object.freez
   returned: milestone('returned', 'delivery.returned', 'RETURNED', 'Returned', null),
 });
 
-/**
- * How a delivery ends. The document lists the events but not the transitions:
- * each outcome is one sequence it allows, so the facade is tested against each.
- */
+/** Every outcome (types.ts), in the order the docs list them and weighted draws walk them. */
 export const OUTCOMES = [
   'delivered',
   'failed_then_returned',
@@ -75,8 +72,10 @@ export const OUTCOMES = [
   'canceled_after_pickup_then_returned',
   'canceled_before_pickup',
   'failed_before_pickup',
-] as const;
-export type Outcome = (typeof OUTCOMES)[number];
+] as const satisfies readonly Outcome[];
+/** Fails to compile when an outcome is missing from OUTCOMES. */
+const _everyOutcomeListed: Exclude<Outcome, (typeof OUTCOMES)[number]> extends never ? true : never = true;
+void _everyOutcomeListed;
 
 /**
  * The `platform_payload` / `partner_payload` entry that fixes a delivery's
@@ -225,7 +224,7 @@ export class SandboxState {
   }
 
   /** Bookings made so far, both groups: a booking's place in line seeds its draws under the seed knob. */
-  private booked = 0;
+  booked = 0;
 
   /** Books a validated request; the lifecycle is started by the caller. */
   create(group: Group, merchantKey: string, request: WireDeliveryRequest): DeliveryRecord {
@@ -265,6 +264,15 @@ export class SandboxState {
       this.partnerReferences.set(`${merchantKey}\n${request.partner_reference}`, record.uid);
     }
     return record;
+  }
+
+  /** Takes back a delivery a world file kept (booked before a restart), with its partner reference. */
+  restore(record: DeliveryRecord): void {
+    this.deliveries.set(record.uid, record);
+    if (record.group === 'partner' && record.request.partner_reference !== undefined) {
+      this.partnerReferences.set(`${record.merchantKey}\n${record.request.partner_reference}`, record.uid);
+    }
+    if (record.courier) noteDriverId(record.courier.id);
   }
 
   /** A delivery the caller may see: same group, same merchant key. Anything else is "not found". */
@@ -541,6 +549,11 @@ const LARGE_VEHICLES: readonly [make: string, model: string][] = [
 
 /** Each courier the sandbox assigns gets the next driver_id. */
 let lastDriverId = 1000;
+
+/** A courier of a restored delivery has this id: later couriers get higher ones, never it again. */
+function noteDriverId(id: number): void {
+  lastDriverId = Math.max(lastDriverId, id);
+}
 
 /** A courier for the record; another one than `replacing` (by name too, so a reassignment shows) when given. */
 export function pickCourier(record: DeliveryRecord, replacing?: Courier): Courier {

@@ -5,34 +5,13 @@
 // five" retries), so tests script it exactly; the seeded draws live here too.
 import { createHash, randomInt } from 'node:crypto';
 import { DELIVERY_EVENT_NAMES, LOCATION_EVENT_NAMES } from '../upstream/wire.js';
+import type { Selector, WebhookOrderName, WebhookScript } from './types.js';
 
 /** The payload entry (`platform_payload`, or a seeded order's `partner_payload`) that scripts one delivery's webhooks. */
 export const WEBHOOKS_PAYLOAD_FIELD = 'sandbox_webhooks';
 
 /** How a batch of webhooks is arranged; an array lists selectors to send first, in that order. */
-export const WEBHOOK_ORDERS = ['as_emitted', 'reversed', 'shuffled'] as const;
-export type WebhookOrderName = (typeof WEBHOOK_ORDERS)[number];
-
-/**
- * Picks events of one delivery: a number is the event's index in the true
- * order (0 = delivery.created); a string is an event name (every occurrence),
- * `name#n` its n-th occurrence (1-based), `delivery.*` / `location.*` a family,
- * and `*` every event.
- */
-export type Selector = number | string;
-
-export interface WebhookScript {
-  /** `as_emitted` sends each event as it happens; anything else gathers them until the delivery ends (or a release), then sends them arranged. */
-  order: WebhookOrderName | readonly Selector[];
-  /** Seeds `shuffled` (and the delivery's other draws); drawn at random and shown in the history when absent. */
-  seed: number | null;
-  /** Never sent, as if every retry had failed. */
-  drop: readonly Selector[];
-  /** Sent twice. */
-  duplicate: readonly Selector[];
-  /** Kept back until released (`releaseWebhooks`, `POST /sandbox/deliveries/<uid>/webhooks/release`). */
-  hold: readonly Selector[];
-}
+export const WEBHOOK_ORDERS = ['as_emitted', 'reversed', 'shuffled'] as const satisfies readonly WebhookOrderName[];
 
 const SCRIPT_KEYS = ['order', 'seed', 'drop', 'duplicate', 'hold'] as const;
 const EVENT_NAMES: ReadonlySet<string> = new Set<string>([...DELIVERY_EVENT_NAMES, ...LOCATION_EVENT_NAMES]);

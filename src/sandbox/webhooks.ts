@@ -3,16 +3,19 @@
 // to 5 times with doubling gaps. Events of one delivery go out one at a time in
 // order, unless the fault knobs or the delivery's script (webhook-script.ts)
 // drop, duplicate, reorder or hold them on purpose; every event is kept in the
-// delivery's history with what became of it.
+// delivery's history with what became of it, until the delivery has finished and
+// more than `historySize` others have finished after it.
 import { setMaxListeners } from 'node:events';
 import { createPrivateKey, createPublicKey, generateKeyPair, type KeyObject } from 'node:crypto';
+import { linkSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
 import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SignJWT } from 'jose';
 import { Agent, request } from 'undici';
-import type { SandboxKnobs } from './index.js';
 import type { SandboxWebhookEvent } from './representations.js';
-import { arrange, deriveSeed, matchesAny, pick, seededRandom, type ScriptedEvent, type Selector, type WebhookScript } from './webhook-script.js';
+import type { SandboxKnobs, Selector, WebhookHistory, WebhookHistoryEntry, WebhookScript, WebhookStats } from './types.js';
+import { arrange, deriveSeed, matchesAny, pick, seededRandom, type ScriptedEvent } from './webhook-script.js';
 
 export const MAX_RETRIES = 5;
 /** The JWT outlives the slowest retry schedule a receiver could see. */
@@ -33,61 +36,36 @@ export async function loadSigningKeys(privateKeyPem?: string): Promise<SigningKe
   return { privateKey, publicKeyPem };
 }
 
-export interface WebhookStats {
-  /** Events handed to the sender, duplicates included: each got a first attempt. */
-  sent: number;
-  /** Events a receiver acknowledged with a 2xx. */
-  delivered: number;
-  /** Events given up after the last retry. */
-  failed: number;
-  /** Attempts after the first, over all events. */
-  retries: number;
-  /** Events waiting in a queue or in flight (including waiting for a retry). */
-  pending: number;
-  /** Events never sent on purpose (a script's `drop`, the dropRate knob): lost as after five failed retries. */
-  dropped: number;
-  /** Events kept back: held until released, gathered until their delivery ends, or held back by reorderRate. */
-  held: number;
-}
-
 /**
- * What became of one event's webhook: `not_sent` (no URL on file), `dropped`
- * (never sent, on purpose), `held` (until released), `waiting` (gathered until
- * the delivery ends, or held back by reorderRate), `queued` (to be sent or being
- * sent), `delivered` (a copy acknowledged), `failed` (given up after the retries).
+ * The PKCS#8 PEM private key kept in `file`, made (2048-bit RSA) and written the
+ * first time: a sandbox restarted on the same file signs with the same key, so a
+ * facade that verifies with its public key keeps accepting its webhooks.
  */
-export type WebhookFate = 'not_sent' | 'dropped' | 'held' | 'waiting' | 'queued' | 'delivered' | 'failed';
-
-/** One event of a delivery, in the true order, and what became of its webhook. */
-export interface WebhookHistoryEntry {
-  /** Its place in the delivery's true order, from 0 (delivery.created): what a script's number selects. */
-  index: number;
-  event_name: string;
-  /** The webhook's human-readable status. */
-  status: string | null;
-  /** What a read answered right after the event: the upstream's true state then. */
-  read_status: string | null;
-  /** When it happened (ISO 8601). */
-  at: string;
-  fate: WebhookFate;
-  /** Copies handed to the sender: 2 for a duplicate. */
-  copies: number;
-  /** Copies the receiver acknowledged with a 2xx. */
-  acknowledged: number;
+export async function keptSigningKeyPem(file: string): Promise<string> {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+  }
+  const { privateKey } = await promisify(generateKeyPair)('rsa', { modulusLength: 2048 });
+  const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+  mkdirSync(path.dirname(file), { recursive: true });
+  // Written aside, then linked into place: two sandboxes starting at once agree on whichever link lands first.
+  const aside = `${file}.${process.pid}.tmp`;
+  writeFileSync(aside, pem, { mode: 0o600 });
+  try {
+    linkSync(aside, file);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'EEXIST') return readFileSync(file, 'utf8');
+    throw error;
+  } finally {
+    rmSync(aside, { force: true });
+  }
+  return pem;
 }
 
-/** The webhooks of one delivery: every event in true order, and the order they were sent in. */
-export interface WebhookHistory {
-  /** The seed of the delivery's draws, to replay a run. */
-  seed: number | null;
-  /** How its webhooks are ordered: `as_emitted`, `reversed`, `shuffled`, or a script's selector list. */
-  order: WebhookScript['order'];
-  /** Whether a payload's `sandbox_webhooks` scripts them (the fault rate knobs then leave it alone). */
-  scripted: boolean;
-  events: WebhookHistoryEntry[];
-  /** Indexes of the events in the order they were handed to the receiver, one per copy. */
-  sent: number[];
-}
+/** How many finished deliveries' webhook histories are kept unless told otherwise: a few kB each. */
+export const DEFAULT_WEBHOOK_HISTORY_SIZE = 1_000;
 
 /** What the sandbox knows of the delivery an event belongs to; a bare enqueue (a test's own sender) has none. */
 export interface EventOrigin {
@@ -107,6 +85,7 @@ interface Outbound extends ScriptedEvent {
 
 /** One delivery's webhooks: the history, and the events kept back or queued. */
 interface Outbox {
+  uid: string;
   script: WebhookScript | null;
   order: WebhookScript['order'];
   seed: number | null;
@@ -123,7 +102,13 @@ interface Outbox {
   reordered: Outbound | null;
   /** To send, one item per copy, in order. */
   queue: Outbound[];
+  /** The copy being sent (or waiting for its retry): taken off the queue, not yet settled. */
+  inFlight: Outbound | null;
   running: boolean;
+  /** The delivery's last event came: nothing more will be added. */
+  finished: boolean;
+  /** Once finished with nothing left to send or keep: its place among the finished (the oldest are forgotten first). */
+  settled: number | null;
   /** Resolved when the queue is empty and nothing is in flight. */
   drained: (() => void)[];
 }
@@ -134,6 +119,37 @@ export interface WebhookSenderOptions {
   privateKey: KeyObject;
   /** Read on every attempt: the URL may change (or go away) while events wait. */
   webhookUrl: () => string | undefined;
+  /**
+   * How many finished deliveries' histories are kept: once a finished delivery
+   * has nothing left to send or keep back it joins them, and the one finished
+   * longest ago is forgotten. Default DEFAULT_WEBHOOK_HISTORY_SIZE.
+   */
+  historySize?: number;
+  /** Told when a delivery's webhooks change (an event, a send, a fate) or are forgotten: the world file writes them. */
+  changed?: (uid: string) => void;
+}
+
+/**
+ * One delivery's webhooks as the world file keeps them: the history, and the
+ * events not yet settled with their bodies (queued, in flight, kept back), so a
+ * restarted sandbox sends what it had not (an event in flight at the stop goes
+ * again: the document allows a webhook to arrive twice).
+ */
+export interface OutboxSnapshot {
+  script: WebhookScript | null;
+  order: WebhookScript['order'];
+  seed: number | null;
+  finished: boolean;
+  settled: number | null;
+  entries: WebhookHistoryEntry[];
+  sent: number[];
+  /** The bodies of the events below, by index. */
+  bodies: Record<number, SandboxWebhookEvent>;
+  /** Indexes to send, one per copy, the one in flight first. */
+  queue: number[];
+  held: number[];
+  waiting: number[];
+  reordered: number | null;
 }
 
 export class WebhookSender {
@@ -149,8 +165,22 @@ export class WebhookSender {
   })(new AbortController());
   // A private pool so stop() can close every socket the sandbox opened.
   private readonly agent = new Agent({ keepAliveTimeout: 2_000, connections: 64 });
+  /** Finished deliveries with nothing left to send, in the order they settled: the first is forgotten first. */
+  private readonly settledUids: string[] = [];
+  private settledCount = 0;
+  /** How many finished deliveries' histories are kept. */
+  readonly historySize: number;
+  /** False while paused: restored events wait in their queues until resume(). */
+  private sending: boolean;
 
-  constructor(private readonly options: WebhookSenderOptions) {}
+  constructor(
+    private readonly options: WebhookSenderOptions,
+    { paused = false } = {},
+  ) {
+    this.historySize = options.historySize ?? DEFAULT_WEBHOOK_HISTORY_SIZE;
+    if (!Number.isInteger(this.historySize) || this.historySize < 0) throw new RangeError('webhookHistorySize must be an integer >= 0');
+    this.sending = !paused;
+  }
 
   /**
    * Takes one event of delivery `uid`, as it happens. `final` marks the
@@ -167,11 +197,13 @@ export class WebhookSender {
     else if (box.script) this.takeScripted(box, item);
     else this.takeUnscripted(box, item, final);
     if (final) {
+      box.finished = true;
       this.send(box, this.arranged(box, box.waiting));
       box.waiting = [];
       if (box.reordered) this.send(box, this.copies(box, box.reordered));
       box.reordered = null;
     }
+    this.changed(box);
     void this.drain(box);
   }
 
@@ -198,16 +230,86 @@ export class WebhookSender {
       box.held = box.held.filter((item) => !picked.has(item));
     }
     this.send(box, released);
+    this.changed(box);
     void this.drain(box);
     await new Promise<void>((resolve) => (box.running || box.queue.length > 0 ? box.drained.push(resolve) : resolve()));
     return [...new Set(released.map((item) => item.index))];
   }
 
-  /** The webhooks of delivery `uid` so far; undefined when it has sent none. */
+  /** The webhooks of delivery `uid` so far; undefined when it has sent none, or its history was forgotten (historySize). */
   history(uid: string): WebhookHistory | undefined {
     const box = this.outboxes.get(uid);
     if (!box) return undefined;
     return { seed: box.seed, order: box.order, scripted: box.script !== null, events: box.entries.map((entry) => ({ ...entry })), sent: [...box.sent] };
+  }
+
+  /** What the world file keeps of delivery `uid`'s webhooks; undefined when there is nothing (or no longer anything) to keep. */
+  snapshot(uid: string): OutboxSnapshot | undefined {
+    const box = this.outboxes.get(uid);
+    if (!box) return undefined;
+    const unsent = [...(box.inFlight ? [box.inFlight] : []), ...box.queue, ...box.held, ...box.waiting, ...(box.reordered ? [box.reordered] : [])];
+    return {
+      script: box.script,
+      order: box.order,
+      seed: box.seed,
+      finished: box.finished,
+      settled: box.settled,
+      entries: box.entries,
+      sent: box.sent,
+      bodies: Object.fromEntries(unsent.map((item) => [item.index, item.body])),
+      queue: [...(box.inFlight ? [box.inFlight] : []), ...box.queue].map((item) => item.index),
+      held: box.held.map((item) => item.index),
+      waiting: box.waiting.map((item) => item.index),
+      reordered: box.reordered?.index ?? null,
+    };
+  }
+
+  /**
+   * Takes back a delivery's webhooks as a world file kept them (before any of its
+   * events, restored deliveries in the order they settled). What was queued or in
+   * flight is sent again once the sender runs (at once, or at resume()).
+   */
+  restore(uid: string, snapshot: OutboxSnapshot): void {
+    const occurrences = new Map<string, number>();
+    const items = snapshot.entries.map((entry): Outbound | undefined => {
+      const occurrence = (occurrences.get(entry.event_name) ?? 0) + 1;
+      occurrences.set(entry.event_name, occurrence);
+      const body = snapshot.bodies[entry.index];
+      return body && { index: entry.index, eventName: entry.event_name, occurrence, body, entry };
+    });
+    const take = (indexes: readonly number[]) => indexes.flatMap((index) => items[index] ?? []);
+    const box: Outbox = {
+      uid,
+      script: snapshot.script,
+      order: snapshot.order,
+      seed: snapshot.seed,
+      // Its draws go on from a stream of their own: a restart is not part of a replayed run.
+      random: snapshot.seed === null ? Math.random : seededRandom(deriveSeed(snapshot.seed, 'webhooks after restart')),
+      entries: snapshot.entries,
+      occurrences,
+      sent: snapshot.sent,
+      waiting: take(snapshot.waiting),
+      held: take(snapshot.held),
+      reordered: snapshot.reordered === null ? null : (items[snapshot.reordered] ?? null),
+      queue: take(snapshot.queue),
+      inFlight: null,
+      running: false,
+      finished: snapshot.finished,
+      settled: null,
+      drained: [],
+    };
+    this.outboxes.set(uid, box);
+    this.pending += box.queue.length;
+    this.kept += box.waiting.length + box.held.length + (box.reordered ? 1 : 0);
+    if (snapshot.settled !== null) this.settle(box);
+    else if (this.sending) void this.drain(box);
+  }
+
+  /** Starts sending what waits in the queues (restored events), after a paused start. */
+  resume(): void {
+    if (this.sending) return;
+    this.sending = true;
+    for (const box of this.outboxes.values()) void this.drain(box);
   }
 
   stats(): WebhookStats {
@@ -237,6 +339,7 @@ export class WebhookSender {
       const script = origin?.script ?? null;
       const seed = origin?.seed ?? null;
       box = {
+        uid,
         script,
         // The order is fixed with the delivery's first event: a knob change applies to later bookings.
         order: script ? script.order : this.options.knobs.webhookOrder,
@@ -249,7 +352,10 @@ export class WebhookSender {
         held: [],
         reordered: null,
         queue: [],
+        inFlight: null,
         running: false,
+        finished: false,
+        settled: null,
         drained: [],
       };
       this.outboxes.set(uid, box);
@@ -343,20 +449,45 @@ export class WebhookSender {
 
   /** One worker per delivery: the next event waits until the previous one is delivered or given up. */
   private async drain(box: Outbox): Promise<void> {
-    if (box.running) return;
+    if (box.running || !this.sending) return;
     box.running = true;
     try {
       for (let item = box.queue.shift(); item; item = box.queue.shift()) {
+        box.inFlight = item;
         box.sent.push(item.index);
+        this.changed(box);
         await this.deliver(item);
         if (this.lifetime.signal.aborted) return;
+        box.inFlight = null;
+        this.changed(box);
         this.pending--;
         if (this.pending === 0) this.notifyIdle();
       }
     } finally {
       box.running = false;
       if (box.queue.length === 0) this.notifyDrained(box);
+      if (!this.lifetime.signal.aborted) this.settle(box);
     }
+  }
+
+  /**
+   * A finished delivery with nothing left to send or keep back joins the settled
+   * ones; past historySize of them, the one settled longest ago is forgotten.
+   */
+  private settle(box: Outbox): void {
+    if (!box.finished || box.settled !== null || box.running || box.queue.length > 0 || box.held.length > 0 || box.waiting.length > 0 || box.reordered) return;
+    box.settled = ++this.settledCount;
+    this.settledUids.push(box.uid);
+    this.changed(box);
+    while (this.settledUids.length > this.historySize) {
+      const uid = this.settledUids.shift()!;
+      this.outboxes.delete(uid);
+      this.options.changed?.(uid);
+    }
+  }
+
+  private changed(box: Outbox): void {
+    this.options.changed?.(box.uid);
   }
 
   private async deliver(item: Outbound): Promise<void> {

@@ -1,7 +1,9 @@
 // `npm run cluster` as an operator runs it: a Redis primary, a replica, three
-// Sentinels, the sandbox and two instances; both serve the same data, and
-// Ctrl-C (SIGINT) stops every process it started.
-import { spawn } from 'node:child_process';
+// Sentinels, the sandbox and two instances, each on a port counted from --port;
+// both instances serve the same data, and Ctrl-C (SIGINT) stops every process it
+// started. `-- --help` answers with the usage.
+import { spawn, spawnSync } from 'node:child_process';
+import { createServer } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { deliveryInput } from '../helpers/stack.js';
 import { redisAvailable } from '../helpers/redis.js';
@@ -10,9 +12,35 @@ const root = new URL('../..', import.meta.url).pathname;
 const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { __typename ... on MutationCreateDeliverySuccess { data { uid } } } }`;
 const READ = `query($uid: ID!) { delivery(uid: $uid) { uid status } }`;
 
+/** A base port with the eight after it (two instances, the sandbox, two Redis servers, three Sentinels) free now. */
+async function freeBase(): Promise<number> {
+  const free = (port: number) =>
+    new Promise<boolean>((resolve) => {
+      const probe = createServer();
+      probe.once('error', () => resolve(false));
+      probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
+    });
+  for (;;) {
+    // Below the ephemeral range, where other tests' port-0 listeners land.
+    const base = 20_000 + Math.floor(Math.random() * 10_000);
+    if ((await Promise.all(Array.from({ length: 8 }, (_, n) => free(base + n)))).every(Boolean)) return base;
+  }
+}
+
+describe('npm run cluster -- --help', () => {
+  it('prints the usage, the port layout included, and exits 0', () => {
+    const result = spawnSync('npm', ['run', 'cluster', '--silent', '--', '--help'], { cwd: root, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '' }, encoding: 'utf8' });
+    expect(result.status).toBe(0);
+    expect(result.stdout).toMatch(/^Usage: npm run cluster/);
+    expect(result.stdout).toContain('--port=P');
+    expect(result.stdout).toContain('Sentinels on P+N+3 to P+N+5');
+  });
+});
+
 describe.skipIf(!redisAvailable('cluster.test.ts'))('npm run cluster', () => {
-  it('starts the Sentinel set, the sandbox and two instances on one store, and stops all of it on Ctrl-C', async () => {
-    const child = spawn('npm', ['run', 'cluster', '--silent', '--', '--instances=2', '--port=0'], { cwd: root, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', LOG_LEVEL: 'silent' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  it('starts the Sentinel set, the sandbox and two instances on the ports from --port, on one store, and stops all of it on Ctrl-C', async () => {
+    const base = await freeBase();
+    const child = spawn('npm', ['run', 'cluster', '--silent', '--', '--instances=2', `--port=${base}`], { cwd: root, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', LOG_LEVEL: 'silent' }, stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
     child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
     child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -28,9 +56,13 @@ describe.skipIf(!redisAvailable('cluster.test.ts'))('npm run cluster', () => {
         child.once('exit', (code) => reject(new Error(`exited with ${code}:\n${output}`)));
       });
       const urls = [...output.matchAll(/instance \d+\s+(http:\/\/\S+)\/graphql/g)].map((match) => match[1]!);
-      expect(urls).toHaveLength(2);
+      // Everything on the ports the usage names: the instances, the sandbox, the Redis servers, the Sentinels.
+      expect(urls).toEqual([`http://127.0.0.1:${base}`, `http://127.0.0.1:${base + 1}`]);
+      expect(output).toContain(`sandbox upstream    http://127.0.0.1:${base + 2}/api/v1`);
+      expect(output).toContain(`Redis primary       127.0.0.1:${base + 3}   (replica 127.0.0.1:${base + 4})`);
+      expect(output).toContain(`Sentinels           127.0.0.1:${base + 5},127.0.0.1:${base + 6},127.0.0.1:${base + 7}`);
       const key = /merchant key\s+(\S+)/.exec(output)![1]!;
-      expect(output).toMatch(/Sentinels\s+127\.0\.0\.1:\d+,127\.0\.0\.1:\d+,127\.0\.0\.1:\d+/);
+      expect(key).toBe('sk_test_demo_merchant');
       const gql = async (url: string, query: string, variables: Record<string, unknown>) =>
         (await (await fetch(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify({ query, variables }) })).json()) as any;
       // Booked on one instance, read on the other: one store.

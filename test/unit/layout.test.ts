@@ -2,7 +2,8 @@
 // folder that imports it back, directly or through others. Type-only imports do
 // not count (they vanish at run time); a file directly under src/ (errors.ts,
 // config.ts, app.ts …) is a node of its own. docs/architecture.md says what each
-// folder may import.
+// folder may import. Inside src/sandbox no file imports one that imports it
+// back, types included: its shared types live in types.ts, which imports none of it.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -24,12 +25,16 @@ function nodeOf(file: string): string {
   return relative.includes(path.sep) ? relative.split(path.sep)[0]! : relative;
 }
 
-/** Relative modules a file needs at run time: value imports, re-exports and dynamic imports. */
-function runtimeImports(file: string): string[] {
+/** Relative modules a file needs at run time (value imports, re-exports and dynamic imports), or with `types`, every module it names. */
+function runtimeImports(file: string, { types = false } = {}): string[] {
   const text = readFileSync(file, 'utf8');
   const targets: string[] = [];
   for (const match of text.matchAll(/^(import|export)\s+(type\s+)?([^'";]*?)\s*from\s*'(\.[^']+)'/gm)) {
     const [, , typeOnly, clause, target] = match;
+    if (types) {
+      targets.push(target!);
+      continue;
+    }
     if (typeOnly) continue;
     const names = /^\{([^}]*)\}$/.exec(clause!.trim())?.[1];
     if (names !== undefined && names.split(',').map((name) => name.trim()).filter(Boolean).every((name) => name.startsWith('type '))) continue;
@@ -49,6 +54,23 @@ function folderGraph(): Map<string, Map<string, string[]>> {
       const edges = graph.get(from) ?? new Map<string, string[]>();
       graph.set(from, edges);
       edges.set(to, [...(edges.get(to) ?? []), `${path.relative(SRC, file)} → ${path.relative(SRC, target)}`]);
+    }
+  }
+  return graph;
+}
+
+/** The files of src/sandbox and the sandbox files each one imports, type-only imports included. */
+function sandboxGraph(): Map<string, Map<string, string[]>> {
+  const dir = path.join(SRC, 'sandbox');
+  const graph = new Map<string, Map<string, string[]>>();
+  for (const file of sourceFiles(dir)) {
+    const from = path.relative(dir, file);
+    const edges = new Map<string, string[]>();
+    graph.set(from, edges);
+    for (const target of runtimeImports(file, { types: true })) {
+      if (path.dirname(target) !== dir) continue;
+      const to = path.relative(dir, target);
+      edges.set(to, [`${from} → ${to}`]);
     }
   }
   return graph;
@@ -89,6 +111,25 @@ describe('src/ layout', () => {
     expect(graph.get('app.ts')?.has('pipeline')).toBe(true);
     const planted = new Map([...graph].map(([node, edges]) => [node, new Map(edges)]));
     planted.set('domain', new Map([['store', ['domain → store (planted)']]]));
+    expect(cycles(planted).length).toBeGreaterThan(0);
+  });
+});
+
+describe('src/sandbox layout', () => {
+  it('has no import circle between its files, type-only imports included', () => {
+    expect(cycles(sandboxGraph())).toEqual([]);
+  });
+
+  it('keeps its shared types in a module that imports nothing of the sandbox', () => {
+    expect([...(sandboxGraph().get('types.ts')?.keys() ?? [])]).toEqual([]);
+  });
+
+  it('sees the imports it checks (type-only ones too, and a planted circle is found)', () => {
+    const graph = sandboxGraph();
+    expect(graph.get('knobs.ts')?.has('types.ts')).toBe(true);
+    expect(graph.get('index.ts')?.has('server.ts')).toBe(true);
+    const planted = new Map([...graph].map(([node, edges]) => [node, new Map(edges)]));
+    planted.set('types.ts', new Map([['index.ts', ['types.ts → index.ts (planted)']]]));
     expect(cycles(planted).length).toBeGreaterThan(0);
   });
 });
