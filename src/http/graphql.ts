@@ -71,13 +71,18 @@ interface Params {
 
 type HttpMarks = { status?: number; spec?: boolean; headers?: Record<string, string> };
 
+/** An answer without errors. */
+const OK = Object.freeze({ status: 200, headers: undefined });
+
 /**
  * The status and headers yoga gives an answer under application/json: the
  * highest `extensions.http.status` of its errors, spec-marked ones (parse and
  * validation errors) excepted, which GraphQL-over-HTTP answers 200 there; 500
  * for an unexpected error without data; else 200.
  */
-function statusOf(result: ExecutionResult): { status: number; headers: Record<string, string> } {
+function statusOf(result: ExecutionResult): { status: number; headers: Record<string, string> | undefined } {
+  // The common answer: nothing to read.
+  if (!result.errors?.length) return OK;
   let status = 0;
   let unexpected = false;
   const headers: Record<string, string> = {};
@@ -302,7 +307,8 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
       text = JSON.stringify(responseTooLarge(maxBytes));
       bytes = Buffer.byteLength(text);
     }
-    res.writeHead(status, { ...headers, 'content-type': 'application/json; charset=utf-8', 'content-length': bytes }).end(text);
+    const head = { 'content-type': 'application/json; charset=utf-8', 'content-length': bytes };
+    res.writeHead(status, headers ? { ...headers, ...head } : head).end(text);
     return true;
   };
 
