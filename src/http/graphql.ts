@@ -10,7 +10,7 @@ import { readCaller, trustOf, type Caller } from '../access/caller.js';
 import { KEYLESS_LIMITED, keylessWorkUnits, type RequestLimits } from '../access/rate-limit.js';
 import { clientAddress } from '../observability/client-address.js';
 import type { ClientTokens } from '../access/client-tokens.js';
-import { responseTooLarge } from '../pipeline/guards/response-size.js';
+import { responseTooLarge, textOver } from '../pipeline/guards/response-size.js';
 import { namesPersistedQuery } from '../pipeline/persisted-operations.js';
 import { isStreamRefusal, type Pipeline } from '../pipeline/pipeline.js';
 import type { WrittenResult } from '../pipeline/plan.js';
@@ -301,14 +301,12 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
       if (!(error instanceof RangeError && /string length/i.test(error.message))) throw error;
       text = JSON.stringify(responseTooLarge(maxBytes));
     }
-    // The length the header needs anyway is the one the limit is checked on.
-    let bytes = Buffer.byteLength(text);
-    if (bytes > maxBytes) {
-      text = JSON.stringify(responseTooLarge(maxBytes));
-      bytes = Buffer.byteLength(text);
-    }
-    const head = { 'content-type': 'application/json; charset=utf-8', 'content-length': bytes };
-    res.writeHead(status, headers ? { ...headers, ...head } : head).end(text);
+    if (textOver(text, maxBytes)) text = JSON.stringify(responseTooLarge(maxBytes));
+    // Encoded once, within the limit: its length is the header's, and the socket writes the bytes as they are
+    // (a string would be joined to the head, then flattened and encoded again on the way out).
+    const bytes = Buffer.from(text);
+    const head = { 'content-type': 'application/json; charset=utf-8', 'content-length': bytes.length };
+    res.writeHead(status, headers ? { ...headers, ...head } : head).end(bytes);
     return true;
   };
 
