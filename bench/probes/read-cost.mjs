@@ -6,7 +6,11 @@
 // runs under callgrind, and the count is the instructions its process (every
 // thread) ran per read: the same on a busy machine as on a quiet one, but only
 // what runs in user space (a syscall counts its few instructions, not the
-// kernel's work, which the system time shows).
+// kernel's work, which the system time shows). Under valgrind V8's tiering is
+// not what it is at full speed: a window may hold recompilations (the share of
+// instructions in its optimizing compiler is printed per round), and then the
+// counts say more about V8's state than about the reads; compare rounds with a
+// small share only.
 // Usage: npm run build && node bench/probes/read-cost.mjs [--reads=20000] [--rounds=3] [--baseline=<checkout>] [--valgrind]
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
@@ -30,7 +34,8 @@ const timeoutMs = valgrind ? 600_000 : undefined;
 // Under valgrind V8 compiles and collects on the main thread: background compile jobs would otherwise still be
 // running after any warm-up valgrind's pace allows, and their count would swamp the reads'.
 // --node-flags="...": Node options for the facades (not the proxy), e.g. a V8 heap setting to try.
-const execArgv = valgrind ? ['--single-threaded'] : [];
+// Nor does it drop compiled code it has not run for a few collections (at valgrind's pace that is most of it).
+const execArgv = valgrind ? ['--single-threaded', '--no-flush-bytecode'] : [];
 const facadeArgv = [...execArgv, ...(flags['node-flags'] ? flags['node-flags'].split(' ') : [])];
 /** Seconds a request may take: under valgrind, a cold contender answers 32 connections slowly. */
 const timeout = valgrind ? 120 : undefined;
@@ -54,13 +59,20 @@ function instructionsSinceZero(pid) {
   const dumped = readdirSync(outDir).filter((name) => !before.has(name) && name.includes(`.${pid}`));
   let total = 0;
   let main = 0;
+  let compiling = 0;
   for (const name of dumped) {
-    const text = readFileSync(path.join(outDir, name), 'utf8');
+    const file = path.join(outDir, name);
+    const text = readFileSync(file, 'utf8');
     const count = Number(/^(?:totals|summary):\s*(\d+)/m.exec(text)?.[1] ?? 0);
     total += count;
     if (/^thread:\s*1$/m.test(text)) main += count;
+    if (count === 0) continue;
+    // What V8's optimizing compiler ran in the window (inclusive): tiering, not reads.
+    const annotated = execFileSync('callgrind_annotate', ['--inclusive=yes', '--threshold=100', file], { encoding: 'utf8', maxBuffer: 1 << 28 });
+    const line = annotated.split('\n').find((each) => each.includes('v8::internal::Compiler::CompileOptimized('));
+    compiling += Number(line?.trim().split(/\s/)[0].replaceAll(',', '') ?? 0);
   }
-  return { total, main };
+  return { total, main, compiling };
 }
 
 // Under valgrind a contender may leave a connection idle for seconds: the upstream keeps it open meanwhile.
@@ -86,12 +98,14 @@ const contenders = [
   { name: 'delivery-graph', pid: facade.child.pid, load: facadeReadLoad(facade.origin) },
   ...(baseline ? [{ name: `delivery-graph at ${path.basename(baselineDir)}`, pid: baseline.child.pid, load: facadeReadLoad(baseline.origin) }] : []),
 ];
-const perRead = ({ total, main }, served) => ({ instructions: total / served, mainInstructions: main / served });
+const perRead = ({ total, main, compiling }, served) => ({ instructions: total / served, mainInstructions: main / served, compiling: compiling / total });
 const measured = new Map(contenders.map((c) => [c.name, []]));
 for (let round = 0; round < rounds; round += 1) {
   for (const c of contenders) {
     // Warm-up: the JIT, the pools' connections, the facade's compiled plan.
-    const warm = await http.call('autocannon', { ...c.load, amount: valgrind ? Number(flags.warm ?? 1_000) : Number(flags.warm ?? 5_000), duration: 600, timeout });
+    const warmReads = Number(flags.warm ?? (valgrind ? 1_000 : 5_000));
+    // After the first round the JIT is warm: a short run reopens the connections.
+    const warm = await http.call('autocannon', { ...c.load, amount: round === 0 ? warmReads : Math.min(warmReads, 500), duration: 600, timeout });
     // A cold contender under valgrind may time out a few (the upstream's idle connections close meanwhile): only the measured reads must all succeed.
     if (warm.errors + (warm.non2xx ?? 0) > 0) console.error(`${c.name}: ${warm.errors} errors, ${warm.non2xx} non-2xx in the warm-up`);
     if (valgrind) execFileSync('callgrind_control', ['-z', String(c.pid)], { stdio: 'ignore' });
@@ -127,6 +141,7 @@ for (const [name, runs] of measured) {
     line.push(`  ${(ir / 1e3).toFixed(0)} k instructions/read = ${(ir / proxyIr).toFixed(2)}× the proxy (main thread ${(mainIr / 1e3).toFixed(0)} k = ${(mainIr / proxyMainIr).toFixed(2)}×)`);
   }
   line.push(`  rounds: ${runs.map((m) => (m.user + m.system).toFixed(0)).join(', ')} µs; ${runs.map((m) => Math.round(m.rps)).join(', ')} req/s`);
+  if (valgrind) line.push(`; instructions per round ${runs.map((m) => `${(m.instructions / 1e3).toFixed(0)} k (${(100 * m.compiling).toFixed(0)} % compiling)`).join(', ')}`);
   console.log(line.join(''));
 }
 process.exit(0);
