@@ -97,11 +97,24 @@ function clientAt(stack: Stack, localAddress: string) {
   };
 }
 
+/** A genuine webhook of the upstream's, signed with `privateKey`. */
+function signedWebhook(stack: Stack, privateKey: CryptoKey): Promise<string> {
+  return new SignJWT({ payload: { uid: randomUUID(), event_name: 'delivery.created' } })
+    .setProtectedHeader({ alg: 'RS256' })
+    .setIssuer(stack.sandbox.issuer)
+    .setIssuedAt()
+    .setExpirationTime('5m')
+    .sign(privateKey);
+}
+
 describe('70 connections from one address with MAX_CONNECTIONS=60 and WEBHOOK_PORT', () => {
   let stack: Stack;
+  let privateKey: CryptoKey;
   let held: Held[] = [];
   beforeAll(async () => {
-    stack = await startStack({ env: { MAX_CONNECTIONS: '60', WEBHOOK_PORT: '0' } });
+    const pair = await generateKeyPair('RS256', { extractable: true });
+    privateKey = pair.privateKey;
+    stack = await startStack({ env: { MAX_CONNECTIONS: '60', WEBHOOK_PORT: '0' }, sandbox: { privateKeyPem: await exportPKCS8(pair.privateKey) } });
   });
   afterEach(() => {
     for (const each of held) each.socket.destroy();
@@ -111,25 +124,40 @@ describe('70 connections from one address with MAX_CONNECTIONS=60 and WEBHOOK_PO
 
   it("leave the upstream's webhooks and a merchant on another address answered; the address gets a quarter of the slots, the rest a 429 that says why", async () => {
     held = await holdConnections(stack.app.url, 70, '127.0.0.1');
-    expect(countBy(held)).toEqual({ 200: 15, 429: 55 });
-    expect(held.filter((each) => each.status === 200).every((each) => each.open)).toBe(true);
-    const refusal = JSON.parse(held.find((each) => each.status === 429)!.body) as { error: string; message: string };
-    expect(refusal.error).toBe('too_many_connections');
-    expect(refusal.message).toMatch(/15 connections.*MAX_CONNECTIONS_PER_ADDRESS/);
 
-    // A merchant on 127.0.0.2 books; the upstream (the sandbox, on 127.0.0.1, the attacker's address) posts its webhooks to WEBHOOK_PORT.
+    // The upstream, on the attacker's address (127.0.0.1), posts to WEBHOOK_PORT on a fresh connection.
+    const upstream = clientAt(stack, '127.0.0.1');
     const merchant = clientAt(stack, '127.0.0.2');
     try {
+      const before = stack.app.receiver!.counters.accepted;
+      const webhook = await request(stack.app.webhookUrl, {
+        method: 'POST',
+        dispatcher: upstream.agent,
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${await signedWebhook(stack, privateKey)}` },
+        body: '{}',
+      });
+      await webhook.body.text();
+      expect(webhook.statusCode).toBe(200);
+      expect(stack.app.receiver!.counters.accepted).toBe(before + 1);
+
+      // A merchant on 127.0.0.2 books; the sandbox (on 127.0.0.1 too) posts the booking's webhooks to WEBHOOK_PORT.
       const created = await merchant.gql(CREATE, { input: deliveryInput() });
       expect(created.status, JSON.stringify(created.body)).toBe(200);
       const uid = created.body.data.createDelivery.data.uid as string;
       const names = async () => ((await merchant.gql(EVENTS, { uid })).body.data?.delivery?.events.edges ?? []).map((edge: { node: { name: string } }) => edge.node.name);
       while (!(await names()).includes('delivery.created')) await new Promise((resolve) => setTimeout(resolve, 25));
 
+      // The attacking address holds its quarter of the slots, kept alive; the rest of its connections were told why they were refused.
+      expect(countBy(held)).toEqual({ 200: 15, 429: 55 });
+      expect(held.filter((each) => each.status === 200).every((each) => each.open)).toBe(true);
+      const refusal = JSON.parse(held.find((each) => each.status === 429)!.body) as { error: string; message: string };
+      expect(refusal.error).toBe('too_many_connections');
+      expect(refusal.message).toMatch(/15 connections.*MAX_CONNECTIONS_PER_ADDRESS/);
       const metrics = (await merchant.get(`${stack.app.url}/metrics`)).text;
       expect(metrics).toMatch(/^delivery_graph_connection_refusals_total\{reason="per_address"\} 55$/m);
-      expect(metrics).toMatch(/^delivery_graph_open_connections\{listener="webhook"\} \d+$/m);
+      expect(metrics).toMatch(/^delivery_graph_open_connections\{listener="main"\} 1[5-7]$/m);
     } finally {
+      await upstream.agent.close();
       await merchant.agent.close();
     }
   });
@@ -156,12 +184,7 @@ describe('a shared port with every slot but those kept for webhooks taken', () =
     for (const address of ['127.0.0.3', '127.0.0.4', '127.0.0.5', '127.0.0.6']) held.push(...(await holdConnections(stack.app.url, 13, address)));
     expect(countBy(held)).toEqual({ 200: 52 });
 
-    const token = await new SignJWT({ payload: { uid: randomUUID(), event_name: 'delivery.created' } })
-      .setProtectedHeader({ alg: 'RS256' })
-      .setIssuer(stack.sandbox.issuer)
-      .setIssuedAt()
-      .setExpirationTime('5m')
-      .sign(privateKey);
+    const token = await signedWebhook(stack, privateKey);
     const before = stack.app.receiver!.counters.accepted;
     const upstream = clientAt(stack, '127.0.0.1');
     const merchant = clientAt(stack, '127.0.0.2');
