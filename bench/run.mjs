@@ -3,6 +3,8 @@
 // Usage: npm run bench [-- --quick] [-- --profile[=dir]] [-- scenario ...]
 // The soaks run only when named: npm run bench -- soak --duration=60m (see scenarios/soak.mjs).
 // anonymous-flood takes --duration, --facade=<other checkout>, --heap and more (see attacks/anonymous-flood.mjs).
+// connection-caps, keepalive-webhook and idle-headers take --baseline=<checkout with dist/ built>: its build runs
+// beside this one, in the same table (see attacks/front-door.mjs).
 // --profile (or BENCH_PROFILE=<dir>): every facade started runs under --cpu-prof and
 // writes a .cpuprofile into the directory (bench/profiles/ by default, not committed) when it stops.
 import path from 'node:path';
@@ -13,11 +15,24 @@ import { startup } from './scenarios/startup.mjs';
 import { reconcile } from './scenarios/reconcile.mjs';
 import { soak, soakRedis } from './scenarios/soak.mjs';
 import { anonymousFlood } from './attacks/anonymous-flood.mjs';
+import { connectionCaps, idleHeaders, keptAliveWebhook } from './attacks/front-door.mjs';
 import { ScenarioSkipped } from './lib/contenders.mjs';
 import { BENCH } from './lib/proc.mjs';
 import { printGoals } from './lib/report.mjs';
 
-const SCENARIOS = { 'single-read': singleRead, 'batch-read': batchRead, realtime, 'realtime-redis': realtimeRedis, 'fan-out': fanOut, startup, reconcile, 'anonymous-flood': anonymousFlood };
+const SCENARIOS = {
+  'single-read': singleRead,
+  'batch-read': batchRead,
+  realtime,
+  'realtime-redis': realtimeRedis,
+  'fan-out': fanOut,
+  startup,
+  reconcile,
+  'anonymous-flood': anonymousFlood,
+  'connection-caps': connectionCaps,
+  'keepalive-webhook': keptAliveWebhook,
+  'idle-headers': idleHeaders,
+};
 /** Too long for every run (and for CI): only when named. */
 const ON_DEMAND = { soak, 'soak-redis': soakRedis, 'redis-replica-ack': redisReplicaAck };
 const args = process.argv.slice(2);
