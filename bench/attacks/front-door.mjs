@@ -103,7 +103,8 @@ async function capsPhase({ build, setup, upstream, keys, seconds }) {
     entry: build.entry,
     cwd: build.cwd,
     label: 'connection-caps',
-    env: { MAX_CONNECTIONS: '60', ...(webhookPort ? { WEBHOOK_PORT: String(webhookPort) } : {}) },
+    // The caps at their defaults (startFacade turns the one per address off for the other scenarios).
+    env: { MAX_CONNECTIONS: '60', MAX_CONNECTIONS_PER_ADDRESS: undefined, ...(webhookPort ? { WEBHOOK_PORT: String(webhookPort) } : {}) },
   });
   const origin = facade.origin;
   const webhookOrigin = webhookPort ? `http://127.0.0.1:${webhookPort}` : origin;

@@ -57,7 +57,8 @@ const dataDir = mkdtempSync(path.join(tmpdir(), 'dg-attack-'));
 const entry = options.dist ? [path.join(root, 'dist/main.js')] : ['--import', 'tsx', path.join(root, 'src/main.ts')];
 const facade = await spawnReady(process.execPath, entry, {
   cwd: root,
-  env: { PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent', SANDBOX_PORT: '0', UPSTREAM_URL: '' },
+  // Every attacker connection comes from 127.0.0.1: this measures the deadlines, the cap per address has a scenario of its own (connection-caps).
+  env: { PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent', SANDBOX_PORT: '0', UPSTREAM_URL: '', MAX_CONNECTIONS_PER_ADDRESS: '0' },
   ready: /serving on (http:\/\/\S+)/,
   timeoutMs: 120_000,
 });
