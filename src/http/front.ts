@@ -203,20 +203,24 @@ class Gate implements HeadState {
           if (this.onlyFor !== undefined && scan.path !== this.onlyFor) {
             return this.refuseSlot(`Every connection slot is taken but those kept for ${this.onlyFor}.`);
           }
-          // A line that came in several reads was held whole: the parser gets it in one piece.
-          if (scan.held && !this.feed(Buffer.concat([scan.held, chunk.subarray(scan.lineStart, scan.end)]), chunk, scan.end)) return;
-          if (scan.held) fed = scan.end;
           at = scan.end;
+          // A line that came in several reads was held whole: the parser gets it in one piece.
+          if (scan.held) {
+            if (!this.feed(Buffer.concat([scan.held, chunk.subarray(scan.lineStart, scan.end)]), chunk, scan.end)) return;
+            fed = scan.end;
+            if (this.pausedBefore(chunk, at)) return;
+          }
           break;
         case 'head':
           this.clearDeadline();
           if (!this.feed(chunk.subarray(fed, scan.end), chunk, scan.end)) return;
           fed = at = scan.end;
-          if (!this.framed()) return;
+          if (!this.framed() || this.pausedBefore(chunk, at)) return;
           break;
         case 'message':
           if (!this.feed(chunk.subarray(fed, scan.end), chunk, scan.end)) return;
           fed = at = scan.end;
+          if (this.pausedBefore(chunk, at)) return;
           break;
         case 'over':
           return this.refuse(431, 'Request Header Fields Too Large', `headers over ${scan.limit} bytes`);
@@ -229,7 +233,7 @@ class Gate implements HeadState {
     if (!this.timer && this.framing.inHead) this.armDeadline();
   };
 
-  /** Hands `piece` to the parser; false when nothing more of `chunk` (from `rest` on) is for it now. */
+  /** Hands `piece` to the parser; false when the gate is done with the connection (closed, refused or upgraded). */
   private feed(piece: Buffer, chunk: Buffer, rest: number): boolean {
     if (piece.length > 0) this.feedParser(piece);
     if (this.socket.destroyed || this.socket.writableEnded) {
@@ -243,11 +247,18 @@ class Gate implements HeadState {
       if (rest < chunk.length) this.socket.unshift(chunk.subarray(rest));
       return false;
     }
-    // The server paused the socket (answers are not being read): the rest comes back when it resumes.
-    if (this.socket.isPaused()) {
-      if (rest < chunk.length) this.socket.unshift(chunk.subarray(rest));
-      return false;
-    }
+    return true;
+  }
+
+  /**
+   * Whether the server paused the socket (its answers are not being read, or a
+   * body is not): the bytes from `rest` on go back to the socket, and come here
+   * again when the server resumes it.
+   */
+  private pausedBefore(chunk: Buffer, rest: number): boolean {
+    if (!this.socket.isPaused()) return false;
+    if (rest < chunk.length) this.socket.unshift(chunk.subarray(rest));
+    if (!this.timer && this.framing.inHead) this.armDeadline();
     return true;
   }
 

@@ -220,6 +220,13 @@ describe("a load balancer's kept-alive connections", () => {
     }
   });
 
+  it('answers 2,000 requests pipelined in one write, a chunked one among them (the server pauses the connection while its answers back up)', async () => {
+    const health = 'GET /health HTTP/1.1\r\nhost: x\r\n\r\n';
+    const chunked = 'POST /health HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\n\r\n';
+    const raw = await exchange(stack.app.url, [`${health.repeat(1_000)}${chunked}${health.repeat(998)}GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`], { waitMs: 10_000 });
+    expect(statuses(raw)).toEqual(Array.from({ length: 2_000 }, () => 200));
+  });
+
   it('stores a webhook pipelined right behind another request, and answers a request pipelined behind the webhook', async () => {
     const token = await largeWebhook(40_000);
     const raw = await exchange(stack.app.url, [`GET /health HTTP/1.1\r\nhost: x\r\n\r\n${webhookRequest(`Bearer ${token}`, true)}GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`]);
