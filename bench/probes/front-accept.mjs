@@ -26,7 +26,7 @@ if (values.serve) {
     address = http.address();
   } else {
     takeHandedConnections(http);
-    const fronts = createFronts({ maxConnections: 1_000_000, headersTimeoutMs: 60_000, defaultHeadBytes: 16_384, onRefusal() {}, onConnectionRefused() {}, onListenerError() {} });
+    const fronts = createFronts({ maxConnections: 1_000_000, headersTimeoutMs: 60_000, defaultHeadBytes: 16_384, onRefusal() {}, onConnectionRefused() {}, onListenerError() {}, onFault() {} });
     address = (await fronts.listen(0, '127.0.0.1', { name: 'main', server: http, headLimit: () => 16_384 })).address();
   }
   const before = process.cpuUsage();

@@ -24,7 +24,7 @@ import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createServer, type Server as NetServer, type Socket } from 'node:net';
 import { addressGroup, normalizeAddress } from '../observability/client-address.js';
-import { RequestFraming, type BodyFraming } from './request-framing.js';
+import { RequestFraming, type BodyFraming, type Scan } from './request-framing.js';
 import { refuseConnection, type Refusal } from './server-limits.js';
 
 /** Why a connection was refused before any request was read. */
@@ -58,6 +58,8 @@ export interface FrontOptions {
   onConnectionRefused(reason: ConnectionRefusal, listener: string, detail: string): void;
   /** A listener's error once it listens (accept failing, e.g. out of descriptors): it goes on listening. */
   onListenerError(error: Error): void;
+  /** A fault in reading a connection's requests: that connection was closed. */
+  onFault(error: Error): void;
 }
 
 /** What the front knows of a connection's current request. */
@@ -191,7 +193,12 @@ class Gate implements HeadState {
     // The first byte of this read not yet fed to the parser.
     let fed = 0;
     while (at < chunk.length) {
-      const scan = this.framing.scan(chunk, at);
+      let scan: Scan;
+      try {
+        scan = this.framing.scan(chunk, at);
+      } catch (error) {
+        return this.fault(error as Error);
+      }
       switch (scan.event) {
         case 'more':
           // Bytes from feedEnd on are an unfinished request line, held by the framing.
@@ -272,8 +279,20 @@ class Gate implements HeadState {
       this.socket.destroy();
       return false;
     }
-    this.framing.bodyFollows(bodyFraming(request));
+    try {
+      this.framing.bodyFollows(bodyFraming(request));
+    } catch (error) {
+      this.fault(error as Error);
+      return false;
+    }
     return true;
+  }
+
+  /** A fault of the framing's own: this connection is closed, every other goes on. */
+  private fault(error: Error): void {
+    this.stop();
+    this.socket.destroy();
+    this.options.onFault(error);
   }
 
   private armDeadline(): void {

@@ -225,6 +225,7 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     onRefusal: refused,
     onConnectionRefused: connectionRefusalLog(logger),
     onListenerError: (error) => logger.error({ err: error }, 'a listener could not accept a connection'),
+    onFault: (error) => logger.error({ err: error }, "a connection's requests could not be read; it was closed"),
   });
   for (const [name, each] of named) {
     each.keepAliveTimeout = 65_000;
