@@ -18,9 +18,9 @@
 // to /graphql holds at most 16 KiB until its deadline, as with Node's default.
 // The cost: every request passes through JavaScript before the parser (2-4 µs
 // of CPU, bench/probes/front-requests.mjs; Node would otherwise parse straight
-// from the socket), and the head's
-// deadline is kept here. Re-routing each request to a server with another
-// limit would need the same reading of where each request starts, and more.
+// from the socket), and the head's deadline is kept here. Re-routing each
+// request to a server with another limit would need the same reading of where
+// each request starts, and a socket cannot move between parsers mid-stream.
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createServer, type Server as NetServer, type Socket } from 'node:net';
@@ -65,7 +65,7 @@ export interface FrontOptions {
 
 /** What the front knows of a connection's current request. */
 export interface HeadState {
-  /** The path of the request being read or answered last, when its request line was read. */
+  /** The path of the request being read, from its request line until its body ends (undefined between requests). */
   readonly path: string | undefined;
   /**
    * Runs `refusal` once the answers to earlier requests on the connection are
@@ -141,9 +141,12 @@ type Feed = (chunk: Buffer) => void;
 
 /** The gate of one connection: every byte passes it on its way to the parser. */
 class Gate implements HeadState {
+  /** The path of the request being read, from its request line until its body ends. */
   path: string | undefined;
   /** Responses begun and not finished. */
   pending = 0;
+  /** What runs once the last answer is written (a refusal that came while one was being written). */
+  private afterAnswers: (() => void) | undefined;
   /** The request the parser made of the last head fed (set while feeding it). */
   request: IncomingMessage | undefined;
   upgraded = false;
@@ -165,9 +168,6 @@ class Gate implements HeadState {
     this.framing = new RequestFraming(options.defaultHeadBytes, spec.headLimit);
     this.armDeadline();
   }
-
-  /** What runs once the last answer is written (a refusal that came while one was being written). */
-  private afterAnswers: (() => void) | undefined;
 
   whenAnswered(refusal: () => void): void {
     if (this.pending === 0) return refusal();
@@ -223,11 +223,15 @@ class Gate implements HeadState {
           this.clearDeadline();
           if (!this.feed(chunk.subarray(fed, scan.end), chunk, scan.end)) return;
           fed = at = scan.end;
-          if (!this.framed() || this.pausedBefore(chunk, at)) return;
+          if (!this.framed()) return;
+          // A request without a body is whole: what comes next is another's.
+          if (this.framing.idle) this.path = undefined;
+          if (this.pausedBefore(chunk, at)) return;
           break;
         case 'message':
           if (!this.feed(chunk.subarray(fed, scan.end), chunk, scan.end)) return;
           fed = at = scan.end;
+          this.path = undefined;
           if (this.pausedBefore(chunk, at)) return;
           break;
         case 'over':
