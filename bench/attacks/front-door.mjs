@@ -195,7 +195,9 @@ export async function connectionCaps({ quick, command, flags = {} }) {
       ],
     ),
   ].join('\n');
-  writeSection('connection-caps', 'Connections from one address (issue 29)', body, { command, quick });
+  const own = results.filter((result) => result.build.root === ROOT);
+  const goals = quick ? [] : [{ id: 'connection-caps', measured: own.map((result) => `${result.setup}: ${result.webhooks.acked}/${result.webhooks.sent} webhooks, ${result.reads.answered}/${result.reads.sent} reads`).join('; '), met: own.every(met) }];
+  writeSection('connection-caps', 'Connections from one address (issue 29)', body, { command, quick, goals });
 }
 
 /** A webhook token of about `bytes` (a large order echoed in the event). */
@@ -265,7 +267,9 @@ export async function keptAliveWebhook({ quick, command, flags = {} }) {
       ],
     ),
   ].join('\n');
-  writeSection('keepalive-webhook', 'Large webhooks on a kept-alive connection (issue 29)', body, { command, quick });
+  const own = results.filter((result) => result.build.root === ROOT);
+  const goals = quick ? [] : [{ id: 'keepalive-webhook', measured: own.map((result) => `after ${result.first}: ${result.stored}/${rounds} stored`).join('; '), met: own.every((result) => result.stored === rounds) }];
+  writeSection('keepalive-webhook', 'Large webhooks on a kept-alive connection (issue 29)', body, { command, quick, goals });
 }
 
 /** Runs bench/attacks/large-headers.mjs for one build and returns its JSON. */
@@ -324,5 +328,15 @@ export async function idleHeaders({ quick, command, flags = {} }) {
       ],
     ),
   ].join('\n');
-  writeSection('idle-headers', 'Idle connections with large headers, side by side (issue 29)', body, { command, quick });
+  // The goal needs the other build beside this one, and the full 3,000 connections.
+  const own = results.filter((each) => each.build.root === ROOT);
+  const ratios = own.map((each) => {
+    const other = results.find((candidate) => candidate.variant === each.variant && candidate.build !== each.build);
+    return other ? { variant: each.variant, ratio: each.result.rssMiB.peak / other.result.rssMiB.peak } : undefined;
+  });
+  const goals =
+    quick || ratios.some((ratio) => !ratio) || connections < 3000
+      ? []
+      : [{ id: 'idle-headers', measured: ratios.map(({ variant, ratio }) => `${variant.split(' (')[0]}: ${fmt(ratio, 2)}×`).join('; '), met: ratios.every(({ ratio }) => ratio <= 1.1) }];
+  writeSection('idle-headers', 'Idle connections with large headers, side by side (issue 29)', body, { command, quick, goals });
 }

@@ -26,6 +26,13 @@ export const GOALS = [
     what: 'anonymous flood of distinct ~10 KB, then ~1 MB documents, 60 s each, 12 connections, 50 signed webhooks/s meanwhile (issue 20)',
     goal: 'RSS ≤ start + 150 MiB, /health p99 < 100 ms, every webhook acknowledged',
   },
+  {
+    id: 'connection-caps',
+    what: "70 idle connections from one address with MAX_CONNECTIONS=60, with WEBHOOK_PORT and on a shared port: the upstream's webhooks and two merchants on other addresses (issue 29)",
+    goal: 'every webhook acknowledged, every read answered',
+  },
+  { id: 'keepalive-webhook', what: 'a webhook with a 40 KB token after GET /health or POST /graphql on the same kept-alive connection (issue 29)', goal: 'every one stored' },
+  { id: 'idle-headers', what: '3,000 connections to /graphql trickling 200 KiB, then holding 12 KiB of headers: peak RSS against the --baseline build (issue 29)', goal: '≤ 1.1×' },
 ];
 
 const NOISE = [
