@@ -215,8 +215,11 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
   const server = createServer(serverOptions(limits, webhooksOnMainPort ? webhookHead : DEFAULT_HEADER_BYTES), handler(routePublic));
   const webhookServer = webhooksOnMainPort ? undefined : createServer(serverOptions(limits, webhookHead), handler(routeWebhookPort));
   const metricsServer = metrics && config.metricsAccess.port !== undefined ? createServer(serverOptions(limits, DEFAULT_HEADER_BYTES), handler(routeMetricsPort)) : undefined;
-  const named: Array<[string, Server]> = [['main', server], ...(webhookServer ? [['webhook', webhookServer] as [string, Server]] : []), ...(metricsServer ? [['metrics', metricsServer] as [string, Server]] : [])];
-  const servers = named.map(([, each]) => each);
+  // Each server by the name of the listener in front of it.
+  const named = new Map<string, Server>([['main', server]]);
+  if (webhookServer) named.set('webhook', webhookServer);
+  if (metricsServer) named.set('metrics', metricsServer);
+  const servers = [...named.values()];
   const caps = connectionCaps(limits);
   const fronts = createFronts({
     maxConnections: caps.maxConnections,
