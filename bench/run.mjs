@@ -5,6 +5,8 @@
 // anonymous-flood takes --duration, --facade=<other checkout>, --heap and more (see attacks/anonymous-flood.mjs);
 // token-flood takes --baseline=<other checkout>, --duration, --rate, --heap and more (see attacks/token-flood.mjs).
 // keyless-flood takes --baseline=<other checkout>, --duration and more (see attacks/keyless-flood.mjs).
+// connection-caps, keepalive-webhook and idle-headers take --baseline=<checkout with dist/ built>: its build runs
+// beside this one, in the same table (see attacks/front-door.mjs).
 // --profile (or BENCH_PROFILE=<dir>): every facade started runs under --cpu-prof and
 // writes a .cpuprofile into the directory (bench/profiles/ by default, not committed) when it stops.
 import path from 'node:path';
@@ -17,11 +19,26 @@ import { soak, soakRedis } from './scenarios/soak.mjs';
 import { anonymousFlood } from './attacks/anonymous-flood.mjs';
 import { tokenFlood } from './attacks/token-flood.mjs';
 import { keylessFlood } from './attacks/keyless-flood.mjs';
+import { connectionCaps, idleHeaders, keptAliveWebhook } from './attacks/front-door.mjs';
 import { ScenarioSkipped } from './lib/contenders.mjs';
 import { BENCH } from './lib/proc.mjs';
 import { printGoals } from './lib/report.mjs';
 
-const SCENARIOS = { 'single-read': singleRead, 'batch-read': batchRead, realtime, 'realtime-redis': realtimeRedis, 'fan-out': fanOut, startup, reconcile, 'anonymous-flood': anonymousFlood, 'token-flood': tokenFlood, 'keyless-flood': keylessFlood };
+const SCENARIOS = {
+  'single-read': singleRead,
+  'batch-read': batchRead,
+  realtime,
+  'realtime-redis': realtimeRedis,
+  'fan-out': fanOut,
+  startup,
+  reconcile,
+  'anonymous-flood': anonymousFlood,
+  'connection-caps': connectionCaps,
+  'keepalive-webhook': keptAliveWebhook,
+  'idle-headers': idleHeaders,
+  'token-flood': tokenFlood,
+  'keyless-flood': keylessFlood,
+};
 /** Too long for every run (and for CI): only when named. */
 const ON_DEMAND = { soak, 'soak-redis': soakRedis, 'redis-replica-ack': redisReplicaAck };
 const args = process.argv.slice(2);

@@ -118,6 +118,10 @@ export interface Config {
   readonly server: {
     /** Most open connections (WebSockets included); undefined: 80 % of the process's file-descriptor limit. */
     readonly maxConnections: number | undefined;
+    /** Most connections one socket peer address (IPv6: its /64) may hold on the main port (0: no cap); undefined: a quarter of maxConnections, none behind TRUST_PROXY. */
+    readonly maxConnectionsPerAddress: number | undefined;
+    /** Slots of maxConnections kept for webhooks (WEBHOOK_PORT's own, or on a shared port past the rest, for the webhook path only); undefined: an eighth of maxConnections, at most 64. */
+    readonly webhookConnections: number | undefined;
     /** A request's headers must arrive within this. */
     readonly headersTimeoutMs: number;
     /** A whole request (headers and body) must arrive within this. */
@@ -260,8 +264,8 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'WEBHOOK_PUBLIC_KEY_FILE', help: 'RSA public key (2048 bits or more) that verifies webhook JWTs: PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE", or DER; a PEM file may hold several (a key change: an event verifies against any)', default: "the sandbox's" },
   { name: 'WEBHOOK_ISSUER', help: 'required iss claim of webhook JWTs', default: "the sandbox's" },
   { name: 'WEBHOOK_PATH', help: 'path of the webhook receiver', default: '/webhooks' },
-  { name: 'WEBHOOK_PORT', help: 'a port of its own for webhooks, on HOST (the main port then answers the webhook path 404); unset: webhooks come in on PORT, where only connections whose first request is for WEBHOOK_PATH get the raised header limit', default: 'unset' },
-  { name: 'WEBHOOK_MAX_TOKEN_BYTES', help: 'largest webhook JWT accepted (it travels in the Authorization header; the header limit of webhook connections is raised to match, every other connection keeps 16 KiB)', default: '262144' },
+  { name: 'WEBHOOK_PORT', help: 'a port of its own for webhooks, on HOST, with WEBHOOK_CONNECTIONS slots no client of PORT can take (the main port then answers the webhook path 404); unset: webhooks come in on PORT', default: 'unset' },
+  { name: 'WEBHOOK_MAX_TOKEN_BYTES', help: 'largest webhook JWT accepted (it travels in the Authorization header; the head limit of WEBHOOK_PATH requests is raised to match, every other request keeps 16 KiB, whatever came before it on its connection)', default: '262144' },
   { name: 'WEBHOOK_BODY_TIMEOUT_MS', help: "a webhook's body must arrive within this after its headers", default: '10000' },
   { name: 'WEBHOOK_CLOCK_TOLERANCE_SECONDS', help: "seconds a webhook JWT is still accepted after its exp (and before its nbf/iat), for clock skew between the upstream and this host; 0: none", default: '30' },
   { name: 'DATA_DIR', help: "directory of the embedded SQLite store, and of the embedded sandbox's world and signing key (DATA_DIR/sandbox)", default: './data' },
@@ -288,8 +292,10 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'REDIS_REPLICA_ACK_TIMEOUT_MS', help: 'how long a stored batch waits for REDIS_MIN_REPLICAS_ACK replicas before its webhooks are answered 503', default: '1000' },
   { name: 'MAX_BATCH_SIZE', help: 'longest deliveries(uids:) list', default: '100' },
   { name: 'BATCH_CONCURRENCY', help: 'upstream reads one GraphQL request runs at once', default: '64' },
-  { name: 'MAX_CONNECTIONS', help: 'most open connections, WebSockets included (the next are closed at once)', default: "80 % of the process's file-descriptor limit" },
-  { name: 'HEADERS_TIMEOUT_MS', help: "a request's headers must arrive within this (slow clients are cut off)", default: '10000' },
+  { name: 'MAX_CONNECTIONS', help: 'most open connections over every port, WebSockets included (the next are refused 503 at once)', default: "80 % of the process's file-descriptor limit" },
+  { name: 'MAX_CONNECTIONS_PER_ADDRESS', help: "most connections one socket peer address (IPv6: its /64) may hold on PORT; the next are refused 429 at once (0: no cap; behind a proxy every connection is the proxy's)", default: 'a quarter of MAX_CONNECTIONS; 0 with TRUST_PROXY' },
+  { name: 'WEBHOOK_CONNECTIONS', help: 'connection slots of MAX_CONNECTIONS kept for webhooks: with WEBHOOK_PORT, only its listener takes them; on a shared PORT, they take webhook requests only (one per connection) once every other slot is taken', default: 'an eighth of MAX_CONNECTIONS, at most 64' },
+  { name: 'HEADERS_TIMEOUT_MS', help: "a request's head (request line and headers) must arrive within this, a new connection's from its start (slow clients are cut off with 408)", default: '10000' },
   { name: 'REQUEST_TIMEOUT_MS', help: 'a whole request, body included, must arrive within this', default: '30000' },
   { name: 'TRUST_PROXY', help: 'how many proxies in front append to X-Forwarded-For (false or 0: use the socket address; true: 1)', default: 'false' },
   { name: 'AUTH_FAILURES_PER_MINUTE', help: 'unknown merchant keys one client address may try per minute before RATE_LIMITED (0: no limit)', default: '20' },
@@ -516,6 +522,14 @@ function extraPort(env: Env, name: string, taken: ReadonlyArray<[string, number 
   return port;
 }
 
+/** Slots kept for webhooks: at most half of MAX_CONNECTIONS, so that the rest stay for everyone else. */
+function webhookConnections(env: Env, name: string, maxConnections: number | undefined): number | undefined {
+  if (text(env, name) === undefined) return undefined;
+  const slots = integer(env, name, 0, 0, 10_000_000);
+  if (maxConnections !== undefined && slots > maxConnections / 2) throw new ConfigError(name, `${slots} is more than half of MAX_CONNECTIONS (${maxConnections})`);
+  return slots;
+}
+
 /** `key=value,key=value` (values URL-encoded), as the OpenTelemetry specification writes headers and resource attributes. */
 function keyValues(env: Env, name: string): Record<string, string> {
   const raw = text(env, name);
@@ -656,6 +670,7 @@ export function loadConfig(env: Env = process.env): Config {
   const metricsPort = extraPort(env, 'METRICS_PORT', [['PORT', port], ['WEBHOOK_PORT', webhookPort]]);
   const token = metricsToken(env, 'METRICS_TOKEN');
   const amountUnit = oneOf(env, 'UPSTREAM_AMOUNT_UNIT', AMOUNT_UNITS, 'cents');
+  const maxConnections = text(env, 'MAX_CONNECTIONS') === undefined ? undefined : integer(env, 'MAX_CONNECTIONS', 0, 16, 10_000_000);
 
   const config: Config = {
     port,
@@ -720,7 +735,9 @@ export function loadConfig(env: Env = process.env): Config {
     shutdownGraceMs: integer(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
     workers: integer(env, 'WORKERS', 1, 1, 256),
     server: {
-      maxConnections: text(env, 'MAX_CONNECTIONS') === undefined ? undefined : integer(env, 'MAX_CONNECTIONS', 0, 16, 10_000_000),
+      maxConnections,
+      maxConnectionsPerAddress: text(env, 'MAX_CONNECTIONS_PER_ADDRESS') === undefined ? undefined : integer(env, 'MAX_CONNECTIONS_PER_ADDRESS', 0, 0, 10_000_000),
+      webhookConnections: webhookConnections(env, 'WEBHOOK_CONNECTIONS', maxConnections),
       headersTimeoutMs: integer(env, 'HEADERS_TIMEOUT_MS', 10_000, 100, 600_000),
       requestTimeoutMs: integer(env, 'REQUEST_TIMEOUT_MS', 30_000, 100, 3_600_000),
       trustProxyHops: proxyHops(env, 'TRUST_PROXY'),

@@ -60,8 +60,9 @@ export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'ben
     cwd,
     // No per-key rate limit: the bench sends one key's traffic at thousands of requests a second, and
     // measures serving them, not refusing them (RATE_LIMIT_PER_MINUTE's default would refuse most).
-    // Nor a cap on one key's open subscriptions: the fan-out scenario holds 10,000 of one key (SUBSCRIPTIONS_PER_KEY's default is 5,000).
-    env: { PORT: '0', UPSTREAM_URL: upstreamUrl, PLATFORM_ID, DATA_DIR: dataDir, LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0', SUBSCRIPTIONS_PER_KEY: '0', ...extra, ...env },
+    // Nor a cap on one key's open subscriptions: the fan-out scenario holds 10,000 of one key (SUBSCRIPTIONS_PER_KEY's default is 5,000);
+    // nor a cap of connections per address: every client of the bench is 127.0.0.1 (fan-out opens 10,000).
+    env: { PORT: '0', UPSTREAM_URL: upstreamUrl, PLATFORM_ID, DATA_DIR: dataDir, LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0', SUBSCRIPTIONS_PER_KEY: '0', MAX_CONNECTIONS_PER_ADDRESS: '0', ...extra, ...env },
     ready: /serving on (http:\/\/\S+)/,
   }).then((p) => ({
     ...p,

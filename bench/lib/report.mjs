@@ -36,6 +36,13 @@ export const GOALS = [
     what: "keyless floods, 3 connections each: costly introspection (development), 220-fragment __typename documents and the same with a made-up key (production); a merchant's read at 50/s, 30 s before and during (issue 29)",
     goal: "merchant's read p99 during each ≤ 4× before",
   },
+  {
+    id: 'connection-caps',
+    what: "70 idle connections from one address with MAX_CONNECTIONS=60, with WEBHOOK_PORT and on a shared port: the upstream's webhooks and two merchants on other addresses (issue 29)",
+    goal: 'every webhook acknowledged, every read answered',
+  },
+  { id: 'keepalive-webhook', what: 'a webhook with a 40 KB token after GET /health or POST /graphql on the same kept-alive connection (issue 29)', goal: 'every one stored' },
+  { id: 'idle-headers', what: '3,000 connections to /graphql trickling 200 KiB, then holding 12 KiB of headers: peak RSS against the --baseline build (issue 29)', goal: '≤ 1.1×' },
 ];
 
 const NOISE = [
