@@ -204,10 +204,11 @@ function contradictsRank(rank: number, facts: EventFacts): boolean {
  * The rule, and the one place that decides what an event changes.
  * - An unknown milestone moves nothing (stale after a final state).
  * - A poll event whose read is newer than the state (no event moved it since the
- *   read was made) decides: the read wins wherever it goes forward, and where it
- *   contradicts an end (a delivered or returned package read back on the way, a
- *   cancel or failure read as a second attempt); it confirms a cancel or failure
- *   with no evidence of pickup as final. Along the delivery path it never goes back.
+ *   read was made) decides: the read wins wherever it goes forward, and where one
+ *   end contradicts another (a cancel, failure or return read as DROPOFF_COMPLETE:
+ *   a second attempt); it confirms a cancel or failure with no evidence of pickup
+ *   as final. Otherwise it never goes back: a read still showing the way to the
+ *   recipient after a failure may be one made late, and only the end says which.
  * - Otherwise an event is stale after a final state, below the current rank, or (a
  *   `delivery.*` event) at it: a repeat. Stale or not, a milestone that proves a
  *   pickup marks the state picked up, and one that contradicts an end is flagged
@@ -250,7 +251,7 @@ function judgeRead(current: MilestoneState, kept: MilestoneState, facts: EventFa
     const settles = facts.read!.confirm && facts.final === 'when_confirmed' && !current.terminal && !kept.pickedUp;
     return settles ? { stale: false, courierOnly: false, moved: true, contradicts: false, state: { ...kept, terminal: true } } : same(true);
   }
-  const wins = rank > current.rank || (current.rank >= NOT_DELIVERED_RANK && rank <= DELIVERED_RANK);
+  const wins = rank > current.rank || (current.rank >= NOT_DELIVERED_RANK && rank === DELIVERED_RANK);
   return wins ? moveTo(kept, facts) : same(true);
 }
 

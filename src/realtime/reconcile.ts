@@ -142,9 +142,10 @@ export class Reconciler {
    * word that the key is still valid, and a fresh state. A refused key rejects
    * UNAUTHENTICATED. Any other failure (upstream down, not found) resolves
    * undefined: the stored state stands and reconciliation reads again later.
-   * The read is not stored: a store behind it may only have webhooks on their
-   * way, and a read stored first would make them stale. Reconciliation stores
-   * what is still missing once no event has come for an interval.
+   * The read is not stored here: a store behind it may only have webhooks on
+   * their way, and a read stored first would make them stale. The caller hands
+   * it to applyRead (atStart), which stores only what the read decides;
+   * reconciliation stores what is still missing once no event has come for an interval.
    */
   async confirm(key: string, uid: string): Promise<DeliveryRead | undefined> {
     let read: DeliveryRead;

@@ -149,7 +149,7 @@ local function append(state, events, dedup, a)
         else
           stale = 1
         end
-      elseif rank > current or (current >= ended and rank <= delivered) then
+      elseif rank > current or (current >= ended and rank == delivered) then
         moved = 1
       else
         stale = 1

@@ -10,7 +10,7 @@
 import { randomBytes } from 'node:crypto';
 import { type MessagePort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
-import type { WireWebhookEvent } from '../upstream/wire.js';
+import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
 import { factsOf, judge, type MilestoneState } from '../domain/milestones.js';
 import { carriedOver, mergeView, moverFields, viewFields, type StoredView } from '../domain/delivery-view.js';
 import { bookingMarker } from '../domain/booking-marker.js';
@@ -192,7 +192,7 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     let carried: string | null = null;
     let view: StoredView | undefined;
     if (next) {
-      const own = viewFields(payload as never);
+      const own = viewFields(payload as unknown as JsonObject);
       const mover = moverFields(payload.event_name, statusText);
       view = mergeView(viewOf(row), own, !step.stale, step.moved ? mover : undefined);
       const over = carriedOver(view, own, mover);

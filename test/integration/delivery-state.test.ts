@@ -312,6 +312,37 @@ describe.each(stores)('with polling alone, on %s', (_name, enabled, storeEnv) =>
     }
   });
 
+  test('FAILED, then a second attempt whose webhooks are all lost: a reconciliation read of DROPOFF_COMPLETE repairs it', async () => {
+    const uid = await book(stack);
+    const client = wsClient(stack.app.url, stack.key);
+    try {
+      const updates = collect(client, UPDATED, { uid });
+      await updates.waitFor(1);
+      // The webhooks run ahead of the upstream's reads (still CREATED): the reads in between move nothing back.
+      for (const name of ['assigned', 'pickup_enroute', 'pickup_arrived', 'pickup_complete', 'dropoff_enroute', 'dropoff_arrived', 'failed']) await post(stack, uid, `delivery.${name}`);
+      await updates.waitForItem((item) => item.deliveryUpdated.status === 'FAILED');
+      expect(updates.completed).toBe(false);
+      // Delivered on a second attempt; not one webhook of it arrives.
+      for (let step = 0; step < 7; step += 1) await stack.sandbox.advance(uid);
+      await updates.done;
+      expect(updates.errors).toEqual([]);
+      expect(updates.items.map((item) => [item.deliveryUpdated.status, item.deliveryUpdated.source])).toEqual([
+        ['CREATED', 'read'],
+        ['ASSIGNED', 'webhook'],
+        ['PICKUP_ENROUTE', 'webhook'],
+        ['PICKUP_ARRIVED', 'webhook'],
+        ['PICKUP_COMPLETE', 'webhook'],
+        ['DROPOFF_ENROUTE', 'webhook'],
+        ['DROPOFF_ARRIVED', 'webhook'],
+        ['FAILED', 'webhook'],
+        ['DROPOFF_COMPLETE', 'poll'],
+      ]);
+      expect((await history(stack, uid)).events.filter((e) => !e.stale).map((e) => e.name).at(-1)).toBe('delivery.dropoff_complete');
+    } finally {
+      await client.dispose();
+    }
+  });
+
   test('a cancel before pickup read again after the grace is final: the subscription completes, without a second CANCELED', async () => {
     const uid = await book(confirming);
     const client = wsClient(confirming.app.url, confirming.key);

@@ -136,8 +136,9 @@ const STATE_PATHS: PathStep[][] = [
   ['delivery.pickup_arrived', 'delivery.canceled', 'location.pickup_complete'],
   // A cancel before pickup that a read confirmed: final.
   ['delivery.assigned', 'delivery.canceled', ['delivery.canceled', CONFIRMING]],
-  // Delivered, then read as failed; failed, then read on the way again (a second attempt).
+  // Delivered, then read as failed; failed, then read delivered (a second attempt); a read of the way after a failure changes nothing.
   ['delivery.dropoff_complete', ['delivery.failed', NEW_READ]],
+  ['delivery.pickup_complete', 'delivery.failed', ['delivery.dropoff_complete', NEW_READ]],
   ['delivery.pickup_complete', 'delivery.failed', ['delivery.dropoff_enroute', NEW_READ]],
   // Polling alone: reads only.
   [['delivery.created', NEW_READ], ['delivery.canceled', NEW_READ]],

@@ -175,13 +175,19 @@ describe('when a read decides', () => {
     expect(state).toEqual({ rank: 7, terminal: true, pickedUp: true, seq: 12 });
   });
 
-  it('a read wins over a final state it contradicts, and back along a second attempt', () => {
+  it('a read wins over a final state it contradicts, and where one end contradicts another', () => {
     // Delivered, then read as failed (a failure after dropoff_complete): the read stands, and the return follows.
     expect(shape(stateAfterNames('delivery.dropoff_complete', 'delivery.failed', read('delivery.failed'), 'delivery.returned'))).toEqual({ rank: 10, terminal: true, pickedUp: true });
-    // Failed, then read on the way again: a second attempt.
-    expect(shape(stateAfterNames('delivery.pickup_complete', 'delivery.failed', read('delivery.dropoff_enroute')))).toEqual({ rank: 5, terminal: false, pickedUp: true });
-    // Returned, then read delivered.
+    // Returned, or canceled and confirmed, then read delivered.
     expect(shape(stateAfterNames('delivery.pickup_complete', 'delivery.failed', 'delivery.returned', read('delivery.dropoff_complete')))).toEqual({ rank: 7, terminal: true, pickedUp: true });
+    expect(shape(stateAfterNames('delivery.canceled', read('delivery.canceled', true), read('delivery.dropoff_complete')))).toEqual({ rank: 7, terminal: true, pickedUp: true });
+    // Failed, then read on the way to the recipient: a second attempt, or a read made late; only its end decides.
+    const failed = stateAfterNames('delivery.pickup_complete', 'delivery.failed');
+    for (const way of ['delivery.created', 'delivery.pickup_complete', 'delivery.dropoff_enroute', 'delivery.dropoff_arrived']) {
+      expect(transition(failed, way, undefined, { basis: 99, confirm: false }).stale, way).toBe(true);
+    }
+    // Back within the not-delivered branch neither.
+    expect(transition(stateAfterNames('delivery.pickup_complete', 'delivery.failed', 'delivery.returned'), 'delivery.return_in_progress', undefined, { basis: 99, confirm: false }).stale).toBe(true);
   });
 
   it('along the delivery path a read never goes back, and a read older than the state is judged as any event', () => {
