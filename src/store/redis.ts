@@ -203,11 +203,13 @@ local function append(state, events, dedup, a)
   local carried = ''
   if kept then
     local own = {}
+    local writes = {}
     for i = 1, count do
       local key, value = ARGV[a + 20 + 2 * i], ARGV[a + 21 + 2 * i]
       own[key] = value
       if stale == 0 then
-        redis.call('HSET', state, 'v:' .. key, value)
+        writes[#writes + 1] = 'v:' .. key
+        writes[#writes + 1] = value
       else
         redis.call('HSETNX', state, 'v:' .. key, value)
       end
@@ -215,9 +217,17 @@ local function append(state, events, dedup, a)
     own['event_name'] = arg(19)
     if arg(20) ~= '' then own['status'] = arg(20) end
     if moved == 1 then
-      redis.call('HSET', state, 'v:event_name', arg(19))
-      if arg(20) ~= '' then redis.call('HSET', state, 'v:status', arg(20)) else redis.call('HDEL', state, 'v:status') end
+      writes[#writes + 1] = 'v:event_name'
+      writes[#writes + 1] = arg(19)
+      if arg(20) ~= '' then
+        writes[#writes + 1] = 'v:status'
+        writes[#writes + 1] = arg(20)
+      else
+        redis.call('HDEL', state, 'v:status')
+      end
     end
+    -- One HSET for all of them (a view has a few dozen fields, far below unpack's limit).
+    if #writes > 0 then redis.call('HSET', state, unpack(writes)) end
     local parts = {}
     local all = redis.call('HGETALL', state)
     for i = 1, #all, 2 do

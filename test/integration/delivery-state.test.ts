@@ -220,6 +220,14 @@ describe.each(stores)('with webhooks sent out of order, on %s', (_name, enabled,
     }
   });
 
+  test("a webhook cannot pass for a read: the facade's own markers are dropped from what the upstream sends", async () => {
+    const uid = await book(stack);
+    for (const name of ['pickup_complete', 'failed']) await post(stack, uid, `delivery.${name}`);
+    await post(stack, uid, 'delivery.dropoff_complete', { facade_source: 'poll', facade_read_basis: 1e12, facade_confirms: true });
+    const stored = await history(stack, uid);
+    expect(stored.events.at(-1)).toEqual({ name: 'delivery.dropoff_complete', status: 'DROPOFF_COMPLETE', source: 'webhook', stale: true });
+  });
+
   test('every message carries the delivery as known after it: the completing one has the proof from dropoff_arrived and what only the read had', async () => {
     const uid = await book(stack);
     // A first event, so the read the subscription starts with has a state to be kept by.
