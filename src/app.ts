@@ -123,6 +123,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     append: (payload, receivedAt) => batcher.append(payload, receivedAt),
     intervalMs: config.realtime.reconcileIntervalMs,
     maxReadsPerSecond: config.realtime.reconcileMaxReadsPerSecond,
+    finalityGraceMs: config.realtime.finalityGraceMs,
     logger,
   });
   teardown.add('reconciler', () => reconciler.stop());

@@ -181,6 +181,12 @@ export interface Config {
     readonly reconcileIntervalMs: number;
     /** RECONCILE_MAX_READS_PER_SECOND: most reconciliation reads this instance makes per second, whatever it follows. */
     readonly reconcileMaxReadsPerSecond: number;
+    /**
+     * FINALITY_GRACE_MS: a cancel or failure with no evidence of pickup stays open
+     * to later evidence (a return, a second attempt) this long; then a read that
+     * still says so makes it final.
+     */
+    readonly finalityGraceMs: number;
   };
   /** Whether webhooks can arrive: a key verifies them (WEBHOOK_PUBLIC_KEY_FILE, or the embedded sandbox's). Without, polling alone. */
   readonly webhooksEnabled: boolean;
@@ -315,6 +321,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'SUBSCRIPTION_ACCESS_CHECKS', help: 'upstream access checks one deliveryEvents subscription without uids may make per minute, for deliveries the facade has no owner record of (each also takes one unit of RATE_LIMIT_PER_MINUTE); past either, their events are skipped (0: never asked)', default: '50' },
   { name: 'RECONCILE_INTERVAL_MS', help: 'a delivery a live subscriber follows is read from the upstream when no event has come for this long, and a change found is pushed as an event; 0: never', default: '30000; 5000 without webhooks (WEBHOOK_PUBLIC_KEY_FILE unset with UPSTREAM_URL)' },
   { name: 'RECONCILE_MAX_READS_PER_SECOND', help: 'most reconciliation reads one instance makes per second, however many deliveries it follows', default: '100' },
+  { name: 'FINALITY_GRACE_MS', help: 'a cancel or failure with no evidence of pickup ends a subscription only once a read this long after it still says so (a return or second attempt may follow)', default: '120000' },
   { name: 'GRAPHQL_INTROSPECTION', help: 'true or false: schema introspection and GraphiQL', default: 'false in production, else true' },
   { name: 'FEDERATION_SDL', help: "true or false: federation's _service { sdl } (the whole schema), for a gateway that composes from it", default: 'in production as GRAPHQL_INTROSPECTION (false), else true' },
   { name: 'GRAPHQL_MAX_BODY_BYTES', help: 'largest GraphQL request body accepted (413 above)', default: '1048576' },
@@ -759,6 +766,7 @@ export function loadConfig(env: Env = process.env): Config {
       // Without webhooks, reads are all a subscriber gets: poll more often.
       reconcileIntervalMs: integer(env, 'RECONCILE_INTERVAL_MS', webhooksEnabled ? 30_000 : 5_000, 0, 86_400_000),
       reconcileMaxReadsPerSecond: integer(env, 'RECONCILE_MAX_READS_PER_SECOND', 100, 1, 100_000),
+      finalityGraceMs: integer(env, 'FINALITY_GRACE_MS', 120_000, 0, 86_400_000),
     },
     webhooksEnabled,
     metrics: oneOf(env, 'METRICS', ['true', 'false'] as const, 'true') === 'true',

@@ -5,21 +5,26 @@
 // RECONCILE_INTERVAL_MS: once per delivery whatever its number of subscribers,
 // with one of their keys, within RECONCILE_MAX_READS_PER_SECOND for the whole
 // instance. A change the read shows is stored and published as the event the
-// webhook would have carried (its payload marked `facade_source: "poll"`); a
-// webhook of the same milestone arriving later is then a repeat, stored as
-// stale. A key the upstream refuses ends its subscriptions UNAUTHENTICATED.
+// webhook would have carried (its payload marked `facade_source: "poll"`, with
+// the log position the read was made at); a webhook of the same milestone
+// arriving later is then a repeat, stored as stale. The read decides where the
+// events cannot (src/domain/milestones.ts): an event that contradicts where the
+// delivery stands has its delivery read at once, and a read newer than the
+// state wins; a cancel or failure with no evidence of pickup ends the delivery
+// only when a read made FINALITY_GRACE_MS after it was first seen still says so.
+// Every read is merged into the delivery's view (src/domain/delivery-view.ts).
+// A key the upstream refuses ends its subscriptions UNAUTHENTICATED.
 import { NotFoundError, UnauthenticatedError } from '../errors.js';
 import { deliveryStatus } from '../domain/status.js';
-import { transition } from '../domain/milestones.js';
+import { awaitsConfirmation, isDeliveryEvent, milestoneRank, NOT_DELIVERED_RANK, POLL_SOURCE, statusRank, transitionOf, type MilestoneState } from '../domain/milestones.js';
 import type { Logger } from '../logger.js';
 import { geoPoint } from '../mapping/delivery.js';
 import type { DeliveryStatus } from '../mapping/model.js';
-import type { AppendResult, Store } from '../store/store.js';
+import type { AppendResult, Store, StoredEvent } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { JsonObject, WireDelivery, WireOrder, WireWebhookEvent, WireWebhookAddress } from '../upstream/wire.js';
 
-/** The marker on payloads the facade made from a read, not received as webhooks. */
-export const POLL_SOURCE = 'poll';
+export { POLL_SOURCE };
 
 /** A read of either group: a platform delivery or a partner order. */
 export type DeliveryRead = { group: 'platform'; wire: WireDelivery } | { group: 'partner'; wire: WireOrder };
@@ -40,7 +45,15 @@ export interface ReconcilerOptions {
   intervalMs: number;
   /** Most reads per second for this instance. */
   maxReadsPerSecond: number;
+  /** How long a cancel or failure with no evidence of pickup waits for later evidence before a read may confirm it final. */
+  finalityGraceMs: number;
   logger?: Logger;
+}
+
+/** What a read found that the caller may act on. */
+export interface ReadOutcome {
+  /** The delivery awaits the confirmation of a cancel or failure: a read from then on may confirm it (ms since the epoch). */
+  confirmAt?: number;
 }
 
 /** Read by /metrics. */
@@ -65,6 +78,8 @@ interface Followed {
   /** Failed reads in a row: each doubles the wait, up to MAX_BACKOFF. */
   failures: number;
   reading: boolean;
+  /** An event contradicted the state while a read was under way (made before it): read again at once. */
+  readAgain: boolean;
 }
 
 /** A read after failures waits at most this many intervals (and never more than 10 minutes). */
@@ -127,9 +142,10 @@ export class Reconciler {
    * word that the key is still valid, and a fresh state. A refused key rejects
    * UNAUTHENTICATED. Any other failure (upstream down, not found) resolves
    * undefined: the stored state stands and reconciliation reads again later.
-   * The read is not stored: a store behind it may only have webhooks on their
-   * way, and a read stored first would make them stale. Reconciliation stores
-   * what is still missing once no event has come for an interval.
+   * The read is not stored here: a store behind it may only have webhooks on
+   * their way, and a read stored first would make them stale. The caller hands
+   * it to applyRead (atStart), which stores only what the read decides;
+   * reconciliation stores what is still missing once no event has come for an interval.
    */
   async confirm(key: string, uid: string): Promise<DeliveryRead | undefined> {
     let read: DeliveryRead;
@@ -167,7 +183,7 @@ export class Reconciler {
   follow(uid: string, follower: Follower): () => void {
     let followed = this.#followed.get(uid);
     if (!followed) {
-      followed = { uid, followers: new Set(), group: undefined, dueAt: this.#nextDue(), failures: 0, reading: false };
+      followed = { uid, followers: new Set(), group: undefined, dueAt: this.#nextDue(), failures: 0, reading: false, readAgain: false };
       this.#followed.set(uid, followed);
     }
     followed.followers.add(follower);
@@ -179,10 +195,24 @@ export class Reconciler {
     };
   }
 
-  /** Any event of a followed delivery (a webhook, from any instance) puts its next read off by an interval. */
-  heard(uid: string): void {
+  /**
+   * Any event of a followed delivery (a webhook, from any instance) puts its next
+   * read off by an interval; one that contradicts the state has it read at once
+   * (the read settles it), and a cancel or failure has it read when its grace ends.
+   */
+  heard(uid: string, event?: StoredEvent): void {
     const followed = this.#followed.get(uid);
-    if (followed && !followed.reading) followed.dueAt = this.#nextDue();
+    if (!followed) return;
+    if (event?.contradicts) {
+      if (followed.reading) followed.readAgain = true;
+      else followed.dueAt = Date.now();
+      return;
+    }
+    if (followed.reading) return;
+    followed.dueAt = this.#nextDue();
+    if (event && !event.stale && isDeliveryEvent(event.name) && milestoneRank(event.name) === NOT_DELIVERED_RANK) {
+      followed.dueAt = Math.min(followed.dueAt, Date.parse(event.receivedAt) + this.#options.finalityGraceMs);
+    }
   }
 
   stop(): void {
@@ -230,13 +260,16 @@ export class Reconciler {
     const follower = followed.followers.values().next().value;
     if (!follower) return;
     followed.reading = true;
+    followed.readAgain = false;
     this.counters.reads += 1;
     try {
+      // Taken before the read: a state no event moved since is older than what the read shows.
+      const basis = await this.#options.store.lastSeq();
       const read = await this.#read(follower.key, followed.uid, followed.group);
       followed.group = read.group;
       followed.failures = 0;
-      await this.#apply(followed.uid, read);
-      followed.dueAt = this.#nextDue();
+      const { confirmAt } = await this.applyRead(followed.uid, read, basis);
+      followed.dueAt = followed.readAgain ? Date.now() : Math.min(this.#nextDue(), confirmAt ?? Infinity);
     } catch (error) {
       if (isRefusal(error)) {
         this.#refuse(follower.key, error as Error);
@@ -291,29 +324,59 @@ export class Reconciler {
   }
 
   /**
-   * Stores what the read shows that the store does not have yet: its milestone,
-   * when the store's rule lets it move the state, and the courier's position
-   * when it is new.
+   * Stores what a read (made when the log's last seq was `basis`) shows that the
+   * store does not have: its milestone, where the rule lets the read move the
+   * state (forward; or past an end it contradicts; or confirming a cancel or
+   * failure once its grace has passed), and the courier's position when it is
+   * new; then merges the read into the delivery's view. At a subscription's
+   * start only what the read decides is stored (it contradicts a final state, or
+   * confirms one): a read merely ahead of the store may have webhooks on their
+   * way, and stored first it would make them stale.
    */
-  async #apply(uid: string, read: DeliveryRead): Promise<void> {
+  async applyRead(uid: string, read: DeliveryRead, basis: number, options: { atStart?: boolean } = {}): Promise<ReadOutcome> {
     const { store } = this.#options;
     const status = deliveryStatus(read.wire.status);
     const events: WireWebhookEvent[] = [];
     const state = await store.deliveryState(uid);
+    const outcome: ReadOutcome = {};
     const name = DELIVERY_EVENT[status];
-    const step = name ? transition(state, name) : undefined;
-    if (name && step && !step.stale && step.state !== state) events.push(eventFromRead(read, name));
+    let after: MilestoneState | undefined = state;
+    if (name) {
+      let confirm = false;
+      if (awaitsConfirmation(state) && statusRank(status) === state!.rank) {
+        outcome.confirmAt = (await this.#movedAt(uid, state!.seq!)) + this.#options.finalityGraceMs;
+        confirm = Date.now() >= outcome.confirmAt;
+      }
+      const event = eventFromRead(read, name, { basis, confirm });
+      const step = transitionOf(state, event);
+      const decides = !options.atStart || state?.terminal === true || confirm;
+      if (!step.stale && (step.moved || step.courierOnly) && decides) {
+        events.push(event);
+        after = step.state;
+        if (step.moved && awaitsConfirmation(after)) outcome.confirmAt = Date.now() + this.#options.finalityGraceMs;
+        if (after?.terminal) delete outcome.confirmAt;
+      }
+    }
     const locationName = LOCATION_EVENT[status];
     const position = geoPoint(read.wire.driver_location);
-    if (!step?.state?.terminal && locationName && position && events.length === 0) {
+    if (!options.atStart && !after?.terminal && locationName && position && events.length === 0) {
       const latest = await store.latestEvent(uid, 'location');
       const last = latest && geoPoint(latest.payload.driver_location);
       const moved = !last || last.lat !== position.lat || last.lng !== position.lng || latest.payload.driver_id !== read.wire.driver_id;
-      if (moved && !transition(state, locationName).stale) events.push(eventFromRead(read, locationName));
+      const event = eventFromRead(read, locationName, { basis, confirm: false });
+      if (moved && !transitionOf(state, event).stale) events.push(event);
     }
     const receivedAt = new Date().toISOString();
     const results = await Promise.all(events.map((event) => this.#options.append(event, receivedAt)));
     for (const result of results) if (!result.duplicate && !result.event.stale) this.counters.changes += 1;
+    await store.recordRead({ uid, body: readBody(read), basis });
+    return outcome;
+  }
+
+  /** When the event that last moved the state was received (ms since the epoch); 0 when it is no longer stored. */
+  async #movedAt(uid: string, seq: number): Promise<number> {
+    const [mover] = await this.#options.store.eventsAfter(seq - 1, 1, { uids: [uid] });
+    return mover?.seq === seq ? Date.parse(mover.receivedAt) : 0;
   }
 }
 
@@ -339,8 +402,12 @@ const WEBHOOK_FIELDS = [
   'platform_payload', 'partner_reference', 'partner_payload',
 ] as const;
 
-/** The event the webhook would have carried, from a read: the documented body's fields the read has, marked as polled. */
-export function eventFromRead(read: DeliveryRead, eventName: string): WireWebhookEvent {
+/**
+ * The event the webhook would have carried, from a read: the documented body's
+ * fields the read has, marked as polled, with the log position the read was
+ * made at and whether it confirms a cancel or failure (see readFactsOf).
+ */
+export function eventFromRead(read: DeliveryRead, eventName: string, made: { basis: number; confirm: boolean }): WireWebhookEvent {
   const wire = read.wire as unknown as JsonObject;
   const event: JsonObject = { uid: read.wire.uid, event_name: eventName };
   for (const field of WEBHOOK_FIELDS) {
@@ -353,5 +420,23 @@ export function eventFromRead(read: DeliveryRead, eventName: string): WireWebhoo
   if (pickup) event.pickup_address = pickup as unknown as JsonObject;
   if (dropoff) event.dropoff_address = dropoff as unknown as JsonObject;
   event.facade_source = POLL_SOURCE;
+  event.facade_read_basis = made.basis;
+  if (made.confirm) event.facade_confirms = true;
   return event as unknown as WireWebhookEvent;
 }
+
+/**
+ * A read for the delivery's view: the event it would make, with what only reads
+ * carry (tracking link, style, fees, dimensions, the scheduled datetime).
+ */
+export function readBody(read: DeliveryRead): JsonObject {
+  const wire = read.wire as unknown as JsonObject;
+  const body = eventFromRead(read, 'snapshot', { basis: 0, confirm: false }) as unknown as JsonObject;
+  for (const field of READ_ONLY_FIELDS) if (wire[field] !== undefined && wire[field] !== null) body[field] = wire[field];
+  return body;
+}
+
+/** What a read has and a webhook body does not (each group's spelling, read as such by fromWebhookEvent). */
+const READ_ONLY_FIELDS = [
+  'tracking_link', 'tracking_url', 'delivery_style', 'expected_cancellation_fee', 'expected_cancelation_fee', 'dimensions', 'dimentions', 'delivery_date',
+] as const;

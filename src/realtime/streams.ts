@@ -11,12 +11,13 @@ import {
   milestoneRank,
   sameCourier,
   stateOfStatus,
-  transition,
+  transitionOf,
   type MilestoneState,
 } from '../domain/milestones.js';
 import { statusOfWebhook } from '../domain/status.js';
 import { callerCursors } from '../domain/cursor.js';
 import type { Store, StoredEvent } from '../store/store.js';
+import type { JsonObject } from '../upstream/wire.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { CheckAllowance, KeyBudget, ReadAccess, Withheld } from './access.js';
 import type { EventBus } from './bus.js';
@@ -32,6 +33,12 @@ export type EventView = StoredEvent & {
    * the delivery's status, which the event's own milestone is behind or repeats.
    */
   heldStatus?: DeliveryStatus;
+  /**
+   * Set on deliveryUpdated's first message: the delivery as known now (the
+   * store's view, the read made as the subscription started merged in), which
+   * may be more than was known after the event itself.
+   */
+  known?: JsonObject;
 };
 
 /** The status a message of deliveryUpdated shows. */
@@ -190,16 +197,20 @@ class FollowedState {
   ) {}
 
   /**
-   * Folds in one event: 'stale' when, judged against this state, it changes
-   * nothing (or was already folded in); 'courier' when it changed only the courier.
+   * Folds in one event: 'stale' when, judged against this state, it moves
+   * nothing (or was already folded in); 'courier' when it changed only the
+   * courier; 'confirmed' when a read made the state final without moving it.
    */
-  accept(event: StoredEvent): 'stale' | 'courier' | 'accepted' {
+  accept(event: StoredEvent): 'stale' | 'courier' | 'confirmed' | 'accepted' {
     if (event.seq <= this.seq) return 'stale';
     this.seq = event.seq;
-    const step = transition(this.state, event.name, courierIdentity(event.payload));
+    const before = this.state;
+    const step = transitionOf(before, event.payload);
+    // Evidence of pickup counts, stale or not: it decides whether a cancel may end the delivery.
+    this.state = step.moved ? { ...step.state!, seq: event.seq } : step.state;
     if (step.stale) return 'stale';
-    this.state = step.state;
-    return step.courierOnly ? 'courier' : 'accepted';
+    if (step.courierOnly) return 'courier';
+    return step.moved && before?.rank === this.state!.rank && !before.terminal && this.state!.terminal ? 'confirmed' : 'accepted';
   }
 
   /** Whether a position belongs to the current courier (or no courier is known to tell). */
@@ -215,8 +226,8 @@ class FollowedState {
 
 /**
  * deliveryUpdated: the current state, then each accepted delivery.* event of a
- * known milestone; ends after a final one (not after a cancel or failure that a
- * return may still follow).
+ * known milestone; ends once the state is final (a final milestone, or a cancel
+ * or failure a read confirmed: not while a return or second attempt may follow).
  */
 export function deliveryUpdated(deps: RealtimeDeps, subscriber: Subscriber, uid: string): AsyncGenerator<EventView> {
   const queue = queueFor(deps, subscriber);
@@ -226,28 +237,35 @@ export function deliveryUpdated(deps: RealtimeDeps, subscriber: Subscriber, uid:
 async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<EventView> {
   await assertReadable(deps, subscriber, uid, namedUids(deps, subscriber));
   const unlisten = deps.bus.listen(uid, (event) => {
-    deps.reconciler?.heard(uid);
+    deps.reconciler?.heard(uid, event);
     if (!event.stale && isDeliveryEvent(event.name)) queue.push(event);
   });
   let unfollow = () => {};
-  // The upstream's word on the key, and the first state when none is stored; asked while the store is read, awaited before anything is sent.
-  const confirming = confirmed(deps, subscriber, uid);
   try {
+    // Taken before the read: a stored state no event moved since then is older than what the read shows.
     const logPosition = await deps.store.lastSeq();
+    // The upstream's word on the key, and the first state when none is stored.
+    const read = await confirmed(deps, subscriber, uid);
+    // What the read decides is stored first (it contradicts a final state, or confirms a cancel), so the first message is it.
+    if (read) await deps.reconciler?.applyRead(uid, read, logPosition, { atStart: true }).catch(() => undefined);
     // The state before the latest event: whatever moved it in between is folded in from the queue.
     const stored = await deps.store.deliveryState(uid);
     const latest = await deps.store.latestEvent(uid, 'delivery');
-    const read = await confirming;
     unfollow = follow(deps, subscriber, uid, queue);
     let current: EventView = latest ?? (await snapshotOf(deps, subscriber.key, uid, logPosition, read));
+    if (latest) {
+      const known = await deps.store.deliveryView(uid);
+      if (known) current = { ...current, known };
+    }
     // The latest event changed only the courier: the status is the one of the event that last moved the milestone.
     if (current.courierOnly && stored) {
       const [mover] = await deps.store.eventsAfter(stored.seq - 1, 1, { uids: [uid] });
       if (mover?.seq === stored.seq) current = { ...current, heldStatus: statusOfView(mover) };
     }
     // A snapshot may be ahead of events still on their way: judged against it, they are late.
+    const snapshotState = current.snapshot && stateOfStatus(current.snapshot.status, snapshotCourier(current.snapshot.delivery));
     const followed = current.snapshot
-      ? new FollowedState(stateOfStatus(current.snapshot.status, snapshotCourier(current.snapshot.delivery)), current.seq)
+      ? new FollowedState(snapshotState && { ...snapshotState, seq: current.seq }, current.seq)
       : new FollowedState(stored, stored?.seq ?? 0);
     let lastSeq = current.seq;
     let status = statusOfView(current);
@@ -256,8 +274,8 @@ async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber
     for await (const event of queue) {
       const outcome = followed.accept(event);
       if (outcome === 'stale') continue;
-      // Sent once, in log order; an unknown milestone moves nothing and is not sent.
-      if (event.seq > lastSeq && milestoneRank(event.name) !== undefined) {
+      // Sent once, in log order; an unknown milestone moves nothing and is not sent, nor is a read that only confirms the status sent last.
+      if (outcome !== 'confirmed' && event.seq > lastSeq && milestoneRank(event.name) !== undefined) {
         lastSeq = event.seq;
         // A new courier on a late milestone: sent with the status the delivery has, which does not go back.
         const view: EventView = outcome === 'courier' ? { ...event, heldStatus: status } : event;
@@ -282,7 +300,7 @@ export function courierLocation(deps: RealtimeDeps, subscriber: Subscriber, uid:
 async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<StoredEvent> {
   await assertReadable(deps, subscriber, uid, namedUids(deps, subscriber));
   const unlisten = deps.bus.listen(uid, (event) => {
-    deps.reconciler?.heard(uid);
+    deps.reconciler?.heard(uid, event);
     if (event.stale) return;
     // Positions are what is sent; delivery.* events also move the state, and a final one ends the stream.
     // Only events with a usable position count as positions (a malformed one would break the non-null location).
@@ -382,7 +400,7 @@ async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber,
   await deps.reconciler?.confirmKey(subscriber.key);
 
   const push = (event: StoredEvent) => {
-    if (uids) deps.reconciler?.heard(event.uid);
+    if (uids) deps.reconciler?.heard(event.uid, event);
     queue.push(event);
   };
   const unlisteners = uids ? uids.map((uid) => deps.bus.listen(uid, push)) : [deps.bus.listen(undefined, push)];

@@ -3,9 +3,10 @@
 // one transaction, here one Lua script. Keys, under a prefix (default "dg:"):
 //   seq                        counter, INCR'd by the append script
 //   log                        stream of events; entry id "<seq>-0"
-//   delivery:<uid>             hash: rank, terminal, seq (the milestone state), courier and
-//                              formers (JSON, see courierJson), and delivery, location (seq of
-//                              the latest non-stale event of each kind)
+//   delivery:<uid>             hash: rank, terminal, seq, pickedUp (the milestone state), courier and
+//                              formers (JSON, see courierJson), delivery, location (seq of the
+//                              latest non-stale event of each kind), and the delivery's view as
+//                              fields "v:<key>" (JSON values, src/domain/delivery-view.ts)
 //   delivery:<uid>:events      sorted set of the delivery's seqs (eventsAfter with uids)
 //   delivery:<uid>:dedup       hash "<sha256 of canonical payload> <event name>" → "<seq> <append token>"
 //   idem:<owner>:<key>         hash: fingerprint, state (pending|done|unknown), uid, trackingUrl, updatedAt, token, owner
@@ -21,14 +22,16 @@ import { randomBytes } from 'node:crypto';
 import { Redis, type Result } from 'ioredis';
 import { connectRedis, logConnection, type RedisConnection } from '../redis/connection.js';
 import type { Logger } from '../logger.js';
-import type { WireWebhookEvent } from '../upstream/wire.js';
-import { courierIdentity, eventFacts, PICKED_UP_RANK } from '../domain/milestones.js';
+import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
+import { DELIVERED_RANK, factsOf, NOT_DELIVERED_RANK } from '../domain/milestones.js';
+import { moverFields, viewFields } from '../domain/delivery-view.js';
 import { TRIM_BATCH, TrimSchedule, trimIntervalMs, yieldToEventLoop, type Retention } from './retention.js';
 import {
   PartialAppendError,
   PENDING_EXPIRY_MS,
   courierJson,
   courierPart,
+  flagsOf,
   type AppendResult,
   type BookingResult,
   type DeliveryState,
@@ -37,6 +40,7 @@ import {
   type OwnerEntry,
   type OwnerGroup,
   type OwnerRecord,
+  type ReadRecord,
   type Store,
   type StoredEvent,
 } from './store.js';
@@ -55,7 +59,8 @@ type StreamEntry = [id: string, fields: string[]];
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    dgAppend(...args: string[]): Result<Array<[0, string, number] | [1 | 2, StreamEntry] | [-1, string]>, Context>;
+    dgAppend(...args: string[]): Result<Array<[0, string, number, string] | [1 | 2, StreamEntry] | [-1, string]>, Context>;
+    dgMergeRead(delivery: string, basis: string, ...fields: string[]): Result<number, Context>;
     dgLatest(delivery: string, log: string, kind: string): Result<StreamEntry | null, Context>;
     dgEventsOf(...args: string[]): Result<StreamEntry[], Context>;
     dgClaim(key: string, markerKey: string, fingerprint: string, now: string, expiryMs: string, token: string, ttlMs: string, owner: string): Result<[string, string?, string?], Context>;
@@ -73,26 +78,34 @@ declare module 'ioredis' {
  * Appends a whole group commit in one script call (one round trip, one AOF fsync
  * for the batch), in order, so ranks are compared against what the same batch
  * already wrote. Each event is judged exactly as judge() in src/domain/milestones.ts
- * does, line for line, from the facts eventFacts() gave the caller: the event's
- * rank, whether it moves the state, when it is final, and the rank that means
- * "picked up"; then appended and advanced. Each event runs under pcall, so one
- * that fails fails alone ({-1, message}). A hit in the dedup hash with this call's
- * own token is a resend of this very append (ioredis resends unanswered commands
- * after a reconnect): not a duplicate.
+ * does, line for line, from the facts factsOf() gave the caller: the event's
+ * rank, whether it moves the state, when it is final, whether it proves a pickup,
+ * whether it is a dropoff milestone, and (a poll event) the read's basis and
+ * whether it confirms; the two branch ranks come first. Then it is appended, the
+ * state advanced, and the delivery's view merged as mergeView() and carriedOver()
+ * in src/domain/delivery-view.ts do (fields as JSON text, compared as strings).
+ * Each event runs under pcall, so one that fails fails alone ({-1, message}). A
+ * hit in the dedup hash with this call's own token is a resend of this very
+ * append (ioredis resends unanswered commands after a reconnect): not a duplicate.
  */
-/** Arguments per event in the APPEND script (keep in step with its ARGV list). */
-const APPEND_FIELDS = 15;
+/** Fixed arguments per event in the APPEND script (keep in step with its ARGV list); its view fields follow. */
+const APPEND_FIELDS = 21;
 
 const APPEND = `
 -- KEYS: 1 seq, 2 log, then per event: delivery hash, delivery events, delivery dedup
--- ARGV: 1 fields per event (15), then per event:
+-- ARGV: 1 delivered rank, 2 not-delivered rank, then per event 21 fixed arguments:
 --       1 dedup field, 2 token, 3 rank ('' when unknown), 4 moves the state,
---       5 final ('always', 'never' or 'before_pickup'), 6 picked-up rank,
---       7 counts for latestEvent 'delivery', 8 carries a position,
---       9 uid, 10 name, 11 has status text, 12 status text, 13 received at, 14 payload JSON,
---       15 the courier it names (JSON {id, name}, '' when none)
--- The stale field of an entry: 0 accepted, 1 stale, 2 accepted for its courier only.
-local width = tonumber(ARGV[1])
+--       5 final ('always', 'never' or 'when_confirmed'), 6 proves a pickup, 7 a dropoff milestone,
+--       8 the read's basis ('' for a received event), 9 the read confirms,
+--       10 counts for latestEvent 'delivery', 11 carries a position,
+--       12 uid, 13 name, 14 has status text, 15 status text, 16 received at, 17 payload JSON,
+--       18 the courier it names (JSON {id, name}, '' when none),
+--       19 its name as JSON, 20 its label as JSON ('' when none), 21 n;
+--       then n view fields as key, JSON value.
+-- The stale field of an entry is its mark: 0 accepted; bits 1 stale, 2 courier only, 4 contradicts.
+-- The view lives in the delivery hash as fields 'v:<key>'.
+local delivered = tonumber(ARGV[1])
+local ended = tonumber(ARGV[2])
 local function same(a, b)
   if a.id ~= nil and b.id ~= nil then return a.id == b.id end
   return a.name == b.name
@@ -102,6 +115,7 @@ local function other_courier(known, courier)
 end
 local function append(state, events, dedup, a)
   local function arg(n) return ARGV[a + n] end
+  local count = tonumber(arg(21))
   local seen = redis.call('HGET', dedup, arg(1))
   if seen then
     local seq, token = string.match(seen, '^(%d+) (.*)$')
@@ -109,47 +123,69 @@ local function append(state, events, dedup, a)
     if token == arg(2) then return {2, entry} end
     return {1, entry}
   end
-  local now = redis.call('HMGET', state, 'rank', 'terminal', 'courier', 'formers')
+  local now = redis.call('HMGET', state, 'rank', 'terminal', 'courier', 'formers', 'pickedUp', 'seq')
   local current = tonumber(now[1])
+  local final = current ~= nil and now[2] == '1'
+  local picked = now[5] == '1'
   local courier, known, formers = nil, nil, {}
-  if arg(15) ~= '' then courier = cjson.decode(arg(15)) end
+  if arg(18) ~= '' then courier = cjson.decode(arg(18)) end
   if now[3] then known = cjson.decode(now[3]) end
   if now[4] then formers = cjson.decode(now[4]) end
-  local stale, moved, terminal, courierOnly = 0, 0, '0', 0
-  if current and now[2] == '1' then
-    stale = 1
-  elseif arg(3) ~= '' then
-    local rank = tonumber(arg(3))
-    local former = false
-    if courier then
-      for _, c in pairs(formers) do
-        if same(c, courier) then former = true end
+  local stale, moved, courierOnly, contradicts = 0, 0, 0, 0
+  local rank, terminal = nil, '0'
+  local moves = arg(4) == '1'
+  if arg(3) == '' then
+    if final then stale = 1 end
+  else
+    rank = tonumber(arg(3))
+    -- Evidence of pickup counts whatever else the event does.
+    if current and arg(6) == '1' then picked = true end
+    if current and moves and arg(8) ~= '' and (tonumber(now[6]) or 0) <= tonumber(arg(8)) then
+      -- A read newer than the state decides.
+      if rank == current then
+        if arg(9) == '1' and arg(5) == 'when_confirmed' and not final and not picked then
+          moved = 1
+          terminal = '1'
+        else
+          stale = 1
+        end
+      elseif rank > current or (current >= ended and rank == delivered) then
+        moved = 1
+      else
+        stale = 1
+      end
+    else
+      if current and moves and ((current >= ended and arg(7) == '1') or (current == delivered and rank >= ended)) then contradicts = 1 end
+      local former = false
+      if courier then
+        for _, c in pairs(formers) do
+          if same(c, courier) then former = true end
+        end
+      end
+      local other = courier ~= nil and known ~= nil and not same(known, courier)
+      if final or former then
+        stale = 1
+      elseif other and not moves then
+        stale = 1
+      elseif current and (rank < current or (moves and rank == current)) then
+        if other then courierOnly = 1 else stale = 1 end
+      elseif moves then
+        moved = 1
       end
     end
-    local other = courier ~= nil and known ~= nil and not same(known, courier)
-    if former or (other and arg(4) ~= '1') then
-      stale = 1
-    elseif current and (rank < current or (arg(4) == '1' and rank == current)) then
-      if other then courierOnly = 1 else stale = 1 end
-    elseif arg(4) == '1' then
-      moved = 1
-      local pickedUp = current ~= nil and current >= tonumber(arg(6))
-      if arg(5) == 'always' or (arg(5) == 'before_pickup' and not pickedUp) then terminal = '1' end
-    end
+    if moved == 1 and terminal == '0' and arg(5) == 'always' then terminal = '1' end
   end
   local seq = string.format('%d', redis.call('INCR', KEYS[1]))
-  local mark = stale
-  if courierOnly == 1 then mark = 2 end
-  local fields = {'uid', arg(9), 'name', arg(10), 'at', arg(13), 'stale', mark, 'payload', arg(14)}
-  if arg(11) == '1' then
-    fields[#fields + 1] = 'status'
-    fields[#fields + 1] = arg(12)
+  local mark = stale + 2 * courierOnly + 4 * contradicts
+  if moved == 1 then
+    local newRank = arg(3)
+    if terminal == '1' and rank == current then newRank = now[1] end
+    redis.call('HSET', state, 'rank', newRank, 'terminal', terminal, 'seq', seq)
+    if arg(6) == '1' then picked = true end
   end
-  redis.call('XADD', KEYS[2], seq .. '-0', unpack(fields))
-  redis.call('HSET', dedup, arg(1), seq .. ' ' .. arg(2))
-  redis.call('ZADD', events, seq, seq)
+  local kept = current ~= nil or moved == 1
+  if kept and picked then redis.call('HSET', state, 'pickedUp', '1') end
   if stale == 0 then
-    if moved == 1 then redis.call('HSET', state, 'rank', arg(3), 'terminal', terminal, 'seq', seq) end
     -- An accepted delivery.* event names the courier from now on; one it replaces is remembered.
     if (moved == 1 or courierOnly == 1) and courier then
       if other_courier(known, courier) then
@@ -158,20 +194,89 @@ local function append(state, events, dedup, a)
         list[#list + 1] = known
         redis.call('HSET', state, 'formers', cjson.encode(list))
       end
-      redis.call('HSET', state, 'courier', arg(15))
+      redis.call('HSET', state, 'courier', arg(18))
     end
-    if arg(7) == '1' then redis.call('HSET', state, 'delivery', seq) end
-    if arg(8) == '1' then redis.call('HSET', state, 'location', seq) end
+    if arg(10) == '1' then redis.call('HSET', state, 'delivery', seq) end
+    if arg(11) == '1' then redis.call('HSET', state, 'location', seq) end
   end
-  return {0, seq, mark}
+  -- The view, once the delivery has a state: a stale event only fills what is missing.
+  local carried = ''
+  if kept then
+    local own = {}
+    local writes = {}
+    for i = 1, count do
+      local key, value = ARGV[a + 20 + 2 * i], ARGV[a + 21 + 2 * i]
+      own[key] = value
+      if stale == 0 then
+        writes[#writes + 1] = 'v:' .. key
+        writes[#writes + 1] = value
+      else
+        redis.call('HSETNX', state, 'v:' .. key, value)
+      end
+    end
+    own['event_name'] = arg(19)
+    if arg(20) ~= '' then own['status'] = arg(20) end
+    if moved == 1 then
+      writes[#writes + 1] = 'v:event_name'
+      writes[#writes + 1] = arg(19)
+      if arg(20) ~= '' then
+        writes[#writes + 1] = 'v:status'
+        writes[#writes + 1] = arg(20)
+      else
+        redis.call('HDEL', state, 'v:status')
+      end
+    end
+    -- One HSET for all of them (a view has a few dozen fields, far below unpack's limit).
+    if #writes > 0 then redis.call('HSET', state, unpack(writes)) end
+    local parts = {}
+    local all = redis.call('HGETALL', state)
+    for i = 1, #all, 2 do
+      if string.sub(all[i], 1, 2) == 'v:' then
+        local key = string.sub(all[i], 3)
+        if own[key] ~= all[i + 1] then parts[#parts + 1] = '"' .. key .. '":' .. all[i + 1] end
+      end
+    end
+    if #parts > 0 then carried = '{' .. table.concat(parts, ',') .. '}' end
+  end
+  local fields = {'uid', arg(12), 'name', arg(13), 'at', arg(16), 'stale', mark, 'payload', arg(17)}
+  if arg(14) == '1' then
+    fields[#fields + 1] = 'status'
+    fields[#fields + 1] = arg(15)
+  end
+  if carried ~= '' then
+    fields[#fields + 1] = 'carried'
+    fields[#fields + 1] = carried
+  end
+  redis.call('XADD', KEYS[2], seq .. '-0', unpack(fields))
+  redis.call('HSET', dedup, arg(1), seq .. ' ' .. arg(2))
+  redis.call('ZADD', events, seq, seq)
+  return {0, seq, mark, carried}
 end
 local results = {}
+local a = 2
 for i = 1, (#KEYS - 2) / 3 do
   local k = 3 + (i - 1) * 3
-  local ok, result = pcall(append, KEYS[k], KEYS[k + 1], KEYS[k + 2], 1 + (i - 1) * width)
+  local ok, result = pcall(append, KEYS[k], KEYS[k + 1], KEYS[k + 2], a)
   if ok then results[i] = result else results[i] = {-1, tostring(result)} end
+  a = a + 21 + 2 * tonumber(ARGV[a + 21])
 end
 return results
+`;
+
+/** Merges a read into a delivery's view (Store.recordRead), as mergeRead on SQLite's writer thread does. */
+const MERGE_READ = `
+-- KEYS: 1 delivery hash; ARGV: 1 the read's basis, then view fields as key, JSON value
+local seq = redis.call('HGET', KEYS[1], 'seq')
+if not redis.call('HGET', KEYS[1], 'rank') then return 0 end
+local overwrite = (tonumber(seq) or 0) <= tonumber(ARGV[1])
+for i = 2, #ARGV, 2 do
+  if overwrite then
+    redis.call('HSET', KEYS[1], 'v:' .. ARGV[i], ARGV[i + 1])
+  else
+    redis.call('HSETNX', KEYS[1], 'v:' .. ARGV[i], ARGV[i + 1])
+  end
+end
+return 1
 `;
 
 const LATEST = `
@@ -355,9 +460,9 @@ function toStored([id, list]: StreamEntry): StoredEvent {
     name: fields.name!,
     statusText: fields.status ?? null,
     receivedAt: fields.at!,
-    stale: fields.stale === '1',
-    courierOnly: fields.stale === '2',
+    ...flagsOf(Number(fields.stale)),
     payload: JSON.parse(fields.payload!) as WireWebhookEvent,
+    ...(fields.carried ? { carried: JSON.parse(fields.carried) as JsonObject } : {}),
   };
 }
 
@@ -404,6 +509,7 @@ export class RedisStore implements Store {
     this.#trims = options.retention && new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
     defineAppend(client);
     client.defineCommand('dgLatest', { numberOfKeys: 2, lua: LATEST });
+    client.defineCommand('dgMergeRead', { numberOfKeys: 1, lua: MERGE_READ });
     client.defineCommand('dgEventsOf', { lua: EVENTS_OF });
     client.defineCommand('dgClaim', { numberOfKeys: 2, lua: CLAIM });
     client.defineCommand('dgUnknown', { numberOfKeys: 2, lua: UNKNOWN });
@@ -456,9 +562,10 @@ export class RedisStore implements Store {
       try {
         const name = payload.event_name;
         const delivery = this.#delivery(payload.uid);
-        const facts = eventFacts(name);
-        const courier = courierIdentity(payload);
+        const facts = factsOf(payload);
         const statusText = typeof payload.status === 'string' ? payload.status : null;
+        const mover = moverFields(name, statusText);
+        const view = viewFields(payload as unknown as JsonObject);
         eventKeys = [delivery.state, delivery.events, delivery.dedup];
         eventArgs = [
           `${fingerprint(payload)} ${name}`,
@@ -466,7 +573,10 @@ export class RedisStore implements Store {
           facts.rank === undefined ? '' : String(facts.rank),
           flag(facts.moves),
           facts.final,
-          String(PICKED_UP_RANK),
+          flag(facts.provesPickup),
+          flag(facts.dropoff),
+          facts.read ? String(facts.read.basis) : '',
+          flag(facts.read?.confirm === true),
           // SQLite's `name LIKE 'delivery.%'` ignores ASCII case.
           flag(name.toLowerCase().startsWith('delivery.')),
           flag(carriesPosition(payload)),
@@ -476,7 +586,11 @@ export class RedisStore implements Store {
           statusText ?? '',
           receivedAt,
           JSON.stringify(payload),
-          courier ? courierJson(courier) : '',
+          facts.courier ? courierJson(facts.courier) : '',
+          mover.eventName,
+          mover.label,
+          String(view.length),
+          ...view.flat(),
         ];
       } catch (error) {
         outcomes[index] = error instanceof Error ? error : new Error(String(error));
@@ -489,7 +603,7 @@ export class RedisStore implements Store {
     if (sent.length > 0) {
       const required = await this.#requiredReplicas();
       const writer = required > 0 ? this.#writerClient() : this.client;
-      const answers = await writer.dgAppend(String(keys.length + 2), `${this.prefix}seq`, this.#log, ...keys, String(APPEND_FIELDS), ...args);
+      const answers = await writer.dgAppend(String(keys.length + 2), `${this.prefix}seq`, this.#log, ...keys, String(DELIVERED_RANK), String(NOT_DELIVERED_RANK), ...args);
       if (required > 0) await this.#confirmed(writer, required, answers.some((answer) => answer[0] === 1));
       answers.forEach((answer, position) => {
         const index = sent[position]!;
@@ -498,7 +612,8 @@ export class RedisStore implements Store {
         } else if (answer[0] === 0) {
           const { payload, receivedAt } = events[index]!;
           const statusText = typeof payload.status === 'string' ? payload.status : null;
-          const event = { seq: Number(answer[1]), uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale: answer[2] === 1, courierOnly: answer[2] === 2, payload };
+          const event: StoredEvent = { seq: Number(answer[1]), uid: payload.uid, name: payload.event_name, statusText, receivedAt, ...flagsOf(answer[2]), payload };
+          if (answer[3]) event.carried = JSON.parse(answer[3]) as JsonObject;
           outcomes[index] = { event, duplicate: false };
         } else {
           outcomes[index] = { event: toStored(answer[1]), duplicate: answer[0] === 1 };
@@ -575,8 +690,22 @@ export class RedisStore implements Store {
   }
 
   async deliveryState(uid: string): Promise<DeliveryState | undefined> {
-    const [rank, terminal, seq, courier, formers] = await this.client.hmget(this.#delivery(uid).state, 'rank', 'terminal', 'seq', 'courier', 'formers');
-    return rank === null ? undefined : { rank: Number(rank), terminal: terminal === '1', seq: Number(seq), ...courierPart(courier, formers) };
+    const [rank, terminal, seq, courier, formers, pickedUp] = await this.client.hmget(this.#delivery(uid).state, 'rank', 'terminal', 'seq', 'courier', 'formers', 'pickedUp');
+    if (rank === null) return undefined;
+    return { rank: Number(rank), terminal: terminal === '1', ...(pickedUp === '1' ? { pickedUp: true as const } : {}), seq: Number(seq), ...courierPart(courier, formers) };
+  }
+
+  async deliveryView(uid: string): Promise<JsonObject | undefined> {
+    const hash = await this.client.hgetall(this.#delivery(uid).state);
+    if (hash.rank === undefined) return undefined;
+    const view: JsonObject = { uid };
+    for (const [field, json] of Object.entries(hash)) if (field.startsWith('v:')) view[field.slice(2)] = JSON.parse(json) as unknown;
+    return view;
+  }
+
+  async recordRead({ uid, body, basis }: ReadRecord): Promise<void> {
+    const fields = viewFields(body);
+    if (fields.length > 0) await this.client.dgMergeRead(this.#delivery(uid).state, String(basis), ...fields.flat());
   }
 
   /** The counter the append script INCRs with each XADD: trimming the log does not lower it. */

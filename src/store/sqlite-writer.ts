@@ -10,12 +10,13 @@
 import { randomBytes } from 'node:crypto';
 import { type MessagePort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
-import type { WireWebhookEvent } from '../upstream/wire.js';
-import { courierIdentity, transition, type MilestoneState } from '../domain/milestones.js';
+import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
+import { factsOf, judge, type MilestoneState } from '../domain/milestones.js';
+import { carriedOver, mergeView, moverFields, viewFields, type StoredView } from '../domain/delivery-view.js';
 import { bookingMarker } from '../domain/booking-marker.js';
 import { fingerprint } from '../domain/canonical-json.js';
 import { TRIM_BATCH, type Retention } from './retention.js';
-import { PENDING_EXPIRY_MS, courierJson, courierPart, formerCouriersJson, type BookingResult, type IdempotencyClaim, type OwnerEntry } from './store.js';
+import { PENDING_EXPIRY_MS, courierJson, courierPart, formerCouriersJson, markOf, type BookingResult, type IdempotencyClaim, type OwnerEntry, type ReadRecord } from './store.js';
 
 /** What the main thread hands the writer thread at its start. */
 export interface WriterData {
@@ -29,15 +30,17 @@ export interface EventRow {
   name: string;
   status_text: string | null;
   received_at: string;
-  /** 0 accepted, 1 stale, 2 accepted for its courier only (StoredEvent.courierOnly). */
+  /** The event's mark (MARK in store.ts): 0 accepted; bits 1 stale, 2 accepted for its courier only, 4 contradicts. */
   stale: number;
   payload: string;
+  /** StoredEvent.carried as JSON; null when nothing was carried over. */
+  carried: string | null;
 }
 
 /** One event's outcome as the writer answers it: the main thread still has the payload of a new one. */
 export type AppendOutcome =
   | { duplicate: true; row: EventRow }
-  | { duplicate: false; seq: number; stale: boolean; courierOnly: boolean; statusText: string | null }
+  | { duplicate: false; seq: number; mark: number; statusText: string | null; carried: string | null }
   | { error: WriterError };
 
 /** An error as it crosses the thread boundary (SqliteError's code kept). */
@@ -60,6 +63,8 @@ export interface WriterOps {
   open(now: number, file: string, retention: Retention | undefined): void;
   /** Events as their payload's JSON: what is stored, and what the thread de-duplicates and ranks by. */
   append(now: number, events: ReadonlyArray<{ json: string; receivedAt: string }>): AppendOutcome[];
+  /** Merges a read into its delivery's view (Store.recordRead). */
+  mergeRead(now: number, read: ReadRecord): void;
   claim(now: number, ownerHash: string, idempotencyKey: string, fingerprint: string): IdempotencyClaim;
   markUnknown(now: number, ownerHash: string, idempotencyKey: string): IdempotencyClaim;
   resolveMarker(now: number, marker: string, result: BookingResult): string | undefined;
@@ -94,7 +99,7 @@ const VACUUM_STEP_PAGES = 256;
 const freePagesKept = (pages: number) => Math.max(1024, Math.floor(pages / 4));
 
 /** Requests that may share a transaction with others; a trim step and close run alone. */
-const SHARED: ReadonlySet<keyof WriterOps> = new Set(['append', 'claim', 'markUnknown', 'resolveMarker', 'complete', 'release', 'recordOwners', 'cursorSecret', 'ping']);
+const SHARED: ReadonlySet<keyof WriterOps> = new Set(['append', 'mergeRead', 'claim', 'markUnknown', 'resolveMarker', 'complete', 'release', 'recordOwners', 'cursorSecret', 'ping']);
 
 interface StateRow {
   rank: number;
@@ -102,9 +107,19 @@ interface StateRow {
   seq: number;
   courier: string | null;
   former_couriers: string | null;
+  picked_up: number | null;
+  view: string | null;
 }
 
-const stateOf = (row: StateRow): MilestoneState => ({ rank: row.rank, terminal: row.terminal === 1, ...courierPart(row.courier, row.former_couriers) });
+const stateOf = (row: StateRow): MilestoneState => ({
+  rank: row.rank,
+  terminal: row.terminal === 1,
+  ...(row.picked_up === 1 ? { pickedUp: true as const } : {}),
+  seq: row.seq,
+  ...courierPart(row.courier, row.former_couriers),
+});
+
+const viewOf = (row: StateRow | undefined): StoredView => (row?.view ? (JSON.parse(row.view) as StoredView) : {});
 
 function claimOf(row: { state: string; uid: string | null; tracking_url: string | null; updated_at: number }): IdempotencyClaim {
   if (row.state === 'done') return { state: 'done', result: { uid: row.uid!, trackingUrl: row.tracking_url } };
@@ -134,13 +149,12 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     forgetIdem: db.prepare('DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?'),
     insertOwner: db.prepare('INSERT OR IGNORE INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)'),
     findEvent: db.prepare<[string, string, string], EventRow>('SELECT * FROM events WHERE uid = ? AND name = ? AND hash = ?'),
-    insertEvent: db.prepare('INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload) VALUES (?, ?, ?, ?, ?, ?, ?)'),
-    getState: db.prepare<[string], StateRow>('SELECT rank, terminal, seq, courier, former_couriers FROM delivery_state WHERE uid = ?'),
+    insertEvent: db.prepare('INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload, carried) VALUES (?, ?, ?, ?, ?, ?, ?, ?)'),
+    getState: db.prepare<[string], StateRow>('SELECT rank, terminal, seq, courier, former_couriers, picked_up, view FROM delivery_state WHERE uid = ?'),
     putState: db.prepare(
-      'INSERT INTO delivery_state (uid, rank, terminal, seq, courier, former_couriers) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET rank = excluded.rank, terminal = excluded.terminal, seq = excluded.seq, courier = excluded.courier, former_couriers = excluded.former_couriers',
+      'INSERT INTO delivery_state (uid, rank, terminal, seq, courier, former_couriers, picked_up, view) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET rank = excluded.rank, terminal = excluded.terminal, seq = excluded.seq, courier = excluded.courier, former_couriers = excluded.former_couriers, picked_up = excluded.picked_up, view = excluded.view',
     ),
-    // A courier change alone: the milestone, and the event that last moved it, stay.
-    putCourier: db.prepare('UPDATE delivery_state SET courier = ?, former_couriers = ? WHERE uid = ?'),
+    putView: db.prepare('UPDATE delivery_state SET view = ? WHERE uid = ?'),
     getMeta: db.prepare<[string], { value: Buffer }>('SELECT value FROM meta WHERE name = ?'),
     putMetaOnce: db.prepare('INSERT OR IGNORE INTO meta (name, value) VALUES (?, ?)'),
     ping: db.prepare('INSERT INTO readiness (id, checked_at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at'),
@@ -163,6 +177,7 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
 
   // One event, ranked against what the batch already wrote, in a savepoint of its own (a nested
   // better-sqlite3 transaction): one that fails is undone alone and fails only itself.
+  // The same steps as the Redis APPEND script: judge, merge the view, keep what was carried over.
   const appendOne = db.transaction(({ json, receivedAt }: { json: string; receivedAt: string }): AppendOutcome => {
     const payload = JSON.parse(json) as WireWebhookEvent;
     const hash = fingerprint(payload);
@@ -170,16 +185,29 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     if (existing) return { duplicate: true, row: existing };
     const row = s.getState.get(payload.uid);
     const current: MilestoneState | undefined = row && stateOf(row);
-    const { stale, courierOnly, state: next } = transition(current, payload.event_name, courierIdentity(payload));
+    const step = judge(current, factsOf(payload));
+    const next = step.state;
     const statusText = typeof payload.status === 'string' ? payload.status : null;
-    const info = s.insertEvent.run(payload.uid, payload.event_name, hash, statusText, receivedAt, stale ? 1 : courierOnly ? 2 : 0, json);
+    // The view is kept once the delivery has a state: a stale event only fills what is missing.
+    let carried: string | null = null;
+    let view: StoredView | undefined;
+    if (next) {
+      const own = viewFields(payload as unknown as JsonObject);
+      const mover = moverFields(payload.event_name, statusText);
+      view = mergeView(viewOf(row), own, !step.stale, step.moved ? mover : undefined);
+      const over = carriedOver(view, own, mover);
+      if (over) carried = JSON.stringify(over);
+    }
+    const info = s.insertEvent.run(payload.uid, payload.event_name, hash, statusText, receivedAt, markOf(step), json, carried);
     const seq = Number(info.lastInsertRowid);
-    const courier = next?.courier ? courierJson(next.courier) : null;
-    const formers = next?.formerCouriers ? formerCouriersJson(next.formerCouriers) : null;
-    // Only an event that moved the milestone is written as its last mover.
-    if (courierOnly) s.putCourier.run(courier, formers, payload.uid);
-    else if (next && next !== current) s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, seq, courier, formers);
-    return { duplicate: false, seq, stale, courierOnly, statusText };
+    if (next) {
+      const courier = next.courier ? courierJson(next.courier) : null;
+      const formers = next.formerCouriers ? formerCouriersJson(next.formerCouriers) : null;
+      // Only an event that moved the milestone (or made it final) is written as its last mover.
+      const moverSeq = step.moved ? seq : current!.seq!;
+      s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, moverSeq, courier, formers, next.pickedUp ? 1 : 0, JSON.stringify(view));
+    }
+    return { duplicate: false, seq, mark: markOf(step), statusText, carried };
   });
 
   return {
@@ -193,6 +221,15 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
           return { error: asWriterError(error) };
         }
       }),
+
+    // A read newer than the state overwrites; one older than the state's last move only fills.
+    mergeRead: (_now, { uid, body, basis }) => {
+      const row = s.getState.get(uid);
+      if (!row) return;
+      const view = mergeView(viewOf(row), viewFields(body), row.seq <= basis);
+      const json = JSON.stringify(view);
+      if (json !== row.view) s.putView.run(json, uid);
+    },
 
     // One transaction: the read and the insert cannot interleave with another claim.
     claim: (now, ownerHash, idempotencyKey, fingerprint) =>

@@ -15,12 +15,14 @@ import { fileURLToPath } from 'node:url';
 import { MessageChannel, Worker, type WorkerOptions } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import type { Logger } from '../logger.js';
-import type { WireWebhookEvent } from '../upstream/wire.js';
+import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
 import type { MilestoneState } from '../domain/milestones.js';
+import { viewBody, type StoredView } from '../domain/delivery-view.js';
 import { TrimSchedule, trimIntervalMs, yieldToEventLoop, type Retention } from './retention.js';
 import {
   PartialAppendError,
   courierPart,
+  flagsOf,
   type AppendResult,
   type BookingResult,
   type DeliveryState,
@@ -29,6 +31,7 @@ import {
   type OwnerEntry,
   type OwnerGroup,
   type OwnerRecord,
+  type ReadRecord,
   type Store,
   type StoredEvent,
 } from './store.js';
@@ -45,9 +48,9 @@ function toStored(row: EventRow): StoredEvent {
     name: row.name,
     statusText: row.status_text,
     receivedAt: row.received_at,
-    stale: row.stale === 1,
-    courierOnly: row.stale === 2,
+    ...flagsOf(row.stale),
     payload: JSON.parse(row.payload) as WireWebhookEvent,
+    ...(row.carried ? { carried: JSON.parse(row.carried) as JsonObject } : {}),
   };
 }
 
@@ -57,9 +60,15 @@ interface StateRow {
   seq: number;
   courier: string | null;
   former_couriers: string | null;
+  picked_up: number | null;
 }
 
-const stateOf = (row: StateRow): MilestoneState => ({ rank: row.rank, terminal: row.terminal === 1, ...courierPart(row.courier, row.former_couriers) });
+const stateOf = (row: StateRow): MilestoneState => ({
+  rank: row.rank,
+  terminal: row.terminal === 1,
+  ...(row.picked_up === 1 ? { pickedUp: true as const } : {}),
+  ...courierPart(row.courier, row.former_couriers),
+});
 
 const ownerGroup = (value: string | null): OwnerGroup | null => (value === 'PLATFORM' || value === 'PARTNER' ? value : null);
 
@@ -290,7 +299,8 @@ export class SqliteStore implements Store {
         status_text TEXT,
         received_at TEXT NOT NULL,
         stale INTEGER NOT NULL,
-        payload TEXT NOT NULL
+        payload TEXT NOT NULL,
+        carried TEXT
       );
       CREATE UNIQUE INDEX IF NOT EXISTS events_dedup ON events (uid, name, hash);
       CREATE INDEX IF NOT EXISTS events_by_uid ON events (uid, seq);
@@ -300,7 +310,9 @@ export class SqliteStore implements Store {
         terminal INTEGER NOT NULL,
         seq INTEGER NOT NULL,
         courier TEXT,
-        former_couriers TEXT
+        former_couriers TEXT,
+        picked_up INTEGER,
+        view TEXT
       );
       CREATE TABLE IF NOT EXISTS ownership (
         uid TEXT PRIMARY KEY,
@@ -322,6 +334,10 @@ export class SqliteStore implements Store {
     // A file made before couriers were kept: its states gain the columns, empty (no courier known yet).
     const stateColumns = new Set(this.db.prepare<[], { name: string }>('PRAGMA table_info(delivery_state)').all().map((column) => column.name));
     if (!stateColumns.has('courier')) this.db.exec('ALTER TABLE delivery_state ADD COLUMN courier TEXT; ALTER TABLE delivery_state ADD COLUMN former_couriers TEXT;');
+    // A file made before evidence and views were kept: no pickup proven yet, an empty view, nothing carried over.
+    if (!stateColumns.has('picked_up')) this.db.exec('ALTER TABLE delivery_state ADD COLUMN picked_up INTEGER; ALTER TABLE delivery_state ADD COLUMN view TEXT;');
+    const eventColumns = new Set(this.db.prepare<[], { name: string }>('PRAGMA table_info(events)').all().map((column) => column.name));
+    if (!eventColumns.has('carried')) this.db.exec('ALTER TABLE events ADD COLUMN carried TEXT;');
     this.#retention = options.retention;
     // The tables exist: the writer thread's connection can prepare its statements.
     this.#thread = WriterThread.take(options.logger);
@@ -330,14 +346,15 @@ export class SqliteStore implements Store {
     this.#trims = options.retention && new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
     this.#statements = {
       getOwner: this.db.prepare<[string, number], { owner_hash: string; api_group: string | null }>('SELECT owner_hash, api_group FROM ownership WHERE uid = ? AND created_at >= ?'),
-      getState: this.db.prepare<[string], StateRow>('SELECT rank, terminal, seq, courier, former_couriers FROM delivery_state WHERE uid = ?'),
+      getState: this.db.prepare<[string], StateRow>('SELECT rank, terminal, seq, courier, former_couriers, picked_up FROM delivery_state WHERE uid = ?'),
+      getView: this.db.prepare<[string], { view: string | null }>('SELECT view FROM delivery_state WHERE uid = ?'),
       eventsAfter: this.db.prepare<[number, number], EventRow>('SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?'),
       eventsOfUidAfter: this.db.prepare<[string, number, number], EventRow>('SELECT * FROM events WHERE uid = ? AND seq > ? ORDER BY seq LIMIT ?'),
       latestDelivery: this.db.prepare<[string], EventRow>(
-        "SELECT * FROM events WHERE uid = ? AND stale <> 1 AND name LIKE 'delivery.%' ORDER BY seq DESC LIMIT 1",
+        "SELECT * FROM events WHERE uid = ? AND (stale & 1) = 0 AND name LIKE 'delivery.%' ORDER BY seq DESC LIMIT 1",
       ),
       latestLocation: this.db.prepare<[string], EventRow>(
-        "SELECT * FROM events WHERE uid = ? AND stale <> 1 AND json_extract(payload, '$.driver_location.lat') IS NOT NULL ORDER BY seq DESC LIMIT 1",
+        "SELECT * FROM events WHERE uid = ? AND (stale & 1) = 0 AND json_extract(payload, '$.driver_location.lat') IS NOT NULL ORDER BY seq DESC LIMIT 1",
       ),
       // The highest seq ever given (AUTOINCREMENT's record), which trimming the log does not lower.
       lastSeq: this.db.prepare<[], { seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'events'"),
@@ -475,8 +492,10 @@ export class SqliteStore implements Store {
       return error;
     }
     if (answer.duplicate) return { event: toStored(answer.row), duplicate: true };
-    const { seq, stale, courierOnly, statusText } = answer;
-    return { event: { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale, courierOnly, payload }, duplicate: false };
+    const { seq, mark, statusText, carried } = answer;
+    const event: StoredEvent = { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, ...flagsOf(mark), payload };
+    if (carried) event.carried = JSON.parse(carried) as JsonObject;
+    return { event, duplicate: false };
   }
 
   async eventsAfter(afterSeq: number, limit: number, filter: EventFilter = {}): Promise<StoredEvent[]> {
@@ -501,6 +520,15 @@ export class SqliteStore implements Store {
   async deliveryState(uid: string): Promise<DeliveryState | undefined> {
     const row = this.#read(() => this.#statements.getState.get(uid));
     return row ? { ...stateOf(row), seq: row.seq } : undefined;
+  }
+
+  async deliveryView(uid: string): Promise<JsonObject | undefined> {
+    const row = this.#statements.getView.get(uid);
+    return row ? viewBody(uid, row.view ? (JSON.parse(row.view) as StoredView) : {}) : undefined;
+  }
+
+  recordRead(read: ReadRecord): Promise<void> {
+    return this.#write('mergeRead', read);
   }
 
   async lastSeq(): Promise<number> {

@@ -3,7 +3,7 @@
 // part) the webhook event log. The embedded
 // SQLite store and the Redis store both serve this interface.
 import type { CourierIdentity, MilestoneState } from '../domain/milestones.js';
-import type { WireWebhookEvent } from '../upstream/wire.js';
+import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
 
 /**
  * A booking left pending this long lost its process mid-call: whether it was sent
@@ -44,12 +44,32 @@ export interface StoredEvent {
   receivedAt: string;
   /**
    * True when it arrived after a later milestone, as a repeat of the current one, or after a final one, and named
-   * no new courier; or when it came from a courier already replaced (src/domain/milestones.ts).
+   * no new courier; or when it came from a courier already replaced (src/domain/milestones.ts). It moved no status.
    */
   stale: boolean;
   /** Not stale, but it changed only the courier: a reassignment whose milestone is behind the delivery's or repeats it. */
   courierOnly: boolean;
+  /** Present (true) when it contradicted where the delivery stood: a read of the upstream settles it. */
+  contradicts?: true;
+  /** The event exactly as received (or, `facade_source: "poll"`, as made from a read). */
   payload: WireWebhookEvent;
+  /**
+   * What the delivery's view held after this event beyond its own payload: fields carried over
+   * from earlier events and reads (src/domain/delivery-view.ts). Absent when nothing was.
+   */
+  carried?: JsonObject;
+}
+
+/** The bits of an event's stored mark (SQLite's `stale` column, the Redis entry's `stale` field): 0 accepted. */
+export const MARK = Object.freeze({ stale: 1, courierOnly: 2, contradicts: 4 });
+
+export function markOf(event: { stale: boolean; courierOnly: boolean; contradicts?: boolean }): number {
+  return (event.stale ? MARK.stale : 0) | (event.courierOnly ? MARK.courierOnly : 0) | (event.contradicts ? MARK.contradicts : 0);
+}
+
+/** The flags of a stored mark, as StoredEvent has them. */
+export function flagsOf(mark: number): Pick<StoredEvent, 'stale' | 'courierOnly' | 'contradicts'> {
+  return { stale: (mark & MARK.stale) !== 0, courierOnly: (mark & MARK.courierOnly) !== 0, ...((mark & MARK.contradicts) !== 0 ? { contradicts: true as const } : {}) };
 }
 
 /** The endpoint group a delivery lives in, as the owner record knows it. */
@@ -76,6 +96,15 @@ export interface AppendResult {
 /** A delivery's milestone state (see src/domain/milestones.ts) and the event that last moved its milestone. */
 export interface DeliveryState extends MilestoneState {
   seq: number;
+}
+
+/** What a read of the upstream showed, for the delivery's view (src/realtime/reconcile.ts readBody). */
+export interface ReadRecord {
+  uid: string;
+  /** The read as a webhook body, with what only reads carry (tracking link, style, fees, the scheduled datetime). */
+  body: JsonObject;
+  /** The log's last seq when the read was made: the read overwrites only a view whose state no event moved since. */
+  basis: number;
 }
 
 /** How both stores write a courier identity: JSON with the absent parts left out (the Redis script reads it with cjson). */
@@ -118,6 +147,13 @@ export interface Store {
   latestEvent(uid: string, kind: 'delivery' | 'location'): Promise<StoredEvent | undefined>;
   /** Where the delivery stands, as its accepted `delivery.*` events left it; undefined before the first. */
   deliveryState(uid: string): Promise<DeliveryState | undefined>;
+  /**
+   * The delivery as known now, as a webhook body: every event's fields and the reads merged
+   * (src/domain/delivery-view.ts); undefined before its first state.
+   */
+  deliveryView(uid: string): Promise<JsonObject | undefined>;
+  /** Merges a read into the delivery's view; nothing for a delivery with no state yet (there is nothing to keep it by). */
+  recordRead(read: ReadRecord): Promise<void>;
   /** The seq of the newest event stored (0 when none). */
   lastSeq(): Promise<number>;
 

@@ -276,6 +276,10 @@ export interface WireWebhookEvent {
   partner_payload?: JsonObject | null;
   /** Never sent by the upstream: "poll" on an event the facade made from a read (src/realtime/reconcile.ts). */
   facade_source?: string | null;
+  /** On a poll event: the log's last seq when its read was made (src/domain/milestones.ts readFactsOf). */
+  facade_read_basis?: number | null;
+  /** On a poll event: its read confirms a cancel or failure as final. */
+  facade_confirms?: boolean | null;
 }
 
 /** Milestones the upstream announces as `delivery.*` events, in lifecycle order. */

@@ -224,6 +224,8 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
         return answer(res, 400, { error: 'bad_request', message: 'The body is not JSON.' });
       }
     }
+    // The facade's own markers are never the upstream's to set: a webhook carrying facade_source would pass for a read.
+    for (const key of Object.keys(payload)) if (key.startsWith('facade_')) delete (payload as unknown as Record<string, unknown>)[key];
     let result: AppendResult;
     try {
       result = await batcher.append(payload, new Date().toISOString());

@@ -15,7 +15,9 @@ import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { bookingMarker } from '../../src/domain/booking-marker.js';
-import { courierIdentity, transition, type MilestoneState } from '../../src/domain/milestones.js';
+import { advance, courierIdentity, factsOf, transition, type MilestoneState } from '../../src/domain/milestones.js';
+import { knownAfter } from '../../src/domain/delivery-view.js';
+import { fromDeliveryView } from '../../src/mapping/delivery.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { SqliteStore } from '../../src/store/sqlite.js';
 import type { Retention } from '../../src/store/retention.js';
@@ -105,8 +107,21 @@ function event(uid: string, name: string, extra: Record<string, unknown> = {}): 
   return { payload: { uid, event_name: name, status: name.slice(name.indexOf('.') + 1), ...extra } as WireWebhookEvent, receivedAt: AT };
 }
 
+/** A poll event's markers: a read made at `basis` (src/realtime/reconcile.ts eventFromRead). */
+const poll = (basis: number, confirm = false) => ({ facade_source: 'poll', facade_read_basis: basis, ...(confirm ? { facade_confirms: true } : {}) });
+/** A read newer than anything stored, one older than anything, and one that confirms a cancel or failure. */
+const NEW_READ = poll(1e9);
+const OLD_READ = poll(0);
+const CONFIRMING = poll(1e9, true);
+
+/** A step of a path: an event name, or a name with its payload's extra fields (a poll event's markers). */
+type PathStep = string | [name: string, extra: Record<string, unknown>];
+const stepEvent = (uid: string, step: PathStep, extra: Record<string, unknown> = {}) =>
+  typeof step === 'string' ? event(uid, step, extra) : event(uid, step[0], { ...step[1], ...extra });
+const stepLabel = (step: PathStep) => (typeof step === 'string' ? step : `${step[0]} (read${step[1].facade_confirms ? ', confirming' : ''}${step[1].facade_read_basis === 0 ? ', old' : ''})`);
+
 /** Event sequences that reach every state the rule can produce (and none). */
-const STATE_PATHS: string[][] = [
+const STATE_PATHS: PathStep[][] = [
   [],
   ...['created', 'assigned', 'pickup_enroute', 'pickup_arrived', 'pickup_complete', 'dropoff_enroute', 'dropoff_arrived', 'dropoff_complete'].map((m) => [`delivery.${m}`]),
   ['delivery.canceled'],
@@ -117,6 +132,16 @@ const STATE_PATHS: string[][] = [
   ['delivery.pickup_complete', 'delivery.failed', 'delivery.return_in_progress'],
   ['delivery.dropoff_enroute', 'delivery.canceled', 'delivery.return_in_progress', 'delivery.returned'],
   ['delivery.mystery'],
+  // A cancel before pickup, then evidence of the pickup arriving late.
+  ['delivery.pickup_arrived', 'delivery.canceled', 'location.pickup_complete'],
+  // A cancel before pickup that a read confirmed: final.
+  ['delivery.assigned', 'delivery.canceled', ['delivery.canceled', CONFIRMING]],
+  // Delivered, then read as failed; failed, then read delivered (a second attempt); a read of the way after a failure changes nothing.
+  ['delivery.dropoff_complete', ['delivery.failed', NEW_READ]],
+  ['delivery.pickup_complete', 'delivery.failed', ['delivery.dropoff_complete', NEW_READ]],
+  ['delivery.pickup_complete', 'delivery.failed', ['delivery.dropoff_enroute', NEW_READ]],
+  // Polling alone: reads only.
+  [['delivery.created', NEW_READ], ['delivery.canceled', NEW_READ]],
 ];
 /** Every documented name, some in other cases, unknown ones and a non-delivery one. */
 const JUDGED_NAMES = [
@@ -129,6 +154,15 @@ const JUDGED_NAMES = [
   'delivery.mystery',
   'other.assigned',
   'ping',
+];
+/** Poll events judged after each path: reads newer than the state, older ones, confirming ones. */
+const JUDGED_READS: PathStep[] = [
+  ...DELIVERY_EVENT_NAMES.map((name): PathStep => [name, NEW_READ]),
+  ['delivery.canceled', CONFIRMING],
+  ['delivery.failed', CONFIRMING],
+  ['delivery.dropoff_complete', OLD_READ],
+  ['delivery.returned', OLD_READ],
+  ['location.dropoff_enroute', NEW_READ],
 ];
 
 /** Writes a state as an earlier version of the store may have left it (only SQLite rows and Redis hashes hold one). */
@@ -254,39 +288,138 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       expect(results.map((r) => [r.event.name, r.event.stale])).toEqual(sequence.map(([name, , stale]) => [name, stale]));
       expect((await store.latestEvent(uid, 'delivery'))?.name).toBe('delivery.returned');
       expect((await store.latestEvent(uid, 'location'))?.payload.driver_location).toEqual({ lat: 6, lng: 6 });
-      expect(await store.deliveryState(uid)).toEqual({ rank: 10, terminal: true, seq: results[10]!.event.seq });
+      expect(await store.deliveryState(uid)).toEqual({ rank: 10, terminal: true, pickedUp: true, seq: results[10]!.event.seq });
     }
 
-    // Before pickup a cancel is final: the return events that follow are stale.
+    // A cancel with no evidence of pickup is not final: the return that follows proves the pickup and is applied.
     const early = await store.appendEvents(['delivery.assigned', 'delivery.canceled', 'delivery.return_in_progress', 'delivery.returned'].map((name) => event('early', name)));
-    expect(early.map((r) => r.event.stale)).toEqual([false, false, true, true]);
-    expect((await store.latestEvent('early', 'delivery'))?.name).toBe('delivery.canceled');
-    expect(await store.deliveryState('early')).toEqual({ rank: 8, terminal: true, seq: early[1]!.event.seq });
+    expect(early.map((r) => r.event.stale)).toEqual([false, false, false, false]);
+    expect((await store.latestEvent('early', 'delivery'))?.name).toBe('delivery.returned');
+    expect(await store.deliveryState('early')).toEqual({ rank: 10, terminal: true, pickedUp: true, seq: early[3]!.event.seq });
     expect(await store.deliveryState('nobody')).toBeUndefined();
+
+    // The reordered cancel: the retried pickup_complete after it is late (stale) but proves the pickup.
+    const names = ['delivery.assigned', 'delivery.pickup_enroute', 'delivery.pickup_arrived', 'delivery.canceled', 'delivery.pickup_complete'];
+    const reordered = await store.appendEvents(names.map((name) => event('reordered', name)));
+    expect(reordered.map((r) => r.event.stale)).toEqual([false, false, false, false, true]);
+    expect(await store.deliveryState('reordered')).toEqual({ rank: 8, terminal: false, pickedUp: true, seq: reordered[3]!.event.seq });
+    // So a read confirming the cancel changes nothing: the return is still to come.
+    const [confirming] = await store.appendEvents([event('reordered', 'delivery.canceled', CONFIRMING)]);
+    expect(confirming!.event.stale).toBe(true);
+    const back = await store.appendEvents(['delivery.return_in_progress', 'delivery.returned'].map((name) => event('reordered', name)));
+    expect(back.map((r) => r.event.stale)).toEqual([false, false]);
+    expect(await store.deliveryState('reordered')).toEqual({ rank: 10, terminal: true, pickedUp: true, seq: back[1]!.event.seq });
   });
 
-  test('judges every (state, event name) case as the domain transition does', async () => {
+  test('flags an event that contradicts where the delivery stands; a newer read then decides', async () => {
     fresh();
-    const cases = STATE_PATHS.flatMap((path, i) => JUDGED_NAMES.map((name, j) => ({ uid: `case:${i}:${j}`, path, name })));
+    const failed = await store.appendEvents(['delivery.pickup_complete', 'delivery.dropoff_arrived', 'delivery.failed', 'delivery.dropoff_enroute', 'delivery.dropoff_complete'].map((name) => event('again', name)));
+    expect(failed.map((r) => [r.event.stale, r.event.contradicts ?? false])).toEqual([
+      [false, false],
+      [false, false],
+      [false, false],
+      [true, true],
+      [true, true],
+    ]);
+    // Kept with the event in the log.
+    expect((await store.eventsAfter(0, 10, { uids: ['again'] })).map((e) => e.contradicts ?? false)).toEqual([false, false, false, true, true]);
+    // A read made before the last move (basis below its seq) is judged as an event; one made after it wins.
+    const [old] = await store.appendEvents([event('again', 'delivery.dropoff_complete', poll(failed[1]!.event.seq))]);
+    expect(old!.event).toMatchObject({ stale: true, contradicts: true });
+    const [read] = await store.appendEvents([event('again', 'delivery.dropoff_complete', poll(await store.lastSeq()))]);
+    expect(read!.event).toMatchObject({ stale: false, courierOnly: false });
+    expect(read!.event.contradicts).toBeUndefined();
+    expect(await store.deliveryState('again')).toEqual({ rank: 7, terminal: true, pickedUp: true, seq: read!.event.seq });
+    expect((await store.latestEvent('again', 'delivery'))?.seq).toBe(read!.event.seq);
+  });
+
+  test("keeps each delivery's view: merged over events and reads, never erased, filled only by a stale event; each event keeps what was carried over", async () => {
+    fresh();
+    const uid = 'view';
+    // No state yet: a read has nothing to be kept by.
+    await store.recordRead({ uid, body: { uid, tracking_link: 'https://t.example/early' }, basis: 0 });
+    expect(await store.deliveryView(uid)).toBeUndefined();
+    const [created] = await store.appendEvents([event(uid, 'delivery.created', { price: { value: 10, currency: 'USD' }, driver_name: null })]);
+    expect(created!.event.carried).toBeUndefined();
+    // A read newer than the state overwrites; what only reads carry comes with it; its datetime is kept as scheduled_at.
+    await store.recordRead({
+      uid,
+      body: { uid, status: 'ASSIGNED', tracking_link: 'https://t.example/1', delivery_style: 'STANDARD', delivery_date: '2030-05-01T16:00:00+00:00', price: { value: 12, currency: 'USD' }, driver_name: null },
+      basis: await store.lastSeq(),
+    });
+    expect(await store.deliveryView(uid)).toEqual({
+      uid,
+      event_name: 'delivery.created',
+      status: 'created',
+      price: { value: 12, currency: 'USD' },
+      tracking_link: 'https://t.example/1',
+      delivery_style: 'STANDARD',
+      delivery_date: '2030-05-01T16:00:00+00:00',
+      scheduled_at: '2030-05-01T16:00:00+00:00',
+    });
+    const results = await store.appendEvents([
+      event(uid, 'delivery.assigned', { driver_name: 'Ana Costa', delivery_date: '2030-05-01' }),
+      event(uid, 'delivery.dropoff_arrived', { driver_name: 'Ana Costa', dropoff_verification_image_url: 'https://p.example/photo', dropoff_signature_image_url: 'https://p.example/sig' }),
+      // Late: it fills what is missing (pickup_name), never what a newer one said (price).
+      event(uid, 'delivery.pickup_complete', { price: { value: 99, currency: 'USD' }, pickup_name: 'Ada Shop' }),
+      // Null is absence: the proof stays.
+      event(uid, 'delivery.dropoff_complete', { driver_name: 'Ana Costa', dropoff_verification_image_url: null }),
+    ]);
+    expect(results.map((r) => r.event.stale)).toEqual([false, false, true, false]);
+    const [, arrived, late, complete] = results.map((r) => r.event);
+    expect(complete!.carried).toEqual({
+      price: { value: 12, currency: 'USD' },
+      tracking_link: 'https://t.example/1',
+      delivery_style: 'STANDARD',
+      delivery_date: '2030-05-01',
+      scheduled_at: '2030-05-01T16:00:00+00:00',
+      dropoff_verification_image_url: 'https://p.example/photo',
+      dropoff_signature_image_url: 'https://p.example/sig',
+      pickup_name: 'Ada Shop',
+    });
+    // The stale event's view is the delivery's after it: the milestone it did not move, the price it did not change.
+    expect(late!.carried).toMatchObject({ event_name: 'delivery.dropoff_arrived', status: 'dropoff_arrived', price: { value: 12, currency: 'USD' } });
+    expect(arrived!.carried).not.toHaveProperty('dropoff_verification_image_url');
+    // Read back from the log as it was answered.
+    expect((await store.eventsAfter(0, 10, { uids: [uid] })).map((e) => e.carried)).toEqual([undefined, ...results.map((r) => r.event.carried)]);
+    // As the GraphQL Delivery of the completing message sees it.
+    const delivery = fromDeliveryView(knownAfter(complete!));
+    expect(delivery).toMatchObject({
+      status: 'DROPOFF_COMPLETE',
+      proofOfDelivery: { photoUrl: 'https://p.example/photo', signatureUrl: 'https://p.example/sig' },
+      trackingUrl: 'https://t.example/1',
+      style: 'STANDARD',
+      scheduledAt: '2030-05-01T16:00:00Z',
+      deliveryDate: '2030-05-01',
+      price: { amount: '12.00', currency: 'USD' },
+      courier: { name: 'Ana Costa' },
+    });
+    expect(fromDeliveryView(knownAfter(late!)).status).toBe('DROPOFF_ARRIVED');
+    // A read older than the state's last move only fills.
+    await store.recordRead({ uid, body: { uid, tracking_link: 'https://t.example/old', weight: 3 }, basis: 0 });
+    expect(await store.deliveryView(uid)).toMatchObject({ tracking_link: 'https://t.example/1', weight: 3, event_name: 'delivery.dropoff_complete' });
+  });
+
+  test('judges every (state, event) case as the domain rule does: events and reads alike', async () => {
+    fresh();
+    const judgedSteps: PathStep[] = [...JUDGED_NAMES, ...JUDGED_READS];
+    const cases = STATE_PATHS.flatMap((path, i) => judgedSteps.map((step, j) => ({ uid: `case:${i}:${j}`, path, step })));
     // The judged event's payload differs from the path's, so a repeated name is a repeat, not a duplicate.
-    const results = await store.appendEvents(cases.flatMap(({ uid, path, name }) => [...path.map((n) => event(uid, n)), event(uid, name, { judged: true })]));
+    const input = cases.flatMap(({ uid, path, step }) => [...path.map((p) => stepEvent(uid, p)), stepEvent(uid, step, { judged: true })]);
+    const results = await store.appendEvents(input);
     let index = 0;
-    for (const { uid, path, name } of cases) {
+    for (const { uid, path, step } of cases) {
       let expected: MilestoneState | undefined;
-      let movedAt: number | undefined;
-      for (const step of path) {
-        const next = transition(expected, step);
-        if (next.state !== expected) movedAt = results[index]!.event.seq;
-        expected = next.state;
+      for (let n = 0; n <= path.length; n += 1) {
+        const appended = results[index]!.event;
+        const judged = advance(expected, factsOf(input[index]!.payload), appended.seq);
         index += 1;
+        expected = judged.state;
+        if (n < path.length) continue;
+        const label = `${path.map(stepLabel).join(' → ') || '(none)'} then ${stepLabel(step)}`;
+        expect([appended.stale, appended.courierOnly, appended.contradicts ?? false], label).toEqual([judged.stale, judged.courierOnly, judged.contradicts]);
+        expect(await store.deliveryState(uid), label).toEqual(expected);
       }
-      const judged = transition(expected, name);
-      const appended = results[index]!.event;
-      index += 1;
-      if (judged.state !== expected) movedAt = appended.seq;
-      const label = `${path.join(' → ') || '(none)'} then ${name}`;
-      expect(appended.stale, label).toBe(judged.stale);
-      expect(await store.deliveryState(uid), label).toEqual(judged.state && { ...judged.state, seq: movedAt });
     }
   });
 
@@ -338,9 +471,9 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
         const appended: StoredEvent = (await store.appendEvents([event(uid, name, extra)]))[0]!.event;
         const label = `${uid} #${i} ${name} ${JSON.stringify(extra)}`;
         expect([appended.stale, appended.courierOnly], label).toEqual([judged.stale, judged.courierOnly]);
-        if (judged.state !== expected && !judged.courierOnly) movedAt = appended.seq;
-        expected = judged.state;
-        expect(await store.deliveryState(uid), label).toEqual(expected && { ...expected, seq: movedAt });
+        if (judged.moved) movedAt = appended.seq;
+        expected = judged.state && { ...judged.state, seq: movedAt };
+        expect(await store.deliveryState(uid), label).toEqual(expected);
       }
     }
     // The rule's answers, spelt out for the first sequence: [stale, courierOnly].
@@ -676,7 +809,9 @@ describe.skipIf(!withRedis)('RedisStore against SqliteStore', () => {
   const NAMES = [
     'delivery.created',
     'delivery.assigned',
+    'delivery.pickup_arrived',
     'delivery.pickup_complete',
+    'delivery.dropoff_enroute',
     'delivery.dropoff_arrived',
     'delivery.return_in_progress',
     'delivery.dropoff_complete',
@@ -689,6 +824,7 @@ describe.skipIf(!withRedis)('RedisStore against SqliteStore', () => {
     'location.pickup_enroute',
     'location.dropoff_enroute',
     'location.return_in_progress',
+    'location.pickup_complete',
     'other.thing',
   ];
   const anEvent = fc.record({
@@ -697,26 +833,45 @@ describe.skipIf(!withRedis)('RedisStore against SqliteStore', () => {
     variant: fc.integer({ min: 0, max: 2 }),
     position: fc.constantFrom(undefined, null, { lat: 1.5, lng: 2 }, { lng: 3 }, { lat: 0, lng: 0 }),
     status: fc.constantFrom(undefined, null, 'Picked Up', 7),
+    // Some events are poll events: a read made at some point of the log, confirming or not.
+    read: fc.option(fc.record({ basis: fc.integer({ min: 0, max: 30 }), confirm: fc.boolean() }), { nil: undefined }),
+    // Fields the view merges: present, absent, null, another value.
+    extra: fc.constantFrom({}, { tracking_link: 'a' }, { tracking_link: 'b', price: { value: 1 } }, { price: null }, { dropoff_verification_image_url: 'p', 'odd key': 1 }),
   });
+  /** A read merged into a view now and then between batches. */
+  const aRead = fc.option(fc.record({ uid: fc.constantFrom('x', 'y', 'z'), basis: fc.integer({ min: 0, max: 30 }), tracking: fc.constantFrom('r1', 'r2') }), { nil: undefined });
 
   it('gives the same answers for the same random batches', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.array(fc.array(anEvent, { minLength: 1, maxLength: 6 }), { minLength: 1, maxLength: 8 }), async (batches) => {
+      fc.asyncProperty(fc.array(fc.record({ events: fc.array(anEvent, { minLength: 1, maxLength: 6 }), read: aRead }), { minLength: 1, maxLength: 8 }), async (batches) => {
         const sqlite = sqliteStore();
         const redis = redisStore();
         try {
-          for (const batch of batches) {
-            const input = batch.map(({ uid, name, variant, position, status }) => ({
-              payload: { uid, event_name: name, platform_payload: { variant }, driver_location: position, status } as unknown as WireWebhookEvent,
+          for (const { events: batch, read } of batches) {
+            const input = batch.map(({ uid, name, variant, position, status, read: made, extra }) => ({
+              payload: {
+                uid,
+                event_name: name,
+                platform_payload: { variant },
+                driver_location: position,
+                status,
+                ...extra,
+                ...(made ? poll(made.basis, made.confirm) : {}),
+              } as unknown as WireWebhookEvent,
               receivedAt: AT,
             }));
             // The payload object is handed back as given; compare through JSON, as both keep it.
             const normal = (value: unknown) => JSON.parse(JSON.stringify(value));
             expect(normal(await redis.appendEvents(input))).toEqual(normal(await sqlite.appendEvents(input)));
+            if (read) {
+              const record = { uid: read.uid, body: { uid: read.uid, tracking_link: read.tracking, delivery_date: '2030-05-01T10:00:00Z' }, basis: read.basis };
+              await Promise.all([redis.recordRead(record), sqlite.recordRead(record)]);
+            }
           }
           for (const uid of ['x', 'y', 'z']) {
             for (const kind of ['delivery', 'location'] as const) expect(await redis.latestEvent(uid, kind)).toEqual(await sqlite.latestEvent(uid, kind));
             expect(await redis.deliveryState(uid)).toEqual(await sqlite.deliveryState(uid));
+            expect(await redis.deliveryView(uid)).toEqual(await sqlite.deliveryView(uid));
             const uids = uid === 'z' ? ['z'] : [uid, 'z'];
             expect(await redis.eventsAfter(2, 5, { uids })).toEqual(await sqlite.eventsAfter(2, 5, { uids }));
           }

@@ -485,6 +485,8 @@ describe('a store that fails', () => {
     recordOwners: Store['recordOwners'] = (...args) => this.inner.recordOwners(...args);
     ownersOf: Store['ownersOf'] = (...args) => this.inner.ownersOf(...args);
     deliveryState: Store['deliveryState'] = (...args) => this.inner.deliveryState(...args);
+    deliveryView: Store['deliveryView'] = (...args) => this.inner.deliveryView(...args);
+    recordRead: Store['recordRead'] = (...args) => this.inner.recordRead(...args);
     cursorSecret: Store['cursorSecret'] = () => this.inner.cursorSecret();
     ping: Store['ping'] = () => this.inner.ping();
     close: Store['close'] = () => this.inner.close();
