@@ -43,7 +43,8 @@ describe('the README cookbook', () => {
     await new Promise<void>((resolve, reject) => {
       let output = '';
       const timer = setTimeout(() => reject(new Error(`npm start did not come up:\n${output}`)), 30_000);
-      server.stdout!.on('data', (chunk: Buffer) => {
+      // The banner is on stderr (stdout is a pipe: JSON logs only).
+      server.stderr!.on('data', (chunk: Buffer) => {
         output += chunk.toString();
         if (output.includes('serving on')) {
           clearTimeout(timer);
