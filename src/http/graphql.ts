@@ -9,6 +9,7 @@ import type { ExecutionResult, GraphQLError } from 'graphql';
 import { readCaller } from '../access/caller.js';
 import { KEYLESS_LIMITED, type RequestLimits } from '../access/rate-limit.js';
 import { clientAddress } from '../observability/client-address.js';
+import { noteErrorCodes, requestInfoOf } from '../observability/request.js';
 import type { ClientTokens } from '../access/client-tokens.js';
 import { responseTooLarge } from '../pipeline/guards/response-size.js';
 import { namesPersistedQuery } from '../pipeline/persisted-operations.js';
@@ -245,7 +246,9 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
       // An address whose requests without a credential were refused too often this minute gets nothing read.
       const wait = limits.keylessWait(clientAddress(req, trustProxyHops));
       if (wait > 0) {
-        const text = JSON.stringify({ errors: [{ message: KEYLESS_LIMITED, extensions: { code: 'RATE_LIMITED', retryAfterSeconds: wait } }] });
+        const errors = [{ message: KEYLESS_LIMITED, extensions: { code: 'RATE_LIMITED', retryAfterSeconds: wait } }];
+        noteErrorCodes(requestInfoOf(req), errors);
+        const text = JSON.stringify({ errors });
         res.setHeader('connection', 'close');
         res.writeHead(429, { 'content-type': 'application/json; charset=utf-8', 'retry-after': String(wait), 'content-length': Buffer.byteLength(text) }).end(text);
         return void req.resume();
@@ -264,6 +267,7 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
           // The rest of the body stays unread: answer, then close the connection.
           res.setHeader('connection', 'close');
           // yoga's code for the same refusal (a body it reads itself, e.g. application/graphql).
+          noteErrorCodes(requestInfoOf(req), [{ extensions: { code: 'REQUEST_ENTITY_TOO_LARGE' } }]);
           res.writeHead(413, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Request body too large.","extensions":{"code":"REQUEST_ENTITY_TOO_LARGE"}}]}');
           return void req.destroy();
         }

@@ -8,7 +8,7 @@
 // webhook would have carried (its payload marked `facade_source: "poll"`); a
 // webhook of the same milestone arriving later is then a repeat, stored as
 // stale. A key the upstream refuses ends its subscriptions UNAUTHENTICATED.
-import { NotFoundError, UnauthenticatedError } from '../errors.js';
+import { DeliveryGraphError, NotFoundError, UnauthenticatedError } from '../errors.js';
 import { deliveryStatus } from '../domain/status.js';
 import { transition } from '../domain/milestones.js';
 import type { Logger } from '../logger.js';
@@ -246,7 +246,13 @@ export class Reconciler {
         this.counters.errors += 1;
         followed.failures += 1;
         followed.dueAt = this.#nextDue(Math.min(2 ** followed.failures, MAX_BACKOFF));
-        this.#options.logger?.warn({ err: error, uid: followed.uid, failures: followed.failures }, 'reconcile: reading a followed delivery failed; trying again later');
+        // An answer the upstream gave (404, a timeout, a 5xx) is said in its code, without a stack; only a fault of ours has one.
+        if (error instanceof DeliveryGraphError) {
+          const level = error instanceof NotFoundError ? 'info' : 'warn';
+          this.#options.logger?.[level]({ uid: followed.uid, failures: followed.failures, code: error.code, reason: error.message }, 'reconcile: reading a followed delivery failed; trying again later');
+        } else {
+          this.#options.logger?.warn({ err: error, uid: followed.uid, failures: followed.failures }, 'reconcile: reading a followed delivery failed; trying again later');
+        }
       }
     } finally {
       followed.reading = false;

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
+import type { Logger } from '../../src/logger.js';
 import { startSandbox, type Sandbox, type SandboxOptions } from '../../src/sandbox/index.js';
 import { startFaultProxy, type FaultProxy } from './fault-proxy.js';
 
@@ -37,6 +38,8 @@ export interface StackOptions {
   sandbox?: SandboxOptions;
   /** Put a fault proxy between the facade and the sandbox (stack.proxy). */
   faultProxy?: boolean;
+  /** The facade's logger (default: one at the config's LOG_LEVEL, silent). */
+  logger?: Logger;
 }
 
 /** CLIENT_TOKEN_SECRET for every instance a test starts on Redis (required there, so instances accept each other's tokens). */
@@ -68,7 +71,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   };
   if (env.REDIS_URL && !env.CLIENT_TOKEN_SECRET) env.CLIENT_TOKEN_SECRET = TEST_CLIENT_TOKEN_SECRET;
   const boot = async () => {
-    const app = await startApp(loadConfig(env));
+    const app = await startApp(loadConfig(env), { logger: options.logger });
     sandbox.setWebhookUrl(app.webhookUrl);
     return app;
   };
