@@ -294,6 +294,27 @@ describe('a production start', () => {
   });
 });
 
+describe('start-up with Redis not there', () => {
+  it('stops with one line saying so in our words', async () => {
+    const { createServer } = await import('node:net');
+    // A port nothing listens on.
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', () => resolve()));
+    const port = (probe.address() as { port: number }).port;
+    await new Promise((resolve) => probe.close(resolve));
+    const dataDir = makeDataDir();
+    try {
+      const child = run({ REDIS_URL: `redis://127.0.0.1:${port}`, CLIENT_TOKEN_SECRET: 'a-client-token-secret-of-32-chars-or-more', PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir });
+      let stderr = '';
+      child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      expect(await exited(child)).toBe(1);
+      expect(stderr.trim().split('\n')).toEqual([`delivery-graph failed to start: REDIS_URL: Redis cannot be reached (connect ECONNREFUSED 127.0.0.1:${port})`]);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('start-up with a bad variable', () => {
   it('exits 1 with one line naming the variable', async () => {
     const child = run({ UPSTREAM_TIMEOUT_MS: 'soon' });
