@@ -234,8 +234,8 @@ describe('stdout with JSON logs', () => {
 describe('a production start', () => {
   it('without UPSTREAM_URL stops with one line naming it, and how to ask for the simulator', async () => {
     const dataDir = makeDataDir();
+    const child = run({ NODE_ENV: 'production', PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir });
     try {
-      const child = run({ NODE_ENV: 'production', PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir });
       let stderr = '';
       let stdout = '';
       child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
@@ -246,6 +246,8 @@ describe('a production start', () => {
       ]);
       expect(stdout).toBe('');
     } finally {
+      // A start that did not stop (it served the simulator) is not left running.
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
@@ -269,8 +271,11 @@ describe('a production start', () => {
       const warnings = stdout.split('\n').filter(Boolean).map((line) => JSON.parse(line) as { level: number; msg: string });
       expect(warnings).toContainEqual(expect.objectContaining({ level: 40, msg: 'the upstream is the embedded sandbox (UPSTREAM_URL=sandbox), a simulator: nothing is really booked or delivered' }));
     } finally {
-      child.kill('SIGTERM');
-      await exited(child);
+      if (child.exitCode === null && child.signalCode === null) {
+        const done = exited(child);
+        child.kill('SIGTERM');
+        await done;
+      }
       rmSync(dataDir, { recursive: true, force: true });
     }
   }, 60_000);
@@ -281,13 +286,14 @@ describe('a production start', () => {
     await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', () => resolve()));
     const port = (blocker.address() as { port: number }).port;
     const dataDir = makeDataDir();
+    const child = run({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', PORT: String(port), SANDBOX_PORT: '0', DATA_DIR: dataDir });
     try {
-      const child = run({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', PORT: String(port), SANDBOX_PORT: '0', DATA_DIR: dataDir });
       let stderr = '';
       child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
       expect(await exited(child)).toBe(1);
       expect(stderr.trim().split('\n')).toEqual([`delivery-graph: port ${port} on 127.0.0.1 is already in use; set PORT to a free port (e.g. PORT=${port + 1})`]);
     } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       blocker.close();
       rmSync(dataDir, { recursive: true, force: true });
     }
@@ -303,13 +309,14 @@ describe('start-up with Redis not there', () => {
     const port = (probe.address() as { port: number }).port;
     await new Promise((resolve) => probe.close(resolve));
     const dataDir = makeDataDir();
+    const child = run({ REDIS_URL: `redis://127.0.0.1:${port}`, CLIENT_TOKEN_SECRET: 'a-client-token-secret-of-32-chars-or-more', PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir });
     try {
-      const child = run({ REDIS_URL: `redis://127.0.0.1:${port}`, CLIENT_TOKEN_SECRET: 'a-client-token-secret-of-32-chars-or-more', PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir });
       let stderr = '';
       child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
       expect(await exited(child)).toBe(1);
       expect(stderr.trim().split('\n')).toEqual([`delivery-graph failed to start: REDIS_URL: Redis cannot be reached (connect ECONNREFUSED 127.0.0.1:${port})`]);
     } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
