@@ -4,7 +4,7 @@
 // graphql/yoga.ts, the HTTP front door in http/server.ts.
 import type { Server } from 'node:http';
 import path from 'node:path';
-import type { Config } from './config.js';
+import { SIMULATOR_IN_PRODUCTION, type Config } from './config.js';
 import { ClientTokens, clientTokenSecrets } from './access/client-tokens.js';
 import type { Services } from './graphql/context.js';
 import { PersistedOperations } from './pipeline/persisted-operations.js';
@@ -94,6 +94,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     ? undefined
     : await startSandbox({ port: config.sandbox.port, host: config.host, merchants: DEMO_MERCHANTS, dataDir: path.join(config.dataDir, 'sandbox'), paused: true, knobs: { stepMs: config.sandbox.stepMs, returnRate: config.sandbox.returnRate } });
   if (sandbox) teardown.add('sandbox', () => sandbox.stop());
+  if (sandbox && config.production) logger.warn(SIMULATOR_IN_PRODUCTION);
 
   // Tracing first, so its context manager is in place before anything runs; nothing of it loads when it is off.
   const tracing = config.tracing.enabled ? await (await import('./observability/tracing.js')).startTracing(config.tracing, options.spanExporter) : undefined;

@@ -251,6 +251,11 @@ export interface RedisSentinelConfig {
   sentinelTls: boolean;
 }
 
+/** UPSTREAM_URL's one value that is not a URL: the embedded sandbox, asked for in so many words. */
+export const SANDBOX_UPSTREAM = 'sandbox';
+/** Logged at every production start on the simulator, so that a collector sees it too (the banner goes to a person). */
+export const SIMULATOR_IN_PRODUCTION = `the upstream is the embedded sandbox (UPSTREAM_URL=${SANDBOX_UPSTREAM}), a simulator: nothing is really booked or delivered`;
+
 export class ConfigError extends Error {
   override name = 'ConfigError';
   constructor(
@@ -265,7 +270,7 @@ export class ConfigError extends Error {
 export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; default: string }> = [
   { name: 'PORT', help: 'port the facade listens on (0: any free port)', default: '4000' },
   { name: 'HOST', help: 'address the facade listens on', default: '127.0.0.1' },
-  { name: 'UPSTREAM_URL', help: 'upstream base URL ending in /api/v1', default: 'unset: start the embedded sandbox' },
+  { name: 'UPSTREAM_URL', help: 'upstream base URL ending in /api/v1, or sandbox for the embedded simulator (nothing is really booked); required in production, where unset stops start-up', default: 'unset: the embedded sandbox (outside production)' },
   { name: 'PLATFORM_ID', help: 'platform identifier in platform-group paths (required with UPSTREAM_URL)', default: "the sandbox's" },
   { name: 'WEBHOOK_PUBLIC_KEY_FILE', help: 'RSA public key (2048 bits or more) that verifies webhook JWTs: PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE", or DER; a PEM file may hold several (a key change: an event verifies against any)', default: "the sandbox's" },
   { name: 'WEBHOOK_ISSUER', help: 'required iss claim of webhook JWTs', default: "the sandbox's" },
@@ -360,6 +365,55 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
 ];
 
 type Env = Record<string, string | undefined>;
+
+/**
+ * Beginnings only our settings have: a variable that starts with one and is not
+ * one of ours is most likely a misspelling (REDIS_ULR). Common words (DATA_, MAX_,
+ * LOG_) and other programs' families (OTEL_, NODE_) are left out: the environment
+ * is shared, and a warning about someone else's variable is noise.
+ */
+const SETTING_FAMILIES = ['APQ_', 'BREAKER_', 'CLIENT_TOKEN_', 'CORS_', 'FEDERATION_', 'GRAPHQL_', 'IDEMPOTENCY_', 'KEYLESS_', 'METRICS_', 'PERSISTED_', 'PLATFORM_', 'RATE_LIMIT_', 'RECONCILE_', 'REDIS_', 'SANDBOX_', 'SHUTDOWN_', 'SUBSCRIBER_', 'SUBSCRIPTION_', 'TRACKING_', 'UPSTREAM_', 'WEBHOOK_', 'WS_'];
+
+/** Edits (insert, delete, substitute, swap two neighbours) that turn a into b. */
+function editDistance(a: string, b: string): number {
+  const rows = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
+  for (let i = 1; i <= a.length; i += 1) {
+    for (let j = 1; j <= b.length; j += 1) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      let best = Math.min(rows[i - 1]![j]! + 1, rows[i]![j - 1]! + 1, rows[i - 1]![j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) best = Math.min(best, rows[i - 2]![j - 2]! + 1);
+      rows[i]![j] = best;
+    }
+  }
+  return rows[a.length]![b.length]!;
+}
+
+export interface UnknownSetting {
+  /** The variable as it is set. */
+  variable: string;
+  /** The setting of ours it is closest to. */
+  closest: string;
+}
+
+/**
+ * Variables that look like settings of ours but are not (REDIS_ULR, UPSTREAM_TIMEOUT,
+ * redis_url): each with the known name closest to it. loadConfig ignores them;
+ * start-up names them as a warning, since a misspelled setting is silently a default.
+ */
+export function unknownSettings(env: Env = process.env): UnknownSetting[] {
+  const known = new Set(CONFIG_VARIABLES.map((variable) => variable.name));
+  const found: UnknownSetting[] = [];
+  for (const variable of Object.keys(env)) {
+    if (known.has(variable) || env[variable] === undefined) continue;
+    const upper = variable.toUpperCase();
+    const ranked = [...known].map((name) => ({ name, distance: editDistance(upper, name) })).sort((a, b) => a.distance - b.distance);
+    const closest = ranked[0]!;
+    // Ours by its family, or one or two slips away from a name of ours (long names only: HOME is not HOST).
+    const looksOurs = SETTING_FAMILIES.some((family) => upper.startsWith(family)) || (upper.includes('_') && closest.distance <= (upper.length >= 10 ? 2 : 1));
+    if (looksOurs) found.push({ variable, closest: closest.name });
+  }
+  return found;
+}
 
 function text(env: Env, name: string): string | undefined {
   const value = env[name]?.trim();
@@ -645,7 +699,14 @@ function persistedOperations(env: Env, name: string): { file: string; operations
 
 /** Parses and checks the environment once; the result is deeply frozen. */
 export function loadConfig(env: Env = process.env): Config {
-  const upstreamUrl = upstreamBaseUrl(env, 'UPSTREAM_URL');
+  const production = text(env, 'NODE_ENV') === 'production';
+  // The simulator by choice (UPSTREAM_URL=sandbox), or by default outside production only: a production
+  // start without an upstream would book on a simulator while every probe stays green.
+  const sandboxAsked = text(env, 'UPSTREAM_URL')?.toLowerCase() === SANDBOX_UPSTREAM;
+  const upstreamUrl = sandboxAsked ? undefined : upstreamBaseUrl(env, 'UPSTREAM_URL');
+  if (production && upstreamUrl === undefined && !sandboxAsked) {
+    throw new ConfigError('UPSTREAM_URL', `required in production (NODE_ENV=production): the upstream's base URL ending in /api/v1, or UPSTREAM_URL=${SANDBOX_UPSTREAM} to run the embedded simulator on purpose`);
+  }
   const platformId = text(env, 'PLATFORM_ID');
   if (upstreamUrl && !platformId) throw new ConfigError('PLATFORM_ID', 'required when UPSTREAM_URL is set');
   if (platformId && !/^[A-Za-z0-9._~-]+$/.test(platformId)) throw new ConfigError('PLATFORM_ID', 'must be a single URL path segment');
@@ -671,7 +732,6 @@ export function loadConfig(env: Env = process.env): Config {
   if (integer(env, 'WORKERS', 1, 1, 256) > 1 && redis === undefined) throw new ConfigError('WORKERS', 'more than one worker needs REDIS_URL or REDIS_SENTINELS (the workers share events, idempotency and limits through it)');
 
   const port = integer(env, 'PORT', 4000, 0, 65535);
-  const production = text(env, 'NODE_ENV') === 'production';
   const introspection = oneOf(env, 'GRAPHQL_INTROSPECTION', ['true', 'false'] as const, production ? 'false' : 'true') === 'true';
   const webhookPort = extraPort(env, 'WEBHOOK_PORT', [['PORT', port]]);
   const metricsPort = extraPort(env, 'METRICS_PORT', [['PORT', port], ['WEBHOOK_PORT', webhookPort]]);

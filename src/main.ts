@@ -7,7 +7,8 @@ import { startApp } from './app.js';
 import { reportListening, runPrimary } from './cluster.js';
 import { DataDirInUseError } from './store/data-dir-lock.js';
 import { StoreFileError } from './store/sqlite-file.js';
-import { CONFIG_VARIABLES, ConfigError, loadConfig, type Config } from './config.js';
+import { CONFIG_VARIABLES, ConfigError, loadConfig, SANDBOX_UPSTREAM, unknownSettings, type Config } from './config.js';
+import { createLogger, type Logger } from './logger.js';
 import { SandboxWorldInUseError, type Sandbox } from './sandbox/index.js';
 
 function help(): string {
@@ -30,12 +31,13 @@ interface Where {
   metricsUrl: string | undefined;
 }
 
-/** The start-up text: where everything is, and with the sandbox, a ready key and what to try. */
+/** The start-up text: where everything is, and with the sandbox, a ready key and what to try. Only what this mode serves. */
 function banner(config: Config, { url, webhookUrl, metricsUrl }: Where, sandbox: Sandbox | undefined): string {
   const ws = url.replace('http', 'ws');
+  // Two pages follow a delivery: ours (live, over GraphQL) and the upstream's own, which trackingUrl names.
   const lines = [
     `delivery-graph is serving on ${url}`,
-    ...(config.trackingPage ? [`  tracking page       ${url}/   (book a delivery, watch the courier move)`] : []),
+    ...(config.trackingPage ? [`  tracking page       ${url}/   (ours: ${url}/#uid=<uid> follows a delivery live; a delivery's trackingUrl is the upstream's own page)`] : []),
     `  ${config.graphql.introspection ? 'GraphQL + GraphiQL' : 'GraphQL           '}  ${url}/graphql   (WebSocket: ${ws}/graphql)`,
     config.webhooksEnabled
       ? `  webhooks            ${webhookUrl}`
@@ -44,13 +46,17 @@ function banner(config: Config, { url, webhookUrl, metricsUrl }: Where, sandbox:
         : '  webhooks            off (no WEBHOOK_PUBLIC_KEY_FILE) and RECONCILE_INTERVAL_MS=0: subscribers see only their first state',
     `  health / ready      ${url}/health   ${url}/ready`,
     ...(metricsUrl ? [`  metrics             ${metricsUrl}${config.metricsAccess.token ? '   (Authorization: Bearer <METRICS_TOKEN>)' : ''}`] : []),
+    ...(sandbox ? [] : [`  upstream            ${config.upstream.url}   (platform "${config.upstream.platformId}")`]),
   ];
   if (sandbox) {
     const merchant = sandbox.merchants[0]!;
     lines.push(
       '',
-      `Upstream: the embedded sandbox at ${sandbox.url} (platform "${sandbox.platformId}"); set UPSTREAM_URL to use a real one.`,
+      config.production
+        ? `Upstream: the embedded sandbox at ${sandbox.url} (platform "${sandbox.platformId}"), a simulator: UPSTREAM_URL=${SANDBOX_UPSTREAM} asked for it, and nothing is really booked.`
+        : `Upstream: the embedded sandbox at ${sandbox.url} (platform "${sandbox.platformId}"); set UPSTREAM_URL to use a real one.`,
       `  merchant key: ${merchant.key}   (send it as "Authorization: Bearer <key>")`,
+      `  A sandbox delivery's trackingUrl is the sandbox's own page on ${new URL(sandbox.url).host}, not this service's tracking page.`,
       '',
       ...(config.trackingPage
         ? [`Watch a delivery move: open ${url}/ and press "Book a sandbox delivery".`, '']
@@ -59,12 +65,30 @@ function banner(config: Config, { url, webhookUrl, metricsUrl }: Where, sandbox:
       `  curl -s ${url}/graphql -H 'content-type: application/json' -H 'authorization: Bearer ${merchant.key}' \\`,
       `    -d '{"query":"{ availability { group service available } }"}'`,
       '',
-      `Or follow one from GraphQL: book it (README, "Cookbook"), then in GraphiQL at ${url}/graphql run`,
+      config.graphql.introspection
+        ? `Or follow one from GraphQL: book it (README, "Cookbook"), then in GraphiQL at ${url}/graphql run`
+        : `Or follow one from GraphQL: book it (README, "Cookbook"), then over graphql-ws at ${ws}/graphql run`,
       '  subscription { deliveryUpdated(uid: "<uid>") { status name receivedAt courierLocation { lat lng } } }',
-      `  with the header {"Authorization": "Bearer ${merchant.key}"}. Milestones come every ${config.sandbox.stepMs} ms (SANDBOX_STEP_MS).`,
+      `  with the ${config.graphql.introspection ? 'header {"Authorization": "Bearer' : 'connection_init payload {"authorization": "Bearer'} ${merchant.key}"}. Milestones come every ${config.sandbox.stepMs} ms (SANDBOX_STEP_MS).`,
     );
   }
   return lines.join('\n');
+}
+
+/**
+ * Where the banner goes. It is for a person; with JSON logs stdout belongs to a
+ * collector that parses every line, so the banner goes to stderr (where start-up
+ * failures are written too, in plain words), and stdout gets the same facts as one
+ * JSON line. In a terminal (LOG_FORMAT=pretty) both are stdout.
+ */
+function announce(config: Config, logger: Logger, where: Where, sandbox: Sandbox | undefined): void {
+  const text = banner(config, where, sandbox);
+  if (config.logFormat === 'pretty') return void console.log(text);
+  process.stderr.write(`${text}\n`);
+  logger.info(
+    { url: where.url, webhookUrl: where.webhookUrl, metricsUrl: where.metricsUrl ?? null, trackingPage: config.trackingPage ? `${where.url}/` : null, upstream: sandbox ? sandbox.url : config.upstream.url, sandbox: sandbox !== undefined },
+    'serving',
+  );
 }
 
 /** Every port this configuration listens on, with the variable that sets it (0, any free port, cannot be taken). */
@@ -104,7 +128,8 @@ async function portProblems(config: Config, error: NodeJS.ErrnoException & { por
   }
   const described = problems.map(({ port, host, code }) => `port ${port} on ${host} ${code === 'EADDRINUSE' ? 'is already in use' : 'may not be used by this user'}`);
   const settings = problems.map(({ variable, port }) => `${variable}=${port + 1}`).join(' ');
-  return `${described.join(', ')}; set ${problems.map((p) => p.variable).join(' and ')} to ${problems.length > 1 ? 'free ports' : 'a free port'} (e.g. ${settings} npm start)`;
+  // In production the process is started by a supervisor (node dist/main.js), not npm start.
+  return `${described.join(', ')}; set ${problems.map((p) => p.variable).join(' and ')} to ${problems.length > 1 ? 'free ports' : 'a free port'} (e.g. ${settings}${config.production ? '' : ' npm start'})`;
 }
 
 async function main(): Promise<void> {
@@ -125,13 +150,19 @@ async function main(): Promise<void> {
     throw error;
   }
 
+  const logger = createLogger(config.logLevel, undefined, config.logFormat);
+  // A misspelled setting is silently its default: name it (once, not once per worker).
+  if (!cluster.isWorker) {
+    for (const { variable, closest } of unknownSettings()) logger.warn({ variable, closest }, `${variable} is not a setting of delivery-graph and is ignored; did you mean ${closest}?`);
+  }
+
   if (config.workers > 1 && cluster.isPrimary) {
-    await runPrimary(config, (where, sandbox) => console.log(banner(config, where, sandbox)));
+    await runPrimary(config, (where, sandbox) => announce(config, logger, where, sandbox));
     return;
   }
   let app;
   try {
-    app = await startApp(config);
+    app = await startApp(config, { logger });
   } catch (error) {
     // Another process on this DATA_DIR (or on its sandbox world), or a store file that is damaged or emptied: one line, naming it and what to do.
     if (error instanceof DataDirInUseError || error instanceof SandboxWorldInUseError || error instanceof StoreFileError) {
@@ -150,7 +181,7 @@ async function main(): Promise<void> {
     // One of WORKERS: the primary prints the banner; this one says where it serves.
     reportListening(app);
   } else {
-    console.log(banner(config, app, app.sandbox));
+    announce(config, logger, app, app.sandbox);
   }
 
   let stopping = false;

@@ -107,7 +107,8 @@ builder.node(DeliveryRef, {
     expectedCancellationFee: t.field({ type: MoneyRef, nullable: true, description: 'Fee expected if the delivery were canceled now.', resolve: read('expectedCancellationFee') }),
     trackingUrl: t.string({
       nullable: true,
-      description: 'Public real-time tracking page, no login needed (tracking_link / tracking_url).',
+      description:
+        "The upstream's own public tracking page for this delivery, no login needed (tracking_link / tracking_url), on the upstream's site (with the embedded sandbox, the sandbox's port). Not this service's live page, which is `/#uid=<uid>` on the facade (for a customer, `/#token=<client token>`: see createClientToken).",
       // A booking known from its webhook (a lost create answer) has no tracking link yet: read it.
       resolve: (d, args, ctx) => (isStub(d) && d.trackingUrl === null ? read('trackingUrl')(d, args, ctx) : d.trackingUrl),
     }),

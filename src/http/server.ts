@@ -175,6 +175,8 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
           status: res.statusCode,
           durationMs: Math.round((performance.now() - started) * 1000) / 1000,
           ...(info.operationName !== undefined || info.operationType !== undefined ? { operation: info.operationName ?? null, operationType: info.operationType } : {}),
+          // A GraphQL refusal is often HTTP 200: its codes say what the status does not.
+          ...(info.errorCodes ? { errorCodes: info.errorCodes } : {}),
           ...(res.writableFinished ? {} : { aborted: true }),
         },
         'request',

@@ -21,7 +21,7 @@ import { holdingSlot, type SubscriptionSlots } from '../access/subscription-slot
 import { DeliveryGraphError, DocumentTooLargeError, PersistedQueryNotFoundError, RateLimitedError, TooManySubscriptionsError, UnauthenticatedError } from '../errors.js';
 import { createContext, REFUSED_CLIENT_TOKEN, type GraphQLContext, type Services } from '../graphql/context.js';
 import { OperationNames, type OperationLabel } from '../observability/operation-names.js';
-import { requestInfoOf } from '../observability/request.js';
+import { noteErrorCodes, requestInfoOf } from '../observability/request.js';
 import { untilExpiry } from './guards/client-token.js';
 import { costWithVariables } from './guards/cost.js';
 import { KeylessWork, keylessCostRefusal, keylessFragmentsRefusal, readKeyless } from './guards/keyless.js';
@@ -133,6 +133,13 @@ export class Pipeline {
   }
 
   async run(request: OperationRequest): Promise<Answer> {
+    const answer = await this.#answer(request);
+    // An HTTP request's error codes go into its access-log line (a WebSocket's operations share one upgrade line: not there).
+    if (request.method !== 'SOCKET') noteErrorCodes(requestInfoOf(request.req), answer.kind === 'invalid' ? answer.errors : Symbol.asyncIterator in answer.outcome ? undefined : answer.outcome.errors);
+    return answer;
+  }
+
+  async #answer(request: OperationRequest): Promise<Answer> {
     const { limits, services } = this.#options;
     // What the caller has earned, decided once for this operation.
     const { caller } = request;

@@ -14,7 +14,7 @@
 // only when a read made FINALITY_GRACE_MS after it was first seen still says so.
 // Every read is merged into the delivery's view (src/domain/delivery-view.ts).
 // A key the upstream refuses ends its subscriptions UNAUTHENTICATED.
-import { NotFoundError, UnauthenticatedError } from '../errors.js';
+import { DeliveryGraphError, NotFoundError, UnauthenticatedError } from '../errors.js';
 import { deliveryStatus } from '../domain/status.js';
 import { awaitsConfirmation, isDeliveryEvent, milestoneRank, NOT_DELIVERED_RANK, POLL_SOURCE, statusRank, transitionOf, type MilestoneState } from '../domain/milestones.js';
 import type { Logger } from '../logger.js';
@@ -279,7 +279,13 @@ export class Reconciler {
         this.counters.errors += 1;
         followed.failures += 1;
         followed.dueAt = this.#nextDue(Math.min(2 ** followed.failures, MAX_BACKOFF));
-        this.#options.logger?.warn({ err: error, uid: followed.uid, failures: followed.failures }, 'reconcile: reading a followed delivery failed; trying again later');
+        // An answer the upstream gave (404, a timeout, a 5xx) is said in its code, without a stack; only a fault of ours has one.
+        if (error instanceof DeliveryGraphError) {
+          const level = error instanceof NotFoundError ? 'info' : 'warn';
+          this.#options.logger?.[level]({ uid: followed.uid, failures: followed.failures, code: error.code, reason: error.message }, 'reconcile: reading a followed delivery failed; trying again later');
+        } else {
+          this.#options.logger?.warn({ err: error, uid: followed.uid, failures: followed.failures }, 'reconcile: reading a followed delivery failed; trying again later');
+        }
       }
     } finally {
       followed.reading = false;

@@ -20,7 +20,7 @@
 // named in KEYS; they live in different slots, so Redis Cluster is not supported.
 import { randomBytes } from 'node:crypto';
 import { Redis, type Result } from 'ioredis';
-import { connectRedis, logConnection, type RedisConnection } from '../redis/connection.js';
+import { connectRedis, logConnection, redisFailure, type RedisConnection } from '../redis/connection.js';
 import type { Logger } from '../logger.js';
 import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
 import { DELIVERED_RANK, factsOf, NOT_DELIVERED_RANK } from '../domain/milestones.js';
@@ -811,7 +811,12 @@ export class RedisStore implements Store {
   }
 
   async ping(): Promise<void> {
-    await this.client.ping();
+    try {
+      await this.client.ping();
+    } catch (error) {
+      // /ready says what is wrong in our words, not ioredis's.
+      throw new Error(redisFailure(error, this.client));
+    }
   }
 
   cursorSecret(): Promise<Buffer> {

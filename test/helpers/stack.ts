@@ -41,6 +41,7 @@ export interface StackOptions {
   faultProxy?: boolean;
   /** The store of each start (the first and every restart), instead of the one the configuration opens. */
   store?: (dataDir: string) => Store;
+  /** The facade's logger (default: one at the config's LOG_LEVEL, silent). */
   logger?: Logger;
 }
 

@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CONFIG_VARIABLES, ConfigError, loadConfig } from '../../src/config.js';
+import { CONFIG_VARIABLES, ConfigError, loadConfig, unknownSettings } from '../../src/config.js';
 
 type Env = Record<string, string | undefined>;
 
@@ -166,6 +166,48 @@ describe('amount units and the webhook clock tolerance', () => {
     ['WEBHOOK_CLOCK_TOLERANCE_SECONDS', 'thirty'],
   ])('%s=%j is refused, naming it', (name, value) => {
     expectNamed(configError({ [name]: value }), name);
+  });
+});
+
+describe('the upstream in production', () => {
+  it('is required: a production start without UPSTREAM_URL is refused, naming it and the simulator setting', () => {
+    const error = configError({ NODE_ENV: 'production' });
+    expectNamed(error, 'UPSTREAM_URL');
+    expect(error.message).toContain('UPSTREAM_URL=sandbox');
+  });
+
+  it('may be the simulator when asked for in so many words, in production or not', () => {
+    for (const env of [{ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox' }, { UPSTREAM_URL: 'Sandbox' }, {}]) {
+      const config = loadConfig(env);
+      expect(config.upstream.url, JSON.stringify(env)).toBeUndefined();
+      expect(config.webhooksEnabled).toBe(true);
+    }
+    expect(loadConfig({ NODE_ENV: 'production', ...UPSTREAM }).upstream.url).toBe(UPSTREAM.UPSTREAM_URL);
+  });
+});
+
+describe('settings that look like ours but are not', () => {
+  it('are named with the closest known name: misspelled, shortened, or in lower case', () => {
+    expect(unknownSettings({ REDIS_ULR: 'redis://x', UPSTREM_URL: 'https://x', UPSTREAM_TIMEOUT: '5000', WEBHOOK_PUBLIC_KEY: '/k.pem', SANDBOX_STEPS_MS: '10', GRAPHQL_INTROSPECT: 'true', RECONCILE_INTERVAL: '5', redis_url: 'redis://x' })).toEqual([
+      { variable: 'REDIS_ULR', closest: 'REDIS_URL' },
+      { variable: 'UPSTREM_URL', closest: 'UPSTREAM_URL' },
+      { variable: 'UPSTREAM_TIMEOUT', closest: 'UPSTREAM_TIMEOUT_MS' },
+      { variable: 'WEBHOOK_PUBLIC_KEY', closest: 'WEBHOOK_PUBLIC_KEY_FILE' },
+      { variable: 'SANDBOX_STEPS_MS', closest: 'SANDBOX_STEP_MS' },
+      { variable: 'GRAPHQL_INTROSPECT', closest: 'GRAPHQL_INTROSPECTION' },
+      { variable: 'RECONCILE_INTERVAL', closest: 'RECONCILE_INTERVAL_MS' },
+      { variable: 'redis_url', closest: 'REDIS_URL' },
+    ]);
+  });
+
+  it('leaves our own settings and the rest of a shared environment alone', () => {
+    const ours = Object.fromEntries(CONFIG_VARIABLES.map((variable) => [variable.name, 'x']));
+    const shared = { HOME: '/root', PATH: '/usr/bin', HOSTNAME: 'box', TERM: 'xterm', NODE_OPTIONS: '--max-old-space-size=512', OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', SSH_AUTH_SOCK: '/tmp/s', LANG: 'C.UTF-8', DATA_PATH: '/srv', MAX_WORKERS: '4', npm_lifecycle_event: 'start' };
+    expect(unknownSettings({ ...ours, ...shared })).toEqual([]);
+  });
+
+  it('does not change what loadConfig accepts', () => {
+    expect(loadConfig({ REDIS_ULR: 'redis://x' }).redisUrl).toBeUndefined();
   });
 });
 
