@@ -372,6 +372,8 @@ type Env = Record<string, string | undefined>;
  * LOG_) and other programs' families (OTEL_, NODE_) are left out: the environment
  * is shared, and a warning about someone else's variable is noise.
  */
+/** Variables of the project's own test and bench scripts, which the processes they start inherit: not misspellings of ours. */
+const PROJECT_TOOLING: ReadonlySet<string> = new Set(['REDIS_TEST_URL', 'REDIS_SERVER_DIR', 'WS_LEAK_CYCLES', 'CRASH_TRIALS', 'CRASH_EVENTS', 'TEST_INSTALL_DEPS', 'BENCH_WRITE', 'BENCH_PROFILE']);
 const SETTING_FAMILIES = ['APQ_', 'BREAKER_', 'CLIENT_TOKEN_', 'CORS_', 'FEDERATION_', 'GRAPHQL_', 'IDEMPOTENCY_', 'KEYLESS_', 'METRICS_', 'PERSISTED_', 'PLATFORM_', 'RATE_LIMIT_', 'RECONCILE_', 'REDIS_', 'SANDBOX_', 'SHUTDOWN_', 'SUBSCRIBER_', 'SUBSCRIPTION_', 'TRACKING_', 'UPSTREAM_', 'WEBHOOK_', 'WS_'];
 
 /** Edits (insert, delete, substitute, swap two neighbours) that turn a into b. */
@@ -404,7 +406,7 @@ export function unknownSettings(env: Env = process.env): UnknownSetting[] {
   const known = new Set(CONFIG_VARIABLES.map((variable) => variable.name));
   const found: UnknownSetting[] = [];
   for (const variable of Object.keys(env)) {
-    if (known.has(variable) || env[variable] === undefined) continue;
+    if (known.has(variable) || PROJECT_TOOLING.has(variable) || env[variable] === undefined) continue;
     const upper = variable.toUpperCase();
     const ranked = [...known].map((name) => ({ name, distance: editDistance(upper, name) })).sort((a, b) => a.distance - b.distance);
     const closest = ranked[0]!;
