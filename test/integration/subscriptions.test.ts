@@ -477,7 +477,8 @@ describe('slow consumers', () => {
     } finally {
       await slow.stop();
     }
-  });
+    // It waits on the close, not on a clock: signing and storing hundreds of 4 KB webhooks until the buffers fill takes 10-20 s on a busy 2-core machine.
+  }, 60_000);
 
   it('keeps a reader that keeps up through a burst bigger than SUBSCRIBER_MAX_PENDING', async () => {
     const bursty = await startStack({ env: { SUBSCRIBER_MAX_PENDING: '20' }, sandbox: { privateKeyPem: await exportPKCS8(privateKey) } });
