@@ -36,6 +36,12 @@ export interface SandboxMerchant {
   key: string;
   name: string;
   platformId: string;
+  /**
+   * Keys with the same merchantId are one merchant's (as after a key rotation):
+   * each reads, cancels and finds by partner reference what the others booked.
+   * Without it a key is a merchant of its own.
+   */
+  merchantId?: string;
 }
 
 export interface SandboxKnobs {
@@ -179,6 +185,12 @@ export interface Sandbox {
    * /api/v1 call with it is answered 401 invalid_api_key. Throws for a key the sandbox does not know.
    */
   revokeKey(key: string): void;
+  /**
+   * Makes another key for the merchant holding `key`, as a merchant rotating
+   * its key does in its dashboard: both are accepted until one is revoked.
+   * Returns the new key. Also `POST /sandbox/merchant-keys` with `Authorization: Bearer <key>`.
+   */
+  addMerchantKey(key: string): string;
   /** Moves one delivery to its next milestone now (emitting its events). Rejects for an unknown or finished delivery. */
   advance(uid: string): Promise<void>;
   /**
@@ -284,7 +296,15 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     return released;
   };
 
+  /** Another key of the merchant holding `key` (undefined for a key the sandbox does not know). */
+  const addMerchantKey = (key: string): string | undefined => {
+    const added = state.addKey(key);
+    if (added) merchants.push(added);
+    return added?.key;
+  };
+
   const server = createSandboxServer({
+    addMerchantKey,
     state,
     lifecycle,
     knobs,
@@ -349,6 +369,11 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     revokeKey: (key) => {
       if (!state.merchantByKey(key)) throw new Error('revokeKey: not a sandbox merchant key');
       state.revokedKeys.add(key);
+    },
+    addMerchantKey: (key) => {
+      const added = addMerchantKey(key);
+      if (added === undefined) throw new Error('addMerchantKey: not a sandbox merchant key');
+      return added;
     },
     advance: (uid) => lifecycle.advance(uid),
     reassignCourier: async (uid) => lifecycle.reassign(uid),

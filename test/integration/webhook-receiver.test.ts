@@ -484,6 +484,9 @@ describe('a store that fails', () => {
     ownerOf: Store['ownerOf'] = (...args) => this.inner.ownerOf(...args);
     recordOwners: Store['recordOwners'] = (...args) => this.inner.recordOwners(...args);
     ownersOf: Store['ownersOf'] = (...args) => this.inner.ownersOf(...args);
+    merchantLinks: Store['merchantLinks'] = (...args) => this.inner.merchantLinks(...args);
+    linkMerchant: Store['linkMerchant'] = (...args) => this.inner.linkMerchant(...args);
+    unlinkMerchant: Store['unlinkMerchant'] = (...args) => this.inner.unlinkMerchant(...args);
     deliveryState: Store['deliveryState'] = (...args) => this.inner.deliveryState(...args);
     cursorSecret: Store['cursorSecret'] = () => this.inner.cursorSecret();
     ping: Store['ping'] = () => this.inner.ping();
