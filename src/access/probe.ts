@@ -7,10 +7,12 @@
 // - on a key-scoped upstream, the read of that uid: the upstream decides, and
 //   answers 404 for another merchant's delivery as for a missing one;
 // - on a platform-scoped upstream, whose 200 would prove nothing, the read of a
-//   uid drawn now, which exists nowhere: the upstream's 404, its words and its
+//   stand-in uid that exists nowhere: the upstream's 404, its words and its
 //   time are those of an unknown uid, and another merchant's delivery is never
-//   fetched into this process.
-import { randomUUID } from 'node:crypto';
+//   fetched into this process. The stand-in is the same for the same uid (in
+//   this process), so concurrent asks share one read as those of a real uid do
+//   (src/upstream/shared-reads.ts).
+import { createHmac, randomBytes } from 'node:crypto';
 import type { ReadScope } from '../config.js';
 import { NotFoundError } from '../errors.js';
 import { fromPartnerOrder, fromPlatformDelivery } from '../mapping/delivery.js';
@@ -22,6 +24,18 @@ export interface ReadOptions {
   signal?: AbortSignal;
 }
 
+/** Where stand-in uids come from: a secret of this process, so nobody can tell one from its uid. */
+const STAND_IN_SECRET = randomBytes(32);
+
+/** A uid in the upstream's format (a UUID, version 4 bits set), derived from `uid`: one no delivery has. */
+export function standIn(uid: string): string {
+  const bytes = createHmac('sha256', STAND_IN_SECRET).update(uid).digest().subarray(0, 16);
+  bytes[6] = (bytes[6]! & 0x0f) | 0x40;
+  bytes[8] = (bytes[8]! & 0x3f) | 0x80;
+  const hex = bytes.toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
 /**
  * The caller's read of `uid` in `group`, as its verdict allows: the delivery,
  * or the NotFoundError an unknown uid gets (with the upstream's refusal, its
@@ -29,7 +43,7 @@ export interface ReadOptions {
  * Any other failure (a refused key, a timeout) is thrown as it came.
  */
 export async function readAsCaller(upstream: Upstream, scope: ReadScope, verdict: OwnerVerdict, key: string, uid: string, group: ApiGroup, options?: ReadOptions): Promise<Delivery> {
-  const asked = verdict === 'other' && scope === 'platform' ? randomUUID() : uid;
+  const asked = verdict === 'other' && scope === 'platform' ? standIn(uid) : uid;
   try {
     const delivery = await readIn(upstream, key, asked, group, options);
     if (asked === uid) return delivery;
@@ -39,7 +53,7 @@ export async function readAsCaller(upstream: Upstream, scope: ReadScope, verdict
     if (error.upstream?.message) error.upstream = { ...error.upstream, message: error.upstream.message.split(asked).join(uid) };
     throw error;
   }
-  // A freshly drawn uid read 200: no answer an unknown uid would get; nothing of it is shown.
+  // A stand-in read 200: no answer an unknown uid would get; nothing of it is shown.
   throw new NotFoundError();
 }
 

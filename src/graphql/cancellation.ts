@@ -1,6 +1,6 @@
 // Cancellation type and the cancelDelivery mutation (both groups).
 import { NotCancelableError, NotFoundError } from '../errors.js';
-import { amountMoney, valueMoney } from '../mapping/delivery.js';
+import { amountMoney, fromPartnerOrder, valueMoney } from '../mapping/delivery.js';
 import type { ApiGroup, DeliveryStatus, Money } from '../mapping/model.js';
 import { str } from '../mapping/scalars.js';
 import { deliveryStatus } from '../domain/status.js';
@@ -8,8 +8,8 @@ import { builder } from './builder.js';
 import { ApiGroupEnum, DeliveryStatusEnum } from './enums.js';
 import { MoneyRef } from './objects.js';
 import type { Upstream } from '../upstream/clients.js';
-import type { Owners } from '../access/owners.js';
-import { readAsCaller, readIn } from '../access/probe.js';
+import type { Owners, OwnerVerdict } from '../access/owners.js';
+import { ownedByReference, readAsCaller } from '../access/probe.js';
 
 interface Cancellation {
   uid: string;
@@ -67,7 +67,7 @@ builder.mutationField('cancelDelivery', (t) =>
         await readAsCaller(upstream, owners.scope, verdict, key, uid, group);
       } catch (error) {
         if (!(error instanceof NotFoundError)) throw error;
-        const notFound = owners.scope === 'key' ? await notFoundIn(owners, upstream, key, caller, uid, group) : new NotFoundError();
+        const notFound = await notFoundIn(owners, upstream, key, caller, verdict, uid, group);
         notFound.upstream = error.upstream;
         throw notFound;
       }
@@ -95,20 +95,23 @@ const notInGroup = (uid: string, group: ApiGroup, other: ApiGroup) =>
   new NotFoundError(`No delivery ${uid} in the ${group} group: it exists in the ${other} group; pass group: ${other}`);
 
 /**
- * On a key-scoped upstream, for a delivery the caller's own records do not
- * place: a NotFoundError that says where the delivery is when the caller can
- * read it in the other group (one read there, with the same key; its merchant
- * is then recorded as the owner); the plain one when that read fails or finds
- * nothing. (On a platform-scoped upstream that read would prove nothing.)
+ * For a delivery the caller's own records do not place: a NotFoundError that
+ * says where the delivery is when the caller's merchant owns it in the other
+ * group, the plain one otherwise. One read there, with the same key (as an
+ * unknown uid for another merchant's: src/access/probe.ts): on a key-scoped
+ * upstream its 200 says so; on a platform-scoped one only a partner order's
+ * read by reference does. What proved it is recorded.
  */
-async function notFoundIn(owners: Owners, upstream: Upstream, key: string, caller: string, uid: string, group: ApiGroup): Promise<NotFoundError> {
+async function notFoundIn(owners: Owners, upstream: Upstream, key: string, caller: string, verdict: OwnerVerdict, uid: string, group: ApiGroup): Promise<NotFoundError> {
   const other: ApiGroup = group === 'PLATFORM' ? 'PARTNER' : 'PLATFORM';
   try {
-    await readIn(upstream, key, uid, other);
+    const delivery = await readAsCaller(upstream, owners.scope, verdict, key, uid, other);
+    if (owners.scope === 'key') owners.learn(uid, caller, other, 'read');
+    else if (await ownedByReference(delivery, async (reference) => fromPartnerOrder(await upstream.partner.getOrderByReference(key, reference)))) owners.learn(uid, caller, other, 'reference');
+    else return new NotFoundError();
   } catch {
     return new NotFoundError();
   }
-  owners.learn(uid, caller, other, 'read');
   return notInGroup(uid, group, other);
 }
 

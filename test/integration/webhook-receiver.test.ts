@@ -133,7 +133,7 @@ async function eventsOf(uid: string): Promise<Array<{ name: string; cursor: stri
   expect(result.errors).toBeUndefined();
   expect(result.data.delivery?.uid).toBe(uid);
   const edges = result.data.delivery.events.edges as Array<{ cursor: string; node: { name: string; cursor: string; stale: boolean; uid: string } }>;
-  const cursors = await callerCursors(stack.app.services.store, stack.key);
+  const cursors = await callerCursors(stack.app.services.store, await stack.app.services.merchants.of(stack.key));
   return edges.map((edge) => {
     expect(edge.node.cursor).toBe(edge.cursor);
     expect(edge.cursor).not.toMatch(/^\d+$/);
