@@ -165,11 +165,12 @@ export class ReadAccess {
     const { verdict } = await this.#owners.judgeOne(uid, owner);
     // An event passing an unfiltered deliveryEvents: no client picked its uid, so nothing is told by skipping it unasked.
     const passing = allowance !== undefined && !allowance.records;
-    if (verdict === 'own' || (verdict === 'other' && passing)) {
-      const recorded = verdict === 'own';
-      this.#put(entry, recorded, RECORDED_TTL_MS);
-      return recorded;
+    if (verdict === 'own') {
+      this.#put(entry, true, RECORDED_TTL_MS);
+      return true;
     }
+    // Not cached: a client naming the uid later must pay what an unknown uid does, not find a quick answer here.
+    if (verdict === 'other' && passing) return false;
     let pending = this.#pending.get(entry);
     if (!pending) {
       const withheld = await allowance?.take();
