@@ -12,6 +12,7 @@ import { localPersistedQueryStore, sharedPersistedQueryStore } from './pipeline/
 import { createRequestLimits } from './access/rate-limit.js';
 import { Owners } from './access/owners.js';
 import { SubscriptionSlots } from './access/subscription-slots.js';
+import { Merchants } from './access/merchants.js';
 import type { Pipeline } from './pipeline/pipeline.js';
 import { createGraphQLServer, type GraphQLServer } from './pipeline/yoga.js';
 import { createReadiness } from './http/readiness.js';
@@ -112,8 +113,9 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   const redisBus = redis ? await connectRedisEventBus(redis, logger) : undefined;
   if (redisBus) teardown.add('redis bus', () => redisBus.close());
   const bus = redisBus ?? createEventBus();
-  // Who may see which delivery: one set of owner records for every path (src/access/owners.ts).
-  const owners = new Owners(store, { logger });
+  // Who may see which delivery: one set of merchants and owner records for every path (src/access/owners.ts).
+  const merchants = new Merchants(store);
+  const owners = new Owners(store, { logger, merchants, readScope: config.upstream.readScope });
   teardown.add('owner records', () => owners.flush());
   // Webhooks and reconciliation store events through one batcher: one log order, publications in it.
   const batcher = new AppendBatcher(store, bus, (error) => logger.error({ err: error }, 'stored event not published'));
@@ -134,6 +136,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     store,
     bus,
     owners,
+    merchants,
     access: new ReadAccess(store, upstream, { checksPerSubscription: config.realtime.accessChecksPerMinute, logger, owners }),
     maxPendingEvents: config.realtime.maxPendingEvents,
     bookingsInFlight: new Map(),

@@ -9,6 +9,9 @@ import { DEFAULT_STEP_MS } from './sandbox/knobs.js';
 
 export const AMOUNT_UNITS = ['cents', 'major'] as const;
 export type AmountUnit = (typeof AMOUNT_UNITS)[number];
+export const READ_SCOPES = ['platform', 'key'] as const;
+/** Whose deliveries a read by uid answers 200 for: any of the platform's (as the upstream's document reads), or only the key's merchant's. */
+export type ReadScope = (typeof READ_SCOPES)[number];
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 /** pretty: readable, coloured lines for a person at a terminal; json: one JSON object a line, for machines. */
 export type LogFormat = 'pretty' | 'json';
@@ -24,6 +27,12 @@ export interface UpstreamConfig {
   readonly itemPriceUnit: AmountUnit;
   /** UPSTREAM_QUOTE_AMOUNT_UNIT: the unit a quote's `delivery_fee` and `tip` are read in. */
   readonly quoteAmountUnit: AmountUnit;
+  /**
+   * UPSTREAM_READ_SCOPE: `platform`, a read's 200 says only that the delivery is
+   * the platform's, so it proves no merchant owns it; `key`, the upstream answers
+   * a read 404 for any delivery not the key's merchant's (src/access/owners.ts).
+   */
+  readonly readScope: ReadScope;
   /** Time between background checks of the upstream's health (reported by /ready and /metrics, never used to pull the instance). */
   readonly healthCheckMs: number;
   /** Most sockets kept open to the upstream origin. */
@@ -282,6 +291,11 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'DATA_DIR', help: "directory of the embedded SQLite store, and of the embedded sandbox's world and signing key (DATA_DIR/sandbox)", default: './data' },
   { name: 'UPSTREAM_TIMEOUT_MS', help: 'budget of one upstream call, retries included', default: '10000' },
   { name: 'UPSTREAM_AMOUNT_UNIT', help: 'unit the upstream expects for request tip and package_value (and item price unless UPSTREAM_ITEM_PRICE_UNIT is set): cents or major', default: 'cents' },
+  {
+    name: 'UPSTREAM_READ_SCOPE',
+    help: "whose deliveries the upstream's read by uid answers: platform (any of the platform's, as its document reads: a 200 then proves no merchant owns one) or key (only the key's merchant's: the upstream decides who sees what)",
+    default: 'platform',
+  },
   { name: 'UPSTREAM_ITEM_PRICE_UNIT', help: 'unit the upstream expects for request item price, and gives it back in on reads: cents or major', default: "UPSTREAM_AMOUNT_UNIT's" },
   { name: 'UPSTREAM_QUOTE_AMOUNT_UNIT', help: "unit of the quote answer's delivery_fee and tip: major (read as they are) or cents (divided by 100)", default: 'major' },
   { name: 'UPSTREAM_CHECK_INTERVAL_MS', help: "time between background checks of the upstream's health, reported by /ready and /metrics (readiness never depends on it)", default: '10000' },
@@ -763,6 +777,8 @@ export function loadConfig(env: Env = process.env): Config {
       itemPriceUnit: oneOf(env, 'UPSTREAM_ITEM_PRICE_UNIT', AMOUNT_UNITS, amountUnit),
       // The document gives the quote's delivery_fee and tip as numbers with no unit; major is how they have always been read.
       quoteAmountUnit: oneOf(env, 'UPSTREAM_QUOTE_AMOUNT_UNIT', AMOUNT_UNITS, 'major'),
+      // The document's 404 reads "no delivery with this uid belongs to the platform": key scope is an operator's knowing choice.
+      readScope: oneOf(env, 'UPSTREAM_READ_SCOPE', READ_SCOPES, 'platform'),
       healthCheckMs: integer(env, 'UPSTREAM_CHECK_INTERVAL_MS', 10_000, 100, 3_600_000),
       connections: integer(env, 'UPSTREAM_CONNECTIONS', 64, 1, 10_000),
       maxResponseBytes: integer(env, 'UPSTREAM_MAX_RESPONSE_BYTES', 1_048_576, 1024, 1_073_741_824),

@@ -80,6 +80,11 @@ export const ERROR_CODES = {
   },
   NOT_CANCELABLE: { surface: 'result', meaning: 'The delivery is past pickup or already finished.' },
   IDEMPOTENCY_CONFLICT: { surface: 'result', meaning: 'The idempotency key was used before with different input.' },
+  KEY_LINK_REFUSED: {
+    surface: 'result',
+    meaning:
+      "linkMerchantKey was given a previousKey the upstream does not accept now (unknown, revoked, or not valid for this platform), or the caller's own key: nothing was linked. A previous key already revoked is linked by an operator (npm run merchant -- link; docs/operations.md).",
+  },
   BOOKING_OUTCOME_UNKNOWN: {
     surface: 'result',
     meaning:
@@ -196,6 +201,14 @@ function summarize(fields: FieldProblem[]): string {
   const first = fields[0]!;
   const more = fields.length > 1 ? ` (and ${fields.length - 1} more)` : '';
   return `${first.path}: ${first.message}${more}`;
+}
+
+/** linkMerchantKey's proof of the previous key failed: nothing was linked. */
+export class KeyLinkRefusedError extends DeliveryGraphError {
+  override name = 'KeyLinkRefusedError';
+  constructor(message: string) {
+    super('KEY_LINK_REFUSED', message);
+  }
 }
 
 export class IdempotencyConflictError extends DeliveryGraphError {

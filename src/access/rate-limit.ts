@@ -327,6 +327,16 @@ export class RequestLimits {
     }
   }
 
+  /**
+   * A key other than the caller's own tried on its behalf (linkMerchantKey's
+   * previousKey): free once the upstream has accepted it, else one try of the
+   * address's AUTH_FAILURES_PER_MINUTE, as the same key sent as a credential
+   * would cost. 0 when allowed, else seconds until a try is there.
+   */
+  chargeKeyTry(key: string, address: string): number | Promise<number> {
+    return this.keys.standing(key) === 'accepted' ? 0 : this.#chargeAddress(address, key);
+  }
+
   /** One try from the address for this key, unless the key was already paid for there within the window. */
   #chargeAddress(address: string, key: string): number | Promise<number> {
     const group = addressGroup(address);

@@ -4,6 +4,7 @@ import {
   DeliveryGraphError,
   BookingOutcomeUnknownError,
   IdempotencyConflictError,
+  KeyLinkRefusedError,
   NotCancelableError,
   NotFoundError,
   ValidationError,
@@ -72,6 +73,13 @@ builder.objectType(IdempotencyConflictError, {
   description: 'The idempotency key was already used by this merchant with different input; nothing was booked.',
   interfaces: [ErrorInterface],
   isTypeOf: (value) => value instanceof IdempotencyConflictError,
+});
+
+builder.objectType(KeyLinkRefusedError, {
+  name: 'KeyLinkRefusedError',
+  description: "linkMerchantKey's previousKey is not accepted by the delivery service now, or is the caller's own key: nothing was linked.",
+  interfaces: [ErrorInterface],
+  isTypeOf: (value) => value instanceof KeyLinkRefusedError,
 });
 
 builder.objectType(BookingOutcomeUnknownError, {

@@ -73,7 +73,7 @@ const cursorsByContext = new WeakMap<GraphQLContext, CallerCursors | Promise<Cal
 function cursorsOf(ctx: GraphQLContext): CallerCursors | Promise<CallerCursors> {
   let cursors = cursorsByContext.get(ctx);
   if (!cursors) {
-    const loading = callerCursors(ctx.services.store, ctx.requireKey());
+    const loading = ctx.merchant().then((merchant) => callerCursors(ctx.services.store, merchant));
     cursors = loading;
     cursorsByContext.set(ctx, loading);
     loading.then(

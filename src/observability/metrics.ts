@@ -232,7 +232,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   });
   new Counter({
     name: `${PREFIX}owner_records_learned_total`,
-    help: 'Owner records written for deliveries with no record that the upstream let a key read or cancel (booked deliveries are recorded at booking), by result: written, failed (the answer stood; the next read asks the upstream again)',
+    help: 'Owner records written outside a booking (booked deliveries are recorded at booking): a proof (a read by partner reference, a cancel) or, on a key-scoped upstream, a read the upstream allowed; by result: written, failed (the answer stood; the next read asks the upstream again)',
     labelNames: ['result'] as const,
     registers: [registry],
     collect() {

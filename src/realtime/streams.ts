@@ -388,8 +388,8 @@ async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber,
   const names = args.names && args.names.length > 0 ? new Set(args.names) : undefined;
   let afterSeq: number | undefined;
   if (args.after != null) {
-    // The subscriber's own cursors: one given to another key is not a cursor here.
-    afterSeq = (await callerCursors(deps.store, subscriber.key)).seqOf(args.after);
+    // The subscriber's merchant's cursors: one given to another merchant is not a cursor here.
+    afterSeq = (await callerCursors(deps.store, await deps.access.merchantOf(subscriber.key))).seqOf(args.after);
     if (afterSeq === undefined) throw new BadUserInputError(`"${args.after}" is not a cursor of this facade's event log for this key.`);
   }
   if (uids) {

@@ -11,7 +11,9 @@
 //   delivery:<uid>:dedup       hash "<sha256 of canonical payload> <event name>" → "<seq> <append token>"
 //   idem:<owner>:<key>         hash: fingerprint, state (pending|done|unknown), uid, trackingUrl, updatedAt, token, owner
 //   idem-marker:<marker>       the name of the idem key a booking marker belongs to (src/domain/booking-marker.ts)
-//   owner:<uid>                "<owner hash>" or "<owner hash> <group>": who the delivery belongs to (src/access/owners.ts)
+//   owner:<uid>                "<merchant> <group or -> <proof>" (before proofs: "<owner hash>" or "<owner hash> <group>"):
+//                              who the delivery belongs to and how that is known (src/access/owners.ts)
+//   merchant-link:<id>         the merchant a key hash (or merchant id) belongs to (src/access/merchants.ts); no TTL
 //   cursor-secret              random secret the cursors of every instance derive from (src/domain/cursor.ts)
 //   trim                       lease of the instance trimming expired data right now
 // With a retention, idempotency and ownership keys carry a TTL, and a timer trims
@@ -39,10 +41,12 @@ import {
   type IdempotencyClaim,
   type OwnerEntry,
   type OwnerGroup,
+  type OwnerProof,
   type OwnerRecord,
   type ReadRecord,
   type Store,
   type StoredEvent,
+  merchantScoped,
 } from './store.js';
 import { fingerprint } from '../domain/canonical-json.js';
 import { bookingMarker } from '../domain/booking-marker.js';
@@ -71,6 +75,8 @@ declare module 'ioredis' {
     dgLogHead(log: string, count: string): Result<string[], Context>;
     dgForget(delivery: string, events: string, dedup: string, upTo: string): Result<number, Context>;
     dgUnlease(key: string, token: string): Result<number, Context>;
+    dgOwn(key: string, value: string, merchantScoped: string, replace: string, ttlMs: string): Result<number, Context>;
+    dgLink(key: string, from: string, to: string, linkPrefix: string, maxDepth: string): Result<'linked' | 'same' | 'taken', Context>;
   }
 }
 
@@ -421,6 +427,49 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 `;
 
+/**
+ * Writes an owner record by the rule of supersedes() (src/store/store.ts): the
+ * first stays, but a merchant-scoped proof replaces a record learned from a
+ * read (proof `read`, or none: written before proofs were kept), and a replace
+ * replaces anything.
+ */
+const OWN = `
+-- KEYS: 1 owner key. ARGV: 1 value, 2 merchant-scoped, 3 replace, 4 time to live (ms; '' for ever)
+local current = redis.call('GET', KEYS[1])
+if current and ARGV[3] ~= '1' then
+  if ARGV[2] ~= '1' then return 0 end
+  local proof = string.match(current, '^%S+ %S+ (%S+)$')
+  if proof and proof ~= 'read' then return 0 end
+end
+if ARGV[4] ~= '' then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4]) else redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
+`;
+
+/**
+ * Store.linkMerchant in one step. It follows the links of `to` by name
+ * (keys not given in KEYS, as a chain cannot be known beforehand: one more
+ * reason this store does not run on Redis Cluster).
+ */
+const LINK = `
+-- KEYS: 1 the link key of from. ARGV: 1 from, 2 to, 3 link key prefix, 4 most links followed
+if redis.call('EXISTS', KEYS[1]) == 1 then return 'taken' end
+local root = ARGV[2]
+for _ = 1, tonumber(ARGV[4]) do
+  local next = redis.call('GET', ARGV[3] .. root)
+  if not next then break end
+  root = next
+end
+if root == ARGV[1] then return 'same' end
+redis.call('SET', KEYS[1], root)
+return 'linked'
+`;
+
+/** Links followed at most, as in the SQLite store (sqlite-writer.ts). */
+const MAX_LINK_DEPTH = 16;
+
+/** The owner value's proof, when it names one this version knows. */
+const OWNER_PROOFS: ReadonlySet<string> = new Set<OwnerProof>(['booked', 'reference', 'canceled', 'claimed', 'read']);
+
 /** How long one instance may hold the trim lease; a pass that takes longer shares the work, harmlessly (every step is idempotent). */
 const TRIM_LEASE_MS = 60_000;
 
@@ -519,6 +568,8 @@ export class RedisStore implements Store {
     client.defineCommand('dgLogHead', { numberOfKeys: 1, lua: LOG_HEAD });
     client.defineCommand('dgForget', { numberOfKeys: 3, lua: FORGET });
     client.defineCommand('dgUnlease', { numberOfKeys: 1, lua: UNLEASE });
+    client.defineCommand('dgOwn', { numberOfKeys: 1, lua: OWN });
+    client.defineCommand('dgLink', { numberOfKeys: 1, lua: LINK });
   }
 
   /** Opens its own client on `url`. */
@@ -776,18 +827,17 @@ export class RedisStore implements Store {
     await this.client.dgRelease(this.#idem(ownerHash, idempotencyKey));
   }
 
-  async recordOwner(uid: string, ownerHash: string, group?: OwnerGroup): Promise<void> {
-    await this.recordOwners([{ uid, owner: ownerHash, group: group ?? null }]);
+  async recordOwner(uid: string, owner: string, group?: OwnerGroup, proof?: OwnerProof): Promise<void> {
+    await this.recordOwners([{ uid, owner, group: group ?? null, proof }]);
   }
 
   async recordOwners(records: readonly OwnerEntry[]): Promise<void> {
-    // One round trip; NX keeps the first record.
+    // One round trip; the script keeps the first record but for what supersedes() lets replace it.
     const pipeline = this.client.pipeline();
-    for (const { uid, owner, group } of records) {
-      const key = `${this.prefix}owner:${uid}`;
-      const value = group ? `${owner} ${group}` : owner;
-      if (this.#retention) pipeline.set(key, value, 'PX', this.#retention.eventRetentionMs, 'NX');
-      else pipeline.set(key, value, 'NX');
+    const ttl = this.#retention ? String(this.#retention.eventRetentionMs) : '';
+    for (const { uid, owner, group, proof, replace } of records) {
+      const value = `${owner} ${group ?? '-'} ${proof ?? 'read'}`;
+      pipeline.dgOwn(`${this.prefix}owner:${uid}`, value, flag(merchantScoped(proof ?? 'read')), flag(replace === true), ttl);
     }
     const results = await pipeline.exec();
     const failed = results?.find(([error]) => error);
@@ -804,10 +854,36 @@ export class RedisStore implements Store {
     const values = await this.client.mget(uids.map((uid) => `${this.prefix}owner:${uid}`));
     values.forEach((value, index) => {
       if (value === null) return;
-      const [owner, group] = value.split(' ');
-      found.set(uids[index]!, { owner: owner!, group: group === 'PLATFORM' || group === 'PARTNER' ? group : null });
+      const [owner, group, proof] = value.split(' ');
+      found.set(uids[index]!, {
+        owner: owner!,
+        group: group === 'PLATFORM' || group === 'PARTNER' ? group : null,
+        proof: proof !== undefined && OWNER_PROOFS.has(proof) ? (proof as OwnerProof) : null,
+      });
     });
     return found;
+  }
+
+  #link(id: string): string {
+    return `${this.prefix}merchant-link:${id}`;
+  }
+
+  async merchantLinks(ids: readonly string[]): Promise<Map<string, string>> {
+    const found = new Map<string, string>();
+    if (ids.length === 0) return found;
+    const values = await this.client.mget(ids.map((id) => this.#link(id)));
+    values.forEach((value, index) => {
+      if (value !== null) found.set(ids[index]!, value);
+    });
+    return found;
+  }
+
+  linkMerchant(from: string, to: string): Promise<'linked' | 'same' | 'taken'> {
+    return this.client.dgLink(this.#link(from), from, to, `${this.prefix}merchant-link:`, String(MAX_LINK_DEPTH));
+  }
+
+  async unlinkMerchant(id: string): Promise<boolean> {
+    return (await this.client.del(this.#link(id))) > 0;
   }
 
   async ping(): Promise<void> {

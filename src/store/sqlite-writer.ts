@@ -16,7 +16,7 @@ import { carriedOver, mergeView, moverFields, viewFields, type StoredView } from
 import { bookingMarker } from '../domain/booking-marker.js';
 import { fingerprint } from '../domain/canonical-json.js';
 import { TRIM_BATCH, type Retention } from './retention.js';
-import { PENDING_EXPIRY_MS, courierJson, courierPart, formerCouriersJson, markOf, type BookingResult, type IdempotencyClaim, type OwnerEntry, type ReadRecord } from './store.js';
+import { PENDING_EXPIRY_MS, courierJson, courierPart, formerCouriersJson, markOf, supersedes, type BookingResult, type IdempotencyClaim, type OwnerEntry, type OwnerProof, type ReadRecord } from './store.js';
 
 /** What the main thread hands the writer thread at its start. */
 export interface WriterData {
@@ -71,6 +71,9 @@ export interface WriterOps {
   complete(now: number, ownerHash: string, idempotencyKey: string, result: BookingResult): void;
   release(now: number, ownerHash: string, idempotencyKey: string): void;
   recordOwners(now: number, records: readonly OwnerEntry[]): void;
+  /** Store.linkMerchant, in one transaction. */
+  link(now: number, from: string, to: string): 'linked' | 'same' | 'taken';
+  unlink(now: number, id: string): boolean;
   cursorSecret(now: number): Uint8Array;
   ping(now: number): void;
   /** One step of a trim pass; true when that phase has more to do. */
@@ -99,7 +102,9 @@ const VACUUM_STEP_PAGES = 256;
 const freePagesKept = (pages: number) => Math.max(1024, Math.floor(pages / 4));
 
 /** Requests that may share a transaction with others; a trim step and close run alone. */
-const SHARED: ReadonlySet<keyof WriterOps> = new Set(['append', 'mergeRead', 'claim', 'markUnknown', 'resolveMarker', 'complete', 'release', 'recordOwners', 'cursorSecret', 'ping']);
+const SHARED: ReadonlySet<keyof WriterOps> = new Set(['append', 'mergeRead', 'claim', 'markUnknown', 'resolveMarker', 'complete', 'release', 'recordOwners', 'link', 'unlink', 'cursorSecret', 'ping']);
+/** Links followed at most, looking for a merchant's root (a chain is one step per rotation, and link() keeps it one step long). */
+export const MAX_LINK_DEPTH = 16;
 
 interface StateRow {
   rank: number;
@@ -147,7 +152,13 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     completeIdem: db.prepare("UPDATE idempotency SET state = 'done', uid = ?, tracking_url = ?, updated_at = ? WHERE owner_hash = ? AND idempotency_key = ?"),
     deleteIdem: db.prepare("DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ? AND state IN ('pending', 'unknown')"),
     forgetIdem: db.prepare('DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?'),
-    insertOwner: db.prepare('INSERT OR IGNORE INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)'),
+    getOwner: db.prepare<[string], { proof: OwnerProof | null; created_at: number }>('SELECT proof, created_at FROM ownership WHERE uid = ?'),
+    putOwner: db.prepare(
+      'INSERT INTO ownership (uid, owner_hash, created_at, api_group, proof) VALUES (?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET owner_hash = excluded.owner_hash, created_at = excluded.created_at, api_group = excluded.api_group, proof = excluded.proof',
+    ),
+    getLink: db.prepare<[string], { merchant: string }>('SELECT merchant FROM merchant_links WHERE id = ?'),
+    putLink: db.prepare('INSERT INTO merchant_links (id, merchant, created_at) VALUES (?, ?, ?)'),
+    deleteLink: db.prepare('DELETE FROM merchant_links WHERE id = ?'),
     findEvent: db.prepare<[string, string, string], EventRow>('SELECT * FROM events WHERE uid = ? AND name = ? AND hash = ?'),
     insertEvent: db.prepare('INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload, carried) VALUES (?, ?, ?, ?, ?, ?, ?, ?)'),
     getState: db.prepare<[string], StateRow>('SELECT rank, terminal, seq, courier, former_couriers, picked_up, view FROM delivery_state WHERE uid = ?'),
@@ -270,8 +281,28 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     release: (_now, ownerHash, idempotencyKey) => void s.deleteIdem.run(ownerHash, idempotencyKey),
 
     recordOwners: (now, records) => {
-      for (const record of records) s.insertOwner.run(record.uid, record.owner, now, record.group);
+      // Past the retention a record is gone, whether or not a trim pass has deleted it yet.
+      const since = retention ? now - retention.eventRetentionMs : -Infinity;
+      for (const record of records) {
+        const row = s.getOwner.get(record.uid);
+        const current = row && row.created_at >= since ? row : undefined;
+        if (supersedes(record, current)) s.putOwner.run(record.uid, record.owner, now, record.group, record.proof ?? 'read');
+      }
     },
+
+    link: (now, from, to) => {
+      if (s.getLink.get(from)) return 'taken';
+      let root = to;
+      for (let step = 0; step < MAX_LINK_DEPTH; step += 1) {
+        const next = s.getLink.get(root)?.merchant;
+        if (next === undefined) break;
+        root = next;
+      }
+      if (root === from) return 'same';
+      s.putLink.run(from, root, now);
+      return 'linked';
+    },
+    unlink: (_now, id) => s.deleteLink.run(id).changes > 0,
 
     // Created once per file; every later start reads the same one.
     cursorSecret: () => {

@@ -30,10 +30,12 @@ import {
   type IdempotencyClaim,
   type OwnerEntry,
   type OwnerGroup,
+  type OwnerProof,
   type OwnerRecord,
   type ReadRecord,
   type Store,
   type StoredEvent,
+  supersedes,
 } from './store.js';
 import { bookingMarker } from '../domain/booking-marker.js';
 import { lockDataDir, type DataDirLock } from './data-dir-lock.js';
@@ -71,6 +73,8 @@ const stateOf = (row: StateRow): MilestoneState => ({
 });
 
 const ownerGroup = (value: string | null): OwnerGroup | null => (value === 'PLATFORM' || value === 'PARTNER' ? value : null);
+const OWNER_PROOFS: ReadonlySet<string> = new Set<OwnerProof>(['booked', 'reference', 'canceled', 'claimed', 'read']);
+const ownerProof = (value: string | null): OwnerProof | null => (value !== null && OWNER_PROOFS.has(value) ? (value as OwnerProof) : null);
 
 export interface SqliteStoreOptions {
   fileName?: string;
@@ -320,6 +324,12 @@ export class SqliteStore implements Store {
         created_at INTEGER NOT NULL,
         api_group TEXT
       );
+      -- A key hash (or merchant id) → the merchant it belongs to (src/access/merchants.ts); kept whatever the retention.
+      CREATE TABLE IF NOT EXISTS merchant_links (
+        id TEXT PRIMARY KEY,
+        merchant TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+      );
       CREATE TABLE IF NOT EXISTS readiness (id INTEGER PRIMARY KEY CHECK (id = 1), checked_at INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
       -- For the retention: expired ownership and idempotency rows are found by time.
@@ -331,6 +341,8 @@ export class SqliteStore implements Store {
     // A file made before groups were kept gains the column; its records read with no group.
     const ownershipColumns = this.db.prepare<[], { name: string }>('SELECT name FROM pragma_table_info(\'ownership\')').all();
     if (!ownershipColumns.some((column) => column.name === 'api_group')) this.db.exec('ALTER TABLE ownership ADD COLUMN api_group TEXT');
+    // A file made before proofs were kept: its records read with none, which counts as a read (src/store/store.ts, OwnerProof).
+    if (!ownershipColumns.some((column) => column.name === 'proof')) this.db.exec('ALTER TABLE ownership ADD COLUMN proof TEXT');
     // A file made before couriers were kept: its states gain the columns, empty (no courier known yet).
     const stateColumns = new Set(this.db.prepare<[], { name: string }>('PRAGMA table_info(delivery_state)').all().map((column) => column.name));
     if (!stateColumns.has('courier')) this.db.exec('ALTER TABLE delivery_state ADD COLUMN courier TEXT; ALTER TABLE delivery_state ADD COLUMN former_couriers TEXT;');
@@ -345,7 +357,10 @@ export class SqliteStore implements Store {
     this.#thread.call('open', this.db.name, options.retention).catch((error: unknown) => options.logger?.error({ err: error }, 'the SQLite writer thread could not open the file'));
     this.#trims = options.retention && new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
     this.#statements = {
-      getOwner: this.db.prepare<[string, number], { owner_hash: string; api_group: string | null }>('SELECT owner_hash, api_group FROM ownership WHERE uid = ? AND created_at >= ?'),
+      getOwner: this.db.prepare<[string, number], { owner_hash: string; api_group: string | null; proof: string | null }>(
+        'SELECT owner_hash, api_group, proof FROM ownership WHERE uid = ? AND created_at >= ?',
+      ),
+      getLink: this.db.prepare<[string], { merchant: string }>('SELECT merchant FROM merchant_links WHERE id = ?'),
       getState: this.db.prepare<[string], StateRow>('SELECT rank, terminal, seq, courier, former_couriers, picked_up FROM delivery_state WHERE uid = ?'),
       getView: this.db.prepare<[string], { view: string | null }>('SELECT view FROM delivery_state WHERE uid = ?'),
       eventsAfter: this.db.prepare<[number, number], EventRow>('SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?'),
@@ -410,10 +425,15 @@ export class SqliteStore implements Store {
    * write settles; a full filter is replaced by a larger one, up to OWNER_FILTER_MAX.
    */
   async #writeOwners(records: readonly OwnerEntry[]): Promise<void> {
-    for (const { uid, owner, group } of records) {
+    for (const entry of records) {
+      const { uid, owner, group } = entry;
+      const record: OwnerRecord = { owner, group, proof: entry.proof ?? 'read' };
       const sending = this.#ownersInFlight.get(uid);
-      if (sending) sending.writes += 1;
-      else this.#ownersInFlight.set(uid, { record: { owner, group }, writes: 1 });
+      if (sending) {
+        sending.writes += 1;
+        // The writer applies the same rule in the order sent: what the file will hold once both commit.
+        if (supersedes(entry, sending.record)) sending.record = record;
+      } else this.#ownersInFlight.set(uid, { record, writes: 1 });
       this.#ownerFilter.filter.add(uid);
       this.#nextOwnerFilter?.add(uid);
     }
@@ -555,8 +575,8 @@ export class SqliteStore implements Store {
     return this.#write('release', ownerHash, idempotencyKey);
   }
 
-  recordOwner(uid: string, ownerHash: string, group?: OwnerGroup): Promise<void> {
-    return this.#writeOwners([{ uid, owner: ownerHash, group: group ?? null }]);
+  recordOwner(uid: string, owner: string, group?: OwnerGroup, proof?: OwnerProof): Promise<void> {
+    return this.#writeOwners([{ uid, owner, group: group ?? null, proof }]);
   }
 
   recordOwners(records: readonly OwnerEntry[]): Promise<void> {
@@ -576,14 +596,30 @@ export class SqliteStore implements Store {
       // Never recorded: no need to ask the file.
       if (complete && !filter.mayHave(uid)) continue;
       const row = this.#read(() => this.#statements.getOwner.get(uid, since));
-      if (row) found.set(uid, { owner: row.owner_hash, group: ownerGroup(row.api_group) });
-      else {
-        // Sent, not committed yet: a read after the write finds it, as on Redis (commands run in order).
-        const sending = this.#ownersInFlight.get(uid);
-        if (sending) found.set(uid, sending.record);
-      }
+      const stored: OwnerRecord | undefined = row && { owner: row.owner_hash, group: ownerGroup(row.api_group), proof: ownerProof(row.proof) };
+      // Sent, not committed yet: a read after the write finds it, as on Redis (commands run in order).
+      const sending = this.#ownersInFlight.get(uid)?.record;
+      const record = sending && (!stored || supersedes(sending, stored)) ? sending : stored;
+      if (record) found.set(uid, record);
     }
     return found;
+  }
+
+  async merchantLinks(ids: readonly string[]): Promise<Map<string, string>> {
+    const found = new Map<string, string>();
+    for (const id of ids) {
+      const row = this.#read(() => this.#statements.getLink.get(id));
+      if (row) found.set(id, row.merchant);
+    }
+    return found;
+  }
+
+  linkMerchant(from: string, to: string): Promise<'linked' | 'same' | 'taken'> {
+    return this.#write('link', from, to);
+  }
+
+  unlinkMerchant(id: string): Promise<boolean> {
+    return this.#write('unlink', id);
   }
 
   async cursorSecret(): Promise<Buffer> {

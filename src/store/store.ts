@@ -75,16 +75,47 @@ export function flagsOf(mark: number): Pick<StoredEvent, 'stale' | 'courierOnly'
 /** The endpoint group a delivery lives in, as the owner record knows it. */
 export type OwnerGroup = 'PLATFORM' | 'PARTNER';
 
+/**
+ * How the facade came to know a delivery's owner. All but `read` are scoped to
+ * the merchant whatever the upstream's read scope: `booked` through the facade
+ * (or found by its booking marker), `reference` read by partner reference with
+ * the merchant's key, `canceled` with it, `claimed` by an operator (npm run
+ * merchant). `read`: a read by uid answered the key 200, which proves ownership
+ * only on an upstream whose reads are scoped to the key (src/access/owners.ts).
+ */
+export type OwnerProof = 'booked' | 'reference' | 'canceled' | 'claimed' | 'read';
+
 /** Who a delivery belongs to, as the facade recorded it (src/access/owners.ts decides with it). */
 export interface OwnerRecord {
-  /** The hash of the merchant key (src/domain/merchant-key.ts). */
+  /** The merchant id (src/access/merchants.ts): the hash of the merchant's first key, or of the key that read it in records made before merchants. */
   owner: string;
   /** null for a record made before groups were kept. */
   group: OwnerGroup | null;
+  /** null for a record made before proofs were kept: it counts as a read. */
+  proof: OwnerProof | null;
 }
 
-export interface OwnerEntry extends OwnerRecord {
+export interface OwnerEntry extends Omit<OwnerRecord, 'proof'> {
   uid: string;
+  /** `read` when not given. */
+  proof?: OwnerProof | null;
+  /** Replaces whatever record the uid has (an operator's claim); otherwise see supersedes(). */
+  replace?: boolean;
+}
+
+/** Whether a record's proof holds whatever the upstream's read scope: everything but a read (or a record from before proofs). */
+export function merchantScoped(proof: OwnerProof | null | undefined): boolean {
+  return proof != null && proof !== 'read';
+}
+
+/**
+ * The rule both stores write owner records by: the first record stays, except
+ * that a merchant-scoped proof replaces a record learned from a read (a
+ * platform-scoped 200 proves nothing), and an operator's claim replaces any.
+ */
+export function supersedes(next: Pick<OwnerEntry, 'proof' | 'replace'>, current: Pick<OwnerRecord, 'proof'> | undefined): boolean {
+  if (!current || next.replace) return true;
+  return merchantScoped(next.proof) && !merchantScoped(current.proof);
 }
 
 export interface AppendResult {
@@ -174,16 +205,31 @@ export interface Store {
    */
   resolveBookingMarker(marker: string, result: BookingResult): Promise<string | undefined>;
   /**
-   * Records that `uid` belongs to the key hashed as `ownerHash`, in `group` when it
-   * is known: it was booked through the facade with it, or the upstream let that
-   * key read it. The first record stays.
+   * Records that `uid` belongs to the merchant `owner`, in `group` when it is
+   * known, and how that is known (`read` when not given). The first record
+   * stays but for what supersedes() lets replace it.
    */
-  recordOwner(uid: string, ownerHash: string, group?: OwnerGroup): Promise<void>;
+  recordOwner(uid: string, owner: string, group?: OwnerGroup, proof?: OwnerProof): Promise<void>;
   /** The same for many at once, in one write. */
   recordOwners(records: readonly OwnerEntry[]): Promise<void>;
   ownerOf(uid: string): Promise<string | undefined>;
   /** The records of those uids that have one (one read for all). */
   ownersOf(uids: readonly string[]): Promise<Map<string, OwnerRecord>>;
+  /**
+   * The merchant ids the given key hashes (or merchant ids) are linked to, one
+   * step (src/access/merchants.ts follows the chain): those that have a link.
+   * Links never expire with the retention: they are who a merchant is.
+   */
+  merchantLinks(ids: readonly string[]): Promise<Map<string, string>>;
+  /**
+   * Links `from` (a merchant id with no link of its own: a root) to the merchant
+   * `to` stands for, in one step that follows `to`'s links first: `linked`, or
+   * `same` when `to` already leads to `from`, or `taken` when `from` has a link
+   * by now (another link came first: follow it and try again).
+   */
+  linkMerchant(from: string, to: string): Promise<'linked' | 'same' | 'taken'>;
+  /** Removes the link of `id` (an operator undoing a link): true when there was one. */
+  unlinkMerchant(id: string): Promise<boolean>;
   /**
    * A random secret kept with the data, created on first use: the same for every
    * instance that shares the store and across restarts. Cursors are derived from it

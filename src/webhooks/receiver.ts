@@ -109,14 +109,14 @@ export class AppendBatcher {
 /**
  * An event of a booking made with an idempotency key carries the key's marker in
  * platform_payload (src/domain/booking-marker.ts): when that booking's answer was
- * lost, this is how the facade learns its uid. Its claim turns done and the key owns it.
+ * lost, this is how the facade learns its uid. Its claim turns done and the merchant that claimed it owns it.
  */
 async function resolveBooking(store: Store, payload: WireWebhookEvent): Promise<void> {
   const marker = markerOf(payload.platform_payload);
   if (!marker) return;
   // A webhook carries no tracking link (upstream-api.md); a client asking for it gets it read.
   const owner = await store.resolveBookingMarker(marker, { uid: payload.uid, trackingUrl: null });
-  if (owner) await store.recordOwner(payload.uid, owner, 'PLATFORM');
+  if (owner) await store.recordOwner(payload.uid, owner, 'PLATFORM', 'booked');
 }
 
 class BodyTooLarge extends Error {}

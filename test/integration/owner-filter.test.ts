@@ -45,9 +45,9 @@ describe('the owner filter of the embedded store', () => {
     store.db.prepare('INSERT INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)').run('behind', 'hash-x', Date.now(), 'PLATFORM');
     const found = await store.ownersOf(['a', 'b', 'c', 'behind', 'never']);
     expect(Object.fromEntries(found)).toEqual({
-      a: { owner: 'hash-a', group: 'PLATFORM' },
-      b: { owner: 'hash-b', group: 'PARTNER' },
-      c: { owner: 'hash-c', group: 'PLATFORM' },
+      a: { owner: 'hash-a', group: 'PLATFORM', proof: 'read' },
+      b: { owner: 'hash-b', group: 'PARTNER', proof: 'read' },
+      c: { owner: 'hash-c', group: 'PLATFORM', proof: 'read' },
     });
 
     // Opened again, the filter is read from the file: every row is found.
@@ -55,7 +55,7 @@ describe('the owner filter of the embedded store', () => {
     await store.close();
     const again = open(dir);
     // Before it is filled the file answers every lookup.
-    expect((await again.ownersOf(['behind'])).get('behind')).toEqual({ owner: 'hash-x', group: 'PLATFORM' });
+    expect((await again.ownersOf(['behind'])).get('behind')).toEqual({ owner: 'hash-x', group: 'PLATFORM', proof: null });
     await filled(again);
     expect([...(await again.ownersOf(['a', 'b', 'c', 'behind', 'never'])).keys()]).toEqual(['a', 'b', 'c', 'behind']);
   });
@@ -105,6 +105,6 @@ describe('the owner filter of the embedded store', () => {
       other.close();
     }
     await late;
-    expect((await store.ownersOf(['late'])).get('late')).toEqual({ owner: 'hash-late', group: 'PARTNER' });
+    expect((await store.ownersOf(['late'])).get('late')).toEqual({ owner: 'hash-late', group: 'PARTNER', proof: 'read' });
   });
 });

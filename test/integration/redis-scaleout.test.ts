@@ -123,7 +123,7 @@ beforeAll(async () => {
   // The sandbox sends no webhooks of its own here: every event is posted by the test.
   sandbox.setWebhookUrl(undefined);
   [a, b] = await Promise.all([startInstance('a'), startInstance('b')]);
-  merchant = await callerCursors(a.services.store, sandbox.merchants[0]!.key);
+  merchant = await callerCursors(a.services.store, await a.services.merchants.of(sandbox.merchants[0]!.key));
 });
 afterAll(async () => {
   for (const app of apps) await app.stop().catch(() => {});

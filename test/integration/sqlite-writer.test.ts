@@ -80,7 +80,7 @@ describe('the SQLite writer thread', () => {
       const recorded = store.recordOwners([{ uid: 'd1', owner: 'owner-hash', group: 'PARTNER' }]);
       await turnOfTheEventLoop();
       // The access check of a webhook or read that follows the write must not find "no record".
-      expect(await store.ownersOf(['d1', 'd2'])).toEqual(new Map([['d1', { owner: 'owner-hash', group: 'PARTNER' }]]));
+      expect(await store.ownersOf(['d1', 'd2'])).toEqual(new Map([['d1', { owner: 'owner-hash', group: 'PARTNER', proof: 'read' }]]));
       lock.release();
       await recorded;
       expect(await store.ownerOf('d1')).toBe('owner-hash');

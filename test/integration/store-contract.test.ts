@@ -670,11 +670,87 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     ]);
     const found = await store.ownersOf(['g1', 'g2', 'g3', 'g4']);
     expect(Object.fromEntries(found)).toEqual({
-      g1: { owner: 'first', group: 'PARTNER' },
-      g2: { owner: 'second', group: 'PLATFORM' },
-      g3: { owner: 'third', group: null },
+      g1: { owner: 'first', group: 'PARTNER', proof: 'read' },
+      g2: { owner: 'second', group: 'PLATFORM', proof: 'read' },
+      g3: { owner: 'third', group: null, proof: 'read' },
     });
     expect(await store.ownersOf([])).toEqual(new Map());
+  });
+
+  test('ownership: a merchant-scoped proof replaces a record learned from a read, never another proof; a claim replaces any', async () => {
+    fresh();
+    await store.recordOwners([
+      { uid: 'p1', owner: 'reader', group: 'PARTNER', proof: 'read' },
+      { uid: 'p2', owner: 'booker', group: 'PLATFORM', proof: 'booked' },
+      { uid: 'p3', owner: 'reader', group: 'PARTNER' },
+    ]);
+    await store.recordOwners([
+      { uid: 'p1', owner: 'owner', group: 'PARTNER', proof: 'reference' },
+      { uid: 'p2', owner: 'other', group: 'PLATFORM', proof: 'canceled' },
+      { uid: 'p3', owner: 'other', group: 'PARTNER', proof: 'read' },
+    ]);
+    await store.recordOwner('p1', 'late', 'PARTNER', 'reference');
+    expect(Object.fromEntries(await store.ownersOf(['p1', 'p2', 'p3']))).toEqual({
+      p1: { owner: 'owner', group: 'PARTNER', proof: 'reference' },
+      p2: { owner: 'booker', group: 'PLATFORM', proof: 'booked' },
+      p3: { owner: 'reader', group: 'PARTNER', proof: 'read' },
+    });
+    await store.recordOwners([{ uid: 'p2', owner: 'operator-said', group: 'PLATFORM', proof: 'claimed', replace: true }]);
+    expect((await store.ownersOf(['p2'])).get('p2')).toEqual({ owner: 'operator-said', group: 'PLATFORM', proof: 'claimed' });
+    // Read back the same after the data is opened again.
+    const again = await reopen(store);
+    try {
+      expect((await again.ownersOf(['p1'])).get('p1')).toEqual({ owner: 'owner', group: 'PARTNER', proof: 'reference' });
+    } finally {
+      await again.close();
+    }
+  });
+
+  test('ownership: a record from before proofs were kept reads with none, keeps its owner, and a proof replaces it', async () => {
+    fresh();
+    // As an earlier version wrote them: no proof (SQLite: the column empty; Redis: "<owner>" or "<owner> <group>").
+    if (store instanceof SqliteStore) {
+      await store.recordOwners([
+        { uid: 'old1', owner: 'reader', group: 'PARTNER' },
+        { uid: 'old2', owner: 'booker', group: null },
+      ]);
+      store.db.prepare('UPDATE ownership SET proof = NULL').run();
+    } else {
+      const redis = store as RedisStore;
+      await redis.client.set(`${redis.prefix}owner:old1`, 'reader PARTNER');
+      await redis.client.set(`${redis.prefix}owner:old2`, 'booker');
+    }
+    expect(Object.fromEntries(await store.ownersOf(['old1', 'old2']))).toEqual({
+      old1: { owner: 'reader', group: 'PARTNER', proof: null },
+      old2: { owner: 'booker', group: null, proof: null },
+    });
+    await store.recordOwner('old1', 'owner', 'PARTNER', 'reference');
+    await store.recordOwner('old2', 'other', 'PLATFORM', 'read');
+    expect(Object.fromEntries(await store.ownersOf(['old1', 'old2']))).toEqual({
+      old1: { owner: 'owner', group: 'PARTNER', proof: 'reference' },
+      old2: { owner: 'booker', group: null, proof: null },
+    });
+  });
+
+  test('merchant links: one step each, the first stays, a link points at the root of its target, and a loop is refused', async () => {
+    fresh();
+    expect(await store.merchantLinks(['k1', 'k2'])).toEqual(new Map());
+    expect(await store.linkMerchant('k2', 'k1')).toBe('linked');
+    expect(await store.linkMerchant('k2', 'k9')).toBe('taken');
+    // k3 joins the merchant k2 leads to: k1, not k2.
+    expect(await store.linkMerchant('k3', 'k2')).toBe('linked');
+    expect(Object.fromEntries(await store.merchantLinks(['k1', 'k2', 'k3']))).toEqual({ k2: 'k1', k3: 'k1' });
+    // k1 is already where k3 leads: nothing to link.
+    expect(await store.linkMerchant('k1', 'k3')).toBe('same');
+    expect(await store.unlinkMerchant('k3')).toBe(true);
+    expect(await store.unlinkMerchant('k3')).toBe(false);
+    expect(Object.fromEntries(await store.merchantLinks(['k2', 'k3']))).toEqual({ k2: 'k1' });
+    const again = await reopen(store);
+    try {
+      expect(Object.fromEntries(await again.merchantLinks(['k2']))).toEqual({ k2: 'k1' });
+    } finally {
+      await again.close();
+    }
   });
 
   test('keeps one cursor secret: made on first use, the same when the data is opened again, another in another store', async () => {

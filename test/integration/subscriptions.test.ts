@@ -52,7 +52,7 @@ async function post(event: Record<string, unknown>): Promise<Response> {
  * A key's cursors are opaque: to check log order, or to start from a position the
  * receiver answered the upstream with, the test turns one into the other.
  */
-const cursorsOf = (target: Stack = stack, key = target.key) => callerCursors(target.app.services.store, key);
+const cursorsOf = async (target: Stack = stack, key = target.key) => callerCursors(target.app.services.store, await target.app.services.merchants.of(key));
 async function positionsOf(cursors: string[], target: Stack = stack): Promise<number[]> {
   const own = await cursorsOf(target);
   return cursors.map((cursor) => {
