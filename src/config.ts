@@ -347,7 +347,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'PERSISTED_OPERATIONS_FILE', help: 'JSON file of {"<sha256>": "<document>"}: when set, only these operations run', default: 'unset: any operation' },
   { name: 'APQ_MAX_ENTRIES', help: 'automatic persisted queries (Apollo APQ) each process remembers, least recently used first out; shared through REDIS_URL when set (0: APQ off; ignored with PERSISTED_OPERATIONS_FILE)', default: '10000' },
   { name: 'GRAPHQL_MAX_RESPONSE_BYTES', help: 'largest GraphQL response; a larger one is replaced by a RESPONSE_TOO_LARGE error', default: '10485760' },
-  { name: 'RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations one merchant key may run per minute (0: no limit)', default: '3000' },
+  { name: 'RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations one merchant key may run per minute (0: no limit)', default: '6000' },
   { name: 'CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE', help: "GraphQL operations one client token may run per minute, on its own budget, never its merchant's (0: no limit)", default: '600' },
   { name: 'CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations all client tokens together may run per minute from one client address (IPv6: per /64; 0: no limit)', default: '3000' },
   { name: 'MAX_DOCUMENT_BYTES', help: 'longest GraphQL query text parsed, comments and whitespace included (DOCUMENT_TOO_LARGE, HTTP 413, above)', default: '16384' },
