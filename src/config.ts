@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { normalizeOrigin, type CorsOrigins } from './http/cors.js';
 import { DEFAULT_STEP_MS } from './sandbox/knobs.js';
+import { DEFAULT_REFUSAL_MEMORY_MS } from './upstream/known-keys.js';
 
 export const AMOUNT_UNITS = ['cents', 'major'] as const;
 export type AmountUnit = (typeof AMOUNT_UNITS)[number];
@@ -28,6 +29,8 @@ export interface UpstreamConfig {
   readonly healthCheckMs: number;
   /** Most sockets kept open to the upstream origin. */
   readonly connections: number;
+  /** KEY_REFUSAL_MEMORY_MS: how long a key the upstream refused (401) is answered UNAUTHENTICATED without asking again. */
+  readonly keyRefusalMemoryMs: number;
   /** Larger upstream bodies are refused as UPSTREAM_ERROR instead of buffered. */
   readonly maxResponseBytes: number;
   /** The circuit breaker of each endpoint group. */
@@ -292,6 +295,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'HEADERS_TIMEOUT_MS', help: "a request's headers must arrive within this (slow clients are cut off)", default: '10000' },
   { name: 'REQUEST_TIMEOUT_MS', help: 'a whole request, body included, must arrive within this', default: '30000' },
   { name: 'TRUST_PROXY', help: 'how many proxies in front append to X-Forwarded-For (false or 0: use the socket address; true: 1)', default: 'false' },
+  { name: 'KEY_REFUSAL_MEMORY_MS', help: 'how long a merchant key the upstream refused (401) is answered UNAUTHENTICATED without asking the upstream again; a try after it costs the client address another of AUTH_FAILURES_PER_MINUTE (0 to 60000)', default: '5000' },
   { name: 'AUTH_FAILURES_PER_MINUTE', help: 'unknown merchant keys one client address may try per minute before RATE_LIMITED (0: no limit)', default: '20' },
   { name: 'KEYLESS_REFUSALS_PER_MINUTE', help: "requests without a working credential that one client address may have refused for needing one, per minute; past it that address's requests without a credential get RATE_LIMITED before their body is read (0: no limit)", default: '60' },
   { name: 'KEYLESS_WORK_MS_PER_MINUTE', help: "work the operations of callers without an accepted key (none, a refused or made-up one, a header that is not a Bearer credential) may cost this process per client address per minute: milliseconds of parsing, validating and running them, and 1 per 64 KiB read or answered; past it that address's requests without an accepted key get RATE_LIMITED before their body is read (0: no limit)", default: '1000' },
@@ -681,6 +685,7 @@ export function loadConfig(env: Env = process.env): Config {
       quoteAmountUnit: oneOf(env, 'UPSTREAM_QUOTE_AMOUNT_UNIT', AMOUNT_UNITS, 'major'),
       healthCheckMs: integer(env, 'UPSTREAM_CHECK_INTERVAL_MS', 10_000, 100, 3_600_000),
       connections: integer(env, 'UPSTREAM_CONNECTIONS', 64, 1, 10_000),
+      keyRefusalMemoryMs: integer(env, 'KEY_REFUSAL_MEMORY_MS', DEFAULT_REFUSAL_MEMORY_MS, 0, 60_000),
       maxResponseBytes: integer(env, 'UPSTREAM_MAX_RESPONSE_BYTES', 1_048_576, 1024, 1_073_741_824),
       breaker: {
         volumeThreshold: integer(env, 'BREAKER_VOLUME_THRESHOLD', 20, 1, 1_000_000),
