@@ -180,6 +180,12 @@ export interface Config {
     readonly reconcileIntervalMs: number;
     /** RECONCILE_MAX_READS_PER_SECOND: most reconciliation reads this instance makes per second, whatever it follows. */
     readonly reconcileMaxReadsPerSecond: number;
+    /**
+     * KEY_RECONFIRM_INTERVAL_MS: the key of every open subscription of this
+     * instance is re-confirmed with the upstream at least this often (one call
+     * per key, skipped when another call proved it within the interval).
+     */
+    readonly keyReconfirmIntervalMs: number;
   };
   /** Whether webhooks can arrive: a key verifies them (WEBHOOK_PUBLIC_KEY_FILE, or the embedded sandbox's). Without, polling alone. */
   readonly webhooksEnabled: boolean;
@@ -313,6 +319,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'SUBSCRIPTION_ACCESS_CHECKS', help: 'upstream access checks one deliveryEvents subscription without uids may make per minute, for deliveries the facade has no owner record of (each also takes one unit of RATE_LIMIT_PER_MINUTE); past either, their events are skipped (0: never asked)', default: '50' },
   { name: 'RECONCILE_INTERVAL_MS', help: 'a delivery a live subscriber follows is read from the upstream when no event has come for this long, and a change found is pushed as an event; 0: never', default: '30000; 5000 without webhooks (WEBHOOK_PUBLIC_KEY_FILE unset with UPSTREAM_URL)' },
   { name: 'RECONCILE_MAX_READS_PER_SECOND', help: 'most reconciliation reads one instance makes per second, however many deliveries it follows', default: '100' },
+  { name: 'KEY_RECONFIRM_INTERVAL_MS', help: 'every open subscription\'s key (a client token\'s: its merchant key) is re-confirmed with the upstream at least this often, one call per key whatever its number of subscriptions (none when another call proved the key within the interval); a key the upstream refuses ends them UNAUTHENTICATED (100 to 600000)', default: 'RECONCILE_INTERVAL_MS, at most 30000 (also when RECONCILE_INTERVAL_MS is 0)' },
   { name: 'GRAPHQL_INTROSPECTION', help: 'true or false: schema introspection and GraphiQL', default: 'false in production, else true' },
   { name: 'FEDERATION_SDL', help: "true or false: federation's _service { sdl } (the whole schema), for a gateway that composes from it", default: 'in production as GRAPHQL_INTROSPECTION (false), else true' },
   { name: 'GRAPHQL_MAX_BODY_BYTES', help: 'largest GraphQL request body accepted (413 above)', default: '1048576' },
@@ -428,6 +435,8 @@ function upstreamBaseUrl(env: Env, name: string): string | undefined {
   return base;
 }
 
+/** KEY_RECONFIRM_INTERVAL_MS's default is RECONCILE_INTERVAL_MS, but never longer than this: a revoked key streams at most this long. */
+const MAX_KEY_RECONFIRM_DEFAULT_MS = 30_000;
 
 /** RS256 keys shorter than this are refused (NIST and RFC 7518 both ask for 2048 bits). */
 const MIN_RSA_BITS = 2048;
@@ -638,6 +647,8 @@ export function loadConfig(env: Env = process.env): Config {
   if (key && !issuer) throw new ConfigError('WEBHOOK_ISSUER', 'required when WEBHOOK_PUBLIC_KEY_FILE is set');
   // The embedded sandbox signs with a key the facade knows; a real upstream's key must be given.
   const webhooksEnabled = key !== undefined || upstreamUrl === undefined;
+  // Without webhooks, reads are all a subscriber gets: poll more often.
+  const reconcileIntervalMs = integer(env, 'RECONCILE_INTERVAL_MS', webhooksEnabled ? 30_000 : 5_000, 0, 86_400_000);
 
   const webhookPath = text(env, 'WEBHOOK_PATH') ?? '/webhooks';
   if (!/^\/[A-Za-z0-9._~/-]*$/.test(webhookPath)) throw new ConfigError('WEBHOOK_PATH', `expected a path starting with /, got "${webhookPath}"`);
@@ -744,9 +755,10 @@ export function loadConfig(env: Env = process.env): Config {
       subscriptionsPerClientToken: integer(env, 'SUBSCRIPTIONS_PER_CLIENT_TOKEN', 20, 0, 1_000_000),
       subscriptionsPerAddress: integer(env, 'SUBSCRIPTIONS_PER_ADDRESS', 500, 0, 10_000_000),
       accessChecksPerMinute: integer(env, 'SUBSCRIPTION_ACCESS_CHECKS', 50, 0, 1_000_000),
-      // Without webhooks, reads are all a subscriber gets: poll more often.
-      reconcileIntervalMs: integer(env, 'RECONCILE_INTERVAL_MS', webhooksEnabled ? 30_000 : 5_000, 0, 86_400_000),
+      reconcileIntervalMs,
       reconcileMaxReadsPerSecond: integer(env, 'RECONCILE_MAX_READS_PER_SECOND', 100, 1, 100_000),
+      // Revocation ends streams whether or not deliveries are polled: RECONCILE_INTERVAL_MS, at most 30 s, even when it is 0 (off).
+      keyReconfirmIntervalMs: integer(env, 'KEY_RECONFIRM_INTERVAL_MS', reconcileIntervalMs > 0 ? Math.min(reconcileIntervalMs, MAX_KEY_RECONFIRM_DEFAULT_MS) : MAX_KEY_RECONFIRM_DEFAULT_MS, 100, 600_000),
     },
     webhooksEnabled,
     metrics: oneOf(env, 'METRICS', ['true', 'false'] as const, 'true') === 'true',
