@@ -13,6 +13,7 @@ import { createRequestLimits } from './access/rate-limit.js';
 import { Owners } from './access/owners.js';
 import { SubscriptionSlots } from './access/subscription-slots.js';
 import { Merchants } from './access/merchants.js';
+import { KeyWatch } from './access/key-watch.js';
 import type { Pipeline } from './pipeline/pipeline.js';
 import { createGraphQLServer, type GraphQLServer } from './pipeline/yoga.js';
 import { createReadiness } from './http/readiness.js';
@@ -130,6 +131,9 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     logger,
   });
   teardown.add('reconciler', () => reconciler.stop());
+  // Every open subscription's key, re-confirmed at a bounded interval whatever webhooks arrive: a revoked key's streams end.
+  const keyWatch = new KeyWatch({ upstream, intervalMs: config.realtime.keyReconfirmIntervalMs, logger });
+  teardown.add('key watch', () => keyWatch.stop());
   const services: Services = {
     config,
     upstream,
@@ -148,6 +152,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       perAddress: config.realtime.subscriptionsPerAddress,
     }),
     eventPages: new EventPages(store),
+    keyWatch,
   };
 
   // Webhooks verify against the configured key, or the sandbox's when it is the upstream.
@@ -188,6 +193,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       owners,
       ownerFilter: () => (store instanceof SqliteStore ? store.ownerFilter : undefined),
       reconcile: { counters: reconciler.counters, followed: () => reconciler.followedCount },
+      keyWatch,
       // The pipeline is made below; until then the cache is empty.
       documentCache: () => served?.pipeline.documents.size ?? { entries: 0, bytes: 0 },
       compiles: () => served?.pipeline.documents.compiles,

@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { normalizeOrigin, type CorsOrigins } from './http/cors.js';
 import { DEFAULT_STEP_MS } from './sandbox/knobs.js';
+import { DEFAULT_REFUSAL_MEMORY_MS } from './upstream/known-keys.js';
 
 export const AMOUNT_UNITS = ['cents', 'major'] as const;
 export type AmountUnit = (typeof AMOUNT_UNITS)[number];
@@ -37,6 +38,8 @@ export interface UpstreamConfig {
   readonly healthCheckMs: number;
   /** Most sockets kept open to the upstream origin. */
   readonly connections: number;
+  /** KEY_REFUSAL_MEMORY_MS: how long a key the upstream refused (401) is answered UNAUTHENTICATED without asking again. */
+  readonly keyRefusalMemoryMs: number;
   /** Larger upstream bodies are refused as UPSTREAM_ERROR instead of buffered. */
   readonly maxResponseBytes: number;
   /** The circuit breaker of each endpoint group. */
@@ -196,6 +199,12 @@ export interface Config {
      * still says so makes it final.
      */
     readonly finalityGraceMs: number;
+    /**
+     * KEY_RECONFIRM_INTERVAL_MS: the key of every open subscription of this
+     * instance is re-confirmed with the upstream at least this often (one call
+     * per key, skipped when another call proved it within the interval).
+     */
+    readonly keyReconfirmIntervalMs: number;
   };
   /** Whether webhooks can arrive: a key verifies them (WEBHOOK_PUBLIC_KEY_FILE, or the embedded sandbox's). Without, polling alone. */
   readonly webhooksEnabled: boolean;
@@ -323,6 +332,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'HEADERS_TIMEOUT_MS', help: "a request's head (request line and headers) must arrive within this, a new connection's from its start (slow clients are cut off with 408)", default: '10000' },
   { name: 'REQUEST_TIMEOUT_MS', help: 'a whole request, body included, must arrive within this', default: '30000' },
   { name: 'TRUST_PROXY', help: 'how many proxies in front append to X-Forwarded-For (false or 0: use the socket address; true: 1)', default: 'false' },
+  { name: 'KEY_REFUSAL_MEMORY_MS', help: 'how long a merchant key the upstream refused (401) is answered UNAUTHENTICATED without asking the upstream again; a try after it costs the client address another of AUTH_FAILURES_PER_MINUTE (0 to 60000)', default: '5000' },
   { name: 'AUTH_FAILURES_PER_MINUTE', help: 'unknown merchant keys one client address may try per minute before RATE_LIMITED (0: no limit)', default: '20' },
   { name: 'KEYLESS_REFUSALS_PER_MINUTE', help: "requests without a working credential that one client address may have refused for needing one, per minute; past it that address's requests without a credential get RATE_LIMITED before their body is read (0: no limit)", default: '60' },
   { name: 'KEYLESS_WORK_MS_PER_MINUTE', help: "work the operations of callers without an accepted key (none, a refused or made-up one, a header that is not a Bearer credential) may cost this process per client address per minute: milliseconds of parsing, validating and running them, and 1 per 64 KiB read or answered; past it that address's requests without an accepted key get RATE_LIMITED before their body is read (0: no limit)", default: '1000' },
@@ -341,6 +351,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'RECONCILE_INTERVAL_MS', help: 'a delivery a live subscriber follows is read from the upstream when no event has come for this long, and a change found is pushed as an event; 0: never', default: '30000; 5000 without webhooks (WEBHOOK_PUBLIC_KEY_FILE unset with UPSTREAM_URL)' },
   { name: 'RECONCILE_MAX_READS_PER_SECOND', help: 'most reconciliation reads one instance makes per second, however many deliveries it follows', default: '100' },
   { name: 'FINALITY_GRACE_MS', help: 'a cancel or failure with no evidence of pickup ends a subscription only once a read this long after it still says so (a return or second attempt may follow)', default: '120000' },
+  { name: 'KEY_RECONFIRM_INTERVAL_MS', help: 'every open subscription\'s key (a client token\'s: its merchant key) is re-confirmed with the upstream at least this often, one call per key whatever its number of subscriptions (none when another call proved the key within the interval); a key the upstream refuses ends them UNAUTHENTICATED (100 to 600000)', default: 'RECONCILE_INTERVAL_MS, at most 30000 (also when RECONCILE_INTERVAL_MS is 0)' },
   { name: 'GRAPHQL_INTROSPECTION', help: 'true or false: schema introspection and GraphiQL', default: 'false in production, else true' },
   { name: 'FEDERATION_SDL', help: "true or false: federation's _service { sdl } (the whole schema), for a gateway that composes from it", default: 'in production as GRAPHQL_INTROSPECTION (false), else true' },
   { name: 'GRAPHQL_MAX_BODY_BYTES', help: 'largest GraphQL request body accepted (413 above)', default: '1048576' },
@@ -507,6 +518,8 @@ function upstreamBaseUrl(env: Env, name: string): string | undefined {
   return base;
 }
 
+/** KEY_RECONFIRM_INTERVAL_MS's default is RECONCILE_INTERVAL_MS, but never longer than this: a revoked key streams at most this long. */
+const MAX_KEY_RECONFIRM_DEFAULT_MS = 30_000;
 
 /** RS256 keys shorter than this are refused (NIST and RFC 7518 both ask for 2048 bits). */
 const MIN_RSA_BITS = 2048;
@@ -732,6 +745,8 @@ export function loadConfig(env: Env = process.env): Config {
   if (key && !issuer) throw new ConfigError('WEBHOOK_ISSUER', 'required when WEBHOOK_PUBLIC_KEY_FILE is set');
   // The embedded sandbox signs with a key the facade knows; a real upstream's key must be given.
   const webhooksEnabled = key !== undefined || upstreamUrl === undefined;
+  // Without webhooks, reads are all a subscriber gets: poll more often.
+  const reconcileIntervalMs = integer(env, 'RECONCILE_INTERVAL_MS', webhooksEnabled ? 30_000 : 5_000, 0, 86_400_000);
 
   const webhookPath = text(env, 'WEBHOOK_PATH') ?? '/webhooks';
   if (!/^\/[A-Za-z0-9._~/-]*$/.test(webhookPath)) throw new ConfigError('WEBHOOK_PATH', `expected a path starting with /, got "${webhookPath}"`);
@@ -781,6 +796,7 @@ export function loadConfig(env: Env = process.env): Config {
       readScope: oneOf(env, 'UPSTREAM_READ_SCOPE', READ_SCOPES, 'platform'),
       healthCheckMs: integer(env, 'UPSTREAM_CHECK_INTERVAL_MS', 10_000, 100, 3_600_000),
       connections: integer(env, 'UPSTREAM_CONNECTIONS', 64, 1, 10_000),
+      keyRefusalMemoryMs: integer(env, 'KEY_REFUSAL_MEMORY_MS', DEFAULT_REFUSAL_MEMORY_MS, 0, 60_000),
       maxResponseBytes: integer(env, 'UPSTREAM_MAX_RESPONSE_BYTES', 1_048_576, 1024, 1_073_741_824),
       breaker: {
         volumeThreshold: integer(env, 'BREAKER_VOLUME_THRESHOLD', 20, 1, 1_000_000),
@@ -841,10 +857,11 @@ export function loadConfig(env: Env = process.env): Config {
       subscriptionsPerClientToken: integer(env, 'SUBSCRIPTIONS_PER_CLIENT_TOKEN', 20, 0, 1_000_000),
       subscriptionsPerAddress: integer(env, 'SUBSCRIPTIONS_PER_ADDRESS', 500, 0, 10_000_000),
       accessChecksPerMinute: integer(env, 'SUBSCRIPTION_ACCESS_CHECKS', 50, 0, 1_000_000),
-      // Without webhooks, reads are all a subscriber gets: poll more often.
-      reconcileIntervalMs: integer(env, 'RECONCILE_INTERVAL_MS', webhooksEnabled ? 30_000 : 5_000, 0, 86_400_000),
+      reconcileIntervalMs,
       reconcileMaxReadsPerSecond: integer(env, 'RECONCILE_MAX_READS_PER_SECOND', 100, 1, 100_000),
       finalityGraceMs: integer(env, 'FINALITY_GRACE_MS', 120_000, 0, 86_400_000),
+      // Revocation ends streams whether or not deliveries are polled: RECONCILE_INTERVAL_MS, at most 30 s, even when it is 0 (off).
+      keyReconfirmIntervalMs: integer(env, 'KEY_RECONFIRM_INTERVAL_MS', reconcileIntervalMs > 0 ? Math.min(reconcileIntervalMs, MAX_KEY_RECONFIRM_DEFAULT_MS) : MAX_KEY_RECONFIRM_DEFAULT_MS, 100, 600_000),
     },
     webhooksEnabled,
     metrics: oneOf(env, 'METRICS', ['true', 'false'] as const, 'true') === 'true',

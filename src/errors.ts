@@ -16,7 +16,7 @@ export type ErrorSurface = 'graphql-error' | 'result' | 'upstream-client';
 export const ERROR_CODES = {
   UNAUTHENTICATED: {
     surface: 'graphql-error',
-    meaning: 'No merchant key was sent, or the upstream refused it (it answered 401; a refusal is remembered for a minute); or a client token was tampered with, has expired, or was made under another CLIENT_TOKEN_SECRET.',
+    meaning: 'No merchant key was sent, or the upstream refused it (it answered 401; a refusal is remembered for KEY_REFUSAL_MEMORY_MS, 5 s; an open subscription ends this way when a re-confirmation of its key is refused); or a client token was tampered with, has expired, or was made under another CLIENT_TOKEN_SECRET.',
   },
   FORBIDDEN: {
     surface: 'graphql-error',

@@ -21,6 +21,7 @@ import type { Merchants } from '../access/merchants.js';
 import { ownedByReference, readAsCaller } from '../access/probe.js';
 import type { RequestLimits } from '../access/rate-limit.js';
 import type { SubscriptionSlots } from '../access/subscription-slots.js';
+import type { KeyWatch } from '../access/key-watch.js';
 
 /** Long-lived parts of the app that resolvers use. */
 export interface Services {
@@ -46,6 +47,8 @@ export interface Services {
   reconciler?: Reconciler;
   /** Subscriptions open at once per key, client token and address (src/access/subscription-slots.ts). */
   subscriptions: SubscriptionSlots;
+  /** Re-confirms the key of every open subscription at a bounded interval and ends them when it is refused (src/access/key-watch.ts). */
+  keyWatch?: KeyWatch;
   /** Delivery.events in a subscription: one store read per message for all its subscribers (src/realtime/event-pages.ts). */
   eventPages: EventPages;
 }

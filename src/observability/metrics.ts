@@ -5,6 +5,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { SubscriptionCounters } from '../access/subscription-slots.js';
+import type { KeyWatchCounters } from '../access/key-watch.js';
 import type { PersistedQueryCounters } from '../pipeline/persisted-operations.js';
 import type { AccessCounters } from '../realtime/access.js';
 import type { EventBus } from '../realtime/bus.js';
@@ -52,6 +53,8 @@ export interface MetricSources {
   subscriptions?: { readonly counters: SubscriptionCounters; readonly open: number };
   /** Reconciliation: reads of followed deliveries and what they found. */
   reconcile?: { counters: ReconcileCounters; followed: () => number };
+  /** Re-confirmation of open subscriptions' keys (KEY_RECONFIRM_INTERVAL_MS). */
+  keyWatch?: { readonly counters: KeyWatchCounters; readonly keys: number };
   /** The shared cache of parsed, validated and compiled documents (GRAPHQL_CACHE_BYTES). */
   documentCache?: () => { entries: number; bytes: number };
   /** graphql-jit compiles: made, put off by the budget, refused as too large (GRAPHQL_COMPILE_MAX_FIELDS, GRAPHQL_COMPILES_PER_MINUTE). */
@@ -211,6 +214,38 @@ export function createMetrics(sources: MetricSources): Metrics {
       this.inc({ result: 'change' }, counters.changes);
       this.inc({ result: 'error' }, counters.errors);
       this.inc({ result: 'refused' }, counters.refused);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}key_reconfirmations_total`,
+    help: 'Re-confirmations of the keys of open subscriptions (KEY_RECONFIRM_INTERVAL_MS), at most one per key per interval, by result: accepted, refused (by both endpoint groups: the key\'s subscriptions end UNAUTHENTICATED), failed (the upstream could not say; nothing ends) — each one upstream availability call, two when the first group refuses; proven: none asked, another call had proved the key within the interval',
+    labelNames: ['result'] as const,
+    registers: [registry],
+    collect() {
+      const counters = sources.keyWatch?.counters;
+      if (!counters) return;
+      this.reset();
+      for (const result of ['accepted', 'refused', 'failed'] as const) this.inc({ result }, counters.confirmations[result]);
+      this.inc({ result: 'proven' }, counters.proven);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}key_refused_subscriptions_total`,
+    help: 'Subscriptions ended UNAUTHENTICATED because a re-confirmation found their key (a client token\'s: its merchant key) refused by the upstream',
+    registers: [registry],
+    collect() {
+      const counters = sources.keyWatch?.counters;
+      if (!counters) return;
+      this.reset();
+      this.inc(counters.ended);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}key_reconfirm_keys`,
+    help: 'Keys with an open subscription on this instance: each is re-confirmed with the upstream at least once per KEY_RECONFIRM_INTERVAL_MS',
+    registers: [registry],
+    collect() {
+      this.set(sources.keyWatch?.keys ?? 0);
     },
   });
   new Gauge({

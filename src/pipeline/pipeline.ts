@@ -23,6 +23,7 @@ import { createContext, REFUSED_CLIENT_TOKEN, type GraphQLContext, type Services
 import { OperationNames, type OperationLabel } from '../observability/operation-names.js';
 import { noteErrorCodes, requestInfoOf } from '../observability/request.js';
 import { untilExpiry } from './guards/client-token.js';
+import { untilKeyRefused } from './guards/key-refusal.js';
 import { costWithVariables } from './guards/cost.js';
 import { KeylessWork, keylessCostRefusal, keylessFragmentsRefusal, readKeyless } from './guards/keyless.js';
 import { boundResult, textOver } from './guards/response-size.js';
@@ -284,7 +285,10 @@ export class Pipeline {
     if (Symbol.asyncIterator in outcome) {
       const stream = this.#streamOut(outcome);
       const bounded = caller.kind === 'client-token' ? untilExpiry(stream, caller.token.expiresAt) : stream;
-      return slot ? holdingSlot(bounded, slot) : bounded;
+      // Its key re-confirmed while it is open, whatever events come (access/key-watch.ts).
+      const { keyWatch } = this.#options.services;
+      const watched = keyWatch && context.key !== undefined ? untilKeyRefused(bounded, keyWatch, context.key, caller.kind === 'client-token') : bounded;
+      return slot ? holdingSlot(watched, slot) : watched;
     }
     return this.#resultOut(outcome, !request.checksText, work);
   }

@@ -157,7 +157,25 @@ describe('amount units and the webhook clock tolerance', () => {
     expect(loadConfig({ WEBHOOK_CLOCK_TOLERANCE_SECONDS: '3600' }).webhook.clockToleranceSeconds).toBe(3600);
   });
 
+  it('re-confirms subscriptions\' keys every RECONCILE_INTERVAL_MS by default, at most every 30 s, also when reconciliation is off', () => {
+    expect(loadConfig({}).realtime.keyReconfirmIntervalMs).toBe(30_000);
+    expect(loadConfig({ ...UPSTREAM }).realtime.keyReconfirmIntervalMs).toBe(5_000);
+    expect(loadConfig({ RECONCILE_INTERVAL_MS: '2000' }).realtime.keyReconfirmIntervalMs).toBe(2_000);
+    expect(loadConfig({ RECONCILE_INTERVAL_MS: '120000' }).realtime.keyReconfirmIntervalMs).toBe(30_000);
+    expect(loadConfig({ RECONCILE_INTERVAL_MS: '0' }).realtime.keyReconfirmIntervalMs).toBe(30_000);
+    expect(loadConfig({ RECONCILE_INTERVAL_MS: '0', KEY_RECONFIRM_INTERVAL_MS: '600000' }).realtime.keyReconfirmIntervalMs).toBe(600_000);
+  });
+
+  it('remembers a refused key for 5 s by default, 0 to 60 s', () => {
+    expect(loadConfig({}).upstream.keyRefusalMemoryMs).toBe(5_000);
+    expect(loadConfig({ KEY_REFUSAL_MEMORY_MS: '0' }).upstream.keyRefusalMemoryMs).toBe(0);
+    expect(loadConfig({ KEY_REFUSAL_MEMORY_MS: '60000' }).upstream.keyRefusalMemoryMs).toBe(60_000);
+  });
+
   it.each([
+    ['KEY_RECONFIRM_INTERVAL_MS', '0'],
+    ['KEY_RECONFIRM_INTERVAL_MS', '600001'],
+    ['KEY_REFUSAL_MEMORY_MS', '60001'],
     ['UPSTREAM_ITEM_PRICE_UNIT', 'dollars'],
     ['UPSTREAM_QUOTE_AMOUNT_UNIT', 'pennies'],
     ['WEBHOOK_CLOCK_TOLERANCE_SECONDS', '-1'],
