@@ -73,6 +73,8 @@ export interface HeadState {
    * as their answer.
    */
   whenAnswered(refusal: () => void): void;
+  /** The front refused this connection already (its answer is on its way): the parser's own deadline may still fire, and is not a second refusal. */
+  readonly refused: boolean;
 }
 
 export interface Fronts {
@@ -168,6 +170,8 @@ class Gate implements HeadState {
     this.framing = new RequestFraming(options.defaultHeadBytes, spec.headLimit);
     this.armDeadline();
   }
+
+  refused = false;
 
   whenAnswered(refusal: () => void): void {
     if (this.pending === 0) return refusal();
@@ -319,12 +323,14 @@ class Gate implements HeadState {
 
   private refuse(status: number, text: string, reason: string): void {
     this.stop();
+    this.refused = true;
     this.options.onRefusal(status, this.path, reason, this.spec.name);
     this.whenAnswered(() => refuseConnection(this.socket, { status, text }));
   }
 
   private refuseSlot(detail: string): void {
     this.stop();
+    this.refused = true;
     this.countSlotRefusal();
     this.options.onConnectionRefused('webhook_slots', this.spec.name, detail);
     this.whenAnswered(() => refuseConnection(this.socket, REFUSAL_OF.webhook_slots(detail)));

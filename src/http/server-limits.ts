@@ -132,7 +132,7 @@ export function applyServerLimits(
   server: Server,
   limits: ServerLimits,
   onRefusal: (status: number, path: string | undefined, reason: string) => void,
-  headOf: (socket: Socket) => { path: string | undefined; whenAnswered(refusal: () => void): void } | undefined,
+  headOf: (socket: Socket) => { path: string | undefined; refused: boolean; whenAnswered(refusal: () => void): void } | undefined,
 ): void {
   server.headersTimeout = limits.headersTimeoutMs;
   server.requestTimeout = limits.requestTimeoutMs;
@@ -143,6 +143,8 @@ export function applyServerLimits(
     if (error.code === 'ECONNRESET' || refused.has(socket)) return void socket.destroy();
     refused.add(socket);
     const head = headOf(socket);
+    // The front refused it first (its deadline and the parser's run side by side): one refusal, already counted and answered.
+    if (head?.refused) return;
     onRefusal(status, head?.path ?? pathOf(error.rawPacket), error.code ?? error.message);
     const refuse = () => refuseConnection(socket, { status, text });
     if (head) head.whenAnswered(refuse);
