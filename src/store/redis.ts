@@ -11,7 +11,11 @@
 //   delivery:<uid>:dedup       hash "<sha256 of canonical payload> <event name>" → "<seq> <append token>"
 //   idem:<owner>:<key>         hash: fingerprint, state (pending|done|unknown), uid, trackingUrl, updatedAt, token, owner
 //   idem-marker:<marker>       the name of the idem key a booking marker belongs to (src/domain/booking-marker.ts)
-//   owner:<uid>                "<owner hash>" or "<owner hash> <group>": who the delivery belongs to (src/access/owners.ts)
+//   owner:<uid>                "<owner hash> <group or -> <ms>" (or, written before, "<owner hash>" or "<owner hash> <group>"):
+//                              who the delivery belongs to (src/access/owners.ts), and when that was recorded
+//   unfinished:<owner>         sorted set (all scores 0, so in uid order) of the owner's deliveries reconciliation
+//                              may read unfollowed: added with the owner record, removed once found final or expired
+//   read-lease:<name>          an instance reading an unfollowed delivery right now, or lately (leaseReads)
 //   cursor-secret              random secret the cursors of every instance derive from (src/domain/cursor.ts)
 //   trim                       lease of the instance trimming expired data right now
 // With a retention, idempotency and ownership keys carry a TTL, and a timer trims
@@ -43,6 +47,8 @@ import {
   type ReadRecord,
   type Store,
   type StoredEvent,
+  type UnfinishedDelivery,
+  type UnfinishedPage,
 } from './store.js';
 import { fingerprint } from '../domain/canonical-json.js';
 import { bookingMarker } from '../domain/booking-marker.js';
@@ -71,6 +77,8 @@ declare module 'ioredis' {
     dgLogHead(log: string, count: string): Result<string[], Context>;
     dgForget(delivery: string, events: string, dedup: string, upTo: string): Result<number, Context>;
     dgUnlease(key: string, token: string): Result<number, Context>;
+    dgRecordOwner(ownerKey: string, unfinished: string, value: string, ttlMs: string, uid: string): Result<number, Context>;
+    dgUnfinished(unfinished: string, ownerKey: string, delivery: string, uid: string, owner: string, since: string): Result<string | null, Context>;
   }
 }
 
@@ -421,6 +429,47 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 `;
 
+/**
+ * Records a delivery's owner unless one is recorded (the first stays), and then
+ * only, puts it in the owner's set of deliveries reconciliation may read.
+ */
+const RECORD_OWNER = `
+-- KEYS: 1 owner:<uid>, 2 unfinished:<owner>; ARGV: 1 value, 2 time to live (ms; '' for ever), 3 uid
+local set
+if ARGV[2] ~= '' then
+  set = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX')
+else
+  set = redis.call('SET', KEYS[1], ARGV[1], 'NX')
+end
+if not set then return 0 end
+redis.call('ZADD', KEYS[2], 0, ARGV[3])
+if ARGV[2] ~= '' then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
+return 1
+`;
+
+/**
+ * One member of an owner's set, as reconciliation pages through it: its group
+ * ('' when the record has none) while it is unfinished; otherwise (its record
+ * expired, older than since, or its state final) it leaves the set, and nil.
+ */
+const UNFINISHED = `
+-- KEYS: 1 unfinished:<owner>, 2 owner:<uid>, 3 delivery:<uid>; ARGV: 1 uid, 2 owner, 3 since (ms)
+local record = redis.call('GET', KEYS[2])
+if record then
+  local owner, group, at = string.match(record, '^(%S+) ?(%S*) ?(%S*)$')
+  local recent = at == '' or tonumber(at) == nil or tonumber(at) >= tonumber(ARGV[3])
+  if owner == ARGV[2] and recent and redis.call('HGET', KEYS[3], 'terminal') ~= '1' then
+    if group == '-' then group = '' end
+    return group
+  end
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+return false
+`;
+
+/** Members of an owner's set one page looks at, at most. */
+const UNFINISHED_SCAN = 200;
+
 /** How long one instance may hold the trim lease; a pass that takes longer shares the work, harmlessly (every step is idempotent). */
 const TRIM_LEASE_MS = 60_000;
 
@@ -519,6 +568,8 @@ export class RedisStore implements Store {
     client.defineCommand('dgLogHead', { numberOfKeys: 1, lua: LOG_HEAD });
     client.defineCommand('dgForget', { numberOfKeys: 3, lua: FORGET });
     client.defineCommand('dgUnlease', { numberOfKeys: 1, lua: UNLEASE });
+    client.defineCommand('dgRecordOwner', { numberOfKeys: 2, lua: RECORD_OWNER });
+    client.defineCommand('dgUnfinished', { numberOfKeys: 3, lua: UNFINISHED });
   }
 
   /** Opens its own client on `url`. */
@@ -705,7 +756,15 @@ export class RedisStore implements Store {
 
   async recordRead({ uid, body, basis }: ReadRecord): Promise<void> {
     const fields = viewFields(body);
-    if (fields.length > 0) await this.client.dgMergeRead(this.#delivery(uid).state, String(basis), ...fields.flat());
+    const state = this.#delivery(uid).state;
+    const [, [, terminal], [, record]] = (await this.client
+      .pipeline()
+      .dgMergeRead(state, String(basis), ...(fields.length > 0 ? fields.flat() : []))
+      .hget(state, 'terminal')
+      .get(this.#owner(uid))
+      .exec())! as [unknown, [unknown, string | null], [unknown, string | null]];
+    // A read may take a final state back (it settles a contradiction): the delivery is unfinished again.
+    if (terminal !== '1' && record) await this.client.zadd(this.#unfinished(record.split(' ')[0]!), 'NX', 0, uid);
   }
 
   /** The counter the append script INCRs with each XADD: trimming the log does not lower it. */
@@ -781,17 +840,60 @@ export class RedisStore implements Store {
   }
 
   async recordOwners(records: readonly OwnerEntry[]): Promise<void> {
-    // One round trip; NX keeps the first record.
+    // One round trip; NX keeps the first record, and only a new record joins its owner's unfinished set.
     const pipeline = this.client.pipeline();
+    const now = Date.now();
+    const ttl = this.#retention ? String(this.#retention.eventRetentionMs) : '';
     for (const { uid, owner, group } of records) {
-      const key = `${this.prefix}owner:${uid}`;
-      const value = group ? `${owner} ${group}` : owner;
-      if (this.#retention) pipeline.set(key, value, 'PX', this.#retention.eventRetentionMs, 'NX');
-      else pipeline.set(key, value, 'NX');
+      pipeline.dgRecordOwner(this.#owner(uid), this.#unfinished(owner), `${owner} ${group ?? '-'} ${now}`, ttl, uid);
     }
     const results = await pipeline.exec();
     const failed = results?.find(([error]) => error);
     if (failed) throw failed[0];
+  }
+
+  #owner(uid: string): string {
+    return `${this.prefix}owner:${uid}`;
+  }
+
+  #unfinished(owner: string): string {
+    return `${this.prefix}unfinished:${owner}`;
+  }
+
+  /**
+   * Looks at up to UNFINISHED_SCAN members of the owner's set in uid order, and
+   * drops those found final or expired on the way; the cursor is the last uid looked at.
+   */
+  async unfinishedDeliveries(owner: string, after: string | undefined, { limit, since }: { limit: number; since: number }): Promise<UnfinishedPage> {
+    const set = this.#unfinished(owner);
+    const scan = Math.max(limit, UNFINISHED_SCAN);
+    const uids = await this.client.zrangebylex(set, after === undefined ? '-' : `(${after}`, '+', 'LIMIT', 0, scan);
+    if (uids.length === 0) return { deliveries: [], next: undefined };
+    const pipeline = this.client.pipeline();
+    for (const uid of uids) pipeline.dgUnfinished(set, this.#owner(uid), this.#delivery(uid).state, uid, owner, String(since));
+    const results = (await pipeline.exec()) ?? [];
+    const deliveries: UnfinishedDelivery[] = [];
+    for (const [index, [error, group]] of results.entries()) {
+      if (error) throw error;
+      if (group === null || group === undefined) continue;
+      deliveries.push({ uid: uids[index]!, group: group === 'PLATFORM' || group === 'PARTNER' ? group : null });
+      if (deliveries.length === limit) return { deliveries, next: uids[index] };
+    }
+    return { deliveries, next: uids.length === scan ? uids.at(-1) : undefined };
+  }
+
+  /** SET NX with a time to live, one per lease, in one round trip. */
+  async leaseReads(leases: readonly string[], forMs: number): Promise<Set<string>> {
+    const taken = new Set<string>();
+    if (leases.length === 0) return taken;
+    const pipeline = this.client.pipeline();
+    for (const lease of leases) pipeline.set(`${this.prefix}read-lease:${lease}`, '1', 'PX', Math.max(1, Math.round(forMs)), 'NX');
+    const results = (await pipeline.exec()) ?? [];
+    results.forEach(([error, answer], index) => {
+      if (error) throw error;
+      if (answer === 'OK') taken.add(leases[index]!);
+    });
+    return taken;
   }
 
   async ownerOf(uid: string): Promise<string | undefined> {
@@ -801,9 +903,10 @@ export class RedisStore implements Store {
   async ownersOf(uids: readonly string[]): Promise<Map<string, OwnerRecord>> {
     const found = new Map<string, OwnerRecord>();
     if (uids.length === 0) return found;
-    const values = await this.client.mget(uids.map((uid) => `${this.prefix}owner:${uid}`));
+    const values = await this.client.mget(uids.map((uid) => this.#owner(uid)));
     values.forEach((value, index) => {
       if (value === null) return;
+      // The time it was recorded, third, is reconciliation's (unfinishedDeliveries).
       const [owner, group] = value.split(' ');
       found.set(uids[index]!, { owner: owner!, group: group === 'PLATFORM' || group === 'PARTNER' ? group : null });
     });

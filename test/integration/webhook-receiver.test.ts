@@ -484,6 +484,8 @@ describe('a store that fails', () => {
     ownerOf: Store['ownerOf'] = (...args) => this.inner.ownerOf(...args);
     recordOwners: Store['recordOwners'] = (...args) => this.inner.recordOwners(...args);
     ownersOf: Store['ownersOf'] = (...args) => this.inner.ownersOf(...args);
+    unfinishedDeliveries: Store['unfinishedDeliveries'] = (...args) => this.inner.unfinishedDeliveries(...args);
+    leaseReads: Store['leaseReads'] = (...args) => this.inner.leaseReads(...args);
     deliveryState: Store['deliveryState'] = (...args) => this.inner.deliveryState(...args);
     deliveryView: Store['deliveryView'] = (...args) => this.inner.deliveryView(...args);
     recordRead: Store['recordRead'] = (...args) => this.inner.recordRead(...args);
