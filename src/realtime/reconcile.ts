@@ -230,7 +230,7 @@ export class Reconciler {
       // An owner with a key has a pass to make.
       this.#unlisten.push(keys.onRemember(() => this.#start()));
     }
-    if (bus) this.#unlisten.push(bus.listen(undefined, (event) => this.#heardAny(event)));
+    if (bus) this.#unlisten.push(bus.listen(undefined, (event) => this.#heardAny(event), { internal: true }));
   }
 
   /** Unfinished deliveries found by the last pass of each owner whose key is in memory. */
