@@ -72,7 +72,8 @@ export class Sweeps {
     for (const owner of owners) {
       let sweep = this.#sweeps.get(owner);
       if (!sweep) {
-        sweep = { cursor: undefined, running: false, startedAt: now, nextAt: now, paging: false, found: 0, lastFound: undefined };
+        // The first pass an interval after the key came (a delivery just booked with it needs no read yet), spread as the later ones are.
+        sweep = { cursor: undefined, running: false, startedAt: now, nextAt: now + intervalMs * (1 + Math.random() * 0.1), paging: false, found: 0, lastFound: undefined };
         this.#sweeps.set(owner, sweep);
       }
       if (sweep.paging || now < sweep.nextAt) continue;
