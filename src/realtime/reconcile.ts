@@ -477,7 +477,7 @@ export class Reconciler {
       // Another instance reads it: done here, and the budget it was given goes back.
       repair.reading = false;
       this.#dropRepair(repair);
-      this.#tokens += 1;
+      this.#tokens = Math.min(this.#options.maxReadsPerSecond, this.#tokens + 1);
     }
   }
 
@@ -504,8 +504,8 @@ export class Reconciler {
         this.#options.keys?.forget(key);
         this.counters.keysDropped += 1;
         this.#dropRepair(repair);
-      } else if (error instanceof NotFoundError) {
-        // The key cannot see it (any more): the next pass asks again.
+      } else if (error instanceof NotFoundError || repair.kind === 'unfollowed') {
+        // The key cannot see it (any more), or the upstream failed a pass's read (whose lease holds until about the next pass): the next pass asks again.
         this.counters.errors += 1;
         this.#dropRepair(repair);
       } else {
@@ -536,6 +536,17 @@ export class Reconciler {
     if (repair.kind === 'unfollowed' && kind !== 'unfollowed') this.#unload(repair.owner);
     repair.kind = kind;
     repair.dueAt = dueAt;
+  }
+
+  /**
+   * A contradiction or a cancel heard for a delivery already waiting: a pass's
+   * read becomes the read the event asks for (a webhook came, the pass's read is
+   * not needed); a contradiction is read at once whatever waited; of two
+   * confirmations, the earlier grace end.
+   */
+  #merge(repair: Repair, kind: 'contradiction' | 'confirmation', dueAt: number): void {
+    if (repair.kind === 'unfollowed' || kind === 'contradiction') this.#reschedule(repair, kind, dueAt);
+    else if (repair.kind === 'confirmation') repair.dueAt = Math.min(repair.dueAt, dueAt);
   }
 
   #dropRepair(repair: Repair): void {
@@ -574,7 +585,7 @@ export class Reconciler {
     const dueAt = event.contradicts ? Date.now() : graceEnds!;
     if (repair) {
       if (repair.reading) repair.readAgain ||= event.contradicts === true;
-      else if (READ_PRIORITY[kind] < READ_PRIORITY[repair.kind] || dueAt < repair.dueAt) this.#reschedule(repair, kind, Math.min(dueAt, repair.dueAt));
+      else this.#merge(repair, kind, dueAt);
       return;
     }
     const { keys, ownerOf } = this.#options;
@@ -584,7 +595,7 @@ export class Reconciler {
         if (!record || keys.keyOf(record.owner) === undefined || this.#followed.has(uid)) return;
         const waiting = this.#repairs.get(uid);
         if (waiting) {
-          if (!waiting.reading) this.#reschedule(waiting, kind, Math.min(dueAt, waiting.dueAt));
+          if (!waiting.reading) this.#merge(waiting, kind, dueAt);
           return;
         }
         this.#repairs.set(uid, { uid, owner: record.owner, group: groupOf(record.group), kind, dueAt, failures: 0, reading: false, readAgain: false });
