@@ -27,6 +27,7 @@ import type { SpanExporterLike } from './observability/tracing.js';
 import { ReadAccess } from './realtime/access.js';
 import { createEventBus } from './realtime/bus.js';
 import { EventPages } from './realtime/event-pages.js';
+import { OwnerKeys } from './realtime/owner-keys.js';
 import { Reconciler } from './realtime/reconcile.js';
 import { connectRedisEventBus } from './realtime/redis-bus.js';
 import { DEMO_MERCHANTS, startSandbox, type Sandbox } from './sandbox/index.js';
@@ -120,7 +121,15 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   teardown.add('owner records', () => owners.flush());
   // Webhooks and reconciliation store events through one batcher: one log order, publications in it.
   const batcher = new AppendBatcher(store, bus, (error) => logger.error({ err: error }, 'stored event not published'));
+  // The most recent key the upstream accepted for each owner, in this process's memory only: what deliveries nobody follows are read with.
+  // Keyed by merchant, as owner records are: a rotated merchant's new key reads what its old one booked.
+  const ownerKeys = new OwnerKeys({ resolveOwner: (key) => merchants.of(key) });
+  const unwatchKeys = upstream.keys.watch((key, standing) => {
+    if (standing === 'accepted') ownerKeys.remember(key);
+    else if (standing === 'refused') ownerKeys.forget(key);
+  });
   // Each instance reads what its own subscribers follow; an event they hear from any instance puts the read off.
+  // Unfinished deliveries nobody follows are read too, at a slower cadence, under a lease per delivery in the store.
   const reconciler = new Reconciler({
     store,
     upstream,
@@ -128,8 +137,15 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     intervalMs: config.realtime.reconcileIntervalMs,
     maxReadsPerSecond: config.realtime.reconcileMaxReadsPerSecond,
     finalityGraceMs: config.realtime.finalityGraceMs,
+    unfollowedIntervalMs: config.realtime.reconcileUnfollowedIntervalMs,
+    unfollowedWindowMs: config.realtime.reconcileUnfollowedWindowMs,
+    keys: ownerKeys,
+    bus,
+    ownerOf: (uid) => owners.lookupOne(uid),
+    onRead: (kind, delayMs) => metrics?.reconcileRead(kind, delayMs / 1000),
     logger,
   });
+  teardown.add('owner keys', () => unwatchKeys());
   teardown.add('reconciler', () => reconciler.stop());
   // Every open subscription's key, re-confirmed at a bounded interval whatever webhooks arrive: a revoked key's streams end.
   const keyWatch = new KeyWatch({ upstream, intervalMs: config.realtime.keyReconfirmIntervalMs, logger });
@@ -192,7 +208,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       subscriptions: services.subscriptions,
       owners,
       ownerFilter: () => (store instanceof SqliteStore ? store.ownerFilter : undefined),
-      reconcile: { counters: reconciler.counters, followed: () => reconciler.followedCount },
+      reconcile: { counters: reconciler.counters, followed: () => reconciler.followedCount, unfinished: () => reconciler.unfinishedCount, ownerKeys: () => reconciler.ownerKeyCount },
       keyWatch,
       // The pipeline is made below; until then the cache is empty.
       documentCache: () => served?.pipeline.documents.size ?? { entries: 0, bytes: 0 },

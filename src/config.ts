@@ -194,6 +194,13 @@ export interface Config {
     /** RECONCILE_MAX_READS_PER_SECOND: most reconciliation reads this instance makes per second, whatever it follows. */
     readonly reconcileMaxReadsPerSecond: number;
     /**
+     * RECONCILE_UNFOLLOWED_INTERVAL_MS: each unfinished delivery the facade knows
+     * is read this often though nobody follows it (0: never). Ten RECONCILE_INTERVAL_MS by default.
+     */
+    readonly reconcileUnfollowedIntervalMs: number;
+    /** RECONCILE_UNFOLLOWED_WINDOW: only deliveries the facade recorded (booked, read) this recently are read unfollowed; at most EVENT_RETENTION. */
+    readonly reconcileUnfollowedWindowMs: number;
+    /**
      * FINALITY_GRACE_MS: a cancel or failure with no evidence of pickup stays open
      * to later evidence (a return, a second attempt) this long; then a read that
      * still says so makes it final.
@@ -350,6 +357,8 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'SUBSCRIPTION_ACCESS_CHECKS', help: 'upstream access checks one deliveryEvents subscription without uids may make per minute, for deliveries the facade has no owner record of (each also takes one unit of RATE_LIMIT_PER_MINUTE); past either, their events are skipped (0: never asked)', default: '50' },
   { name: 'RECONCILE_INTERVAL_MS', help: 'a delivery a live subscriber follows is read from the upstream when no event has come for this long, and a change found is pushed as an event; 0: never', default: '30000; 5000 without webhooks (WEBHOOK_PUBLIC_KEY_FILE unset with UPSTREAM_URL)' },
   { name: 'RECONCILE_MAX_READS_PER_SECOND', help: 'most reconciliation reads one instance makes per second, however many deliveries it follows', default: '100' },
+  { name: 'RECONCILE_UNFOLLOWED_INTERVAL_MS', help: 'each unfinished delivery the facade knows (booked or read through it within RECONCILE_UNFOLLOWED_WINDOW) is read from the upstream this often though nobody follows it, so that deliveryEvents and Delivery.events get every change; within RECONCILE_MAX_READS_PER_SECOND, shared fairly across merchants; 0: never', default: 'ten RECONCILE_INTERVAL_MS (300000; 50000 without webhooks)' },
+  { name: 'RECONCILE_UNFOLLOWED_WINDOW', help: 'deliveries whose owner record (their booking, or first read through the facade) is older than this are no longer read unless followed (e.g. 7d, 12h); at most EVENT_RETENTION', default: '7d' },
   { name: 'FINALITY_GRACE_MS', help: 'a cancel or failure with no evidence of pickup ends a subscription only once a read this long after it still says so (a return or second attempt may follow)', default: '120000' },
   { name: 'KEY_RECONFIRM_INTERVAL_MS', help: 'every open subscription\'s key (a client token\'s: its merchant key) is re-confirmed with the upstream at least this often, one call per key whatever its number of subscriptions (none when another call proved the key within the interval); a key the upstream refuses ends them UNAUTHENTICATED (100 to 600000)', default: 'RECONCILE_INTERVAL_MS, at most 30000 (also when RECONCILE_INTERVAL_MS is 0)' },
   { name: 'GRAPHQL_INTROSPECTION', help: 'true or false: schema introspection and GraphiQL', default: 'false in production, else true' },
@@ -745,6 +754,7 @@ export function loadConfig(env: Env = process.env): Config {
   if (key && !issuer) throw new ConfigError('WEBHOOK_ISSUER', 'required when WEBHOOK_PUBLIC_KEY_FILE is set');
   // The embedded sandbox signs with a key the facade knows; a real upstream's key must be given.
   const webhooksEnabled = key !== undefined || upstreamUrl === undefined;
+  const eventRetentionMs = duration(env, 'EVENT_RETENTION', '30d', 1_000);
   // Without webhooks, reads are all a subscriber gets: poll more often.
   const reconcileIntervalMs = integer(env, 'RECONCILE_INTERVAL_MS', webhooksEnabled ? 30_000 : 5_000, 0, 86_400_000);
 
@@ -847,7 +857,7 @@ export function loadConfig(env: Env = process.env): Config {
     keylessRefusalsPerMinute: integer(env, 'KEYLESS_REFUSALS_PER_MINUTE', 60, 0, 1_000_000),
     keylessWorkMsPerMinute: integer(env, 'KEYLESS_WORK_MS_PER_MINUTE', 1_000, 0, 60_000_000),
     keylessTotalWorkMsPerMinute: integer(env, 'KEYLESS_TOTAL_WORK_MS_PER_MINUTE', 3_000, 0, 60_000_000),
-    eventRetentionMs: duration(env, 'EVENT_RETENTION', '30d', 1_000),
+    eventRetentionMs,
     clientTokenSecrets: clientTokenSecrets(env, 'CLIENT_TOKEN_SECRET', redis !== undefined),
     idempotencyRetentionMs: duration(env, 'IDEMPOTENCY_RETENTION', '24h', 1_000),
     realtime: {
@@ -859,6 +869,8 @@ export function loadConfig(env: Env = process.env): Config {
       accessChecksPerMinute: integer(env, 'SUBSCRIPTION_ACCESS_CHECKS', 50, 0, 1_000_000),
       reconcileIntervalMs,
       reconcileMaxReadsPerSecond: integer(env, 'RECONCILE_MAX_READS_PER_SECOND', 100, 1, 100_000),
+      reconcileUnfollowedIntervalMs: integer(env, 'RECONCILE_UNFOLLOWED_INTERVAL_MS', 10 * reconcileIntervalMs, 0, 864_000_000),
+      reconcileUnfollowedWindowMs: Math.min(duration(env, 'RECONCILE_UNFOLLOWED_WINDOW', '7d', 1_000), eventRetentionMs),
       finalityGraceMs: integer(env, 'FINALITY_GRACE_MS', 120_000, 0, 86_400_000),
       // Revocation ends streams whether or not deliveries are polled: RECONCILE_INTERVAL_MS, at most 30 s, even when it is 0 (off).
       keyReconfirmIntervalMs: integer(env, 'KEY_RECONFIRM_INTERVAL_MS', reconcileIntervalMs > 0 ? Math.min(reconcileIntervalMs, MAX_KEY_RECONFIRM_DEFAULT_MS) : MAX_KEY_RECONFIRM_DEFAULT_MS, 100, 600_000),

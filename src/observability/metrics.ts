@@ -9,7 +9,7 @@ import type { KeyWatchCounters } from '../access/key-watch.js';
 import type { PersistedQueryCounters } from '../pipeline/persisted-operations.js';
 import type { AccessCounters } from '../realtime/access.js';
 import type { EventBus } from '../realtime/bus.js';
-import type { ReconcileCounters } from '../realtime/reconcile.js';
+import type { ReadKind, ReconcileCounters } from '../realtime/reconcile.js';
 import type { BreakerState } from '../upstream/breaker.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { UpstreamCallRecord } from '../upstream/http.js';
@@ -35,6 +35,8 @@ export interface Metrics {
   readonly registry: Registry;
   operation(label: OperationLabel, outcome: OperationOutcome, seconds: number | undefined): void;
   upstreamCall(record: UpstreamCallRecord): void;
+  /** A reconciliation read made, of this kind, this long after it fell due. */
+  reconcileRead(kind: ReadKind, delaySeconds: number): void;
   /** GET /metrics. */
   handle(req: IncomingMessage, res: ServerResponse): void;
 }
@@ -51,8 +53,8 @@ export interface MetricSources {
   access?: AccessCounters;
   /** Subscriptions open at once and those refused by a cap (src/access/subscription-slots.ts). */
   subscriptions?: { readonly counters: SubscriptionCounters; readonly open: number };
-  /** Reconciliation: reads of followed deliveries and what they found. */
-  reconcile?: { counters: ReconcileCounters; followed: () => number };
+  /** Reconciliation: reads of followed and unfollowed deliveries and what they found. */
+  reconcile?: { counters: ReconcileCounters; followed: () => number; unfinished?: () => number; ownerKeys?: () => number };
   /** Re-confirmation of open subscriptions' keys (KEY_RECONFIRM_INTERVAL_MS). */
   keyWatch?: { readonly counters: KeyWatchCounters; readonly keys: number };
   /** The shared cache of parsed, validated and compiled documents (GRAPHQL_CACHE_BYTES). */
@@ -203,7 +205,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   });
   new Counter({
     name: `${PREFIX}reconcile_total`,
-    help: 'Reconciliation (RECONCILE_INTERVAL_MS): reads of followed deliveries no event had come for, by result: read (reads made), change (events stored from a read that webhooks had not brought), error (reads that failed and back off), refused (subscriptions ended because the upstream refused their key)',
+    help: 'Reconciliation (RECONCILE_INTERVAL_MS, RECONCILE_UNFOLLOWED_INTERVAL_MS): reads of the upstream, by result: read (reads made, of every kind), change (events stored from a read that webhooks had not brought), error (reads that failed and back off), refused (subscriptions ended because the upstream refused their key)',
     labelNames: ['result'] as const,
     registers: [registry],
     collect() {
@@ -246,6 +248,60 @@ export function createMetrics(sources: MetricSources): Metrics {
     registers: [registry],
     collect() {
       this.set(sources.keyWatch?.keys ?? 0);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}reconcile_reads_total`,
+    help: 'Reconciliation reads made, by why: followed (a delivery a subscriber of this instance follows, no event for RECONCILE_INTERVAL_MS), unfollowed (an unfinished delivery nobody follows here, its pass every RECONCILE_UNFOLLOWED_INTERVAL_MS), contradiction (an event contradicted its state), confirmation (the grace of its cancel or failure ended)',
+    labelNames: ['kind'] as const,
+    registers: [registry],
+    collect() {
+      const counters = sources.reconcile?.counters;
+      if (!counters) return;
+      this.reset();
+      for (const kind of ['followed', 'unfollowed', 'contradiction', 'confirmation'] as const) this.inc({ kind }, counters.byKind[kind]);
+    },
+  });
+  const reconcileDelay = new Histogram({
+    name: `${PREFIX}reconcile_queue_delay_seconds`,
+    help: 'How long after it fell due each reconciliation read was made, by kind (as reconcile_reads_total): what RECONCILE_MAX_READS_PER_SECOND and the turns between merchants hold it back',
+    labelNames: ['kind'] as const,
+    buckets: [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900],
+    registers: [registry],
+  });
+  new Gauge({
+    name: `${PREFIX}reconcile_due_reads`,
+    help: 'Reconciliation reads due and not made at the last tick: held back by RECONCILE_MAX_READS_PER_SECOND',
+    registers: [registry],
+    collect() {
+      this.set(sources.reconcile?.counters.due ?? 0);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}reconcile_unfinished_deliveries`,
+    help: 'Unfinished deliveries the facade knows (booked or read through it within RECONCILE_UNFOLLOWED_WINDOW), as the last pass of each merchant whose key this process holds found them; those of merchants whose key it does not hold (since a restart, until they call) are not counted, nor read',
+    registers: [registry],
+    collect() {
+      this.set(sources.reconcile?.unfinished?.() ?? 0);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}reconcile_owner_keys`,
+    help: 'Merchants whose key this process holds in memory (never stored, logged or exported): those whose unfinished deliveries it can read unfollowed',
+    registers: [registry],
+    collect() {
+      this.set(sources.reconcile?.ownerKeys?.() ?? 0);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}reconcile_keys_dropped_total`,
+    help: 'Merchant keys dropped from memory because the upstream refused them on an unfollowed read: that merchant\'s deliveries wait until it calls with a key the upstream accepts',
+    registers: [registry],
+    collect() {
+      const counters = sources.reconcile?.counters;
+      if (!counters) return;
+      this.reset();
+      this.inc(counters.keysDropped);
     },
   });
   new Gauge({
@@ -345,6 +401,9 @@ export function createMetrics(sources: MetricSources): Metrics {
       const { group, method, route, outcome } = record;
       counterOf(`up\n${group}\n${method}\n${route}\n${outcome}`, () => upstreamCalls.labels({ group, method, route, outcome })).inc();
       histogramOf(`up\n${group}\n${method}\n${route}`, () => upstreamSeconds.labels({ group, method, route })).observe(record.durationMs / 1000);
+    },
+    reconcileRead(kind, delaySeconds) {
+      histogramOf(`rc\n${kind}`, () => reconcileDelay.labels({ kind })).observe(delaySeconds);
     },
     handle(req, res) {
       if (req.method !== 'GET' && req.method !== 'HEAD') {

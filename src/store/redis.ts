@@ -11,9 +11,12 @@
 //   delivery:<uid>:dedup       hash "<sha256 of canonical payload> <event name>" → "<seq> <append token>"
 //   idem:<owner>:<key>         hash: fingerprint, state (pending|done|unknown), uid, trackingUrl, updatedAt, token, owner
 //   idem-marker:<marker>       the name of the idem key a booking marker belongs to (src/domain/booking-marker.ts)
-//   owner:<uid>                "<merchant> <group or -> <proof>" (before proofs: "<owner hash>" or "<owner hash> <group>"):
-//                              who the delivery belongs to and how that is known (src/access/owners.ts)
+//   owner:<uid>                "<merchant> <group or -> <proof> <ms>" (before proofs: "<owner hash>" or "<owner hash> <group>"):
+//                              who the delivery belongs to, how that is known (src/access/owners.ts), and when it was recorded
 //   merchant-link:<id>         the merchant a key hash (or merchant id) belongs to (src/access/merchants.ts); no TTL
+//   unfinished:<owner>         sorted set (all scores 0, so in uid order) of the owner's deliveries reconciliation
+//                              may read unfollowed: added with each owner record written, removed once found final, expired or another's
+//   read-lease:<name>          an instance reading an unfollowed delivery right now, or lately (leaseReads)
 //   cursor-secret              random secret the cursors of every instance derive from (src/domain/cursor.ts)
 //   trim                       lease of the instance trimming expired data right now
 // With a retention, idempotency and ownership keys carry a TTL, and a timer trims
@@ -47,6 +50,8 @@ import {
   type Store,
   type StoredEvent,
   merchantScoped,
+  type UnfinishedDelivery,
+  type UnfinishedPage,
 } from './store.js';
 import { fingerprint } from '../domain/canonical-json.js';
 import { bookingMarker } from '../domain/booking-marker.js';
@@ -75,8 +80,9 @@ declare module 'ioredis' {
     dgLogHead(log: string, count: string): Result<string[], Context>;
     dgForget(delivery: string, events: string, dedup: string, upTo: string): Result<number, Context>;
     dgUnlease(key: string, token: string): Result<number, Context>;
-    dgOwn(key: string, value: string, merchantScoped: string, replace: string, ttlMs: string): Result<number, Context>;
+    dgOwn(ownerKey: string, unfinished: string, value: string, merchantScoped: string, replace: string, ttlMs: string, uid: string): Result<number, Context>;
     dgLink(key: string, from: string, to: string, linkPrefix: string, maxDepth: string): Result<'linked' | 'same' | 'taken', Context>;
+    dgUnfinished(unfinished: string, ownerKey: string, delivery: string, uid: string, owner: string, since: string): Result<string | null, Context>;
   }
 }
 
@@ -431,17 +437,20 @@ return 0
  * Writes an owner record by the rule of supersedes() (src/store/store.ts): the
  * first stays, but a merchant-scoped proof replaces a record learned from a
  * read (proof `read`, or none: written before proofs were kept), and a replace
- * replaces anything.
+ * replaces anything. A record written puts the delivery in its owner's set of
+ * deliveries reconciliation may read (a former owner's set drops it when paged).
  */
 const OWN = `
--- KEYS: 1 owner key. ARGV: 1 value, 2 merchant-scoped, 3 replace, 4 time to live (ms; '' for ever)
+-- KEYS: 1 owner:<uid>, 2 unfinished:<owner>. ARGV: 1 value, 2 merchant-scoped, 3 replace, 4 time to live (ms; '' for ever), 5 uid
 local current = redis.call('GET', KEYS[1])
 if current and ARGV[3] ~= '1' then
   if ARGV[2] ~= '1' then return 0 end
-  local proof = string.match(current, '^%S+ %S+ (%S+)$')
+  local proof = string.match(current, '^%S+ %S+ (%S+)')
   if proof and proof ~= 'read' then return 0 end
 end
 if ARGV[4] ~= '' then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4]) else redis.call('SET', KEYS[1], ARGV[1]) end
+redis.call('ZADD', KEYS[2], 0, ARGV[5])
+if ARGV[4] ~= '' then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
 return 1
 `;
 
@@ -469,6 +478,29 @@ const MAX_LINK_DEPTH = 16;
 
 /** The owner value's proof, when it names one this version knows. */
 const OWNER_PROOFS: ReadonlySet<string> = new Set<OwnerProof>(['booked', 'reference', 'canceled', 'claimed', 'read']);
+
+/**
+ * One member of an owner's set, as reconciliation pages through it: its group
+ * ('' when the record has none) while it is unfinished; otherwise (its record
+ * expired, older than since, or its state final) it leaves the set, and nil.
+ */
+const UNFINISHED = `
+-- KEYS: 1 unfinished:<owner>, 2 owner:<uid>, 3 delivery:<uid>; ARGV: 1 uid, 2 owner, 3 since (ms)
+local record = redis.call('GET', KEYS[2])
+if record then
+  local owner, group, _, at = string.match(record, '^(%S+) ?(%S*) ?(%S*) ?(%S*)$')
+  local recent = at == '' or tonumber(at) == nil or tonumber(at) >= tonumber(ARGV[3])
+  if owner == ARGV[2] and recent and redis.call('HGET', KEYS[3], 'terminal') ~= '1' then
+    if group == '-' then group = '' end
+    return group
+  end
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+return false
+`;
+
+/** Members of an owner's set one page looks at, at most. */
+const UNFINISHED_SCAN = 200;
 
 /** How long one instance may hold the trim lease; a pass that takes longer shares the work, harmlessly (every step is idempotent). */
 const TRIM_LEASE_MS = 60_000;
@@ -568,8 +600,9 @@ export class RedisStore implements Store {
     client.defineCommand('dgLogHead', { numberOfKeys: 1, lua: LOG_HEAD });
     client.defineCommand('dgForget', { numberOfKeys: 3, lua: FORGET });
     client.defineCommand('dgUnlease', { numberOfKeys: 1, lua: UNLEASE });
-    client.defineCommand('dgOwn', { numberOfKeys: 1, lua: OWN });
+    client.defineCommand('dgOwn', { numberOfKeys: 2, lua: OWN });
     client.defineCommand('dgLink', { numberOfKeys: 1, lua: LINK });
+    client.defineCommand('dgUnfinished', { numberOfKeys: 3, lua: UNFINISHED });
   }
 
   /** Opens its own client on `url`. */
@@ -756,7 +789,15 @@ export class RedisStore implements Store {
 
   async recordRead({ uid, body, basis }: ReadRecord): Promise<void> {
     const fields = viewFields(body);
-    if (fields.length > 0) await this.client.dgMergeRead(this.#delivery(uid).state, String(basis), ...fields.flat());
+    const state = this.#delivery(uid).state;
+    const [, [, terminal], [, record]] = (await this.client
+      .pipeline()
+      .dgMergeRead(state, String(basis), ...(fields.length > 0 ? fields.flat() : []))
+      .hget(state, 'terminal')
+      .get(this.#owner(uid))
+      .exec())! as [unknown, [unknown, string | null], [unknown, string | null]];
+    // A read may take a final state back (it settles a contradiction): the delivery is unfinished again.
+    if (terminal !== '1' && record) await this.client.zadd(this.#unfinished(record.split(' ')[0]!), 'NX', 0, uid);
   }
 
   /** The counter the append script INCRs with each XADD: trimming the log does not lower it. */
@@ -832,16 +873,61 @@ export class RedisStore implements Store {
   }
 
   async recordOwners(records: readonly OwnerEntry[]): Promise<void> {
-    // One round trip; the script keeps the first record but for what supersedes() lets replace it.
+    // One round trip; the script keeps the first record but for what supersedes() lets replace it, and a record written joins its owner's unfinished set.
     const pipeline = this.client.pipeline();
+    const now = Date.now();
     const ttl = this.#retention ? String(this.#retention.eventRetentionMs) : '';
     for (const { uid, owner, group, proof, replace } of records) {
-      const value = `${owner} ${group ?? '-'} ${proof ?? 'read'}`;
-      pipeline.dgOwn(`${this.prefix}owner:${uid}`, value, flag(merchantScoped(proof ?? 'read')), flag(replace === true), ttl);
+      const value = `${owner} ${group ?? '-'} ${proof ?? 'read'} ${now}`;
+      pipeline.dgOwn(this.#owner(uid), this.#unfinished(owner), value, flag(merchantScoped(proof ?? 'read')), flag(replace === true), ttl, uid);
     }
     const results = await pipeline.exec();
     const failed = results?.find(([error]) => error);
     if (failed) throw failed[0];
+  }
+
+  #owner(uid: string): string {
+    return `${this.prefix}owner:${uid}`;
+  }
+
+  #unfinished(owner: string): string {
+    return `${this.prefix}unfinished:${owner}`;
+  }
+
+  /**
+   * Looks at up to UNFINISHED_SCAN members of the owner's set in uid order, and
+   * drops those found final or expired on the way; the cursor is the last uid looked at.
+   */
+  async unfinishedDeliveries(owner: string, after: string | undefined, { limit, since }: { limit: number; since: number }): Promise<UnfinishedPage> {
+    const set = this.#unfinished(owner);
+    const scan = Math.max(limit, UNFINISHED_SCAN);
+    const uids = await this.client.zrangebylex(set, after === undefined ? '-' : `(${after}`, '+', 'LIMIT', 0, scan);
+    if (uids.length === 0) return { deliveries: [], next: undefined };
+    const pipeline = this.client.pipeline();
+    for (const uid of uids) pipeline.dgUnfinished(set, this.#owner(uid), this.#delivery(uid).state, uid, owner, String(since));
+    const results = (await pipeline.exec()) ?? [];
+    const deliveries: UnfinishedDelivery[] = [];
+    for (const [index, [error, group]] of results.entries()) {
+      if (error) throw error;
+      if (group === null || group === undefined) continue;
+      deliveries.push({ uid: uids[index]!, group: group === 'PLATFORM' || group === 'PARTNER' ? group : null });
+      if (deliveries.length === limit) return { deliveries, next: uids[index] };
+    }
+    return { deliveries, next: uids.length === scan ? uids.at(-1) : undefined };
+  }
+
+  /** SET NX with a time to live, one per lease, in one round trip. */
+  async leaseReads(leases: readonly string[], forMs: number): Promise<Set<string>> {
+    const taken = new Set<string>();
+    if (leases.length === 0) return taken;
+    const pipeline = this.client.pipeline();
+    for (const lease of leases) pipeline.set(`${this.prefix}read-lease:${lease}`, '1', 'PX', Math.max(1, Math.round(forMs)), 'NX');
+    const results = (await pipeline.exec()) ?? [];
+    results.forEach(([error, answer], index) => {
+      if (error) throw error;
+      if (answer === 'OK') taken.add(leases[index]!);
+    });
+    return taken;
   }
 
   async ownerOf(uid: string): Promise<string | undefined> {
@@ -851,9 +937,10 @@ export class RedisStore implements Store {
   async ownersOf(uids: readonly string[]): Promise<Map<string, OwnerRecord>> {
     const found = new Map<string, OwnerRecord>();
     if (uids.length === 0) return found;
-    const values = await this.client.mget(uids.map((uid) => `${this.prefix}owner:${uid}`));
+    const values = await this.client.mget(uids.map((uid) => this.#owner(uid)));
     values.forEach((value, index) => {
       if (value === null) return;
+      // The time it was recorded, fourth, is reconciliation's (unfinishedDeliveries).
       const [owner, group, proof] = value.split(' ');
       found.set(uids[index]!, {
         owner: owner!,

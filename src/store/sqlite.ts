@@ -36,6 +36,8 @@ import {
   type Store,
   type StoredEvent,
   supersedes,
+  type UnfinishedDelivery,
+  type UnfinishedPage,
 } from './store.js';
 import { bookingMarker } from '../domain/booking-marker.js';
 import { lockDataDir, type DataDirLock } from './data-dir-lock.js';
@@ -71,6 +73,10 @@ const stateOf = (row: StateRow): MilestoneState => ({
   ...(row.picked_up === 1 ? { pickedUp: true as const } : {}),
   ...courierPart(row.courier, row.former_couriers),
 });
+
+/** Owner records one page of unfinishedDeliveries looks at, at most (well under a millisecond of index reads). */
+const UNFINISHED_SCAN = 500;
+const cursorOf = (row: { created_at: number; uid: string }) => `${row.created_at} ${row.uid}`;
 
 const ownerGroup = (value: string | null): OwnerGroup | null => (value === 'PLATFORM' || value === 'PARTNER' ? value : null);
 const OWNER_PROOFS: ReadonlySet<string> = new Set<OwnerProof>(['booked', 'reference', 'canceled', 'claimed', 'read']);
@@ -337,6 +343,8 @@ export class SqliteStore implements Store {
       -- A webhook's booking marker finds its claim.
       CREATE INDEX IF NOT EXISTS idempotency_by_marker ON idempotency (marker);
       CREATE INDEX IF NOT EXISTS ownership_by_time ON ownership (created_at);
+      -- Reconciliation pages through each owner's recent records (unfinishedDeliveries).
+      CREATE INDEX IF NOT EXISTS ownership_by_owner ON ownership (owner_hash, created_at, uid);
     `);
     // A file made before groups were kept gains the column; its records read with no group.
     const ownershipColumns = this.db.prepare<[], { name: string }>('SELECT name FROM pragma_table_info(\'ownership\')').all();
@@ -374,6 +382,12 @@ export class SqliteStore implements Store {
       // The highest seq ever given (AUTOINCREMENT's record), which trimming the log does not lower.
       lastSeq: this.db.prepare<[], { seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'events'"),
       ping: this.db.prepare('SELECT 1'),
+      // An owner's records from a (created_at, uid) position on, with the state of each delivery, if any.
+      ownedAfter: this.db.prepare<[string, number, number, number, string, number], { uid: string; api_group: string | null; created_at: number; terminal: number | null }>(
+        `SELECT o.uid, o.api_group, o.created_at, d.terminal FROM ownership o LEFT JOIN delivery_state d ON d.uid = o.uid
+         WHERE o.owner_hash = ? AND o.created_at >= ? AND (o.created_at > ? OR (o.created_at = ? AND o.uid > ?))
+         ORDER BY o.created_at, o.uid LIMIT ?`,
+      ),
     };
     this.#logger = options.logger;
     this.#startOwnerFilter();
@@ -620,6 +634,33 @@ export class SqliteStore implements Store {
 
   unlinkMerchant(id: string): Promise<boolean> {
     return this.#write('unlink', id);
+  }
+
+  /**
+   * Looks at up to UNFINISHED_SCAN records per page through the (owner_hash,
+   * created_at, uid) index, finished ones included: a page may come back short.
+   * The cursor is the last record looked at, as "<created_at> <uid>".
+   */
+  async unfinishedDeliveries(owner: string, after: string | undefined, { limit, since }: { limit: number; since: number }): Promise<UnfinishedPage> {
+    const space = after?.indexOf(' ') ?? -1;
+    // Before every record (created_at is never negative), or after the one the cursor names.
+    const fromTime = space > 0 ? Number(after!.slice(0, space)) : -1;
+    const fromUid = space > 0 ? after!.slice(space + 1) : '';
+    const scan = Math.max(limit, UNFINISHED_SCAN);
+    const rows = this.#read(() => this.#statements.ownedAfter.all(owner, since, fromTime, fromTime, fromUid, scan));
+    const deliveries: UnfinishedDelivery[] = [];
+    for (const row of rows) {
+      if (row.terminal === 1) continue;
+      deliveries.push({ uid: row.uid, group: ownerGroup(row.api_group) });
+      if (deliveries.length === limit) return { deliveries, next: cursorOf(row) };
+    }
+    const last = rows.at(-1);
+    return { deliveries, next: rows.length === scan && last ? cursorOf(last) : undefined };
+  }
+
+  /** One process holds the file (data-dir-lock.ts): nobody else to share reads with. */
+  async leaseReads(leases: readonly string[], _forMs?: number): Promise<Set<string>> {
+    return new Set(leases);
   }
 
   async cursorSecret(): Promise<Buffer> {

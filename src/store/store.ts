@@ -161,6 +161,20 @@ export function courierPart(courier: string | null | undefined, formers: string 
   return part;
 }
 
+/** A delivery reconciliation may read though nobody follows it: known to the facade, not final (src/realtime/sweeps.ts). */
+export interface UnfinishedDelivery {
+  uid: string;
+  /** The group its owner record names; null when the record has none. */
+  group: OwnerGroup | null;
+}
+
+/** One page of an owner's unfinished deliveries. */
+export interface UnfinishedPage {
+  deliveries: UnfinishedDelivery[];
+  /** Where the next page starts (opaque, this store's own); undefined after the last. */
+  next: string | undefined;
+}
+
 export interface EventFilter {
   /** Only events of these deliveries. */
   uids?: readonly string[];
@@ -230,6 +244,22 @@ export interface Store {
   linkMerchant(from: string, to: string): Promise<'linked' | 'same' | 'taken'>;
   /** Removes the link of `id` (an operator undoing a link): true when there was one. */
   unlinkMerchant(id: string): Promise<boolean>;
+  /**
+   * The deliveries of one owner that the facade knows (an owner record made no
+   * earlier than `since`, ms since the epoch: booked, read or resolved through
+   * it) and that are not final (no state yet, or a state that is not terminal),
+   * a page at a time from `after` (undefined: the start). A page holds at most
+   * `limit` deliveries and may hold fewer (even none) before the end: each call
+   * looks at a bounded number of records.
+   */
+  unfinishedDeliveries(owner: string, after: string | undefined, options: { limit: number; since: number }): Promise<UnfinishedPage>;
+  /**
+   * Takes the leases named, each for `forMs`, and returns those it took: another
+   * instance sharing the store holds the others. Reconciliation takes one before
+   * each read of a delivery nobody follows here, so that instances do not all
+   * read it. A store only one process opens (SQLite) grants every lease.
+   */
+  leaseReads(leases: readonly string[], forMs: number): Promise<Set<string>>;
   /**
    * A random secret kept with the data, created on first use: the same for every
    * instance that shares the store and across restarts. Cursors are derived from it

@@ -66,6 +66,7 @@ export class KnownKeys {
   /** An acceptance is written again only once this much of its time to live has passed. */
   readonly #relearnAfterMs: number;
   readonly #now: () => number;
+  readonly #watchers = new Set<(key: string, standing: KeyStanding) => void>();
 
   constructor(options: KnownKeysOptions = {}) {
     this.#acceptedTtlMs = options.acceptedTtlMs ?? 10 * 60_000;
@@ -117,7 +118,19 @@ export class KnownKeys {
       if (oldest !== undefined) this.#verdicts.delete(oldest);
     }
     // Requests waiting on this key's first try go on once the key is decided (one group's refusal may not be enough).
-    if (standingOf(verdicts, now) !== 'unknown') this.#tries.get(hash)?.settle();
+    const standing = standingOf(verdicts, now);
+    if (standing !== 'unknown') this.#tries.get(hash)?.settle();
+    for (const watcher of this.#watchers) watcher(key, standing);
+  }
+
+  /**
+   * Called with the key and where it stands after each verdict that changed
+   * something (not after each of a burst of acceptances): reconciliation's
+   * memory of keys (src/realtime/owner-keys.ts).
+   */
+  watch(watcher: (key: string, standing: KeyStanding) => void): () => void {
+    this.#watchers.add(watcher);
+    return () => this.#watchers.delete(watcher);
   }
 
   /**

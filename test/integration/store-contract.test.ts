@@ -753,6 +753,80 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     }
   });
 
+  /** Every page of an owner's unfinished deliveries, as reconciliation pages through them (two at most a page), in uid order. */
+  async function unfinishedOf(owner: string, since = 0): Promise<Array<{ uid: string; group: string | null }>> {
+    const found: Array<{ uid: string; group: string | null }> = [];
+    let after: string | undefined;
+    for (let pages = 0; pages < 100; pages += 1) {
+      const page = await store.unfinishedDeliveries(owner, after, { limit: 2, since });
+      expect(page.deliveries.length).toBeLessThanOrEqual(2);
+      found.push(...page.deliveries);
+      if (page.next === undefined) return found.sort((a, b) => a.uid.localeCompare(b.uid));
+      after = page.next;
+    }
+    throw new Error('unfinishedDeliveries never ended');
+  }
+
+  test('unfinished deliveries: an owner\'s recorded ones with no state or a state not final, page by page; a read that takes a final state back brings one back', async () => {
+    fresh();
+    await store.recordOwners([
+      { uid: 'u-booked', owner: 'o', group: 'PLATFORM' },
+      { uid: 'u-moving', owner: 'o', group: null },
+      { uid: 'u-canceled', owner: 'o', group: 'PARTNER' },
+      { uid: 'u-delivered', owner: 'o', group: 'PLATFORM' },
+      { uid: 'u-returned', owner: 'o', group: 'PLATFORM' },
+      { uid: 'u-others', owner: 'p', group: 'PLATFORM' },
+    ]);
+    // The first record stays: another owner's later claim makes it no delivery of theirs.
+    await store.recordOwner('u-moving', 'p', 'PLATFORM');
+    await store.appendEvents([
+      event('u-moving', 'delivery.assigned'),
+      // A cancel is not final until a read confirms it.
+      event('u-canceled', 'delivery.canceled'),
+      event('u-delivered', 'delivery.dropoff_complete'),
+      event('u-returned', 'delivery.returned'),
+      // Known from a webhook alone, with no owner record: no key could read it.
+      event('u-orphan', 'delivery.assigned'),
+    ]);
+    expect(await unfinishedOf('o')).toEqual([
+      { uid: 'u-booked', group: 'PLATFORM' },
+      { uid: 'u-canceled', group: 'PARTNER' },
+      { uid: 'u-moving', group: null },
+    ]);
+    expect(await unfinishedOf('p')).toEqual([{ uid: 'u-others', group: 'PLATFORM' }]);
+    expect(await unfinishedOf('nobody')).toEqual([]);
+
+    // A FAILED after DROPOFF_COMPLETE contradicts it; the read that settles it says FAILED: unfinished again.
+    await store.appendEvents([event('u-delivered', 'delivery.failed', NEW_READ)]);
+    await store.recordRead({ uid: 'u-delivered', body: { uid: 'u-delivered', status: 'failed' }, basis: 1e9 });
+    expect((await unfinishedOf('o')).map((each) => each.uid)).toEqual(['u-booked', 'u-canceled', 'u-delivered', 'u-moving']);
+    // And the confirming read of the cancel ends it.
+    await store.appendEvents([event('u-canceled', 'delivery.canceled', CONFIRMING)]);
+    expect((await unfinishedOf('o')).map((each) => each.uid)).toEqual(['u-booked', 'u-delivered', 'u-moving']);
+
+    // Records older than the window are left out (for good: the window only moves on).
+    expect(await unfinishedOf('o', Date.now() + 60_000)).toEqual([]);
+  });
+
+  test('read leases: taken once until they expire, whoever asks again; a store one process holds grants every one', async () => {
+    fresh();
+    expect(await store.leaseReads(['a', 'b'], 10_000)).toEqual(new Set(['a', 'b']));
+    expect(await store.leaseReads([], 10_000)).toEqual(new Set());
+    if (store instanceof RedisStore) {
+      // Another instance on the same Redis.
+      const other = await reopen(store);
+      try {
+        expect(await other.leaseReads(['a', 'c'], 10_000)).toEqual(new Set(['c']));
+        expect(await other.leaseReads(['short'], 50)).toEqual(new Set(['short']));
+        await vi.waitFor(async () => expect(await store.leaseReads(['short'], 50)).toEqual(new Set(['short'])), { timeout: 5_000, interval: 20 });
+      } finally {
+        await other.close();
+      }
+    } else {
+      expect(await store.leaseReads(['a', 'c'], 10_000)).toEqual(new Set(['a', 'c']));
+    }
+  });
+
   test('keeps one cursor secret: made on first use, the same when the data is opened again, another in another store', async () => {
     fresh();
     const secret = await store.cursorSecret();

@@ -487,6 +487,8 @@ describe('a store that fails', () => {
     merchantLinks: Store['merchantLinks'] = (...args) => this.inner.merchantLinks(...args);
     linkMerchant: Store['linkMerchant'] = (...args) => this.inner.linkMerchant(...args);
     unlinkMerchant: Store['unlinkMerchant'] = (...args) => this.inner.unlinkMerchant(...args);
+    unfinishedDeliveries: Store['unfinishedDeliveries'] = (...args) => this.inner.unfinishedDeliveries(...args);
+    leaseReads: Store['leaseReads'] = (...args) => this.inner.leaseReads(...args);
     deliveryState: Store['deliveryState'] = (...args) => this.inner.deliveryState(...args);
     deliveryView: Store['deliveryView'] = (...args) => this.inner.deliveryView(...args);
     recordRead: Store['recordRead'] = (...args) => this.inner.recordRead(...args);
