@@ -9,13 +9,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Stack } from '../helpers/stack.js';
 import { asStatus, bookScripted, follow, settled, trackingStores, truthOf, type Followed } from '../helpers/tracking.js';
 import { waitUntil } from '../helpers/wait.js';
-import { wsClient } from '../helpers/ws-client.js';
+import { collect, wsClient } from '../helpers/ws-client.js';
 
 const UPDATED = `subscription($uid: ID!) { deliveryUpdated(uid: $uid) { name status source stale delivery { status cancellationReason courier { name } } } }`;
 const LOCATION = `subscription($uid: ID!) { courierLocation(uid: $uid) { milestone } }`;
 const LOG = `query($uid: ID!) { delivery(uid: $uid) { status events { edges { node { name status source stale } } } } }`;
 const KNOWN_FIELDS = `status proofOfDelivery { photoUrl signatureUrl } trackingUrl style scheduledAt deliveryDate expectedCancellationFee { amount currency } courier { name }`;
 const KNOWN = `subscription($uid: ID!) { deliveryUpdated(uid: $uid) { name status source delivery { ${KNOWN_FIELDS} } reported { proofOfDelivery { photoUrl } trackingUrl } } }`;
+const READ_KNOWN = `query($uid: ID!) { delivery(uid: $uid) { ${KNOWN_FIELDS} } }`;
+const REPLAY = `subscription($uids: [ID!], $after: String) { deliveryEvents(uids: $uids, after: $after) { name status delivery { ${KNOWN_FIELDS} } } }`;
 
 /** A subscription's messages, as [status, source] pairs. */
 const statusesOf = (followed: Followed) => followed.items.map((item) => [item.deliveryUpdated.status, item.deliveryUpdated.source]);
@@ -344,5 +346,63 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     expect(updates.items.at(-1).deliveryUpdated).toMatchObject({ name: 'delivery.returned', status: 'RETURNED', source: 'poll' });
     const log = await logOf(stack, uid);
     expect([log.status, keptStatus(log)]).toEqual(['RETURNED', 'RETURNED']);
+  });
+
+  test('each message carries the delivery as known after it: the proof from dropoff_arrived on the completing message, and what only the read had on every one', async () => {
+    const stack = webhooks;
+    const client = clientOf(stack);
+    const uid = await bookScripted(stack, { sandbox_outcome: 'delivered' });
+    await stack.sandbox.idle();
+    // The read the subscription starts with is the one read of this delivery until the end (no reconciliation within the test).
+    const atStart = (await stack.gql(READ_KNOWN, { uid })).data.delivery;
+    const updates = follow(client, stack, uid, KNOWN);
+    await updates.waitFor(1);
+    await advanceEach(stack, uid, 7);
+    await stack.sandbox.idle();
+    await settled(updates, 10_000, 'deliveryUpdated');
+    expect(updates.errors).toEqual([]);
+    const messages = updates.items.map((item) => item.deliveryUpdated);
+    expect(messages.map((message) => message.status)).toEqual(['CREATED', 'ASSIGNED', 'PICKUP_ENROUTE', 'PICKUP_ARRIVED', 'PICKUP_COMPLETE', 'DROPOFF_ENROUTE', 'DROPOFF_ARRIVED', 'DROPOFF_COMPLETE']);
+    expect(atStart.trackingUrl).toMatch(/^http/);
+    expect(atStart.scheduledAt).toMatch(/^2030-05-01T/);
+    expect(atStart.expectedCancellationFee).toMatchObject({ currency: 'USD' });
+    for (const message of messages) {
+      // What only a read carries, on every message (no webhook carries it).
+      expect(message.delivery, message.name).toMatchObject({ trackingUrl: atStart.trackingUrl, style: atStart.style, scheduledAt: atStart.scheduledAt, deliveryDate: '2030-05-01' });
+      expect(message.reported.trackingUrl, message.name).toBeNull();
+    }
+    // The fee "if cancelled now", while a cancel is possible: before pickup.
+    expect(messages.map((message) => message.delivery.expectedCancellationFee)).toEqual([...Array(4).fill(atStart.expectedCancellationFee), ...Array(4).fill(null)]);
+    const proof = { photoUrl: expect.stringContaining(`/sandbox/proofs/${uid}/photo`), signatureUrl: expect.stringContaining(`/sandbox/proofs/${uid}/signature`) };
+    // The proof came with dropoff_arrived; the completing webhook has none of its own, and its message still carries it.
+    expect(messages.map((message) => message.delivery.proofOfDelivery)).toEqual([...Array(6).fill(null), proof, proof]);
+    expect(messages.at(-1)).toMatchObject({ name: 'delivery.dropoff_complete', source: 'webhook', reported: { proofOfDelivery: null } });
+    expect(messages.at(-1).delivery.courier.name).toBe(messages[1].delivery.courier.name);
+    // The same from the log: a replay gives each event the delivery as known after it.
+    const replay = collect(client, REPLAY, { uids: [uid], after: '0' });
+    const replayed = await replay.waitForItem((item) => item.deliveryEvents.name === 'delivery.dropoff_complete');
+    replay.dispose();
+    expect(replayed.at(-1).deliveryEvents.delivery).toEqual(messages.at(-1).delivery);
+    // A new subscriber's first message is the delivery as known now.
+    const fresh = follow(client, stack, uid, KNOWN);
+    await settled(fresh, 10_000, 'a new subscriber');
+    expect(fresh.items.map((item) => item.deliveryUpdated.delivery)).toEqual([{ ...messages.at(-1).delivery }]);
+  });
+
+  test('a lost dropoff_complete is recovered for a follower by polling, and its message carries the delivery as known', async () => {
+    const stack = repairing;
+    const client = clientOf(stack);
+    const uid = await bookScripted(stack, { sandbox_outcome: 'delivered', sandbox_webhooks: { drop: ['delivery.dropoff_complete'] } });
+    await stack.sandbox.idle();
+    const updates = follow(client, stack, uid, KNOWN);
+    await updates.waitFor(1);
+    await advanceAtOnce(stack, uid, 7);
+    await settled(updates, 10_000, 'deliveryUpdated');
+    expect(updates.errors).toEqual([]);
+    expect(updates.atCompletion).toEqual({ status: 'DROPOFF_COMPLETE', finished: true });
+    const read = (await stack.gql(READ_KNOWN, { uid })).data.delivery;
+    const completing = updates.items.at(-1).deliveryUpdated;
+    expect(completing).toMatchObject({ name: 'delivery.dropoff_complete', status: 'DROPOFF_COMPLETE', source: 'poll' });
+    expect(completing.delivery).toEqual({ ...read, courier: { name: read.courier.name } });
   });
 });
