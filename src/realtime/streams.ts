@@ -262,11 +262,11 @@ async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber
       const [mover] = await deps.store.eventsAfter(stored.seq - 1, 1, { uids: [uid] });
       if (mover?.seq === stored.seq) current = { ...current, heldStatus: statusOfView(mover) };
     }
-    // A snapshot may be ahead of events still on their way: judged against it, they are late.
+    // A snapshot may be ahead of events still on their way: judged against it, they are late. It is a read, not
+    // a state the log moved (no seq): a reconciliation read made before it at a lower log position may answer after
+    // it, and is judged as the store judged it, as a read (never back, an end over another end).
     const snapshotState = current.snapshot && stateOfStatus(current.snapshot.status, snapshotCourier(current.snapshot.delivery));
-    const followed = current.snapshot
-      ? new FollowedState(snapshotState && { ...snapshotState, seq: current.seq }, current.seq)
-      : new FollowedState(stored, stored?.seq ?? 0);
+    const followed = current.snapshot ? new FollowedState(snapshotState, current.seq) : new FollowedState(stored, stored?.seq ?? 0);
     let lastSeq = current.seq;
     let status = statusOfView(current);
     yield current;

@@ -50,19 +50,23 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
   let repairing: Stack;
   /** No webhook URL on file: polling alone, every 100 ms. */
   let polling: Stack;
+  /** No webhook URL on file and no reconciliation read but those a test makes. */
+  let quiet: Stack;
   let clients: Client[] = [];
   beforeAll(async () => {
     if (!enabled) return;
-    [webhooks, repairing, polling] = await Promise.all([
+    [webhooks, repairing, polling, quiet] = await Promise.all([
       stores.start(kind),
       stores.start(kind, { env: { RECONCILE_INTERVAL_MS: '100' } }),
       stores.start(kind, { env: { RECONCILE_INTERVAL_MS: '100' } }),
+      stores.start(kind, { env: { RECONCILE_INTERVAL_MS: '0' } }),
     ]);
     polling.sandbox.setWebhookUrl(undefined);
+    quiet.sandbox.setWebhookUrl(undefined);
   });
   afterAll(async () => {
     await Promise.all(clients.map((client) => client.dispose()));
-    await Promise.all([webhooks?.stop(), repairing?.stop(), polling?.stop()]);
+    await Promise.all([webhooks?.stop(), repairing?.stop(), polling?.stop(), quiet?.stop()]);
   });
   const test = it.skipIf(!enabled);
   const clientOf = (stack: Stack) => {
@@ -404,5 +408,37 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     const completing = updates.items.at(-1).deliveryUpdated;
     expect(completing).toMatchObject({ name: 'delivery.dropoff_complete', status: 'DROPOFF_COMPLETE', source: 'poll' });
     expect(completing.delivery).toEqual({ ...read, courier: { name: read.courier.name } });
+  });
+
+  test("a subscriber whose first message was the read still follows a reconciliation read made before it started and answered after", async () => {
+    // Many deliveries move the log while a reconciliation read is under way, so a read can be made at a log position
+    // before a new subscriber's and answer after it (seen while looking into tracking-property's PROPERTY_SEED=20250930, run 130).
+    const stack = quiet;
+    const { store, reconciler, upstream } = stack.app.services;
+    const readNow = async (uid: string) => ({ group: 'platform' as const, wire: await upstream.platform.get(stack.key, uid) });
+    const client = clientOf(stack);
+    const uid = await bookScripted(stack, { sandbox_outcome: 'failed_then_delivered' });
+    await advanceEach(stack, uid, 7);
+    expect(truthOf(stack, uid).status).toBe('FAILED');
+    // The reconciliation read's log position, taken as it starts.
+    const basis = await store.lastSeq();
+    // Meanwhile another delivery's change is stored: the log moves on.
+    const other = await bookScripted(stack, {});
+    await stack.sandbox.advance(other);
+    await reconciler!.applyRead(other, await readNow(other), await store.lastSeq());
+    expect(await store.lastSeq()).toBeGreaterThan(basis);
+    // A subscriber starts: nothing is stored of the delivery, so its first message is its own read, FAILED.
+    const updates = follow(client, stack, uid, UPDATED);
+    await updates.waitFor(1);
+    expect(statusesOf(updates)).toEqual([['FAILED', 'read']]);
+    // The second attempt ends; the reconciliation read begun before the subscriber answers now, DROPOFF_COMPLETE.
+    await advanceEach(stack, uid, 3);
+    await reconciler!.applyRead(uid, await readNow(uid), basis);
+    await settled(updates, 10_000, 'deliveryUpdated');
+    expect(statusesOf(updates)).toEqual([
+      ['FAILED', 'read'],
+      ['DROPOFF_COMPLETE', 'poll'],
+    ]);
+    expect(updates.atCompletion).toEqual({ status: 'DROPOFF_COMPLETE', finished: true });
   });
 });
