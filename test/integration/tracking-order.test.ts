@@ -443,4 +443,34 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     ]);
     expect(updates.atCompletion).toEqual({ status: 'DROPOFF_COMPLETE', finished: true });
   });
+
+  test("a subscriber whose first message was the read (FAILED) ends where the store ends when DROPOFF_COMPLETE arrives as a webhook", async () => {
+    // Found by tracking-property.test.ts (PROPERTY_SEED=20250930, run 130, both stores): the subscriber's read said FAILED,
+    // the store had never seen the failure, and took the completing webhook as an end; the subscriber took it as a contradiction.
+    const stack = webhooks;
+    const client = clientOf(stack);
+    const uid = await bookScripted(stack, { sandbox_outcome: 'failed_then_delivered', sandbox_webhooks: { hold: ['*'] } });
+    await advanceEach(stack, uid, 7);
+    expect(truthOf(stack, uid).status).toBe('FAILED');
+    // Nothing is stored of the delivery: the subscriber's first message is its own read.
+    const updates = follow(client, stack, uid, UPDATED);
+    await updates.waitFor(1);
+    expect(statusesOf(updates)).toEqual([['FAILED', 'read']]);
+    // The second attempt ends; its completing webhook is the first the facade gets.
+    await advanceEach(stack, uid, 3);
+    expect(await stack.sandbox.releaseWebhooks(uid, ['delivery.dropoff_complete'])).toEqual([18]);
+    await settled(updates, 10_000, 'deliveryUpdated');
+    expect(statusesOf(updates)).toEqual([
+      ['FAILED', 'read'],
+      ['DROPOFF_COMPLETE', 'webhook'],
+    ]);
+    expect(updates.atCompletion).toEqual({ status: 'DROPOFF_COMPLETE', finished: true });
+    // The rest comes late, and changes nothing.
+    await stack.sandbox.releaseWebhooks(uid);
+    const log = await logOf(stack, uid);
+    expect([log.status, keptStatus(log)]).toEqual(['DROPOFF_COMPLETE', 'DROPOFF_COMPLETE']);
+    const fresh = follow(client, stack, uid, UPDATED);
+    await settled(fresh, 10_000, 'a new subscriber');
+    expect(statusesOf(fresh)).toEqual([['DROPOFF_COMPLETE', 'webhook']]);
+  });
 });
