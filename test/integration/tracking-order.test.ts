@@ -3,7 +3,9 @@
 // scripts say (src/sandbox/README.md, "Scripting a delivery's webhooks"), and
 // real graphql-ws subscribers follow the deliveries through the facade. The same
 // findings with webhooks the test signs and posts itself are in
-// delivery-state.test.ts. Once on the embedded SQLite store, once on Redis.
+// delivery-state.test.ts. The last two tests pin what tracking-property.test.ts
+// turned up: a subscriber whose first message is its own read, apart from the
+// store. Once on the embedded SQLite store, once on Redis.
 import type { Client } from 'graphql-ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Stack } from '../helpers/stack.js';
@@ -52,7 +54,7 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
   let polling: Stack;
   /** No webhook URL on file and no reconciliation read but those a test makes. */
   let quiet: Stack;
-  let clients: Client[] = [];
+  const clients: Client[] = [];
   beforeAll(async () => {
     if (!enabled) return;
     [webhooks, repairing, polling, quiet] = await Promise.all([
