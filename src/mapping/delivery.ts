@@ -6,7 +6,7 @@ import type { JsonObject, WireDelivery, WireOrder, WireWebhookAddress, WireWebho
 import type { Address, ApiGroup, Courier, Delivery, Item, Money, Package, Stop } from './model.js';
 import { calendarDate, decimalFrom, int, isJsonObject, num, str, utcDateTime } from './scalars.js';
 import { deliveryStatus, statusOfWebhook } from '../domain/status.js';
-import { courierIdentity } from '../domain/milestones.js';
+import { courierIdentity, statusRank } from '../domain/milestones.js';
 import { deliveryMode, deliveryStyle } from './status.js';
 import { withoutMarker } from '../domain/booking-marker.js';
 
@@ -122,10 +122,18 @@ export function fromWebhookEvent(wire: WireWebhookEvent, group: ApiGroup = 'PLAT
  */
 export function fromDeliveryView(view: JsonObject, group: ApiGroup = 'PLATFORM'): Delivery {
   const scheduled = utcDateTime(view.scheduled_at);
-  if (scheduled === null || view.delivery_date === scheduled || calendarDate(view.delivery_date) !== scheduled.slice(0, 10)) {
-    return fromWebhookEvent(view as unknown as WireWebhookEvent, group);
-  }
-  return fromWebhookEvent({ ...view, delivery_date: scheduled } as unknown as WireWebhookEvent, group);
+  const keepDate = scheduled === null || view.delivery_date === scheduled || calendarDate(view.delivery_date) !== scheduled.slice(0, 10);
+  const delivery = fromWebhookEvent((keepDate ? view : { ...view, delivery_date: scheduled }) as unknown as WireWebhookEvent, group);
+  // The fee is "if cancelled now", and a merchant may cancel only before pickup: past it, or at an end, an earlier read's fee is no longer true.
+  return cancelable(delivery.status) ? delivery : { ...delivery, expectedCancellationFee: null };
+}
+
+const PICKUP_RANK = statusRank('PICKUP_COMPLETE')!;
+
+/** Before pickup (the document's cancel rule); a status the facade does not rank is left as the upstream said. */
+function cancelable(status: Delivery['status']): boolean {
+  const rank = statusRank(status);
+  return rank === undefined || rank < PICKUP_RANK;
 }
 
 /** What the three bodies spell or lay out differently, read by each from-function. */

@@ -6,6 +6,7 @@ import { fromPartnerOrder, fromPlatformDelivery, geoPoint } from '../mapping/del
 import type { Delivery, DeliveryStatus } from '../mapping/model.js';
 import {
   courierIdentity,
+  factsOf,
   isDeliveryEvent,
   isLocationEvent,
   milestoneRank,
@@ -200,6 +201,7 @@ class FollowedState {
    * Folds in one event: 'stale' when, judged against this state, it moves
    * nothing (or was already folded in); 'courier' when it changed only the
    * courier; 'confirmed' when a read made the state final without moving it.
+   * An end the store took stands even where it contradicts this state.
    */
   accept(event: StoredEvent): 'stale' | 'courier' | 'confirmed' | 'accepted' {
     if (event.seq <= this.seq) return 'stale';
@@ -208,7 +210,14 @@ class FollowedState {
     const step = transitionOf(before, event.payload);
     // Evidence of pickup counts, stale or not: it decides whether a cancel may end the delivery.
     this.state = step.moved ? { ...step.state!, seq: event.seq } : step.state;
-    if (step.stale) return 'stale';
+    if (step.stale) {
+      // The store took this end (only events it did not find stale are queued), and it contradicts this state: only a
+      // state the store never had differs so, a subscription's own first read (say FAILED, while the store, which never
+      // saw the failure, took the second attempt's DROPOFF_COMPLETE). The store's end is every subscriber's end.
+      if (!step.contradicts || event.stale || factsOf(event.payload).final !== 'always') return 'stale';
+      const end = stateOfStatus(statusOfWebhook(event.name, null), courierIdentity(event.payload) ?? before?.courier);
+      this.state = end && { ...end, seq: event.seq };
+    }
     if (step.courierOnly) return 'courier';
     return step.moved && before?.rank === this.state!.rank && !before.terminal && this.state!.terminal ? 'confirmed' : 'accepted';
   }
@@ -262,11 +271,11 @@ async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber
       const [mover] = await deps.store.eventsAfter(stored.seq - 1, 1, { uids: [uid] });
       if (mover?.seq === stored.seq) current = { ...current, heldStatus: statusOfView(mover) };
     }
-    // A snapshot may be ahead of events still on their way: judged against it, they are late.
+    // A snapshot may be ahead of events still on their way: judged against it, they are late. It is a read, not
+    // a state the log moved (no seq): a reconciliation read made before it at a lower log position may answer after
+    // it, and is judged as the store judged it, as a read (never back, an end over another end).
     const snapshotState = current.snapshot && stateOfStatus(current.snapshot.status, snapshotCourier(current.snapshot.delivery));
-    const followed = current.snapshot
-      ? new FollowedState(snapshotState && { ...snapshotState, seq: current.seq }, current.seq)
-      : new FollowedState(stored, stored?.seq ?? 0);
+    const followed = current.snapshot ? new FollowedState(snapshotState, current.seq) : new FollowedState(stored, stored?.seq ?? 0);
     let lastSeq = current.seq;
     let status = statusOfView(current);
     yield current;

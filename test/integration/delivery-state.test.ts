@@ -252,9 +252,15 @@ describe.each(stores)('with webhooks sent out of order, on %s', (_name, enabled,
         style: read.style,
         scheduledAt: read.scheduledAt,
         deliveryDate: '2030-05-01',
-        expectedCancellationFee: { amount: expect.stringMatching(/^\d+\.\d{2}$/), currency: 'USD' },
+        // "Fee expected if cancelled now": past pickup there is no cancel, whatever the read at the start said.
+        expectedCancellationFee: null,
         courier: { name: 'Rosa Diaz' },
       };
+      // Before pickup the message carries the fee only the read had.
+      expect(updates.items.find((item) => item.deliveryUpdated.name === 'delivery.assigned').deliveryUpdated.delivery.expectedCancellationFee).toEqual({
+        amount: expect.stringMatching(/^\d+\.\d{2}$/),
+        currency: 'USD',
+      });
       const completing = updates.items.at(-1).deliveryUpdated;
       expect(completing).toMatchObject({ name: 'delivery.dropoff_complete', status: 'DROPOFF_COMPLETE', delivery: expected });
       // The event's own payload is still there: no proof, no tracking link.
