@@ -25,6 +25,7 @@ import type { SpanExporterLike } from './observability/tracing.js';
 import { ReadAccess } from './realtime/access.js';
 import { createEventBus } from './realtime/bus.js';
 import { EventPages } from './realtime/event-pages.js';
+import { SubscriptionFanout } from './realtime/fanout.js';
 import { Reconciler } from './realtime/reconcile.js';
 import { connectRedisEventBus } from './realtime/redis-bus.js';
 import { DEMO_MERCHANTS, startSandbox, type Sandbox } from './sandbox/index.js';
@@ -145,6 +146,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       perAddress: config.realtime.subscriptionsPerAddress,
     }),
     eventPages: new EventPages(store),
+    fanout: new SubscriptionFanout(),
   };
 
   // Webhooks verify against the configured key, or the sandbox's when it is the upstream.
@@ -182,6 +184,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       persistedQueries: persisted.counters,
       access: services.access.counters,
       subscriptions: services.subscriptions,
+      fanout: services.fanout,
       owners,
       ownerFilter: () => (store instanceof SqliteStore ? store.ownerFilter : undefined),
       reconcile: { counters: reconciler.counters, followed: () => reconciler.followedCount },
