@@ -59,6 +59,9 @@ interface RawSocket {
   complete(id: string): void;
   /** The `next` frames of one operation, in order. */
   nexts(id: string): string[];
+  /** Stops reading from the connection (what arrives stays in the kernel's buffers), and reads again. */
+  pause(): void;
+  resume(): void;
   close(): void;
 }
 
@@ -76,6 +79,8 @@ async function rawSocket(app: App, key: string): Promise<RawSocket> {
     subscribe: (id, query, variables) => socket.send(JSON.stringify({ id, type: 'subscribe', payload: { query, variables } })),
     complete: (id) => socket.send(JSON.stringify({ id, type: 'complete' })),
     nexts: (id) => frames.filter((frame) => JSON.parse(frame).type === 'next' && JSON.parse(frame).id === id),
+    pause: () => (socket as unknown as { _socket: { pause(): void } })._socket.pause(),
+    resume: () => (socket as unknown as { _socket: { resume(): void } })._socket.resume(),
     close: () => socket.close(),
   };
 }
@@ -325,6 +330,68 @@ describe('one execution per event', () => {
     } finally {
       executions.restore();
       for (const stream of streams) stream.stop();
+    }
+  });
+});
+
+describe('a slow subscriber', () => {
+  let slow: Stack;
+  beforeAll(async () => {
+    slow = await startStack({ env: { SUBSCRIBER_MAX_PENDING: '2' }, sandbox: { privateKeyPem: await exportPKCS8(privateKey) } });
+    slow.sandbox.setWebhookUrl(undefined);
+  });
+  afterAll(async () => {
+    await slow?.stop();
+  });
+
+  it('is cut off with 4008 on its own, while the others of its group get every event', async () => {
+    const uid = (await slow.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid as string;
+    const query = `subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { uid statusText delivery { payload } } }`;
+    const reader = await rawSocket(slow.app, slow.key);
+    const stalled = await rawSocket(slow.app, slow.key);
+    const { bus } = slow.app.services;
+    try {
+      const attached = listenersAttached(bus, 3);
+      reader.subscribe('fast-0', query, { uids: [uid] });
+      reader.subscribe('fast-1', query, { uids: [uid] });
+      stalled.subscribe('slow', query, { uids: [uid] });
+      await attached;
+      // It stops reading: the kernel's buffers fill, the server's writes to it stall, its queue grows past SUBSCRIBER_MAX_PENDING.
+      stalled.pause();
+      // The server closing a socket with 4008 (ws's close on the server's side of it; its close frame waits in the stalled connection).
+      let cut = false;
+      const close = WebSocket.prototype.close;
+      WebSocket.prototype.close = function (this: WebSocket, code?: number, reason?: string | Buffer) {
+        if (code === 4008) cut = true;
+        return close.call(this, code, reason);
+      };
+      const executions = countExecutions(slow.app);
+      const padding = 'x'.repeat(150_000);
+      let sent = 0;
+      try {
+        // Events until the server cuts it off, however large the connection's buffers are.
+        while (!cut) {
+          expect(sent).toBeLessThan(1000);
+          const event = { uid, event_name: 'delivery.pickup_enroute', status: `big-${sent}`, platform_payload: { padding } };
+          const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(slow.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
+          const answer = await fetch(`${slow.app.url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+          expect(answer.status).toBe(200);
+          sent += 1;
+        }
+        await waitUntil(() => ['fast-0', 'fast-1'].every((id) => reader.nexts(id).length === sent), 'every event for the readers that keep up', 30_000);
+        expect(executions.counts.deliveryEvents).toBe(sent);
+      } finally {
+        executions.restore();
+        WebSocket.prototype.close = close;
+      }
+      stalled.resume();
+      expect(await stalled.closed).toMatchObject({ code: 4008, reason: expect.stringMatching(/too slow/) });
+      expect(stalled.nexts('slow').length).toBeLessThan(sent);
+      for (const id of ['fast-0', 'fast-1']) expect(reader.nexts(id).map((frame) => JSON.parse(frame).payload.data.deliveryEvents.statusText)).toEqual(Array.from({ length: sent }, (_, n) => `big-${n}`));
+      await waitUntil(() => bus.listenerCount() === 2, 'the slow stream stops listening');
+    } finally {
+      reader.close();
+      stalled.close();
     }
   });
 });
