@@ -125,12 +125,18 @@ describe('one execution per event', () => {
         const fanout = stack.app.services.fanout!;
         expect(fanout.counters.executions - fanoutBefore.executions!).toBe(3);
         expect(fanout.counters.shared - fanoutBefore.shared!).toBe(3 * 7);
+        const metrics = await (await fetch(`${stack.app.url}/metrics`)).text();
+        expect(metrics).toContain(`delivery_graph_subscription_messages_total{made="executed"} ${fanout.counters.executions}`);
+        expect(metrics).toContain(`delivery_graph_subscription_messages_total{made="shared"} ${fanout.counters.shared}`);
+        expect(metrics).toMatch(/^delivery_graph_subscription_message_groups 1$/m);
       } finally {
         executions.restore();
       }
     } finally {
       for (const socket of sockets) socket.close();
     }
+    // The group goes with its last subscriber.
+    await waitUntil(() => stack.app.services.fanout!.groups === 0, 'no group left');
   });
 
   it('keeps apart subscribers with other variables or another selection', async () => {
