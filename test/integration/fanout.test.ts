@@ -8,7 +8,6 @@ import { exportPKCS8, generateKeyPair, SignJWT, type CryptoKey } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import type { App } from '../../src/app.js';
-import { callerCursors } from '../../src/domain/cursor.js';
 import { countExecutions } from '../helpers/executions.js';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 import { listenersAttached, waitUntil } from '../helpers/wait.js';
@@ -40,14 +39,20 @@ async function tokenFor(uids: string[]): Promise<string> {
 }
 
 let posted = 0;
-/** Signs and posts one event as the upstream would; its log position. */
-async function post(app: App, uid: string, event_name = 'delivery.pickup_enroute'): Promise<number> {
+/** Signs and posts one event as the upstream would; its status text, which names it. */
+async function post(app: App, uid: string, event_name = 'delivery.pickup_enroute'): Promise<string> {
   posted += 1;
   const event = { uid, event_name, status: `step-${posted}` };
   const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(stack.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
   const answer = await fetch(`${app.url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
   expect(answer.status).toBe(200);
-  return Number(((await answer.json()) as { cursor: string }).cursor);
+  return event.status;
+}
+
+/** The cursor of each of a delivery's events as `key` is given it by a read (Delivery.events), by status text. */
+async function cursorsSeenBy(key: string, uid: string): Promise<Map<string, string>> {
+  const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { events { edges { cursor node { statusText } } } } }`, { uid }, key);
+  return new Map(read.data.delivery.events.edges.map((edge: { cursor: string; node: { statusText: string } }) => [edge.node.statusText, edge.cursor]));
 }
 
 /** A graphql-transport-ws socket spoken by hand, so that the frames are seen as written. */
@@ -104,12 +109,12 @@ describe('one execution per event', () => {
       const executions = countExecutions(stack.app);
       const fanoutBefore = { ...stack.app.services.fanout?.counters };
       try {
-        const seqs = [];
-        for (let step = 0; step < 3; step += 1) seqs.push(await post(stack.app, uid));
+        const steps = [];
+        for (let step = 0; step < 3; step += 1) steps.push(await post(stack.app, uid));
         await waitUntil(() => sockets.every((socket, s) => ids[s]!.every((id) => socket.nexts(id).length >= 3)), 'three messages for every subscriber');
         expect(executions.counts.deliveryEvents).toBe(3);
 
-        const cursors = await callerCursors(stack.app.services.store, stack.key);
+        const cursors = await cursorsSeenBy(stack.key, uid);
         for (let step = 0; step < 3; step += 1) {
           const frames = sockets.flatMap((socket, s) => ids[s]!.map((id) => ({ id, frame: socket.nexts(id)[step]! })));
           // Each frame is its own subscriber's: its id, nothing else of the protocol changed.
@@ -118,7 +123,7 @@ describe('one execution per event', () => {
           const payloads = new Set(frames.map(({ frame }) => payloadText(frame)));
           expect(payloads.size).toBe(1);
           expect(JSON.parse([...payloads][0]!)).toEqual({
-            data: { deliveryEvents: { cursor: cursors.cursorOf(seqs[step]!), uid, name: 'delivery.pickup_enroute', statusText: expect.stringMatching(/^step-/), delivery: { status: 'PICKUP_ENROUTE' } } },
+            data: { deliveryEvents: { cursor: cursors.get(steps[step]!), uid, name: 'delivery.pickup_enroute', statusText: steps[step], delivery: { status: 'PICKUP_ENROUTE' } } },
           });
         }
         // The counters /metrics reads.
@@ -218,9 +223,11 @@ describe('one execution per event', () => {
         const theirsAt = await post(stack.app, theirs);
         await waitUntil(() => ['a-0', 'a-1'].every((id) => first.nexts(id).length >= 1) && ['b-0', 'b-1'].every((id) => second.nexts(id).length >= 1), 'one message each');
         expect(executions.counts.deliveryEvents).toBe(2);
-        const [myCursors, theirCursors] = await Promise.all([callerCursors(stack.app.services.store, stack.key), callerCursors(stack.app.services.store, stack.otherKey)]);
-        for (const id of ['a-0', 'a-1']) expect(first.nexts(id).map((frame) => JSON.parse(frame).payload.data.deliveryEvents)).toEqual([{ cursor: myCursors.cursorOf(mineAt), uid: mine, name: 'delivery.pickup_enroute' }]);
-        for (const id of ['b-0', 'b-1']) expect(second.nexts(id).map((frame) => JSON.parse(frame).payload.data.deliveryEvents)).toEqual([{ cursor: theirCursors.cursorOf(theirsAt), uid: theirs, name: 'delivery.pickup_enroute' }]);
+        const [myCursor, theirCursor] = [(await cursorsSeenBy(stack.key, mine)).get(mineAt), (await cursorsSeenBy(stack.otherKey, theirs)).get(theirsAt)];
+        expect(myCursor).toBeDefined();
+        expect(theirCursor).toBeDefined();
+        for (const id of ['a-0', 'a-1']) expect(first.nexts(id).map((frame) => JSON.parse(frame).payload.data.deliveryEvents)).toEqual([{ cursor: myCursor, uid: mine, name: 'delivery.pickup_enroute' }]);
+        for (const id of ['b-0', 'b-1']) expect(second.nexts(id).map((frame) => JSON.parse(frame).payload.data.deliveryEvents)).toEqual([{ cursor: theirCursor, uid: theirs, name: 'delivery.pickup_enroute' }]);
       } finally {
         executions.restore();
       }
@@ -244,7 +251,8 @@ describe('one execution per event', () => {
         await waitUntil(() => sockets.every((socket, s) => ['x', 'y'].every((name) => socket.nexts(`${s}-${name}`).length >= 1)), 'a message each');
         // The key's subscribers, and both tokens' together.
         expect(executions.counts.deliveryEvents).toBe(2);
-        const cursor = (await callerCursors(stack.app.services.store, stack.key)).cursorOf(at);
+        const cursor = (await cursorsSeenBy(stack.key, uid)).get(at);
+        expect(cursor).toBeDefined();
         for (const [s, socket] of sockets.entries()) {
           for (const name of ['x', 'y']) expect(JSON.parse(socket.nexts(`${s}-${name}`)[0]!).payload.data.deliveryEvents).toMatchObject({ cursor, uid });
         }
