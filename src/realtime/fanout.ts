@@ -60,7 +60,8 @@ export interface FanoutCounters {
 
 /** What an event makes for a group: the result every member gets, and whether their streams end with it. */
 interface Message {
-  result: ExecutionResult;
+  /** The step every member's stream yields (one object for all: nothing downstream changes it). */
+  step: IteratorResult<ExecutionResult>;
   /** The execution itself failed (not a field: those are errors in the result): the streams end, as graphql-js ends them. */
   ends: boolean;
 }
@@ -140,11 +141,11 @@ class FanoutGroup {
   }
 
   #failed(error: unknown): Message {
-    return { result: this.#text(this.out.fail(error)), ends: true };
+    return { step: { done: false, value: this.#text(this.out.fail(error)) }, ends: true };
   }
 
   #written(result: ExecutionResult): Message {
-    return { result: this.#text(this.out.finish(result)), ends: false };
+    return { step: { done: false, value: this.#text(this.out.finish(result)) }, ends: false };
   }
 
   /** The result with its text made once; over GRAPHQL_MAX_RESPONSE_BYTES, the refusal in its place. */
@@ -187,23 +188,25 @@ class MemberStream implements AsyncIterableIterator<ExecutionResult> {
 
   next(): Promise<IteratorResult<ExecutionResult>> {
     if (this.#ended) return Promise.resolve(DONE);
-    return this.source.next().then(
-      (step) => {
-        if (step.done) return this.#end(DONE);
-        const message = this.group.message(step.value);
-        return message instanceof Promise ? message.then((made) => this.#deliver(made)) : this.#deliver(message);
-      },
-      (error: unknown) => this.#end({ done: false, value: this.out.fail(error) }),
-    );
+    return this.source.next().then(this.#onEvent, this.#onFailure);
   }
 
-  #deliver(message: Message): IteratorResult<ExecutionResult> {
+  // Made once per member, not per event: an event reaches every member, and each one's handlers would be garbage.
+  readonly #onEvent = (step: IteratorResult<unknown>): IteratorResult<ExecutionResult> | Promise<IteratorResult<ExecutionResult>> => {
+    if (step.done) return this.#end(DONE);
+    const message = this.group.message(step.value);
+    return message instanceof Promise ? message.then(this.#deliver) : this.#deliver(message);
+  };
+
+  readonly #onFailure = (error: unknown): IteratorResult<ExecutionResult> => this.#end({ done: false, value: this.out.fail(error) });
+
+  readonly #deliver = (message: Message): IteratorResult<ExecutionResult> => {
     if (message.ends) {
       this.#end(DONE);
       void this.source.return?.()?.catch(() => undefined);
     }
-    return { done: false, value: message.result };
-  }
+    return message.step;
+  };
 
   #end(step: IteratorResult<ExecutionResult>): IteratorResult<ExecutionResult> {
     this.#ended = true;
