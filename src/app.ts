@@ -28,6 +28,7 @@ import { ReadAccess } from './realtime/access.js';
 import { createEventBus } from './realtime/bus.js';
 import { EventPages } from './realtime/event-pages.js';
 import { OwnerKeys } from './realtime/owner-keys.js';
+import { SubscriptionFanout } from './realtime/fanout.js';
 import { Reconciler } from './realtime/reconcile.js';
 import { connectRedisEventBus } from './realtime/redis-bus.js';
 import { DEMO_MERCHANTS, startSandbox, type Sandbox } from './sandbox/index.js';
@@ -169,6 +170,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     }),
     eventPages: new EventPages(store),
     keyWatch,
+    fanout: new SubscriptionFanout(),
   };
 
   // Webhooks verify against the configured key, or the sandbox's when it is the upstream.
@@ -206,6 +208,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       persistedQueries: persisted.counters,
       access: services.access.counters,
       subscriptions: services.subscriptions,
+      fanout: services.fanout,
       owners,
       ownerFilter: () => (store instanceof SqliteStore ? store.ownerFilter : undefined),
       reconcile: { counters: reconciler.counters, followed: () => reconciler.followedCount, unfinished: () => reconciler.unfinishedCount, ownerKeys: () => reconciler.ownerKeyCount },

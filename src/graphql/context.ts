@@ -10,6 +10,7 @@ import type { ApiGroup, Delivery } from '../mapping/model.js';
 import type { ReadAccess } from '../realtime/access.js';
 import type { EventBus } from '../realtime/bus.js';
 import type { EventPages } from '../realtime/event-pages.js';
+import type { SubscriptionFanout } from '../realtime/fanout.js';
 import { clientAddress } from '../observability/client-address.js';
 import type { BookingResult, Store } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
@@ -51,6 +52,8 @@ export interface Services {
   keyWatch?: KeyWatch;
   /** Delivery.events in a subscription: one store read per message for all its subscribers (src/realtime/event-pages.ts). */
   eventPages: EventPages;
+  /** Subscriptions: each event executed and serialized once per (plan, variables, visibility) (src/realtime/fanout.ts); without it, once per subscriber. */
+  fanout?: SubscriptionFanout;
 }
 
 export type { ClientTokenCredential };

@@ -9,6 +9,7 @@ import type { KeyWatchCounters } from '../access/key-watch.js';
 import type { PersistedQueryCounters } from '../pipeline/persisted-operations.js';
 import type { AccessCounters } from '../realtime/access.js';
 import type { EventBus } from '../realtime/bus.js';
+import type { FanoutCounters } from '../realtime/fanout.js';
 import type { ReadKind, ReconcileCounters } from '../realtime/reconcile.js';
 import type { BreakerState } from '../upstream/breaker.js';
 import type { Upstream } from '../upstream/clients.js';
@@ -57,6 +58,8 @@ export interface MetricSources {
   reconcile?: { counters: ReconcileCounters; followed: () => number; unfinished?: () => number; ownerKeys?: () => number };
   /** Re-confirmation of open subscriptions' keys (KEY_RECONFIRM_INTERVAL_MS). */
   keyWatch?: { readonly counters: KeyWatchCounters; readonly keys: number };
+  /** Subscription messages executed once per event and group, and handed on to the group's other subscribers (src/realtime/fanout.ts). */
+  fanout?: { readonly counters: FanoutCounters; readonly groups: number };
   /** The shared cache of parsed, validated and compiled documents (GRAPHQL_CACHE_BYTES). */
   documentCache?: () => { entries: number; bytes: number };
   /** graphql-jit compiles: made, put off by the budget, refused as too large (GRAPHQL_COMPILE_MAX_FIELDS, GRAPHQL_COMPILES_PER_MINUTE). */
@@ -201,6 +204,27 @@ export function createMetrics(sources: MetricSources): Metrics {
     registers: [registry],
     collect() {
       this.set(sources.subscriptions?.open ?? 0);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}subscription_messages_total`,
+    help: 'Subscription messages made on this instance, by how: executed (an event executed and serialized once for every subscriber with the same operation, variables and merchant key or client-token scope), shared (that message handed to another of those subscribers without executing it again)',
+    labelNames: ['made'] as const,
+    registers: [registry],
+    collect() {
+      const counters = sources.fanout?.counters;
+      if (!counters) return;
+      this.reset();
+      this.inc({ made: 'executed' }, counters.executions);
+      this.inc({ made: 'shared' }, counters.shared);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}subscription_message_groups`,
+    help: 'Groups of subscribers on this instance whose messages are executed once for all of them: one per operation, variables and merchant key (or client-token scope) with a subscriber',
+    registers: [registry],
+    collect() {
+      this.set(sources.fanout?.groups ?? 0);
     },
   });
   new Counter({
