@@ -5,7 +5,8 @@
 // folder may import. The domain rules import nothing outside src/domain, types
 // included, so no folder (the store above all) is in a circle with them. Inside
 // src/sandbox no file imports one that imports it back, types included: its
-// shared types live in types.ts, which imports none of it.
+// shared types live in types.ts, which imports none of it. The composition roots
+// (app.ts, main.ts) only wire, and stay under 160 lines.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -136,6 +137,16 @@ describe('src/ layout', () => {
     const planted = new Map([...graph].map(([node, edges]) => [node, new Map(edges)]));
     planted.set('domain', new Map([['store', [`domain${path.sep}cursor.ts → store${path.sep}store.ts (planted)`]]]));
     expect(cycles(planted).some((loop) => loop.some((edge) => edge.startsWith(`domain${path.sep}`)))).toBe(true);
+  });
+});
+
+describe('composition roots', () => {
+  // What they build lives in the folder that owns it (docs/architecture.md): they only wire, and a
+  // part built here instead of in its room shows up as length before it shows up as a tangle.
+  const MAX_LINES = 160;
+  it.each(['app.ts', 'main.ts'])(`%s stays under ${MAX_LINES} lines`, (file) => {
+    const lines = readFileSync(path.join(SRC, file), 'utf8').trimEnd().split('\n').length;
+    expect(lines).toBeLessThan(MAX_LINES);
   });
 });
 
