@@ -1,8 +1,8 @@
 // What keeps subscribers' deliveries current, built at start (app.ts wires it):
-// the event bus, reconciliation with the owners' keys it reads with, the re-confirmation of open
-// subscriptions' keys, read access per key, the caps on open subscriptions, the
-// event pages and the shared fan-out. Each part that runs is registered for
-// tear-down in the order it is made.
+// the event bus, reconciliation with the owners' keys it reads with, the
+// re-confirmation of open subscriptions' keys, read access per key, the caps on
+// open subscriptions, the event pages and the shared fan-out. Each part that
+// runs is registered for tear-down in the order it is made.
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
 import type { Teardown } from '../lifecycle.js';
