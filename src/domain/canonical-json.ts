@@ -3,6 +3,9 @@
 // idempotency.
 import { createHash } from 'node:crypto';
 
+/** A JSON object as received (a webhook body, a REST answer): any keys, values not yet checked. */
+export type JsonObject = { [key: string]: unknown };
+
 /**
  * JSON with object keys sorted, so equal values give equal text. Iterative (an
  * explicit stack of pending text pieces and values), so a value nested thousands

@@ -15,7 +15,6 @@
 // `after:` with decimals, which is what opacity is for. "0" (from the start of
 // the log) names no event and says nothing.
 import { createCipheriv, createDecipheriv, createHmac, createSecretKey, type Cipher, type Decipher } from 'node:crypto';
-import { type Store } from '../store/store.js';
 
 /** One caller's cursors. */
 export interface CallerCursors {
@@ -89,10 +88,15 @@ class StoreCursors {
   }
 }
 
-const byStore = new WeakMap<Store, Promise<StoreCursors>>();
+/** Where the secret is kept: the event store (its `cursorSecret`), seen only as what cursors need of it, so the rules import no store. */
+export interface CursorSecretKeeper {
+  cursorSecret(): Promise<Buffer>;
+}
+
+const byStore = new WeakMap<CursorSecretKeeper, Promise<StoreCursors>>();
 
 /** The cursors of the merchant with this id, under the secret kept in `store` (read once, created on first use). */
-export async function callerCursors(store: Store, merchant: string): Promise<CallerCursors> {
+export async function callerCursors(store: CursorSecretKeeper, merchant: string): Promise<CallerCursors> {
   let loading = byStore.get(store);
   if (!loading) {
     loading = store.cursorSecret().then((secret) => new StoreCursors(secret));

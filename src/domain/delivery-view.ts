@@ -17,7 +17,7 @@
 // Each stored event keeps what the view held after it beyond its own fields
 // (carriedOver): its own payload stays as received, and the view as of that
 // event is its payload with that laid over (knownAfter).
-import type { JsonObject } from '../upstream/wire.js';
+import type { JsonObject } from './canonical-json.js';
 
 /** A view field: its key and its value as JSON text (how both stores keep and compare it). */
 export type ViewField = readonly [key: string, json: string];

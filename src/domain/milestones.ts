@@ -9,8 +9,7 @@
 // (a test runs every case through both), and reconciliation and the
 // subscription streams call it too. A pure function over facts: stateAfter()
 // folds a sequence of them.
-import type { DeliveryStatus } from '../mapping/model.js';
-import { statusOfEvent } from './status.js';
+import { statusOfEvent, type DeliveryStatus } from './status.js';
 
 /**
  * When a milestone ends the delivery: always (DROPOFF_COMPLETE, RETURNED), never,

@@ -2,7 +2,10 @@
 // (including its `dimentions`, `tracking_url` and `expected_cancelation_fee`).
 // The upstream may omit any field or send null; both mean "no value".
 
-export type JsonObject = { [key: string]: unknown };
+import type { JsonObject } from '../domain/canonical-json.js';
+
+// Any JSON object the upstream sends (a payload it passes through, an item): the domain's type.
+export type { JsonObject };
 
 /** One of the two address groups, flattened with a `pickup_` or `dropoff_` prefix. */
 export interface FlatAddressFields {
