@@ -196,8 +196,11 @@ export class OperationPlan {
    * event is executed once for every subscriber its message is the same for.
    * `given`: from variablesOf.
    */
-  sourceStream(contextValue: unknown, given: Readonly<Record<string, unknown>> | undefined): Promise<AsyncIterable<unknown> | ExecutionResult> {
-    return createSourceEventStream({ schema: this.#options.schema, document: this.runnable, contextValue, variableValues: given });
+  async sourceStream(contextValue: unknown, given: Readonly<Record<string, unknown>> | undefined): Promise<AsyncIterable<unknown> | ExecutionResult> {
+    const source = await createSourceEventStream({ schema: this.#options.schema, document: this.runnable, contextValue, variableValues: given });
+    // Variables refused before anything ran: in graphql-js's words with their code (BAD_USER_INPUT), as run() answers them.
+    if (!(Symbol.asyncIterator in source) && refusedBeforeRunning(source)) return variableErrors(this.#options.schema, this.operation, given, this.#options.hideSuggestions) ?? source;
+    return source;
   }
 
   /** One event of a subscription executed into its message, as graphql-js's subscribe does for each (the event is the root value). */
