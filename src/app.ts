@@ -185,6 +185,8 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       // The pipeline is made below; until then the cache is empty.
       documentCache: () => served?.pipeline.documents.size ?? { entries: 0, bytes: 0 },
     });
+    const stopped = metrics;
+    teardown.add('metrics', () => stopped.stop());
   }
 
   const sandboxKey = sandbox?.merchants[0]?.key;
