@@ -4,7 +4,6 @@
 // their owners only when /metrics is scraped.
 import { opendir } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { SubscriptionCounters } from '../access/subscription-slots.js';
 import type { PersistedQueryCounters } from '../pipeline/persisted-operations.js';
@@ -101,19 +100,17 @@ export function createMetrics(sources: MetricSources): Metrics {
 
   // How late the sampling timer fired, beyond its schedule: the longest time anything held the loop
   // (to within the resolution), and how the loop's turns go. Since the previous scrape, as prom-client's.
-  const loopDelay = monitorEventLoopDelay({ resolution: LOOP_DELAY_RESOLUTION_MS });
-  loopDelay.enable();
-  const lateness = (ns: number) => Math.max(0, ns / 1e9 - LOOP_DELAY_RESOLUTION_MS / 1000);
-  // Read and reset by the first gauge's collect, which runs before the second's (registration order).
+  const loopDelay = loopDelaySampler(LOOP_DELAY_RESOLUTION_MS);
+  // Read by the first gauge's collect, which runs before the second's (registration order).
   let loopDelayP99 = 0;
   new Gauge({
     name: `${PREFIX}event_loop_delay_max_seconds`,
     help: `Longest the event loop was held since the previous scrape: how late a timer due every ${LOOP_DELAY_RESOLUTION_MS} ms fired at worst (to within ${LOOP_DELAY_RESOLUTION_MS} ms)`,
     registers: [registry],
     collect() {
-      this.set(loopDelay.count > 0 ? lateness(loopDelay.max) : 0);
-      loopDelayP99 = loopDelay.count > 0 ? lateness(loopDelay.percentile(99)) : 0;
-      loopDelay.reset();
+      const { maxMs, p99Ms } = loopDelay.read();
+      this.set(maxMs / 1000);
+      loopDelayP99 = p99Ms / 1000;
     },
   });
   new Gauge({
@@ -345,7 +342,7 @@ export function createMetrics(sources: MetricSources): Metrics {
 
   return {
     registry,
-    stop: () => loopDelay.disable(),
+    stop: () => loopDelay.stop(),
     text: () => metricsText(registry),
     operation(label, outcome, seconds) {
       counterOf(`op\n${label.type}\n${label.name}\n${outcome}`, () => operations.labels({ type: label.type, name: label.name, outcome })).inc();
@@ -368,6 +365,51 @@ export function createMetrics(sources: MetricSources): Metrics {
         () => res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"metrics_unavailable","message":"The metrics could not be collected this time; try again."}'),
       );
     },
+  };
+}
+
+/** Steps of the sampler's histogram, ms, and how many (beyond the last, counted in it). */
+const LOOP_DELAY_STEP_MS = 0.1;
+const LOOP_DELAY_STEPS = 2_000;
+
+/**
+ * A timer due every `resolutionMs`: how late it fired each time, the longest and
+ * a histogram (for the p99) since the last read. In JavaScript, not perf_hooks'
+ * monitorEventLoopDelay: that one's reset() forgets when its timer last fired, so
+ * a hold just after a read (a scrape) was never counted.
+ */
+function loopDelaySampler(resolutionMs: number): { read(): { maxMs: number; p99Ms: number }; stop(): void } {
+  const counts = new Uint32Array(LOOP_DELAY_STEPS + 1);
+  let samples = 0;
+  let maxMs = 0;
+  let last = performance.now();
+  const timer = setInterval(() => {
+    const now = performance.now();
+    const late = Math.max(0, now - last - resolutionMs);
+    last = now;
+    counts[Math.min(LOOP_DELAY_STEPS, Math.floor(late / LOOP_DELAY_STEP_MS))]! += 1;
+    samples += 1;
+    if (late > maxMs) maxMs = late;
+  }, resolutionMs);
+  // The sampler alone must not keep a process alive.
+  timer.unref();
+  return {
+    read() {
+      let p99Ms = 0;
+      for (let step = 0, seen = 0; step <= LOOP_DELAY_STEPS && samples > 0; step += 1) {
+        seen += counts[step]!;
+        if (seen >= samples * 0.99) {
+          p99Ms = Math.min(maxMs, (step + 1) * LOOP_DELAY_STEP_MS);
+          break;
+        }
+      }
+      const read = { maxMs, p99Ms };
+      counts.fill(0);
+      samples = 0;
+      maxMs = 0;
+      return read;
+    },
+    stop: () => clearInterval(timer),
   };
 }
 
