@@ -192,9 +192,9 @@ if (wanted('owner-flush')) {
 if (wanted('retention')) {
   const dir = await prefilledDir({ owners: Math.min(OWNERS, 200_000), events: EVENTS, ageMs: 3_600_000 });
   const retention = { eventRetentionMs: 60_000, idempotencyRetentionMs: 60_000 };
-  let store;
+  const store = new SqliteStore(dir, { retention });
+  await until(() => store.ownerFilter.complete);
   const measured = await holds(async () => {
-    store = new SqliteStore(dir, { retention });
     await store.trimExpired();
     const left = store.db.prepare('SELECT (SELECT count(*) FROM events) AS events, (SELECT count(*) FROM ownership) AS owners').get();
     return `left after the pass: ${left.events} events, ${left.owners} owner records`;

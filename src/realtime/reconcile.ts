@@ -216,11 +216,7 @@ export class Reconciler {
     this.#tokens = Math.min(rate, this.#tokens + ((now - this.#lastTick) * rate) / 1000);
     this.#lastTick = now;
     if (this.#tokens < 1) return;
-    const due: Followed[] = [];
-    for (const followed of this.#followed.values()) if (!followed.reading && followed.dueAt <= now) due.push(followed);
-    due.sort((a, b) => a.dueAt - b.dueAt);
-    for (const followed of due) {
-      if (this.#tokens < 1) break;
+    for (const followed of oldestDue(this.#followed.values(), now, Math.floor(this.#tokens))) {
       this.#tokens -= 1;
       void this.#reconcile(followed);
     }
@@ -315,6 +311,39 @@ export class Reconciler {
     const results = await Promise.all(events.map((event) => this.#options.append(event, receivedAt)));
     for (const result of results) if (!result.duplicate && !result.event.stale) this.counters.changes += 1;
   }
+}
+
+/**
+ * The `count` followed deliveries due longest, oldest first, without sorting
+ * every due one: with the reads behind (thousands due at each tick) a sort held
+ * the loop for milliseconds each tick. A max-heap of `count` (at most one
+ * second's reads) keeps the oldest seen so far.
+ */
+function oldestDue(followed: Iterable<Followed>, now: number, count: number): Followed[] {
+  const heap: Followed[] = [];
+  const later = (i: number, j: number) => heap[i]!.dueAt > heap[j]!.dueAt;
+  const swap = (i: number, j: number) => ([heap[i], heap[j]] = [heap[j]!, heap[i]!]);
+  for (const entry of followed) {
+    if (entry.reading || entry.dueAt > now) continue;
+    if (heap.length === count) {
+      // Not older than the latest kept: skipped; else it replaces it.
+      if (count === 0 || entry.dueAt >= heap[0]!.dueAt) continue;
+      heap[0] = entry;
+      for (let i = 0; ; ) {
+        const [left, right] = [2 * i + 1, 2 * i + 2];
+        let top = i;
+        if (left < heap.length && later(left, top)) top = left;
+        if (right < heap.length && later(right, top)) top = right;
+        if (top === i) break;
+        swap(i, top);
+        i = top;
+      }
+      continue;
+    }
+    heap.push(entry);
+    for (let i = heap.length - 1; i > 0 && later(i, (i - 1) >> 1); i = (i - 1) >> 1) swap(i, (i - 1) >> 1);
+  }
+  return heap.sort((a, b) => a.dueAt - b.dueAt);
 }
 
 const ADDRESS_FIELDS = ['street', 'number', 'secondary_number', 'city', 'county', 'state', 'postal_code', 'country', 'latitude', 'longitude'] as const;
