@@ -161,9 +161,8 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     return age > retention!.idempotencyRetentionMs && (state !== 'pending' || age > PENDING_EXPIRY_MS);
   };
 
-  // One event, ranked against what the batch already wrote, in a savepoint of its own (a nested
-  // better-sqlite3 transaction): one that fails is undone alone and fails only itself.
-  const appendOne = db.transaction(({ json, receivedAt }: { json: string; receivedAt: string }): AppendOutcome => {
+  // One event, ranked against what the batch already wrote.
+  const appendEvent = ({ json, receivedAt }: { json: string; receivedAt: string }): AppendOutcome => {
     const payload = JSON.parse(json) as WireWebhookEvent;
     const hash = fingerprint(payload);
     const existing = s.findEvent.get(payload.uid, payload.event_name, hash);
@@ -180,19 +179,30 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     if (courierOnly) s.putCourier.run(courier, formers, payload.uid);
     else if (next && next !== current) s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, seq, courier, formers);
     return { duplicate: false, seq, stale, courierOnly, statusText };
-  });
+  };
+  // The batch's events in one savepoint (a nested better-sqlite3 transaction): two statements for the batch, not per event.
+  const appendAll = db.transaction((events: ReadonlyArray<{ json: string; receivedAt: string }>) => events.map(appendEvent));
+  // Each event in a savepoint of its own: one that fails is undone alone and fails only itself.
+  const appendOne = db.transaction(appendEvent);
 
   return {
-    append: (_now, events) =>
-      events.map((event) => {
+    append: (_now, events) => {
+      try {
+        return appendAll(events);
+      } catch (error) {
+        // A failure of the transaction itself (disk full, I/O) is every event's: let it end the batch.
+        if (!db.inTransaction) throw error;
+      }
+      // An event failed, and the batch's savepoint was undone: again, each in a savepoint of its own.
+      return events.map((event) => {
         try {
           return appendOne(event);
         } catch (error) {
-          // A failure of the transaction itself (disk full, I/O) is every event's: let it end the batch.
           if (!db.inTransaction) throw error;
           return { error: asWriterError(error) };
         }
-      }),
+      });
+    },
 
     // One transaction: the read and the insert cannot interleave with another claim.
     claim: (now, ownerHash, idempotencyKey, fingerprint) =>
