@@ -106,10 +106,12 @@ export class AppendBatcher {
       const began = performance.now();
       const end = Math.min(results.length, start + this.#perTurn);
       for (let index = start; index < end; index += 1) this.#publish(results[index]!, batch[index]!);
+      const published = end - start;
       start = end;
       await nextTurn();
+      // As many as this slice's events would have filled the turn's budget with.
       const took = performance.now() - began;
-      this.#perTurn = Math.max(1, Math.min(MAX_BATCH, Math.round((this.#perTurn * PUBLISH_TURN_MS) / Math.max(took, 0.05))));
+      this.#perTurn = Math.max(1, Math.min(MAX_BATCH, Math.round((published * PUBLISH_TURN_MS) / Math.max(took, 0.05))));
     }
   }
 
