@@ -368,7 +368,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   };
 }
 
-/** Steps of the sampler's histogram, ms, and how many (beyond the last, counted in it). */
+/** Steps of the sampler's histogram, ms, and how many (200 ms; the delays beyond are counted in one more). */
 const LOOP_DELAY_STEP_MS = 0.1;
 const LOOP_DELAY_STEPS = 2_000;
 
@@ -399,7 +399,8 @@ function loopDelaySampler(resolutionMs: number): { read(): { maxMs: number; p99M
       for (let step = 0, seen = 0; step <= LOOP_DELAY_STEPS && samples > 0; step += 1) {
         seen += counts[step]!;
         if (seen >= samples * 0.99) {
-          p99Ms = Math.min(maxMs, (step + 1) * LOOP_DELAY_STEP_MS);
+          // Its step's upper bound; in the last step (past 200 ms), the longest.
+          p99Ms = step === LOOP_DELAY_STEPS ? maxMs : Math.min(maxMs, (step + 1) * LOOP_DELAY_STEP_MS);
           break;
         }
       }
