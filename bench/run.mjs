@@ -7,12 +7,15 @@
 // keyless-flood takes --baseline=<other checkout>, --duration and more (see attacks/keyless-flood.mjs).
 // connection-caps, keepalive-webhook and idle-headers take --baseline=<checkout with dist/ built>: its build runs
 // beside this one, in the same table (see attacks/front-door.mjs).
+// single-read, realtime, realtime-redis and fan-out take --baseline=<checkout> (its build side by side); the realtime
+// ones take --subscribers, --per-delivery, --rate and more (see scenarios/realtime.mjs); realtime-scale and
+// realtime-redis-scale are their 10,000- and 20,000-subscriber variants.
 // --profile (or BENCH_PROFILE=<dir>): every facade started runs under --cpu-prof and
 // writes a .cpuprofile into the directory (bench/profiles/ by default, not committed) when it stops.
 import path from 'node:path';
 import { singleRead } from './scenarios/single-read.mjs';
 import { batchRead } from './scenarios/batch-read.mjs';
-import { realtime, realtimeRedis, redisReplicaAck, fanOut } from './scenarios/realtime.mjs';
+import { realtime, realtimeScale, realtimeRedis, realtimeRedisScale, redisReplicaAck, fanOut } from './scenarios/realtime.mjs';
 import { startup } from './scenarios/startup.mjs';
 import { reconcile } from './scenarios/reconcile.mjs';
 import { soak, soakRedis } from './scenarios/soak.mjs';
@@ -40,10 +43,10 @@ const SCENARIOS = {
   'keyless-flood': keylessFlood,
 };
 /** Too long for every run (and for CI): only when named. */
-const ON_DEMAND = { soak, 'soak-redis': soakRedis, 'redis-replica-ack': redisReplicaAck };
+const ON_DEMAND = { soak, 'soak-redis': soakRedis, 'redis-replica-ack': redisReplicaAck, 'realtime-scale': realtimeScale, 'realtime-redis-scale': realtimeRedisScale };
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
-// --name=value flags, for the scenarios that take them (the soaks, anonymous-flood, keyless-flood).
+// --name=value flags, for the scenarios that take them.
 const flags = Object.fromEntries(args.filter((arg) => /^--[\w-]+=/.test(arg)).map((arg) => arg.slice(2).split(/=(.*)/s, 2)));
 const chosen = args.filter((arg) => !arg.startsWith('--'));
 const unknown = chosen.filter((name) => !(name in SCENARIOS) && !(name in ON_DEMAND));

@@ -121,7 +121,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   await readiness.firstCheck(1_000);
   const persisted = configuredPersistedOperations(config.graphql, redis, logger);
   // What /metrics reports on (observability/start.ts); the pipeline is made below, until then its document cache is empty.
-  metrics = startMetrics(config, logger, { upstream, bus, receiver, readiness, persisted, realtime, owners, ownerFilter: () => (store instanceof SqliteStore ? store.ownerFilter : undefined), pipeline: () => served?.pipeline });
+  metrics = startMetrics(config, logger, teardown, { upstream, bus, receiver, readiness, persisted, realtime, owners, ownerFilter: () => (store instanceof SqliteStore ? store.ownerFilter : undefined), pipeline: () => served?.pipeline });
 
   const sandboxKey = sandbox?.merchants[0]?.key;
   const graphiql = config.graphql.introspection ? createGraphiQL({ graphqlPath: '/graphql', sandboxKey, logger }) : undefined;

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { BENCH, ROOT, spawnReady, stop } from './proc.mjs';
 import { PLATFORM_ID } from './fixed-upstream.mjs';
+import { METRICS_TOKEN } from './loop-delay.mjs';
 
 export function startUpstream(latencyMs = 0) {
   return spawnReady(process.execPath, [path.join(BENCH, 'lib/fixed-upstream.mjs'), '0', String(latencyMs)]).then((p) => ({
@@ -62,7 +63,8 @@ export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'ben
     // measures serving them, not refusing them (RATE_LIMIT_PER_MINUTE's default would refuse most).
     // Nor a cap on one key's open subscriptions: the fan-out scenario holds 10,000 of one key (SUBSCRIPTIONS_PER_KEY's default is 5,000);
     // nor a cap of connections per address: every client of the bench is 127.0.0.1 (fan-out opens 10,000).
-    env: { PORT: '0', UPSTREAM_URL: upstreamUrl, PLATFORM_ID, DATA_DIR: dataDir, LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0', SUBSCRIPTIONS_PER_KEY: '0', MAX_CONNECTIONS_PER_ADDRESS: '0', ...extra, ...env },
+    // /metrics with a token (production serves it to no one otherwise): every scenario reads the event-loop delay there (loop-delay.mjs).
+    env: { PORT: '0', UPSTREAM_URL: upstreamUrl, PLATFORM_ID, DATA_DIR: dataDir, LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0', SUBSCRIPTIONS_PER_KEY: '0', MAX_CONNECTIONS_PER_ADDRESS: '0', METRICS_TOKEN, ...extra, ...env },
     ready: /serving on (http:\/\/\S+)/,
   }).then((p) => ({
     ...p,

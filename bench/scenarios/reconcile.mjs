@@ -12,6 +12,7 @@ import WebSocket from 'ws';
 import { randomUUID } from 'node:crypto';
 import { startFacade, startUpstream } from '../lib/contenders.mjs';
 import { cpuMeter, describeCpu } from '../lib/cpu.mjs';
+import { describeLoopDelay, loopDelayWindow } from '../lib/loop-delay.mjs';
 import { sleep } from '../lib/proc.mjs';
 import { fmt, table, thousands, writeSection } from '../lib/report.mjs';
 
@@ -56,6 +57,7 @@ export async function reconcile({ quick, command }) {
     if (errors > 0) throw new Error(`${errors} of ${DELIVERIES} subscriptions failed to start`);
     // Starting cost two reads each (the access check, the key's confirmation); counted from here on.
     const before = await upstreamCount(upstream);
+    const loop = await loopDelayWindow([{ name: 'facade', origin: facade.origin }]);
     const meter = cpuMeter([
       { name: 'facade', pid: facade.child.pid },
       { name: 'upstream', pid: upstream.child.pid },
@@ -63,6 +65,7 @@ export async function reconcile({ quick, command }) {
     const started = performance.now();
     await sleep(seconds * 1000);
     const cpu = meter.stop();
+    const loopDelay = (await loop.stop()).facade;
     const minutes = (performance.now() - started) / 60_000;
     const reads = (await upstreamCount(upstream)) - before - 1; // less the /__count itself
     const perThousandPerMinute = (reads / minutes) * (1000 / DELIVERIES);
@@ -77,6 +80,7 @@ export async function reconcile({ quick, command }) {
         ['CPU, % of one core', describeCpu(cpu, 2)],
         // All the facade's CPU in the window (idle timers and pings included), divided by the reads.
         ['facade CPU per read', `${fmt((cpu.byName.facade * 10 * minutes * 60_000) / Math.max(1, reads), 0)} µs`],
+        ['event-loop delay in the window (from /metrics)', describeLoopDelay(loopDelay)],
       ]),
     ].join('\n');
     writeSection('reconcile', 'Reconciliation by polling (issue 21)', body, { command, quick });

@@ -3,6 +3,7 @@
 // METRICS_TOKEN): otherwise nothing is collected, and start-up says so.
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
+import type { Teardown } from '../lifecycle.js';
 import type { Owners } from '../access/owners.js';
 import type { Readiness } from '../http/readiness.js';
 import type { PersistedOperations } from '../pipeline/persisted-operations.js';
@@ -29,12 +30,12 @@ export interface MeteredParts {
 }
 
 /** The metrics, unless METRICS=false or nowhere serves them. */
-export function startMetrics(config: Config, logger: Logger, { upstream, bus, receiver, readiness, persisted, realtime, owners, ownerFilter, pipeline }: MeteredParts): Metrics | undefined {
+export function startMetrics(config: Config, logger: Logger, teardown: Teardown, { upstream, bus, receiver, readiness, persisted, realtime, owners, ownerFilter, pipeline }: MeteredParts): Metrics | undefined {
   const metricsServed = config.metricsAccess.onMainPort || config.metricsAccess.port !== undefined;
   if (config.metrics && !metricsServed) logger.warn('/metrics is off in production: set METRICS_PORT (a listener of its own) or METRICS_TOKEN (a bearer token) to serve it');
   if (!config.metrics || !metricsServed) return undefined;
   const { reconciler } = realtime;
-  return createMetrics({
+  const metrics = createMetrics({
     upstream,
     bus,
     webhooks: receiver?.counters,
@@ -50,4 +51,7 @@ export function startMetrics(config: Config, logger: Logger, { upstream, bus, re
     documentCache: () => pipeline()?.documents.size ?? { entries: 0, bytes: 0 },
     compiles: () => pipeline()?.documents.compiles,
   });
+  // Its event-loop sampler runs until the app stops.
+  teardown.add('metrics', () => metrics.stop());
+  return metrics;
 }

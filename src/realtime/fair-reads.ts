@@ -34,7 +34,7 @@ export function fairPick<T extends DueRead>(due: readonly T[], count: number, af
     if (!reads) byOwner.set(read.owner, (reads = []));
     reads.push(read);
   }
-  for (const reads of byOwner.values()) reads.sort((a, b) => a.priority - b.priority || b.lateness - a.lateness);
+  for (const [owner, reads] of byOwner) byOwner.set(owner, mostUrgent(reads, count));
   const owners = [...byOwner.keys()].sort();
   // The first owner after the one served last; from the start when none is.
   const start = after === undefined ? 0 : Math.max(0, owners.findIndex((owner) => owner > after));
@@ -54,4 +54,39 @@ export function fairPick<T extends DueRead>(due: readonly T[], count: number, af
     if (!any) break;
   }
   return { picked, last };
+}
+
+/** More urgent first: priority, then the latest for its cadence. */
+const urgency = (a: DueRead, b: DueRead) => a.priority - b.priority || b.lateness - a.lateness;
+
+/**
+ * The `count` most urgent of one owner's due reads, most urgent first, without
+ * sorting all of them: with reads behind, thousands are due at each tick and a
+ * whole sort held the event loop for milliseconds; a heap of `count` does not.
+ */
+function mostUrgent<T extends DueRead>(reads: T[], count: number): T[] {
+  if (reads.length <= count) return reads.sort(urgency);
+  // A heap whose top is the least urgent kept: a more urgent read replaces it.
+  const heap: T[] = [];
+  const lessUrgent = (i: number, j: number) => urgency(heap[i]!, heap[j]!) > 0;
+  const swap = (i: number, j: number) => ([heap[i], heap[j]] = [heap[j]!, heap[i]!]);
+  for (const read of reads) {
+    if (heap.length < count) {
+      heap.push(read);
+      for (let i = heap.length - 1; i > 0 && lessUrgent(i, (i - 1) >> 1); i = (i - 1) >> 1) swap(i, (i - 1) >> 1);
+      continue;
+    }
+    if (count === 0 || urgency(read, heap[0]!) >= 0) continue;
+    heap[0] = read;
+    for (let i = 0; ; ) {
+      const [left, right] = [2 * i + 1, 2 * i + 2];
+      let top = i;
+      if (left < heap.length && lessUrgent(left, top)) top = left;
+      if (right < heap.length && lessUrgent(right, top)) top = right;
+      if (top === i) break;
+      swap(i, top);
+      i = top;
+    }
+  }
+  return heap.sort(urgency);
 }

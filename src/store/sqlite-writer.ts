@@ -186,10 +186,9 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     return age > retention!.idempotencyRetentionMs && (state !== 'pending' || age > PENDING_EXPIRY_MS);
   };
 
-  // One event, ranked against what the batch already wrote, in a savepoint of its own (a nested
-  // better-sqlite3 transaction): one that fails is undone alone and fails only itself.
+  // One event, ranked against what the batch already wrote.
   // The same steps as the Redis APPEND script: judge, merge the view, keep what was carried over.
-  const appendOne = db.transaction(({ json, receivedAt }: { json: string; receivedAt: string }): AppendOutcome => {
+  const appendEvent = ({ json, receivedAt }: { json: string; receivedAt: string }): AppendOutcome => {
     const payload = JSON.parse(json) as WireWebhookEvent;
     const hash = fingerprint(payload);
     const existing = s.findEvent.get(payload.uid, payload.event_name, hash);
@@ -219,19 +218,30 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
       s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, moverSeq, courier, formers, next.pickedUp ? 1 : 0, JSON.stringify(view));
     }
     return { duplicate: false, seq, mark: markOf(step), statusText, carried };
-  });
+  };
+  // The batch's events in one savepoint (a nested better-sqlite3 transaction): two statements for the batch, not per event.
+  const appendAll = db.transaction((events: ReadonlyArray<{ json: string; receivedAt: string }>) => events.map(appendEvent));
+  // Each event in a savepoint of its own: one that fails is undone alone and fails only itself.
+  const appendOne = db.transaction(appendEvent);
 
   return {
-    append: (_now, events) =>
-      events.map((event) => {
+    append: (_now, events) => {
+      try {
+        return appendAll(events);
+      } catch (error) {
+        // A failure of the transaction itself (disk full, I/O) is every event's: let it end the batch.
+        if (!db.inTransaction) throw error;
+      }
+      // An event failed, and the batch's savepoint was undone: again, each in a savepoint of its own.
+      return events.map((event) => {
         try {
           return appendOne(event);
         } catch (error) {
-          // A failure of the transaction itself (disk full, I/O) is every event's: let it end the batch.
           if (!db.inTransaction) throw error;
           return { error: asWriterError(error) };
         }
-      }),
+      });
+    },
 
     // A read newer than the state overwrites; one older than the state's last move only fills.
     mergeRead: (_now, { uid, body, basis }) => {

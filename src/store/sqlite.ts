@@ -240,10 +240,11 @@ class WriterThread {
   }
 }
 
-/** The owner filter's size bounds, in uids (UidFilter: 10 bits each; the largest is 8 MiB), and the uids read per turn while it is filled. */
+/** The owner filter's size bounds, in uids (UidFilter: 10 bits each; the largest is 8 MiB). */
 const OWNER_FILTER_MIN = 1 << 16;
 const OWNER_FILTER_MAX = Math.floor((8 * 1024 * 1024 * 8) / 10);
-const OWNER_FILTER_SLICE = 20_000;
+/** Owner records read per turn of the event loop while a filter is filled: a millisecond or two of it (bench/probes/stalls.mjs). */
+const OWNER_FILTER_SLICE = 1_000;
 
 export class SqliteStore implements Store {
   /** The main thread's connection: the store reads through it and never writes (the writer thread does). */
@@ -407,21 +408,26 @@ export class SqliteStore implements Store {
    * one in use (until then the current one, if complete, still answers).
    */
   async #rebuildOwnerFilter(): Promise<void> {
-    const records = this.db.prepare<[], { n: number }>('SELECT count(*) AS n FROM ownership').get()!.n;
+    // How many records, from the span of their rowids (two lookups, one subquery each: min and max in one
+    // query read the whole table, as count(*) does, tens of ms at a million): the retention deletes the oldest,
+    // which have the lowest rowids, so the span is about the count.
+    const span = this.db.prepare<[], { first: number | null; last: number | null }>('SELECT (SELECT min(rowid) FROM ownership) AS first, (SELECT max(rowid) FROM ownership) AS last').get()!;
+    const records = span.first === null || span.last === null ? 0 : span.last - span.first + 1;
     const filter = new UidFilter(Math.min(OWNER_FILTER_MAX, Math.max(OWNER_FILTER_MIN, records * 2)));
     if (this.#ownerFilter.complete) this.#nextOwnerFilter = filter;
     else this.#ownerFilter = { filter, complete: false };
     // Records not committed yet are not in the file for the slices below to read.
     for (const uid of this.#ownersInFlight.keys()) filter.add(uid);
-    const slice = this.db.prepare<[number], { rowid: number; uid: string }>(`SELECT rowid, uid FROM ownership WHERE rowid > ? ORDER BY rowid LIMIT ${OWNER_FILTER_SLICE}`);
+    const slice = this.db.prepare<[number], [number, string]>(`SELECT rowid, uid FROM ownership WHERE rowid > ? ORDER BY rowid LIMIT ${OWNER_FILTER_SLICE}`).raw();
     let after = 0;
     for (;;) {
+      // The first slice too waits a turn: the constructor (the store's start) does not read any.
+      await yieldToEventLoop();
       if (!this.db.open) return;
       const rows = slice.all(after);
-      for (const row of rows) filter.add(row.uid);
+      for (const row of rows) filter.add(row[1]);
       if (rows.length < OWNER_FILTER_SLICE) break;
-      after = rows[rows.length - 1]!.rowid;
-      await yieldToEventLoop();
+      after = rows[rows.length - 1]![0];
     }
     this.#ownerFilter = { filter, complete: true };
     this.#nextOwnerFilter = undefined;

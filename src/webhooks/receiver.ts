@@ -32,6 +32,14 @@ interface Pending {
 
 /** Most events one transaction takes; the rest wait for the next (a bound on one script call's size on Redis). */
 const MAX_BATCH = 512;
+/**
+ * How long one turn of the event loop may spend publishing a stored batch's
+ * events (each sends its subscribers' messages within the turn): a batch of
+ * hundreds, with tens of subscribers each, held the loop for hundreds of ms.
+ */
+const PUBLISH_TURN_MS = 2;
+
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /**
  * Group commit: events that arrive while a commit is under way wait and go
@@ -44,6 +52,8 @@ export class AppendBatcher {
   #waiting: Pending[] = [];
   #committing = false;
   #scheduled = false;
+  /** Events published per turn: as many as took about PUBLISH_TURN_MS last time (their subscribers' messages included). */
+  #perTurn = 8;
 
   constructor(
     private readonly store: Store,
@@ -91,18 +101,32 @@ export class AppendBatcher {
       }
       results = error.outcomes;
     }
-    // Stored is stored: the sender gets its 200 even if publishing one event fails.
-    results.forEach((result, index) => {
-      if (result instanceof Error) return batch[index]!.reject(result);
-      if (!result.duplicate) {
-        try {
-          this.bus.publish(result.event);
-        } catch (error) {
-          this.onPublishError(error);
-        }
+    // In log order, a slice per turn of the loop (the next batch waits until the last is out): the slice's
+    // subscriber messages go out in its turn, then other work has the loop, and the slice's size follows what a turn took.
+    for (let start = 0; start < results.length; ) {
+      const began = performance.now();
+      const end = Math.min(results.length, start + this.#perTurn);
+      for (let index = start; index < end; index += 1) this.#publish(results[index]!, batch[index]!);
+      const published = end - start;
+      start = end;
+      await nextTurn();
+      // As many as this slice's events would have filled the turn's budget with.
+      const took = performance.now() - began;
+      this.#perTurn = Math.max(1, Math.min(MAX_BATCH, Math.round((published * PUBLISH_TURN_MS) / Math.max(took, 0.05))));
+    }
+  }
+
+  /** Stored is stored: the sender gets its 200 even if publishing the event fails. */
+  #publish(result: AppendResult | Error, pending: Pending): void {
+    if (result instanceof Error) return pending.reject(result);
+    if (!result.duplicate) {
+      try {
+        this.bus.publish(result.event);
+      } catch (error) {
+        this.onPublishError(error);
       }
-      batch[index]!.resolve(result);
-    });
+    }
+    pending.resolve(result);
   }
 }
 

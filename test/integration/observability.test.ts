@@ -189,6 +189,25 @@ describe('GET /metrics', () => {
     expect(text).not.toContain('availability {');
   });
 
+  it('exports how long the event loop was held since the previous scrape, max and p99', async () => {
+    await scrape(); // the window starts here
+    // The facade runs in this process: holding this loop holds the facade's.
+    const until = performance.now() + 150;
+    while (performance.now() < until);
+    // One more turn, so that the sampling timer, due during the hold, fires late and records it.
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const held = await scrape();
+    const max = sample(held, 'delivery_graph_event_loop_delay_max_seconds')!;
+    const p99 = sample(held, 'delivery_graph_event_loop_delay_p99_seconds')!;
+    expect(max).toBeGreaterThanOrEqual(0.14);
+    expect(max).toBeLessThan(5);
+    expect(p99).toBeGreaterThanOrEqual(0);
+    expect(p99).toBeLessThanOrEqual(max);
+    // The next window no longer holds that hold.
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(sample(await scrape(), 'delivery_graph_event_loop_delay_max_seconds')).toBeLessThan(0.14);
+  });
+
   it('is logged at debug, not info', async () => {
     await fetch(`${app.url}/metrics`, { headers: { 'x-request-id': 'test-scrape' } });
     await waitFor(() => logs().some((log) => log.reqId === 'test-scrape'));

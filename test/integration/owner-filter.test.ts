@@ -60,6 +60,38 @@ describe('the owner filter of the embedded store', () => {
     expect([...(await again.ownersOf(['a', 'b', 'c', 'behind', 'never'])).keys()]).toEqual(['a', 'b', 'c', 'behind']);
   });
 
+  it('is filled from a large file a small slice per turn of the event loop, and then holds every record', async () => {
+    const store = open();
+    await filled(store);
+    const dir = path.dirname(store.db.name);
+    await store.close();
+    // 50,000 records written straight into the file, as a long-running instance leaves it.
+    const records = 50_000;
+    const db = new Database(path.join(dir, 'delivery-graph.sqlite'));
+    const insert = db.prepare('INSERT INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)');
+    db.transaction(() => {
+      for (let index = 0; index < records; index += 1) insert.run(`filled-${index}`, `hash-${index % 7}`, Date.now(), 'PLATFORM');
+    })();
+    db.close();
+
+    // Turns of the loop other work gets while the filter is filled: one between every two slices of the fill.
+    const again = open(dir);
+    let turns = 0;
+    const count = () => {
+      if (again.ownerFilter.complete) return;
+      turns += 1;
+      setImmediate(count);
+    };
+    setImmediate(count);
+    await filled(again);
+    // At most 5,000 records read in any one turn (it read 20,000, tens of ms of the loop at once).
+    expect(turns).toBeGreaterThanOrEqual(records / 5_000);
+    const uids = Array.from({ length: records }, (_, index) => `filled-${index}`);
+    const found = await again.ownersOf([...uids, 'never-recorded']);
+    expect(found.size).toBe(records);
+    expect(found.get('filled-49999')).toEqual({ owner: `hash-${49_999 % 7}`, group: 'PLATFORM' });
+  });
+
   it('grows past its first size as records come, and still finds every one of them', async () => {
     const store = open();
     await filled(store);
