@@ -89,7 +89,7 @@ describe('the owner filter of the embedded store', () => {
     const uids = Array.from({ length: records }, (_, index) => `filled-${index}`);
     const found = await again.ownersOf([...uids, 'never-recorded']);
     expect(found.size).toBe(records);
-    expect(found.get('filled-49999')).toEqual({ owner: `hash-${49_999 % 7}`, group: 'PLATFORM' });
+    expect(found.get('filled-49999')).toEqual({ owner: `hash-${49_999 % 7}`, group: 'PLATFORM', proof: null });
   });
 
   it('grows past its first size as records come, and still finds every one of them', async () => {
