@@ -144,6 +144,8 @@ local function append(state, events, dedup, a)
   if now[3] then known = cjson.decode(now[3]) end
   if now[4] then formers = cjson.decode(now[4]) end
   local stale, moved, courierOnly, contradicts = 0, 0, 0, 0
+  -- A read that only confirms a cancel or failure as final: it moves nothing else (no courier), as judgeRead() keeps it.
+  local settled = false
   local rank, terminal = nil, '0'
   local moves = arg(4) == '1'
   if arg(3) == '' then
@@ -158,6 +160,7 @@ local function append(state, events, dedup, a)
         if arg(9) == '1' and arg(5) == 'when_confirmed' and not final and not picked then
           moved = 1
           terminal = '1'
+          settled = true
         else
           stale = 1
         end
@@ -199,7 +202,7 @@ local function append(state, events, dedup, a)
   if kept and picked then redis.call('HSET', state, 'pickedUp', '1') end
   if stale == 0 then
     -- An accepted delivery.* event names the courier from now on; one it replaces is remembered.
-    if (moved == 1 or courierOnly == 1) and courier then
+    if (moved == 1 or courierOnly == 1) and courier and not settled then
       if other_courier(known, courier) then
         local list = {}
         for _, c in pairs(formers) do list[#list + 1] = c end

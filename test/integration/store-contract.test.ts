@@ -118,7 +118,19 @@ const CONFIRMING = poll(1e9, true);
 type PathStep = string | [name: string, extra: Record<string, unknown>];
 const stepEvent = (uid: string, step: PathStep, extra: Record<string, unknown> = {}) =>
   typeof step === 'string' ? event(uid, step, extra) : event(uid, step[0], { ...step[1], ...extra });
-const stepLabel = (step: PathStep) => (typeof step === 'string' ? step : `${step[0]} (read${step[1].facade_confirms ? ', confirming' : ''}${step[1].facade_read_basis === 0 ? ', old' : ''})`);
+const stepLabel = (step: PathStep) => {
+  if (typeof step === 'string') return step;
+  const [name, extra] = step;
+  const read = extra.facade_source === 'poll' ? `read${extra.facade_confirms ? ', confirming' : ''}${extra.facade_read_basis === 0 ? ', old' : ''}` : undefined;
+  const courier = extra.driver_id !== undefined || extra.driver_name !== undefined ? `courier ${String(extra.driver_id ?? '-')}/${String(extra.driver_name ?? '-')}` : undefined;
+  return `${name} (${[read, courier].filter(Boolean).join(', ')})`;
+};
+
+/** Couriers as events and reads name them: an id and a name, or (reads keep driver_id null) a name alone. */
+const ANN = { driver_id: 1, driver_name: 'Ann' };
+const ANN_BY_NAME = { driver_name: 'Ann' };
+const BOB = { driver_id: 2, driver_name: 'Bob' };
+const BOB_BY_NAME = { driver_name: 'Bob' };
 
 /** Event sequences that reach every state the rule can produce (and none). */
 const STATE_PATHS: PathStep[][] = [
@@ -142,6 +154,11 @@ const STATE_PATHS: PathStep[][] = [
   ['delivery.pickup_complete', 'delivery.failed', ['delivery.dropoff_enroute', NEW_READ]],
   // Polling alone: reads only.
   [['delivery.created', NEW_READ], ['delivery.canceled', NEW_READ]],
+  // With couriers: a cancel by the assigned courier, a confirming read naming another, a failure after a reassignment.
+  [['delivery.assigned', ANN], ['delivery.canceled', ANN]],
+  [['delivery.assigned', ANN], ['delivery.canceled', ANN], ['delivery.canceled', { ...CONFIRMING, ...BOB_BY_NAME }]],
+  [['delivery.pickup_complete', ANN], ['delivery.assigned', BOB], ['delivery.failed', BOB]],
+  [['delivery.dropoff_complete', ANN], ['delivery.failed', { ...NEW_READ, ...BOB_BY_NAME }]],
 ];
 /** Every documented name, some in other cases, unknown ones and a non-delivery one. */
 const JUDGED_NAMES = [
@@ -163,6 +180,15 @@ const JUDGED_READS: PathStep[] = [
   ['delivery.dropoff_complete', OLD_READ],
   ['delivery.returned', OLD_READ],
   ['location.dropoff_enroute', NEW_READ],
+  // Reads that name a courier: the same one, another, by name alone (as reads do), confirming or not, newer or older.
+  ['delivery.canceled', { ...CONFIRMING, ...BOB_BY_NAME }],
+  ['delivery.failed', { ...CONFIRMING, ...BOB }],
+  ['delivery.canceled', { ...CONFIRMING, ...ANN_BY_NAME }],
+  ['delivery.dropoff_complete', { ...NEW_READ, ...ANN_BY_NAME }],
+  ['delivery.dropoff_complete', { ...NEW_READ, ...BOB }],
+  ['delivery.pickup_enroute', { ...NEW_READ, ...BOB_BY_NAME }],
+  ['delivery.returned', { ...NEW_READ, ...ANN }],
+  ['delivery.dropoff_arrived', { ...OLD_READ, ...BOB_BY_NAME }],
 ];
 
 /** Writes a state as an earlier version of the store may have left it (only SQLite rows and Redis hashes hold one). */
