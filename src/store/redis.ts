@@ -16,7 +16,7 @@
 //   merchant-link:<id>         the merchant a key hash (or merchant id) belongs to (src/access/merchants.ts); no TTL
 //   unfinished:<owner>         sorted set (all scores 0, so in uid order) of the owner's deliveries reconciliation
 //                              may read unfollowed: added with each owner record written, removed once found final, expired or another's
-//   read-lease:<name>          an instance reading an unfollowed delivery right now, or lately (leaseReads)
+//   read-lease:<name>          the token of the instance reading an unfollowed delivery right now, or lately (leaseReads)
 //   cursor-secret              random secret the cursors of every instance derive from (src/domain/cursor.ts)
 //   trim                       lease of the instance trimming expired data right now
 // With a retention, idempotency and ownership keys carry a TTL, and a timer trims
@@ -80,6 +80,7 @@ declare module 'ioredis' {
     dgLogHead(log: string, count: string): Result<string[], Context>;
     dgForget(delivery: string, events: string, dedup: string, upTo: string): Result<number, Context>;
     dgUnlease(key: string, token: string): Result<number, Context>;
+    dgLease(key: string, token: string, forMs: string): Result<number, Context>;
     dgOwn(ownerKey: string, unfinished: string, value: string, merchantScoped: string, replace: string, ttlMs: string, uid: string): Result<number, Context>;
     dgLink(key: string, from: string, to: string, linkPrefix: string, maxDepth: string): Result<'linked' | 'same' | 'taken', Context>;
     dgUnfinished(unfinished: string, ownerKey: string, delivery: string, uid: string, owner: string, since: string): Result<string | null, Context>;
@@ -430,7 +431,21 @@ end
 return 0
 `;
 
-/** Gives the trim lease back, unless it expired and another instance holds it now. */
+/**
+ * Takes a read lease for this instance (its token): a lease it holds already
+ * is taken again, for `forMs` from now; another instance's is not.
+ */
+const LEASE = `
+-- KEYS: 1 the lease. ARGV: 1 this instance's token, 2 for (ms)
+if redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`;
+
+/** Gives a lease (the trim's, a read's) back, unless it expired and another instance holds it now. */
 const UNLEASE = `
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -582,6 +597,8 @@ export class RedisStore implements Store {
   #replicaCount: { count: number; at: number } | undefined;
   /** Batches stored but refused for want of replica confirmations, for /metrics. */
   readonly counters = { replicaAckFailures: 0 };
+  /** What this instance's read leases hold: the leases it took are its own to take again and to give back. */
+  readonly #leaseToken = randomBytes(9).toString('base64url');
 
   constructor(client: Redis, options: RedisStoreOptions = {}) {
     this.client = client;
@@ -603,6 +620,7 @@ export class RedisStore implements Store {
     client.defineCommand('dgLogHead', { numberOfKeys: 1, lua: LOG_HEAD });
     client.defineCommand('dgForget', { numberOfKeys: 3, lua: FORGET });
     client.defineCommand('dgUnlease', { numberOfKeys: 1, lua: UNLEASE });
+    client.defineCommand('dgLease', { numberOfKeys: 1, lua: LEASE });
     client.defineCommand('dgOwn', { numberOfKeys: 2, lua: OWN });
     client.defineCommand('dgLink', { numberOfKeys: 1, lua: LINK });
     client.defineCommand('dgUnfinished', { numberOfKeys: 3, lua: UNFINISHED });
@@ -924,13 +942,25 @@ export class RedisStore implements Store {
     const taken = new Set<string>();
     if (leases.length === 0) return taken;
     const pipeline = this.client.pipeline();
-    for (const lease of leases) pipeline.set(`${this.prefix}read-lease:${lease}`, '1', 'PX', Math.max(1, Math.round(forMs)), 'NX');
+    const ttl = String(Math.max(1, Math.round(forMs)));
+    for (const lease of leases) pipeline.dgLease(this.#readLease(lease), this.#leaseToken, ttl);
     const results = (await pipeline.exec()) ?? [];
     results.forEach(([error, answer], index) => {
       if (error) throw error;
-      if (answer === 'OK') taken.add(leases[index]!);
+      if (answer === 1) taken.add(leases[index]!);
     });
     return taken;
+  }
+
+  async releaseReads(leases: readonly string[]): Promise<void> {
+    if (leases.length === 0) return;
+    const pipeline = this.client.pipeline();
+    for (const lease of leases) pipeline.dgUnlease(this.#readLease(lease), this.#leaseToken);
+    for (const [error] of (await pipeline.exec()) ?? []) if (error) throw error;
+  }
+
+  #readLease(lease: string): string {
+    return `${this.prefix}read-lease:${lease}`;
   }
 
   async ownerOf(uid: string): Promise<string | undefined> {

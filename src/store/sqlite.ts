@@ -663,6 +663,8 @@ export class SqliteStore implements Store {
     return new Set(leases);
   }
 
+  async releaseReads(_leases: readonly string[]): Promise<void> {}
+
   async cursorSecret(): Promise<Buffer> {
     // Created once per file (the writer keeps the first); every later start reads the same one.
     this.#cursorSecret ??= Buffer.from(await this.#write('cursorSecret'));

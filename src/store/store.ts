@@ -254,12 +254,15 @@ export interface Store {
    */
   unfinishedDeliveries(owner: string, after: string | undefined, options: { limit: number; since: number }): Promise<UnfinishedPage>;
   /**
-   * Takes the leases named, each for `forMs`, and returns those it took: another
-   * instance sharing the store holds the others. Reconciliation takes one before
-   * each read of a delivery nobody follows here, so that instances do not all
-   * read it. A store only one process opens (SQLite) grants every lease.
+   * Takes the leases named, each for `forMs` from now, and returns those it took:
+   * another instance sharing the store holds the others. A lease this instance
+   * (this store object) holds already is taken again. Reconciliation takes one
+   * before each read of a delivery nobody follows here, so that instances do not
+   * all read it. A store only one process opens (SQLite) grants every lease.
    */
   leaseReads(leases: readonly string[], forMs: number): Promise<Set<string>>;
+  /** Gives back those of the leases named that this instance holds, before they expire; another instance's stay. */
+  releaseReads(leases: readonly string[]): Promise<void>;
   /**
    * A random secret kept with the data, created on first use: the same for every
    * instance that shares the store and across restarts. Cursors are derived from it
