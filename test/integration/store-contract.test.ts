@@ -758,25 +758,117 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     });
   });
 
-  test('merchant links: one step each, the first stays, a link points at the root of its target, and a loop is refused', async () => {
+  test('merchant links: a root with history (owner records, unreleased idempotency claims, ids linked to it) is never linked elsewhere; the bare one joins it, whichever id called; two with history are refused', async () => {
     fresh();
     expect(await store.merchantLinks(['k1', 'k2'])).toEqual(new Map());
-    expect(await store.linkMerchant('k2', 'k1')).toBe('linked');
-    expect(await store.linkMerchant('k2', 'k9')).toBe('taken');
+    // Neither has history: the key joins the previous one's merchant.
+    expect(await store.linkMerchant('k2', 'k1')).toEqual({ outcome: 'linked', merchant: 'k1' });
+    // k1 has an id linked to it now: k9, bare, joins it though k2 (a key of k1's) made the call with k9 as the previous key.
+    expect(await store.linkMerchant('k2', 'k9')).toEqual({ outcome: 'linked', merchant: 'k1' });
     // k3 joins the merchant k2 leads to: k1, not k2.
-    expect(await store.linkMerchant('k3', 'k2')).toBe('linked');
-    expect(Object.fromEntries(await store.merchantLinks(['k1', 'k2', 'k3']))).toEqual({ k2: 'k1', k3: 'k1' });
+    expect(await store.linkMerchant('k3', 'k2')).toEqual({ outcome: 'linked', merchant: 'k1' });
+    expect(Object.fromEntries(await store.merchantLinks(['k1', 'k2', 'k3', 'k9']))).toEqual({ k2: 'k1', k3: 'k1', k9: 'k1' });
     // k1 is already where k3 leads: nothing to link.
-    expect(await store.linkMerchant('k1', 'k3')).toBe('same');
-    expect(await store.unlinkMerchant('k3')).toBe(true);
+    expect(await store.linkMerchant('k1', 'k3')).toEqual({ outcome: 'same', merchant: 'k1' });
+
+    // An owner record is history: the merchant that booked stays the root, whichever key calls.
+    await store.recordOwner('u-m1', 'm1', 'PLATFORM', 'booked');
+    expect(await store.linkMerchant('m1', 'm2')).toEqual({ outcome: 'linked', merchant: 'm1' });
+    expect(Object.fromEntries(await store.merchantLinks(['m1', 'm2']))).toEqual({ m2: 'm1' });
+    // So is an idempotency claim, pending or done.
+    expect(await store.claimIdempotency('c1', 'order-1', 'fp')).toEqual({ state: 'claimed' });
+    expect(await store.linkMerchant('c1', 'c2')).toEqual({ outcome: 'linked', merchant: 'c1' });
+    // A released claim booked nothing: no history.
+    expect(await store.claimIdempotency('r1', 'order-1', 'fp')).toEqual({ state: 'claimed' });
+    await store.releaseIdempotency('r1', 'order-1');
+    await store.recordOwner('u-r2', 'r2', 'PLATFORM', 'booked');
+    expect(await store.linkMerchant('r1', 'r2')).toEqual({ outcome: 'linked', merchant: 'r2' });
+
+    // Both with history: refused, nothing linked, either way round, and through their keys too.
+    await store.recordOwner('u-h1', 'h1', 'PLATFORM', 'booked');
+    await store.claimIdempotency('h2', 'order-1', 'fp');
+    expect(await store.linkMerchant('h1', 'h2')).toEqual({ outcome: 'refused' });
+    expect(await store.linkMerchant('h2', 'h1')).toEqual({ outcome: 'refused' });
+    expect(await store.linkMerchant('m2', 'k2')).toEqual({ outcome: 'refused' });
+    expect(await store.merchantLinks(['h1', 'h2', 'm1', 'k1'])).toEqual(new Map());
+
+    // Unlinked, an id is bare again, and its former merchant without linked ids and records is too.
+    for (const id of ['k2', 'k3', 'k9']) expect(await store.unlinkMerchant(id)).toBe(true);
     expect(await store.unlinkMerchant('k3')).toBe(false);
-    expect(Object.fromEntries(await store.merchantLinks(['k2', 'k3']))).toEqual({ k2: 'k1' });
+    expect(await store.linkMerchant('k1', 'm1')).toEqual({ outcome: 'linked', merchant: 'm1' });
+    expect(Object.fromEntries(await store.merchantLinks(['k1', 'k2', 'k3']))).toEqual({ k1: 'm1' });
+
     const again = await reopen(store);
     try {
-      expect(Object.fromEntries(await again.merchantLinks(['k2']))).toEqual({ k2: 'k1' });
+      expect(Object.fromEntries(await again.merchantLinks(['k1', 'm2']))).toEqual({ k1: 'm1', m2: 'm1' });
+      expect(await again.linkMerchant('h2', 'h1')).toEqual({ outcome: 'refused' });
     } finally {
       await again.close();
     }
+  });
+
+  test('merchant links on data written before merchants had a history: the records, claims and links there count', async () => {
+    fresh();
+    await store.recordOwner('u-old', 'old', 'PLATFORM', 'booked');
+    await store.claimIdempotency('older', 'order-1', 'fp');
+    expect(await store.linkMerchant('linked-old', 'oldest')).toEqual({ outcome: 'linked', merchant: 'oldest' });
+    if (store instanceof RedisStore) {
+      // What an earlier version left: the same records, claims and links, without the histories it did not keep.
+      const { client, prefix } = store;
+      const histories = (await client.keys(`${prefix}merchant-*`)).filter((key) => !key.startsWith(`${prefix}merchant-link:`));
+      expect(histories.length).toBeGreaterThan(0);
+      await client.del(...histories);
+      store = await reopen(store);
+      opened.push(store);
+    }
+    expect(await store.linkMerchant('old', 'new-1')).toEqual({ outcome: 'linked', merchant: 'old' });
+    expect(await store.linkMerchant('older', 'new-2')).toEqual({ outcome: 'linked', merchant: 'older' });
+    expect(await store.linkMerchant('oldest', 'new-3')).toEqual({ outcome: 'linked', merchant: 'oldest' });
+    expect(await store.linkMerchant('old', 'older')).toEqual({ outcome: 'refused' });
+  });
+
+  test("merchant merge: a merchant with history becomes part of another's with what it owns; a key both used keeps the root's claim; markers still resolve; running it again moves what came later", async () => {
+    fresh();
+    await store.recordOwners([
+      { uid: 'u-a', owner: 'A', group: 'PLATFORM', proof: 'booked' },
+      { uid: 'u-b', owner: 'B', group: 'PARTNER', proof: 'reference' },
+      { uid: 'u-other', owner: 'C', group: 'PLATFORM', proof: 'booked' },
+    ]);
+    for (const [owner, uid] of [['A', 'u-a'], ['B', 'u-b']] as const) {
+      expect(await store.claimIdempotency(owner, 'shared', `fp-${owner}`)).toEqual({ state: 'claimed' });
+      await store.completeIdempotency(owner, 'shared', { uid, trackingUrl: null });
+    }
+    // A booking of B's in flight: its marker is B's.
+    expect(await store.claimIdempotency('B', 'in-flight', 'fp-f')).toEqual({ state: 'claimed' });
+    // A key of B's merchant.
+    expect(await store.linkMerchant('B2', 'B')).toEqual({ outcome: 'linked', merchant: 'B' });
+    expect(await store.linkMerchant('A', 'B2')).toEqual({ outcome: 'refused' });
+
+    expect(await store.mergeMerchant('B2', 'A')).toEqual({ merchant: 'A', merged: 'B', records: 1, claims: 1, conflicts: 1 });
+    expect(Object.fromEntries(await store.merchantLinks(['A', 'B', 'B2']))).toEqual({ B: 'A', B2: 'A' });
+    const owners = await store.ownersOf(['u-a', 'u-b', 'u-other']);
+    expect(Object.fromEntries([...owners].map(([uid, record]) => [uid, record.owner]))).toEqual({ 'u-a': 'A', 'u-b': 'A', 'u-other': 'C' });
+    expect(owners.get('u-b')).toEqual({ owner: 'A', group: 'PARTNER', proof: 'reference' });
+    // Its unfinished deliveries are the merchant's to reconcile.
+    expect((await unfinishedOf('A')).map((each) => each.uid)).toEqual(['u-a', 'u-b']);
+    expect(await unfinishedOf('B')).toEqual([]);
+    // A's own claim of the key both used stays; B's claim in flight is A's, and its booking marker resolves it.
+    expect(await store.claimIdempotency('A', 'shared', 'fp-A')).toEqual({ state: 'done', result: { uid: 'u-a', trackingUrl: null } });
+    expect(await store.claimIdempotency('A', 'in-flight', 'fp-f')).toEqual({ state: 'pending' });
+    expect(await store.resolveBookingMarker(bookingMarker('B', 'in-flight'), { uid: 'u-f', trackingUrl: 'https://t.example/f' })).toBe('A');
+    expect(await store.claimIdempotency('A', 'in-flight', 'fp-f')).toEqual({ state: 'done', result: { uid: 'u-f', trackingUrl: 'https://t.example/f' } });
+    // Nothing is left under the merged ids: a new merchant id joining them is refused only for A's history.
+    expect(await store.claimIdempotency('B', 'shared', 'fp-B')).toEqual({ state: 'claimed' });
+    await store.releaseIdempotency('B', 'shared');
+
+    // Once more: nothing to link or move...
+    expect(await store.mergeMerchant('B', 'A')).toEqual({ merchant: 'A', merged: undefined, records: 0, claims: 0, conflicts: 0 });
+    // ...until an instance that had not read the link yet records under B.
+    await store.recordOwner('u-late', 'B', 'PLATFORM', 'booked');
+    await store.claimIdempotency('B', 'late', 'fp-l');
+    expect(await store.mergeMerchant('B2', 'A')).toEqual({ merchant: 'A', merged: undefined, records: 1, claims: 1, conflicts: 0 });
+    expect((await store.ownersOf(['u-late'])).get('u-late')?.owner).toBe('A');
+    expect(await store.claimIdempotency('A', 'late', 'fp-l')).toEqual({ state: 'pending' });
   });
 
   /** Every page of an owner's unfinished deliveries, as reconciliation pages through them (two at most a page), in uid order. */
