@@ -19,6 +19,9 @@
 //                              released): whether linking it elsewhere would leave something behind (linkMerchant);
 //                              kept as long as the longest-lived record or claim that named it
 //   merchant-history-ready     set once the history of data written before it was kept has been filled in
+//   owner-claims               sorted set of the uids the operator claimed lately (owner records written with replace),
+//                              each scored by its claim's version; the last OWNER_CLAIMS_KEPT (ownerClaimsAfter)
+//   owner-claims:version       counter of those claims
 //   unfinished:<owner>         sorted set (all scores 0, so in uid order) of the owner's deliveries reconciliation
 //                              may read unfollowed: added with each owner record written, removed once found final, expired or another's
 //   read-lease:<name>          the token of the instance reading an unfollowed delivery right now, or lately (leaseReads)
@@ -49,6 +52,8 @@ import {
   type IdempotencyClaim,
   type MerchantLink,
   type MerchantMerge,
+  OWNER_CLAIMS_KEPT,
+  type OwnerClaims,
   type OwnerEntry,
   type OwnerGroup,
   type OwnerProof,
@@ -88,7 +93,20 @@ declare module 'ioredis' {
     dgForget(delivery: string, events: string, dedup: string, upTo: string): Result<number, Context>;
     dgUnlease(key: string, token: string): Result<number, Context>;
     dgLease(key: string, token: string, forMs: string): Result<number, Context>;
-    dgOwn(ownerKey: string, unfinished: string, history: string, value: string, merchantScoped: string, replace: string, ttlMs: string, uid: string): Result<number, Context>;
+    dgOwn(
+      ownerKey: string,
+      unfinished: string,
+      history: string,
+      claims: string,
+      claimsVersion: string,
+      value: string,
+      merchantScoped: string,
+      replace: string,
+      ttlMs: string,
+      uid: string,
+      claimsKept: string,
+    ): Result<number, Context>;
+    dgOwnerClaims(claims: string, claimsVersion: string, after: string): Result<[number, number, ...string[]], Context>;
     dgLink(key: string, previous: string, prefix: string, maxDepth: string): Result<[string, string?], Context>;
     dgUnlink(link: string, id: string, prefix: string): Result<number, Context>;
     dgMergeLink(from: string, into: string, prefix: string, maxDepth: string): Result<string[], Context>;
@@ -502,7 +520,8 @@ return 0
  * deliveries reconciliation may read (a former owner's set drops it when paged).
  */
 const OWN = `${HISTORY}
--- KEYS: 1 owner:<uid>, 2 unfinished:<owner>, 3 the owner's history. ARGV: 1 value, 2 merchant-scoped, 3 replace, 4 time to live (ms; '' for ever), 5 uid
+-- KEYS: 1 owner:<uid>, 2 unfinished:<owner>, 3 the owner's history, 4 owner-claims, 5 owner-claims:version
+-- ARGV: 1 value, 2 merchant-scoped, 3 replace, 4 time to live (ms; '' for ever), 5 uid, 6 claims kept
 local current = redis.call('GET', KEYS[1])
 if current and ARGV[3] ~= '1' then
   if ARGV[2] ~= '1' then return 0 end
@@ -513,7 +532,31 @@ if ARGV[4] ~= '' then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4]) else re
 redis.call('ZADD', KEYS[2], 0, ARGV[5])
 if ARGV[4] ~= '' then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
 keep_history(KEYS[3], 'records', nil, ARGV[4])
+if ARGV[3] == '1' then
+  -- An operator's claim: running instances learn it (ownerClaimsAfter) and forget what they remembered of the uid.
+  redis.call('ZADD', KEYS[4], redis.call('INCR', KEYS[5]), ARGV[5])
+  redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -tonumber(ARGV[6]) - 1)
+end
 return 1
+`;
+
+/**
+ * Store.ownerClaimsAfter: {version, complete, uids...}; complete is 0 when a claim
+ * made after the version asked is no longer kept.
+ */
+const OWNER_CLAIMS = `
+-- KEYS: 1 owner-claims, 2 owner-claims:version. ARGV: 1 after ('' for the version alone)
+local version = tonumber(redis.call('GET', KEYS[2]) or '0')
+if ARGV[1] == '' or version <= tonumber(ARGV[1]) then return {version, 1} end
+local after = tonumber(ARGV[1])
+local out = {version, 1}
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #oldest == 0 or tonumber(oldest[2]) > after + 1 then
+  out[2] = 0
+  return out
+end
+for _, uid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. after, '+inf')) do out[#out + 1] = uid end
+return out
 `;
 
 /**
@@ -776,7 +819,8 @@ export class RedisStore implements Store {
     client.defineCommand('dgForget', { numberOfKeys: 3, lua: FORGET });
     client.defineCommand('dgUnlease', { numberOfKeys: 1, lua: UNLEASE });
     client.defineCommand('dgLease', { numberOfKeys: 1, lua: LEASE });
-    client.defineCommand('dgOwn', { numberOfKeys: 3, lua: OWN });
+    client.defineCommand('dgOwn', { numberOfKeys: 5, lua: OWN });
+    client.defineCommand('dgOwnerClaims', { numberOfKeys: 2, lua: OWNER_CLAIMS });
     client.defineCommand('dgLink', { numberOfKeys: 0, lua: LINK });
     client.defineCommand('dgUnlink', { numberOfKeys: 1, lua: UNLINK });
     client.defineCommand('dgMergeLink', { numberOfKeys: 0, lua: MERGE_LINK });
@@ -1061,7 +1105,19 @@ export class RedisStore implements Store {
     const ttl = this.#retention ? String(this.#retention.eventRetentionMs) : '';
     for (const { uid, owner, group, proof, replace } of records) {
       const value = `${owner} ${group ?? '-'} ${proof ?? 'read'} ${now}`;
-      pipeline.dgOwn(this.#owner(uid), this.#unfinished(owner), this.#history(owner), value, flag(merchantScoped(proof ?? 'read')), flag(replace === true), ttl, uid);
+      pipeline.dgOwn(
+        this.#owner(uid),
+        this.#unfinished(owner),
+        this.#history(owner),
+        this.#ownerClaims,
+        `${this.#ownerClaims}:version`,
+        value,
+        flag(merchantScoped(proof ?? 'read')),
+        flag(replace === true),
+        ttl,
+        uid,
+        String(OWNER_CLAIMS_KEPT),
+      );
     }
     const results = await pipeline.exec();
     const failed = results?.find(([error]) => error);
@@ -1070,6 +1126,15 @@ export class RedisStore implements Store {
 
   #owner(uid: string): string {
     return `${this.prefix}owner:${uid}`;
+  }
+
+  get #ownerClaims(): string {
+    return `${this.prefix}owner-claims`;
+  }
+
+  async ownerClaimsAfter(after: number | undefined): Promise<OwnerClaims> {
+    const [version, complete, ...uids] = await this.client.dgOwnerClaims(this.#ownerClaims, `${this.#ownerClaims}:version`, after === undefined ? '' : String(after));
+    return { version, uids: complete === 1 ? uids : undefined };
   }
 
   #unfinished(owner: string): string {

@@ -33,6 +33,7 @@ import {
   type OwnerProof,
   type MerchantLink,
   type MerchantMerge,
+  type OwnerClaims,
   type OwnerRecord,
   type ReadRecord,
   type Store,
@@ -672,6 +673,10 @@ export class SqliteStore implements Store {
   }
 
   async releaseReads(_leases: readonly string[]): Promise<void> {}
+
+  async ownerClaimsAfter(_after: number | undefined): Promise<OwnerClaims> {
+    return { version: 0, uids: [] };
+  }
 
   async cursorSecret(): Promise<Buffer> {
     // Created once per file (the writer keeps the first); every later start reads the same one.

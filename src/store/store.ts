@@ -203,6 +203,16 @@ export interface MerchantMerge {
   conflicts: number;
 }
 
+/** What ownerClaimsAfter answers. */
+export interface OwnerClaims {
+  version: number;
+  /** The uids claimed since the version asked after; undefined when not all of them are kept. */
+  uids: string[] | undefined;
+}
+
+/** Operator claims a shared store keeps for running instances to learn (ownerClaimsAfter): far more than are made between two of their checks. */
+export const OWNER_CLAIMS_KEPT = 1_000;
+
 export interface EventFilter {
   /** Only events of these deliveries. */
   uids?: readonly string[];
@@ -285,6 +295,17 @@ export interface Store {
   mergeMerchant(from: string, into: string): Promise<MerchantMerge>;
   /** Removes the link of `id` (an operator undoing a link): true when there was one. */
   unlinkMerchant(id: string): Promise<boolean>;
+  /**
+   * The operator's claims (owner records written with `replace`) made since
+   * `after`, a version this store answered before: the uids claimed, and the
+   * version now; `uids` undefined when more were claimed since than the store
+   * keeps (OWNER_CLAIMS_KEPT: anything may have changed). Without `after`: the
+   * version alone. Running instances ask, so that a claim replaces what they
+   * remembered of a delivery's owner (src/access/owners.ts). A store only one
+   * process opens (SQLite, which the operator's command opens only while the
+   * facade is stopped) has none to tell: version 0.
+   */
+  ownerClaimsAfter(after: number | undefined): Promise<OwnerClaims>;
   /**
    * The deliveries of one owner that the facade knows (an owner record made no
    * earlier than `since`, ms since the epoch: booked, read or resolved through

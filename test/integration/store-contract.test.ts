@@ -21,7 +21,7 @@ import { fromDeliveryView } from '../../src/mapping/delivery.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { SqliteStore } from '../../src/store/sqlite.js';
 import type { Retention } from '../../src/store/retention.js';
-import { PENDING_EXPIRY_MS, type Store, type StoredEvent } from '../../src/store/store.js';
+import { OWNER_CLAIMS_KEPT, PENDING_EXPIRY_MS, type Store, type StoredEvent } from '../../src/store/store.js';
 import { DELIVERY_EVENT_NAMES, LOCATION_EVENT_NAMES, type WireWebhookEvent } from '../../src/upstream/wire.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 
@@ -756,6 +756,30 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       old1: { owner: 'owner', group: 'PARTNER', proof: 'reference' },
       old2: { owner: 'booker', group: null, proof: null },
     });
+  });
+
+  test("operator claims: a shared store tells running instances the uids claimed since a version they saw; one process's store has none to tell", async () => {
+    fresh();
+    const start = await store.ownerClaimsAfter(undefined);
+    expect(start.uids).toEqual([]);
+    await store.recordOwners([{ uid: 'c1', owner: 'a', group: 'PLATFORM', proof: 'booked' }]);
+    // Records a proof writes are no claims; the operator's (replace) are.
+    await store.recordOwners([
+      { uid: 'c1', owner: 'b', group: 'PLATFORM', proof: 'claimed', replace: true },
+      { uid: 'c2', owner: 'b', group: null, proof: 'claimed', replace: true },
+      { uid: 'c3', owner: 'b', group: null, proof: 'reference' },
+    ]);
+    if (!(store instanceof RedisStore)) {
+      expect(await store.ownerClaimsAfter(start.version)).toEqual({ version: 0, uids: [] });
+      return;
+    }
+    const after = await store.ownerClaimsAfter(start.version);
+    expect(after).toEqual({ version: start.version + 2, uids: ['c1', 'c2'] });
+    expect(await store.ownerClaimsAfter(after.version)).toEqual({ version: after.version, uids: [] });
+    // More claims since a version than are kept: which is not known.
+    await store.recordOwners(Array.from({ length: OWNER_CLAIMS_KEPT + 1 }, (_, i) => ({ uid: `m${i}`, owner: 'b', group: null, proof: 'claimed' as const, replace: true })));
+    expect(await store.ownerClaimsAfter(after.version)).toEqual({ version: after.version + OWNER_CLAIMS_KEPT + 1, uids: undefined });
+    expect((await store.ownerClaimsAfter(after.version + 1)).uids).toHaveLength(OWNER_CLAIMS_KEPT);
   });
 
   test('merchant links: a root with history (owner records, unreleased idempotency claims, ids linked to it) is never linked elsewhere; the bare one joins it, whichever id called; two with history are refused', async () => {

@@ -491,6 +491,7 @@ describe('a store that fails', () => {
     unfinishedDeliveries: Store['unfinishedDeliveries'] = (...args) => this.inner.unfinishedDeliveries(...args);
     leaseReads: Store['leaseReads'] = (...args) => this.inner.leaseReads(...args);
     releaseReads: Store['releaseReads'] = (...args) => this.inner.releaseReads(...args);
+    ownerClaimsAfter: Store['ownerClaimsAfter'] = (...args) => this.inner.ownerClaimsAfter(...args);
     deliveryState: Store['deliveryState'] = (...args) => this.inner.deliveryState(...args);
     deliveryView: Store['deliveryView'] = (...args) => this.inner.deliveryView(...args);
     recordRead: Store['recordRead'] = (...args) => this.inner.recordRead(...args);
