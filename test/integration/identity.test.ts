@@ -290,6 +290,26 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
         for (const key of [twoKeys!.key, second]) expect((await gql(EVENTS_AFTER, { uid: first.uid, after: first.cursor }, key)).errors).toBeUndefined();
       });
 
+      it('undone by the operator (unlink): the key is a merchant of its own again, with nothing; what it booked while linked stays with the merchant, and a claim hands a delivery back', async () => {
+        const linkedKey = stack.sandbox.addMerchantKey(unlinking!.key);
+        expect((await gql(LINK, { previousKey: unlinking!.key }, linkedKey)).data.linkMerchantKey.data).toEqual({ linked: true });
+        const uid = (await gql(CREATE, { input: deliveryInput() }, linkedKey)).data.createDelivery.data.uid as string;
+        expect((await gql(READ, { uid }, unlinking!.key)).data.delivery.uid).toBe(uid);
+
+        const unlinked = await asOperator(['unlink', `--key-hash=${hashKey(linkedKey)}`], '');
+        expect(unlinked, unlinked.err).toMatchObject({ code: 0 });
+        expect(unlinked.out).toContain('stays with the merchant it was linked to');
+        // The booking was recorded as the merchant's (a key books for its merchant): it stays the merchant's.
+        await vi.waitFor(async () => expect(await gql(READ, { uid }, linkedKey)).toEqual({ data: { delivery: null } }), soon);
+        expect((await gql(READ, { uid }, unlinking!.key)).data.delivery.uid).toBe(uid);
+
+        // The operator hands it back to the key, now a merchant of its own.
+        const claimed = await asOperator(['claim', `--uid=${uid}`, `--key-hash=${hashKey(linkedKey)}`], '');
+        expect(claimed.out).toContain(`claimed: ${uid} is merchant ${hashKey(linkedKey)}'s (it was merchant ${hashKey(unlinking!.key)}'s)`);
+        await vi.waitFor(async () => expect((await gql(READ, { uid }, linkedKey)).data.delivery?.uid).toBe(uid), soon);
+        expect(await gql(READ, { uid }, unlinking!.key)).toEqual({ data: { delivery: null } });
+      });
+
       it('cannot be used by another merchant with a key it does not hold: a made-up key, or a revoked one, is refused and links nothing', async () => {
         const owned = (await gql(CREATE, { input: deliveryInput() }, partner!.key)).data.createDelivery.data.uid as string;
         const revoked = stack.sandbox.addMerchantKey(partner!.key);
