@@ -83,7 +83,7 @@ export const ERROR_CODES = {
   KEY_LINK_REFUSED: {
     surface: 'result',
     meaning:
-      "linkMerchantKey was given a previousKey the upstream does not accept now (unknown, revoked, or not valid for this platform), or the caller's own key: nothing was linked. A previous key already revoked is linked by an operator (npm run merchant -- link; docs/operations.md).",
+      "linkMerchantKey was given a previousKey the upstream does not accept now (unknown, revoked, or not valid for this platform), or the caller's own key, or both keys already have deliveries or idempotency keys of their own (a link moves nothing; an operator merges two merchants: npm run merchant -- merge): nothing was linked. A previous key already revoked is linked by an operator (npm run merchant -- link; docs/operations.md).",
   },
   BOOKING_OUTCOME_UNKNOWN: {
     surface: 'result',

@@ -1,6 +1,7 @@
 // What an operator does for merchants (`npm run merchant -- <command>`,
 // scripts/merchant.ts): link a key whose previous key is already revoked (so
-// linkMerchantKey cannot be given it), undo a link, claim for a merchant a
+// linkMerchantKey cannot be given it), merge two merchants that both have
+// history (which a link refuses), undo a link, claim for a merchant a
 // delivery booked outside the facade that nothing a merchant can read proves
 // (a platform-group delivery on a platform-scoped upstream), and show what is
 // recorded. The operator's word is the proof: these commands are for the
@@ -10,7 +11,7 @@
 import { hashKey } from '../domain/merchant-key.js';
 import { uidRefusal } from '../domain/uid.js';
 import type { OwnerGroup, Store } from '../store/store.js';
-import { Merchants } from './merchants.js';
+import { MERCHANT_CACHE_MS, Merchants } from './merchants.js';
 
 export const MERCHANT_USAGE = `npm run merchant -- <command> [--flag=value ...]   (keys on standard input, one a line; never as arguments)
 
@@ -18,8 +19,14 @@ export const MERCHANT_USAGE = `npm run merchant -- <command> [--flag=value ...] 
   link [--old-key-hash=HEX]        makes the new key a key of the old key's merchant. Reads the new key from standard
                                    input (and first, the old key, when --old-key-hash is not given); the new key must
                                    be accepted by the upstream now. For an old key already revoked: with both still
-                                   valid, the merchant calls linkMerchantKey itself.
-  unlink --key-hash=HEX            undoes the link of that key: it is a merchant of its own again
+                                   valid, the merchant calls linkMerchantKey itself. Moves nothing: refused when both
+                                   keys have deliveries or idempotency keys of their own (see merge)
+  merge --key-hash=HEX --into-key-hash=HEX
+                                   makes the merchant of the first key part of the merchant of the second, both with
+                                   history: moves its owner records and idempotency claims; its cursors are not valid
+                                   after. Run it again ${MERCHANT_CACHE_MS / 1000} s later to move what running instances wrote meanwhile
+  unlink --key-hash=HEX            undoes the link of that key: it is a merchant of its own again, with nothing (what it
+                                   booked while linked stays with the merchant it was linked to: claim gives it back)
   show [--key-hash=HEX]            prints the merchant id of that key (or of the key on standard input)
   owner --uid=UID                  prints the merchant id recorded for a delivery, and how it was proven
   claim --uid=UID [--group=PLATFORM|PARTNER] [--key-hash=HEX]
@@ -74,15 +81,38 @@ export async function merchantCommand(argv: readonly string[], input: string, de
       if (!deps.accepts) {
         if (!flags.has('unverified')) return refused('no UPSTREAM_URL to check the new key with; pass --unverified to link it unchecked');
       } else if (!(await deps.accepts(newKey))) return refused('the upstream does not accept the new key: nothing was linked');
-      const outcome = await merchants.link(hashKey(newKey), from);
-      const merchant = await merchants.rootOf(from);
-      return done(outcome === 'linked' ? `linked: the new key is a key of merchant ${merchant}` : `nothing to do: the keys are merchant ${merchant}'s already`);
+      const link = await merchants.link(hashKey(newKey), from);
+      if (link.outcome === 'refused') {
+        return refused(
+          `both keys have deliveries or idempotency keys of their own, and a link moves nothing: if they are one merchant's, merge them (npm run merchant -- merge --key-hash=${hashKey(newKey)} --into-key-hash=${from})`,
+        );
+      }
+      return done(link.outcome === 'linked' ? `linked: the new key is a key of merchant ${link.merchant}` : `nothing to do: the keys are merchant ${link.merchant}'s already`);
+    }
+    case 'merge': {
+      const from = hashFlag('key-hash');
+      const into = hashFlag('into-key-hash');
+      if (from instanceof Error) return misuse(from.message);
+      if (into instanceof Error) return misuse(into.message);
+      if (!from || !into) return misuse('merge needs --key-hash and --into-key-hash');
+      const merge = await merchants.merge(from, into);
+      const moved = `moved ${merge.records} owner records and ${merge.claims} idempotency claims${merge.conflicts > 0 ? ` (${merge.conflicts} idempotency keys both had used: merchant ${merge.merchant}'s claims kept, the others dropped)` : ''}`;
+      if (!merge.merged) return done(`nothing to link: the keys are merchant ${merge.merchant}'s already; ${moved} recorded under its linked ids`);
+      return {
+        code: 0,
+        lines: [
+          `merged: merchant ${merge.merged} is part of merchant ${merge.merchant} now; ${moved}`,
+          `cursors given to its keys are not valid any more; run the same command again in ${MERCHANT_CACHE_MS / 1000} s to move what running instances recorded under its id meanwhile`,
+        ],
+      };
     }
     case 'unlink': {
       const hash = hashFlag('key-hash');
       if (hash instanceof Error) return misuse(hash.message);
       if (!hash) return misuse('unlink needs --key-hash');
-      return (await merchants.unlink(hash)) ? done(`unlinked: ${hash} is a merchant of its own again`) : refused(`${hash} has no link`);
+      return (await merchants.unlink(hash))
+        ? done(`unlinked: ${hash} is a merchant of its own again; what it booked while linked stays with the merchant it was linked to (claim hands a delivery back)`)
+        : refused(`${hash} has no link`);
     }
     case 'show': {
       const hash = keyHashOf(hashFlag('key-hash'), keys);

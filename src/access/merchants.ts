@@ -6,13 +6,18 @@
 // hash to a merchant id is made only with proof of a key the merchant already
 // holds (graphql/merchant-keys.ts: both keys accepted by the upstream; or an
 // operator, scripts/merchant.ts) and is kept whatever the retention.
-// Links form a forest: a merchant id is the root its links lead to. Linking
-// points the new key's root at the old key's root, so two merchants' keys
-// linked together become one merchant with everything of both.
+// Links form a forest: a merchant id is the root its links lead to. A root with
+// history (owner records, idempotency claims, ids linked to it) is never linked
+// elsewhere: idempotency claims, cursors, reconciliation's sets of unfinished
+// deliveries and contexts that hold a merchant id go by the exact id, so a
+// merchant whose id changed would lose them. A link hangs the root without
+// history under the other, whichever key made the call (the new key, in a
+// rotation); two roots with history are one merchant only by an operator's
+// deliberate merge (Store.mergeMerchant), which moves what they own.
 // Only the key itself stays keyed by its hash: rate limits and what the
 // upstream said about it (src/upstream/known-keys.ts).
 import { hashKey } from '../domain/merchant-key.js';
-import type { Store } from '../store/store.js';
+import type { MerchantLink, MerchantMerge, Store } from '../store/store.js';
 
 /**
  * How long this instance trusts what it read of a link: a link made or removed
@@ -65,20 +70,23 @@ export class Merchants {
   }
 
   /**
-   * Makes the key hashed `newHash` a key of the merchant `oldHash` belongs to.
-   * The caller has checked the proof (both keys accepted by the upstream, or
-   * an operator's word). `same` when they are one merchant already.
+   * Makes the keys hashed `newHash` and `oldHash` one merchant's, without moving
+   * what either owns: the merchant without history becomes the other's (the new
+   * key's, in a rotation); `refused` when both have history (Store.linkMerchant).
+   * The caller has checked the proof (both keys accepted by the upstream, or an
+   * operator's word).
    */
-  async link(newHash: string, oldHash: string): Promise<'linked' | 'same'> {
-    for (let attempt = 0; attempt < 3; attempt += 1) {
-      // Read fresh: the root must be one at this moment, or the store answers `taken`.
-      const from = (await this.#follow([newHash])).get(newHash)!;
-      const outcome = await this.#store.linkMerchant(from, oldHash);
-      if (outcome === 'taken') continue;
-      this.#roots.clear();
-      return outcome;
-    }
-    throw new Error('The merchant link could not be written: other links of the same keys kept coming first.');
+  async link(newHash: string, oldHash: string): Promise<MerchantLink> {
+    const outcome = await this.#store.linkMerchant(newHash, oldHash);
+    if (outcome.outcome === 'linked') this.#roots.clear();
+    return outcome;
+  }
+
+  /** An operator's merge of two merchants that both have history (Store.mergeMerchant). */
+  async merge(fromHash: string, intoHash: string): Promise<MerchantMerge> {
+    const outcome = await this.#store.mergeMerchant(fromHash, intoHash);
+    this.#roots.clear();
+    return outcome;
   }
 
   /** Removes the link of a key hash (an operator undoing a link): true when it had one. */

@@ -16,6 +16,11 @@
 // A booking is recorded here too (recordBooking): the upstream made it, so its
 // caller gets it even when the store cannot write; the record then waits in
 // memory, answers lookups from there, and is written when the store writes again.
+// An operator's claim (npm run merchant -- claim) replaces any record, from
+// another process: an instance asks the store for the claims made since it last
+// asked at most every CLAIM_CHECK_MS, on its next lookup, and forgets what it
+// remembered of those uids (noticeClaims; ReadAccess and the streams that named
+// a uid ask it too).
 import type { ReadScope } from '../config.js';
 import type { Logger } from '../logger.js';
 import { merchantScoped, supersedes, type BookingResult, type OwnerEntry, type OwnerGroup, type OwnerProof, type OwnerRecord, type Store } from '../store/store.js';
@@ -54,6 +59,14 @@ export const OWNER_CACHE_BYTES = 8 * 1024 * 1024;
 const CACHED_FOR_MS = 10 * 60_000;
 /** A record a merchant-scoped proof may still replace (on a platform-scoped upstream), from another instance too: kept this long only. */
 const REPLACEABLE_FOR_MS = 5_000;
+/**
+ * How often an instance asks the store for operator claims made since it last
+ * asked (one small read, made by the first lookup after it is due): a claim
+ * counts on every instance within about this long.
+ */
+export const CLAIM_CHECK_MS = 2_000;
+/** Uids claimed lately whose claim time is kept for the answers cached elsewhere (ReadAccess, streams); the oldest go first. */
+const MAX_CLAIMED = 10_000;
 /**
  * Records learned from reads wait this long to be written together: at most
  * twenty commits (each an fsync on the embedded store) a second, however many
@@ -132,6 +145,14 @@ export class Owners {
   readonly #unrecordedLimit: number;
   readonly scope: ReadScope;
   readonly merchants: Merchants;
+  /** The store's claims version this instance has seen (undefined before it first asked), when it last asked, and the check under way. */
+  #claimsVersion: number | undefined;
+  #claimsCheckedAt = 0;
+  #claimsCheck: Promise<void> | undefined;
+  /** Uids claimed by an operator, and when this instance learned it; #allClaimedAt: when it last lost track of which (too many). */
+  readonly #claimed = new Map<string, number>();
+  #allClaimedAt = 0;
+  #claimsFailing = false;
 
   constructor(store: Store, options: OwnersOptions = {}) {
     this.#store = store;
@@ -165,6 +186,8 @@ export class Owners {
 
   /** The records of those uids that have one: from memory, the rest in one store read. */
   async lookup(uids: readonly string[]): Promise<Map<string, OwnerRecord>> {
+    const claims = this.noticeClaims();
+    if (claims) await claims;
     const found = new Map<string, OwnerRecord>();
     const missing: string[] = [];
     const now = Date.now();
@@ -349,6 +372,57 @@ export class Owners {
       await this.#writing;
     } finally {
       this.#writing = undefined;
+    }
+  }
+
+  /**
+   * Learns the operator's claims made since this instance last asked (at most
+   * once per CLAIM_CHECK_MS) and forgets what it remembered of their uids. Undefined
+   * when nothing is due (no check to wait for); otherwise the check, which never fails
+   * (a store that cannot answer is asked again next time).
+   */
+  noticeClaims(): Promise<void> | undefined {
+    if (this.#claimsCheck) return this.#claimsCheck;
+    const now = Date.now();
+    if (now - this.#claimsCheckedAt < CLAIM_CHECK_MS) return undefined;
+    this.#claimsCheckedAt = now;
+    this.#claimsCheck = this.#checkClaims().finally(() => (this.#claimsCheck = undefined));
+    return this.#claimsCheck;
+  }
+
+  /** When this instance learned of an operator's claim of `uid` (ms since the epoch; 0 when none): an answer about it cached before then is out of date. */
+  claimedAt(uid: string): number {
+    return Math.max(this.#claimed.get(uid) ?? 0, this.#allClaimedAt);
+  }
+
+  async #checkClaims(): Promise<void> {
+    let answer;
+    try {
+      answer = await this.#store.ownerClaimsAfter(this.#claimsVersion);
+    } catch (error) {
+      if (!this.#claimsFailing) this.#logger?.warn({ err: error }, "could not ask the store for the operator's claims; asked again on a later lookup");
+      this.#claimsFailing = true;
+      return;
+    }
+    this.#claimsFailing = false;
+    // The first answer is where this instance starts: it remembered nothing from before.
+    const first = this.#claimsVersion === undefined;
+    this.#claimsVersion = answer.version;
+    if (first) return;
+    const now = Date.now();
+    if (answer.uids === undefined) {
+      // More claims than the store keeps came since: anything remembered may be out of date.
+      this.#allClaimedAt = now;
+      this.#claimed.clear();
+      for (const [uid, cached] of this.#cache) this.#forget(uid, cached);
+      return;
+    }
+    for (const uid of answer.uids) {
+      const cached = this.#cache.get(uid);
+      if (cached) this.#forget(uid, cached);
+      this.#claimed.delete(uid);
+      this.#claimed.set(uid, now);
+      if (this.#claimed.size > MAX_CLAIMED) this.#claimed.delete(this.#claimed.keys().next().value!);
     }
   }
 

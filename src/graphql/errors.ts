@@ -77,7 +77,8 @@ builder.objectType(IdempotencyConflictError, {
 
 builder.objectType(KeyLinkRefusedError, {
   name: 'KeyLinkRefusedError',
-  description: "linkMerchantKey's previousKey is not accepted by the delivery service now, or is the caller's own key: nothing was linked.",
+  description:
+    "linkMerchantKey's previousKey is not accepted by the delivery service now, or is the caller's own key, or both keys already have deliveries or idempotency keys of their own (only the facade's operator merges two merchants): nothing was linked.",
   interfaces: [ErrorInterface],
   isTypeOf: (value) => value instanceof KeyLinkRefusedError,
 });

@@ -1,8 +1,11 @@
 // linkMerchantKey: how a merchant that rotated its key keeps its deliveries,
 // idempotency keys and cursors (src/access/merchants.ts). Called with the new
 // key, it presents the previous one; the upstream must accept both now, so
-// nobody can present a key it does not hold. A previous key already revoked is
-// linked by an operator instead (scripts/merchant.ts; docs/operations.md).
+// nobody can present a key it does not hold. A link moves nothing: the key
+// with nothing of its own joins the other's merchant, whichever key calls, and
+// two keys that both have history are refused (an operator merges them). A
+// previous key already revoked is linked by an operator instead
+// (scripts/merchant.ts; docs/operations.md).
 import { Kind, type GraphQLResolveInfo } from 'graphql';
 import { BadUserInputError, KeyLinkRefusedError, RateLimitedError, UnauthenticatedError } from '../errors.js';
 import { hashKey } from '../domain/merchant-key.js';
@@ -21,6 +24,8 @@ const MerchantKeyLinkRef = builder.objectRef<MerchantKeyLink>('MerchantKeyLink')
 });
 
 const REFUSED = 'The previous key is not one the delivery service accepts now (unknown, revoked, or not valid for this platform): nothing was linked. A key already revoked is linked by the facade\'s operator.';
+const BOTH_HAVE_HISTORY =
+  "Both keys already have deliveries or idempotency keys of their own: a link moves nothing, so linking them would take one merchant's from it, and nothing was linked. If both keys are truly one merchant's, the facade's operator merges them (npm run merchant -- merge; docs/operations.md).";
 
 /** Whether the field's argument came as a variable: a key written into the query text would sit in document caches. */
 function passedAsVariable(info: GraphQLResolveInfo, name: string): boolean {
@@ -44,7 +49,7 @@ builder.mutationField('linkMerchantKey', (t) =>
     type: MerchantKeyLinkRef,
     nullable: false,
     description:
-      "After a key rotation: makes the caller's key (the new one) a key of the merchant that holds previousKey, while the delivery service still accepts both. Deliveries, idempotency keys (a retry with the new key books nothing new) and deliveryEvents cursors of either key answer to both from then on. Proof is holding both keys: each is checked with the delivery service. A previous key already revoked is linked by the facade's operator (docs/operations.md).",
+      "After a key rotation: makes the caller's key (the new one) and previousKey one merchant's keys, while the delivery service still accepts both. The key with nothing of its own yet (no booking, idempotency key or linked key: the new one, in a rotation) joins the merchant of the other, whichever of the two calls, and nothing moves: that merchant's deliveries, idempotency keys (a retry with the new key books nothing new) and deliveryEvents cursors answer to both keys from then on. When both keys have deliveries or idempotency keys of their own, nothing is linked (KeyLinkRefusedError): only the facade's operator merges two merchants. Proof is holding both keys: each is checked with the delivery service. A previous key already revoked is linked by the facade's operator (docs/operations.md).",
     errors: {
       types: [KeyLinkRefusedError],
       result: { description: 'The keys are linked.' },
@@ -67,7 +72,8 @@ builder.mutationField('linkMerchantKey', (t) =>
       const [callerAccepted, previousAccepted] = await Promise.all([accepted(ctx, key), accepted(ctx, previousKey)]);
       if (!callerAccepted) throw new UnauthenticatedError('The delivery service refused the merchant key.');
       if (!previousAccepted) throw new KeyLinkRefusedError(REFUSED);
-      const outcome = await ctx.services.merchants.link(hashKey(key), hashKey(previousKey));
+      const { outcome } = await ctx.services.merchants.link(hashKey(key), hashKey(previousKey));
+      if (outcome === 'refused') throw new KeyLinkRefusedError(BOTH_HAVE_HISTORY);
       return { linked: outcome === 'linked' };
     },
   }),

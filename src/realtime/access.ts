@@ -8,6 +8,10 @@
 // proves anything, so only a partner order can be proven, by its reference read
 // with the caller's key. A subscription pays for each such check from its allowance.
 // Answers are cached per (merchant, uid); nothing is shared across merchants.
+// An operator's claim of a uid, once this instance has learned it (Owners
+// noticeClaims, within CLAIM_CHECK_MS), makes every answer cached about that uid
+// before then out of date: it is asked again, and a stream that named the uid
+// asks again before its next event (stillReadable).
 import { fromPartnerOrder } from '../mapping/delivery.js';
 import { NotFoundError } from '../errors.js';
 import { type OwnerGroup, type Store } from '../store/store.js';
@@ -113,7 +117,8 @@ export class ReadAccess {
   readonly #upstream: Upstream;
   readonly #checksPerSubscription: number;
   readonly #logger: Logger | undefined;
-  readonly #cache = new Map<string, { allowed: boolean; expires: number }>();
+  /** Answers by `<merchant>:<uid>`: when each was cached, and until when it holds. */
+  readonly #cache = new Map<string, { allowed: boolean; at: number; expires: number }>();
   readonly #pending = new Map<string, Promise<OwnerGroup | undefined>>();
   readonly counters: AccessCounters = { checks: { allowed: 0, denied: 0, failed: 0 }, withheld: { subscription: 0, rate_limit: 0 } };
 
@@ -160,13 +165,17 @@ export class ReadAccess {
   async canRead(key: string, uid: string, allowance?: CheckAllowance): Promise<boolean | Withheld> {
     const owner = await this.merchantOf(key);
     const entry = `${owner}:${uid}`;
+    const claims = this.#owners.noticeClaims();
+    if (claims) await claims;
+    // An answer is as old as the records it was judged by: a claim learned while it is made makes it out of date too.
+    const judgedAt = Date.now();
     const cached = this.#cache.get(entry);
-    if (cached && cached.expires > Date.now()) return cached.allowed;
+    if (cached && cached.expires > judgedAt && cached.at > this.#owners.claimedAt(uid)) return cached.allowed;
     const { verdict } = await this.#owners.judgeOne(uid, owner);
     // An event passing an unfiltered deliveryEvents: no client picked its uid, so nothing is told by skipping it unasked.
     const passing = allowance !== undefined && !allowance.records;
     if (verdict === 'own') {
-      this.#put(entry, true, RECORDED_TTL_MS);
+      this.#put(entry, true, RECORDED_TTL_MS, judgedAt);
       return true;
     }
     // Not cached: a client naming the uid later must pay what an unknown uid does, not find a quick answer here.
@@ -189,8 +198,20 @@ export class ReadAccess {
     // it only costs a later check.
     if (group && verdict === 'unknown' && this.#owners.scope === 'key' && !passing) this.#owners.learn(uid, owner, group, 'read');
     const allowed = group !== undefined;
-    this.#put(entry, allowed, allowed ? ALLOWED_TTL_MS : DENIED_TTL_MS);
+    this.#put(entry, allowed, allowed ? ALLOWED_TTL_MS : DENIED_TTL_MS, judgedAt);
     return allowed;
+  }
+
+  /**
+   * Whether a stream that named `uid` (checked at `since`, ms since the epoch)
+   * may go on: yes at once unless an operator's claim of the uid was learned
+   * since; then the key is checked again as a new subscription would be.
+   */
+  async stillReadable(key: string, uid: string, since: number): Promise<boolean> {
+    const claims = this.#owners.noticeClaims();
+    if (claims) await claims;
+    if (this.#owners.claimedAt(uid) < since) return true;
+    return this.canRead(key, uid);
   }
 
   /** One upstream check, for a delivery no record decides for this merchant, counted by what it found: the group it was found in. */
@@ -232,13 +253,13 @@ export class ReadAccess {
     return undefined;
   }
 
-  #put(entry: string, allowed: boolean, ttlMs: number): void {
+  #put(entry: string, allowed: boolean, ttlMs: number, at: number): void {
     if (this.#cache.size >= MAX_ENTRIES) {
       // Drop the oldest entry (Map keeps insertion order).
       const oldest = this.#cache.keys().next().value;
       if (oldest !== undefined) this.#cache.delete(oldest);
     }
     this.#cache.delete(entry);
-    this.#cache.set(entry, { allowed, expires: Date.now() + ttlMs });
+    this.#cache.set(entry, { allowed, at, expires: Date.now() + ttlMs });
   }
 }

@@ -451,7 +451,10 @@ export class Reconciler {
   /**
    * Reads deliveries nobody follows here, each with its owner's key: those whose
    * lease this instance takes (the others another instance reads); a lease per
-   * delivery and kind, for as long as the next read of that kind should wait.
+   * delivery and kind, for as long as the next read of that kind should wait
+   * (a contradiction's or confirmation's is given back once its read is done).
+   * A lease this instance holds is its own to take again: a contradiction heard
+   * while its read was under way is read again, never refused by that lease.
    */
   async #repairAll(repairs: Repair[]): Promise<void> {
     for (const repair of repairs) repair.reading = true;
@@ -476,8 +479,12 @@ export class Reconciler {
       return;
     }
     for (const repair of repairs) {
-      if (taken.has(leaseOf(repair))) {
-        void this.#repair(repair);
+      const lease = leaseOf(repair);
+      if (taken.has(lease)) {
+        // A contradiction's or confirmation's lease goes back once its read is done, so that an event contradicting the
+        // delivery again is read again (here, or by whichever instance takes the lease then). A pass's holds for the pass.
+        const urgent = repair.kind !== 'unfollowed';
+        void this.#repair(repair).finally(() => urgent && this.#release(lease));
         continue;
       }
       // Another instance reads it: done here, and the budget it was given goes back.
@@ -485,6 +492,11 @@ export class Reconciler {
       this.#dropRepair(repair);
       this.#tokens = Math.min(this.#options.maxReadsPerSecond, this.#tokens + 1);
     }
+  }
+
+  #release(lease: string): void {
+    // Not given back (the store is away): it expires within an interval, and this instance may take it again meanwhile.
+    this.#options.store.releaseReads([lease]).catch((error: unknown) => this.#options.logger?.debug({ err: error }, 'reconcile: could not give a read lease back; it expires'));
   }
 
   async #repair(repair: Repair): Promise<void> {

@@ -129,6 +129,23 @@ async function assertReadable(deps: RealtimeDeps, subscriber: Subscriber, uid: s
 }
 
 /**
+ * The access to deliveries a stream named, as it goes on: checked again before
+ * an event once an operator's claim of the uid has been learned since the last
+ * check (src/access/owners.ts noticeClaims); a claim that gave the delivery to
+ * another merchant ends the stream NOT_FOUND, as a subscription to it would be
+ * refused now. Made before the first check (assertReadable), which it counts from.
+ */
+function accessKept(deps: RealtimeDeps, subscriber: Subscriber, uids: readonly string[]): (uid: string) => Promise<void> {
+  const started = Date.now();
+  const checkedAt = new Map(uids.map((uid) => [uid, started]));
+  return async (uid) => {
+    const at = Date.now();
+    if (!(await deps.access.stillReadable(subscriber.key, uid, checkedAt.get(uid) ?? started))) throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
+    checkedAt.set(uid, at);
+  };
+}
+
+/**
  * Starts following the delivery for reconciliation: a refused key ends the
  * stream by failing its queue. Returns the way to stop.
  */
@@ -244,6 +261,7 @@ export function deliveryUpdated(deps: RealtimeDeps, subscriber: Subscriber, uid:
 }
 
 async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<EventView> {
+  const stillReadable = accessKept(deps, subscriber, [uid]);
   await assertReadable(deps, subscriber, uid, namedUids(deps, subscriber));
   const unlisten = deps.bus.listen(uid, (event) => {
     deps.reconciler?.heard(uid, event);
@@ -289,6 +307,7 @@ async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber
         // A new courier on a late milestone: sent with the status the delivery has, which does not go back.
         const view: EventView = outcome === 'courier' ? { ...event, heldStatus: status } : event;
         status = statusOfView(view);
+        await stillReadable(uid);
         yield view;
       }
       if (followed.final) return;
@@ -307,6 +326,7 @@ export function courierLocation(deps: RealtimeDeps, subscriber: Subscriber, uid:
 }
 
 async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<StoredEvent> {
+  const stillReadable = accessKept(deps, subscriber, [uid]);
   await assertReadable(deps, subscriber, uid, namedUids(deps, subscriber));
   const unlisten = deps.bus.listen(uid, (event) => {
     deps.reconciler?.heard(uid, event);
@@ -340,6 +360,7 @@ async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber
       // A new courier's first position counts whatever its milestone; the rank the pin reached stays.
       if (outcome === 'courier' && event.seq > lastSeq) {
         lastSeq = event.seq;
+        await stillReadable(uid);
         yield event;
         continue;
       }
@@ -347,6 +368,7 @@ async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber
       if (event.seq <= lastSeq || rank < lastRank) continue;
       lastSeq = event.seq;
       lastRank = rank;
+      await stillReadable(uid);
       yield event;
     }
   } finally {
@@ -401,6 +423,7 @@ async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber,
     afterSeq = (await callerCursors(deps.store, await deps.access.merchantOf(subscriber.key))).seqOf(args.after);
     if (afterSeq === undefined) throw new BadUserInputError(`"${args.after}" is not a cursor of this facade's event log for this key.`);
   }
+  const stillReadable = uids && accessKept(deps, subscriber, uids);
   if (uids) {
     const allowance = namedUids(deps, subscriber);
     for (const uid of uids) await assertReadable(deps, subscriber, uid, allowance);
@@ -422,6 +445,7 @@ async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber,
   const allowance = uids ? undefined : deps.access.allowance(subscriber.key, deps.budget, true);
   const visible = async (event: StoredEvent) => {
     if (names && !names.has(event.name)) return false;
+    if (stillReadable) await stillReadable(event.uid);
     if (!allowance) return true;
     return (await canReadPatiently(deps.access, subscriber.key, event.uid, allowance)) === true;
   };

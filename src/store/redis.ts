@@ -14,9 +14,17 @@
 //   owner:<uid>                "<merchant> <group or -> <proof> <ms>" (before proofs: "<owner hash>" or "<owner hash> <group>"):
 //                              who the delivery belongs to, how that is known (src/access/owners.ts), and when it was recorded
 //   merchant-link:<id>         the merchant a key hash (or merchant id) belongs to (src/access/merchants.ts); no TTL
+//   merchant-keys:<id>         set of the ids linked to a merchant id (its history, and what a merge re-points); no TTL
+//   merchant-history:<id>      hash: records ('1' once an owner record named it), claims (its idempotency claims not
+//                              released): whether linking it elsewhere would leave something behind (linkMerchant);
+//                              kept as long as the longest-lived record or claim that named it
+//   merchant-history-ready     set once the history of data written before it was kept has been filled in
+//   owner-claims               sorted set of the uids the operator claimed lately (owner records written with replace),
+//                              each scored by its claim's version; the last OWNER_CLAIMS_KEPT (ownerClaimsAfter)
+//   owner-claims:version       counter of those claims
 //   unfinished:<owner>         sorted set (all scores 0, so in uid order) of the owner's deliveries reconciliation
 //                              may read unfollowed: added with each owner record written, removed once found final, expired or another's
-//   read-lease:<name>          an instance reading an unfollowed delivery right now, or lately (leaseReads)
+//   read-lease:<name>          the token of the instance reading an unfollowed delivery right now, or lately (leaseReads)
 //   cursor-secret              random secret the cursors of every instance derive from (src/domain/cursor.ts)
 //   trim                       lease of the instance trimming expired data right now
 // With a retention, idempotency and ownership keys carry a TTL, and a timer trims
@@ -42,6 +50,10 @@ import {
   type DeliveryState,
   type EventFilter,
   type IdempotencyClaim,
+  type MerchantLink,
+  type MerchantMerge,
+  OWNER_CLAIMS_KEPT,
+  type OwnerClaims,
   type OwnerEntry,
   type OwnerGroup,
   type OwnerProof,
@@ -72,16 +84,35 @@ declare module 'ioredis' {
     dgMergeRead(delivery: string, basis: string, ...fields: string[]): Result<number, Context>;
     dgLatest(delivery: string, log: string, kind: string): Result<StreamEntry | null, Context>;
     dgEventsOf(...args: string[]): Result<StreamEntry[], Context>;
-    dgClaim(key: string, markerKey: string, fingerprint: string, now: string, expiryMs: string, token: string, ttlMs: string, owner: string): Result<[string, string?, string?], Context>;
+    dgClaim(key: string, markerKey: string, history: string, fingerprint: string, now: string, expiryMs: string, token: string, ttlMs: string, owner: string): Result<[string, string?, string?], Context>;
     dgUnknown(key: string, markerKey: string, now: string, ttlMs: string): Result<[string, string?, string?], Context>;
     dgResolve(key: string, uid: string, hasTrackingUrl: string, trackingUrl: string, now: string, ttlMs: string): Result<string | null, Context>;
     dgComplete(key: string, uid: string, hasTrackingUrl: string, trackingUrl: string, now: string, ttlMs: string): Result<number, Context>;
-    dgRelease(key: string): Result<number, Context>;
+    dgRelease(key: string, history: string): Result<number, Context>;
     dgLogHead(log: string, count: string): Result<string[], Context>;
     dgForget(delivery: string, events: string, dedup: string, upTo: string): Result<number, Context>;
     dgUnlease(key: string, token: string): Result<number, Context>;
-    dgOwn(ownerKey: string, unfinished: string, value: string, merchantScoped: string, replace: string, ttlMs: string, uid: string): Result<number, Context>;
-    dgLink(key: string, from: string, to: string, linkPrefix: string, maxDepth: string): Result<'linked' | 'same' | 'taken', Context>;
+    dgLease(key: string, token: string, forMs: string): Result<number, Context>;
+    dgOwn(
+      ownerKey: string,
+      unfinished: string,
+      history: string,
+      claims: string,
+      claimsVersion: string,
+      value: string,
+      merchantScoped: string,
+      replace: string,
+      ttlMs: string,
+      uid: string,
+      claimsKept: string,
+    ): Result<number, Context>;
+    dgOwnerClaims(claims: string, claimsVersion: string, after: string): Result<[number, number, ...string[]], Context>;
+    dgLink(key: string, previous: string, prefix: string, maxDepth: string): Result<[string, string?], Context>;
+    dgUnlink(link: string, id: string, prefix: string): Result<number, Context>;
+    dgMergeLink(from: string, into: string, prefix: string, maxDepth: string): Result<string[], Context>;
+    dgMoveClaim(claim: string, moved: string, marker: string, mergedHistory: string, history: string, merchant: string): Result<number, Context>;
+    dgMoveRecord(ownerKey: string, mergedUnfinished: string, unfinished: string, history: string, merged: string, merchant: string, uid: string): Result<number, Context>;
+    dgHistory(history: string, field: string, by: string, ttlMs: string): Result<number, Context>;
     dgUnfinished(unfinished: string, ownerKey: string, delivery: string, uid: string, owner: string, since: string): Result<string | null, Context>;
   }
 }
@@ -144,6 +175,8 @@ local function append(state, events, dedup, a)
   if now[3] then known = cjson.decode(now[3]) end
   if now[4] then formers = cjson.decode(now[4]) end
   local stale, moved, courierOnly, contradicts = 0, 0, 0, 0
+  -- A read that only confirms a cancel or failure as final: it moves nothing else (no courier), as judgeRead() keeps it.
+  local settled = false
   local rank, terminal = nil, '0'
   local moves = arg(4) == '1'
   if arg(3) == '' then
@@ -158,6 +191,7 @@ local function append(state, events, dedup, a)
         if arg(9) == '1' and arg(5) == 'when_confirmed' and not final and not picked then
           moved = 1
           terminal = '1'
+          settled = true
         else
           stale = 1
         end
@@ -199,7 +233,7 @@ local function append(state, events, dedup, a)
   if kept and picked then redis.call('HSET', state, 'pickedUp', '1') end
   if stale == 0 then
     -- An accepted delivery.* event names the courier from now on; one it replaces is remembered.
-    if (moved == 1 or courierOnly == 1) and courier then
+    if (moved == 1 or courierOnly == 1) and courier and not settled then
       if other_courier(known, courier) then
         local list = {}
         for _, c in pairs(formers) do list[#list + 1] = c end
@@ -315,9 +349,34 @@ end
 return out
 `;
 
+/**
+ * A merchant's history (Store.linkMerchant), as the scripts that write a record
+ * or a claim keep it: a field set (or counted) in merchant-history:<id>, which
+ * lives at least as long as what was just written (time to live in ms, '' for ever).
+ */
+const HISTORY = `
+local function keep_for(key, existed, ttl)
+  if ttl == '' then
+    redis.call('PERSIST', key)
+    return
+  end
+  local left = -2
+  if existed then left = redis.call('PTTL', key) end
+  if left == -2 or (left >= 0 and left < tonumber(ttl)) then redis.call('PEXPIRE', key, ttl) end
+end
+local function keep_history(key, field, by, ttl)
+  local existed = redis.call('EXISTS', key) == 1
+  if by then redis.call('HINCRBY', key, field, by) else redis.call('HSET', key, field, '1') end
+  keep_for(key, existed, ttl)
+end
+local function drop_claim(key)
+  if tonumber(redis.call('HGET', key, 'claims') or '0') > 0 then redis.call('HINCRBY', key, 'claims', -1) end
+end
+`;
+
 /** A resend of the same claim (same token) is still this caller's claim. */
-const CLAIM = `
--- KEYS: 1 idem key, 2 its marker key
+const CLAIM = `${HISTORY}
+-- KEYS: 1 idem key, 2 its marker key, 3 the owner's history
 -- ARGV: 1 fingerprint, 2 now (ms), 3 pending expiry (ms), 4 token, 5 time to live (ms; '' for ever), 6 owner hash
 local r = redis.call('HMGET', KEYS[1], 'fingerprint', 'state', 'uid', 'trackingUrl', 'updatedAt', 'token')
 if not r[1] then
@@ -327,6 +386,7 @@ if not r[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[5])
     redis.call('PEXPIRE', KEYS[2], ARGV[5])
   end
+  keep_history(KEYS[3], 'claims', 1, ARGV[5])
   return {'claimed'}
 end
 if r[1] ~= ARGV[1] then return {'conflict'} end
@@ -381,9 +441,14 @@ end
 return 1
 `;
 
-const RELEASE = `
+const RELEASE = `${HISTORY}
+-- KEYS: 1 idem key, 2 the owner's history
 local state = redis.call('HGET', KEYS[1], 'state')
-if state == 'pending' or state == 'unknown' then return redis.call('DEL', KEYS[1]) end
+if state == 'pending' or state == 'unknown' then
+  redis.call('DEL', KEYS[1])
+  drop_claim(KEYS[2])
+  return 1
+end
 return 0
 `;
 
@@ -427,7 +492,21 @@ end
 return 0
 `;
 
-/** Gives the trim lease back, unless it expired and another instance holds it now. */
+/**
+ * Takes a read lease for this instance (its token): a lease it holds already
+ * is taken again, for `forMs` from now; another instance's is not.
+ */
+const LEASE = `
+-- KEYS: 1 the lease. ARGV: 1 this instance's token, 2 for (ms)
+if redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`;
+
+/** Gives a lease (the trim's, a read's) back, unless it expired and another instance holds it now. */
 const UNLEASE = `
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -440,8 +519,9 @@ return 0
  * replaces anything. A record written puts the delivery in its owner's set of
  * deliveries reconciliation may read (a former owner's set drops it when paged).
  */
-const OWN = `
--- KEYS: 1 owner:<uid>, 2 unfinished:<owner>. ARGV: 1 value, 2 merchant-scoped, 3 replace, 4 time to live (ms; '' for ever), 5 uid
+const OWN = `${HISTORY}
+-- KEYS: 1 owner:<uid>, 2 unfinished:<owner>, 3 the owner's history, 4 owner-claims, 5 owner-claims:version
+-- ARGV: 1 value, 2 merchant-scoped, 3 replace, 4 time to live (ms; '' for ever), 5 uid, 6 claims kept
 local current = redis.call('GET', KEYS[1])
 if current and ARGV[3] ~= '1' then
   if ARGV[2] ~= '1' then return 0 end
@@ -451,26 +531,157 @@ end
 if ARGV[4] ~= '' then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4]) else redis.call('SET', KEYS[1], ARGV[1]) end
 redis.call('ZADD', KEYS[2], 0, ARGV[5])
 if ARGV[4] ~= '' then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
+keep_history(KEYS[3], 'records', nil, ARGV[4])
+if ARGV[3] == '1' then
+  -- An operator's claim: running instances learn it (ownerClaimsAfter) and forget what they remembered of the uid.
+  redis.call('ZADD', KEYS[4], redis.call('INCR', KEYS[5]), ARGV[5])
+  redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -tonumber(ARGV[6]) - 1)
+end
 return 1
 `;
 
 /**
- * Store.linkMerchant in one step. It follows the links of `to` by name
- * (keys not given in KEYS, as a chain cannot be known beforehand: one more
- * reason this store does not run on Redis Cluster).
+ * Store.ownerClaimsAfter: {version, complete, uids...}; complete is 0 when a claim
+ * made after the version asked is no longer kept.
  */
-const LINK = `
--- KEYS: 1 the link key of from. ARGV: 1 from, 2 to, 3 link key prefix, 4 most links followed
-if redis.call('EXISTS', KEYS[1]) == 1 then return 'taken' end
-local root = ARGV[2]
-for _ = 1, tonumber(ARGV[4]) do
-  local next = redis.call('GET', ARGV[3] .. root)
-  if not next then break end
-  root = next
+const OWNER_CLAIMS = `
+-- KEYS: 1 owner-claims, 2 owner-claims:version. ARGV: 1 after ('' for the version alone)
+local version = tonumber(redis.call('GET', KEYS[2]) or '0')
+if ARGV[1] == '' or version <= tonumber(ARGV[1]) then return {version, 1} end
+local after = tonumber(ARGV[1])
+local out = {version, 1}
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #oldest == 0 or tonumber(oldest[2]) > after + 1 then
+  out[2] = 0
+  return out
 end
-if root == ARGV[1] then return 'same' end
-redis.call('SET', KEYS[1], root)
-return 'linked'
+for _, uid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. after, '+inf')) do out[#out + 1] = uid end
+return out
+`;
+
+/**
+ * Following merchant links by name, as the link scripts do (keys not given in
+ * KEYS, as a chain cannot be known beforehand: one more reason this store does
+ * not run on Redis Cluster). ARGV 3 is the store's prefix, 4 the most links followed.
+ */
+const MERCHANTS = `
+local prefix, depth = ARGV[3], tonumber(ARGV[4])
+local function link_of(id) return prefix .. 'merchant-link:' .. id end
+local function keys_of(id) return prefix .. 'merchant-keys:' .. id end
+local function root(id)
+  for _ = 1, depth do
+    local next = redis.call('GET', link_of(id))
+    if not next then break end
+    id = next
+  end
+  return id
+end
+`;
+
+/** Store.linkMerchant in one step: the rule of sqlite-writer.ts's link(). */
+const LINK = `${MERCHANTS}
+-- ARGV: 1 key, 2 previous, 3 prefix, 4 most links followed
+local function history(id)
+  if redis.call('EXISTS', link_of(id)) == 1 or redis.call('SCARD', keys_of(id)) > 0 then return true end
+  local h = redis.call('HMGET', prefix .. 'merchant-history:' .. id, 'records', 'claims')
+  return h[1] == '1' or (tonumber(h[2]) or 0) > 0
+end
+local a, b = root(ARGV[1]), root(ARGV[2])
+if a == b then return {'same', a} end
+local from, to = a, b
+if history(a) then
+  if history(b) then return {'refused'} end
+  from, to = b, a
+end
+redis.call('SET', link_of(from), to)
+redis.call('SADD', keys_of(to), from)
+return {'linked', to}
+`;
+
+/** Store.unlinkMerchant: the link, and the id in its merchant's set. */
+const UNLINK = `
+-- KEYS: 1 the link. ARGV: 1 id, 2 prefix
+local to = redis.call('GET', KEYS[1])
+if not to then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', ARGV[2] .. 'merchant-keys:' .. to, ARGV[1])
+return 1
+`;
+
+/**
+ * The first step of Store.mergeMerchant: the root of `from` (and every id linked
+ * to it) linked to the root of `into`. Answers that root, the merged root ('' when
+ * they were one already), and every id that leads to the root now.
+ */
+const MERGE_LINK = `${MERCHANTS}
+-- ARGV: 1 from, 2 into, 3 prefix, 4 most links followed
+local a, b = root(ARGV[1]), root(ARGV[2])
+if a ~= b then
+  for _, id in ipairs(redis.call('SMEMBERS', keys_of(a))) do
+    redis.call('SET', link_of(id), b)
+    redis.call('SADD', keys_of(b), id)
+  end
+  redis.call('DEL', keys_of(a))
+  redis.call('SET', link_of(a), b)
+  redis.call('SADD', keys_of(b), a)
+end
+local out, seen, queue = {b, ''}, {}, {b}
+if a ~= b then out[2] = a end
+while #queue > 0 and #out < 10000 do
+  local id = table.remove(queue)
+  for _, linked in ipairs(redis.call('SMEMBERS', keys_of(id))) do
+    if not seen[linked] and linked ~= b then
+      seen[linked] = true
+      out[#out + 1] = linked
+      queue[#queue + 1] = linked
+    end
+  end
+end
+return out
+`;
+
+/** Moves one idempotency claim of a merged id to its merchant (its booking marker follows); one the merchant has already is dropped. */
+const MOVE_CLAIM = `${HISTORY}
+-- KEYS: 1 the claim, 2 the merchant's claim of the same key, 3 its booking marker, 4 the merged id's history, 5 the merchant's
+-- ARGV: 1 the merchant
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+drop_claim(KEYS[4])
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('DEL', KEYS[1])
+  return 2
+end
+redis.call('RENAME', KEYS[1], KEYS[2])
+redis.call('HSET', KEYS[2], 'owner', ARGV[1])
+if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('SET', KEYS[3], KEYS[2], 'KEEPTTL') end
+local left = redis.call('PTTL', KEYS[2])
+keep_history(KEYS[5], 'claims', 1, left >= 0 and tostring(left) or '')
+return 1
+`;
+
+/** Moves one owner record of a merged id to its merchant, and the delivery to the merchant's unfinished set if it was in the merged one's. */
+const MOVE_RECORD = `${HISTORY}
+-- KEYS: 1 owner:<uid>, 2 unfinished:<merged>, 3 unfinished:<merchant>, 4 the merchant's history. ARGV: 1 merged, 2 merchant, 3 uid
+local value = redis.call('GET', KEYS[1])
+if not value then return 0 end
+local owner, rest = string.match(value, '^(%S+)(.*)$')
+if owner ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2] .. rest, 'KEEPTTL')
+local left = redis.call('PTTL', KEYS[1])
+local ttl = left >= 0 and tostring(left) or ''
+if redis.call('ZREM', KEYS[2], ARGV[3]) == 1 then
+  local existed = redis.call('EXISTS', KEYS[3]) == 1
+  redis.call('ZADD', KEYS[3], 0, ARGV[3])
+  keep_for(KEYS[3], existed, ttl)
+end
+keep_history(KEYS[4], 'records', nil, ttl)
+return 1
+`;
+
+/** A history field for data written before histories were kept (RedisStore's #historyKept). */
+const KEEP_HISTORY = `${HISTORY}
+-- KEYS: 1 the history. ARGV: 1 field, 2 count by ('' for a flag), 3 time to live (ms; '' for ever)
+keep_history(KEYS[1], ARGV[1], ARGV[2] ~= '' and ARGV[2] or nil, ARGV[3])
+return 1
 `;
 
 /** Links followed at most, as in the SQLite store (sqlite-writer.ts). */
@@ -557,6 +768,9 @@ function carriesPosition(payload: WireWebhookEvent): boolean {
 
 const flag = (value: boolean) => (value ? '1' : '0');
 
+/** A literal for a SCAN MATCH pattern: its glob characters escaped. */
+const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, '\\$&');
+
 function defineAppend(client: Redis): void {
   client.defineCommand('dgAppend', { lua: APPEND });
 }
@@ -579,6 +793,10 @@ export class RedisStore implements Store {
   #replicaCount: { count: number; at: number } | undefined;
   /** Batches stored but refused for want of replica confirmations, for /metrics. */
   readonly counters = { replicaAckFailures: 0 };
+  /** Filled in once: the history of merchants from data written before histories were kept (#historyKept). */
+  #historyFilled: Promise<void> | undefined;
+  /** What this instance's read leases hold: the leases it took are its own to take again and to give back. */
+  readonly #leaseToken = randomBytes(9).toString('base64url');
 
   constructor(client: Redis, options: RedisStoreOptions = {}) {
     this.client = client;
@@ -592,16 +810,23 @@ export class RedisStore implements Store {
     client.defineCommand('dgLatest', { numberOfKeys: 2, lua: LATEST });
     client.defineCommand('dgMergeRead', { numberOfKeys: 1, lua: MERGE_READ });
     client.defineCommand('dgEventsOf', { lua: EVENTS_OF });
-    client.defineCommand('dgClaim', { numberOfKeys: 2, lua: CLAIM });
+    client.defineCommand('dgClaim', { numberOfKeys: 3, lua: CLAIM });
     client.defineCommand('dgUnknown', { numberOfKeys: 2, lua: UNKNOWN });
     client.defineCommand('dgResolve', { numberOfKeys: 1, lua: RESOLVE });
     client.defineCommand('dgComplete', { numberOfKeys: 1, lua: COMPLETE });
-    client.defineCommand('dgRelease', { numberOfKeys: 1, lua: RELEASE });
+    client.defineCommand('dgRelease', { numberOfKeys: 2, lua: RELEASE });
     client.defineCommand('dgLogHead', { numberOfKeys: 1, lua: LOG_HEAD });
     client.defineCommand('dgForget', { numberOfKeys: 3, lua: FORGET });
     client.defineCommand('dgUnlease', { numberOfKeys: 1, lua: UNLEASE });
-    client.defineCommand('dgOwn', { numberOfKeys: 2, lua: OWN });
-    client.defineCommand('dgLink', { numberOfKeys: 1, lua: LINK });
+    client.defineCommand('dgLease', { numberOfKeys: 1, lua: LEASE });
+    client.defineCommand('dgOwn', { numberOfKeys: 5, lua: OWN });
+    client.defineCommand('dgOwnerClaims', { numberOfKeys: 2, lua: OWNER_CLAIMS });
+    client.defineCommand('dgLink', { numberOfKeys: 0, lua: LINK });
+    client.defineCommand('dgUnlink', { numberOfKeys: 1, lua: UNLINK });
+    client.defineCommand('dgMergeLink', { numberOfKeys: 0, lua: MERGE_LINK });
+    client.defineCommand('dgMoveClaim', { numberOfKeys: 5, lua: MOVE_CLAIM });
+    client.defineCommand('dgMoveRecord', { numberOfKeys: 4, lua: MOVE_RECORD });
+    client.defineCommand('dgHistory', { numberOfKeys: 1, lua: KEEP_HISTORY });
     client.defineCommand('dgUnfinished', { numberOfKeys: 3, lua: UNFINISHED });
   }
 
@@ -819,6 +1044,7 @@ export class RedisStore implements Store {
     const answer = await this.client.dgClaim(
       this.#idem(ownerHash, idempotencyKey),
       this.#marker(bookingMarker(ownerHash, idempotencyKey)),
+      this.#history(ownerHash),
       fingerprint,
       String(Date.now()),
       String(PENDING_EXPIRY_MS),
@@ -865,7 +1091,7 @@ export class RedisStore implements Store {
   }
 
   async releaseIdempotency(ownerHash: string, idempotencyKey: string): Promise<void> {
-    await this.client.dgRelease(this.#idem(ownerHash, idempotencyKey));
+    await this.client.dgRelease(this.#idem(ownerHash, idempotencyKey), this.#history(ownerHash));
   }
 
   async recordOwner(uid: string, owner: string, group?: OwnerGroup, proof?: OwnerProof): Promise<void> {
@@ -879,7 +1105,19 @@ export class RedisStore implements Store {
     const ttl = this.#retention ? String(this.#retention.eventRetentionMs) : '';
     for (const { uid, owner, group, proof, replace } of records) {
       const value = `${owner} ${group ?? '-'} ${proof ?? 'read'} ${now}`;
-      pipeline.dgOwn(this.#owner(uid), this.#unfinished(owner), value, flag(merchantScoped(proof ?? 'read')), flag(replace === true), ttl, uid);
+      pipeline.dgOwn(
+        this.#owner(uid),
+        this.#unfinished(owner),
+        this.#history(owner),
+        this.#ownerClaims,
+        `${this.#ownerClaims}:version`,
+        value,
+        flag(merchantScoped(proof ?? 'read')),
+        flag(replace === true),
+        ttl,
+        uid,
+        String(OWNER_CLAIMS_KEPT),
+      );
     }
     const results = await pipeline.exec();
     const failed = results?.find(([error]) => error);
@@ -888,6 +1126,15 @@ export class RedisStore implements Store {
 
   #owner(uid: string): string {
     return `${this.prefix}owner:${uid}`;
+  }
+
+  get #ownerClaims(): string {
+    return `${this.prefix}owner-claims`;
+  }
+
+  async ownerClaimsAfter(after: number | undefined): Promise<OwnerClaims> {
+    const [version, complete, ...uids] = await this.client.dgOwnerClaims(this.#ownerClaims, `${this.#ownerClaims}:version`, after === undefined ? '' : String(after));
+    return { version, uids: complete === 1 ? uids : undefined };
   }
 
   #unfinished(owner: string): string {
@@ -921,13 +1168,25 @@ export class RedisStore implements Store {
     const taken = new Set<string>();
     if (leases.length === 0) return taken;
     const pipeline = this.client.pipeline();
-    for (const lease of leases) pipeline.set(`${this.prefix}read-lease:${lease}`, '1', 'PX', Math.max(1, Math.round(forMs)), 'NX');
+    const ttl = String(Math.max(1, Math.round(forMs)));
+    for (const lease of leases) pipeline.dgLease(this.#readLease(lease), this.#leaseToken, ttl);
     const results = (await pipeline.exec()) ?? [];
     results.forEach(([error, answer], index) => {
       if (error) throw error;
-      if (answer === 'OK') taken.add(leases[index]!);
+      if (answer === 1) taken.add(leases[index]!);
     });
     return taken;
+  }
+
+  async releaseReads(leases: readonly string[]): Promise<void> {
+    if (leases.length === 0) return;
+    const pipeline = this.client.pipeline();
+    for (const lease of leases) pipeline.dgUnlease(this.#readLease(lease), this.#leaseToken);
+    for (const [error] of (await pipeline.exec()) ?? []) if (error) throw error;
+  }
+
+  #readLease(lease: string): string {
+    return `${this.prefix}read-lease:${lease}`;
   }
 
   async ownerOf(uid: string): Promise<string | undefined> {
@@ -965,12 +1224,105 @@ export class RedisStore implements Store {
     return found;
   }
 
-  linkMerchant(from: string, to: string): Promise<'linked' | 'same' | 'taken'> {
-    return this.client.dgLink(this.#link(from), from, to, `${this.prefix}merchant-link:`, String(MAX_LINK_DEPTH));
+  #history(id: string): string {
+    return `${this.prefix}merchant-history:${id}`;
+  }
+
+  async linkMerchant(key: string, previous: string): Promise<MerchantLink> {
+    await this.#historyKept();
+    const [outcome, merchant] = await this.client.dgLink(key, previous, this.prefix, String(MAX_LINK_DEPTH));
+    if (outcome === 'refused') return { outcome };
+    return { outcome: outcome as 'linked' | 'same', merchant: merchant! };
+  }
+
+  /**
+   * The link in one script; then what was recorded under the ids that lead to
+   * the merchant moved to it, a claim or record at a time (a SCAN of the claims
+   * of each id, and of every owner record: an operator's command, run rarely).
+   */
+  async mergeMerchant(from: string, into: string): Promise<MerchantMerge> {
+    await this.#historyKept();
+    const [merchant, merged, ...ids] = await this.client.dgMergeLink(from, into, this.prefix, String(MAX_LINK_DEPTH));
+    const outcome: MerchantMerge = { merchant: merchant!, merged: merged || undefined, records: 0, claims: 0, conflicts: 0 };
+    for (const id of ids) {
+      const claimPrefix = this.#idem(id, '');
+      for await (const names of this.client.scanStream({ match: `${globEscape(claimPrefix)}*`, count: 1000 }) as AsyncIterable<string[]>) {
+        for (const name of names) {
+          const idempotencyKey = name.slice(claimPrefix.length);
+          const moved = await this.client.dgMoveClaim(
+            name,
+            this.#idem(merchant!, idempotencyKey),
+            this.#marker(bookingMarker(id, idempotencyKey)),
+            this.#history(id),
+            this.#history(merchant!),
+            merchant!,
+          );
+          if (moved === 1) outcome.claims += 1;
+          else if (moved === 2) outcome.conflicts += 1;
+        }
+      }
+    }
+    const linked = new Set(ids);
+    if (linked.size === 0) return outcome;
+    const recordPrefix = this.#owner('');
+    for await (const names of this.client.scanStream({ match: `${globEscape(recordPrefix)}*`, count: 1000 }) as AsyncIterable<string[]>) {
+      if (names.length === 0) continue;
+      const values = await this.client.mget(names);
+      for (const [index, value] of values.entries()) {
+        const owner = value?.split(' ')[0];
+        if (owner === undefined || !linked.has(owner)) continue;
+        const uid = names[index]!.slice(recordPrefix.length);
+        outcome.records += await this.client.dgMoveRecord(names[index]!, this.#unfinished(owner), this.#unfinished(merchant!), this.#history(merchant!), owner, merchant!, uid);
+      }
+    }
+    return outcome;
   }
 
   async unlinkMerchant(id: string): Promise<boolean> {
-    return (await this.client.del(this.#link(id))) > 0;
+    return (await this.client.dgUnlink(this.#link(id), id, this.prefix)) > 0;
+  }
+
+  /**
+   * Data written before merchant histories were kept has none: once per data set
+   * (and per process until then), before the first link, each owner record, claim
+   * and link gives its merchant the history it would have had. Run twice at once,
+   * a claim may be counted twice: a history too many refuses a link, never loses one.
+   */
+  #historyKept(): Promise<void> {
+    this.#historyFilled ??= this.#fillHistory().catch((error: unknown) => {
+      this.#historyFilled = undefined;
+      throw error;
+    });
+    return this.#historyFilled;
+  }
+
+  async #fillHistory(): Promise<void> {
+    const ready = `${this.prefix}merchant-history-ready`;
+    if ((await this.client.exists(ready)) === 1) return;
+    const records = this.#retention ? String(this.#retention.eventRetentionMs) : '';
+    const claims = this.#idemTtl;
+    const each = async (prefix: string, fill: (names: string[], pipeline: ReturnType<Redis['pipeline']>) => Promise<void>) => {
+      for await (const names of this.client.scanStream({ match: `${globEscape(prefix)}*`, count: 1000 }) as AsyncIterable<string[]>) {
+        if (names.length === 0) continue;
+        const pipeline = this.client.pipeline();
+        await fill(names, pipeline);
+        for (const [error] of (await pipeline.exec()) ?? []) if (error) throw error;
+      }
+    };
+    await each(this.#owner(''), async (names, pipeline) => {
+      for (const value of await this.client.mget(names)) if (value) pipeline.dgHistory(this.#history(value.split(' ')[0]!), 'records', '', records);
+    });
+    const claimPrefix = `${this.prefix}idem:`;
+    await each(claimPrefix, async (names, pipeline) => {
+      const owners = await Promise.all(names.map((name) => this.client.hget(name, 'owner')));
+      // A claim from before owners were kept in it: the owner is the name's first part (a hash, no colon).
+      owners.forEach((owner, index) => pipeline.dgHistory(this.#history(owner ?? names[index]!.slice(claimPrefix.length).split(':')[0]!), 'claims', '1', claims));
+    });
+    const linkPrefix = this.#link('');
+    await each(linkPrefix, async (names, pipeline) => {
+      (await this.client.mget(names)).forEach((to, index) => to && pipeline.sadd(`${this.prefix}merchant-keys:${to}`, names[index]!.slice(linkPrefix.length)));
+    });
+    await this.client.set(ready, '1');
   }
 
   async ping(): Promise<void> {

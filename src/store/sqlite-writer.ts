@@ -16,7 +16,21 @@ import { carriedOver, mergeView, moverFields, viewFields, type StoredView } from
 import { bookingMarker } from '../domain/booking-marker.js';
 import { fingerprint } from '../domain/canonical-json.js';
 import { TRIM_BATCH, type Retention } from './retention.js';
-import { PENDING_EXPIRY_MS, courierJson, courierPart, formerCouriersJson, markOf, supersedes, type BookingResult, type IdempotencyClaim, type OwnerEntry, type OwnerProof, type ReadRecord } from './store.js';
+import {
+  PENDING_EXPIRY_MS,
+  courierJson,
+  courierPart,
+  formerCouriersJson,
+  markOf,
+  supersedes,
+  type BookingResult,
+  type IdempotencyClaim,
+  type MerchantLink,
+  type MerchantMerge,
+  type OwnerEntry,
+  type OwnerProof,
+  type ReadRecord,
+} from './store.js';
 
 /** What the main thread hands the writer thread at its start. */
 export interface WriterData {
@@ -72,7 +86,9 @@ export interface WriterOps {
   release(now: number, ownerHash: string, idempotencyKey: string): void;
   recordOwners(now: number, records: readonly OwnerEntry[]): void;
   /** Store.linkMerchant, in one transaction. */
-  link(now: number, from: string, to: string): 'linked' | 'same' | 'taken';
+  link(now: number, key: string, previous: string): MerchantLink;
+  /** Store.mergeMerchant, in one transaction. */
+  merge(now: number, from: string, into: string): MerchantMerge;
   unlink(now: number, id: string): boolean;
   cursorSecret(now: number): Uint8Array;
   ping(now: number): void;
@@ -102,7 +118,7 @@ const VACUUM_STEP_PAGES = 256;
 const freePagesKept = (pages: number) => Math.max(1024, Math.floor(pages / 4));
 
 /** Requests that may share a transaction with others; a trim step and close run alone. */
-const SHARED: ReadonlySet<keyof WriterOps> = new Set(['append', 'mergeRead', 'claim', 'markUnknown', 'resolveMarker', 'complete', 'release', 'recordOwners', 'link', 'unlink', 'cursorSecret', 'ping']);
+const SHARED: ReadonlySet<keyof WriterOps> = new Set(['append', 'mergeRead', 'claim', 'markUnknown', 'resolveMarker', 'complete', 'release', 'recordOwners', 'link', 'merge', 'unlink', 'cursorSecret', 'ping']);
 /** Links followed at most, looking for a merchant's root (a chain is one step per rotation, and link() keeps it one step long). */
 export const MAX_LINK_DEPTH = 16;
 
@@ -159,6 +175,20 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     getLink: db.prepare<[string], { merchant: string }>('SELECT merchant FROM merchant_links WHERE id = ?'),
     putLink: db.prepare('INSERT INTO merchant_links (id, merchant, created_at) VALUES (?, ?, ?)'),
     deleteLink: db.prepare('DELETE FROM merchant_links WHERE id = ?'),
+    // A merchant id's history (Store.linkMerchant): ids linked to it, its owner records and idempotency claims not yet expired.
+    linkedTo: db.prepare<[string], unknown>('SELECT 1 FROM merchant_links WHERE merchant = ? LIMIT 1'),
+    ownsAny: db.prepare<[string, number], unknown>('SELECT 1 FROM ownership WHERE owner_hash = ? AND created_at >= ? LIMIT 1'),
+    claimsAny: db.prepare<[string, number, number], unknown>(
+      "SELECT 1 FROM idempotency WHERE owner_hash = ? AND (updated_at >= ? OR (state = 'pending' AND updated_at >= ?)) LIMIT 1",
+    ),
+    // Store.mergeMerchant: every id that leads to a root, links pointed at the root, and what they recorded moved to it.
+    linkedIds: db.prepare<[string], { id: string }>(
+      'WITH RECURSIVE linked(id) AS (SELECT id FROM merchant_links WHERE merchant = ? UNION SELECT l.id FROM merchant_links l JOIN linked ON l.merchant = linked.id) SELECT id FROM linked',
+    ),
+    repointLinks: db.prepare('UPDATE merchant_links SET merchant = ? WHERE merchant = ?'),
+    moveClaims: db.prepare('UPDATE OR IGNORE idempotency SET owner_hash = ? WHERE owner_hash = ?'),
+    dropClaims: db.prepare('DELETE FROM idempotency WHERE owner_hash = ?'),
+    moveRecords: db.prepare('UPDATE ownership SET owner_hash = ? WHERE owner_hash = ?'),
     findEvent: db.prepare<[string, string, string], EventRow>('SELECT * FROM events WHERE uid = ? AND name = ? AND hash = ?'),
     insertEvent: db.prepare('INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload, carried) VALUES (?, ?, ?, ?, ?, ?, ?, ?)'),
     getState: db.prepare<[string], StateRow>('SELECT rank, terminal, seq, courier, former_couriers, picked_up, view FROM delivery_state WHERE uid = ?'),
@@ -179,6 +209,25 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     trimIdem: db.prepare(
       "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency WHERE updated_at < ? AND (state != 'pending' OR updated_at < ?) LIMIT ?)",
     ),
+  };
+
+  /** The root an id's links lead to, MAX_LINK_DEPTH steps at most. */
+  const rootOf = (id: string): string => {
+    let root = id;
+    for (let step = 0; step < MAX_LINK_DEPTH; step += 1) {
+      const next = s.getLink.get(root)?.merchant;
+      if (next === undefined) break;
+      root = next;
+    }
+    return root;
+  };
+
+  /** Whether a merchant id has history (see MerchantLink in store.ts); a link of its own counts too. */
+  const hasHistory = (id: string, now: number): boolean => {
+    if (s.getLink.get(id) || s.linkedTo.get(id)) return true;
+    const records = retention ? now - retention.eventRetentionMs : Number.MIN_SAFE_INTEGER;
+    const claims = retention ? now - retention.idempotencyRetentionMs : Number.MIN_SAFE_INTEGER;
+    return s.ownsAny.get(id, records) !== undefined || s.claimsAny.get(id, claims, retention ? now - PENDING_EXPIRY_MS : Number.MIN_SAFE_INTEGER) !== undefined;
   };
 
   const idemExpired = (state: string, updatedAt: number, now: number) => {
@@ -300,18 +349,37 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
       }
     },
 
-    link: (now, from, to) => {
-      if (s.getLink.get(from)) return 'taken';
-      let root = to;
-      for (let step = 0; step < MAX_LINK_DEPTH; step += 1) {
-        const next = s.getLink.get(root)?.merchant;
-        if (next === undefined) break;
-        root = next;
-      }
-      if (root === from) return 'same';
-      s.putLink.run(from, root, now);
-      return 'linked';
+    // The writer thread runs one request at a time: what is read here cannot change before the link is written.
+    link: (now, key, previous) => {
+      const [a, b] = [rootOf(key), rootOf(previous)];
+      if (a === b) return { outcome: 'same', merchant: a };
+      const [from, to] = !hasHistory(a, now) ? [a, b] : !hasHistory(b, now) ? [b, a] : [];
+      if (from === undefined) return { outcome: 'refused' };
+      s.putLink.run(from, to, now);
+      return { outcome: 'linked', merchant: to! };
     },
+
+    merge: (now, from, into) =>
+      db
+        .transaction((): MerchantMerge => {
+          const [merged, merchant] = [rootOf(from), rootOf(into)];
+          if (merged !== merchant) {
+            // Ids linked to the merged root point at the new one: chains stay one step long.
+            s.repointLinks.run(merchant, merged);
+            s.putLink.run(merged, merchant, now);
+          }
+          let records = 0;
+          let claims = 0;
+          let conflicts = 0;
+          for (const { id } of s.linkedIds.all(merchant)) {
+            claims += s.moveClaims.run(merchant, id).changes;
+            // Left behind: a key the merchant used already. Nothing would find it (claims go by the merchant id).
+            conflicts += s.dropClaims.run(id).changes;
+            records += s.moveRecords.run(merchant, id).changes;
+          }
+          return { merchant, merged: merged === merchant ? undefined : merged, records, claims, conflicts };
+        })
+        .immediate(),
     unlink: (_now, id) => s.deleteLink.run(id).changes > 0,
 
     // Created once per file; every later start reads the same one.

@@ -31,6 +31,9 @@ import {
   type OwnerEntry,
   type OwnerGroup,
   type OwnerProof,
+  type MerchantLink,
+  type MerchantMerge,
+  type OwnerClaims,
   type OwnerRecord,
   type ReadRecord,
   type Store,
@@ -346,6 +349,8 @@ export class SqliteStore implements Store {
       CREATE INDEX IF NOT EXISTS ownership_by_time ON ownership (created_at);
       -- Reconciliation pages through each owner's recent records (unfinishedDeliveries).
       CREATE INDEX IF NOT EXISTS ownership_by_owner ON ownership (owner_hash, created_at, uid);
+      -- Whether ids are linked to a merchant (its history: linkMerchant), and which (mergeMerchant).
+      CREATE INDEX IF NOT EXISTS merchant_links_by_merchant ON merchant_links (merchant);
     `);
     // A file made before groups were kept gains the column; its records read with no group.
     const ownershipColumns = this.db.prepare<[], { name: string }>('SELECT name FROM pragma_table_info(\'ownership\')').all();
@@ -634,8 +639,12 @@ export class SqliteStore implements Store {
     return found;
   }
 
-  linkMerchant(from: string, to: string): Promise<'linked' | 'same' | 'taken'> {
-    return this.#write('link', from, to);
+  linkMerchant(key: string, previous: string): Promise<MerchantLink> {
+    return this.#write('link', key, previous);
+  }
+
+  mergeMerchant(from: string, into: string): Promise<MerchantMerge> {
+    return this.#write('merge', from, into);
   }
 
   unlinkMerchant(id: string): Promise<boolean> {
@@ -667,6 +676,12 @@ export class SqliteStore implements Store {
   /** One process holds the file (data-dir-lock.ts): nobody else to share reads with. */
   async leaseReads(leases: readonly string[], _forMs?: number): Promise<Set<string>> {
     return new Set(leases);
+  }
+
+  async releaseReads(_leases: readonly string[]): Promise<void> {}
+
+  async ownerClaimsAfter(_after: number | undefined): Promise<OwnerClaims> {
+    return { version: 0, uids: [] };
   }
 
   async cursorSecret(): Promise<Buffer> {

@@ -175,6 +175,44 @@ export interface UnfinishedPage {
   next: string | undefined;
 }
 
+/**
+ * What linkMerchant did. A merchant id has history when an owner record or an
+ * idempotency claim (within their retentions) names it, or another id is linked
+ * to it: linking it to another merchant would leave those behind (claims, cursors
+ * and reconciliation go by the exact id), so it stays a root.
+ */
+export type MerchantLink =
+  /** The root without history is now an id of `merchant`, which both ids lead to. */
+  | { outcome: 'linked'; merchant: string }
+  /** Both ids led to `merchant` already: nothing changed. */
+  | { outcome: 'same'; merchant: string }
+  /** Both roots have history: nothing was linked. */
+  | { outcome: 'refused' };
+
+/** What mergeMerchant did. */
+export interface MerchantMerge {
+  /** The merchant both ids lead to now (the root of `into`). */
+  merchant: string;
+  /** The root linked into it by this merge; undefined when both ids led to `merchant` already. */
+  merged: string | undefined;
+  /** Owner records moved to `merchant`. */
+  records: number;
+  /** Idempotency claims moved to `merchant`. */
+  claims: number;
+  /** Idempotency keys both merchants had used: `merchant`'s claim stays, the merged one's is dropped. */
+  conflicts: number;
+}
+
+/** What ownerClaimsAfter answers. */
+export interface OwnerClaims {
+  version: number;
+  /** The uids claimed since the version asked after; undefined when not all of them are kept. */
+  uids: string[] | undefined;
+}
+
+/** Operator claims a shared store keeps for running instances to learn (ownerClaimsAfter): far more than are made between two of their checks. */
+export const OWNER_CLAIMS_KEPT = 1_000;
+
 export interface EventFilter {
   /** Only events of these deliveries. */
   uids?: readonly string[];
@@ -236,14 +274,38 @@ export interface Store {
    */
   merchantLinks(ids: readonly string[]): Promise<Map<string, string>>;
   /**
-   * Links `from` (a merchant id with no link of its own: a root) to the merchant
-   * `to` stands for, in one step that follows `to`'s links first: `linked`, or
-   * `same` when `to` already leads to `from`, or `taken` when `from` has a link
-   * by now (another link came first: follow it and try again).
+   * Makes the merchants two ids stand for (each followed to its root) one, in
+   * one step, without moving anything a merchant owns: a root with history (see
+   * MerchantLink) is never linked to another. The root without history is
+   * linked to the other's, `key`'s when neither has any; when both have, nothing
+   * is linked (`refused`: an operator merges them, mergeMerchant).
    */
-  linkMerchant(from: string, to: string): Promise<'linked' | 'same' | 'taken'>;
+  linkMerchant(key: string, previous: string): Promise<MerchantLink>;
+  /**
+   * An operator's deliberate merge of two merchants that both have history: the
+   * root `from` leads to is linked to the root of `into` (ids linked to it with
+   * it), and then everything recorded under an id that leads to that root (owner
+   * records and idempotency claims, with their booking markers) is moved to the
+   * root itself, so that it is found by the id a merchant is known by. Running it
+   * again moves what was recorded under the merged ids since (by instances that
+   * had not yet read the link). Cursors are derived from the merchant id: those
+   * given to the merged merchant are not the new one's (src/domain/cursor.ts).
+   * Redis moves in steps, not atomically (SQLite in one transaction).
+   */
+  mergeMerchant(from: string, into: string): Promise<MerchantMerge>;
   /** Removes the link of `id` (an operator undoing a link): true when there was one. */
   unlinkMerchant(id: string): Promise<boolean>;
+  /**
+   * The operator's claims (owner records written with `replace`) made since
+   * `after`, a version this store answered before: the uids claimed, and the
+   * version now; `uids` undefined when more were claimed since than the store
+   * keeps (OWNER_CLAIMS_KEPT: anything may have changed). Without `after`: the
+   * version alone. Running instances ask, so that a claim replaces what they
+   * remembered of a delivery's owner (src/access/owners.ts). A store only one
+   * process opens (SQLite, which the operator's command opens only while the
+   * facade is stopped) has none to tell: version 0.
+   */
+  ownerClaimsAfter(after: number | undefined): Promise<OwnerClaims>;
   /**
    * The deliveries of one owner that the facade knows (an owner record made no
    * earlier than `since`, ms since the epoch: booked, read or resolved through
@@ -254,12 +316,15 @@ export interface Store {
    */
   unfinishedDeliveries(owner: string, after: string | undefined, options: { limit: number; since: number }): Promise<UnfinishedPage>;
   /**
-   * Takes the leases named, each for `forMs`, and returns those it took: another
-   * instance sharing the store holds the others. Reconciliation takes one before
-   * each read of a delivery nobody follows here, so that instances do not all
-   * read it. A store only one process opens (SQLite) grants every lease.
+   * Takes the leases named, each for `forMs` from now, and returns those it took:
+   * another instance sharing the store holds the others. A lease this instance
+   * (this store object) holds already is taken again. Reconciliation takes one
+   * before each read of a delivery nobody follows here, so that instances do not
+   * all read it. A store only one process opens (SQLite) grants every lease.
    */
   leaseReads(leases: readonly string[], forMs: number): Promise<Set<string>>;
+  /** Gives back those of the leases named that this instance holds, before they expire; another instance's stay. */
+  releaseReads(leases: readonly string[]): Promise<void>;
   /**
    * A random secret kept with the data, created on first use: the same for every
    * instance that shares the store and across restarts. Cursors are derived from it

@@ -8,6 +8,10 @@
 //   and its idempotency keys (a retry books once): by linkMerchantKey while the
 //   old key is valid, by the operator's command (npm run merchant) once it is
 //   revoked. Another merchant cannot use either path with a key it does not hold.
+//   A link moves nothing: made the other way round (the established key calls)
+//   the merchant stays where it is, and two keys that both have history are
+//   refused and merged only by the operator; an unlink leaves what the key
+//   booked while linked with the merchant it was linked to.
 // - Partner orders, which no booking through the facade records: another
 //   merchant's unfiltered deliveryEvents shows none of them, its read does not
 //   lock their merchant out, and their merchant's reads and cancel work.
@@ -37,6 +41,7 @@ const CREATE = /* GraphQL */ `
 const READ = `query($uid: ID!, $group: ApiGroup! = PLATFORM) { delivery(uid: $uid, group: $group) { uid status dropoff { name phone } } }`;
 const BY_REFERENCE = `query($reference: String!) { deliveryByReference(partnerReference: $reference) { uid partnerReference } }`;
 const EVENTS_PAGE = `query($uid: ID!, $group: ApiGroup! = PLATFORM) { delivery(uid: $uid, group: $group) { events { edges { cursor node { name } } } } }`;
+const EVENTS_AFTER = `query($uid: ID!, $after: String) { delivery(uid: $uid) { events(after: $after) { edges { cursor node { name } } } } }`;
 const CANCEL = /* GraphQL */ `
   mutation($uid: ID!, $group: ApiGroup! = PLATFORM) {
     cancelDelivery(uid: $uid, group: $group) {
@@ -78,12 +83,22 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
   describe.skipIf(storeName === 'Redis' && !withRedis)(`on ${storeName}`, () => {
     let redis: RedisServer | undefined;
     let stack: Stack;
-    const [rotating, revoking, partner, onlooker, oracle, stranger] = ['rotating', 'revoking', 'partner', 'onlooker', 'oracle', 'stranger'].map(merchant);
+    const [rotating, revoking, partner, onlooker, oracle, stranger, established, twoKeys, unlinking] = [
+      'rotating',
+      'revoking',
+      'partner',
+      'onlooker',
+      'oracle',
+      'stranger',
+      'established',
+      'twokeys',
+      'unlinking',
+    ].map(merchant);
 
     beforeAll(async () => {
       if (storeName === 'Redis') redis = await startRedisServer();
       stack = await startStack({
-        sandbox: { merchants: [rotating!, revoking!, partner!, onlooker!, oracle!, stranger!], knobs: { readScope: 'platform' } },
+        sandbox: { merchants: [rotating!, revoking!, partner!, onlooker!, oracle!, stranger!, established!, twoKeys!, unlinking!], knobs: { readScope: 'platform' } },
         env: redis ? { REDIS_URL: redis.url } : {},
       });
     });
@@ -122,6 +137,22 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       const canceled = await gql(CANCEL, { uid }, newKey);
       expect(canceled.data.cancelDelivery).toMatchObject({ __typename: 'MutationCancelDeliverySuccess', data: { uid, status: 'CANCELED' } });
     }
+
+    /**
+     * `npm run merchant -- <args>` as the operator runs it: on Redis while the facade runs; on the embedded store with
+     * the facade stopped (the command opens its DATA_DIR), and started again after.
+     */
+    async function asOperator(args: string[], input: string) {
+      if (storeName === 'Redis') return merchantCli(stack.env, args, input);
+      let result: Awaited<ReturnType<typeof merchantCli>> | undefined;
+      await stack.restart(async () => {
+        result = await merchantCli(stack.env, args, input);
+      });
+      return result!;
+    }
+
+    /** An instance trusts what it read of a key's merchant for MERCHANT_CACHE_MS: what the operator's command changed on Redis counts within it. */
+    const soon = { timeout: MERCHANT_CACHE_MS * 2, interval: 250 };
 
     /** A booking with an idempotency key, and a cursor of its first event as the old key sees it. */
     async function bookWithCursor(key: string) {
@@ -193,6 +224,90 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
           });
         }
         await expectMerchantKept(newKey, booked);
+      });
+
+      it('made the other way round (the established key calls, presenting the new one): the merchant stays where it is, with its idempotency keys, cursors and open subscriptions', async () => {
+        const booked = await bookWithCursor(established!.key);
+        const newKey = stack.sandbox.addMerchantKey(established!.key);
+        const client = wsClient(stack.app.url, established!.key);
+        try {
+          const attached = listenersAttached(stack.app.services.bus);
+          const feed = collect(client, REPLAY, {});
+          await attached;
+          const updated = collect(client, UPDATED, { uid: booked.uid });
+          await updated.waitFor(1);
+
+          expect((await gql(LINK, { previousKey: newKey }, established!.key)).data.linkMerchantKey).toEqual({ __typename: 'MutationLinkMerchantKeySuccess', data: { linked: true } });
+          // Subscriptions open across the link carry on: the next milestone reaches both.
+          await stack.sandbox.advance(booked.uid);
+          await updated.waitFor(2);
+          await feed.waitForItem((item: any) => item.deliveryEvents.uid === booked.uid);
+          expect([...updated.errors, ...feed.errors]).toEqual([]);
+
+          // The key that called keeps its idempotency keys (a retry books nothing) and its cursors.
+          const mark = stack.sandbox.requestCount;
+          expect((await gql(CREATE, { input: booked.input, idempotencyKey: booked.idempotencyKey }, established!.key)).data.createDelivery.data.uid).toBe(booked.uid);
+          expect(bookingsSince(mark)).toBe(0);
+          const page = await gql(EVENTS_AFTER, { uid: booked.uid, after: booked.cursor }, established!.key);
+          expect(page.errors).toBeUndefined();
+          expect(page.data.delivery.events.edges.length).toBeGreaterThan(0);
+        } finally {
+          await client.dispose();
+        }
+        // And the new key is a key of that merchant.
+        await expectMerchantKept(newKey, booked);
+      });
+
+      it("with both keys used already: refused, naming the operator's merge, which makes them one merchant with what each owned", async () => {
+        const first = await bookWithCursor(twoKeys!.key);
+        const second = stack.sandbox.addMerchantKey(twoKeys!.key);
+        const booked = await bookWithCursor(second);
+
+        const refused = (await gql(LINK, { previousKey: twoKeys!.key }, second)).data.linkMerchantKey;
+        expect(refused).toMatchObject({ __typename: 'KeyLinkRefusedError', code: 'KEY_LINK_REFUSED' });
+        expect(refused.message).toContain('npm run merchant -- merge');
+        // Nothing was linked (the same either way round): each key is still a merchant of its own.
+        expect((await gql(LINK, { previousKey: second }, twoKeys!.key)).data.linkMerchantKey.__typename).toBe('KeyLinkRefusedError');
+        expect(await gql(READ, { uid: first.uid }, second)).toEqual({ data: { delivery: null } });
+        expect(await gql(READ, { uid: booked.uid }, twoKeys!.key)).toEqual({ data: { delivery: null } });
+
+        // The operator's link says the same; its merge moves the second key's booking and idempotency claim.
+        const link = await asOperator(['link', `--old-key-hash=${hashKey(twoKeys!.key)}`, '--unverified'], `${second}\n`);
+        expect(link.code, link.out + link.err).toBe(1);
+        expect(link.err).toContain('npm run merchant -- merge');
+        const merged = await asOperator(['merge', `--key-hash=${hashKey(second)}`, `--into-key-hash=${hashKey(twoKeys!.key)}`], '');
+        expect(merged, merged.err).toMatchObject({ code: 0 });
+        expect(merged.out).toContain(`merged: merchant ${hashKey(second)} is part of merchant ${hashKey(twoKeys!.key)} now; moved 1 owner records and 1 idempotency claims`);
+
+        // Each key reads the other's booking; either idempotency key retried with the other key books nothing.
+        await vi.waitFor(async () => expect((await gql(READ, { uid: first.uid }, second)).data.delivery?.uid).toBe(first.uid), soon);
+        expect((await gql(READ, { uid: booked.uid }, twoKeys!.key)).data.delivery?.uid).toBe(booked.uid);
+        const mark = stack.sandbox.requestCount;
+        expect((await gql(CREATE, { input: booked.input, idempotencyKey: booked.idempotencyKey }, twoKeys!.key)).data.createDelivery.data.uid).toBe(booked.uid);
+        expect((await gql(CREATE, { input: first.input, idempotencyKey: first.idempotencyKey }, second)).data.createDelivery.data.uid).toBe(first.uid);
+        expect(bookingsSince(mark)).toBe(0);
+        // The cursors of the merchant that stayed replay for both keys.
+        for (const key of [twoKeys!.key, second]) expect((await gql(EVENTS_AFTER, { uid: first.uid, after: first.cursor }, key)).errors).toBeUndefined();
+      });
+
+      it('undone by the operator (unlink): the key is a merchant of its own again, with nothing; what it booked while linked stays with the merchant, and a claim hands a delivery back', async () => {
+        const linkedKey = stack.sandbox.addMerchantKey(unlinking!.key);
+        expect((await gql(LINK, { previousKey: unlinking!.key }, linkedKey)).data.linkMerchantKey.data).toEqual({ linked: true });
+        const uid = (await gql(CREATE, { input: deliveryInput() }, linkedKey)).data.createDelivery.data.uid as string;
+        expect((await gql(READ, { uid }, unlinking!.key)).data.delivery.uid).toBe(uid);
+
+        const unlinked = await asOperator(['unlink', `--key-hash=${hashKey(linkedKey)}`], '');
+        expect(unlinked, unlinked.err).toMatchObject({ code: 0 });
+        expect(unlinked.out).toContain('stays with the merchant it was linked to');
+        // The booking was recorded as the merchant's (a key books for its merchant): it stays the merchant's.
+        await vi.waitFor(async () => expect(await gql(READ, { uid }, linkedKey)).toEqual({ data: { delivery: null } }), soon);
+        expect((await gql(READ, { uid }, unlinking!.key)).data.delivery.uid).toBe(uid);
+
+        // The operator hands it back to the key, now a merchant of its own.
+        const claimed = await asOperator(['claim', `--uid=${uid}`, `--key-hash=${hashKey(linkedKey)}`], '');
+        expect(claimed.out).toContain(`claimed: ${uid} is merchant ${hashKey(linkedKey)}'s (it was merchant ${hashKey(unlinking!.key)}'s)`);
+        await vi.waitFor(async () => expect((await gql(READ, { uid }, linkedKey)).data.delivery?.uid).toBe(uid), soon);
+        expect(await gql(READ, { uid }, unlinking!.key)).toEqual({ data: { delivery: null } });
       });
 
       it('cannot be used by another merchant with a key it does not hold: a made-up key, or a revoked one, is refused and links nothing', async () => {

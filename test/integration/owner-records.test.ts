@@ -9,11 +9,17 @@
 // A delivery booked outside the facade is nobody's until something the merchant
 // alone can do proves it (for a partner order, its read by reference), or an
 // operator claims it. Events of a partner order take their group from what the
-// facade knows, not from fields the document's webhook body lacks.
+// facade knows, not from fields the document's webhook body lacks. An operator's
+// claim made while the facade runs (on Redis) counts there within seconds.
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { merchantCommand } from '../../src/access/merchant-admin.js';
+import { CLAIM_CHECK_MS } from '../../src/access/owners.js';
+import { RedisStore } from '../../src/store/redis.js';
+import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import { partnerOrderBody, startStack, deliveryInput, type Stack } from '../helpers/stack.js';
+import { listenersAttached } from '../helpers/wait.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
 const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`;
@@ -193,6 +199,68 @@ describe('a delivery the facade has no record of', () => {
     // And another key is refused it, though the upstream would read it out (platform scope).
     expect(await stack.gql(READ, { uid: order.uid, group: 'PARTNER' }, other)).toEqual({ data: { delivery: null } });
   });
+});
+
+describe('an operator claim made while the facade runs (Redis)', () => {
+  const withRedis = redisAvailable('owner-records.test.ts');
+  let redis: RedisServer | undefined;
+  let running: Stack;
+  beforeAll(async () => {
+    if (!withRedis) return;
+    redis = await startRedisServer();
+    running = await startStack({ sandbox: { knobs: { readScope: 'platform' } }, env: { REDIS_URL: redis.url } });
+  });
+  afterAll(async () => {
+    await running?.stop();
+    await redis?.stop();
+  });
+
+  it.skipIf(!withRedis)(
+    'counts within seconds: the merchant it was recorded for reads null, its stream of the delivery ends NOT_FOUND, its unfiltered feed shows it no more; the claimant reads it',
+    async () => {
+      const [recorded, claimant] = [running.key, running.otherKey];
+      const booked = async (key: string) => (await running.gql(CREATE, { input: deliveryInput() }, key)).data.createDelivery.data.uid as string;
+      // Booked with one key: recorded as its merchant's, which the instance remembers as it reads, follows and passes the events on.
+      const uid = await booked(recorded);
+      expect((await running.gql(READ, { uid }, recorded)).data.delivery.uid).toBe(uid);
+      const client = wsClient(running.app.url, recorded);
+      try {
+        const attached = listenersAttached(running.app.services.bus);
+        const feed = collect(client, `subscription { deliveryEvents { uid name } }`);
+        await attached;
+        const updated = collect(client, `subscription($uid: ID!) { deliveryUpdated(uid: $uid) { uid name } }`, { uid });
+        await updated.waitFor(1);
+        await running.sandbox.advance(uid);
+        await feed.waitForItem((item: any) => item.deliveryEvents.uid === uid);
+        await updated.waitFor(2);
+
+        // The operator claims it for the other merchant, from a process of its own (npm run merchant -- claim, the key on standard input).
+        const operatorStore = new RedisStore(new Redis(redis!.url), { prefix: (running.app.services.store as RedisStore).prefix, ownsClient: true });
+        try {
+          const claimed = await merchantCommand(['claim', `--uid=${uid}`], `${claimant}\n`, { store: operatorStore });
+          expect(claimed.code, claimed.lines.join('\n')).toBe(0);
+        } finally {
+          await operatorStore.close();
+        }
+
+        await vi.waitFor(async () => expect(await running.gql(READ, { uid }, recorded)).toEqual({ data: { delivery: null } }), { timeout: CLAIM_CHECK_MS * 3, interval: 100 });
+        expect((await running.gql(READ, { uid }, claimant)).data.delivery.uid).toBe(uid);
+
+        // The delivery's next event: the recorded merchant's stream of it ends as a new one would be refused, and its feed passes it by.
+        const shown = feed.items.filter((item: any) => item.deliveryEvents.uid === uid).length;
+        await running.sandbox.advance(uid);
+        await updated.done;
+        expect(updated.items).toHaveLength(2);
+        expect(JSON.stringify(updated.errors)).toContain('NOT_FOUND');
+        const later = await booked(recorded);
+        await feed.waitForItem((item: any) => item.deliveryEvents.uid === later);
+        expect(feed.items.filter((item: any) => item.deliveryEvents.uid === uid)).toHaveLength(shown);
+        expect(feed.errors).toEqual([]);
+      } finally {
+        await client.dispose();
+      }
+    },
+  );
 });
 
 /** A platform booking body as the upstream takes it. */

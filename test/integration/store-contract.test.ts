@@ -21,7 +21,7 @@ import { fromDeliveryView } from '../../src/mapping/delivery.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { SqliteStore } from '../../src/store/sqlite.js';
 import type { Retention } from '../../src/store/retention.js';
-import { PENDING_EXPIRY_MS, type Store, type StoredEvent } from '../../src/store/store.js';
+import { OWNER_CLAIMS_KEPT, PENDING_EXPIRY_MS, type Store, type StoredEvent } from '../../src/store/store.js';
 import { DELIVERY_EVENT_NAMES, LOCATION_EVENT_NAMES, type WireWebhookEvent } from '../../src/upstream/wire.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 
@@ -118,7 +118,19 @@ const CONFIRMING = poll(1e9, true);
 type PathStep = string | [name: string, extra: Record<string, unknown>];
 const stepEvent = (uid: string, step: PathStep, extra: Record<string, unknown> = {}) =>
   typeof step === 'string' ? event(uid, step, extra) : event(uid, step[0], { ...step[1], ...extra });
-const stepLabel = (step: PathStep) => (typeof step === 'string' ? step : `${step[0]} (read${step[1].facade_confirms ? ', confirming' : ''}${step[1].facade_read_basis === 0 ? ', old' : ''})`);
+const stepLabel = (step: PathStep) => {
+  if (typeof step === 'string') return step;
+  const [name, extra] = step;
+  const read = extra.facade_source === 'poll' ? `read${extra.facade_confirms ? ', confirming' : ''}${extra.facade_read_basis === 0 ? ', old' : ''}` : undefined;
+  const courier = extra.driver_id !== undefined || extra.driver_name !== undefined ? `courier ${String(extra.driver_id ?? '-')}/${String(extra.driver_name ?? '-')}` : undefined;
+  return `${name} (${[read, courier].filter(Boolean).join(', ')})`;
+};
+
+/** Couriers as events and reads name them: an id and a name, or (reads keep driver_id null) a name alone. */
+const ANN = { driver_id: 1, driver_name: 'Ann' };
+const ANN_BY_NAME = { driver_name: 'Ann' };
+const BOB = { driver_id: 2, driver_name: 'Bob' };
+const BOB_BY_NAME = { driver_name: 'Bob' };
 
 /** Event sequences that reach every state the rule can produce (and none). */
 const STATE_PATHS: PathStep[][] = [
@@ -142,6 +154,11 @@ const STATE_PATHS: PathStep[][] = [
   ['delivery.pickup_complete', 'delivery.failed', ['delivery.dropoff_enroute', NEW_READ]],
   // Polling alone: reads only.
   [['delivery.created', NEW_READ], ['delivery.canceled', NEW_READ]],
+  // With couriers: a cancel by the assigned courier, a confirming read naming another, a failure after a reassignment.
+  [['delivery.assigned', ANN], ['delivery.canceled', ANN]],
+  [['delivery.assigned', ANN], ['delivery.canceled', ANN], ['delivery.canceled', { ...CONFIRMING, ...BOB_BY_NAME }]],
+  [['delivery.pickup_complete', ANN], ['delivery.assigned', BOB], ['delivery.failed', BOB]],
+  [['delivery.dropoff_complete', ANN], ['delivery.failed', { ...NEW_READ, ...BOB_BY_NAME }]],
 ];
 /** Every documented name, some in other cases, unknown ones and a non-delivery one. */
 const JUDGED_NAMES = [
@@ -163,6 +180,15 @@ const JUDGED_READS: PathStep[] = [
   ['delivery.dropoff_complete', OLD_READ],
   ['delivery.returned', OLD_READ],
   ['location.dropoff_enroute', NEW_READ],
+  // Reads that name a courier: the same one, another, by name alone (as reads do), confirming or not, newer or older.
+  ['delivery.canceled', { ...CONFIRMING, ...BOB_BY_NAME }],
+  ['delivery.failed', { ...CONFIRMING, ...BOB }],
+  ['delivery.canceled', { ...CONFIRMING, ...ANN_BY_NAME }],
+  ['delivery.dropoff_complete', { ...NEW_READ, ...ANN_BY_NAME }],
+  ['delivery.dropoff_complete', { ...NEW_READ, ...BOB }],
+  ['delivery.pickup_enroute', { ...NEW_READ, ...BOB_BY_NAME }],
+  ['delivery.returned', { ...NEW_READ, ...ANN }],
+  ['delivery.dropoff_arrived', { ...OLD_READ, ...BOB_BY_NAME }],
 ];
 
 /** Writes a state as an earlier version of the store may have left it (only SQLite rows and Redis hashes hold one). */
@@ -732,25 +758,141 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     });
   });
 
-  test('merchant links: one step each, the first stays, a link points at the root of its target, and a loop is refused', async () => {
+  test("operator claims: a shared store tells running instances the uids claimed since a version they saw; one process's store has none to tell", async () => {
+    fresh();
+    const start = await store.ownerClaimsAfter(undefined);
+    expect(start.uids).toEqual([]);
+    await store.recordOwners([{ uid: 'c1', owner: 'a', group: 'PLATFORM', proof: 'booked' }]);
+    // Records a proof writes are no claims; the operator's (replace) are.
+    await store.recordOwners([
+      { uid: 'c1', owner: 'b', group: 'PLATFORM', proof: 'claimed', replace: true },
+      { uid: 'c2', owner: 'b', group: null, proof: 'claimed', replace: true },
+      { uid: 'c3', owner: 'b', group: null, proof: 'reference' },
+    ]);
+    if (!(store instanceof RedisStore)) {
+      expect(await store.ownerClaimsAfter(start.version)).toEqual({ version: 0, uids: [] });
+      return;
+    }
+    const after = await store.ownerClaimsAfter(start.version);
+    expect(after).toEqual({ version: start.version + 2, uids: ['c1', 'c2'] });
+    expect(await store.ownerClaimsAfter(after.version)).toEqual({ version: after.version, uids: [] });
+    // More claims since a version than are kept: which is not known.
+    await store.recordOwners(Array.from({ length: OWNER_CLAIMS_KEPT + 1 }, (_, i) => ({ uid: `m${i}`, owner: 'b', group: null, proof: 'claimed' as const, replace: true })));
+    expect(await store.ownerClaimsAfter(after.version)).toEqual({ version: after.version + OWNER_CLAIMS_KEPT + 1, uids: undefined });
+    expect((await store.ownerClaimsAfter(after.version + 1)).uids).toHaveLength(OWNER_CLAIMS_KEPT);
+  });
+
+  test('merchant links: a root with history (owner records, unreleased idempotency claims, ids linked to it) is never linked elsewhere; the bare one joins it, whichever id called; two with history are refused', async () => {
     fresh();
     expect(await store.merchantLinks(['k1', 'k2'])).toEqual(new Map());
-    expect(await store.linkMerchant('k2', 'k1')).toBe('linked');
-    expect(await store.linkMerchant('k2', 'k9')).toBe('taken');
+    // Neither has history: the key joins the previous one's merchant.
+    expect(await store.linkMerchant('k2', 'k1')).toEqual({ outcome: 'linked', merchant: 'k1' });
+    // k1 has an id linked to it now: k9, bare, joins it though k2 (a key of k1's) made the call with k9 as the previous key.
+    expect(await store.linkMerchant('k2', 'k9')).toEqual({ outcome: 'linked', merchant: 'k1' });
     // k3 joins the merchant k2 leads to: k1, not k2.
-    expect(await store.linkMerchant('k3', 'k2')).toBe('linked');
-    expect(Object.fromEntries(await store.merchantLinks(['k1', 'k2', 'k3']))).toEqual({ k2: 'k1', k3: 'k1' });
+    expect(await store.linkMerchant('k3', 'k2')).toEqual({ outcome: 'linked', merchant: 'k1' });
+    expect(Object.fromEntries(await store.merchantLinks(['k1', 'k2', 'k3', 'k9']))).toEqual({ k2: 'k1', k3: 'k1', k9: 'k1' });
     // k1 is already where k3 leads: nothing to link.
-    expect(await store.linkMerchant('k1', 'k3')).toBe('same');
-    expect(await store.unlinkMerchant('k3')).toBe(true);
+    expect(await store.linkMerchant('k1', 'k3')).toEqual({ outcome: 'same', merchant: 'k1' });
+
+    // An owner record is history: the merchant that booked stays the root, whichever key calls.
+    await store.recordOwner('u-m1', 'm1', 'PLATFORM', 'booked');
+    expect(await store.linkMerchant('m1', 'm2')).toEqual({ outcome: 'linked', merchant: 'm1' });
+    expect(Object.fromEntries(await store.merchantLinks(['m1', 'm2']))).toEqual({ m2: 'm1' });
+    // So is an idempotency claim, pending or done.
+    expect(await store.claimIdempotency('c1', 'order-1', 'fp')).toEqual({ state: 'claimed' });
+    expect(await store.linkMerchant('c1', 'c2')).toEqual({ outcome: 'linked', merchant: 'c1' });
+    // A released claim booked nothing: no history.
+    expect(await store.claimIdempotency('r1', 'order-1', 'fp')).toEqual({ state: 'claimed' });
+    await store.releaseIdempotency('r1', 'order-1');
+    await store.recordOwner('u-r2', 'r2', 'PLATFORM', 'booked');
+    expect(await store.linkMerchant('r1', 'r2')).toEqual({ outcome: 'linked', merchant: 'r2' });
+
+    // Both with history: refused, nothing linked, either way round, and through their keys too.
+    await store.recordOwner('u-h1', 'h1', 'PLATFORM', 'booked');
+    await store.claimIdempotency('h2', 'order-1', 'fp');
+    expect(await store.linkMerchant('h1', 'h2')).toEqual({ outcome: 'refused' });
+    expect(await store.linkMerchant('h2', 'h1')).toEqual({ outcome: 'refused' });
+    expect(await store.linkMerchant('m2', 'k2')).toEqual({ outcome: 'refused' });
+    expect(await store.merchantLinks(['h1', 'h2', 'm1', 'k1'])).toEqual(new Map());
+
+    // Unlinked, an id is bare again, and its former merchant without linked ids and records is too.
+    for (const id of ['k2', 'k3', 'k9']) expect(await store.unlinkMerchant(id)).toBe(true);
     expect(await store.unlinkMerchant('k3')).toBe(false);
-    expect(Object.fromEntries(await store.merchantLinks(['k2', 'k3']))).toEqual({ k2: 'k1' });
+    expect(await store.linkMerchant('k1', 'm1')).toEqual({ outcome: 'linked', merchant: 'm1' });
+    expect(Object.fromEntries(await store.merchantLinks(['k1', 'k2', 'k3']))).toEqual({ k1: 'm1' });
+
     const again = await reopen(store);
     try {
-      expect(Object.fromEntries(await again.merchantLinks(['k2']))).toEqual({ k2: 'k1' });
+      expect(Object.fromEntries(await again.merchantLinks(['k1', 'm2']))).toEqual({ k1: 'm1', m2: 'm1' });
+      expect(await again.linkMerchant('h2', 'h1')).toEqual({ outcome: 'refused' });
     } finally {
       await again.close();
     }
+  });
+
+  test('merchant links on data written before merchants had a history: the records, claims and links there count', async () => {
+    fresh();
+    await store.recordOwner('u-old', 'old', 'PLATFORM', 'booked');
+    await store.claimIdempotency('older', 'order-1', 'fp');
+    expect(await store.linkMerchant('linked-old', 'oldest')).toEqual({ outcome: 'linked', merchant: 'oldest' });
+    if (store instanceof RedisStore) {
+      // What an earlier version left: the same records, claims and links, without the histories it did not keep.
+      const { client, prefix } = store;
+      const histories = (await client.keys(`${prefix}merchant-*`)).filter((key) => !key.startsWith(`${prefix}merchant-link:`));
+      expect(histories.length).toBeGreaterThan(0);
+      await client.del(...histories);
+      store = await reopen(store);
+      opened.push(store);
+    }
+    expect(await store.linkMerchant('old', 'new-1')).toEqual({ outcome: 'linked', merchant: 'old' });
+    expect(await store.linkMerchant('older', 'new-2')).toEqual({ outcome: 'linked', merchant: 'older' });
+    expect(await store.linkMerchant('oldest', 'new-3')).toEqual({ outcome: 'linked', merchant: 'oldest' });
+    expect(await store.linkMerchant('old', 'older')).toEqual({ outcome: 'refused' });
+  });
+
+  test("merchant merge: a merchant with history becomes part of another's with what it owns; a key both used keeps the root's claim; markers still resolve; running it again moves what came later", async () => {
+    fresh();
+    await store.recordOwners([
+      { uid: 'u-a', owner: 'A', group: 'PLATFORM', proof: 'booked' },
+      { uid: 'u-b', owner: 'B', group: 'PARTNER', proof: 'reference' },
+      { uid: 'u-other', owner: 'C', group: 'PLATFORM', proof: 'booked' },
+    ]);
+    for (const [owner, uid] of [['A', 'u-a'], ['B', 'u-b']] as const) {
+      expect(await store.claimIdempotency(owner, 'shared', `fp-${owner}`)).toEqual({ state: 'claimed' });
+      await store.completeIdempotency(owner, 'shared', { uid, trackingUrl: null });
+    }
+    // A booking of B's in flight: its marker is B's.
+    expect(await store.claimIdempotency('B', 'in-flight', 'fp-f')).toEqual({ state: 'claimed' });
+    // A key of B's merchant.
+    expect(await store.linkMerchant('B2', 'B')).toEqual({ outcome: 'linked', merchant: 'B' });
+    expect(await store.linkMerchant('A', 'B2')).toEqual({ outcome: 'refused' });
+
+    expect(await store.mergeMerchant('B2', 'A')).toEqual({ merchant: 'A', merged: 'B', records: 1, claims: 1, conflicts: 1 });
+    expect(Object.fromEntries(await store.merchantLinks(['A', 'B', 'B2']))).toEqual({ B: 'A', B2: 'A' });
+    const owners = await store.ownersOf(['u-a', 'u-b', 'u-other']);
+    expect(Object.fromEntries([...owners].map(([uid, record]) => [uid, record.owner]))).toEqual({ 'u-a': 'A', 'u-b': 'A', 'u-other': 'C' });
+    expect(owners.get('u-b')).toEqual({ owner: 'A', group: 'PARTNER', proof: 'reference' });
+    // Its unfinished deliveries are the merchant's to reconcile.
+    expect((await unfinishedOf('A')).map((each) => each.uid)).toEqual(['u-a', 'u-b']);
+    expect(await unfinishedOf('B')).toEqual([]);
+    // A's own claim of the key both used stays; B's claim in flight is A's, and its booking marker resolves it.
+    expect(await store.claimIdempotency('A', 'shared', 'fp-A')).toEqual({ state: 'done', result: { uid: 'u-a', trackingUrl: null } });
+    expect(await store.claimIdempotency('A', 'in-flight', 'fp-f')).toEqual({ state: 'pending' });
+    expect(await store.resolveBookingMarker(bookingMarker('B', 'in-flight'), { uid: 'u-f', trackingUrl: 'https://t.example/f' })).toBe('A');
+    expect(await store.claimIdempotency('A', 'in-flight', 'fp-f')).toEqual({ state: 'done', result: { uid: 'u-f', trackingUrl: 'https://t.example/f' } });
+    // Nothing is left under the merged ids: a new merchant id joining them is refused only for A's history.
+    expect(await store.claimIdempotency('B', 'shared', 'fp-B')).toEqual({ state: 'claimed' });
+    await store.releaseIdempotency('B', 'shared');
+
+    // Once more: nothing to link or move...
+    expect(await store.mergeMerchant('B', 'A')).toEqual({ merchant: 'A', merged: undefined, records: 0, claims: 0, conflicts: 0 });
+    // ...until an instance that had not read the link yet records under B.
+    await store.recordOwner('u-late', 'B', 'PLATFORM', 'booked');
+    await store.claimIdempotency('B', 'late', 'fp-l');
+    expect(await store.mergeMerchant('B2', 'A')).toEqual({ merchant: 'A', merged: undefined, records: 1, claims: 1, conflicts: 0 });
+    expect((await store.ownersOf(['u-late'])).get('u-late')?.owner).toBe('A');
+    expect(await store.claimIdempotency('A', 'late', 'fp-l')).toEqual({ state: 'pending' });
   });
 
   /** Every page of an owner's unfinished deliveries, as reconciliation pages through them (two at most a page), in uid order. */
@@ -808,22 +950,33 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     expect(await unfinishedOf('o', Date.now() + 60_000)).toEqual([]);
   });
 
-  test('read leases: taken once until they expire, whoever asks again; a store one process holds grants every one', async () => {
+  test('read leases: taken once until they expire or are given back, by one instance, which may take its own again; a store one process holds grants every one', async () => {
     fresh();
     expect(await store.leaseReads(['a', 'b'], 10_000)).toEqual(new Set(['a', 'b']));
     expect(await store.leaseReads([], 10_000)).toEqual(new Set());
+    // The instance that holds a lease takes it again (a second read of the same delivery, asked for while the first was under way).
+    expect(await store.leaseReads(['a', 'c'], 10_000)).toEqual(new Set(['a', 'c']));
+    // Given back (and giving back one not held, or nothing, is no error): taken again at once.
+    await store.releaseReads(['a', 'never-taken']);
+    await store.releaseReads([]);
+    expect(await store.leaseReads(['a'], 10_000)).toEqual(new Set(['a']));
     if (store instanceof RedisStore) {
       // Another instance on the same Redis.
       const other = await reopen(store);
       try {
-        expect(await other.leaseReads(['a', 'c'], 10_000)).toEqual(new Set(['c']));
+        expect(await other.leaseReads(['a', 'c', 'd'], 10_000)).toEqual(new Set(['d']));
+        // It cannot give back what it does not hold...
+        await other.releaseReads(['a']);
+        expect(await other.leaseReads(['a'], 10_000)).toEqual(new Set());
+        // ...and takes what the holder gave back.
+        await store.releaseReads(['a', 'c']);
+        expect(await other.leaseReads(['a', 'c'], 10_000)).toEqual(new Set(['a', 'c']));
+        expect(await store.leaseReads(['a', 'c', 'd'], 10_000)).toEqual(new Set());
         expect(await other.leaseReads(['short'], 50)).toEqual(new Set(['short']));
         await vi.waitFor(async () => expect(await store.leaseReads(['short'], 50)).toEqual(new Set(['short'])), { timeout: 5_000, interval: 20 });
       } finally {
         await other.close();
       }
-    } else {
-      expect(await store.leaseReads(['a', 'c'], 10_000)).toEqual(new Set(['a', 'c']));
     }
   });
 

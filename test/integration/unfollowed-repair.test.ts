@@ -5,14 +5,25 @@
 // Delivery.events. The sandbox drops the webhooks a delivery's script names,
 // as after five failed retries. Reads are shared fairly across merchants, and
 // counted in /metrics. On the embedded SQLite store and on a private Redis.
-import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
+import { NOT_DELIVERED_RANK } from '../../src/domain/milestones.js';
 import { createLogger } from '../../src/logger.js';
+import { createEventBus } from '../../src/realtime/bus.js';
+import { OwnerKeys } from '../../src/realtime/owner-keys.js';
+import { Reconciler } from '../../src/realtime/reconcile.js';
+import { RedisStore } from '../../src/store/redis.js';
+import { SqliteStore } from '../../src/store/sqlite.js';
+import type { Store } from '../../src/store/store.js';
+import type { Upstream } from '../../src/upstream/clients.js';
+import type { WireWebhookEvent } from '../../src/upstream/wire.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 import { waitUntil } from '../helpers/wait.js';
@@ -361,5 +372,63 @@ describe.runIf(withRedis)('several instances on one Redis', () => {
     expect(await metric(stack.app, 'delivery_graph_reconcile_owner_keys')).toBe(1);
     expect(await metric(second, 'delivery_graph_reconcile_owner_keys')).toBe(1);
     expect((await readsOfKind(stack.app, 'unfollowed')) + (await readsOfKind(second, 'unfollowed'))).toBeGreaterThanOrEqual(7);
+  });
+});
+
+// A contradiction heard while the read it asked for is under way is read again
+// when that read ends (its answer may be older than the contradiction). On Redis
+// the read holds a lease in the store, which must not refuse the same instance's
+// second read: SQLite grants every lease, and both stores must end where the
+// upstream does. The upstream here is a stub whose first read is held until the
+// second contradiction is stored, and answers what it showed before (delivered).
+describe.each(stores)('a contradiction heard while its read is under way, on %s', (name, enabled) => {
+  it.skipIf(!enabled)('is read again when that read ends, and the second read decides', async () => {
+    const store: Store =
+      name === 'SQLite'
+        ? new SqliteStore(mkdtempSync(path.join(tmpdir(), 'delivery-graph-reread-')))
+        : new RedisStore(new Redis(redis!.url), { prefix: `reread:${randomUUID()}:`, ownsClient: true });
+    const bus = createEventBus();
+    const uid = randomUUID();
+    const event = (eventName: string) => ({ payload: { uid, event_name: eventName, status: eventName.slice('delivery.'.length) } as WireWebhookEvent, receivedAt: new Date().toISOString() });
+    await store.recordOwners([{ uid, owner: 'merchant', group: 'PLATFORM', proof: 'booked' }]);
+    await store.appendEvents([event('delivery.pickup_complete'), event('delivery.dropoff_complete')]);
+
+    let reads = 0;
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const upstream = {
+      platform: {
+        get: async () => {
+          reads += 1;
+          if (reads === 1) await held;
+          return { uid, status: reads === 1 ? 'dropoff_complete' : 'failed' };
+        },
+      },
+      partner: { getOrder: async () => Promise.reject(new Error('not a partner order')) },
+    } as unknown as Upstream;
+    const keys = new OwnerKeys({ ownerOf: () => 'merchant' });
+    keys.remember('sk_test_merchant');
+    const append = async (payload: WireWebhookEvent, receivedAt: string) => {
+      const [result] = await store.appendEvents([{ payload, receivedAt }]);
+      bus.publish(result!.event);
+      return result!;
+    };
+    const reconciler = new Reconciler({ store, upstream, bus, keys, intervalMs: 30_000, maxReadsPerSecond: 100, finalityGraceMs: 60_000, append, ownerOf: async (u) => (await store.ownersOf([u])).get(u) });
+    try {
+      // A failure after dropoff_complete contradicts it: read at once.
+      const first = await append(event('delivery.failed').payload, new Date().toISOString());
+      expect(first.event.contradicts).toBe(true);
+      await expect.poll(() => reads, { timeout: 5_000 }).toBe(1);
+      // Another contradiction while that read is held.
+      expect((await append(event('delivery.return_in_progress').payload, new Date().toISOString())).event.contradicts).toBe(true);
+      release();
+      // The first read answers the old dropoff_complete; the second, asked for by the return, says failed and wins.
+      await expect.poll(() => reads, { timeout: 5_000 }).toBe(2);
+      await expect.poll(async () => (await store.deliveryState(uid))?.rank, { timeout: 5_000 }).toBe(NOT_DELIVERED_RANK);
+      expect(reconciler.counters.byKind.contradiction).toBe(2);
+    } finally {
+      reconciler.stop();
+      await store.close();
+    }
   });
 });

@@ -486,9 +486,12 @@ describe('a store that fails', () => {
     ownersOf: Store['ownersOf'] = (...args) => this.inner.ownersOf(...args);
     merchantLinks: Store['merchantLinks'] = (...args) => this.inner.merchantLinks(...args);
     linkMerchant: Store['linkMerchant'] = (...args) => this.inner.linkMerchant(...args);
+    mergeMerchant: Store['mergeMerchant'] = (...args) => this.inner.mergeMerchant(...args);
     unlinkMerchant: Store['unlinkMerchant'] = (...args) => this.inner.unlinkMerchant(...args);
     unfinishedDeliveries: Store['unfinishedDeliveries'] = (...args) => this.inner.unfinishedDeliveries(...args);
     leaseReads: Store['leaseReads'] = (...args) => this.inner.leaseReads(...args);
+    releaseReads: Store['releaseReads'] = (...args) => this.inner.releaseReads(...args);
+    ownerClaimsAfter: Store['ownerClaimsAfter'] = (...args) => this.inner.ownerClaimsAfter(...args);
     deliveryState: Store['deliveryState'] = (...args) => this.inner.deliveryState(...args);
     deliveryView: Store['deliveryView'] = (...args) => this.inner.deliveryView(...args);
     recordRead: Store['recordRead'] = (...args) => this.inner.recordRead(...args);
