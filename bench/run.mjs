@@ -5,28 +5,48 @@
 // anonymous-flood takes --duration, --facade=<other checkout>, --heap and more (see attacks/anonymous-flood.mjs);
 // token-flood takes --baseline=<other checkout>, --duration, --rate, --heap and more (see attacks/token-flood.mjs).
 // keyless-flood takes --baseline=<other checkout>, --duration and more (see attacks/keyless-flood.mjs).
+// connection-caps, keepalive-webhook and idle-headers take --baseline=<checkout with dist/ built>: its build runs
+// beside this one, in the same table (see attacks/front-door.mjs).
+// single-read, realtime, realtime-redis and fan-out take --baseline=<checkout> (its build side by side); the realtime
+// ones take --subscribers, --per-delivery, --rate and more (see scenarios/realtime.mjs); realtime-scale and
+// realtime-redis-scale are their 10,000- and 20,000-subscriber variants.
 // --profile (or BENCH_PROFILE=<dir>): every facade started runs under --cpu-prof and
 // writes a .cpuprofile into the directory (bench/profiles/ by default, not committed) when it stops.
 import path from 'node:path';
 import { singleRead } from './scenarios/single-read.mjs';
 import { batchRead } from './scenarios/batch-read.mjs';
-import { realtime, realtimeRedis, redisReplicaAck, fanOut } from './scenarios/realtime.mjs';
+import { realtime, realtimeScale, realtimeRedis, realtimeRedisScale, redisReplicaAck, fanOut } from './scenarios/realtime.mjs';
 import { startup } from './scenarios/startup.mjs';
 import { reconcile } from './scenarios/reconcile.mjs';
 import { soak, soakRedis } from './scenarios/soak.mjs';
 import { anonymousFlood } from './attacks/anonymous-flood.mjs';
 import { tokenFlood } from './attacks/token-flood.mjs';
 import { keylessFlood } from './attacks/keyless-flood.mjs';
+import { connectionCaps, idleHeaders, keptAliveWebhook } from './attacks/front-door.mjs';
 import { ScenarioSkipped } from './lib/contenders.mjs';
 import { BENCH } from './lib/proc.mjs';
 import { printGoals } from './lib/report.mjs';
 
-const SCENARIOS = { 'single-read': singleRead, 'batch-read': batchRead, realtime, 'realtime-redis': realtimeRedis, 'fan-out': fanOut, startup, reconcile, 'anonymous-flood': anonymousFlood, 'token-flood': tokenFlood, 'keyless-flood': keylessFlood };
+const SCENARIOS = {
+  'single-read': singleRead,
+  'batch-read': batchRead,
+  realtime,
+  'realtime-redis': realtimeRedis,
+  'fan-out': fanOut,
+  startup,
+  reconcile,
+  'anonymous-flood': anonymousFlood,
+  'connection-caps': connectionCaps,
+  'keepalive-webhook': keptAliveWebhook,
+  'idle-headers': idleHeaders,
+  'token-flood': tokenFlood,
+  'keyless-flood': keylessFlood,
+};
 /** Too long for every run (and for CI): only when named. */
-const ON_DEMAND = { soak, 'soak-redis': soakRedis, 'redis-replica-ack': redisReplicaAck };
+const ON_DEMAND = { soak, 'soak-redis': soakRedis, 'redis-replica-ack': redisReplicaAck, 'realtime-scale': realtimeScale, 'realtime-redis-scale': realtimeRedisScale };
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
-// --name=value flags, for the scenarios that take them (the soaks, anonymous-flood, keyless-flood).
+// --name=value flags, for the scenarios that take them.
 const flags = Object.fromEntries(args.filter((arg) => /^--[\w-]+=/.test(arg)).map((arg) => arg.slice(2).split(/=(.*)/s, 2)));
 const chosen = args.filter((arg) => !arg.startsWith('--'));
 const unknown = chosen.filter((name) => !(name in SCENARIOS) && !(name in ON_DEMAND));

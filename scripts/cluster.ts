@@ -107,18 +107,25 @@ async function startInstance(index: number): Promise<string> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     cwd: root,
     env: { ...env, PORT: String(portOf(index)), DATA_DIR: path.join(dir, `instance-${index + 1}`) },
-    stdio: ['ignore', 'pipe', 'inherit'],
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
   children.push(child);
   return new Promise((resolve, reject) => {
     let output = '';
+    let served = false;
     child.once('exit', (code) => {
       if (!stopping) reject(new Error(`instance ${index + 1} exited with ${code}:\n${output}`));
     });
-    child.stdout!.on('data', (chunk: Buffer) => {
+    child.stdout!.resume();
+    // The instance's banner is on its stderr (its stdout is JSON logs); what it writes there later (a warning) is passed on.
+    child.stderr!.on('data', (chunk: Buffer) => {
+      if (served) return void process.stderr.write(chunk);
       output += chunk.toString();
-      const served = /serving on (http:\/\/\S+)/.exec(output);
-      if (served) resolve(served[1]!);
+      const match = /serving on (http:\/\/\S+)/.exec(output);
+      if (match) {
+        served = true;
+        resolve(match[1]!);
+      }
     });
   });
 }

@@ -8,8 +8,9 @@ import cluster, { type Worker } from 'node:cluster';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Config } from './config.js';
+import { startEmbeddedSandbox } from './embedded-sandbox.js';
 import { createLogger } from './logger.js';
-import { DEMO_MERCHANTS, startSandbox, type Sandbox } from './sandbox/index.js';
+import type { Sandbox } from './sandbox/index.js';
 
 /** What a worker tells the primary once it listens. */
 export interface WorkerListening {
@@ -38,7 +39,7 @@ export async function runPrimary(config: Config, banner: (where: WorkerListening
   const env: Record<string, string> = {};
   if (!config.upstream.url) {
     // Its world kept in DATA_DIR/sandbox, as a single process keeps it; paused until the workers listen (setWebhookUrl below).
-    sandbox = await startSandbox({ port: config.sandbox.port, host: config.host, merchants: DEMO_MERCHANTS, dataDir: path.join(config.dataDir, 'sandbox'), paused: true, knobs: { stepMs: config.sandbox.stepMs, returnRate: config.sandbox.returnRate } });
+    sandbox = await startEmbeddedSandbox(config, logger);
     // The workers take the primary's sandbox as their upstream, and its key to verify its webhooks.
     mkdirSync(config.dataDir, { recursive: true });
     const keyFile = path.join(config.dataDir, 'sandbox-webhook-public.pem');

@@ -6,9 +6,13 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { normalizeOrigin, type CorsOrigins } from './http/cors.js';
 import { DEFAULT_STEP_MS } from './sandbox/knobs.js';
+import { DEFAULT_REFUSAL_MEMORY_MS } from './upstream/known-keys.js';
 
 export const AMOUNT_UNITS = ['cents', 'major'] as const;
 export type AmountUnit = (typeof AMOUNT_UNITS)[number];
+export const READ_SCOPES = ['platform', 'key'] as const;
+/** Whose deliveries a read by uid answers 200 for: any of the platform's (as the upstream's document reads), or only the key's merchant's. */
+export type ReadScope = (typeof READ_SCOPES)[number];
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 /** pretty: readable, coloured lines for a person at a terminal; json: one JSON object a line, for machines. */
 export type LogFormat = 'pretty' | 'json';
@@ -24,10 +28,18 @@ export interface UpstreamConfig {
   readonly itemPriceUnit: AmountUnit;
   /** UPSTREAM_QUOTE_AMOUNT_UNIT: the unit a quote's `delivery_fee` and `tip` are read in. */
   readonly quoteAmountUnit: AmountUnit;
+  /**
+   * UPSTREAM_READ_SCOPE: `platform`, a read's 200 says only that the delivery is
+   * the platform's, so it proves no merchant owns it; `key`, the upstream answers
+   * a read 404 for any delivery not the key's merchant's (src/access/owners.ts).
+   */
+  readonly readScope: ReadScope;
   /** Time between background checks of the upstream's health (reported by /ready and /metrics, never used to pull the instance). */
   readonly healthCheckMs: number;
   /** Most sockets kept open to the upstream origin. */
   readonly connections: number;
+  /** KEY_REFUSAL_MEMORY_MS: how long a key the upstream refused (401) is answered UNAUTHENTICATED without asking again. */
+  readonly keyRefusalMemoryMs: number;
   /** Larger upstream bodies are refused as UPSTREAM_ERROR instead of buffered. */
   readonly maxResponseBytes: number;
   /** The circuit breaker of each endpoint group. */
@@ -118,6 +130,10 @@ export interface Config {
   readonly server: {
     /** Most open connections (WebSockets included); undefined: 80 % of the process's file-descriptor limit. */
     readonly maxConnections: number | undefined;
+    /** Most connections one socket peer address (IPv6: its /64) may hold on the main port (0: no cap); undefined: a quarter of maxConnections, none behind TRUST_PROXY. */
+    readonly maxConnectionsPerAddress: number | undefined;
+    /** Slots of maxConnections kept for webhooks (WEBHOOK_PORT's own, or on a shared port past the rest, for the webhook path only); undefined: an eighth of maxConnections, at most 64. */
+    readonly webhookConnections: number | undefined;
     /** A request's headers must arrive within this. */
     readonly headersTimeoutMs: number;
     /** A whole request (headers and body) must arrive within this. */
@@ -177,6 +193,25 @@ export interface Config {
     readonly reconcileIntervalMs: number;
     /** RECONCILE_MAX_READS_PER_SECOND: most reconciliation reads this instance makes per second, whatever it follows. */
     readonly reconcileMaxReadsPerSecond: number;
+    /**
+     * RECONCILE_UNFOLLOWED_INTERVAL_MS: each unfinished delivery the facade knows
+     * is read this often though nobody follows it (0: never). Ten RECONCILE_INTERVAL_MS by default.
+     */
+    readonly reconcileUnfollowedIntervalMs: number;
+    /** RECONCILE_UNFOLLOWED_WINDOW: only deliveries the facade recorded (booked, read) this recently are read unfollowed; at most EVENT_RETENTION. */
+    readonly reconcileUnfollowedWindowMs: number;
+    /**
+     * FINALITY_GRACE_MS: a cancel or failure with no evidence of pickup stays open
+     * to later evidence (a return, a second attempt) this long; then a read that
+     * still says so makes it final.
+     */
+    readonly finalityGraceMs: number;
+    /**
+     * KEY_RECONFIRM_INTERVAL_MS: the key of every open subscription of this
+     * instance is re-confirmed with the upstream at least this often (one call
+     * per key, skipped when another call proved it within the interval).
+     */
+    readonly keyReconfirmIntervalMs: number;
   };
   /** Whether webhooks can arrive: a key verifies them (WEBHOOK_PUBLIC_KEY_FILE, or the embedded sandbox's). Without, polling alone. */
   readonly webhooksEnabled: boolean;
@@ -241,6 +276,11 @@ export interface RedisSentinelConfig {
   sentinelTls: boolean;
 }
 
+/** UPSTREAM_URL's one value that is not a URL: the embedded sandbox, asked for in so many words. */
+export const SANDBOX_UPSTREAM = 'sandbox';
+/** Logged at every production start on the simulator, so that a collector sees it too (the banner goes to a person). */
+export const SIMULATOR_IN_PRODUCTION = `the upstream is the embedded sandbox (UPSTREAM_URL=${SANDBOX_UPSTREAM}), a simulator: nothing is really booked or delivered`;
+
 export class ConfigError extends Error {
   override name = 'ConfigError';
   constructor(
@@ -255,18 +295,23 @@ export class ConfigError extends Error {
 export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; default: string }> = [
   { name: 'PORT', help: 'port the facade listens on (0: any free port)', default: '4000' },
   { name: 'HOST', help: 'address the facade listens on', default: '127.0.0.1' },
-  { name: 'UPSTREAM_URL', help: 'upstream base URL ending in /api/v1', default: 'unset: start the embedded sandbox' },
+  { name: 'UPSTREAM_URL', help: 'upstream base URL ending in /api/v1, or sandbox for the embedded simulator (nothing is really booked); required in production, where unset stops start-up', default: 'unset: the embedded sandbox (outside production)' },
   { name: 'PLATFORM_ID', help: 'platform identifier in platform-group paths (required with UPSTREAM_URL)', default: "the sandbox's" },
   { name: 'WEBHOOK_PUBLIC_KEY_FILE', help: 'RSA public key (2048 bits or more) that verifies webhook JWTs: PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE", or DER; a PEM file may hold several (a key change: an event verifies against any)', default: "the sandbox's" },
   { name: 'WEBHOOK_ISSUER', help: 'required iss claim of webhook JWTs', default: "the sandbox's" },
   { name: 'WEBHOOK_PATH', help: 'path of the webhook receiver', default: '/webhooks' },
-  { name: 'WEBHOOK_PORT', help: 'a port of its own for webhooks, on HOST (the main port then answers the webhook path 404); unset: webhooks come in on PORT, where only connections whose first request is for WEBHOOK_PATH get the raised header limit', default: 'unset' },
-  { name: 'WEBHOOK_MAX_TOKEN_BYTES', help: 'largest webhook JWT accepted (it travels in the Authorization header; the header limit of webhook connections is raised to match, every other connection keeps 16 KiB)', default: '262144' },
+  { name: 'WEBHOOK_PORT', help: 'a port of its own for webhooks, on HOST, with WEBHOOK_CONNECTIONS slots no client of PORT can take (the main port then answers the webhook path 404); unset: webhooks come in on PORT', default: 'unset' },
+  { name: 'WEBHOOK_MAX_TOKEN_BYTES', help: 'largest webhook JWT accepted (it travels in the Authorization header; the head limit of WEBHOOK_PATH requests is raised to match, every other request keeps 16 KiB, whatever came before it on its connection)', default: '262144' },
   { name: 'WEBHOOK_BODY_TIMEOUT_MS', help: "a webhook's body must arrive within this after its headers", default: '10000' },
   { name: 'WEBHOOK_CLOCK_TOLERANCE_SECONDS', help: "seconds a webhook JWT is still accepted after its exp (and before its nbf/iat), for clock skew between the upstream and this host; 0: none", default: '30' },
   { name: 'DATA_DIR', help: "directory of the embedded SQLite store, and of the embedded sandbox's world and signing key (DATA_DIR/sandbox)", default: './data' },
   { name: 'UPSTREAM_TIMEOUT_MS', help: 'budget of one upstream call, retries included', default: '10000' },
   { name: 'UPSTREAM_AMOUNT_UNIT', help: 'unit the upstream expects for request tip and package_value (and item price unless UPSTREAM_ITEM_PRICE_UNIT is set): cents or major', default: 'cents' },
+  {
+    name: 'UPSTREAM_READ_SCOPE',
+    help: "whose deliveries the upstream's read by uid answers: platform (any of the platform's, as its document reads: a 200 then proves no merchant owns one) or key (only the key's merchant's: the upstream decides who sees what)",
+    default: 'platform',
+  },
   { name: 'UPSTREAM_ITEM_PRICE_UNIT', help: 'unit the upstream expects for request item price, and gives it back in on reads: cents or major', default: "UPSTREAM_AMOUNT_UNIT's" },
   { name: 'UPSTREAM_QUOTE_AMOUNT_UNIT', help: "unit of the quote answer's delivery_fee and tip: major (read as they are) or cents (divided by 100)", default: 'major' },
   { name: 'UPSTREAM_CHECK_INTERVAL_MS', help: "time between background checks of the upstream's health, reported by /ready and /metrics (readiness never depends on it)", default: '10000' },
@@ -288,10 +333,13 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'REDIS_REPLICA_ACK_TIMEOUT_MS', help: 'how long a stored batch waits for REDIS_MIN_REPLICAS_ACK replicas before its webhooks are answered 503', default: '1000' },
   { name: 'MAX_BATCH_SIZE', help: 'longest deliveries(uids:) list', default: '100' },
   { name: 'BATCH_CONCURRENCY', help: 'upstream reads one GraphQL request runs at once', default: '64' },
-  { name: 'MAX_CONNECTIONS', help: 'most open connections, WebSockets included (the next are closed at once)', default: "80 % of the process's file-descriptor limit" },
-  { name: 'HEADERS_TIMEOUT_MS', help: "a request's headers must arrive within this (slow clients are cut off)", default: '10000' },
+  { name: 'MAX_CONNECTIONS', help: 'most open connections over every port, WebSockets included (the next are refused 503 at once)', default: "80 % of the process's file-descriptor limit" },
+  { name: 'MAX_CONNECTIONS_PER_ADDRESS', help: "most connections one socket peer address (IPv6: its /64) may hold on PORT; the next are refused 429 at once (0: no cap; behind a proxy every connection is the proxy's)", default: 'a quarter of MAX_CONNECTIONS; 0 with TRUST_PROXY' },
+  { name: 'WEBHOOK_CONNECTIONS', help: 'connection slots of MAX_CONNECTIONS kept for webhooks: with WEBHOOK_PORT, only its listener takes them; on a shared PORT, they take webhook requests only (one per connection) once every other slot is taken', default: 'an eighth of MAX_CONNECTIONS, at most 64' },
+  { name: 'HEADERS_TIMEOUT_MS', help: "a request's head (request line and headers) must arrive within this, a new connection's from its start (slow clients are cut off with 408)", default: '10000' },
   { name: 'REQUEST_TIMEOUT_MS', help: 'a whole request, body included, must arrive within this', default: '30000' },
   { name: 'TRUST_PROXY', help: 'how many proxies in front append to X-Forwarded-For (false or 0: use the socket address; true: 1)', default: 'false' },
+  { name: 'KEY_REFUSAL_MEMORY_MS', help: 'how long a merchant key the upstream refused (401) is answered UNAUTHENTICATED without asking the upstream again; a try after it costs the client address another of AUTH_FAILURES_PER_MINUTE (0 to 60000)', default: '5000' },
   { name: 'AUTH_FAILURES_PER_MINUTE', help: 'unknown merchant keys one client address may try per minute before RATE_LIMITED (0: no limit)', default: '20' },
   { name: 'KEYLESS_REFUSALS_PER_MINUTE', help: "requests without a working credential that one client address may have refused for needing one, per minute; past it that address's requests without a credential get RATE_LIMITED before their body is read (0: no limit)", default: '60' },
   { name: 'KEYLESS_WORK_MS_PER_MINUTE', help: "work the operations of callers without an accepted key (none, a refused or made-up one, a header that is not a Bearer credential) may cost this process per client address per minute: milliseconds of parsing, validating and running them, and 1 per 64 KiB read or answered; past it that address's requests without an accepted key get RATE_LIMITED before their body is read (0: no limit)", default: '1000' },
@@ -309,13 +357,17 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'SUBSCRIPTION_ACCESS_CHECKS', help: 'upstream access checks one deliveryEvents subscription without uids may make per minute, for deliveries the facade has no owner record of (each also takes one unit of RATE_LIMIT_PER_MINUTE); past either, their events are skipped (0: never asked)', default: '50' },
   { name: 'RECONCILE_INTERVAL_MS', help: 'a delivery a live subscriber follows is read from the upstream when no event has come for this long, and a change found is pushed as an event; 0: never', default: '30000; 5000 without webhooks (WEBHOOK_PUBLIC_KEY_FILE unset with UPSTREAM_URL)' },
   { name: 'RECONCILE_MAX_READS_PER_SECOND', help: 'most reconciliation reads one instance makes per second, however many deliveries it follows', default: '100' },
+  { name: 'RECONCILE_UNFOLLOWED_INTERVAL_MS', help: 'each unfinished delivery the facade knows (booked or read through it within RECONCILE_UNFOLLOWED_WINDOW) is read from the upstream this often though nobody follows it, so that deliveryEvents and Delivery.events get every change; within RECONCILE_MAX_READS_PER_SECOND, shared fairly across merchants; 0: never', default: 'ten RECONCILE_INTERVAL_MS (300000; 50000 without webhooks)' },
+  { name: 'RECONCILE_UNFOLLOWED_WINDOW', help: 'deliveries whose owner record (their booking, or first read through the facade) is older than this are no longer read unless followed (e.g. 7d, 12h); at most EVENT_RETENTION', default: '7d' },
+  { name: 'FINALITY_GRACE_MS', help: 'a cancel or failure with no evidence of pickup ends a subscription only once a read this long after it still says so (a return or second attempt may follow)', default: '120000' },
+  { name: 'KEY_RECONFIRM_INTERVAL_MS', help: 'every open subscription\'s key (a client token\'s: its merchant key) is re-confirmed with the upstream at least this often, one call per key whatever its number of subscriptions (none when another call proved the key within the interval); a key the upstream refuses ends them UNAUTHENTICATED (100 to 600000)', default: 'RECONCILE_INTERVAL_MS, at most 30000 (also when RECONCILE_INTERVAL_MS is 0)' },
   { name: 'GRAPHQL_INTROSPECTION', help: 'true or false: schema introspection and GraphiQL', default: 'false in production, else true' },
   { name: 'FEDERATION_SDL', help: "true or false: federation's _service { sdl } (the whole schema), for a gateway that composes from it", default: 'in production as GRAPHQL_INTROSPECTION (false), else true' },
   { name: 'GRAPHQL_MAX_BODY_BYTES', help: 'largest GraphQL request body accepted (413 above)', default: '1048576' },
   { name: 'PERSISTED_OPERATIONS_FILE', help: 'JSON file of {"<sha256>": "<document>"}: when set, only these operations run', default: 'unset: any operation' },
   { name: 'APQ_MAX_ENTRIES', help: 'automatic persisted queries (Apollo APQ) each process remembers, least recently used first out; shared through REDIS_URL when set (0: APQ off; ignored with PERSISTED_OPERATIONS_FILE)', default: '10000' },
   { name: 'GRAPHQL_MAX_RESPONSE_BYTES', help: 'largest GraphQL response; a larger one is replaced by a RESPONSE_TOO_LARGE error', default: '10485760' },
-  { name: 'RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations one merchant key may run per minute (0: no limit)', default: '3000' },
+  { name: 'RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations one merchant key may run per minute (0: no limit)', default: '6000' },
   { name: 'CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE', help: "GraphQL operations one client token may run per minute, on its own budget, never its merchant's (0: no limit)", default: '600' },
   { name: 'CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations all client tokens together may run per minute from one client address (IPv6: per /64; 0: no limit)', default: '3000' },
   { name: 'MAX_DOCUMENT_BYTES', help: 'longest GraphQL query text parsed, comments and whitespace included (DOCUMENT_TOO_LARGE, HTTP 413, above)', default: '16384' },
@@ -347,6 +399,57 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
 ];
 
 type Env = Record<string, string | undefined>;
+
+/**
+ * Beginnings only our settings have: a variable that starts with one and is not
+ * one of ours is most likely a misspelling (REDIS_ULR). Common words (DATA_, MAX_,
+ * LOG_) and other programs' families (OTEL_, NODE_) are left out: the environment
+ * is shared, and a warning about someone else's variable is noise.
+ */
+/** Variables of the project's own test and bench scripts, which the processes they start inherit: not misspellings of ours. */
+const PROJECT_TOOLING: ReadonlySet<string> = new Set(['REDIS_TEST_URL', 'REDIS_SERVER_DIR', 'WS_LEAK_CYCLES', 'CRASH_TRIALS', 'CRASH_EVENTS', 'TEST_INSTALL_DEPS', 'BENCH_WRITE', 'BENCH_PROFILE']);
+const SETTING_FAMILIES = ['APQ_', 'BREAKER_', 'CLIENT_TOKEN_', 'CORS_', 'FEDERATION_', 'GRAPHQL_', 'IDEMPOTENCY_', 'KEYLESS_', 'METRICS_', 'PERSISTED_', 'PLATFORM_', 'RATE_LIMIT_', 'RECONCILE_', 'REDIS_', 'SANDBOX_', 'SHUTDOWN_', 'SUBSCRIBER_', 'SUBSCRIPTION_', 'TRACKING_', 'UPSTREAM_', 'WEBHOOK_', 'WS_'];
+
+/** Edits (insert, delete, substitute, swap two neighbours) that turn a into b. */
+function editDistance(a: string, b: string): number {
+  const rows = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
+  for (let i = 1; i <= a.length; i += 1) {
+    for (let j = 1; j <= b.length; j += 1) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      let best = Math.min(rows[i - 1]![j]! + 1, rows[i]![j - 1]! + 1, rows[i - 1]![j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) best = Math.min(best, rows[i - 2]![j - 2]! + 1);
+      rows[i]![j] = best;
+    }
+  }
+  return rows[a.length]![b.length]!;
+}
+
+export interface UnknownSetting {
+  /** The variable as it is set. */
+  variable: string;
+  /** The setting of ours it is closest to. */
+  closest: string;
+}
+
+/**
+ * Variables that look like settings of ours but are not (REDIS_ULR, UPSTREAM_TIMEOUT,
+ * redis_url): each with the known name closest to it. loadConfig ignores them;
+ * start-up names them as a warning, since a misspelled setting is silently a default.
+ */
+export function unknownSettings(env: Env = process.env): UnknownSetting[] {
+  const known = new Set(CONFIG_VARIABLES.map((variable) => variable.name));
+  const found: UnknownSetting[] = [];
+  for (const variable of Object.keys(env)) {
+    if (known.has(variable) || PROJECT_TOOLING.has(variable) || env[variable] === undefined) continue;
+    const upper = variable.toUpperCase();
+    const ranked = [...known].map((name) => ({ name, distance: editDistance(upper, name) })).sort((a, b) => a.distance - b.distance);
+    const closest = ranked[0]!;
+    // Ours by its family, or one or two slips away from a name of ours (long names only: HOME is not HOST).
+    const looksOurs = SETTING_FAMILIES.some((family) => upper.startsWith(family)) || (upper.includes('_') && closest.distance <= (upper.length >= 10 ? 2 : 1));
+    if (looksOurs) found.push({ variable, closest: closest.name });
+  }
+  return found;
+}
 
 function text(env: Env, name: string): string | undefined {
   const value = env[name]?.trim();
@@ -424,6 +527,8 @@ function upstreamBaseUrl(env: Env, name: string): string | undefined {
   return base;
 }
 
+/** KEY_RECONFIRM_INTERVAL_MS's default is RECONCILE_INTERVAL_MS, but never longer than this: a revoked key streams at most this long. */
+const MAX_KEY_RECONFIRM_DEFAULT_MS = 30_000;
 
 /** RS256 keys shorter than this are refused (NIST and RFC 7518 both ask for 2048 bits). */
 const MIN_RSA_BITS = 2048;
@@ -514,6 +619,14 @@ function extraPort(env: Env, name: string, taken: ReadonlyArray<[string, number 
     if (port !== 0 && port === value) throw new ConfigError(name, `${port} is ${other} as well; choose another port`);
   }
   return port;
+}
+
+/** Slots kept for webhooks: at most half of MAX_CONNECTIONS, so that the rest stay for everyone else. */
+function webhookConnections(env: Env, name: string, maxConnections: number | undefined): number | undefined {
+  if (text(env, name) === undefined) return undefined;
+  const slots = integer(env, name, 0, 0, 10_000_000);
+  if (maxConnections !== undefined && slots > maxConnections / 2) throw new ConfigError(name, `${slots} is more than half of MAX_CONNECTIONS (${maxConnections})`);
+  return slots;
 }
 
 /** `key=value,key=value` (values URL-encoded), as the OpenTelemetry specification writes headers and resource attributes. */
@@ -624,7 +737,14 @@ function persistedOperations(env: Env, name: string): { file: string; operations
 
 /** Parses and checks the environment once; the result is deeply frozen. */
 export function loadConfig(env: Env = process.env): Config {
-  const upstreamUrl = upstreamBaseUrl(env, 'UPSTREAM_URL');
+  const production = text(env, 'NODE_ENV') === 'production';
+  // The simulator by choice (UPSTREAM_URL=sandbox), or by default outside production only: a production
+  // start without an upstream would book on a simulator while every probe stays green.
+  const sandboxAsked = text(env, 'UPSTREAM_URL')?.toLowerCase() === SANDBOX_UPSTREAM;
+  const upstreamUrl = sandboxAsked ? undefined : upstreamBaseUrl(env, 'UPSTREAM_URL');
+  if (production && upstreamUrl === undefined && !sandboxAsked) {
+    throw new ConfigError('UPSTREAM_URL', `required in production (NODE_ENV=production): the upstream's base URL ending in /api/v1, or UPSTREAM_URL=${SANDBOX_UPSTREAM} to run the embedded simulator on purpose`);
+  }
   const platformId = text(env, 'PLATFORM_ID');
   if (upstreamUrl && !platformId) throw new ConfigError('PLATFORM_ID', 'required when UPSTREAM_URL is set');
   if (platformId && !/^[A-Za-z0-9._~-]+$/.test(platformId)) throw new ConfigError('PLATFORM_ID', 'must be a single URL path segment');
@@ -634,6 +754,9 @@ export function loadConfig(env: Env = process.env): Config {
   if (key && !issuer) throw new ConfigError('WEBHOOK_ISSUER', 'required when WEBHOOK_PUBLIC_KEY_FILE is set');
   // The embedded sandbox signs with a key the facade knows; a real upstream's key must be given.
   const webhooksEnabled = key !== undefined || upstreamUrl === undefined;
+  const eventRetentionMs = duration(env, 'EVENT_RETENTION', '30d', 1_000);
+  // Without webhooks, reads are all a subscriber gets: poll more often.
+  const reconcileIntervalMs = integer(env, 'RECONCILE_INTERVAL_MS', webhooksEnabled ? 30_000 : 5_000, 0, 86_400_000);
 
   const webhookPath = text(env, 'WEBHOOK_PATH') ?? '/webhooks';
   if (!/^\/[A-Za-z0-9._~/-]*$/.test(webhookPath)) throw new ConfigError('WEBHOOK_PATH', `expected a path starting with /, got "${webhookPath}"`);
@@ -650,12 +773,12 @@ export function loadConfig(env: Env = process.env): Config {
   if (integer(env, 'WORKERS', 1, 1, 256) > 1 && redis === undefined) throw new ConfigError('WORKERS', 'more than one worker needs REDIS_URL or REDIS_SENTINELS (the workers share events, idempotency and limits through it)');
 
   const port = integer(env, 'PORT', 4000, 0, 65535);
-  const production = text(env, 'NODE_ENV') === 'production';
   const introspection = oneOf(env, 'GRAPHQL_INTROSPECTION', ['true', 'false'] as const, production ? 'false' : 'true') === 'true';
   const webhookPort = extraPort(env, 'WEBHOOK_PORT', [['PORT', port]]);
   const metricsPort = extraPort(env, 'METRICS_PORT', [['PORT', port], ['WEBHOOK_PORT', webhookPort]]);
   const token = metricsToken(env, 'METRICS_TOKEN');
   const amountUnit = oneOf(env, 'UPSTREAM_AMOUNT_UNIT', AMOUNT_UNITS, 'cents');
+  const maxConnections = text(env, 'MAX_CONNECTIONS') === undefined ? undefined : integer(env, 'MAX_CONNECTIONS', 0, 16, 10_000_000);
 
   const config: Config = {
     port,
@@ -679,8 +802,11 @@ export function loadConfig(env: Env = process.env): Config {
       itemPriceUnit: oneOf(env, 'UPSTREAM_ITEM_PRICE_UNIT', AMOUNT_UNITS, amountUnit),
       // The document gives the quote's delivery_fee and tip as numbers with no unit; major is how they have always been read.
       quoteAmountUnit: oneOf(env, 'UPSTREAM_QUOTE_AMOUNT_UNIT', AMOUNT_UNITS, 'major'),
+      // The document's 404 reads "no delivery with this uid belongs to the platform": key scope is an operator's knowing choice.
+      readScope: oneOf(env, 'UPSTREAM_READ_SCOPE', READ_SCOPES, 'platform'),
       healthCheckMs: integer(env, 'UPSTREAM_CHECK_INTERVAL_MS', 10_000, 100, 3_600_000),
       connections: integer(env, 'UPSTREAM_CONNECTIONS', 64, 1, 10_000),
+      keyRefusalMemoryMs: integer(env, 'KEY_REFUSAL_MEMORY_MS', DEFAULT_REFUSAL_MEMORY_MS, 0, 60_000),
       maxResponseBytes: integer(env, 'UPSTREAM_MAX_RESPONSE_BYTES', 1_048_576, 1024, 1_073_741_824),
       breaker: {
         volumeThreshold: integer(env, 'BREAKER_VOLUME_THRESHOLD', 20, 1, 1_000_000),
@@ -720,7 +846,9 @@ export function loadConfig(env: Env = process.env): Config {
     shutdownGraceMs: integer(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
     workers: integer(env, 'WORKERS', 1, 1, 256),
     server: {
-      maxConnections: text(env, 'MAX_CONNECTIONS') === undefined ? undefined : integer(env, 'MAX_CONNECTIONS', 0, 16, 10_000_000),
+      maxConnections,
+      maxConnectionsPerAddress: text(env, 'MAX_CONNECTIONS_PER_ADDRESS') === undefined ? undefined : integer(env, 'MAX_CONNECTIONS_PER_ADDRESS', 0, 0, 10_000_000),
+      webhookConnections: webhookConnections(env, 'WEBHOOK_CONNECTIONS', maxConnections),
       headersTimeoutMs: integer(env, 'HEADERS_TIMEOUT_MS', 10_000, 100, 600_000),
       requestTimeoutMs: integer(env, 'REQUEST_TIMEOUT_MS', 30_000, 100, 3_600_000),
       trustProxyHops: proxyHops(env, 'TRUST_PROXY'),
@@ -729,7 +857,7 @@ export function loadConfig(env: Env = process.env): Config {
     keylessRefusalsPerMinute: integer(env, 'KEYLESS_REFUSALS_PER_MINUTE', 60, 0, 1_000_000),
     keylessWorkMsPerMinute: integer(env, 'KEYLESS_WORK_MS_PER_MINUTE', 1_000, 0, 60_000_000),
     keylessTotalWorkMsPerMinute: integer(env, 'KEYLESS_TOTAL_WORK_MS_PER_MINUTE', 3_000, 0, 60_000_000),
-    eventRetentionMs: duration(env, 'EVENT_RETENTION', '30d', 1_000),
+    eventRetentionMs,
     clientTokenSecrets: clientTokenSecrets(env, 'CLIENT_TOKEN_SECRET', redis !== undefined),
     idempotencyRetentionMs: duration(env, 'IDEMPOTENCY_RETENTION', '24h', 1_000),
     realtime: {
@@ -739,9 +867,13 @@ export function loadConfig(env: Env = process.env): Config {
       subscriptionsPerClientToken: integer(env, 'SUBSCRIPTIONS_PER_CLIENT_TOKEN', 20, 0, 1_000_000),
       subscriptionsPerAddress: integer(env, 'SUBSCRIPTIONS_PER_ADDRESS', 500, 0, 10_000_000),
       accessChecksPerMinute: integer(env, 'SUBSCRIPTION_ACCESS_CHECKS', 50, 0, 1_000_000),
-      // Without webhooks, reads are all a subscriber gets: poll more often.
-      reconcileIntervalMs: integer(env, 'RECONCILE_INTERVAL_MS', webhooksEnabled ? 30_000 : 5_000, 0, 86_400_000),
+      reconcileIntervalMs,
       reconcileMaxReadsPerSecond: integer(env, 'RECONCILE_MAX_READS_PER_SECOND', 100, 1, 100_000),
+      reconcileUnfollowedIntervalMs: integer(env, 'RECONCILE_UNFOLLOWED_INTERVAL_MS', 10 * reconcileIntervalMs, 0, 864_000_000),
+      reconcileUnfollowedWindowMs: Math.min(duration(env, 'RECONCILE_UNFOLLOWED_WINDOW', '7d', 1_000), eventRetentionMs),
+      finalityGraceMs: integer(env, 'FINALITY_GRACE_MS', 120_000, 0, 86_400_000),
+      // Revocation ends streams whether or not deliveries are polled: RECONCILE_INTERVAL_MS, at most 30 s, even when it is 0 (off).
+      keyReconfirmIntervalMs: integer(env, 'KEY_RECONFIRM_INTERVAL_MS', reconcileIntervalMs > 0 ? Math.min(reconcileIntervalMs, MAX_KEY_RECONFIRM_DEFAULT_MS) : MAX_KEY_RECONFIRM_DEFAULT_MS, 100, 600_000),
     },
     webhooksEnabled,
     metrics: oneOf(env, 'METRICS', ['true', 'false'] as const, 'true') === 'true',

@@ -16,7 +16,7 @@ export type ErrorSurface = 'graphql-error' | 'result' | 'upstream-client';
 export const ERROR_CODES = {
   UNAUTHENTICATED: {
     surface: 'graphql-error',
-    meaning: 'No merchant key was sent, or the upstream refused it (401; a refusal is remembered for a minute); or a client token was tampered with, has expired, or was made under another CLIENT_TOKEN_SECRET.',
+    meaning: 'No merchant key was sent, or the upstream refused it (it answered 401; a refusal is remembered for KEY_REFUSAL_MEMORY_MS, 5 s; an open subscription ends this way when a re-confirmation of its key is refused); or a client token was tampered with, has expired, or was made under another CLIENT_TOKEN_SECRET.',
   },
   FORBIDDEN: {
     surface: 'graphql-error',
@@ -38,7 +38,7 @@ export const ERROR_CODES = {
   BAD_REQUEST: {
     surface: 'graphql-error',
     meaning:
-      'The HTTP request is not a GraphQL request: a body that is not JSON or not an object (400), a list of operations (batching is off; 400), no query, a variables or extensions parameter that is not JSON, a mutation over GET (405), a subscription asked for without accept: text/event-stream (406), a POST that is not application/json (415), or an extensions.persistedQuery that is malformed or of a version other than 1.',
+      'The HTTP request is not a GraphQL request: a body that is not JSON or not an object (400), a list of operations (batching is off; 400), no query, a variables or extensions parameter that is not JSON, a mutation over GET (405), a subscription asked for as application/json alone (406; with */* or no accept it is answered as a stream of server-sent events), an accept this endpoint cannot answer in (406), a POST that is not application/json (415), or an extensions.persistedQuery that is malformed or of a version other than 1.',
   },
   DOCUMENT_TOO_LARGE: { surface: 'graphql-error', meaning: 'The query text is longer than MAX_DOCUMENT_BYTES (comments and whitespace included; HTTP 413). Nothing was parsed; send a shorter document, or persist it.' },
   REQUEST_ENTITY_TOO_LARGE: { surface: 'graphql-error', meaning: 'The request body is larger than GRAPHQL_MAX_BODY_BYTES (HTTP 413); it was not read.' },
@@ -68,7 +68,10 @@ export const ERROR_CODES = {
     meaning:
       'A cap on what runs at once is full, and nothing ran: the WebSocket already runs WS_MAX_SUBSCRIPTIONS operations, or on this instance the merchant key (its client tokens included) holds SUBSCRIPTIONS_PER_KEY open subscriptions, the client token SUBSCRIPTIONS_PER_CLIENT_TOKEN, or the client address SUBSCRIPTIONS_PER_ADDRESS of client tokens and keys the upstream has not accepted. extensions.setting names the cap and extensions.limit its value; complete a subscription (or close its socket or stream) before starting another.',
   },
-  SUBSCRIBER_TOO_SLOW: { surface: 'graphql-error', meaning: 'A subscription over server-sent events fell more than SUBSCRIBER_MAX_PENDING events behind and was ended (over WebSocket the socket closes with 4008); resume with deliveryEvents(after:).' },
+  SUBSCRIBER_TOO_SLOW: {
+    surface: 'graphql-error',
+    meaning: "A subscription over server-sent events left more than SUBSCRIBER_MAX_PENDING KiB unsent in its socket's buffer and was ended (over WebSocket, more than SUBSCRIBER_MAX_PENDING events waiting closes the socket with 4008); resume with deliveryEvents(after:).",
+  },
   VALIDATION_FAILED: { surface: 'result', meaning: 'The input breaks a rule of the chosen group; one FieldError per problem, with its input path.' },
   NOT_FOUND: {
     surface: 'result',
@@ -77,6 +80,11 @@ export const ERROR_CODES = {
   },
   NOT_CANCELABLE: { surface: 'result', meaning: 'The delivery is past pickup or already finished.' },
   IDEMPOTENCY_CONFLICT: { surface: 'result', meaning: 'The idempotency key was used before with different input.' },
+  KEY_LINK_REFUSED: {
+    surface: 'result',
+    meaning:
+      "linkMerchantKey was given a previousKey the upstream does not accept now (unknown, revoked, or not valid for this platform), or the caller's own key, or both keys already have deliveries or idempotency keys of their own (a link moves nothing; an operator merges two merchants: npm run merchant -- merge): nothing was linked. A previous key already revoked is linked by an operator (npm run merchant -- link; docs/operations.md).",
+  },
   BOOKING_OUTCOME_UNKNOWN: {
     surface: 'result',
     meaning:
@@ -193,6 +201,14 @@ function summarize(fields: FieldProblem[]): string {
   const first = fields[0]!;
   const more = fields.length > 1 ? ` (and ${fields.length - 1} more)` : '';
   return `${first.path}: ${first.message}${more}`;
+}
+
+/** linkMerchantKey's proof of the previous key failed: nothing was linked. */
+export class KeyLinkRefusedError extends DeliveryGraphError {
+  override name = 'KeyLinkRefusedError';
+  constructor(message: string) {
+    super('KEY_LINK_REFUSED', message);
+  }
 }
 
 export class IdempotencyConflictError extends DeliveryGraphError {

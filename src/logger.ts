@@ -4,6 +4,9 @@
 // synchronously: a terminal gets its lines in order with the banner (console.log),
 // and none is lost when the process exits. A transport's worker thread would give
 // neither; pretty is for a person watching, json (pino's own) for everything else.
+// Every line carries the process that wrote it (pid) and, with WORKERS, its
+// worker (node:cluster's id, 1 to N): the lines of all workers share one stream.
+import cluster from 'node:cluster';
 import { pino, type DestinationStream, type Logger } from 'pino';
 import pretty from 'pino-pretty';
 import type { LogFormat, LogLevel } from './config.js';
@@ -19,12 +22,14 @@ export function createLogger(level: LogLevel, destination?: DestinationStream, f
           sync: true,
           singleLine: true,
           translateTime: 'SYS:HH:MM:ss.l',
+          // A person at one terminal runs one process; with WORKERS the worker still shows among the fields.
+          ignore: 'pid',
         })
       : destination;
   return pino(
     {
       level,
-      base: undefined,
+      base: { pid: process.pid, ...(cluster.isWorker ? { worker: cluster.worker!.id } : {}) },
       redact: {
         paths: ['key', '*.key', 'authorization', '*.authorization', 'headers.authorization', '*.headers.authorization', 'token', '*.token'],
         censor: '[redacted]',

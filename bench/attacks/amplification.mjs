@@ -54,7 +54,8 @@ async function startFacade() {
       SANDBOX_PORT: '0',
       SANDBOX_STEP_MS: '20',
       SANDBOX_RETURN_RATE: '0',
-      UPSTREAM_URL: '',
+      // The simulator in production must be asked for by name.
+      UPSTREAM_URL: 'sandbox',
     },
     ready: /serving on (http:\/\/\S+)/,
     timeoutMs: 120_000,

@@ -35,6 +35,7 @@ import { Pool, request } from 'undici';
 import { FACADE_ENTRY, startFacade, startUpstream } from '../lib/contenders.mjs';
 import { cpuMeter } from '../lib/cpu.mjs';
 import { DOCUMENTS } from '../lib/flood-documents.mjs';
+import { describeLoopDelay, loopDelayOf, metricValue, scrapeMetrics, worstLoopDelay } from '../lib/loop-delay.mjs';
 import { ROOT, rssKb, sleep } from '../lib/proc.mjs';
 import { fmt, table, thousands, writeSection } from '../lib/report.mjs';
 import { percentile } from '../lib/stats.mjs';
@@ -108,17 +109,17 @@ function heapLimitMiB(heap) {
   return Number(probe.stdout) / 2 ** 20;
 }
 
-/** nodejs_heap_size_used_bytes from the facade's /metrics, in MiB; undefined when it does not answer in time. */
-async function heapUsedMiB(origin) {
-  try {
-    const response = await request(`${origin}/metrics`, { headersTimeout: 2_000, bodyTimeout: 2_000 });
-    const text = await response.body.text();
-    const match = /^nodejs_heap_size_used_bytes(?:\{[^}]*\})? (\S+)/m.exec(text);
-    return match ? Number(match[1]) / 2 ** 20 : undefined;
-  } catch {
-    return undefined;
-  }
+/**
+ * From one scrape of the facade's /metrics: nodejs_heap_size_used_bytes in MiB,
+ * and the event-loop delay since the previous scrape; undefined when it does not answer in time.
+ */
+async function metricsOf(origin) {
+  const text = await scrapeMetrics(origin);
+  const heap = metricValue(text, 'nodejs_heap_size_used_bytes');
+  return { heapMiB: heap === undefined ? undefined : heap / 2 ** 20, loop: loopDelayOf(text) };
 }
+
+const heapUsedMiB = async (origin) => (await metricsOf(origin)).heapMiB;
 
 /** The current RSS in MiB, or undefined once the process is gone. */
 function rssMiB(pid) {
@@ -257,10 +258,13 @@ async function floodPhase({ upstream, facadeSpec, heap, kind, settings, keys, fl
         await sleep(100);
       }
     })();
+    // Each scrape also ends an event-loop delay window: the worst of those during the flood is kept.
+    const loopDelays = [];
     const heapSampler = (async () => {
       while (sampling && !exit) {
-        const used = await heapUsedMiB(origin);
+        const { heapMiB: used, loop } = await metricsOf(origin);
         if (used !== undefined) memory.heapPeak = Math.max(memory.heapPeak ?? 0, used);
+        if (flooding && loop) loopDelays.push(loop);
         await sleep(1_000);
       }
     })();
@@ -356,7 +360,7 @@ async function floodPhase({ upstream, facadeSpec, heap, kind, settings, keys, fl
       const words = (stderrTail() || stdoutTail()).split('\n').find((line) => /heap out of memory|FATAL|Error/i.test(line))?.trim();
       ending = `died ${fmt((exit.at - floodStarted) / 1000, 0)} s into the flood (${exit.signal ?? `exit code ${exit.code}`})${words ? `: "${words.slice(0, 120)}"` : ''}`;
     }
-    return { kind, heap, facadeSpec, keyed, anonymous, attack, floodMs, memory, health, healthFailed, webhooks, cpuShares, ending, died: Boolean(exit) };
+    return { kind, heap, facadeSpec, keyed, anonymous, attack, floodMs, memory, health, healthFailed, webhooks, cpuShares, ending, died: Boolean(exit), loopDelay: worstLoopDelay(loopDelays) };
   } finally {
     await facade.stop();
     rmSync(facade.dataDir, { recursive: true, force: true });
@@ -407,6 +411,7 @@ function column(result) {
     `${ms(percentile(health, 50))} / ${ms(percentile(health, 99))} / ${ms(health.length ? health.reduce((most, v) => (v > most ? v : most), 0) : NaN)}`,
     `${thousands(webhooks.sent)} / ${thousands(webhooks.acked)} / ${counts(webhooks.other)}`,
     fmt(percentile(webhooks.ackMs, 99), 1),
+    describeLoopDelay(result.loopDelay),
     result.cpuShares ? `${fmt(result.cpuShares.byName.facade, 0)} / ${fmt(result.cpuShares.byName.flood, 0)} / ${fmt(result.cpuShares.others, 0)}` : 'n/a (facade gone)',
     baseline ? `(no flood: ${met ? 'met' : `not met by the machine alone: ${failed.join(', ')}`})` : met ? 'met' : `**not met**: ${failed.join(', ')}`,
   ];
@@ -428,6 +433,7 @@ const ROWS = [
   '/health p50 / p99 / max (ms)',
   'webhooks sent / acknowledged (200 within the deadline) / not',
   'webhook ack p99 (ms)',
+  'event-loop delay during the flood, max / p99 (the worst 1 s window, from /metrics)',
   'CPU facade / flood / rest of machine (% of a core)',
   `goal: RSS ≤ start + ${GOAL.rssGrowthMiB} MiB, /health p99 < ${GOAL.healthP99Ms} ms, every webhook acknowledged`,
 ];

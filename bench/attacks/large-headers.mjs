@@ -5,14 +5,15 @@
 // every 50 ms (a burst of thousands would overflow the listen backlog and time
 // the kernel's SYN retries instead of the server). Starts its own facade
 // (embedded sandbox, SQLite) and prints the facade's RSS before, at its peak
-// during, at the end of and after the attack (5 s after the attacker left),
+// during, at the end of and after the attack (--after seconds, 5 by default,
+// after the attacker left),
 // what became of the attacker's connections, and the prober's answers and
 // latency during the attack. With headers under the server's limit (e.g.
 // --header-kib 12) every connection is held until the headers deadline, which
 // measures what one idle connection costs.
 //
 //   node bench/attacks/large-headers.mjs [--connections 3000] [--header-kib 200] [--trickle-ms 200]
-//                                        [--path /graphql] [--seconds 15] [--dist] [--root <checkout>]
+//                                        [--path /graphql] [--seconds 15] [--after 5] [--dist] [--root <checkout>]
 //
 // --dist runs the compiled dist/main.js (npm run build first); by default the
 // sources run through tsx. --root runs another checkout's facade (e.g. a
@@ -34,6 +35,7 @@ const { values: options } = parseArgs({
     path: { type: 'string', default: '/graphql' },
     'trickle-ms': { type: 'string', default: '200' },
     seconds: { type: 'string', default: '15' },
+    after: { type: 'string', default: '5' },
     dist: { type: 'boolean', default: false },
     root: { type: 'string', default: ROOT },
   },
@@ -55,7 +57,8 @@ const dataDir = mkdtempSync(path.join(tmpdir(), 'dg-attack-'));
 const entry = options.dist ? [path.join(root, 'dist/main.js')] : ['--import', 'tsx', path.join(root, 'src/main.ts')];
 const facade = await spawnReady(process.execPath, entry, {
   cwd: root,
-  env: { PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent', SANDBOX_PORT: '0', UPSTREAM_URL: '' },
+  // Every attacker connection comes from 127.0.0.1: this measures the deadlines, the cap per address has a scenario of its own (connection-caps).
+  env: { PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent', SANDBOX_PORT: '0', UPSTREAM_URL: '', MAX_CONNECTIONS_PER_ADDRESS: '0' },
   ready: /serving on (http:\/\/\S+)/,
   timeoutMs: 120_000,
 });
@@ -137,7 +140,7 @@ const openAtEnd = open;
 clearInterval(sampler);
 leaving = true;
 for (const socket of sockets) socket.destroy();
-await sleep(5_000);
+await sleep(Number(options.after) * 1000);
 const afterKb = facade.rssKb();
 
 latencies.sort((a, b) => a - b);

@@ -2,17 +2,26 @@
 // byte every few seconds (slow headers, or headers then a slow body), while a
 // prober keeps asking GET /health on fresh connections. Starts its own facade
 // (embedded sandbox, SQLite) and prints how many attacker connections were cut
-// and when, and the prober's answers and latency during the attack.
+// and when, the prober's answers and latency during the attack, and the CPU
+// time the facade spent meanwhile.
 //
-//   node bench/attacks/slow-connections.mjs [--connections 5000] [--seconds 30] [--mode headers|body] [--dist]
+// --mode line (issue 29): each connection sends a request line a byte every
+// --trickle-ms (10 by default) until the headers deadline cuts it: the work of
+// reading a line that comes in pieces (re-joining every piece on every read
+// made it quadratic).
+//
+//   node bench/attacks/slow-connections.mjs [--connections 5000] [--seconds 30] [--mode headers|body|line]
+//                                           [--trickle-ms 3000] [--dist] [--root <checkout>]
 //
 // --dist runs the compiled dist/main.js (npm run build first); by default the
-// sources run through tsx. Traffic stays on 127.0.0.1; every loop ends by time.
+// sources run through tsx. --root runs another checkout's facade (built there,
+// with --dist). Traffic stays on 127.0.0.1; every loop ends by time.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { cpuMs } from '../lib/cpu.mjs';
 import { ROOT, sleep, spawnReady } from '../lib/proc.mjs';
 
 const { values: options } = parseArgs({
@@ -20,27 +29,37 @@ const { values: options } = parseArgs({
     connections: { type: 'string', default: '5000' },
     seconds: { type: 'string', default: '30' },
     mode: { type: 'string', default: 'headers' },
+    'trickle-ms': { type: 'string' },
     dist: { type: 'boolean', default: false },
+    root: { type: 'string', default: ROOT },
   },
 });
 const CONNECTIONS = Number(options.connections);
 const SECONDS = Number(options.seconds);
-const TRICKLE_MS = 3_000;
+const TRICKLE_MS = Number(options['trickle-ms'] ?? (options.mode === 'line' ? 10 : 3_000));
+const root = path.resolve(options.root);
+/** What each connection sends first, and then a byte at a time. */
+const FIRST = { headers: 'G', body: 'POST /webhooks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n', line: 'GET /graphql?q=' };
+const NEXT = { headers: 'E', body: '{', line: 'q' };
+if (!(options.mode in FIRST)) throw new Error(`--mode: headers, body or line, not ${options.mode}`);
 
 function percentile(sorted, p) {
   return sorted.length === 0 ? NaN : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 }
 
 const dataDir = mkdtempSync(path.join(tmpdir(), 'dg-attack-'));
-const entry = options.dist ? [path.join(ROOT, 'dist/main.js')] : ['--import', 'tsx', path.join(ROOT, 'src/main.ts')];
+const entry = options.dist ? [path.join(root, 'dist/main.js')] : ['--import', 'tsx', path.join(root, 'src/main.ts')];
 const facade = await spawnReady(process.execPath, entry, {
-  env: { PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent', SANDBOX_PORT: '0', UPSTREAM_URL: '' },
+  cwd: root,
+  // Every attacker connection comes from 127.0.0.1: this measures the deadlines, the cap per address has a scenario of its own (connection-caps).
+  env: { PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent', SANDBOX_PORT: '0', UPSTREAM_URL: '', MAX_CONNECTIONS_PER_ADDRESS: '0' },
   ready: /serving on (http:\/\/\S+)/,
   timeoutMs: 120_000,
 });
 const origin = facade.match[1];
 const { port } = new URL(origin);
 const started = performance.now();
+const cpuBefore = cpuMs(facade.child.pid);
 
 // The attacker.
 const cut = [];
@@ -59,8 +78,8 @@ for (let i = 0; i < CONNECTIONS; i += 1) {
   socket.on('connect', () => {
     opened += 1;
     socket.resume();
-    socket.write(options.mode === 'body' ? 'POST /webhooks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n' : 'G');
-    const timer = setInterval(() => (socket.writable ? socket.write(options.mode === 'body' ? '{' : 'E') : clearInterval(timer)), TRICKLE_MS);
+    socket.write(FIRST[options.mode]);
+    const timer = setInterval(() => (socket.writable ? socket.write(NEXT[options.mode]) : clearInterval(timer)), TRICKLE_MS);
     socket.on('close', () => clearInterval(timer));
   });
   sockets.push(socket);
@@ -84,14 +103,19 @@ while (performance.now() < end) {
   }
   await sleep(100);
 }
+const facadeCpuMs = cpuMs(facade.child.pid) - cpuBefore;
 for (const socket of sockets) socket.destroy();
 latencies.sort((a, b) => a - b);
 cut.sort((a, b) => a - b);
 console.log(
   JSON.stringify(
     {
+      command: `node bench/attacks/slow-connections.mjs ${process.argv.slice(2).join(' ')}`.trim(),
       mode: options.mode,
+      trickleMs: TRICKLE_MS,
       attackerConnections: CONNECTIONS,
+      // CPU time the facade used from the first attacker connection to the end (the prober's requests included).
+      facadeCpuSeconds: Number((facadeCpuMs / 1000).toFixed(2)),
       opened,
       closedAtOnce: refusedAtOnce,
       cutByTheServer: cut.length,

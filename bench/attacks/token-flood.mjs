@@ -111,7 +111,8 @@ async function phase({ upstream, spec, settings, http, flood }) {
     label: `token-flood-${spec.name}`,
     execArgv: ['--expose-gc', '--import', GC_ON_SIGNAL],
     // Every limit at its production default (startFacade lifts the merchant's rate limit otherwise).
-    env: { RATE_LIMIT_PER_MINUTE: undefined, METRICS_TOKEN, ...(settings.heapMiB ? { NODE_OPTIONS: [process.env.NODE_OPTIONS, `--max-old-space-size=${settings.heapMiB}`].filter(Boolean).join(' ') } : {}) },
+    // The fixed upstream answers every key for every uid, as a key-scoped upstream would: a read is then the merchant's proof a token needs (73fe34c ignores the setting).
+    env: { RATE_LIMIT_PER_MINUTE: undefined, METRICS_TOKEN, UPSTREAM_READ_SCOPE: 'key', ...(settings.heapMiB ? { NODE_OPTIONS: [process.env.NODE_OPTIONS, `--max-old-space-size=${settings.heapMiB}`].filter(Boolean).join(' ') } : {}) },
   });
   const { pid } = facade.child;
   let exit;

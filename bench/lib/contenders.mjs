@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { BENCH, ROOT, spawnReady, stop } from './proc.mjs';
 import { PLATFORM_ID } from './fixed-upstream.mjs';
+import { METRICS_TOKEN } from './loop-delay.mjs';
 
 /** `keepAliveMs`: the upstream's idle-connection timeout (Node's 5 s by default). */
 export function startUpstream(latencyMs = 0, { keepAliveMs } = {}) {
@@ -66,8 +67,12 @@ export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'ben
     timeoutMs,
     // No per-key rate limit: the bench sends one key's traffic at thousands of requests a second, and
     // measures serving them, not refusing them (RATE_LIMIT_PER_MINUTE's default would refuse most).
-    // Nor a cap on one key's open subscriptions: the fan-out scenario holds 10,000 of one key (SUBSCRIPTIONS_PER_KEY's default is 5,000).
-    env: { PORT: '0', UPSTREAM_URL: upstreamUrl, PLATFORM_ID, DATA_DIR: dataDir, LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0', SUBSCRIPTIONS_PER_KEY: '0', ...extra, ...env },
+    // Nor a cap on one key's open subscriptions: the fan-out scenario holds 10,000 of one key (SUBSCRIPTIONS_PER_KEY's default is 5,000);
+    // nor a cap of connections per address: every client of the bench is 127.0.0.1 (fan-out opens 10,000).
+    // /metrics with a token (production serves it to no one otherwise): every scenario reads the event-loop delay there (loop-delay.mjs).
+    // The fixed upstream answers every key for every uid, as a key-scoped upstream does: with UPSTREAM_READ_SCOPE=platform (the default)
+    // a read of a delivery not booked through the facade would answer null, and the benches would measure that instead of a read.
+    env: { PORT: '0', UPSTREAM_URL: upstreamUrl, PLATFORM_ID, DATA_DIR: dataDir, LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0', SUBSCRIPTIONS_PER_KEY: '0', MAX_CONNECTIONS_PER_ADDRESS: '0', METRICS_TOKEN, UPSTREAM_READ_SCOPE: 'key', ...extra, ...env },
     ready: /serving on (http:\/\/\S+)/,
   }).then((p) => ({
     ...p,

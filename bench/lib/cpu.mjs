@@ -41,6 +41,9 @@ export function cpuMeter(processes) {
       const machine = share(machineBusyMs() - machineStart);
       return {
         byName: Object.fromEntries(processes.map(({ name }, k) => [name, share(used[k])])),
+        /** CPU time each used over the interval, ms (all its threads). */
+        msByName: Object.fromEntries(processes.map(({ name }, k) => [name, used[k]])),
+        wallMs: wall,
         machine,
         others: Math.max(0, machine - share(used.reduce((sum, ms) => sum + ms, 0))),
       };

@@ -13,14 +13,22 @@ export const GOALS = [
   { id: 'read-vs-proxy', what: 'single read, throughput vs a plain undici reverse proxy', goal: '≥ 0.70×' },
   { id: 'read-vs-mesh', what: 'single read, throughput vs Mesh on Hive Gateway', goal: '≥ 7×' },
   { id: 'read-added-p99', what: 'single read, added p99 at 200 req/s over a direct GET', goal: '≤ +2 ms' },
-  { id: 'realtime', what: 'webhook → subscriber, one instance (SQLite), 500 events/s, 1,000 subscribers', goal: 'p99 ≤ 10 ms, 0 lost' },
+  { id: 'loop-single-read', what: 'single read at 200 req/s: event-loop delay max (from /metrics)', goal: '≤ 10 ms' },
+  { id: 'realtime', what: 'webhook → subscriber, one instance (SQLite), 500 events/s, 1,000 subscribers (10 per delivery), warmed', goal: 'p99 ≤ 10 ms in every run, 0 lost' },
+  { id: 'realtime-cpu', what: 'CPU per delivered message in that run (the facade, all threads)', goal: '≤ 80 µs' },
+  { id: 'loop-realtime', what: 'event-loop delay max during that run', goal: '≤ 10 ms' },
   { id: 'ingest', what: 'max verified-and-stored events/s, one instance (SQLite)', goal: '≥ 5,000' },
+  { id: 'realtime-scale', what: 'webhook → subscriber, one instance (SQLite), 100 events/s, 10,000 subscribers (100 per delivery)', goal: 'p99 ≤ 50 ms, 0 lost, ≤ 45 µs per message' },
+  { id: 'loop-realtime-scale', what: 'event-loop delay max during that run', goal: '≤ 10 ms' },
   {
     id: 'realtime-redis',
     what: 'same realtime run, two instances on Redis (appendonly yes, appendfsync always), webhooks to A, subscribers on B',
-    goal: 'p99 ≤ 25 ms, 0 lost',
+    goal: 'p99 ≤ 15 ms, 0 lost, ≤ 100 µs per message (A + B)',
   },
+  { id: 'loop-realtime-redis', what: 'event-loop delay max during that run (either instance)', goal: '≤ 10 ms' },
   { id: 'ingest-redis', what: 'max verified-and-stored events/s on Redis, one instance', goal: '≥ 2,000' },
+  { id: 'realtime-redis-scale', what: 'two instances on Redis, 100 events/s, 20,000 subscribers (half on each, 100 per delivery)', goal: 'p99 ≤ 50 ms, 0 lost, ≤ 45 µs per message' },
+  { id: 'loop-realtime-redis-scale', what: 'event-loop delay max during that run (either instance)', goal: '≤ 10 ms' },
   {
     id: 'anonymous-flood',
     what: 'anonymous flood of distinct ~10 KB, then ~1 MB documents, 60 s each, 12 connections, 50 signed webhooks/s meanwhile (issue 20)',
@@ -36,6 +44,13 @@ export const GOALS = [
     what: "keyless floods, 3 connections each: costly introspection (development), 220-fragment __typename documents and the same with a made-up key (production); a merchant's read at 50/s, 30 s before and during (issue 29)",
     goal: "merchant's read p99 during each ≤ 4× before",
   },
+  {
+    id: 'connection-caps',
+    what: "70 idle connections from one address with MAX_CONNECTIONS=60, with WEBHOOK_PORT and on a shared port: the upstream's webhooks and two merchants on other addresses (issue 29)",
+    goal: 'every webhook acknowledged, every read answered',
+  },
+  { id: 'keepalive-webhook', what: 'a webhook with a 40 KB token after GET /health or POST /graphql on the same kept-alive connection (issue 29)', goal: 'every one stored' },
+  { id: 'idle-headers', what: '3,000 connections to /graphql trickling 200 KiB, then holding 12 KiB of headers: peak RSS against the --baseline build (issue 29)', goal: '≤ 1.1×' },
 ];
 
 const NOISE = [

@@ -1,18 +1,28 @@
 // A graphql-ws subscriber fleet in a process of its own: `count` connections,
-// one deliveryEvents(uids:) subscription each (subscriber i follows
-// uids[i % uids.length]). Every message is logged with the shared clock
-// (bench/lib/clock.mjs), so its latency can be computed against the send time
-// another process read from the same clock. Driven over IPC (bench/lib/worker.mjs).
+// one deliveryEvents(uids:) subscription each, subscribers first … first+count-1
+// of a fleet that may span several such processes (bench/lib/fleet.mjs);
+// subscriber i follows uids[i % uids.length]. Every message is logged with the
+// shared clock (bench/lib/clock.mjs), so its latency can be computed against the
+// send time another process read from the same clock. Driven over IPC (bench/lib/worker.mjs).
 import { createClient } from 'graphql-ws';
 import WebSocket from 'ws';
 import { sharedNow } from '../lib/clock.mjs';
-import { percentile } from '../lib/stats.mjs';
 import { serve } from '../lib/worker.mjs';
 
 const SUBSCRIPTION = 'subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { uid statusText } }';
 
 const clients = [];
 let uids = [];
+/** This process's subscribers: first … first + clients.length - 1 of the fleet. */
+let first = 0;
+
+/** How many of this process's subscribers follow the delivery of event n (uids[n % uids.length]). */
+function followersOf(n) {
+  const deliveries = uids.length;
+  const residue = n % deliveries;
+  const upTo = (x) => (x > residue ? Math.floor((x - 1 - residue) / deliveries) + 1 : 0);
+  return upTo(first + clients.length) - upTo(first);
+}
 /** Every message received: which subscriber, the event's statusText (the tag the poster gave it), when. */
 const log = { subscriber: [], tag: [], at: [] };
 /** Per tag: how many subscribers have it and when the last one got it. */
@@ -52,15 +62,22 @@ function waitUntil(done, timeoutMs) {
 }
 
 serve({
-  /** Opens the fleet, `batch` connections at a time; resolves once every one is connected. */
-  async connect({ origin, key, count, uids: followed, batch = 200 }) {
+  /**
+   * Opens this process's part of the fleet, `batch` connections at a time;
+   * resolves once every one is connected. Subscriber i connects to
+   * origins[floor(i / uids.length) % origins.length]: with two instances, every
+   * delivery's subscribers alternate between them.
+   */
+  async connect({ origin, origins = [origin], key, count, first: firstIndex = 0, uids: followed, batch = 200 }) {
     uids = followed;
-    const url = `${origin.replace('http', 'ws')}/graphql`;
+    first = firstIndex;
+    const urls = origins.map((o) => `${o.replace('http', 'ws')}/graphql`);
     const started = performance.now();
     for (let start = 0; start < count; start += batch) {
       await Promise.all(
         Array.from({ length: Math.min(batch, count - start) }, (_, j) => {
-          const i = start + j;
+          const i = first + start + j;
+          const url = urls[Math.floor(i / uids.length) % urls.length];
           const client = createClient({ url, webSocketImpl: WebSocket, connectionParams: { authorization: `Bearer ${key}` }, retryAttempts: 0, lazy: false });
           clients.push(client);
           return new Promise((resolve, reject) => {
@@ -82,21 +99,34 @@ serve({
     return { received: log.at.length, timedOut };
   },
 
-  /** Waits until `count` subscribers have the event tagged `tag`; when the last of them got it (shared clock). */
-  async waitForTag({ tag, count, timeoutMs }) {
+  /** Waits until this process has every message of the acknowledged events (acked[n]) beyond the `before` it had. */
+  async waitForEvents({ acked, before, timeoutMs }) {
+    let expected = before;
+    for (let n = 0; n < acked.length; n += 1) if (acked[n]) expected += followersOf(n);
+    const { timedOut } = await waitUntil(() => log.at.length >= expected, timeoutMs);
+    return { received: log.at.length, expected, timedOut };
+  },
+
+  /**
+   * Waits until `count` subscribers of this process have the event tagged `tag`
+   * (all of them: count 'all'; those following event n's delivery: ofEvent n);
+   * when the last of them got it (shared clock).
+   */
+  async waitForTag({ tag, count: wanted, ofEvent, timeoutMs }) {
+    const count = wanted === 'all' ? clients.length : ofEvent !== undefined ? followersOf(ofEvent) : wanted;
     const { timedOut } = await waitUntil(() => (byTag.get(tag)?.count ?? 0) >= count, timeoutMs);
     return { ...(byTag.get(tag) ?? { count: 0, last: NaN }), timedOut };
   },
 
   /**
-   * The open-loop run's deliveries. Events are tagged `${prefix}${n}`; sentAt[n]
-   * is when the poster sent event n (shared clock), acked[n] whether it was
-   * acknowledged. Event n concerns uids[n % uids.length], so exactly the
-   * subscribers following that uid must get it, once each. `slowMs`: events
-   * whose slowest subscriber waited longer are counted, with how many runs of
-   * consecutive events they form (one pause or a steady tail).
+   * The open-loop run's deliveries to this process's subscribers. Events are
+   * tagged `${prefix}${n}`; sentAt[n] is when the poster sent event n (shared
+   * clock), acked[n] whether it was acknowledged. Event n concerns
+   * uids[n % uids.length], so exactly the subscribers following that uid must
+   * get it, once each. Returns every latency (ms) and, per event, its slowest
+   * subscriber's: the fleet merges them across processes (bench/lib/fleet.mjs).
    */
-  latencies({ prefix, sentAt, acked, slowMs }) {
+  latencies({ prefix, sentAt, acked }) {
     const deliveries = uids.length;
     const total = sentAt.length;
     const received = new Set();
@@ -121,39 +151,9 @@ serve({
         if (latency > slowest[n]) slowest[n] = latency;
       }
     }
-    let slowEvents = 0;
-    let slowRuns = 0;
-    let longestRun = 0;
-    for (let n = 0, run = 0; n < total; n += 1) {
-      if (slowest[n] > slowMs) {
-        slowEvents += 1;
-        run += 1;
-        if (run === 1) slowRuns += 1;
-        longestRun = Math.max(longestRun, run);
-      } else run = 0;
-    }
     let expected = 0;
-    for (let n = 0; n < total; n += 1) {
-      if (!acked[n]) continue;
-      // Subscribers i with i % deliveries === n % deliveries, among clients.length.
-      const first = n % deliveries;
-      expected += first < clients.length ? Math.ceil((clients.length - first) / deliveries) : 0;
-    }
-    return {
-      p50: percentile(samples, 50),
-      p99: percentile(samples, 99),
-      p999: percentile(samples, 99.9),
-      max: percentile(samples, 100),
-      delivered: samples.length,
-      expected,
-      lost: expected - samples.length,
-      duplicates,
-      misrouted,
-      unacknowledged,
-      slowEvents,
-      slowRuns,
-      longestRun,
-    };
+    for (let n = 0; n < total; n += 1) if (acked[n]) expected += followersOf(n);
+    return { samples: Float64Array.from(samples), slowest, delivered: samples.length, expected, duplicates, misrouted, unacknowledged };
   },
 
   async close() {

@@ -28,6 +28,12 @@ serve({
     privateKey = createPrivateKey(privateKeyPem);
   },
 
+  /** Posts to another facade from now on (the signed sets stay: another facade's store has none of them yet). */
+  async retarget({ origin }) {
+    await poster?.close();
+    poster = webhookPoster(origin);
+  },
+
   /** Signs the events ahead of any posting. */
   prepare({ name, events }) {
     const started = performance.now();

@@ -19,7 +19,7 @@ const upstream = await startUpstream();
 const { startApp } = await import(path.join(ROOT, 'dist/app.js'));
 const { loadConfig } = await import(path.join(ROOT, 'dist/config.js'));
 const app = await startApp(
-  loadConfig({ PORT: '0', UPSTREAM_URL: upstream.url, PLATFORM_ID, DATA_DIR: mkdtempSync(path.join(tmpdir(), 'dg-bench-')), LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0' }),
+  loadConfig({ PORT: '0', UPSTREAM_URL: upstream.url, PLATFORM_ID, DATA_DIR: mkdtempSync(path.join(tmpdir(), 'dg-bench-')), LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_READ_SCOPE: 'key' }),
 );
 const http = forkWorker('http-load');
 const request = facadeReadLoad(app.url);

@@ -22,7 +22,8 @@ const rounds = Number(flags.rounds ?? 2);
 function startTraced(upstreamUrl, checkout) {
   const child = spawn(process.execPath, ['--trace-gc', path.join(checkout, 'dist/main.js')], {
     cwd: checkout,
-    env: { ...process.env, PORT: '0', UPSTREAM_URL: upstreamUrl, PLATFORM_ID, DATA_DIR: mkdtempSync(path.join(tmpdir(), 'dg-bench-')), LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0' },
+    env: { ...process.env, PORT: '0', UPSTREAM_URL: upstreamUrl, PLATFORM_ID, DATA_DIR: mkdtempSync(path.join(tmpdir(), 'dg-bench-')), LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_READ_SCOPE: 'key', LOG_FORMAT: 'pretty' },
+    // pretty: the banner stays on stdout beside --trace-gc's lines (with JSON logs it goes to stderr).
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   let output = '';

@@ -3,6 +3,7 @@
 // The requests come from a process of its own.
 import { startFacade, startMeshContender, startUpstream } from '../lib/contenders.mjs';
 import { PLATFORM_ID } from '../lib/fixed-upstream.mjs';
+import { describeLoopDelay, loopDelayWindow } from '../lib/loop-delay.mjs';
 import { fmt, table, writeSection } from '../lib/report.mjs';
 import { forkWorker } from '../lib/worker.mjs';
 import { meshBatchQuery } from '../mesh/queries.mjs';
@@ -22,7 +23,9 @@ export async function batchRead({ quick, command }) {
   const mesh = await startMeshContender(upstream.url).catch(() => undefined);
   const http = forkWorker('http-load');
   const rows = [];
+  const loop = await loopDelayWindow([{ name: 'facade', origin: facade.origin }]);
   const dg = await measure(http, `${facade.origin}/graphql`, JSON.stringify({ query: 'query($uids: [ID!]!) { deliveries(uids: $uids) { uid status price { amount } } }', variables: { uids: UIDS } }), upstream, iterations);
+  const loopDelay = (await loop.stop()).facade;
   rows.push(['delivery-graph `deliveries(uids:)`', fmt(dg.wall, 1), fmt(dg.wallP99, 1), fmt(dg.wall / LATENCY_MS, 2), String(dg.requests)]);
   if (mesh) {
     const m = await measure(http, `${mesh.origin}/graphql`, JSON.stringify({ query: meshBatchQuery(UIDS, PLATFORM_ID) }), upstream, iterations);
@@ -33,6 +36,8 @@ export async function batchRead({ quick, command }) {
     `100 uids, 50 distinct, upstream answering each read after ${LATENCY_MS} ms; ${iterations} sequential requests, median wall time. Goal: wall ≤ 3 × ${LATENCY_MS} ms with exactly one upstream request per distinct uid (50).`,
     '',
     table(['contender', 'wall ms (median)', 'wall ms (p99)', '× upstream latency', 'upstream requests'], rows),
+    '',
+    `delivery-graph's event-loop delay over its ${iterations} requests (from its /metrics): ${describeLoopDelay(loopDelay)}.`,
   ].join('\n');
   writeSection('batch-read', 'Batch read', body, { command, quick });
   await Promise.all([upstream.stop(), facade.stop(), mesh?.stop()]);

@@ -7,6 +7,7 @@ import os from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { startFacade, startMeshContender, startReverseProxy, startUpstream } from '../lib/contenders.mjs';
 import { cpuMeter } from '../lib/cpu.mjs';
+import { describeLoopDelay, loopDelayWindow, worstLoopDelay } from '../lib/loop-delay.mjs';
 import { PLATFORM_ID } from '../lib/fixed-upstream.mjs';
 import { fmt, table, thousands, writeSection } from '../lib/report.mjs';
 import { UID_SLOT } from '../lib/load.mjs';
@@ -73,18 +74,25 @@ export async function singleRead({ quick, command, flags = {} }) {
   const contenders = [
     { name: DIRECT, url: `${upstream.origin}${path}`, headers: auth, uniqueIds: true },
     { name: PROXY, url: `${proxy.origin}${path}`, headers: auth, pid: proxy.child.pid, uniqueIds: true },
-    { name: FACADE, url: `${facade.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID_SLOT } }), pid: facade.child.pid, uniqueIds: true, graphql: true },
+    { name: FACADE, url: `${facade.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID_SLOT } }), pid: facade.child.pid, metricsOrigin: facade.origin, uniqueIds: true, graphql: true },
     ...(baseline
-      ? [{ name: BASELINE, url: `${baseline.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID_SLOT } }), pid: baseline.child.pid, uniqueIds: true, graphql: true }]
+      ? [{ name: BASELINE, url: `${baseline.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID_SLOT } }), pid: baseline.child.pid, metricsOrigin: baseline.origin, uniqueIds: true, graphql: true }]
       : []),
     ...(mesh ? [{ name: MESH, url: `${mesh.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: MESH_SINGLE_READ, variables: { uid: UID_SLOT, platform: PLATFORM_ID } }), pid: mesh.child.pid, uniqueIds: true, graphql: true }] : []),
   ];
   /** Max-throughput load on one contender, with the CPU share (of one core) of it, the upstream, the load process and anything else. */
-  const maxLoad = async ({ pid, ...c }, seconds) => {
-    const cpu = cpuMeter([{ name: 'contender', pid: pid ?? upstream.child.pid }, { name: 'upstream', pid: upstream.child.pid }, { name: 'load', pid: http.pid }]);
-    const result = await http.call('autocannon', { ...c, connections: 32, duration: seconds });
-    return { ...result, cpu: cpu.stop() };
+  // The facades' event-loop delay over each measured run, from their /metrics (undefined for the others).
+  const loopOf = async (metricsOrigin, run) => {
+    const loop = metricsOrigin && (await loopDelayWindow([{ name: 'facade', origin: metricsOrigin }]));
+    const result = await run();
+    return { ...result, loop: loop && (await loop.stop()).facade };
   };
+  const maxLoad = ({ pid, metricsOrigin, ...c }, seconds) =>
+    loopOf(metricsOrigin, async () => {
+      const cpu = cpuMeter([{ name: 'contender', pid: pid ?? upstream.child.pid }, { name: 'upstream', pid: upstream.child.pid }, { name: 'load', pid: http.pid }]);
+      const result = await http.call('autocannon', { ...c, connections: 32, duration: seconds });
+      return { ...result, cpu: cpu.stop() };
+    });
 
   // Each contender answers correctly before it is measured.
   for (const c of contenders) {
@@ -99,11 +107,14 @@ export async function singleRead({ quick, command, flags = {} }) {
       await maxLoad(c, 1); // warm-up
       results[c.name].max.push(await maxLoad(c, duration));
     }
-    for (const { pid, ...c } of contenders) {
+    for (const { pid, metricsOrigin, ...c } of contenders) {
       // A second at the rate first: the previous contender's backlog drains, the client's connections open.
       await http.call('fixedRate', { ...c, rate: 200, duration: 1 });
-      const cpu = cpuMeter([{ name: 'load', pid: http.pid }]);
-      results[c.name].fixed.push({ ...(await http.call('fixedRate', { ...c, rate: 200, duration })), others: cpu.stop().others });
+      const fixed = await loopOf(metricsOrigin, async () => {
+        const cpu = cpuMeter([{ name: 'load', pid: http.pid }]);
+        return { ...(await http.call('fixedRate', { ...c, rate: 200, duration })), others: cpu.stop().others };
+      });
+      results[c.name].fixed.push(fixed);
     }
   }
   await http.stop();
@@ -120,6 +131,8 @@ export async function singleRead({ quick, command, flags = {} }) {
         cpu: ['contender', 'upstream', 'load'].map((name) => median(r.max.map((x) => x.cpu.byName[name]))),
         others: median(r.max.map((x) => x.cpu.others)),
         fixedOthers: median(r.fixed.map((x) => x.others)),
+        loopAtMax: worstLoopDelay(r.max.map((x) => x.loop)),
+        loopFixed: worstLoopDelay(r.fixed.map((x) => x.loop)),
       },
     ]),
   );
@@ -168,6 +181,11 @@ export async function singleRead({ quick, command, flags = {} }) {
       measured: `**+${fmt(addedP99, 2)} ms** (p99 ${fmt(dg.fixedP99, 2)} vs ${fmt(direct.fixedP99, 2)} ms${range(addedP99Rounds, 2, ' ms')}${otherLoad(dg.fixedOthers, direct.fixedOthers)})`,
       met: addedP99 <= 2,
     },
+    {
+      id: 'loop-single-read',
+      measured: `**max ${fmt(dg.loopFixed?.maxMs, 1)} ms** (p99 ${fmt(dg.loopFixed?.p99Ms, 1)} ms; the worst of ${rounds} run(s) at 200 req/s; at max throughput max ${fmt(dg.loopAtMax?.maxMs, 1)} ms)`,
+      met: dg.loopFixed !== undefined && dg.loopFixed.maxMs <= 10,
+    },
   ];
   const ratios = [
     `- delivery-graph / reverse proxy throughput: **${fmt(vsProxy, 2)}×** (goal ≥ 0.70×${range(vsProxyRounds, 2, '×')})`,
@@ -177,6 +195,9 @@ export async function singleRead({ quick, command, flags = {} }) {
   // CPU per read: the contender's share of one core at max throughput over its requests per second.
   const cpuPerRead = (name) => (summary[name].cpu[0] / 100 / summary[name].rps) * 1e6;
   ratios.push(`- CPU per read at max throughput: delivery-graph **${fmt(cpuPerRead(FACADE), 0)} µs**, reverse proxy ${fmt(cpuPerRead(PROXY), 0)} µs (**${fmt(cpuPerRead(FACADE) / cpuPerRead(PROXY), 2)}×**)`);
+  // The facades' event-loop delay: the longest hold of their loop, the worst of the rounds.
+  const loopLine = (name) => `${name}: at 200 req/s ${describeLoopDelay(summary[name].loopFixed)}, at max throughput ${describeLoopDelay(summary[name].loopAtMax)}`;
+  ratios.push(`- event-loop delay (from /metrics, the worst round): ${[FACADE, ...(baseline ? [BASELINE] : [])].map(loopLine).join('; ')} (goal at 200 req/s: max ≤ 10 ms)`);
   if (baseline) {
     const old = summary[BASELINE];
     ratios.push(`- against ${BASELINE}, side by side: throughput **${fmt(dg.rps / old.rps, 2)}×** (${thousands(dg.rps)} vs ${thousands(old.rps)} req/s), CPU per read ${fmt(cpuPerRead(FACADE), 0)} vs ${fmt(cpuPerRead(BASELINE), 0)} µs, added p99 @200/s ${fmt(addedP99, 2)} vs ${fmt(old.fixedP99 - direct.fixedP99, 2)} ms`);

@@ -11,6 +11,7 @@ import { readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import { startFacade, startRedis, startUpstream } from '../lib/contenders.mjs';
+import { describeLoopDelay, loopDelayOf, scrapeMetrics } from '../lib/loop-delay.mjs';
 import { sleep } from '../lib/proc.mjs';
 import { fmt, table } from '../lib/report.mjs';
 import { ISSUER, keyPair, signEvent, webhookPoster } from '../lib/webhooks.mjs';
@@ -76,11 +77,13 @@ async function runSoak({ flags, storeLabel, env, measureStore }) {
   let window = [];
   const sample = async (atMs) => {
     const store = await measureStore(facade);
-    const row = { minutes: atMs / 60_000, sent, acked, failed, rssMiB: facade.rssKb() / 1024, ackP99: p99(window), ...store };
+    // The event-loop delay since the previous sample (each scrape starts a new window): retention passes run meanwhile.
+    const loop = loopDelayOf(await scrapeMetrics(facade.origin));
+    const row = { minutes: atMs / 60_000, sent, acked, failed, rssMiB: facade.rssKb() / 1024, ackP99: p99(window), loop, ...store };
     window = [];
     samples.push(row);
     console.log(
-      `  ${fmt(row.minutes, 1)} min: ${row.acked} acknowledged, ${row.failed} failed; ${row.storeLabel} ${row.store}; RSS ${fmt(row.rssMiB, 0)} MiB; ack p99 ${fmt(row.ackP99, 1)} ms`,
+      `  ${fmt(row.minutes, 1)} min: ${row.acked} acknowledged, ${row.failed} failed; ${row.storeLabel} ${row.store}; RSS ${fmt(row.rssMiB, 0)} MiB; ack p99 ${fmt(row.ackP99, 1)} ms; event loop ${describeLoopDelay(row.loop)}`,
     );
   };
 
@@ -121,8 +124,8 @@ async function runSoak({ flags, storeLabel, env, measureStore }) {
   const label = samples[0].storeLabel;
   console.log(
     `\n${table(
-      ['minutes', 'sent', 'acknowledged', 'failed', label, 'facade RSS (MiB)', 'ack p99 (ms)'],
-      samples.map((row) => [fmt(row.minutes, 1), String(row.sent), String(row.acked), String(row.failed), row.store, fmt(row.rssMiB, 0), fmt(row.ackP99, 1)]),
+      ['minutes', 'sent', 'acknowledged', 'failed', label, 'facade RSS (MiB)', 'ack p99 (ms)', 'event-loop delay since the last sample, max / p99'],
+      samples.map((row) => [fmt(row.minutes, 1), String(row.sent), String(row.acked), String(row.failed), row.store, fmt(row.rssMiB, 0), fmt(row.ackP99, 1), describeLoopDelay(row.loop)]),
     )}\n`,
   );
   return { samples, facadeDataDir: facade.dataDir };

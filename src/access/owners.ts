@@ -1,37 +1,72 @@
 // Who may see a delivery, decided here and nowhere else (docs/architecture.md,
-// "Who may see a delivery"). The upstream's document scopes a read to the
-// *platform* ("no delivery with this uid belongs to the platform"), so a 200 from
-// it does not prove that the caller's merchant owns the delivery. The facade's
-// owner records do:
-// - a delivery with a record belongs to that key alone: every other key is told
-//   "not found" by every read path, subscription, client token and cancel, and
-//   the upstream is not asked;
-// - a delivery with no record is the upstream's to decide, with the caller's key;
-//   a key it lets read the delivery is recorded as the owner from then on (the
-//   first record stays), with the endpoint group the delivery was found in.
+// "Who may see a delivery"). A merchant, not a key, owns a delivery
+// (src/access/merchants.ts), and what proves it depends on the upstream's read
+// scope (UPSTREAM_READ_SCOPE):
+// - `platform`, as the document reads ("no delivery with this uid belongs to the
+//   platform"): a read's 200 proves nothing. Only merchant-scoped proofs make a
+//   record (a booking through the facade, a read by partner reference with the
+//   merchant's key, a cancel the upstream made for it, an operator's claim; see
+//   OwnerProof), and such a proof replaces a record learned from a read. A
+//   delivery nobody has proven to own is nobody's: not found for every caller.
+// - `key`: the upstream answers each key for its own merchant's deliveries only,
+//   so it decides; records are a cache of what it said (a read's 200 is recorded).
+// A delivery recorded as another merchant's answers exactly like one that does
+// not exist, in shape and time: the caller costs the upstream what an unknown
+// uid would, and nothing that changes anything (src/access/probe.ts).
 // A booking is recorded here too (recordBooking): the upstream made it, so its
 // caller gets it even when the store cannot write; the record then waits in
 // memory, answers lookups from there, and is written when the store writes again.
+// An operator's claim (npm run merchant -- claim) replaces any record, from
+// another process: an instance asks the store for the claims made since it last
+// asked at most every CLAIM_CHECK_MS, on its next lookup, and forgets what it
+// remembered of those uids (noticeClaims; ReadAccess and the streams that named
+// a uid ask it too).
+import type { ReadScope } from '../config.js';
 import type { Logger } from '../logger.js';
-import type { BookingResult, OwnerEntry, OwnerGroup, OwnerRecord, Store } from '../store/store.js';
+import { merchantScoped, supersedes, type BookingResult, type OwnerEntry, type OwnerGroup, type OwnerProof, type OwnerRecord, type Store } from '../store/store.js';
+import { Merchants } from './merchants.js';
 
-/** What the record says of one caller: its own, another key's, or nothing known (the upstream decides). */
+/** What the record says of one caller: its own, another merchant's, or nothing that decides (the upstream, or a proof, may). */
 export type OwnerVerdict = 'own' | 'other' | 'unknown';
 
-/** The rule, from the one fact it rests on: the record (or its absence) and the caller's key hash. */
-export function ownerVerdict(record: OwnerRecord | undefined, callerHash: string): OwnerVerdict {
+/**
+ * The rule, from the facts it rests on: the record (or its absence), the
+ * merchant its owner id stands for now, the caller's merchant, and the scope.
+ * A record learned from a read proves another merchant's ownership only on a
+ * key-scoped upstream; on a platform-scoped one it decides nothing for anyone
+ * but its owner (who keeps it: records made before proofs were kept still work).
+ */
+export function ownerVerdict(record: OwnerRecord | undefined, ownerMerchant: string | undefined, caller: string, scope: ReadScope): OwnerVerdict {
   if (!record) return 'unknown';
-  return record.owner === callerHash ? 'own' : 'other';
+  if ((ownerMerchant ?? record.owner) === caller) return 'own';
+  return scope === 'key' || merchantScoped(record.proof) ? 'other' : 'unknown';
+}
+
+/** A record and what it says of one caller. */
+export interface Judged {
+  verdict: OwnerVerdict;
+  record: OwnerRecord | undefined;
 }
 
 /**
- * Records found in the store are kept in memory, bounded in bytes: a record never
- * changes once written (the first stays), so a kept one is true until it
+ * Records found in the store are kept in memory, bounded in bytes: a record
+ * changes only when a merchant-scoped proof replaces one learned from a read
+ * (or an operator claims the delivery), so a kept proof is true until it
  * expires with the retention; this bound is far below it. Absences are never
  * kept (another instance may write the record any moment).
  */
 export const OWNER_CACHE_BYTES = 8 * 1024 * 1024;
 const CACHED_FOR_MS = 10 * 60_000;
+/** A record a merchant-scoped proof may still replace (on a platform-scoped upstream), from another instance too: kept this long only. */
+const REPLACEABLE_FOR_MS = 5_000;
+/**
+ * How often an instance asks the store for operator claims made since it last
+ * asked (one small read, made by the first lookup after it is due): a claim
+ * counts on every instance within about this long.
+ */
+export const CLAIM_CHECK_MS = 2_000;
+/** Uids claimed lately whose claim time is kept for the answers cached elsewhere (ReadAccess, streams); the oldest go first. */
+const MAX_CLAIMED = 10_000;
 /**
  * Records learned from reads wait this long to be written together: at most
  * twenty commits (each an fsync on the embedded store) a second, however many
@@ -56,7 +91,7 @@ const BOOKING_OVERHEAD_BYTES = 400;
 /** A booking the upstream made, as the facade records it. */
 export interface BookingRecord {
   result: BookingResult;
-  /** The hash of the booking merchant's key. */
+  /** The booking merchant's id (src/access/merchants.ts). */
   owner: string;
   group: OwnerGroup;
   /** With an idempotency key: the claim to complete with the result, and the fingerprint of the input it was claimed for. */
@@ -82,6 +117,10 @@ export interface OwnersOptions {
   cacheBytes?: number;
   /** At most this many bytes of bookings wait in memory for the store (UNRECORDED_BOOKING_BYTES). */
   unrecordedBytes?: number;
+  /** UPSTREAM_READ_SCOPE; platform when not given, as the upstream's document reads. */
+  readScope?: ReadScope;
+  /** The app's merchants; a private set on the store when not given. */
+  merchants?: Merchants;
 }
 
 export class Owners {
@@ -106,16 +145,51 @@ export class Owners {
   #retryTimer: NodeJS.Timeout | undefined;
   #retryMs = RECORD_RETRY_MS;
   readonly #unrecordedLimit: number;
+  readonly scope: ReadScope;
+  readonly merchants: Merchants;
+  /** The store's claims version this instance has seen (undefined before it first asked), when it last asked, and the check under way. */
+  #claimsVersion: number | undefined;
+  #claimsCheckedAt = 0;
+  #claimsCheck: Promise<void> | undefined;
+  /** Uids claimed by an operator, and when this instance learned it; #allClaimedAt: when it last lost track of which (too many). */
+  readonly #claimed = new Map<string, number>();
+  #allClaimedAt = 0;
+  #claimsFailing = false;
 
   constructor(store: Store, options: OwnersOptions = {}) {
     this.#store = store;
     this.#logger = options.logger;
     this.#cacheBytes = options.cacheBytes ?? OWNER_CACHE_BYTES;
     this.#unrecordedLimit = options.unrecordedBytes ?? UNRECORDED_BOOKING_BYTES;
+    this.scope = options.readScope ?? 'platform';
+    this.merchants = options.merchants ?? new Merchants(store);
+  }
+
+  /**
+   * What the records say of the merchant `caller` for each uid: one lookup for
+   * all, and one resolution of the owners that are not the caller's own id
+   * (a key of the caller's merchant from before a link, or another merchant).
+   */
+  async judge(uids: readonly string[], caller: string): Promise<Map<string, Judged>> {
+    const records = await this.lookup(uids);
+    const others = [...new Set([...records.values()].map((record) => record.owner).filter((owner) => owner !== caller))];
+    const roots = others.length > 0 ? await this.merchants.roots(others) : undefined;
+    const judged = new Map<string, Judged>();
+    for (const uid of uids) {
+      const record = records.get(uid);
+      judged.set(uid, { record, verdict: ownerVerdict(record, record && roots?.get(record.owner), caller, this.scope) });
+    }
+    return judged;
+  }
+
+  async judgeOne(uid: string, caller: string): Promise<Judged> {
+    return (await this.judge([uid], caller)).get(uid)!;
   }
 
   /** The records of those uids that have one: from memory, the rest in one store read. */
   async lookup(uids: readonly string[]): Promise<Map<string, OwnerRecord>> {
+    const claims = this.noticeClaims();
+    if (claims) await claims;
     const found = new Map<string, OwnerRecord>();
     const missing: string[] = [];
     const now = Date.now();
@@ -127,9 +201,11 @@ export class Owners {
     if (missing.length === 0) return found;
     const stored = await this.#store.ownersOf(missing);
     for (const [uid, record] of stored) {
-      // A record learned meanwhile loses to the stored one: the first stays.
-      this.#remember(uid, record, now);
-      found.set(uid, record);
+      // A record learned meanwhile (pending, not written yet) decides by the stores' rule.
+      const pending = this.#pending.get(uid);
+      const kept = pending && supersedes(pending, record) ? { owner: pending.owner, group: pending.group, proof: pending.proof ?? 'read' } : record;
+      if (kept === record) this.#remember(uid, record, now);
+      found.set(uid, kept);
     }
     return found;
   }
@@ -139,13 +215,19 @@ export class Owners {
   }
 
   /**
-   * A key the upstream let read `uid`, which has no record: it is the owner from
-   * now on. Kept in memory at once, so this instance decides with it right away;
+   * What the facade learned of `uid`'s owner, and how (`read`: a key-scoped
+   * upstream let the merchant's key read it). Kept when nothing is recorded, or
+   * when it is a merchant-scoped proof and the record is not (supersedes()).
+   * Kept in memory at once, so this instance decides with it right away;
    * written to the store within LEARN_FLUSH_MS, with whatever else was learned by then.
    */
-  learn(uid: string, owner: string, group: OwnerGroup): void {
-    if (this.#known(uid, Date.now()) || this.#pending.has(uid)) return;
-    this.#pending.set(uid, { uid, owner, group });
+  learn(uid: string, owner: string, group: OwnerGroup, proof: OwnerProof): void {
+    const entry = { uid, owner, group, proof };
+    const known = this.#known(uid, Date.now());
+    if (known && !supersedes(entry, known)) return;
+    const pending = this.#pending.get(uid);
+    if (pending && !supersedes(entry, { proof: pending.proof ?? 'read' })) return;
+    this.#pending.set(uid, entry);
     if (this.#scheduled) return;
     this.#scheduled = true;
     setTimeout(() => {
@@ -163,7 +245,7 @@ export class Owners {
   async recordBooking(booking: BookingRecord): Promise<void> {
     const { result, owner, group, claim } = booking;
     const [ownerWrite, claimWrite] = await Promise.allSettled([
-      this.#store.recordOwner(result.uid, owner, group),
+      this.#store.recordOwner(result.uid, owner, group, 'booked'),
       claim ? this.#store.completeIdempotency(owner, claim.idempotencyKey, result) : undefined,
     ]);
     if (ownerWrite.status === 'fulfilled' && claimWrite.status === 'fulfilled') {
@@ -222,7 +304,8 @@ export class Owners {
     const entries = [...this.#unrecorded.values()];
     if (entries.length === 0) return;
     const owners = entries.filter((entry) => !entry.ownerWritten);
-    const ownersWrite = owners.length > 0 ? this.#store.recordOwners(owners.map(({ booking }) => ({ uid: booking.result.uid, owner: booking.owner, group: booking.group }))) : undefined;
+    const ownersWrite =
+      owners.length > 0 ? this.#store.recordOwners(owners.map(({ booking }) => ({ uid: booking.result.uid, owner: booking.owner, group: booking.group, proof: 'booked' as const }))) : undefined;
     const claims = entries.filter((entry) => entry.booking.claim && !entry.claimWritten);
     const claimWrites = claims.map(({ booking }) => this.#store.completeIdempotency(booking.owner, booking.claim!.idempotencyKey, booking.result));
     const [ownersDone, ...claimsDone] = await Promise.allSettled([ownersWrite, ...claimWrites]);
@@ -240,7 +323,7 @@ export class Owners {
       const { result, owner, group } = entry.booking;
       this.#unrecorded.delete(result.uid);
       this.#unrecordedBytes -= entry.bytes;
-      this.#remember(result.uid, { owner, group }, now);
+      this.#remember(result.uid, { owner, group, proof: 'booked' }, now);
       recorded += 1;
     }
     if (recorded > 0) this.#logger?.info({ count: recorded, waiting: this.#unrecorded.size }, 'recorded bookings that had waited for the store');
@@ -279,7 +362,8 @@ export class Owners {
         if (this.#unrecorded.size > 0) void this.#retryUnrecorded();
         // Known from the store's side now; a record another instance wrote first is found on the next lookup's miss.
         const now = Date.now();
-        for (const entry of batch) this.#remember(entry.uid, { owner: entry.owner, group: entry.group }, now);
+        // (One the store kept instead, by its rule, is found once this one expires from memory.)
+        for (const entry of batch) this.#remember(entry.uid, { owner: entry.owner, group: entry.group, proof: entry.proof ?? 'read' }, now);
       },
       (error: unknown) => {
         this.counters.failed += batch.length;
@@ -293,6 +377,57 @@ export class Owners {
     }
   }
 
+  /**
+   * Learns the operator's claims made since this instance last asked (at most
+   * once per CLAIM_CHECK_MS) and forgets what it remembered of their uids. Undefined
+   * when nothing is due (no check to wait for); otherwise the check, which never fails
+   * (a store that cannot answer is asked again next time).
+   */
+  noticeClaims(): Promise<void> | undefined {
+    if (this.#claimsCheck) return this.#claimsCheck;
+    const now = Date.now();
+    if (now - this.#claimsCheckedAt < CLAIM_CHECK_MS) return undefined;
+    this.#claimsCheckedAt = now;
+    this.#claimsCheck = this.#checkClaims().finally(() => (this.#claimsCheck = undefined));
+    return this.#claimsCheck;
+  }
+
+  /** When this instance learned of an operator's claim of `uid` (ms since the epoch; 0 when none): an answer about it cached before then is out of date. */
+  claimedAt(uid: string): number {
+    return Math.max(this.#claimed.get(uid) ?? 0, this.#allClaimedAt);
+  }
+
+  async #checkClaims(): Promise<void> {
+    let answer;
+    try {
+      answer = await this.#store.ownerClaimsAfter(this.#claimsVersion);
+    } catch (error) {
+      if (!this.#claimsFailing) this.#logger?.warn({ err: error }, "could not ask the store for the operator's claims; asked again on a later lookup");
+      this.#claimsFailing = true;
+      return;
+    }
+    this.#claimsFailing = false;
+    // The first answer is where this instance starts: it remembered nothing from before.
+    const first = this.#claimsVersion === undefined;
+    this.#claimsVersion = answer.version;
+    if (first) return;
+    const now = Date.now();
+    if (answer.uids === undefined) {
+      // More claims than the store keeps came since: anything remembered may be out of date.
+      this.#allClaimedAt = now;
+      this.#claimed.clear();
+      for (const [uid, cached] of this.#cache) this.#forget(uid, cached);
+      return;
+    }
+    for (const uid of answer.uids) {
+      const cached = this.#cache.get(uid);
+      if (cached) this.#forget(uid, cached);
+      this.#claimed.delete(uid);
+      this.#claimed.set(uid, now);
+      if (this.#claimed.size > MAX_CLAIMED) this.#claimed.delete(this.#claimed.keys().next().value!);
+    }
+  }
+
   /** Records kept in memory and their estimated bytes, for /metrics. */
   get cached(): { entries: number; bytes: number } {
     return { entries: this.#cache.size, bytes: this.#bytes };
@@ -300,9 +435,9 @@ export class Owners {
 
   #known(uid: string, now: number): OwnerRecord | undefined {
     const booked = this.#unrecorded.get(uid);
-    if (booked) return { owner: booked.booking.owner, group: booked.booking.group };
+    if (booked) return { owner: booked.booking.owner, group: booked.booking.group, proof: 'booked' };
     const pending = this.#pending.get(uid);
-    if (pending) return { owner: pending.owner, group: pending.group };
+    if (pending) return { owner: pending.owner, group: pending.group, proof: pending.proof ?? 'read' };
     const cached = this.#cache.get(uid);
     if (!cached) return undefined;
     if (cached.expires <= now) {
@@ -326,7 +461,9 @@ export class Owners {
       const [oldestUid, cached] = oldest.value!;
       this.#forget(oldestUid, cached);
     }
-    this.#cache.set(uid, { record, bytes, expires: now + CACHED_FOR_MS });
+    // On a platform-scoped upstream a record learned from a read may be replaced by a proof anywhere.
+    const replaceable = this.scope === 'platform' && !merchantScoped(record.proof);
+    this.#cache.set(uid, { record, bytes, expires: now + (replaceable ? REPLACEABLE_FOR_MS : CACHED_FOR_MS) });
     this.#bytes += bytes;
   }
 

@@ -220,7 +220,10 @@ export class RequestLimits {
    * (address, key hash) → until when that key is already paid for at that address:
    * the budget counts distinct unknown keys, not requests, so a real key whose
    * operations never reach the upstream (and so never get it accepted) is not
-   * refused for repeating itself.
+   * refused for repeating itself. A key the upstream refused after it was paid
+   * for pays again when it is put to the upstream again (its refusal is
+   * remembered only KEY_REFUSAL_MEMORY_MS): each upstream try of a refused key
+   * costs a try, so a few made-up keys repeated cannot outrun the budget.
    */
   readonly #charged = new Map<string, number>();
 
@@ -315,7 +318,7 @@ export class RequestLimits {
       }
     }
     try {
-      const wait = await this.#chargeAddress(address, key);
+      const wait = await this.#chargeAddress(address, key, standing === 'unknown');
       if (wait > 0) return { verdict: 'too-many-unknown-keys', retryAfterSeconds: wait };
       if (standing === 'unknown') {
         await ask();
@@ -327,13 +330,27 @@ export class RequestLimits {
     }
   }
 
-  /** One try from the address for this key, unless the key was already paid for there within the window. */
-  #chargeAddress(address: string, key: string): number | Promise<number> {
+  /**
+   * A key other than the caller's own tried on its behalf (linkMerchantKey's
+   * previousKey): free once the upstream has accepted it, else one try of the
+   * address's AUTH_FAILURES_PER_MINUTE, as the same key sent as a credential
+   * would cost. 0 when allowed, else seconds until a try is there.
+   */
+  chargeKeyTry(key: string, address: string): number | Promise<number> {
+    return this.keys.standing(key) === 'accepted' ? 0 : this.#chargeAddress(address, key, true);
+  }
+
+  /**
+   * One try from the address for this key, unless the key was already paid for
+   * there within the window and (when `asking`: the key goes to the upstream)
+   * has not been refused since.
+   */
+  #chargeAddress(address: string, key: string, asking: boolean): number | Promise<number> {
     const group = addressGroup(address);
     const id = `${group}\n${hashKey(key)}`;
     const now = Date.now();
     const until = this.#charged.get(id);
-    if (until !== undefined && until > now) return 0;
+    if (until !== undefined && until > now && !(asking && this.keys.refusedAt(key) >= until - CHARGE_WINDOW_MS)) return 0;
     const wait = this.perAddress.take(group);
     const remember = (seconds: number) => {
       if (seconds > 0) return seconds;
@@ -364,7 +381,7 @@ export class RequestLimits {
       }
     }
     // Both budgets at once: one Redis round trip.
-    const [addressWait, keyWait] = await Promise.all([this.#chargeAddress(address, key), standing === 'unknown' ? this.perKey.take(key) : 0]);
+    const [addressWait, keyWait] = await Promise.all([this.#chargeAddress(address, key, standing === 'unknown'), standing === 'unknown' ? this.perKey.take(key) : 0]);
     let refusal: DeliveryGraphError | undefined;
     if (addressWait > 0) refusal = new RateLimitedError(addressWait, UNKNOWN_KEYS_MESSAGE);
     else if (standing === 'refused') refusal = new UnauthenticatedError('The delivery service refused the merchant key.');

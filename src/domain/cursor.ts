@@ -2,7 +2,9 @@
 // event log, which every merchant's events share: a plain seq would let one
 // merchant read the platform's event volume off its own cursors. So each caller
 // gets cursors of its own: one AES-128 block of (seq, tag), under a key derived
-// (HMAC-SHA256) from a secret kept in the store and the caller's key hash, in
+// (HMAC-SHA256) from a secret kept in the store and the caller's merchant id
+// (src/access/merchants.ts: the hash of its first key, so cursors given before
+// merchants, and before a rotation, stay valid), in
 // base64url. Deterministic, so the same event has the same cursor for the same
 // caller, on every instance and across restarts; another caller's cursor, or a
 // made-up one, decrypts to a block whose tag does not match (a chance of 2^-64)
@@ -13,8 +15,6 @@
 // `after:` with decimals, which is what opacity is for. "0" (from the start of
 // the log) names no event and says nothing.
 import { createCipheriv, createDecipheriv, createHmac, createSecretKey, type Cipher, type Decipher } from 'node:crypto';
-import { type Store } from '../store/store.js';
-import { hashKey } from '../domain/merchant-key.js';
 
 /** One caller's cursors. */
 export interface CallerCursors {
@@ -75,23 +75,28 @@ class StoreCursors {
     this.#secret = secret;
   }
 
-  forCaller(keyHash: string): CallerCursors {
-    let cursors = this.#callers.get(keyHash);
+  forCaller(merchant: string): CallerCursors {
+    let cursors = this.#callers.get(merchant);
     if (!cursors) {
-      const key = createHmac('sha256', this.#secret).update(`delivery-graph:cursor:${keyHash}`).digest().subarray(0, 16);
+      const key = createHmac('sha256', this.#secret).update(`delivery-graph:cursor:${merchant}`).digest().subarray(0, 16);
       cursors = new OneCallerCursors(key);
       // The oldest caller goes first (a Map iterates in insertion order).
       if (this.#callers.size >= MAX_CALLERS) this.#callers.delete(this.#callers.keys().next().value!);
-      this.#callers.set(keyHash, cursors);
+      this.#callers.set(merchant, cursors);
     }
     return cursors;
   }
 }
 
-const byStore = new WeakMap<Store, Promise<StoreCursors>>();
+/** Where the secret is kept: the event store (its `cursorSecret`), seen only as what cursors need of it, so the rules import no store. */
+export interface CursorSecretKeeper {
+  cursorSecret(): Promise<Buffer>;
+}
 
-/** The cursors of the merchant with this key, under the secret kept in `store` (read once, created on first use). */
-export async function callerCursors(store: Store, key: string): Promise<CallerCursors> {
+const byStore = new WeakMap<CursorSecretKeeper, Promise<StoreCursors>>();
+
+/** The cursors of the merchant with this id, under the secret kept in `store` (read once, created on first use). */
+export async function callerCursors(store: CursorSecretKeeper, merchant: string): Promise<CallerCursors> {
   let loading = byStore.get(store);
   if (!loading) {
     loading = store.cursorSecret().then((secret) => new StoreCursors(secret));
@@ -99,5 +104,5 @@ export async function callerCursors(store: Store, key: string): Promise<CallerCu
     // Not kept when it failed (the store was away): the next caller asks again.
     loading.catch(() => byStore.delete(store));
   }
-  return (await loading).forCaller(hashKey(key));
+  return (await loading).forCaller(merchant);
 }

@@ -1,5 +1,6 @@
-// Merchant keys are secrets: the facade never stores or logs one, only this hash
-// (ownership records, idempotency keys, limits, cursors and the key memory all use it).
+// Merchant keys are secrets: the facade never stores or logs one, only this hash.
+// Limits and the key memory use it as it is; a key hash with no link is also its
+// merchant's id (src/access/merchants.ts), which owns records, idempotency keys and cursors.
 import { createHash } from 'node:crypto';
 
 /**

@@ -1,7 +1,24 @@
 // The delivery statuses, as the upstream spells them anywhere (reads, cancel
 // results, webhook labels and event names), case- and separator-insensitively,
 // with UNKNOWN for anything new.
-import type { DeliveryStatus } from '../mapping/model.js';
+
+/** Every status a delivery can have here (the GraphQL enum DeliveryStatus), UNKNOWN for one the upstream names that the facade does not know. */
+export const DELIVERY_STATUSES = [
+  'CREATED',
+  'ASSIGNED',
+  'PICKUP_ENROUTE',
+  'PICKUP_ARRIVED',
+  'PICKUP_COMPLETE',
+  'DROPOFF_ENROUTE',
+  'DROPOFF_ARRIVED',
+  'DROPOFF_COMPLETE',
+  'RETURN_IN_PROGRESS',
+  'RETURNED',
+  'CANCELED',
+  'FAILED',
+  'UNKNOWN',
+] as const;
+export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
 
 const STATUS_ALIASES: Record<string, DeliveryStatus> = {
   CREATED: 'CREATED',

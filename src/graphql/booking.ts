@@ -16,7 +16,6 @@ import { asValidation, toWireRequest, type DeliveryInput } from '../mapping/requ
 import type { BookingRecord } from '../access/owners.js';
 import type { BookingResult } from '../store/store.js';
 import { fingerprint } from '../domain/canonical-json.js';
-import { hashKey } from '../domain/merchant-key.js';
 import type { WireDeliveryRequest } from '../upstream/wire.js';
 import { builder } from './builder.js';
 import type { GraphQLContext } from './context.js';
@@ -35,9 +34,11 @@ const PENDING_POLL_MS = 25;
  * that would make the caller book again.
  */
 async function book(ctx: GraphQLContext, key: string, body: WireDeliveryRequest, input: DeliveryInput, claim?: BookingRecord['claim']): Promise<BookingResult> {
+  // Known before the upstream books: nothing after the booking may fail before it is recorded.
+  const owner = await ctx.merchant();
   const created = await asValidation(key, () => ctx.services.upstream.platform.create(key, body), input);
   const result = { uid: created.uid, trackingUrl: created.trackingLink ?? null };
-  await ctx.services.owners.recordBooking({ result, owner: hashKey(key), group: 'PLATFORM', claim });
+  await ctx.services.owners.recordBooking({ result, owner, group: 'PLATFORM', claim });
   return result;
 }
 
@@ -78,7 +79,8 @@ async function afterFailedBooking(ctx: GraphQLContext, owner: string, idempotenc
  */
 async function bookOnce(ctx: GraphQLContext, key: string, idempotencyKey: string, body: WireDeliveryRequest, input: DeliveryInput): Promise<BookingResult> {
   const { store, config } = ctx.services;
-  const owner = hashKey(key);
+  // The merchant's, not the key's: a retry with the merchant's next key finds the same claim (src/access/merchants.ts).
+  const owner = await ctx.merchant();
   const print = fingerprint(body);
   const marked: WireDeliveryRequest = { ...body, platform_payload: { ...body.platform_payload, [BOOKING_MARKER_FIELD]: bookingMarker(owner, idempotencyKey) } };
   const local = `${owner}:${idempotencyKey}`;
@@ -129,7 +131,7 @@ builder.mutationField('createDelivery', (t) =>
       input: t.arg({ type: DeliveryInputRef, required: true, description: 'What to deliver, from where to where.' }),
       idempotencyKey: t.arg.string({
         description:
-          "Any string unique to this booking (per merchant key), kept for IDEMPOTENCY_RETENTION (24 h by default); a retry with the same key and input books nothing new, even when the first request's answer was lost. A refusal that booked nothing (a ValidationError, a 429 or 503) frees the key. The facade marks the booking's platform_payload with a hash of it (never the key itself), under a reserved name that reads never show.",
+          "Any string unique to this booking (per merchant: a key linked to the merchant's earlier one, see linkMerchantKey, finds the same), kept for IDEMPOTENCY_RETENTION (24 h by default); a retry with the same key and input books nothing new, even when the first request's answer was lost. A refusal that booked nothing (a ValidationError, a 429 or 503) frees the key. The facade marks the booking's platform_payload with a hash of it (never the key itself), under a reserved name that reads never show.",
       }),
     },
     resolve: async (_root, { input, idempotencyKey }, ctx): Promise<DeliveryStub> => {

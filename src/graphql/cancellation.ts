@@ -1,6 +1,6 @@
 // Cancellation type and the cancelDelivery mutation (both groups).
 import { NotCancelableError, NotFoundError } from '../errors.js';
-import { amountMoney, valueMoney } from '../mapping/delivery.js';
+import { amountMoney, fromPartnerOrder, valueMoney } from '../mapping/delivery.js';
 import type { ApiGroup, DeliveryStatus, Money } from '../mapping/model.js';
 import { str } from '../mapping/scalars.js';
 import { deliveryStatus } from '../domain/status.js';
@@ -8,8 +8,8 @@ import { builder } from './builder.js';
 import { ApiGroupEnum, DeliveryStatusEnum } from './enums.js';
 import { MoneyRef } from './objects.js';
 import type { Upstream } from '../upstream/clients.js';
-import { ownerVerdict, type Owners } from '../access/owners.js';
-import { hashKey } from '../domain/merchant-key.js';
+import type { Owners, OwnerVerdict } from '../access/owners.js';
+import { ownedByReference, readAsCaller } from '../access/probe.js';
 
 interface Cancellation {
   uid: string;
@@ -37,7 +37,8 @@ const CancellationRef = builder.objectRef<Cancellation>('Cancellation').implemen
 builder.mutationField('cancelDelivery', (t) =>
   t.field({
     type: CancellationRef,
-    description: 'Cancels a delivery before pickup, on either group; the result states the fee.',
+    description:
+      "Cancels a delivery before pickup, on either group; the result states the fee. A delivery recorded as another merchant's is a NotFoundError exactly like a uid that does not exist (the facade reads it as one, and never sends its cancel).",
     nullable: false,
     errors: {
       types: [NotFoundError, NotCancelableError],
@@ -49,49 +50,68 @@ builder.mutationField('cancelDelivery', (t) =>
       uid: t.arg.id({ required: true, description: 'The delivery to cancel.' }),
       group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group the delivery belongs to.' }),
     },
-    resolve: async (_root, { uid, group }, ctx) => {
+    resolve: async (_root, { uid: id, group }, ctx) => {
       const key = ctx.requireMerchantKey();
+      const uid = String(id);
       const { upstream, owners } = ctx.services;
-      const caller = hashKey(key);
-      // The owner record decides first (src/access/owners.ts): another key's delivery is not found, unasked.
-      const record = await owners.lookupOne(String(uid));
-      const verdict = ownerVerdict(record, caller);
-      if (verdict === 'other') throw new NotFoundError();
-      if (record?.group && record.group !== group) throw notInGroup(String(uid), group, record.group);
-      try {
-        const cancellation = await cancelIn(upstream, key, String(uid), group);
-        if (verdict === 'unknown') owners.learn(String(uid), caller, group);
-        return cancellation;
-      } catch (error) {
-        if (error instanceof NotFoundError) {
-          const notFound = verdict === 'own' ? new NotFoundError() : await notFoundIn(ctx.services.owners, upstream, key, String(uid), group);
-          notFound.upstream = error.upstream;
-          throw notFound;
-        }
-        throw error;
+      const caller = await ctx.merchant();
+      // The owner record decides first (src/access/owners.ts).
+      const { record, verdict } = await owners.judgeOne(uid, caller);
+      if (verdict === 'own') {
+        if (record?.group && record.group !== group) throw notInGroup(uid, group, record.group);
+        return cancelOwn(upstream, key, uid, group);
       }
+      // Anything else is read first, with the caller's key, as an unknown uid would be (another merchant's:
+      // src/access/probe.ts), and canceled only when that read finds it: a 404 is the answer, with the read's words.
+      try {
+        await readAsCaller(upstream, owners.scope, verdict, key, uid, group);
+      } catch (error) {
+        if (!(error instanceof NotFoundError)) throw error;
+        const notFound = await notFoundIn(owners, upstream, key, caller, verdict, uid, group);
+        notFound.upstream = error.upstream;
+        throw notFound;
+      }
+      // Found: the upstream cancels only its caller's own (its document: "belongs to the caller"), so a cancel it makes proves it.
+      const cancellation = await cancelOwn(upstream, key, uid, group);
+      owners.learn(uid, caller, group, 'canceled');
+      return cancellation;
     },
   }),
 );
+
+/** The cancel itself; a 404 is a NotFoundError with the upstream's words. */
+async function cancelOwn(upstream: Upstream, key: string, uid: string, group: ApiGroup): Promise<Cancellation> {
+  try {
+    return await cancelIn(upstream, key, uid, group);
+  } catch (error) {
+    if (!(error instanceof NotFoundError)) throw error;
+    const notFound = new NotFoundError();
+    notFound.upstream = error.upstream;
+    throw notFound;
+  }
+}
 
 const notInGroup = (uid: string, group: ApiGroup, other: ApiGroup) =>
   new NotFoundError(`No delivery ${uid} in the ${group} group: it exists in the ${other} group; pass group: ${other}`);
 
 /**
- * For a delivery with no owner record: a NotFoundError that says where the
- * delivery is when the caller can read it in the other group (one read there,
- * with the same key; the key is then recorded as its owner); the plain one when
- * that read fails or finds nothing.
+ * For a delivery the caller's own records do not place: a NotFoundError that
+ * says where the delivery is when the caller's merchant owns it in the other
+ * group, the plain one otherwise. One read there, with the same key (as an
+ * unknown uid for another merchant's: src/access/probe.ts): on a key-scoped
+ * upstream its 200 says so; on a platform-scoped one only a partner order's
+ * read by reference does. What proved it is recorded.
  */
-async function notFoundIn(owners: Owners, upstream: Upstream, key: string, uid: string, group: ApiGroup): Promise<NotFoundError> {
+async function notFoundIn(owners: Owners, upstream: Upstream, key: string, caller: string, verdict: OwnerVerdict, uid: string, group: ApiGroup): Promise<NotFoundError> {
   const other: ApiGroup = group === 'PLATFORM' ? 'PARTNER' : 'PLATFORM';
   try {
-    if (other === 'PLATFORM') await upstream.platform.get(key, uid);
-    else await upstream.partner.getOrder(key, uid);
+    const delivery = await readAsCaller(upstream, owners.scope, verdict, key, uid, other);
+    if (owners.scope === 'key') owners.learn(uid, caller, other, 'read');
+    else if (await ownedByReference(delivery, async (reference) => fromPartnerOrder(await upstream.partner.getOrderByReference(key, reference)))) owners.learn(uid, caller, other, 'reference');
+    else return new NotFoundError();
   } catch {
     return new NotFoundError();
   }
-  owners.learn(uid, hashKey(key), other);
   return notInGroup(uid, group, other);
 }
 

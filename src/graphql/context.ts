@@ -5,21 +5,24 @@ import type { IncomingMessage } from 'node:http';
 import DataLoader from 'dataloader';
 import type { Config } from '../config.js';
 import { DeliveryGraphError, ForbiddenError, NotFoundError, UnauthenticatedError } from '../errors.js';
-import { fromPartnerOrder, fromPlatformDelivery } from '../mapping/delivery.js';
+import { fromPartnerOrder } from '../mapping/delivery.js';
 import type { ApiGroup, Delivery } from '../mapping/model.js';
 import type { ReadAccess } from '../realtime/access.js';
 import type { EventBus } from '../realtime/bus.js';
 import type { EventPages } from '../realtime/event-pages.js';
+import type { SubscriptionFanout } from '../realtime/fanout.js';
 import { clientAddress } from '../observability/client-address.js';
-import type { BookingResult, OwnerRecord, Store } from '../store/store.js';
+import type { BookingResult, Store } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { Caller, ClientTokenCredential } from '../access/caller.js';
 import { MERCHANT_ONLY } from '../access/client-token-scope.js';
 import type { ClientTokens } from '../access/client-tokens.js';
-import { ownerVerdict, type Owners } from '../access/owners.js';
-import { hashKey } from '../domain/merchant-key.js';
+import type { Judged, Owners } from '../access/owners.js';
+import type { Merchants } from '../access/merchants.js';
+import { ownedByReference, readAsCaller } from '../access/probe.js';
 import type { RequestLimits } from '../access/rate-limit.js';
 import type { SubscriptionSlots } from '../access/subscription-slots.js';
+import type { KeyWatch } from '../access/key-watch.js';
 
 /** Long-lived parts of the app that resolvers use. */
 export interface Services {
@@ -30,6 +33,8 @@ export interface Services {
   access: ReadAccess;
   /** Owner records: who may see which delivery (src/access/owners.ts). */
   owners: Owners;
+  /** The merchant behind each key (src/access/merchants.ts). */
+  merchants: Merchants;
   /** Most events one subscriber may have waiting before it is cut off. */
   maxPendingEvents: number;
   /**
@@ -43,8 +48,12 @@ export interface Services {
   reconciler?: Reconciler;
   /** Subscriptions open at once per key, client token and address (src/access/subscription-slots.ts). */
   subscriptions: SubscriptionSlots;
+  /** Re-confirms the key of every open subscription at a bounded interval and ends them when it is refused (src/access/key-watch.ts). */
+  keyWatch?: KeyWatch;
   /** Delivery.events in a subscription: one store read per message for all its subscribers (src/realtime/event-pages.ts). */
   eventPages: EventPages;
+  /** Subscriptions: each event executed and serialized once per (plan, variables, visibility) (src/realtime/fanout.ts); without it, once per subscriber. */
+  fanout?: SubscriptionFanout;
 }
 
 export type { ClientTokenCredential };
@@ -75,6 +84,11 @@ export interface GraphQLContext {
    * tokens): FORBIDDEN for a client token, whatever the pipeline let through.
    */
   requireMerchantKey(): string;
+  /**
+   * The merchant id of the key (requireKey's), resolved once per operation
+   * (src/access/merchants.ts): what owns deliveries, idempotency keys and cursors.
+   */
+  merchant(): Promise<string>;
   /** One read per (group, uid) per request; null for a uid the caller may not see (src/access/owners.ts decides). */
   deliveryLoader(group: ApiGroup): DataLoader<string, Delivery | null>;
   /**
@@ -117,6 +131,7 @@ export function createContext(services: Services, options: ContextOptions): Grap
   const scope = token ? new Set(token.uids) : undefined;
   const loaders = new Map<ApiGroup, DataLoader<string, Delivery | null>>();
   let byReference: DataLoader<string, Delivery | null> | undefined;
+  let merchant: Promise<string> | undefined;
   return {
     services,
     key,
@@ -141,6 +156,11 @@ export function createContext(services: Services, options: ContextOptions): Grap
       if (token) throw new ForbiddenError(MERCHANT_ONLY);
       return this.requireKey();
     },
+    merchant() {
+      const key = this.requireKey();
+      merchant ??= services.merchants.of(key);
+      return merchant;
+    },
     deliveryLoader(group) {
       let loader = loaders.get(group);
       if (!loader) {
@@ -149,27 +169,31 @@ export function createContext(services: Services, options: ContextOptions): Grap
           async (uids) => {
             const key = this.requireKey();
             const { upstream, owners } = services;
-            const caller = hashKey(key);
             // The owner records decide first (src/access/owners.ts), for the whole batch in one lookup.
-            let records: Map<string, OwnerRecord>;
+            let caller: string;
+            let judged: Map<string, Judged>;
             try {
-              records = await owners.lookup(scope ? uids.filter((uid) => scope.has(uid)) : uids);
+              caller = await this.merchant();
+              judged = await owners.judge(scope ? uids.filter((uid) => scope.has(uid)) : uids, caller);
             } catch (error) {
               // Without the records nobody can be told apart: every entry fails, nothing is read.
               const failure = error instanceof DeliveryGraphError ? error : new Error('The owner records could not be read.');
               return uids.map(() => failure);
             }
             const read = async (uid: string, options: { signal: AbortSignal } | undefined) => {
-              // A client token's other uids, another key's deliveries and a delivery recorded in the
-              // other group read as not found, without asking the upstream.
+              // A client token's other uids read as not found, without asking the upstream.
               if (scope && !scope.has(uid)) return null;
-              const record = records.get(uid);
-              const verdict = ownerVerdict(record, caller);
-              if (verdict === 'other' || (record?.group && record.group !== group)) return null;
-              const delivery =
-                group === 'PLATFORM' ? fromPlatformDelivery(await upstream.platform.get(key, uid, options)) : fromPartnerOrder(await upstream.partner.getOrder(key, uid, options));
-              // No record: the upstream let this key read it, so it is the key's from now on.
-              if (verdict === 'unknown') owners.learn(uid, caller, group);
+              const { record, verdict } = judged.get(uid)!;
+              // The caller's own, recorded in the other group: not found here, unasked.
+              if (verdict === 'own' && record?.group && record.group !== group) return null;
+              // Another merchant's: read as an unknown uid would be (src/access/probe.ts); a key-scoped upstream may still say yes.
+              const delivery = await readAsCaller(upstream, owners.scope, verdict, key, uid, group, options);
+              if (verdict !== 'unknown') return delivery;
+              // No record that decides: on a key-scoped upstream its 200 is the answer, recorded; on a
+              // platform-scoped one it proves nothing, but a partner order proves itself by its reference.
+              if (owners.scope === 'key') owners.learn(uid, caller, group, 'read');
+              else if (await ownedByReference(delivery, (reference) => this.orderByReferenceLoader().load(reference))) owners.learn(uid, caller, group, 'reference');
+              else return null;
               return delivery;
             };
             return readEach(services, uids, uids.length > 1 ? this.clientGone() : undefined, read);

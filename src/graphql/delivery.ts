@@ -8,8 +8,6 @@ import type { GraphQLContext } from './context.js';
 import { ApiGroupEnum, DeliveryModeEnum, DeliveryStatusEnum, DeliveryStyleEnum } from './enums.js';
 import { CourierRef, DistanceRef, MoneyRef, PackageRef, ProofOfDeliveryRef, StopRef } from './objects.js';
 import { checkUid } from './uid-arguments.js';
-import { ownerVerdict } from '../access/owners.js';
-import { hashKey } from '../domain/merchant-key.js';
 
 export const DeliveryRef = builder.objectRef<DeliveryParent>('Delivery');
 
@@ -107,7 +105,8 @@ builder.node(DeliveryRef, {
     expectedCancellationFee: t.field({ type: MoneyRef, nullable: true, description: 'Fee expected if the delivery were canceled now.', resolve: read('expectedCancellationFee') }),
     trackingUrl: t.string({
       nullable: true,
-      description: 'Public real-time tracking page, no login needed (tracking_link / tracking_url).',
+      description:
+        "The upstream's own public tracking page for this delivery, no login needed (tracking_link / tracking_url), on the upstream's site (with the embedded sandbox, the sandbox's port). Not this service's live page, which is `/#uid=<uid>` on the facade (for a customer, `/#token=<client token>`: see createClientToken).",
       // A booking known from its webhook (a lost create answer) has no tracking link yet: read it.
       resolve: (d, args, ctx) => (isStub(d) && d.trackingUrl === null ? read('trackingUrl')(d, args, ctx) : d.trackingUrl),
     }),
@@ -121,7 +120,7 @@ builder.queryFields((t) => ({
     type: DeliveryRef,
     nullable: true,
     description:
-      "One delivery by uid; null when no such delivery belongs to the caller: recorded as another key's (booked or first read with it: the upstream is not asked), or not found upstream (404).",
+      "One delivery by uid; null when no such delivery belongs to the caller's merchant: not found upstream (404), recorded as another merchant's (answered exactly as a uid that does not exist), or, where UPSTREAM_READ_SCOPE is platform, one nothing proves the caller owns (a booking through the facade, a read by partner reference, a cancel, an operator's claim; a partner order is proven by its reference on the first read).",
     args: {
       uid: t.arg.id({ required: true, description: 'The delivery uid returned at booking (one URL path segment: see docs/limits.md).' }),
       group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group to read from.' }),
@@ -168,7 +167,8 @@ builder.queryFields((t) => ({
   deliveryByReference: t.field({
     type: DeliveryRef,
     nullable: true,
-    description: "A partner-group order by the partner's own reference; null when none belongs to the caller.",
+    description:
+      "A partner-group order by the partner's own reference; null when none belongs to the caller. The upstream answers this read for the caller's merchant alone, so it proves the order the caller's: reads of it by uid work from then on.",
     args: {
       partnerReference: t.arg.string({ required: true, description: 'The partner_reference given when the order was placed.' }),
     },
@@ -177,11 +177,9 @@ builder.queryFields((t) => ({
       const key = ctx.requireMerchantKey();
       try {
         const order = fromPartnerOrder(await ctx.services.upstream.partner.getOrderByReference(key, partnerReference, { signal: ctx.clientGone() }));
-        // The owner record decides here too (src/access/owners.ts): another key's order is not found.
-        const caller = hashKey(key);
-        const verdict = ownerVerdict(await ctx.services.owners.lookupOne(order.uid), caller);
-        if (verdict === 'other') return null;
-        if (verdict === 'unknown') ctx.services.owners.learn(order.uid, caller, 'PARTNER');
+        // The upstream answers this read for the caller's merchant alone, whatever its read scope: the order is the
+        // caller's, and the answer a merchant-scoped proof, which replaces a record learned from a read (src/access/owners.ts).
+        ctx.services.owners.learn(order.uid, await ctx.merchant(), 'PARTNER', 'reference');
         // Prime the loader so a later read of the same uid in this request is free.
         ctx.deliveryLoader('PARTNER').prime(order.uid, order);
         return order;

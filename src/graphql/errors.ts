@@ -4,6 +4,7 @@ import {
   DeliveryGraphError,
   BookingOutcomeUnknownError,
   IdempotencyConflictError,
+  KeyLinkRefusedError,
   NotCancelableError,
   NotFoundError,
   ValidationError,
@@ -72,6 +73,14 @@ builder.objectType(IdempotencyConflictError, {
   description: 'The idempotency key was already used by this merchant with different input; nothing was booked.',
   interfaces: [ErrorInterface],
   isTypeOf: (value) => value instanceof IdempotencyConflictError,
+});
+
+builder.objectType(KeyLinkRefusedError, {
+  name: 'KeyLinkRefusedError',
+  description:
+    "linkMerchantKey's previousKey is not accepted by the delivery service now, or is the caller's own key, or both keys already have deliveries or idempotency keys of their own (only the facade's operator merges two merchants): nothing was linked.",
+  interfaces: [ErrorInterface],
+  isTypeOf: (value) => value instanceof KeyLinkRefusedError,
 });
 
 builder.objectType(BookingOutcomeUnknownError, {

@@ -2,7 +2,8 @@
 // and the three subscriptions. Cursors are the caller's own (src/domain/cursor.ts).
 import { getArgumentValues, type GraphQLResolveInfo } from 'graphql';
 import { BadUserInputError } from '../errors.js';
-import { fromWebhookEvent, geoPoint } from '../mapping/delivery.js';
+import { fromDeliveryView, fromWebhookEvent, geoPoint } from '../mapping/delivery.js';
+import { knownAfter } from '../domain/delivery-view.js';
 import type { ApiGroup, Courier, Delivery, DeliveryStatus, GeoPoint } from '../mapping/model.js';
 import { statusOfWebhook } from '../domain/status.js';
 import { callerCursors, START_CURSOR, type CallerCursors } from '../domain/cursor.js';
@@ -16,16 +17,19 @@ import { CourierRef, GeoPointRef } from './objects.js';
 import { checkUidArguments } from './uid-arguments.js';
 
 /**
- * One event object reaches every subscriber of its delivery: map its payload
- * once, not once per subscriber. The group is the one the owner record knows
- * (PLATFORM when there is none): the body does not say.
+ * One event object reaches every subscriber of its delivery: map it once, not
+ * once per subscriber. The group is the one the owner record knows (PLATFORM
+ * when there is none): the body does not say.
  */
 const mapped = new WeakMap<object, Delivery>();
+const reported = new WeakMap<object, Delivery>();
+
+/** The delivery as known after the event: its payload merged over earlier events and reads (src/domain/delivery-view.ts). */
 function deliveryOf(event: EventView, group: ApiGroup = 'PLATFORM'): Delivery {
   if (event.snapshot) return event.snapshot.delivery;
   let delivery = mapped.get(event);
   if (!delivery || delivery.group !== group) {
-    delivery = fromWebhookEvent(event.payload, group);
+    delivery = fromDeliveryView(event.known ?? knownAfter(event), group);
     // deliveryUpdated's view of a courier change on a late milestone: the status stays where the delivery is.
     if (event.heldStatus) delivery = { ...delivery, status: event.heldStatus };
     mapped.set(event, delivery);
@@ -36,9 +40,25 @@ function deliveryOf(event: EventView, group: ApiGroup = 'PLATFORM'): Delivery {
 /** The seq of the event (or snapshot) a delivery was made from: Delivery.events in a subscription is read as of it. */
 const messageSeqs = new WeakMap<object, number>();
 
-/** The delivery an event describes, in the group the facade knows it by. */
+/** The delivery as the event's own payload alone describes it. */
+function reportedOf(event: EventView, group: ApiGroup): Delivery {
+  if (event.snapshot) return event.snapshot.delivery;
+  let delivery = reported.get(event);
+  if (!delivery || delivery.group !== group) {
+    delivery = fromWebhookEvent(event.payload, group);
+    reported.set(event, delivery);
+  }
+  return delivery;
+}
+
+/** The group the facade knows a delivery by. */
+async function groupOf(event: EventView, ctx: GraphQLContext): Promise<ApiGroup> {
+  return (await ctx.services.owners.lookupOne(event.uid))?.group ?? 'PLATFORM';
+}
+
+/** The delivery an event stands for, in the group the facade knows it by. */
 async function eventDelivery(event: EventView, ctx: GraphQLContext): Promise<Delivery> {
-  const delivery = event.snapshot ? event.snapshot.delivery : deliveryOf(event, (await ctx.services.owners.lookupOne(event.uid))?.group ?? 'PLATFORM');
+  const delivery = event.snapshot ? event.snapshot.delivery : deliveryOf(event, await groupOf(event, ctx));
   messageSeqs.set(delivery, event.seq);
   return delivery;
 }
@@ -53,7 +73,7 @@ const cursorsByContext = new WeakMap<GraphQLContext, CallerCursors | Promise<Cal
 function cursorsOf(ctx: GraphQLContext): CallerCursors | Promise<CallerCursors> {
   let cursors = cursorsByContext.get(ctx);
   if (!cursors) {
-    const loading = callerCursors(ctx.services.store, ctx.requireKey());
+    const loading = ctx.merchant().then((merchant) => callerCursors(ctx.services.store, merchant));
     cursors = loading;
     cursorsByContext.set(ctx, loading);
     loading.then(
@@ -103,7 +123,7 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
     }),
     stale: t.exposeBoolean('stale', {
       description:
-        'True when it arrived behind the delivery\'s milestone (out of order) or as a repeat of it, and did not name a new courier; also when it came from a courier who had since been replaced, or is a position of a courier other than the current one. A stale event does not move the status; an event that proves a pickup (pickup_complete, any dropoff_* or return_*) still counts as that proof, however late it arrives.',
+        'True when it arrived after a later milestone (out of order), as a repeat of the current one, or after the delivery was final (DROPOFF_COMPLETE, RETURNED, or a CANCELED/FAILED a read confirmed), and did not name a new courier; also when it came from a courier who had since been replaced, or is a position of a courier other than the current one. A stale event never moves the status; one of a milestone only a picked-up package reaches (pickup_complete, dropoff_*, return_*) still proves the pickup, so a cancel or failure before it is followed to the return, and its fields fill what the delivery did not know yet.',
     }),
     courierOnly: t.exposeBoolean('courierOnly', {
       description:
@@ -111,8 +131,15 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
     }),
     delivery: t.field({
       type: DeliveryRef,
-      description: "The delivery as this event describes it, in the endpoint group the facade knows it by (its booking, a read, or an access check); PLATFORM when it knows none.",
+      description:
+        "The delivery as known after this event: its own fields merged over every earlier event's and the last reads' (proof of delivery, courier, tracking URL, scheduled time, style, fees), never erased by a field an event leaves out; its status is the delivery's after the event (a stale event's own milestone is in `status`). On deliveryUpdated's first message, as known now. In the endpoint group the facade knows it by (its booking, a read, or an access check); PLATFORM when it knows none.",
       resolve: (event, _args, ctx) => eventDelivery(event, ctx),
+    }),
+    reported: t.field({
+      type: DeliveryRef,
+      description:
+        "The delivery as this event's own payload alone describes it (status from its name), without what earlier events and reads added: what the upstream sent at this step. For a `snapshot`, the read.",
+      resolve: async (event, _args, ctx) => (event.snapshot ? event.snapshot.delivery : reportedOf(event, await groupOf(event, ctx))),
     }),
   }),
 });
@@ -131,7 +158,7 @@ const CourierLocationRef = builder.objectRef<CourierPosition>('CourierLocation')
     uid: t.exposeID('uid', { description: 'The delivery.' }),
     location: t.expose('location', { type: GeoPointRef, description: "The courier's position." }),
     milestone: t.exposeString('milestone', { description: 'The milestone the position belongs to, e.g. "pickup_enroute".' }),
-    courier: t.expose('courier', { type: CourierRef, nullable: true, description: 'The courier, as the event describes them.' }),
+    courier: t.expose('courier', { type: CourierRef, nullable: true, description: 'The courier as known after the event: what it says merged over earlier events and reads (a name or phone it leaves out is kept).' }),
     receivedAt: t.field({ type: 'DateTime', description: 'When the facade received the position.', resolve: (position) => position.receivedAt }),
   }),
 });
@@ -249,7 +276,7 @@ builder.subscriptionType({
       type: DeliveryEventRef,
       nullable: false,
       description:
-        'Lifecycle of one delivery: first the current state (the latest stored event, or a `snapshot` read from the upstream, or that read when it contradicts a stored final state), then one message per accepted delivery.* event or change found by reading the upstream. No event moves it backwards (where events contradict a final state, one read of the upstream decides); duplicates are dropped. An event naming another courier (a reassignment) is sent even when its milestone is behind, with courierOnly true, the new courier, and the status the delivery already has. Completes only when nothing can follow: at DROPOFF_COMPLETE or RETURNED, and at CANCELED or FAILED only once no later event can still turn it into a return or a completed re-attempt.',
+        "Lifecycle of one delivery: first the current state (the latest stored event, or a `snapshot` read from the upstream when none is stored, or the read itself, stored as a `poll` event, when it contradicts a stored final state), then one message per accepted delivery.* event. Never moves backwards along the delivery path; duplicates are dropped; where events contradict each other (a dropoff after FAILED, a FAILED after DROPOFF_COMPLETE) one read of the upstream settles it and its answer is sent. An event naming another courier (a reassignment) is sent even when its milestone is behind, with courierOnly true, the new courier, and the status the delivery already has. Completes when the delivery is final: DROPOFF_COMPLETE, RETURNED, or a CANCELED/FAILED with no evidence of pickup that a read made FINALITY_GRACE_MS later still confirms (that read is not sent again); a return or a second attempt after a cancel or failure is followed to its end.",
       args: { uid: t.arg.id({ required: true, description: 'The delivery to follow.' }) },
       subscribe: (_root, _args, ctx, info) => {
         const { uid } = argumentsOf<{ uid: string }>(info);
@@ -262,7 +289,7 @@ builder.subscriptionType({
       type: CourierLocationRef,
       nullable: false,
       description:
-        'Courier position for one delivery: location.* events and driver_location on delivery.* events, starting with the latest known, the return trip included. Stale positions (from an earlier milestone, or of a courier since replaced) are dropped, but the first position of a new courier is sent whatever its milestone; a slow reader gets the latest position only. Completes when deliveryUpdated would: when nothing can follow.',
+        'Courier position for one delivery: location.* events and driver_location on delivery.* events, starting with the latest known, the return trip included. Stale positions (from an earlier milestone, or of a courier since replaced) are dropped, but the first position of a new courier is sent whatever its milestone; a slow reader gets the latest position only. Completes when the delivery is final, as deliveryUpdated does.',
       args: { uid: t.arg.id({ required: true, description: 'The delivery to follow.' }) },
       subscribe: (_root, _args, ctx, info) => {
         const { uid } = argumentsOf<{ uid: string }>(info);

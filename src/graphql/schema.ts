@@ -15,6 +15,7 @@ import './cancellation.js';
 import './availability.js';
 import './events.js';
 import './client-token.js';
+import './merchant-keys.js';
 
 /** The federation version the subgraph SDL links (`_service { sdl }`); Hive Gateway and Apollo Router both read it. */
 export const FEDERATION_LINK = 'https://specs.apollo.dev/federation/v2.6';

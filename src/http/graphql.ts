@@ -9,6 +9,7 @@ import type { ExecutionResult, GraphQLError } from 'graphql';
 import { readCaller, trustOf, type Caller } from '../access/caller.js';
 import { KEYLESS_LIMITED, keylessWorkUnits, type RequestLimits } from '../access/rate-limit.js';
 import { clientAddress } from '../observability/client-address.js';
+import { noteErrorCodes, requestInfoOf } from '../observability/request.js';
 import type { ClientTokens } from '../access/client-tokens.js';
 import { responseTooLarge, textOver } from '../pipeline/guards/response-size.js';
 import { namesPersistedQuery } from '../pipeline/persisted-operations.js';
@@ -320,7 +321,9 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
       // An address whose requests without an accepted credential cost or were refused too much this minute gets nothing read.
       const wait = limits.keylessWait(address);
       if (wait > 0) {
-        const text = JSON.stringify({ errors: [{ message: KEYLESS_LIMITED, extensions: { code: 'RATE_LIMITED', retryAfterSeconds: wait } }] });
+        const errors = [{ message: KEYLESS_LIMITED, extensions: { code: 'RATE_LIMITED', retryAfterSeconds: wait } }];
+        noteErrorCodes(requestInfoOf(req), errors);
+        const text = JSON.stringify({ errors });
         const refuse = () => {
           if (res.destroyed) return;
           res.setHeader('connection', 'close');
@@ -350,6 +353,7 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
           // The rest of the body stays unread: answer, then close the connection.
           res.setHeader('connection', 'close');
           // yoga's code for the same refusal (a body it reads itself, e.g. application/graphql).
+          noteErrorCodes(requestInfoOf(req), [{ extensions: { code: 'REQUEST_ENTITY_TOO_LARGE' } }]);
           res.writeHead(413, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Request body too large.","extensions":{"code":"REQUEST_ENTITY_TOO_LARGE"}}]}');
           return void req.destroy();
         }

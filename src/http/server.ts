@@ -2,13 +2,15 @@
 // yoga's handler, SSE, WebSocket upgrades, webhooks, probes, metrics, GraphiQL
 // and the tracking page). Here, and only here, each request gets its id, its
 // CORS headers, its access-log line and the servers' limits, before a path is
-// chosen. Behind the listening sockets (front.ts) are up to three HTTP servers:
-// the public one with Node's 16 KiB header limit, the webhook one whose limit
-// fits the largest webhook token, and, with METRICS_PORT, one for /metrics alone.
+// chosen. Behind the listening sockets (front.ts, which caps connections and
+// holds each request's head to its path's limit: Node's 16 KiB, or for webhooks
+// one that fits the largest token) are up to three HTTP servers: the public one,
+// with WEBHOOK_PORT one for webhooks alone, and with METRICS_PORT one for /metrics.
 import cluster from 'node:cluster';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Server as NetServer, Socket } from 'node:net';
+import type { AddressInfo, Server as NetServer } from 'node:net';
+import { Counter, Gauge } from 'prom-client';
 import { bearerCredential } from '../access/caller.js';
 import type { Config } from '../config.js';
 import type { ClientTokens } from '../access/client-tokens.js';
@@ -23,8 +25,8 @@ import type { WebhookReceiver } from '../webhooks/receiver.js';
 import { createCors } from './cors.js';
 import { createGraphQLHttpHandler } from './graphql.js';
 import type { Readiness } from './readiness.js';
-import { createFronts, takeHandedConnections } from './front.js';
-import { applyServerLimits, DEFAULT_HEADER_BYTES, defaultMaxConnections, headBytes, refuseConnection, serverOptions, webhookHeaderBytes } from './server-limits.js';
+import { createFronts, takeHandedConnections, type ConnectionRefusal, type Fronts } from './front.js';
+import { applyServerLimits, connectionCaps, DEFAULT_HEADER_BYTES, serverOptions, webhookHeaderBytes } from './server-limits.js';
 import { attachGraphQLWebSocket } from './ws.js';
 
 /** A part that answers some paths itself (GraphiQL, the tracking page): true when it did. */
@@ -148,19 +150,6 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     notFound(res, pathname);
   };
 
-  /** A connection whose first request was for the webhook path (main port): the one server with the raised header limit. */
-  const routeWebhookConnection: Route = (req, res, pathname) => {
-    if (pathname === config.webhook.path) return receive(req, res);
-    // A proxy or a keep-alive client may send any path on any connection: another path gets the main port's
-    // header limit and answer, then the connection closes, so that the next request is routed by its own path.
-    res.setHeader('connection', 'close');
-    if (headBytes(req) > DEFAULT_HEADER_BYTES) {
-      logger.warn({ status: 431, path: pathname, reason: 'headers over the default limit' }, 'request refused by the HTTP server');
-      return json(res, 431, { error: 'headers_too_large', message: `Headers are limited to ${DEFAULT_HEADER_BYTES} bytes outside ${config.webhook.path}.` });
-    }
-    routePublic(req, res, pathname);
-  };
-
   /** WEBHOOK_PORT: the webhook path alone. */
   const routeWebhookPort: Route = (req, res, pathname) => {
     if (pathname === config.webhook.path) return receive(req, res);
@@ -186,6 +175,8 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
           status: res.statusCode,
           durationMs: Math.round((performance.now() - started) * 1000) / 1000,
           ...(info.operationName !== undefined || info.operationType !== undefined ? { operation: info.operationName ?? null, operationType: info.operationType } : {}),
+          // A GraphQL refusal is often HTTP 200: its codes say what the status does not.
+          ...(info.errorCodes ? { errorCodes: info.errorCodes } : {}),
           ...(res.writableFinished ? {} : { aborted: true }),
         },
         'request',
@@ -211,50 +202,57 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     route(req, res, pathname);
   };
 
-  /** A request a server refused itself; on a webhook connection one whose line the parser no longer held is taken for a webhook. */
-  const refusedBy = (webhookConnections: boolean) => (status: number, path: string | undefined, reason: string) => {
-    const target = path ?? (webhookConnections ? config.webhook.path : undefined);
-    if (target === config.webhook.path && receiver && (webhookConnections || webhooksOnMainPort)) return receiver.countRefusal(status, reason);
-    logger.warn({ status, path: target, reason }, 'request refused by the HTTP server');
+  /** A request refused before it was answered (by the front or a server's parser): a webhook's, where webhooks are received, is counted as the receiver's refusals are. */
+  const refused = (status: number, path: string | undefined, reason: string, listener: string) => {
+    const receiving = listener === (webhooksOnMainPort ? 'main' : 'webhook');
+    if (path === config.webhook.path && receiving && receiver) return receiver.countRefusal(status, reason);
+    logger.warn({ status, path, reason, listener }, 'request refused by the HTTP server');
   };
 
-  // Node's 16 KiB header limit for everything but webhook connections, whose limit fits the largest token (it travels in Authorization).
+  // Every head is held to its path's limit by the front: 16 KiB, the webhook path's (where webhooks are received) the largest token's.
   const limits = { ...config.server, maxTokenBytes: config.webhook.maxTokenBytes };
-  const server = createServer(serverOptions(limits, DEFAULT_HEADER_BYTES), handler(routePublic));
-  const webhookServer = createServer(serverOptions(limits, webhookHeaderBytes(limits)), handler(webhooksOnMainPort ? routeWebhookConnection : routeWebhookPort));
+  const webhookHead = webhookHeaderBytes(limits);
+  const headLimit = (path: string | undefined) => (path === config.webhook.path ? webhookHead : DEFAULT_HEADER_BYTES);
+  const defaultHead = () => DEFAULT_HEADER_BYTES;
+  const server = createServer(serverOptions(limits, webhooksOnMainPort ? webhookHead : DEFAULT_HEADER_BYTES), handler(routePublic));
+  const webhookServer = webhooksOnMainPort ? undefined : createServer(serverOptions(limits, webhookHead), handler(routeWebhookPort));
   const metricsServer = metrics && config.metricsAccess.port !== undefined ? createServer(serverOptions(limits, DEFAULT_HEADER_BYTES), handler(routeMetricsPort)) : undefined;
-  const servers = metricsServer ? [server, webhookServer, metricsServer] : [server, webhookServer];
-  for (const each of servers) {
+  // Each server by the name of the listener in front of it.
+  const named = new Map<string, Server>([['main', server]]);
+  if (webhookServer) named.set('webhook', webhookServer);
+  if (metricsServer) named.set('metrics', metricsServer);
+  const servers = [...named.values()];
+  const caps = connectionCaps(limits);
+  const fronts = createFronts({
+    maxConnections: caps.maxConnections,
+    headersTimeoutMs: limits.headersTimeoutMs,
+    defaultHeadBytes: DEFAULT_HEADER_BYTES,
+    onRefusal: refused,
+    onConnectionRefused: connectionRefusalLog(logger),
+    onListenerError: (error) => logger.error({ err: error }, 'a listener could not accept a connection'),
+    onFault: (error) => logger.error({ err: error }, "a connection's requests could not be read; it was closed"),
+  });
+  for (const [name, each] of named) {
     each.keepAliveTimeout = 65_000;
     takeHandedConnections(each);
+    applyServerLimits(each, limits, (status, path, reason) => refused(status, path, reason, name), (socket) => fronts.headOf(socket));
   }
-  applyServerLimits(server, limits, refusedBy(false));
-  applyServerLimits(webhookServer, limits, refusedBy(true));
-  if (metricsServer) applyServerLimits(metricsServer, limits, refusedBy(false));
-  // A WebSocket asked for on a webhook connection is the main server's, within its header limit.
-  if (webhooksOnMainPort) {
-    webhookServer.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
-      if (headBytes(req) <= DEFAULT_HEADER_BYTES) return void server.emit('upgrade', req, socket, head);
-      logger.warn({ status: 431, path: (req.url ?? '/').split('?', 1)[0], reason: 'headers over the default limit' }, 'request refused by the HTTP server');
-      refuseConnection(socket, 431, 'Request Header Fields Too Large');
-    });
-  }
+  if (metrics) registerConnectionMetrics(metrics.registry, fronts);
 
-  // The connection cap counts every listener's connections together.
-  const fronts = createFronts({
-    maxConnections: limits.maxConnections ?? defaultMaxConnections(),
-    headersTimeoutMs: limits.headersTimeoutMs,
-    onRefusal: (status, reason) => logger.warn({ status, reason }, 'request refused by the HTTP server'),
-    onListenerError: (error) => logger.error({ err: error }, 'a listener could not accept a connection'),
-  });
   let main: NetServer;
   let webhookListener: NetServer | undefined;
   let metricsListener: NetServer | undefined;
   try {
-    // The main port reads each connection's first request line to tell webhook connections from the rest.
-    main = await fronts.listen(config.port, config.host, webhooksOnMainPort ? (path) => (path === config.webhook.path ? webhookServer : server) : server);
-    if (!webhooksOnMainPort) webhookListener = await fronts.listen(config.webhook.port!, config.host, webhookServer);
-    if (metricsServer) metricsListener = await fronts.listen(config.metricsAccess.port!, config.metricsAccess.host, metricsServer);
+    // Webhooks get slots no other client takes: WEBHOOK_PORT's own, or on a shared port those past the rest, for the webhook path only.
+    main = await fronts.listen(config.port, config.host, {
+      name: 'main',
+      server,
+      headLimit: webhooksOnMainPort ? headLimit : defaultHead,
+      perAddress: caps.perAddress,
+      ...(webhooksOnMainPort ? { reservedSlots: caps.webhookSlots, reservedFor: config.webhook.path } : {}),
+    });
+    if (webhookServer) webhookListener = await fronts.listen(config.webhook.port!, config.host, { name: 'webhook', server: webhookServer, headLimit, reservedSlots: caps.webhookSlots });
+    if (metricsServer) metricsListener = await fronts.listen(config.metricsAccess.port!, config.metricsAccess.host, { name: 'metrics', server: metricsServer, headLimit: defaultHead });
   } catch (error) {
     // One port busy: the ones already listening close, so a failed start holds none.
     await fronts.close();
@@ -300,4 +298,43 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     })());
 
   return { server, url, port: (main.address() as AddressInfo).port, webhookUrl, metricsUrl, close };
+}
+
+/** How often a kind of connection refusal is logged at most: a flood of them is one line per interval, with its count. */
+const REFUSAL_LOG_INTERVAL_MS = 10_000;
+
+/** Logs connection refusals: the first of each kind at once, then at most one line per interval with how many came since. */
+function connectionRefusalLog(logger: Logger): (reason: ConnectionRefusal, listener: string, detail: string) => void {
+  const last = new Map<ConnectionRefusal, { at: number; since: number }>();
+  return (reason, listener, detail) => {
+    const now = performance.now();
+    const seen = last.get(reason);
+    if (seen && now - seen.at < REFUSAL_LOG_INTERVAL_MS) return void (seen.since += 1);
+    logger.warn({ reason, listener, refused: (seen?.since ?? 0) + 1 }, `connection refused: ${detail}`);
+    last.set(reason, { at: now, since: 0 });
+  };
+}
+
+/** Connections open by listener, and those refused by reason, in /metrics. */
+function registerConnectionMetrics(registry: Metrics['registry'], fronts: Fronts): void {
+  new Gauge({
+    name: 'delivery_graph_open_connections',
+    help: 'Connections open now, by listener: main (PORT), webhook (WEBHOOK_PORT), metrics (METRICS_PORT); WebSockets included',
+    labelNames: ['listener'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [listener, open] of Object.entries(fronts.openByListener())) this.set({ listener }, open);
+    },
+  });
+  new Counter({
+    name: 'delivery_graph_connection_refusals_total',
+    help: 'Connections refused before a request was read, by reason: per_address (MAX_CONNECTIONS_PER_ADDRESS, 429), max_connections (every slot taken, 503), webhook_slots (a request other than a webhook on a slot kept for webhooks, 503)',
+    labelNames: ['reason'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [reason, count] of Object.entries(fronts.refusals)) this.inc({ reason }, count);
+    },
+  });
 }

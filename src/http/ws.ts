@@ -16,6 +16,7 @@ import { clientAddress } from '../observability/client-address.js';
 import { toGraphQLError } from '../pipeline/limits.js';
 import { namesPersistedQuery } from '../pipeline/persisted-operations.js';
 import type { Pipeline } from '../pipeline/pipeline.js';
+import { writingSharedFrames } from '../realtime/frames.js';
 import type { Upstream } from '../upstream/clients.js';
 
 export const WS_MAX_PAYLOAD_BYTES = 64 * 1024;
@@ -137,6 +138,14 @@ async function askUpstream(upstream: Upstream, key: string, signal: AbortSignal)
   await upstream.partner.availability(key, { signal }).catch(() => undefined);
 }
 
+/** Writes a frame as graphql-ws writes its own: done once the socket has taken it; nothing on a socket no longer open. */
+function sendFrame(socket: WebSocket, frame: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (socket.readyState !== socket.OPEN) return resolve();
+    socket.send(frame, (error) => (error ? reject(error) : resolve()));
+  });
+}
+
 /** The caller of each socket, read once at connection_init. */
 const callers = new WeakMap<WebSocket, Caller>();
 
@@ -189,7 +198,7 @@ export function attachGraphQLWebSocket(server: Server, parts: GraphQLWebSocketPa
       // The pipeline has already run the operation (onSubscribe): graphql-ws only delivers its outcome.
       execute: (args) => (args.rootValue as Ran).outcome as never,
       subscribe: (args) => (args.rootValue as Ran).outcome as never,
-      onSubscribe: async (ctx, _id, payload) => {
+      onSubscribe: async (ctx, id, payload) => {
         // graphql-ws records every running operation of the socket, this one included, until it ends.
         // A subscription also holds slots of its key, client token and address, whichever socket or stream it runs on: the pipeline takes them.
         if (Object.keys(ctx.subscriptions).length > maxSubscriptions) {
@@ -210,10 +219,12 @@ export function attachGraphQLWebSocket(server: Server, parts: GraphQLWebSocketPa
         });
         if (answer.kind === 'invalid') return forSocket(answer.errors);
         // graphql-ws picks execute or subscribe by the document's operation: the plan's own, or a query for a refusal made before any.
-        const { plan } = answer;
+        const { plan, outcome } = answer;
         const document = plan ? plan.runnable : REFUSAL_DOCUMENT;
         const operation = document.definitions.find((definition) => definition.kind === Kind.OPERATION_DEFINITION);
-        return { schema, document, operationName: operation && 'name' in operation ? operation.name?.value : undefined, rootValue: { outcome: answer.outcome } satisfies Ran } as ExecutionArgs;
+        // A stream's shared messages are written here, each its shared text with this operation's id (src/realtime/frames.ts).
+        const ran = Symbol.asyncIterator in outcome ? writingSharedFrames(outcome, id, (frame) => sendFrame(socket, frame)) : outcome;
+        return { schema, document, operationName: operation && 'name' in operation ? operation.name?.value : undefined, rootValue: { outcome: ran } satisfies Ran } as ExecutionArgs;
       },
     },
     wss,

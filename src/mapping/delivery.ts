@@ -2,11 +2,11 @@
 // The three differ in spelling (dimentions, tracking_url, expected_cancelation_fee,
 // partner_payload) and in address layout (flat `pickup_address_*` on reads,
 // nested `pickup_address` objects on webhooks).
-import type { WireDelivery, WireOrder, WireWebhookAddress, WireWebhookEvent } from '../upstream/wire.js';
+import type { JsonObject, WireDelivery, WireOrder, WireWebhookAddress, WireWebhookEvent } from '../upstream/wire.js';
 import type { Address, ApiGroup, Courier, Delivery, Item, Money, Package, Stop } from './model.js';
 import { calendarDate, decimalFrom, int, isJsonObject, num, str, utcDateTime } from './scalars.js';
 import { deliveryStatus, statusOfWebhook } from '../domain/status.js';
-import { courierIdentity } from '../domain/milestones.js';
+import { courierIdentity, statusRank } from '../domain/milestones.js';
 import { deliveryMode, deliveryStyle } from './status.js';
 import { withoutMarker } from '../domain/booking-marker.js';
 
@@ -112,6 +112,28 @@ export function fromWebhookEvent(wire: WireWebhookEvent, group: ApiGroup = 'PLAT
     payload: (partner ? (raw.partner_payload ?? withoutMarker(raw.platform_payload)) : withoutMarker(raw.platform_payload)) ?? null,
     partnerReference: str(raw.partner_reference),
   });
+}
+
+/**
+ * The delivery as the facade knows it after an event (src/domain/delivery-view.ts):
+ * a webhook body merged over earlier events and reads, read as a webhook body
+ * is. A read's scheduled datetime (scheduled_at) stands while the body's date is
+ * that same UTC day: a webhook's plain date does not take the time of day away.
+ */
+export function fromDeliveryView(view: JsonObject, group: ApiGroup = 'PLATFORM'): Delivery {
+  const scheduled = utcDateTime(view.scheduled_at);
+  const keepDate = scheduled === null || view.delivery_date === scheduled || calendarDate(view.delivery_date) !== scheduled.slice(0, 10);
+  const delivery = fromWebhookEvent((keepDate ? view : { ...view, delivery_date: scheduled }) as unknown as WireWebhookEvent, group);
+  // The fee is "if cancelled now", and a merchant may cancel only before pickup: past it, or at an end, an earlier read's fee is no longer true.
+  return cancelable(delivery.status) ? delivery : { ...delivery, expectedCancellationFee: null };
+}
+
+const PICKUP_RANK = statusRank('PICKUP_COMPLETE')!;
+
+/** Before pickup (the document's cancel rule); a status the facade does not rank is left as the upstream said. */
+function cancelable(status: Delivery['status']): boolean {
+  const rank = statusRank(status);
+  return rank === undefined || rank < PICKUP_RANK;
 }
 
 /** What the three bodies spell or lay out differently, read by each from-function. */

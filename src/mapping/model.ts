@@ -1,24 +1,11 @@
 // The one Delivery model that platform Deliveries, partner Orders and webhook
 // bodies are read into, and that the GraphQL types expose.
+import type { DeliveryStatus } from '../domain/status.js';
 
 export type ApiGroup = 'PLATFORM' | 'PARTNER';
 
-export const DELIVERY_STATUSES = [
-  'CREATED',
-  'ASSIGNED',
-  'PICKUP_ENROUTE',
-  'PICKUP_ARRIVED',
-  'PICKUP_COMPLETE',
-  'DROPOFF_ENROUTE',
-  'DROPOFF_ARRIVED',
-  'DROPOFF_COMPLETE',
-  'RETURN_IN_PROGRESS',
-  'RETURNED',
-  'CANCELED',
-  'FAILED',
-  'UNKNOWN',
-] as const;
-export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
+// The statuses are the domain's (src/domain/status.ts); named here too, as the model's field type.
+export { DELIVERY_STATUSES, type DeliveryStatus } from '../domain/status.js';
 
 export const DELIVERY_STYLES = ['STANDARD', 'HYBRID', 'SPECIAL_HANDLING', 'OVERSIZE', 'OTHER'] as const;
 export type DeliveryStyle = (typeof DELIVERY_STYLES)[number];

@@ -2,13 +2,16 @@
 // in one process (tests) do not collide. Hot-path metrics use label children
 // cached by their label values; gauges and webhook counters are read from
 // their owners only when /metrics is scraped.
+import { opendir } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { SubscriptionCounters } from '../access/subscription-slots.js';
+import type { KeyWatchCounters } from '../access/key-watch.js';
 import type { PersistedQueryCounters } from '../pipeline/persisted-operations.js';
 import type { AccessCounters } from '../realtime/access.js';
 import type { EventBus } from '../realtime/bus.js';
-import type { ReconcileCounters } from '../realtime/reconcile.js';
+import type { FanoutCounters } from '../realtime/fanout.js';
+import type { ReadKind, ReconcileCounters } from '../realtime/reconcile.js';
 import type { BreakerState } from '../upstream/breaker.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { UpstreamCallRecord } from '../upstream/http.js';
@@ -22,6 +25,13 @@ const PREFIX = 'delivery_graph_';
 const BREAKER_VALUE: Record<BreakerState, number> = { closed: 0, 'half-open': 1, open: 2 };
 /** Seconds: a cached read is sub-millisecond, a booking through a slow upstream several seconds. */
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+/**
+ * The event loop's delay is sampled by a timer due every this many ms: a hold of
+ * the loop longer than that always shows, to within that much. prom-client's
+ * nodejs_eventloop_lag_* sample every 10 ms, which hides the holds of 5-10 ms
+ * this facade is kept under (docs/limits.md).
+ */
+const LOOP_DELAY_RESOLUTION_MS = 2;
 
 interface Inc {
   inc(value?: number): void;
@@ -34,8 +44,14 @@ export interface Metrics {
   readonly registry: Registry;
   operation(label: OperationLabel, outcome: OperationOutcome, seconds: number | undefined): void;
   upstreamCall(record: UpstreamCallRecord): void;
+  /** A reconciliation read made, of this kind, this long after it fell due. */
+  reconcileRead(kind: ReadKind, delaySeconds: number): void;
+  /** The text GET /metrics answers (Prometheus format), collected a metric per turn of the event loop. */
+  text(): Promise<string>;
   /** GET /metrics. */
   handle(req: IncomingMessage, res: ServerResponse): void;
+  /** Stops the event-loop sampling timer (the app's tear-down). */
+  stop(): void;
 }
 
 export interface MetricSources {
@@ -50,8 +66,12 @@ export interface MetricSources {
   access?: AccessCounters;
   /** Subscriptions open at once and those refused by a cap (src/access/subscription-slots.ts). */
   subscriptions?: { readonly counters: SubscriptionCounters; readonly open: number };
-  /** Reconciliation: reads of followed deliveries and what they found. */
-  reconcile?: { counters: ReconcileCounters; followed: () => number };
+  /** Reconciliation: reads of followed and unfollowed deliveries and what they found. */
+  reconcile?: { counters: ReconcileCounters; followed: () => number; unfinished?: () => number; ownerKeys?: () => number };
+  /** Re-confirmation of open subscriptions' keys (KEY_RECONFIRM_INTERVAL_MS). */
+  keyWatch?: { readonly counters: KeyWatchCounters; readonly keys: number };
+  /** Subscription messages executed once per event and group, and handed on to the group's other subscribers (src/realtime/fanout.ts). */
+  fanout?: { readonly counters: FanoutCounters; readonly groups: number };
   /** The shared cache of parsed, validated and compiled documents (GRAPHQL_CACHE_BYTES). */
   documentCache?: () => { entries: number; bytes: number };
   /** graphql-jit compiles: made, put off by the budget, refused as too large (GRAPHQL_COMPILE_MAX_FIELDS, GRAPHQL_COMPILES_PER_MINUTE). */
@@ -65,6 +85,52 @@ export interface MetricSources {
 export function createMetrics(sources: MetricSources): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
+  // Two default collectors cost tens of ms per scrape with thousands of sockets open (bench/probes/stalls.mjs).
+  // nodejs_active_handles(_total) make a JS object of every handle: nodejs_active_resources(_total) count the same, from their names.
+  for (const name of ['nodejs_active_handles', 'nodejs_active_handles_total']) registry.removeSingleMetric(name);
+  // prom-client lists /proc/self/fd synchronously: the same count, listed off the loop.
+  if (registry.getSingleMetric('process_open_fds')) {
+    registry.removeSingleMetric('process_open_fds');
+    new Gauge({
+      name: 'process_open_fds',
+      help: 'Number of open file descriptors.',
+      registers: [registry],
+      async collect() {
+        try {
+          // A thousand entries per read (one array of them all would be one more hold); less the one the listing itself has open.
+          let open = -1;
+          for await (const _entry of await opendir('/proc/self/fd', { bufferSize: 1024 })) open += 1;
+          this.set(open);
+        } catch {
+          // not Linux after all: no value
+        }
+      },
+    });
+  }
+
+  // How late the sampling timer fired, beyond its schedule: the longest time anything held the loop
+  // (to within the resolution), and how the loop's turns go. Since the previous scrape, as prom-client's.
+  const loopDelay = loopDelaySampler(LOOP_DELAY_RESOLUTION_MS);
+  // Read by the first gauge's collect, which runs before the second's (registration order).
+  let loopDelayP99 = 0;
+  new Gauge({
+    name: `${PREFIX}event_loop_delay_max_seconds`,
+    help: `Longest the event loop was held since the previous scrape: how late a timer due every ${LOOP_DELAY_RESOLUTION_MS} ms fired at worst (to within ${LOOP_DELAY_RESOLUTION_MS} ms)`,
+    registers: [registry],
+    collect() {
+      const { maxMs, p99Ms } = loopDelay.read();
+      this.set(maxMs / 1000);
+      loopDelayP99 = p99Ms / 1000;
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}event_loop_delay_p99_seconds`,
+    help: `99th percentile of how late a timer due every ${LOOP_DELAY_RESOLUTION_MS} ms fired, since the previous scrape`,
+    registers: [registry],
+    collect() {
+      this.set(loopDelayP99);
+    },
+  });
 
   const operations = new Counter({
     name: `${PREFIX}graphql_operations_total`,
@@ -199,8 +265,29 @@ export function createMetrics(sources: MetricSources): Metrics {
     },
   });
   new Counter({
+    name: `${PREFIX}subscription_messages_total`,
+    help: 'Subscription messages made on this instance, by how: executed (an event executed and serialized once for every subscriber with the same operation, variables and merchant key or client-token scope), shared (that message handed to another of those subscribers without executing it again)',
+    labelNames: ['made'] as const,
+    registers: [registry],
+    collect() {
+      const counters = sources.fanout?.counters;
+      if (!counters) return;
+      this.reset();
+      this.inc({ made: 'executed' }, counters.executions);
+      this.inc({ made: 'shared' }, counters.shared);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}subscription_message_groups`,
+    help: 'Groups of subscribers on this instance whose messages are executed once for all of them: one per operation, variables and merchant key (or client-token scope) with a subscriber',
+    registers: [registry],
+    collect() {
+      this.set(sources.fanout?.groups ?? 0);
+    },
+  });
+  new Counter({
     name: `${PREFIX}reconcile_total`,
-    help: 'Reconciliation (RECONCILE_INTERVAL_MS): reads of followed deliveries no event had come for, by result: read (reads made), change (events stored from a read that webhooks had not brought), error (reads that failed and back off), refused (subscriptions ended because the upstream refused their key)',
+    help: 'Reconciliation (RECONCILE_INTERVAL_MS, RECONCILE_UNFOLLOWED_INTERVAL_MS): reads of the upstream, by result: read (reads made, of every kind), change (events stored from a read that webhooks had not brought), error (reads that failed and back off), refused (subscriptions ended because the upstream refused their key)',
     labelNames: ['result'] as const,
     registers: [registry],
     collect() {
@@ -211,6 +298,92 @@ export function createMetrics(sources: MetricSources): Metrics {
       this.inc({ result: 'change' }, counters.changes);
       this.inc({ result: 'error' }, counters.errors);
       this.inc({ result: 'refused' }, counters.refused);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}key_reconfirmations_total`,
+    help: 'Re-confirmations of the keys of open subscriptions (KEY_RECONFIRM_INTERVAL_MS), at most one per key per interval, by result: accepted, refused (by both endpoint groups: the key\'s subscriptions end UNAUTHENTICATED), failed (the upstream could not say; nothing ends) — each one upstream availability call, two when the first group refuses; proven: none asked, another call had proved the key within the interval',
+    labelNames: ['result'] as const,
+    registers: [registry],
+    collect() {
+      const counters = sources.keyWatch?.counters;
+      if (!counters) return;
+      this.reset();
+      for (const result of ['accepted', 'refused', 'failed'] as const) this.inc({ result }, counters.confirmations[result]);
+      this.inc({ result: 'proven' }, counters.proven);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}key_refused_subscriptions_total`,
+    help: 'Subscriptions ended UNAUTHENTICATED because a re-confirmation found their key (a client token\'s: its merchant key) refused by the upstream',
+    registers: [registry],
+    collect() {
+      const counters = sources.keyWatch?.counters;
+      if (!counters) return;
+      this.reset();
+      this.inc(counters.ended);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}key_reconfirm_keys`,
+    help: 'Keys with an open subscription on this instance: each is re-confirmed with the upstream at least once per KEY_RECONFIRM_INTERVAL_MS',
+    registers: [registry],
+    collect() {
+      this.set(sources.keyWatch?.keys ?? 0);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}reconcile_reads_total`,
+    help: 'Reconciliation reads made, by why: followed (a delivery a subscriber of this instance follows, no event for RECONCILE_INTERVAL_MS), unfollowed (an unfinished delivery nobody follows here, its pass every RECONCILE_UNFOLLOWED_INTERVAL_MS), contradiction (an event contradicted its state), confirmation (the grace of its cancel or failure ended)',
+    labelNames: ['kind'] as const,
+    registers: [registry],
+    collect() {
+      const counters = sources.reconcile?.counters;
+      if (!counters) return;
+      this.reset();
+      for (const kind of ['followed', 'unfollowed', 'contradiction', 'confirmation'] as const) this.inc({ kind }, counters.byKind[kind]);
+    },
+  });
+  const reconcileDelay = new Histogram({
+    name: `${PREFIX}reconcile_queue_delay_seconds`,
+    help: 'How long after it fell due each reconciliation read was made, by kind (as reconcile_reads_total): what RECONCILE_MAX_READS_PER_SECOND and the turns between merchants hold it back',
+    labelNames: ['kind'] as const,
+    buckets: [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900],
+    registers: [registry],
+  });
+  new Gauge({
+    name: `${PREFIX}reconcile_due_reads`,
+    help: 'Reconciliation reads due and not made at the last tick: held back by RECONCILE_MAX_READS_PER_SECOND',
+    registers: [registry],
+    collect() {
+      this.set(sources.reconcile?.counters.due ?? 0);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}reconcile_unfinished_deliveries`,
+    help: 'Unfinished deliveries the facade knows (booked or read through it within RECONCILE_UNFOLLOWED_WINDOW), as the last pass of each merchant whose key this process holds found them; those of merchants whose key it does not hold (since a restart, until they call) are not counted, nor read',
+    registers: [registry],
+    collect() {
+      this.set(sources.reconcile?.unfinished?.() ?? 0);
+    },
+  });
+  new Gauge({
+    name: `${PREFIX}reconcile_owner_keys`,
+    help: 'Merchants whose key this process holds in memory (never stored, logged or exported): those whose unfinished deliveries it can read unfollowed',
+    registers: [registry],
+    collect() {
+      this.set(sources.reconcile?.ownerKeys?.() ?? 0);
+    },
+  });
+  new Counter({
+    name: `${PREFIX}reconcile_keys_dropped_total`,
+    help: 'Merchant keys dropped from memory because the upstream refused them on an unfollowed read: that merchant\'s deliveries wait until it calls with a key the upstream accepts',
+    registers: [registry],
+    collect() {
+      const counters = sources.reconcile?.counters;
+      if (!counters) return;
+      this.reset();
+      this.inc(counters.keysDropped);
     },
   });
   new Gauge({
@@ -232,7 +405,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   });
   new Counter({
     name: `${PREFIX}owner_records_learned_total`,
-    help: 'Owner records written for deliveries with no record that the upstream let a key read or cancel (booked deliveries are recorded at booking), by result: written, failed (the answer stood; the next read asks the upstream again)',
+    help: 'Owner records written outside a booking (booked deliveries are recorded at booking): a proof (a read by partner reference, a cancel) or, on a key-scoped upstream, a read the upstream allowed; by result: written, failed (the answer stood; the next read asks the upstream again)',
     labelNames: ['result'] as const,
     registers: [registry],
     collect() {
@@ -300,6 +473,8 @@ export function createMetrics(sources: MetricSources): Metrics {
 
   return {
     registry,
+    stop: () => loopDelay.stop(),
+    text: () => metricsText(registry),
     operation(label, outcome, seconds) {
       counterOf(`op\n${label.type}\n${label.name}\n${outcome}`, () => operations.labels({ type: label.type, name: label.name, outcome })).inc();
       if (seconds !== undefined) {
@@ -311,15 +486,81 @@ export function createMetrics(sources: MetricSources): Metrics {
       counterOf(`up\n${group}\n${method}\n${route}\n${outcome}`, () => upstreamCalls.labels({ group, method, route, outcome })).inc();
       histogramOf(`up\n${group}\n${method}\n${route}`, () => upstreamSeconds.labels({ group, method, route })).observe(record.durationMs / 1000);
     },
+    reconcileRead(kind, delaySeconds) {
+      histogramOf(`rc\n${kind}`, () => reconcileDelay.labels({ kind })).observe(delaySeconds);
+    },
     handle(req, res) {
       if (req.method !== 'GET' && req.method !== 'HEAD') {
         res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' }).end('{"error":"method_not_allowed","message":"/metrics answers GET and HEAD only."}');
         return;
       }
-      registry.metrics().then(
+      metricsText(registry).then(
         (text) => res.writeHead(200, { 'content-type': registry.contentType, 'cache-control': 'no-store' }).end(req.method === 'HEAD' ? undefined : text),
         () => res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"metrics_unavailable","message":"The metrics could not be collected this time; try again."}'),
       );
     },
   };
+}
+
+/** Steps of the sampler's histogram, ms, and how many (200 ms; the delays beyond are counted in one more). */
+const LOOP_DELAY_STEP_MS = 0.1;
+const LOOP_DELAY_STEPS = 2_000;
+
+/**
+ * A timer due every `resolutionMs`: how late it fired each time, the longest and
+ * a histogram (for the p99) since the last read. In JavaScript, not perf_hooks'
+ * monitorEventLoopDelay: that one's reset() forgets when its timer last fired, so
+ * a hold just after a read (a scrape) was never counted.
+ */
+function loopDelaySampler(resolutionMs: number): { read(): { maxMs: number; p99Ms: number }; stop(): void } {
+  const counts = new Uint32Array(LOOP_DELAY_STEPS + 1);
+  let samples = 0;
+  let maxMs = 0;
+  let last = performance.now();
+  const timer = setInterval(() => {
+    const now = performance.now();
+    const late = Math.max(0, now - last - resolutionMs);
+    last = now;
+    counts[Math.min(LOOP_DELAY_STEPS, Math.floor(late / LOOP_DELAY_STEP_MS))]! += 1;
+    samples += 1;
+    if (late > maxMs) maxMs = late;
+  }, resolutionMs);
+  // The sampler alone must not keep a process alive.
+  timer.unref();
+  return {
+    read() {
+      let p99Ms = 0;
+      for (let step = 0, seen = 0; step <= LOOP_DELAY_STEPS && samples > 0; step += 1) {
+        seen += counts[step]!;
+        if (seen >= samples * 0.99) {
+          // Its step's upper bound; in the last step (past 200 ms), the longest.
+          p99Ms = step === LOOP_DELAY_STEPS ? maxMs : Math.min(maxMs, (step + 1) * LOOP_DELAY_STEP_MS);
+          break;
+        }
+      }
+      const read = { maxMs, p99Ms };
+      counts.fill(0);
+      samples = 0;
+      maxMs = 0;
+      return read;
+    },
+    stop: () => clearInterval(timer),
+  };
+}
+
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/**
+ * The registry's text, as registry.metrics() writes it, collected a metric per
+ * turn of the event loop: registry.metrics() runs every collector in one turn,
+ * and with thousands of sockets open the default ones (handles, resources) take
+ * milliseconds each (bench/probes/stalls.mjs). Requests go on between two.
+ */
+async function metricsText(registry: Registry): Promise<string> {
+  const parts: string[] = [];
+  for (const { name } of registry.getMetricsAsArray()) {
+    parts.push(await registry.getSingleMetricAsString(name));
+    await nextTurn();
+  }
+  return `${parts.join('\n\n')}\n`;
 }

@@ -1,6 +1,6 @@
 // Per-request identity for logs and metrics: the request id (an incoming
 // x-request-id when it is a plain token, else a fresh UUID) and, for GraphQL,
-// the operation that ran. The record rides on the IncomingMessage, so the
+// the operation that ran and the error codes it was answered with. The record rides on the IncomingMessage, so the
 // GraphQL plugin can fill in the operation wherever the request was executed.
 // When upstream calls are logged (debug) the id is also kept in an
 // AsyncLocalStorage; otherwise none is entered, so the hot path pays nothing.
@@ -12,6 +12,22 @@ export interface RequestInfo {
   readonly id: string;
   operationType?: string;
   operationName?: string;
+  /** The error codes the request was answered with (GraphQL errors, a webhook's refusal), for its access-log line. */
+  errorCodes?: string[];
+}
+
+/** Most distinct codes one access-log line names: a partial result may hold an error per uid. */
+const MAX_LOGGED_CODES = 5;
+
+/** Notes the codes of the errors a request is answered with, each once, for its access-log line. */
+export function noteErrorCodes(info: RequestInfo | undefined, errors: ReadonlyArray<{ readonly extensions?: Readonly<Record<string, unknown>> }> | undefined): void {
+  if (!info || !errors) return;
+  for (const error of errors) {
+    const code = error.extensions?.code;
+    if (typeof code !== 'string') continue;
+    info.errorCodes ??= [];
+    if (!info.errorCodes.includes(code) && info.errorCodes.length < MAX_LOGGED_CODES) info.errorCodes.push(code);
+  }
 }
 
 const INFO = Symbol('delivery-graph.request');

@@ -21,7 +21,9 @@ import {
   PersistedQueryNotSupportedError,
   type DeliveryGraphError,
 } from '../errors.js';
-import { APQ_MAX_QUERY_BYTES, type PersistedQueryStore } from './persisted-query-store.js';
+import type { Config } from '../config.js';
+import type { Logger } from '../logger.js';
+import { APQ_MAX_QUERY_BYTES, localPersistedQueryStore, sharedPersistedQueryStore, type PersistedQueryStore, type SharedStoreOptions } from './persisted-query-store.js';
 
 /** What a request names: its query text and its extensions, as any transport reads them. */
 export interface OperationParams {
@@ -182,4 +184,13 @@ export class PersistedOperations {
     this.counters.registrations += 1;
     void this.store.set(registration.hash, registration.query);
   }
+}
+
+/** Operations by hash as configured: the allowlist when there is one, else automatic persisted queries (an LRU, behind it the store's Redis when there is one). */
+export function configuredPersistedOperations(graphql: Config['graphql'], redis: Pick<SharedStoreOptions, 'client' | 'prefix'> | undefined, logger: Logger): PersistedOperations {
+  const allowlist = graphql.persistedOperations?.operations;
+  const apqStore = allowlist || graphql.apqMaxEntries === 0 ? undefined : localPersistedQueryStore(graphql.apqMaxEntries);
+  return new PersistedOperations(allowlist, {
+    store: apqStore && redis ? sharedPersistedQueryStore(apqStore, { client: redis.client, prefix: redis.prefix, maxEntries: graphql.apqMaxEntries, logger }) : apqStore,
+  });
 }

@@ -21,15 +21,17 @@ import { holdingSlot, type SubscriptionSlots } from '../access/subscription-slot
 import { DeliveryGraphError, DocumentTooLargeError, PersistedQueryNotFoundError, RateLimitedError, TooManySubscriptionsError, UnauthenticatedError } from '../errors.js';
 import { createContext, REFUSED_CLIENT_TOKEN, type GraphQLContext, type Services } from '../graphql/context.js';
 import { OperationNames, type OperationLabel } from '../observability/operation-names.js';
-import { requestInfoOf } from '../observability/request.js';
+import { noteErrorCodes, requestInfoOf } from '../observability/request.js';
 import { untilExpiry } from './guards/client-token.js';
+import { untilKeyRefused } from './guards/key-refusal.js';
 import { costWithVariables } from './guards/cost.js';
 import { KeylessWork, keylessCostRefusal, keylessFragmentsRefusal, readKeyless } from './guards/keyless.js';
-import { boundResult, textOver } from './guards/response-size.js';
+import { boundResult, responseTooLarge, textOver } from './guards/response-size.js';
 import type { DocumentEntry, Documents } from './documents.js';
 import { OPERATION_LIMITS, toGraphQLError } from './limits.js';
 import { namesPersistedQuery, persistedQueryStatus, type PersistedOperations } from './persisted-operations.js';
 import type { OperationPlan, Outcome, WrittenResult } from './plan.js';
+import type { MessageFinish } from '../realtime/fanout.js';
 
 /** A GraphQL request as any transport reads it. */
 export interface GraphQLParams {
@@ -123,6 +125,8 @@ export class Pipeline {
   readonly #names = new OperationNames();
   readonly #maxDocumentBytes: number;
   readonly #maxResponseBytes: number;
+  /** How a subscription's shared messages go out: as #streamOut makes each result, once per message (src/realtime/fanout.ts). */
+  readonly #messages: MessageFinish;
 
   constructor(options: PipelineOptions) {
     this.#options = options;
@@ -130,9 +134,22 @@ export class Pipeline {
     this.subscriptions = options.services.subscriptions;
     this.#maxDocumentBytes = options.services.config.graphql.maxDocumentBytes;
     this.#maxResponseBytes = options.services.config.graphql.maxResponseBytes;
+    this.#messages = {
+      finish: (result) => this.#resultOut(result, true),
+      fail: (error) => ({ errors: [this.#options.maskError(error instanceof Error ? (error as GraphQLError) : createGraphQLError(String(error)))] }),
+      overLimit: (text) => (textOver(text, this.#maxResponseBytes) ? responseTooLarge(this.#maxResponseBytes) : undefined),
+      contextFor: (caller, like) => createContext(options.services, { caller, limits: like.limits }),
+    };
   }
 
   async run(request: OperationRequest): Promise<Answer> {
+    const answer = await this.#answer(request);
+    // An HTTP request's error codes go into its access-log line (a WebSocket's operations share one upgrade line: not there).
+    if (request.method !== 'SOCKET') noteErrorCodes(requestInfoOf(request.req), answer.kind === 'invalid' ? answer.errors : Symbol.asyncIterator in answer.outcome ? undefined : answer.outcome.errors);
+    return answer;
+  }
+
+  async #answer(request: OperationRequest): Promise<Answer> {
     const { limits, services } = this.#options;
     // What the caller has earned, decided once for this operation.
     const { caller } = request;
@@ -253,7 +270,9 @@ export class Pipeline {
     // Compiled only for an accepted merchant key, from the plan's second run, within the budget (documents.ts).
     const compile = this.documents.mayCompile(plan, caller, trust);
     const wasCompiled = plan.compiled;
-    let run = () => plan.run(context, variables, compile);
+    // A subscription's events are executed once per event for every subscriber with the same message (src/realtime/fanout.ts).
+    const fanout = plan.kind === 'subscription' ? this.#options.services.fanout : undefined;
+    let run: () => Outcome | Promise<Outcome> = fanout ? () => fanout.subscribe(plan, context, variables, this.#messages) : () => plan.run(context, variables, compile);
     for (const watcher of observed) {
       const inner = run;
       if (watcher.around) run = () => watcher.around!(inner);
@@ -275,9 +294,13 @@ export class Pipeline {
       this.#options.persisted.ran(params, caller.kind === 'merchant' && trustOf(caller, this.#options.limits.keys) === 'earned');
     }
     if (Symbol.asyncIterator in outcome) {
-      const stream = this.#streamOut(outcome);
+      // The fan-out's messages went out as #streamOut makes them, once for all their subscribers.
+      const stream = fanout ? outcome : this.#streamOut(outcome);
       const bounded = caller.kind === 'client-token' ? untilExpiry(stream, caller.token.expiresAt) : stream;
-      return slot ? holdingSlot(bounded, slot) : bounded;
+      // Its key re-confirmed while it is open, whatever events come (access/key-watch.ts).
+      const { keyWatch } = this.#options.services;
+      const watched = keyWatch && context.key !== undefined ? untilKeyRefused(bounded, keyWatch, context.key, caller.kind === 'client-token') : bounded;
+      return slot ? holdingSlot(watched, slot) : watched;
     }
     return this.#resultOut(outcome, !request.checksText, work);
   }

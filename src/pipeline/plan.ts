@@ -9,6 +9,7 @@
 // fields its executor would resolve, to refuse a compile too large to block on,
 // and weighs the executor it made by the source generated for it.
 import {
+  createSourceEventStream,
   execute,
   getOperationAST,
   Kind,
@@ -180,6 +181,31 @@ export class OperationPlan {
       outcome = (this.kind === 'subscription' ? subscribe(args) : execute(args)) as Outcome | Promise<Outcome>;
     }
     return outcome instanceof Promise ? outcome.then((value) => this.#finish(value, given)) : this.#finish(outcome, given);
+  }
+
+  /** The variables the executor is given: the request's, with the defaults of required variables filled in. */
+  variablesOf(variables: Readonly<Record<string, unknown>> | undefined): Readonly<Record<string, unknown>> | undefined {
+    return this.#requiredDefaults.length > 0 ? withRequiredDefaults(this.#requiredDefaults, variables) : variables;
+  }
+
+  /**
+   * A subscription's source stream: its root field's subscribe resolver, run
+   * with this subscriber's context (its access checks, its queue); or the
+   * errors that refused it. `run` is this and an execution per event; the
+   * shared fan-out (src/realtime/fanout.ts) takes the two apart, so that an
+   * event is executed once for every subscriber its message is the same for.
+   * `given`: from variablesOf.
+   */
+  async sourceStream(contextValue: unknown, given: Readonly<Record<string, unknown>> | undefined): Promise<AsyncIterable<unknown> | ExecutionResult> {
+    const source = await createSourceEventStream({ schema: this.#options.schema, document: this.runnable, contextValue, variableValues: given });
+    // Variables refused before anything ran: in graphql-js's words with their code (BAD_USER_INPUT), as run() answers them.
+    if (!(Symbol.asyncIterator in source) && refusedBeforeRunning(source)) return variableErrors(this.#options.schema, this.operation, given, this.#options.hideSuggestions) ?? source;
+    return source;
+  }
+
+  /** One event of a subscription executed into its message, as graphql-js's subscribe does for each (the event is the root value). */
+  executeEvent(event: unknown, contextValue: unknown, given: Readonly<Record<string, unknown>> | undefined): ExecutionResult | Promise<ExecutionResult> {
+    return execute({ schema: this.#options.schema, document: this.runnable, rootValue: event, contextValue, variableValues: given });
   }
 
   /** jit's refusal of the variables reworded as graphql-js words it (BAD_USER_INPUT); the serializer for the result's shape. */

@@ -1,18 +1,26 @@
 // Who may see which delivery's events, by the one rule of src/access/owners.ts:
-// the owner record decides, with no upstream call: a key may see a delivery
-// recorded as its own (booked through the facade with it, or found readable with
-// it by an earlier read or check), and never one recorded as another key's. Only
-// a delivery with no record at all is asked of the upstream (platform read, then
-// partner), and a subscription pays for each such check from its allowance.
-// Answers are cached per (key hash, uid); nothing is shared across keys.
+// a merchant may see a delivery recorded as its own at no upstream cost. A
+// delivery recorded as another merchant's costs what an unknown one does when
+// the client named it (src/access/probe.ts: nothing tells the two apart), and
+// nothing when it merely passes an unfiltered deliveryEvents. A delivery with no
+// record that decides is asked of the upstream: on a key-scoped upstream a read
+// (platform, then partner) decides; on a platform-scoped one no read by uid
+// proves anything, so only a partner order can be proven, by its reference read
+// with the caller's key. A subscription pays for each such check from its allowance.
+// Answers are cached per (merchant, uid); nothing is shared across merchants.
+// An operator's claim of a uid, once this instance has learned it (Owners
+// noticeClaims, within CLAIM_CHECK_MS), makes every answer cached about that uid
+// before then out of date: it is asked again, and a stream that named the uid
+// asks again before its next event (stillReadable).
+import { fromPartnerOrder } from '../mapping/delivery.js';
 import { NotFoundError } from '../errors.js';
 import { type OwnerGroup, type Store } from '../store/store.js';
-import { ownerVerdict, Owners } from '../access/owners.js';
-import { hashKey } from '../domain/merchant-key.js';
+import { Owners, type OwnerVerdict } from '../access/owners.js';
+import { ownedByReference, readAsCaller } from '../access/probe.js';
 import type { Logger } from '../logger.js';
 import type { Upstream } from '../upstream/clients.js';
 
-/** Answers from an owner record: records are only ever added (the first one wins) or expire with the events. */
+/** Answers from an owner record: a merchant-scoped proof is never replaced but by an operator; records expire with the events. */
 const RECORDED_TTL_MS = 30 * 60_000;
 const ALLOWED_TTL_MS = 30 * 60_000;
 const DENIED_TTL_MS = 15_000;
@@ -109,7 +117,8 @@ export class ReadAccess {
   readonly #upstream: Upstream;
   readonly #checksPerSubscription: number;
   readonly #logger: Logger | undefined;
-  readonly #cache = new Map<string, { allowed: boolean; expires: number }>();
+  /** Answers by `<merchant>:<uid>`: when each was cached, and until when it holds. */
+  readonly #cache = new Map<string, { allowed: boolean; at: number; expires: number }>();
   readonly #pending = new Map<string, Promise<OwnerGroup | undefined>>();
   readonly counters: AccessCounters = { checks: { allowed: 0, denied: 0, failed: 0 }, withheld: { subscription: 0, rate_limit: 0 } };
 
@@ -140,25 +149,37 @@ export class ReadAccess {
     }, !capped);
   }
 
+  /** The merchant id of a key (src/access/merchants.ts). */
+  merchantOf(key: string): Promise<string> {
+    return this.#owners.merchants.of(key);
+  }
+
   /**
-   * Whether the key may see the delivery's events. Cached answers and owner
-   * records cost nothing; without either, the upstream is asked, after taking
-   * one check from `allowance` (when given): if it has none left, nothing is
-   * asked and the answer is why.
+   * Whether the key may see the delivery's events. Cached answers, the caller's
+   * own records, and another merchant's met in passing cost nothing; anything
+   * else is asked of the upstream, after taking one check from `allowance` (when
+   * given): if it has none left, nothing is asked and the answer is why.
    */
   canRead(key: string, uid: string): Promise<boolean>;
   canRead(key: string, uid: string, allowance: CheckAllowance | undefined): Promise<boolean | Withheld>;
   async canRead(key: string, uid: string, allowance?: CheckAllowance): Promise<boolean | Withheld> {
-    const owner = hashKey(key);
+    const owner = await this.merchantOf(key);
     const entry = `${owner}:${uid}`;
+    const claims = this.#owners.noticeClaims();
+    if (claims) await claims;
+    // An answer is as old as the records it was judged by: a claim learned while it is made makes it out of date too.
+    const judgedAt = Date.now();
     const cached = this.#cache.get(entry);
-    if (cached && cached.expires > Date.now()) return cached.allowed;
-    const verdict = ownerVerdict(await this.#owners.lookupOne(uid), owner);
-    if (verdict !== 'unknown') {
-      const recorded = verdict === 'own';
-      this.#put(entry, recorded, RECORDED_TTL_MS);
-      return recorded;
+    if (cached && cached.expires > judgedAt && cached.at > this.#owners.claimedAt(uid)) return cached.allowed;
+    const { verdict } = await this.#owners.judgeOne(uid, owner);
+    // An event passing an unfiltered deliveryEvents: no client picked its uid, so nothing is told by skipping it unasked.
+    const passing = allowance !== undefined && !allowance.records;
+    if (verdict === 'own') {
+      this.#put(entry, true, RECORDED_TTL_MS, judgedAt);
+      return true;
     }
+    // Not cached: a client naming the uid later must pay what an unknown uid does, not find a quick answer here.
+    if (verdict === 'other' && passing) return false;
     let pending = this.#pending.get(entry);
     if (!pending) {
       const withheld = await allowance?.take();
@@ -167,23 +188,36 @@ export class ReadAccess {
       pending = this.#pending.get(entry);
     }
     if (!pending) {
-      pending = this.#ask(key, uid).finally(() => this.#pending.delete(entry));
+      pending = this.#ask(key, owner, uid, verdict).finally(() => this.#pending.delete(entry));
       this.#pending.set(entry, pending);
     }
     const group = await pending;
-    // A key the upstream lets read the delivery is recorded as its owner (no instance asks again, for
-    // this key or any other), unless the check was only for an event passing an unfiltered deliveryEvents.
-    // The answer stands without the record: a store that cannot write it only costs a later check.
-    if (group && (allowance?.records ?? true)) this.#owners.learn(uid, owner, group);
+    // On a key-scoped upstream, a merchant it lets read the delivery is recorded as its owner (no instance asks
+    // again), unless the check was only for an event passing an unfiltered deliveryEvents; a partner order proven
+    // by its reference was recorded by the check. The answer stands without the record: a store that cannot write
+    // it only costs a later check.
+    if (group && verdict === 'unknown' && this.#owners.scope === 'key' && !passing) this.#owners.learn(uid, owner, group, 'read');
     const allowed = group !== undefined;
-    this.#put(entry, allowed, allowed ? ALLOWED_TTL_MS : DENIED_TTL_MS);
+    this.#put(entry, allowed, allowed ? ALLOWED_TTL_MS : DENIED_TTL_MS, judgedAt);
     return allowed;
   }
 
-  /** One upstream check, for a delivery with no owner record, counted by what it found: the group it was found in. */
-  async #ask(key: string, uid: string): Promise<OwnerGroup | undefined> {
+  /**
+   * Whether a stream that named `uid` (checked at `since`, ms since the epoch)
+   * may go on: yes at once unless an operator's claim of the uid was learned
+   * since; then the key is checked again as a new subscription would be.
+   */
+  async stillReadable(key: string, uid: string, since: number): Promise<boolean> {
+    const claims = this.#owners.noticeClaims();
+    if (claims) await claims;
+    if (this.#owners.claimedAt(uid) < since) return true;
+    return this.canRead(key, uid);
+  }
+
+  /** One upstream check, for a delivery no record decides for this merchant, counted by what it found: the group it was found in. */
+  async #ask(key: string, owner: string, uid: string, verdict: OwnerVerdict): Promise<OwnerGroup | undefined> {
     try {
-      const group = await this.#readable(key, uid);
+      const group = await this.#readable(key, owner, uid, verdict);
       this.counters.checks[group ? 'allowed' : 'denied'] += 1;
       return group;
     } catch (error) {
@@ -192,27 +226,40 @@ export class ReadAccess {
     }
   }
 
-  /** The group in which the key's read of the uid succeeds (platform, then partner); undefined when in neither. */
-  async #readable(key: string, uid: string): Promise<OwnerGroup | undefined> {
-    for (const group of ['PLATFORM', 'PARTNER'] as const) {
+  /**
+   * The group in which the merchant may read the uid, undefined when in none.
+   * Key scope: where the key's read succeeds, platform then partner. Platform
+   * scope: a read by uid proves nothing, so only a partner order can be the
+   * caller's, proven by its reference (and recorded); the platform group is not
+   * asked. Another merchant's uid is read as an unknown one (src/access/probe.ts).
+   */
+  async #readable(key: string, owner: string, uid: string, verdict: OwnerVerdict): Promise<OwnerGroup | undefined> {
+    const scope = this.#owners.scope;
+    for (const group of scope === 'key' ? (['PLATFORM', 'PARTNER'] as const) : (['PARTNER'] as const)) {
+      let delivery;
       try {
-        await (group === 'PLATFORM' ? this.#upstream.platform.get(key, uid) : this.#upstream.partner.getOrder(key, uid));
-        return group;
+        delivery = await readAsCaller(this.#upstream, scope, verdict, key, uid, group);
       } catch (error) {
         // Not found in one group: try the other. Anything else is not an answer.
         if (!(error instanceof NotFoundError)) throw error;
+        continue;
       }
+      if (scope === 'key') return group;
+      const byReference = async (reference: string) => fromPartnerOrder(await this.#upstream.partner.getOrderByReference(key, reference));
+      if (!(await ownedByReference(delivery, byReference))) return undefined;
+      this.#owners.learn(uid, owner, group, 'reference');
+      return group;
     }
     return undefined;
   }
 
-  #put(entry: string, allowed: boolean, ttlMs: number): void {
+  #put(entry: string, allowed: boolean, ttlMs: number, at: number): void {
     if (this.#cache.size >= MAX_ENTRIES) {
       // Drop the oldest entry (Map keeps insertion order).
       const oldest = this.#cache.keys().next().value;
       if (oldest !== undefined) this.#cache.delete(oldest);
     }
     this.#cache.delete(entry);
-    this.#cache.set(entry, { allowed, expires: Date.now() + ttlMs });
+    this.#cache.set(entry, { allowed, at, expires: Date.now() + ttlMs });
   }
 }

@@ -10,9 +10,13 @@ import type { StoredEvent } from '../store/store.js';
 
 export interface EventBus {
   publish(event: StoredEvent): void;
-  /** Listens to one delivery's events, or to all events; returns the unsubscribe function. */
-  listen(uid: string | undefined, listener: (event: StoredEvent) => void): () => void;
-  /** Listeners attached now (for leak checks and metrics). */
+  /**
+   * Listens to one delivery's events, or to all events; returns the unsubscribe
+   * function. `internal`: the facade's own listener (reconciliation's), not a
+   * subscription's: listenerCount does not count it.
+   */
+  listen(uid: string | undefined, listener: (event: StoredEvent) => void, options?: { internal?: boolean }): () => void;
+  /** Subscriptions' listeners attached now (for leak checks and metrics). */
   listenerCount(): number;
 }
 
@@ -53,18 +57,19 @@ export function createEventBus(target: EventTarget = new EventTarget()): EventBu
       pubsub.publish('delivery', event.uid, event);
       pubsub.publish('events', event);
     },
-    listen(uid, listener) {
+    listen(uid, listener, options) {
       const topic = uid === undefined ? 'events' : `delivery:${uid}`;
       const entry = topics.get(topic) ?? attach(topic);
       // Each listen is a subscription of its own, even of a function given before (a Set would merge them).
       const own: Listener = (event) => listener(event);
       entry.listeners.add(own);
-      listeners += 1;
+      const counted = options?.internal !== true;
+      if (counted) listeners += 1;
       let attached = true;
       return () => {
         if (!attached) return;
         attached = false;
-        listeners -= 1;
+        if (counted) listeners -= 1;
         entry.listeners.delete(own);
         if (entry.listeners.size === 0 && topics.get(topic) === entry) {
           topics.delete(topic);

@@ -5,21 +5,39 @@
 // RECONCILE_INTERVAL_MS: once per delivery whatever its number of subscribers,
 // with one of their keys, within RECONCILE_MAX_READS_PER_SECOND for the whole
 // instance. A change the read shows is stored and published as the event the
-// webhook would have carried (its payload marked `facade_source: "poll"`); a
-// webhook of the same milestone arriving later is then a repeat, stored as
-// stale. A key the upstream refuses ends its subscriptions UNAUTHENTICATED.
-import { NotFoundError, UnauthenticatedError } from '../errors.js';
+// webhook would have carried (its payload marked `facade_source: "poll"`, with
+// the log position the read was made at); a webhook of the same milestone
+// arriving later is then a repeat, stored as stale. The read decides where the
+// events cannot (src/domain/milestones.ts): an event that contradicts where the
+// delivery stands has its delivery read at once, and a read newer than the
+// state wins; a cancel or failure with no evidence of pickup ends the delivery
+// only when a read made FINALITY_GRACE_MS after it was first seen still says so.
+// Every read is merged into the delivery's view (src/domain/delivery-view.ts).
+// A key the upstream refuses ends its subscriptions UNAUTHENTICATED.
+// Deliveries nobody follows here are read too, so that no change is lost for
+// good from deliveryEvents and Delivery.events: each unfinished delivery the
+// facade knows, once per RECONCILE_UNFOLLOWED_INTERVAL_MS (src/realtime/sweeps.ts),
+// with its owner's key as this process last saw it (src/realtime/owner-keys.ts),
+// under a lease in the store so that instances sharing it do not all read it;
+// and at once when an event contradicts its state, and when the grace of its
+// cancel or failure ends, as for a followed one. The budget is shared fairly
+// across merchants (src/realtime/fair-reads.ts).
+import { DeliveryGraphError, NotFoundError, UnauthenticatedError } from '../errors.js';
+import { hashKey } from '../domain/merchant-key.js';
 import { deliveryStatus } from '../domain/status.js';
-import { transition } from '../domain/milestones.js';
+import { awaitsConfirmation, isDeliveryEvent, milestoneRank, NOT_DELIVERED_RANK, POLL_SOURCE, statusRank, transitionOf, type MilestoneState } from '../domain/milestones.js';
 import type { Logger } from '../logger.js';
 import { geoPoint } from '../mapping/delivery.js';
 import type { DeliveryStatus } from '../mapping/model.js';
-import type { AppendResult, Store } from '../store/store.js';
+import type { AppendResult, OwnerGroup, OwnerRecord, Store, StoredEvent, UnfinishedDelivery } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { JsonObject, WireDelivery, WireOrder, WireWebhookEvent, WireWebhookAddress } from '../upstream/wire.js';
+import type { EventBus } from './bus.js';
+import { fairPick } from './fair-reads.js';
+import type { OwnerKeys } from './owner-keys.js';
+import { Sweeps } from './sweeps.js';
 
-/** The marker on payloads the facade made from a read, not received as webhooks. */
-export const POLL_SOURCE = 'poll';
+export { POLL_SOURCE };
 
 /** A read of either group: a platform delivery or a partner order. */
 export type DeliveryRead = { group: 'platform'; wire: WireDelivery } | { group: 'partner'; wire: WireOrder };
@@ -40,7 +58,37 @@ export interface ReconcilerOptions {
   intervalMs: number;
   /** Most reads per second for this instance. */
   maxReadsPerSecond: number;
+  /** How long a cancel or failure with no evidence of pickup waits for later evidence before a read may confirm it final. */
+  finalityGraceMs: number;
   logger?: Logger;
+  /** How often each unfinished delivery nobody follows here is read (RECONCILE_UNFOLLOWED_INTERVAL_MS); 0 or absent: never. */
+  unfollowedIntervalMs?: number;
+  /** Only deliveries whose owner record is this recent are read unfollowed (RECONCILE_UNFOLLOWED_WINDOW). */
+  unfollowedWindowMs?: number;
+  /** The owners' keys as this process last saw them: what unfollowed deliveries are read with. Without it none is. */
+  keys?: OwnerKeys;
+  /** Every event stored, from every instance: contradictions, cancels and failures of deliveries nobody follows here. */
+  bus?: EventBus;
+  /** The owner record of a delivery (src/access/owners.ts), for an event of one that is not loaded. */
+  ownerOf?(uid: string): Promise<OwnerRecord | undefined>;
+  /** Told of each read as it is made: its kind, and how long after it fell due (the queue's delay). */
+  onRead?(kind: ReadKind, delayMs: number): void;
+}
+
+/**
+ * Why a delivery is read: it is followed and no event came for an interval; it
+ * is not followed and its pass came; an event contradicted its state; or the
+ * grace of its cancel or failure ended.
+ */
+export type ReadKind = 'followed' | 'unfollowed' | 'contradiction' | 'confirmation';
+
+/** Within one owner's turn, the most urgent first; followed and unfollowed by lateness for their cadence (src/realtime/fair-reads.ts). */
+const READ_PRIORITY: Record<ReadKind, number> = { contradiction: 0, confirmation: 1, followed: 2, unfollowed: 2 };
+
+/** What a read found that the caller may act on. */
+export interface ReadOutcome {
+  /** The delivery awaits the confirmation of a cancel or failure: a read from then on may confirm it (ms since the epoch). */
+  confirmAt?: number;
 }
 
 /** Read by /metrics. */
@@ -53,10 +101,20 @@ export interface ReconcileCounters {
   errors: number;
   /** Subscriptions ended because the upstream refused their key. */
   refused: number;
+  /** Reads made, by why each was made. */
+  byKind: Record<ReadKind, number>;
+  /** Keys dropped from memory because the upstream refused them on an unfollowed read. */
+  keysDropped: number;
+  /** Reads due and not made at the last tick: what the budget holds back. */
+  due: number;
 }
 
 interface Followed {
   uid: string;
+  /** Whose turn its reads take: the owner its first follower's key stands for. */
+  owner: string;
+  /** Why its next read is due. */
+  kind: Exclude<ReadKind, 'unfollowed'>;
   followers: Set<Follower>;
   /** Which group answered last time, so the other is not asked first. */
   group: 'platform' | 'partner' | undefined;
@@ -65,7 +123,28 @@ interface Followed {
   /** Failed reads in a row: each doubles the wait, up to MAX_BACKOFF. */
   failures: number;
   reading: boolean;
+  /** An event contradicted the state while a read was under way (made before it): read again at once. */
+  readAgain: boolean;
 }
+
+/** A delivery nobody follows here, waiting for its read. */
+interface Repair {
+  uid: string;
+  owner: string;
+  group: 'platform' | 'partner' | undefined;
+  kind: Exclude<ReadKind, 'followed'>;
+  dueAt: number;
+  failures: number;
+  reading: boolean;
+  readAgain: boolean;
+}
+
+/** Contradiction and confirmation reads of unfollowed deliveries waiting in memory, at most (passes find the others). */
+const MAX_PENDING_REPAIRS = 100_000;
+/** Deliveries whose last event time is kept (a pass skips one heard from within its interval), at most. */
+const MAX_HEARD = 100_000;
+
+const groupOf = (group: OwnerGroup | null): 'platform' | 'partner' | undefined => (group === 'PLATFORM' ? 'platform' : group === 'PARTNER' ? 'partner' : undefined);
 
 /** A read after failures waits at most this many intervals (and never more than 10 minutes). */
 const MAX_BACKOFF = 16;
@@ -96,21 +175,72 @@ const LOCATION_EVENT: Partial<Record<DeliveryStatus, string>> = {
   RETURN_IN_PROGRESS: 'location.return_in_progress',
 };
 
+/** When a cancel or failure event's grace ends (ms since the epoch); undefined for any other event, or a stale one. */
+function graceEndOf(event: StoredEvent, graceMs: number): number | undefined {
+  if (event.stale || !isDeliveryEvent(event.name) || milestoneRank(event.name) !== NOT_DELIVERED_RANK) return undefined;
+  return Date.parse(event.receivedAt) + graceMs;
+}
+
 const isRefusal = (error: unknown) => (error as { code?: unknown } | undefined)?.code === 'UNAUTHENTICATED';
 
 export class Reconciler {
-  readonly counters: ReconcileCounters = { reads: 0, changes: 0, errors: 0, refused: 0 };
+  readonly counters: ReconcileCounters = {
+    reads: 0,
+    changes: 0,
+    errors: 0,
+    refused: 0,
+    byKind: { followed: 0, unfollowed: 0, contradiction: 0, confirmation: 0 },
+    keysDropped: 0,
+    due: 0,
+  };
   readonly #options: ReconcilerOptions;
   readonly #followed = new Map<string, Followed>();
+  /** Deliveries nobody follows here, loaded by a pass or due for a contradiction or confirmation. */
+  readonly #repairs = new Map<string, Repair>();
+  /** Unfollowed reads loaded and not yet made, by owner (what a pass waits on before its next page). */
+  readonly #loaded = new Map<string, number>();
+  /** When each delivery's last event was heard (ms since the epoch), oldest first. */
+  readonly #heard = new Map<string, number>();
+  readonly #sweeps: Sweeps | undefined;
   readonly #tickMs: number;
+  readonly #unlisten: Array<() => void> = [];
   #timer: NodeJS.Timeout | undefined;
   #tokens = 0;
   #lastTick = Date.now();
+  /** The owner served last: the next tick's turns start after it. */
+  #lastOwner: string | undefined;
 
   constructor(options: ReconcilerOptions) {
     this.#options = options;
     // Ticks a tenth of the interval apart: a read is late by at most that.
     this.#tickMs = Math.min(1_000, Math.max(20, Math.floor(options.intervalMs / 10)));
+    const { keys, bus } = options;
+    const unfollowedMs = options.unfollowedIntervalMs ?? 0;
+    if (!this.enabled || !keys) return;
+    if (unfollowedMs > 0) {
+      this.#sweeps = new Sweeps({
+        store: options.store,
+        keys,
+        intervalMs: unfollowedMs,
+        windowMs: options.unfollowedWindowMs ?? Infinity,
+        loaded: (owner) => this.#loaded.get(owner) ?? 0,
+        found: (owner, deliveries) => this.#found(owner, deliveries),
+        logger: options.logger,
+      });
+      // An owner with a key has a pass to make.
+      this.#unlisten.push(keys.onRemember(() => this.#start()));
+    }
+    if (bus) this.#unlisten.push(bus.listen(undefined, (event) => this.#heardAny(event), { internal: true }));
+  }
+
+  /** Unfinished deliveries found by the last pass of each owner whose key is in memory. */
+  get unfinishedCount(): number {
+    return this.#sweeps?.unfinished ?? 0;
+  }
+
+  /** Owners whose key is in memory (their deliveries can be read unfollowed). */
+  get ownerKeyCount(): number {
+    return this.#options.keys?.size ?? 0;
   }
 
   /** Deliveries followed by at least one live subscriber of this instance. */
@@ -127,9 +257,10 @@ export class Reconciler {
    * word that the key is still valid, and a fresh state. A refused key rejects
    * UNAUTHENTICATED. Any other failure (upstream down, not found) resolves
    * undefined: the stored state stands and reconciliation reads again later.
-   * The read is not stored: a store behind it may only have webhooks on their
-   * way, and a read stored first would make them stale. Reconciliation stores
-   * what is still missing once no event has come for an interval.
+   * The read is not stored here: a store behind it may only have webhooks on
+   * their way, and a read stored first would make them stale. The caller hands
+   * it to applyRead (atStart), which stores only what the read decides;
+   * reconciliation stores what is still missing once no event has come for an interval.
    */
   async confirm(key: string, uid: string): Promise<DeliveryRead | undefined> {
     let read: DeliveryRead;
@@ -167,7 +298,8 @@ export class Reconciler {
   follow(uid: string, follower: Follower): () => void {
     let followed = this.#followed.get(uid);
     if (!followed) {
-      followed = { uid, followers: new Set(), group: undefined, dueAt: this.#nextDue(), failures: 0, reading: false };
+      const owner = this.#options.keys?.ownerOf(follower.key) ?? hashKey(follower.key);
+      followed = { uid, owner, kind: 'followed', followers: new Set(), group: undefined, dueAt: this.#nextDue(), failures: 0, reading: false, readAgain: false };
       this.#followed.set(uid, followed);
     }
     followed.followers.add(follower);
@@ -179,16 +311,35 @@ export class Reconciler {
     };
   }
 
-  /** Any event of a followed delivery (a webhook, from any instance) puts its next read off by an interval. */
-  heard(uid: string): void {
+  /**
+   * Any event of a followed delivery (a webhook, from any instance) puts its next
+   * read off by an interval; one that contradicts the state has it read at once
+   * (the read settles it), and a cancel or failure has it read when its grace ends.
+   */
+  heard(uid: string, event?: StoredEvent): void {
     const followed = this.#followed.get(uid);
-    if (followed && !followed.reading) followed.dueAt = this.#nextDue();
+    if (!followed) return;
+    if (event?.contradicts) {
+      if (followed.reading) followed.readAgain = true;
+      else (followed.dueAt = Date.now()), (followed.kind = 'contradiction');
+      return;
+    }
+    if (followed.reading) return;
+    followed.dueAt = this.#nextDue();
+    followed.kind = 'followed';
+    const graceEnds = event && graceEndOf(event, this.#options.finalityGraceMs);
+    if (graceEnds !== undefined && graceEnds < followed.dueAt) (followed.dueAt = graceEnds), (followed.kind = 'confirmation');
   }
 
   stop(): void {
     clearInterval(this.#timer);
     this.#timer = undefined;
+    for (const unlisten of this.#unlisten.splice(0)) unlisten();
+    this.#sweeps?.stop();
     this.#followed.clear();
+    this.#repairs.clear();
+    this.#loaded.clear();
+    this.#heard.clear();
   }
 
   /** An interval from now, plus up to a fifth more so reads spread out instead of coming in waves. */
@@ -204,9 +355,18 @@ export class Reconciler {
     this.#timer.unref();
   }
 
-  /** Reads what is due, oldest due first, as far as the rate allows (a token bucket of one second's reads). */
+  /** Nothing to read: no delivery followed or waiting, and no owner with a pass to make. */
+  get #idle(): boolean {
+    return this.#followed.size === 0 && this.#repairs.size === 0 && !(this.#sweeps && this.ownerKeyCount > 0);
+  }
+
+  /**
+   * Loads what passes are due to read, then reads what is due, as far as the
+   * rate allows (a token bucket of one second's reads): one owner's read at a
+   * time in turn, each owner's most urgent and longest due first (fairPick).
+   */
   #tick(): void {
-    if (this.#followed.size === 0) {
+    if (this.#idle) {
       clearInterval(this.#timer);
       this.#timer = undefined;
       return;
@@ -215,42 +375,252 @@ export class Reconciler {
     const rate = this.#options.maxReadsPerSecond;
     this.#tokens = Math.min(rate, this.#tokens + ((now - this.#lastTick) * rate) / 1000);
     this.#lastTick = now;
-    if (this.#tokens < 1) return;
-    const due: Followed[] = [];
-    for (const followed of this.#followed.values()) if (!followed.reading && followed.dueAt <= now) due.push(followed);
-    due.sort((a, b) => a.dueAt - b.dueAt);
-    for (const followed of due) {
-      if (this.#tokens < 1) break;
-      this.#tokens -= 1;
-      void this.#reconcile(followed);
+    this.#sweeps?.topUp(now);
+    type Due = { owner: string; priority: number; lateness: number; followed?: Followed; repair?: Repair };
+    const due: Due[] = [];
+    // Lateness for the cadence of each kind; a contradiction's or confirmation's against the interval.
+    const cadence = (kind: ReadKind) => Math.max(1, kind === 'unfollowed' ? (this.#options.unfollowedIntervalMs ?? 0) : this.#options.intervalMs);
+    for (const followed of this.#followed.values()) {
+      if (followed.reading || followed.dueAt > now) continue;
+      due.push({ owner: followed.owner, priority: READ_PRIORITY[followed.kind], lateness: (now - followed.dueAt) / cadence(followed.kind), followed });
     }
+    for (const repair of this.#repairs.values()) {
+      // Followed here since it was loaded: the follower's reads cover it.
+      if (this.#followed.has(repair.uid)) this.#dropRepair(repair);
+      else if (!repair.reading && repair.dueAt <= now) due.push({ owner: repair.owner, priority: READ_PRIORITY[repair.kind], lateness: (now - repair.dueAt) / cadence(repair.kind), repair });
+    }
+    const { picked, last } = fairPick(due, Math.floor(this.#tokens), this.#lastOwner);
+    this.#lastOwner = last;
+    this.#tokens -= picked.length;
+    this.counters.due = due.length - picked.length;
+    const repairs: Repair[] = [];
+    for (const read of picked) {
+      if (read.followed) void this.#reconcile(read.followed);
+      else repairs.push(read.repair!);
+    }
+    if (repairs.length > 0) void this.#repairAll(repairs);
   }
 
   async #reconcile(followed: Followed): Promise<void> {
     const follower = followed.followers.values().next().value;
     if (!follower) return;
     followed.reading = true;
-    this.counters.reads += 1;
+    followed.readAgain = false;
+    this.#counted(followed.kind, followed.dueAt);
     try {
+      // Taken before the read: a state no event moved since is older than what the read shows.
+      const basis = await this.#options.store.lastSeq();
       const read = await this.#read(follower.key, followed.uid, followed.group);
       followed.group = read.group;
       followed.failures = 0;
-      await this.#apply(followed.uid, read);
-      followed.dueAt = this.#nextDue();
+      const { confirmAt } = await this.applyRead(followed.uid, read, basis);
+      const next = this.#nextDue();
+      if (followed.readAgain) (followed.dueAt = Date.now()), (followed.kind = 'contradiction');
+      else if (confirmAt !== undefined && confirmAt < next) (followed.dueAt = confirmAt), (followed.kind = 'confirmation');
+      else (followed.dueAt = next), (followed.kind = 'followed');
     } catch (error) {
       if (isRefusal(error)) {
         this.#refuse(follower.key, error as Error);
+        this.#options.keys?.forget(follower.key);
         // Another subscriber's key may read it at the next tick.
         followed.dueAt = Date.now();
       } else {
         this.counters.errors += 1;
         followed.failures += 1;
         followed.dueAt = this.#nextDue(Math.min(2 ** followed.failures, MAX_BACKOFF));
-        this.#options.logger?.warn({ err: error, uid: followed.uid, failures: followed.failures }, 'reconcile: reading a followed delivery failed; trying again later');
+        // An answer the upstream gave (404, a timeout, a 5xx) is said in its code, without a stack; only a fault of ours has one.
+        if (error instanceof DeliveryGraphError) {
+          const level = error instanceof NotFoundError ? 'info' : 'warn';
+          this.#options.logger?.[level]({ uid: followed.uid, failures: followed.failures, code: error.code, reason: error.message }, 'reconcile: reading a followed delivery failed; trying again later');
+        } else {
+          this.#options.logger?.warn({ err: error, uid: followed.uid, failures: followed.failures }, 'reconcile: reading a followed delivery failed; trying again later');
+        }
       }
     } finally {
       followed.reading = false;
     }
+  }
+
+  /** Counts a read as it is made, by kind, and tells how long it waited past due. */
+  #counted(kind: ReadKind, dueAt: number): void {
+    this.counters.reads += 1;
+    this.counters.byKind[kind] += 1;
+    this.#options.onRead?.(kind, Math.max(0, Date.now() - dueAt));
+  }
+
+  /**
+   * Reads deliveries nobody follows here, each with its owner's key: those whose
+   * lease this instance takes (the others another instance reads); a lease per
+   * delivery and kind, for as long as the next read of that kind should wait
+   * (a contradiction's or confirmation's is given back once its read is done).
+   * A lease this instance holds is its own to take again: a contradiction heard
+   * while its read was under way is read again, never refused by that lease.
+   */
+  async #repairAll(repairs: Repair[]): Promise<void> {
+    for (const repair of repairs) repair.reading = true;
+    let taken: Set<string>;
+    const leaseOf = (repair: Repair) => (repair.kind === 'unfollowed' ? repair.uid : `${repair.uid}:${repair.kind}`);
+    try {
+      // A pass's read holds its lease for most of the pass interval; a contradiction's or confirmation's, an interval.
+      const unfollowed = repairs.filter((repair) => repair.kind === 'unfollowed').map(leaseOf);
+      const urgent = repairs.filter((repair) => repair.kind !== 'unfollowed').map(leaseOf);
+      const [a, b] = await Promise.all([
+        this.#options.store.leaseReads(unfollowed, (this.#options.unfollowedIntervalMs ?? 0) * 0.9),
+        this.#options.store.leaseReads(urgent, Math.max(1_000, this.#options.intervalMs)),
+      ]);
+      taken = new Set([...a, ...b]);
+    } catch (error) {
+      // The store cannot say who reads what: nobody reads now, every one tries again later.
+      for (const repair of repairs) {
+        repair.reading = false;
+        repair.dueAt = this.#nextDue();
+      }
+      this.#options.logger?.warn({ err: error }, 'reconcile: could not take the leases of unfollowed reads; trying again later');
+      return;
+    }
+    for (const repair of repairs) {
+      const lease = leaseOf(repair);
+      if (taken.has(lease)) {
+        // A contradiction's or confirmation's lease goes back once its read is done, so that an event contradicting the
+        // delivery again is read again (here, or by whichever instance takes the lease then). A pass's holds for the pass.
+        const urgent = repair.kind !== 'unfollowed';
+        void this.#repair(repair).finally(() => urgent && this.#release(lease));
+        continue;
+      }
+      // Another instance reads it: done here, and the budget it was given goes back.
+      repair.reading = false;
+      this.#dropRepair(repair);
+      this.#tokens = Math.min(this.#options.maxReadsPerSecond, this.#tokens + 1);
+    }
+  }
+
+  #release(lease: string): void {
+    // Not given back (the store is away): it expires within an interval, and this instance may take it again meanwhile.
+    this.#options.store.releaseReads([lease]).catch((error: unknown) => this.#options.logger?.debug({ err: error }, 'reconcile: could not give a read lease back; it expires'));
+  }
+
+  async #repair(repair: Repair): Promise<void> {
+    const key = this.#options.keys?.keyOf(repair.owner);
+    if (!key || this.#followed.has(repair.uid)) {
+      repair.reading = false;
+      this.#dropRepair(repair);
+      return;
+    }
+    repair.readAgain = false;
+    this.#counted(repair.kind, repair.dueAt);
+    try {
+      const basis = await this.#options.store.lastSeq();
+      const read = await this.#read(key, repair.uid, repair.group);
+      repair.failures = 0;
+      const { confirmAt } = await this.applyRead(repair.uid, read, basis);
+      if (repair.readAgain) this.#reschedule(repair, 'contradiction', Date.now());
+      else if (confirmAt !== undefined) this.#reschedule(repair, 'confirmation', confirmAt);
+      else this.#dropRepair(repair);
+    } catch (error) {
+      if (isRefusal(error)) {
+        // Not this owner's key any more: its deliveries wait until the merchant calls with one the upstream accepts.
+        this.#options.keys?.forget(key);
+        this.counters.keysDropped += 1;
+        this.#dropRepair(repair);
+      } else if (error instanceof NotFoundError || repair.kind === 'unfollowed') {
+        // The key cannot see it (any more), or the upstream failed a pass's read (whose lease holds until about the next pass): the next pass asks again.
+        this.counters.errors += 1;
+        this.#dropRepair(repair);
+      } else {
+        this.counters.errors += 1;
+        repair.failures += 1;
+        repair.dueAt = this.#nextDue(Math.min(2 ** repair.failures, MAX_BACKOFF));
+        this.#options.logger?.warn({ err: error, uid: repair.uid, failures: repair.failures }, 'reconcile: reading an unfollowed delivery failed; trying again later');
+      }
+    } finally {
+      repair.reading = false;
+    }
+  }
+
+  /** A page of a pass: each delivery not followed, not waiting already and not heard from within the pass interval is read once. */
+  #found(owner: string, deliveries: readonly UnfinishedDelivery[]): void {
+    const now = Date.now();
+    const recent = now - (this.#options.unfollowedIntervalMs ?? 0);
+    for (const { uid, group } of deliveries) {
+      if (this.#followed.has(uid) || this.#repairs.has(uid) || (this.#heard.get(uid) ?? -Infinity) > recent) continue;
+      this.#repairs.set(uid, { uid, owner, group: groupOf(group), kind: 'unfollowed', dueAt: now, failures: 0, reading: false, readAgain: false });
+      this.#loaded.set(owner, (this.#loaded.get(owner) ?? 0) + 1);
+    }
+    this.#start();
+  }
+
+  /** A repair becomes a read of another kind (no longer a pass's: the pass may load its next page). */
+  #reschedule(repair: Repair, kind: Repair['kind'], dueAt: number): void {
+    if (repair.kind === 'unfollowed' && kind !== 'unfollowed') this.#unload(repair.owner);
+    repair.kind = kind;
+    repair.dueAt = dueAt;
+  }
+
+  /**
+   * A contradiction or a cancel heard for a delivery already waiting: a pass's
+   * read becomes the read the event asks for (a webhook came, the pass's read is
+   * not needed); a contradiction is read at once whatever waited; of two
+   * confirmations, the earlier grace end.
+   */
+  #merge(repair: Repair, kind: 'contradiction' | 'confirmation', dueAt: number): void {
+    if (repair.kind === 'unfollowed' || kind === 'contradiction') this.#reschedule(repair, kind, dueAt);
+    else if (repair.kind === 'confirmation') repair.dueAt = Math.min(repair.dueAt, dueAt);
+  }
+
+  #dropRepair(repair: Repair): void {
+    if (this.#repairs.get(repair.uid) !== repair) return;
+    this.#repairs.delete(repair.uid);
+    if (repair.kind === 'unfollowed') this.#unload(repair.owner);
+  }
+
+  #unload(owner: string): void {
+    const left = (this.#loaded.get(owner) ?? 1) - 1;
+    if (left > 0) this.#loaded.set(owner, left);
+    else this.#loaded.delete(owner);
+  }
+
+  /**
+   * Every event stored, by any instance. For a delivery nobody follows here: its
+   * time is kept (a pass skips a delivery heard from lately); one that
+   * contradicts its state has it read at once, and a cancel or failure has it
+   * read when its grace ends, with its owner's key. A followed one is the
+   * streams' to report (heard).
+   */
+  #heardAny(event: StoredEvent): void {
+    const { uid } = event;
+    if (this.#followed.has(uid)) return;
+    const repair = this.#repairs.get(uid);
+    const graceEnds = graceEndOf(event, this.#options.finalityGraceMs);
+    // A webhook (not an event made from a read): its webhooks come, and the pass's read can wait for the next pass.
+    if (event.payload.facade_source !== POLL_SOURCE) {
+      this.#heard.delete(uid);
+      this.#heard.set(uid, Date.now());
+      if (this.#heard.size > MAX_HEARD) this.#heard.delete(this.#heard.keys().next().value!);
+      if (!event.contradicts && graceEnds === undefined && repair?.kind === 'unfollowed' && !repair.reading) this.#dropRepair(repair);
+    }
+    if (!event.contradicts && graceEnds === undefined) return;
+    const kind = event.contradicts ? 'contradiction' : 'confirmation';
+    const dueAt = event.contradicts ? Date.now() : graceEnds!;
+    if (repair) {
+      if (repair.reading) repair.readAgain ||= event.contradicts === true;
+      else this.#merge(repair, kind, dueAt);
+      return;
+    }
+    const { keys, ownerOf } = this.#options;
+    if (!keys || !ownerOf || keys.size === 0 || this.#repairs.size >= MAX_PENDING_REPAIRS) return;
+    ownerOf(uid).then(
+      (record) => {
+        if (!record || keys.keyOf(record.owner) === undefined || this.#followed.has(uid)) return;
+        const waiting = this.#repairs.get(uid);
+        if (waiting) {
+          if (!waiting.reading) this.#merge(waiting, kind, dueAt);
+          return;
+        }
+        this.#repairs.set(uid, { uid, owner: record.owner, group: groupOf(record.group), kind, dueAt, failures: 0, reading: false, readAgain: false });
+        this.#start();
+      },
+      (error: unknown) => this.#options.logger?.warn({ err: error, uid }, 'reconcile: could not look up the owner of an unfollowed delivery; its next pass reads it'),
+    );
   }
 
   /** Ends every subscription of this instance that follows a delivery with the refused key. */
@@ -291,29 +661,59 @@ export class Reconciler {
   }
 
   /**
-   * Stores what the read shows that the store does not have yet: its milestone,
-   * when the store's rule lets it move the state, and the courier's position
-   * when it is new.
+   * Stores what a read (made when the log's last seq was `basis`) shows that the
+   * store does not have: its milestone, where the rule lets the read move the
+   * state (forward; or past an end it contradicts; or confirming a cancel or
+   * failure once its grace has passed), and the courier's position when it is
+   * new; then merges the read into the delivery's view. At a subscription's
+   * start only what the read decides is stored (it contradicts a final state, or
+   * confirms one): a read merely ahead of the store may have webhooks on their
+   * way, and stored first it would make them stale.
    */
-  async #apply(uid: string, read: DeliveryRead): Promise<void> {
+  async applyRead(uid: string, read: DeliveryRead, basis: number, options: { atStart?: boolean } = {}): Promise<ReadOutcome> {
     const { store } = this.#options;
     const status = deliveryStatus(read.wire.status);
     const events: WireWebhookEvent[] = [];
     const state = await store.deliveryState(uid);
+    const outcome: ReadOutcome = {};
     const name = DELIVERY_EVENT[status];
-    const step = name ? transition(state, name) : undefined;
-    if (name && step && !step.stale && step.state !== state) events.push(eventFromRead(read, name));
+    let after: MilestoneState | undefined = state;
+    if (name) {
+      let confirm = false;
+      if (awaitsConfirmation(state) && statusRank(status) === state!.rank) {
+        outcome.confirmAt = (await this.#movedAt(uid, state!.seq!)) + this.#options.finalityGraceMs;
+        confirm = Date.now() >= outcome.confirmAt;
+      }
+      const event = eventFromRead(read, name, { basis, confirm });
+      const step = transitionOf(state, event);
+      const decides = !options.atStart || state?.terminal === true || confirm;
+      if (!step.stale && (step.moved || step.courierOnly) && decides) {
+        events.push(event);
+        after = step.state;
+        if (step.moved && awaitsConfirmation(after)) outcome.confirmAt = Date.now() + this.#options.finalityGraceMs;
+        if (after?.terminal) delete outcome.confirmAt;
+      }
+    }
     const locationName = LOCATION_EVENT[status];
     const position = geoPoint(read.wire.driver_location);
-    if (!step?.state?.terminal && locationName && position && events.length === 0) {
+    if (!options.atStart && !after?.terminal && locationName && position && events.length === 0) {
       const latest = await store.latestEvent(uid, 'location');
       const last = latest && geoPoint(latest.payload.driver_location);
       const moved = !last || last.lat !== position.lat || last.lng !== position.lng || latest.payload.driver_id !== read.wire.driver_id;
-      if (moved && !transition(state, locationName).stale) events.push(eventFromRead(read, locationName));
+      const event = eventFromRead(read, locationName, { basis, confirm: false });
+      if (moved && !transitionOf(state, event).stale) events.push(event);
     }
     const receivedAt = new Date().toISOString();
     const results = await Promise.all(events.map((event) => this.#options.append(event, receivedAt)));
     for (const result of results) if (!result.duplicate && !result.event.stale) this.counters.changes += 1;
+    await store.recordRead({ uid, body: readBody(read), basis });
+    return outcome;
+  }
+
+  /** When the event that last moved the state was received (ms since the epoch); 0 when it is no longer stored. */
+  async #movedAt(uid: string, seq: number): Promise<number> {
+    const [mover] = await this.#options.store.eventsAfter(seq - 1, 1, { uids: [uid] });
+    return mover?.seq === seq ? Date.parse(mover.receivedAt) : 0;
   }
 }
 
@@ -339,8 +739,12 @@ const WEBHOOK_FIELDS = [
   'platform_payload', 'partner_reference', 'partner_payload',
 ] as const;
 
-/** The event the webhook would have carried, from a read: the documented body's fields the read has, marked as polled. */
-export function eventFromRead(read: DeliveryRead, eventName: string): WireWebhookEvent {
+/**
+ * The event the webhook would have carried, from a read: the documented body's
+ * fields the read has, marked as polled, with the log position the read was
+ * made at and whether it confirms a cancel or failure (see readFactsOf).
+ */
+export function eventFromRead(read: DeliveryRead, eventName: string, made: { basis: number; confirm: boolean }): WireWebhookEvent {
   const wire = read.wire as unknown as JsonObject;
   const event: JsonObject = { uid: read.wire.uid, event_name: eventName };
   for (const field of WEBHOOK_FIELDS) {
@@ -353,5 +757,23 @@ export function eventFromRead(read: DeliveryRead, eventName: string): WireWebhoo
   if (pickup) event.pickup_address = pickup as unknown as JsonObject;
   if (dropoff) event.dropoff_address = dropoff as unknown as JsonObject;
   event.facade_source = POLL_SOURCE;
+  event.facade_read_basis = made.basis;
+  if (made.confirm) event.facade_confirms = true;
   return event as unknown as WireWebhookEvent;
 }
+
+/**
+ * A read for the delivery's view: the event it would make, with what only reads
+ * carry (tracking link, style, fees, dimensions, the scheduled datetime).
+ */
+export function readBody(read: DeliveryRead): JsonObject {
+  const wire = read.wire as unknown as JsonObject;
+  const body = eventFromRead(read, 'snapshot', { basis: 0, confirm: false }) as unknown as JsonObject;
+  for (const field of READ_ONLY_FIELDS) if (wire[field] !== undefined && wire[field] !== null) body[field] = wire[field];
+  return body;
+}
+
+/** What a read has and a webhook body does not (each group's spelling, read as such by fromWebhookEvent). */
+const READ_ONLY_FIELDS = [
+  'tracking_link', 'tracking_url', 'delivery_style', 'expected_cancellation_fee', 'expected_cancelation_fee', 'dimensions', 'dimentions', 'delivery_date',
+] as const;

@@ -18,7 +18,7 @@
 import { createRedisEventTarget } from '@graphql-yoga/redis-event-target';
 import type { Redis } from 'ioredis';
 import type { Logger } from '../logger.js';
-import { logConnection, redisOptions } from '../redis/connection.js';
+import { logConnection, redisFailure, redisOptions } from '../redis/connection.js';
 import type { RedisStore } from '../store/redis.js';
 import type { Store, StoredEvent } from '../store/store.js';
 import { createEventBus, type EventBus } from './bus.js';
@@ -241,7 +241,7 @@ export async function connectRedisEventBus(store: RedisStore, logger?: Logger): 
   try {
     await store.lastSeq();
   } catch (error) {
-    throw new Error(`${store.client.options.sentinels ? 'REDIS_SENTINELS' : 'REDIS_URL'}: Redis did not answer (${error instanceof Error ? error.message : String(error)})`);
+    throw new Error(`${store.client.options.sentinels ? 'REDIS_SENTINELS' : 'REDIS_URL'}: ${redisFailure(error, store.client)}`);
   }
   await warnAboutSettings(store.client, logger);
   // A subscriber waits out outages however long: ioredis resubscribes, the bus catches up.

@@ -6,17 +6,19 @@ import { fromPartnerOrder, fromPlatformDelivery, geoPoint } from '../mapping/del
 import type { Delivery, DeliveryStatus } from '../mapping/model.js';
 import {
   courierIdentity,
+  factsOf,
   isDeliveryEvent,
   isLocationEvent,
   milestoneRank,
   sameCourier,
   stateOfStatus,
-  transition,
+  transitionOf,
   type MilestoneState,
 } from '../domain/milestones.js';
 import { statusOfWebhook } from '../domain/status.js';
 import { callerCursors } from '../domain/cursor.js';
 import type { Store, StoredEvent } from '../store/store.js';
+import type { JsonObject } from '../upstream/wire.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { CheckAllowance, KeyBudget, ReadAccess, Withheld } from './access.js';
 import type { EventBus } from './bus.js';
@@ -32,6 +34,12 @@ export type EventView = StoredEvent & {
    * the delivery's status, which the event's own milestone is behind or repeats.
    */
   heldStatus?: DeliveryStatus;
+  /**
+   * Set on deliveryUpdated's first message: the delivery as known now (the
+   * store's view, the read made as the subscription started merged in), which
+   * may be more than was known after the event itself.
+   */
+  known?: JsonObject;
 };
 
 /** The status a message of deliveryUpdated shows. */
@@ -121,6 +129,23 @@ async function assertReadable(deps: RealtimeDeps, subscriber: Subscriber, uid: s
 }
 
 /**
+ * The access to deliveries a stream named, as it goes on: checked again before
+ * an event once an operator's claim of the uid has been learned since the last
+ * check (src/access/owners.ts noticeClaims); a claim that gave the delivery to
+ * another merchant ends the stream NOT_FOUND, as a subscription to it would be
+ * refused now. Made before the first check (assertReadable), which it counts from.
+ */
+function accessKept(deps: RealtimeDeps, subscriber: Subscriber, uids: readonly string[]): (uid: string) => Promise<void> {
+  const started = Date.now();
+  const checkedAt = new Map(uids.map((uid) => [uid, started]));
+  return async (uid) => {
+    const at = Date.now();
+    if (!(await deps.access.stillReadable(subscriber.key, uid, checkedAt.get(uid) ?? started))) throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
+    checkedAt.set(uid, at);
+  };
+}
+
+/**
  * Starts following the delivery for reconciliation: a refused key ends the
  * stream by failing its queue. Returns the way to stop.
  */
@@ -190,16 +215,28 @@ class FollowedState {
   ) {}
 
   /**
-   * Folds in one event: 'stale' when, judged against this state, it changes
-   * nothing (or was already folded in); 'courier' when it changed only the courier.
+   * Folds in one event: 'stale' when, judged against this state, it moves
+   * nothing (or was already folded in); 'courier' when it changed only the
+   * courier; 'confirmed' when a read made the state final without moving it.
+   * An end the store took stands even where it contradicts this state.
    */
-  accept(event: StoredEvent): 'stale' | 'courier' | 'accepted' {
+  accept(event: StoredEvent): 'stale' | 'courier' | 'confirmed' | 'accepted' {
     if (event.seq <= this.seq) return 'stale';
     this.seq = event.seq;
-    const step = transition(this.state, event.name, courierIdentity(event.payload));
-    if (step.stale) return 'stale';
-    this.state = step.state;
-    return step.courierOnly ? 'courier' : 'accepted';
+    const before = this.state;
+    const step = transitionOf(before, event.payload);
+    // Evidence of pickup counts, stale or not: it decides whether a cancel may end the delivery.
+    this.state = step.moved ? { ...step.state!, seq: event.seq } : step.state;
+    if (step.stale) {
+      // The store took this end (only events it did not find stale are queued), and it contradicts this state: only a
+      // state the store never had differs so, a subscription's own first read (say FAILED, while the store, which never
+      // saw the failure, took the second attempt's DROPOFF_COMPLETE). The store's end is every subscriber's end.
+      if (!step.contradicts || event.stale || factsOf(event.payload).final !== 'always') return 'stale';
+      const end = stateOfStatus(statusOfWebhook(event.name, null), courierIdentity(event.payload) ?? before?.courier);
+      this.state = end && { ...end, seq: event.seq };
+    }
+    if (step.courierOnly) return 'courier';
+    return step.moved && before?.rank === this.state!.rank && !before.terminal && this.state!.terminal ? 'confirmed' : 'accepted';
   }
 
   /** Whether a position belongs to the current courier (or no courier is known to tell). */
@@ -215,8 +252,8 @@ class FollowedState {
 
 /**
  * deliveryUpdated: the current state, then each accepted delivery.* event of a
- * known milestone; ends after a final one (not after a cancel or failure that a
- * return may still follow).
+ * known milestone; ends once the state is final (a final milestone, or a cancel
+ * or failure a read confirmed: not while a return or second attempt may follow).
  */
 export function deliveryUpdated(deps: RealtimeDeps, subscriber: Subscriber, uid: string): AsyncGenerator<EventView> {
   const queue = queueFor(deps, subscriber);
@@ -224,31 +261,39 @@ export function deliveryUpdated(deps: RealtimeDeps, subscriber: Subscriber, uid:
 }
 
 async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<EventView> {
+  const stillReadable = accessKept(deps, subscriber, [uid]);
   await assertReadable(deps, subscriber, uid, namedUids(deps, subscriber));
   const unlisten = deps.bus.listen(uid, (event) => {
-    deps.reconciler?.heard(uid);
+    deps.reconciler?.heard(uid, event);
     if (!event.stale && isDeliveryEvent(event.name)) queue.push(event);
   });
   let unfollow = () => {};
-  // The upstream's word on the key, and the first state when none is stored; asked while the store is read, awaited before anything is sent.
-  const confirming = confirmed(deps, subscriber, uid);
   try {
+    // Taken before the read: a stored state no event moved since then is older than what the read shows.
     const logPosition = await deps.store.lastSeq();
+    // The upstream's word on the key, and the first state when none is stored.
+    const read = await confirmed(deps, subscriber, uid);
+    // What the read decides is stored first (it contradicts a final state, or confirms a cancel), so the first message is it.
+    if (read) await deps.reconciler?.applyRead(uid, read, logPosition, { atStart: true }).catch(() => undefined);
     // The state before the latest event: whatever moved it in between is folded in from the queue.
     const stored = await deps.store.deliveryState(uid);
     const latest = await deps.store.latestEvent(uid, 'delivery');
-    const read = await confirming;
     unfollow = follow(deps, subscriber, uid, queue);
     let current: EventView = latest ?? (await snapshotOf(deps, subscriber.key, uid, logPosition, read));
+    if (latest) {
+      const known = await deps.store.deliveryView(uid);
+      if (known) current = { ...current, known };
+    }
     // The latest event changed only the courier: the status is the one of the event that last moved the milestone.
     if (current.courierOnly && stored) {
       const [mover] = await deps.store.eventsAfter(stored.seq - 1, 1, { uids: [uid] });
       if (mover?.seq === stored.seq) current = { ...current, heldStatus: statusOfView(mover) };
     }
-    // A snapshot may be ahead of events still on their way: judged against it, they are late.
-    const followed = current.snapshot
-      ? new FollowedState(stateOfStatus(current.snapshot.status, snapshotCourier(current.snapshot.delivery)), current.seq)
-      : new FollowedState(stored, stored?.seq ?? 0);
+    // A snapshot may be ahead of events still on their way: judged against it, they are late. It is a read, not
+    // a state the log moved (no seq): a reconciliation read made before it at a lower log position may answer after
+    // it, and is judged as the store judged it, as a read (never back, an end over another end).
+    const snapshotState = current.snapshot && stateOfStatus(current.snapshot.status, snapshotCourier(current.snapshot.delivery));
+    const followed = current.snapshot ? new FollowedState(snapshotState, current.seq) : new FollowedState(stored, stored?.seq ?? 0);
     let lastSeq = current.seq;
     let status = statusOfView(current);
     yield current;
@@ -256,12 +301,13 @@ async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber
     for await (const event of queue) {
       const outcome = followed.accept(event);
       if (outcome === 'stale') continue;
-      // Sent once, in log order; an unknown milestone moves nothing and is not sent.
-      if (event.seq > lastSeq && milestoneRank(event.name) !== undefined) {
+      // Sent once, in log order; an unknown milestone moves nothing and is not sent, nor is a read that only confirms the status sent last.
+      if (outcome !== 'confirmed' && event.seq > lastSeq && milestoneRank(event.name) !== undefined) {
         lastSeq = event.seq;
         // A new courier on a late milestone: sent with the status the delivery has, which does not go back.
         const view: EventView = outcome === 'courier' ? { ...event, heldStatus: status } : event;
         status = statusOfView(view);
+        await stillReadable(uid);
         yield view;
       }
       if (followed.final) return;
@@ -280,9 +326,10 @@ export function courierLocation(deps: RealtimeDeps, subscriber: Subscriber, uid:
 }
 
 async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<StoredEvent> {
+  const stillReadable = accessKept(deps, subscriber, [uid]);
   await assertReadable(deps, subscriber, uid, namedUids(deps, subscriber));
   const unlisten = deps.bus.listen(uid, (event) => {
-    deps.reconciler?.heard(uid);
+    deps.reconciler?.heard(uid, event);
     if (event.stale) return;
     // Positions are what is sent; delivery.* events also move the state, and a final one ends the stream.
     // Only events with a usable position count as positions (a malformed one would break the non-null location).
@@ -313,6 +360,7 @@ async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber
       // A new courier's first position counts whatever its milestone; the rank the pin reached stays.
       if (outcome === 'courier' && event.seq > lastSeq) {
         lastSeq = event.seq;
+        await stillReadable(uid);
         yield event;
         continue;
       }
@@ -320,6 +368,7 @@ async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber
       if (event.seq <= lastSeq || rank < lastRank) continue;
       lastSeq = event.seq;
       lastRank = rank;
+      await stillReadable(uid);
       yield event;
     }
   } finally {
@@ -370,10 +419,11 @@ async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber,
   const names = args.names && args.names.length > 0 ? new Set(args.names) : undefined;
   let afterSeq: number | undefined;
   if (args.after != null) {
-    // The subscriber's own cursors: one given to another key is not a cursor here.
-    afterSeq = (await callerCursors(deps.store, subscriber.key)).seqOf(args.after);
+    // The subscriber's merchant's cursors: one given to another merchant is not a cursor here.
+    afterSeq = (await callerCursors(deps.store, await deps.access.merchantOf(subscriber.key))).seqOf(args.after);
     if (afterSeq === undefined) throw new BadUserInputError(`"${args.after}" is not a cursor of this facade's event log for this key.`);
   }
+  const stillReadable = uids && accessKept(deps, subscriber, uids);
   if (uids) {
     const allowance = namedUids(deps, subscriber);
     for (const uid of uids) await assertReadable(deps, subscriber, uid, allowance);
@@ -382,7 +432,7 @@ async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber,
   await deps.reconciler?.confirmKey(subscriber.key);
 
   const push = (event: StoredEvent) => {
-    if (uids) deps.reconciler?.heard(event.uid);
+    if (uids) deps.reconciler?.heard(event.uid, event);
     queue.push(event);
   };
   const unlisteners = uids ? uids.map((uid) => deps.bus.listen(uid, push)) : [deps.bus.listen(undefined, push)];
@@ -395,6 +445,7 @@ async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber,
   const allowance = uids ? undefined : deps.access.allowance(subscriber.key, deps.budget, true);
   const visible = async (event: StoredEvent) => {
     if (names && !names.has(event.name)) return false;
+    if (stillReadable) await stillReadable(event.uid);
     if (!allowance) return true;
     return (await canReadPatiently(deps.access, subscriber.key, event.uid, allowance)) === true;
   };

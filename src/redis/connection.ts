@@ -30,6 +30,10 @@ export function redisOptions(name: string): RedisOptions {
  * server that answers READONLY (a demoted primary) makes it reconnect and ask again.
  */
 export function connectRedis(connection: RedisConnection, name: string): Redis {
+  return rememberConnectionErrors(connect(connection, name));
+}
+
+function connect(connection: RedisConnection, name: string): Redis {
   if (typeof connection === 'string') return new Redis(connection, redisOptions(name));
   return new Redis({
     ...redisOptions(name),
@@ -57,4 +61,29 @@ export function logConnection(client: Redis, name: string, logger: Logger | unde
     if (lost) logger?.info({ redis: name }, 'redis connection ready again');
     lost = false;
   });
+}
+
+/** The last connection error of each client (connect ECONNREFUSED 10.0.0.5:6379): what a failed command is explained with. */
+const lastConnectionErrors = new WeakMap<Redis, string>();
+
+function rememberConnectionErrors(client: Redis): Redis {
+  client.on('error', (error: Error) => lastConnectionErrors.set(client, error.message));
+  client.on('ready', () => lastConnectionErrors.delete(client));
+  return client;
+}
+
+/**
+ * Why a Redis command failed, in our words: ioredis says "Reached the max retries
+ * per request limit (which is 2). Refer to "maxRetriesPerRequest" option for
+ * details." when it simply cannot reach the server. The connection error it met
+ * (never the URL, which may hold a password) says what is wrong.
+ */
+export function redisFailure(error: unknown, client: Redis): string {
+  const message = error instanceof Error ? error.message : String(error);
+  const connectionError = lastConnectionErrors.get(client);
+  if (/max retries per request|Connection is closed|Stream isn't writeable/i.test(message)) {
+    return `Redis cannot be reached${connectionError ? ` (${connectionError})` : ''}`;
+  }
+  if (/Command timed out/i.test(message)) return `Redis accepted the connection but did not answer within ${redisOptions('').commandTimeout! / 1000} s`;
+  return message;
 }

@@ -141,7 +141,15 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     return released;
   };
 
+  /** Another key of the merchant holding `key` (undefined for a key the sandbox does not know). */
+  const addMerchantKey = (key: string): string | undefined => {
+    const added = state.addKey(key);
+    if (added) merchants.push(added);
+    return added?.key;
+  };
+
   const server = createSandboxServer({
+    addMerchantKey,
     state,
     lifecycle,
     knobs,
@@ -227,6 +235,11 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     revokeKey: (key) => {
       if (!state.merchantByKey(key)) throw new Error('revokeKey: not a sandbox merchant key');
       revokeKey(key);
+    },
+    addMerchantKey: (key) => {
+      const added = addMerchantKey(key);
+      if (added === undefined) throw new Error('addMerchantKey: not a sandbox merchant key');
+      return added;
     },
     advance: (uid) => lifecycle.advance(uid),
     reassignCourier: async (uid) => lifecycle.reassign(uid),

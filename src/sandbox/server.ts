@@ -20,6 +20,8 @@ const MAX_BODY_BYTES = 1024 * 1024;
 
 export interface ServerDeps {
   state: SandboxState;
+  /** Another key of the merchant holding `key`; undefined for a key the sandbox does not know. */
+  addMerchantKey(key: string): string | undefined;
   lifecycle: LifecycleSimulator;
   knobs: SandboxKnobs;
   requests: RequestLog;
@@ -236,6 +238,14 @@ async function handleControl(deps: ServerDeps, req: IncomingMessage, method: str
     if (key === null || !deps.state.merchantByKey(key)) return controlError(404, 'not_found', 'Send the key to revoke as Authorization: Bearer <key>; it must be a sandbox merchant key.');
     deps.revokeKey(key);
     return jsonPage(200, { revoked: true });
+  }
+
+  // A merchant rotating its key: a new one for the same merchant, both accepted until one is revoked.
+  if (method === 'POST' && path === '/sandbox/merchant-keys') {
+    const key = bearerToken(req.headers.authorization);
+    const added = key === null ? undefined : deps.addMerchantKey(key);
+    if (added === undefined) return controlError(404, 'not_found', 'Send a key of the merchant as Authorization: Bearer <key>; it must be a sandbox merchant key.');
+    return jsonPage(201, { key: added });
   }
 
   if (method === 'POST' && path === '/sandbox/orders') {

@@ -1,6 +1,6 @@
 // What the sandbox remembers: merchants, deliveries (platform group) and orders
 // (partner group), and the pure rules that price and place them.
-import { createHash, randomUUID } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import type {
   DeliveryEventName,
   LocationEventName,
@@ -204,7 +204,7 @@ export class SandboxState {
   readonly deliveries = new Map<string, DeliveryRecord>();
   private readonly merchantsByKey: Map<string, SandboxMerchant>;
   private readonly platformIds: Set<string>;
-  /** `${merchantKey}\n${partner_reference}` → uid: references are unique per caller. */
+  /** `${merchant}\n${partner_reference}` → uid: references are unique per merchant (any of its keys). */
   private readonly partnerReferences = new Map<string, string>();
 
   constructor(readonly merchants: readonly SandboxMerchant[]) {
@@ -214,6 +214,23 @@ export class SandboxState {
 
   merchantByKey(key: string): SandboxMerchant | undefined {
     return this.merchantsByKey.get(key);
+  }
+
+  /** Who holds a key: its merchantId, or the key itself for a merchant with one key (SandboxMerchant.merchantId). */
+  merchantOf(key: string): string {
+    const merchant = this.merchantsByKey.get(key);
+    return merchant?.merchantId ?? key;
+  }
+
+  /** A new key of the merchant holding `key` (a rotation); undefined for a key the sandbox does not know. */
+  addKey(key: string): SandboxMerchant | undefined {
+    const merchant = this.merchantsByKey.get(key);
+    if (!merchant) return undefined;
+    // The merchant is named after the key it had first, so what it booked with that key stays its own.
+    merchant.merchantId ??= key;
+    const added: SandboxMerchant = { key: `sk_test_${randomBytes(12).toString('hex')}`, name: merchant.name, platformId: merchant.platformId, merchantId: merchant.merchantId };
+    this.merchantsByKey.set(added.key, added);
+    return added;
   }
 
   /** Keys the merchant revoked (revokeKey): answered 401 from then on. */
@@ -261,7 +278,7 @@ export class SandboxState {
     };
     this.deliveries.set(record.uid, record);
     if (group === 'partner' && request.partner_reference !== undefined) {
-      this.partnerReferences.set(`${merchantKey}\n${request.partner_reference}`, record.uid);
+      this.partnerReferences.set(`${this.merchantOf(merchantKey)}\n${request.partner_reference}`, record.uid);
     }
     return record;
   }
@@ -270,15 +287,15 @@ export class SandboxState {
   restore(record: DeliveryRecord): void {
     this.deliveries.set(record.uid, record);
     if (record.group === 'partner' && record.request.partner_reference !== undefined) {
-      this.partnerReferences.set(`${record.merchantKey}\n${record.request.partner_reference}`, record.uid);
+      this.partnerReferences.set(`${this.merchantOf(record.merchantKey)}\n${record.request.partner_reference}`, record.uid);
     }
     if (record.courier) noteDriverId(record.courier.id);
   }
 
-  /** A delivery the caller may see: same group, same merchant key. Anything else is "not found". */
+  /** A delivery the caller may see: same group, same merchant (any of its keys). Anything else is "not found". */
   find(uid: string, group: Group, merchantKey: string): DeliveryRecord | undefined {
     const record = this.deliveries.get(uid);
-    return record && record.group === group && record.merchantKey === merchantKey ? record : undefined;
+    return record && record.group === group && this.merchantOf(record.merchantKey) === this.merchantOf(merchantKey) ? record : undefined;
   }
 
   /**
@@ -292,7 +309,7 @@ export class SandboxState {
   }
 
   findByPartnerReference(merchantKey: string, reference: string): DeliveryRecord | undefined {
-    const uid = this.partnerReferences.get(`${merchantKey}\n${reference}`);
+    const uid = this.partnerReferences.get(`${this.merchantOf(merchantKey)}\n${reference}`);
     return uid === undefined ? undefined : this.deliveries.get(uid);
   }
 }

@@ -45,6 +45,12 @@ export interface SandboxMerchant {
   key: string;
   name: string;
   platformId: string;
+  /**
+   * Keys with the same merchantId are one merchant's (as after a key rotation):
+   * each reads, cancels and finds by partner reference what the others booked.
+   * Without it a key is a merchant of its own.
+   */
+  merchantId?: string;
 }
 
 export interface SandboxKnobs {
@@ -288,6 +294,12 @@ export interface Sandbox {
    * /api/v1 call with it is answered 401 invalid_api_key. Throws for a key the sandbox does not know.
    */
   revokeKey(key: string): void;
+  /**
+   * Makes another key for the merchant holding `key`, as a merchant rotating
+   * its key does in its dashboard: both are accepted until one is revoked.
+   * Returns the new key. Also `POST /sandbox/merchant-keys` with `Authorization: Bearer <key>`.
+   */
+  addMerchantKey(key: string): string;
   /** Moves one delivery to its next milestone now (emitting its events). Rejects for an unknown or finished delivery. */
   advance(uid: string): Promise<void>;
   /**

@@ -3,14 +3,28 @@
 // one transaction, here one Lua script. Keys, under a prefix (default "dg:"):
 //   seq                        counter, INCR'd by the append script
 //   log                        stream of events; entry id "<seq>-0"
-//   delivery:<uid>             hash: rank, terminal, seq (the milestone state), courier and
-//                              formers (JSON, see courierJson), and delivery, location (seq of
-//                              the latest non-stale event of each kind)
+//   delivery:<uid>             hash: rank, terminal, seq, pickedUp (the milestone state), courier and
+//                              formers (JSON, see courierJson), delivery, location (seq of the
+//                              latest non-stale event of each kind), and the delivery's view as
+//                              fields "v:<key>" (JSON values, src/domain/delivery-view.ts)
 //   delivery:<uid>:events      sorted set of the delivery's seqs (eventsAfter with uids)
 //   delivery:<uid>:dedup       hash "<sha256 of canonical payload> <event name>" → "<seq> <append token>"
 //   idem:<owner>:<key>         hash: fingerprint, state (pending|done|unknown), uid, trackingUrl, updatedAt, token, owner
 //   idem-marker:<marker>       the name of the idem key a booking marker belongs to (src/domain/booking-marker.ts)
-//   owner:<uid>                "<owner hash>" or "<owner hash> <group>": who the delivery belongs to (src/access/owners.ts)
+//   owner:<uid>                "<merchant> <group or -> <proof> <ms>" (before proofs: "<owner hash>" or "<owner hash> <group>"):
+//                              who the delivery belongs to, how that is known (src/access/owners.ts), and when it was recorded
+//   merchant-link:<id>         the merchant a key hash (or merchant id) belongs to (src/access/merchants.ts); no TTL
+//   merchant-keys:<id>         set of the ids linked to a merchant id (its history, and what a merge re-points); no TTL
+//   merchant-history:<id>      hash: records ('1' once an owner record named it), claims (its idempotency claims not
+//                              released): whether linking it elsewhere would leave something behind (linkMerchant);
+//                              kept as long as the longest-lived record or claim that named it
+//   merchant-history-ready     set once the history of data written before it was kept has been filled in
+//   owner-claims               sorted set of the uids the operator claimed lately (owner records written with replace),
+//                              each scored by its claim's version; the last OWNER_CLAIMS_KEPT (ownerClaimsAfter)
+//   owner-claims:version       counter of those claims
+//   unfinished:<owner>         sorted set (all scores 0, so in uid order) of the owner's deliveries reconciliation
+//                              may read unfollowed: added with each owner record written, removed once found final, expired or another's
+//   read-lease:<name>          the token of the instance reading an unfollowed delivery right now, or lately (leaseReads)
 //   cursor-secret              random secret the cursors of every instance derive from (src/domain/cursor.ts)
 //   trim                       lease of the instance trimming expired data right now
 // With a retention, idempotency and ownership keys carry a TTL, and a timer trims
@@ -19,26 +33,37 @@
 // named in KEYS; they live in different slots, so Redis Cluster is not supported.
 import { randomBytes } from 'node:crypto';
 import { Redis, type Result } from 'ioredis';
-import { connectRedis, logConnection, type RedisConnection } from '../redis/connection.js';
+import { connectRedis, logConnection, redisFailure, type RedisConnection } from '../redis/connection.js';
 import type { Logger } from '../logger.js';
-import type { WireWebhookEvent } from '../upstream/wire.js';
-import { courierIdentity, eventFacts, PICKED_UP_RANK } from '../domain/milestones.js';
+import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
+import { DELIVERED_RANK, factsOf, NOT_DELIVERED_RANK } from '../domain/milestones.js';
+import { moverFields, viewFields } from '../domain/delivery-view.js';
 import { TRIM_BATCH, TrimSchedule, trimIntervalMs, yieldToEventLoop, type Retention } from './retention.js';
 import {
   PartialAppendError,
   PENDING_EXPIRY_MS,
   courierJson,
   courierPart,
+  flagsOf,
   type AppendResult,
   type BookingResult,
   type DeliveryState,
   type EventFilter,
   type IdempotencyClaim,
+  type MerchantLink,
+  type MerchantMerge,
+  OWNER_CLAIMS_KEPT,
+  type OwnerClaims,
   type OwnerEntry,
   type OwnerGroup,
+  type OwnerProof,
   type OwnerRecord,
+  type ReadRecord,
   type Store,
   type StoredEvent,
+  merchantScoped,
+  type UnfinishedDelivery,
+  type UnfinishedPage,
 } from './store.js';
 import { fingerprint } from '../domain/canonical-json.js';
 import { bookingMarker } from '../domain/booking-marker.js';
@@ -55,17 +80,40 @@ type StreamEntry = [id: string, fields: string[]];
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    dgAppend(...args: string[]): Result<Array<[0, string, number] | [1 | 2, StreamEntry] | [-1, string]>, Context>;
+    dgAppend(...args: string[]): Result<Array<[0, string, number, string] | [1 | 2, StreamEntry] | [-1, string]>, Context>;
+    dgMergeRead(delivery: string, basis: string, ...fields: string[]): Result<number, Context>;
     dgLatest(delivery: string, log: string, kind: string): Result<StreamEntry | null, Context>;
     dgEventsOf(...args: string[]): Result<StreamEntry[], Context>;
-    dgClaim(key: string, markerKey: string, fingerprint: string, now: string, expiryMs: string, token: string, ttlMs: string, owner: string): Result<[string, string?, string?], Context>;
+    dgClaim(key: string, markerKey: string, history: string, fingerprint: string, now: string, expiryMs: string, token: string, ttlMs: string, owner: string): Result<[string, string?, string?], Context>;
     dgUnknown(key: string, markerKey: string, now: string, ttlMs: string): Result<[string, string?, string?], Context>;
     dgResolve(key: string, uid: string, hasTrackingUrl: string, trackingUrl: string, now: string, ttlMs: string): Result<string | null, Context>;
     dgComplete(key: string, uid: string, hasTrackingUrl: string, trackingUrl: string, now: string, ttlMs: string): Result<number, Context>;
-    dgRelease(key: string): Result<number, Context>;
+    dgRelease(key: string, history: string): Result<number, Context>;
     dgLogHead(log: string, count: string): Result<string[], Context>;
     dgForget(delivery: string, events: string, dedup: string, upTo: string): Result<number, Context>;
     dgUnlease(key: string, token: string): Result<number, Context>;
+    dgLease(key: string, token: string, forMs: string): Result<number, Context>;
+    dgOwn(
+      ownerKey: string,
+      unfinished: string,
+      history: string,
+      claims: string,
+      claimsVersion: string,
+      value: string,
+      merchantScoped: string,
+      replace: string,
+      ttlMs: string,
+      uid: string,
+      claimsKept: string,
+    ): Result<number, Context>;
+    dgOwnerClaims(claims: string, claimsVersion: string, after: string): Result<[number, number, ...string[]], Context>;
+    dgLink(key: string, previous: string, prefix: string, maxDepth: string): Result<[string, string?], Context>;
+    dgUnlink(link: string, id: string, prefix: string): Result<number, Context>;
+    dgMergeLink(from: string, into: string, prefix: string, maxDepth: string): Result<string[], Context>;
+    dgMoveClaim(claim: string, moved: string, marker: string, mergedHistory: string, history: string, merchant: string): Result<number, Context>;
+    dgMoveRecord(ownerKey: string, mergedUnfinished: string, unfinished: string, history: string, merged: string, merchant: string, uid: string): Result<number, Context>;
+    dgHistory(history: string, field: string, by: string, ttlMs: string): Result<number, Context>;
+    dgUnfinished(unfinished: string, ownerKey: string, delivery: string, uid: string, owner: string, since: string): Result<string | null, Context>;
   }
 }
 
@@ -73,26 +121,34 @@ declare module 'ioredis' {
  * Appends a whole group commit in one script call (one round trip, one AOF fsync
  * for the batch), in order, so ranks are compared against what the same batch
  * already wrote. Each event is judged exactly as judge() in src/domain/milestones.ts
- * does, line for line, from the facts eventFacts() gave the caller: the event's
- * rank, whether it moves the state, when it is final, and the rank that means
- * "picked up"; then appended and advanced. Each event runs under pcall, so one
- * that fails fails alone ({-1, message}). A hit in the dedup hash with this call's
- * own token is a resend of this very append (ioredis resends unanswered commands
- * after a reconnect): not a duplicate.
+ * does, line for line, from the facts factsOf() gave the caller: the event's
+ * rank, whether it moves the state, when it is final, whether it proves a pickup,
+ * whether it is a dropoff milestone, and (a poll event) the read's basis and
+ * whether it confirms; the two branch ranks come first. Then it is appended, the
+ * state advanced, and the delivery's view merged as mergeView() and carriedOver()
+ * in src/domain/delivery-view.ts do (fields as JSON text, compared as strings).
+ * Each event runs under pcall, so one that fails fails alone ({-1, message}). A
+ * hit in the dedup hash with this call's own token is a resend of this very
+ * append (ioredis resends unanswered commands after a reconnect): not a duplicate.
  */
-/** Arguments per event in the APPEND script (keep in step with its ARGV list). */
-const APPEND_FIELDS = 15;
+/** Fixed arguments per event in the APPEND script (keep in step with its ARGV list); its view fields follow. */
+const APPEND_FIELDS = 21;
 
 const APPEND = `
 -- KEYS: 1 seq, 2 log, then per event: delivery hash, delivery events, delivery dedup
--- ARGV: 1 fields per event (15), then per event:
+-- ARGV: 1 delivered rank, 2 not-delivered rank, then per event 21 fixed arguments:
 --       1 dedup field, 2 token, 3 rank ('' when unknown), 4 moves the state,
---       5 final ('always', 'never' or 'before_pickup'), 6 picked-up rank,
---       7 counts for latestEvent 'delivery', 8 carries a position,
---       9 uid, 10 name, 11 has status text, 12 status text, 13 received at, 14 payload JSON,
---       15 the courier it names (JSON {id, name}, '' when none)
--- The stale field of an entry: 0 accepted, 1 stale, 2 accepted for its courier only.
-local width = tonumber(ARGV[1])
+--       5 final ('always', 'never' or 'when_confirmed'), 6 proves a pickup, 7 a dropoff milestone,
+--       8 the read's basis ('' for a received event), 9 the read confirms,
+--       10 counts for latestEvent 'delivery', 11 carries a position,
+--       12 uid, 13 name, 14 has status text, 15 status text, 16 received at, 17 payload JSON,
+--       18 the courier it names (JSON {id, name}, '' when none),
+--       19 its name as JSON, 20 its label as JSON ('' when none), 21 n;
+--       then n view fields as key, JSON value.
+-- The stale field of an entry is its mark: 0 accepted; bits 1 stale, 2 courier only, 4 contradicts.
+-- The view lives in the delivery hash as fields 'v:<key>'.
+local delivered = tonumber(ARGV[1])
+local ended = tonumber(ARGV[2])
 local function same(a, b)
   if a.id ~= nil and b.id ~= nil then return a.id == b.id end
   return a.name == b.name
@@ -102,6 +158,7 @@ local function other_courier(known, courier)
 end
 local function append(state, events, dedup, a)
   local function arg(n) return ARGV[a + n] end
+  local count = tonumber(arg(21))
   local seen = redis.call('HGET', dedup, arg(1))
   if seen then
     local seq, token = string.match(seen, '^(%d+) (.*)$')
@@ -109,69 +166,163 @@ local function append(state, events, dedup, a)
     if token == arg(2) then return {2, entry} end
     return {1, entry}
   end
-  local now = redis.call('HMGET', state, 'rank', 'terminal', 'courier', 'formers')
+  local now = redis.call('HMGET', state, 'rank', 'terminal', 'courier', 'formers', 'pickedUp', 'seq')
   local current = tonumber(now[1])
+  local final = current ~= nil and now[2] == '1'
+  local picked = now[5] == '1'
   local courier, known, formers = nil, nil, {}
-  if arg(15) ~= '' then courier = cjson.decode(arg(15)) end
+  if arg(18) ~= '' then courier = cjson.decode(arg(18)) end
   if now[3] then known = cjson.decode(now[3]) end
   if now[4] then formers = cjson.decode(now[4]) end
-  local stale, moved, terminal, courierOnly = 0, 0, '0', 0
-  if current and now[2] == '1' then
-    stale = 1
-  elseif arg(3) ~= '' then
-    local rank = tonumber(arg(3))
-    local former = false
-    if courier then
-      for _, c in pairs(formers) do
-        if same(c, courier) then former = true end
+  local stale, moved, courierOnly, contradicts = 0, 0, 0, 0
+  -- A read that only confirms a cancel or failure as final: it moves nothing else (no courier), as judgeRead() keeps it.
+  local settled = false
+  local rank, terminal = nil, '0'
+  local moves = arg(4) == '1'
+  if arg(3) == '' then
+    if final then stale = 1 end
+  else
+    rank = tonumber(arg(3))
+    -- Evidence of pickup counts whatever else the event does.
+    if current and arg(6) == '1' then picked = true end
+    if current and moves and arg(8) ~= '' and (tonumber(now[6]) or 0) <= tonumber(arg(8)) then
+      -- A read newer than the state decides.
+      if rank == current then
+        if arg(9) == '1' and arg(5) == 'when_confirmed' and not final and not picked then
+          moved = 1
+          terminal = '1'
+          settled = true
+        else
+          stale = 1
+        end
+      elseif rank > current or (current >= ended and rank == delivered) then
+        moved = 1
+      else
+        stale = 1
+      end
+    else
+      if current and moves and ((current >= ended and arg(7) == '1') or (current == delivered and rank >= ended)) then contradicts = 1 end
+      local former = false
+      if courier then
+        for _, c in pairs(formers) do
+          if same(c, courier) then former = true end
+        end
+      end
+      local other = courier ~= nil and known ~= nil and not same(known, courier)
+      if final or former then
+        stale = 1
+      elseif other and not moves then
+        stale = 1
+      elseif current and (rank < current or (moves and rank == current)) then
+        if other then courierOnly = 1 else stale = 1 end
+      elseif moves then
+        moved = 1
       end
     end
-    local other = courier ~= nil and known ~= nil and not same(known, courier)
-    if former or (other and arg(4) ~= '1') then
-      stale = 1
-    elseif current and (rank < current or (arg(4) == '1' and rank == current)) then
-      if other then courierOnly = 1 else stale = 1 end
-    elseif arg(4) == '1' then
-      moved = 1
-      local pickedUp = current ~= nil and current >= tonumber(arg(6))
-      if arg(5) == 'always' or (arg(5) == 'before_pickup' and not pickedUp) then terminal = '1' end
-    end
+    if moved == 1 and terminal == '0' and arg(5) == 'always' then terminal = '1' end
   end
   local seq = string.format('%d', redis.call('INCR', KEYS[1]))
-  local mark = stale
-  if courierOnly == 1 then mark = 2 end
-  local fields = {'uid', arg(9), 'name', arg(10), 'at', arg(13), 'stale', mark, 'payload', arg(14)}
-  if arg(11) == '1' then
-    fields[#fields + 1] = 'status'
-    fields[#fields + 1] = arg(12)
+  local mark = stale + 2 * courierOnly + 4 * contradicts
+  if moved == 1 then
+    local newRank = arg(3)
+    if terminal == '1' and rank == current then newRank = now[1] end
+    redis.call('HSET', state, 'rank', newRank, 'terminal', terminal, 'seq', seq)
+    if arg(6) == '1' then picked = true end
   end
-  redis.call('XADD', KEYS[2], seq .. '-0', unpack(fields))
-  redis.call('HSET', dedup, arg(1), seq .. ' ' .. arg(2))
-  redis.call('ZADD', events, seq, seq)
+  local kept = current ~= nil or moved == 1
+  if kept and picked then redis.call('HSET', state, 'pickedUp', '1') end
   if stale == 0 then
-    if moved == 1 then redis.call('HSET', state, 'rank', arg(3), 'terminal', terminal, 'seq', seq) end
     -- An accepted delivery.* event names the courier from now on; one it replaces is remembered.
-    if (moved == 1 or courierOnly == 1) and courier then
+    if (moved == 1 or courierOnly == 1) and courier and not settled then
       if other_courier(known, courier) then
         local list = {}
         for _, c in pairs(formers) do list[#list + 1] = c end
         list[#list + 1] = known
         redis.call('HSET', state, 'formers', cjson.encode(list))
       end
-      redis.call('HSET', state, 'courier', arg(15))
+      redis.call('HSET', state, 'courier', arg(18))
     end
-    if arg(7) == '1' then redis.call('HSET', state, 'delivery', seq) end
-    if arg(8) == '1' then redis.call('HSET', state, 'location', seq) end
+    if arg(10) == '1' then redis.call('HSET', state, 'delivery', seq) end
+    if arg(11) == '1' then redis.call('HSET', state, 'location', seq) end
   end
-  return {0, seq, mark}
+  -- The view, once the delivery has a state: a stale event only fills what is missing.
+  local carried = ''
+  if kept then
+    local own = {}
+    local writes = {}
+    for i = 1, count do
+      local key, value = ARGV[a + 20 + 2 * i], ARGV[a + 21 + 2 * i]
+      own[key] = value
+      if stale == 0 then
+        writes[#writes + 1] = 'v:' .. key
+        writes[#writes + 1] = value
+      else
+        redis.call('HSETNX', state, 'v:' .. key, value)
+      end
+    end
+    own['event_name'] = arg(19)
+    if arg(20) ~= '' then own['status'] = arg(20) end
+    if moved == 1 then
+      writes[#writes + 1] = 'v:event_name'
+      writes[#writes + 1] = arg(19)
+      if arg(20) ~= '' then
+        writes[#writes + 1] = 'v:status'
+        writes[#writes + 1] = arg(20)
+      else
+        redis.call('HDEL', state, 'v:status')
+      end
+    end
+    -- One HSET for all of them (a view has a few dozen fields, far below unpack's limit).
+    if #writes > 0 then redis.call('HSET', state, unpack(writes)) end
+    local parts = {}
+    local all = redis.call('HGETALL', state)
+    for i = 1, #all, 2 do
+      if string.sub(all[i], 1, 2) == 'v:' then
+        local key = string.sub(all[i], 3)
+        if own[key] ~= all[i + 1] then parts[#parts + 1] = '"' .. key .. '":' .. all[i + 1] end
+      end
+    end
+    if #parts > 0 then carried = '{' .. table.concat(parts, ',') .. '}' end
+  end
+  local fields = {'uid', arg(12), 'name', arg(13), 'at', arg(16), 'stale', mark, 'payload', arg(17)}
+  if arg(14) == '1' then
+    fields[#fields + 1] = 'status'
+    fields[#fields + 1] = arg(15)
+  end
+  if carried ~= '' then
+    fields[#fields + 1] = 'carried'
+    fields[#fields + 1] = carried
+  end
+  redis.call('XADD', KEYS[2], seq .. '-0', unpack(fields))
+  redis.call('HSET', dedup, arg(1), seq .. ' ' .. arg(2))
+  redis.call('ZADD', events, seq, seq)
+  return {0, seq, mark, carried}
 end
 local results = {}
+local a = 2
 for i = 1, (#KEYS - 2) / 3 do
   local k = 3 + (i - 1) * 3
-  local ok, result = pcall(append, KEYS[k], KEYS[k + 1], KEYS[k + 2], 1 + (i - 1) * width)
+  local ok, result = pcall(append, KEYS[k], KEYS[k + 1], KEYS[k + 2], a)
   if ok then results[i] = result else results[i] = {-1, tostring(result)} end
+  a = a + 21 + 2 * tonumber(ARGV[a + 21])
 end
 return results
+`;
+
+/** Merges a read into a delivery's view (Store.recordRead), as mergeRead on SQLite's writer thread does. */
+const MERGE_READ = `
+-- KEYS: 1 delivery hash; ARGV: 1 the read's basis, then view fields as key, JSON value
+local seq = redis.call('HGET', KEYS[1], 'seq')
+if not redis.call('HGET', KEYS[1], 'rank') then return 0 end
+local overwrite = (tonumber(seq) or 0) <= tonumber(ARGV[1])
+for i = 2, #ARGV, 2 do
+  if overwrite then
+    redis.call('HSET', KEYS[1], 'v:' .. ARGV[i], ARGV[i + 1])
+  else
+    redis.call('HSETNX', KEYS[1], 'v:' .. ARGV[i], ARGV[i + 1])
+  end
+end
+return 1
 `;
 
 const LATEST = `
@@ -198,9 +349,34 @@ end
 return out
 `;
 
+/**
+ * A merchant's history (Store.linkMerchant), as the scripts that write a record
+ * or a claim keep it: a field set (or counted) in merchant-history:<id>, which
+ * lives at least as long as what was just written (time to live in ms, '' for ever).
+ */
+const HISTORY = `
+local function keep_for(key, existed, ttl)
+  if ttl == '' then
+    redis.call('PERSIST', key)
+    return
+  end
+  local left = -2
+  if existed then left = redis.call('PTTL', key) end
+  if left == -2 or (left >= 0 and left < tonumber(ttl)) then redis.call('PEXPIRE', key, ttl) end
+end
+local function keep_history(key, field, by, ttl)
+  local existed = redis.call('EXISTS', key) == 1
+  if by then redis.call('HINCRBY', key, field, by) else redis.call('HSET', key, field, '1') end
+  keep_for(key, existed, ttl)
+end
+local function drop_claim(key)
+  if tonumber(redis.call('HGET', key, 'claims') or '0') > 0 then redis.call('HINCRBY', key, 'claims', -1) end
+end
+`;
+
 /** A resend of the same claim (same token) is still this caller's claim. */
-const CLAIM = `
--- KEYS: 1 idem key, 2 its marker key
+const CLAIM = `${HISTORY}
+-- KEYS: 1 idem key, 2 its marker key, 3 the owner's history
 -- ARGV: 1 fingerprint, 2 now (ms), 3 pending expiry (ms), 4 token, 5 time to live (ms; '' for ever), 6 owner hash
 local r = redis.call('HMGET', KEYS[1], 'fingerprint', 'state', 'uid', 'trackingUrl', 'updatedAt', 'token')
 if not r[1] then
@@ -210,6 +386,7 @@ if not r[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[5])
     redis.call('PEXPIRE', KEYS[2], ARGV[5])
   end
+  keep_history(KEYS[3], 'claims', 1, ARGV[5])
   return {'claimed'}
 end
 if r[1] ~= ARGV[1] then return {'conflict'} end
@@ -264,9 +441,14 @@ end
 return 1
 `;
 
-const RELEASE = `
+const RELEASE = `${HISTORY}
+-- KEYS: 1 idem key, 2 the owner's history
 local state = redis.call('HGET', KEYS[1], 'state')
-if state == 'pending' or state == 'unknown' then return redis.call('DEL', KEYS[1]) end
+if state == 'pending' or state == 'unknown' then
+  redis.call('DEL', KEYS[1])
+  drop_claim(KEYS[2])
+  return 1
+end
 return 0
 `;
 
@@ -310,11 +492,226 @@ end
 return 0
 `;
 
-/** Gives the trim lease back, unless it expired and another instance holds it now. */
+/**
+ * Takes a read lease for this instance (its token): a lease it holds already
+ * is taken again, for `forMs` from now; another instance's is not.
+ */
+const LEASE = `
+-- KEYS: 1 the lease. ARGV: 1 this instance's token, 2 for (ms)
+if redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`;
+
+/** Gives a lease (the trim's, a read's) back, unless it expired and another instance holds it now. */
 const UNLEASE = `
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 `;
+
+/**
+ * Writes an owner record by the rule of supersedes() (src/store/store.ts): the
+ * first stays, but a merchant-scoped proof replaces a record learned from a
+ * read (proof `read`, or none: written before proofs were kept), and a replace
+ * replaces anything. A record written puts the delivery in its owner's set of
+ * deliveries reconciliation may read (a former owner's set drops it when paged).
+ */
+const OWN = `${HISTORY}
+-- KEYS: 1 owner:<uid>, 2 unfinished:<owner>, 3 the owner's history, 4 owner-claims, 5 owner-claims:version
+-- ARGV: 1 value, 2 merchant-scoped, 3 replace, 4 time to live (ms; '' for ever), 5 uid, 6 claims kept
+local current = redis.call('GET', KEYS[1])
+if current and ARGV[3] ~= '1' then
+  if ARGV[2] ~= '1' then return 0 end
+  local proof = string.match(current, '^%S+ %S+ (%S+)')
+  if proof and proof ~= 'read' then return 0 end
+end
+if ARGV[4] ~= '' then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4]) else redis.call('SET', KEYS[1], ARGV[1]) end
+redis.call('ZADD', KEYS[2], 0, ARGV[5])
+if ARGV[4] ~= '' then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
+keep_history(KEYS[3], 'records', nil, ARGV[4])
+if ARGV[3] == '1' then
+  -- An operator's claim: running instances learn it (ownerClaimsAfter) and forget what they remembered of the uid.
+  redis.call('ZADD', KEYS[4], redis.call('INCR', KEYS[5]), ARGV[5])
+  redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -tonumber(ARGV[6]) - 1)
+end
+return 1
+`;
+
+/**
+ * Store.ownerClaimsAfter: {version, complete, uids...}; complete is 0 when a claim
+ * made after the version asked is no longer kept.
+ */
+const OWNER_CLAIMS = `
+-- KEYS: 1 owner-claims, 2 owner-claims:version. ARGV: 1 after ('' for the version alone)
+local version = tonumber(redis.call('GET', KEYS[2]) or '0')
+if ARGV[1] == '' or version <= tonumber(ARGV[1]) then return {version, 1} end
+local after = tonumber(ARGV[1])
+local out = {version, 1}
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #oldest == 0 or tonumber(oldest[2]) > after + 1 then
+  out[2] = 0
+  return out
+end
+for _, uid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. after, '+inf')) do out[#out + 1] = uid end
+return out
+`;
+
+/**
+ * Following merchant links by name, as the link scripts do (keys not given in
+ * KEYS, as a chain cannot be known beforehand: one more reason this store does
+ * not run on Redis Cluster). ARGV 3 is the store's prefix, 4 the most links followed.
+ */
+const MERCHANTS = `
+local prefix, depth = ARGV[3], tonumber(ARGV[4])
+local function link_of(id) return prefix .. 'merchant-link:' .. id end
+local function keys_of(id) return prefix .. 'merchant-keys:' .. id end
+local function root(id)
+  for _ = 1, depth do
+    local next = redis.call('GET', link_of(id))
+    if not next then break end
+    id = next
+  end
+  return id
+end
+`;
+
+/** Store.linkMerchant in one step: the rule of sqlite-writer.ts's link(). */
+const LINK = `${MERCHANTS}
+-- ARGV: 1 key, 2 previous, 3 prefix, 4 most links followed
+local function history(id)
+  if redis.call('EXISTS', link_of(id)) == 1 or redis.call('SCARD', keys_of(id)) > 0 then return true end
+  local h = redis.call('HMGET', prefix .. 'merchant-history:' .. id, 'records', 'claims')
+  return h[1] == '1' or (tonumber(h[2]) or 0) > 0
+end
+local a, b = root(ARGV[1]), root(ARGV[2])
+if a == b then return {'same', a} end
+local from, to = a, b
+if history(a) then
+  if history(b) then return {'refused'} end
+  from, to = b, a
+end
+redis.call('SET', link_of(from), to)
+redis.call('SADD', keys_of(to), from)
+return {'linked', to}
+`;
+
+/** Store.unlinkMerchant: the link, and the id in its merchant's set. */
+const UNLINK = `
+-- KEYS: 1 the link. ARGV: 1 id, 2 prefix
+local to = redis.call('GET', KEYS[1])
+if not to then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', ARGV[2] .. 'merchant-keys:' .. to, ARGV[1])
+return 1
+`;
+
+/**
+ * The first step of Store.mergeMerchant: the root of `from` (and every id linked
+ * to it) linked to the root of `into`. Answers that root, the merged root ('' when
+ * they were one already), and every id that leads to the root now.
+ */
+const MERGE_LINK = `${MERCHANTS}
+-- ARGV: 1 from, 2 into, 3 prefix, 4 most links followed
+local a, b = root(ARGV[1]), root(ARGV[2])
+if a ~= b then
+  for _, id in ipairs(redis.call('SMEMBERS', keys_of(a))) do
+    redis.call('SET', link_of(id), b)
+    redis.call('SADD', keys_of(b), id)
+  end
+  redis.call('DEL', keys_of(a))
+  redis.call('SET', link_of(a), b)
+  redis.call('SADD', keys_of(b), a)
+end
+local out, seen, queue = {b, ''}, {}, {b}
+if a ~= b then out[2] = a end
+while #queue > 0 and #out < 10000 do
+  local id = table.remove(queue)
+  for _, linked in ipairs(redis.call('SMEMBERS', keys_of(id))) do
+    if not seen[linked] and linked ~= b then
+      seen[linked] = true
+      out[#out + 1] = linked
+      queue[#queue + 1] = linked
+    end
+  end
+end
+return out
+`;
+
+/** Moves one idempotency claim of a merged id to its merchant (its booking marker follows); one the merchant has already is dropped. */
+const MOVE_CLAIM = `${HISTORY}
+-- KEYS: 1 the claim, 2 the merchant's claim of the same key, 3 its booking marker, 4 the merged id's history, 5 the merchant's
+-- ARGV: 1 the merchant
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+drop_claim(KEYS[4])
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('DEL', KEYS[1])
+  return 2
+end
+redis.call('RENAME', KEYS[1], KEYS[2])
+redis.call('HSET', KEYS[2], 'owner', ARGV[1])
+if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('SET', KEYS[3], KEYS[2], 'KEEPTTL') end
+local left = redis.call('PTTL', KEYS[2])
+keep_history(KEYS[5], 'claims', 1, left >= 0 and tostring(left) or '')
+return 1
+`;
+
+/** Moves one owner record of a merged id to its merchant, and the delivery to the merchant's unfinished set if it was in the merged one's. */
+const MOVE_RECORD = `${HISTORY}
+-- KEYS: 1 owner:<uid>, 2 unfinished:<merged>, 3 unfinished:<merchant>, 4 the merchant's history. ARGV: 1 merged, 2 merchant, 3 uid
+local value = redis.call('GET', KEYS[1])
+if not value then return 0 end
+local owner, rest = string.match(value, '^(%S+)(.*)$')
+if owner ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2] .. rest, 'KEEPTTL')
+local left = redis.call('PTTL', KEYS[1])
+local ttl = left >= 0 and tostring(left) or ''
+if redis.call('ZREM', KEYS[2], ARGV[3]) == 1 then
+  local existed = redis.call('EXISTS', KEYS[3]) == 1
+  redis.call('ZADD', KEYS[3], 0, ARGV[3])
+  keep_for(KEYS[3], existed, ttl)
+end
+keep_history(KEYS[4], 'records', nil, ttl)
+return 1
+`;
+
+/** A history field for data written before histories were kept (RedisStore's #historyKept). */
+const KEEP_HISTORY = `${HISTORY}
+-- KEYS: 1 the history. ARGV: 1 field, 2 count by ('' for a flag), 3 time to live (ms; '' for ever)
+keep_history(KEYS[1], ARGV[1], ARGV[2] ~= '' and ARGV[2] or nil, ARGV[3])
+return 1
+`;
+
+/** Links followed at most, as in the SQLite store (sqlite-writer.ts). */
+const MAX_LINK_DEPTH = 16;
+
+/** The owner value's proof, when it names one this version knows. */
+const OWNER_PROOFS: ReadonlySet<string> = new Set<OwnerProof>(['booked', 'reference', 'canceled', 'claimed', 'read']);
+
+/**
+ * One member of an owner's set, as reconciliation pages through it: its group
+ * ('' when the record has none) while it is unfinished; otherwise (its record
+ * expired, older than since, or its state final) it leaves the set, and nil.
+ */
+const UNFINISHED = `
+-- KEYS: 1 unfinished:<owner>, 2 owner:<uid>, 3 delivery:<uid>; ARGV: 1 uid, 2 owner, 3 since (ms)
+local record = redis.call('GET', KEYS[2])
+if record then
+  local owner, group, _, at = string.match(record, '^(%S+) ?(%S*) ?(%S*) ?(%S*)$')
+  local recent = at == '' or tonumber(at) == nil or tonumber(at) >= tonumber(ARGV[3])
+  if owner == ARGV[2] and recent and redis.call('HGET', KEYS[3], 'terminal') ~= '1' then
+    if group == '-' then group = '' end
+    return group
+  end
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+return false
+`;
+
+/** Members of an owner's set one page looks at, at most. */
+const UNFINISHED_SCAN = 200;
 
 /** How long one instance may hold the trim lease; a pass that takes longer shares the work, harmlessly (every step is idempotent). */
 const TRIM_LEASE_MS = 60_000;
@@ -355,9 +752,9 @@ function toStored([id, list]: StreamEntry): StoredEvent {
     name: fields.name!,
     statusText: fields.status ?? null,
     receivedAt: fields.at!,
-    stale: fields.stale === '1',
-    courierOnly: fields.stale === '2',
+    ...flagsOf(Number(fields.stale)),
     payload: JSON.parse(fields.payload!) as WireWebhookEvent,
+    ...(fields.carried ? { carried: JSON.parse(fields.carried) as JsonObject } : {}),
   };
 }
 
@@ -370,6 +767,9 @@ function carriesPosition(payload: WireWebhookEvent): boolean {
 }
 
 const flag = (value: boolean) => (value ? '1' : '0');
+
+/** A literal for a SCAN MATCH pattern: its glob characters escaped. */
+const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, '\\$&');
 
 function defineAppend(client: Redis): void {
   client.defineCommand('dgAppend', { lua: APPEND });
@@ -393,6 +793,10 @@ export class RedisStore implements Store {
   #replicaCount: { count: number; at: number } | undefined;
   /** Batches stored but refused for want of replica confirmations, for /metrics. */
   readonly counters = { replicaAckFailures: 0 };
+  /** Filled in once: the history of merchants from data written before histories were kept (#historyKept). */
+  #historyFilled: Promise<void> | undefined;
+  /** What this instance's read leases hold: the leases it took are its own to take again and to give back. */
+  readonly #leaseToken = randomBytes(9).toString('base64url');
 
   constructor(client: Redis, options: RedisStoreOptions = {}) {
     this.client = client;
@@ -404,15 +808,26 @@ export class RedisStore implements Store {
     this.#trims = options.retention && new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
     defineAppend(client);
     client.defineCommand('dgLatest', { numberOfKeys: 2, lua: LATEST });
+    client.defineCommand('dgMergeRead', { numberOfKeys: 1, lua: MERGE_READ });
     client.defineCommand('dgEventsOf', { lua: EVENTS_OF });
-    client.defineCommand('dgClaim', { numberOfKeys: 2, lua: CLAIM });
+    client.defineCommand('dgClaim', { numberOfKeys: 3, lua: CLAIM });
     client.defineCommand('dgUnknown', { numberOfKeys: 2, lua: UNKNOWN });
     client.defineCommand('dgResolve', { numberOfKeys: 1, lua: RESOLVE });
     client.defineCommand('dgComplete', { numberOfKeys: 1, lua: COMPLETE });
-    client.defineCommand('dgRelease', { numberOfKeys: 1, lua: RELEASE });
+    client.defineCommand('dgRelease', { numberOfKeys: 2, lua: RELEASE });
     client.defineCommand('dgLogHead', { numberOfKeys: 1, lua: LOG_HEAD });
     client.defineCommand('dgForget', { numberOfKeys: 3, lua: FORGET });
     client.defineCommand('dgUnlease', { numberOfKeys: 1, lua: UNLEASE });
+    client.defineCommand('dgLease', { numberOfKeys: 1, lua: LEASE });
+    client.defineCommand('dgOwn', { numberOfKeys: 5, lua: OWN });
+    client.defineCommand('dgOwnerClaims', { numberOfKeys: 2, lua: OWNER_CLAIMS });
+    client.defineCommand('dgLink', { numberOfKeys: 0, lua: LINK });
+    client.defineCommand('dgUnlink', { numberOfKeys: 1, lua: UNLINK });
+    client.defineCommand('dgMergeLink', { numberOfKeys: 0, lua: MERGE_LINK });
+    client.defineCommand('dgMoveClaim', { numberOfKeys: 5, lua: MOVE_CLAIM });
+    client.defineCommand('dgMoveRecord', { numberOfKeys: 4, lua: MOVE_RECORD });
+    client.defineCommand('dgHistory', { numberOfKeys: 1, lua: KEEP_HISTORY });
+    client.defineCommand('dgUnfinished', { numberOfKeys: 3, lua: UNFINISHED });
   }
 
   /** Opens its own client on `url`. */
@@ -456,9 +871,10 @@ export class RedisStore implements Store {
       try {
         const name = payload.event_name;
         const delivery = this.#delivery(payload.uid);
-        const facts = eventFacts(name);
-        const courier = courierIdentity(payload);
+        const facts = factsOf(payload);
         const statusText = typeof payload.status === 'string' ? payload.status : null;
+        const mover = moverFields(name, statusText);
+        const view = viewFields(payload as unknown as JsonObject);
         eventKeys = [delivery.state, delivery.events, delivery.dedup];
         eventArgs = [
           `${fingerprint(payload)} ${name}`,
@@ -466,7 +882,10 @@ export class RedisStore implements Store {
           facts.rank === undefined ? '' : String(facts.rank),
           flag(facts.moves),
           facts.final,
-          String(PICKED_UP_RANK),
+          flag(facts.provesPickup),
+          flag(facts.dropoff),
+          facts.read ? String(facts.read.basis) : '',
+          flag(facts.read?.confirm === true),
           // SQLite's `name LIKE 'delivery.%'` ignores ASCII case.
           flag(name.toLowerCase().startsWith('delivery.')),
           flag(carriesPosition(payload)),
@@ -476,7 +895,11 @@ export class RedisStore implements Store {
           statusText ?? '',
           receivedAt,
           JSON.stringify(payload),
-          courier ? courierJson(courier) : '',
+          facts.courier ? courierJson(facts.courier) : '',
+          mover.eventName,
+          mover.label,
+          String(view.length),
+          ...view.flat(),
         ];
       } catch (error) {
         outcomes[index] = error instanceof Error ? error : new Error(String(error));
@@ -489,7 +912,7 @@ export class RedisStore implements Store {
     if (sent.length > 0) {
       const required = await this.#requiredReplicas();
       const writer = required > 0 ? this.#writerClient() : this.client;
-      const answers = await writer.dgAppend(String(keys.length + 2), `${this.prefix}seq`, this.#log, ...keys, String(APPEND_FIELDS), ...args);
+      const answers = await writer.dgAppend(String(keys.length + 2), `${this.prefix}seq`, this.#log, ...keys, String(DELIVERED_RANK), String(NOT_DELIVERED_RANK), ...args);
       if (required > 0) await this.#confirmed(writer, required, answers.some((answer) => answer[0] === 1));
       answers.forEach((answer, position) => {
         const index = sent[position]!;
@@ -498,7 +921,8 @@ export class RedisStore implements Store {
         } else if (answer[0] === 0) {
           const { payload, receivedAt } = events[index]!;
           const statusText = typeof payload.status === 'string' ? payload.status : null;
-          const event = { seq: Number(answer[1]), uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale: answer[2] === 1, courierOnly: answer[2] === 2, payload };
+          const event: StoredEvent = { seq: Number(answer[1]), uid: payload.uid, name: payload.event_name, statusText, receivedAt, ...flagsOf(answer[2]), payload };
+          if (answer[3]) event.carried = JSON.parse(answer[3]) as JsonObject;
           outcomes[index] = { event, duplicate: false };
         } else {
           outcomes[index] = { event: toStored(answer[1]), duplicate: answer[0] === 1 };
@@ -575,8 +999,30 @@ export class RedisStore implements Store {
   }
 
   async deliveryState(uid: string): Promise<DeliveryState | undefined> {
-    const [rank, terminal, seq, courier, formers] = await this.client.hmget(this.#delivery(uid).state, 'rank', 'terminal', 'seq', 'courier', 'formers');
-    return rank === null ? undefined : { rank: Number(rank), terminal: terminal === '1', seq: Number(seq), ...courierPart(courier, formers) };
+    const [rank, terminal, seq, courier, formers, pickedUp] = await this.client.hmget(this.#delivery(uid).state, 'rank', 'terminal', 'seq', 'courier', 'formers', 'pickedUp');
+    if (rank === null) return undefined;
+    return { rank: Number(rank), terminal: terminal === '1', ...(pickedUp === '1' ? { pickedUp: true as const } : {}), seq: Number(seq), ...courierPart(courier, formers) };
+  }
+
+  async deliveryView(uid: string): Promise<JsonObject | undefined> {
+    const hash = await this.client.hgetall(this.#delivery(uid).state);
+    if (hash.rank === undefined) return undefined;
+    const view: JsonObject = { uid };
+    for (const [field, json] of Object.entries(hash)) if (field.startsWith('v:')) view[field.slice(2)] = JSON.parse(json) as unknown;
+    return view;
+  }
+
+  async recordRead({ uid, body, basis }: ReadRecord): Promise<void> {
+    const fields = viewFields(body);
+    const state = this.#delivery(uid).state;
+    const [, [, terminal], [, record]] = (await this.client
+      .pipeline()
+      .dgMergeRead(state, String(basis), ...(fields.length > 0 ? fields.flat() : []))
+      .hget(state, 'terminal')
+      .get(this.#owner(uid))
+      .exec())! as [unknown, [unknown, string | null], [unknown, string | null]];
+    // A read may take a final state back (it settles a contradiction): the delivery is unfinished again.
+    if (terminal !== '1' && record) await this.client.zadd(this.#unfinished(record.split(' ')[0]!), 'NX', 0, uid);
   }
 
   /** The counter the append script INCRs with each XADD: trimming the log does not lower it. */
@@ -598,6 +1044,7 @@ export class RedisStore implements Store {
     const answer = await this.client.dgClaim(
       this.#idem(ownerHash, idempotencyKey),
       this.#marker(bookingMarker(ownerHash, idempotencyKey)),
+      this.#history(ownerHash),
       fingerprint,
       String(Date.now()),
       String(PENDING_EXPIRY_MS),
@@ -644,25 +1091,102 @@ export class RedisStore implements Store {
   }
 
   async releaseIdempotency(ownerHash: string, idempotencyKey: string): Promise<void> {
-    await this.client.dgRelease(this.#idem(ownerHash, idempotencyKey));
+    await this.client.dgRelease(this.#idem(ownerHash, idempotencyKey), this.#history(ownerHash));
   }
 
-  async recordOwner(uid: string, ownerHash: string, group?: OwnerGroup): Promise<void> {
-    await this.recordOwners([{ uid, owner: ownerHash, group: group ?? null }]);
+  async recordOwner(uid: string, owner: string, group?: OwnerGroup, proof?: OwnerProof): Promise<void> {
+    await this.recordOwners([{ uid, owner, group: group ?? null, proof }]);
   }
 
   async recordOwners(records: readonly OwnerEntry[]): Promise<void> {
-    // One round trip; NX keeps the first record.
+    // One round trip; the script keeps the first record but for what supersedes() lets replace it, and a record written joins its owner's unfinished set.
     const pipeline = this.client.pipeline();
-    for (const { uid, owner, group } of records) {
-      const key = `${this.prefix}owner:${uid}`;
-      const value = group ? `${owner} ${group}` : owner;
-      if (this.#retention) pipeline.set(key, value, 'PX', this.#retention.eventRetentionMs, 'NX');
-      else pipeline.set(key, value, 'NX');
+    const now = Date.now();
+    const ttl = this.#retention ? String(this.#retention.eventRetentionMs) : '';
+    for (const { uid, owner, group, proof, replace } of records) {
+      const value = `${owner} ${group ?? '-'} ${proof ?? 'read'} ${now}`;
+      pipeline.dgOwn(
+        this.#owner(uid),
+        this.#unfinished(owner),
+        this.#history(owner),
+        this.#ownerClaims,
+        `${this.#ownerClaims}:version`,
+        value,
+        flag(merchantScoped(proof ?? 'read')),
+        flag(replace === true),
+        ttl,
+        uid,
+        String(OWNER_CLAIMS_KEPT),
+      );
     }
     const results = await pipeline.exec();
     const failed = results?.find(([error]) => error);
     if (failed) throw failed[0];
+  }
+
+  #owner(uid: string): string {
+    return `${this.prefix}owner:${uid}`;
+  }
+
+  get #ownerClaims(): string {
+    return `${this.prefix}owner-claims`;
+  }
+
+  async ownerClaimsAfter(after: number | undefined): Promise<OwnerClaims> {
+    const [version, complete, ...uids] = await this.client.dgOwnerClaims(this.#ownerClaims, `${this.#ownerClaims}:version`, after === undefined ? '' : String(after));
+    return { version, uids: complete === 1 ? uids : undefined };
+  }
+
+  #unfinished(owner: string): string {
+    return `${this.prefix}unfinished:${owner}`;
+  }
+
+  /**
+   * Looks at up to UNFINISHED_SCAN members of the owner's set in uid order, and
+   * drops those found final or expired on the way; the cursor is the last uid looked at.
+   */
+  async unfinishedDeliveries(owner: string, after: string | undefined, { limit, since }: { limit: number; since: number }): Promise<UnfinishedPage> {
+    const set = this.#unfinished(owner);
+    const scan = Math.max(limit, UNFINISHED_SCAN);
+    const uids = await this.client.zrangebylex(set, after === undefined ? '-' : `(${after}`, '+', 'LIMIT', 0, scan);
+    if (uids.length === 0) return { deliveries: [], next: undefined };
+    const pipeline = this.client.pipeline();
+    for (const uid of uids) pipeline.dgUnfinished(set, this.#owner(uid), this.#delivery(uid).state, uid, owner, String(since));
+    const results = (await pipeline.exec()) ?? [];
+    const deliveries: UnfinishedDelivery[] = [];
+    for (const [index, [error, group]] of results.entries()) {
+      if (error) throw error;
+      if (group === null || group === undefined) continue;
+      deliveries.push({ uid: uids[index]!, group: group === 'PLATFORM' || group === 'PARTNER' ? group : null });
+      if (deliveries.length === limit) return { deliveries, next: uids[index] };
+    }
+    return { deliveries, next: uids.length === scan ? uids.at(-1) : undefined };
+  }
+
+  /** SET NX with a time to live, one per lease, in one round trip. */
+  async leaseReads(leases: readonly string[], forMs: number): Promise<Set<string>> {
+    const taken = new Set<string>();
+    if (leases.length === 0) return taken;
+    const pipeline = this.client.pipeline();
+    const ttl = String(Math.max(1, Math.round(forMs)));
+    for (const lease of leases) pipeline.dgLease(this.#readLease(lease), this.#leaseToken, ttl);
+    const results = (await pipeline.exec()) ?? [];
+    results.forEach(([error, answer], index) => {
+      if (error) throw error;
+      if (answer === 1) taken.add(leases[index]!);
+    });
+    return taken;
+  }
+
+  async releaseReads(leases: readonly string[]): Promise<void> {
+    if (leases.length === 0) return;
+    const pipeline = this.client.pipeline();
+    for (const lease of leases) pipeline.dgUnlease(this.#readLease(lease), this.#leaseToken);
+    for (const [error] of (await pipeline.exec()) ?? []) if (error) throw error;
+  }
+
+  #readLease(lease: string): string {
+    return `${this.prefix}read-lease:${lease}`;
   }
 
   async ownerOf(uid: string): Promise<string | undefined> {
@@ -672,17 +1196,142 @@ export class RedisStore implements Store {
   async ownersOf(uids: readonly string[]): Promise<Map<string, OwnerRecord>> {
     const found = new Map<string, OwnerRecord>();
     if (uids.length === 0) return found;
-    const values = await this.client.mget(uids.map((uid) => `${this.prefix}owner:${uid}`));
+    const values = await this.client.mget(uids.map((uid) => this.#owner(uid)));
     values.forEach((value, index) => {
       if (value === null) return;
-      const [owner, group] = value.split(' ');
-      found.set(uids[index]!, { owner: owner!, group: group === 'PLATFORM' || group === 'PARTNER' ? group : null });
+      // The time it was recorded, fourth, is reconciliation's (unfinishedDeliveries).
+      const [owner, group, proof] = value.split(' ');
+      found.set(uids[index]!, {
+        owner: owner!,
+        group: group === 'PLATFORM' || group === 'PARTNER' ? group : null,
+        proof: proof !== undefined && OWNER_PROOFS.has(proof) ? (proof as OwnerProof) : null,
+      });
     });
     return found;
   }
 
+  #link(id: string): string {
+    return `${this.prefix}merchant-link:${id}`;
+  }
+
+  async merchantLinks(ids: readonly string[]): Promise<Map<string, string>> {
+    const found = new Map<string, string>();
+    if (ids.length === 0) return found;
+    const values = await this.client.mget(ids.map((id) => this.#link(id)));
+    values.forEach((value, index) => {
+      if (value !== null) found.set(ids[index]!, value);
+    });
+    return found;
+  }
+
+  #history(id: string): string {
+    return `${this.prefix}merchant-history:${id}`;
+  }
+
+  async linkMerchant(key: string, previous: string): Promise<MerchantLink> {
+    await this.#historyKept();
+    const [outcome, merchant] = await this.client.dgLink(key, previous, this.prefix, String(MAX_LINK_DEPTH));
+    if (outcome === 'refused') return { outcome };
+    return { outcome: outcome as 'linked' | 'same', merchant: merchant! };
+  }
+
+  /**
+   * The link in one script; then what was recorded under the ids that lead to
+   * the merchant moved to it, a claim or record at a time (a SCAN of the claims
+   * of each id, and of every owner record: an operator's command, run rarely).
+   */
+  async mergeMerchant(from: string, into: string): Promise<MerchantMerge> {
+    await this.#historyKept();
+    const [merchant, merged, ...ids] = await this.client.dgMergeLink(from, into, this.prefix, String(MAX_LINK_DEPTH));
+    const outcome: MerchantMerge = { merchant: merchant!, merged: merged || undefined, records: 0, claims: 0, conflicts: 0 };
+    for (const id of ids) {
+      const claimPrefix = this.#idem(id, '');
+      for await (const names of this.client.scanStream({ match: `${globEscape(claimPrefix)}*`, count: 1000 }) as AsyncIterable<string[]>) {
+        for (const name of names) {
+          const idempotencyKey = name.slice(claimPrefix.length);
+          const moved = await this.client.dgMoveClaim(
+            name,
+            this.#idem(merchant!, idempotencyKey),
+            this.#marker(bookingMarker(id, idempotencyKey)),
+            this.#history(id),
+            this.#history(merchant!),
+            merchant!,
+          );
+          if (moved === 1) outcome.claims += 1;
+          else if (moved === 2) outcome.conflicts += 1;
+        }
+      }
+    }
+    const linked = new Set(ids);
+    if (linked.size === 0) return outcome;
+    const recordPrefix = this.#owner('');
+    for await (const names of this.client.scanStream({ match: `${globEscape(recordPrefix)}*`, count: 1000 }) as AsyncIterable<string[]>) {
+      if (names.length === 0) continue;
+      const values = await this.client.mget(names);
+      for (const [index, value] of values.entries()) {
+        const owner = value?.split(' ')[0];
+        if (owner === undefined || !linked.has(owner)) continue;
+        const uid = names[index]!.slice(recordPrefix.length);
+        outcome.records += await this.client.dgMoveRecord(names[index]!, this.#unfinished(owner), this.#unfinished(merchant!), this.#history(merchant!), owner, merchant!, uid);
+      }
+    }
+    return outcome;
+  }
+
+  async unlinkMerchant(id: string): Promise<boolean> {
+    return (await this.client.dgUnlink(this.#link(id), id, this.prefix)) > 0;
+  }
+
+  /**
+   * Data written before merchant histories were kept has none: once per data set
+   * (and per process until then), before the first link, each owner record, claim
+   * and link gives its merchant the history it would have had. Run twice at once,
+   * a claim may be counted twice: a history too many refuses a link, never loses one.
+   */
+  #historyKept(): Promise<void> {
+    this.#historyFilled ??= this.#fillHistory().catch((error: unknown) => {
+      this.#historyFilled = undefined;
+      throw error;
+    });
+    return this.#historyFilled;
+  }
+
+  async #fillHistory(): Promise<void> {
+    const ready = `${this.prefix}merchant-history-ready`;
+    if ((await this.client.exists(ready)) === 1) return;
+    const records = this.#retention ? String(this.#retention.eventRetentionMs) : '';
+    const claims = this.#idemTtl;
+    const each = async (prefix: string, fill: (names: string[], pipeline: ReturnType<Redis['pipeline']>) => Promise<void>) => {
+      for await (const names of this.client.scanStream({ match: `${globEscape(prefix)}*`, count: 1000 }) as AsyncIterable<string[]>) {
+        if (names.length === 0) continue;
+        const pipeline = this.client.pipeline();
+        await fill(names, pipeline);
+        for (const [error] of (await pipeline.exec()) ?? []) if (error) throw error;
+      }
+    };
+    await each(this.#owner(''), async (names, pipeline) => {
+      for (const value of await this.client.mget(names)) if (value) pipeline.dgHistory(this.#history(value.split(' ')[0]!), 'records', '', records);
+    });
+    const claimPrefix = `${this.prefix}idem:`;
+    await each(claimPrefix, async (names, pipeline) => {
+      const owners = await Promise.all(names.map((name) => this.client.hget(name, 'owner')));
+      // A claim from before owners were kept in it: the owner is the name's first part (a hash, no colon).
+      owners.forEach((owner, index) => pipeline.dgHistory(this.#history(owner ?? names[index]!.slice(claimPrefix.length).split(':')[0]!), 'claims', '1', claims));
+    });
+    const linkPrefix = this.#link('');
+    await each(linkPrefix, async (names, pipeline) => {
+      (await this.client.mget(names)).forEach((to, index) => to && pipeline.sadd(`${this.prefix}merchant-keys:${to}`, names[index]!.slice(linkPrefix.length)));
+    });
+    await this.client.set(ready, '1');
+  }
+
   async ping(): Promise<void> {
-    await this.client.ping();
+    try {
+      await this.client.ping();
+    } catch (error) {
+      // /ready says what is wrong in our words, not ioredis's.
+      throw new Error(redisFailure(error, this.client));
+    }
   }
 
   cursorSecret(): Promise<Buffer> {

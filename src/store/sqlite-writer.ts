@@ -10,12 +10,27 @@
 import { randomBytes } from 'node:crypto';
 import { type MessagePort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
-import type { WireWebhookEvent } from '../upstream/wire.js';
-import { courierIdentity, transition, type MilestoneState } from '../domain/milestones.js';
+import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
+import { factsOf, judge, type MilestoneState } from '../domain/milestones.js';
+import { carriedOver, mergeView, moverFields, viewFields, type StoredView } from '../domain/delivery-view.js';
 import { bookingMarker } from '../domain/booking-marker.js';
 import { fingerprint } from '../domain/canonical-json.js';
 import { TRIM_BATCH, type Retention } from './retention.js';
-import { PENDING_EXPIRY_MS, courierJson, courierPart, formerCouriersJson, type BookingResult, type IdempotencyClaim, type OwnerEntry } from './store.js';
+import {
+  PENDING_EXPIRY_MS,
+  courierJson,
+  courierPart,
+  formerCouriersJson,
+  markOf,
+  supersedes,
+  type BookingResult,
+  type IdempotencyClaim,
+  type MerchantLink,
+  type MerchantMerge,
+  type OwnerEntry,
+  type OwnerProof,
+  type ReadRecord,
+} from './store.js';
 
 /** What the main thread hands the writer thread at its start. */
 export interface WriterData {
@@ -29,15 +44,17 @@ export interface EventRow {
   name: string;
   status_text: string | null;
   received_at: string;
-  /** 0 accepted, 1 stale, 2 accepted for its courier only (StoredEvent.courierOnly). */
+  /** The event's mark (MARK in store.ts): 0 accepted; bits 1 stale, 2 accepted for its courier only, 4 contradicts. */
   stale: number;
   payload: string;
+  /** StoredEvent.carried as JSON; null when nothing was carried over. */
+  carried: string | null;
 }
 
 /** One event's outcome as the writer answers it: the main thread still has the payload of a new one. */
 export type AppendOutcome =
   | { duplicate: true; row: EventRow }
-  | { duplicate: false; seq: number; stale: boolean; courierOnly: boolean; statusText: string | null }
+  | { duplicate: false; seq: number; mark: number; statusText: string | null; carried: string | null }
   | { error: WriterError };
 
 /** An error as it crosses the thread boundary (SqliteError's code kept). */
@@ -60,12 +77,19 @@ export interface WriterOps {
   open(now: number, file: string, retention: Retention | undefined): void;
   /** Events as their payload's JSON: what is stored, and what the thread de-duplicates and ranks by. */
   append(now: number, events: ReadonlyArray<{ json: string; receivedAt: string }>): AppendOutcome[];
+  /** Merges a read into its delivery's view (Store.recordRead). */
+  mergeRead(now: number, read: ReadRecord): void;
   claim(now: number, ownerHash: string, idempotencyKey: string, fingerprint: string): IdempotencyClaim;
   markUnknown(now: number, ownerHash: string, idempotencyKey: string): IdempotencyClaim;
   resolveMarker(now: number, marker: string, result: BookingResult): string | undefined;
   complete(now: number, ownerHash: string, idempotencyKey: string, result: BookingResult): void;
   release(now: number, ownerHash: string, idempotencyKey: string): void;
   recordOwners(now: number, records: readonly OwnerEntry[]): void;
+  /** Store.linkMerchant, in one transaction. */
+  link(now: number, key: string, previous: string): MerchantLink;
+  /** Store.mergeMerchant, in one transaction. */
+  merge(now: number, from: string, into: string): MerchantMerge;
+  unlink(now: number, id: string): boolean;
   cursorSecret(now: number): Uint8Array;
   ping(now: number): void;
   /** One step of a trim pass; true when that phase has more to do. */
@@ -94,7 +118,9 @@ const VACUUM_STEP_PAGES = 256;
 const freePagesKept = (pages: number) => Math.max(1024, Math.floor(pages / 4));
 
 /** Requests that may share a transaction with others; a trim step and close run alone. */
-const SHARED: ReadonlySet<keyof WriterOps> = new Set(['append', 'claim', 'markUnknown', 'resolveMarker', 'complete', 'release', 'recordOwners', 'cursorSecret', 'ping']);
+const SHARED: ReadonlySet<keyof WriterOps> = new Set(['append', 'mergeRead', 'claim', 'markUnknown', 'resolveMarker', 'complete', 'release', 'recordOwners', 'link', 'merge', 'unlink', 'cursorSecret', 'ping']);
+/** Links followed at most, looking for a merchant's root (a chain is one step per rotation, and link() keeps it one step long). */
+export const MAX_LINK_DEPTH = 16;
 
 interface StateRow {
   rank: number;
@@ -102,9 +128,19 @@ interface StateRow {
   seq: number;
   courier: string | null;
   former_couriers: string | null;
+  picked_up: number | null;
+  view: string | null;
 }
 
-const stateOf = (row: StateRow): MilestoneState => ({ rank: row.rank, terminal: row.terminal === 1, ...courierPart(row.courier, row.former_couriers) });
+const stateOf = (row: StateRow): MilestoneState => ({
+  rank: row.rank,
+  terminal: row.terminal === 1,
+  ...(row.picked_up === 1 ? { pickedUp: true as const } : {}),
+  seq: row.seq,
+  ...courierPart(row.courier, row.former_couriers),
+});
+
+const viewOf = (row: StateRow | undefined): StoredView => (row?.view ? (JSON.parse(row.view) as StoredView) : {});
 
 function claimOf(row: { state: string; uid: string | null; tracking_url: string | null; updated_at: number }): IdempotencyClaim {
   if (row.state === 'done') return { state: 'done', result: { uid: row.uid!, trackingUrl: row.tracking_url } };
@@ -132,15 +168,34 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     completeIdem: db.prepare("UPDATE idempotency SET state = 'done', uid = ?, tracking_url = ?, updated_at = ? WHERE owner_hash = ? AND idempotency_key = ?"),
     deleteIdem: db.prepare("DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ? AND state IN ('pending', 'unknown')"),
     forgetIdem: db.prepare('DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?'),
-    insertOwner: db.prepare('INSERT OR IGNORE INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)'),
-    findEvent: db.prepare<[string, string, string], EventRow>('SELECT * FROM events WHERE uid = ? AND name = ? AND hash = ?'),
-    insertEvent: db.prepare('INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload) VALUES (?, ?, ?, ?, ?, ?, ?)'),
-    getState: db.prepare<[string], StateRow>('SELECT rank, terminal, seq, courier, former_couriers FROM delivery_state WHERE uid = ?'),
-    putState: db.prepare(
-      'INSERT INTO delivery_state (uid, rank, terminal, seq, courier, former_couriers) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET rank = excluded.rank, terminal = excluded.terminal, seq = excluded.seq, courier = excluded.courier, former_couriers = excluded.former_couriers',
+    getOwner: db.prepare<[string], { proof: OwnerProof | null; created_at: number }>('SELECT proof, created_at FROM ownership WHERE uid = ?'),
+    putOwner: db.prepare(
+      'INSERT INTO ownership (uid, owner_hash, created_at, api_group, proof) VALUES (?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET owner_hash = excluded.owner_hash, created_at = excluded.created_at, api_group = excluded.api_group, proof = excluded.proof',
     ),
-    // A courier change alone: the milestone, and the event that last moved it, stay.
-    putCourier: db.prepare('UPDATE delivery_state SET courier = ?, former_couriers = ? WHERE uid = ?'),
+    getLink: db.prepare<[string], { merchant: string }>('SELECT merchant FROM merchant_links WHERE id = ?'),
+    putLink: db.prepare('INSERT INTO merchant_links (id, merchant, created_at) VALUES (?, ?, ?)'),
+    deleteLink: db.prepare('DELETE FROM merchant_links WHERE id = ?'),
+    // A merchant id's history (Store.linkMerchant): ids linked to it, its owner records and idempotency claims not yet expired.
+    linkedTo: db.prepare<[string], unknown>('SELECT 1 FROM merchant_links WHERE merchant = ? LIMIT 1'),
+    ownsAny: db.prepare<[string, number], unknown>('SELECT 1 FROM ownership WHERE owner_hash = ? AND created_at >= ? LIMIT 1'),
+    claimsAny: db.prepare<[string, number, number], unknown>(
+      "SELECT 1 FROM idempotency WHERE owner_hash = ? AND (updated_at >= ? OR (state = 'pending' AND updated_at >= ?)) LIMIT 1",
+    ),
+    // Store.mergeMerchant: every id that leads to a root, links pointed at the root, and what they recorded moved to it.
+    linkedIds: db.prepare<[string], { id: string }>(
+      'WITH RECURSIVE linked(id) AS (SELECT id FROM merchant_links WHERE merchant = ? UNION SELECT l.id FROM merchant_links l JOIN linked ON l.merchant = linked.id) SELECT id FROM linked',
+    ),
+    repointLinks: db.prepare('UPDATE merchant_links SET merchant = ? WHERE merchant = ?'),
+    moveClaims: db.prepare('UPDATE OR IGNORE idempotency SET owner_hash = ? WHERE owner_hash = ?'),
+    dropClaims: db.prepare('DELETE FROM idempotency WHERE owner_hash = ?'),
+    moveRecords: db.prepare('UPDATE ownership SET owner_hash = ? WHERE owner_hash = ?'),
+    findEvent: db.prepare<[string, string, string], EventRow>('SELECT * FROM events WHERE uid = ? AND name = ? AND hash = ?'),
+    insertEvent: db.prepare('INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload, carried) VALUES (?, ?, ?, ?, ?, ?, ?, ?)'),
+    getState: db.prepare<[string], StateRow>('SELECT rank, terminal, seq, courier, former_couriers, picked_up, view FROM delivery_state WHERE uid = ?'),
+    putState: db.prepare(
+      'INSERT INTO delivery_state (uid, rank, terminal, seq, courier, former_couriers, picked_up, view) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET rank = excluded.rank, terminal = excluded.terminal, seq = excluded.seq, courier = excluded.courier, former_couriers = excluded.former_couriers, picked_up = excluded.picked_up, view = excluded.view',
+    ),
+    putView: db.prepare('UPDATE delivery_state SET view = ? WHERE uid = ?'),
     getMeta: db.prepare<[string], { value: Buffer }>('SELECT value FROM meta WHERE name = ?'),
     putMetaOnce: db.prepare('INSERT OR IGNORE INTO meta (name, value) VALUES (?, ?)'),
     ping: db.prepare('INSERT INTO readiness (id, checked_at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at'),
@@ -156,43 +211,95 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     ),
   };
 
+  /** The root an id's links lead to, MAX_LINK_DEPTH steps at most. */
+  const rootOf = (id: string): string => {
+    let root = id;
+    for (let step = 0; step < MAX_LINK_DEPTH; step += 1) {
+      const next = s.getLink.get(root)?.merchant;
+      if (next === undefined) break;
+      root = next;
+    }
+    return root;
+  };
+
+  /** Whether a merchant id has history (see MerchantLink in store.ts); a link of its own counts too. */
+  const hasHistory = (id: string, now: number): boolean => {
+    if (s.getLink.get(id) || s.linkedTo.get(id)) return true;
+    const records = retention ? now - retention.eventRetentionMs : Number.MIN_SAFE_INTEGER;
+    const claims = retention ? now - retention.idempotencyRetentionMs : Number.MIN_SAFE_INTEGER;
+    return s.ownsAny.get(id, records) !== undefined || s.claimsAny.get(id, claims, retention ? now - PENDING_EXPIRY_MS : Number.MIN_SAFE_INTEGER) !== undefined;
+  };
+
   const idemExpired = (state: string, updatedAt: number, now: number) => {
     const age = now - updatedAt;
     return age > retention!.idempotencyRetentionMs && (state !== 'pending' || age > PENDING_EXPIRY_MS);
   };
 
-  // One event, ranked against what the batch already wrote, in a savepoint of its own (a nested
-  // better-sqlite3 transaction): one that fails is undone alone and fails only itself.
-  const appendOne = db.transaction(({ json, receivedAt }: { json: string; receivedAt: string }): AppendOutcome => {
+  // One event, ranked against what the batch already wrote.
+  // The same steps as the Redis APPEND script: judge, merge the view, keep what was carried over.
+  const appendEvent = ({ json, receivedAt }: { json: string; receivedAt: string }): AppendOutcome => {
     const payload = JSON.parse(json) as WireWebhookEvent;
     const hash = fingerprint(payload);
     const existing = s.findEvent.get(payload.uid, payload.event_name, hash);
     if (existing) return { duplicate: true, row: existing };
     const row = s.getState.get(payload.uid);
     const current: MilestoneState | undefined = row && stateOf(row);
-    const { stale, courierOnly, state: next } = transition(current, payload.event_name, courierIdentity(payload));
+    const step = judge(current, factsOf(payload));
+    const next = step.state;
     const statusText = typeof payload.status === 'string' ? payload.status : null;
-    const info = s.insertEvent.run(payload.uid, payload.event_name, hash, statusText, receivedAt, stale ? 1 : courierOnly ? 2 : 0, json);
+    // The view is kept once the delivery has a state: a stale event only fills what is missing.
+    let carried: string | null = null;
+    let view: StoredView | undefined;
+    if (next) {
+      const own = viewFields(payload as unknown as JsonObject);
+      const mover = moverFields(payload.event_name, statusText);
+      view = mergeView(viewOf(row), own, !step.stale, step.moved ? mover : undefined);
+      const over = carriedOver(view, own, mover);
+      if (over) carried = JSON.stringify(over);
+    }
+    const info = s.insertEvent.run(payload.uid, payload.event_name, hash, statusText, receivedAt, markOf(step), json, carried);
     const seq = Number(info.lastInsertRowid);
-    const courier = next?.courier ? courierJson(next.courier) : null;
-    const formers = next?.formerCouriers ? formerCouriersJson(next.formerCouriers) : null;
-    // Only an event that moved the milestone is written as its last mover.
-    if (courierOnly) s.putCourier.run(courier, formers, payload.uid);
-    else if (next && next !== current) s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, seq, courier, formers);
-    return { duplicate: false, seq, stale, courierOnly, statusText };
-  });
+    if (next) {
+      const courier = next.courier ? courierJson(next.courier) : null;
+      const formers = next.formerCouriers ? formerCouriersJson(next.formerCouriers) : null;
+      // Only an event that moved the milestone (or made it final) is written as its last mover.
+      const moverSeq = step.moved ? seq : current!.seq!;
+      s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, moverSeq, courier, formers, next.pickedUp ? 1 : 0, JSON.stringify(view));
+    }
+    return { duplicate: false, seq, mark: markOf(step), statusText, carried };
+  };
+  // The batch's events in one savepoint (a nested better-sqlite3 transaction): two statements for the batch, not per event.
+  const appendAll = db.transaction((events: ReadonlyArray<{ json: string; receivedAt: string }>) => events.map(appendEvent));
+  // Each event in a savepoint of its own: one that fails is undone alone and fails only itself.
+  const appendOne = db.transaction(appendEvent);
 
   return {
-    append: (_now, events) =>
-      events.map((event) => {
+    append: (_now, events) => {
+      try {
+        return appendAll(events);
+      } catch (error) {
+        // A failure of the transaction itself (disk full, I/O) is every event's: let it end the batch.
+        if (!db.inTransaction) throw error;
+      }
+      // An event failed, and the batch's savepoint was undone: again, each in a savepoint of its own.
+      return events.map((event) => {
         try {
           return appendOne(event);
         } catch (error) {
-          // A failure of the transaction itself (disk full, I/O) is every event's: let it end the batch.
           if (!db.inTransaction) throw error;
           return { error: asWriterError(error) };
         }
-      }),
+      });
+    },
+
+    // A read newer than the state overwrites; one older than the state's last move only fills.
+    mergeRead: (_now, { uid, body, basis }) => {
+      const row = s.getState.get(uid);
+      if (!row) return;
+      const view = mergeView(viewOf(row), viewFields(body), row.seq <= basis);
+      const json = JSON.stringify(view);
+      if (json !== row.view) s.putView.run(json, uid);
+    },
 
     // One transaction: the read and the insert cannot interleave with another claim.
     claim: (now, ownerHash, idempotencyKey, fingerprint) =>
@@ -233,8 +340,47 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     release: (_now, ownerHash, idempotencyKey) => void s.deleteIdem.run(ownerHash, idempotencyKey),
 
     recordOwners: (now, records) => {
-      for (const record of records) s.insertOwner.run(record.uid, record.owner, now, record.group);
+      // Past the retention a record is gone, whether or not a trim pass has deleted it yet.
+      const since = retention ? now - retention.eventRetentionMs : -Infinity;
+      for (const record of records) {
+        const row = s.getOwner.get(record.uid);
+        const current = row && row.created_at >= since ? row : undefined;
+        if (supersedes(record, current)) s.putOwner.run(record.uid, record.owner, now, record.group, record.proof ?? 'read');
+      }
     },
+
+    // The writer thread runs one request at a time: what is read here cannot change before the link is written.
+    link: (now, key, previous) => {
+      const [a, b] = [rootOf(key), rootOf(previous)];
+      if (a === b) return { outcome: 'same', merchant: a };
+      const [from, to] = !hasHistory(a, now) ? [a, b] : !hasHistory(b, now) ? [b, a] : [];
+      if (from === undefined) return { outcome: 'refused' };
+      s.putLink.run(from, to, now);
+      return { outcome: 'linked', merchant: to! };
+    },
+
+    merge: (now, from, into) =>
+      db
+        .transaction((): MerchantMerge => {
+          const [merged, merchant] = [rootOf(from), rootOf(into)];
+          if (merged !== merchant) {
+            // Ids linked to the merged root point at the new one: chains stay one step long.
+            s.repointLinks.run(merchant, merged);
+            s.putLink.run(merged, merchant, now);
+          }
+          let records = 0;
+          let claims = 0;
+          let conflicts = 0;
+          for (const { id } of s.linkedIds.all(merchant)) {
+            claims += s.moveClaims.run(merchant, id).changes;
+            // Left behind: a key the merchant used already. Nothing would find it (claims go by the merchant id).
+            conflicts += s.dropClaims.run(id).changes;
+            records += s.moveRecords.run(merchant, id).changes;
+          }
+          return { merchant, merged: merged === merchant ? undefined : merged, records, claims, conflicts };
+        })
+        .immediate(),
+    unlink: (_now, id) => s.deleteLink.run(id).changes > 0,
 
     // Created once per file; every later start reads the same one.
     cursorSecret: () => {

@@ -15,12 +15,14 @@ import { fileURLToPath } from 'node:url';
 import { MessageChannel, Worker, type WorkerOptions } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import type { Logger } from '../logger.js';
-import type { WireWebhookEvent } from '../upstream/wire.js';
+import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
 import type { MilestoneState } from '../domain/milestones.js';
+import { viewBody, type StoredView } from '../domain/delivery-view.js';
 import { TrimSchedule, trimIntervalMs, yieldToEventLoop, type Retention } from './retention.js';
 import {
   PartialAppendError,
   courierPart,
+  flagsOf,
   type AppendResult,
   type BookingResult,
   type DeliveryState,
@@ -28,9 +30,17 @@ import {
   type IdempotencyClaim,
   type OwnerEntry,
   type OwnerGroup,
+  type OwnerProof,
+  type MerchantLink,
+  type MerchantMerge,
+  type OwnerClaims,
   type OwnerRecord,
+  type ReadRecord,
   type Store,
   type StoredEvent,
+  supersedes,
+  type UnfinishedDelivery,
+  type UnfinishedPage,
 } from './store.js';
 import { bookingMarker } from '../domain/booking-marker.js';
 import { lockDataDir, type DataDirLock } from './data-dir-lock.js';
@@ -45,9 +55,9 @@ function toStored(row: EventRow): StoredEvent {
     name: row.name,
     statusText: row.status_text,
     receivedAt: row.received_at,
-    stale: row.stale === 1,
-    courierOnly: row.stale === 2,
+    ...flagsOf(row.stale),
     payload: JSON.parse(row.payload) as WireWebhookEvent,
+    ...(row.carried ? { carried: JSON.parse(row.carried) as JsonObject } : {}),
   };
 }
 
@@ -57,11 +67,23 @@ interface StateRow {
   seq: number;
   courier: string | null;
   former_couriers: string | null;
+  picked_up: number | null;
 }
 
-const stateOf = (row: StateRow): MilestoneState => ({ rank: row.rank, terminal: row.terminal === 1, ...courierPart(row.courier, row.former_couriers) });
+const stateOf = (row: StateRow): MilestoneState => ({
+  rank: row.rank,
+  terminal: row.terminal === 1,
+  ...(row.picked_up === 1 ? { pickedUp: true as const } : {}),
+  ...courierPart(row.courier, row.former_couriers),
+});
+
+/** Owner records one page of unfinishedDeliveries looks at, at most (well under a millisecond of index reads). */
+const UNFINISHED_SCAN = 500;
+const cursorOf = (row: { created_at: number; uid: string }) => `${row.created_at} ${row.uid}`;
 
 const ownerGroup = (value: string | null): OwnerGroup | null => (value === 'PLATFORM' || value === 'PARTNER' ? value : null);
+const OWNER_PROOFS: ReadonlySet<string> = new Set<OwnerProof>(['booked', 'reference', 'canceled', 'claimed', 'read']);
+const ownerProof = (value: string | null): OwnerProof | null => (value !== null && OWNER_PROOFS.has(value) ? (value as OwnerProof) : null);
 
 export interface SqliteStoreOptions {
   fileName?: string;
@@ -221,10 +243,11 @@ class WriterThread {
   }
 }
 
-/** The owner filter's size bounds, in uids (UidFilter: 10 bits each; the largest is 8 MiB), and the uids read per turn while it is filled. */
+/** The owner filter's size bounds, in uids (UidFilter: 10 bits each; the largest is 8 MiB). */
 const OWNER_FILTER_MIN = 1 << 16;
 const OWNER_FILTER_MAX = Math.floor((8 * 1024 * 1024 * 8) / 10);
-const OWNER_FILTER_SLICE = 20_000;
+/** Owner records read per turn of the event loop while a filter is filled: a millisecond or two of it (bench/probes/stalls.mjs). */
+const OWNER_FILTER_SLICE = 1_000;
 
 export class SqliteStore implements Store {
   /** The main thread's connection: the store reads through it and never writes (the writer thread does). */
@@ -290,7 +313,8 @@ export class SqliteStore implements Store {
         status_text TEXT,
         received_at TEXT NOT NULL,
         stale INTEGER NOT NULL,
-        payload TEXT NOT NULL
+        payload TEXT NOT NULL,
+        carried TEXT
       );
       CREATE UNIQUE INDEX IF NOT EXISTS events_dedup ON events (uid, name, hash);
       CREATE INDEX IF NOT EXISTS events_by_uid ON events (uid, seq);
@@ -300,13 +324,21 @@ export class SqliteStore implements Store {
         terminal INTEGER NOT NULL,
         seq INTEGER NOT NULL,
         courier TEXT,
-        former_couriers TEXT
+        former_couriers TEXT,
+        picked_up INTEGER,
+        view TEXT
       );
       CREATE TABLE IF NOT EXISTS ownership (
         uid TEXT PRIMARY KEY,
         owner_hash TEXT NOT NULL,
         created_at INTEGER NOT NULL,
         api_group TEXT
+      );
+      -- A key hash (or merchant id) → the merchant it belongs to (src/access/merchants.ts); kept whatever the retention.
+      CREATE TABLE IF NOT EXISTS merchant_links (
+        id TEXT PRIMARY KEY,
+        merchant TEXT NOT NULL,
+        created_at INTEGER NOT NULL
       );
       CREATE TABLE IF NOT EXISTS readiness (id INTEGER PRIMARY KEY CHECK (id = 1), checked_at INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -315,13 +347,23 @@ export class SqliteStore implements Store {
       -- A webhook's booking marker finds its claim.
       CREATE INDEX IF NOT EXISTS idempotency_by_marker ON idempotency (marker);
       CREATE INDEX IF NOT EXISTS ownership_by_time ON ownership (created_at);
+      -- Reconciliation pages through each owner's recent records (unfinishedDeliveries).
+      CREATE INDEX IF NOT EXISTS ownership_by_owner ON ownership (owner_hash, created_at, uid);
+      -- Whether ids are linked to a merchant (its history: linkMerchant), and which (mergeMerchant).
+      CREATE INDEX IF NOT EXISTS merchant_links_by_merchant ON merchant_links (merchant);
     `);
     // A file made before groups were kept gains the column; its records read with no group.
     const ownershipColumns = this.db.prepare<[], { name: string }>('SELECT name FROM pragma_table_info(\'ownership\')').all();
     if (!ownershipColumns.some((column) => column.name === 'api_group')) this.db.exec('ALTER TABLE ownership ADD COLUMN api_group TEXT');
+    // A file made before proofs were kept: its records read with none, which counts as a read (src/store/store.ts, OwnerProof).
+    if (!ownershipColumns.some((column) => column.name === 'proof')) this.db.exec('ALTER TABLE ownership ADD COLUMN proof TEXT');
     // A file made before couriers were kept: its states gain the columns, empty (no courier known yet).
     const stateColumns = new Set(this.db.prepare<[], { name: string }>('PRAGMA table_info(delivery_state)').all().map((column) => column.name));
     if (!stateColumns.has('courier')) this.db.exec('ALTER TABLE delivery_state ADD COLUMN courier TEXT; ALTER TABLE delivery_state ADD COLUMN former_couriers TEXT;');
+    // A file made before evidence and views were kept: no pickup proven yet, an empty view, nothing carried over.
+    if (!stateColumns.has('picked_up')) this.db.exec('ALTER TABLE delivery_state ADD COLUMN picked_up INTEGER; ALTER TABLE delivery_state ADD COLUMN view TEXT;');
+    const eventColumns = new Set(this.db.prepare<[], { name: string }>('PRAGMA table_info(events)').all().map((column) => column.name));
+    if (!eventColumns.has('carried')) this.db.exec('ALTER TABLE events ADD COLUMN carried TEXT;');
     this.#retention = options.retention;
     // The tables exist: the writer thread's connection can prepare its statements.
     this.#thread = WriterThread.take(options.logger);
@@ -329,19 +371,29 @@ export class SqliteStore implements Store {
     this.#thread.call('open', this.db.name, options.retention).catch((error: unknown) => options.logger?.error({ err: error }, 'the SQLite writer thread could not open the file'));
     this.#trims = options.retention && new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
     this.#statements = {
-      getOwner: this.db.prepare<[string, number], { owner_hash: string; api_group: string | null }>('SELECT owner_hash, api_group FROM ownership WHERE uid = ? AND created_at >= ?'),
-      getState: this.db.prepare<[string], StateRow>('SELECT rank, terminal, seq, courier, former_couriers FROM delivery_state WHERE uid = ?'),
+      getOwner: this.db.prepare<[string, number], { owner_hash: string; api_group: string | null; proof: string | null }>(
+        'SELECT owner_hash, api_group, proof FROM ownership WHERE uid = ? AND created_at >= ?',
+      ),
+      getLink: this.db.prepare<[string], { merchant: string }>('SELECT merchant FROM merchant_links WHERE id = ?'),
+      getState: this.db.prepare<[string], StateRow>('SELECT rank, terminal, seq, courier, former_couriers, picked_up FROM delivery_state WHERE uid = ?'),
+      getView: this.db.prepare<[string], { view: string | null }>('SELECT view FROM delivery_state WHERE uid = ?'),
       eventsAfter: this.db.prepare<[number, number], EventRow>('SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?'),
       eventsOfUidAfter: this.db.prepare<[string, number, number], EventRow>('SELECT * FROM events WHERE uid = ? AND seq > ? ORDER BY seq LIMIT ?'),
       latestDelivery: this.db.prepare<[string], EventRow>(
-        "SELECT * FROM events WHERE uid = ? AND stale <> 1 AND name LIKE 'delivery.%' ORDER BY seq DESC LIMIT 1",
+        "SELECT * FROM events WHERE uid = ? AND (stale & 1) = 0 AND name LIKE 'delivery.%' ORDER BY seq DESC LIMIT 1",
       ),
       latestLocation: this.db.prepare<[string], EventRow>(
-        "SELECT * FROM events WHERE uid = ? AND stale <> 1 AND json_extract(payload, '$.driver_location.lat') IS NOT NULL ORDER BY seq DESC LIMIT 1",
+        "SELECT * FROM events WHERE uid = ? AND (stale & 1) = 0 AND json_extract(payload, '$.driver_location.lat') IS NOT NULL ORDER BY seq DESC LIMIT 1",
       ),
       // The highest seq ever given (AUTOINCREMENT's record), which trimming the log does not lower.
       lastSeq: this.db.prepare<[], { seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'events'"),
       ping: this.db.prepare('SELECT 1'),
+      // An owner's records from a (created_at, uid) position on, with the state of each delivery, if any.
+      ownedAfter: this.db.prepare<[string, number, number, number, string, number], { uid: string; api_group: string | null; created_at: number; terminal: number | null }>(
+        `SELECT o.uid, o.api_group, o.created_at, d.terminal FROM ownership o LEFT JOIN delivery_state d ON d.uid = o.uid
+         WHERE o.owner_hash = ? AND o.created_at >= ? AND (o.created_at > ? OR (o.created_at = ? AND o.uid > ?))
+         ORDER BY o.created_at, o.uid LIMIT ?`,
+      ),
     };
     this.#logger = options.logger;
     this.#startOwnerFilter();
@@ -361,21 +413,26 @@ export class SqliteStore implements Store {
    * one in use (until then the current one, if complete, still answers).
    */
   async #rebuildOwnerFilter(): Promise<void> {
-    const records = this.db.prepare<[], { n: number }>('SELECT count(*) AS n FROM ownership').get()!.n;
+    // How many records, from the span of their rowids (two lookups, one subquery each: min and max in one
+    // query read the whole table, as count(*) does, tens of ms at a million): the retention deletes the oldest,
+    // which have the lowest rowids, so the span is about the count.
+    const span = this.db.prepare<[], { first: number | null; last: number | null }>('SELECT (SELECT min(rowid) FROM ownership) AS first, (SELECT max(rowid) FROM ownership) AS last').get()!;
+    const records = span.first === null || span.last === null ? 0 : span.last - span.first + 1;
     const filter = new UidFilter(Math.min(OWNER_FILTER_MAX, Math.max(OWNER_FILTER_MIN, records * 2)));
     if (this.#ownerFilter.complete) this.#nextOwnerFilter = filter;
     else this.#ownerFilter = { filter, complete: false };
     // Records not committed yet are not in the file for the slices below to read.
     for (const uid of this.#ownersInFlight.keys()) filter.add(uid);
-    const slice = this.db.prepare<[number], { rowid: number; uid: string }>(`SELECT rowid, uid FROM ownership WHERE rowid > ? ORDER BY rowid LIMIT ${OWNER_FILTER_SLICE}`);
+    const slice = this.db.prepare<[number], [number, string]>(`SELECT rowid, uid FROM ownership WHERE rowid > ? ORDER BY rowid LIMIT ${OWNER_FILTER_SLICE}`).raw();
     let after = 0;
     for (;;) {
+      // The first slice too waits a turn: the constructor (the store's start) does not read any.
+      await yieldToEventLoop();
       if (!this.db.open) return;
       const rows = slice.all(after);
-      for (const row of rows) filter.add(row.uid);
+      for (const row of rows) filter.add(row[1]);
       if (rows.length < OWNER_FILTER_SLICE) break;
-      after = rows[rows.length - 1]!.rowid;
-      await yieldToEventLoop();
+      after = rows[rows.length - 1]![0];
     }
     this.#ownerFilter = { filter, complete: true };
     this.#nextOwnerFilter = undefined;
@@ -393,10 +450,15 @@ export class SqliteStore implements Store {
    * write settles; a full filter is replaced by a larger one, up to OWNER_FILTER_MAX.
    */
   async #writeOwners(records: readonly OwnerEntry[]): Promise<void> {
-    for (const { uid, owner, group } of records) {
+    for (const entry of records) {
+      const { uid, owner, group } = entry;
+      const record: OwnerRecord = { owner, group, proof: entry.proof ?? 'read' };
       const sending = this.#ownersInFlight.get(uid);
-      if (sending) sending.writes += 1;
-      else this.#ownersInFlight.set(uid, { record: { owner, group }, writes: 1 });
+      if (sending) {
+        sending.writes += 1;
+        // The writer applies the same rule in the order sent: what the file will hold once both commit.
+        if (supersedes(entry, sending.record)) sending.record = record;
+      } else this.#ownersInFlight.set(uid, { record, writes: 1 });
       this.#ownerFilter.filter.add(uid);
       this.#nextOwnerFilter?.add(uid);
     }
@@ -475,8 +537,10 @@ export class SqliteStore implements Store {
       return error;
     }
     if (answer.duplicate) return { event: toStored(answer.row), duplicate: true };
-    const { seq, stale, courierOnly, statusText } = answer;
-    return { event: { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, stale, courierOnly, payload }, duplicate: false };
+    const { seq, mark, statusText, carried } = answer;
+    const event: StoredEvent = { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, ...flagsOf(mark), payload };
+    if (carried) event.carried = JSON.parse(carried) as JsonObject;
+    return { event, duplicate: false };
   }
 
   async eventsAfter(afterSeq: number, limit: number, filter: EventFilter = {}): Promise<StoredEvent[]> {
@@ -503,6 +567,15 @@ export class SqliteStore implements Store {
     return row ? { ...stateOf(row), seq: row.seq } : undefined;
   }
 
+  async deliveryView(uid: string): Promise<JsonObject | undefined> {
+    const row = this.#statements.getView.get(uid);
+    return row ? viewBody(uid, row.view ? (JSON.parse(row.view) as StoredView) : {}) : undefined;
+  }
+
+  recordRead(read: ReadRecord): Promise<void> {
+    return this.#write('mergeRead', read);
+  }
+
   async lastSeq(): Promise<number> {
     return this.#read(() => this.#statements.lastSeq.get()?.seq ?? 0);
   }
@@ -527,8 +600,8 @@ export class SqliteStore implements Store {
     return this.#write('release', ownerHash, idempotencyKey);
   }
 
-  recordOwner(uid: string, ownerHash: string, group?: OwnerGroup): Promise<void> {
-    return this.#writeOwners([{ uid, owner: ownerHash, group: group ?? null }]);
+  recordOwner(uid: string, owner: string, group?: OwnerGroup, proof?: OwnerProof): Promise<void> {
+    return this.#writeOwners([{ uid, owner, group: group ?? null, proof }]);
   }
 
   recordOwners(records: readonly OwnerEntry[]): Promise<void> {
@@ -548,14 +621,67 @@ export class SqliteStore implements Store {
       // Never recorded: no need to ask the file.
       if (complete && !filter.mayHave(uid)) continue;
       const row = this.#read(() => this.#statements.getOwner.get(uid, since));
-      if (row) found.set(uid, { owner: row.owner_hash, group: ownerGroup(row.api_group) });
-      else {
-        // Sent, not committed yet: a read after the write finds it, as on Redis (commands run in order).
-        const sending = this.#ownersInFlight.get(uid);
-        if (sending) found.set(uid, sending.record);
-      }
+      const stored: OwnerRecord | undefined = row && { owner: row.owner_hash, group: ownerGroup(row.api_group), proof: ownerProof(row.proof) };
+      // Sent, not committed yet: a read after the write finds it, as on Redis (commands run in order).
+      const sending = this.#ownersInFlight.get(uid)?.record;
+      const record = sending && (!stored || supersedes(sending, stored)) ? sending : stored;
+      if (record) found.set(uid, record);
     }
     return found;
+  }
+
+  async merchantLinks(ids: readonly string[]): Promise<Map<string, string>> {
+    const found = new Map<string, string>();
+    for (const id of ids) {
+      const row = this.#read(() => this.#statements.getLink.get(id));
+      if (row) found.set(id, row.merchant);
+    }
+    return found;
+  }
+
+  linkMerchant(key: string, previous: string): Promise<MerchantLink> {
+    return this.#write('link', key, previous);
+  }
+
+  mergeMerchant(from: string, into: string): Promise<MerchantMerge> {
+    return this.#write('merge', from, into);
+  }
+
+  unlinkMerchant(id: string): Promise<boolean> {
+    return this.#write('unlink', id);
+  }
+
+  /**
+   * Looks at up to UNFINISHED_SCAN records per page through the (owner_hash,
+   * created_at, uid) index, finished ones included: a page may come back short.
+   * The cursor is the last record looked at, as "<created_at> <uid>".
+   */
+  async unfinishedDeliveries(owner: string, after: string | undefined, { limit, since }: { limit: number; since: number }): Promise<UnfinishedPage> {
+    const space = after?.indexOf(' ') ?? -1;
+    // Before every record (created_at is never negative), or after the one the cursor names.
+    const fromTime = space > 0 ? Number(after!.slice(0, space)) : -1;
+    const fromUid = space > 0 ? after!.slice(space + 1) : '';
+    const scan = Math.max(limit, UNFINISHED_SCAN);
+    const rows = this.#read(() => this.#statements.ownedAfter.all(owner, since, fromTime, fromTime, fromUid, scan));
+    const deliveries: UnfinishedDelivery[] = [];
+    for (const row of rows) {
+      if (row.terminal === 1) continue;
+      deliveries.push({ uid: row.uid, group: ownerGroup(row.api_group) });
+      if (deliveries.length === limit) return { deliveries, next: cursorOf(row) };
+    }
+    const last = rows.at(-1);
+    return { deliveries, next: rows.length === scan && last ? cursorOf(last) : undefined };
+  }
+
+  /** One process holds the file (data-dir-lock.ts): nobody else to share reads with. */
+  async leaseReads(leases: readonly string[], _forMs?: number): Promise<Set<string>> {
+    return new Set(leases);
+  }
+
+  async releaseReads(_leases: readonly string[]): Promise<void> {}
+
+  async ownerClaimsAfter(_after: number | undefined): Promise<OwnerClaims> {
+    return { version: 0, uids: [] };
   }
 
   async cursorSecret(): Promise<Buffer> {

@@ -23,11 +23,11 @@ export interface Upstream {
 
 export function createUpstream(
   config: Pick<Config['upstream'], 'timeoutMs' | 'connections' | 'maxResponseBytes'> &
-    Partial<Pick<Config['upstream'], 'breaker'>> & { url: string; platformId: string },
+    Partial<Pick<Config['upstream'], 'breaker' | 'keyRefusalMemoryMs'>> & { url: string; platformId: string },
   onCall?: (record: UpstreamCallRecord) => void,
 ): Upstream {
   // A request waiting on another's first try of a key waits no longer than that call may take.
-  const keys = new KnownKeys({ maxWaitMs: config.timeoutMs });
+  const keys = new KnownKeys({ maxWaitMs: config.timeoutMs, refusedTtlMs: config.keyRefusalMemoryMs });
   const http = new UpstreamHttp({
     baseUrl: config.url,
     timeoutMs: config.timeoutMs,

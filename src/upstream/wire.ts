@@ -2,7 +2,10 @@
 // (including its `dimentions`, `tracking_url` and `expected_cancelation_fee`).
 // The upstream may omit any field or send null; both mean "no value".
 
-export type JsonObject = { [key: string]: unknown };
+import type { JsonObject } from '../domain/canonical-json.js';
+
+// Any JSON object the upstream sends (a payload it passes through, an item): the domain's type.
+export type { JsonObject };
 
 /** One of the two address groups, flattened with a `pickup_` or `dropoff_` prefix. */
 export interface FlatAddressFields {
@@ -276,6 +279,10 @@ export interface WireWebhookEvent {
   partner_payload?: JsonObject | null;
   /** Never sent by the upstream: "poll" on an event the facade made from a read (src/realtime/reconcile.ts). */
   facade_source?: string | null;
+  /** On a poll event: the log's last seq when its read was made (src/domain/milestones.ts readFactsOf). */
+  facade_read_basis?: number | null;
+  /** On a poll event: its read confirms a cancel or failure as final. */
+  facade_confirms?: boolean | null;
 }
 
 /** Milestones the upstream announces as `delivery.*` events, in lifecycle order. */

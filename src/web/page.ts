@@ -64,7 +64,8 @@ async function bundle(options: TrackingPageOptions): Promise<Bundle> {
 
 function renderHtml(options: TrackingPageOptions, version: string): string {
   const sandboxMeta = options.sandboxKey ? `\n<meta name="dg-sandbox-key" content="${escapeAttribute(options.sandboxKey)}">` : '';
-  const graphiqlLink = options.graphiql ? `<a href="${escapeAttribute(options.graphqlPath)}">GraphiQL</a>` : '';
+  // Hidden until the script knows the view: a merchant's gets it, a customer's (a client token link) never does.
+  const graphiqlLink = options.graphiql ? `<a id="graphiql-link" href="${escapeAttribute(options.graphqlPath)}" hidden>GraphiQL</a>` : '';
   return `<!doctype html>
 <html lang="en">
 <head>

@@ -4,6 +4,7 @@
 // after the commit.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '../logger.js';
+import { noteErrorCodes, requestInfoOf } from '../observability/request.js';
 import type { EventBus } from '../realtime/bus.js';
 import { markerOf } from '../domain/booking-marker.js';
 import { PartialAppendError, type AppendResult, type Store } from '../store/store.js';
@@ -31,6 +32,14 @@ interface Pending {
 
 /** Most events one transaction takes; the rest wait for the next (a bound on one script call's size on Redis). */
 const MAX_BATCH = 512;
+/**
+ * How long one turn of the event loop may spend publishing a stored batch's
+ * events (each sends its subscribers' messages within the turn): a batch of
+ * hundreds, with tens of subscribers each, held the loop for hundreds of ms.
+ */
+const PUBLISH_TURN_MS = 2;
+
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /**
  * Group commit: events that arrive while a commit is under way wait and go
@@ -43,6 +52,8 @@ export class AppendBatcher {
   #waiting: Pending[] = [];
   #committing = false;
   #scheduled = false;
+  /** Events published per turn: as many as took about PUBLISH_TURN_MS last time (their subscribers' messages included). */
+  #perTurn = 8;
 
   constructor(
     private readonly store: Store,
@@ -90,32 +101,46 @@ export class AppendBatcher {
       }
       results = error.outcomes;
     }
-    // Stored is stored: the sender gets its 200 even if publishing one event fails.
-    results.forEach((result, index) => {
-      if (result instanceof Error) return batch[index]!.reject(result);
-      if (!result.duplicate) {
-        try {
-          this.bus.publish(result.event);
-        } catch (error) {
-          this.onPublishError(error);
-        }
+    // In log order, a slice per turn of the loop (the next batch waits until the last is out): the slice's
+    // subscriber messages go out in its turn, then other work has the loop, and the slice's size follows what a turn took.
+    for (let start = 0; start < results.length; ) {
+      const began = performance.now();
+      const end = Math.min(results.length, start + this.#perTurn);
+      for (let index = start; index < end; index += 1) this.#publish(results[index]!, batch[index]!);
+      const published = end - start;
+      start = end;
+      await nextTurn();
+      // As many as this slice's events would have filled the turn's budget with.
+      const took = performance.now() - began;
+      this.#perTurn = Math.max(1, Math.min(MAX_BATCH, Math.round((published * PUBLISH_TURN_MS) / Math.max(took, 0.05))));
+    }
+  }
+
+  /** Stored is stored: the sender gets its 200 even if publishing the event fails. */
+  #publish(result: AppendResult | Error, pending: Pending): void {
+    if (result instanceof Error) return pending.reject(result);
+    if (!result.duplicate) {
+      try {
+        this.bus.publish(result.event);
+      } catch (error) {
+        this.onPublishError(error);
       }
-      batch[index]!.resolve(result);
-    });
+    }
+    pending.resolve(result);
   }
 }
 
 /**
  * An event of a booking made with an idempotency key carries the key's marker in
  * platform_payload (src/domain/booking-marker.ts): when that booking's answer was
- * lost, this is how the facade learns its uid. Its claim turns done and the key owns it.
+ * lost, this is how the facade learns its uid. Its claim turns done and the merchant that claimed it owns it.
  */
 async function resolveBooking(store: Store, payload: WireWebhookEvent): Promise<void> {
   const marker = markerOf(payload.platform_payload);
   if (!marker) return;
   // A webhook carries no tracking link (upstream-api.md); a client asking for it gets it read.
   const owner = await store.resolveBookingMarker(marker, { uid: payload.uid, trackingUrl: null });
-  if (owner) await store.recordOwner(payload.uid, owner, 'PLATFORM');
+  if (owner) await store.recordOwner(payload.uid, owner, 'PLATFORM', 'booked');
 }
 
 class BodyTooLarge extends Error {}
@@ -173,17 +198,25 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
     counters.rejected += 1;
     counters.refusals.set(status, (counters.refusals.get(status) ?? 0) + 1);
   };
-  /** Every refusal is counted; those that lose an event the sender will not fix by retrying are also logged. */
-  const answer = (res: ServerResponse, status: number, body: Record<string, unknown>) => {
-    if (status >= 400) countRefusal(status);
-    if (status === 400 || status === 408 || status === 413) logger.warn({ status, reason: body.message }, 'webhook refused');
+  /**
+   * Every refusal is counted, and its code goes into the request's access-log line;
+   * those that lose an event the sender will not fix by retrying are also logged.
+   */
+  const answer = (req: IncomingMessage, res: ServerResponse, status: number, body: Record<string, unknown>) => {
+    const info = requestInfoOf(req);
+    if (status >= 400) {
+      countRefusal(status);
+      noteErrorCodes(info, [{ extensions: { code: body.error } }]);
+    }
+    if (status === 400 || status === 408 || status === 413) logger.warn({ reqId: info?.id, status, reason: body.message }, 'webhook refused');
     res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
   };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const reqId = requestInfoOf(req)?.id;
     if (req.method !== 'POST') {
       res.setHeader('allow', 'POST');
-      return answer(res, 405, { error: 'method_not_allowed', message: 'Webhooks are POSTed.' });
+      return answer(req, res, 405, { error: 'method_not_allowed', message: 'Webhooks are POSTed.' });
     }
     let body: Buffer;
     try {
@@ -192,28 +225,28 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
       if (error instanceof BodyTooSlow) {
         // The socket is already destroyed: nothing can be answered, but it is counted and logged.
         countRefusal(408);
-        logger.warn({ status: 408, reason: `the body did not arrive within ${options.bodyTimeoutMs} ms` }, 'webhook refused');
+        logger.warn({ reqId, status: 408, reason: `the body did not arrive within ${options.bodyTimeoutMs} ms` }, 'webhook refused');
         return;
       }
       if (error instanceof BodyTooLarge) {
         // The rest of the body stays unread: close the connection after the answer,
         // or a keep-alive client's next request on it would hang behind those bytes.
         res.setHeader('connection', 'close');
-        answer(res, 413, { error: 'payload_too_large', message: `Webhook bodies are limited to ${MAX_WEBHOOK_BYTES} bytes.` });
+        answer(req, res, 413, { error: 'payload_too_large', message: `Webhook bodies are limited to ${MAX_WEBHOOK_BYTES} bytes.` });
         req.destroy();
         return;
       }
-      return answer(res, 400, { error: 'bad_request', message: 'The request body could not be read.' });
+      return answer(req, res, 400, { error: 'bad_request', message: 'The request body could not be read.' });
     }
     let payload: WireWebhookEvent;
     try {
       payload = await verifier.verify(req.headers.authorization);
     } catch (error) {
       if (error instanceof WebhookAuthError) {
-        logger.warn({ reason: error.message }, 'webhook rejected: verification failed');
-        return answer(res, 401, { error: 'invalid_token', message: 'The webhook token could not be verified.' });
+        logger.warn({ reqId, reason: error.message }, 'webhook rejected: verification failed');
+        return answer(req, res, 401, { error: 'invalid_token', message: 'The webhook token could not be verified.' });
       }
-      if (error instanceof WebhookPayloadError) return answer(res, 400, { error: 'bad_event', message: error.message });
+      if (error instanceof WebhookPayloadError) return answer(req, res, 400, { error: 'bad_event', message: error.message });
       throw error;
     }
     // The body is not trusted (the signed claim is the event) but must still be JSON.
@@ -221,27 +254,29 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
       try {
         JSON.parse(body.toString('utf8'));
       } catch {
-        return answer(res, 400, { error: 'bad_request', message: 'The body is not JSON.' });
+        return answer(req, res, 400, { error: 'bad_request', message: 'The body is not JSON.' });
       }
     }
+    // The facade's own markers are never the upstream's to set: a webhook carrying facade_source would pass for a read.
+    for (const key of Object.keys(payload)) if (key.startsWith('facade_')) delete (payload as unknown as Record<string, unknown>)[key];
     let result: AppendResult;
     try {
       result = await batcher.append(payload, new Date().toISOString());
     } catch (error) {
-      logger.error({ err: error, uid: payload.uid, event: payload.event_name }, 'webhook not stored');
-      return answer(res, 503, { error: 'store_unavailable', message: 'The event could not be stored; retry later.' });
+      logger.error({ reqId, err: error, uid: payload.uid, event: payload.event_name }, 'webhook not stored');
+      return answer(req, res, 503, { error: 'store_unavailable', message: 'The event could not be stored; retry later.' });
     }
     try {
       await resolveBooking(options.store, payload);
     } catch (error) {
       // Stored, but the booking it names is not resolved: the sender's retry (a duplicate) tries again.
-      logger.error({ err: error, uid: payload.uid }, 'webhook stored, its booking marker not resolved');
-      return answer(res, 503, { error: 'store_unavailable', message: 'The event could not be processed; retry later.' });
+      logger.error({ reqId, err: error, uid: payload.uid }, 'webhook stored, its booking marker not resolved');
+      return answer(req, res, 503, { error: 'store_unavailable', message: 'The event could not be processed; retry later.' });
     }
     if (result.duplicate) counters.duplicate += 1;
     else if (result.event.stale) counters.stale += 1;
     else counters.accepted += 1;
-    answer(res, 200, { status: result.duplicate ? 'duplicate' : 'stored', cursor: String(result.event.seq), stale: result.event.stale });
+    answer(req, res, 200, { status: result.duplicate ? 'duplicate' : 'stored', cursor: String(result.event.seq), stale: result.event.stale });
   };
 
   return {
@@ -252,8 +287,8 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
     },
     handle(req, res) {
       handle(req, res).catch((error: unknown) => {
-        logger.error({ err: error }, 'webhook handler failed');
-        if (!res.headersSent) answer(res, 500, { error: 'internal', message: 'The event was not stored.' });
+        logger.error({ reqId: requestInfoOf(req)?.id, err: error }, 'webhook handler failed');
+        if (!res.headersSent) answer(req, res, 500, { error: 'internal', message: 'The event was not stored.' });
       });
     },
   };

@@ -1,11 +1,22 @@
-// Webhook JWT verification with jose: RS256 only, the configured issuer, exp
-// required. The event is the signed `payload` claim, never the unsigned body.
-import { importSPKI, jwtVerify, type KeyObject } from 'jose';
+// Webhook JWT verification: RS256 only, the configured issuer, exp required.
+// The event is the signed `payload` claim, never the unsigned body.
+// The keys are imported with jose (its key rules: RSA, 2048 bits or more); the
+// token is checked here, synchronously with node:crypto and the cached key,
+// step for step as jose's jwtVerify checks it (the same refusals, with jose's
+// error codes as reasons): jose's own verify goes through WebCrypto, which
+// hands every signature to libuv's thread pool and back, costing about half as
+// much again as the check itself (bench/probes/verify.mjs measures both).
+// test/unit/webhook-verify.test.ts holds the two side by side on every kind of bad token.
+import { KeyObject, verify as verifySignature } from 'node:crypto';
+import { importSPKI } from 'jose';
 import { MAX_EVENT_DEPTH, nestsDeeperThan } from '../domain/limits.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 
 /** Default seconds of clock skew tolerated on exp (and nbf/iat when present): WEBHOOK_CLOCK_TOLERANCE_SECONDS. */
 export const CLOCK_TOLERANCE_SECONDS = 30;
+
+/** RS256 keys shorter than this are refused (jose's rule, and config.ts's). */
+const MIN_RSA_BITS = 2048;
 
 export class WebhookAuthError extends Error {
   override name = 'WebhookAuthError';
@@ -18,6 +29,86 @@ export class WebhookPayloadError extends Error {
 export interface WebhookVerifier {
   /** The verified event; WebhookAuthError for a bad token, WebhookPayloadError for a bad payload claim. */
   verify(authorization: string | undefined): Promise<WireWebhookEvent>;
+}
+
+/** A refusal, by jose's error code for the same fault (the reason logged). */
+class TokenRefused extends Error {
+  constructor(readonly code: string) {
+    super(code);
+  }
+}
+
+const INVALID = 'ERR_JWS_INVALID';
+/** A JSON text decoded as jose decodes it: UTF-8 that must be well formed (a BOM dropped). */
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * A segment's bytes, decoded as jose does on Node (atob's forgiving base64 after
+ * mapping the URL alphabet): padding only where it completes a group of four,
+ * never a lone trailing character. undefined when it does not decode.
+ */
+function base64urlBytes(segment: string): Buffer | undefined {
+  let text = segment;
+  if (text.length % 4 === 0 && text.endsWith('=')) text = text.slice(0, text.endsWith('==') ? -2 : -1);
+  if (text.length % 4 === 1 || !/^[A-Za-z0-9_-]*$/.test(text)) return undefined;
+  return Buffer.from(text, 'base64url');
+}
+
+/** RSASSA-PKCS1-v1_5 with SHA-256 (RS256); a signature OpenSSL cannot even read is one that does not match, as in jose. */
+function signedBy(key: KeyObject, signed: Buffer, signature: Buffer): boolean {
+  try {
+    return verifySignature('sha256', signed, key, signature);
+  } catch {
+    return false;
+  }
+}
+
+/** A JSON object (not an array, not null) from a segment's bytes, or undefined. */
+function jsonObject(bytes: Buffer): Record<string, unknown> | undefined {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(strictUtf8.decode(bytes));
+  } catch {
+    return undefined;
+  }
+  return parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed) ? (parsed as Record<string, unknown>) : undefined;
+}
+
+/**
+ * The protected header's rules as jose applies them: an object, `crit` naming
+ * only `b64` (present, a boolean), `alg` RS256. Returns whether the payload is
+ * base64url-encoded (b64), which a JWT must be.
+ */
+function checkHeader(segment: string): boolean {
+  const bytes = base64urlBytes(segment);
+  const header = bytes && jsonObject(bytes);
+  if (!header) throw new TokenRefused(INVALID);
+  let b64 = true;
+  if (header.crit !== undefined) {
+    const { crit } = header;
+    if (!Array.isArray(crit) || crit.length === 0 || crit.some((name) => typeof name !== 'string' || name.length === 0)) throw new TokenRefused(INVALID);
+    for (const name of crit as string[]) {
+      if (name !== 'b64') throw new TokenRefused('ERR_JOSE_NOT_SUPPORTED');
+      if (header.b64 === undefined) throw new TokenRefused(INVALID);
+    }
+    if (typeof header.b64 !== 'boolean') throw new TokenRefused(INVALID);
+    b64 = header.b64;
+  }
+  if (typeof header.alg !== 'string' || header.alg === '') throw new TokenRefused(INVALID);
+  if (header.alg !== 'RS256') throw new TokenRefused('ERR_JOSE_ALG_NOT_ALLOWED');
+  return b64;
+}
+
+/** The claims' rules as jose's jwtVerify applies them with { issuer, requiredClaims: ['exp'], clockTolerance }. */
+function checkClaims(claims: Record<string, unknown>, issuer: string, tolerance: number): void {
+  const claimFailed = 'ERR_JWT_CLAIM_VALIDATION_FAILED';
+  if (!Object.hasOwn(claims, 'iss') || !Object.hasOwn(claims, 'exp')) throw new TokenRefused(claimFailed);
+  if (claims.iss !== issuer) throw new TokenRefused(claimFailed);
+  const now = Math.floor(Date.now() / 1000);
+  if (claims.iat !== undefined && typeof claims.iat !== 'number') throw new TokenRefused(claimFailed);
+  if (claims.nbf !== undefined && (typeof claims.nbf !== 'number' || claims.nbf > now + tolerance)) throw new TokenRefused(claimFailed);
+  if (typeof claims.exp !== 'number') throw new TokenRefused(claimFailed);
+  if (claims.exp <= now - tolerance) throw new TokenRefused('ERR_JWT_EXPIRED');
 }
 
 /**
@@ -33,27 +124,44 @@ export async function createWebhookVerifier(
   issuer: string,
   { clockToleranceSeconds = CLOCK_TOLERANCE_SECONDS }: { clockToleranceSeconds?: number } = {},
 ): Promise<WebhookVerifier> {
-  const keys: Array<KeyObject | CryptoKey> = await Promise.all((typeof publicKeyPems === 'string' ? [publicKeyPems] : publicKeyPems).map((pem) => importSPKI(pem, 'RS256')));
-  if (keys.length === 0) throw new Error('createWebhookVerifier needs at least one key');
-  const verifyWithAny = async (token: string) => {
-    for (let index = 0; ; index += 1) {
-      try {
-        return await jwtVerify(token, keys[index]!, { algorithms: ['RS256'], issuer, requiredClaims: ['exp'], clockTolerance: clockToleranceSeconds });
-      } catch (error) {
-        const last = index === keys.length - 1;
-        if (last || (error as { code?: string }).code !== 'ERR_JWS_SIGNATURE_VERIFICATION_FAILED') throw error;
-      }
-    }
+  const imported = await Promise.all((typeof publicKeyPems === 'string' ? [publicKeyPems] : publicKeyPems).map((pem) => importSPKI(pem, 'RS256')));
+  if (imported.length === 0) throw new Error('createWebhookVerifier needs at least one key');
+  const keys = imported.map((key) => (key instanceof KeyObject ? key : KeyObject.from(key)));
+  for (const key of keys) {
+    if ((key.asymmetricKeyDetails?.modulusLength ?? 0) < MIN_RSA_BITS) throw new Error(`RS256 needs an RSA key of ${MIN_RSA_BITS} bits or more`);
+  }
+  if (!Number.isFinite(clockToleranceSeconds) || clockToleranceSeconds < 0) throw new Error('clockToleranceSeconds must be a number of seconds, 0 or more');
+
+  /** The token's claims once its header, signature (against any key) and claims pass; TokenRefused otherwise. */
+  const claimsOf = (token: string): Record<string, unknown> => {
+    const parts = token.split('.');
+    if (parts.length !== 3) throw new TokenRefused(INVALID);
+    const [header, payload, signature] = parts as [string, string, string];
+    const b64 = checkHeader(header);
+    const signatureBytes = base64urlBytes(signature);
+    if (!signatureBytes) throw new TokenRefused(INVALID);
+    // The signed input is the token's first two segments as they were sent (ASCII: the bearer pattern admits nothing else).
+    const signed = Buffer.from(token.slice(0, header.length + 1 + payload.length), 'latin1');
+    if (!keys.some((key) => signedBy(key, signed, signatureBytes))) throw new TokenRefused('ERR_JWS_SIGNATURE_VERIFICATION_FAILED');
+    const payloadBytes = b64 ? base64urlBytes(payload) : undefined;
+    if (b64 && !payloadBytes) throw new TokenRefused(INVALID);
+    // A JWT's payload is always encoded (RFC 7797's unencoded form is for other JWS).
+    if (!payloadBytes) throw new TokenRefused('ERR_JWT_INVALID');
+    const claims = jsonObject(payloadBytes);
+    if (!claims) throw new TokenRefused('ERR_JWT_INVALID');
+    checkClaims(claims, issuer, clockToleranceSeconds);
+    return claims;
   };
+
   return {
     async verify(authorization) {
       const token = /^Bearer ([A-Za-z0-9_\-.=]+)$/.exec(authorization?.trim() ?? '')?.[1];
       if (!token) throw new WebhookAuthError('missing bearer token');
       let payload: unknown;
       try {
-        ({ payload } = await verifyWithAny(token).then((result) => ({ payload: result.payload.payload })));
+        payload = claimsOf(token).payload;
       } catch (error) {
-        throw new WebhookAuthError((error as { code?: string }).code ?? 'invalid token');
+        throw new WebhookAuthError(error instanceof TokenRefused ? error.code : 'invalid token');
       }
       // Read liberally: a payload claim that is the JSON text of an object is that object.
       if (typeof payload === 'string') payload = parseObject(payload);

@@ -219,6 +219,9 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
     expect(await page.isHidden('#book-form')).toBe(true);
     expect(await page.inputValue('#key')).toBe('');
     expect(await page.evaluate(() => document.documentElement.outerHTML.includes('sk_test_demo_merchant'))).toBe(false);
+    // A customer's view has no developer's tool: no GraphiQL link, not even a hidden one.
+    expect(await page.$('#graphiql-link')).toBeNull();
+    expect(await page.$$eval('a', (links) => links.map((link) => `${link.textContent} ${link.getAttribute('href')}`))).toEqual([]);
     // The token moved into the fragment, which the browser never sends; a reload still works from it.
     const url = new URL(page.url());
     expect(url.search).toBe('');
@@ -253,6 +256,7 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
 
   it('links to GraphiQL, which loads from the facade alone and books anew after a reload', async () => {
     const { page, requests, problems } = await openPage();
+    expect(await page.isVisible('nav a:text("GraphiQL")')).toBe(true);
     await page.click('nav a:text("GraphiQL")');
     const editor = () => page.evaluate(() => document.querySelector('.graphiql-query-editor')?.textContent?.replace(/\u00a0/g, ' ') ?? '');
     const examplesShown = () => page.waitForFunction(() => document.querySelector('.graphiql-query-editor')?.textContent?.replace(/\u00a0/g, ' ').includes('mutation Book'), null, { timeout: 30_000 });

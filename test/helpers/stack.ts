@@ -30,8 +30,8 @@ export interface Stack {
   gql<T = any>(query: string, variables?: Record<string, unknown>, key?: string | null): Promise<GraphQLResponse<T>>;
   /** Stops the facade and (unless kept) the sandbox, and removes the data directory. */
   stop(): Promise<void>;
-  /** Stops only the facade and starts a new one on the same data directory. */
-  restart(): Promise<void>;
+  /** Stops only the facade and starts a new one on the same data directory; `stopped` runs in between (an operator's command on the store). */
+  restart(stopped?: () => Promise<void>): Promise<void>;
 }
 
 export interface StackOptions {
@@ -41,6 +41,7 @@ export interface StackOptions {
   faultProxy?: boolean;
   /** The store of each start (the first and every restart), instead of the one the configuration opens. */
   store?: (dataDir: string) => Store;
+  /** The facade's logger (default: one at the config's LOG_LEVEL, silent). */
   logger?: Logger;
 }
 
@@ -103,8 +104,9 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       await sandbox.stop();
       rmSync(dataDir, { recursive: true, force: true });
     },
-    async restart() {
+    async restart(stopped) {
       await app.stop();
+      await stopped?.();
       app = await boot();
     },
   };

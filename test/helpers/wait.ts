@@ -18,9 +18,10 @@ export function listenersAttached(bus: EventBus, count = 1): Promise<void> {
     const found = new Set<() => void>();
     const listen = bus.listen.bind(bus);
     // The streams look bus.listen up on this same object at each call: wrapping it here sees every attach.
-    bus.listen = (uid, listener) => {
-      const unlisten = listen(uid, listener);
-      for (const watcher of [...found]) watcher();
+    bus.listen = (uid, listener, options) => {
+      const unlisten = listen(uid, listener, options);
+      // The facade's own listeners (reconciliation's) are no subscription's.
+      if (!options?.internal) for (const watcher of [...found]) watcher();
       return unlisten;
     };
     attachWatchers.set(bus, found);

@@ -267,7 +267,9 @@ describe('amplification: GRAPHQL_MAX_RESPONSE_BYTES', () => {
   const refused = { errors: [{ message: `The answer would be larger than ${MAX} bytes; ask for fewer deliveries, fields or events (page with first/after).`, extensions: { code: 'RESPONSE_TOO_LARGE' } }], data: null };
 
   beforeAll(async () => {
-    stack = await startStack({ env: { GRAPHQL_MAX_RESPONSE_BYTES: String(MAX) } });
+    // The second instance has a store of its own, without the booking's record: the sandbox scopes reads to the key,
+    // and both are told so (the upstream decides), so it reads the delivery as the first does.
+    stack = await startStack({ env: { GRAPHQL_MAX_RESPONSE_BYTES: String(MAX), UPSTREAM_READ_SCOPE: 'key' } });
     yogaDataDir = makeDataDir();
     // The same configuration, every HTTP request through yoga's own handler.
     viaYoga = await startApp(loadConfig({ ...stack.env, DATA_DIR: yogaDataDir }), { directHttpPath: false });

@@ -301,7 +301,8 @@ describe('unknown merchant keys per client address', () => {
     const reader = `Bearer ${READER}`;
     const refusedReads: string[] = [];
     stack.proxy!.fault = (req, res) => {
-      if (req.headers.authorization !== reader || req.method !== 'GET' || !req.url?.includes('/deliveries/')) return false;
+      // Reads by uid of either group: which one an access check makes depends on UPSTREAM_READ_SCOPE (src/realtime/access.ts).
+      if (req.headers.authorization !== reader || req.method !== 'GET' || !req.url || !/\/(deliveries|orders)\//.test(req.url)) return false;
       refusedReads.push(req.url);
       res.writeHead(401, { 'content-type': 'application/json' }).end(JSON.stringify({ code: 'invalid_api_key', message: 'The key was revoked.' }));
       return true;

@@ -7,7 +7,8 @@ import { partnerOrderBody, startStack, type Stack } from '../helpers/stack.js';
 
 let stack: Stack;
 beforeAll(async () => {
-  stack = await startStack();
+  // The sandbox scopes reads to the key, and the facade is told so: one read per uid, the upstream decides.
+  stack = await startStack({ env: { UPSTREAM_READ_SCOPE: 'key' } });
 });
 afterAll(() => stack?.stop());
 

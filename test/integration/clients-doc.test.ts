@@ -62,8 +62,9 @@ async function run(heading: string, args: string[] = []): Promise<{ code: number
   const code = blocks().get(heading);
   expect(code, `docs/clients.md has a clients-test block under "## ${heading}"`).toBeDefined();
   const file = join(dir, `${heading.replace(/\W+/g, '-')}.ts`);
-  writeFileSync(file, code!.replaceAll('http://127.0.0.1:4000', stack.app.url).replaceAll('sk_test_demo_merchant', stack.key));
-  const child = spawn(process.execPath, ['--import', 'tsx', '--import', join(dir, 'record-fetch.mjs'), file, ...args], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+  writeFileSync(file, code!.replaceAll('sk_test_demo_merchant', stack.key));
+  // The blocks read the facade's port from PORT, as the README's Cookbook does.
+  const child = spawn(process.execPath, ['--import', 'tsx', '--import', join(dir, 'record-fetch.mjs'), file, ...args], { cwd: root, env: { ...process.env, PORT: String(stack.app.port) }, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));

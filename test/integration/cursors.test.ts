@@ -137,7 +137,7 @@ describe('on the embedded store', () => {
     expect(given).toMatch(OPAQUE);
 
     // The same log position is another cursor for another key, and means nothing to the first.
-    const [forMe, forThem] = await Promise.all([stack.key, stack.otherKey].map((key) => callerCursors(stack.app.services.store, key)));
+    const [forMe, forThem] = await Promise.all([stack.key, stack.otherKey].map(async (key) => callerCursors(stack.app.services.store, await stack.app.services.merchants.of(key))));
     expect(forMe!.cursorOf(Number(position))).toBe(own);
     expect(forThem!.cursorOf(Number(position))).not.toBe(own);
     expect(forMe!.seqOf(forThem!.cursorOf(Number(position)))).toBeUndefined();

@@ -2,10 +2,14 @@
 // webhook connections (or WEBHOOK_PORT), every webhook refusal counted (431
 // included), and /metrics off the public port in production unless a port or
 // a token is given for it, never with CORS.
+import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { connect } from 'node:net';
+import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { exportPKCS8, generateKeyPair, SignJWT, type CryptoKey } from 'jose';
+import { Pool } from 'undici';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
 import { createLogger } from '../../src/logger.js';
@@ -89,21 +93,65 @@ describe('header limits on the shared port (default setup)', () => {
     expect(statuses(afterEmptyLines)).toEqual([401]);
   });
 
-  it('answers another path on a webhook connection within the default limit, with CORS and a request id, then closes it', async () => {
-    const small = await exchange(stack.app.url, [`${webhookRequest('Bearer nope', true)}GET /health HTTP/1.1\r\nhost: x\r\norigin: https://shop.example\r\nx-request-id: after-webhook\r\n\r\n`]);
-    expect(statuses(small)).toEqual([401, 200]);
-    const second = small.slice(small.lastIndexOf('HTTP/1.1 '));
-    expect(second).toMatch(/^connection: close$/im);
+  it('answers another path after a webhook on the same connection within the default limit, with CORS and a request id, and keeps the connection', async () => {
+    const health = 'GET /health HTTP/1.1\r\nhost: x\r\norigin: https://shop.example\r\nx-request-id: after-webhook\r\n\r\n';
+    const small = await exchange(stack.app.url, [`${webhookRequest('Bearer nope', true)}${health}GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`]);
+    expect(statuses(small)).toEqual([401, 200, 200]);
+    const second = small.slice(small.indexOf('HTTP/1.1 200'), small.lastIndexOf('HTTP/1.1 '));
+    expect(second).toMatch(/^connection: keep-alive$/im);
     expect(second).toMatch(/^access-control-allow-origin: \*$/im);
     expect(second).toMatch(/^x-request-id: after-webhook$/im);
     const large = await exchange(stack.app.url, [`${webhookRequest('Bearer nope', true)}GET /graphql HTTP/1.1\r\nhost: x\r\n${padding(20 * 1024)}\r\n`]);
     expect(statuses(large)).toEqual([401, 431]);
-    // A WebSocket asked for on a webhook connection is the public server's.
+    // A WebSocket asked for after a webhook is held to the default limit too.
     const upgrade = 'GET /graphql HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-protocol: graphql-transport-ws\r\n';
     // (Not pipelined: Node answers an upgrade at once, even before the answer to a request ahead of it.)
     const parts = (last: string) => [webhookRequest('Bearer nope', true), last];
     expect(statuses(await exchange(stack.app.url, parts(`${upgrade}\r\n`), { gapMs: 300, waitMs: 1_000, pastAnswers: true }))).toEqual([401, 101]);
     expect(statuses(await exchange(stack.app.url, parts(`${upgrade}${padding(20 * 1024)}\r\n`), { gapMs: 300, pastAnswers: true }))).toEqual([401, 431]);
+  });
+
+  it('counts whitespace: 20 KiB of headers after a webhook on the same connection are refused whether the padding is spaces before a value, after it, or a value', async () => {
+    const spaces = ' '.repeat(20 * 1024);
+    for (const header of [`x-padding: a${spaces}\r\n`, `x-padding:${spaces}a\r\n`, `x-padding: a\t${'\t'.repeat(20 * 1024)}b\r\n`]) {
+      const raw = await exchange(stack.app.url, [`${webhookRequest('Bearer nope', true)}GET /health HTTP/1.1\r\nhost: x\r\n${header}\r\n`]);
+      expect(statuses(raw), JSON.stringify(header.slice(0, 14))).toEqual([401, 431]);
+    }
+    // Blank lines before a request line count too.
+    expect(statuses(await exchange(stack.app.url, [`${'\r\n'.repeat(10 * 1024)}GET /health HTTP/1.1\r\nhost: x\r\n\r\n`]))).toEqual([431]);
+  });
+
+  it('answers 400 at once to a request line that ends in a bare LF, without waiting for the headers deadline', async () => {
+    // HEADERS_TIMEOUT_MS is 10 s here: an answer within waitMs is not the deadline's.
+    expect(statuses(await exchange(stack.app.url, ['GET /health HTTP/1.1\nhost: x\n\n'], { waitMs: 3_000 }))).toEqual([400]);
+    expect(statuses(await exchange(stack.app.url, ['POST /webhooks HTTP/1.1\n'], { waitMs: 3_000 }))).toEqual([400]);
+  });
+
+  it('reads a request line that arrives a byte at a time in linear time (its bytes are joined once, not on every read)', async () => {
+    const line = `GET /health?${'q'.repeat(8_000)} HTTP/1.1\r\n`;
+    const concat = vi.spyOn(Buffer, 'concat');
+    try {
+      const socket = connect(Number(new URL(stack.app.url).port), '127.0.0.1');
+      socket.setNoDelay(true);
+      await once(socket, 'connect');
+      let received = '';
+      socket.on('data', (chunk: Buffer) => (received += chunk.toString('latin1')));
+      // One byte per turn of the event loop: the server reads them one (or a few) at a time.
+      for (const byte of line) {
+        socket.write(byte);
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      const answered = once(socket, 'data');
+      socket.write('host: x\r\nconnection: close\r\n\r\n');
+      await answered;
+      await once(socket, 'close');
+      expect(statuses(received)).toEqual([200]);
+      // Re-joining every piece on every read copies about line² / 2 bytes (some 30 MB here).
+      const joined = concat.mock.results.reduce((sum, result) => sum + (result.value as Buffer).length, 0);
+      expect(joined).toBeLessThan(4 * line.length);
+    } finally {
+      concat.mockRestore();
+    }
   });
 
   it('counts a webhook token over WEBHOOK_MAX_TOKEN_BYTES (431) in delivery_graph_webhook_refusals_total', async () => {
@@ -116,6 +164,73 @@ describe('header limits on the shared port (default setup)', () => {
     expect(statuses(trickled)).toEqual([431]);
     expect(await refusalsOf(stack.app.url, 431)).toBe(before + 2);
     expect(stack.app.receiver!.counters.refusals.get(431)).toBe(before + 2);
+  });
+});
+
+describe("a load balancer's kept-alive connections", () => {
+  let stack: Stack;
+  let privateKey: CryptoKey;
+  beforeAll(async () => {
+    const pair = await generateKeyPair('RS256', { extractable: true });
+    privateKey = pair.privateKey;
+    stack = await startStack({ sandbox: { privateKeyPem: await exportPKCS8(pair.privateKey) } });
+  });
+  afterAll(() => stack?.stop());
+
+  /** A genuine webhook whose token is about `bytes` long (the upstream echoes large orders in every event). */
+  const largeWebhook = async (bytes: number) => {
+    const uid = randomUUID();
+    const token = await new SignJWT({ payload: { uid, event_name: 'delivery.created', notes: 'n'.repeat(Math.ceil((bytes * 3) / 4)) } })
+      .setProtectedHeader({ alg: 'RS256' })
+      .setIssuer(stack.sandbox.issuer)
+      .setIssuedAt()
+      .setExpirationTime('5m')
+      .sign(privateKey);
+    expect(token.length).toBeGreaterThan(bytes);
+    return token;
+  };
+
+  it.each([
+    ['GET /health', { method: 'GET', path: '/health' }],
+    ['POST /graphql', { method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json' }, body: '{"query":"{ __typename }"}' }],
+    ['POST /graphql with a chunked body', { method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json' }, body: Readable.from(['{"query":', '"{ __typename }"}']) }],
+  ] as const)('stores a webhook with a 40 KB token that comes after %s on the same connection', async (_first, first) => {
+    // One connection, kept alive and reused for every path, as nginx keepalive, Envoy or a cloud load balancer does.
+    const pool = new Pool(stack.app.url, { connections: 1, pipelining: 1 });
+    let connects = 0;
+    pool.on('connect', () => (connects += 1));
+    try {
+      const before = stack.app.receiver!.counters.accepted;
+      const answer = await pool.request(first as Parameters<Pool['request']>[0]);
+      await answer.body.text();
+      expect(answer.statusCode).toBe(200);
+      const webhook = await pool.request({
+        method: 'POST',
+        path: '/webhooks',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${await largeWebhook(40_000)}` },
+        body: '{}',
+      });
+      await webhook.body.text();
+      expect(webhook.statusCode).toBe(200);
+      expect(stack.app.receiver!.counters.accepted).toBe(before + 1);
+      // Both went over the one connection.
+      expect(connects).toBe(1);
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it('answers 2,000 requests pipelined in one write, a chunked one among them (the server pauses the connection while its answers back up)', async () => {
+    const health = 'GET /health HTTP/1.1\r\nhost: x\r\n\r\n';
+    const chunked = 'POST /health HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\n\r\n';
+    const raw = await exchange(stack.app.url, [`${health.repeat(1_000)}${chunked}${health.repeat(998)}GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`], { waitMs: 10_000 });
+    expect(statuses(raw)).toEqual(Array.from({ length: 2_000 }, () => 200));
+  });
+
+  it('stores a webhook pipelined right behind another request, and answers a request pipelined behind the webhook', async () => {
+    const token = await largeWebhook(40_000);
+    const raw = await exchange(stack.app.url, [`GET /health HTTP/1.1\r\nhost: x\r\n\r\n${webhookRequest(`Bearer ${token}`, true)}GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`]);
+    expect(statuses(raw)).toEqual([200, 200, 200]);
   });
 });
 

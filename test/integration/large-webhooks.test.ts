@@ -224,7 +224,8 @@ describe('webhook refusals are counted and logged', () => {
 
 describe('connections held open', () => {
   it('closes connections whose headers do not arrive within HEADERS_TIMEOUT_MS, and refuses connections over MAX_CONNECTIONS', async () => {
-    const stack = await startStack({ env: { HEADERS_TIMEOUT_MS: '300', REQUEST_TIMEOUT_MS: '600', MAX_CONNECTIONS: '16' } });
+    // Every slot for anyone from one address: the caps per address and for webhooks have tests of their own (connection-caps).
+    const stack = await startStack({ env: { HEADERS_TIMEOUT_MS: '300', REQUEST_TIMEOUT_MS: '600', MAX_CONNECTIONS: '16', MAX_CONNECTIONS_PER_ADDRESS: '0', WEBHOOK_CONNECTIONS: '0' } });
     const port = Number(new URL(stack.app.url).port);
     const open = async (): Promise<Socket> => {
       const socket = connect(port, '127.0.0.1');
@@ -232,7 +233,7 @@ describe('connections held open', () => {
       return socket;
     };
     try {
-      // 16 slow clients hold every slot: the 17th is closed by the server without an answer.
+      // 16 slow clients hold every slot: the 17th is refused at once with a 503 that says why.
       const slow = await Promise.all(Array.from({ length: 16 }, open));
       for (const socket of slow) {
         socket.write('GET /health HTTP/1.1\r\nhost: x\r\n');
@@ -240,8 +241,11 @@ describe('connections held open', () => {
         socket.on('error', () => undefined).resume();
       }
       const extra = await open();
-      extra.on('error', () => undefined).resume();
+      let refusal = '';
+      extra.on('error', () => undefined).on('data', (chunk: Buffer) => (refusal += chunk.toString()));
       await once(extra, 'close');
+      expect(refusal).toMatch(/^HTTP\/1\.1 503 /);
+      expect(refusal).toContain('All 16 connection slots are taken (MAX_CONNECTIONS)');
       // The slow ones are cut off by the headers deadline (the server answers 408 or closes)...
       await Promise.all(slow.map((socket) => once(socket, 'close')));
       // ...and the server serves again.

@@ -21,9 +21,17 @@ describe("a partner order's style, read by uid", () => {
     const fragile = seed('PO-style-1', 'Special Handling');
     const plain = seed('PO-style-2', 'Standard');
 
-    // Without a style field: one read per order, by uid, nothing more.
+    // The first read of an order booked outside the facade proves it the merchant's by its read by reference
+    // (UPSTREAM_READ_SCOPE is platform by default: a read by uid proves nothing).
+    const bareQuery = `query($uids: [ID!]!) { deliveries(uids: $uids, group: PARTNER) { uid partnerReference } }`;
     let mark = stack.sandbox.requestCount;
-    const bare = await stack.gql(`query($uids: [ID!]!) { deliveries(uids: $uids, group: PARTNER) { uid partnerReference } }`, { uids: [fragile, plain] });
+    expect((await stack.gql(bareQuery, { uids: [fragile, plain] })).errors).toBeUndefined();
+    expect(callsSince(mark).filter((c) => c.includes('/orders/partner/')).sort()).toEqual(['GET /api/v1/orders/partner/PO-style-1', 'GET /api/v1/orders/partner/PO-style-2']);
+    expect(callsSince(mark)).toHaveLength(4);
+
+    // Proven: without a style field, one read per order, by uid, nothing more.
+    mark = stack.sandbox.requestCount;
+    const bare = await stack.gql(bareQuery, { uids: [fragile, plain] });
     expect(bare.errors).toBeUndefined();
     expect(callsSince(mark).filter((c) => c.includes('/orders/partner/'))).toEqual([]);
     expect(callsSince(mark)).toHaveLength(2);

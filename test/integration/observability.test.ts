@@ -189,6 +189,25 @@ describe('GET /metrics', () => {
     expect(text).not.toContain('availability {');
   });
 
+  it('exports how long the event loop was held since the previous scrape, max and p99', async () => {
+    await scrape(); // the window starts here
+    // The facade runs in this process: holding this loop holds the facade's.
+    const until = performance.now() + 150;
+    while (performance.now() < until);
+    // One more turn, so that the sampling timer, due during the hold, fires late and records it.
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const held = await scrape();
+    const max = sample(held, 'delivery_graph_event_loop_delay_max_seconds')!;
+    const p99 = sample(held, 'delivery_graph_event_loop_delay_p99_seconds')!;
+    expect(max).toBeGreaterThanOrEqual(0.14);
+    expect(max).toBeLessThan(5);
+    expect(p99).toBeGreaterThanOrEqual(0);
+    expect(p99).toBeLessThanOrEqual(max);
+    // The next window no longer holds that hold.
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(sample(await scrape(), 'delivery_graph_event_loop_delay_max_seconds')).toBeLessThan(0.14);
+  });
+
   it('is logged at debug, not info', async () => {
     await fetch(`${app.url}/metrics`, { headers: { 'x-request-id': 'test-scrape' } });
     await waitFor(() => logs().some((log) => log.reqId === 'test-scrape'));
@@ -299,3 +318,40 @@ describe('faults inside the facade', () => {
   });
 });
 
+describe('refusals in the access log', () => {
+  it('logs a GraphQL request refused UNAUTHENTICATED (HTTP 200) with its request id and error code', async () => {
+    const { response, body } = await gql(AVAILABILITY, undefined, { authorization: 'Bearer sk_test_refused_by_the_upstream', 'x-request-id': 'refused-key-1' });
+    expect(response.status).toBe(200);
+    expect(body.errors?.map((error) => error.extensions?.code)).toContain('UNAUTHENTICATED');
+    await waitFor(() => logs().some((log) => log.reqId === 'refused-key-1' && log.msg === 'request'));
+    expect(logs().find((log) => log.reqId === 'refused-key-1' && log.msg === 'request')).toMatchObject({ status: 200, path: '/graphql', errorCodes: ['UNAUTHENTICATED'] });
+  });
+
+  it('logs a request without a key the same way, refused before validation', async () => {
+    const response = await fetch(`${app.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': 'no-key-1' }, body: JSON.stringify({ query: AVAILABILITY }) });
+    expect(((await response.json()) as { errors: Array<{ extensions: { code: string } }> }).errors[0]!.extensions.code).toBe('UNAUTHENTICATED');
+    await waitFor(() => logs().some((log) => log.reqId === 'no-key-1' && log.msg === 'request'));
+    expect(logs().find((log) => log.reqId === 'no-key-1' && log.msg === 'request')).toMatchObject({ status: response.status, errorCodes: ['UNAUTHENTICATED'] });
+  });
+
+  it('gives a result without errors no error codes', async () => {
+    await gql(AVAILABILITY, undefined, { 'x-request-id': 'fine-1' });
+    await waitFor(() => logs().some((log) => log.reqId === 'fine-1' && log.msg === 'request'));
+    expect(logs().find((log) => log.reqId === 'fine-1' && log.msg === 'request')).not.toHaveProperty('errorCodes');
+  });
+
+  it('logs a refused webhook with its request id, in the warning and in the access log with its code', async () => {
+    const rejected = await fetch(`${app.url}/webhooks`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer not-a-jwt', 'x-request-id': 'bad-webhook-1' }, body: '{}' });
+    expect(rejected.status).toBe(401);
+    await waitFor(() => logs().some((log) => log.reqId === 'bad-webhook-1' && log.msg === 'request'));
+    expect(logs().find((log) => log.msg === 'webhook rejected: verification failed' && log.reqId === 'bad-webhook-1')).toMatchObject({ level: 40 });
+    expect(logs().find((log) => log.reqId === 'bad-webhook-1' && log.msg === 'request')).toMatchObject({ path: '/webhooks', status: 401, errorCodes: ['invalid_token'] });
+  });
+
+  it('writes every line with the process that wrote it', () => {
+    expect(logs().length).toBeGreaterThan(0);
+    expect(logs().every((log) => log.pid === process.pid)).toBe(true);
+    // One process, not one of WORKERS.
+    expect(logs().some((log) => 'worker' in log)).toBe(false);
+  });
+});

@@ -45,9 +45,9 @@ describe('the owner filter of the embedded store', () => {
     store.db.prepare('INSERT INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)').run('behind', 'hash-x', Date.now(), 'PLATFORM');
     const found = await store.ownersOf(['a', 'b', 'c', 'behind', 'never']);
     expect(Object.fromEntries(found)).toEqual({
-      a: { owner: 'hash-a', group: 'PLATFORM' },
-      b: { owner: 'hash-b', group: 'PARTNER' },
-      c: { owner: 'hash-c', group: 'PLATFORM' },
+      a: { owner: 'hash-a', group: 'PLATFORM', proof: 'read' },
+      b: { owner: 'hash-b', group: 'PARTNER', proof: 'read' },
+      c: { owner: 'hash-c', group: 'PLATFORM', proof: 'read' },
     });
 
     // Opened again, the filter is read from the file: every row is found.
@@ -55,9 +55,41 @@ describe('the owner filter of the embedded store', () => {
     await store.close();
     const again = open(dir);
     // Before it is filled the file answers every lookup.
-    expect((await again.ownersOf(['behind'])).get('behind')).toEqual({ owner: 'hash-x', group: 'PLATFORM' });
+    expect((await again.ownersOf(['behind'])).get('behind')).toEqual({ owner: 'hash-x', group: 'PLATFORM', proof: null });
     await filled(again);
     expect([...(await again.ownersOf(['a', 'b', 'c', 'behind', 'never'])).keys()]).toEqual(['a', 'b', 'c', 'behind']);
+  });
+
+  it('is filled from a large file a small slice per turn of the event loop, and then holds every record', async () => {
+    const store = open();
+    await filled(store);
+    const dir = path.dirname(store.db.name);
+    await store.close();
+    // 50,000 records written straight into the file, as a long-running instance leaves it.
+    const records = 50_000;
+    const db = new Database(path.join(dir, 'delivery-graph.sqlite'));
+    const insert = db.prepare('INSERT INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)');
+    db.transaction(() => {
+      for (let index = 0; index < records; index += 1) insert.run(`filled-${index}`, `hash-${index % 7}`, Date.now(), 'PLATFORM');
+    })();
+    db.close();
+
+    // Turns of the loop other work gets while the filter is filled: one between every two slices of the fill.
+    const again = open(dir);
+    let turns = 0;
+    const count = () => {
+      if (again.ownerFilter.complete) return;
+      turns += 1;
+      setImmediate(count);
+    };
+    setImmediate(count);
+    await filled(again);
+    // At most 5,000 records read in any one turn (it read 20,000, tens of ms of the loop at once).
+    expect(turns).toBeGreaterThanOrEqual(records / 5_000);
+    const uids = Array.from({ length: records }, (_, index) => `filled-${index}`);
+    const found = await again.ownersOf([...uids, 'never-recorded']);
+    expect(found.size).toBe(records);
+    expect(found.get('filled-49999')).toEqual({ owner: `hash-${49_999 % 7}`, group: 'PLATFORM', proof: null });
   });
 
   it('grows past its first size as records come, and still finds every one of them', async () => {
@@ -105,6 +137,6 @@ describe('the owner filter of the embedded store', () => {
       other.close();
     }
     await late;
-    expect((await store.ownersOf(['late'])).get('late')).toEqual({ owner: 'hash-late', group: 'PARTNER' });
+    expect((await store.ownersOf(['late'])).get('late')).toEqual({ owner: 'hash-late', group: 'PARTNER', proof: 'read' });
   });
 });

@@ -1,14 +1,25 @@
 // Who may see a delivery, against an upstream that scopes reads to the platform
 // (the document's 404 reads "no delivery with this uid belongs to the platform",
-// so any merchant of the platform may get a 200 for another's delivery). The
-// sandbox runs with readScope: 'platform'; each test first shows that the
-// upstream itself would hand the other merchant the delivery, then that the
-// facade does not, on every path, without asking the upstream. A delivery the
-// facade has no record of is the upstream's to decide, and the first key it lets
-// read it is kept as the owner. Events of a partner order take their group from
-// what the facade knows, not from fields the document's webhook body lacks.
+// so any merchant of the platform may get a 200 for another's delivery), with
+// the facade's UPSTREAM_READ_SCOPE at its default, platform. The sandbox runs
+// with readScope: 'platform'; each test first shows that the upstream itself
+// would hand the other merchant the delivery, then that the facade does not, on
+// every path: it answers as for a uid that does not exist, with the same
+// upstream calls (reads of a uid drawn now, never the delivery, never a cancel).
+// A delivery booked outside the facade is nobody's until something the merchant
+// alone can do proves it (for a partner order, its read by reference), or an
+// operator claims it. Events of a partner order take their group from what the
+// facade knows, not from fields the document's webhook body lacks. An operator's
+// claim made while the facade runs (on Redis) counts there within seconds.
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { merchantCommand } from '../../src/access/merchant-admin.js';
+import { CLAIM_CHECK_MS } from '../../src/access/owners.js';
+import { RedisStore } from '../../src/store/redis.js';
+import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import { partnerOrderBody, startStack, deliveryInput, type Stack } from '../helpers/stack.js';
+import { listenersAttached } from '../helpers/wait.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
 const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`;
@@ -33,18 +44,13 @@ async function upstreamStatus(key: string, uid: string): Promise<number> {
   return response.status;
 }
 
-/** The upstream requests `run` caused. */
-async function upstreamCalls(run: () => Promise<unknown>): Promise<number> {
+/** The upstream requests `run` caused: method and route with every uid replaced, and the paths themselves. */
+async function upstreamCalls(run: () => Promise<unknown>): Promise<{ routes: string[]; paths: string[] }> {
   const mark = stack.sandbox.requestCount;
   await run();
-  return stack.sandbox.requestsSince(mark).filter((r) => r.group !== 'control').length;
-}
-
-/** delivery_graph_owner_records_learned_total{result="written"} */
-async function learned(): Promise<number> {
-  const text = await (await fetch(`${stack.app.url}/metrics`)).text();
-  const line = text.split('\n').find((candidate) => candidate.startsWith('delivery_graph_owner_records_learned_total{result="written"}'));
-  return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
+  const requests = stack.sandbox.requestsSince(mark).filter((r) => r.group !== 'control');
+  const routes = requests.map((r) => `${r.method} ${r.path.replace(/[0-9a-f]{8}-[0-9a-f-]{27}/g, '{uid}')}`).sort();
+  return { routes, paths: requests.map((r) => r.path) };
 }
 
 async function book(key: string): Promise<string> {
@@ -64,34 +70,41 @@ afterAll(async () => {
 });
 
 describe('a delivery booked through the facade', () => {
-  it('is refused to every other key on every read path, and the upstream is not asked', async () => {
+  /** Every read path, for one uid, as `key`: one after the other, so that the calls they cost can be counted (concurrent ones may share a read). */
+  const readEverywhere = async (uid: string, key: string) => [
+    await stack.gql(READ, { uid }, key),
+    await stack.gql(MANY, { uids: [uid, uid] }, key),
+    await stack.gql(NODE, { id: nodeId('PLATFORM', uid) }, key),
+    await stack.gql(ENTITIES, { representations: [{ __typename: 'Delivery', uid }] }, key),
+    await stack.gql(ENTITIES, { representations: [{ __typename: 'Delivery', uid, group: 'PARTNER' }] }, key),
+  ];
+
+  it('answers every other merchant on every read path as a uid that does not exist, with the same upstream calls and never a read of it', async () => {
     const uid = await book(owner);
     // The upstream itself would let the other merchant of the platform read it.
     expect(await upstreamStatus(other, uid)).toBe(200);
 
     let answers: Array<Record<string, any>> = [];
-    const calls = await upstreamCalls(async () => {
-      answers = await Promise.all([
-        stack.gql(READ, { uid }, other),
-        stack.gql(MANY, { uids: [uid, uid] }, other),
-        stack.gql(NODE, { id: nodeId('PLATFORM', uid) }, other),
-        stack.gql(ENTITIES, { representations: [{ __typename: 'Delivery', uid }] }, other),
-        stack.gql(ENTITIES, { representations: [{ __typename: 'Delivery', uid, group: 'PARTNER' }] }, other),
-      ]);
-    });
+    const calls = await upstreamCalls(async () => (answers = await readEverywhere(uid, other)));
     const [read, many, node, entities, partnerEntities] = answers;
     expect(read).toEqual({ data: { delivery: null } });
     expect(many).toEqual({ data: { deliveries: [null, null] } });
     expect(node).toEqual({ data: { node: null } });
     expect(entities).toEqual({ data: { _entities: [null] } });
     expect(partnerEntities).toEqual({ data: { _entities: [null] } });
-    expect(calls).toBe(0);
+    // A uid nobody has: the same answers, the same calls.
+    const unknown = randomUUID();
+    let unknownAnswers: Array<Record<string, any>> = [];
+    const unknownCalls = await upstreamCalls(async () => (unknownAnswers = await readEverywhere(unknown, other)));
+    expect(unknownAnswers).toEqual(answers);
+    expect(calls.routes).toEqual(unknownCalls.routes);
+    expect(calls.paths.some((path) => path.includes(uid))).toBe(false);
 
     // The owner still reads it.
     expect((await stack.gql(READ, { uid }, owner)).data.delivery.uid).toBe(uid);
   });
 
-  it('cannot be canceled, followed or put in a client token by another key', async () => {
+  it('cannot be canceled, followed or put in a client token by another key: each answers as for an unknown uid, and no cancel is sent', async () => {
     const uid = await book(owner);
     let cancel: Record<string, any> = {};
     let token: Record<string, any> = {};
@@ -101,7 +114,14 @@ describe('a delivery booked through the facade', () => {
     });
     expect(cancel.data.cancelDelivery.__typename).toBe('NotFoundError');
     expect(token.data.createClientToken.__typename).toBe('NotFoundError');
-    expect(calls).toBe(0);
+    expect(calls.routes.some((route) => route.endsWith('/cancel'))).toBe(false);
+    expect(calls.paths.some((path) => path.includes(uid))).toBe(false);
+    const unknown = randomUUID();
+    const unknownCalls = await upstreamCalls(async () => {
+      await stack.gql(CANCEL, { uid: unknown }, other);
+      await stack.gql(TOKEN, { uids: [unknown] }, other);
+    });
+    expect(calls.routes).toEqual(unknownCalls.routes);
 
     const client = wsClient(stack.app.url, other);
     try {
@@ -137,7 +157,7 @@ describe('a delivery booked through the facade', () => {
 });
 
 describe('a delivery the facade has no record of', () => {
-  it('is the upstream\'s to decide: the first key it lets read it is kept as the owner, across a restart', async () => {
+  it('is nobody\'s on a platform-scoped upstream, whoever reads it first, until an operator claims it; the claim outlives a restart', async () => {
     // Booked at the upstream directly, by the owner: the facade never saw it.
     const response = await fetch(`${stack.sandbox.url}/${stack.sandbox.platformId}/deliveries`, {
       method: 'POST',
@@ -147,12 +167,17 @@ describe('a delivery the facade has no record of', () => {
     const { uid } = (await response.json()) as { uid: string };
     expect(await upstreamStatus(other, uid)).toBe(200);
 
-    // The owner reads it first (one upstream read): it is recorded as the owner's, and /metrics counts the record.
-    const written = await learned();
-    expect(await upstreamCalls(async () => expect((await stack.gql(READ, { uid }, owner)).data.delivery.uid).toBe(uid))).toBe(1);
-    await vi.waitFor(async () => expect(await learned()).toBe(written + 1));
+    // A read's 200 proves nothing: not the other merchant's, who reads it first, nor the owner's.
+    expect(await stack.gql(READ, { uid }, other)).toEqual({ data: { delivery: null } });
+    expect(await stack.gql(READ, { uid }, owner)).toEqual({ data: { delivery: null } });
+    expect(await stack.app.services.store.ownersOf([uid])).toEqual(new Map());
+
+    // The operator's claim (npm run merchant -- claim --uid=… with the owner's key on standard input).
+    const claimed = await merchantCommand(['claim', `--uid=${uid}`], `${owner}\n`, { store: stack.app.services.store });
+    expect(claimed.code).toBe(0);
     await stack.restart();
-    expect(await upstreamCalls(async () => expect(await stack.gql(READ, { uid }, other)).toEqual({ data: { delivery: null } }))).toBe(0);
+    expect((await stack.gql(READ, { uid }, owner)).data.delivery.uid).toBe(uid);
+    expect(await stack.gql(READ, { uid }, other)).toEqual({ data: { delivery: null } });
   });
 
   it('gives a partner order\'s events the partner group, though the webhook body does not say it', async () => {
@@ -174,6 +199,68 @@ describe('a delivery the facade has no record of', () => {
     // And another key is refused it, though the upstream would read it out (platform scope).
     expect(await stack.gql(READ, { uid: order.uid, group: 'PARTNER' }, other)).toEqual({ data: { delivery: null } });
   });
+});
+
+describe('an operator claim made while the facade runs (Redis)', () => {
+  const withRedis = redisAvailable('owner-records.test.ts');
+  let redis: RedisServer | undefined;
+  let running: Stack;
+  beforeAll(async () => {
+    if (!withRedis) return;
+    redis = await startRedisServer();
+    running = await startStack({ sandbox: { knobs: { readScope: 'platform' } }, env: { REDIS_URL: redis.url } });
+  });
+  afterAll(async () => {
+    await running?.stop();
+    await redis?.stop();
+  });
+
+  it.skipIf(!withRedis)(
+    'counts within seconds: the merchant it was recorded for reads null, its stream of the delivery ends NOT_FOUND, its unfiltered feed shows it no more; the claimant reads it',
+    async () => {
+      const [recorded, claimant] = [running.key, running.otherKey];
+      const booked = async (key: string) => (await running.gql(CREATE, { input: deliveryInput() }, key)).data.createDelivery.data.uid as string;
+      // Booked with one key: recorded as its merchant's, which the instance remembers as it reads, follows and passes the events on.
+      const uid = await booked(recorded);
+      expect((await running.gql(READ, { uid }, recorded)).data.delivery.uid).toBe(uid);
+      const client = wsClient(running.app.url, recorded);
+      try {
+        const attached = listenersAttached(running.app.services.bus);
+        const feed = collect(client, `subscription { deliveryEvents { uid name } }`);
+        await attached;
+        const updated = collect(client, `subscription($uid: ID!) { deliveryUpdated(uid: $uid) { uid name } }`, { uid });
+        await updated.waitFor(1);
+        await running.sandbox.advance(uid);
+        await feed.waitForItem((item: any) => item.deliveryEvents.uid === uid);
+        await updated.waitFor(2);
+
+        // The operator claims it for the other merchant, from a process of its own (npm run merchant -- claim, the key on standard input).
+        const operatorStore = new RedisStore(new Redis(redis!.url), { prefix: (running.app.services.store as RedisStore).prefix, ownsClient: true });
+        try {
+          const claimed = await merchantCommand(['claim', `--uid=${uid}`], `${claimant}\n`, { store: operatorStore });
+          expect(claimed.code, claimed.lines.join('\n')).toBe(0);
+        } finally {
+          await operatorStore.close();
+        }
+
+        await vi.waitFor(async () => expect(await running.gql(READ, { uid }, recorded)).toEqual({ data: { delivery: null } }), { timeout: CLAIM_CHECK_MS * 3, interval: 100 });
+        expect((await running.gql(READ, { uid }, claimant)).data.delivery.uid).toBe(uid);
+
+        // The delivery's next event: the recorded merchant's stream of it ends as a new one would be refused, and its feed passes it by.
+        const shown = feed.items.filter((item: any) => item.deliveryEvents.uid === uid).length;
+        await running.sandbox.advance(uid);
+        await updated.done;
+        expect(updated.items).toHaveLength(2);
+        expect(JSON.stringify(updated.errors)).toContain('NOT_FOUND');
+        const later = await booked(recorded);
+        await feed.waitForItem((item: any) => item.deliveryEvents.uid === later);
+        expect(feed.items.filter((item: any) => item.deliveryEvents.uid === uid)).toHaveLength(shown);
+        expect(feed.errors).toEqual([]);
+      } finally {
+        await client.dispose();
+      }
+    },
+  );
 });
 
 /** A platform booking body as the upstream takes it. */

@@ -156,6 +156,8 @@ describe.skipIf(!redisAvailable('readiness.test.ts'))('readiness on Redis', () =
     let answer = await ready(stack.app.url);
     while (answer.status === 200) answer = await ready(stack.app.url);
     expect(answer.status).toBe(503);
+    // What is wrong, in our words (not ioredis's "Reached the max retries per request limit").
+    expect(answer.body.store).toMatch(/^Redis cannot be reached \(connect ECONNREFUSED [\d.]+:\d+\)$|^the store did not answer within 1000 ms$/);
     await redis.start();
     while (answer.status !== 200) {
       await new Promise((resolve) => setTimeout(resolve, 100));

@@ -43,7 +43,8 @@ describe('the README cookbook', () => {
     await new Promise<void>((resolve, reject) => {
       let output = '';
       const timer = setTimeout(() => reject(new Error(`npm start did not come up:\n${output}`)), 30_000);
-      server.stdout!.on('data', (chunk: Buffer) => {
+      // The banner is on stderr (stdout is a pipe: JSON logs only).
+      server.stderr!.on('data', (chunk: Buffer) => {
         output += chunk.toString();
         if (output.includes('serving on')) {
           clearTimeout(timer);
@@ -73,5 +74,12 @@ describe('the README cookbook', () => {
     expect(output).toContain('the same booking');
     expect(output).toMatch(/"status":"CANCELED"/);
     expect(output).toMatch(/"partnerReference":"PO-/);
+    // The customer's link is for a delivery still under way, not the one cancelled above.
+    const live = /following ([0-9a-f-]{36})/.exec(output)?.[1];
+    expect(live).toBeDefined();
+    const read = new RegExp(`"delivery":\\{"uid":"${live}","status":"([A-Z_]+)"`).exec(output);
+    expect(read?.[1]).toBeDefined();
+    expect(['CANCELED', 'FAILED', 'RETURNED', 'DROPOFF_COMPLETE']).not.toContain(read![1]);
+    expect(output).toMatch(/tracking link for the customer: http:\/\/127\.0\.0\.1:\d+\/#token=\S+/);
   }, 90_000);
 });

@@ -3,6 +3,7 @@
 // delivery whatever its number of subscribers; and a key the upstream refuses
 // refuses new subscriptions and ends live ones.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../../src/logger.js';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 import { waitUntil } from '../helpers/wait.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
@@ -109,6 +110,34 @@ describe('with webhooks on', () => {
     expect(next.deliveryEvents.source).toBe('webhook');
     expect(sub.errors).toEqual([]);
     client.dispose();
+  });
+});
+
+describe('an upstream answer during reconciliation', () => {
+  it('a 404 for a followed delivery is logged in its code at info, without a stack', async () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const logger = createLogger('info', { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const own = await startStack({ env: { RECONCILE_INTERVAL_MS: String(INTERVAL_MS) }, faultProxy: true, logger });
+    try {
+      const uid = ((await own.gql(CREATE, { input: deliveryInput() })).data as { createDelivery: { data: { uid: string } } }).createDelivery.data.uid;
+      const client = wsClient(own.app.url, own.key);
+      const sub = collect(client, UPDATED, { uid });
+      await sub.waitFor(1);
+      // The upstream forgets it (as a restarted sandbox would): both groups answer 404 to its reads.
+      own.proxy!.fault = (req, res) => {
+        if (req.method !== 'GET' || !req.url?.includes(uid)) return false;
+        res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { code: 'not_found', message: 'No such delivery.' } }));
+        return true;
+      };
+      const failed = () => lines.filter((line) => line.msg === 'reconcile: reading a followed delivery failed; trying again later');
+      await waitUntil(() => failed().length > 0, 'a reconciliation read answered 404');
+      expect(failed()[0]).toMatchObject({ level: 30, uid, code: 'NOT_FOUND' });
+      expect(failed()[0]).not.toHaveProperty('err');
+      expect(JSON.stringify(lines)).not.toMatch(/"stack"/);
+      await client.dispose();
+    } finally {
+      await own.stop();
+    }
   });
 });
 

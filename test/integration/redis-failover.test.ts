@@ -75,7 +75,7 @@ beforeAll(async () => {
   [set, sandbox] = await Promise.all([startSentinelSet(), startSandbox({ privateKeyPem: await exportPKCS8(pair.privateKey), knobs: { stepMs: 0 } })]);
   sandbox.setWebhookUrl(undefined);
   [a, b] = await Promise.all([startInstance('a'), startInstance('b')]);
-  merchant = await callerCursors(a.services.store, sandbox.merchants[0]!.key);
+  merchant = await callerCursors(a.services.store, await a.services.merchants.of(sandbox.merchants[0]!.key));
 }, 90_000);
 afterAll(async () => {
   for (const app of apps) await app.stop().catch(() => {});

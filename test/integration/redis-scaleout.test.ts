@@ -93,7 +93,8 @@ async function spawnInstance(name: string): Promise<{ url: string; stop(): Promi
   const url = await new Promise<string>((resolve, reject) => {
     let output = '';
     child.once('exit', (code) => reject(new Error(`instance ${name} exited with ${code}:\n${output}`)));
-    child.stdout!.on('data', (chunk: Buffer) => {
+    // The banner is on stderr (stdout is a pipe: JSON logs only).
+    child.stderr!.on('data', (chunk: Buffer) => {
       output += chunk.toString();
       const served = /serving on (http:\/\/\S+)/.exec(output);
       if (served) resolve(served[1]!);
@@ -122,7 +123,7 @@ beforeAll(async () => {
   // The sandbox sends no webhooks of its own here: every event is posted by the test.
   sandbox.setWebhookUrl(undefined);
   [a, b] = await Promise.all([startInstance('a'), startInstance('b')]);
-  merchant = await callerCursors(a.services.store, sandbox.merchants[0]!.key);
+  merchant = await callerCursors(a.services.store, await a.services.merchants.of(sandbox.merchants[0]!.key));
 });
 afterAll(async () => {
   for (const app of apps) await app.stop().catch(() => {});

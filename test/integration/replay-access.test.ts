@@ -1,12 +1,14 @@
 // deliveryEvents without uids replays the whole log (after: "0") and then follows
 // it live: every merchant's events pass by, and only the caller's may be sent.
 // The facade's owner records decide first, with no upstream call: a delivery
-// recorded as another key's is left out, one recorded as the caller's is sent.
+// recorded as another merchant's is left out, one recorded as the caller's is sent.
 // Only a delivery with no record (a partner order) is asked of the upstream, at
 // most SUBSCRIPTION_ACCESS_CHECKS times a minute per subscription and one unit of
 // the key's RATE_LIMIT_PER_MINUTE each; past either its events are skipped, and
 // /metrics counts them. The sandbox's request log counts what did reach the
-// upstream. On the embedded store and on Redis.
+// upstream. On the embedded store and on Redis. The sandbox scopes reads to the
+// key here, and the facade is told so (UPSTREAM_READ_SCOPE=key: the upstream's
+// reads decide); on a platform-scoped upstream see identity.test.ts.
 import { randomBytes } from 'node:crypto';
 import { exportPKCS8, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -90,8 +92,8 @@ async function replay(stack: Stack, key: string, own: string, after = '0'): Prom
 
 /** The key's cursor for the end of the log as it is now: a replay after it sees only what comes next. */
 async function cursorNow(stack: Stack, key: string): Promise<string> {
-  const { store } = stack.app.services;
-  return (await callerCursors(store, key)).cursorOf(await store.lastSeq());
+  const { store, merchants } = stack.app.services;
+  return (await callerCursors(store, await merchants.of(key))).cursorOf(await store.lastSeq());
 }
 
 /** The upstream requests since `mark` (a sandbox requestCount), as "METHOD path". */
@@ -126,8 +128,9 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
     beforeAll(async () => {
       if (storeName === 'Redis') redis.push(...(await Promise.all([startRedisServer(), startRedisServer()])));
       const store = (n: number): Record<string, string> => (redis[n] ? { REDIS_URL: redis[n].url } : {});
-      stack = await startStack({ sandbox: { privateKeyPem, merchants: [caller, other, third] }, env: { ...store(0), SUBSCRIPTION_ACCESS_CHECKS: String(CHECKS) } });
-      limited = await startStack({ sandbox: { privateKeyPem, merchants: [budgeted, idle] }, env: { ...store(1), RATE_LIMIT_PER_MINUTE: String(PER_MINUTE) } });
+      const scope = { UPSTREAM_READ_SCOPE: 'key' };
+      stack = await startStack({ sandbox: { privateKeyPem, merchants: [caller, other, third] }, env: { ...store(0), ...scope, SUBSCRIPTION_ACCESS_CHECKS: String(CHECKS) } });
+      limited = await startStack({ sandbox: { privateKeyPem, merchants: [budgeted, idle] }, env: { ...store(1), ...scope, RATE_LIMIT_PER_MINUTE: String(PER_MINUTE) } });
     });
     afterAll(async () => {
       await stack?.stop();

@@ -20,7 +20,7 @@ import { collect, wsClient } from '../helpers/ws-client.js';
 const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`;
 const UPDATED = `subscription($uid: ID!) { deliveryUpdated(uid: $uid) { cursor name status statusText stale delivery { status rawStatus } } }`;
 const LOCATION = `subscription($uid: ID!) { courierLocation(uid: $uid) { milestone location { lat lng } } }`;
-const HISTORY = `query($uid: ID!) { delivery(uid: $uid) { events { edges { node { name status statusText stale delivery { status } } } } } }`;
+const HISTORY = `query($uid: ID!) { delivery(uid: $uid) { events { edges { node { name status statusText stale delivery { status } reported { status } } } } } }`;
 
 const withRedis = redisAvailable('return-path.test.ts');
 
@@ -157,8 +157,12 @@ async function followTheReturn(sender: WebhookSender, bookOn: string, updatesOn:
   }
 }
 
-/** Before pickup a cancel is final: deliveryUpdated completes there, and a later return_in_progress is stale. */
-async function cancelBeforePickup(sender: WebhookSender, bookOn: string, updatesOn: string) {
+/**
+ * A cancel with no evidence of pickup is not final on arrival (only a read after
+ * FINALITY_GRACE_MS confirms it): a return that follows proves the pickup, and
+ * deliveryUpdated follows it to RETURNED.
+ */
+async function cancelThenReturn(sender: WebhookSender, bookOn: string, updatesOn: string) {
   const uid = await book(bookOn);
   const client = wsClient(updatesOn, stack.key);
   try {
@@ -166,16 +170,21 @@ async function cancelBeforePickup(sender: WebhookSender, bookOn: string, updates
     await updates.waitFor(1);
     sender.enqueue(uid, webhook(uid, 'delivery.assigned', 'Courier found', ASSIGNED_AT), false);
     sender.enqueue(uid, webhook(uid, 'delivery.canceled', 'Cancelled by the shop'), false);
-    sender.enqueue(uid, webhook(uid, 'delivery.return_in_progress', 'On the way back', ASSIGNED_AT), true);
+    await sender.idle();
+    await updates.waitForItem((item) => item.deliveryUpdated.status === 'CANCELED');
+    expect(updates.completed).toBe(false);
+    sender.enqueue(uid, webhook(uid, 'delivery.return_in_progress', 'On the way back', ASSIGNED_AT), false);
+    sender.enqueue(uid, webhook(uid, 'delivery.returned', 'Back at the shop', SHOP), true);
     await sender.idle();
     await updates.done;
     expect(updates.completed).toBe(true);
-    expect(updates.items.map((item) => item.deliveryUpdated.status)).toEqual(['CREATED', 'ASSIGNED', 'CANCELED']);
+    expect(updates.items.map((item) => item.deliveryUpdated.status)).toEqual(['CREATED', 'ASSIGNED', 'CANCELED', 'RETURN_IN_PROGRESS', 'RETURNED']);
     const history = await gql(updatesOn, HISTORY, { uid });
     expect(history.data.delivery.events.edges.map((edge: any) => [edge.node.name, edge.node.stale])).toEqual([
       ['delivery.assigned', false],
       ['delivery.canceled', false],
-      ['delivery.return_in_progress', true],
+      ['delivery.return_in_progress', false],
+      ['delivery.returned', false],
     ]);
   } finally {
     await client.dispose();
@@ -215,9 +224,9 @@ describe('the return path on the embedded store', () => {
     }
   });
 
-  it('a cancel before pickup ends the delivery; a return after it is stale', async () => {
+  it('a cancel with no evidence of pickup does not end the delivery: the return after it is followed to RETURNED', async () => {
     const url = stack.app.url;
-    await cancelBeforePickup(senderTo([url]), url, url);
+    await cancelThenReturn(senderTo([url]), url, url);
   });
 });
 
@@ -230,9 +239,10 @@ describe('the status of an event', () => {
     sender.enqueue(uid, webhook(uid, 'delivery.rerouted', 'Dropoff En Route'), true);
     await sender.idle();
     const history = await gql(url, HISTORY, { uid });
+    // The unknown name moved nothing: the delivery as known after it is still picked up; its own payload reads as its label says.
     expect(history.data.delivery.events.edges.map((edge: any) => edge.node)).toEqual([
-      { name: 'delivery.pickup_complete', status: 'PICKUP_COMPLETE', statusText: 'Package collected', stale: false, delivery: { status: 'PICKUP_COMPLETE' } },
-      { name: 'delivery.rerouted', status: 'DROPOFF_ENROUTE', statusText: 'Dropoff En Route', stale: false, delivery: { status: 'DROPOFF_ENROUTE' } },
+      { name: 'delivery.pickup_complete', status: 'PICKUP_COMPLETE', statusText: 'Package collected', stale: false, delivery: { status: 'PICKUP_COMPLETE' }, reported: { status: 'PICKUP_COMPLETE' } },
+      { name: 'delivery.rerouted', status: 'DROPOFF_ENROUTE', statusText: 'Dropoff En Route', stale: false, delivery: { status: 'PICKUP_COMPLETE' }, reported: { status: 'DROPOFF_ENROUTE' } },
     ]);
   });
 });
@@ -272,8 +282,8 @@ describe.skipIf(!withRedis)('the return path on two instances sharing Redis', ()
     await followTheReturn(senderTo([a, b]), a, b, a);
   });
 
-  it('a cancel before pickup ends the delivery there too', async () => {
+  it('a cancel with no evidence of pickup does not end the delivery there either', async () => {
     const [a, b] = apps.map((app) => app.url) as [string, string];
-    await cancelBeforePickup(senderTo([b, a]), a, b);
+    await cancelThenReturn(senderTo([b, a]), a, b);
   });
 });

@@ -49,7 +49,8 @@ describe('SIGTERM', () => {
     url = await new Promise<string>((resolve, reject) => {
       let output = '';
       const timer = setTimeout(() => reject(new Error(output)), 20_000);
-      child.stdout!.on('data', (chunk: Buffer) => {
+      // The banner is on stderr (stdout is a pipe: JSON logs only).
+      child.stderr!.on('data', (chunk: Buffer) => {
         output += chunk.toString();
         const match = /serving on (http:\/\/\S+)/.exec(output);
         if (match) {

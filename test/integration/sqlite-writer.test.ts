@@ -80,7 +80,7 @@ describe('the SQLite writer thread', () => {
       const recorded = store.recordOwners([{ uid: 'd1', owner: 'owner-hash', group: 'PARTNER' }]);
       await turnOfTheEventLoop();
       // The access check of a webhook or read that follows the write must not find "no record".
-      expect(await store.ownersOf(['d1', 'd2'])).toEqual(new Map([['d1', { owner: 'owner-hash', group: 'PARTNER' }]]));
+      expect(await store.ownersOf(['d1', 'd2'])).toEqual(new Map([['d1', { owner: 'owner-hash', group: 'PARTNER', proof: 'read' }]]));
       lock.release();
       await recorded;
       expect(await store.ownerOf('d1')).toBe('owner-hash');
@@ -110,6 +110,33 @@ describe('the SQLite writer thread', () => {
     } finally {
       await store.close();
     }
+  });
+
+  it('stores a batch in one savepoint, and when one of its events cannot be written, that one fails alone', async () => {
+    const store = openStore();
+    // A batch that writes: every event stored, in order.
+    const stored = await store.appendEvents([event('batch-a', 'delivery.created'), event('batch-b', 'delivery.created'), event('batch-a', 'delivery.assigned')]);
+    expect(stored.map((result) => [result.event.uid, result.event.name, result.duplicate])).toEqual([
+      ['batch-a', 'delivery.created', false],
+      ['batch-b', 'delivery.created', false],
+      ['batch-a', 'delivery.assigned', false],
+    ]);
+    // An event without a uid cannot be written (the receiver never sends one: the store must still not lose the others).
+    const broken = { payload: { event_name: 'delivery.created' } as WireWebhookEvent, receivedAt: new Date().toISOString() };
+    const before = await store.lastSeq();
+    const failure = await store.appendEvents([event('mixed-a', 'delivery.created'), broken, event('mixed-b', 'delivery.created')]).then(
+      () => undefined,
+      (error: unknown) => error as { name: string; outcomes: Array<{ event?: { uid: string; seq: number } } | Error> },
+    );
+    expect(failure?.name).toBe('PartialAppendError');
+    expect(failure!.outcomes[1]).toBeInstanceOf(Error);
+    const [first, , third] = failure!.outcomes as Array<{ event: { uid: string; seq: number } }>;
+    expect([first!.event.uid, third!.event.uid]).toEqual(['mixed-a', 'mixed-b']);
+    // The two were stored, and nothing of the broken one: the log grew by two.
+    const log = await store.eventsAfter(before, 10);
+    expect(log.map((stored) => stored.uid)).toEqual(['mixed-a', 'mixed-b']);
+    expect(log.map((stored) => stored.seq)).toEqual([first!.event.seq, third!.event.seq]);
+    await store.close();
   });
 
   it('closes after the writes sent before close() have committed', async () => {

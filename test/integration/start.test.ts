@@ -46,7 +46,8 @@ describe('npm start against the embedded sandbox', () => {
     // Steps long enough that the subscriber below is live before the delivery is picked up, even on a busy machine
     // (it confirms its key with one upstream read as it starts; a later start begins from the read's state).
     child = run({ PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: '250', SANDBOX_RETURN_RATE: '0', DATA_DIR: dataDir });
-    child.stdout!.on('data', (chunk: Buffer) => (bannerText += chunk.toString()));
+    // stdout is a pipe: JSON logs there, the banner on stderr.
+    child.stderr!.on('data', (chunk: Buffer) => (bannerText += chunk.toString()));
     const [served, merchant] = await Promise.all([
       waitFor(child, /serving on (http:\/\/\S+)/),
       waitFor(child, /merchant key: (\S+)/),
@@ -69,6 +70,9 @@ describe('npm start against the embedded sandbox', () => {
     const metrics = at('metrics');
     expect([page, graphiql, webhooks, health, metrics]).toEqual([`${url}/`, `${url}/graphql`, `${url}/webhooks`, `${url}/health`, `${url}/metrics`]);
     expect(bannerText).toContain(`open ${url}/ and press "Book a sandbox delivery"`);
+    // Which tracking page is which: ours at /#uid=, a delivery's trackingUrl on the sandbox's own port.
+    expect(bannerText).toContain(`${url}/#uid=<uid> follows a delivery live; a delivery's trackingUrl is the upstream's own page`);
+    expect(bannerText).toMatch(/trackingUrl is the sandbox's own page on 127\.0\.0\.1:\d+, not this service's tracking page/);
 
     const pageResponse = await fetch(page!);
     expect(pageResponse.status).toBe(200);
@@ -166,27 +170,155 @@ describe('npm start with default logging, stdout not a terminal', () => {
     }
   }
 
-  /** The log lines: every stdout line after the banner (the banner ends with the line on milestones). */
-  const logLines = (stdout: string) => stdout.slice(stdout.indexOf('\n', stdout.indexOf('Milestones come every')) + 1).split('\n').filter(Boolean);
+  /** Every stdout line, each parsed as JSON: nothing else is written there (the banner goes to stderr). */
+  const logLines = (stdout: string) => stdout.split('\n').filter(Boolean);
 
   it('in development writes JSON lines and no line per webhook at info, so the banner stays in view', async () => {
     const { stdout, stderr } = await bookedDeliveryLife({});
     const lines = logLines(stdout).map((line) => JSON.parse(line) as { level: number; msg: string; path?: string });
     expect(lines.filter((line) => line.msg === 'request' && line.path === '/graphql')).toHaveLength(1);
     expect(lines.filter((line) => line.path === '/webhooks')).toEqual([]);
-    // The mutation's line, the socket's upgrade and the stop: a handful, however many webhooks came.
+    // Where it serves, the mutation's line, the socket's upgrade and the stop: a handful, however many webhooks came.
     expect(lines.length).toBeLessThanOrEqual(5);
     expect(stderr).not.toMatch(/warning/i);
   });
 
   it('in production logs each webhook at info, one JSON line each', async () => {
-    const { stdout, stderr } = await bookedDeliveryLife({ NODE_ENV: 'production' });
+    const { stdout, stderr } = await bookedDeliveryLife({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox' });
     const lines = logLines(stdout).map((line) => JSON.parse(line) as { level: number; msg: string; path?: string; status?: number });
     const webhooks = lines.filter((line) => line.msg === 'request' && line.path === '/webhooks');
     // Created, the milestones to drop-off, and the courier's positions between them.
     expect(webhooks.length).toBeGreaterThan(5);
     expect(webhooks.every((line) => line.level === 30 && line.status === 200)).toBe(true);
     expect(stderr).not.toMatch(/warning/i);
+  });
+});
+
+describe('stdout with JSON logs', () => {
+  it('carries JSON lines only, each with its pid; the banner goes to stderr; a misspelled setting is named with the closest one', async () => {
+    const dataDir = makeDataDir();
+    // LOG_FORMAT=json as a collector reads it; REDIS_ULR is REDIS_URL misspelled (ignored, but named).
+    const child = run({ PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'info', LOG_FORMAT: 'json', REDIS_ULR: 'redis://127.0.0.1:6379' });
+    let stdout = '';
+    let stderr = '';
+    child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    try {
+      const [[, url]] = await Promise.all([waitFor(child, /serving on (http:\/\/\S+)/), waitFor(child, /Milestones come every/)]);
+      await fetch(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"query":"{ __typename }"}' });
+      const done = exited(child);
+      child.kill('SIGTERM');
+      expect(await done).toBe(0);
+      const lines = stdout.split('\n').filter(Boolean);
+      const parsed = lines.map((line) => {
+        try {
+          return JSON.parse(line) as Record<string, unknown>;
+        } catch {
+          throw new Error(`a stdout line is not JSON: ${line}`);
+        }
+      });
+      expect(parsed.every((line) => line.pid === child.pid)).toBe(true);
+      // The facts of the banner, for a machine; the banner itself, for a person.
+      expect(parsed).toContainEqual(expect.objectContaining({ msg: 'serving', url, sandbox: true }));
+      expect(parsed).toContainEqual(expect.objectContaining({ msg: 'request', path: '/graphql' }));
+      expect(stdout).not.toContain('serving on');
+      expect(stderr).toContain(`delivery-graph is serving on ${url}`);
+      expect(parsed).toContainEqual(expect.objectContaining({ level: 40, variable: 'REDIS_ULR', closest: 'REDIS_URL', msg: 'REDIS_ULR is not a setting of delivery-graph and is ignored; did you mean REDIS_URL?' }));
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
+
+describe('a production start', () => {
+  it('without UPSTREAM_URL stops with one line naming it, and how to ask for the simulator', async () => {
+    const dataDir = makeDataDir();
+    const child = run({ NODE_ENV: 'production', PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir });
+    try {
+      let stderr = '';
+      let stdout = '';
+      child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+      expect(await exited(child)).toBe(1);
+      expect(stderr.trim().split('\n')).toEqual([
+        'delivery-graph: bad configuration: UPSTREAM_URL: required in production (NODE_ENV=production): the upstream\'s base URL ending in /api/v1, or UPSTREAM_URL=sandbox to run the embedded simulator on purpose',
+      ]);
+      expect(stdout).toBe('');
+    } finally {
+      // A start that did not stop (it served the simulator) is not left running.
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it('with UPSTREAM_URL=sandbox runs the simulator, says so in the banner and in a warning, and shows only what production serves', async () => {
+    const dataDir = makeDataDir();
+    const child = run({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
+    let stderr = '';
+    let stdout = '';
+    child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    try {
+      const [[, url]] = await Promise.all([waitFor(child, /serving on (http:\/\/\S+)/), waitFor(child, /Milestones come every/)]);
+      expect((await fetch(`${url}/ready`)).status).toBe(200);
+      expect(stderr).toContain('a simulator: UPSTREAM_URL=sandbox asked for it, and nothing is really booked');
+      // GraphiQL and /metrics are off in production: the banner names neither.
+      expect(stderr).not.toMatch(/GraphiQL/);
+      expect(stderr).toMatch(/^ {2}GraphQL {13}http:\/\/\S+\/graphql/m);
+      expect(stderr).not.toMatch(/^ {2}metrics /m);
+      expect(stderr).toContain(`then over graphql-ws at ${url!.replace('http', 'ws')}/graphql run`);
+      const warnings = stdout.split('\n').filter(Boolean).map((line) => JSON.parse(line) as { level: number; msg: string });
+      expect(warnings).toContainEqual(expect.objectContaining({ level: 40, msg: 'the upstream is the embedded sandbox (UPSTREAM_URL=sandbox), a simulator: nothing is really booked or delivered' }));
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) {
+        const done = exited(child);
+        child.kill('SIGTERM');
+        await done;
+      }
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it('on a busy port suggests the setting, not npm start', async () => {
+    const { createServer } = await import('node:net');
+    const blocker = createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', () => resolve()));
+    const port = (blocker.address() as { port: number }).port;
+    const dataDir = makeDataDir();
+    const child = run({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', PORT: String(port), SANDBOX_PORT: '0', DATA_DIR: dataDir });
+    try {
+      let stderr = '';
+      child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      expect(await exited(child)).toBe(1);
+      expect(stderr.trim().split('\n')).toEqual([`delivery-graph: port ${port} on 127.0.0.1 is already in use; set PORT to a free port (e.g. PORT=${port + 1})`]);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      blocker.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('start-up with Redis not there', () => {
+  it('stops with one line saying so in our words', async () => {
+    const { createServer } = await import('node:net');
+    // A port nothing listens on.
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', () => resolve()));
+    const port = (probe.address() as { port: number }).port;
+    await new Promise((resolve) => probe.close(resolve));
+    const dataDir = makeDataDir();
+    const child = run({ REDIS_URL: `redis://127.0.0.1:${port}`, CLIENT_TOKEN_SECRET: 'a-client-token-secret-of-32-chars-or-more', PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir });
+    try {
+      let stderr = '';
+      child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      expect(await exited(child)).toBe(1);
+      expect(stderr.trim().split('\n')).toEqual([`delivery-graph failed to start: REDIS_URL: Redis cannot be reached (connect ECONNREFUSED 127.0.0.1:${port})`]);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 });
 

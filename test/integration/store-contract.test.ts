@@ -15,11 +15,13 @@ import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { bookingMarker } from '../../src/domain/booking-marker.js';
-import { courierIdentity, transition, type MilestoneState } from '../../src/domain/milestones.js';
+import { advance, courierIdentity, factsOf, transition, type MilestoneState } from '../../src/domain/milestones.js';
+import { knownAfter } from '../../src/domain/delivery-view.js';
+import { fromDeliveryView } from '../../src/mapping/delivery.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { SqliteStore } from '../../src/store/sqlite.js';
 import type { Retention } from '../../src/store/retention.js';
-import { PENDING_EXPIRY_MS, type Store, type StoredEvent } from '../../src/store/store.js';
+import { OWNER_CLAIMS_KEPT, PENDING_EXPIRY_MS, type Store, type StoredEvent } from '../../src/store/store.js';
 import { DELIVERY_EVENT_NAMES, LOCATION_EVENT_NAMES, type WireWebhookEvent } from '../../src/upstream/wire.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 
@@ -105,8 +107,33 @@ function event(uid: string, name: string, extra: Record<string, unknown> = {}): 
   return { payload: { uid, event_name: name, status: name.slice(name.indexOf('.') + 1), ...extra } as WireWebhookEvent, receivedAt: AT };
 }
 
+/** A poll event's markers: a read made at `basis` (src/realtime/reconcile.ts eventFromRead). */
+const poll = (basis: number, confirm = false) => ({ facade_source: 'poll', facade_read_basis: basis, ...(confirm ? { facade_confirms: true } : {}) });
+/** A read newer than anything stored, one older than anything, and one that confirms a cancel or failure. */
+const NEW_READ = poll(1e9);
+const OLD_READ = poll(0);
+const CONFIRMING = poll(1e9, true);
+
+/** A step of a path: an event name, or a name with its payload's extra fields (a poll event's markers). */
+type PathStep = string | [name: string, extra: Record<string, unknown>];
+const stepEvent = (uid: string, step: PathStep, extra: Record<string, unknown> = {}) =>
+  typeof step === 'string' ? event(uid, step, extra) : event(uid, step[0], { ...step[1], ...extra });
+const stepLabel = (step: PathStep) => {
+  if (typeof step === 'string') return step;
+  const [name, extra] = step;
+  const read = extra.facade_source === 'poll' ? `read${extra.facade_confirms ? ', confirming' : ''}${extra.facade_read_basis === 0 ? ', old' : ''}` : undefined;
+  const courier = extra.driver_id !== undefined || extra.driver_name !== undefined ? `courier ${String(extra.driver_id ?? '-')}/${String(extra.driver_name ?? '-')}` : undefined;
+  return `${name} (${[read, courier].filter(Boolean).join(', ')})`;
+};
+
+/** Couriers as events and reads name them: an id and a name, or (reads keep driver_id null) a name alone. */
+const ANN = { driver_id: 1, driver_name: 'Ann' };
+const ANN_BY_NAME = { driver_name: 'Ann' };
+const BOB = { driver_id: 2, driver_name: 'Bob' };
+const BOB_BY_NAME = { driver_name: 'Bob' };
+
 /** Event sequences that reach every state the rule can produce (and none). */
-const STATE_PATHS: string[][] = [
+const STATE_PATHS: PathStep[][] = [
   [],
   ...['created', 'assigned', 'pickup_enroute', 'pickup_arrived', 'pickup_complete', 'dropoff_enroute', 'dropoff_arrived', 'dropoff_complete'].map((m) => [`delivery.${m}`]),
   ['delivery.canceled'],
@@ -117,6 +144,21 @@ const STATE_PATHS: string[][] = [
   ['delivery.pickup_complete', 'delivery.failed', 'delivery.return_in_progress'],
   ['delivery.dropoff_enroute', 'delivery.canceled', 'delivery.return_in_progress', 'delivery.returned'],
   ['delivery.mystery'],
+  // A cancel before pickup, then evidence of the pickup arriving late.
+  ['delivery.pickup_arrived', 'delivery.canceled', 'location.pickup_complete'],
+  // A cancel before pickup that a read confirmed: final.
+  ['delivery.assigned', 'delivery.canceled', ['delivery.canceled', CONFIRMING]],
+  // Delivered, then read as failed; failed, then read delivered (a second attempt); a read of the way after a failure changes nothing.
+  ['delivery.dropoff_complete', ['delivery.failed', NEW_READ]],
+  ['delivery.pickup_complete', 'delivery.failed', ['delivery.dropoff_complete', NEW_READ]],
+  ['delivery.pickup_complete', 'delivery.failed', ['delivery.dropoff_enroute', NEW_READ]],
+  // Polling alone: reads only.
+  [['delivery.created', NEW_READ], ['delivery.canceled', NEW_READ]],
+  // With couriers: a cancel by the assigned courier, a confirming read naming another, a failure after a reassignment.
+  [['delivery.assigned', ANN], ['delivery.canceled', ANN]],
+  [['delivery.assigned', ANN], ['delivery.canceled', ANN], ['delivery.canceled', { ...CONFIRMING, ...BOB_BY_NAME }]],
+  [['delivery.pickup_complete', ANN], ['delivery.assigned', BOB], ['delivery.failed', BOB]],
+  [['delivery.dropoff_complete', ANN], ['delivery.failed', { ...NEW_READ, ...BOB_BY_NAME }]],
 ];
 /** Every documented name, some in other cases, unknown ones and a non-delivery one. */
 const JUDGED_NAMES = [
@@ -129,6 +171,24 @@ const JUDGED_NAMES = [
   'delivery.mystery',
   'other.assigned',
   'ping',
+];
+/** Poll events judged after each path: reads newer than the state, older ones, confirming ones. */
+const JUDGED_READS: PathStep[] = [
+  ...DELIVERY_EVENT_NAMES.map((name): PathStep => [name, NEW_READ]),
+  ['delivery.canceled', CONFIRMING],
+  ['delivery.failed', CONFIRMING],
+  ['delivery.dropoff_complete', OLD_READ],
+  ['delivery.returned', OLD_READ],
+  ['location.dropoff_enroute', NEW_READ],
+  // Reads that name a courier: the same one, another, by name alone (as reads do), confirming or not, newer or older.
+  ['delivery.canceled', { ...CONFIRMING, ...BOB_BY_NAME }],
+  ['delivery.failed', { ...CONFIRMING, ...BOB }],
+  ['delivery.canceled', { ...CONFIRMING, ...ANN_BY_NAME }],
+  ['delivery.dropoff_complete', { ...NEW_READ, ...ANN_BY_NAME }],
+  ['delivery.dropoff_complete', { ...NEW_READ, ...BOB }],
+  ['delivery.pickup_enroute', { ...NEW_READ, ...BOB_BY_NAME }],
+  ['delivery.returned', { ...NEW_READ, ...ANN }],
+  ['delivery.dropoff_arrived', { ...OLD_READ, ...BOB_BY_NAME }],
 ];
 
 /** Writes a state as an earlier version of the store may have left it (only SQLite rows and Redis hashes hold one). */
@@ -254,39 +314,138 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       expect(results.map((r) => [r.event.name, r.event.stale])).toEqual(sequence.map(([name, , stale]) => [name, stale]));
       expect((await store.latestEvent(uid, 'delivery'))?.name).toBe('delivery.returned');
       expect((await store.latestEvent(uid, 'location'))?.payload.driver_location).toEqual({ lat: 6, lng: 6 });
-      expect(await store.deliveryState(uid)).toEqual({ rank: 10, terminal: true, seq: results[10]!.event.seq });
+      expect(await store.deliveryState(uid)).toEqual({ rank: 10, terminal: true, pickedUp: true, seq: results[10]!.event.seq });
     }
 
-    // Before pickup a cancel is final: the return events that follow are stale.
+    // A cancel with no evidence of pickup is not final: the return that follows proves the pickup and is applied.
     const early = await store.appendEvents(['delivery.assigned', 'delivery.canceled', 'delivery.return_in_progress', 'delivery.returned'].map((name) => event('early', name)));
-    expect(early.map((r) => r.event.stale)).toEqual([false, false, true, true]);
-    expect((await store.latestEvent('early', 'delivery'))?.name).toBe('delivery.canceled');
-    expect(await store.deliveryState('early')).toEqual({ rank: 8, terminal: true, seq: early[1]!.event.seq });
+    expect(early.map((r) => r.event.stale)).toEqual([false, false, false, false]);
+    expect((await store.latestEvent('early', 'delivery'))?.name).toBe('delivery.returned');
+    expect(await store.deliveryState('early')).toEqual({ rank: 10, terminal: true, pickedUp: true, seq: early[3]!.event.seq });
     expect(await store.deliveryState('nobody')).toBeUndefined();
+
+    // The reordered cancel: the retried pickup_complete after it is late (stale) but proves the pickup.
+    const names = ['delivery.assigned', 'delivery.pickup_enroute', 'delivery.pickup_arrived', 'delivery.canceled', 'delivery.pickup_complete'];
+    const reordered = await store.appendEvents(names.map((name) => event('reordered', name)));
+    expect(reordered.map((r) => r.event.stale)).toEqual([false, false, false, false, true]);
+    expect(await store.deliveryState('reordered')).toEqual({ rank: 8, terminal: false, pickedUp: true, seq: reordered[3]!.event.seq });
+    // So a read confirming the cancel changes nothing: the return is still to come.
+    const [confirming] = await store.appendEvents([event('reordered', 'delivery.canceled', CONFIRMING)]);
+    expect(confirming!.event.stale).toBe(true);
+    const back = await store.appendEvents(['delivery.return_in_progress', 'delivery.returned'].map((name) => event('reordered', name)));
+    expect(back.map((r) => r.event.stale)).toEqual([false, false]);
+    expect(await store.deliveryState('reordered')).toEqual({ rank: 10, terminal: true, pickedUp: true, seq: back[1]!.event.seq });
   });
 
-  test('judges every (state, event name) case as the domain transition does', async () => {
+  test('flags an event that contradicts where the delivery stands; a newer read then decides', async () => {
     fresh();
-    const cases = STATE_PATHS.flatMap((path, i) => JUDGED_NAMES.map((name, j) => ({ uid: `case:${i}:${j}`, path, name })));
+    const failed = await store.appendEvents(['delivery.pickup_complete', 'delivery.dropoff_arrived', 'delivery.failed', 'delivery.dropoff_enroute', 'delivery.dropoff_complete'].map((name) => event('again', name)));
+    expect(failed.map((r) => [r.event.stale, r.event.contradicts ?? false])).toEqual([
+      [false, false],
+      [false, false],
+      [false, false],
+      [true, true],
+      [true, true],
+    ]);
+    // Kept with the event in the log.
+    expect((await store.eventsAfter(0, 10, { uids: ['again'] })).map((e) => e.contradicts ?? false)).toEqual([false, false, false, true, true]);
+    // A read made before the last move (basis below its seq) is judged as an event; one made after it wins.
+    const [old] = await store.appendEvents([event('again', 'delivery.dropoff_complete', poll(failed[1]!.event.seq))]);
+    expect(old!.event).toMatchObject({ stale: true, contradicts: true });
+    const [read] = await store.appendEvents([event('again', 'delivery.dropoff_complete', poll(await store.lastSeq()))]);
+    expect(read!.event).toMatchObject({ stale: false, courierOnly: false });
+    expect(read!.event.contradicts).toBeUndefined();
+    expect(await store.deliveryState('again')).toEqual({ rank: 7, terminal: true, pickedUp: true, seq: read!.event.seq });
+    expect((await store.latestEvent('again', 'delivery'))?.seq).toBe(read!.event.seq);
+  });
+
+  test("keeps each delivery's view: merged over events and reads, never erased, filled only by a stale event; each event keeps what was carried over", async () => {
+    fresh();
+    const uid = 'view';
+    // No state yet: a read has nothing to be kept by.
+    await store.recordRead({ uid, body: { uid, tracking_link: 'https://t.example/early' }, basis: 0 });
+    expect(await store.deliveryView(uid)).toBeUndefined();
+    const [created] = await store.appendEvents([event(uid, 'delivery.created', { price: { value: 10, currency: 'USD' }, driver_name: null })]);
+    expect(created!.event.carried).toBeUndefined();
+    // A read newer than the state overwrites; what only reads carry comes with it; its datetime is kept as scheduled_at.
+    await store.recordRead({
+      uid,
+      body: { uid, status: 'ASSIGNED', tracking_link: 'https://t.example/1', delivery_style: 'STANDARD', delivery_date: '2030-05-01T16:00:00+00:00', price: { value: 12, currency: 'USD' }, driver_name: null },
+      basis: await store.lastSeq(),
+    });
+    expect(await store.deliveryView(uid)).toEqual({
+      uid,
+      event_name: 'delivery.created',
+      status: 'created',
+      price: { value: 12, currency: 'USD' },
+      tracking_link: 'https://t.example/1',
+      delivery_style: 'STANDARD',
+      delivery_date: '2030-05-01T16:00:00+00:00',
+      scheduled_at: '2030-05-01T16:00:00+00:00',
+    });
+    const results = await store.appendEvents([
+      event(uid, 'delivery.assigned', { driver_name: 'Ana Costa', delivery_date: '2030-05-01' }),
+      event(uid, 'delivery.dropoff_arrived', { driver_name: 'Ana Costa', dropoff_verification_image_url: 'https://p.example/photo', dropoff_signature_image_url: 'https://p.example/sig' }),
+      // Late: it fills what is missing (pickup_name), never what a newer one said (price).
+      event(uid, 'delivery.pickup_complete', { price: { value: 99, currency: 'USD' }, pickup_name: 'Ada Shop' }),
+      // Null is absence: the proof stays.
+      event(uid, 'delivery.dropoff_complete', { driver_name: 'Ana Costa', dropoff_verification_image_url: null }),
+    ]);
+    expect(results.map((r) => r.event.stale)).toEqual([false, false, true, false]);
+    const [, arrived, late, complete] = results.map((r) => r.event);
+    expect(complete!.carried).toEqual({
+      price: { value: 12, currency: 'USD' },
+      tracking_link: 'https://t.example/1',
+      delivery_style: 'STANDARD',
+      delivery_date: '2030-05-01',
+      scheduled_at: '2030-05-01T16:00:00+00:00',
+      dropoff_verification_image_url: 'https://p.example/photo',
+      dropoff_signature_image_url: 'https://p.example/sig',
+      pickup_name: 'Ada Shop',
+    });
+    // The stale event's view is the delivery's after it: the milestone it did not move, the price it did not change.
+    expect(late!.carried).toMatchObject({ event_name: 'delivery.dropoff_arrived', status: 'dropoff_arrived', price: { value: 12, currency: 'USD' } });
+    expect(arrived!.carried).not.toHaveProperty('dropoff_verification_image_url');
+    // Read back from the log as it was answered.
+    expect((await store.eventsAfter(0, 10, { uids: [uid] })).map((e) => e.carried)).toEqual([undefined, ...results.map((r) => r.event.carried)]);
+    // As the GraphQL Delivery of the completing message sees it.
+    const delivery = fromDeliveryView(knownAfter(complete!));
+    expect(delivery).toMatchObject({
+      status: 'DROPOFF_COMPLETE',
+      proofOfDelivery: { photoUrl: 'https://p.example/photo', signatureUrl: 'https://p.example/sig' },
+      trackingUrl: 'https://t.example/1',
+      style: 'STANDARD',
+      scheduledAt: '2030-05-01T16:00:00Z',
+      deliveryDate: '2030-05-01',
+      price: { amount: '12.00', currency: 'USD' },
+      courier: { name: 'Ana Costa' },
+    });
+    expect(fromDeliveryView(knownAfter(late!)).status).toBe('DROPOFF_ARRIVED');
+    // A read older than the state's last move only fills.
+    await store.recordRead({ uid, body: { uid, tracking_link: 'https://t.example/old', weight: 3 }, basis: 0 });
+    expect(await store.deliveryView(uid)).toMatchObject({ tracking_link: 'https://t.example/1', weight: 3, event_name: 'delivery.dropoff_complete' });
+  });
+
+  test('judges every (state, event) case as the domain rule does: events and reads alike', async () => {
+    fresh();
+    const judgedSteps: PathStep[] = [...JUDGED_NAMES, ...JUDGED_READS];
+    const cases = STATE_PATHS.flatMap((path, i) => judgedSteps.map((step, j) => ({ uid: `case:${i}:${j}`, path, step })));
     // The judged event's payload differs from the path's, so a repeated name is a repeat, not a duplicate.
-    const results = await store.appendEvents(cases.flatMap(({ uid, path, name }) => [...path.map((n) => event(uid, n)), event(uid, name, { judged: true })]));
+    const input = cases.flatMap(({ uid, path, step }) => [...path.map((p) => stepEvent(uid, p)), stepEvent(uid, step, { judged: true })]);
+    const results = await store.appendEvents(input);
     let index = 0;
-    for (const { uid, path, name } of cases) {
+    for (const { uid, path, step } of cases) {
       let expected: MilestoneState | undefined;
-      let movedAt: number | undefined;
-      for (const step of path) {
-        const next = transition(expected, step);
-        if (next.state !== expected) movedAt = results[index]!.event.seq;
-        expected = next.state;
+      for (let n = 0; n <= path.length; n += 1) {
+        const appended = results[index]!.event;
+        const judged = advance(expected, factsOf(input[index]!.payload), appended.seq);
         index += 1;
+        expected = judged.state;
+        if (n < path.length) continue;
+        const label = `${path.map(stepLabel).join(' → ') || '(none)'} then ${stepLabel(step)}`;
+        expect([appended.stale, appended.courierOnly, appended.contradicts ?? false], label).toEqual([judged.stale, judged.courierOnly, judged.contradicts]);
+        expect(await store.deliveryState(uid), label).toEqual(expected);
       }
-      const judged = transition(expected, name);
-      const appended = results[index]!.event;
-      index += 1;
-      if (judged.state !== expected) movedAt = appended.seq;
-      const label = `${path.join(' → ') || '(none)'} then ${name}`;
-      expect(appended.stale, label).toBe(judged.stale);
-      expect(await store.deliveryState(uid), label).toEqual(judged.state && { ...judged.state, seq: movedAt });
     }
   });
 
@@ -338,9 +497,9 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
         const appended: StoredEvent = (await store.appendEvents([event(uid, name, extra)]))[0]!.event;
         const label = `${uid} #${i} ${name} ${JSON.stringify(extra)}`;
         expect([appended.stale, appended.courierOnly], label).toEqual([judged.stale, judged.courierOnly]);
-        if (judged.state !== expected && !judged.courierOnly) movedAt = appended.seq;
-        expected = judged.state;
-        expect(await store.deliveryState(uid), label).toEqual(expected && { ...expected, seq: movedAt });
+        if (judged.moved) movedAt = appended.seq;
+        expected = judged.state && { ...judged.state, seq: movedAt };
+        expect(await store.deliveryState(uid), label).toEqual(expected);
       }
     }
     // The rule's answers, spelt out for the first sequence: [stale, courierOnly].
@@ -537,11 +696,288 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     ]);
     const found = await store.ownersOf(['g1', 'g2', 'g3', 'g4']);
     expect(Object.fromEntries(found)).toEqual({
-      g1: { owner: 'first', group: 'PARTNER' },
-      g2: { owner: 'second', group: 'PLATFORM' },
-      g3: { owner: 'third', group: null },
+      g1: { owner: 'first', group: 'PARTNER', proof: 'read' },
+      g2: { owner: 'second', group: 'PLATFORM', proof: 'read' },
+      g3: { owner: 'third', group: null, proof: 'read' },
     });
     expect(await store.ownersOf([])).toEqual(new Map());
+  });
+
+  test('ownership: a merchant-scoped proof replaces a record learned from a read, never another proof; a claim replaces any', async () => {
+    fresh();
+    await store.recordOwners([
+      { uid: 'p1', owner: 'reader', group: 'PARTNER', proof: 'read' },
+      { uid: 'p2', owner: 'booker', group: 'PLATFORM', proof: 'booked' },
+      { uid: 'p3', owner: 'reader', group: 'PARTNER' },
+    ]);
+    await store.recordOwners([
+      { uid: 'p1', owner: 'owner', group: 'PARTNER', proof: 'reference' },
+      { uid: 'p2', owner: 'other', group: 'PLATFORM', proof: 'canceled' },
+      { uid: 'p3', owner: 'other', group: 'PARTNER', proof: 'read' },
+    ]);
+    await store.recordOwner('p1', 'late', 'PARTNER', 'reference');
+    expect(Object.fromEntries(await store.ownersOf(['p1', 'p2', 'p3']))).toEqual({
+      p1: { owner: 'owner', group: 'PARTNER', proof: 'reference' },
+      p2: { owner: 'booker', group: 'PLATFORM', proof: 'booked' },
+      p3: { owner: 'reader', group: 'PARTNER', proof: 'read' },
+    });
+    await store.recordOwners([{ uid: 'p2', owner: 'operator-said', group: 'PLATFORM', proof: 'claimed', replace: true }]);
+    expect((await store.ownersOf(['p2'])).get('p2')).toEqual({ owner: 'operator-said', group: 'PLATFORM', proof: 'claimed' });
+    // Read back the same after the data is opened again.
+    const again = await reopen(store);
+    try {
+      expect((await again.ownersOf(['p1'])).get('p1')).toEqual({ owner: 'owner', group: 'PARTNER', proof: 'reference' });
+    } finally {
+      await again.close();
+    }
+  });
+
+  test('ownership: a record from before proofs were kept reads with none, keeps its owner, and a proof replaces it', async () => {
+    fresh();
+    // As an earlier version wrote them: no proof (SQLite: the column empty; Redis: "<owner>" or "<owner> <group>").
+    if (store instanceof SqliteStore) {
+      await store.recordOwners([
+        { uid: 'old1', owner: 'reader', group: 'PARTNER' },
+        { uid: 'old2', owner: 'booker', group: null },
+      ]);
+      store.db.prepare('UPDATE ownership SET proof = NULL').run();
+    } else {
+      const redis = store as RedisStore;
+      await redis.client.set(`${redis.prefix}owner:old1`, 'reader PARTNER');
+      await redis.client.set(`${redis.prefix}owner:old2`, 'booker');
+    }
+    expect(Object.fromEntries(await store.ownersOf(['old1', 'old2']))).toEqual({
+      old1: { owner: 'reader', group: 'PARTNER', proof: null },
+      old2: { owner: 'booker', group: null, proof: null },
+    });
+    await store.recordOwner('old1', 'owner', 'PARTNER', 'reference');
+    await store.recordOwner('old2', 'other', 'PLATFORM', 'read');
+    expect(Object.fromEntries(await store.ownersOf(['old1', 'old2']))).toEqual({
+      old1: { owner: 'owner', group: 'PARTNER', proof: 'reference' },
+      old2: { owner: 'booker', group: null, proof: null },
+    });
+  });
+
+  test("operator claims: a shared store tells running instances the uids claimed since a version they saw; one process's store has none to tell", async () => {
+    fresh();
+    const start = await store.ownerClaimsAfter(undefined);
+    expect(start.uids).toEqual([]);
+    await store.recordOwners([{ uid: 'c1', owner: 'a', group: 'PLATFORM', proof: 'booked' }]);
+    // Records a proof writes are no claims; the operator's (replace) are.
+    await store.recordOwners([
+      { uid: 'c1', owner: 'b', group: 'PLATFORM', proof: 'claimed', replace: true },
+      { uid: 'c2', owner: 'b', group: null, proof: 'claimed', replace: true },
+      { uid: 'c3', owner: 'b', group: null, proof: 'reference' },
+    ]);
+    if (!(store instanceof RedisStore)) {
+      expect(await store.ownerClaimsAfter(start.version)).toEqual({ version: 0, uids: [] });
+      return;
+    }
+    const after = await store.ownerClaimsAfter(start.version);
+    expect(after).toEqual({ version: start.version + 2, uids: ['c1', 'c2'] });
+    expect(await store.ownerClaimsAfter(after.version)).toEqual({ version: after.version, uids: [] });
+    // More claims since a version than are kept: which is not known.
+    await store.recordOwners(Array.from({ length: OWNER_CLAIMS_KEPT + 1 }, (_, i) => ({ uid: `m${i}`, owner: 'b', group: null, proof: 'claimed' as const, replace: true })));
+    expect(await store.ownerClaimsAfter(after.version)).toEqual({ version: after.version + OWNER_CLAIMS_KEPT + 1, uids: undefined });
+    expect((await store.ownerClaimsAfter(after.version + 1)).uids).toHaveLength(OWNER_CLAIMS_KEPT);
+  });
+
+  test('merchant links: a root with history (owner records, unreleased idempotency claims, ids linked to it) is never linked elsewhere; the bare one joins it, whichever id called; two with history are refused', async () => {
+    fresh();
+    expect(await store.merchantLinks(['k1', 'k2'])).toEqual(new Map());
+    // Neither has history: the key joins the previous one's merchant.
+    expect(await store.linkMerchant('k2', 'k1')).toEqual({ outcome: 'linked', merchant: 'k1' });
+    // k1 has an id linked to it now: k9, bare, joins it though k2 (a key of k1's) made the call with k9 as the previous key.
+    expect(await store.linkMerchant('k2', 'k9')).toEqual({ outcome: 'linked', merchant: 'k1' });
+    // k3 joins the merchant k2 leads to: k1, not k2.
+    expect(await store.linkMerchant('k3', 'k2')).toEqual({ outcome: 'linked', merchant: 'k1' });
+    expect(Object.fromEntries(await store.merchantLinks(['k1', 'k2', 'k3', 'k9']))).toEqual({ k2: 'k1', k3: 'k1', k9: 'k1' });
+    // k1 is already where k3 leads: nothing to link.
+    expect(await store.linkMerchant('k1', 'k3')).toEqual({ outcome: 'same', merchant: 'k1' });
+
+    // An owner record is history: the merchant that booked stays the root, whichever key calls.
+    await store.recordOwner('u-m1', 'm1', 'PLATFORM', 'booked');
+    expect(await store.linkMerchant('m1', 'm2')).toEqual({ outcome: 'linked', merchant: 'm1' });
+    expect(Object.fromEntries(await store.merchantLinks(['m1', 'm2']))).toEqual({ m2: 'm1' });
+    // So is an idempotency claim, pending or done.
+    expect(await store.claimIdempotency('c1', 'order-1', 'fp')).toEqual({ state: 'claimed' });
+    expect(await store.linkMerchant('c1', 'c2')).toEqual({ outcome: 'linked', merchant: 'c1' });
+    // A released claim booked nothing: no history.
+    expect(await store.claimIdempotency('r1', 'order-1', 'fp')).toEqual({ state: 'claimed' });
+    await store.releaseIdempotency('r1', 'order-1');
+    await store.recordOwner('u-r2', 'r2', 'PLATFORM', 'booked');
+    expect(await store.linkMerchant('r1', 'r2')).toEqual({ outcome: 'linked', merchant: 'r2' });
+
+    // Both with history: refused, nothing linked, either way round, and through their keys too.
+    await store.recordOwner('u-h1', 'h1', 'PLATFORM', 'booked');
+    await store.claimIdempotency('h2', 'order-1', 'fp');
+    expect(await store.linkMerchant('h1', 'h2')).toEqual({ outcome: 'refused' });
+    expect(await store.linkMerchant('h2', 'h1')).toEqual({ outcome: 'refused' });
+    expect(await store.linkMerchant('m2', 'k2')).toEqual({ outcome: 'refused' });
+    expect(await store.merchantLinks(['h1', 'h2', 'm1', 'k1'])).toEqual(new Map());
+
+    // Unlinked, an id is bare again, and its former merchant without linked ids and records is too.
+    for (const id of ['k2', 'k3', 'k9']) expect(await store.unlinkMerchant(id)).toBe(true);
+    expect(await store.unlinkMerchant('k3')).toBe(false);
+    expect(await store.linkMerchant('k1', 'm1')).toEqual({ outcome: 'linked', merchant: 'm1' });
+    expect(Object.fromEntries(await store.merchantLinks(['k1', 'k2', 'k3']))).toEqual({ k1: 'm1' });
+
+    const again = await reopen(store);
+    try {
+      expect(Object.fromEntries(await again.merchantLinks(['k1', 'm2']))).toEqual({ k1: 'm1', m2: 'm1' });
+      expect(await again.linkMerchant('h2', 'h1')).toEqual({ outcome: 'refused' });
+    } finally {
+      await again.close();
+    }
+  });
+
+  test('merchant links on data written before merchants had a history: the records, claims and links there count', async () => {
+    fresh();
+    await store.recordOwner('u-old', 'old', 'PLATFORM', 'booked');
+    await store.claimIdempotency('older', 'order-1', 'fp');
+    expect(await store.linkMerchant('linked-old', 'oldest')).toEqual({ outcome: 'linked', merchant: 'oldest' });
+    if (store instanceof RedisStore) {
+      // What an earlier version left: the same records, claims and links, without the histories it did not keep.
+      const { client, prefix } = store;
+      const histories = (await client.keys(`${prefix}merchant-*`)).filter((key) => !key.startsWith(`${prefix}merchant-link:`));
+      expect(histories.length).toBeGreaterThan(0);
+      await client.del(...histories);
+      store = await reopen(store);
+      opened.push(store);
+    }
+    expect(await store.linkMerchant('old', 'new-1')).toEqual({ outcome: 'linked', merchant: 'old' });
+    expect(await store.linkMerchant('older', 'new-2')).toEqual({ outcome: 'linked', merchant: 'older' });
+    expect(await store.linkMerchant('oldest', 'new-3')).toEqual({ outcome: 'linked', merchant: 'oldest' });
+    expect(await store.linkMerchant('old', 'older')).toEqual({ outcome: 'refused' });
+  });
+
+  test("merchant merge: a merchant with history becomes part of another's with what it owns; a key both used keeps the root's claim; markers still resolve; running it again moves what came later", async () => {
+    fresh();
+    await store.recordOwners([
+      { uid: 'u-a', owner: 'A', group: 'PLATFORM', proof: 'booked' },
+      { uid: 'u-b', owner: 'B', group: 'PARTNER', proof: 'reference' },
+      { uid: 'u-other', owner: 'C', group: 'PLATFORM', proof: 'booked' },
+    ]);
+    for (const [owner, uid] of [['A', 'u-a'], ['B', 'u-b']] as const) {
+      expect(await store.claimIdempotency(owner, 'shared', `fp-${owner}`)).toEqual({ state: 'claimed' });
+      await store.completeIdempotency(owner, 'shared', { uid, trackingUrl: null });
+    }
+    // A booking of B's in flight: its marker is B's.
+    expect(await store.claimIdempotency('B', 'in-flight', 'fp-f')).toEqual({ state: 'claimed' });
+    // A key of B's merchant.
+    expect(await store.linkMerchant('B2', 'B')).toEqual({ outcome: 'linked', merchant: 'B' });
+    expect(await store.linkMerchant('A', 'B2')).toEqual({ outcome: 'refused' });
+
+    expect(await store.mergeMerchant('B2', 'A')).toEqual({ merchant: 'A', merged: 'B', records: 1, claims: 1, conflicts: 1 });
+    expect(Object.fromEntries(await store.merchantLinks(['A', 'B', 'B2']))).toEqual({ B: 'A', B2: 'A' });
+    const owners = await store.ownersOf(['u-a', 'u-b', 'u-other']);
+    expect(Object.fromEntries([...owners].map(([uid, record]) => [uid, record.owner]))).toEqual({ 'u-a': 'A', 'u-b': 'A', 'u-other': 'C' });
+    expect(owners.get('u-b')).toEqual({ owner: 'A', group: 'PARTNER', proof: 'reference' });
+    // Its unfinished deliveries are the merchant's to reconcile.
+    expect((await unfinishedOf('A')).map((each) => each.uid)).toEqual(['u-a', 'u-b']);
+    expect(await unfinishedOf('B')).toEqual([]);
+    // A's own claim of the key both used stays; B's claim in flight is A's, and its booking marker resolves it.
+    expect(await store.claimIdempotency('A', 'shared', 'fp-A')).toEqual({ state: 'done', result: { uid: 'u-a', trackingUrl: null } });
+    expect(await store.claimIdempotency('A', 'in-flight', 'fp-f')).toEqual({ state: 'pending' });
+    expect(await store.resolveBookingMarker(bookingMarker('B', 'in-flight'), { uid: 'u-f', trackingUrl: 'https://t.example/f' })).toBe('A');
+    expect(await store.claimIdempotency('A', 'in-flight', 'fp-f')).toEqual({ state: 'done', result: { uid: 'u-f', trackingUrl: 'https://t.example/f' } });
+    // Nothing is left under the merged ids: a new merchant id joining them is refused only for A's history.
+    expect(await store.claimIdempotency('B', 'shared', 'fp-B')).toEqual({ state: 'claimed' });
+    await store.releaseIdempotency('B', 'shared');
+
+    // Once more: nothing to link or move...
+    expect(await store.mergeMerchant('B', 'A')).toEqual({ merchant: 'A', merged: undefined, records: 0, claims: 0, conflicts: 0 });
+    // ...until an instance that had not read the link yet records under B.
+    await store.recordOwner('u-late', 'B', 'PLATFORM', 'booked');
+    await store.claimIdempotency('B', 'late', 'fp-l');
+    expect(await store.mergeMerchant('B2', 'A')).toEqual({ merchant: 'A', merged: undefined, records: 1, claims: 1, conflicts: 0 });
+    expect((await store.ownersOf(['u-late'])).get('u-late')?.owner).toBe('A');
+    expect(await store.claimIdempotency('A', 'late', 'fp-l')).toEqual({ state: 'pending' });
+  });
+
+  /** Every page of an owner's unfinished deliveries, as reconciliation pages through them (two at most a page), in uid order. */
+  async function unfinishedOf(owner: string, since = 0): Promise<Array<{ uid: string; group: string | null }>> {
+    const found: Array<{ uid: string; group: string | null }> = [];
+    let after: string | undefined;
+    for (let pages = 0; pages < 100; pages += 1) {
+      const page = await store.unfinishedDeliveries(owner, after, { limit: 2, since });
+      expect(page.deliveries.length).toBeLessThanOrEqual(2);
+      found.push(...page.deliveries);
+      if (page.next === undefined) return found.sort((a, b) => a.uid.localeCompare(b.uid));
+      after = page.next;
+    }
+    throw new Error('unfinishedDeliveries never ended');
+  }
+
+  test('unfinished deliveries: an owner\'s recorded ones with no state or a state not final, page by page; a read that takes a final state back brings one back', async () => {
+    fresh();
+    await store.recordOwners([
+      { uid: 'u-booked', owner: 'o', group: 'PLATFORM' },
+      { uid: 'u-moving', owner: 'o', group: null },
+      { uid: 'u-canceled', owner: 'o', group: 'PARTNER' },
+      { uid: 'u-delivered', owner: 'o', group: 'PLATFORM' },
+      { uid: 'u-returned', owner: 'o', group: 'PLATFORM' },
+      { uid: 'u-others', owner: 'p', group: 'PLATFORM' },
+    ]);
+    // The first record stays: another owner's later claim makes it no delivery of theirs.
+    await store.recordOwner('u-moving', 'p', 'PLATFORM');
+    await store.appendEvents([
+      event('u-moving', 'delivery.assigned'),
+      // A cancel is not final until a read confirms it.
+      event('u-canceled', 'delivery.canceled'),
+      event('u-delivered', 'delivery.dropoff_complete'),
+      event('u-returned', 'delivery.returned'),
+      // Known from a webhook alone, with no owner record: no key could read it.
+      event('u-orphan', 'delivery.assigned'),
+    ]);
+    expect(await unfinishedOf('o')).toEqual([
+      { uid: 'u-booked', group: 'PLATFORM' },
+      { uid: 'u-canceled', group: 'PARTNER' },
+      { uid: 'u-moving', group: null },
+    ]);
+    expect(await unfinishedOf('p')).toEqual([{ uid: 'u-others', group: 'PLATFORM' }]);
+    expect(await unfinishedOf('nobody')).toEqual([]);
+
+    // A FAILED after DROPOFF_COMPLETE contradicts it; the read that settles it says FAILED: unfinished again.
+    await store.appendEvents([event('u-delivered', 'delivery.failed', NEW_READ)]);
+    await store.recordRead({ uid: 'u-delivered', body: { uid: 'u-delivered', status: 'failed' }, basis: 1e9 });
+    expect((await unfinishedOf('o')).map((each) => each.uid)).toEqual(['u-booked', 'u-canceled', 'u-delivered', 'u-moving']);
+    // And the confirming read of the cancel ends it.
+    await store.appendEvents([event('u-canceled', 'delivery.canceled', CONFIRMING)]);
+    expect((await unfinishedOf('o')).map((each) => each.uid)).toEqual(['u-booked', 'u-delivered', 'u-moving']);
+
+    // Records older than the window are left out (for good: the window only moves on).
+    expect(await unfinishedOf('o', Date.now() + 60_000)).toEqual([]);
+  });
+
+  test('read leases: taken once until they expire or are given back, by one instance, which may take its own again; a store one process holds grants every one', async () => {
+    fresh();
+    expect(await store.leaseReads(['a', 'b'], 10_000)).toEqual(new Set(['a', 'b']));
+    expect(await store.leaseReads([], 10_000)).toEqual(new Set());
+    // The instance that holds a lease takes it again (a second read of the same delivery, asked for while the first was under way).
+    expect(await store.leaseReads(['a', 'c'], 10_000)).toEqual(new Set(['a', 'c']));
+    // Given back (and giving back one not held, or nothing, is no error): taken again at once.
+    await store.releaseReads(['a', 'never-taken']);
+    await store.releaseReads([]);
+    expect(await store.leaseReads(['a'], 10_000)).toEqual(new Set(['a']));
+    if (store instanceof RedisStore) {
+      // Another instance on the same Redis.
+      const other = await reopen(store);
+      try {
+        expect(await other.leaseReads(['a', 'c', 'd'], 10_000)).toEqual(new Set(['d']));
+        // It cannot give back what it does not hold...
+        await other.releaseReads(['a']);
+        expect(await other.leaseReads(['a'], 10_000)).toEqual(new Set());
+        // ...and takes what the holder gave back.
+        await store.releaseReads(['a', 'c']);
+        expect(await other.leaseReads(['a', 'c'], 10_000)).toEqual(new Set(['a', 'c']));
+        expect(await store.leaseReads(['a', 'c', 'd'], 10_000)).toEqual(new Set());
+        expect(await other.leaseReads(['short'], 50)).toEqual(new Set(['short']));
+        await vi.waitFor(async () => expect(await store.leaseReads(['short'], 50)).toEqual(new Set(['short'])), { timeout: 5_000, interval: 20 });
+      } finally {
+        await other.close();
+      }
+    }
   });
 
   test('keeps one cursor secret: made on first use, the same when the data is opened again, another in another store', async () => {
@@ -676,7 +1112,9 @@ describe.skipIf(!withRedis)('RedisStore against SqliteStore', () => {
   const NAMES = [
     'delivery.created',
     'delivery.assigned',
+    'delivery.pickup_arrived',
     'delivery.pickup_complete',
+    'delivery.dropoff_enroute',
     'delivery.dropoff_arrived',
     'delivery.return_in_progress',
     'delivery.dropoff_complete',
@@ -689,6 +1127,7 @@ describe.skipIf(!withRedis)('RedisStore against SqliteStore', () => {
     'location.pickup_enroute',
     'location.dropoff_enroute',
     'location.return_in_progress',
+    'location.pickup_complete',
     'other.thing',
   ];
   const anEvent = fc.record({
@@ -697,26 +1136,45 @@ describe.skipIf(!withRedis)('RedisStore against SqliteStore', () => {
     variant: fc.integer({ min: 0, max: 2 }),
     position: fc.constantFrom(undefined, null, { lat: 1.5, lng: 2 }, { lng: 3 }, { lat: 0, lng: 0 }),
     status: fc.constantFrom(undefined, null, 'Picked Up', 7),
+    // Some events are poll events: a read made at some point of the log, confirming or not.
+    read: fc.option(fc.record({ basis: fc.integer({ min: 0, max: 30 }), confirm: fc.boolean() }), { nil: undefined }),
+    // Fields the view merges: present, absent, null, another value.
+    extra: fc.constantFrom({}, { tracking_link: 'a' }, { tracking_link: 'b', price: { value: 1 } }, { price: null }, { dropoff_verification_image_url: 'p', 'odd key': 1 }),
   });
+  /** A read merged into a view now and then between batches. */
+  const aRead = fc.option(fc.record({ uid: fc.constantFrom('x', 'y', 'z'), basis: fc.integer({ min: 0, max: 30 }), tracking: fc.constantFrom('r1', 'r2') }), { nil: undefined });
 
   it('gives the same answers for the same random batches', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.array(fc.array(anEvent, { minLength: 1, maxLength: 6 }), { minLength: 1, maxLength: 8 }), async (batches) => {
+      fc.asyncProperty(fc.array(fc.record({ events: fc.array(anEvent, { minLength: 1, maxLength: 6 }), read: aRead }), { minLength: 1, maxLength: 8 }), async (batches) => {
         const sqlite = sqliteStore();
         const redis = redisStore();
         try {
-          for (const batch of batches) {
-            const input = batch.map(({ uid, name, variant, position, status }) => ({
-              payload: { uid, event_name: name, platform_payload: { variant }, driver_location: position, status } as unknown as WireWebhookEvent,
+          for (const { events: batch, read } of batches) {
+            const input = batch.map(({ uid, name, variant, position, status, read: made, extra }) => ({
+              payload: {
+                uid,
+                event_name: name,
+                platform_payload: { variant },
+                driver_location: position,
+                status,
+                ...extra,
+                ...(made ? poll(made.basis, made.confirm) : {}),
+              } as unknown as WireWebhookEvent,
               receivedAt: AT,
             }));
             // The payload object is handed back as given; compare through JSON, as both keep it.
             const normal = (value: unknown) => JSON.parse(JSON.stringify(value));
             expect(normal(await redis.appendEvents(input))).toEqual(normal(await sqlite.appendEvents(input)));
+            if (read) {
+              const record = { uid: read.uid, body: { uid: read.uid, tracking_link: read.tracking, delivery_date: '2030-05-01T10:00:00Z' }, basis: read.basis };
+              await Promise.all([redis.recordRead(record), sqlite.recordRead(record)]);
+            }
           }
           for (const uid of ['x', 'y', 'z']) {
             for (const kind of ['delivery', 'location'] as const) expect(await redis.latestEvent(uid, kind)).toEqual(await sqlite.latestEvent(uid, kind));
             expect(await redis.deliveryState(uid)).toEqual(await sqlite.deliveryState(uid));
+            expect(await redis.deliveryView(uid)).toEqual(await sqlite.deliveryView(uid));
             const uids = uid === 'z' ? ['z'] : [uid, 'z'];
             expect(await redis.eventsAfter(2, 5, { uids })).toEqual(await sqlite.eventsAfter(2, 5, { uids }));
           }

@@ -52,7 +52,7 @@ async function post(event: Record<string, unknown>): Promise<Response> {
  * A key's cursors are opaque: to check log order, or to start from a position the
  * receiver answered the upstream with, the test turns one into the other.
  */
-const cursorsOf = (target: Stack = stack, key = target.key) => callerCursors(target.app.services.store, key);
+const cursorsOf = async (target: Stack = stack, key = target.key) => callerCursors(target.app.services.store, await target.app.services.merchants.of(key));
 async function positionsOf(cursors: string[], target: Stack = stack): Promise<number[]> {
   const own = await cursorsOf(target);
   return cursors.map((cursor) => {
@@ -477,7 +477,8 @@ describe('slow consumers', () => {
     } finally {
       await slow.stop();
     }
-  });
+    // It waits on the close, not on a clock: signing and storing hundreds of 4 KB webhooks until the buffers fill takes 10-20 s on a busy 2-core machine.
+  }, 60_000);
 
   it('keeps a reader that keeps up through a burst bigger than SUBSCRIBER_MAX_PENDING', async () => {
     const bursty = await startStack({ env: { SUBSCRIBER_MAX_PENDING: '20' }, sandbox: { privateKeyPem: await exportPKCS8(privateKey) } });

@@ -432,7 +432,8 @@ interface FaultyStack {
 }
 
 async function faultyStack(env: Record<string, string>): Promise<FaultyStack> {
-  const stack = await startStack({ env: { UPSTREAM_TIMEOUT_MS: String(TIMEOUT_MS), ...env }, faultProxy: true });
+  // The sandbox scopes reads to the key, and the facade is told so: each read is one upstream call, the upstream decides who sees what.
+  const stack = await startStack({ env: { UPSTREAM_TIMEOUT_MS: String(TIMEOUT_MS), UPSTREAM_READ_SCOPE: 'key', ...env }, faultProxy: true });
   const proxy = stack.proxy!;
   const transitions: FaultyStack['transitions'] = [];
   stack.app.services.upstream.onBreakerChange((group, state) => transitions.push({ group, state, at: performance.now() }));

@@ -133,7 +133,7 @@ async function eventsOf(uid: string): Promise<Array<{ name: string; cursor: stri
   expect(result.errors).toBeUndefined();
   expect(result.data.delivery?.uid).toBe(uid);
   const edges = result.data.delivery.events.edges as Array<{ cursor: string; node: { name: string; cursor: string; stale: boolean; uid: string } }>;
-  const cursors = await callerCursors(stack.app.services.store, stack.key);
+  const cursors = await callerCursors(stack.app.services.store, await stack.app.services.merchants.of(stack.key));
   return edges.map((edge) => {
     expect(edge.node.cursor).toBe(edge.cursor);
     expect(edge.cursor).not.toMatch(/^\d+$/);
@@ -484,7 +484,17 @@ describe('a store that fails', () => {
     ownerOf: Store['ownerOf'] = (...args) => this.inner.ownerOf(...args);
     recordOwners: Store['recordOwners'] = (...args) => this.inner.recordOwners(...args);
     ownersOf: Store['ownersOf'] = (...args) => this.inner.ownersOf(...args);
+    merchantLinks: Store['merchantLinks'] = (...args) => this.inner.merchantLinks(...args);
+    linkMerchant: Store['linkMerchant'] = (...args) => this.inner.linkMerchant(...args);
+    mergeMerchant: Store['mergeMerchant'] = (...args) => this.inner.mergeMerchant(...args);
+    unlinkMerchant: Store['unlinkMerchant'] = (...args) => this.inner.unlinkMerchant(...args);
+    unfinishedDeliveries: Store['unfinishedDeliveries'] = (...args) => this.inner.unfinishedDeliveries(...args);
+    leaseReads: Store['leaseReads'] = (...args) => this.inner.leaseReads(...args);
+    releaseReads: Store['releaseReads'] = (...args) => this.inner.releaseReads(...args);
+    ownerClaimsAfter: Store['ownerClaimsAfter'] = (...args) => this.inner.ownerClaimsAfter(...args);
     deliveryState: Store['deliveryState'] = (...args) => this.inner.deliveryState(...args);
+    deliveryView: Store['deliveryView'] = (...args) => this.inner.deliveryView(...args);
+    recordRead: Store['recordRead'] = (...args) => this.inner.recordRead(...args);
     cursorSecret: Store['cursorSecret'] = () => this.inner.cursorSecret();
     ping: Store['ping'] = () => this.inner.ping();
     close: Store['close'] = () => this.inner.close();

@@ -17,15 +17,18 @@ describe.skipIf(!redisAvailable('workers.test.ts'))('WORKERS=2 on one Redis', ()
   let primary: ChildProcess;
   let url: string;
   let stderr = '';
+  let stdout = '';
   const dataDir = makeDataDir();
 
   beforeAll(async () => {
     redis = await startRedisServer();
     primary = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
       cwd: root,
-      env: { PATH: process.env.PATH ?? '', WORKERS: '2', REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET, PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: '100', SANDBOX_RETURN_RATE: '0', DATA_DIR: dataDir, LOG_LEVEL: 'warn' },
+      // info: one line per GraphQL request, written by whichever worker served it (webhooks log at debug outside production).
+      env: { PATH: process.env.PATH ?? '', WORKERS: '2', REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET, PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: '100', SANDBOX_RETURN_RATE: '0', DATA_DIR: dataDir, LOG_LEVEL: 'info', LOG_FORMAT: 'json' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
+    primary.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
     url = await new Promise<string>((resolve, reject) => {
       let output = '';
       primary.once('exit', (code) => reject(new Error(`the primary exited with ${code}:\n${output}`)));
@@ -96,6 +99,19 @@ describe.skipIf(!redisAvailable('workers.test.ts'))('WORKERS=2 on one Redis', ()
   it('printed no warning (a Node warning goes to the stderr of the process that has it)', () => {
     expect(stderr).not.toMatch(/warning/i);
   });
+
+  it('wrote JSON lines only on stdout, each with its process, and each worker\'s with its worker', () => {
+    const lines = stdout.split('\n').filter(Boolean).map((line) => JSON.parse(line) as { pid: number; worker?: number; msg: string });
+    expect(lines.every((line) => Number.isInteger(line.pid))).toBe(true);
+    // The primary's own lines (where it serves, the stop) carry no worker; every request line names the worker that served it.
+    expect(lines.filter((line) => line.pid === primary.pid).every((line) => line.worker === undefined)).toBe(true);
+    const requests = lines.filter((line) => line.msg === 'request');
+    expect(new Set(requests.map((line) => line.worker))).toEqual(new Set([1, 2]));
+    // One process per worker, neither the primary.
+    const pidOf = new Map(requests.map((line) => [line.worker, line.pid]));
+    expect(requests.every((line) => pidOf.get(line.worker) === line.pid)).toBe(true);
+    expect(new Set([primary.pid, ...pidOf.values()]).size).toBe(3);
+  });
 });
 
 describe.skipIf(!redisAvailable('workers.test.ts'))('WORKERS=2 with WEBHOOK_PORT and METRICS_PORT, in production', () => {
@@ -111,6 +127,7 @@ describe.skipIf(!redisAvailable('workers.test.ts'))('WORKERS=2 with WEBHOOK_PORT
       env: {
         PATH: process.env.PATH ?? '',
         NODE_ENV: 'production',
+        UPSTREAM_URL: 'sandbox',
         WORKERS: '2',
         REDIS_URL: redis.url,
         CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,

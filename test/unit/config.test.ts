@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CONFIG_VARIABLES, ConfigError, loadConfig } from '../../src/config.js';
+import { CONFIG_VARIABLES, ConfigError, loadConfig, unknownSettings } from '../../src/config.js';
 
 type Env = Record<string, string | undefined>;
 
@@ -157,7 +157,25 @@ describe('amount units and the webhook clock tolerance', () => {
     expect(loadConfig({ WEBHOOK_CLOCK_TOLERANCE_SECONDS: '3600' }).webhook.clockToleranceSeconds).toBe(3600);
   });
 
+  it('re-confirms subscriptions\' keys every RECONCILE_INTERVAL_MS by default, at most every 30 s, also when reconciliation is off', () => {
+    expect(loadConfig({}).realtime.keyReconfirmIntervalMs).toBe(30_000);
+    expect(loadConfig({ ...UPSTREAM }).realtime.keyReconfirmIntervalMs).toBe(5_000);
+    expect(loadConfig({ RECONCILE_INTERVAL_MS: '2000' }).realtime.keyReconfirmIntervalMs).toBe(2_000);
+    expect(loadConfig({ RECONCILE_INTERVAL_MS: '120000' }).realtime.keyReconfirmIntervalMs).toBe(30_000);
+    expect(loadConfig({ RECONCILE_INTERVAL_MS: '0' }).realtime.keyReconfirmIntervalMs).toBe(30_000);
+    expect(loadConfig({ RECONCILE_INTERVAL_MS: '0', KEY_RECONFIRM_INTERVAL_MS: '600000' }).realtime.keyReconfirmIntervalMs).toBe(600_000);
+  });
+
+  it('remembers a refused key for 5 s by default, 0 to 60 s', () => {
+    expect(loadConfig({}).upstream.keyRefusalMemoryMs).toBe(5_000);
+    expect(loadConfig({ KEY_REFUSAL_MEMORY_MS: '0' }).upstream.keyRefusalMemoryMs).toBe(0);
+    expect(loadConfig({ KEY_REFUSAL_MEMORY_MS: '60000' }).upstream.keyRefusalMemoryMs).toBe(60_000);
+  });
+
   it.each([
+    ['KEY_RECONFIRM_INTERVAL_MS', '0'],
+    ['KEY_RECONFIRM_INTERVAL_MS', '600001'],
+    ['KEY_REFUSAL_MEMORY_MS', '60001'],
     ['UPSTREAM_ITEM_PRICE_UNIT', 'dollars'],
     ['UPSTREAM_QUOTE_AMOUNT_UNIT', 'pennies'],
     ['WEBHOOK_CLOCK_TOLERANCE_SECONDS', '-1'],
@@ -166,6 +184,50 @@ describe('amount units and the webhook clock tolerance', () => {
     ['WEBHOOK_CLOCK_TOLERANCE_SECONDS', 'thirty'],
   ])('%s=%j is refused, naming it', (name, value) => {
     expectNamed(configError({ [name]: value }), name);
+  });
+});
+
+describe('the upstream in production', () => {
+  it('is required: a production start without UPSTREAM_URL is refused, naming it and the simulator setting', () => {
+    const error = configError({ NODE_ENV: 'production' });
+    expectNamed(error, 'UPSTREAM_URL');
+    expect(error.message).toContain('UPSTREAM_URL=sandbox');
+  });
+
+  it('may be the simulator when asked for in so many words, in production or not', () => {
+    for (const env of [{ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox' }, { UPSTREAM_URL: 'Sandbox' }, {}]) {
+      const config = loadConfig(env);
+      expect(config.upstream.url, JSON.stringify(env)).toBeUndefined();
+      expect(config.webhooksEnabled).toBe(true);
+    }
+    expect(loadConfig({ NODE_ENV: 'production', ...UPSTREAM }).upstream.url).toBe(UPSTREAM.UPSTREAM_URL);
+  });
+});
+
+describe('settings that look like ours but are not', () => {
+  it('are named with the closest known name: misspelled, shortened, or in lower case', () => {
+    expect(unknownSettings({ REDIS_ULR: 'redis://x', UPSTREM_URL: 'https://x', UPSTREAM_TIMEOUT: '5000', WEBHOOK_PUBLIC_KEY: '/k.pem', SANDBOX_STEPS_MS: '10', GRAPHQL_INTROSPECT: 'true', RECONCILE_INTERVAL: '5', redis_url: 'redis://x' })).toEqual([
+      { variable: 'REDIS_ULR', closest: 'REDIS_URL' },
+      { variable: 'UPSTREM_URL', closest: 'UPSTREAM_URL' },
+      { variable: 'UPSTREAM_TIMEOUT', closest: 'UPSTREAM_TIMEOUT_MS' },
+      { variable: 'WEBHOOK_PUBLIC_KEY', closest: 'WEBHOOK_PUBLIC_KEY_FILE' },
+      { variable: 'SANDBOX_STEPS_MS', closest: 'SANDBOX_STEP_MS' },
+      { variable: 'GRAPHQL_INTROSPECT', closest: 'GRAPHQL_INTROSPECTION' },
+      { variable: 'RECONCILE_INTERVAL', closest: 'RECONCILE_INTERVAL_MS' },
+      { variable: 'redis_url', closest: 'REDIS_URL' },
+    ]);
+  });
+
+  it('leaves our own settings and the rest of a shared environment alone', () => {
+    const ours = Object.fromEntries(CONFIG_VARIABLES.map((variable) => [variable.name, 'x']));
+    const shared = { HOME: '/root', PATH: '/usr/bin', HOSTNAME: 'box', TERM: 'xterm', NODE_OPTIONS: '--max-old-space-size=512', OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', SSH_AUTH_SOCK: '/tmp/s', LANG: 'C.UTF-8', DATA_PATH: '/srv', MAX_WORKERS: '4', npm_lifecycle_event: 'start' };
+    // The project's own test and bench variables, which the processes its tests start inherit.
+    const tooling = { REDIS_TEST_URL: 'redis://127.0.0.1:6379', REDIS_SERVER_DIR: '/tmp/r', WS_LEAK_CYCLES: '10' };
+    expect(unknownSettings({ ...ours, ...shared, ...tooling })).toEqual([]);
+  });
+
+  it('does not change what loadConfig accepts', () => {
+    expect(loadConfig({ REDIS_ULR: 'redis://x' }).redisUrl).toBeUndefined();
   });
 });
 

@@ -2,8 +2,11 @@
 // folder that imports it back, directly or through others. Type-only imports do
 // not count (they vanish at run time); a file directly under src/ (errors.ts,
 // config.ts, app.ts …) is a node of its own. docs/architecture.md says what each
-// folder may import. Inside src/sandbox no file imports one that imports it
-// back, types included: its shared types live in types.ts, which imports none of it.
+// folder may import. The domain rules import nothing outside src/domain, types
+// included, so no folder (the store above all) is in a circle with them. Inside
+// src/sandbox no file imports one that imports it back, types included: its
+// shared types live in types.ts, which imports none of it. The composition roots
+// (app.ts, main.ts) only wire, and stay under 160 lines.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -44,10 +47,11 @@ function runtimeImports(file: string, { types = false } = {}): string[] {
   return targets.map((target) => path.resolve(path.dirname(file), target.replace(/\.js$/, '.ts')));
 }
 
-function folderGraph(): Map<string, Map<string, string[]>> {
+/** Folder → folder it imports → the imports that make the edge; with `types`, type-only imports count too. */
+function folderGraph({ types = false } = {}): Map<string, Map<string, string[]>> {
   const graph = new Map<string, Map<string, string[]>>();
   for (const file of sourceFiles(SRC)) {
-    for (const target of runtimeImports(file)) {
+    for (const target of runtimeImports(file, { types })) {
       const from = nodeOf(file);
       const to = nodeOf(target);
       if (from === to) continue;
@@ -106,12 +110,43 @@ describe('src/ layout', () => {
     expect([...(folderGraph().get('domain')?.keys() ?? [])]).toEqual([]);
   });
 
+  it('keeps the domain rules free of everything but themselves, type-only imports included', () => {
+    // Each edge with the imports that make it, so a failure names the line to change.
+    expect(Object.fromEntries(folderGraph({ types: true }).get('domain') ?? [])).toEqual({});
+  });
+
+  it('has no import circle through domain/ (the store, the mapping, the upstream …), type-only imports included', () => {
+    const throughDomain = cycles(folderGraph({ types: true })).filter((loop) => loop.some((edge) => edge.startsWith(`domain${path.sep}`)));
+    expect(throughDomain).toEqual([]);
+  });
+
   it('sees the imports it checks (a cycle planted in a copy of the graph is found)', () => {
     const graph = folderGraph();
     expect(graph.get('app.ts')?.has('pipeline')).toBe(true);
     const planted = new Map([...graph].map(([node, edges]) => [node, new Map(edges)]));
     planted.set('domain', new Map([['store', ['domain → store (planted)']]]));
     expect(cycles(planted).length).toBeGreaterThan(0);
+  });
+
+  it('sees type-only imports when asked (the store imports domain, and a planted domain → store type import closes a circle)', () => {
+    const graph = folderGraph({ types: true });
+    expect(graph.get('store')?.has('domain')).toBe(true);
+    // A type-only import the run-time graph leaves out.
+    expect(graph.get('observability')?.has('realtime')).toBe(true);
+    expect(folderGraph().get('observability')?.has('realtime')).toBeFalsy();
+    const planted = new Map([...graph].map(([node, edges]) => [node, new Map(edges)]));
+    planted.set('domain', new Map([['store', [`domain${path.sep}cursor.ts → store${path.sep}store.ts (planted)`]]]));
+    expect(cycles(planted).some((loop) => loop.some((edge) => edge.startsWith(`domain${path.sep}`)))).toBe(true);
+  });
+});
+
+describe('composition roots', () => {
+  // What they build lives in the folder that owns it (docs/architecture.md): they only wire, and a
+  // part built here instead of in its room shows up as length before it shows up as a tangle.
+  const MAX_LINES = 160;
+  it.each(['app.ts', 'main.ts'])(`%s stays under ${MAX_LINES} lines`, (file) => {
+    const lines = readFileSync(path.join(SRC, file), 'utf8').trimEnd().split('\n').length;
+    expect(lines).toBeLessThan(MAX_LINES);
   });
 });
 

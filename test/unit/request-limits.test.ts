@@ -111,8 +111,8 @@ describe('configuration of the request limits', () => {
   });
 
   it('turns introspection off in production unless GRAPHQL_INTROSPECTION says otherwise', () => {
-    expect(loadConfig({ NODE_ENV: 'production' }).graphql.introspection).toBe(false);
-    expect(loadConfig({ NODE_ENV: 'production', GRAPHQL_INTROSPECTION: 'true' }).graphql.introspection).toBe(true);
+    expect(loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox' }).graphql.introspection).toBe(false);
+    expect(loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', GRAPHQL_INTROSPECTION: 'true' }).graphql.introspection).toBe(true);
     expect(loadConfig({ GRAPHQL_INTROSPECTION: 'FALSE' }).graphql.introspection).toBe(false);
     expect(problem({ GRAPHQL_INTROSPECTION: 'yes' }).variable).toBe('GRAPHQL_INTROSPECTION');
   });
@@ -120,10 +120,10 @@ describe('configuration of the request limits', () => {
   it('serves the federation SDL outside production, and in production only as introspection is or FEDERATION_SDL says', () => {
     expect(loadConfig({}).graphql.federationSdl).toBe(true);
     expect(loadConfig({ GRAPHQL_INTROSPECTION: 'false' }).graphql.federationSdl).toBe(true);
-    expect(loadConfig({ NODE_ENV: 'production' }).graphql.federationSdl).toBe(false);
-    expect(loadConfig({ NODE_ENV: 'production', GRAPHQL_INTROSPECTION: 'true' }).graphql.federationSdl).toBe(true);
-    expect(loadConfig({ NODE_ENV: 'production', FEDERATION_SDL: 'TRUE' }).graphql.federationSdl).toBe(true);
-    expect(loadConfig({ NODE_ENV: 'production', GRAPHQL_INTROSPECTION: 'true', FEDERATION_SDL: 'false' }).graphql.federationSdl).toBe(false);
+    expect(loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox' }).graphql.federationSdl).toBe(false);
+    expect(loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', GRAPHQL_INTROSPECTION: 'true' }).graphql.federationSdl).toBe(true);
+    expect(loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', FEDERATION_SDL: 'TRUE' }).graphql.federationSdl).toBe(true);
+    expect(loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', GRAPHQL_INTROSPECTION: 'true', FEDERATION_SDL: 'false' }).graphql.federationSdl).toBe(false);
     expect(loadConfig({ FEDERATION_SDL: 'false' }).graphql.federationSdl).toBe(false);
     const refused = problem({ FEDERATION_SDL: 'yes' });
     expect(refused.variable).toBe('FEDERATION_SDL');

@@ -16,11 +16,11 @@ function setup(unrecordedBytes?: number) {
   const full = () => Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
   const store = {
     ownersOf: async (uids: string[]) => new Map(uids.filter((uid) => owners.has(uid)).map((uid) => [uid, owners.get(uid)!])),
-    recordOwner: async (uid: string, owner: string, group: OwnerRecord['group']) => store.recordOwners([{ uid, owner, group }]),
+    recordOwner: async (uid: string, owner: string, group: OwnerRecord['group'], proof?: OwnerRecord['proof']) => store.recordOwners([{ uid, owner, group, proof }]),
     recordOwners: async (records: OwnerEntry[]) => {
       writes.owners += records.length;
       if (refuse.owners) throw full();
-      for (const { uid, owner, group } of records) if (!owners.has(uid)) owners.set(uid, { owner, group });
+      for (const { uid, owner, group, proof } of records) if (!owners.has(uid)) owners.set(uid, { owner, group, proof: proof ?? 'read' });
     },
     completeIdempotency: async (owner: string, idempotencyKey: string, result: BookingResult) => {
       writes.claims += 1;
@@ -44,7 +44,7 @@ describe('Owners.recordBooking', () => {
   it('writes both records when the store writes, and keeps nothing in memory', async () => {
     const { recorder, owners, claims } = setup();
     await recorder.recordBooking(booking('d1', 'k1'));
-    expect(owners.get('d1')).toEqual({ owner: 'owner-hash', group: 'PLATFORM' });
+    expect(owners.get('d1')).toEqual({ owner: 'owner-hash', group: 'PLATFORM', proof: 'booked' });
     expect(claims.get('owner-hash:k1')).toEqual({ uid: 'd1', trackingUrl: 'https://track.example/d1' });
     expect(recorder.unrecorded.bookings).toBe(0);
     expect(recorder.unrecordedClaim('owner-hash', 'k1')).toBeUndefined();
@@ -61,7 +61,7 @@ describe('Owners.recordBooking', () => {
 
     refuse.owners = true;
     await recorder.recordBooking(booking('d2'));
-    expect(await recorder.lookupOne('d2')).toEqual({ owner: 'owner-hash', group: 'PLATFORM' });
+    expect(await recorder.lookupOne('d2')).toEqual({ owner: 'owner-hash', group: 'PLATFORM', proof: 'booked' });
     expect(owners.has('d2')).toBe(false);
     expect(recorder.unrecorded.bookings).toBe(2);
 
@@ -75,13 +75,13 @@ describe('Owners.recordBooking', () => {
     const before = { ...writes };
     await recorder.flush();
     expect(recorder.unrecorded.bookings).toBe(0);
-    expect(owners.get('d2')).toEqual({ owner: 'owner-hash', group: 'PLATFORM' });
+    expect(owners.get('d2')).toEqual({ owner: 'owner-hash', group: 'PLATFORM', proof: 'booked' });
     expect(claims.get('owner-hash:k1')?.uid).toBe('d1');
     // d1's owner record was not written again; d2 had no claim.
     expect({ owners: writes.owners - before.owners, claims: writes.claims - before.claims }).toEqual({ owners: 1, claims: 1 });
     expect(recorder.unrecordedClaim('owner-hash', 'k1')).toBeUndefined();
     // Known from memory still, now as a written record.
-    expect(await recorder.lookupOne('d1')).toEqual({ owner: 'owner-hash', group: 'PLATFORM' });
+    expect(await recorder.lookupOne('d1')).toEqual({ owner: 'owner-hash', group: 'PLATFORM', proof: 'booked' });
   });
 
   it('the next booking the store takes brings the waiting ones with it', async () => {

@@ -575,8 +575,9 @@ async function openWithToken(): Promise<void> {
   ui.bookForm.hidden = true;
   ui.openForm.hidden = true;
   document.body.dataset.mode = 'token';
-  // The sandbox's demo key has no place on a customer's page: not even in the head.
+  // The sandbox's demo key has no place on a customer's page: not even in the head. Nor has a developer's tool.
   document.querySelector('meta[name="dg-sandbox-key"]')?.remove();
+  document.querySelector('#graphiql-link')?.remove();
   say('Opening the tracking link…');
   let scope: { uids: string[]; expiresAt: string } | null;
   try {
@@ -624,6 +625,8 @@ window.addEventListener('hashchange', () => {
   if (uid && uid !== tracking?.uid) void open(uid);
 });
 setConnection('none');
+// GraphiQL (when the server has it on) is for the merchant's view only.
+if (!clientToken) document.querySelector('#graphiql-link')?.removeAttribute('hidden');
 if (clientToken) {
   if (location.search.includes('token=')) history.replaceState(null, '', `${location.pathname}#token=${clientToken}`);
   void openWithToken();
