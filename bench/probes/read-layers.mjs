@@ -1,8 +1,8 @@
 // Where a single read's CPU goes, by layer, for the bare undici reverse proxy and
 // the facade (and another checkout's facade with --baseline), one after the other
-// against the same fixed upstream: each runs with --perf-basic-prof, is warmed up,
-// then `perf record -e cpu-clock:u` samples it while it serves a fixed number of
-// reads (32 connections, a fresh uid per read). cpu-clock counts CPU time, not
+// against the same fixed upstream, alternating in rounds: each runs with
+// --perf-basic-prof, is warmed up, then `perf record -e cpu-clock:u` samples it
+// while it serves a fixed number of reads (32 connections, a fresh uid per read). cpu-clock counts CPU time, not
 // wall time: a thread waiting for a core is not sampled, which V8's own profiler
 // (wall clock) does not tell apart (it showed `writev` at a fifth of the facade's
 // time on a loaded machine, where the kernel's whole share is a tenth). Only user
@@ -11,7 +11,7 @@
 // collection and V8's JSON natives first, else the nearest JavaScript frame's
 // module (graphql-jit's generated code, a package, a file of dist/, a part of
 // Node), else the native code that runs it (event loop, HTTP parser).
-// Usage: npm run build && node bench/probes/read-layers.mjs [--reads=20000] [--baseline=<checkout>] [--top=40]
+// Usage: npm run build && node bench/probes/read-layers.mjs [--reads=20000] [--rounds=3] [--baseline=<checkout>] [--top=40]
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -24,6 +24,7 @@ import { facadeReadLoad, KEY, probeFlags } from '../scenarios/single-read.mjs';
 
 const flags = probeFlags();
 const reads = Number(flags.reads ?? 20_000);
+const rounds = Number(flags.rounds ?? 3);
 const top = Number(flags.top ?? 40);
 const HZ = 4999;
 if (spawnSync('perf', ['--version']).status !== 0) {
@@ -74,10 +75,10 @@ function layerOf(frames) {
   return 'native: other (malloc, V8 runtime)';
 }
 
-async function profile(name, pid, load, http) {
-  const warm = await http.call('autocannon', { ...load, amount: 10_000, duration: 600 });
+async function profile(name, pid, load, http, round) {
+  const warm = await http.call('autocannon', { ...load, amount: round === 0 ? 10_000 : 1_000, duration: 600 });
   if (warm.errors + (warm.non2xx ?? 0) > 0) throw new Error(`${name}: errors in the warm-up`);
-  const file = path.join(outDir, `${pid}.data`);
+  const file = path.join(outDir, `${pid}-${round}.data`);
   const perf = spawn('perf', ['record', '-e', 'cpu-clock:u', '-F', String(HZ), '-g', '-o', file, '-p', String(pid)], { stdio: ['ignore', 'ignore', 'pipe'] });
   await new Promise((resolve) => setTimeout(resolve, 500));
   const before = cpuOf(pid);
@@ -103,15 +104,24 @@ async function profile(name, pid, load, http) {
     const layer = layerOf(lines.slice(1).map((line) => line.trim().replace(/^[0-9a-f]+ /, '')));
     layers.set(layer, (layers.get(layer) ?? 0) + 1);
   }
+  return { name, served, user: after.user - before.user, system: after.system - before.system, main, others, layers };
+}
+
+/** Rounds of one contender summed: µs per read over all of them. */
+function perRead(rounds) {
+  const served = rounds.reduce((sum, r) => sum + r.served, 0);
   const us = (samples) => ((samples / HZ) * 1e6) / served;
+  const layers = new Map();
+  for (const r of rounds) for (const [layer, samples] of r.layers) layers.set(layer, (layers.get(layer) ?? 0) + samples);
+  const sum = (key) => rounds.reduce((total, r) => total + r[key], 0);
   return {
-    name,
-    rps: run.rps,
-    user: (after.user - before.user) / served,
-    system: (after.system - before.system) / served,
-    main: us(main),
-    others: us(others),
+    name: rounds[0].name,
+    user: sum('user') / served,
+    system: sum('system') / served,
+    main: us(sum('main')),
+    others: us(sum('others')),
     layers: new Map([...layers].map(([layer, samples]) => [layer, us(samples)])),
+    rounds: rounds.map((r) => (r.user + r.system) / r.served),
   };
 }
 
@@ -131,19 +141,27 @@ process.on('exit', () => {
     }
   }
 });
-const results = [];
-results.push(await profile('proxy', proxy.child.pid, { url: `${proxy.origin}/api/v1/${PLATFORM_ID}/deliveries/${UID_SLOT}`, headers: { authorization: `Bearer ${KEY}` }, uniqueIds: true, connections: 32 }, http));
-if (baseline) results.push(await profile(path.basename(baselineDir), baseline.child.pid, facadeReadLoad(baseline.origin), http));
-results.push(await profile('delivery-graph', facade.child.pid, facadeReadLoad(facade.origin), http));
+const contenders = [
+  { name: 'proxy', pid: proxy.child.pid, load: { url: `${proxy.origin}/api/v1/${PLATFORM_ID}/deliveries/${UID_SLOT}`, headers: { authorization: `Bearer ${KEY}` }, uniqueIds: true, connections: 32 } },
+  ...(baseline ? [{ name: path.basename(baselineDir), pid: baseline.child.pid, load: facadeReadLoad(baseline.origin) }] : []),
+  { name: 'delivery-graph', pid: facade.child.pid, load: facadeReadLoad(facade.origin) },
+];
+// The contenders alternate within each round; each one's rounds are summed.
+const measured = contenders.map(() => []);
+for (let round = 0; round < rounds; round += 1) {
+  for (const [index, c] of contenders.entries()) measured[index].push(await profile(c.name, c.pid, c.load, http, round));
+}
 await http.stop();
+const results = measured.map(perRead);
 
 const cell = (value) => (value === undefined ? '' : value.toFixed(1));
 const names = results.map((r) => r.name);
-console.log(`${reads} reads each, 32 connections; µs of CPU per read (perf cpu-clock:u samples at ${HZ} Hz; user and system from /proc over the same reads)\n`);
+console.log(`${rounds} round(s) of ${reads} reads each, contenders alternating, 32 connections; µs of CPU per read over all rounds (perf cpu-clock:u samples at ${HZ} Hz; user and system from /proc over the same reads)\n`);
 console.log(`| | ${names.join(' | ')} |`);
 console.log(`| --- | ${names.map(() => '---:').join(' | ')} |`);
 console.log(`| CPU per read, user + system (/proc) | ${results.map((r) => `${cell(r.user + r.system)} (${cell(r.user)} + ${cell(r.system)})`).join(' | ')} |`);
 console.log(`| ratio to the proxy | ${results.map((r) => ((r.user + r.system) / (results[0].user + results[0].system)).toFixed(2) + '×').join(' | ')} |`);
+console.log(`| CPU per read in each round | ${results.map((r) => r.rounds.map((value) => value.toFixed(0)).join(', ')).join(' | ')} |`);
 console.log(`| sampled in user space: main thread | ${results.map((r) => cell(r.main)).join(' | ')} |`);
 console.log(`| sampled in user space: other threads (GC helpers, compiler, SQLite writer) | ${results.map((r) => cell(r.others)).join(' | ')} |`);
 const all = new Map();
