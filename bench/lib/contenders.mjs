@@ -7,16 +7,19 @@ import { BENCH, ROOT, spawnReady, stop } from './proc.mjs';
 import { PLATFORM_ID } from './fixed-upstream.mjs';
 import { METRICS_TOKEN } from './loop-delay.mjs';
 
-export function startUpstream(latencyMs = 0) {
-  return spawnReady(process.execPath, [path.join(BENCH, 'lib/fixed-upstream.mjs'), '0', String(latencyMs)]).then((p) => ({
+/** `keepAliveMs`: the upstream's idle-connection timeout (Node's 5 s by default). */
+export function startUpstream(latencyMs = 0, { keepAliveMs } = {}) {
+  return spawnReady(process.execPath, [path.join(BENCH, 'lib/fixed-upstream.mjs'), '0', String(latencyMs), ...(keepAliveMs ? [String(keepAliveMs)] : [])]).then((p) => ({
     ...p,
     origin: `http://127.0.0.1:${p.match[1]}`,
     url: `http://127.0.0.1:${p.match[1]}/api/v1`,
   }));
 }
 
-export function startReverseProxy(upstreamOrigin) {
-  return spawnReady(process.execPath, [path.join(BENCH, 'lib/reverse-proxy.mjs'), '0', upstreamOrigin]).then((p) => ({
+/** `wrap`: a command line the process runs under (valgrind), with the time it may take to be ready. */
+export function startReverseProxy(upstreamOrigin, { wrap = [], timeoutMs, execArgv = [] } = {}) {
+  const [command, ...args] = [...wrap, process.execPath, ...execArgv, path.join(BENCH, 'lib/reverse-proxy.mjs'), '0', upstreamOrigin];
+  return spawnReady(command, args, { timeoutMs }).then((p) => ({
     ...p,
     origin: `http://127.0.0.1:${p.match[1]}`,
   }));
@@ -46,9 +49,10 @@ export const FACADE_ENTRY = path.join(ROOT, 'dist/main.js');
  * upstream. `label` names its CPU profile when profiling (see profileArgs).
  * `entry` and `cwd` run another build (another checkout's dist/main.js, to
  * compare old and new code in one run); this checkout's by default. `execArgv`:
- * Node options before the entry (a bench-only preload, --expose-gc).
+ * Node options before the entry (a bench-only preload, --expose-gc). `wrap`: a
+ * command line the process runs under (valgrind), with `timeoutMs` to be ready.
  */
-export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'bench', label = 'facade', entry = FACADE_ENTRY, cwd = ROOT, execArgv = [] } = {}) {
+export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'bench', label = 'facade', entry = FACADE_ENTRY, cwd = ROOT, execArgv = [], wrap = [], timeoutMs } = {}) {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'dg-bench-'));
   const extra = {};
   if (publicKeyPem) {
@@ -57,8 +61,10 @@ export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'ben
     Object.assign(extra, { WEBHOOK_PUBLIC_KEY_FILE: file, WEBHOOK_ISSUER: issuer });
   }
   const profile = profileArgs(label);
-  return spawnReady(process.execPath, [...profile.args, ...execArgv, entry], {
+  const [command, ...args] = [...wrap, process.execPath, ...profile.args, ...execArgv, entry];
+  return spawnReady(command, args, {
     cwd,
+    timeoutMs,
     // No per-key rate limit: the bench sends one key's traffic at thousands of requests a second, and
     // measures serving them, not refusing them (RATE_LIMIT_PER_MINUTE's default would refuse most).
     // Nor a cap on one key's open subscriptions: the fan-out scenario holds 10,000 of one key (SUBSCRIPTIONS_PER_KEY's default is 5,000);

@@ -73,7 +73,8 @@ export function cannedDelivery(uid) {
   };
 }
 
-export function startFixedUpstream(port = 0, latencyMs = 0) {
+/** `keepAliveMs`: how long an idle connection stays open (Node's default 5 s; longer for a client slowed by valgrind, which would send on a socket closing under it). */
+export function startFixedUpstream(port = 0, latencyMs = 0, keepAliveMs = undefined) {
   let count = 0;
   const cache = new Map();
   const server = createServer((req, res) => {
@@ -109,10 +110,11 @@ export function startFixedUpstream(port = 0, latencyMs = 0) {
     if (latencyMs > 0) setTimeout(send, latencyMs);
     else send();
   });
+  if (keepAliveMs) server.keepAliveTimeout = keepAliveMs;
   return new Promise((resolve) => server.listen(port, '127.0.0.1', () => resolve({ server, port: server.address().port, close: () => new Promise((r) => server.close(r)) })));
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const started = await startFixedUpstream(Number(process.argv[2] ?? 0), Number(process.argv[3] ?? 0));
+  const started = await startFixedUpstream(Number(process.argv[2] ?? 0), Number(process.argv[3] ?? 0), Number(process.argv[4] ?? 0) || undefined);
   console.log(`ready ${started.port}`);
 }

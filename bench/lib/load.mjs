@@ -7,7 +7,7 @@ import { percentile } from './stats.mjs';
 /** What a request's URL or body holds where each request puts a delivery uid of its own. */
 export const UID_SLOT = '00000000-0000-4000-8000-000000000000';
 
-export async function load({ url, method = 'GET', headers = {}, body, connections = 32, duration = 10, overallRate, expectBody, uniqueIds = false, graphql = false }) {
+export async function load({ url, method = 'GET', headers = {}, body, connections = 32, duration = 10, amount, timeout, overallRate, expectBody, uniqueIds = false, graphql = false }) {
   // With uniqueIds, UID_SLOT in the path or body becomes a fresh uuid per request: no two requests read the same delivery.
   let n = 0;
   const fresh = (text) => (text === undefined ? text : text.replace(UID_SLOT, () => `00000000-0000-4000-8000-${String((n += 1)).padStart(12, '0')}`));
@@ -19,6 +19,10 @@ export async function load({ url, method = 'GET', headers = {}, body, connection
     body,
     connections,
     duration,
+    // A fixed number of requests instead of a duration (the probes that count CPU per read).
+    ...(amount ? { amount } : {}),
+    // Seconds before a request counts as timed out (autocannon's default 10; a contender under valgrind needs more).
+    ...(timeout ? { timeout } : {}),
     overallRate,
     pipelining: 1,
     ...(uniqueIds ? { requests: [{ method, path: `${target.pathname}${target.search}`, headers, body, setupRequest: (request) => ({ ...request, path: fresh(request.path), body: fresh(request.body) }) }] } : {}),

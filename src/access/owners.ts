@@ -128,6 +128,8 @@ export class Owners {
   readonly #logger: Logger | undefined;
   readonly #cacheBytes: number;
   readonly #cache = new Map<string, Cached>();
+  /** Where eviction goes on (see #remember): every entry before it has been evicted. */
+  #evictions: MapIterator<[string, Cached]> = this.#cache.entries();
   #bytes = 0;
   /** Records learned from reads, written together every LEARN_FLUSH_MS (one commit for many). */
   #pending = new Map<string, OwnerEntry>();
@@ -451,9 +453,13 @@ export class Owners {
     const bytes = ENTRY_OVERHEAD_BYTES + uid.length * 2;
     if (bytes > this.#cacheBytes) return;
     while (this.#bytes + bytes > this.#cacheBytes) {
-      // The oldest first (a Map keeps insertion order).
-      const [oldestUid, oldest] = this.#cache.entries().next().value!;
-      this.#forget(oldestUid, oldest);
+      // The oldest first (a Map keeps insertion order), through one iterator kept from eviction to eviction: a fresh
+      // one starts at the table's front and steps over every entry deleted since its last compaction, which in a
+      // full cache that keeps learning is tens of thousands of holes per eviction (about 80 µs of every first read).
+      let oldest = this.#evictions.next();
+      if (oldest.done) oldest = (this.#evictions = this.#cache.entries()).next();
+      const [oldestUid, cached] = oldest.value!;
+      this.#forget(oldestUid, cached);
     }
     // On a platform-scoped upstream a record learned from a read may be replaced by a proof anywhere.
     const replaceable = this.scope === 'platform' && !merchantScoped(record.proof);

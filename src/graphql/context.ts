@@ -236,6 +236,8 @@ async function readEach(
       return error instanceof DeliveryGraphError ? error : new Error(String(error));
     }
   };
+  // A lone read (the common `delivery(uid:)`) needs no workers to share out.
+  if (ids.length === 1) return [await readOne(ids[0]!)];
   const results = new Array<Delivery | null | Error>(ids.length);
   let next = 0;
   const worker = async () => {

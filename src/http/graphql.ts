@@ -11,7 +11,7 @@ import { KEYLESS_LIMITED, keylessWorkUnits, type RequestLimits } from '../access
 import { clientAddress } from '../observability/client-address.js';
 import { noteErrorCodes, requestInfoOf } from '../observability/request.js';
 import type { ClientTokens } from '../access/client-tokens.js';
-import { responseTooLarge } from '../pipeline/guards/response-size.js';
+import { responseTooLarge, textOver } from '../pipeline/guards/response-size.js';
 import { namesPersistedQuery } from '../pipeline/persisted-operations.js';
 import { isStreamRefusal, type Pipeline } from '../pipeline/pipeline.js';
 import type { WrittenResult } from '../pipeline/plan.js';
@@ -72,13 +72,18 @@ interface Params {
 
 type HttpMarks = { status?: number; spec?: boolean; headers?: Record<string, string> };
 
+/** An answer without errors. */
+const OK = Object.freeze({ status: 200, headers: undefined });
+
 /**
  * The status and headers yoga gives an answer under application/json: the
  * highest `extensions.http.status` of its errors, spec-marked ones (parse and
  * validation errors) excepted, which GraphQL-over-HTTP answers 200 there; 500
  * for an unexpected error without data; else 200.
  */
-function statusOf(result: ExecutionResult): { status: number; headers: Record<string, string> } {
+function statusOf(result: ExecutionResult): { status: number; headers: Record<string, string> | undefined } {
+  // The common answer: nothing to read.
+  if (!result.errors?.length) return OK;
   let status = 0;
   let unexpected = false;
   const headers: Record<string, string> = {};
@@ -297,13 +302,12 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
       if (!(error instanceof RangeError && /string length/i.test(error.message))) throw error;
       text = JSON.stringify(responseTooLarge(maxBytes));
     }
-    // The length the header needs anyway is the one the limit is checked on.
-    let bytes = Buffer.byteLength(text);
-    if (bytes > maxBytes) {
-      text = JSON.stringify(responseTooLarge(maxBytes));
-      bytes = Buffer.byteLength(text);
-    }
-    res.writeHead(status, { ...headers, 'content-type': 'application/json; charset=utf-8', 'content-length': bytes }).end(text);
+    if (textOver(text, maxBytes)) text = JSON.stringify(responseTooLarge(maxBytes));
+    // Encoded once, within the limit: its length is the header's, and the socket writes the bytes as they are
+    // (a string would be joined to the head, then flattened and encoded again on the way out).
+    const bytes = Buffer.from(text);
+    const head = { 'content-type': 'application/json; charset=utf-8', 'content-length': bytes.length };
+    res.writeHead(status, headers ? { ...headers, ...head } : head).end(bytes);
     return true;
   };
 

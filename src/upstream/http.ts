@@ -96,7 +96,8 @@ const NOT_A_HEADER_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
 
 interface RawResponse {
   status: number;
-  headers: Record<string, string | string[] | undefined>;
+  /** Its Retry-After header (the first, if repeated), the one header read from an answer. */
+  retryAfter: string | undefined;
   text: string;
 }
 
@@ -294,7 +295,7 @@ export class UpstreamHttp {
     throw new AttemptFailure(error, {
       status,
       retryable,
-      retryAfterMs: retryable ? retryAfterMs(response.headers['retry-after']) : undefined,
+      retryAfterMs: retryable ? retryAfterMs(response.retryAfter) : undefined,
     });
   }
 
@@ -320,7 +321,7 @@ export class UpstreamHttp {
     return retryAfterMs === undefined ? jittered : Math.max(jittered, retryAfterMs);
   }
 
-  async #send(request: UpstreamRequest, deadline: number, signal: AbortSignal | Flight): Promise<RawResponse> {
+  #send(request: UpstreamRequest, deadline: number, signal: AbortSignal | Flight): Promise<RawResponse> {
     const remaining = Math.max(1, Math.floor(deadline - performance.now()));
     const headers: Record<string, string> = { accept: 'application/json' };
     if (request.key) headers.authorization = `Bearer ${request.key}`;
@@ -329,17 +330,11 @@ export class UpstreamHttp {
       body = JSON.stringify(request.body);
       headers['content-type'] = 'application/json';
     }
-    const response = await this.#pool.request({
-      method: request.method,
-      path: this.#basePath + request.path,
-      headers,
-      body,
-      signal,
-      headersTimeout: remaining,
-      bodyTimeout: remaining,
+    return new Promise((resolve, reject) => {
+      const exchange = new Exchange(this.#options.maxResponseBytes, resolve, reject);
+      exchange.watch(signal);
+      this.#pool.dispatch({ method: request.method, path: this.#basePath + request.path, headers, body, headersTimeout: remaining, bodyTimeout: remaining }, exchange);
     });
-    const text = await readCapped(response.body, this.#options.maxResponseBytes, response.headers['content-length']);
-    return { status: response.statusCode, headers: response.headers, text };
   }
 
   async close(): Promise<void> {
@@ -359,48 +354,115 @@ function pause(ms: number, flight: Flight): Promise<void> {
   return new Promise((resolve) => {
     const done = () => {
       clearTimeout(timer);
-      flight.off('abort', done);
+      stopListening();
       resolve();
     };
     const timer = setTimeout(done, ms);
-    flight.once('abort', done);
+    const stopListening = flight.onAbort(done);
   });
 }
 
 class ResponseTooLarge extends Error {}
 
 /**
- * The body as text, refused past `limit` bytes: at once when its Content-Length
- * says so (undici fails a body that runs past its Content-Length), chunk by chunk
- * when it has none.
+ * One request's answer, read into memory as undici hands it over (its dispatch
+ * API: no Readable stream, no promise per body), refused past `limit` bytes: at
+ * once when its Content-Length says so (undici fails a body that runs past its
+ * Content-Length), chunk by chunk when it has none. Settles `resolve` once with
+ * the whole answer, or `reject` with undici's error or ResponseTooLarge.
  */
-function readCapped(body: Dispatcher.ResponseData['body'], limit: number, contentLength: unknown): Promise<string> {
-  if (typeof contentLength !== 'string' || contentLength === '') return readChunks(body, limit);
-  if (Number(contentLength) > limit) {
-    // Destroying an unread undici body emits 'error'; unheard, it would be an uncaught exception.
-    body.on('error', () => undefined);
-    body.destroy();
-    return Promise.reject(new ResponseTooLarge());
-  }
-  return body.text();
-}
+class Exchange implements Dispatcher.DispatchHandler {
+  #status = 0;
+  #retryAfter: string | undefined;
+  #chunks: Buffer[] = [];
+  #size = 0;
+  /** undici's way to stop the request, once it has a connection. */
+  #abort: ((error?: Error) => void) | undefined;
+  /** Asked to stop before undici handed over its abort: done as soon as it does. */
+  #stopped: Error | undefined;
+  #stopWatching: (() => void) | undefined;
 
-async function readChunks(body: Dispatcher.ResponseData['body'], limit: number): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    size += (chunk as Buffer).length;
-    if (size > limit) {
-      body.destroy();
-      throw new ResponseTooLarge();
+  constructor(
+    readonly limit: number,
+    readonly resolve: (response: RawResponse) => void,
+    readonly reject: (error: unknown) => void,
+  ) {}
+
+  /** Stops the request when `signal` aborts (a flight's time budget, or every caller leaving). */
+  watch(signal: AbortSignal | Flight): void {
+    const stop = () => this.#stop(new RequestAborted());
+    if (signal instanceof Flight) {
+      if (signal.aborted) return stop();
+      this.#stopWatching = signal.onAbort(stop);
+    } else {
+      if (signal.aborted) return stop();
+      signal.addEventListener('abort', stop, { once: true });
+      this.#stopWatching = () => signal.removeEventListener('abort', stop);
     }
-    chunks.push(chunk as Buffer);
   }
-  return Buffer.concat(chunks, size).toString('utf8');
+
+  #stop(error: Error): void {
+    if (this.#abort) this.#abort(error);
+    else this.#stopped ??= error;
+  }
+
+  onConnect(abort: (error?: Error) => void): void {
+    if (this.#stopped) return abort(this.#stopped);
+    this.#abort = abort;
+  }
+
+  onHeaders(status: number, rawHeaders: Buffer[]): boolean {
+    // An informational answer (100 Continue): the real one follows.
+    if (status < 200) return true;
+    this.#status = status;
+    // Only a refusal's wait is read (a 2xx has nothing to say there).
+    if (status >= 300) this.#retryAfter = headerValue(rawHeaders, 'retry-after');
+    const length = headerValue(rawHeaders, 'content-length');
+    if (length !== undefined && length !== '' && Number(length) > this.limit) this.#stop(new ResponseTooLarge());
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    this.#size += chunk.length;
+    if (this.#size > this.limit) {
+      this.#stop(new ResponseTooLarge());
+      return false;
+    }
+    this.#chunks.push(chunk);
+    return true;
+  }
+
+  onComplete(): void {
+    this.#stopWatching?.();
+    const chunks = this.#chunks;
+    const text = chunks.length === 1 ? chunks[0]!.toString('utf8') : Buffer.concat(chunks, this.#size).toString('utf8');
+    this.resolve({ status: this.#status, retryAfter: this.#retryAfter, text });
+  }
+
+  onError(error: Error): void {
+    this.#stopWatching?.();
+    this.reject(error);
+  }
 }
 
-function retryAfterMs(header: string | string[] | undefined): number | undefined {
-  const value = Array.isArray(header) ? header[0] : header;
+/** The request was stopped by its flight or signal (the caller reads why from the flight). */
+class RequestAborted extends Error {
+  readonly code = 'UND_ERR_ABORTED';
+  constructor() {
+    super('Request aborted');
+  }
+}
+
+/** One header of an answer's raw list (name, value, name, value…), the first if it is repeated; undefined when absent. */
+function headerValue(rawHeaders: Buffer[], name: string): string | undefined {
+  for (let index = 0; index + 1 < rawHeaders.length; index += 2) {
+    const raw = rawHeaders[index]!;
+    if (raw.length === name.length && raw.toString('latin1').toLowerCase() === name) return rawHeaders[index + 1]!.toString('latin1');
+  }
+  return undefined;
+}
+
+function retryAfterMs(value: string | undefined): number | undefined {
   if (!value) return undefined;
   if (/^\d+$/.test(value.trim())) return Number(value) * 1000;
   const date = Date.parse(value);
@@ -428,7 +490,7 @@ function parseSuccess<T>(response: RawResponse, request: UpstreamRequest): T {
  * or `error` (partner) field, reading liberally as CONTRACT.md says.
  */
 export function classifyStatus(
-  response: { status: number; text: string; headers?: RawResponse['headers'] },
+  response: { status: number; text: string; retryAfter?: string },
   request: Pick<UpstreamRequest, 'method' | 'route' | 'cancel'> & { key?: string },
 ): DeliveryGraphError {
   const error = classifyRefusal(response, request);
@@ -439,7 +501,7 @@ export function classifyStatus(
 }
 
 function classifyRefusal(
-  response: { status: number; text: string; headers?: RawResponse['headers'] },
+  response: { status: number; text: string; retryAfter?: string },
   request: Pick<UpstreamRequest, 'method' | 'route' | 'cancel'>,
 ): DeliveryGraphError {
   const body = parseJson(response.text);
@@ -461,7 +523,7 @@ function classifyRefusal(
     return new UpstreamValidationError(message ?? 'The delivery service rejected the request.', fieldErrors(errors));
   }
   if (response.status >= 500 || response.status === 429) {
-    const wait = retryAfterMs(response.headers?.['retry-after']);
+    const wait = retryAfterMs(response.retryAfter);
     return new UpstreamUnavailableError(`The delivery service answered ${response.status} to ${where}.`, {
       status: response.status,
       retryAfterSeconds: wait === undefined ? undefined : Math.ceil(wait / 1000),

@@ -4,15 +4,14 @@
 // keys; it lives here only as long as the call that carries it anyway, and is
 // never logged. A caller that gives up leaves on its own; the call is aborted
 // only once every caller has left.
-import { EventEmitter } from 'node:events';
 import { UpstreamUnavailableError } from '../errors.js';
 
 /**
- * One upstream call and the callers waiting for it. It is also the call's abort
- * signal: undici takes an EventEmitter with `aborted` and an 'abort' event, which
- * costs far less per call than an AbortController.
+ * One upstream call and the callers waiting for it. It is also what aborts the
+ * call's request (http.ts): a list of callbacks, which costs far less per call
+ * than an AbortController or an EventEmitter.
  */
-export class Flight extends EventEmitter {
+export class Flight {
   /** The request was told to stop: the time budget ran out, or every caller left. */
   aborted = false;
   /** Every caller left before the answer. */
@@ -20,16 +19,26 @@ export class Flight extends EventEmitter {
   /** The call's time budget ran out. */
   timedOut = false;
   readonly waiters: Waiter[] = [];
+  #onAbort: Array<() => void> | undefined;
 
   /** `identity`: where the flight is listed for sharing (GETs only). */
-  constructor(readonly identity: string | undefined) {
-    super();
+  constructor(readonly identity: string | undefined) {}
+
+  /** Calls `listener` once when the flight is aborted; returns the way to stop listening. */
+  onAbort(listener: () => void): () => void {
+    (this.#onAbort ??= []).push(listener);
+    return () => {
+      const index = this.#onAbort?.indexOf(listener) ?? -1;
+      if (index >= 0) this.#onAbort!.splice(index, 1);
+    };
   }
 
   abort(): void {
     if (this.aborted) return;
     this.aborted = true;
-    this.emit('abort');
+    const listeners = this.#onAbort;
+    this.#onAbort = undefined;
+    if (listeners) for (const listener of listeners) listener();
   }
 }
 
