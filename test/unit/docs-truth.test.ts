@@ -44,6 +44,8 @@ for (const text of sources.values()) {
 describe('names in the docs', () => {
   /** Variables the test suite, CI, scripts and the example read (CRASH_TRIALS, DG_URL): not settings of the service. */
   const harness = new Set([...['test', 'scripts', '.ci', 'examples'].flatMap((dir) => sourceFiles(dir)).flatMap((file) => [...read(file).matchAll(/process\.env\.([A-Z][A-Z0-9_]+)|\$\{?([A-Z][A-Z0-9_]+)/g)].map((match) => match[1] ?? match[2]!))]);
+  /** Node's own variables, which the docs may tell an operator to set (NODE_OPTIONS for V8 flags). */
+  const runtime = new Set(['NODE_OPTIONS']);
   const schemaNames = new Set([...read('schema.graphql').matchAll(/\b[A-Z][A-Z0-9_]+\b/g)].map((match) => match[0]));
 
   it('every CODE or SETTING in backquotes is an error code, a setting, a schema name, a constant of src/ or a variable of the test harness', () => {
@@ -51,7 +53,7 @@ describe('names in the docs', () => {
     for (const [page, text] of pages) {
       for (const match of text.matchAll(/`([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)(?:=[^`]*)?`/g)) {
         const name = match[1]!;
-        if (name in ERROR_CODES || settings.has(name) || schemaNames.has(name) || constants.has(name) || harness.has(name)) continue;
+        if (name in ERROR_CODES || settings.has(name) || schemaNames.has(name) || constants.has(name) || harness.has(name) || runtime.has(name)) continue;
         // A misspelling shown as one (REDIS_ULR), in a sentence that says it is not a setting.
         const around = flat(text.slice(Math.max(0, match.index - 200), match.index + 100));
         if (unknownSettings({ [name]: 'x' }).length > 0 && /looks? like one of (?:ours|these)|misspel/.test(around)) continue;
@@ -70,7 +72,7 @@ describe('names in the docs', () => {
       for (const block of blocks) {
         for (const match of block.matchAll(/(?:^|\s)([A-Z][A-Z0-9_]*)=/gm)) {
           const name = match[1]!;
-          if (settings.has(name) || harness.has(name) || own.has(name)) continue;
+          if (settings.has(name) || harness.has(name) || own.has(name) || runtime.has(name)) continue;
           unknown.push(`${page}: ${name}=`);
         }
       }
