@@ -64,7 +64,7 @@ export class Sweeps {
 
   /** Loads the next page of each owner whose pass is due and whose loaded reads run low. */
   topUp(now: number): void {
-    const { keys, intervalMs, windowMs, loaded } = this.#options;
+    const { keys, intervalMs, loaded } = this.#options;
     const owners = keys.owners();
     // Owners whose key was dropped or forgotten take nothing more.
     if (this.#sweeps.size > owners.length) for (const owner of this.#sweeps.keys()) if (keys.keyOf(owner) === undefined) this.#sweeps.delete(owner);

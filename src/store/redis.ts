@@ -901,6 +901,8 @@ export class RedisStore implements Store {
           String(view.length),
           ...view.flat(),
         ];
+        // Out of step with the script, these arguments would be read shifted, and so would every later event's.
+        if (eventArgs.length !== APPEND_FIELDS + 2 * view.length) throw new Error(`APPEND takes ${APPEND_FIELDS} fixed arguments per event, ${eventArgs.length - 2 * view.length} were built`);
       } catch (error) {
         outcomes[index] = error instanceof Error ? error : new Error(String(error));
         continue;
