@@ -25,7 +25,8 @@ export default defineConfig({
     // (see the stop note). Every other unhandled error still fails the run.
     onUnhandledError(error) {
       const stack = (error as { stack?: string }).stack ?? '';
-      if ((error as { message?: string }).message === 'Connection is closed.' && stack.includes('ioredis')) return false;
+      if ((error as { message?: string }).message === 'Connection is closed.' && stack.includes('ioredis'))
+        return false;
     },
     // No global setup here: the root's would run for every tier, unit included.
     projects: [

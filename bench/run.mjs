@@ -15,7 +15,14 @@
 import path from 'node:path';
 import { singleRead } from './scenarios/single-read.mjs';
 import { batchRead } from './scenarios/batch-read.mjs';
-import { realtime, realtimeScale, realtimeRedis, realtimeRedisScale, redisReplicaAck, fanOut } from './scenarios/realtime.mjs';
+import {
+  realtime,
+  realtimeScale,
+  realtimeRedis,
+  realtimeRedisScale,
+  redisReplicaAck,
+  fanOut,
+} from './scenarios/realtime.mjs';
 import { startup } from './scenarios/startup.mjs';
 import { reconcile } from './scenarios/reconcile.mjs';
 import { soak, soakRedis } from './scenarios/soak.mjs';
@@ -43,19 +50,31 @@ const SCENARIOS = {
   'keyless-flood': keylessFlood,
 };
 /** Too long for every run (and for CI): only when named. */
-const ON_DEMAND = { soak, 'soak-redis': soakRedis, 'redis-replica-ack': redisReplicaAck, 'realtime-scale': realtimeScale, 'realtime-redis-scale': realtimeRedisScale };
+const ON_DEMAND = {
+  soak,
+  'soak-redis': soakRedis,
+  'redis-replica-ack': redisReplicaAck,
+  'realtime-scale': realtimeScale,
+  'realtime-redis-scale': realtimeRedisScale,
+};
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
 // --name=value flags, for the scenarios that take them.
-const flags = Object.fromEntries(args.filter((arg) => /^--[\w-]+=/.test(arg)).map((arg) => arg.slice(2).split(/=(.*)/s, 2)));
+const flags = Object.fromEntries(
+  args.filter((arg) => /^--[\w-]+=/.test(arg)).map((arg) => arg.slice(2).split(/=(.*)/s, 2)),
+);
 const chosen = args.filter((arg) => !arg.startsWith('--'));
 const unknown = chosen.filter((name) => !(name in SCENARIOS) && !(name in ON_DEMAND));
 if (unknown.length > 0) {
-  console.error(`unknown scenario(s): ${unknown.join(', ')}; known: ${[...Object.keys(SCENARIOS), ...Object.keys(ON_DEMAND)].join(', ')}`);
+  console.error(
+    `unknown scenario(s): ${unknown.join(', ')}; known: ${[...Object.keys(SCENARIOS), ...Object.keys(ON_DEMAND)].join(', ')}`,
+  );
   process.exit(2);
 }
-if (args.includes('--profile') || flags.profile) process.env.BENCH_PROFILE = flags.profile ?? path.join(BENCH, 'profiles');
-if (process.env.BENCH_PROFILE) console.log(`CPU profiles of the facade into ${path.resolve(process.env.BENCH_PROFILE)}`);
+if (args.includes('--profile') || flags.profile)
+  process.env.BENCH_PROFILE = flags.profile ?? path.join(BENCH, 'profiles');
+if (process.env.BENCH_PROFILE)
+  console.log(`CPU profiles of the facade into ${path.resolve(process.env.BENCH_PROFILE)}`);
 const command = `npm run bench${args.length ? ` -- ${args.join(' ')}` : ''}`;
 for (const name of chosen.length ? chosen : Object.keys(SCENARIOS)) {
   console.log(`\n== ${name}${quick ? ' (quick)' : ''}`);

@@ -56,8 +56,15 @@ const layout = [
   'Sentinel 2',
   'Sentinel 3',
 ];
-if (!Number.isInteger(basePort) || basePort < 0 || (basePort > 0 && basePort < 1024) || basePort + layout.length - 1 > 65535) {
-  console.error(`cluster: --port must be 0 (any free ports) or a port from 1024 to ${65536 - layout.length} (it and the ${layout.length - 1} after it are used)`);
+if (
+  !Number.isInteger(basePort) ||
+  basePort < 0 ||
+  (basePort > 0 && basePort < 1024) ||
+  basePort + layout.length - 1 > 65535
+) {
+  console.error(
+    `cluster: --port must be 0 (any free ports) or a port from 1024 to ${65536 - layout.length} (it and the ${layout.length - 1} after it are used)`,
+  );
   process.exit(2);
 }
 /** The port of the n-th in the layout; 0 (any free one) without a base. */
@@ -72,9 +79,13 @@ const busy = (port: number) =>
   });
 if (basePort !== 0) {
   // Checked before anything starts: one line naming every port taken, rather than a half-started set.
-  const taken = (await Promise.all(layout.map(async (what, n) => ((await busy(portOf(n))) ? `${portOf(n)} (${what})` : undefined)))).filter(Boolean);
+  const taken = (
+    await Promise.all(layout.map(async (what, n) => ((await busy(portOf(n))) ? `${portOf(n)} (${what})` : undefined)))
+  ).filter(Boolean);
   if (taken.length > 0) {
-    console.error(`cluster: port${taken.length > 1 ? 's' : ''} ${taken.join(', ')} already in use; pick another base: --port=${basePort + 100}, or --port=0 for any free ports`);
+    console.error(
+      `cluster: port${taken.length > 1 ? 's' : ''} ${taken.join(', ')} already in use; pick another base: --port=${basePort + 100}, or --port=0 for any free ports`,
+    );
     process.exit(1);
   }
 }
@@ -86,8 +97,14 @@ let stopping = false;
 
 console.log('starting a Redis primary, a replica and three Sentinels…');
 const redisPorts = [1, 2, 3, 4, 5].map((n) => portOf(instances + n));
-const set = await startSentinelSet(basePort === 0 ? {} : { ports: redisPorts as [number, number, number, number, number] });
-const sandbox = await startSandbox({ port: portOf(instances), merchants: DEMO_MERCHANTS, knobs: { stepMs: 3000, returnRate: 0 } });
+const set = await startSentinelSet(
+  basePort === 0 ? {} : { ports: redisPorts as [number, number, number, number, number] },
+);
+const sandbox = await startSandbox({
+  port: portOf(instances),
+  merchants: DEMO_MERCHANTS,
+  knobs: { stepMs: 3000, returnRate: 0 },
+});
 const keyFile = path.join(dir, 'sandbox-webhook-public.pem');
 writeFileSync(keyFile, sandbox.publicKeyPem);
 const env = {
@@ -117,7 +134,8 @@ async function startInstance(index: number): Promise<string> {
       if (!stopping) reject(new Error(`instance ${index + 1} exited with ${code}:\n${output}`));
     });
     child.stdout!.resume();
-    // The instance's banner is on its stderr (its stdout is JSON logs); what it writes there later (a warning) is passed on.
+    // The instance's banner is on its stderr (its stdout is JSON logs); what it writes there later (a warning) is
+    // passed on.
     child.stderr!.on('data', (chunk: Buffer) => {
       if (served) return void process.stderr.write(chunk);
       output += chunk.toString();

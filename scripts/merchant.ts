@@ -33,7 +33,9 @@ async function main(): Promise<number> {
     store = redis ? RedisStore.connect(redis) : new SqliteStore(config.dataDir);
   } catch (error) {
     if (error instanceof DataDirInUseError) {
-      console.error(`${error.message}\nWith the embedded store, stop the facade first (the command opens its DATA_DIR).`);
+      console.error(
+        `${error.message}\nWith the embedded store, stop the facade first (the command opens its DATA_DIR).`,
+      );
       return 1;
     }
     throw error;

@@ -37,7 +37,10 @@ export interface SentinelSet {
 
 /** /usr/bin/redis-server, or redis-server on PATH; undefined when there is none. */
 export function findRedisServer(): string | undefined {
-  const candidates = ['/usr/bin/redis-server', ...(process.env.PATH ?? '').split(path.delimiter).map((dir) => path.join(dir, 'redis-server'))];
+  const candidates = [
+    '/usr/bin/redis-server',
+    ...(process.env.PATH ?? '').split(path.delimiter).map((dir) => path.join(dir, 'redis-server')),
+  ];
   for (const candidate of candidates) {
     try {
       accessSync(candidate, constants.X_OK);
@@ -62,7 +65,15 @@ export function freePort(): Promise<number> {
 
 /** One command to the server on `port`, on a connection of its own; its reply as ioredis reads it. */
 export async function redisCommand(port: number, args: readonly string[], timeoutMs = 1000): Promise<unknown> {
-  const client = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: timeoutMs, commandTimeout: timeoutMs });
+  const client = new Redis({
+    port,
+    host: '127.0.0.1',
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    connectTimeout: timeoutMs,
+    commandTimeout: timeoutMs,
+  });
   client.on('error', () => undefined);
   try {
     await client.connect();
@@ -96,7 +107,8 @@ export interface SentinelSetOptions {
 
 export async function startSentinelSet(options: SentinelSetOptions = {}): Promise<SentinelSet> {
   const binary = findRedisServer();
-  if (!binary) throw new Error("redis-server not found (install Debian's redis-server, or run scripts/redis-server.sh install)");
+  if (!binary)
+    throw new Error("redis-server not found (install Debian's redis-server, or run scripts/redis-server.sh install)");
   const dir = mkdtempSync(path.join(tmpdir(), 'delivery-graph-sentinels-'));
   const children = new Map<number, ChildProcess>();
   const output = new Map<number, string>();
@@ -117,15 +129,39 @@ export async function startSentinelSet(options: SentinelSetOptions = {}): Promis
   const answers = async (port: number) => (await redisCommand(port, ['PING'], 300)) === 'PONG';
 
   const dataServer = async (port: number, replicaOf?: number) => {
-    const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--dbfilename', `dump-${port}.rdb`, '--appendonly', 'yes', '--appendfilename', `aof-${port}.aof`, '--appenddirname', `aof-${port}`, '--appendfsync', 'always', '--save', '', '--protected-mode', 'no'];
+    const args = [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      dir,
+      '--dbfilename',
+      `dump-${port}.rdb`,
+      '--appendonly',
+      'yes',
+      '--appendfilename',
+      `aof-${port}.aof`,
+      '--appenddirname',
+      `aof-${port}`,
+      '--appendfsync',
+      'always',
+      '--save',
+      '',
+      '--protected-mode',
+      'no',
+    ];
     if (replicaOf) args.push('--replicaof', '127.0.0.1', String(replicaOf));
     launch(port, args);
-    await until(`redis-server on ${port} answering`, 10_000, async () => ((await answers(port)) ? true : undefined)).catch((error: Error) => {
+    await until(`redis-server on ${port} answering`, 10_000, async () =>
+      (await answers(port)) ? true : undefined,
+    ).catch((error: Error) => {
       throw new Error(`${error.message}:\n${output.get(port)}`);
     });
   };
 
-  const [primary, replica, ...sentinelPorts] = options.ports ?? (await Promise.all([freePort(), freePort(), freePort(), freePort(), freePort()]));
+  const [primary, replica, ...sentinelPorts] =
+    options.ports ?? (await Promise.all([freePort(), freePort(), freePort(), freePort(), freePort()]));
   await dataServer(primary!);
   await dataServer(replica!, primary);
   for (const port of sentinelPorts) {
@@ -163,7 +199,9 @@ export async function startSentinelSet(options: SentinelSetOptions = {}): Promis
     return port;
   };
   // Ready when the replica is in sync and every Sentinel knows it and the others (a failover needs both).
-  await until('the replica in sync', 15_000, async () => (String(await redisCommand(replica!, ['INFO', 'replication'])).includes('master_link_status:up') ? true : undefined));
+  await until('the replica in sync', 15_000, async () =>
+    String(await redisCommand(replica!, ['INFO', 'replication'])).includes('master_link_status:up') ? true : undefined,
+  );
   await until('the Sentinels agreeing on the primary and its replica', 30_000, async () => {
     for (const port of sentinelPorts) {
       const fields = (await redisCommand(port, ['SENTINEL', 'master', SENTINEL_NAME])) as string[];
@@ -184,7 +222,9 @@ export async function startSentinelSet(options: SentinelSetOptions = {}): Promis
       const child = children.get(port);
       if (!child) throw new Error(`no server of ours on ${port}`);
       child.kill('SIGKILL');
-      await new Promise((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve(undefined) : child.once('exit', resolve)));
+      await new Promise((resolve) =>
+        child.exitCode !== null || child.signalCode !== null ? resolve(undefined) : child.once('exit', resolve),
+      );
       children.delete(port);
       return port;
     },
@@ -208,7 +248,10 @@ export async function startSentinelSet(options: SentinelSetOptions = {}): Promis
     async stop() {
       process.off('exit', killAll);
       const exits = [...children.values()].map(
-        (child) => new Promise((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve(undefined) : child.once('exit', resolve))),
+        (child) =>
+          new Promise((resolve) =>
+            child.exitCode !== null || child.signalCode !== null ? resolve(undefined) : child.once('exit', resolve),
+          ),
       );
       for (const child of children.values()) {
         child.kill('SIGCONT');

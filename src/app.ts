@@ -54,7 +54,10 @@ export interface App {
   /** The embedded sandbox, when it is the upstream. */
   sandbox: Sandbox | undefined;
   logger: Logger;
-  /** The Prometheus metrics behind GET /metrics, unless METRICS=false or nowhere serves them (production without METRICS_PORT or METRICS_TOKEN). */
+  /**
+   * The Prometheus metrics behind GET /metrics, unless METRICS=false or nowhere serves them (production without
+   * METRICS_PORT or METRICS_TOKEN).
+   */
   metrics: Metrics | undefined;
   stop(): Promise<void>;
 }
@@ -82,24 +85,37 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
 }
 
 async function buildApp(config: Config, options: StartOptions, logger: Logger, teardown: Teardown): Promise<App> {
-  // Redis with REDIS_URL, else SQLite (store/open.ts). Opened first: SQLite's holds DATA_DIR, the sandbox's world included.
+  // Redis with REDIS_URL, else SQLite (store/open.ts). Opened first: SQLite's holds DATA_DIR, the sandbox's world
+  // included.
   const store = options.store ?? openStore(config, logger);
   teardown.add('store', () => store.close());
-  // With no UPSTREAM_URL, the embedded sandbox is the upstream (embedded-sandbox.ts); paused until it knows where webhooks go.
+  // With no UPSTREAM_URL, the embedded sandbox is the upstream (embedded-sandbox.ts); paused until it knows where
+  // webhooks go.
   const sandbox = config.upstream.url ? undefined : await startEmbeddedSandbox(config, logger);
   if (sandbox) teardown.add('sandbox', () => sandbox.stop());
 
   // Tracing first, so its context manager is in place before anything runs; nothing of it loads when it is off.
-  const tracing = config.tracing.enabled ? await (await import('./observability/tracing.js')).startTracing(config.tracing, options.spanExporter) : undefined;
+  const tracing = config.tracing.enabled
+    ? await (await import('./observability/tracing.js')).startTracing(config.tracing, options.spanExporter)
+    : undefined;
   if (tracing) teardown.add('tracing', () => tracing.shutdown());
   let metrics: Metrics | undefined;
   const debug = logger.isLevelEnabled('debug');
-  const upstream = createUpstream({ ...config.upstream, url: sandbox?.url ?? config.upstream.url!, platformId: config.upstream.platformId ?? sandbox!.platformId }, (call) => {
-    metrics?.upstreamCall(call);
-    if (debug) logger.debug({ reqId: requestScope.getStore()?.id, upstream: call }, 'upstream call');
-  });
+  const upstream = createUpstream(
+    {
+      ...config.upstream,
+      url: sandbox?.url ?? config.upstream.url!,
+      platformId: config.upstream.platformId ?? sandbox!.platformId,
+    },
+    (call) => {
+      metrics?.upstreamCall(call);
+      if (debug) logger.debug({ reqId: requestScope.getStore()?.id, upstream: call }, 'upstream call');
+    },
+  );
   teardown.add('upstream', () => upstream.close());
-  upstream.onBreakerChange((group, state) => logger[state === 'open' ? 'warn' : 'info']({ group, state }, 'upstream circuit breaker'));
+  upstream.onBreakerChange((group, state) =>
+    logger[state === 'open' ? 'warn' : 'info']({ group, state }, 'upstream circuit breaker'),
+  );
 
   const redis = store instanceof RedisStore ? store : undefined;
   const bus = await openEventBus(redis, logger, teardown);
@@ -110,23 +126,72 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   // Webhooks and reconciliation store events through one batcher: one log order, publications in it.
   const batcher = new AppendBatcher(store, bus, (error) => logger.error({ err: error }, 'stored event not published'));
   // Reconciliation, key re-confirmation, read access, subscription caps, event pages, fan-out (realtime/start.ts).
-  const realtime = startRealtime({ config, store, upstream, bus, merchants, owners, append: (payload, receivedAt) => batcher.append(payload, receivedAt), onRead: (kind, delayMs) => metrics?.reconcileRead(kind, delayMs / 1000), logger }, teardown);
+  const realtime = startRealtime(
+    {
+      config,
+      store,
+      upstream,
+      bus,
+      merchants,
+      owners,
+      append: (payload, receivedAt) => batcher.append(payload, receivedAt),
+      onRead: (kind, delayMs) => metrics?.reconcileRead(kind, delayMs / 1000),
+      logger,
+    },
+    teardown,
+  );
   const clientTokens = new ClientTokens(clientTokenSecrets(config.clientTokenSecrets, config.dataDir));
-  const services: Services = { config, upstream, store, bus, owners, merchants, maxPendingEvents: config.realtime.maxPendingEvents, bookingsInFlight: new Map(), clientTokens, ...realtime };
+  const services: Services = {
+    config,
+    upstream,
+    store,
+    bus,
+    owners,
+    merchants,
+    maxPendingEvents: config.realtime.maxPendingEvents,
+    bookingsInFlight: new Map(),
+    clientTokens,
+    ...realtime,
+  };
   const receiver = await startWebhooks(config, sandbox, { store, bus, logger, batcher });
 
-  const readiness = createReadiness({ upstream, logger, upstreamCheckMs: config.upstream.healthCheckMs, checkStore: () => store.ping() });
+  const readiness = createReadiness({
+    upstream,
+    logger,
+    upstreamCheckMs: config.upstream.healthCheckMs,
+    checkStore: () => store.ping(),
+  });
   teardown.add('readiness', () => readiness.stop());
-  // The first answer about the upstream before serving, unless it takes longer than a second (then it is reported when it comes).
+  // The first answer about the upstream before serving, unless it takes longer than a second (then it is reported when
+  // it comes).
   await readiness.firstCheck(1_000);
   const persisted = configuredPersistedOperations(config.graphql, redis, logger);
-  // What /metrics reports on (observability/start.ts); the pipeline is made below, until then its document cache is empty.
-  metrics = startMetrics(config, logger, teardown, { upstream, bus, receiver, readiness, persisted, realtime, owners, ownerFilter: () => (store instanceof SqliteStore ? store.ownerFilter : undefined), pipeline: () => served?.pipeline });
+  // What /metrics reports on (observability/start.ts); the pipeline is made below, until then its document cache is
+  // empty.
+  metrics = startMetrics(config, logger, teardown, {
+    upstream,
+    bus,
+    receiver,
+    readiness,
+    persisted,
+    realtime,
+    owners,
+    ownerFilter: () => (store instanceof SqliteStore ? store.ownerFilter : undefined),
+    pipeline: () => served?.pipeline,
+  });
 
   const sandboxKey = sandbox?.merchants[0]?.key;
-  const graphiql = config.graphql.introspection ? createGraphiQL({ graphqlPath: '/graphql', sandboxKey, logger }) : undefined;
-  // Per key, per client token and per client address; shared by every instance through the store's Redis when there is one.
-  const limits = createRequestLimits(config, upstream.keys, redis && { client: redis.client, prefix: redis.prefix }, logger);
+  const graphiql = config.graphql.introspection
+    ? createGraphiQL({ graphqlPath: '/graphql', sandboxKey, logger })
+    : undefined;
+  // Per key, per client token and per client address; shared by every instance through the store's Redis when there is
+  // one.
+  const limits = createRequestLimits(
+    config,
+    upstream.keys,
+    redis && { client: redis.client, prefix: redis.prefix },
+    logger,
+  );
   const served = createGraphQLServer({
     services,
     logger,
@@ -137,8 +202,24 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   });
   const { yoga, pipeline } = served;
 
-  const trackingPage = config.trackingPage ? createTrackingPage({ graphqlPath: '/graphql', sandboxKey, graphiql: config.graphql.introspection, logger }) : undefined;
-  const http = await openFrontDoor({ config, logger, yoga, pipeline, clientTokens, limits, upstream, readiness, receiver, metrics, graphiql, trackingPage, directHttpPath: options.directHttpPath ?? true });
+  const trackingPage = config.trackingPage
+    ? createTrackingPage({ graphqlPath: '/graphql', sandboxKey, graphiql: config.graphql.introspection, logger })
+    : undefined;
+  const http = await openFrontDoor({
+    config,
+    logger,
+    yoga,
+    pipeline,
+    clientTokens,
+    limits,
+    upstream,
+    readiness,
+    receiver,
+    metrics,
+    graphiql,
+    trackingPage,
+    directHttpPath: options.directHttpPath ?? true,
+  });
   sandbox?.setWebhookUrl(http.webhookUrl);
 
   // Graceful stop: readiness fails first so a load balancer drains us, then the
@@ -151,5 +232,19 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       await teardown.run(logger);
     })());
 
-  return { url: http.url, port: http.port, webhookUrl: http.webhookUrl, metricsUrl: http.metricsUrl, server: http.server, services, yoga, pipeline, receiver, sandbox, logger, metrics, stop };
+  return {
+    url: http.url,
+    port: http.port,
+    webhookUrl: http.webhookUrl,
+    metricsUrl: http.metricsUrl,
+    server: http.server,
+    services,
+    yoga,
+    pipeline,
+    receiver,
+    sandbox,
+    logger,
+    metrics,
+    stop,
+  };
 }

@@ -26,13 +26,20 @@ export interface Where {
   metricsUrl: string | undefined;
 }
 
-/** The start-up text: where everything is, and with the sandbox, a ready key and what to try. Only what this mode serves. */
+/**
+ * The start-up text: where everything is, and with the sandbox, a ready key and what to try. Only what this mode
+ * serves.
+ */
 function banner(config: Config, { url, webhookUrl, metricsUrl }: Where, sandbox: Sandbox | undefined): string {
   const ws = url.replace('http', 'ws');
   // Two pages follow a delivery: ours (live, over GraphQL) and the upstream's own, which trackingUrl names.
   const lines = [
     `delivery-graph is serving on ${url}`,
-    ...(config.trackingPage ? [`  tracking page       ${url}/   (ours: ${url}/#uid=<uid> follows a delivery live; a delivery's trackingUrl is the upstream's own page)`] : []),
+    ...(config.trackingPage
+      ? [
+          `  tracking page       ${url}/   (ours: ${url}/#uid=<uid> follows a delivery live; a delivery's trackingUrl is the upstream's own page)`,
+        ]
+      : []),
     `  ${config.graphql.introspection ? 'GraphQL + GraphiQL' : 'GraphQL           '}  ${url}/graphql   (WebSocket: ${ws}/graphql)`,
     config.webhooksEnabled
       ? `  webhooks            ${webhookUrl}`
@@ -40,7 +47,11 @@ function banner(config: Config, { url, webhookUrl, metricsUrl }: Where, sandbox:
         ? `  webhooks            off (no WEBHOOK_PUBLIC_KEY_FILE): polling alone, followed deliveries are read every ${config.realtime.reconcileIntervalMs} ms (RECONCILE_INTERVAL_MS)`
         : '  webhooks            off (no WEBHOOK_PUBLIC_KEY_FILE) and RECONCILE_INTERVAL_MS=0: subscribers see only their first state',
     `  health / ready      ${url}/health   ${url}/ready`,
-    ...(metricsUrl ? [`  metrics             ${metricsUrl}${config.metricsAccess.token ? '   (Authorization: Bearer <METRICS_TOKEN>)' : ''}`] : []),
+    ...(metricsUrl
+      ? [
+          `  metrics             ${metricsUrl}${config.metricsAccess.token ? '   (Authorization: Bearer <METRICS_TOKEN>)' : ''}`,
+        ]
+      : []),
     ...(sandbox ? [] : [`  upstream            ${config.upstream.url}   (platform "${config.upstream.platformId}")`]),
   ];
   if (sandbox) {
@@ -53,9 +64,7 @@ function banner(config: Config, { url, webhookUrl, metricsUrl }: Where, sandbox:
       `  merchant key: ${merchant.key}   (send it as "Authorization: Bearer <key>")`,
       `  A sandbox delivery's trackingUrl is the sandbox's own page on ${new URL(sandbox.url).host}, not this service's tracking page.`,
       '',
-      ...(config.trackingPage
-        ? [`Watch a delivery move: open ${url}/ and press "Book a sandbox delivery".`, '']
-        : []),
+      ...(config.trackingPage ? [`Watch a delivery move: open ${url}/ and press "Book a sandbox delivery".`, ''] : []),
       'Try it:',
       `  curl -s ${url}/graphql -H 'content-type: application/json' -H 'authorization: Bearer ${merchant.key}' \\`,
       `    -d '{"query":"{ availability { group service available } }"}'`,
@@ -81,7 +90,14 @@ export function announce(config: Config, logger: Logger, where: Where, sandbox: 
   if (config.logFormat === 'pretty') return void console.log(text);
   process.stderr.write(`${text}\n`);
   logger.info(
-    { url: where.url, webhookUrl: where.webhookUrl, metricsUrl: where.metricsUrl ?? null, trackingPage: config.trackingPage ? `${where.url}/` : null, upstream: sandbox ? sandbox.url : config.upstream.url, sandbox: sandbox !== undefined },
+    {
+      url: where.url,
+      webhookUrl: where.webhookUrl,
+      metricsUrl: where.metricsUrl ?? null,
+      trackingPage: config.trackingPage ? `${where.url}/` : null,
+      upstream: sandbox ? sandbox.url : config.upstream.url,
+      sandbox: sandbox !== undefined,
+    },
     'serving',
   );
 }

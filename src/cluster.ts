@@ -24,7 +24,12 @@ export interface WorkerListening {
 
 /** In a worker: tells the primary where it serves. */
 export function reportListening(where: { url: string; webhookUrl: string; metricsUrl: string | undefined }): void {
-  const message: WorkerListening = { type: 'delivery-graph:listening', url: where.url, webhookUrl: where.webhookUrl, metricsUrl: where.metricsUrl };
+  const message: WorkerListening = {
+    type: 'delivery-graph:listening',
+    url: where.url,
+    webhookUrl: where.webhookUrl,
+    metricsUrl: where.metricsUrl,
+  };
   process.send?.(message);
 }
 
@@ -33,18 +38,27 @@ export function reportListening(where: { url: string; webhookUrl: string; metric
  * listens (with the sandbox, when there is one). Resolves when the primary is set
  * up; the process then lives until a signal stops the workers.
  */
-export async function runPrimary(config: Config, banner: (where: WorkerListening, sandbox: Sandbox | undefined) => void): Promise<void> {
+export async function runPrimary(
+  config: Config,
+  banner: (where: WorkerListening, sandbox: Sandbox | undefined) => void,
+): Promise<void> {
   const logger = createLogger(config.logLevel, undefined, config.logFormat);
   let sandbox: Sandbox | undefined;
   const env: Record<string, string> = {};
   if (!config.upstream.url) {
-    // Its world kept in DATA_DIR/sandbox, as a single process keeps it; paused until the workers listen (setWebhookUrl below).
+    // Its world kept in DATA_DIR/sandbox, as a single process keeps it; paused until the workers listen (setWebhookUrl
+    // below).
     sandbox = await startEmbeddedSandbox(config, logger);
     // The workers take the primary's sandbox as their upstream, and its key to verify its webhooks.
     mkdirSync(config.dataDir, { recursive: true });
     const keyFile = path.join(config.dataDir, 'sandbox-webhook-public.pem');
     writeFileSync(keyFile, sandbox.publicKeyPem);
-    Object.assign(env, { UPSTREAM_URL: sandbox.url, PLATFORM_ID: sandbox.platformId, WEBHOOK_PUBLIC_KEY_FILE: keyFile, WEBHOOK_ISSUER: sandbox.issuer });
+    Object.assign(env, {
+      UPSTREAM_URL: sandbox.url,
+      PLATFORM_ID: sandbox.platformId,
+      WEBHOOK_PUBLIC_KEY_FILE: keyFile,
+      WEBHOOK_ISSUER: sandbox.issuer,
+    });
   }
 
   let stopping = false;

@@ -11,7 +11,10 @@ import { DEFAULT_REFUSAL_MEMORY_MS } from './upstream/known-keys.js';
 export const AMOUNT_UNITS = ['cents', 'major'] as const;
 export type AmountUnit = (typeof AMOUNT_UNITS)[number];
 export const READ_SCOPES = ['platform', 'key'] as const;
-/** Whose deliveries a read by uid answers 200 for: any of the platform's (as the upstream's document reads), or only the key's merchant's. */
+/**
+ * Whose deliveries a read by uid answers 200 for: any of the platform's (as the upstream's document reads), or only the
+ * key's merchant's.
+ */
 export type ReadScope = (typeof READ_SCOPES)[number];
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 /** pretty: readable, coloured lines for a person at a terminal; json: one JSON object a line, for machines. */
@@ -24,7 +27,9 @@ export interface UpstreamConfig {
   readonly timeoutMs: number;
   /** UPSTREAM_AMOUNT_UNIT: the unit request `tip` and `package_value` are sent in. */
   readonly amountUnit: AmountUnit;
-  /** UPSTREAM_ITEM_PRICE_UNIT: the unit item prices are sent in and read back in (UPSTREAM_AMOUNT_UNIT's unless set). */
+  /**
+   * UPSTREAM_ITEM_PRICE_UNIT: the unit item prices are sent in and read back in (UPSTREAM_AMOUNT_UNIT's unless set).
+   */
   readonly itemPriceUnit: AmountUnit;
   /** UPSTREAM_QUOTE_AMOUNT_UNIT: the unit a quote's `delivery_fee` and `tip` are read in. */
   readonly quoteAmountUnit: AmountUnit;
@@ -34,11 +39,16 @@ export interface UpstreamConfig {
    * a read 404 for any delivery not the key's merchant's (src/access/owners.ts).
    */
   readonly readScope: ReadScope;
-  /** Time between background checks of the upstream's health (reported by /ready and /metrics, never used to pull the instance). */
+  /**
+   * Time between background checks of the upstream's health (reported by /ready and /metrics, never used to pull the
+   * instance).
+   */
   readonly healthCheckMs: number;
   /** Most sockets kept open to the upstream origin. */
   readonly connections: number;
-  /** KEY_REFUSAL_MEMORY_MS: how long a key the upstream refused (401) is answered UNAUTHENTICATED without asking again. */
+  /**
+   * KEY_REFUSAL_MEMORY_MS: how long a key the upstream refused (401) is answered UNAUTHENTICATED without asking again.
+   */
   readonly keyRefusalMemoryMs: number;
   /** Larger upstream bodies are refused as UPSTREAM_ERROR instead of buffered. */
   readonly maxResponseBytes: number;
@@ -55,13 +65,19 @@ export interface UpstreamConfig {
 
 export interface WebhookConfig {
   readonly path: string;
-  /** WEBHOOK_PORT: a listener of its own for webhooks (the main port then answers them 404); undefined: the main port takes them. */
+  /**
+   * WEBHOOK_PORT: a listener of its own for webhooks (the main port then answers them 404); undefined: the main port
+   * takes them.
+   */
   readonly port: number | undefined;
   /** Largest webhook JWT accepted (it travels in the Authorization header, whose limit is raised to match). */
   readonly maxTokenBytes: number;
   /** A webhook's body must arrive within this after its headers. */
   readonly bodyTimeoutMs: number;
-  /** WEBHOOK_CLOCK_TOLERANCE_SECONDS: a token is still accepted this long after its `exp` (and this long before its `nbf`/`iat`). */
+  /**
+   * WEBHOOK_CLOCK_TOLERANCE_SECONDS: a token is still accepted this long after its `exp` (and this long before its
+   * `nbf`/`iat`).
+   */
   readonly clockToleranceSeconds: number;
   /**
    * The keys that verify webhook JWTs, as SPKI PEM whatever form the file had
@@ -80,9 +96,15 @@ export interface Config {
   readonly logFormat: LogFormat;
   readonly dataDir: string;
   readonly redisUrl: string | undefined;
-  /** REDIS_SENTINELS and REDIS_SENTINEL_NAME (instead of REDIS_URL): the Sentinels that say which server is the primary now. */
+  /**
+   * REDIS_SENTINELS and REDIS_SENTINEL_NAME (instead of REDIS_URL): the Sentinels that say which server is the primary
+   * now.
+   */
   readonly redisSentinel: RedisSentinelConfig | undefined;
-  /** REDIS_MIN_REPLICAS_ACK: replicas that must confirm a stored batch before its webhooks are acknowledged (undefined: 1 when the primary has any). */
+  /**
+   * REDIS_MIN_REPLICAS_ACK: replicas that must confirm a stored batch before its webhooks are acknowledged (undefined:
+   * 1 when the primary has any).
+   */
   readonly redisMinReplicasAck: number | undefined;
   /** REDIS_REPLICA_ACK_TIMEOUT_MS: how long a batch waits for them before its webhooks are answered 503. */
   readonly redisReplicaAckTimeoutMs: number;
@@ -97,13 +119,20 @@ export interface Config {
     readonly batchConcurrency: number;
     /** Introspection and GraphiQL: off in production unless GRAPHQL_INTROSPECTION=true. */
     readonly introspection: boolean;
-    /** Federation's `_service { sdl }`: on outside production; in production as introspection is, unless FEDERATION_SDL says. */
+    /**
+     * Federation's `_service { sdl }`: on outside production; in production as introspection is, unless FEDERATION_SDL
+     * says.
+     */
     readonly federationSdl: boolean;
     /** Larger GraphQL request bodies are refused with 413. */
     readonly maxBodyBytes: number;
     /** When set, only these operations run (id, usually the sha256 of the text → document text). */
-    readonly persistedOperations: { readonly file: string; readonly operations: Readonly<Record<string, string>> } | undefined;
-    /** Automatic persisted queries remembered by this process (an LRU; shared through Redis too when REDIS_URL is set); 0: APQ off. */
+    readonly persistedOperations:
+      { readonly file: string; readonly operations: Readonly<Record<string, string>> } | undefined;
+    /**
+     * Automatic persisted queries remembered by this process (an LRU; shared through Redis too when REDIS_URL is set);
+     * 0: APQ off.
+     */
     readonly apqMaxEntries: number;
     /** Operations one merchant key may run per minute (a token bucket of that size); 0: no limit. */
     readonly rateLimitPerMinute: number;
@@ -115,7 +144,10 @@ export interface Config {
     readonly maxDocumentBytes: number;
     /** Most heap the shared cache of parsed, validated and compiled documents holds (0: nothing kept). */
     readonly cacheBytes: number;
-    /** Most fields (fragments spread, aliases apart) a plan may resolve to be compiled by graphql-jit; larger ones run on graphql-js. */
+    /**
+     * Most fields (fragments spread, aliases apart) a plan may resolve to be compiled by graphql-jit; larger ones run
+     * on graphql-js.
+     */
     readonly compileMaxFields: number;
     /** graphql-jit compiles per process and minute, a third of them at most for one merchant key (0: none). */
     readonly compilesPerMinute: number;
@@ -130,9 +162,15 @@ export interface Config {
   readonly server: {
     /** Most open connections (WebSockets included); undefined: 80 % of the process's file-descriptor limit. */
     readonly maxConnections: number | undefined;
-    /** Most connections one socket peer address (IPv6: its /64) may hold on the main port (0: no cap); undefined: a quarter of maxConnections, none behind TRUST_PROXY. */
+    /**
+     * Most connections one socket peer address (IPv6: its /64) may hold on the main port (0: no cap); undefined: a
+     * quarter of maxConnections, none behind TRUST_PROXY.
+     */
     readonly maxConnectionsPerAddress: number | undefined;
-    /** Slots of maxConnections kept for webhooks (WEBHOOK_PORT's own, or on a shared port past the rest, for the webhook path only); undefined: an eighth of maxConnections, at most 64. */
+    /**
+     * Slots of maxConnections kept for webhooks (WEBHOOK_PORT's own, or on a shared port past the rest, for the webhook
+     * path only); undefined: an eighth of maxConnections, at most 64.
+     */
     readonly webhookConnections: number | undefined;
     /** A request's headers must arrive within this. */
     readonly headersTimeoutMs: number;
@@ -146,7 +184,10 @@ export interface Config {
   };
   /** Unknown merchant keys one client address may try per minute before RATE_LIMITED (0: no limit). */
   readonly authFailuresPerMinute: number;
-  /** Requests without a working credential refused for needing one, per client address per minute, before that address's keyless requests are refused unread (0: no limit). */
+  /**
+   * Requests without a working credential refused for needing one, per client address per minute, before that address's
+   * keyless requests are refused unread (0: no limit).
+   */
   readonly keylessRefusalsPerMinute: number;
   /**
    * Work (milliseconds of this process's event loop, and 1 per 64 KiB read or
@@ -173,11 +214,17 @@ export interface Config {
     readonly maxPendingEvents: number;
     /** Operations one WebSocket may run at once. */
     readonly maxSubscriptionsPerSocket: number;
-    /** SUBSCRIPTIONS_PER_KEY: subscriptions open at once per merchant key on this instance, its client tokens' included (0: no cap). */
+    /**
+     * SUBSCRIPTIONS_PER_KEY: subscriptions open at once per merchant key on this instance, its client tokens' included
+     * (0: no cap).
+     */
     readonly subscriptionsPerKey: number;
     /** SUBSCRIPTIONS_PER_CLIENT_TOKEN: subscriptions open at once per client token on this instance (0: no cap). */
     readonly subscriptionsPerClientToken: number;
-    /** SUBSCRIPTIONS_PER_ADDRESS: subscriptions of client tokens and keys the upstream has not accepted, open at once per client address on this instance (0: no cap). */
+    /**
+     * SUBSCRIPTIONS_PER_ADDRESS: subscriptions of client tokens and keys the upstream has not accepted, open at once
+     * per client address on this instance (0: no cap).
+     */
     readonly subscriptionsPerAddress: number;
     /**
      * Upstream access checks one subscription may make per minute for the events
@@ -191,14 +238,19 @@ export interface Config {
      * (0: never). Shorter by default when no webhooks can arrive.
      */
     readonly reconcileIntervalMs: number;
-    /** RECONCILE_MAX_READS_PER_SECOND: most reconciliation reads this instance makes per second, whatever it follows. */
+    /**
+     * RECONCILE_MAX_READS_PER_SECOND: most reconciliation reads this instance makes per second, whatever it follows.
+     */
     readonly reconcileMaxReadsPerSecond: number;
     /**
      * RECONCILE_UNFOLLOWED_INTERVAL_MS: each unfinished delivery the facade knows
      * is read this often though nobody follows it (0: never). Ten RECONCILE_INTERVAL_MS by default.
      */
     readonly reconcileUnfollowedIntervalMs: number;
-    /** RECONCILE_UNFOLLOWED_WINDOW: only deliveries the facade recorded (booked, read) this recently are read unfollowed; at most EVENT_RETENTION. */
+    /**
+     * RECONCILE_UNFOLLOWED_WINDOW: only deliveries the facade recorded (booked, read) this recently are read
+     * unfollowed; at most EVENT_RETENTION.
+     */
     readonly reconcileUnfollowedWindowMs: number;
     /**
      * FINALITY_GRACE_MS: a cancel or failure with no evidence of pickup stays open
@@ -213,7 +265,10 @@ export interface Config {
      */
     readonly keyReconfirmIntervalMs: number;
   };
-  /** Whether webhooks can arrive: a key verifies them (WEBHOOK_PUBLIC_KEY_FILE, or the embedded sandbox's). Without, polling alone. */
+  /**
+   * Whether webhooks can arrive: a key verifies them (WEBHOOK_PUBLIC_KEY_FILE, or the embedded sandbox's). Without,
+   * polling alone.
+   */
   readonly webhooksEnabled: boolean;
   /** GET /metrics (Prometheus text format). */
   readonly metrics: boolean;
@@ -223,9 +278,13 @@ export interface Config {
     readonly port: number | undefined;
     /** METRICS_HOST: the address that listener binds (loopback unless told). */
     readonly host: string;
-    /** METRICS_TOKEN: when set, every /metrics request, on any port, must carry it as `Authorization: Bearer <token>`. */
+    /**
+     * METRICS_TOKEN: when set, every /metrics request, on any port, must carry it as `Authorization: Bearer <token>`.
+     */
     readonly token: string | undefined;
-    /** The main port answers /metrics: always with a token; without one, outside production and without METRICS_PORT. */
+    /**
+     * The main port answers /metrics: always with a token; without one, outside production and without METRICS_PORT.
+     */
     readonly onMainPort: boolean;
   };
   /** GET / serves the live tracking page. */
@@ -241,7 +300,9 @@ export interface Config {
     readonly exporter: 'otlp' | 'console';
     /** Where spans are POSTed (OTLP over HTTP). */
     readonly tracesUrl: string;
-    /** OTEL_EXPORTER_OTLP_HEADERS, then OTEL_EXPORTER_OTLP_TRACES_HEADERS (e.g. a collector's API key: never logged). */
+    /**
+     * OTEL_EXPORTER_OTLP_HEADERS, then OTEL_EXPORTER_OTLP_TRACES_HEADERS (e.g. a collector's API key: never logged).
+     */
     readonly headers: Readonly<Record<string, string>>;
     readonly serviceName: string;
     /** OTEL_RESOURCE_ATTRIBUTES. */
@@ -259,7 +320,14 @@ export interface Config {
   };
 }
 
-export const TRACE_SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'] as const;
+export const TRACE_SAMPLERS = [
+  'always_on',
+  'always_off',
+  'traceidratio',
+  'parentbased_always_on',
+  'parentbased_always_off',
+  'parentbased_traceidratio',
+] as const;
 export type TraceSampler = (typeof TRACE_SAMPLERS)[number];
 
 export interface RedisSentinelConfig {
@@ -295,107 +363,411 @@ export class ConfigError extends Error {
 export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; default: string }> = [
   { name: 'PORT', help: 'port the facade listens on (0: any free port)', default: '4000' },
   { name: 'HOST', help: 'address the facade listens on', default: '127.0.0.1' },
-  { name: 'UPSTREAM_URL', help: 'upstream base URL ending in /api/v1, or sandbox for the embedded simulator (nothing is really booked); required in production, where unset stops start-up', default: 'unset: the embedded sandbox (outside production)' },
-  { name: 'PLATFORM_ID', help: 'platform identifier in platform-group paths (required with UPSTREAM_URL)', default: "the sandbox's" },
-  { name: 'WEBHOOK_PUBLIC_KEY_FILE', help: 'RSA public key (2048 bits or more) that verifies webhook JWTs: PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE", or DER; a PEM file may hold several (a key change: an event verifies against any)', default: "the sandbox's" },
+  {
+    name: 'UPSTREAM_URL',
+    help: 'upstream base URL ending in /api/v1, or sandbox for the embedded simulator (nothing is really booked); required in production, where unset stops start-up',
+    default: 'unset: the embedded sandbox (outside production)',
+  },
+  {
+    name: 'PLATFORM_ID',
+    help: 'platform identifier in platform-group paths (required with UPSTREAM_URL)',
+    default: "the sandbox's",
+  },
+  {
+    name: 'WEBHOOK_PUBLIC_KEY_FILE',
+    help: 'RSA public key (2048 bits or more) that verifies webhook JWTs: PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE", or DER; a PEM file may hold several (a key change: an event verifies against any)',
+    default: "the sandbox's",
+  },
   { name: 'WEBHOOK_ISSUER', help: 'required iss claim of webhook JWTs', default: "the sandbox's" },
   { name: 'WEBHOOK_PATH', help: 'path of the webhook receiver', default: '/webhooks' },
-  { name: 'WEBHOOK_PORT', help: 'a port of its own for webhooks, on HOST, with WEBHOOK_CONNECTIONS slots no client of PORT can take (the main port then answers the webhook path 404); unset: webhooks come in on PORT', default: 'unset' },
-  { name: 'WEBHOOK_MAX_TOKEN_BYTES', help: 'largest webhook JWT accepted (it travels in the Authorization header; the head limit of WEBHOOK_PATH requests is raised to match, every other request keeps 16 KiB, whatever came before it on its connection)', default: '262144' },
-  { name: 'WEBHOOK_BODY_TIMEOUT_MS', help: "a webhook's body must arrive within this after its headers", default: '10000' },
-  { name: 'WEBHOOK_CLOCK_TOLERANCE_SECONDS', help: "seconds a webhook JWT is still accepted after its exp (and before its nbf/iat), for clock skew between the upstream and this host; 0: none", default: '30' },
-  { name: 'DATA_DIR', help: "directory of the embedded SQLite store, and of the embedded sandbox's world and signing key (DATA_DIR/sandbox)", default: './data' },
+  {
+    name: 'WEBHOOK_PORT',
+    help: 'a port of its own for webhooks, on HOST, with WEBHOOK_CONNECTIONS slots no client of PORT can take (the main port then answers the webhook path 404); unset: webhooks come in on PORT',
+    default: 'unset',
+  },
+  {
+    name: 'WEBHOOK_MAX_TOKEN_BYTES',
+    help: 'largest webhook JWT accepted (it travels in the Authorization header; the head limit of WEBHOOK_PATH requests is raised to match, every other request keeps 16 KiB, whatever came before it on its connection)',
+    default: '262144',
+  },
+  {
+    name: 'WEBHOOK_BODY_TIMEOUT_MS',
+    help: "a webhook's body must arrive within this after its headers",
+    default: '10000',
+  },
+  {
+    name: 'WEBHOOK_CLOCK_TOLERANCE_SECONDS',
+    help: 'seconds a webhook JWT is still accepted after its exp (and before its nbf/iat), for clock skew between the upstream and this host; 0: none',
+    default: '30',
+  },
+  {
+    name: 'DATA_DIR',
+    help: "directory of the embedded SQLite store, and of the embedded sandbox's world and signing key (DATA_DIR/sandbox)",
+    default: './data',
+  },
   { name: 'UPSTREAM_TIMEOUT_MS', help: 'budget of one upstream call, retries included', default: '10000' },
-  { name: 'UPSTREAM_AMOUNT_UNIT', help: 'unit the upstream expects for request tip and package_value (and item price unless UPSTREAM_ITEM_PRICE_UNIT is set): cents or major', default: 'cents' },
+  {
+    name: 'UPSTREAM_AMOUNT_UNIT',
+    help: 'unit the upstream expects for request tip and package_value (and item price unless UPSTREAM_ITEM_PRICE_UNIT is set): cents or major',
+    default: 'cents',
+  },
   {
     name: 'UPSTREAM_READ_SCOPE',
     help: "whose deliveries the upstream's read by uid answers: platform (any of the platform's, as its document reads: a 200 then proves no merchant owns one) or key (only the key's merchant's: the upstream decides who sees what)",
     default: 'platform',
   },
-  { name: 'UPSTREAM_ITEM_PRICE_UNIT', help: 'unit the upstream expects for request item price, and gives it back in on reads: cents or major', default: "UPSTREAM_AMOUNT_UNIT's" },
-  { name: 'UPSTREAM_QUOTE_AMOUNT_UNIT', help: "unit of the quote answer's delivery_fee and tip: major (read as they are) or cents (divided by 100)", default: 'major' },
-  { name: 'UPSTREAM_CHECK_INTERVAL_MS', help: "time between background checks of the upstream's health, reported by /ready and /metrics (readiness never depends on it)", default: '10000' },
+  {
+    name: 'UPSTREAM_ITEM_PRICE_UNIT',
+    help: 'unit the upstream expects for request item price, and gives it back in on reads: cents or major',
+    default: "UPSTREAM_AMOUNT_UNIT's",
+  },
+  {
+    name: 'UPSTREAM_QUOTE_AMOUNT_UNIT',
+    help: "unit of the quote answer's delivery_fee and tip: major (read as they are) or cents (divided by 100)",
+    default: 'major',
+  },
+  {
+    name: 'UPSTREAM_CHECK_INTERVAL_MS',
+    help: "time between background checks of the upstream's health, reported by /ready and /metrics (readiness never depends on it)",
+    default: '10000',
+  },
   { name: 'UPSTREAM_CONNECTIONS', help: 'most keep-alive sockets to the upstream', default: '64' },
   { name: 'UPSTREAM_MAX_RESPONSE_BYTES', help: 'largest upstream response body accepted', default: '1048576' },
-  { name: 'BREAKER_VOLUME_THRESHOLD', help: 'upstream calls per endpoint group in a rolling 10 s window before the circuit may open', default: '20' },
-  { name: 'BREAKER_ERROR_PERCENT', help: 'percentage of failed upstream calls (4xx answers excluded) above which the circuit opens', default: '50' },
-  { name: 'BREAKER_RESET_MS', help: 'how long an open circuit fails fast before one trial call is let through', default: '5000' },
-  { name: 'CORS_ORIGINS', help: 'comma-separated origins whose browser pages may call the facade (e.g. https://shop.example), or * for any', default: '*' },
-  { name: 'REDIS_URL', help: 'share events, dedup and fan-out between instances through Redis', default: 'unset: embedded' },
-  { name: 'REDIS_SENTINELS', help: 'instead of REDIS_URL: comma-separated host:port of Redis Sentinels, which name the primary (and a new one after a failover)', default: 'unset' },
-  { name: 'REDIS_SENTINEL_NAME', help: 'the name the Sentinels monitor the primary under; required with REDIS_SENTINELS', default: 'unset' },
-  { name: 'REDIS_PASSWORD', help: 'with REDIS_SENTINELS: the password of the primary and replicas (with REDIS_URL it goes in the URL)', default: 'unset' },
-  { name: 'REDIS_USERNAME', help: 'with REDIS_SENTINELS: the ACL user of the primary and replicas', default: 'unset: default user' },
-  { name: 'REDIS_SENTINEL_PASSWORD', help: 'with REDIS_SENTINELS: the password of the Sentinels themselves', default: 'unset' },
+  {
+    name: 'BREAKER_VOLUME_THRESHOLD',
+    help: 'upstream calls per endpoint group in a rolling 10 s window before the circuit may open',
+    default: '20',
+  },
+  {
+    name: 'BREAKER_ERROR_PERCENT',
+    help: 'percentage of failed upstream calls (4xx answers excluded) above which the circuit opens',
+    default: '50',
+  },
+  {
+    name: 'BREAKER_RESET_MS',
+    help: 'how long an open circuit fails fast before one trial call is let through',
+    default: '5000',
+  },
+  {
+    name: 'CORS_ORIGINS',
+    help: 'comma-separated origins whose browser pages may call the facade (e.g. https://shop.example), or * for any',
+    default: '*',
+  },
+  {
+    name: 'REDIS_URL',
+    help: 'share events, dedup and fan-out between instances through Redis',
+    default: 'unset: embedded',
+  },
+  {
+    name: 'REDIS_SENTINELS',
+    help: 'instead of REDIS_URL: comma-separated host:port of Redis Sentinels, which name the primary (and a new one after a failover)',
+    default: 'unset',
+  },
+  {
+    name: 'REDIS_SENTINEL_NAME',
+    help: 'the name the Sentinels monitor the primary under; required with REDIS_SENTINELS',
+    default: 'unset',
+  },
+  {
+    name: 'REDIS_PASSWORD',
+    help: 'with REDIS_SENTINELS: the password of the primary and replicas (with REDIS_URL it goes in the URL)',
+    default: 'unset',
+  },
+  {
+    name: 'REDIS_USERNAME',
+    help: 'with REDIS_SENTINELS: the ACL user of the primary and replicas',
+    default: 'unset: default user',
+  },
+  {
+    name: 'REDIS_SENTINEL_PASSWORD',
+    help: 'with REDIS_SENTINELS: the password of the Sentinels themselves',
+    default: 'unset',
+  },
   { name: 'REDIS_TLS', help: 'with REDIS_SENTINELS: true for TLS to the primary and replicas', default: 'false' },
   { name: 'REDIS_SENTINEL_TLS', help: 'with REDIS_SENTINELS: true for TLS to the Sentinels', default: 'false' },
-  { name: 'REDIS_MIN_REPLICAS_ACK', help: 'replicas that must confirm each stored batch of webhooks (Redis WAIT) before they are acknowledged; otherwise 503 and the upstream retries', default: '1 when the primary has a replica, else 0' },
-  { name: 'REDIS_REPLICA_ACK_TIMEOUT_MS', help: 'how long a stored batch waits for REDIS_MIN_REPLICAS_ACK replicas before its webhooks are answered 503', default: '1000' },
+  {
+    name: 'REDIS_MIN_REPLICAS_ACK',
+    help: 'replicas that must confirm each stored batch of webhooks (Redis WAIT) before they are acknowledged; otherwise 503 and the upstream retries',
+    default: '1 when the primary has a replica, else 0',
+  },
+  {
+    name: 'REDIS_REPLICA_ACK_TIMEOUT_MS',
+    help: 'how long a stored batch waits for REDIS_MIN_REPLICAS_ACK replicas before its webhooks are answered 503',
+    default: '1000',
+  },
   { name: 'MAX_BATCH_SIZE', help: 'longest deliveries(uids:) list', default: '100' },
   { name: 'BATCH_CONCURRENCY', help: 'upstream reads one GraphQL request runs at once', default: '64' },
-  { name: 'MAX_CONNECTIONS', help: 'most open connections over every port, WebSockets included (the next are refused 503 at once)', default: "80 % of the process's file-descriptor limit" },
-  { name: 'MAX_CONNECTIONS_PER_ADDRESS', help: "most connections one socket peer address (IPv6: its /64) may hold on PORT; the next are refused 429 at once (0: no cap; behind a proxy every connection is the proxy's)", default: 'a quarter of MAX_CONNECTIONS; 0 with TRUST_PROXY' },
-  { name: 'WEBHOOK_CONNECTIONS', help: 'connection slots of MAX_CONNECTIONS kept for webhooks: with WEBHOOK_PORT, only its listener takes them; on a shared PORT, they take webhook requests only (one per connection) once every other slot is taken', default: 'an eighth of MAX_CONNECTIONS, at most 64' },
-  { name: 'HEADERS_TIMEOUT_MS', help: "a request's head (request line and headers) must arrive within this, a new connection's from its start (slow clients are cut off with 408)", default: '10000' },
+  {
+    name: 'MAX_CONNECTIONS',
+    help: 'most open connections over every port, WebSockets included (the next are refused 503 at once)',
+    default: "80 % of the process's file-descriptor limit",
+  },
+  {
+    name: 'MAX_CONNECTIONS_PER_ADDRESS',
+    help: "most connections one socket peer address (IPv6: its /64) may hold on PORT; the next are refused 429 at once (0: no cap; behind a proxy every connection is the proxy's)",
+    default: 'a quarter of MAX_CONNECTIONS; 0 with TRUST_PROXY',
+  },
+  {
+    name: 'WEBHOOK_CONNECTIONS',
+    help: 'connection slots of MAX_CONNECTIONS kept for webhooks: with WEBHOOK_PORT, only its listener takes them; on a shared PORT, they take webhook requests only (one per connection) once every other slot is taken',
+    default: 'an eighth of MAX_CONNECTIONS, at most 64',
+  },
+  {
+    name: 'HEADERS_TIMEOUT_MS',
+    help: "a request's head (request line and headers) must arrive within this, a new connection's from its start (slow clients are cut off with 408)",
+    default: '10000',
+  },
   { name: 'REQUEST_TIMEOUT_MS', help: 'a whole request, body included, must arrive within this', default: '30000' },
-  { name: 'TRUST_PROXY', help: 'how many proxies in front append to X-Forwarded-For (false or 0: use the socket address; true: 1)', default: 'false' },
-  { name: 'KEY_REFUSAL_MEMORY_MS', help: 'how long a merchant key the upstream refused (401) is answered UNAUTHENTICATED without asking the upstream again; a try after it costs the client address another of AUTH_FAILURES_PER_MINUTE (0 to 60000)', default: '5000' },
-  { name: 'AUTH_FAILURES_PER_MINUTE', help: 'unknown merchant keys one client address may try per minute before RATE_LIMITED (0: no limit)', default: '20' },
-  { name: 'KEYLESS_REFUSALS_PER_MINUTE', help: "requests without a working credential that one client address may have refused for needing one, per minute; past it that address's requests without a credential get RATE_LIMITED before their body is read (0: no limit)", default: '60' },
-  { name: 'KEYLESS_WORK_MS_PER_MINUTE', help: "work the operations of callers without an accepted key (none, a refused or made-up one, a header that is not a Bearer credential) may cost this process per client address per minute: milliseconds of parsing, validating and running them, and 1 per 64 KiB read or answered; past it that address's requests without an accepted key get RATE_LIMITED before their body is read (0: no limit)", default: '1000' },
-  { name: 'KEYLESS_TOTAL_WORK_MS_PER_MINUTE', help: 'the same work for every caller without an accepted key together, per minute, in this process: the most of it they can take whatever their number of addresses (0: no limit)', default: '3000' },
-  { name: 'CLIENT_TOKEN_SECRET', help: 'secret (32 characters or more) that client tokens are encrypted under; several, comma-separated, to rotate: the first makes new tokens, all are accepted. Required with REDIS_URL', default: 'generated once and kept in DATA_DIR/client-token.secret' },
-  { name: 'EVENT_RETENTION', help: 'how long webhook events, their de-duplication entries and ownership records are kept (e.g. 30d, 12h, 90m, 5s)', default: '30d' },
+  {
+    name: 'TRUST_PROXY',
+    help: 'how many proxies in front append to X-Forwarded-For (false or 0: use the socket address; true: 1)',
+    default: 'false',
+  },
+  {
+    name: 'KEY_REFUSAL_MEMORY_MS',
+    help: 'how long a merchant key the upstream refused (401) is answered UNAUTHENTICATED without asking the upstream again; a try after it costs the client address another of AUTH_FAILURES_PER_MINUTE (0 to 60000)',
+    default: '5000',
+  },
+  {
+    name: 'AUTH_FAILURES_PER_MINUTE',
+    help: 'unknown merchant keys one client address may try per minute before RATE_LIMITED (0: no limit)',
+    default: '20',
+  },
+  {
+    name: 'KEYLESS_REFUSALS_PER_MINUTE',
+    help: "requests without a working credential that one client address may have refused for needing one, per minute; past it that address's requests without a credential get RATE_LIMITED before their body is read (0: no limit)",
+    default: '60',
+  },
+  {
+    name: 'KEYLESS_WORK_MS_PER_MINUTE',
+    help: "work the operations of callers without an accepted key (none, a refused or made-up one, a header that is not a Bearer credential) may cost this process per client address per minute: milliseconds of parsing, validating and running them, and 1 per 64 KiB read or answered; past it that address's requests without an accepted key get RATE_LIMITED before their body is read (0: no limit)",
+    default: '1000',
+  },
+  {
+    name: 'KEYLESS_TOTAL_WORK_MS_PER_MINUTE',
+    help: 'the same work for every caller without an accepted key together, per minute, in this process: the most of it they can take whatever their number of addresses (0: no limit)',
+    default: '3000',
+  },
+  {
+    name: 'CLIENT_TOKEN_SECRET',
+    help: 'secret (32 characters or more) that client tokens are encrypted under; several, comma-separated, to rotate: the first makes new tokens, all are accepted. Required with REDIS_URL',
+    default: 'generated once and kept in DATA_DIR/client-token.secret',
+  },
+  {
+    name: 'EVENT_RETENTION',
+    help: 'how long webhook events, their de-duplication entries and ownership records are kept (e.g. 30d, 12h, 90m, 5s)',
+    default: '30d',
+  },
   { name: 'IDEMPOTENCY_RETENTION', help: 'how long idempotency keys are kept', default: '24h' },
-  { name: 'WORKERS', help: 'processes serving the one port, for machines with more cores than one process uses (more than 1 needs REDIS_URL, through which they share events, idempotency and limits)', default: '1' },
-  { name: 'SHUTDOWN_GRACE_MS', help: 'on SIGTERM, how long in-flight requests may take before connections are cut', default: '10000' },
-  { name: 'SUBSCRIBER_MAX_PENDING', help: 'events one subscriber may have waiting: over it for more than 1 s, or 10 times over at once, it is disconnected (SSE: KiB unsent)', default: '1000' },
+  {
+    name: 'WORKERS',
+    help: 'processes serving the one port, for machines with more cores than one process uses (more than 1 needs REDIS_URL, through which they share events, idempotency and limits)',
+    default: '1',
+  },
+  {
+    name: 'SHUTDOWN_GRACE_MS',
+    help: 'on SIGTERM, how long in-flight requests may take before connections are cut',
+    default: '10000',
+  },
+  {
+    name: 'SUBSCRIBER_MAX_PENDING',
+    help: 'events one subscriber may have waiting: over it for more than 1 s, or 10 times over at once, it is disconnected (SSE: KiB unsent)',
+    default: '1000',
+  },
   { name: 'WS_MAX_SUBSCRIPTIONS', help: 'operations one WebSocket may run at once', default: '100' },
-  { name: 'SUBSCRIPTIONS_PER_KEY', help: 'subscriptions one merchant key may hold open at once on one instance, over every socket and stream, those of its client tokens included; the next gets TOO_MANY_SUBSCRIPTIONS (0: no cap)', default: '5000' },
-  { name: 'SUBSCRIPTIONS_PER_CLIENT_TOKEN', help: 'subscriptions one client token may hold open at once on one instance, over every socket and stream (0: no cap)', default: '20' },
-  { name: 'SUBSCRIPTIONS_PER_ADDRESS', help: 'subscriptions the client tokens and not yet accepted keys of one client address may hold open at once on one instance (IPv6: per /64; 0: no cap)', default: '500' },
-  { name: 'SUBSCRIPTION_ACCESS_CHECKS', help: 'upstream access checks one deliveryEvents subscription without uids may make per minute, for deliveries the facade has no owner record of (each also takes one unit of RATE_LIMIT_PER_MINUTE); past either, their events are skipped (0: never asked)', default: '50' },
-  { name: 'RECONCILE_INTERVAL_MS', help: 'a delivery a live subscriber follows is read from the upstream when no event has come for this long, and a change found is pushed as an event; 0: never', default: '30000; 5000 without webhooks (WEBHOOK_PUBLIC_KEY_FILE unset with UPSTREAM_URL)' },
-  { name: 'RECONCILE_MAX_READS_PER_SECOND', help: 'most reconciliation reads one instance makes per second, however many deliveries it follows', default: '100' },
-  { name: 'RECONCILE_UNFOLLOWED_INTERVAL_MS', help: 'each unfinished delivery the facade knows (booked or read through it within RECONCILE_UNFOLLOWED_WINDOW) is read from the upstream this often though nobody follows it, so that deliveryEvents and Delivery.events get every change; within RECONCILE_MAX_READS_PER_SECOND, shared fairly across merchants; 0: never', default: 'ten RECONCILE_INTERVAL_MS (300000; 50000 without webhooks)' },
-  { name: 'RECONCILE_UNFOLLOWED_WINDOW', help: 'deliveries whose owner record (their booking, or first read through the facade) is older than this are no longer read unless followed (e.g. 7d, 12h); at most EVENT_RETENTION', default: '7d' },
-  { name: 'FINALITY_GRACE_MS', help: 'a cancel or failure with no evidence of pickup ends a subscription only once a read this long after it still says so (a return or second attempt may follow)', default: '120000' },
-  { name: 'KEY_RECONFIRM_INTERVAL_MS', help: 'every open subscription\'s key (a client token\'s: its merchant key) is re-confirmed with the upstream at least this often, one call per key whatever its number of subscriptions (none when another call proved the key within the interval); a key the upstream refuses ends them UNAUTHENTICATED (100 to 600000)', default: 'RECONCILE_INTERVAL_MS, at most 30000 (also when RECONCILE_INTERVAL_MS is 0)' },
-  { name: 'GRAPHQL_INTROSPECTION', help: 'true or false: schema introspection and GraphiQL', default: 'false in production, else true' },
-  { name: 'FEDERATION_SDL', help: "true or false: federation's _service { sdl } (the whole schema), for a gateway that composes from it", default: 'in production as GRAPHQL_INTROSPECTION (false), else true' },
+  {
+    name: 'SUBSCRIPTIONS_PER_KEY',
+    help: 'subscriptions one merchant key may hold open at once on one instance, over every socket and stream, those of its client tokens included; the next gets TOO_MANY_SUBSCRIPTIONS (0: no cap)',
+    default: '5000',
+  },
+  {
+    name: 'SUBSCRIPTIONS_PER_CLIENT_TOKEN',
+    help: 'subscriptions one client token may hold open at once on one instance, over every socket and stream (0: no cap)',
+    default: '20',
+  },
+  {
+    name: 'SUBSCRIPTIONS_PER_ADDRESS',
+    help: 'subscriptions the client tokens and not yet accepted keys of one client address may hold open at once on one instance (IPv6: per /64; 0: no cap)',
+    default: '500',
+  },
+  {
+    name: 'SUBSCRIPTION_ACCESS_CHECKS',
+    help: 'upstream access checks one deliveryEvents subscription without uids may make per minute, for deliveries the facade has no owner record of (each also takes one unit of RATE_LIMIT_PER_MINUTE); past either, their events are skipped (0: never asked)',
+    default: '50',
+  },
+  {
+    name: 'RECONCILE_INTERVAL_MS',
+    help: 'a delivery a live subscriber follows is read from the upstream when no event has come for this long, and a change found is pushed as an event; 0: never',
+    default: '30000; 5000 without webhooks (WEBHOOK_PUBLIC_KEY_FILE unset with UPSTREAM_URL)',
+  },
+  {
+    name: 'RECONCILE_MAX_READS_PER_SECOND',
+    help: 'most reconciliation reads one instance makes per second, however many deliveries it follows',
+    default: '100',
+  },
+  {
+    name: 'RECONCILE_UNFOLLOWED_INTERVAL_MS',
+    help: 'each unfinished delivery the facade knows (booked or read through it within RECONCILE_UNFOLLOWED_WINDOW) is read from the upstream this often though nobody follows it, so that deliveryEvents and Delivery.events get every change; within RECONCILE_MAX_READS_PER_SECOND, shared fairly across merchants; 0: never',
+    default: 'ten RECONCILE_INTERVAL_MS (300000; 50000 without webhooks)',
+  },
+  {
+    name: 'RECONCILE_UNFOLLOWED_WINDOW',
+    help: 'deliveries whose owner record (their booking, or first read through the facade) is older than this are no longer read unless followed (e.g. 7d, 12h); at most EVENT_RETENTION',
+    default: '7d',
+  },
+  {
+    name: 'FINALITY_GRACE_MS',
+    help: 'a cancel or failure with no evidence of pickup ends a subscription only once a read this long after it still says so (a return or second attempt may follow)',
+    default: '120000',
+  },
+  {
+    name: 'KEY_RECONFIRM_INTERVAL_MS',
+    help: "every open subscription's key (a client token's: its merchant key) is re-confirmed with the upstream at least this often, one call per key whatever its number of subscriptions (none when another call proved the key within the interval); a key the upstream refuses ends them UNAUTHENTICATED (100 to 600000)",
+    default: 'RECONCILE_INTERVAL_MS, at most 30000 (also when RECONCILE_INTERVAL_MS is 0)',
+  },
+  {
+    name: 'GRAPHQL_INTROSPECTION',
+    help: 'true or false: schema introspection and GraphiQL',
+    default: 'false in production, else true',
+  },
+  {
+    name: 'FEDERATION_SDL',
+    help: "true or false: federation's _service { sdl } (the whole schema), for a gateway that composes from it",
+    default: 'in production as GRAPHQL_INTROSPECTION (false), else true',
+  },
   { name: 'GRAPHQL_MAX_BODY_BYTES', help: 'largest GraphQL request body accepted (413 above)', default: '1048576' },
-  { name: 'PERSISTED_OPERATIONS_FILE', help: 'JSON file of {"<sha256>": "<document>"}: when set, only these operations run', default: 'unset: any operation' },
-  { name: 'APQ_MAX_ENTRIES', help: 'automatic persisted queries (Apollo APQ) each process remembers, least recently used first out; shared through REDIS_URL when set (0: APQ off; ignored with PERSISTED_OPERATIONS_FILE)', default: '10000' },
-  { name: 'GRAPHQL_MAX_RESPONSE_BYTES', help: 'largest GraphQL response; a larger one is replaced by a RESPONSE_TOO_LARGE error', default: '10485760' },
-  { name: 'RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations one merchant key may run per minute (0: no limit)', default: '6000' },
-  { name: 'CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE', help: "GraphQL operations one client token may run per minute, on its own budget, never its merchant's (0: no limit)", default: '600' },
-  { name: 'CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE', help: 'GraphQL operations all client tokens together may run per minute from one client address (IPv6: per /64; 0: no limit)', default: '3000' },
-  { name: 'MAX_DOCUMENT_BYTES', help: 'longest GraphQL query text parsed, comments and whitespace included (DOCUMENT_TOO_LARGE, HTTP 413, above)', default: '16384' },
-  { name: 'GRAPHQL_CACHE_BYTES', help: 'heap the shared cache of parsed, validated and compiled documents may hold, each entry weighed by what it holds; only callers with an accepted key or a client token fill it (0: nothing kept)', default: '67108864' },
-  { name: 'GRAPHQL_COMPILE_MAX_FIELDS', help: 'most fields, fragments spread and aliases counted apart, that an operation may resolve to be compiled by graphql-jit (a compile blocks the process about 0.05 ms a field); larger ones run on graphql-js', default: '100' },
-  { name: 'GRAPHQL_COMPILES_PER_MINUTE', help: 'graphql-jit compiles per process and minute, at most a third of them for one merchant key; only accepted merchant keys compile, never client tokens (0: nothing compiled)', default: '60' },
+  {
+    name: 'PERSISTED_OPERATIONS_FILE',
+    help: 'JSON file of {"<sha256>": "<document>"}: when set, only these operations run',
+    default: 'unset: any operation',
+  },
+  {
+    name: 'APQ_MAX_ENTRIES',
+    help: 'automatic persisted queries (Apollo APQ) each process remembers, least recently used first out; shared through REDIS_URL when set (0: APQ off; ignored with PERSISTED_OPERATIONS_FILE)',
+    default: '10000',
+  },
+  {
+    name: 'GRAPHQL_MAX_RESPONSE_BYTES',
+    help: 'largest GraphQL response; a larger one is replaced by a RESPONSE_TOO_LARGE error',
+    default: '10485760',
+  },
+  {
+    name: 'RATE_LIMIT_PER_MINUTE',
+    help: 'GraphQL operations one merchant key may run per minute (0: no limit)',
+    default: '6000',
+  },
+  {
+    name: 'CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE',
+    help: "GraphQL operations one client token may run per minute, on its own budget, never its merchant's (0: no limit)",
+    default: '600',
+  },
+  {
+    name: 'CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE',
+    help: 'GraphQL operations all client tokens together may run per minute from one client address (IPv6: per /64; 0: no limit)',
+    default: '3000',
+  },
+  {
+    name: 'MAX_DOCUMENT_BYTES',
+    help: 'longest GraphQL query text parsed, comments and whitespace included (DOCUMENT_TOO_LARGE, HTTP 413, above)',
+    default: '16384',
+  },
+  {
+    name: 'GRAPHQL_CACHE_BYTES',
+    help: 'heap the shared cache of parsed, validated and compiled documents may hold, each entry weighed by what it holds; only callers with an accepted key or a client token fill it (0: nothing kept)',
+    default: '67108864',
+  },
+  {
+    name: 'GRAPHQL_COMPILE_MAX_FIELDS',
+    help: 'most fields, fragments spread and aliases counted apart, that an operation may resolve to be compiled by graphql-jit (a compile blocks the process about 0.05 ms a field); larger ones run on graphql-js',
+    default: '100',
+  },
+  {
+    name: 'GRAPHQL_COMPILES_PER_MINUTE',
+    help: 'graphql-jit compiles per process and minute, at most a third of them for one merchant key; only accepted merchant keys compile, never client tokens (0: nothing compiled)',
+    default: '60',
+  },
   { name: 'SANDBOX_PORT', help: 'port of the embedded sandbox (0: any free port)', default: '4010' },
-  { name: 'SANDBOX_STEP_MS', help: 'time between simulated milestones in the embedded sandbox', default: String(DEFAULT_STEP_MS) },
-  { name: 'SANDBOX_RETURN_RATE', help: 'share (0 to 1) of embedded-sandbox deliveries that fail or are canceled by the provider after pickup and then come back (the return path)', default: '0.1' },
-  { name: 'LOG_LEVEL', help: 'fatal, error, warn, info, debug, trace or silent (info: one line per request; debug: also each upstream call)', default: 'info' },
-  { name: 'LOG_FORMAT', help: 'pretty (readable, coloured lines) or json (one JSON object a line)', default: 'pretty when stdout is a terminal, else json' },
+  {
+    name: 'SANDBOX_STEP_MS',
+    help: 'time between simulated milestones in the embedded sandbox',
+    default: String(DEFAULT_STEP_MS),
+  },
+  {
+    name: 'SANDBOX_RETURN_RATE',
+    help: 'share (0 to 1) of embedded-sandbox deliveries that fail or are canceled by the provider after pickup and then come back (the return path)',
+    default: '0.1',
+  },
+  {
+    name: 'LOG_LEVEL',
+    help: 'fatal, error, warn, info, debug, trace or silent (info: one line per request; debug: also each upstream call)',
+    default: 'info',
+  },
+  {
+    name: 'LOG_FORMAT',
+    help: 'pretty (readable, coloured lines) or json (one JSON object a line)',
+    default: 'pretty when stdout is a terminal, else json',
+  },
   { name: 'METRICS', help: 'true or false: Prometheus metrics at GET /metrics', default: 'true' },
-  { name: 'METRICS_PORT', help: 'a port of its own for GET /metrics, on METRICS_HOST (the main port then answers /metrics 404 unless METRICS_TOKEN is set)', default: 'unset' },
-  { name: 'METRICS_HOST', help: 'address the METRICS_PORT listener binds (0.0.0.0 for a scraper on another machine)', default: '127.0.0.1' },
-  { name: 'METRICS_TOKEN', help: 'bearer token (16 characters or more) every /metrics request must carry as "Authorization: Bearer <token>", else 401; with it /metrics is also served on the main port', default: 'unset' },
+  {
+    name: 'METRICS_PORT',
+    help: 'a port of its own for GET /metrics, on METRICS_HOST (the main port then answers /metrics 404 unless METRICS_TOKEN is set)',
+    default: 'unset',
+  },
+  {
+    name: 'METRICS_HOST',
+    help: 'address the METRICS_PORT listener binds (0.0.0.0 for a scraper on another machine)',
+    default: '127.0.0.1',
+  },
+  {
+    name: 'METRICS_TOKEN',
+    help: 'bearer token (16 characters or more) every /metrics request must carry as "Authorization: Bearer <token>", else 401; with it /metrics is also served on the main port',
+    default: 'unset',
+  },
   { name: 'TRACKING_PAGE', help: 'true or false: the live tracking page at GET /', default: 'true' },
-  { name: 'OTEL_TRACES_EXPORTER', help: 'otlp (OTLP over HTTP), console (spans on stdout) or none: turns OpenTelemetry tracing on (HTTP server spans, a span per GraphQL operation, each upstream request)', default: 'none, unless an OTLP endpoint is set' },
-  { name: 'OTEL_EXPORTER_OTLP_ENDPOINT', help: 'OTLP/HTTP collector base URL; spans go to <url>/v1/traces; setting it turns tracing on', default: 'http://localhost:4318' },
-  { name: 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', help: 'full OTLP/HTTP traces URL, used as it is (overrides the above); setting it turns tracing on', default: 'unset' },
-  { name: 'OTEL_EXPORTER_OTLP_HEADERS', help: 'headers sent with every export, key=value comma-separated (URL-encoded values), e.g. a collector API key; OTEL_EXPORTER_OTLP_TRACES_HEADERS adds or overrides', default: 'unset' },
-  { name: 'OTEL_EXPORTER_OTLP_TRACES_HEADERS', help: 'headers sent with trace exports only (as OTEL_EXPORTER_OTLP_HEADERS)', default: 'unset' },
+  {
+    name: 'OTEL_TRACES_EXPORTER',
+    help: 'otlp (OTLP over HTTP), console (spans on stdout) or none: turns OpenTelemetry tracing on (HTTP server spans, a span per GraphQL operation, each upstream request)',
+    default: 'none, unless an OTLP endpoint is set',
+  },
+  {
+    name: 'OTEL_EXPORTER_OTLP_ENDPOINT',
+    help: 'OTLP/HTTP collector base URL; spans go to <url>/v1/traces; setting it turns tracing on',
+    default: 'http://localhost:4318',
+  },
+  {
+    name: 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT',
+    help: 'full OTLP/HTTP traces URL, used as it is (overrides the above); setting it turns tracing on',
+    default: 'unset',
+  },
+  {
+    name: 'OTEL_EXPORTER_OTLP_HEADERS',
+    help: 'headers sent with every export, key=value comma-separated (URL-encoded values), e.g. a collector API key; OTEL_EXPORTER_OTLP_TRACES_HEADERS adds or overrides',
+    default: 'unset',
+  },
+  {
+    name: 'OTEL_EXPORTER_OTLP_TRACES_HEADERS',
+    help: 'headers sent with trace exports only (as OTEL_EXPORTER_OTLP_HEADERS)',
+    default: 'unset',
+  },
   { name: 'OTEL_SERVICE_NAME', help: 'service.name of the spans', default: 'delivery-graph' },
-  { name: 'OTEL_RESOURCE_ATTRIBUTES', help: 'resource attributes of every span, key=value comma-separated (e.g. deployment.environment.name=prod)', default: 'unset' },
-  { name: 'OTEL_TRACES_SAMPLER', help: `which traces are kept: ${'always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio'}`, default: 'parentbased_always_on' },
+  {
+    name: 'OTEL_RESOURCE_ATTRIBUTES',
+    help: 'resource attributes of every span, key=value comma-separated (e.g. deployment.environment.name=prod)',
+    default: 'unset',
+  },
+  {
+    name: 'OTEL_TRACES_SAMPLER',
+    help: `which traces are kept: ${'always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio'}`,
+    default: 'parentbased_always_on',
+  },
   { name: 'OTEL_TRACES_SAMPLER_ARG', help: 'the ratio (0 to 1) of the traceidratio samplers', default: '1' },
   { name: 'OTEL_SDK_DISABLED', help: 'true: no tracing, whatever else is set', default: 'false' },
   { name: 'OTEL_TRACING', help: 'deprecated: true is OTEL_TRACES_EXPORTER=otlp', default: 'false' },
-  { name: 'NODE_ENV', help: 'production turns off GraphiQL, introspection and the federation SDL (see GRAPHQL_INTROSPECTION, FEDERATION_SDL), and /metrics on the main port unless METRICS_TOKEN is set', default: 'development' },
+  {
+    name: 'NODE_ENV',
+    help: 'production turns off GraphiQL, introspection and the federation SDL (see GRAPHQL_INTROSPECTION, FEDERATION_SDL), and /metrics on the main port unless METRICS_TOKEN is set',
+    default: 'development',
+  },
 ];
 
 type Env = Record<string, string | undefined>;
@@ -406,18 +778,56 @@ type Env = Record<string, string | undefined>;
  * LOG_) and other programs' families (OTEL_, NODE_) are left out: the environment
  * is shared, and a warning about someone else's variable is noise.
  */
-/** Variables of the project's own test and bench scripts, which the processes they start inherit: not misspellings of ours. */
-const PROJECT_TOOLING: ReadonlySet<string> = new Set(['REDIS_TEST_URL', 'REDIS_SERVER_DIR', 'WS_LEAK_CYCLES', 'CRASH_TRIALS', 'CRASH_EVENTS', 'TEST_INSTALL_DEPS', 'BENCH_WRITE', 'BENCH_PROFILE']);
-const SETTING_FAMILIES = ['APQ_', 'BREAKER_', 'CLIENT_TOKEN_', 'CORS_', 'FEDERATION_', 'GRAPHQL_', 'IDEMPOTENCY_', 'KEYLESS_', 'METRICS_', 'PERSISTED_', 'PLATFORM_', 'RATE_LIMIT_', 'RECONCILE_', 'REDIS_', 'SANDBOX_', 'SHUTDOWN_', 'SUBSCRIBER_', 'SUBSCRIPTION_', 'TRACKING_', 'UPSTREAM_', 'WEBHOOK_', 'WS_'];
+/**
+ * Variables of the project's own test and bench scripts, which the processes they start inherit: not misspellings of
+ * ours.
+ */
+const PROJECT_TOOLING: ReadonlySet<string> = new Set([
+  'REDIS_TEST_URL',
+  'REDIS_SERVER_DIR',
+  'WS_LEAK_CYCLES',
+  'CRASH_TRIALS',
+  'CRASH_EVENTS',
+  'TEST_INSTALL_DEPS',
+  'BENCH_WRITE',
+  'BENCH_PROFILE',
+]);
+const SETTING_FAMILIES = [
+  'APQ_',
+  'BREAKER_',
+  'CLIENT_TOKEN_',
+  'CORS_',
+  'FEDERATION_',
+  'GRAPHQL_',
+  'IDEMPOTENCY_',
+  'KEYLESS_',
+  'METRICS_',
+  'PERSISTED_',
+  'PLATFORM_',
+  'RATE_LIMIT_',
+  'RECONCILE_',
+  'REDIS_',
+  'SANDBOX_',
+  'SHUTDOWN_',
+  'SUBSCRIBER_',
+  'SUBSCRIPTION_',
+  'TRACKING_',
+  'UPSTREAM_',
+  'WEBHOOK_',
+  'WS_',
+];
 
 /** Edits (insert, delete, substitute, swap two neighbours) that turn a into b. */
 function editDistance(a: string, b: string): number {
-  const rows = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
+  const rows = Array.from({ length: a.length + 1 }, (_, i) =>
+    Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)),
+  );
   for (let i = 1; i <= a.length; i += 1) {
     for (let j = 1; j <= b.length; j += 1) {
       const cost = a[i - 1] === b[j - 1] ? 0 : 1;
       let best = Math.min(rows[i - 1]![j]! + 1, rows[i]![j - 1]! + 1, rows[i - 1]![j - 1]! + cost);
-      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) best = Math.min(best, rows[i - 2]![j - 2]! + 1);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1])
+        best = Math.min(best, rows[i - 2]![j - 2]! + 1);
       rows[i]![j] = best;
     }
   }
@@ -442,10 +852,14 @@ export function unknownSettings(env: Env = process.env): UnknownSetting[] {
   for (const variable of Object.keys(env)) {
     if (known.has(variable) || PROJECT_TOOLING.has(variable) || env[variable] === undefined) continue;
     const upper = variable.toUpperCase();
-    const ranked = [...known].map((name) => ({ name, distance: editDistance(upper, name) })).sort((a, b) => a.distance - b.distance);
+    const ranked = [...known]
+      .map((name) => ({ name, distance: editDistance(upper, name) }))
+      .sort((a, b) => a.distance - b.distance);
     const closest = ranked[0]!;
     // Ours by its family, or one or two slips away from a name of ours (long names only: HOME is not HOST).
-    const looksOurs = SETTING_FAMILIES.some((family) => upper.startsWith(family)) || (upper.includes('_') && closest.distance <= (upper.length >= 10 ? 2 : 1));
+    const looksOurs =
+      SETTING_FAMILIES.some((family) => upper.startsWith(family)) ||
+      (upper.includes('_') && closest.distance <= (upper.length >= 10 ? 2 : 1));
     if (looksOurs) found.push({ variable, closest: closest.name });
   }
   return found;
@@ -473,7 +887,8 @@ function duration(env: Env, name: string, fallback: string, minMs: number): numb
   const match = /^(\d+)\s*(ms|s|m|h|d)$/i.exec(raw);
   if (!match) throw new ConfigError(name, `expected a duration such as 30d, 12h, 90m or 5s, got "${raw}"`);
   const ms = Number(match[1]) * DURATION_UNITS_MS[match[2]!.toLowerCase()]!;
-  if (ms < minMs || ms > 10 * 365 * 86_400_000) throw new ConfigError(name, `expected ${minMs / 1000} s to 10 years, got "${raw}"`);
+  if (ms < minMs || ms > 10 * 365 * 86_400_000)
+    throw new ConfigError(name, `expected ${minMs / 1000} s to 10 years, got "${raw}"`);
   return ms;
 }
 
@@ -491,7 +906,8 @@ function fraction(env: Env, name: string, fallback: number): number {
   const raw = text(env, name);
   if (raw === undefined) return fallback;
   const value = Number(raw);
-  if (!/^\d*\.?\d+$/.test(raw) || !(value >= 0 && value <= 1)) throw new ConfigError(name, `expected a number from 0 to 1, got "${raw}"`);
+  if (!/^\d*\.?\d+$/.test(raw) || !(value >= 0 && value <= 1))
+    throw new ConfigError(name, `expected a number from 0 to 1, got "${raw}"`);
   return value;
 }
 
@@ -513,7 +929,8 @@ function httpUrlOf(env: Env, name: string): URL | undefined {
   } catch {
     throw new ConfigError(name, `not a URL: "${raw}"`);
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigError(name, `expected http or https, got ${url.protocol}`);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new ConfigError(name, `expected http or https, got ${url.protocol}`);
   return url;
 }
 
@@ -527,7 +944,10 @@ function upstreamBaseUrl(env: Env, name: string): string | undefined {
   return base;
 }
 
-/** KEY_RECONFIRM_INTERVAL_MS's default is RECONCILE_INTERVAL_MS, but never longer than this: a revoked key streams at most this long. */
+/**
+ * KEY_RECONFIRM_INTERVAL_MS's default is RECONCILE_INTERVAL_MS, but never longer than this: a revoked key streams at
+ * most this long.
+ */
 const MAX_KEY_RECONFIRM_DEFAULT_MS = 30_000;
 
 /** RS256 keys shorter than this are refused (NIST and RFC 7518 both ask for 2048 bits). */
@@ -554,8 +974,14 @@ function publicKeys(env: Env, name: string): { file: string; pems: string[] } | 
   }
   const pem = bytes.toString('utf8');
   // createPublicKey would derive the public half of a private key; a private key has no business on this machine.
-  if (/-----BEGIN [A-Z ]*PRIVATE KEY-----/.test(pem)) throw new ConfigError(name, `${file} holds a private key; give the public key (or certificate) the account manager sent`);
-  const blocks = pem.includes('-----BEGIN ') ? [...pem.matchAll(/-----BEGIN ([A-Z0-9 ]+)-----[\s\S]*?-----END \1-----/g)].map((match) => match[0]) : [bytes];
+  if (/-----BEGIN [A-Z ]*PRIVATE KEY-----/.test(pem))
+    throw new ConfigError(
+      name,
+      `${file} holds a private key; give the public key (or certificate) the account manager sent`,
+    );
+  const blocks = pem.includes('-----BEGIN ')
+    ? [...pem.matchAll(/-----BEGIN ([A-Z0-9 ]+)-----[\s\S]*?-----END \1-----/g)].map((match) => match[0])
+    : [bytes];
   if (blocks.length === 0) throw new ConfigError(name, `${file} holds no complete PEM block`);
   const pems = blocks.map((block, index) => {
     const which = blocks.length > 1 ? `block ${index + 1} of ${file}` : file;
@@ -563,11 +989,19 @@ function publicKeys(env: Env, name: string): { file: string; pems: string[] } | 
     try {
       key = typeof block === 'string' ? createPublicKey(block) : derPublicKey(block);
     } catch {
-      throw new ConfigError(name, `${which} holds no public key: expected a PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE" block (or the same as DER)`);
+      throw new ConfigError(
+        name,
+        `${which} holds no public key: expected a PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE" block (or the same as DER)`,
+      );
     }
-    if (key.asymmetricKeyType !== 'rsa') throw new ConfigError(name, `${which} holds a ${key.asymmetricKeyType ?? 'non-RSA'} key; webhooks are signed RS256, which needs an RSA key`);
+    if (key.asymmetricKeyType !== 'rsa')
+      throw new ConfigError(
+        name,
+        `${which} holds a ${key.asymmetricKeyType ?? 'non-RSA'} key; webhooks are signed RS256, which needs an RSA key`,
+      );
     const bits = key.asymmetricKeyDetails?.modulusLength ?? 0;
-    if (bits < MIN_RSA_BITS) throw new ConfigError(name, `${which} holds a ${bits}-bit RSA key; at least ${MIN_RSA_BITS} bits are required`);
+    if (bits < MIN_RSA_BITS)
+      throw new ConfigError(name, `${which} holds a ${bits}-bit RSA key; at least ${MIN_RSA_BITS} bits are required`);
     return key.export({ type: 'spki', format: 'pem' }).toString();
   });
   return { file, pems: [...new Set(pems)] };
@@ -589,7 +1023,10 @@ function corsOrigins(env: Env, name: string): CorsOrigins {
   const raw = text(env, name);
   if (raw === undefined || raw === '*') return '*';
   const origins = new Set<string>();
-  for (const entry of raw.split(',').map((part) => part.trim()).filter(Boolean)) {
+  for (const entry of raw
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean)) {
     if (entry === '*') throw new ConfigError(name, '* stands alone (any origin); it cannot be listed with others');
     const origin = normalizeOrigin(entry);
     if (!origin) throw new ConfigError(name, `"${entry}" is not an origin (scheme://host[:port], no path)`);
@@ -606,8 +1043,13 @@ function metricsToken(env: Env, name: string): string | undefined {
   const token = text(env, name);
   if (token === undefined) return undefined;
   // The token itself is never echoed.
-  if (/\s/.test(token)) throw new ConfigError(name, 'must not contain whitespace (it is sent as "Authorization: Bearer <token>")');
-  if (token.length < MIN_METRICS_TOKEN_LENGTH) throw new ConfigError(name, `is ${token.length} characters; at least ${MIN_METRICS_TOKEN_LENGTH} are required (e.g. openssl rand -hex 24)`);
+  if (/\s/.test(token))
+    throw new ConfigError(name, 'must not contain whitespace (it is sent as "Authorization: Bearer <token>")');
+  if (token.length < MIN_METRICS_TOKEN_LENGTH)
+    throw new ConfigError(
+      name,
+      `is ${token.length} characters; at least ${MIN_METRICS_TOKEN_LENGTH} are required (e.g. openssl rand -hex 24)`,
+    );
   return token;
 }
 
@@ -625,11 +1067,15 @@ function extraPort(env: Env, name: string, taken: ReadonlyArray<[string, number 
 function webhookConnections(env: Env, name: string, maxConnections: number | undefined): number | undefined {
   if (text(env, name) === undefined) return undefined;
   const slots = integer(env, name, 0, 0, 10_000_000);
-  if (maxConnections !== undefined && slots > maxConnections / 2) throw new ConfigError(name, `${slots} is more than half of MAX_CONNECTIONS (${maxConnections})`);
+  if (maxConnections !== undefined && slots > maxConnections / 2)
+    throw new ConfigError(name, `${slots} is more than half of MAX_CONNECTIONS (${maxConnections})`);
   return slots;
 }
 
-/** `key=value,key=value` (values URL-encoded), as the OpenTelemetry specification writes headers and resource attributes. */
+/**
+ * `key=value,key=value` (values URL-encoded), as the OpenTelemetry specification writes headers and resource
+ * attributes.
+ */
 function keyValues(env: Env, name: string): Record<string, string> {
   const raw = text(env, name);
   const pairs: Record<string, string> = {};
@@ -655,14 +1101,24 @@ function tracingConfig(env: Env): Config['tracing'] {
   const endpoint = httpUrlOf(env, 'OTEL_EXPORTER_OTLP_ENDPOINT');
   const legacy = oneOf(env, 'OTEL_TRACING', ['true', 'false'] as const, 'false') === 'true';
   const disabled = oneOf(env, 'OTEL_SDK_DISABLED', ['true', 'false'] as const, 'false') === 'true';
-  const wanted = exporterName === 'otlp' || exporterName === 'console' || (exporterName === 'unset' && (tracesEndpoint !== undefined || endpoint !== undefined || legacy));
+  const wanted =
+    exporterName === 'otlp' ||
+    exporterName === 'console' ||
+    (exporterName === 'unset' && (tracesEndpoint !== undefined || endpoint !== undefined || legacy));
   const ratio = text(env, 'OTEL_TRACES_SAMPLER_ARG') === undefined ? 1 : Number(text(env, 'OTEL_TRACES_SAMPLER_ARG'));
-  if (!Number.isFinite(ratio) || ratio < 0 || ratio > 1) throw new ConfigError('OTEL_TRACES_SAMPLER_ARG', `expected a ratio from 0 to 1, got "${text(env, 'OTEL_TRACES_SAMPLER_ARG')}"`);
+  if (!Number.isFinite(ratio) || ratio < 0 || ratio > 1)
+    throw new ConfigError(
+      'OTEL_TRACES_SAMPLER_ARG',
+      `expected a ratio from 0 to 1, got "${text(env, 'OTEL_TRACES_SAMPLER_ARG')}"`,
+    );
   return {
     enabled: wanted && !disabled,
     exporter: exporterName === 'console' ? 'console' : 'otlp',
     tracesUrl: tracesEndpoint?.href ?? `${(endpoint?.href ?? 'http://localhost:4318').replace(/\/+$/, '')}/v1/traces`,
-    headers: { ...keyValues(env, 'OTEL_EXPORTER_OTLP_HEADERS'), ...keyValues(env, 'OTEL_EXPORTER_OTLP_TRACES_HEADERS') },
+    headers: {
+      ...keyValues(env, 'OTEL_EXPORTER_OTLP_HEADERS'),
+      ...keyValues(env, 'OTEL_EXPORTER_OTLP_TRACES_HEADERS'),
+    },
     serviceName: text(env, 'OTEL_SERVICE_NAME') ?? 'delivery-graph',
     resourceAttributes: keyValues(env, 'OTEL_RESOURCE_ATTRIBUTES'),
     sampler: { name: oneOf(env, 'OTEL_TRACES_SAMPLER', TRACE_SAMPLERS, 'parentbased_always_on'), ratio },
@@ -674,17 +1130,27 @@ function sentinelConfig(env: Env): RedisSentinelConfig | undefined {
   const raw = text(env, 'REDIS_SENTINELS');
   const name = text(env, 'REDIS_SENTINEL_NAME');
   if (raw === undefined) {
-    if (name !== undefined) throw new ConfigError('REDIS_SENTINEL_NAME', 'set with REDIS_SENTINELS (the Sentinels to ask for this primary)');
+    if (name !== undefined)
+      throw new ConfigError('REDIS_SENTINEL_NAME', 'set with REDIS_SENTINELS (the Sentinels to ask for this primary)');
     return undefined;
   }
-  const sentinels = raw.split(',').map((part) => part.trim()).filter(Boolean).map((part) => {
-    const match = /^(\[[^\]]+\]|[^:\s]+):(\d{1,5})$/.exec(part);
-    const port = match ? Number(match[2]) : NaN;
-    if (!match || port < 1 || port > 65535) throw new ConfigError('REDIS_SENTINELS', `expected comma-separated host:port, got "${part}"`);
-    return { host: match[1]!.replace(/^\[|\]$/g, ''), port };
-  });
+  const sentinels = raw
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean)
+    .map((part) => {
+      const match = /^(\[[^\]]+\]|[^:\s]+):(\d{1,5})$/.exec(part);
+      const port = match ? Number(match[2]) : NaN;
+      if (!match || port < 1 || port > 65535)
+        throw new ConfigError('REDIS_SENTINELS', `expected comma-separated host:port, got "${part}"`);
+      return { host: match[1]!.replace(/^\[|\]$/g, ''), port };
+    });
   if (sentinels.length === 0) throw new ConfigError('REDIS_SENTINELS', 'expected comma-separated host:port');
-  if (name === undefined) throw new ConfigError('REDIS_SENTINEL_NAME', "required with REDIS_SENTINELS: the name the Sentinels monitor the primary under (`sentinel monitor <name> …`)");
+  if (name === undefined)
+    throw new ConfigError(
+      'REDIS_SENTINEL_NAME',
+      'required with REDIS_SENTINELS: the name the Sentinels monitor the primary under (`sentinel monitor <name> …`)',
+    );
   return {
     sentinels,
     name,
@@ -702,14 +1168,24 @@ export const MIN_CLIENT_TOKEN_SECRET_LENGTH = 32;
 function clientTokenSecrets(env: Env, name: string, shared: boolean): string[] | undefined {
   const raw = text(env, name);
   if (raw === undefined) {
-    if (shared) throw new ConfigError(name, 'required with REDIS_URL or REDIS_SENTINELS, so that every instance accepts the client tokens any of them made (e.g. openssl rand -base64 32)');
+    if (shared)
+      throw new ConfigError(
+        name,
+        'required with REDIS_URL or REDIS_SENTINELS, so that every instance accepts the client tokens any of them made (e.g. openssl rand -base64 32)',
+      );
     return undefined;
   }
-  const secrets = raw.split(',').map((part) => part.trim()).filter(Boolean);
+  const secrets = raw
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean);
   // The secret itself is never echoed: only which one of the list is wrong.
   secrets.forEach((secret, index) => {
     if (secret.length < MIN_CLIENT_TOKEN_SECRET_LENGTH) {
-      throw new ConfigError(name, `${secrets.length > 1 ? `secret ${index + 1} of ${secrets.length}` : 'the secret'} is ${secret.length} characters; at least ${MIN_CLIENT_TOKEN_SECRET_LENGTH} are required (e.g. openssl rand -base64 32)`);
+      throw new ConfigError(
+        name,
+        `${secrets.length > 1 ? `secret ${index + 1} of ${secrets.length}` : 'the secret'} is ${secret.length} characters; at least ${MIN_CLIENT_TOKEN_SECRET_LENGTH} are required (e.g. openssl rand -base64 32)`,
+      );
     }
   });
   if (secrets.length === 0) throw new ConfigError(name, 'lists no secret');
@@ -726,11 +1202,13 @@ function persistedOperations(env: Env, name: string): { file: string; operations
     const reason = error instanceof SyntaxError ? 'not JSON' : ((error as NodeJS.ErrnoException).code ?? 'error');
     throw new ConfigError(name, `cannot read ${file} (${reason})`);
   }
-  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new ConfigError(name, `${file} must hold a JSON object of {"<hash>": "<document>"}`);
+  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed))
+    throw new ConfigError(name, `${file} must hold a JSON object of {"<hash>": "<document>"}`);
   const entries = Object.entries(parsed);
   if (entries.length === 0) throw new ConfigError(name, `${file} lists no operation`);
   for (const [id, document] of entries) {
-    if (typeof document !== 'string' || document.trim() === '') throw new ConfigError(name, `${file}: the entry "${id}" is not a document string`);
+    if (typeof document !== 'string' || document.trim() === '')
+      throw new ConfigError(name, `${file}: the entry "${id}" is not a document string`);
   }
   return { file, operations: Object.fromEntries(entries) as Record<string, string> };
 }
@@ -743,11 +1221,15 @@ export function loadConfig(env: Env = process.env): Config {
   const sandboxAsked = text(env, 'UPSTREAM_URL')?.toLowerCase() === SANDBOX_UPSTREAM;
   const upstreamUrl = sandboxAsked ? undefined : upstreamBaseUrl(env, 'UPSTREAM_URL');
   if (production && upstreamUrl === undefined && !sandboxAsked) {
-    throw new ConfigError('UPSTREAM_URL', `required in production (NODE_ENV=production): the upstream's base URL ending in /api/v1, or UPSTREAM_URL=${SANDBOX_UPSTREAM} to run the embedded simulator on purpose`);
+    throw new ConfigError(
+      'UPSTREAM_URL',
+      `required in production (NODE_ENV=production): the upstream's base URL ending in /api/v1, or UPSTREAM_URL=${SANDBOX_UPSTREAM} to run the embedded simulator on purpose`,
+    );
   }
   const platformId = text(env, 'PLATFORM_ID');
   if (upstreamUrl && !platformId) throw new ConfigError('PLATFORM_ID', 'required when UPSTREAM_URL is set');
-  if (platformId && !/^[A-Za-z0-9._~-]+$/.test(platformId)) throw new ConfigError('PLATFORM_ID', 'must be a single URL path segment');
+  if (platformId && !/^[A-Za-z0-9._~-]+$/.test(platformId))
+    throw new ConfigError('PLATFORM_ID', 'must be a single URL path segment');
 
   const key = publicKeys(env, 'WEBHOOK_PUBLIC_KEY_FILE');
   const issuer = text(env, 'WEBHOOK_ISSUER');
@@ -759,26 +1241,42 @@ export function loadConfig(env: Env = process.env): Config {
   const reconcileIntervalMs = integer(env, 'RECONCILE_INTERVAL_MS', webhooksEnabled ? 30_000 : 5_000, 0, 86_400_000);
 
   const webhookPath = text(env, 'WEBHOOK_PATH') ?? '/webhooks';
-  if (!/^\/[A-Za-z0-9._~/-]*$/.test(webhookPath)) throw new ConfigError('WEBHOOK_PATH', `expected a path starting with /, got "${webhookPath}"`);
-  if (['/graphql', '/health', '/ready', '/metrics', '/', '/index.html'].includes(webhookPath) || webhookPath.startsWith('/tracking/') || webhookPath.startsWith('/graphiql/')) {
+  if (!/^\/[A-Za-z0-9._~/-]*$/.test(webhookPath))
+    throw new ConfigError('WEBHOOK_PATH', `expected a path starting with /, got "${webhookPath}"`);
+  if (
+    ['/graphql', '/health', '/ready', '/metrics', '/', '/index.html'].includes(webhookPath) ||
+    webhookPath.startsWith('/tracking/') ||
+    webhookPath.startsWith('/graphiql/')
+  ) {
     throw new ConfigError('WEBHOOK_PATH', `${webhookPath} is taken by another endpoint`);
   }
 
   const redisUrl = text(env, 'REDIS_URL');
-  if (redisUrl !== undefined && !/^rediss?:\/\//.test(redisUrl)) throw new ConfigError('REDIS_URL', 'expected redis:// or rediss://');
+  if (redisUrl !== undefined && !/^rediss?:\/\//.test(redisUrl))
+    throw new ConfigError('REDIS_URL', 'expected redis:// or rediss://');
   const redisSentinel = sentinelConfig(env);
-  if (redisSentinel && redisUrl !== undefined) throw new ConfigError('REDIS_SENTINELS', 'set either REDIS_URL or REDIS_SENTINELS, not both');
+  if (redisSentinel && redisUrl !== undefined)
+    throw new ConfigError('REDIS_SENTINELS', 'set either REDIS_URL or REDIS_SENTINELS, not both');
   const redis = redisUrl ?? redisSentinel;
   // Each worker has its own memory: only through Redis do they share events, idempotency keys and limits.
-  if (integer(env, 'WORKERS', 1, 1, 256) > 1 && redis === undefined) throw new ConfigError('WORKERS', 'more than one worker needs REDIS_URL or REDIS_SENTINELS (the workers share events, idempotency and limits through it)');
+  if (integer(env, 'WORKERS', 1, 1, 256) > 1 && redis === undefined)
+    throw new ConfigError(
+      'WORKERS',
+      'more than one worker needs REDIS_URL or REDIS_SENTINELS (the workers share events, idempotency and limits through it)',
+    );
 
   const port = integer(env, 'PORT', 4000, 0, 65535);
-  const introspection = oneOf(env, 'GRAPHQL_INTROSPECTION', ['true', 'false'] as const, production ? 'false' : 'true') === 'true';
+  const introspection =
+    oneOf(env, 'GRAPHQL_INTROSPECTION', ['true', 'false'] as const, production ? 'false' : 'true') === 'true';
   const webhookPort = extraPort(env, 'WEBHOOK_PORT', [['PORT', port]]);
-  const metricsPort = extraPort(env, 'METRICS_PORT', [['PORT', port], ['WEBHOOK_PORT', webhookPort]]);
+  const metricsPort = extraPort(env, 'METRICS_PORT', [
+    ['PORT', port],
+    ['WEBHOOK_PORT', webhookPort],
+  ]);
   const token = metricsToken(env, 'METRICS_TOKEN');
   const amountUnit = oneOf(env, 'UPSTREAM_AMOUNT_UNIT', AMOUNT_UNITS, 'cents');
-  const maxConnections = text(env, 'MAX_CONNECTIONS') === undefined ? undefined : integer(env, 'MAX_CONNECTIONS', 0, 16, 10_000_000);
+  const maxConnections =
+    text(env, 'MAX_CONNECTIONS') === undefined ? undefined : integer(env, 'MAX_CONNECTIONS', 0, 16, 10_000_000);
 
   const config: Config = {
     port,
@@ -790,7 +1288,8 @@ export function loadConfig(env: Env = process.env): Config {
     dataDir: path.resolve(text(env, 'DATA_DIR') ?? './data'),
     redisUrl,
     redisSentinel,
-    redisMinReplicasAck: text(env, 'REDIS_MIN_REPLICAS_ACK') === undefined ? undefined : integer(env, 'REDIS_MIN_REPLICAS_ACK', 1, 0, 16),
+    redisMinReplicasAck:
+      text(env, 'REDIS_MIN_REPLICAS_ACK') === undefined ? undefined : integer(env, 'REDIS_MIN_REPLICAS_ACK', 1, 0, 16),
     redisReplicaAckTimeoutMs: integer(env, 'REDIS_REPLICA_ACK_TIMEOUT_MS', 1000, 10, 60_000),
     corsOrigins: corsOrigins(env, 'CORS_ORIGINS'),
     upstream: {
@@ -798,11 +1297,14 @@ export function loadConfig(env: Env = process.env): Config {
       platformId,
       timeoutMs: integer(env, 'UPSTREAM_TIMEOUT_MS', 10_000, 100, 600_000),
       amountUnit,
-      // Its own setting: an upstream may take tips in cents and item prices in major units (the document states no unit for items).
+      // Its own setting: an upstream may take tips in cents and item prices in major units (the document states no unit
+      // for items).
       itemPriceUnit: oneOf(env, 'UPSTREAM_ITEM_PRICE_UNIT', AMOUNT_UNITS, amountUnit),
-      // The document gives the quote's delivery_fee and tip as numbers with no unit; major is how they have always been read.
+      // The document gives the quote's delivery_fee and tip as numbers with no unit; major is how they have always been
+      // read.
       quoteAmountUnit: oneOf(env, 'UPSTREAM_QUOTE_AMOUNT_UNIT', AMOUNT_UNITS, 'major'),
-      // The document's 404 reads "no delivery with this uid belongs to the platform": key scope is an operator's knowing choice.
+      // The document's 404 reads "no delivery with this uid belongs to the platform": key scope is an operator's
+      // knowing choice.
       readScope: oneOf(env, 'UPSTREAM_READ_SCOPE', READ_SCOPES, 'platform'),
       healthCheckMs: integer(env, 'UPSTREAM_CHECK_INTERVAL_MS', 10_000, 100, 3_600_000),
       connections: integer(env, 'UPSTREAM_CONNECTIONS', 64, 1, 10_000),
@@ -819,7 +1321,8 @@ export function loadConfig(env: Env = process.env): Config {
       port: webhookPort,
       maxTokenBytes: integer(env, 'WEBHOOK_MAX_TOKEN_BYTES', 262_144, 16_384, 16_777_216),
       bodyTimeoutMs: integer(env, 'WEBHOOK_BODY_TIMEOUT_MS', 10_000, 100, 600_000),
-      // An hour is already far more skew than a synchronised clock has; past that, expired tokens would be a replay window.
+      // An hour is already far more skew than a synchronised clock has; past that, expired tokens would be a replay
+      // window.
       clockToleranceSeconds: integer(env, 'WEBHOOK_CLOCK_TOLERANCE_SECONDS', 30, 0, 3600),
       publicKeyPems: key?.pems,
       publicKeyFile: key?.file,
@@ -829,14 +1332,23 @@ export function loadConfig(env: Env = process.env): Config {
       maxBatchSize: integer(env, 'MAX_BATCH_SIZE', 100, 1, 10_000),
       batchConcurrency: integer(env, 'BATCH_CONCURRENCY', 64, 1, 1_000),
       introspection,
-      // The SDL tells what introspection does: in production it is closed with it unless a gateway needs it (docs/federation.md).
-      federationSdl: oneOf(env, 'FEDERATION_SDL', ['true', 'false'] as const, !production || introspection ? 'true' : 'false') === 'true',
+      // The SDL tells what introspection does: in production it is closed with it unless a gateway needs it
+      // (docs/federation.md).
+      federationSdl:
+        oneOf(env, 'FEDERATION_SDL', ['true', 'false'] as const, !production || introspection ? 'true' : 'false') ===
+        'true',
       maxBodyBytes: integer(env, 'GRAPHQL_MAX_BODY_BYTES', 1_048_576, 1024, 1_073_741_824),
       persistedOperations: persistedOperations(env, 'PERSISTED_OPERATIONS_FILE'),
       apqMaxEntries: integer(env, 'APQ_MAX_ENTRIES', 10_000, 0, 10_000_000),
       rateLimitPerMinute: integer(env, 'RATE_LIMIT_PER_MINUTE', 6000, 0, 10_000_000),
       clientTokenRateLimitPerMinute: integer(env, 'CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE', 600, 0, 10_000_000),
-      clientTokenAddressRateLimitPerMinute: integer(env, 'CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE', 3000, 0, 10_000_000),
+      clientTokenAddressRateLimitPerMinute: integer(
+        env,
+        'CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE',
+        3000,
+        0,
+        10_000_000,
+      ),
       maxDocumentBytes: integer(env, 'MAX_DOCUMENT_BYTES', 16_384, 256, 1_048_576),
       cacheBytes: integer(env, 'GRAPHQL_CACHE_BYTES', 67_108_864, 0, 17_179_869_184),
       compileMaxFields: integer(env, 'GRAPHQL_COMPILE_MAX_FIELDS', 100, 0, 1_000_000),
@@ -847,7 +1359,10 @@ export function loadConfig(env: Env = process.env): Config {
     workers: integer(env, 'WORKERS', 1, 1, 256),
     server: {
       maxConnections,
-      maxConnectionsPerAddress: text(env, 'MAX_CONNECTIONS_PER_ADDRESS') === undefined ? undefined : integer(env, 'MAX_CONNECTIONS_PER_ADDRESS', 0, 0, 10_000_000),
+      maxConnectionsPerAddress:
+        text(env, 'MAX_CONNECTIONS_PER_ADDRESS') === undefined
+          ? undefined
+          : integer(env, 'MAX_CONNECTIONS_PER_ADDRESS', 0, 0, 10_000_000),
       webhookConnections: webhookConnections(env, 'WEBHOOK_CONNECTIONS', maxConnections),
       headersTimeoutMs: integer(env, 'HEADERS_TIMEOUT_MS', 10_000, 100, 600_000),
       requestTimeoutMs: integer(env, 'REQUEST_TIMEOUT_MS', 30_000, 100, 3_600_000),
@@ -869,11 +1384,29 @@ export function loadConfig(env: Env = process.env): Config {
       accessChecksPerMinute: integer(env, 'SUBSCRIPTION_ACCESS_CHECKS', 50, 0, 1_000_000),
       reconcileIntervalMs,
       reconcileMaxReadsPerSecond: integer(env, 'RECONCILE_MAX_READS_PER_SECOND', 100, 1, 100_000),
-      reconcileUnfollowedIntervalMs: integer(env, 'RECONCILE_UNFOLLOWED_INTERVAL_MS', 10 * reconcileIntervalMs, 0, 864_000_000),
-      reconcileUnfollowedWindowMs: Math.min(duration(env, 'RECONCILE_UNFOLLOWED_WINDOW', '7d', 1_000), eventRetentionMs),
+      reconcileUnfollowedIntervalMs: integer(
+        env,
+        'RECONCILE_UNFOLLOWED_INTERVAL_MS',
+        10 * reconcileIntervalMs,
+        0,
+        864_000_000,
+      ),
+      reconcileUnfollowedWindowMs: Math.min(
+        duration(env, 'RECONCILE_UNFOLLOWED_WINDOW', '7d', 1_000),
+        eventRetentionMs,
+      ),
       finalityGraceMs: integer(env, 'FINALITY_GRACE_MS', 120_000, 0, 86_400_000),
-      // Revocation ends streams whether or not deliveries are polled: RECONCILE_INTERVAL_MS, at most 30 s, even when it is 0 (off).
-      keyReconfirmIntervalMs: integer(env, 'KEY_RECONFIRM_INTERVAL_MS', reconcileIntervalMs > 0 ? Math.min(reconcileIntervalMs, MAX_KEY_RECONFIRM_DEFAULT_MS) : MAX_KEY_RECONFIRM_DEFAULT_MS, 100, 600_000),
+      // Revocation ends streams whether or not deliveries are polled: RECONCILE_INTERVAL_MS, at most 30 s, even when it
+      // is 0 (off).
+      keyReconfirmIntervalMs: integer(
+        env,
+        'KEY_RECONFIRM_INTERVAL_MS',
+        reconcileIntervalMs > 0
+          ? Math.min(reconcileIntervalMs, MAX_KEY_RECONFIRM_DEFAULT_MS)
+          : MAX_KEY_RECONFIRM_DEFAULT_MS,
+        100,
+        600_000,
+      ),
     },
     webhooksEnabled,
     metrics: oneOf(env, 'METRICS', ['true', 'false'] as const, 'true') === 'true',
@@ -881,7 +1414,8 @@ export function loadConfig(env: Env = process.env): Config {
       port: metricsPort,
       host: text(env, 'METRICS_HOST') ?? '127.0.0.1',
       token,
-      // Platform-wide volumes and every tenant's operation names: public only outside production, and only when not asked otherwise.
+      // Platform-wide volumes and every tenant's operation names: public only outside production, and only when not
+      // asked otherwise.
       onMainPort: token !== undefined || (!production && metricsPort === undefined),
     },
     trackingPage: oneOf(env, 'TRACKING_PAGE', ['true', 'false'] as const, 'true') === 'true',

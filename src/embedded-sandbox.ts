@@ -9,7 +9,14 @@ import type { Logger } from './logger.js';
 import { DEMO_MERCHANTS, startSandbox, type Sandbox } from './sandbox/index.js';
 
 export async function startEmbeddedSandbox(config: Config, logger: Logger): Promise<Sandbox> {
-  const sandbox = await startSandbox({ port: config.sandbox.port, host: config.host, merchants: DEMO_MERCHANTS, dataDir: path.join(config.dataDir, 'sandbox'), paused: true, knobs: { stepMs: config.sandbox.stepMs, returnRate: config.sandbox.returnRate } });
+  const sandbox = await startSandbox({
+    port: config.sandbox.port,
+    host: config.host,
+    merchants: DEMO_MERCHANTS,
+    dataDir: path.join(config.dataDir, 'sandbox'),
+    paused: true,
+    knobs: { stepMs: config.sandbox.stepMs, returnRate: config.sandbox.returnRate },
+  });
   if (config.production) logger.warn(SIMULATOR_IN_PRODUCTION);
   return sandbox;
 }

@@ -16,7 +16,8 @@ export type ErrorSurface = 'graphql-error' | 'result' | 'upstream-client';
 export const ERROR_CODES = {
   UNAUTHENTICATED: {
     surface: 'graphql-error',
-    meaning: 'No merchant key was sent, or the upstream refused it (it answered 401; a refusal is remembered for KEY_REFUSAL_MEMORY_MS, 5 s; an open subscription ends this way when a re-confirmation of its key is refused); or a client token was tampered with, has expired, or was made under another CLIENT_TOKEN_SECRET.',
+    meaning:
+      'No merchant key was sent, or the upstream refused it (it answered 401; a refusal is remembered for KEY_REFUSAL_MEMORY_MS, 5 s; an open subscription ends this way when a re-confirmation of its key is refused); or a client token was tampered with, has expired, or was made under another CLIENT_TOKEN_SECRET.',
   },
   FORBIDDEN: {
     surface: 'graphql-error',
@@ -28,41 +29,75 @@ export const ERROR_CODES = {
     meaning:
       'A variable does not fit its declared type, and nothing ran: it is missing, of the wrong type, or holds a bad value inside an input object (the message names the variable and the path, e.g. Variable "$input" got invalid value "abc" at "input.tip"; then what the type expects). Or an argument is malformed or out of bounds, before any upstream call: a uid that is not one plain URL path segment of at most 64 characters (empty, . or .., or holding /, \\, whitespace or control characters; see docs/limits.md) or a partner reference that cannot be looked up, a deliveries list over MAX_BATCH_SIZE.',
   },
-  GRAPHQL_PARSE_FAILED: { surface: 'graphql-error', meaning: 'The query text is not GraphQL (a syntax error, or more tokens than allowed); locations give the line and column. Nothing ran.' },
+  GRAPHQL_PARSE_FAILED: {
+    surface: 'graphql-error',
+    meaning:
+      'The query text is not GraphQL (a syntax error, or more tokens than allowed); locations give the line and column. Nothing ran.',
+  },
   GRAPHQL_VALIDATION_FAILED: {
     surface: 'graphql-error',
     meaning:
       'The operation does not fit the schema (an unknown field, argument or type, a literal of the wrong type), breaks a limit checked before it runs (depth, aliases, directives, repeated fields, cost; see docs/limits.md), or asks for introspection or _service where they are off (GRAPHQL_INTROSPECTION, FEDERATION_SDL). Nothing ran.',
   },
-  OPERATION_RESOLUTION_FAILURE: { surface: 'graphql-error', meaning: 'operationName names no operation of the document, or the document has several operations and none is named (HTTP 400). Nothing ran.' },
+  OPERATION_RESOLUTION_FAILURE: {
+    surface: 'graphql-error',
+    meaning:
+      'operationName names no operation of the document, or the document has several operations and none is named (HTTP 400). Nothing ran.',
+  },
   BAD_REQUEST: {
     surface: 'graphql-error',
     meaning:
       'The HTTP request is not a GraphQL request: a body that is not JSON or not an object (400), a list of operations (batching is off; 400), no query, a variables or extensions parameter that is not JSON, a mutation over GET (405), a subscription asked for as application/json alone (406; with */* or no accept it is answered as a stream of server-sent events), an accept this endpoint cannot answer in (406), a POST that is not application/json (415), or an extensions.persistedQuery that is malformed or of a version other than 1.',
   },
-  DOCUMENT_TOO_LARGE: { surface: 'graphql-error', meaning: 'The query text is longer than MAX_DOCUMENT_BYTES (comments and whitespace included; HTTP 413). Nothing was parsed; send a shorter document, or persist it.' },
-  REQUEST_ENTITY_TOO_LARGE: { surface: 'graphql-error', meaning: 'The request body is larger than GRAPHQL_MAX_BODY_BYTES (HTTP 413); it was not read.' },
+  DOCUMENT_TOO_LARGE: {
+    surface: 'graphql-error',
+    meaning:
+      'The query text is longer than MAX_DOCUMENT_BYTES (comments and whitespace included; HTTP 413). Nothing was parsed; send a shorter document, or persist it.',
+  },
+  REQUEST_ENTITY_TOO_LARGE: {
+    surface: 'graphql-error',
+    meaning: 'The request body is larger than GRAPHQL_MAX_BODY_BYTES (HTTP 413); it was not read.',
+  },
   UPSTREAM_TIMEOUT: { surface: 'graphql-error', meaning: 'The upstream did not answer within UPSTREAM_TIMEOUT_MS.' },
-  UPSTREAM_UNAVAILABLE: { surface: 'graphql-error', meaning: "The upstream could not be reached, reset the connection, or answered 5xx or 429; or its endpoint group's circuit is open (failing fast)." },
+  UPSTREAM_UNAVAILABLE: {
+    surface: 'graphql-error',
+    meaning:
+      "The upstream could not be reached, reset the connection, or answered 5xx or 429; or its endpoint group's circuit is open (failing fast).",
+  },
   UPSTREAM_ERROR: {
     surface: 'graphql-error',
     meaning:
       'The upstream answered something the facade does not understand (non-JSON, unexpected status such as 403), or refused a read or cancel as invalid ("The delivery service refused the request: <its message>"); extensions.upstream holds its status, code and message.',
   },
-  INTERNAL_SERVER_ERROR: { surface: 'graphql-error', meaning: 'A fault inside the facade; details are logged, never sent.' },
+  INTERNAL_SERVER_ERROR: {
+    surface: 'graphql-error',
+    meaning: 'A fault inside the facade; details are logged, never sent.',
+  },
   RATE_LIMITED: {
     surface: 'graphql-error',
     meaning:
       "The merchant key sent more than RATE_LIMIT_PER_MINUTE operations (a subscription's upstream access checks count as operations too), a client token more than CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE (its own budget, never its merchant's), the client tokens of one address more than CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE, or the client address tried more than AUTH_FAILURES_PER_MINUTE keys the upstream had not accepted, or its requests without an accepted key cost more than KEYLESS_WORK_MS_PER_MINUTE of work (or were refused more than KEYLESS_REFUSALS_PER_MINUTE times for needing one; all such callers together: KEYLESS_TOTAL_WORK_MS_PER_MINUTE); extensions.retryAfterSeconds says when to try again.",
   },
-  RESPONSE_TOO_LARGE: { surface: 'graphql-error', meaning: 'The answer would exceed GRAPHQL_MAX_RESPONSE_BYTES; ask for fewer deliveries, fields or events (page with first/after).' },
+  RESPONSE_TOO_LARGE: {
+    surface: 'graphql-error',
+    meaning:
+      'The answer would exceed GRAPHQL_MAX_RESPONSE_BYTES; ask for fewer deliveries, fields or events (page with first/after).',
+  },
   PERSISTED_QUERY_NOT_FOUND: {
     surface: 'graphql-error',
     meaning:
       'The operation was sent by hash alone (extensions.persistedQuery) and the hash is unknown: the message is PersistedQueryNotFound, and an APQ client sends the query with its hash again (HTTP 200). Or PERSISTED_OPERATIONS_FILE is set and the operation (by hash or by text) is not on it.',
   },
-  PERSISTED_QUERY_NOT_SUPPORTED: { surface: 'graphql-error', meaning: 'An operation was sent by hash alone while automatic persisted queries are off (APQ_MAX_ENTRIES=0): the message is PersistedQueryNotSupported; send the query text (HTTP 200).' },
-  PERSISTED_QUERY_HASH_MISMATCH: { surface: 'graphql-error', meaning: 'extensions.persistedQuery.sha256Hash is not the SHA-256 (hex) of the query sent with it; nothing ran and nothing was remembered (HTTP 400).' },
+  PERSISTED_QUERY_NOT_SUPPORTED: {
+    surface: 'graphql-error',
+    meaning:
+      'An operation was sent by hash alone while automatic persisted queries are off (APQ_MAX_ENTRIES=0): the message is PersistedQueryNotSupported; send the query text (HTTP 200).',
+  },
+  PERSISTED_QUERY_HASH_MISMATCH: {
+    surface: 'graphql-error',
+    meaning:
+      'extensions.persistedQuery.sha256Hash is not the SHA-256 (hex) of the query sent with it; nothing ran and nothing was remembered (HTTP 400).',
+  },
   TOO_MANY_SUBSCRIPTIONS: {
     surface: 'graphql-error',
     meaning:
@@ -70,9 +105,13 @@ export const ERROR_CODES = {
   },
   SUBSCRIBER_TOO_SLOW: {
     surface: 'graphql-error',
-    meaning: "A subscription over server-sent events left more than SUBSCRIBER_MAX_PENDING KiB unsent in its socket's buffer and was ended (over WebSocket, more than SUBSCRIBER_MAX_PENDING events waiting closes the socket with 4008); resume with deliveryEvents(after:).",
+    meaning:
+      "A subscription over server-sent events left more than SUBSCRIBER_MAX_PENDING KiB unsent in its socket's buffer and was ended (over WebSocket, more than SUBSCRIBER_MAX_PENDING events waiting closes the socket with 4008); resume with deliveryEvents(after:).",
   },
-  VALIDATION_FAILED: { surface: 'result', meaning: 'The input breaks a rule of the chosen group; one FieldError per problem, with its input path.' },
+  VALIDATION_FAILED: {
+    surface: 'result',
+    meaning: 'The input breaks a rule of the chosen group; one FieldError per problem, with its input path.',
+  },
   NOT_FOUND: {
     surface: 'result',
     meaning:
@@ -90,7 +129,10 @@ export const ERROR_CODES = {
     meaning:
       "An earlier booking with this idempotency key lost its answer (a timeout, a dropped connection, a 5xx other than 503) and the upstream may have booked it; nothing new was booked. Retry the same key later: it returns that booking once the upstream's event for it arrives. A new key books again.",
   },
-  VALIDATION: { surface: 'upstream-client', meaning: 'The upstream rejected a request body; clients see it as a ValidationError (VALIDATION_FAILED).' },
+  VALIDATION: {
+    surface: 'upstream-client',
+    meaning: 'The upstream rejected a request body; clients see it as a ValidationError (VALIDATION_FAILED).',
+  },
 } as const satisfies Record<string, { surface: ErrorSurface; meaning: string }>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
@@ -99,7 +141,9 @@ export type ErrorCode = keyof typeof ERROR_CODES;
 export class DeliveryGraphError extends Error {
   override name = 'DeliveryGraphError';
   readonly code: ErrorCode;
-  /** When this is the upstream's refusal: its status, code and message, scrubbed (extensions.upstream, Error.upstream). */
+  /**
+   * When this is the upstream's refusal: its status, code and message, scrubbed (extensions.upstream, Error.upstream).
+   */
   upstream: UpstreamRefusal | undefined;
   constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);
@@ -136,7 +180,10 @@ export class UpstreamUnavailableError extends DeliveryGraphError {
   readonly status: number | undefined;
   /** The request certainly never reached the upstream: the circuit was open, or no connection could be made. */
   readonly unsent: boolean;
-  constructor(message = 'The delivery service is unavailable.', options?: { cause?: unknown; retryAfterSeconds?: number; status?: number; unsent?: boolean }) {
+  constructor(
+    message = 'The delivery service is unavailable.',
+    options?: { cause?: unknown; retryAfterSeconds?: number; status?: number; unsent?: boolean },
+  ) {
     super('UPSTREAM_UNAVAILABLE', message, options);
     this.retryAfterSeconds = options?.retryAfterSeconds;
     this.status = options?.status;
@@ -151,7 +198,10 @@ export class UpstreamProtocolError extends DeliveryGraphError {
   }
 }
 
-/** The upstream answered 2xx with a body that lacks what the document promises (a create without a uid, a read without data). */
+/**
+ * The upstream answered 2xx with a body that lacks what the document promises (a create without a uid, a read without
+ * data).
+ */
 export class UpstreamShapeError extends UpstreamProtocolError {
   override name = 'UpstreamShapeError';
   constructor(detail: string) {
@@ -248,14 +298,20 @@ export class RateLimitedError extends DeliveryGraphError {
 export class DocumentTooLargeError extends DeliveryGraphError {
   override name = 'DocumentTooLargeError';
   constructor(limit: number) {
-    super('DOCUMENT_TOO_LARGE', `The query text is longer than ${limit} bytes (MAX_DOCUMENT_BYTES, comments and whitespace included); nothing was parsed. Send a shorter document.`);
+    super(
+      'DOCUMENT_TOO_LARGE',
+      `The query text is longer than ${limit} bytes (MAX_DOCUMENT_BYTES, comments and whitespace included); nothing was parsed. Send a shorter document.`,
+    );
   }
 }
 
 export class ResponseTooLargeError extends DeliveryGraphError {
   override name = 'ResponseTooLargeError';
   constructor(limit: number) {
-    super('RESPONSE_TOO_LARGE', `The answer would be larger than ${limit} bytes; ask for fewer deliveries, fields or events (page with first/after).`);
+    super(
+      'RESPONSE_TOO_LARGE',
+      `The answer would be larger than ${limit} bytes; ask for fewer deliveries, fields or events (page with first/after).`,
+    );
   }
 }
 
@@ -279,7 +335,10 @@ export class PersistedQueryNotSupportedError extends DeliveryGraphError {
 export class PersistedQueryHashMismatchError extends DeliveryGraphError {
   override name = 'PersistedQueryHashMismatchError';
   constructor() {
-    super('PERSISTED_QUERY_HASH_MISMATCH', 'The persisted query hash does not match the query: sha256Hash must be the SHA-256 of the query text, in hex. Nothing ran and nothing was stored.');
+    super(
+      'PERSISTED_QUERY_HASH_MISMATCH',
+      'The persisted query hash does not match the query: sha256Hash must be the SHA-256 of the query text, in hex. Nothing ran and nothing was stored.',
+    );
   }
 }
 
@@ -291,7 +350,10 @@ export class PersistedQueryInvalidError extends DeliveryGraphError {
   }
 }
 
-/** A reader too far behind. Over WebSocket the socket is closed (4008) first; over SSE this error ends the stream with its code. */
+/**
+ * A reader too far behind. Over WebSocket the socket is closed (4008) first; over SSE this error ends the stream with
+ * its code.
+ */
 export class SlowConsumerError extends DeliveryGraphError {
   override name = 'SlowConsumerError';
   constructor(message: string) {
@@ -300,10 +362,12 @@ export class SlowConsumerError extends DeliveryGraphError {
 }
 
 /** The caps on what runs at once, by the setting that sets each (docs/limits.md#subscriptions). */
-export type SubscriptionCapSetting = 'WS_MAX_SUBSCRIPTIONS' | 'SUBSCRIPTIONS_PER_KEY' | 'SUBSCRIPTIONS_PER_CLIENT_TOKEN' | 'SUBSCRIPTIONS_PER_ADDRESS';
+export type SubscriptionCapSetting =
+  'WS_MAX_SUBSCRIPTIONS' | 'SUBSCRIPTIONS_PER_KEY' | 'SUBSCRIPTIONS_PER_CLIENT_TOKEN' | 'SUBSCRIPTIONS_PER_ADDRESS';
 
 const SUBSCRIPTION_CAP_MESSAGES: Record<SubscriptionCapSetting, (limit: number) => string> = {
-  WS_MAX_SUBSCRIPTIONS: (limit) => `At most ${limit} operations may run at once on one WebSocket. Complete one, or open another socket (WS_MAX_SUBSCRIPTIONS).`,
+  WS_MAX_SUBSCRIPTIONS: (limit) =>
+    `At most ${limit} operations may run at once on one WebSocket. Complete one, or open another socket (WS_MAX_SUBSCRIPTIONS).`,
   SUBSCRIPTIONS_PER_KEY: (limit) =>
     `This merchant key already holds ${limit} open subscriptions on this server, those of its client tokens included (SUBSCRIPTIONS_PER_KEY); complete one before starting another.`,
   SUBSCRIPTIONS_PER_CLIENT_TOKEN: (limit) =>

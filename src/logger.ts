@@ -31,7 +31,16 @@ export function createLogger(level: LogLevel, destination?: DestinationStream, f
       level,
       base: { pid: process.pid, ...(cluster.isWorker ? { worker: cluster.worker!.id } : {}) },
       redact: {
-        paths: ['key', '*.key', 'authorization', '*.authorization', 'headers.authorization', '*.headers.authorization', 'token', '*.token'],
+        paths: [
+          'key',
+          '*.key',
+          'authorization',
+          '*.authorization',
+          'headers.authorization',
+          '*.headers.authorization',
+          'token',
+          '*.token',
+        ],
         censor: '[redacted]',
       },
     },

@@ -30,7 +30,11 @@ async function main(): Promise<void> {
   const logger = createLogger(config.logLevel, undefined, config.logFormat);
   // A misspelled setting is silently its default: name it (once, not once per worker).
   if (!cluster.isWorker) {
-    for (const { variable, closest } of unknownSettings()) logger.warn({ variable, closest }, `${variable} is not a setting of delivery-graph and is ignored; did you mean ${closest}?`);
+    for (const { variable, closest } of unknownSettings())
+      logger.warn(
+        { variable, closest },
+        `${variable} is not a setting of delivery-graph and is ignored; did you mean ${closest}?`,
+      );
   }
 
   if (config.workers > 1 && cluster.isPrimary) {
@@ -41,7 +45,8 @@ async function main(): Promise<void> {
   try {
     app = await startApp(config, { logger });
   } catch (error) {
-    // Another process on DATA_DIR, a damaged store file, busy ports: one line, naming it and what to do (start-failure.ts).
+    // Another process on DATA_DIR, a damaged store file, busy ports: one line, naming it and what to do
+    // (start-failure.ts).
     const line = await startFailure(config, error);
     if (line === undefined) throw error;
     console.error(`delivery-graph: ${line}`);

@@ -16,8 +16,16 @@ interface Program {
   found: () => string | undefined;
 }
 
-const REDIS: Program = { what: "Debian's redis-server (for the Redis tests)", script: 'scripts/redis-server.sh', found: findRedisServer };
-const CHROMIUM: Program = { what: "Debian's chromium (for the tracking page's browser test)", script: 'scripts/chromium.sh', found: findChromium };
+const REDIS: Program = {
+  what: "Debian's redis-server (for the Redis tests)",
+  script: 'scripts/redis-server.sh',
+  found: findRedisServer,
+};
+const CHROMIUM: Program = {
+  what: "Debian's chromium (for the tracking page's browser test)",
+  script: 'scripts/chromium.sh',
+  found: findChromium,
+};
 
 /** What each tier's tests start; a tier not listed here needs nothing installed. */
 const NEEDS: Record<string, Program[]> = { integration: [REDIS], browser: [CHROMIUM] };
@@ -33,7 +41,9 @@ export default function setup(project: TestProject): void {
   const missing = (NEEDS[project.name] ?? []).filter((program) => !program.found());
   if (!missing.length) return;
   if (!canInstall()) {
-    console.warn(`test setup: cannot install ${missing.map((m) => m.what).join(' and ')} here (needs apt-get as root or password-less sudo); those tests will be skipped`);
+    console.warn(
+      `test setup: cannot install ${missing.map((m) => m.what).join(' and ')} here (needs apt-get as root or password-less sudo); those tests will be skipped`,
+    );
     return;
   }
   for (const { what, script } of missing) {
@@ -41,7 +51,9 @@ export default function setup(project: TestProject): void {
     try {
       execFileSync('bash', [script, 'install'], { stdio: ['ignore', 'inherit', 'inherit'], timeout: 600_000 });
     } catch (error) {
-      console.warn(`test setup: ${script} install failed (${(error as Error).message}); those tests will be skipped unless CI is set`);
+      console.warn(
+        `test setup: ${script} install failed (${(error as Error).message}); those tests will be skipped unless CI is set`,
+      );
     }
   }
 }

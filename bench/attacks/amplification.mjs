@@ -14,7 +14,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { ROOT, rssKb, sleep, spawnReady } from '../lib/proc.mjs';
+import { ROOT, sleep, spawnReady } from '../lib/proc.mjs';
 
 const { values: options } = parseArgs({
   options: {
@@ -33,7 +33,8 @@ const ATTACK = `query Amplify($uids: [ID!]!) { ${Array.from(
   (_, i) => `a${i}: deliveries(uids: $uids) { events { edges { node { delivery { payload } } } } }`,
 ).join(' ')} }`;
 /** The heaviest page of events that the cost limit still lets through for 100 copies of one uid. */
-const NEAR_LIMIT = 'query Amplify($uids: [ID!]!) { deliveries(uids: $uids) { events(first: 120) { edges { node { delivery { payload } } } } } }';
+const NEAR_LIMIT =
+  'query Amplify($uids: [ID!]!) { deliveries(uids: $uids) { events(first: 120) { edges { node { delivery { payload } } } } } }';
 /** No events at all: 30 aliases × 100 copies × the payload (cost 6,000, let through; bounded by the response size). */
 const PAYLOADS = `query Amplify($uids: [ID!]!) { ${Array.from({ length: 30 }, (_, i) => `a${i}: deliveries(uids: $uids) { payload }`).join(' ')} }`;
 
@@ -80,7 +81,11 @@ async function bookFinishedDelivery(origin, bytes) {
     'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } ... on Error { code message } } }',
     {
       input: {
-        pickup: { name: 'Ada Shop', email: 'shop@example.com', address: { street: 'Main St', city: 'Springfield', country: 'US' } },
+        pickup: {
+          name: 'Ada Shop',
+          email: 'shop@example.com',
+          address: { street: 'Main St', city: 'Springfield', country: 'US' },
+        },
         dropoff: { name: 'Grace', address: { street: 'Elm St', city: 'Springfield', country: 'US' } },
         mode: 'NOW',
         payload: { orderId: 'attack-1', note: 'n'.repeat(Math.max(0, bytes - 40)) },
@@ -92,7 +97,13 @@ async function bookFinishedDelivery(origin, bytes) {
   const deadline = Date.now() + 60_000;
   let events = 0;
   while (Date.now() < deadline) {
-    const read = JSON.parse((await gql(origin, 'query($uid: ID!) { delivery(uid: $uid) { status events { edges { node { name } } } } }', { uid })).text);
+    const read = JSON.parse(
+      (
+        await gql(origin, 'query($uid: ID!) { delivery(uid: $uid) { status events { edges { node { name } } } } }', {
+          uid,
+        })
+      ).text,
+    );
     events = read.data?.delivery?.events.edges.length ?? 0;
     if (read.data?.delivery?.status === 'DROPOFF_COMPLETE' && events > 0) break;
     await sleep(100);
@@ -134,7 +145,9 @@ async function phase(facade, name, query, variables) {
         const answer = await gql(facade.origin, query, variables);
         attackerBytes += answer.bytes;
         const body = JSON.parse(answer.text);
-        outcome = body.errors?.length ? `${answer.status} ${body.errors[0].extensions?.code ?? '-'}: ${body.errors[0].message.slice(0, 70)}` : `${answer.status} data`;
+        outcome = body.errors?.length
+          ? `${answer.status} ${body.errors[0].extensions?.code ?? '-'}: ${body.errors[0].message.slice(0, 70)}`
+          : `${answer.status} data`;
       } catch (error) {
         outcome = `failed: ${error.message}`;
       }
@@ -164,13 +177,21 @@ const facade = await startFacade();
 try {
   const { uid, events } = await bookFinishedDelivery(facade.origin, PAYLOAD_BYTES);
   const uids = Array(100).fill(uid);
-  console.log(`facade ${facade.origin}; one delivery with ${events} events and a payload of ~${PAYLOAD_BYTES} bytes; ${SECONDS} s per phase`);
+  console.log(
+    `facade ${facade.origin}; one delivery with ${events} events and a payload of ~${PAYLOAD_BYTES} bytes; ${SECONDS} s per phase`,
+  );
   const results = [];
   results.push(await phase(facade, 'no attack', undefined));
-  results.push(await phase(facade, 'the attack: 30 aliases × 100 copies × events × delivery × payload', ATTACK, { uids }));
-  results.push(await phase(facade, 'near the limit: 100 copies × events(first: 120) × delivery × payload', NEAR_LIMIT, { uids }));
+  results.push(
+    await phase(facade, 'the attack: 30 aliases × 100 copies × events × delivery × payload', ATTACK, { uids }),
+  );
+  results.push(
+    await phase(facade, 'near the limit: 100 copies × events(first: 120) × delivery × payload', NEAR_LIMIT, { uids }),
+  );
   results.push(await phase(facade, 'payloads only: 30 aliases × 100 copies × payload', PAYLOADS, { uids }));
-  console.log('\n| phase | /health probes | p50 ms | p99 ms | max ms | peak RSS MB | attacks | mean answer KB | mean answer ms |');
+  console.log(
+    '\n| phase | /health probes | p50 ms | p99 ms | max ms | peak RSS MB | attacks | mean answer KB | mean answer ms |',
+  );
   console.log('|---|---|---|---|---|---|---|---|---|');
   for (const r of results) {
     console.log(

@@ -74,11 +74,19 @@ function facadesOf(flag) {
     const entry = isDir ? path.join(resolved, 'dist/main.js') : resolved;
     if (!existsSync(entry)) throw new Error(`--facade: ${entry} does not exist (run npm run build in that checkout)`);
     // <checkout>/dist/main.js: the facade runs from its checkout, as it would there.
-    const checkout = isDir ? resolved : path.basename(path.dirname(entry)) === 'dist' ? path.dirname(path.dirname(entry)) : path.dirname(entry);
+    const checkout = isDir
+      ? resolved
+      : path.basename(path.dirname(entry)) === 'dist'
+        ? path.dirname(path.dirname(entry))
+        : path.dirname(entry);
     const own = entry === FACADE_ENTRY;
     const git = spawnSync('git', ['-C', checkout, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' });
     const commit = git.status === 0 ? git.stdout.trim() : undefined;
-    const dirty = commit && spawnSync('git', ['-C', checkout, 'status', '--porcelain', '--untracked-files=no', '--', 'src'], { encoding: 'utf8' }).stdout.trim() !== '';
+    const dirty =
+      commit &&
+      spawnSync('git', ['-C', checkout, 'status', '--porcelain', '--untracked-files=no', '--', 'src'], {
+        encoding: 'utf8',
+      }).stdout.trim() !== '';
     const name = own ? 'this checkout' : path.basename(checkout);
     return { entry, cwd: checkout, own, label: `${name}${commit ? ` @${commit}${dirty ? '+changes' : ''}` : ''}` };
   });
@@ -92,7 +100,8 @@ function heapsOf(flag) {
     .map((raw) => {
       if (raw === 'default') return 'default';
       const mib = Number(raw);
-      if (!Number.isInteger(mib) || mib < 64) throw new Error(`--heap: expected "default" or a limit in MiB, got "${raw}"`);
+      if (!Number.isInteger(mib) || mib < 64)
+        throw new Error(`--heap: expected "default" or a limit in MiB, got "${raw}"`);
       return mib;
     });
 }
@@ -103,9 +112,14 @@ function heapEnv(heap) {
   return { NODE_OPTIONS: [process.env.NODE_OPTIONS, `--max-old-space-size=${heap}`].filter(Boolean).join(' ') };
 }
 
-/** V8's heap limit for a process started with that environment, in MiB (Node's default depends on the machine's memory). */
+/**
+ * V8's heap limit for a process started with that environment, in MiB (Node's default depends on the machine's memory).
+ */
 function heapLimitMiB(heap) {
-  const probe = spawnSync(process.execPath, ['-p', 'v8.getHeapStatistics().heap_size_limit'], { env: { ...process.env, ...heapEnv(heap) }, encoding: 'utf8' });
+  const probe = spawnSync(process.execPath, ['-p', 'v8.getHeapStatistics().heap_size_limit'], {
+    env: { ...process.env, ...heapEnv(heap) },
+    encoding: 'utf8',
+  });
   return Number(probe.stdout) / 2 ** 20;
 }
 
@@ -148,13 +162,27 @@ async function postOnce(origin, body, key) {
       bodyTimeout: 30_000,
     });
   } catch (error) {
-    return { status: 0, errors: [], data: undefined, hasData: false, text: '', closed: error.code ?? error.cause?.code ?? error.name ?? 'error' };
+    return {
+      status: 0,
+      errors: [],
+      data: undefined,
+      hasData: false,
+      text: '',
+      closed: error.code ?? error.cause?.code ?? error.name ?? 'error',
+    };
   }
   let text;
   try {
     text = await response.body.text();
   } catch (error) {
-    return { status: response.statusCode, errors: [], data: undefined, hasData: false, text: '', closed: error.code ?? error.cause?.code ?? error.name ?? 'error' };
+    return {
+      status: response.statusCode,
+      errors: [],
+      data: undefined,
+      hasData: false,
+      text: '',
+      closed: error.code ?? error.cause?.code ?? error.name ?? 'error',
+    };
   }
   let parsed;
   try {
@@ -162,15 +190,27 @@ async function postOnce(origin, body, key) {
   } catch {
     parsed = undefined;
   }
-  return { status: response.statusCode, errors: parsed?.errors ?? [], data: parsed?.data, hasData: parsed?.data != null, text };
+  return {
+    status: response.statusCode,
+    errors: parsed?.errors ?? [],
+    data: parsed?.data,
+    hasData: parsed?.data != null,
+    text,
+  };
 }
 
 /** An answer in a few words: its status, its data's fields, and its errors (the first one's message and code). */
 function describeAnswer({ status, errors, data, text, closed }) {
-  if (closed) return `${status ? `${status}, then ` : ''}the connection closed while the body was written (${closed}): refused before it was read`;
+  if (closed)
+    return `${status ? `${status}, then ` : ''}the connection closed while the body was written (${closed}): refused before it was read`;
   if (data === undefined && errors.length === 0) return `${status}, not a GraphQL answer: \`${text.slice(0, 120)}\``;
   const fields = data && typeof data === 'object' ? Object.values(data) : [];
-  const what = data === null ? 'data null' : fields.every((value) => value === null) ? `data with ${fields.length} field(s), all null` : 'data';
+  const what =
+    data === null
+      ? 'data null'
+      : fields.every((value) => value === null)
+        ? `data with ${fields.length} field(s), all null`
+        : 'data';
   const first = errors[0];
   return `${status}, ${what}, ${errors.length} error(s)${first ? `, the first "${first.message}" (${first.extensions?.code ?? 'no code'})` : ''}`;
 }
@@ -196,7 +236,17 @@ function tailOf(stream, bytes = 4_096) {
 }
 
 /** The baseline's stand-in for the flood's result: nothing sent. */
-const NO_FLOOD = { sent: 0, answered: 0, bytesSent: 0, outcomes: {}, failures: {}, samples: {}, p50: NaN, p99: NaN, max: NaN };
+const NO_FLOOD = {
+  sent: 0,
+  answered: 0,
+  bytesSent: 0,
+  outcomes: {},
+  failures: {},
+  samples: {},
+  p50: NaN,
+  p99: NaN,
+  max: NaN,
+};
 
 /**
  * One kind of document against one fresh facade: the flood with the probes,
@@ -229,7 +279,8 @@ async function floodPhase({ upstream, facadeSpec, heap, kind, settings, keys, fl
     if (!baseline) {
       keyed = await postOnce(origin, documents.body(CHECK_N, settings.bodyBytes), KEY);
       keyed.accepted = keyed.status === 200 && keyed.errors.length === 0 && keyed.hasData;
-      if (!keyed.accepted) console.warn(`    a ${kind} document with a key was not answered with data: ${describeAnswer(keyed)}`);
+      if (!keyed.accepted)
+        console.warn(`    a ${kind} document with a key was not answered with data: ${describeAnswer(keyed)}`);
       // And without one: what every request of the flood will get.
       anonymous = await postOnce(origin, documents.body(CHECK_N + 1, settings.bodyBytes));
     }
@@ -237,9 +288,11 @@ async function floodPhase({ upstream, facadeSpec, heap, kind, settings, keys, fl
     // Warm the webhook and /health paths up before the start is read.
     const poster = webhookPoster(origin);
     let n = 0;
-    for (let i = 0; i < 20; i += 1, n += 1) await poster.post(signEvent(keys.privateKey, eventOf(n)), eventOf(n)).catch(() => 0);
+    for (let i = 0; i < 20; i += 1, n += 1)
+      await poster.post(signEvent(keys.privateKey, eventOf(n)), eventOf(n)).catch(() => 0);
     const probePool = new Pool(origin, { connections: 1, pipelining: 1, headersTimeout: 10_000, bodyTimeout: 10_000 });
-    for (let i = 0; i < 20; i += 1) await (await probePool.request({ method: 'GET', path: '/health' })).body.arrayBuffer();
+    for (let i = 0; i < 20; i += 1)
+      await (await probePool.request({ method: 'GET', path: '/health' })).body.arrayBuffer();
     await sleep(settings.settleMs);
 
     const memory = { start: rssMiB(pid), peak: rssMiB(pid), heapStart: await heapUsedMiB(origin) };
@@ -303,18 +356,23 @@ async function floodPhase({ upstream, facadeSpec, heap, kind, settings, keys, fl
         const sentAt = performance.now();
         webhooks.sent += 1;
         // Acknowledged means 200 within the deadline of being posted (waiting for a free connection included).
-        const post = poster.post(signEvent(keys.privateKey, event), event, { signal: AbortSignal.timeout(settings.webhookDeadlineMs) }).then(
-          (status) => {
-            if (status === 200) {
-              webhooks.acked += 1;
-              webhooks.ackMs.push(performance.now() - sentAt);
-            } else webhooks.other.set(String(status), (webhooks.other.get(String(status)) ?? 0) + 1);
-          },
-          (error) => {
-            const reason = error.name === 'TimeoutError' || error.cause?.name === 'TimeoutError' ? `no answer in ${settings.webhookDeadlineMs / 1000} s` : (error.code ?? error.name ?? 'error');
-            webhooks.other.set(reason, (webhooks.other.get(reason) ?? 0) + 1);
-          },
-        );
+        const post = poster
+          .post(signEvent(keys.privateKey, event), event, { signal: AbortSignal.timeout(settings.webhookDeadlineMs) })
+          .then(
+            (status) => {
+              if (status === 200) {
+                webhooks.acked += 1;
+                webhooks.ackMs.push(performance.now() - sentAt);
+              } else webhooks.other.set(String(status), (webhooks.other.get(String(status)) ?? 0) + 1);
+            },
+            (error) => {
+              const reason =
+                error.name === 'TimeoutError' || error.cause?.name === 'TimeoutError'
+                  ? `no answer in ${settings.webhookDeadlineMs / 1000} s`
+                  : (error.code ?? error.name ?? 'error');
+              webhooks.other.set(reason, (webhooks.other.get(reason) ?? 0) + 1);
+            },
+          );
         posts.add(post);
         void post.finally(() => posts.delete(post));
       }
@@ -331,7 +389,13 @@ async function floodPhase({ upstream, facadeSpec, heap, kind, settings, keys, fl
     }, 100);
     const attack = baseline
       ? (await sleep(settings.baselineMs), NO_FLOOD)
-      : await flood.call('run', { origin, kind, connections: settings.connections, seconds: settings.durationMs / 1000, bodyBytes: settings.bodyBytes });
+      : await flood.call('run', {
+          origin,
+          kind,
+          connections: settings.connections,
+          seconds: settings.durationMs / 1000,
+          bodyBytes: settings.bodyBytes,
+        });
     clearInterval(watcher);
     const floodMs = performance.now() - floodStarted;
     let cpuShares;
@@ -355,12 +419,32 @@ async function floodPhase({ upstream, facadeSpec, heap, kind, settings, keys, fl
     await Promise.all([poster.close(), probePool.close()]);
 
     let ending = 'ran throughout';
-    if (capped) ending = `killed by the bench ${fmt((capped.at - floodStarted) / 1000, 0)} s into the flood: RSS ${thousands(capped.rss)} MiB, over --max-rss=${thousands(settings.maxRssMiB)}`;
+    if (capped)
+      ending = `killed by the bench ${fmt((capped.at - floodStarted) / 1000, 0)} s into the flood: RSS ${thousands(capped.rss)} MiB, over --max-rss=${thousands(settings.maxRssMiB)}`;
     else if (exit) {
-      const words = (stderrTail() || stdoutTail()).split('\n').find((line) => /heap out of memory|FATAL|Error/i.test(line))?.trim();
+      const words = (stderrTail() || stdoutTail())
+        .split('\n')
+        .find((line) => /heap out of memory|FATAL|Error/i.test(line))
+        ?.trim();
       ending = `died ${fmt((exit.at - floodStarted) / 1000, 0)} s into the flood (${exit.signal ?? `exit code ${exit.code}`})${words ? `: "${words.slice(0, 120)}"` : ''}`;
     }
-    return { kind, heap, facadeSpec, keyed, anonymous, attack, floodMs, memory, health, healthFailed, webhooks, cpuShares, ending, died: Boolean(exit), loopDelay: worstLoopDelay(loopDelays) };
+    return {
+      kind,
+      heap,
+      facadeSpec,
+      keyed,
+      anonymous,
+      attack,
+      floodMs,
+      memory,
+      health,
+      healthFailed,
+      webhooks,
+      cpuShares,
+      ending,
+      died: Boolean(exit),
+      loopDelay: worstLoopDelay(loopDelays),
+    };
   } finally {
     await facade.stop();
     rmSync(facade.dataDir, { recursive: true, force: true });
@@ -368,7 +452,10 @@ async function floodPhase({ upstream, facadeSpec, heap, kind, settings, keys, fl
 }
 
 const mib = (value) => (value === undefined ? 'n/a' : thousands(value));
-const delta = (value, start) => (value === undefined || start === undefined ? 'n/a' : `${value >= start ? '+' : '−'}${thousands(Math.abs(value - start))}`);
+const delta = (value, start) =>
+  value === undefined || start === undefined
+    ? 'n/a'
+    : `${value >= start ? '+' : '−'}${thousands(Math.abs(value - start))}`;
 const ms = (value) => (value === Infinity ? 'not answered' : fmt(value, 1));
 const withMs = (value) => (Number.isFinite(value) ? `${fmt(value, 1)} ms` : ms(value));
 const counts = (map) => {
@@ -384,7 +471,8 @@ function verdict(result) {
   if (!(growth <= GOAL.rssGrowthMiB)) failed.push(`RSS +${thousands(growth)} MiB`);
   const p99 = percentile(result.health, 99);
   if (!(p99 < GOAL.healthP99Ms)) failed.push(`/health p99 ${withMs(p99)}`);
-  if (result.webhooks.acked !== result.webhooks.sent) failed.push(`${thousands(result.webhooks.sent - result.webhooks.acked)} webhooks not acknowledged`);
+  if (result.webhooks.acked !== result.webhooks.sent)
+    failed.push(`${thousands(result.webhooks.sent - result.webhooks.acked)} webhooks not acknowledged`);
   return { met: failed.length === 0, failed };
 }
 
@@ -397,7 +485,9 @@ function column(result) {
   const none = baseline ? '—' : undefined;
   return [
     none ?? `${thousands(attack.bytesSent / attack.sent / 1024)} KiB each`,
-    baseline ? `no flood: ${fmt(result.floodMs / 1000, 1)} s of probes and webhooks alone` : `${fmt(result.floodMs / 1000, 1)} s`,
+    baseline
+      ? `no flood: ${fmt(result.floodMs / 1000, 1)} s of probes and webhooks alone`
+      : `${fmt(result.floodMs / 1000, 1)} s`,
     result.ending.replace('into the flood', baseline ? 'into the baseline' : 'into the flood'),
     none ?? `${thousands(attack.sent)} / ${thousands(attack.answered)} (${fmt(rate, 1)}/s)`,
     none ?? counts(attack.outcomes),
@@ -412,8 +502,14 @@ function column(result) {
     `${thousands(webhooks.sent)} / ${thousands(webhooks.acked)} / ${counts(webhooks.other)}`,
     fmt(percentile(webhooks.ackMs, 99), 1),
     describeLoopDelay(result.loopDelay),
-    result.cpuShares ? `${fmt(result.cpuShares.byName.facade, 0)} / ${fmt(result.cpuShares.byName.flood, 0)} / ${fmt(result.cpuShares.others, 0)}` : 'n/a (facade gone)',
-    baseline ? `(no flood: ${met ? 'met' : `not met by the machine alone: ${failed.join(', ')}`})` : met ? 'met' : `**not met**: ${failed.join(', ')}`,
+    result.cpuShares
+      ? `${fmt(result.cpuShares.byName.facade, 0)} / ${fmt(result.cpuShares.byName.flood, 0)} / ${fmt(result.cpuShares.others, 0)}`
+      : 'n/a (facade gone)',
+    baseline
+      ? `(no flood: ${met ? 'met' : `not met by the machine alone: ${failed.join(', ')}`})`
+      : met
+        ? 'met'
+        : `**not met**: ${failed.join(', ')}`,
   ];
 }
 
@@ -450,17 +546,38 @@ export async function anonymousFlood({ quick, command, flags = {} }) {
     baselineMs: quick ? 1_000 : duration(flags, 'baseline', '10s'),
     maxRssMiB: positive(flags, 'max-rss', 6_144),
     bodyBytes: positive(flags, 'body-bytes', 1_048_576),
-    // --facade-env=NAME=value,NAME=value: settings for every facade (e.g. KEYLESS_REFUSALS_PER_MINUTE=0 measures the pipeline's own cost).
-    facadeEnv: Object.fromEntries(String(flags['facade-env'] ?? '').split(',').filter(Boolean).map((pair) => pair.split(/=(.*)/s, 2))),
+    // --facade-env=NAME=value,NAME=value: settings for every facade (e.g. KEYLESS_REFUSALS_PER_MINUTE=0 measures the
+    // pipeline's own cost).
+    facadeEnv: Object.fromEntries(
+      String(flags['facade-env'] ?? '')
+        .split(',')
+        .filter(Boolean)
+        .map((pair) => pair.split(/=(.*)/s, 2)),
+    ),
   };
-  const kinds = String(flags.documents ?? '10kb,1mb').split(',').filter(Boolean);
-  for (const kind of kinds) if (!DOCUMENTS[kind]) throw new Error(`--documents: unknown "${kind}"; known: ${Object.keys(DOCUMENTS).join(', ')}`);
+  const kinds = String(flags.documents ?? '10kb,1mb')
+    .split(',')
+    .filter(Boolean);
+  for (const kind of kinds)
+    if (!DOCUMENTS[kind])
+      throw new Error(`--documents: unknown "${kind}"; known: ${Object.keys(DOCUMENTS).join(', ')}`);
   const facades = facadesOf(flags.facade);
   const heaps = heapsOf(flags.heap);
-  const heapLabels = new Map(heaps.map((heap) => [heap, heap === 'default' ? `default heap (${thousands(heapLimitMiB(heap))} MiB)` : `--max-old-space-size=${heap}`]));
+  const heapLabels = new Map(
+    heaps.map((heap) => [
+      heap,
+      heap === 'default' ? `default heap (${thousands(heapLimitMiB(heap))} MiB)` : `--max-old-space-size=${heap}`,
+    ]),
+  );
   const heapLabel = (heap) => heapLabels.get(heap);
   console.log(
-    `anonymous flood: ${kinds.join(' then ')} documents${Object.keys(settings.facadeEnv).length ? ` (facades with ${Object.entries(settings.facadeEnv).map(([name, value]) => `${name}=${value}`).join(' ')})` : ''}, ${settings.connections} connections, ${settings.durationMs / 1000} s each; /health every ${settings.probeEveryMs} ms, ${settings.webhookRate} webhooks/s; RSS cap ${settings.maxRssMiB} MiB`,
+    `anonymous flood: ${kinds.join(' then ')} documents${
+      Object.keys(settings.facadeEnv).length
+        ? ` (facades with ${Object.entries(settings.facadeEnv)
+            .map(([name, value]) => `${name}=${value}`)
+            .join(' ')})`
+        : ''
+    }, ${settings.connections} connections, ${settings.durationMs / 1000} s each; /health every ${settings.probeEveryMs} ms, ${settings.webhookRate} webhooks/s; RSS cap ${settings.maxRssMiB} MiB`,
   );
 
   const keys = keyPair();
@@ -474,7 +591,9 @@ export async function anonymousFlood({ quick, command, flags = {} }) {
           console.log(`  ${facadeSpec.label}, ${heapLabel(heap)}: ${DOCUMENTS[kind]?.label ?? kind} …`);
           const result = await floodPhase({ upstream, facadeSpec, heap, kind, settings, keys, flood });
           results.push({ ...result, header: `${facadeSpec.label}, ${heapLabel(heap)}: ${kind}` });
-          console.log(`    ${result.ending}; RSS ${mib(result.memory.start)} → peak ${mib(result.memory.peak)} MiB; /health p99 ${withMs(percentile(result.health, 99))}; webhooks ${result.webhooks.acked}/${result.webhooks.sent}`);
+          console.log(
+            `    ${result.ending}; RSS ${mib(result.memory.start)} → peak ${mib(result.memory.peak)} MiB; /health p99 ${withMs(percentile(result.health, 99))}; webhooks ${result.webhooks.acked}/${result.webhooks.sent}`,
+          );
         }
       }
     }
@@ -493,7 +612,9 @@ export async function anonymousFlood({ quick, command, flags = {} }) {
         `without one, ${describeAnswer(first.anonymous)}.`,
     );
   }
-  const facadeList = facades.map((spec) => `${spec.label} (\`${path.relative(ROOT, spec.entry) || spec.entry}\`)`).join(', ');
+  const facadeList = facades
+    .map((spec) => `${spec.label} (\`${path.relative(ROOT, spec.entry) || spec.entry}\`)`)
+    .join(', ');
   const body = [
     `${settings.connections} connections POST distinct, valid GraphQL documents with no Authorization header, each as soon as the last is answered, for ${settings.durationMs / 1000} s per kind of document and facade: ` +
       `~10 KB documents (8 aliased \`delivery(uid:)\` reads of most fields, about 1,300 tokens, the order, fields, page size and group varying with every document), and ~1 MB documents (a short query, then \`#\` comment lines up to a ${thousands(settings.bodyBytes)}-byte body, GRAPHQL_MAX_BODY_BYTES's default). ` +
@@ -505,17 +626,27 @@ export async function anonymousFlood({ quick, command, flags = {} }) {
     'What the facade answers (checked on each fresh facade before its flood):',
     ...answers,
     '',
-    table(['', ...results.map((result) => result.header)], ROWS.map((row, k) => [row, ...columns.map((cells) => cells[k])])),
+    table(
+      ['', ...results.map((result) => result.header)],
+      ROWS.map((row, k) => [row, ...columns.map((cells) => cells[k])]),
+    ),
   ].join('\n');
 
   // The goal is this checkout's, measured with Node's default heap over a full run of both kinds.
-  const own = results.filter((result) => result.facadeSpec.own && result.heap === 'default' && result.kind !== BASELINE);
+  const own = results.filter(
+    (result) => result.facadeSpec.own && result.heap === 'default' && result.kind !== BASELINE,
+  );
   const goals =
     own.length === 2 && settings.durationMs >= 60_000
       ? [
           {
             id: 'anonymous-flood',
-            measured: own.map((result) => `${result.kind}: RSS ${delta(result.memory.peak, result.memory.start)} MiB, /health p99 ${withMs(percentile(result.health, 99))}, ${result.webhooks.acked}/${result.webhooks.sent} webhooks`).join('; '),
+            measured: own
+              .map(
+                (result) =>
+                  `${result.kind}: RSS ${delta(result.memory.peak, result.memory.start)} MiB, /health p99 ${withMs(percentile(result.health, 99))}, ${result.webhooks.acked}/${result.webhooks.sent} webhooks`,
+              )
+              .join('; '),
             met: own.every((result) => verdict(result).met),
           },
         ]
@@ -526,6 +657,12 @@ export async function anonymousFlood({ quick, command, flags = {} }) {
 // Run on its own: node bench/attacks/anonymous-flood.mjs [--quick] [--name=value …] (the same flags).
 if (import.meta.url === `file://${process.argv[1]}`) {
   const args = process.argv.slice(2);
-  const flags = Object.fromEntries(args.filter((arg) => /^--[\w-]+=/.test(arg)).map((arg) => arg.slice(2).split(/=(.*)/s, 2)));
-  await anonymousFlood({ quick: args.includes('--quick'), command: `node bench/attacks/anonymous-flood.mjs ${args.join(' ')}`.trim(), flags });
+  const flags = Object.fromEntries(
+    args.filter((arg) => /^--[\w-]+=/.test(arg)).map((arg) => arg.slice(2).split(/=(.*)/s, 2)),
+  );
+  await anonymousFlood({
+    quick: args.includes('--quick'),
+    command: `node bench/attacks/anonymous-flood.mjs ${args.join(' ')}`.trim(),
+    flags,
+  });
 }

@@ -41,7 +41,8 @@ function buildsOf(flags) {
   if (!flags.baseline) return [own];
   const root = path.resolve(String(flags.baseline));
   const entry = path.join(root, 'dist/main.js');
-  if (!existsSync(root) || !statSync(root).isDirectory() || !existsSync(entry)) throw new Error(`--baseline: ${entry} does not exist (a checkout with npm run build done)`);
+  if (!existsSync(root) || !statSync(root).isDirectory() || !existsSync(entry))
+    throw new Error(`--baseline: ${entry} does not exist (a checkout with npm run build done)`);
   return [own, { label: `${path.basename(root)}${commitOf(root)}`, entry, cwd: root, root }];
 }
 
@@ -91,7 +92,11 @@ async function holdIdle(port, count, localAddress) {
       bump(outcomes, /^HTTP\/1\.1 (\d{3})/.exec(received)?.[1] ?? 'closed, no answer');
     }),
   );
-  return { sockets, outcomes, open: () => sockets.filter((socket) => !socket.destroyed && socket.readyState === 'open').length };
+  return {
+    sockets,
+    outcomes,
+    open: () => sockets.filter((socket) => !socket.destroyed && socket.readyState === 'open').length,
+  };
 }
 
 /** One phase of connection-caps: a fresh facade, the attacker, then webhooks and merchants for `seconds`. */
@@ -104,7 +109,11 @@ async function capsPhase({ build, setup, upstream, keys, seconds }) {
     cwd: build.cwd,
     label: 'connection-caps',
     // The caps at their defaults (startFacade turns the one per address off for the other scenarios).
-    env: { MAX_CONNECTIONS: '60', MAX_CONNECTIONS_PER_ADDRESS: undefined, ...(webhookPort ? { WEBHOOK_PORT: String(webhookPort) } : {}) },
+    env: {
+      MAX_CONNECTIONS: '60',
+      MAX_CONNECTIONS_PER_ADDRESS: undefined,
+      ...(webhookPort ? { WEBHOOK_PORT: String(webhookPort) } : {}),
+    },
   });
   const origin = facade.origin;
   const webhookOrigin = webhookPort ? `http://127.0.0.1:${webhookPort}` : origin;
@@ -120,11 +129,22 @@ async function capsPhase({ build, setup, upstream, keys, seconds }) {
   let n = 0;
   const webhookLoop = (async () => {
     while (performance.now() < until) {
-      const event = { uid: UID, event_name: 'location.dropoff_enroute', status: `caps ${n}`, driver_location: { lat: 37 + (n % 100) / 1000, lng: -122 } };
+      const event = {
+        uid: UID,
+        event_name: 'location.dropoff_enroute',
+        status: `caps ${n}`,
+        driver_location: { lat: 37 + (n % 100) / 1000, lng: -122 },
+      };
       n += 1;
       webhooks.sent += 1;
       try {
-        const response = await sender.request({ method: 'POST', path: '/webhooks', headers: { 'content-type': 'application/json', authorization: `Bearer ${signEvent(keys.privateKey, event)}` }, body: JSON.stringify(event), headersTimeout: 10_000 });
+        const response = await sender.request({
+          method: 'POST',
+          path: '/webhooks',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${signEvent(keys.privateKey, event)}` },
+          body: JSON.stringify(event),
+          headersTimeout: 10_000,
+        });
         await response.body.text();
         if (response.statusCode === 200) webhooks.acked += 1;
         else bump(webhooks.other, String(response.statusCode));
@@ -139,7 +159,13 @@ async function capsPhase({ build, setup, upstream, keys, seconds }) {
       const started = performance.now();
       reads.sent += 1;
       try {
-        const response = await request(`${origin}/graphql`, { method: 'POST', dispatcher, headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: READ, headersTimeout: 10_000 });
+        const response = await request(`${origin}/graphql`, {
+          method: 'POST',
+          dispatcher,
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+          body: READ,
+          headersTimeout: 10_000,
+        });
         const body = await response.body.json().catch(() => undefined);
         if (response.statusCode === 200 && body?.data?.delivery?.uid === UID) {
           reads.answered += 1;
@@ -170,7 +196,9 @@ export async function connectionCaps({ quick, command, flags = {} }) {
       for (const build of builds) {
         console.log(`  ${build.label}, ${setup} …`);
         const result = await capsPhase({ build, setup, upstream, keys, seconds });
-        console.log(`    attacker ${counts(result.attacker.outcomes)}; webhooks ${result.webhooks.acked}/${result.webhooks.sent}; reads ${result.reads.answered}/${result.reads.sent}`);
+        console.log(
+          `    attacker ${counts(result.attacker.outcomes)}; webhooks ${result.webhooks.acked}/${result.webhooks.sent}; reads ${result.reads.answered}/${result.reads.sent}`,
+        );
         results.push(result);
       }
     }
@@ -188,21 +216,52 @@ export async function connectionCaps({ quick, command, flags = {} }) {
       [
         ['attacker: first answers', ...results.map((result) => counts(result.attacker.outcomes))],
         ['attacker: connections still held', ...results.map((result) => thousands(result.heldAfterAttack))],
-        ['webhooks sent / acknowledged / not', ...results.map(({ webhooks }) => `${thousands(webhooks.sent)} / ${thousands(webhooks.acked)} / ${counts(webhooks.other)}`)],
-        ['merchant reads sent / answered / not', ...results.map(({ reads }) => `${thousands(reads.sent)} / ${thousands(reads.answered)} / ${counts(reads.other)}`)],
-        ['merchant read p50 / p99 (ms)', ...results.map(({ reads }) => `${fmt(percentile(reads.ms, 50), 1)} / ${fmt(percentile(reads.ms, 99), 1)}`)],
+        [
+          'webhooks sent / acknowledged / not',
+          ...results.map(
+            ({ webhooks }) => `${thousands(webhooks.sent)} / ${thousands(webhooks.acked)} / ${counts(webhooks.other)}`,
+          ),
+        ],
+        [
+          'merchant reads sent / answered / not',
+          ...results.map(
+            ({ reads }) => `${thousands(reads.sent)} / ${thousands(reads.answered)} / ${counts(reads.other)}`,
+          ),
+        ],
+        [
+          'merchant read p50 / p99 (ms)',
+          ...results.map(({ reads }) => `${fmt(percentile(reads.ms, 50), 1)} / ${fmt(percentile(reads.ms, 99), 1)}`),
+        ],
         ['goal: every webhook and read answered', ...results.map((result) => (met(result) ? 'met' : '**not met**'))],
       ],
     ),
   ].join('\n');
   const own = results.filter((result) => result.build.root === ROOT);
-  const goals = quick ? [] : [{ id: 'connection-caps', measured: own.map((result) => `${result.setup}: ${result.webhooks.acked}/${result.webhooks.sent} webhooks, ${result.reads.answered}/${result.reads.sent} reads`).join('; '), met: own.every(met) }];
+  const goals = quick
+    ? []
+    : [
+        {
+          id: 'connection-caps',
+          measured: own
+            .map(
+              (result) =>
+                `${result.setup}: ${result.webhooks.acked}/${result.webhooks.sent} webhooks, ${result.reads.answered}/${result.reads.sent} reads`,
+            )
+            .join('; '),
+          met: own.every(met),
+        },
+      ];
   writeSection('connection-caps', 'Connections from one address (issue 29)', body, { command, quick, goals });
 }
 
 /** A webhook token of about `bytes` (a large order echoed in the event). */
 function largeToken(privateKey, bytes, n) {
-  const event = { uid: UID, event_name: 'location.dropoff_enroute', status: `large ${n}`, platform_payload: { notes: 'n'.repeat(Math.ceil((bytes * 3) / 4)) } };
+  const event = {
+    uid: UID,
+    event_name: 'location.dropoff_enroute',
+    status: `large ${n}`,
+    platform_payload: { notes: 'n'.repeat(Math.ceil((bytes * 3) / 4)) },
+  };
   return { token: signEvent(privateKey, event), body: JSON.stringify({ uid: UID, n }) };
 }
 
@@ -214,11 +273,25 @@ export async function keptAliveWebhook({ quick, command, flags = {} }) {
   const results = [];
   const firsts = [
     ['GET /health', { method: 'GET', path: '/health' }],
-    ['POST /graphql', { method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: READ }],
+    [
+      'POST /graphql',
+      {
+        method: 'POST',
+        path: '/graphql',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+        body: READ,
+      },
+    ],
   ];
   try {
     for (const build of builds) {
-      const facade = await startFacade(upstream.url, { publicKeyPem: keys.publicKeyPem, issuer: ISSUER, entry: build.entry, cwd: build.cwd, label: 'keepalive-webhook' });
+      const facade = await startFacade(upstream.url, {
+        publicKeyPem: keys.publicKeyPem,
+        issuer: ISSUER,
+        entry: build.entry,
+        cwd: build.cwd,
+        label: 'keepalive-webhook',
+      });
       try {
         for (const [name, first] of firsts) {
           // One connection, reused for every path, as nginx keepalive, Envoy or a cloud balancer does.
@@ -232,7 +305,12 @@ export async function keptAliveWebhook({ quick, command, flags = {} }) {
               await before.body.text();
               const { token, body } = largeToken(keys.privateKey, 40_000, round);
               outcome.tokenBytes = token.length;
-              const response = await pool.request({ method: 'POST', path: '/webhooks', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body });
+              const response = await pool.request({
+                method: 'POST',
+                path: '/webhooks',
+                headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+                body,
+              });
               await response.body.text();
               if (response.statusCode === 200) outcome.stored += 1;
               else bump(outcome.other, String(response.statusCode));
@@ -243,7 +321,9 @@ export async function keptAliveWebhook({ quick, command, flags = {} }) {
           outcome.connects = connects;
           await pool.close();
           results.push({ build, ...outcome });
-          console.log(`  ${build.label}, after ${name}: ${outcome.stored}/${rounds} stored (${counts(outcome.other)}), ${connects} connection(s)`);
+          console.log(
+            `  ${build.label}, after ${name}: ${outcome.stored}/${rounds} stored (${counts(outcome.other)}), ${connects} connection(s)`,
+          );
         }
       } finally {
         await facade.stop();
@@ -268,14 +348,30 @@ export async function keptAliveWebhook({ quick, command, flags = {} }) {
     ),
   ].join('\n');
   const own = results.filter((result) => result.build.root === ROOT);
-  const goals = quick ? [] : [{ id: 'keepalive-webhook', measured: own.map((result) => `after ${result.first}: ${result.stored}/${rounds} stored`).join('; '), met: own.every((result) => result.stored === rounds) }];
-  writeSection('keepalive-webhook', 'Large webhooks on a kept-alive connection (issue 29)', body, { command, quick, goals });
+  const goals = quick
+    ? []
+    : [
+        {
+          id: 'keepalive-webhook',
+          measured: own.map((result) => `after ${result.first}: ${result.stored}/${rounds} stored`).join('; '),
+          met: own.every((result) => result.stored === rounds),
+        },
+      ];
+  writeSection('keepalive-webhook', 'Large webhooks on a kept-alive connection (issue 29)', body, {
+    command,
+    quick,
+    goals,
+  });
 }
 
 /** Runs bench/attacks/large-headers.mjs for one build and returns its JSON. */
 function largeHeaders(build, args) {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [path.join(BENCH, 'attacks/large-headers.mjs'), '--dist', '--root', build.root, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(
+      process.execPath,
+      [path.join(BENCH, 'attacks/large-headers.mjs'), '--dist', '--root', build.root, ...args],
+      { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] },
+    );
     let out = '';
     child.stdout.on('data', (chunk) => (out += chunk));
     child.once('exit', (code) => {
@@ -298,9 +394,19 @@ export async function idleHeaders({ quick, command, flags = {} }) {
     for (const build of builds) {
       console.log(`  ${build.label}, ${variant} …`);
       const cpuBefore = cpuMs(process.pid);
-      const result = await largeHeaders(build, [...args, '--connections', String(connections), '--seconds', String(seconds), '--after', quick ? '1' : '5']);
+      const result = await largeHeaders(build, [
+        ...args,
+        '--connections',
+        String(connections),
+        '--seconds',
+        String(seconds),
+        '--after',
+        quick ? '1' : '5',
+      ]);
       results.push({ build, variant, result, orchestratorCpuMs: cpuMs(process.pid) - cpuBefore });
-      console.log(`    RSS ${result.rssMiB.before} → peak ${result.rssMiB.peak} MiB; answers ${JSON.stringify(result.answers)}`);
+      console.log(
+        `    RSS ${result.rssMiB.before} → peak ${result.rssMiB.peak} MiB; answers ${JSON.stringify(result.answers)}`,
+      );
     }
   }
   // The goal compares peak RSS (the process with its idle connections), as issue 29 asks; growth is shown beside it.
@@ -312,19 +418,52 @@ export async function idleHeaders({ quick, command, flags = {} }) {
   };
   const body = [
     `bench/attacks/large-headers.mjs for each build (compiled, embedded sandbox): ${thousands(connections)} connections to /graphql trickle headers in 8 KiB lines every 200 ms for ${seconds} s, never ending them, while a prober asks GET /health on fresh connections. ` +
-      'With 200 KiB the head passes 16 KiB and is refused; with 12 KiB each connection is held until HEADERS_TIMEOUT_MS (10 s): what an idle connection costs. Goal: peak RSS within 10 % of the other build\'s (on a shared machine, run it a few times: a single run moves by more than that).',
+      "With 200 KiB the head passes 16 KiB and is refused; with 12 KiB each connection is held until HEADERS_TIMEOUT_MS (10 s): what an idle connection costs. Goal: peak RSS within 10 % of the other build's (on a shared machine, run it a few times: a single run moves by more than that).",
     '',
     table(
       ['', ...results.map((each) => `${each.build.label}: ${each.variant}`)],
       [
-        ['answers (first status)', ...results.map(({ result }) => Object.entries(result.answers).map(([status, count]) => `${thousands(count)} × ${status}`).join('; ') || 'none')],
-        ['closed by the server after p50 / max (ms)', ...results.map(({ result }) => `${thousands(result.closedAfterMs.p50)} / ${thousands(result.closedAfterMs.max)}`)],
-        ['RSS before / peak / at end / after (MiB)', ...results.map(({ result }) => `${result.rssMiB.before} / ${result.rssMiB.peak} / ${result.rssMiB.atEnd} / ${result.rssMiB.after}`)],
-        ['RSS peak − before (MiB)', ...results.map(({ result }) => thousands(result.rssMiB.peak - result.rssMiB.before))],
-        ['most open: connections, KiB each', ...results.map(({ result }) => `${thousands(result.mostOpen.connections)}, ${result.mostOpen.kiBPerConnection ?? 'n/a'}`)],
+        [
+          'answers (first status)',
+          ...results.map(
+            ({ result }) =>
+              Object.entries(result.answers)
+                .map(([status, count]) => `${thousands(count)} × ${status}`)
+                .join('; ') || 'none',
+          ),
+        ],
+        [
+          'closed by the server after p50 / max (ms)',
+          ...results.map(
+            ({ result }) => `${thousands(result.closedAfterMs.p50)} / ${thousands(result.closedAfterMs.max)}`,
+          ),
+        ],
+        [
+          'RSS before / peak / at end / after (MiB)',
+          ...results.map(
+            ({ result }) =>
+              `${result.rssMiB.before} / ${result.rssMiB.peak} / ${result.rssMiB.atEnd} / ${result.rssMiB.after}`,
+          ),
+        ],
+        [
+          'RSS peak − before (MiB)',
+          ...results.map(({ result }) => thousands(result.rssMiB.peak - result.rssMiB.before)),
+        ],
+        [
+          'most open: connections, KiB each',
+          ...results.map(
+            ({ result }) => `${thousands(result.mostOpen.connections)}, ${result.mostOpen.kiBPerConnection ?? 'n/a'}`,
+          ),
+        ],
         ['facade CPU (share of a core)', ...results.map(({ result }) => fmt(result.facadeCpuShare, 2))],
-        ['/health answered / failed, p99 (ms)', ...results.map(({ result }) => `${result.prober.answered} / ${JSON.stringify(result.prober.failed)}, ${result.prober.p99Ms}`)],
-        ['goal: peak RSS within 1.1× the other build\'s', ...results.map(withinGoal)],
+        [
+          '/health answered / failed, p99 (ms)',
+          ...results.map(
+            ({ result }) =>
+              `${result.prober.answered} / ${JSON.stringify(result.prober.failed)}, ${result.prober.p99Ms}`,
+          ),
+        ],
+        ["goal: peak RSS within 1.1× the other build's", ...results.map(withinGoal)],
       ],
     ),
   ].join('\n');
@@ -337,6 +476,16 @@ export async function idleHeaders({ quick, command, flags = {} }) {
   const goals =
     quick || ratios.some((ratio) => !ratio) || connections < 3000
       ? []
-      : [{ id: 'idle-headers', measured: ratios.map(({ variant, ratio }) => `${variant.split(' (')[0]}: ${fmt(ratio, 2)}×`).join('; '), met: ratios.every(({ ratio }) => ratio <= 1.1) }];
-  writeSection('idle-headers', 'Idle connections with large headers, side by side (issue 29)', body, { command, quick, goals });
+      : [
+          {
+            id: 'idle-headers',
+            measured: ratios.map(({ variant, ratio }) => `${variant.split(' (')[0]}: ${fmt(ratio, 2)}×`).join('; '),
+            met: ratios.every(({ ratio }) => ratio <= 1.1),
+          },
+        ];
+  writeSection('idle-headers', 'Idle connections with large headers, side by side (issue 29)', body, {
+    command,
+    quick,
+    goals,
+  });
 }

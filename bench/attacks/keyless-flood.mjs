@@ -95,7 +95,13 @@ async function floodPhase({ upstream, facadeSpec, kind, settings, flood, http })
       { name: 'flood', pid: flood.pid },
     ]);
     // The flood starts first and outlasts the reads, so every read of the second window is sent during it.
-    const attack = flood.call('run', { origin, kind, connections: settings.connections, seconds: (settings.durationMs + settings.leadMs * 2) / 1000, bodyBytes: 0 });
+    const attack = flood.call('run', {
+      origin,
+      kind,
+      connections: settings.connections,
+      seconds: (settings.durationMs + settings.leadMs * 2) / 1000,
+      bodyBytes: 0,
+    });
     await sleep(settings.leadMs);
     const during = await merchantReads(http, origin, settings, settings.durationMs);
     const flooded = await attack;
@@ -149,11 +155,21 @@ export async function keylessFlood({ quick, command, flags = {} }) {
     leadMs: quick ? 300 : 1_000,
     readRate: positive(flags, 'read-rate', 50),
     connections: positive(flags, 'connections', 3),
-    // --facade-env=NAME=value,NAME=value: settings for every facade (e.g. KEYLESS_WORK_MS_PER_MINUTE=0 shows the flood uncharged).
-    facadeEnv: Object.fromEntries(String(flags['facade-env'] ?? '').split(',').filter(Boolean).map((pair) => pair.split(/=(.*)/s, 2))),
+    // --facade-env=NAME=value,NAME=value: settings for every facade (e.g. KEYLESS_WORK_MS_PER_MINUTE=0 shows the flood
+    // uncharged).
+    facadeEnv: Object.fromEntries(
+      String(flags['facade-env'] ?? '')
+        .split(',')
+        .filter(Boolean)
+        .map((pair) => pair.split(/=(.*)/s, 2)),
+    ),
   };
-  const kinds = String(flags.floods ?? Object.keys(KEYLESS_DOCUMENTS).join(',')).split(',').filter(Boolean);
-  for (const kind of kinds) if (!KEYLESS_DOCUMENTS[kind]) throw new Error(`--floods: unknown "${kind}"; known: ${Object.keys(KEYLESS_DOCUMENTS).join(', ')}`);
+  const kinds = String(flags.floods ?? Object.keys(KEYLESS_DOCUMENTS).join(','))
+    .split(',')
+    .filter(Boolean);
+  for (const kind of kinds)
+    if (!KEYLESS_DOCUMENTS[kind])
+      throw new Error(`--floods: unknown "${kind}"; known: ${Object.keys(KEYLESS_DOCUMENTS).join(', ')}`);
   const facades = facadesOf(flags.baseline);
   console.log(
     `keyless floods: ${kinds.join(', ')}; ${settings.connections} connections each; the merchant's read at ${settings.readRate}/s for ${settings.durationMs / 1000} s before and during; facades: ${facades.map((f) => f.label).join(', ')}`,
@@ -171,7 +187,9 @@ export async function keylessFlood({ quick, command, flags = {} }) {
         const result = await floodPhase({ upstream, facadeSpec, kind, settings, flood, http });
         results.push(result);
         const { ratio } = verdict(result);
-        console.log(`    merchant p99 ${ms(result.before.p99)} → ${ms(result.during.p99)} ms (${fmt(ratio, 2)}×); flood: ${counts(result.flooded.outcomes)}`);
+        console.log(
+          `    merchant p99 ${ms(result.before.p99)} → ${ms(result.during.p99)} ms (${fmt(ratio, 2)}×); flood: ${counts(result.flooded.outcomes)}`,
+        );
       }
     }
   } finally {
@@ -180,12 +198,21 @@ export async function keylessFlood({ quick, command, flags = {} }) {
   }
 
   const body = [
-    `${settings.connections} connections each POST distinct documents without an accepted key, each as soon as the last is answered, against a fresh facade per flood (compiled, SQLite, fixed upstream, RATE_LIMIT_PER_MINUTE and the keyless budgets at their defaults${Object.keys(settings.facadeEnv).length ? `, and ${Object.entries(settings.facadeEnv).map(([name, value]) => `${name}=${value}`).join(' ')}` : ''}). ` +
+    `${settings.connections} connections each POST distinct documents without an accepted key, each as soon as the last is answered, against a fresh facade per flood (compiled, SQLite, fixed upstream, RATE_LIMIT_PER_MINUTE and the keyless budgets at their defaults${
+      Object.keys(settings.facadeEnv).length
+        ? `, and ${Object.entries(settings.facadeEnv)
+            .map(([name, value]) => `${name}=${value}`)
+            .join(' ')}`
+        : ''
+    }). ` +
       `Meanwhile a merchant whose key the upstream accepted reads one delivery (the single read's ~25 fields) at ${settings.readRate}/s, open loop, for ${settings.durationMs / 1000} s before the flood and ${settings.durationMs / 1000} s during it (the flood starts ${settings.leadMs / 1000} s earlier and ends later). All from one client address, as three clients behind one NAT would be.`,
     '',
     ...kinds.map((kind) => `- ${kind}: ${KEYLESS_DOCUMENTS[kind].label}.`),
     '',
-    table(['', ...results.map((result) => `${result.kind}: ${result.facadeSpec.label}`)], ROWS.map((row, k) => [row, ...results.map((result) => column(result)[k])])),
+    table(
+      ['', ...results.map((result) => `${result.kind}: ${result.facadeSpec.label}`)],
+      ROWS.map((row, k) => [row, ...results.map((result) => column(result)[k])]),
+    ),
   ].join('\n');
   const own = results.filter((result) => result.facadeSpec.entry === FACADE_ENTRY);
   const goals =
@@ -193,7 +220,12 @@ export async function keylessFlood({ quick, command, flags = {} }) {
       ? [
           {
             id: 'keyless-flood',
-            measured: own.map((result) => `${result.kind}: p99 ${ms(result.before.p99)} → ${ms(result.during.p99)} ms (${fmt(verdict(result).ratio, 2)}×)`).join('; '),
+            measured: own
+              .map(
+                (result) =>
+                  `${result.kind}: p99 ${ms(result.before.p99)} → ${ms(result.during.p99)} ms (${fmt(verdict(result).ratio, 2)}×)`,
+              )
+              .join('; '),
             met: own.every((result) => verdict(result).met),
           },
         ]
@@ -204,6 +236,12 @@ export async function keylessFlood({ quick, command, flags = {} }) {
 // Run on its own: node bench/attacks/keyless-flood.mjs [--quick] [--name=value …] (the same flags).
 if (import.meta.url === `file://${process.argv[1]}`) {
   const args = process.argv.slice(2);
-  const flags = Object.fromEntries(args.filter((arg) => /^--[\w-]+=/.test(arg)).map((arg) => arg.slice(2).split(/=(.*)/s, 2)));
-  await keylessFlood({ quick: args.includes('--quick'), command: `node bench/attacks/keyless-flood.mjs ${args.join(' ')}`.trim(), flags });
+  const flags = Object.fromEntries(
+    args.filter((arg) => /^--[\w-]+=/.test(arg)).map((arg) => arg.slice(2).split(/=(.*)/s, 2)),
+  );
+  await keylessFlood({
+    quick: args.includes('--quick'),
+    command: `node bench/attacks/keyless-flood.mjs ${args.join(' ')}`.trim(),
+    flags,
+  });
 }

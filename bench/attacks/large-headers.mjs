@@ -57,8 +57,16 @@ const dataDir = mkdtempSync(path.join(tmpdir(), 'dg-attack-'));
 const entry = options.dist ? [path.join(root, 'dist/main.js')] : ['--import', 'tsx', path.join(root, 'src/main.ts')];
 const facade = await spawnReady(process.execPath, entry, {
   cwd: root,
-  // Every attacker connection comes from 127.0.0.1: this measures the deadlines, the cap per address has a scenario of its own (connection-caps).
-  env: { PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent', SANDBOX_PORT: '0', UPSTREAM_URL: '', MAX_CONNECTIONS_PER_ADDRESS: '0' },
+  // Every attacker connection comes from 127.0.0.1: this measures the deadlines, the cap per address has a scenario of
+  // its own (connection-caps).
+  env: {
+    PORT: '0',
+    DATA_DIR: dataDir,
+    LOG_LEVEL: 'silent',
+    SANDBOX_PORT: '0',
+    UPSTREAM_URL: '',
+    MAX_CONNECTIONS_PER_ADDRESS: '0',
+  },
   ready: /serving on (http:\/\/\S+)/,
   timeoutMs: 120_000,
 });
@@ -87,7 +95,8 @@ const sampler = setInterval(() => {
 const prober = forkWorker('health-prober');
 const probing = prober.call('probe', { url: `${origin}/health`, seconds: SECONDS });
 
-// The attacker: each connection sends its request line, then one header line every TRICKLE_MS, never the blank line that ends them.
+// The attacker: each connection sends its request line, then one header line every TRICKLE_MS, never the blank line
+// that ends them.
 const answers = new Map();
 const closedLived = [];
 let leaving = false;
@@ -161,9 +170,20 @@ console.log(
       // Share of one core the facade used during the attack (the machine's other work is not in it).
       facadeCpuShare: Number(facadeCpu.toFixed(2)),
       rssMiB: { before: mib(baselineKb), peak: mib(peakKb), atEnd: mib(endKb), after: mib(afterKb) },
-      // When the most attacker connections were open: what they added, per connection (an idle connection's cost when all are held).
-      mostOpen: { connections: mostOpen.open, rssMiB: mib(mostOpen.rssKb), kiBPerConnection: mostOpen.open > 0 ? Math.round((mostOpen.rssKb - baselineKb) / mostOpen.open) : null },
-      prober: { answered: latencies.length, failed: failures, p50Ms: percentile(latencies, 50)?.toFixed(1), p99Ms: percentile(latencies, 99)?.toFixed(1), maxMs: latencies.at(-1)?.toFixed(1) },
+      // When the most attacker connections were open: what they added, per connection (an idle connection's cost when
+      // all are held).
+      mostOpen: {
+        connections: mostOpen.open,
+        rssMiB: mib(mostOpen.rssKb),
+        kiBPerConnection: mostOpen.open > 0 ? Math.round((mostOpen.rssKb - baselineKb) / mostOpen.open) : null,
+      },
+      prober: {
+        answered: latencies.length,
+        failed: failures,
+        p50Ms: percentile(latencies, 50)?.toFixed(1),
+        p99Ms: percentile(latencies, 99)?.toFixed(1),
+        maxMs: latencies.at(-1)?.toFixed(1),
+      },
     },
     null,
     2,

@@ -39,7 +39,11 @@ const SECONDS = Number(options.seconds);
 const TRICKLE_MS = Number(options['trickle-ms'] ?? (options.mode === 'line' ? 10 : 3_000));
 const root = path.resolve(options.root);
 /** What each connection sends first, and then a byte at a time. */
-const FIRST = { headers: 'G', body: 'POST /webhooks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n', line: 'GET /graphql?q=' };
+const FIRST = {
+  headers: 'G',
+  body: 'POST /webhooks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n',
+  line: 'GET /graphql?q=',
+};
 const NEXT = { headers: 'E', body: '{', line: 'q' };
 if (!(options.mode in FIRST)) throw new Error(`--mode: headers, body or line, not ${options.mode}`);
 
@@ -51,8 +55,16 @@ const dataDir = mkdtempSync(path.join(tmpdir(), 'dg-attack-'));
 const entry = options.dist ? [path.join(root, 'dist/main.js')] : ['--import', 'tsx', path.join(root, 'src/main.ts')];
 const facade = await spawnReady(process.execPath, entry, {
   cwd: root,
-  // Every attacker connection comes from 127.0.0.1: this measures the deadlines, the cap per address has a scenario of its own (connection-caps).
-  env: { PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent', SANDBOX_PORT: '0', UPSTREAM_URL: '', MAX_CONNECTIONS_PER_ADDRESS: '0' },
+  // Every attacker connection comes from 127.0.0.1: this measures the deadlines, the cap per address has a scenario of
+  // its own (connection-caps).
+  env: {
+    PORT: '0',
+    DATA_DIR: dataDir,
+    LOG_LEVEL: 'silent',
+    SANDBOX_PORT: '0',
+    UPSTREAM_URL: '',
+    MAX_CONNECTIONS_PER_ADDRESS: '0',
+  },
   ready: /serving on (http:\/\/\S+)/,
   timeoutMs: 120_000,
 });
@@ -79,7 +91,10 @@ for (let i = 0; i < CONNECTIONS; i += 1) {
     opened += 1;
     socket.resume();
     socket.write(FIRST[options.mode]);
-    const timer = setInterval(() => (socket.writable ? socket.write(NEXT[options.mode]) : clearInterval(timer)), TRICKLE_MS);
+    const timer = setInterval(
+      () => (socket.writable ? socket.write(NEXT[options.mode]) : clearInterval(timer)),
+      TRICKLE_MS,
+    );
     socket.on('close', () => clearInterval(timer));
   });
   sockets.push(socket);
@@ -93,7 +108,10 @@ const end = started + SECONDS * 1000;
 while (performance.now() < end) {
   const asked = performance.now();
   try {
-    const response = await fetch(`${origin}/health`, { headers: { connection: 'close' }, signal: AbortSignal.timeout(5_000) });
+    const response = await fetch(`${origin}/health`, {
+      headers: { connection: 'close' },
+      signal: AbortSignal.timeout(5_000),
+    });
     await response.text();
     if (response.status === 200) latencies.push(performance.now() - asked);
     else failures.set(response.status, (failures.get(response.status) ?? 0) + 1);
@@ -121,7 +139,13 @@ console.log(
       cutByTheServer: cut.length,
       cutAfterMs: { p50: Math.round(percentile(cut, 50)), max: Math.round(cut.at(-1) ?? NaN) },
       stillOpenAtEnd: CONNECTIONS - refusedAtOnce - cut.length,
-      prober: { answered: latencies.length, failed: Object.fromEntries(failures), p50Ms: percentile(latencies, 50)?.toFixed(1), p99Ms: percentile(latencies, 99)?.toFixed(1), maxMs: latencies.at(-1)?.toFixed(1) },
+      prober: {
+        answered: latencies.length,
+        failed: Object.fromEntries(failures),
+        p50Ms: percentile(latencies, 50)?.toFixed(1),
+        p99Ms: percentile(latencies, 99)?.toFixed(1),
+        maxMs: latencies.at(-1)?.toFixed(1),
+      },
     },
     null,
     2,

@@ -69,10 +69,18 @@ function positive(flags, name, fallback) {
 /** The facade's /metrics figures this scenario reads, in bytes; undefined when it does not answer within 2 s. */
 async function metricsOf(origin) {
   try {
-    const response = await request(`${origin}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` }, headersTimeout: 2_000, bodyTimeout: 2_000 });
+    const response = await request(`${origin}/metrics`, {
+      headers: { authorization: `Bearer ${METRICS_TOKEN}` },
+      headersTimeout: 2_000,
+      bodyTimeout: 2_000,
+    });
     const text = await response.body.text();
     const value = (name) => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text)?.[1]);
-    return { heapUsed: value('nodejs_heap_size_used_bytes'), cacheBytes: value('delivery_graph_document_cache_bytes'), cacheEntries: value('delivery_graph_document_cache_entries') };
+    return {
+      heapUsed: value('nodejs_heap_size_used_bytes'),
+      cacheBytes: value('delivery_graph_document_cache_bytes'),
+      cacheEntries: value('delivery_graph_document_cache_entries'),
+    };
   } catch {
     return undefined;
   }
@@ -110,29 +118,67 @@ async function phase({ upstream, spec, settings, http, flood }) {
     cwd: spec.cwd,
     label: `token-flood-${spec.name}`,
     execArgv: ['--expose-gc', '--import', GC_ON_SIGNAL],
-    // Every limit at its production default (startFacade lifts the merchant's rate limit otherwise).
-    // The fixed upstream answers every key for every uid, as a key-scoped upstream would: a read is then the merchant's proof a token needs (73fe34c ignores the setting).
-    env: { RATE_LIMIT_PER_MINUTE: undefined, METRICS_TOKEN, UPSTREAM_READ_SCOPE: 'key', ...(settings.heapMiB ? { NODE_OPTIONS: [process.env.NODE_OPTIONS, `--max-old-space-size=${settings.heapMiB}`].filter(Boolean).join(' ') } : {}) },
+    // Every limit at its production default (startFacade lifts the merchant's rate limit otherwise). The fixed upstream
+    // answers every key for every uid, as a key-scoped upstream would: a read is then the merchant's proof a token
+    // needs (73fe34c ignores the setting).
+    env: {
+      RATE_LIMIT_PER_MINUTE: undefined,
+      METRICS_TOKEN,
+      UPSTREAM_READ_SCOPE: 'key',
+      ...(settings.heapMiB
+        ? {
+            NODE_OPTIONS: [process.env.NODE_OPTIONS, `--max-old-space-size=${settings.heapMiB}`]
+              .filter(Boolean)
+              .join(' '),
+          }
+        : {}),
+    },
   });
   const { pid } = facade.child;
   let exit;
   facade.child.once('exit', (code, signal) => (exit = { code, signal, at: performance.now() }));
   const origin = facade.origin;
   try {
-    const minted = await graphql(origin, KEY, 'mutation($uids: [ID!]!) { createClientToken(uids: $uids, ttlSeconds: 3600) { ... on MutationCreateClientTokenSuccess { data { token } } ... on Error { message } } }', { uids: [UID] });
+    const minted = await graphql(
+      origin,
+      KEY,
+      'mutation($uids: [ID!]!) { createClientToken(uids: $uids, ttlSeconds: 3600) { ... on MutationCreateClientTokenSuccess { data { token } } ... on Error { message } } }',
+      { uids: [UID] },
+    );
     const token = minted.data?.createClientToken?.data?.token;
     if (!token) throw new Error(`${spec.label}: no client token: ${JSON.stringify(minted).slice(0, 300)}`);
-    const check = await graphql(origin, token, `query($uid: ID!) { delivery(uid: $uid) { uid status } }`, { uid: UID });
-    if (check.data?.delivery?.uid !== UID) throw new Error(`${spec.label}: the token cannot read its delivery: ${JSON.stringify(check).slice(0, 300)}`);
+    const check = await graphql(
+      origin,
+      token,
+      `
+        query ($uid: ID!) {
+          delivery(uid: $uid) {
+            uid
+            status
+          }
+        }
+      `,
+      { uid: UID },
+    );
+    if (check.data?.delivery?.uid !== UID)
+      throw new Error(`${spec.label}: the token cannot read its delivery: ${JSON.stringify(check).slice(0, 300)}`);
 
-    const read = { url: `${origin}/graphql`, method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID } }) };
+    const read = {
+      url: `${origin}/graphql`,
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+      body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID } }),
+    };
     // Warm: the read compiled, the connections open, and the token's kind of document through every path once
     // (numbered past the flood's), so that what the first of them sets up is not counted as the flood's.
     await http.call('fixedRate', { ...read, rate: settings.readRate, duration: 1 });
     for (let n = 0; n < 2; n += 1) {
       for (let run = 0; run < 2; run += 1) {
         const warm = await graphql(origin, token, fragmentHeavyDocument(1e9 + n, UID));
-        if (warm.errors) throw new Error(`${spec.label}: the token's document was refused: ${JSON.stringify(warm.errors).slice(0, 300)}`);
+        if (warm.errors)
+          throw new Error(
+            `${spec.label}: the token's document was refused: ${JSON.stringify(warm.errors).slice(0, 300)}`,
+          );
       }
     }
     const start = { rss: rssMiB(pid), metrics: await collectedMetricsOf(pid, origin) };
@@ -163,26 +209,41 @@ async function phase({ upstream, spec, settings, http, flood }) {
       })(),
     ];
 
-    const before = await http.call('fixedRate', { ...read, rate: settings.readRate, duration: settings.beforeMs / 1000 });
+    const before = await http.call('fixedRate', {
+      ...read,
+      rate: settings.readRate,
+      duration: settings.beforeMs / 1000,
+    });
     const floodStarted = performance.now();
     const watcher = setInterval(() => {
       if (exit) void flood.call('stop').catch(() => undefined);
     }, 100);
     const [during, attack] = await Promise.all([
       http.call('fixedRate', { ...read, rate: settings.readRate, duration: settings.durationMs / 1000 }),
-      flood.call('paced', { origin, authorization: `Bearer ${token}`, uid: UID, rate: settings.rate, seconds: settings.durationMs / 1000, repeats: 2 }),
+      flood.call('paced', {
+        origin,
+        authorization: `Bearer ${token}`,
+        uid: UID,
+        rate: settings.rate,
+        seconds: settings.durationMs / 1000,
+        repeats: 2,
+      }),
     ]);
     clearInterval(watcher);
     const floodMs = performance.now() - floodStarted;
     const end = { rss: rssMiB(pid), metrics: exit ? undefined : await metricsOf(origin) };
-    const after = exit ? undefined : await http.call('fixedRate', { ...read, rate: settings.readRate, duration: settings.idleMs / 1000 });
+    const after = exit
+      ? undefined
+      : await http.call('fixedRate', { ...read, rate: settings.readRate, duration: settings.idleMs / 1000 });
     sampling = false;
     const idleEnd = { rss: rssMiB(pid), metrics: exit ? undefined : await collectedMetricsOf(pid, origin) };
     await Promise.all(samplers);
 
     let ending = 'ran throughout';
-    if (capped) ending = `killed by the bench ${fmt((capped.at - floodStarted) / 1000, 0)} s into the flood: RSS ${thousands(capped.rss)} MiB, over --max-rss=${thousands(settings.maxRssMiB)}`;
-    else if (exit) ending = `died ${fmt((exit.at - floodStarted) / 1000, 0)} s into the flood (${exit.signal ?? `exit code ${exit.code}`})`;
+    if (capped)
+      ending = `killed by the bench ${fmt((capped.at - floodStarted) / 1000, 0)} s into the flood: RSS ${thousands(capped.rss)} MiB, over --max-rss=${thousands(settings.maxRssMiB)}`;
+    else if (exit)
+      ending = `died ${fmt((exit.at - floodStarted) / 1000, 0)} s into the flood (${exit.signal ?? `exit code ${exit.code}`})`;
     return { spec, start, end, idleEnd, memory, before, during, after, attack, floodMs, ending, died: Boolean(exit) };
   } finally {
     await facade.stop();
@@ -196,7 +257,10 @@ const counts = (map) => {
   return entries.length ? entries.map(([what, count]) => `${thousands(count)} × ${what}`).join('; ') : '0';
 };
 
-/** What the facade's heap held after the idle phase against what its document cache counted, both collected and as growth since the start. */
+/**
+ * What the facade's heap held after the idle phase against what its document cache counted, both collected and as
+ * growth since the start.
+ */
 function heapVsCache(result) {
   const heapHeld = result.idleEnd.metrics?.heapUsed - result.start.metrics?.heapUsed;
   const counted = result.idleEnd.metrics?.cacheBytes - result.start.metrics?.cacheBytes;
@@ -262,7 +326,14 @@ export async function tokenFlood({ quick, command, flags = {} }) {
     heapMiB: flags.heap ? positive(flags, 'heap', 1024) : undefined,
     maxRssMiB: positive(flags, 'max-rss', 4_096),
   };
-  const specs = [{ name: 'this', label: 'this checkout', entry: join(resolve(new URL('../..', import.meta.url).pathname), 'dist/main.js'), cwd: undefined }];
+  const specs = [
+    {
+      name: 'this',
+      label: 'this checkout',
+      entry: join(resolve(new URL('../..', import.meta.url).pathname), 'dist/main.js'),
+      cwd: undefined,
+    },
+  ];
   if (flags.baseline) {
     const dir = resolve(flags.baseline);
     const entry = join(dir, 'dist/main.js');
@@ -296,16 +367,34 @@ export async function tokenFlood({ quick, command, flags = {} }) {
       `Each column is a fresh facade (compiled, NODE_ENV=production, SQLite, the fixed upstream, every limit at its default${settings.heapMiB ? `, --max-old-space-size=${settings.heapMiB}` : ''}). ` +
       `RSS from /proc every 100 ms, V8's heap used and the document cache's count from /metrics every 500 ms; "collected": read after a bench-only preload (bench/lib/gc-on-signal.mjs, --expose-gc) collected the heap on SIGUSR2, at the start and after the idle phase, so the heap's growth is what the facade still holds. A facade over ${thousands(settings.maxRssMiB)} MiB of RSS is killed.`,
     '',
-    table(['', ...results.map((result) => result.spec.label)], ROWS.map((row, k) => [row, ...results.map((result) => column(result)[k])])),
+    table(
+      ['', ...results.map((result) => result.spec.label)],
+      ROWS.map((row, k) => [row, ...results.map((result) => column(result)[k])]),
+    ),
   ].join('\n');
   const own = results[0];
-  const goals = own && settings.durationMs >= 60_000 ? [{ id: 'token-flood', measured: `read p99 ${fmt(own.during.p99 / own.before.p99, 1)}× before, RSS ${signed(own.memory.rssPeak - own.start.rss)} MiB, heap held ${fmt(heapVsCache(own).ratio, 2)}× the count`, met: verdict(own).met }] : [];
+  const goals =
+    own && settings.durationMs >= 60_000
+      ? [
+          {
+            id: 'token-flood',
+            measured: `read p99 ${fmt(own.during.p99 / own.before.p99, 1)}× before, RSS ${signed(own.memory.rssPeak - own.start.rss)} MiB, heap held ${fmt(heapVsCache(own).ratio, 2)}× the count`,
+            met: verdict(own).met,
+          },
+        ]
+      : [];
   writeSection('token-flood', 'Token flood (issue 29)', body, { command, quick, goals });
 }
 
 // Run on its own: node bench/attacks/token-flood.mjs [--quick] [--name=value …] (the same flags).
 if (import.meta.url === `file://${process.argv[1]}`) {
   const args = process.argv.slice(2);
-  const flags = Object.fromEntries(args.filter((arg) => /^--[\w-]+=/.test(arg)).map((arg) => arg.slice(2).split(/=(.*)/s, 2)));
-  await tokenFlood({ quick: args.includes('--quick'), command: `node bench/attacks/token-flood.mjs ${args.join(' ')}`.trim(), flags });
+  const flags = Object.fromEntries(
+    args.filter((arg) => /^--[\w-]+=/.test(arg)).map((arg) => arg.slice(2).split(/=(.*)/s, 2)),
+  );
+  await tokenFlood({
+    quick: args.includes('--quick'),
+    command: `node bench/attacks/token-flood.mjs ${args.join(' ')}`.trim(),
+    flags,
+  });
 }

@@ -26,7 +26,8 @@ export async function clockOffset(worker, trips = 200) {
     const back = sharedNow();
     const backEpoch = epochNow();
     const rtt = back - sent;
-    if (!best || rtt < best.rtt) best = { rtt, shared: theirs.shared - (sent + back) / 2, epoch: theirs.epoch - (sentEpoch + backEpoch) / 2 };
+    if (!best || rtt < best.rtt)
+      best = { rtt, shared: theirs.shared - (sent + back) / 2, epoch: theirs.epoch - (sentEpoch + backEpoch) / 2 };
   }
   return best;
 }

@@ -9,7 +9,12 @@ import { METRICS_TOKEN } from './loop-delay.mjs';
 
 /** `keepAliveMs`: the upstream's idle-connection timeout (Node's 5 s by default). */
 export function startUpstream(latencyMs = 0, { keepAliveMs } = {}) {
-  return spawnReady(process.execPath, [path.join(BENCH, 'lib/fixed-upstream.mjs'), '0', String(latencyMs), ...(keepAliveMs ? [String(keepAliveMs)] : [])]).then((p) => ({
+  return spawnReady(process.execPath, [
+    path.join(BENCH, 'lib/fixed-upstream.mjs'),
+    '0',
+    String(latencyMs),
+    ...(keepAliveMs ? [String(keepAliveMs)] : []),
+  ]).then((p) => ({
     ...p,
     origin: `http://127.0.0.1:${p.match[1]}`,
     url: `http://127.0.0.1:${p.match[1]}/api/v1`,
@@ -18,7 +23,14 @@ export function startUpstream(latencyMs = 0, { keepAliveMs } = {}) {
 
 /** `wrap`: a command line the process runs under (valgrind), with the time it may take to be ready. */
 export function startReverseProxy(upstreamOrigin, { wrap = [], timeoutMs, execArgv = [] } = {}) {
-  const [command, ...args] = [...wrap, process.execPath, ...execArgv, path.join(BENCH, 'lib/reverse-proxy.mjs'), '0', upstreamOrigin];
+  const [command, ...args] = [
+    ...wrap,
+    process.execPath,
+    ...execArgv,
+    path.join(BENCH, 'lib/reverse-proxy.mjs'),
+    '0',
+    upstreamOrigin,
+  ];
   return spawnReady(command, args, { timeoutMs }).then((p) => ({
     ...p,
     origin: `http://127.0.0.1:${p.match[1]}`,
@@ -38,7 +50,10 @@ function profileArgs(label) {
   mkdirSync(absolute, { recursive: true });
   profiled += 1;
   const name = `${label}-${new Date().toISOString().slice(0, 19).replace(/[-:T]/g, '')}-${profiled}.cpuprofile`;
-  return { args: ['--cpu-prof', `--cpu-prof-dir=${absolute}`, `--cpu-prof-name=${name}`], file: path.join(absolute, name) };
+  return {
+    args: ['--cpu-prof', `--cpu-prof-dir=${absolute}`, `--cpu-prof-name=${name}`],
+    file: path.join(absolute, name),
+  };
 }
 
 /** This checkout's compiled facade. */
@@ -52,7 +67,20 @@ export const FACADE_ENTRY = path.join(ROOT, 'dist/main.js');
  * Node options before the entry (a bench-only preload, --expose-gc). `wrap`: a
  * command line the process runs under (valgrind), with `timeoutMs` to be ready.
  */
-export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'bench', label = 'facade', entry = FACADE_ENTRY, cwd = ROOT, execArgv = [], wrap = [], timeoutMs } = {}) {
+export function startFacade(
+  upstreamUrl,
+  {
+    env = {},
+    publicKeyPem,
+    issuer = 'bench',
+    label = 'facade',
+    entry = FACADE_ENTRY,
+    cwd = ROOT,
+    execArgv = [],
+    wrap = [],
+    timeoutMs,
+  } = {},
+) {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'dg-bench-'));
   const extra = {};
   if (publicKeyPem) {
@@ -65,14 +93,29 @@ export function startFacade(upstreamUrl, { env = {}, publicKeyPem, issuer = 'ben
   return spawnReady(command, args, {
     cwd,
     timeoutMs,
-    // No per-key rate limit: the bench sends one key's traffic at thousands of requests a second, and
-    // measures serving them, not refusing them (RATE_LIMIT_PER_MINUTE's default would refuse most).
-    // Nor a cap on one key's open subscriptions: the fan-out scenario holds 10,000 of one key (SUBSCRIPTIONS_PER_KEY's default is 5,000);
-    // nor a cap of connections per address: every client of the bench is 127.0.0.1 (fan-out opens 10,000).
-    // /metrics with a token (production serves it to no one otherwise): every scenario reads the event-loop delay there (loop-delay.mjs).
-    // The fixed upstream answers every key for every uid, as a key-scoped upstream does: with UPSTREAM_READ_SCOPE=platform (the default)
-    // a read of a delivery not booked through the facade would answer null, and the benches would measure that instead of a read.
-    env: { PORT: '0', UPSTREAM_URL: upstreamUrl, PLATFORM_ID, DATA_DIR: dataDir, LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0', SUBSCRIPTIONS_PER_KEY: '0', MAX_CONNECTIONS_PER_ADDRESS: '0', METRICS_TOKEN, UPSTREAM_READ_SCOPE: 'key', ...extra, ...env },
+    // No per-key rate limit: the bench sends one key's traffic at thousands of requests a second, and measures serving
+    // them, not refusing them (RATE_LIMIT_PER_MINUTE's default would refuse most). Nor a cap on one key's open
+    // subscriptions: the fan-out scenario holds 10,000 of one key (SUBSCRIPTIONS_PER_KEY's default is 5,000); nor a cap
+    // of connections per address: every client of the bench is 127.0.0.1 (fan-out opens 10,000). /metrics with a token
+    // (production serves it to no one otherwise): every scenario reads the event-loop delay there (loop-delay.mjs). The
+    // fixed upstream answers every key for every uid, as a key-scoped upstream does: with UPSTREAM_READ_SCOPE=platform
+    // (the default) a read of a delivery not booked through the facade would answer null, and the benches would measure
+    // that instead of a read.
+    env: {
+      PORT: '0',
+      UPSTREAM_URL: upstreamUrl,
+      PLATFORM_ID,
+      DATA_DIR: dataDir,
+      LOG_LEVEL: 'silent',
+      NODE_ENV: 'production',
+      RATE_LIMIT_PER_MINUTE: '0',
+      SUBSCRIPTIONS_PER_KEY: '0',
+      MAX_CONNECTIONS_PER_ADDRESS: '0',
+      METRICS_TOKEN,
+      UPSTREAM_READ_SCOPE: 'key',
+      ...extra,
+      ...env,
+    },
     ready: /serving on (http:\/\/\S+)/,
   }).then((p) => ({
     ...p,
@@ -107,7 +150,8 @@ export class ScenarioSkipped extends Error {}
 export async function startReplica(primary) {
   const replica = await startRedis(['--replicaof', '127.0.0.1', String(primary.port)]);
   for (let tries = 0; ; tries += 1) {
-    const info = spawnSync('redis-cli', ['-p', String(replica.port), 'info', 'replication'], { encoding: 'utf8' }).stdout ?? '';
+    const info =
+      spawnSync('redis-cli', ['-p', String(replica.port), 'info', 'replication'], { encoding: 'utf8' }).stdout ?? '';
     if (info.includes('master_link_status:up')) return replica;
     if (tries > 200) throw new Error(`the replica on ${replica.port} did not sync:\n${info}`);
     await new Promise((resolve) => setTimeout(resolve, 50));
@@ -117,8 +161,13 @@ export async function startReplica(primary) {
 export async function startRedis(extraArgs = []) {
   const found = () => spawnSync('sh', ['-c', 'command -v redis-server'], { stdio: 'ignore' }).status === 0;
   if (!found()) {
-    spawnSync('bash', [path.join(ROOT, 'scripts/redis-server.sh'), 'install'], { stdio: ['ignore', 'inherit', 'inherit'] });
-    if (!found()) throw new ScenarioSkipped('no redis-server on this machine, and scripts/redis-server.sh install could not add it (needs apt-get as root or password-less sudo)');
+    spawnSync('bash', [path.join(ROOT, 'scripts/redis-server.sh'), 'install'], {
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
+    if (!found())
+      throw new ScenarioSkipped(
+        'no redis-server on this machine, and scripts/redis-server.sh install could not add it (needs apt-get as root or password-less sudo)',
+      );
   }
   const dir = mkdtempSync(path.join(tmpdir(), 'dg-bench-redis-'));
   const { createServer } = await import('node:net');
@@ -128,9 +177,27 @@ export async function startRedis(extraArgs = []) {
       probe.close(() => resolve(free));
     });
   });
-  const p = await spawnReady('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always', ...extraArgs], {
-    ready: /Ready to accept connections/,
-  });
+  const p = await spawnReady(
+    'redis-server',
+    [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      dir,
+      '--save',
+      '',
+      '--appendonly',
+      'yes',
+      '--appendfsync',
+      'always',
+      ...extraArgs,
+    ],
+    {
+      ready: /Ready to accept connections/,
+    },
+  );
   await new Promise((resolve) => setTimeout(resolve, 300));
   return { ...p, port, url: `redis://127.0.0.1:${port}`, version: 'redis-server 7' };
 }

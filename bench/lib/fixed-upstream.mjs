@@ -73,7 +73,10 @@ export function cannedDelivery(uid) {
   };
 }
 
-/** `keepAliveMs`: how long an idle connection stays open (Node's default 5 s; longer for a client slowed by valgrind, which would send on a socket closing under it). */
+/**
+ * `keepAliveMs`: how long an idle connection stays open (Node's default 5 s; longer for a client slowed by valgrind,
+ * which would send on a socket closing under it).
+ */
 export function startFixedUpstream(port = 0, latencyMs = 0, keepAliveMs = undefined) {
   let count = 0;
   const cache = new Map();
@@ -106,15 +109,24 @@ export function startFixedUpstream(port = 0, latencyMs = 0, keepAliveMs = undefi
       res.writeHead(404, { 'content-type': 'application/json' }).end('{"code":"not_found","message":"no route"}');
       return;
     }
-    const send = () => res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
+    const send = () =>
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
     if (latencyMs > 0) setTimeout(send, latencyMs);
     else send();
   });
   if (keepAliveMs) server.keepAliveTimeout = keepAliveMs;
-  return new Promise((resolve) => server.listen(port, '127.0.0.1', () => resolve({ server, port: server.address().port, close: () => new Promise((r) => server.close(r)) })));
+  return new Promise((resolve) =>
+    server.listen(port, '127.0.0.1', () =>
+      resolve({ server, port: server.address().port, close: () => new Promise((r) => server.close(r)) }),
+    ),
+  );
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const started = await startFixedUpstream(Number(process.argv[2] ?? 0), Number(process.argv[3] ?? 0), Number(process.argv[4] ?? 0) || undefined);
+  const started = await startFixedUpstream(
+    Number(process.argv[2] ?? 0),
+    Number(process.argv[3] ?? 0),
+    Number(process.argv[4] ?? 0) || undefined,
+  );
   console.log(`ready ${started.port}`);
 }

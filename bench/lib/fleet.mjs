@@ -15,11 +15,19 @@ export const SUBSCRIBERS_PER_PROCESS = 5_000;
  * Forks the processes and connects `subscribers` subscriptions to `origins`
  * (one facade, or several: see subscribers.mjs's connect). Resolves once all are connected.
  */
-export async function startFleet({ origins, key, subscribers, uids, processes = Math.max(1, Math.ceil(subscribers / SUBSCRIBERS_PER_PROCESS)) }) {
+export async function startFleet({
+  origins,
+  key,
+  subscribers,
+  uids,
+  processes = Math.max(1, Math.ceil(subscribers / SUBSCRIBERS_PER_PROCESS)),
+}) {
   const size = Math.ceil(subscribers / processes);
   const parts = [];
-  for (let first = 0; first < subscribers; first += size) parts.push({ worker: forkWorker('subscribers'), first, count: Math.min(size, subscribers - first) });
-  const each = (command, args = () => ({})) => Promise.all(parts.map((part, k) => part.worker.call(command, args(part, k))));
+  for (let first = 0; first < subscribers; first += size)
+    parts.push({ worker: forkWorker('subscribers'), first, count: Math.min(size, subscribers - first) });
+  const each = (command, args = () => ({})) =>
+    Promise.all(parts.map((part, k) => part.worker.call(command, args(part, k))));
   try {
     await each('connect', ({ first, count }) => ({ origins, key, count, first, uids }));
   } catch (error) {
@@ -29,25 +37,40 @@ export async function startFleet({ origins, key, subscribers, uids, processes = 
   return {
     subscribers,
     /** The processes, for CPU meters. */
-    processes: parts.map(({ worker }, k) => ({ name: parts.length > 1 ? `subscribers ${k + 1}` : 'subscribers', pid: worker.pid })),
+    processes: parts.map(({ worker }, k) => ({
+      name: parts.length > 1 ? `subscribers ${k + 1}` : 'subscribers',
+      pid: worker.pid,
+    })),
     /** Messages each process has received so far. */
     received: () => each('received'),
     /** Until every process has every message of the acknowledged events beyond `before` (from received()). */
     async waitForEvents({ acked, before, timeoutMs }) {
       const answers = await each('waitForEvents', (_part, k) => ({ acked, before: before[k], timeoutMs }));
-      return { timedOut: answers.some((a) => a.timedOut), received: answers.reduce((sum, a) => sum + a.received, 0), expected: answers.reduce((sum, a) => sum + a.expected, 0) };
+      return {
+        timedOut: answers.some((a) => a.timedOut),
+        received: answers.reduce((sum, a) => sum + a.received, 0),
+        expected: answers.reduce((sum, a) => sum + a.expected, 0),
+      };
     },
-    /** Until every subscriber (count 'all'), or every follower of event n's delivery (ofEvent), has the tag; when the last got it. */
+    /**
+     * Until every subscriber (count 'all'), or every follower of event n's delivery (ofEvent), has the tag; when the
+     * last got it.
+     */
     async waitForTag({ tag, count, ofEvent, timeoutMs }) {
       const answers = await each('waitForTag', () => ({ tag, count, ofEvent, timeoutMs }));
-      return { timedOut: answers.some((a) => a.timedOut), count: answers.reduce((sum, a) => sum + a.count, 0), last: Math.max(...answers.map((a) => a.last).filter(Number.isFinite)) };
+      return {
+        timedOut: answers.some((a) => a.timedOut),
+        count: answers.reduce((sum, a) => sum + a.count, 0),
+        last: Math.max(...answers.map((a) => a.last).filter(Number.isFinite)),
+      };
     },
     /** The poster's clock against each process's; the worst agreement. */
     async clocks(poster) {
       let worst;
       for (const { worker } of parts) {
         const agreement = await clockAgreement(poster, worker);
-        if (!worst || Math.abs(agreement.sharedMs) + agreement.boundMs > Math.abs(worst.sharedMs) + worst.boundMs) worst = agreement;
+        if (!worst || Math.abs(agreement.sharedMs) + agreement.boundMs > Math.abs(worst.sharedMs) + worst.boundMs)
+          worst = agreement;
       }
       return worst;
     },

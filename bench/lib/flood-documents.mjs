@@ -12,7 +12,10 @@
 export const WIDE_READS = 8;
 
 const address = 'address { street number secondaryNumber city county state postalCode country latitude longitude }';
-const stop = (phoneFirst) => (phoneFirst ? `phone name email instructions windowStart ${address}` : `name email phone ${address} instructions windowStart`);
+const stop = (phoneFirst) =>
+  phoneFirst
+    ? `phone name email instructions windowStart ${address}`
+    : `name email phone ${address} instructions windowStart`;
 
 /** Top-level selections of a Delivery; each document takes them rotated and with one left out. */
 function deliveryFields(n, k) {
@@ -60,7 +63,9 @@ export function wideDocument(n) {
     // One field left out, another each time: the shape, not only the text, differs.
     rotated.splice((n + k * 5) % rotated.length, 1);
     const group = (n + k) % 3 === 0 ? ', group: PARTNER' : '';
-    reads.push(`  flood${tag}Delivery${k}: delivery(uid: "${uid(n, k)}"${group}) {\n    ${rotated.join('\n    ')}\n  }`);
+    reads.push(
+      `  flood${tag}Delivery${k}: delivery(uid: "${uid(n, k)}"${group}) {\n    ${rotated.join('\n    ')}\n  }`,
+    );
   }
   return `query AnonymousFlood${tag} {\n${reads.join('\n')}\n}\n`;
 }
@@ -86,7 +91,10 @@ function padding(count) {
   return cached;
 }
 
-/** How many padding lines keep the JSON body {"query":"<head><padding>"} within `bodyBytes` (ASCII: a character is a byte). */
+/**
+ * How many padding lines keep the JSON body {"query":"<head><padding>"} within `bodyBytes` (ASCII: a character is a
+ * byte).
+ */
 function padLines(n, bodyBytes) {
   const fixed = '{"query":""}'.length + JSON.stringify(paddedHead(n)).length - 2;
   const perLine = JSON.stringify(PAD_LINE).length - 2;
@@ -111,7 +119,11 @@ export function wideBody(n) {
 /** The two kinds of document, by the name the scenario's --documents flag uses. */
 export const DOCUMENTS = {
   '10kb': { label: '~10 KB distinct documents', body: (n) => wideBody(n), text: (n) => wideDocument(n) },
-  '1mb': { label: '~1 MB comment-padded documents', body: (n, bodyBytes) => paddedBody(n, bodyBytes), text: (n, bodyBytes) => paddedDocument(n, bodyBytes) },
+  '1mb': {
+    label: '~1 MB comment-padded documents',
+    body: (n, bodyBytes) => paddedBody(n, bodyBytes),
+    text: (n, bodyBytes) => paddedDocument(n, bodyBytes),
+  },
 };
 
 /** The fields of a delivery a tracking page or a dashboard reads (about 50, its page of one event included). */
@@ -129,10 +141,15 @@ export const FULL_DELIVERY_FIELDS =
  */
 export function fragmentHeavyDocument(n, uid) {
   const tag = n.toString(36);
-  const reads = Array.from({ length: 28 }, (_, k) => `t${tag}_${k}: delivery(uid: "${uid}") { ...Track${tag} }`).join(' ');
+  const reads = Array.from({ length: 28 }, (_, k) => `t${tag}_${k}: delivery(uid: "${uid}") { ...Track${tag} }`).join(
+    ' ',
+  );
   return `query TokenFlood${tag} { ${reads} } fragment Track${tag} on Delivery { ${FULL_DELIVERY_FIELDS} }`;
 }
-/** One listing of every type with its fields, their arguments and types, enum values and input fields: about 3,400 values here. */
+/**
+ * One listing of every type with its fields, their arguments and types, enum values and input fields: about 3,400
+ * values here.
+ */
 const TYPE_LISTING =
   'types { name kind description fields(includeDeprecated: true) { name description isDeprecated args { name description defaultValue type { name kind ofType { name kind } } } ' +
   'type { name kind ofType { name kind ofType { name kind } } } } enumValues(includeDeprecated: true) { name description } inputFields { name description type { name kind ofType { name kind } } } }';
@@ -152,18 +169,29 @@ export function introspectionDocument(n) {
 /** Fragments in one fragment-heavy document: within 2,000 tokens (8 a fragment with its spread). */
 export const FRAGMENTS = 220;
 
-/** The n-th fragment-heavy document: FRAGMENTS fragments on Query each selecting __typename, all spread at the root; valid, cheap to answer, slow to validate. */
+/**
+ * The n-th fragment-heavy document: FRAGMENTS fragments on Query each selecting __typename, all spread at the root;
+ * valid, cheap to answer, slow to validate.
+ */
 export function fragmentDocument(n) {
   const tag = n.toString(36);
   const spreads = Array.from({ length: FRAGMENTS }, (_, i) => `...F${tag}_${i}`).join(' ');
-  const fragments = Array.from({ length: FRAGMENTS }, (_, i) => `fragment F${tag}_${i} on Query { __typename }`).join('\n');
+  const fragments = Array.from({ length: FRAGMENTS }, (_, i) => `fragment F${tag}_${i} on Query { __typename }`).join(
+    '\n',
+  );
   return `query Fragments${tag} { ${spreads} }\n${fragments}`;
 }
 
-/** A merchant key nobody issued (the bench's fixed upstream would accept any key it is asked about; these documents never ask it). */
+/**
+ * A merchant key nobody issued (the bench's fixed upstream would accept any key it is asked about; these documents
+ * never ask it).
+ */
 export const MADE_UP_KEY = 'sk_made_up_by_the_keyless_flood';
 
-/** The keyless floods' documents by the name keyless-flood's --floods flag uses; `headers` go with every request, `env` to the facade. */
+/**
+ * The keyless floods' documents by the name keyless-flood's --floods flag uses; `headers` go with every request, `env`
+ * to the facade.
+ */
 export const KEYLESS_DOCUMENTS = {
   introspection: {
     label: `introspection without a key, ${INTROSPECTION_LISTINGS} aliased listings of every type with its fields, arguments and values, the most such a caller may run (development: introspection on)`,

@@ -7,10 +7,27 @@ import { percentile } from './stats.mjs';
 /** What a request's URL or body holds where each request puts a delivery uid of its own. */
 export const UID_SLOT = '00000000-0000-4000-8000-000000000000';
 
-export async function load({ url, method = 'GET', headers = {}, body, connections = 32, duration = 10, amount, timeout, overallRate, expectBody, uniqueIds = false, graphql = false }) {
-  // With uniqueIds, UID_SLOT in the path or body becomes a fresh uuid per request: no two requests read the same delivery.
+export async function load({
+  url,
+  method = 'GET',
+  headers = {},
+  body,
+  connections = 32,
+  duration = 10,
+  amount,
+  timeout,
+  overallRate,
+  expectBody,
+  uniqueIds = false,
+  graphql = false,
+}) {
+  // With uniqueIds, UID_SLOT in the path or body becomes a fresh uuid per request: no two requests read the same
+  // delivery.
   let n = 0;
-  const fresh = (text) => (text === undefined ? text : text.replace(UID_SLOT, () => `00000000-0000-4000-8000-${String((n += 1)).padStart(12, '0')}`));
+  const fresh = (text) =>
+    text === undefined
+      ? text
+      : text.replace(UID_SLOT, () => `00000000-0000-4000-8000-${String((n += 1)).padStart(12, '0')}`);
   const target = new URL(url);
   const result = await autocannon({
     url,
@@ -25,7 +42,19 @@ export async function load({ url, method = 'GET', headers = {}, body, connection
     ...(timeout ? { timeout } : {}),
     overallRate,
     pipelining: 1,
-    ...(uniqueIds ? { requests: [{ method, path: `${target.pathname}${target.search}`, headers, body, setupRequest: (request) => ({ ...request, path: fresh(request.path), body: fresh(request.body) }) }] } : {}),
+    ...(uniqueIds
+      ? {
+          requests: [
+            {
+              method,
+              path: `${target.pathname}${target.search}`,
+              headers,
+              body,
+              setupRequest: (request) => ({ ...request, path: fresh(request.path), body: fresh(request.body) }),
+            },
+          ],
+        }
+      : {}),
     ...(expectBody ? { expectBody } : {}),
     // A GraphQL answer with errors (a refusal, a failed read) is not a served request.
     ...(graphql ? { verifyBody: (text) => !text.includes('"errors"') } : {}),

@@ -13,7 +13,11 @@ export const METRICS_TOKEN = 'bench-metrics-token';
 /** The facade's /metrics text; undefined when it does not answer within 5 s. */
 export async function scrapeMetrics(origin) {
   try {
-    const response = await request(`${origin}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` }, headersTimeout: 5_000, bodyTimeout: 5_000 });
+    const response = await request(`${origin}/metrics`, {
+      headers: { authorization: `Bearer ${METRICS_TOKEN}` },
+      headersTimeout: 5_000,
+      bodyTimeout: 5_000,
+    });
     const text = await response.body.text();
     return response.statusCode === 200 ? text : undefined;
   } catch {
@@ -30,11 +34,20 @@ export function metricValue(text, name) {
 /** { maxMs, p99Ms, resolutionMs } from a scrape, or undefined when it holds neither metric. */
 export function loopDelayOf(text) {
   const max = metricValue(text, 'delivery_graph_event_loop_delay_max_seconds');
-  if (max !== undefined) return { maxMs: max * 1000, p99Ms: (metricValue(text, 'delivery_graph_event_loop_delay_p99_seconds') ?? NaN) * 1000, resolutionMs: 2 };
+  if (max !== undefined)
+    return {
+      maxMs: max * 1000,
+      p99Ms: (metricValue(text, 'delivery_graph_event_loop_delay_p99_seconds') ?? NaN) * 1000,
+      resolutionMs: 2,
+    };
   const lagMax = metricValue(text, 'nodejs_eventloop_lag_max_seconds');
   if (lagMax === undefined) return undefined;
   const late = (seconds) => Math.max(0, seconds * 1000 - 10);
-  return { maxMs: late(lagMax), p99Ms: late(metricValue(text, 'nodejs_eventloop_lag_p99_seconds') ?? NaN), resolutionMs: 10 };
+  return {
+    maxMs: late(lagMax),
+    p99Ms: late(metricValue(text, 'nodejs_eventloop_lag_p99_seconds') ?? NaN),
+    resolutionMs: 10,
+  };
 }
 
 /**
@@ -56,7 +69,11 @@ export async function loopDelayWindow(facades) {
 export function worstLoopDelay(delays) {
   const known = delays.filter(Boolean);
   if (known.length === 0) return undefined;
-  return { maxMs: Math.max(...known.map((d) => d.maxMs)), p99Ms: Math.max(...known.map((d) => d.p99Ms)), resolutionMs: Math.max(...known.map((d) => d.resolutionMs)) };
+  return {
+    maxMs: Math.max(...known.map((d) => d.maxMs)),
+    p99Ms: Math.max(...known.map((d) => d.p99Ms)),
+    resolutionMs: Math.max(...known.map((d) => d.resolutionMs)),
+  };
 }
 
 /** "max 3.1 / p99 1.2 ms" (with the resolution when it is not the facade's 2 ms). */

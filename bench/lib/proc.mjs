@@ -25,7 +25,13 @@ export function spawnReady(command, args, { env = {}, cwd = ROOT, ready = /ready
         child.stderr.off('data', onData);
         child.stdout.resume();
         child.stderr.resume();
-        resolve({ child, match, readyMs: performance.now() - started, rssKb: () => rssKb(child.pid), stop: () => stop(child) });
+        resolve({
+          child,
+          match,
+          readyMs: performance.now() - started,
+          rssKb: () => rssKb(child.pid),
+          stop: () => stop(child),
+        });
       }
     };
     child.stdout.on('data', onData);
@@ -47,7 +53,10 @@ export function rssKb(pid) {
   return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
 }
 
-/** SIGTERM, then SIGKILL if it has not exited after `killAfterMs` (a profiled facade needs longer: it writes its profile on exit). */
+/**
+ * SIGTERM, then SIGKILL if it has not exited after `killAfterMs` (a profiled facade needs longer: it writes its profile
+ * on exit).
+ */
 export function stop(child, killAfterMs = 5_000) {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((resolve) => {

@@ -14,11 +14,19 @@ export const GOALS = [
   { id: 'read-vs-mesh', what: 'single read, throughput vs Mesh on Hive Gateway', goal: '≥ 7×' },
   { id: 'read-added-p99', what: 'single read, added p99 at 200 req/s over a direct GET', goal: '≤ +2 ms' },
   { id: 'loop-single-read', what: 'single read at 200 req/s: event-loop delay max (from /metrics)', goal: '≤ 10 ms' },
-  { id: 'realtime', what: 'webhook → subscriber, one instance (SQLite), 500 events/s, 1,000 subscribers (10 per delivery), warmed', goal: 'p99 ≤ 10 ms in every run, 0 lost' },
+  {
+    id: 'realtime',
+    what: 'webhook → subscriber, one instance (SQLite), 500 events/s, 1,000 subscribers (10 per delivery), warmed',
+    goal: 'p99 ≤ 10 ms in every run, 0 lost',
+  },
   { id: 'realtime-cpu', what: 'CPU per delivered message in that run (the facade, all threads)', goal: '≤ 80 µs' },
   { id: 'loop-realtime', what: 'event-loop delay max during that run', goal: '≤ 10 ms' },
   { id: 'ingest', what: 'max verified-and-stored events/s, one instance (SQLite)', goal: '≥ 5,000' },
-  { id: 'realtime-scale', what: 'webhook → subscriber, one instance (SQLite), 100 events/s, 10,000 subscribers (100 per delivery)', goal: 'p99 ≤ 50 ms, 0 lost, ≤ 45 µs per message' },
+  {
+    id: 'realtime-scale',
+    what: 'webhook → subscriber, one instance (SQLite), 100 events/s, 10,000 subscribers (100 per delivery)',
+    goal: 'p99 ≤ 50 ms, 0 lost, ≤ 45 µs per message',
+  },
   { id: 'loop-realtime-scale', what: 'event-loop delay max during that run', goal: '≤ 10 ms' },
   {
     id: 'realtime-redis',
@@ -27,7 +35,11 @@ export const GOALS = [
   },
   { id: 'loop-realtime-redis', what: 'event-loop delay max during that run (either instance)', goal: '≤ 10 ms' },
   { id: 'ingest-redis', what: 'max verified-and-stored events/s on Redis, one instance', goal: '≥ 2,000' },
-  { id: 'realtime-redis-scale', what: 'two instances on Redis, 100 events/s, 20,000 subscribers (half on each, 100 per delivery)', goal: 'p99 ≤ 50 ms, 0 lost, ≤ 45 µs per message' },
+  {
+    id: 'realtime-redis-scale',
+    what: 'two instances on Redis, 100 events/s, 20,000 subscribers (half on each, 100 per delivery)',
+    goal: 'p99 ≤ 50 ms, 0 lost, ≤ 45 µs per message',
+  },
   { id: 'loop-realtime-redis-scale', what: 'event-loop delay max during that run (either instance)', goal: '≤ 10 ms' },
   {
     id: 'anonymous-flood',
@@ -36,7 +48,7 @@ export const GOALS = [
   },
   {
     id: 'token-flood',
-    what: "one client token sending distinct fragment-heavy documents inside its rate limit for 60 s, a merchant reading at 50/s meanwhile (issue 29)",
+    what: 'one client token sending distinct fragment-heavy documents inside its rate limit for 60 s, a merchant reading at 50/s meanwhile (issue 29)',
     goal: "read p99 ≤ 4× before, RSS ≤ start + 300 MiB, heap within 10 % of the document cache's count",
   },
   {
@@ -49,8 +61,16 @@ export const GOALS = [
     what: "70 idle connections from one address with MAX_CONNECTIONS=60, with WEBHOOK_PORT and on a shared port: the upstream's webhooks and two merchants on other addresses (issue 29)",
     goal: 'every webhook acknowledged, every read answered',
   },
-  { id: 'keepalive-webhook', what: 'a webhook with a 40 KB token after GET /health or POST /graphql on the same kept-alive connection (issue 29)', goal: 'every one stored' },
-  { id: 'idle-headers', what: '3,000 connections to /graphql trickling 200 KiB, then holding 12 KiB of headers: peak RSS against the --baseline build (issue 29)', goal: '≤ 1.1×' },
+  {
+    id: 'keepalive-webhook',
+    what: 'a webhook with a 40 KB token after GET /health or POST /graphql on the same kept-alive connection (issue 29)',
+    goal: 'every one stored',
+  },
+  {
+    id: 'idle-headers',
+    what: '3,000 connections to /graphql trickling 200 KiB, then holding 12 KiB of headers: peak RSS against the --baseline build (issue 29)',
+    goal: '≤ 1.1×',
+  },
 ];
 
 const NOISE = [
@@ -125,7 +145,12 @@ function recordedGoals(text) {
 }
 
 /** GitHub's anchor for a heading. */
-const anchor = (title) => title.toLowerCase().replace(/[^\p{L}\p{N}\s-]/gu, '').trim().replace(/\s/g, '-');
+const anchor = (title) =>
+  title
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N}\s-]/gu, '')
+    .trim()
+    .replace(/\s/g, '-');
 
 function goalsTable(results) {
   return table(
@@ -133,7 +158,13 @@ function goalsTable(results) {
     GOALS.map(({ id, what, goal }) => {
       const result = results.find((r) => r.id === id);
       if (!result) return [what, goal, 'not recorded yet', '', ''];
-      return [what, goal, result.measured, result.met ? 'met' : '**not met**', `[${result.from.title}](#${anchor(result.from.title)}), ${result.from.stamp} UTC`];
+      return [
+        what,
+        goal,
+        result.measured,
+        result.met ? 'met' : '**not met**',
+        `[${result.from.title}](#${anchor(result.from.title)}), ${result.from.stamp} UTC`,
+      ];
     }),
   );
 }
@@ -142,11 +173,16 @@ function goalsBlock(results) {
   return ['<!-- bench:goals:start -->', goalsTable(results), '', NOISE, '<!-- bench:goals:end -->'].join('\n');
 }
 
-/** At the end of a run: the Goals table as recorded (full run) or from this run alone (quick or profiled run, not recorded). */
+/**
+ * At the end of a run: the Goals table as recorded (full run) or from this run alone (quick or profiled run, not
+ * recorded).
+ */
 export function printGoals({ quick }) {
   const recorded = recording(quick);
   const results = recorded && existsSync(FILE) ? recordedGoals(readFileSync(FILE, 'utf8')) : measuredThisRun;
-  console.log(`\n== goals (${recorded ? 'as recorded in BENCHMARKS.md' : 'this run alone, not recorded'})\n\n${goalsTable(results)}\n`);
+  console.log(
+    `\n== goals (${recorded ? 'as recorded in BENCHMARKS.md' : 'this run alone, not recorded'})\n\n${goalsTable(results)}\n`,
+  );
 }
 
 export const fmt = (n, digits = 1) => (Number.isFinite(n) ? n.toFixed(digits) : 'n/a');

@@ -9,7 +9,11 @@ const pool = new Pool(origin, { connections: 64, pipelining: 1, keepAliveTimeout
 
 const server = createServer(async (req, res) => {
   try {
-    const upstream = await pool.request({ method: 'GET', path: req.url, headers: { authorization: req.headers.authorization ?? '' } });
+    const upstream = await pool.request({
+      method: 'GET',
+      path: req.url,
+      headers: { authorization: req.headers.authorization ?? '' },
+    });
     const body = Buffer.from(await upstream.body.arrayBuffer());
     res.writeHead(upstream.statusCode, { 'content-type': 'application/json', 'content-length': body.length }).end(body);
   } catch {

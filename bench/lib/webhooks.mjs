@@ -20,7 +20,12 @@ const HEADER = b64({ alg: 'RS256', typ: 'JWT' });
 
 /** An RS256 JWT with the event as its `payload` claim, signed with node:crypto (cheaper than jose for thousands). */
 export function signEvent(privateKey, event) {
-  const claims = b64({ iss: ISSUER, exp: Math.floor(Date.now() / 1000) + 3600, iat: Math.floor(Date.now() / 1000), payload: event });
+  const claims = b64({
+    iss: ISSUER,
+    exp: Math.floor(Date.now() / 1000) + 3600,
+    iat: Math.floor(Date.now() / 1000),
+    payload: event,
+  });
   const input = `${HEADER}.${claims}`;
   return `${input}.${sign('RSA-SHA256', Buffer.from(input), privateKey).toString('base64url')}`;
 }

@@ -10,7 +10,10 @@ import { BENCH } from './proc.mjs';
 
 /** Forks bench/load/<script>.mjs; `call(command, args)` resolves with its answer. */
 export function forkWorker(script) {
-  const child = fork(path.join(BENCH, 'load', `${script}.mjs`), [], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(path.join(BENCH, 'load', `${script}.mjs`), [], {
+    serialization: 'advanced',
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   const pending = new Map();
   let nextId = 0;
   let exited;
@@ -24,7 +27,8 @@ export function forkWorker(script) {
   const gone = new Promise((resolve) => {
     child.once('exit', (code, signal) => {
       exited = signal ?? code;
-      for (const waiting of pending.values()) waiting.reject(new Error(`${script} (pid ${child.pid}) exited (${exited})`));
+      for (const waiting of pending.values())
+        waiting.reject(new Error(`${script} (pid ${child.pid}) exited (${exited})`));
       pending.clear();
       resolve();
     });

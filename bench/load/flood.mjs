@@ -53,7 +53,12 @@ serve({
         sent += 1;
         bytesSent += body.length;
         try {
-          const response = await pool.request({ method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json', ...documents.headers }, body });
+          const response = await pool.request({
+            method: 'POST',
+            path: '/graphql',
+            headers: { 'content-type': 'application/json', ...documents.headers },
+            body,
+          });
           const text = await response.body.text();
           latencies.push(performance.now() - sentAt);
           answered += 1;
@@ -110,20 +115,27 @@ serve({
       const body = JSON.stringify({ query: fragmentHeavyDocument(Math.floor(k / repeats), uid) });
       const sentAt = performance.now();
       sent += 1;
-      const request = pool.request({ method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json', authorization }, body }).then(
-        async (response) => {
-          const text = await response.body.text();
-          latencies.push(performance.now() - sentAt);
-          answered += 1;
-          const outcome = outcomeOf(response.statusCode, text);
-          outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
-          samples[outcome] ??= text.slice(0, 300);
-        },
-        (error) => {
-          const reason = error.code ?? error.name ?? 'error';
-          failures.set(reason, (failures.get(reason) ?? 0) + 1);
-        },
-      );
+      const request = pool
+        .request({
+          method: 'POST',
+          path: '/graphql',
+          headers: { 'content-type': 'application/json', authorization },
+          body,
+        })
+        .then(
+          async (response) => {
+            const text = await response.body.text();
+            latencies.push(performance.now() - sentAt);
+            answered += 1;
+            const outcome = outcomeOf(response.statusCode, text);
+            outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
+            samples[outcome] ??= text.slice(0, 300);
+          },
+          (error) => {
+            const reason = error.code ?? error.name ?? 'error';
+            failures.set(reason, (failures.get(reason) ?? 0) + 1);
+          },
+        );
       inFlight.add(request);
       void request.finally(() => inFlight.delete(request));
     }

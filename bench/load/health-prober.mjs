@@ -5,7 +5,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { serve } from '../lib/worker.mjs';
 
 serve({
-  /** Probes `url` until `seconds` have passed; the latencies of 200 answers (ms) and the failures by status or error. */
+  /**
+   * Probes `url` until `seconds` have passed; the latencies of 200 answers (ms) and the failures by status or error.
+   */
   async probe({ url, seconds, everyMs = 50, timeoutMs = 5_000 }) {
     const latencies = [];
     const failures = {};

@@ -78,11 +78,21 @@ serve({
         Array.from({ length: Math.min(batch, count - start) }, (_, j) => {
           const i = first + start + j;
           const url = urls[Math.floor(i / uids.length) % urls.length];
-          const client = createClient({ url, webSocketImpl: WebSocket, connectionParams: { authorization: `Bearer ${key}` }, retryAttempts: 0, lazy: false });
+          const client = createClient({
+            url,
+            webSocketImpl: WebSocket,
+            connectionParams: { authorization: `Bearer ${key}` },
+            retryAttempts: 0,
+            lazy: false,
+          });
           clients.push(client);
           return new Promise((resolve, reject) => {
-            // The facade acknowledges no subscription: connected is what can be awaited; a warm-up event proves each live.
-            client.subscribe({ query: SUBSCRIPTION, variables: { uids: [uids[i % uids.length]] } }, { next: (message) => record(i, message.data?.deliveryEvents), error: reject, complete: () => undefined });
+            // The facade acknowledges no subscription: connected is what can be awaited; a warm-up event proves each
+            // live.
+            client.subscribe(
+              { query: SUBSCRIPTION, variables: { uids: [uids[i % uids.length]] } },
+              { next: (message) => record(i, message.data?.deliveryEvents), error: reject, complete: () => undefined },
+            );
             client.on('connected', () => resolve());
           });
         }),
@@ -142,7 +152,8 @@ serve({
       if (!Number.isInteger(n) || n < 0 || n >= total) continue;
       const subscriber = log.subscriber[k];
       if (subscriber % deliveries !== n % deliveries) misrouted += 1;
-      else if (!acked[n]) unacknowledged += 1; // stored although its POST failed (a timeout, say): counted, not timed
+      else if (!acked[n])
+        unacknowledged += 1; // stored although its POST failed (a timeout, say): counted, not timed
       else if (received.has(subscriber * total + n)) duplicates += 1;
       else {
         received.add(subscriber * total + n);
@@ -153,7 +164,15 @@ serve({
     }
     let expected = 0;
     for (let n = 0; n < total; n += 1) if (acked[n]) expected += followersOf(n);
-    return { samples: Float64Array.from(samples), slowest, delivered: samples.length, expected, duplicates, misrouted, unacknowledged };
+    return {
+      samples: Float64Array.from(samples),
+      slowest,
+      delivered: samples.length,
+      expected,
+      duplicates,
+      misrouted,
+      unacknowledged,
+    };
   },
 
   async close() {

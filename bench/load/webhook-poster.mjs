@@ -37,7 +37,10 @@ serve({
   /** Signs the events ahead of any posting. */
   prepare({ name, events }) {
     const started = performance.now();
-    sets.set(name, { tokens: events.map((event) => signEvent(privateKey, event)), bodies: events.map((event) => JSON.stringify(event)) });
+    sets.set(name, {
+      tokens: events.map((event) => signEvent(privateKey, event)),
+      bodies: events.map((event) => JSON.stringify(event)),
+    });
     return { count: events.length, ms: performance.now() - started };
   },
 
@@ -54,7 +57,12 @@ serve({
     const { tokens, bodies } = set(name);
     const startedAt = sharedNow();
     const statuses = await Promise.all(tokens.map((token, n) => poster.post(token, bodies[n]).catch(() => 0)));
-    return { startedAt, answeredAt: sharedNow(), ok: statuses.filter((status) => status === 200).length, total: tokens.length };
+    return {
+      startedAt,
+      answeredAt: sharedNow(),
+      ok: statuses.filter((status) => status === 200).length,
+      total: tokens.length,
+    };
   },
 
   /**

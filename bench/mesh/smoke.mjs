@@ -235,9 +235,24 @@ async function main() {
     const d = r.data;
     const f = fixtureDelivery(UID);
     for (const k of [
-      'uid', 'status', 'pickup_name', 'dropoff_name', 'pickup_address_street', 'pickup_address_city',
-      'dropoff_address_street', 'dropoff_address_city', 'driver_name', 'tracking_link', 'package_description', 'items_count', 'weight', 'tip', 'package_value',
-      'pickup_phone_number', 'dropoff_phone_number', 'email',
+      'uid',
+      'status',
+      'pickup_name',
+      'dropoff_name',
+      'pickup_address_street',
+      'pickup_address_city',
+      'dropoff_address_street',
+      'dropoff_address_city',
+      'driver_name',
+      'tracking_link',
+      'package_description',
+      'items_count',
+      'weight',
+      'tip',
+      'package_value',
+      'pickup_phone_number',
+      'dropoff_phone_number',
+      'email',
     ]) {
       assert.equal(d[k], f[k], `field ${k}: got ${JSON.stringify(d[k])}, want ${JSON.stringify(f[k])}`);
     }
@@ -246,7 +261,9 @@ async function main() {
     for (const k of ['delivery_date', 'dropoff_time_estimated']) {
       assert.equal(Date.parse(d[k]), Date.parse(f[k]), `field ${k}: got ${d[k]}, want ${f[k]}`);
     }
-    console.log(`DateTime fields rewritten by Mesh: delivery_date ${JSON.stringify(f.delivery_date)} -> ${JSON.stringify(d.delivery_date)}`);
+    console.log(
+      `DateTime fields rewritten by Mesh: delivery_date ${JSON.stringify(f.delivery_date)} -> ${JSON.stringify(d.delivery_date)}`,
+    );
     assert.deepEqual(d.price, f.price);
     assert.deepEqual(d.distance, f.distance);
     assert.deepEqual(d.driver_location, f.driver_location);
@@ -254,7 +271,9 @@ async function main() {
     assert.equal(upstream.seen.length, 1, JSON.stringify(upstream.seen));
     assert.equal(upstream.seen[0].path, `/api/v1/${PLATFORM}/deliveries/${UID}`);
     assert.equal(upstream.seen[0].authorization, `Bearer ${KEY}`, 'upstream did not see the bearer key');
-    console.log(`single read OK: ${Object.keys(d).length} fields, upstream saw ${upstream.seen[0].method} ${upstream.seen[0].path} with Authorization "${upstream.seen[0].authorization}"`);
+    console.log(
+      `single read OK: ${Object.keys(d).length} fields, upstream saw ${upstream.seen[0].method} ${upstream.seen[0].path} with Authorization "${upstream.seen[0].authorization}"`,
+    );
 
     // --- no Authorization header ------------------------------------------
     upstream.seen.length = 0;
@@ -262,7 +281,12 @@ async function main() {
     console.log(`without Authorization: upstream saw authorization=${JSON.stringify(upstream.seen[0]?.authorization)}`);
 
     // --- upstream 404 -> PlatformError member of the union -----------------
-    const nf = await gql(mesh.url, MESH_QUERY, { platform: PLATFORM, uid: MISSING_UID }, { authorization: `Bearer ${KEY}` });
+    const nf = await gql(
+      mesh.url,
+      MESH_QUERY,
+      { platform: PLATFORM, uid: MISSING_UID },
+      { authorization: `Bearer ${KEY}` },
+    );
     console.log(`upstream 404 -> ${JSON.stringify(nf.body)}`);
 
     // --- alias batch: d0 and d1 identical, d2 different --------------------

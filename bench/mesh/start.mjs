@@ -42,15 +42,11 @@ export function composeSupergraph({ upstreamUrl, output = DEFAULT_SUPERGRAPH_PAT
   if (!upstreamUrl) throw new Error('composeSupergraph: upstreamUrl is required');
   const out = resolve(output);
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(
-      process.execPath,
-      [meshComposeBin(), '--config-path', 'mesh.config.ts', '--output', out],
-      {
-        cwd: here,
-        env: { ...process.env, UPSTREAM_URL: upstreamUrl },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    );
+    const child = spawn(process.execPath, [meshComposeBin(), '--config-path', 'mesh.config.ts', '--output', out], {
+      cwd: here,
+      env: { ...process.env, UPSTREAM_URL: upstreamUrl },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let log = '';
     child.stdout.on('data', (d) => (log += d));
     child.stderr.on('data', (d) => (log += d));

@@ -19,7 +19,16 @@ const upstream = await startUpstream();
 const { startApp } = await import(path.join(ROOT, 'dist/app.js'));
 const { loadConfig } = await import(path.join(ROOT, 'dist/config.js'));
 const app = await startApp(
-  loadConfig({ PORT: '0', UPSTREAM_URL: upstream.url, PLATFORM_ID, DATA_DIR: mkdtempSync(path.join(tmpdir(), 'dg-bench-')), LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_READ_SCOPE: 'key' }),
+  loadConfig({
+    PORT: '0',
+    UPSTREAM_URL: upstream.url,
+    PLATFORM_ID,
+    DATA_DIR: mkdtempSync(path.join(tmpdir(), 'dg-bench-')),
+    LOG_LEVEL: 'silent',
+    NODE_ENV: 'production',
+    RATE_LIMIT_PER_MINUTE: '0',
+    UPSTREAM_READ_SCOPE: 'key',
+  }),
 );
 const http = forkWorker('http-load');
 const request = facadeReadLoad(app.url);
@@ -27,7 +36,11 @@ await http.call('autocannon', { ...request, duration: 2 });
 const session = new Session();
 session.connect();
 await session.post('HeapProfiler.enable');
-await session.post('HeapProfiler.startSampling', { samplingInterval: 1024, includeObjectsCollectedByMinorGC: true, includeObjectsCollectedByMajorGC: true });
+await session.post('HeapProfiler.startSampling', {
+  samplingInterval: 1024,
+  includeObjectsCollectedByMinorGC: true,
+  includeObjectsCollectedByMajorGC: true,
+});
 const run = await http.call('autocannon', { ...request, duration: seconds });
 const { profile } = await session.post('HeapProfiler.stopSampling');
 session.disconnect();
@@ -39,7 +52,13 @@ let total = 0;
 const owner = (url) => {
   if (url.includes('/dist/')) return 'dist/' + url.split('/dist/')[1];
   if (url.includes('node_modules/')) return 'nm/' + url.split('node_modules/').pop().split('/')[0];
-  return url ? 'node:' + url.replace(/^node:/, '').split('/').slice(-1)[0] : '(native)';
+  return url
+    ? 'node:' +
+        url
+          .replace(/^node:/, '')
+          .split('/')
+          .slice(-1)[0]
+    : '(native)';
 };
 const walk = (node, nearest) => {
   const url = node.callFrame.url;
@@ -55,9 +74,11 @@ walk(profile.head, undefined);
 const kb = (bytes) => (bytes / reads / 1024).toFixed(2);
 console.log(`${Math.round(run.rps)} req/s; sampled ${kb(total)} KB allocated per read`);
 console.log('\nby module (nearest project or package frame):');
-for (const [name, bytes] of [...byModule].sort((a, b) => b[1] - a[1]).slice(0, 25)) console.log(`${kb(bytes).padStart(7)} KB  ${name}`);
+for (const [name, bytes] of [...byModule].sort((a, b) => b[1] - a[1]).slice(0, 25))
+  console.log(`${kb(bytes).padStart(7)} KB  ${name}`);
 console.log('\nby allocating function:');
-for (const [name, bytes] of [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, 30)) console.log(`${kb(bytes).padStart(7)} KB  ${name}`);
+for (const [name, bytes] of [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, 30))
+  console.log(`${kb(bytes).padStart(7)} KB  ${name}`);
 await http.stop();
 await app.stop();
 await upstream.stop();

@@ -22,7 +22,18 @@ const rounds = Number(flags.rounds ?? 2);
 function startTraced(upstreamUrl, checkout) {
   const child = spawn(process.execPath, ['--trace-gc', path.join(checkout, 'dist/main.js')], {
     cwd: checkout,
-    env: { ...process.env, PORT: '0', UPSTREAM_URL: upstreamUrl, PLATFORM_ID, DATA_DIR: mkdtempSync(path.join(tmpdir(), 'dg-bench-')), LOG_LEVEL: 'silent', NODE_ENV: 'production', RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_READ_SCOPE: 'key', LOG_FORMAT: 'pretty' },
+    env: {
+      ...process.env,
+      PORT: '0',
+      UPSTREAM_URL: upstreamUrl,
+      PLATFORM_ID,
+      DATA_DIR: mkdtempSync(path.join(tmpdir(), 'dg-bench-')),
+      LOG_LEVEL: 'silent',
+      NODE_ENV: 'production',
+      RATE_LIMIT_PER_MINUTE: '0',
+      UPSTREAM_READ_SCOPE: 'key',
+      LOG_FORMAT: 'pretty',
+    },
     // pretty: the banner stays on stdout beside --trace-gc's lines (with JSON logs it goes to stderr).
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -44,7 +55,9 @@ function scavenges(text) {
   let freedMb = 0;
   let pauseMs = 0;
   let count = 0;
-  for (const match of text.matchAll(/Scavenge(?: \(interleaved\))? ([\d.]+) \([\d.]+\) -> ([\d.]+) \([\d.]+\) MB, (?:pooled: [\d.]+ MB, )?([\d.]+) \/ [\d.]+ ms/g)) {
+  for (const match of text.matchAll(
+    /Scavenge(?: \(interleaved\))? ([\d.]+) \([\d.]+\) -> ([\d.]+) \([\d.]+\) MB, (?:pooled: [\d.]+ MB, )?([\d.]+) \/ [\d.]+ ms/g,
+  )) {
     freedMb += Number(match[1]) - Number(match[2]);
     pauseMs += Number(match[3]);
     count += 1;
@@ -54,7 +67,8 @@ function scavenges(text) {
 
 const upstream = await startUpstream();
 const contenders = [{ name: 'this checkout', checkout: ROOT }];
-if (flags.baseline) contenders.push({ name: path.basename(path.resolve(flags.baseline)), checkout: path.resolve(flags.baseline) });
+if (flags.baseline)
+  contenders.push({ name: path.basename(path.resolve(flags.baseline)), checkout: path.resolve(flags.baseline) });
 for (const c of contenders) c.facade = await startTraced(upstream.url, c.checkout);
 const http = forkWorker('http-load');
 const request = (c) => facadeReadLoad(c.facade.origin);
@@ -68,8 +82,15 @@ for (let round = 0; round < rounds; round += 1) {
     const wallMs = performance.now() - started;
     const reads = run.rps * seconds;
     const gc = scavenges(c.facade.since(mark));
-    results[c.name].push({ kbPerRead: (gc.freedMb * 1024) / reads, gcShare: gc.pauseMs / wallMs, scavenges: gc.count, rps: run.rps });
-    console.log(`${c.name}, round ${round + 1}: ${Math.round(run.rps)} req/s, ${((gc.freedMb * 1024 * 1024) / reads / 1024).toFixed(1)} KB of young garbage per read, ${gc.count} scavenges, ${(100 * gc.pauseMs / wallMs).toFixed(1)} % of the run in them`);
+    results[c.name].push({
+      kbPerRead: (gc.freedMb * 1024) / reads,
+      gcShare: gc.pauseMs / wallMs,
+      scavenges: gc.count,
+      rps: run.rps,
+    });
+    console.log(
+      `${c.name}, round ${round + 1}: ${Math.round(run.rps)} req/s, ${((gc.freedMb * 1024 * 1024) / reads / 1024).toFixed(1)} KB of young garbage per read, ${gc.count} scavenges, ${((100 * gc.pauseMs) / wallMs).toFixed(1)} % of the run in them`,
+    );
   }
 }
 await http.stop();
@@ -77,6 +98,8 @@ for (const c of contenders) await stop(c.facade.child);
 await upstream.stop();
 const median = (values) => values.slice().sort((x, y) => x - y)[Math.floor(values.length / 2)];
 for (const [name, list] of Object.entries(results)) {
-  console.log(`${name}: median ${median(list.map((r) => r.kbPerRead)).toFixed(1)} KB per read, scavenges ${(100 * median(list.map((r) => r.gcShare))).toFixed(1)} % of the time`);
+  console.log(
+    `${name}: median ${median(list.map((r) => r.kbPerRead)).toFixed(1)} KB per read, scavenges ${(100 * median(list.map((r) => r.gcShare))).toFixed(1)} % of the time`,
+  );
 }
 process.exit(0);

@@ -25,12 +25,17 @@ const rounds = Number(values.rounds);
 const UID = '00000000-0000-4000-8000-000000000001';
 const DOCUMENTS = {
   'single read (40 fields)': (n) => FACADE_SINGLE_READ.replace('query Read', `query Read${n}`),
-  'full delivery (about 50 fields)': (n) => `query Full${n}($uid: ID!) { delivery(uid: $uid) { ${FULL_DELIVERY_FIELDS} } }`,
+  'full delivery (about 50 fields)': (n) =>
+    `query Full${n}($uid: ID!) { delivery(uid: $uid) { ${FULL_DELIVERY_FIELDS} } }`,
   "issue 29's fragment-heavy document (1,456 fields)": (n) => fragmentHeavyDocument(n, UID),
 };
 const CALLERS = {
   'merchant key': { kind: 'merchant', key: 'sk_bench_merchant' },
-  'client token': { kind: 'client-token', key: 'sk_bench_merchant', token: { key: 'sk_bench_merchant', uids: [UID], expiresAt: new Date(Date.now() + 3_600_000), token: 'probe' } },
+  'client token': {
+    kind: 'client-token',
+    key: 'sk_bench_merchant',
+    token: { key: 'sk_bench_merchant', uids: [UID], expiresAt: new Date(Date.now() + 3_600_000), token: 'probe' },
+  },
 };
 
 async function buildOf(dist) {
@@ -40,10 +45,19 @@ async function buildOf(dist) {
   const { loadConfig } = await import(path.join(dist, 'config.js'));
   // The build's defaults, as its facade would start with them (an older build ignores settings it does not know).
   const { graphql } = loadConfig({ UPSTREAM_URL: 'http://127.0.0.1:1/api/v1', PLATFORM_ID: 'probe', DATA_DIR: '/tmp' });
-  const documents = new Documents({ schema: toSchema(), maxBatch: 100, hideSuggestions: true, introspection: false, federationSdl: false, ...graphql });
+  const documents = new Documents({
+    schema: toSchema(),
+    maxBatch: 100,
+    hideSuggestions: true,
+    introspection: false,
+    federationSdl: false,
+    ...graphql,
+  });
   const delivery = fromPlatformDelivery(cannedDelivery(UID));
-  // As pipeline.ts decides: this build asks its Documents; an older one compiled from the second run of any earned caller.
-  const compiles = (plan, caller) => (documents.mayCompile ? documents.mayCompile(plan, caller, 'earned') : ++plan.runs >= 2);
+  // As pipeline.ts decides: this build asks its Documents; an older one compiled from the second run of any earned
+  // caller.
+  const compiles = (plan, caller) =>
+    documents.mayCompile ? documents.mayCompile(plan, caller, 'earned') : ++plan.runs >= 2;
   return { documents, delivery, compiles };
 }
 
@@ -93,7 +107,9 @@ for (let round = 0; round < rounds; round += 1) {
 }
 const median = (list) => [...list].sort((a, b) => a - b)[Math.floor(list.length / 2)];
 const max = (list) => Math.max(...list);
-console.log(`loop held by a plan's second run (compile, if any, and execution), ms: median / max of ${rounds} (compiled in how many)`);
+console.log(
+  `loop held by a plan's second run (compile, if any, and execution), ms: median / max of ${rounds} (compiled in how many)`,
+);
 for (const documentName of Object.keys(DOCUMENTS)) {
   for (const callerName of Object.keys(CALLERS)) {
     const cells = Object.keys(builds).map((label) => {

@@ -42,7 +42,8 @@ const RUNS = Number(values.runs);
 const SUBSCRIBERS = DELIVERIES * PER_DELIVERY;
 /** The fixed upstream answers any key. */
 const KEY = 'sk_bench_merchant';
-if (!Number.isInteger(PER_DELIVERY / WORKERS)) throw new Error('--per-delivery must be a multiple of --workers (each worker follows every delivery alike)');
+if (!Number.isInteger(PER_DELIVERY / WORKERS))
+  throw new Error('--per-delivery must be a multiple of --workers (each worker follows every delivery alike)');
 
 const uidOf = (d) => `00000000-0000-4000-9200-${String(d).padStart(12, '0')}`;
 
@@ -53,13 +54,21 @@ async function measure(upstream, keys, { entry, cwd, label }) {
   const poster = forkWorker('webhook-poster');
   const perWorker = SUBSCRIBERS / WORKERS;
   const perWorkerPerEvent = PER_DELIVERY / WORKERS;
-  const stream = (tag, count) => Array.from({ length: count }, (_, n) => ({ uid: uids[n % DELIVERIES], event_name: 'delivery.dropoff_enroute', status: `${tag}${n}` }));
+  const stream = (tag, count) =>
+    Array.from({ length: count }, (_, n) => ({
+      uid: uids[n % DELIVERIES],
+      event_name: 'delivery.dropoff_enroute',
+      status: `${tag}${n}`,
+    }));
   try {
     await Promise.all([
       ...fleet.map((worker) => worker.call('connect', { origin: facade.origin, key: KEY, count: perWorker, uids })),
       (async () => {
         await poster.call('init', { origin: facade.origin, privateKeyPem: keys.privateKeyPem });
-        await poster.call('prepare', { name: 'warm-up', events: uids.map((uid) => ({ uid, event_name: 'delivery.created', status: 'warm-up' })) });
+        await poster.call('prepare', {
+          name: 'warm-up',
+          events: uids.map((uid) => ({ uid, event_name: 'delivery.created', status: 'warm-up' })),
+        });
         await poster.call('prepare', { name: 'warm-run', events: stream('w', Math.round(WARM_SECONDS * RATE)) });
         await poster.call('prepare', { name: 'run', events: stream('e', Math.round(SECONDS * RATE)) });
       })(),
@@ -67,10 +76,17 @@ async function measure(upstream, keys, { entry, cwd, label }) {
     await poster.call('burst', { name: 'warm-up' });
     for (const worker of fleet) {
       const warm = await worker.call('waitForTag', { tag: 'warm-up', count: perWorker, timeoutMs: 120_000 });
-      if (warm.timedOut) throw new Error(`${label}: only ${warm.count} of ${perWorker} subscribers of a worker got the warm-up event`);
+      if (warm.timedOut)
+        throw new Error(`${label}: only ${warm.count} of ${perWorker} subscribers of a worker got the warm-up event`);
     }
-    const receivedOf = async () => (await Promise.all(fleet.map((worker) => worker.call('received')))).reduce((sum, n) => sum + n, 0);
-    const waitAll = (before, acknowledged) => Promise.all(fleet.map((worker, k) => worker.call('waitFor', { count: before[k] + acknowledged * perWorkerPerEvent, timeoutMs: 60_000 })));
+    const receivedOf = async () =>
+      (await Promise.all(fleet.map((worker) => worker.call('received')))).reduce((sum, n) => sum + n, 0);
+    const waitAll = (before, acknowledged) =>
+      Promise.all(
+        fleet.map((worker, k) =>
+          worker.call('waitFor', { count: before[k] + acknowledged * perWorkerPerEvent, timeoutMs: 60_000 }),
+        ),
+      );
     // At the rate, not counted: the code paths of both sides are compiled before the run.
     let before = await Promise.all(fleet.map((worker) => worker.call('received')));
     const warmRun = await poster.call('openLoop', { name: 'warm-run', rate: RATE });
@@ -85,7 +101,11 @@ async function measure(upstream, keys, { entry, cwd, label }) {
     const wall = performance.now() - started;
     const cpuUsed = cpuMs(facade.child.pid) - cpuBefore;
     const delivered = (await receivedOf()) - receivedBefore;
-    const latencies = await Promise.all(fleet.map((worker) => worker.call('latencies', { prefix: 'e', sentAt: run.sentAt, acked: run.acked, slowMs: 50 })));
+    const latencies = await Promise.all(
+      fleet.map((worker) =>
+        worker.call('latencies', { prefix: 'e', sentAt: run.sentAt, acked: run.acked, slowMs: 50 }),
+      ),
+    );
     const lost = latencies.reduce((sum, l) => sum + l.lost, 0);
     return {
       label,

@@ -13,12 +13,18 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 const { values } = parseArgs({
-  options: { connections: { type: 'string', default: '5000' }, rounds: { type: 'string', default: '2' }, serve: { type: 'string' } },
+  options: {
+    connections: { type: 'string', default: '5000' },
+    rounds: { type: 'string', default: '2' },
+    serve: { type: 'string' },
+  },
 });
 
 if (values.serve) {
   // The server side: answers its port, then its CPU time when asked.
-  const { createFronts, takeHandedConnections } = await import(new URL('../../dist/http/front.js', import.meta.url).href);
+  const { createFronts, takeHandedConnections } = await import(
+    new URL('../../dist/http/front.js', import.meta.url).href
+  );
   const http = createServer({ connectionsCheckingInterval: 1_000 }, (_req, res) => res.end('ok'));
   let address;
   if (values.serve === 'plain') {
@@ -26,7 +32,15 @@ if (values.serve) {
     address = http.address();
   } else {
     takeHandedConnections(http);
-    const fronts = createFronts({ maxConnections: 1_000_000, headersTimeoutMs: 60_000, defaultHeadBytes: 16_384, onRefusal() {}, onConnectionRefused() {}, onListenerError() {}, onFault() {} });
+    const fronts = createFronts({
+      maxConnections: 1_000_000,
+      headersTimeoutMs: 60_000,
+      defaultHeadBytes: 16_384,
+      onRefusal() {},
+      onConnectionRefused() {},
+      onListenerError() {},
+      onFault() {},
+    });
     address = (await fronts.listen(0, '127.0.0.1', { name: 'main', server: http, headLimit: () => 16_384 })).address();
   }
   const before = process.cpuUsage();
@@ -51,7 +65,9 @@ if (values.serve) {
             const socket = connect(port, '127.0.0.1');
             socket.on('error', () => undefined);
             sockets.push(socket);
-            return new Promise((resolve) => socket.once('connect', () => resolve(socket.write('GET /health HTTP/1.1\r\nhost: probe\r\n'))));
+            return new Promise((resolve) =>
+              socket.once('connect', () => resolve(socket.write('GET /health HTTP/1.1\r\nhost: probe\r\n'))),
+            );
           }),
         );
       }

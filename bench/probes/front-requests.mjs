@@ -15,7 +15,11 @@ import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 
 const { values } = parseArgs({
-  options: { requests: { type: 'string', default: '32000' }, rounds: { type: 'string', default: '3' }, serve: { type: 'string' } },
+  options: {
+    requests: { type: 'string', default: '32000' },
+    rounds: { type: 'string', default: '3' },
+    serve: { type: 'string' },
+  },
 });
 const CONNECTIONS = 8;
 const BODY = JSON.stringify({ query: '{ delivery(uid: "00000000-0000-4000-b000-000000000001") { uid status } }' });
@@ -30,10 +34,27 @@ if (values.serve) {
     await new Promise((resolve) => http.listen(0, '127.0.0.1', resolve));
     port = http.address().port;
   } else {
-    const { createFronts, takeHandedConnections } = await import(new URL('../../dist/http/front.js', import.meta.url).href);
+    const { createFronts, takeHandedConnections } = await import(
+      new URL('../../dist/http/front.js', import.meta.url).href
+    );
     takeHandedConnections(http);
-    const fronts = createFronts({ maxConnections: 100_000, headersTimeoutMs: 10_000, defaultHeadBytes: 16_384, onRefusal() {}, onConnectionRefused() {}, onListenerError() {}, onFault() {} });
-    const listener = await fronts.listen(0, '127.0.0.1', { name: 'main', server: http, headLimit: (path) => (path === '/webhooks' ? 278_528 : 16_384), perAddress: 25_000, reservedSlots: 64, reservedFor: '/webhooks' });
+    const fronts = createFronts({
+      maxConnections: 100_000,
+      headersTimeoutMs: 10_000,
+      defaultHeadBytes: 16_384,
+      onRefusal() {},
+      onConnectionRefused() {},
+      onListenerError() {},
+      onFault() {},
+    });
+    const listener = await fronts.listen(0, '127.0.0.1', {
+      name: 'main',
+      server: http,
+      headLimit: (path) => (path === '/webhooks' ? 278_528 : 16_384),
+      perAddress: 25_000,
+      reservedSlots: 64,
+      reservedFor: '/webhooks',
+    });
     port = listener.address().port;
   }
   process.send({ port });
@@ -54,7 +75,12 @@ if (values.serve) {
         await Promise.all(
           Array.from({ length: CONNECTIONS }, async () => {
             for (let i = 0; i < count / CONNECTIONS; i += 1) {
-              const response = await pool.request({ method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json', authorization: 'Bearer sk_bench_merchant' }, body: BODY });
+              const response = await pool.request({
+                method: 'POST',
+                path: '/graphql',
+                headers: { 'content-type': 'application/json', authorization: 'Bearer sk_bench_merchant' },
+                body: BODY,
+              });
               await response.body.text();
             }
           }),
@@ -67,11 +93,13 @@ if (values.serve) {
       await send(4_000);
       const before = await cpu();
       await send(requests);
-      results[mode].push(((await cpu()) - before) * 1000 / requests);
+      results[mode].push((((await cpu()) - before) * 1000) / requests);
       await pool.close();
       server.disconnect();
     }
   }
   const show = (list) => list.map((us) => us.toFixed(1)).join(', ');
-  console.log(`server CPU per request (µs), ${requests} POSTs over ${CONNECTIONS} kept-alive connections, by round: node:http alone ${show(results.plain)}; behind the front ${show(results.front)}`);
+  console.log(
+    `server CPU per request (µs), ${requests} POSTs over ${CONNECTIONS} kept-alive connections, by round: node:http alone ${show(results.plain)}; behind the front ${show(results.front)}`,
+  );
 }

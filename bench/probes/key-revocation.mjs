@@ -45,7 +45,11 @@ const RUNS = quick ? 2 : Number(values.runs);
 const LATENCY_INTERVALS = (quick ? '300' : values['latency-intervals']).split(',').filter(Boolean).map(Number);
 const PER_SOCKET = 100;
 
-const merchant = (name) => ({ key: `sk_test_${name}_${randomBytes(12).toString('hex')}`, name, platformId: DEFAULT_PLATFORM_ID });
+const merchant = (name) => ({
+  key: `sk_test_${name}_${randomBytes(12).toString('hex')}`,
+  name,
+  platformId: DEFAULT_PLATFORM_ID,
+});
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const median = (values) => {
   const sorted = [...values].sort((a, b) => a - b);
@@ -88,7 +92,13 @@ async function stack(merchants, env, stepMs) {
 }
 
 const socket = (app, key) =>
-  createClient({ url: `${app.url.replace('http', 'ws')}/graphql`, webSocketImpl: WebSocket, connectionParams: { authorization: `Bearer ${key}` }, retryAttempts: 0, lazy: true });
+  createClient({
+    url: `${app.url.replace('http', 'ws')}/graphql`,
+    webSocketImpl: WebSocket,
+    connectionParams: { authorization: `Bearer ${key}` },
+    retryAttempts: 0,
+    lazy: true,
+  });
 
 /** Subscribes; resolves `first` on the first message, `ended` when it ends (with its errors' codes). */
 function subscribe(client, query, variables) {
@@ -105,7 +115,8 @@ function subscribe(client, query, variables) {
         first();
       },
       error: (error) => {
-        for (const item of Array.isArray(error) ? error : [error]) codes.push(item?.extensions?.code ?? String(item?.code ?? item));
+        for (const item of Array.isArray(error) ? error : [error])
+          codes.push(item?.extensions?.code ?? String(item?.code ?? item));
         ended(codes);
       },
       complete: () => ended(codes),
@@ -130,7 +141,8 @@ async function cost() {
     // An unfiltered deliveryEvents asks availability as it starts, then listens: wait until all listen.
     const deadline = Date.now() + 120_000;
     while (app.services.subscriptions.open < SUBSCRIPTIONS || app.services.keyWatch.keys < KEYS) {
-      if (Date.now() > deadline) throw new Error(`only ${app.services.subscriptions.open} of ${SUBSCRIPTIONS} subscriptions open`);
+      if (Date.now() > deadline)
+        throw new Error(`only ${app.services.subscriptions.open} of ${SUBSCRIPTIONS} subscriptions open`);
       await sleep(50);
     }
     await sleep(500);
@@ -140,9 +152,15 @@ async function cost() {
     const seconds = (Date.now() - from) / 1000;
     const calls = sandbox.requestsSince(mark).filter((request) => request.path.endsWith('/availability')).length;
     const perMinute = (calls / seconds) * 60;
-    console.log(`cost: ${SUBSCRIPTIONS} subscriptions over ${KEYS} keys, KEY_RECONFIRM_INTERVAL_MS=${INTERVAL_MS}: ${calls} availability calls in ${seconds.toFixed(1)} s`);
-    console.log(`  = ${perMinute.toFixed(1)} a minute, ${(perMinute / KEYS).toFixed(2)} per key (at most ${(60_000 / INTERVAL_MS).toFixed(1)}: one per key per interval), whatever the ${SUBSCRIPTIONS} subscriptions`);
-    console.log(`  so at the 30 s default: ${((perMinute / KEYS) * (INTERVAL_MS / 30_000)).toFixed(2)} per key a minute, ${((perMinute / KEYS) * (INTERVAL_MS / 30_000) * KEYS).toFixed(1)} for these ${KEYS} keys`);
+    console.log(
+      `cost: ${SUBSCRIPTIONS} subscriptions over ${KEYS} keys, KEY_RECONFIRM_INTERVAL_MS=${INTERVAL_MS}: ${calls} availability calls in ${seconds.toFixed(1)} s`,
+    );
+    console.log(
+      `  = ${perMinute.toFixed(1)} a minute, ${(perMinute / KEYS).toFixed(2)} per key (at most ${(60_000 / INTERVAL_MS).toFixed(1)}: one per key per interval), whatever the ${SUBSCRIPTIONS} subscriptions`,
+    );
+    console.log(
+      `  so at the 30 s default: ${((perMinute / KEYS) * (INTERVAL_MS / 30_000)).toFixed(2)} per key a minute, ${((perMinute / KEYS) * (INTERVAL_MS / 30_000) * KEYS).toFixed(1)} for these ${KEYS} keys`,
+    );
     const counters = app.services.keyWatch.counters;
     console.log(`  key watch: ${JSON.stringify(counters)}`);
   } finally {
@@ -163,7 +181,10 @@ async function latency(intervalMs) {
         await fetch(`${app.url}/graphql`, {
           method: 'POST',
           headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
-          body: JSON.stringify({ query: `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`, variables: { input: deliveryInput() } }),
+          body: JSON.stringify({
+            query: `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`,
+            variables: { input: deliveryInput() },
+          }),
         })
       ).json();
       const uid = booked.data?.createDelivery?.data?.uid;
@@ -174,14 +195,23 @@ async function latency(intervalMs) {
       await Promise.all([updated.first, events.first]);
       await sleep(Math.random() * intervalMs);
       const revokedAt = Date.now();
-      const response = await fetch(`${sandbox.origin}/sandbox/revoke-key`, { method: 'POST', headers: { authorization: `Bearer ${key}` } });
+      const response = await fetch(`${sandbox.origin}/sandbox/revoke-key`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}` },
+      });
       if (response.status !== 200) throw new Error(`revoke-key answered ${response.status}`);
-      const ends = await Promise.all([updated.ended, events.ended].map((ended) => ended.then((codes) => ({ ms: Date.now() - revokedAt, codes }))));
-      for (const end of ends) if (!end.codes.includes('UNAUTHENTICATED')) throw new Error(`a stream ended without UNAUTHENTICATED: ${JSON.stringify(end.codes)}`);
+      const ends = await Promise.all(
+        [updated.ended, events.ended].map((ended) => ended.then((codes) => ({ ms: Date.now() - revokedAt, codes }))),
+      );
+      for (const end of ends)
+        if (!end.codes.includes('UNAUTHENTICATED'))
+          throw new Error(`a stream ended without UNAUTHENTICATED: ${JSON.stringify(end.codes)}`);
       times.push(...ends.map((end) => end.ms));
       await client.dispose();
     }
-    console.log(`latency: KEY_RECONFIRM_INTERVAL_MS=${intervalMs}, ${RUNS} revocations, 2 streams each: revocation to end median ${median(times)} ms, min ${Math.min(...times)}, max ${Math.max(...times)} (${times.join(', ')})`);
+    console.log(
+      `latency: KEY_RECONFIRM_INTERVAL_MS=${intervalMs}, ${RUNS} revocations, 2 streams each: revocation to end median ${median(times)} ms, min ${Math.min(...times)}, max ${Math.max(...times)} (${times.join(', ')})`,
+    );
   } finally {
     await stop();
   }
@@ -189,8 +219,19 @@ async function latency(intervalMs) {
 
 function deliveryInput() {
   return {
-    pickup: { name: 'Ada Shop', phone: '+15550100', email: 'shop@example.com', address: { street: 'Main St', number: '1', city: 'Springfield', country: 'US', postalCode: '12345' } },
-    dropoff: { name: 'Grace Customer', phone: '+15550199', email: 'grace@example.com', address: { street: 'Elm St', number: '42', city: 'Springfield', country: 'US' }, windowStart: '2030-05-01T16:00:00+02:00' },
+    pickup: {
+      name: 'Ada Shop',
+      phone: '+15550100',
+      email: 'shop@example.com',
+      address: { street: 'Main St', number: '1', city: 'Springfield', country: 'US', postalCode: '12345' },
+    },
+    dropoff: {
+      name: 'Grace Customer',
+      phone: '+15550199',
+      email: 'grace@example.com',
+      address: { street: 'Elm St', number: '42', city: 'Springfield', country: 'US' },
+      windowStart: '2030-05-01T16:00:00+02:00',
+    },
     deliveryDate: '2030-05-01',
     description: 'Two books',
     tip: '3.50',

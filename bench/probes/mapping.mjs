@@ -17,7 +17,11 @@ import { cannedDelivery } from '../lib/fixed-upstream.mjs';
 import { FACADE_SINGLE_READ } from '../scenarios/single-read.mjs';
 
 const { values } = parseArgs({
-  options: { reads: { type: 'string', default: '20000' }, rounds: { type: 'string', default: '3' }, before: { type: 'string' } },
+  options: {
+    reads: { type: 'string', default: '20000' },
+    rounds: { type: 'string', default: '3' },
+    before: { type: 'string' },
+  },
 });
 const reads = Number(values.reads);
 
@@ -26,7 +30,9 @@ const SMALL_READ = `query Track($uid: ID!) {
 }`;
 
 // Distinct bodies, parsed once: the upstream client hands the mapping a fresh object per read.
-const bodies = Array.from({ length: 1000 }, (_, i) => JSON.parse(JSON.stringify(cannedDelivery(`00000000-0000-4000-8000-${String(i).padStart(12, '0')}`))));
+const bodies = Array.from({ length: 1000 }, (_, i) =>
+  JSON.parse(JSON.stringify(cannedDelivery(`00000000-0000-4000-8000-${String(i).padStart(12, '0')}`))),
+);
 
 async function buildOf(dist) {
   const { fromPlatformDelivery } = await import(path.join(dist, 'mapping/delivery.js'));
@@ -80,7 +86,8 @@ for (const build of Object.values(builds)) for (const variant of Object.values(v
 const figures = {};
 for (let round = 0; round < Number(values.rounds); round += 1) {
   for (const [name, variant] of Object.entries(variants)) {
-    for (const [label, build] of Object.entries(builds)) (figures[`${name}|${label}`] ??= []).push(await measure(build, variant));
+    for (const [label, build] of Object.entries(builds))
+      (figures[`${name}|${label}`] ??= []).push(await measure(build, variant));
   }
 }
 for (const name of Object.keys(variants)) {
@@ -88,5 +95,7 @@ for (const name of Object.keys(variants)) {
   const before = figures[`${name}|before`];
   const fmt = (list) => list.map((us) => us.toFixed(1)).join(', ');
   const median = (list) => [...list].sort((a, b) => a - b)[Math.floor(list.length / 2)];
-  console.log(`${name}: ${fmt(after)} us${before ? ` (before: ${fmt(before)} us; median after/before ${(median(after) / median(before)).toFixed(2)})` : ''}`);
+  console.log(
+    `${name}: ${fmt(after)} us${before ? ` (before: ${fmt(before)} us; median after/before ${(median(after) / median(before)).toFixed(2)})` : ''}`,
+  );
 }

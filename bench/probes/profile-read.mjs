@@ -20,7 +20,9 @@ await http.call('autocannon', { ...request, duration: 3 });
 const cpu = cpuMeter([{ name: 'facade', pid: facade.child.pid }]);
 const result = await http.call('autocannon', { ...request, duration: seconds });
 const used = cpu.stop();
-console.log(`${Math.round(result.rps)} req/s, errors ${result.errors + (result.non2xx ?? 0)}, CPU ${Math.round(used.byName.facade)} % of a core, ${Math.round((used.byName.facade / 100) * 1e6 / result.rps)} us per read`);
+console.log(
+  `${Math.round(result.rps)} req/s, errors ${result.errors + (result.non2xx ?? 0)}, CPU ${Math.round(used.byName.facade)} % of a core, ${Math.round(((used.byName.facade / 100) * 1e6) / result.rps)} us per read`,
+);
 await http.stop();
 await facade.stop();
 upstream.child.kill();

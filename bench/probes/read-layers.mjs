@@ -1,17 +1,13 @@
-// Where a single read's CPU goes, by layer, for the bare undici reverse proxy and
-// the facade (and another checkout's facade with --baseline), one after the other
-// against the same fixed upstream, alternating in rounds: each runs with
-// --perf-basic-prof, is warmed up, then `perf record -e cpu-clock:u` samples it
-// while it serves a fixed number of reads (32 connections, a fresh uid per read). cpu-clock counts CPU time, not
-// wall time: a thread waiting for a core is not sampled, which V8's own profiler
-// (wall clock) does not tell apart (it showed `writev` at a fifth of the facade's
-// time on a loaded machine, where the kernel's whole share is a tenth). Only user
-// space is sampled (perf_event_paranoid 2); the system time is read from /proc.
-// Each sample's main-thread stack is given to its nearest layer: garbage
-// collection and V8's JSON natives first, else the nearest JavaScript frame's
-// module (graphql-jit's generated code, a package, a file of dist/, a part of
-// Node), else the native code that runs it (event loop, HTTP parser).
-// Usage: npm run build && node bench/probes/read-layers.mjs [--reads=20000] [--rounds=3] [--baseline=<checkout>] [--top=40]
+// Where a single read's CPU goes, by layer, for the bare undici reverse proxy and the facade (and another checkout's
+// facade with --baseline), one after the other against the same fixed upstream, alternating in rounds: each runs with
+// --perf-basic-prof, is warmed up, then `perf record -e cpu-clock:u` samples it while it serves a fixed number of reads
+// (32 connections, a fresh uid per read). cpu-clock counts CPU time, not wall time: a thread waiting for a core is not
+// sampled, which V8's own profiler (wall clock) does not tell apart (it showed `writev` at a fifth of the facade's time
+// on a loaded machine, where the kernel's whole share is a tenth). Only user space is sampled (perf_event_paranoid 2);
+// the system time is read from /proc. Each sample's main-thread stack is given to its nearest layer: garbage collection
+// and V8's JSON natives first, else the nearest JavaScript frame's module (graphql-jit's generated code, a package, a
+// file of dist/, a part of Node), else the native code that runs it (event loop, HTTP parser). Usage: npm run build &&
+// node bench/probes/read-layers.mjs [--reads=20000] [--rounds=3] [--baseline=<checkout>] [--top=40]
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -40,7 +36,8 @@ function cpuOf(pid) {
   return { user: Number(fields[11]) * 1e4, system: Number(fields[12]) * 1e4 };
 }
 
-const GC = /Heap::|Scavenger|MarkCompact|GCTracer|ConcurrentMarking|Sweeper|MinorMC|IncrementalMarking|MemoryAllocator|ScavengeJob|PagedSpace|Evacuat|MarkingVisitor|Heap::CollectGarbage/;
+const GC =
+  /Heap::|Scavenger|MarkCompact|GCTracer|ConcurrentMarking|Sweeper|MinorMC|IncrementalMarking|MemoryAllocator|ScavengeJob|PagedSpace|Evacuat|MarkingVisitor|Heap::CollectGarbage/;
 const NODE_PARTS = [
   [/^node:(internal\/)?(_http_|http)/, 'Node http (server, request, response)'],
   [/^node:internal\/streams\//, 'Node streams'],
@@ -59,7 +56,8 @@ function layerOf(frames) {
     if (!frame.startsWith('JS:')) continue;
     const where = / (\S+)$/.exec(frame)?.[1] ?? '';
     // graphql-jit's compiled operations have no script of their own.
-    if (/^:\d+/.test(where) || /^JS:\S*(Resolver|Query|Handler)\S* /.test(frame) || frame.includes('GraphQLError.line')) return 'graphql-jit compiled operation';
+    if (/^:\d+/.test(where) || /^JS:\S*(Resolver|Query|Handler)\S* /.test(frame) || frame.includes('GraphQLError.line'))
+      return 'graphql-jit compiled operation';
     if (where.includes('/node_modules/')) {
       const parts = where.split('/node_modules/').pop().split('/');
       return `package ${parts[0].startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]}`;
@@ -79,7 +77,9 @@ async function profile(name, pid, load, http, round) {
   const warm = await http.call('autocannon', { ...load, amount: round === 0 ? 10_000 : 1_000, duration: 600 });
   if (warm.errors + (warm.non2xx ?? 0) > 0) throw new Error(`${name}: errors in the warm-up`);
   const file = path.join(outDir, `${pid}-${round}.data`);
-  const perf = spawn('perf', ['record', '-e', 'cpu-clock:u', '-F', String(HZ), '-g', '-o', file, '-p', String(pid)], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const perf = spawn('perf', ['record', '-e', 'cpu-clock:u', '-F', String(HZ), '-g', '-o', file, '-p', String(pid)], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   await new Promise((resolve) => setTimeout(resolve, 500));
   const before = cpuOf(pid);
   const run = await http.call('autocannon', { ...load, amount: reads, duration: 600 });
@@ -88,7 +88,11 @@ async function profile(name, pid, load, http, round) {
   await new Promise((resolve) => perf.once('exit', resolve));
   if (run.errors + (run.non2xx ?? 0) > 0) throw new Error(`${name}: ${run.errors} errors, ${run.non2xx} non-2xx`);
   const served = run.requests;
-  const text = execFileSync('perf', ['script', '-i', file, '-F', 'pid,tid,ip,sym'], { maxBuffer: 1 << 30, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  const text = execFileSync('perf', ['script', '-i', file, '-F', 'pid,tid,ip,sym'], {
+    maxBuffer: 1 << 30,
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
   const layers = new Map();
   let main = 0;
   let others = 0;
@@ -112,7 +116,8 @@ function perRead(rounds) {
   const served = rounds.reduce((sum, r) => sum + r.served, 0);
   const us = (samples) => ((samples / HZ) * 1e6) / served;
   const layers = new Map();
-  for (const r of rounds) for (const [layer, samples] of r.layers) layers.set(layer, (layers.get(layer) ?? 0) + samples);
+  for (const r of rounds)
+    for (const [layer, samples] of r.layers) layers.set(layer, (layers.get(layer) ?? 0) + samples);
   const sum = (key) => rounds.reduce((total, r) => total + r[key], 0);
   return {
     name: rounds[0].name,
@@ -130,7 +135,14 @@ const execArgv = ['--perf-basic-prof'];
 const proxy = await startReverseProxy(upstream.origin, { execArgv });
 const facade = await startFacade(upstream.url, { label: 'read-layers', execArgv });
 const baselineDir = flags.baseline && path.resolve(flags.baseline);
-const baseline = baselineDir ? await startFacade(upstream.url, { label: 'read-layers-baseline', entry: path.join(baselineDir, 'dist/main.js'), cwd: baselineDir, execArgv }) : undefined;
+const baseline = baselineDir
+  ? await startFacade(upstream.url, {
+      label: 'read-layers-baseline',
+      entry: path.join(baselineDir, 'dist/main.js'),
+      cwd: baselineDir,
+      execArgv,
+    })
+  : undefined;
 const http = forkWorker('http-load');
 process.on('exit', () => {
   for (const pid of [upstream.child.pid, proxy.child.pid, facade.child.pid, baseline?.child.pid, http.pid]) {
@@ -142,29 +154,52 @@ process.on('exit', () => {
   }
 });
 const contenders = [
-  { name: 'proxy', pid: proxy.child.pid, load: { url: `${proxy.origin}/api/v1/${PLATFORM_ID}/deliveries/${UID_SLOT}`, headers: { authorization: `Bearer ${KEY}` }, uniqueIds: true, connections: 32 } },
-  ...(baseline ? [{ name: path.basename(baselineDir), pid: baseline.child.pid, load: facadeReadLoad(baseline.origin) }] : []),
+  {
+    name: 'proxy',
+    pid: proxy.child.pid,
+    load: {
+      url: `${proxy.origin}/api/v1/${PLATFORM_ID}/deliveries/${UID_SLOT}`,
+      headers: { authorization: `Bearer ${KEY}` },
+      uniqueIds: true,
+      connections: 32,
+    },
+  },
+  ...(baseline
+    ? [{ name: path.basename(baselineDir), pid: baseline.child.pid, load: facadeReadLoad(baseline.origin) }]
+    : []),
   { name: 'delivery-graph', pid: facade.child.pid, load: facadeReadLoad(facade.origin) },
 ];
 // The contenders alternate within each round; each one's rounds are summed.
 const measured = contenders.map(() => []);
 for (let round = 0; round < rounds; round += 1) {
-  for (const [index, c] of contenders.entries()) measured[index].push(await profile(c.name, c.pid, c.load, http, round));
+  for (const [index, c] of contenders.entries())
+    measured[index].push(await profile(c.name, c.pid, c.load, http, round));
 }
 await http.stop();
 const results = measured.map(perRead);
 
 const cell = (value) => (value === undefined ? '' : value.toFixed(1));
 const names = results.map((r) => r.name);
-console.log(`${rounds} round(s) of ${reads} reads each, contenders alternating, 32 connections; µs of CPU per read over all rounds (perf cpu-clock:u samples at ${HZ} Hz; user and system from /proc over the same reads)\n`);
+console.log(
+  `${rounds} round(s) of ${reads} reads each, contenders alternating, 32 connections; µs of CPU per read over all rounds (perf cpu-clock:u samples at ${HZ} Hz; user and system from /proc over the same reads)\n`,
+);
 console.log(`| | ${names.join(' | ')} |`);
 console.log(`| --- | ${names.map(() => '---:').join(' | ')} |`);
-console.log(`| CPU per read, user + system (/proc) | ${results.map((r) => `${cell(r.user + r.system)} (${cell(r.user)} + ${cell(r.system)})`).join(' | ')} |`);
-console.log(`| ratio to the proxy | ${results.map((r) => ((r.user + r.system) / (results[0].user + results[0].system)).toFixed(2) + '×').join(' | ')} |`);
-console.log(`| CPU per read in each round | ${results.map((r) => r.rounds.map((value) => value.toFixed(0)).join(', ')).join(' | ')} |`);
+console.log(
+  `| CPU per read, user + system (/proc) | ${results.map((r) => `${cell(r.user + r.system)} (${cell(r.user)} + ${cell(r.system)})`).join(' | ')} |`,
+);
+console.log(
+  `| ratio to the proxy | ${results.map((r) => ((r.user + r.system) / (results[0].user + results[0].system)).toFixed(2) + '×').join(' | ')} |`,
+);
+console.log(
+  `| CPU per read in each round | ${results.map((r) => r.rounds.map((value) => value.toFixed(0)).join(', ')).join(' | ')} |`,
+);
 console.log(`| sampled in user space: main thread | ${results.map((r) => cell(r.main)).join(' | ')} |`);
-console.log(`| sampled in user space: other threads (GC helpers, compiler, SQLite writer) | ${results.map((r) => cell(r.others)).join(' | ')} |`);
+console.log(
+  `| sampled in user space: other threads (GC helpers, compiler, SQLite writer) | ${results.map((r) => cell(r.others)).join(' | ')} |`,
+);
 const all = new Map();
 for (const r of results) for (const [layer, value] of r.layers) all.set(layer, Math.max(all.get(layer) ?? 0, value));
-for (const [layer] of [...all].sort((a, b) => b[1] - a[1]).slice(0, top)) console.log(`| ${layer} | ${results.map((r) => cell(r.layers.get(layer))).join(' | ')} |`);
+for (const [layer] of [...all].sort((a, b) => b[1] - a[1]).slice(0, top))
+  console.log(`| ${layer} | ${results.map((r) => cell(r.layers.get(layer))).join(' | ')} |`);
 process.exit(0);

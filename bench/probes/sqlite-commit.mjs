@@ -54,4 +54,6 @@ console.log(
     `${took.filter((ms) => ms > 10).length} over 10 ms`,
 );
 const ms = (ns) => (ns / 1e6).toFixed(2);
-console.log(`event-loop delay meanwhile: p50 ${ms(loop.percentile(50))} / p99 ${ms(loop.percentile(99))} / max ${ms(loop.max)} ms`);
+console.log(
+  `event-loop delay meanwhile: p50 ${ms(loop.percentile(50))} / p99 ${ms(loop.percentile(99))} / max ${ms(loop.max)} ms`,
+);

@@ -1,21 +1,17 @@
-// How long each thing the facade does on its own schedule holds the event loop,
-// with large stores: each cause is made to happen alone, in this process, on the
-// compiled code (dist/), while a heartbeat due every millisecond reads how long
-// the main thread ran between two beats (its on-CPU time from the kernel's
-// schedstat, so that other processes taking the CPU on a loaded machine do not
-// read as holds): the longest hold per cause, to within a millisecond. Where a
-// cause's work can be timed directly (a constructor, a scrape, a batch's
-// publication), that is printed too. --dist=<checkout>/dist probes another build.
+// How long each thing the facade does on its own schedule holds the event loop, with large stores: each cause is made
+// to happen alone, in this process, on the compiled code (dist/), while a heartbeat due every millisecond reads how
+// long the main thread ran between two beats (its on-CPU time from the kernel's schedstat, so that other processes
+// taking the CPU on a loaded machine do not read as holds): the longest hold per cause, to within a millisecond. Where
+// a cause's work can be timed directly (a constructor, a scrape, a batch's publication), that is printed too.
+// --dist=<checkout>/dist probes another build.
 //
 //   npm run build && node bench/probes/stalls.mjs [--owners=1000000] [--events=200000] [--followed=10000] [--sockets=10000] [--only=<cause>]
 //
-// Causes: owner-fill (the owner filter filled from the file at start), owner-growth
-// (a full filter replaced by a larger one, refilled from the file), owner-flush
-// (owner records learned from reads, written together), retention (a trim pass
-// over expired events and owner records), reconcile (the reconciliation tick with
-// every followed delivery due), metrics (a /metrics collection with many sockets
-// open), writer-answers (a batch of 512 events answered by the writer thread and
-// published to 10 subscribers each).
+// Causes: owner-fill (the owner filter filled from the file at start), owner-growth (a full filter replaced by a larger
+// one, refilled from the file), owner-flush (owner records learned from reads, written together), retention (a trim
+// pass over expired events and owner records), reconcile (the reconciliation tick with every followed delivery due),
+// metrics (a /metrics collection with many sockets open), writer-answers (a batch of 512 events answered by the writer
+// thread and published to 10 subscribers each).
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, openSync, readSync, rmSync } from 'node:fs';
 import { createServer, connect } from 'node:net';
@@ -88,18 +84,30 @@ async function holds(work) {
   await sleep(5);
   clearInterval(beat);
   gaps.sort((a, b) => a - b);
-  return { maxMs: maxCpuMs, p99Ms: gaps[Math.floor(gaps.length * 0.99)] ?? 0, over5: gaps.filter((ms) => ms > 5).length, wallMaxMs: maxWallMs, wallMs: performance.now() - started, detail };
+  return {
+    maxMs: maxCpuMs,
+    p99Ms: gaps[Math.floor(gaps.length * 0.99)] ?? 0,
+    over5: gaps.filter((ms) => ms > 5).length,
+    wallMaxMs: maxWallMs,
+    wallMs: performance.now() - started,
+    detail,
+  };
 }
 
 function report(cause, what, { maxMs, p99Ms, over5, wallMaxMs, wallMs, detail }) {
   results.push({ cause, what, maxMs, p99Ms, over5, wallMaxMs, wallMs, detail });
-  console.log(`${cause}: longest hold ${maxMs.toFixed(1)} ms of CPU (p99 ${p99Ms.toFixed(2)}; ${over5} over 5 ms; longest wall gap ${wallMaxMs.toFixed(1)} ms) over ${wallMs.toFixed(0)} ms — ${what}${detail ? `; ${detail}` : ''}`);
+  console.log(
+    `${cause}: longest hold ${maxMs.toFixed(1)} ms of CPU (p99 ${p99Ms.toFixed(2)}; ${over5} over 5 ms; longest wall gap ${wallMaxMs.toFixed(1)} ms) over ${wallMs.toFixed(0)} ms — ${what}${detail ? `; ${detail}` : ''}`,
+  );
 }
 
 const wanted = (cause) => !values.only || values.only.split(',').includes(cause);
 const uuid = (n) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 
-/** A data directory whose store file holds `owners` owner records and `events` events, written straight into the file (not through the facade). */
+/**
+ * A data directory whose store file holds `owners` owner records and `events` events, written straight into the file
+ * (not through the facade).
+ */
 async function prefilledDir({ owners = 0, events = 0, ageMs = 0 }) {
   const dir = mkdtempSync(path.join(tmpdir(), 'dg-stalls-'));
   const made = new SqliteStore(dir);
@@ -112,10 +120,19 @@ async function prefilledDir({ owners = 0, events = 0, ageMs = 0 }) {
   db.transaction(() => {
     const owner = db.prepare('INSERT INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)');
     for (let n = 0; n < owners; n += 1) owner.run(randomUUID(), 'a'.repeat(64), createdAt, 'PLATFORM');
-    const event = db.prepare('INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload) VALUES (?, ?, ?, ?, ?, 0, ?)');
+    const event = db.prepare(
+      'INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload) VALUES (?, ?, ?, ?, ?, 0, ?)',
+    );
     for (let n = 0; n < events; n += 1) {
       const uid = uuid(n % 5000);
-      event.run(uid, 'location.dropoff_enroute', `h${n}`, 'Enroute', receivedAt, JSON.stringify({ uid, event_name: 'location.dropoff_enroute', n, driver_location: { lat: 37, lng: -122 } }));
+      event.run(
+        uid,
+        'location.dropoff_enroute',
+        `h${n}`,
+        'Enroute',
+        receivedAt,
+        JSON.stringify({ uid, event_name: 'location.dropoff_enroute', n, driver_location: { lat: 37, lng: -122 } }),
+      );
     }
   })();
   db.close();
@@ -155,15 +172,23 @@ if (wanted('owner-growth')) {
   let n = 0;
   const batch = 1000;
   while (start + n + batch <= capacity) {
-    await store.recordOwners(Array.from({ length: batch }, () => ({ uid: randomUUID(), owner: 'b'.repeat(64), group: 'PLATFORM' })));
+    await store.recordOwners(
+      Array.from({ length: batch }, () => ({ uid: randomUUID(), owner: 'b'.repeat(64), group: 'PLATFORM' })),
+    );
     n += batch;
   }
   const measured = await holds(async () => {
-    await store.recordOwners(Array.from({ length: batch }, () => ({ uid: randomUUID(), owner: 'b'.repeat(64), group: 'PLATFORM' })));
+    await store.recordOwners(
+      Array.from({ length: batch }, () => ({ uid: randomUUID(), owner: 'b'.repeat(64), group: 'PLATFORM' })),
+    );
     await until(() => store.ownerFilter.complete && store.ownerFilter.capacity > capacity);
     return `filter ${capacity} → ${store.ownerFilter.capacity} uids`;
   });
-  report('owner-growth', `a full owner filter replaced by a larger one, refilled from ${(start + n + batch).toLocaleString('en-US')} records`, measured);
+  report(
+    'owner-growth',
+    `a full owner filter replaced by a larger one, refilled from ${(start + n + batch).toLocaleString('en-US')} records`,
+    measured,
+  );
   await store.close();
   rmSync(dir, { recursive: true, force: true });
 }
@@ -176,7 +201,8 @@ if (wanted('owner-flush')) {
   const learned = 5_000;
   const uids = Array.from({ length: learned }, () => randomUUID());
   const measured = await holds(async () => {
-    // First reads arriving for 40 ms, a hundred a turn (5,000: more than a busy instance makes in a flush period), then the flush.
+    // First reads arriving for 40 ms, a hundred a turn (5,000: more than a busy instance makes in a flush period), then
+    // the flush.
     for (let k = 0; k < learned; k += 100) {
       for (const uid of uids.slice(k, k + 100)) owners.learn(uid, 'c'.repeat(64), 'PLATFORM');
       await sleep(1);
@@ -184,7 +210,11 @@ if (wanted('owner-flush')) {
     await sleep(60);
     await owners.flush();
   });
-  report('owner-flush', `${learned.toLocaleString('en-US')} owner records learned at once, written in one flush`, measured);
+  report(
+    'owner-flush',
+    `${learned.toLocaleString('en-US')} owner records learned at once, written in one flush`,
+    measured,
+  );
   await store.close();
   rmSync(dir, { recursive: true, force: true });
 }
@@ -196,10 +226,16 @@ if (wanted('retention')) {
   await until(() => store.ownerFilter.complete);
   const measured = await holds(async () => {
     await store.trimExpired();
-    const left = store.db.prepare('SELECT (SELECT count(*) FROM events) AS events, (SELECT count(*) FROM ownership) AS owners').get();
+    const left = store.db
+      .prepare('SELECT (SELECT count(*) FROM events) AS events, (SELECT count(*) FROM ownership) AS owners')
+      .get();
     return `left after the pass: ${left.events} events, ${left.owners} owner records`;
   });
-  report('retention', `a trim pass over ${EVENTS.toLocaleString('en-US')} expired events and ${Math.min(OWNERS, 200_000).toLocaleString('en-US')} expired owner records`, measured);
+  report(
+    'retention',
+    `a trim pass over ${EVENTS.toLocaleString('en-US')} expired events and ${Math.min(OWNERS, 200_000).toLocaleString('en-US')} expired owner records`,
+    measured,
+  );
   await store.close();
   rmSync(dir, { recursive: true, force: true });
 }
@@ -208,14 +244,27 @@ if (wanted('reconcile')) {
   const dir = await prefilledDir({});
   const store = new SqliteStore(dir);
   const wire = { uid: '', status: 'enroute_to_dropoff', driver_location: { lat: 37.1, lng: -122.1 } };
-  const upstream = { platform: { get: async (_key, uid) => ({ ...wire, uid }) }, partner: { getOrder: async () => ({}) } };
-  const reconciler = new Reconciler({ store, upstream, append: async (payload) => ({ duplicate: false, event: { stale: false, payload } }), intervalMs: 200, maxReadsPerSecond: 100 });
+  const upstream = {
+    platform: { get: async (_key, uid) => ({ ...wire, uid }) },
+    partner: { getOrder: async () => ({}) },
+  };
+  const reconciler = new Reconciler({
+    store,
+    upstream,
+    append: async (payload) => ({ duplicate: false, event: { stale: false, payload } }),
+    intervalMs: 200,
+    maxReadsPerSecond: 100,
+  });
   const ends = Array.from({ length: FOLLOWED }, (_, n) => reconciler.follow(uuid(n), { key: 'sk_probe', end() {} }));
   const measured = await holds(async () => {
     await sleep(3_000);
     return `${reconciler.counters.reads} reads made`;
   });
-  report('reconcile', `reconciliation ticks for ${FOLLOWED.toLocaleString('en-US')} followed deliveries, every one due`, measured);
+  report(
+    'reconcile',
+    `reconciliation ticks for ${FOLLOWED.toLocaleString('en-US')} followed deliveries, every one due`,
+    measured,
+  );
   for (const end of ends) end();
   reconciler.stop();
   await store.close();
@@ -224,7 +273,11 @@ if (wanted('reconcile')) {
 
 if (wanted('metrics')) {
   const bus = createEventBus();
-  const metrics = createMetrics({ upstream: { breakerState: () => ({ platform: 'closed', partner: 'closed' }) }, bus, webhooks: undefined });
+  const metrics = createMetrics({
+    upstream: { breakerState: () => ({ platform: 'closed', partner: 'closed' }) },
+    bus,
+    webhooks: undefined,
+  });
   // Sockets held open, as subscribers' connections are.
   const server = createServer((socket) => socket.on('error', () => undefined));
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -269,7 +322,10 @@ if (wanted('writer-answers')) {
           queueMicrotask(() => {
             const until = performance.now() + 0.03;
             let text = '';
-            while (performance.now() < until) text = JSON.stringify({ data: { deliveryEvents: { uid: event.uid, name: event.name, payload: event.payload } } });
+            while (performance.now() < until)
+              text = JSON.stringify({
+                data: { deliveryEvents: { uid: event.uid, name: event.name, payload: event.payload } },
+              });
             messages += text ? 1 : 0;
           });
         }),
@@ -278,17 +334,37 @@ if (wanted('writer-answers')) {
   }
   const batcher = new AppendBatcher(store, bus, () => undefined);
   // Warm the path first.
-  await Promise.all(Array.from({ length: 64 }, (_, d) => batcher.append({ uid: uuid(d), event_name: 'delivery.created', status: 'warm' }, new Date().toISOString())));
+  await Promise.all(
+    Array.from({ length: 64 }, (_, d) =>
+      batcher.append({ uid: uuid(d), event_name: 'delivery.created', status: 'warm' }, new Date().toISOString()),
+    ),
+  );
   const measured = await holds(async () => {
     const started = performance.now();
-    await Promise.all(Array.from({ length: deliveries }, (_, d) => batcher.append({ uid: uuid(d), event_name: 'delivery.assigned', status: 'burst', n: d }, new Date().toISOString())));
+    await Promise.all(
+      Array.from({ length: deliveries }, (_, d) =>
+        batcher.append(
+          { uid: uuid(d), event_name: 'delivery.assigned', status: 'burst', n: d },
+          new Date().toISOString(),
+        ),
+      ),
+    );
     return `${messages} subscriber messages; the batch stored and published in ${(performance.now() - started).toFixed(1)} ms`;
   });
-  report('writer-answers', `a batch of ${deliveries} events answered by the writer thread, published to 10 subscribers each`, measured);
+  report(
+    'writer-answers',
+    `a batch of ${deliveries} events answered by the writer thread, published to 10 subscribers each`,
+    measured,
+  );
   for (const off of unlisten) off();
   await store.close();
   rmSync(dir, { recursive: true, force: true });
 }
 
-console.log('\n| cause | what | longest hold (main-thread CPU between two 1 ms beats) | holds over 5 ms | longest wall gap | took |\n| --- | --- | --- | --- | --- | --- |');
-for (const r of results) console.log(`| ${r.cause} | ${r.what}${r.detail ? ` (${r.detail})` : ''} | ${r.maxMs.toFixed(1)} ms | ${r.over5} | ${r.wallMaxMs.toFixed(1)} ms | ${(r.wallMs / 1000).toFixed(1)} s |`);
+console.log(
+  '\n| cause | what | longest hold (main-thread CPU between two 1 ms beats) | holds over 5 ms | longest wall gap | took |\n| --- | --- | --- | --- | --- | --- |',
+);
+for (const r of results)
+  console.log(
+    `| ${r.cause} | ${r.what}${r.detail ? ` (${r.detail})` : ''} | ${r.maxMs.toFixed(1)} ms | ${r.over5} | ${r.wallMaxMs.toFixed(1)} ms | ${(r.wallMs / 1000).toFixed(1)} s |`,
+  );

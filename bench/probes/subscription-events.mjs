@@ -30,12 +30,16 @@ const DELIVERIES = Number(values.deliveries);
 const HISTORY = Number(values.history);
 const ROUNDS = Number(values.rounds);
 const PER_SOCKET = 12;
-/** The fixed upstream answers any key; the single-read scenario's (not imported: it loads autocannon from bench/node_modules). */
+/**
+ * The fixed upstream answers any key; the single-read scenario's (not imported: it loads autocannon from
+ * bench/node_modules).
+ */
 const KEY = 'sk_bench_merchant';
 
 const SELECTIONS = {
   plain: 'subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { uid statusText } }',
-  events: 'subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { uid statusText delivery { status events { edges { cursor node { name } } } } } }',
+  events:
+    'subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { uid statusText delivery { status events { edges { cursor node { name } } } } } }',
 };
 
 const uidOf = (d) => `00000000-0000-4000-9100-${String(d).padStart(12, '0')}`;
@@ -43,7 +47,12 @@ let posted = 0;
 /** A distinct location event (the facade drops exact repeats) whose status is its tag. */
 const eventFor = (uid, tag) => {
   posted += 1;
-  return { uid, event_name: 'location.dropoff_enroute', status: tag, driver_location: { lat: 37 + posted / 1e6, lng: -122 - posted / 1e6 } };
+  return {
+    uid,
+    event_name: 'location.dropoff_enroute',
+    status: tag,
+    driver_location: { lat: 37 + posted / 1e6, lng: -122 - posted / 1e6 },
+  };
 };
 
 async function measure(upstream, keys, { entry, cwd, label }, selection) {
@@ -70,7 +79,10 @@ async function measure(upstream, keys, { entry, cwd, label }, selection) {
   };
   const allHave = (tag) =>
     new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`${label} ${selection}: ${seen.get(tag) ?? 0} of ${SUBSCRIBERS} got ${tag}`)), 60_000);
+      const timer = setTimeout(
+        () => reject(new Error(`${label} ${selection}: ${seen.get(tag) ?? 0} of ${SUBSCRIBERS} got ${tag}`)),
+        60_000,
+      );
       const check = () => {
         if ((seen.get(tag) ?? 0) < SUBSCRIBERS) return;
         waiters.delete(check);
@@ -84,7 +96,13 @@ async function measure(upstream, keys, { entry, cwd, label }, selection) {
   const clients = [];
   const url = `${facade.origin.replace('http', 'ws')}/graphql`;
   for (let start = 0; start < SUBSCRIBERS; start += PER_SOCKET) {
-    const client = createClient({ url, webSocketImpl: WebSocket, connectionParams: { authorization: `Bearer ${KEY}` }, retryAttempts: 0, lazy: false });
+    const client = createClient({
+      url,
+      webSocketImpl: WebSocket,
+      connectionParams: { authorization: `Bearer ${KEY}` },
+      retryAttempts: 0,
+      lazy: false,
+    });
     clients.push(client);
     for (let i = start; i < Math.min(SUBSCRIBERS, start + PER_SOCKET); i += 1) {
       client.subscribe(
@@ -143,4 +161,10 @@ for (const contender of contenders) {
 }
 await upstream.stop?.();
 upstream.child?.kill();
-console.log(JSON.stringify({ subscribers: SUBSCRIBERS, deliveries: DELIVERIES, history: HISTORY, rounds: ROUNDS, results }, null, 2));
+console.log(
+  JSON.stringify(
+    { subscribers: SUBSCRIBERS, deliveries: DELIVERIES, history: HISTORY, rounds: ROUNDS, results },
+    null,
+    2,
+  ),
+);

@@ -1,8 +1,7 @@
-// CPU of one upstream read in the facade's client, against the same GET made
-// with bare undici (pool.request, body.text(), JSON.parse). The fixed upstream
-// runs in a process of its own, so this process's CPU time is the client's.
-// 32 reads in flight at a time, each of a uid of its own, with a request signal
-// as a GraphQL read passes one; the two variants alternate per round.
+// CPU of one upstream read in the facade's client, against the same GET made with bare undici (pool.request,
+// body.text(), JSON.parse). The fixed upstream runs in a process of its own, so this process's CPU time is the
+// client's. 32 reads in flight at a time, each of a uid of its own, with a request signal as a GraphQL read passes one;
+// the two variants alternate per round.
 //
 //   npm run build && node bench/probes/upstream-call.mjs [--reads=20000] [--rounds=3] [--dist=<other checkout>/dist] [--only=facade|bare]
 // (--only and node --cpu-prof: a profile of one variant.)
@@ -14,7 +13,12 @@ import { PLATFORM_ID } from '../lib/fixed-upstream.mjs';
 import { stop } from '../lib/proc.mjs';
 
 const { values } = parseArgs({
-  options: { reads: { type: 'string', default: '20000' }, rounds: { type: 'string', default: '3' }, dist: { type: 'string' }, only: { type: 'string' } },
+  options: {
+    reads: { type: 'string', default: '20000' },
+    rounds: { type: 'string', default: '3' },
+    dist: { type: 'string' },
+    only: { type: 'string' },
+  },
 });
 const dist = path.resolve(values.dist ?? new URL('../../dist', import.meta.url).pathname);
 const { createUpstream } = await import(path.join(dist, 'upstream/clients.js'));
@@ -23,13 +27,23 @@ const KEY = 'sk_bench_merchant';
 const CONCURRENCY = 32;
 
 const upstream = await startUpstream();
-const client = createUpstream({ url: upstream.url, platformId: PLATFORM_ID, timeoutMs: 10_000, connections: 32, maxResponseBytes: 1_048_576 });
+const client = createUpstream({
+  url: upstream.url,
+  platformId: PLATFORM_ID,
+  timeoutMs: 10_000,
+  connections: 32,
+  maxResponseBytes: 1_048_576,
+});
 const pool = new Pool(upstream.origin, { connections: 32, pipelining: 1 });
 
 const variants = {
   'facade client (platform.get)': (uid, signal) => client.platform.get(KEY, uid, { signal }),
   'bare undici': async (uid) => {
-    const response = await pool.request({ method: 'GET', path: `/api/v1/${PLATFORM_ID}/deliveries/${uid}`, headers: { accept: 'application/json', authorization: `Bearer ${KEY}` } });
+    const response = await pool.request({
+      method: 'GET',
+      path: `/api/v1/${PLATFORM_ID}/deliveries/${uid}`,
+      headers: { accept: 'application/json', authorization: `Bearer ${KEY}` },
+    });
     return JSON.parse(await response.body.text()).data;
   },
 };

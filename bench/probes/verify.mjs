@@ -17,7 +17,13 @@ import { parseArgs } from 'node:util';
 import { spawnSync } from 'node:child_process';
 import { importSPKI, jwtVerify } from 'jose';
 
-const { values } = parseArgs({ options: { tokens: { type: 'string', default: '20000' }, rounds: { type: 'string', default: '3' }, dist: { type: 'string' } } });
+const { values } = parseArgs({
+  options: {
+    tokens: { type: 'string', default: '20000' },
+    rounds: { type: 'string', default: '3' },
+    dist: { type: 'string' },
+  },
+});
 const ISSUER = 'bench';
 const count = Number(values.tokens);
 const rounds = Number(values.rounds);
@@ -29,7 +35,16 @@ const b64 = (value) => Buffer.from(JSON.stringify(value)).toString('base64url');
 const header = b64({ alg: 'RS256', typ: 'JWT' });
 /** Tokens as the bench's poster signs them: a realtime event as the payload claim. */
 const tokens = Array.from({ length: count }, (_, n) => {
-  const claims = b64({ iss: ISSUER, iat: Math.floor(Date.now() / 1000), exp: Math.floor(Date.now() / 1000) + 3600, payload: { uid: `00000000-0000-4000-9000-${String(n % 100).padStart(12, '0')}`, event_name: 'delivery.dropoff_enroute', status: `e${n}` } });
+  const claims = b64({
+    iss: ISSUER,
+    iat: Math.floor(Date.now() / 1000),
+    exp: Math.floor(Date.now() / 1000) + 3600,
+    payload: {
+      uid: `00000000-0000-4000-9000-${String(n % 100).padStart(12, '0')}`,
+      event_name: 'delivery.dropoff_enroute',
+      status: `e${n}`,
+    },
+  });
   const input = `${header}.${claims}`;
   return `${input}.${sign('sha256', Buffer.from(input), privateKey).toString('base64url')}`;
 });
@@ -42,10 +57,19 @@ const other = values.dist && (await import(path.resolve(values.dist, 'webhooks/v
 const otherVerifier = other && (await other.createWebhookVerifier(publicKeyPem, ISSUER));
 
 const variants = {
-  "jose jwtVerify (WebCrypto, thread pool)": (token) => jwtVerify(token, joseKey, { algorithms: ['RS256'], issuer: ISSUER, requiredClaims: ['exp'], clockTolerance: 30 }),
+  'jose jwtVerify (WebCrypto, thread pool)': (token) =>
+    jwtVerify(token, joseKey, { algorithms: ['RS256'], issuer: ISSUER, requiredClaims: ['exp'], clockTolerance: 30 }),
   'node:crypto verify, cached KeyObject (signature only)': (token) => {
     const end = token.lastIndexOf('.');
-    if (!cryptoVerify('sha256', Buffer.from(token.slice(0, end), 'latin1'), nodeKey, Buffer.from(token.slice(end + 1), 'base64url'))) throw new Error('bad signature');
+    if (
+      !cryptoVerify(
+        'sha256',
+        Buffer.from(token.slice(0, end), 'latin1'),
+        nodeKey,
+        Buffer.from(token.slice(end + 1), 'base64url'),
+      )
+    )
+      throw new Error('bad signature');
   },
   "this checkout's verifier (dist/webhooks/verify.js)": (token) => oursVerifier.verify(`Bearer ${token}`),
   ...(otherVerifier ? { [`${values.dist}'s verifier`]: (token) => otherVerifier.verify(`Bearer ${token}`) } : {}),
@@ -70,7 +94,11 @@ async function measure(verify, inFlight) {
   );
   const wallUs = (performance.now() - started) * 1000;
   const used = process.cpuUsage(cpu);
-  return { allUs: (used.user + used.system) / tokens.length, mainUs: (mainThreadUs() - main) / tokens.length, wallUs: wallUs / tokens.length };
+  return {
+    allUs: (used.user + used.system) / tokens.length,
+    mainUs: (mainThreadUs() - main) / tokens.length,
+    wallUs: wallUs / tokens.length,
+  };
 }
 
 const results = Object.fromEntries(Object.keys(variants).map((name) => [name, { 1: [], 64: [] }]));
@@ -87,5 +115,7 @@ console.log(`${count} RS256 tokens (2048-bit key), ${rounds} round(s), medians; 
 console.log('| variant | CPU all threads, 1 / 64 in flight | main thread, 1 / 64 | wall, 1 / 64 |');
 console.log('| --- | --- | --- | --- |');
 for (const [name, r] of Object.entries(results)) {
-  console.log(`| ${name} | ${cell(r[1], 'allUs')} / ${cell(r[64], 'allUs')} | ${cell(r[1], 'mainUs')} / ${cell(r[64], 'mainUs')} | ${cell(r[1], 'wallUs')} / ${cell(r[64], 'wallUs')} |`);
+  console.log(
+    `| ${name} | ${cell(r[1], 'allUs')} / ${cell(r[64], 'allUs')} | ${cell(r[1], 'mainUs')} / ${cell(r[64], 'mainUs')} | ${cell(r[1], 'wallUs')} / ${cell(r[64], 'wallUs')} |`,
+  );
 }

@@ -14,7 +14,13 @@ const distinct = Array.from({ length: 50 }, (_, i) => `00000000-0000-4000-8000-$
 const UIDS = [...distinct, ...distinct].sort((a, b) => (a.slice(-3) + a < b.slice(-3) + b ? -1 : 1));
 
 const measure = (http, url, body, upstream, iterations) =>
-  http.call('sequential', { url, headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body, iterations, upstreamOrigin: upstream.origin });
+  http.call('sequential', {
+    url,
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+    body,
+    iterations,
+    upstreamOrigin: upstream.origin,
+  });
 
 export async function batchRead({ quick, command }) {
   const iterations = quick ? 5 : 50;
@@ -24,12 +30,39 @@ export async function batchRead({ quick, command }) {
   const http = forkWorker('http-load');
   const rows = [];
   const loop = await loopDelayWindow([{ name: 'facade', origin: facade.origin }]);
-  const dg = await measure(http, `${facade.origin}/graphql`, JSON.stringify({ query: 'query($uids: [ID!]!) { deliveries(uids: $uids) { uid status price { amount } } }', variables: { uids: UIDS } }), upstream, iterations);
+  const dg = await measure(
+    http,
+    `${facade.origin}/graphql`,
+    JSON.stringify({
+      query: 'query($uids: [ID!]!) { deliveries(uids: $uids) { uid status price { amount } } }',
+      variables: { uids: UIDS },
+    }),
+    upstream,
+    iterations,
+  );
   const loopDelay = (await loop.stop()).facade;
-  rows.push(['delivery-graph `deliveries(uids:)`', fmt(dg.wall, 1), fmt(dg.wallP99, 1), fmt(dg.wall / LATENCY_MS, 2), String(dg.requests)]);
+  rows.push([
+    'delivery-graph `deliveries(uids:)`',
+    fmt(dg.wall, 1),
+    fmt(dg.wallP99, 1),
+    fmt(dg.wall / LATENCY_MS, 2),
+    String(dg.requests),
+  ]);
   if (mesh) {
-    const m = await measure(http, `${mesh.origin}/graphql`, JSON.stringify({ query: meshBatchQuery(UIDS, PLATFORM_ID) }), upstream, iterations);
-    rows.push(['Mesh, 100 aliased `platformGetDelivery`', fmt(m.wall, 1), fmt(m.wallP99, 1), fmt(m.wall / LATENCY_MS, 2), String(m.requests)]);
+    const m = await measure(
+      http,
+      `${mesh.origin}/graphql`,
+      JSON.stringify({ query: meshBatchQuery(UIDS, PLATFORM_ID) }),
+      upstream,
+      iterations,
+    );
+    rows.push([
+      'Mesh, 100 aliased `platformGetDelivery`',
+      fmt(m.wall, 1),
+      fmt(m.wallP99, 1),
+      fmt(m.wall / LATENCY_MS, 2),
+      String(m.requests),
+    ]);
   }
   await http.stop();
   const body = [

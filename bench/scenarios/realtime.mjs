@@ -37,14 +37,18 @@ import { KEY } from './single-read.mjs';
 const uidOf = (i) => `00000000-0000-4000-9000-${String(i).padStart(12, '0')}`;
 
 const INGEST_IN_FLIGHT = 64;
-/** Seconds at the rate before each measured run, not counted: the facade's and the load's code paths compiled (a cold JIT otherwise reads as the build's cost). */
+/**
+ * Seconds at the rate before each measured run, not counted: the facade's and the load's code paths compiled (a cold
+ * JIT otherwise reads as the build's cost).
+ */
 const WARM_SECONDS = 2;
 /** The event-loop delay every scenario is held to (issue 32). */
 const LOOP_GOAL_MS = 10;
 
 const positiveInteger = (flags, name, fallback) => {
   const value = Number(flags[name] ?? fallback);
-  if (!Number.isInteger(value) || value <= 0) throw new Error(`--${name}: expected a positive whole number, got "${flags[name]}"`);
+  if (!Number.isInteger(value) || value <= 0)
+    throw new Error(`--${name}: expected a positive whole number, got "${flags[name]}"`);
   return value;
 };
 
@@ -53,7 +57,8 @@ function runOptions(flags, quick, defaults = {}) {
   const merged = { ...defaults, ...flags };
   const subscribers = positiveInteger(merged, 'subscribers', 1000);
   const perDelivery = positiveInteger(merged, 'per-delivery', 10);
-  if (subscribers % perDelivery !== 0) throw new Error(`--subscribers (${subscribers}) must be a multiple of --per-delivery (${perDelivery})`);
+  if (subscribers % perDelivery !== 0)
+    throw new Error(`--subscribers (${subscribers}) must be a multiple of --per-delivery (${perDelivery})`);
   const baselineDir = merged.baseline && resolve(merged.baseline);
   return {
     subscribers,
@@ -62,12 +67,16 @@ function runOptions(flags, quick, defaults = {}) {
     rate: positiveInteger(merged, 'rate', 500),
     seconds: Number(merged.seconds ?? (quick ? 3 : 20)),
     rounds: positiveInteger(merged, 'rounds', quick ? 1 : baselineDir ? 3 : 1),
-    processes: merged['subscriber-processes'] === undefined ? undefined : positiveInteger(merged, 'subscriber-processes', 1),
+    processes:
+      merged['subscriber-processes'] === undefined ? undefined : positiveInteger(merged, 'subscriber-processes', 1),
     subscribersOn: merged['subscribers-on'] ?? 'B',
     baselineDir,
     /** The recorded goals' shape: 1,000 subscribers, 10 per delivery, 500/s. */
     standard: subscribers === 1000 && perDelivery === 10 && positiveInteger(merged, 'rate', 500) === 500,
-    scale: subscribers === (defaults.scaleSubscribers ?? 10_000) && perDelivery === 100 && positiveInteger(merged, 'rate', 500) === 100,
+    scale:
+      subscribers === (defaults.scaleSubscribers ?? 10_000) &&
+      perDelivery === 100 &&
+      positiveInteger(merged, 'rate', 500) === 100,
   };
 }
 
@@ -75,7 +84,13 @@ function runOptions(flags, quick, defaults = {}) {
 function builds(options) {
   const own = [{ name: 'this checkout', start: {} }];
   if (!options.baselineDir) return own;
-  return [...own, { name: basename(options.baselineDir), start: { entry: join(options.baselineDir, 'dist/main.js'), cwd: options.baselineDir } }];
+  return [
+    ...own,
+    {
+      name: basename(options.baselineDir),
+      start: { entry: join(options.baselineDir, 'dist/main.js'), cwd: options.baselineDir },
+    },
+  ];
 }
 
 /**
@@ -93,7 +108,11 @@ function prepareIngest({ quick, privateKeyPem }) {
     for (let round = 0; round < rounds; round += 1) {
       const events = Array.from({ length: perRound }, (_, k) => {
         const n = round * perRound + k;
-        return { uid: uidOf(100_000 + (n % 500)), event_name: 'location.dropoff_enroute', driver_location: { lat: 37 + n / 1e6, lng: -122 - n / 1e6 } };
+        return {
+          uid: uidOf(100_000 + (n % 500)),
+          event_name: 'location.dropoff_enroute',
+          driver_location: { lat: 37 + n / 1e6, lng: -122 - n / 1e6 },
+        };
       });
       await worker.call('prepare', { name: `round-${round}`, events });
     }
@@ -116,7 +135,9 @@ async function measureIngest(ingest, contenders) {
     for (const c of contenders) {
       await ingest.worker.call('retarget', { origin: c.postOrigin });
       const cpu = cpuMeter([...c.servers, { name: 'ingest poster', pid: ingest.worker.pid }]);
-      results[c.name].push(await ingest.worker.call('closedLoop', { name: `round-${round}`, concurrency: INGEST_IN_FLIGHT }));
+      results[c.name].push(
+        await ingest.worker.call('closedLoop', { name: `round-${round}`, concurrency: INGEST_IN_FLIGHT }),
+      );
       cpus[c.name].push(cpu.stop());
     }
   }
@@ -125,7 +146,18 @@ async function measureIngest(ingest, contenders) {
   return Object.fromEntries(
     contenders.map(({ name }) => {
       const rates = results[name].map((r) => r.rate);
-      return [name, { rates, rate: median(rates), ...spread(rates), failed: results[name].reduce((sum, r) => sum + r.failed, 0), rounds: ingest.rounds, perRound: ingest.perRound, cpu: cpus[name].at(-1) }];
+      return [
+        name,
+        {
+          rates,
+          rate: median(rates),
+          ...spread(rates),
+          failed: results[name].reduce((sum, r) => sum + r.failed, 0),
+          rounds: ingest.rounds,
+          perRound: ingest.perRound,
+          cpu: cpus[name].at(-1),
+        },
+      ];
     }),
   );
 }
@@ -140,11 +172,25 @@ async function preparePoster({ options, privateKeyPem }) {
   const poster = forkWorker('webhook-poster');
   await poster.call('init', { origin: 'http://127.0.0.1:9', privateKeyPem });
   const uids = Array.from({ length: options.deliveries }, (_, d) => uidOf(d));
-  const stream = (tag, count) => Array.from({ length: count }, (_, n) => ({ uid: uids[n % uids.length], event_name: 'delivery.dropoff_enroute', status: `${tag}${n}` }));
+  const stream = (tag, count) =>
+    Array.from({ length: count }, (_, n) => ({
+      uid: uids[n % uids.length],
+      event_name: 'delivery.dropoff_enroute',
+      status: `${tag}${n}`,
+    }));
   for (let round = 0; round < options.rounds; round += 1) {
-    await poster.call('prepare', { name: `warm-up-${round}`, events: uids.map((uid) => ({ uid, event_name: 'delivery.created', status: `warm-up-${round}` })) });
-    await poster.call('prepare', { name: `warm-run-${round}`, events: stream(`r${round}w`, WARM_SECONDS * options.rate) });
-    await poster.call('prepare', { name: `run-${round}`, events: stream(`r${round}e`, Math.round(options.seconds * options.rate)) });
+    await poster.call('prepare', {
+      name: `warm-up-${round}`,
+      events: uids.map((uid) => ({ uid, event_name: 'delivery.created', status: `warm-up-${round}` })),
+    });
+    await poster.call('prepare', {
+      name: `warm-run-${round}`,
+      events: stream(`r${round}w`, WARM_SECONDS * options.rate),
+    });
+    await poster.call('prepare', {
+      name: `run-${round}`,
+      events: stream(`r${round}e`, Math.round(options.seconds * options.rate)),
+    });
   }
   return { poster, uids };
 }
@@ -158,11 +204,20 @@ async function preparePoster({ options, privateKeyPem }) {
  */
 async function measureDelivery({ options, contender, poster, uids, round, p99Goal }) {
   await poster.call('retarget', { origin: contender.postOrigin });
-  const fleet = await startFleet({ origins: contender.subscribeOrigins, key: KEY, subscribers: options.subscribers, uids, processes: options.processes });
+  const fleet = await startFleet({
+    origins: contender.subscribeOrigins,
+    key: KEY,
+    subscribers: options.subscribers,
+    uids,
+    processes: options.processes,
+  });
   try {
     await poster.call('burst', { name: `warm-up-${round}` });
     const warm = await fleet.waitForTag({ tag: `warm-up-${round}`, count: 'all', timeoutMs: 120_000 });
-    if (warm.timedOut) throw new Error(`${contender.name}: only ${warm.count} of ${options.subscribers} subscribers got the warm-up event`);
+    if (warm.timedOut)
+      throw new Error(
+        `${contender.name}: only ${warm.count} of ${options.subscribers} subscribers got the warm-up event`,
+      );
     const warmBefore = await fleet.received();
     const warmRun = await poster.call('openLoop', { name: `warm-run-${round}`, rate: options.rate });
     await fleet.waitForEvents({ acked: warmRun.acked, before: warmBefore, timeoutMs: 60_000 });
@@ -177,11 +232,25 @@ async function measureDelivery({ options, contender, poster, uids, round, p99Goa
     const loopDelay = await loop.stop();
     // A moment more, so that a duplicate or a stray message after the last expected one is counted too.
     await sleep(200);
-    const delivery = await fleet.latencies({ prefix: `r${round}e`, sentAt: run.sentAt, acked: run.acked, slowMs: p99Goal });
+    const delivery = await fleet.latencies({
+      prefix: `r${round}e`,
+      sentAt: run.sentAt,
+      acked: run.acked,
+      slowMs: p99Goal,
+    });
     // The facades' CPU (all their threads: the SQLite writer, libuv's pool, V8's helpers) per message delivered.
     const facadeMs = contender.facades.reduce((sum, { name }) => sum + cpuUsed.msByName[name], 0);
     const usPerMessage = (facadeMs * 1000) / Math.max(1, delivery.delivered);
-    return { run, delivery, clocks, timedOut: arrived.timedOut, cpu: cpuUsed, usPerMessage, loopDelay, worstLoop: worstLoopDelay(Object.values(loopDelay)) };
+    return {
+      run,
+      delivery,
+      clocks,
+      timedOut: arrived.timedOut,
+      cpu: cpuUsed,
+      usPerMessage,
+      loopDelay,
+      worstLoop: worstLoopDelay(Object.values(loopDelay)),
+    };
   } finally {
     await fleet.close();
   }
@@ -210,7 +279,12 @@ async function measureRounds({ options, contenders, privateKeyPem, p99Goal }) {
   return runs;
 }
 
-const clean = (m) => m.delivery.lost === 0 && m.run.failed === 0 && m.delivery.duplicates === 0 && m.delivery.misrouted === 0 && !m.timedOut;
+const clean = (m) =>
+  m.delivery.lost === 0 &&
+  m.run.failed === 0 &&
+  m.delivery.duplicates === 0 &&
+  m.delivery.misrouted === 0 &&
+  !m.timedOut;
 const list = (values, digits) => values.map((v) => fmt(v, digits)).join(', ');
 
 /** One column of the table per build: medians of its rounds, and every round where the spread matters. */
@@ -220,36 +294,130 @@ function realtimeRows(contenders, runs, ingest, { p99Goal, ingestGoal, cpuGoal, 
   const med = (ms, fn) => median(ms.map(fn));
   const rounds = options.rounds > 1;
   return [
-    ['webhook ack p50 / p99 (in the poster process)', ...col((ms) => `${fmt(med(ms, (m) => m.run.ackP50), 2)} / ${fmt(med(ms, (m) => m.run.ackP99), 2)} ms`), ''],
+    [
+      'webhook ack p50 / p99 (in the poster process)',
+      ...col(
+        (ms) =>
+          `${fmt(
+            med(ms, (m) => m.run.ackP50),
+            2,
+          )} / ${fmt(
+            med(ms, (m) => m.run.ackP99),
+            2,
+          )} ms`,
+      ),
+      '',
+    ],
     [
       `webhook → subscriber p50 / p99 / p99.9 / max${rounds ? ' (median of the rounds; p99 of each)' : ''}`,
       ...col(
         (ms) =>
-          `${fmt(med(ms, (m) => m.delivery.p50), 2)} / **${fmt(med(ms, (m) => m.delivery.p99), 2)}** / ${fmt(med(ms, (m) => m.delivery.p999), 2)} / ${fmt(med(ms, (m) => m.delivery.max), 2)} ms${rounds ? ` (${list(ms.map((m) => m.delivery.p99), 1)})` : ''}`,
+          `${fmt(
+            med(ms, (m) => m.delivery.p50),
+            2,
+          )} / **${fmt(
+            med(ms, (m) => m.delivery.p99),
+            2,
+          )}** / ${fmt(
+            med(ms, (m) => m.delivery.p999),
+            2,
+          )} / ${fmt(
+            med(ms, (m) => m.delivery.max),
+            2,
+          )} ms${
+            rounds
+              ? ` (${list(
+                  ms.map((m) => m.delivery.p99),
+                  1,
+                )})`
+              : ''
+          }`,
       ),
       `p99 ≤ ${p99Goal} ms`,
     ],
     [
       `CPU per delivered message (the facade${contenders[0].facades.length > 1 ? 's' : ''}, all threads)${rounds ? ' (median; each round)' : ''}`,
-      ...col((ms) => `**${fmt(med(ms, (m) => m.usPerMessage), 1)} µs**${rounds ? ` (${list(ms.map((m) => m.usPerMessage), 1)})` : ''}`),
+      ...col(
+        (ms) =>
+          `**${fmt(
+            med(ms, (m) => m.usPerMessage),
+            1,
+          )} µs**${
+            rounds
+              ? ` (${list(
+                  ms.map((m) => m.usPerMessage),
+                  1,
+                )})`
+              : ''
+          }`,
+      ),
       cpuGoal ? `≤ ${cpuGoal} µs` : '',
     ],
     [
       `event-loop delay during the run, max / p99 (from /metrics${contenders[0].facades.length > 1 ? '; per instance' : ''}; the worst round)`,
       ...col((ms) => {
-        const worst = ms.reduce((a, m) => (!a || (m.worstLoop?.maxMs ?? 0) > (a.worstLoop?.maxMs ?? 0) ? m : a), undefined);
-        return contenders[0].facades.length > 1 ? describeLoopDelays(worst.loopDelay) : describeLoopDelay(worst.worstLoop);
+        const worst = ms.reduce(
+          (a, m) => (!a || (m.worstLoop?.maxMs ?? 0) > (a.worstLoop?.maxMs ?? 0) ? m : a),
+          undefined,
+        );
+        return contenders[0].facades.length > 1
+          ? describeLoopDelays(worst.loopDelay)
+          : describeLoopDelay(worst.worstLoop);
       }),
       `max ≤ ${LOOP_GOAL_MS} ms`,
     ],
-    [`events whose slowest subscriber waited over ${p99Goal} ms (runs of consecutive events; longest), last round`, ...col((ms) => `${last(ms).delivery.slowEvents} (${last(ms).delivery.slowRuns}; ${last(ms).delivery.longestRun} = ${fmt((last(ms).delivery.longestRun * 1000) / options.rate, 0)} ms of sending)`), ''],
-    ['events acknowledged, every round', ...col((ms) => list(ms.map((m) => m.run.acknowledged), 0)), thousands(options.seconds * options.rate)],
-    ['messages delivered (of those expected), every round', ...col((ms) => ms.map((m) => `${m.delivery.delivered} (of ${m.delivery.expected})`).join(', ')), ''],
-    ['messages lost, every round', ...col((ms) => list(ms.map((m) => m.delivery.lost), 0)), '0'],
-    ['messages duplicated or to the wrong subscriber', ...col((ms) => String(ms.reduce((sum, m) => sum + m.delivery.duplicates + m.delivery.misrouted, 0))), '0'],
+    [
+      `events whose slowest subscriber waited over ${p99Goal} ms (runs of consecutive events; longest), last round`,
+      ...col(
+        (ms) =>
+          `${last(ms).delivery.slowEvents} (${last(ms).delivery.slowRuns}; ${last(ms).delivery.longestRun} = ${fmt((last(ms).delivery.longestRun * 1000) / options.rate, 0)} ms of sending)`,
+      ),
+      '',
+    ],
+    [
+      'events acknowledged, every round',
+      ...col((ms) =>
+        list(
+          ms.map((m) => m.run.acknowledged),
+          0,
+        ),
+      ),
+      thousands(options.seconds * options.rate),
+    ],
+    [
+      'messages delivered (of those expected), every round',
+      ...col((ms) => ms.map((m) => `${m.delivery.delivered} (of ${m.delivery.expected})`).join(', ')),
+      '',
+    ],
+    [
+      'messages lost, every round',
+      ...col((ms) =>
+        list(
+          ms.map((m) => m.delivery.lost),
+          0,
+        ),
+      ),
+      '0',
+    ],
+    [
+      'messages duplicated or to the wrong subscriber',
+      ...col((ms) => String(ms.reduce((sum, m) => sum + m.delivery.duplicates + m.delivery.misrouted, 0))),
+      '0',
+    ],
     ['webhooks refused or failed', ...col((ms) => String(ms.reduce((sum, m) => sum + m.run.failed, 0))), '0'],
-    ['poster behind its schedule, p99 / max (worst round)', ...col((ms) => `${fmt(Math.max(...ms.map((m) => m.run.lateP99)), 2)} / ${fmt(Math.max(...ms.map((m) => m.run.lateMax)), 2)} ms`), ''],
-    ['poster ↔ subscriber clocks (difference ± bound), last round', ...col((ms) => describeAgreement(last(ms).clocks)), ''],
+    [
+      'poster behind its schedule, p99 / max (worst round)',
+      ...col(
+        (ms) =>
+          `${fmt(Math.max(...ms.map((m) => m.run.lateP99)), 2)} / ${fmt(Math.max(...ms.map((m) => m.run.lateMax)), 2)} ms`,
+      ),
+      '',
+    ],
+    [
+      'poster ↔ subscriber clocks (difference ± bound), last round',
+      ...col((ms) => describeAgreement(last(ms).clocks)),
+      '',
+    ],
     ['CPU during the run, % of one core, last round', ...col((ms) => describeCpu(last(ms).cpu, os.cpus().length)), ''],
     ...(ingest
       ? [
@@ -261,7 +429,11 @@ function realtimeRows(contenders, runs, ingest, { p99Goal, ingestGoal, cpuGoal, 
             }),
             `≥ ${thousands(ingestGoal)}`,
           ],
-          ['CPU during ingest, % of one core (last round)', ...col((_ms, name) => describeCpu(ingest[name].cpu, os.cpus().length)), ''],
+          [
+            'CPU during ingest, % of one core (last round)',
+            ...col((_ms, name) => describeCpu(ingest[name].cpu, os.cpus().length)),
+            '',
+          ],
         ]
       : []),
   ];
@@ -281,8 +453,21 @@ function realtimeGoals(ms, ingest, { ids, p99Goal, ingestGoal, cpuGoal }) {
       met: ms.every((m) => m.delivery.p99 <= p99Goal && clean(m)) && (!cpuGoal || ids.cpu || usPer <= cpuGoal),
     });
   }
-  if (ids.cpu) goals.push({ id: ids.cpu, measured: `**${fmt(usPer, 1)} µs** (median of ${ms.length}: ${list(ms.map((m) => m.usPerMessage), 1)})`, met: usPer <= cpuGoal });
-  if (ids.loop) goals.push({ id: ids.loop, measured: `**max ${fmt(worstLoop?.maxMs, 1)} ms** (p99 ${fmt(worstLoop?.p99Ms, 1)} ms; worst of ${ms.length} run(s))`, met: worstLoop !== undefined && worstLoop.maxMs <= LOOP_GOAL_MS });
+  if (ids.cpu)
+    goals.push({
+      id: ids.cpu,
+      measured: `**${fmt(usPer, 1)} µs** (median of ${ms.length}: ${list(
+        ms.map((m) => m.usPerMessage),
+        1,
+      )})`,
+      met: usPer <= cpuGoal,
+    });
+  if (ids.loop)
+    goals.push({
+      id: ids.loop,
+      measured: `**max ${fmt(worstLoop?.maxMs, 1)} ms** (p99 ${fmt(worstLoop?.p99Ms, 1)} ms; worst of ${ms.length} run(s))`,
+      met: worstLoop !== undefined && worstLoop.maxMs <= LOOP_GOAL_MS,
+    });
   if (ids.ingest && ingest) {
     goals.push({
       id: ids.ingest,
@@ -297,7 +482,9 @@ const method = (options, ingest, fleetWhere) =>
   `${thousands(options.subscribers)} graphql-ws subscribers (${options.deliveries} deliveries × ${options.perDelivery}, one \`deliveryEvents(uids:)\` subscription per connection) ${fleetWhere}, in ${Math.max(1, options.processes ?? Math.ceil(options.subscribers / 5000))} process(es) of their own; ${thousands(Math.round(options.seconds * options.rate))} signed webhooks (signed ahead) posted at ${options.rate}/s, open loop, from another, after ${WARM_SECONDS} s at the rate not counted (the facade and the load compiled); latency from the poster's send (the start of its POST) to the subscriber's message, both read on the machine's monotonic clock (CLOCK_MONOTONIC, which every process shares), the processes' readings checked against each other over IPC just before the run (the row below). CPU per message: the facade processes' CPU time over all their threads (\`/proc/<pid>/stat\`) during the run, divided by the messages delivered. Event-loop delay: the facade's own \`delivery_graph_event_loop_delay_*\` (a 2 ms timer; a build without them: prom-client's, 10 ms), read just before and after the run.${options.rounds > 1 ? ` ${options.rounds} rounds per build, the builds alternating (and which goes first), each with a fresh fleet and warm-up.` : ''}${ingest ? ` Ingest: ${ingest[Object.keys(ingest)[0]].rounds} round(s) of ${thousands(ingest[Object.keys(ingest)[0]].perRound)} distinct signed events, ${INGEST_IN_FLIGHT} in flight, from a third process, to deliveries nobody subscribes to, after the realtime runs; the median round.` : ''}`;
 
 const buildsNote = (contenders) =>
-  contenders.length > 1 ? ` Builds: ${contenders.map((c) => `${c.name} (\`${c.entry}\`)`).join(' and ')}, started once each and measured alternately.` : '';
+  contenders.length > 1
+    ? ` Builds: ${contenders.map((c) => `${c.name} (\`${c.entry}\`)`).join(' and ')}, started once each and measured alternately.`
+    : '';
 
 export async function realtime({ quick, command, flags = {}, defaults }) {
   const options = runOptions(flags, quick, defaults);
@@ -319,28 +506,49 @@ export async function realtime({ quick, command, flags = {}, defaults }) {
   const targets = options.scale
     ? { ids: { realtime: 'realtime-scale', loop: 'loop-realtime-scale' }, p99Goal: 50, cpuGoal: 45 }
     : options.standard
-      ? { ids: { realtime: 'realtime', cpu: 'realtime-cpu', loop: 'loop-realtime', ingest: 'ingest' }, p99Goal: 10, cpuGoal: 80, ingestGoal: 5_000 }
+      ? {
+          ids: { realtime: 'realtime', cpu: 'realtime-cpu', loop: 'loop-realtime', ingest: 'ingest' },
+          p99Goal: 10,
+          cpuGoal: 80,
+          ingestGoal: 5_000,
+        }
       : { ids: {}, p99Goal: 10 };
   // The ingest only in the standard shape (its goal is the same whatever the fleet).
   const ingest = options.standard ? prepareIngest({ quick, privateKeyPem }) : undefined;
   try {
     const runs = await measureRounds({ options, contenders, privateKeyPem, p99Goal: targets.p99Goal });
     const i = ingest ? await measureIngest(ingest, contenders) : undefined;
-    const id = options.scale ? 'realtime-scale' : options.standard ? 'realtime' : `realtime-${options.subscribers}x${options.perDelivery}-at-${options.rate}`;
-    const title = options.scale ? 'Realtime at scale: 10,000 subscribers on one instance' : options.standard ? 'Realtime: webhooks to subscribers' : `Realtime: ${thousands(options.subscribers)} subscribers, ${options.perDelivery} per delivery, ${options.rate} events/s`;
+    const id = options.scale
+      ? 'realtime-scale'
+      : options.standard
+        ? 'realtime'
+        : `realtime-${options.subscribers}x${options.perDelivery}-at-${options.rate}`;
+    const title = options.scale
+      ? 'Realtime at scale: 10,000 subscribers on one instance'
+      : options.standard
+        ? 'Realtime: webhooks to subscribers'
+        : `Realtime: ${thousands(options.subscribers)} subscribers, ${options.perDelivery} per delivery, ${options.rate} events/s`;
     const rss = contenders.map((c) => `${c.name} ${fmt(c.process.rssKb() / 1024, 0)} MiB`).join(', ');
     const body = [
       `One instance on the embedded SQLite store. ${method(options, i, 'on it')}${buildsNote(contenders)} Resident memory of the facade after the runs (the fleet closed): ${rss}.`,
       '',
-      table(['metric', ...contenders.map((c) => c.name), 'goal'], realtimeRows(contenders, runs, i, { ...targets, options })),
+      table(
+        ['metric', ...contenders.map((c) => c.name), 'goal'],
+        realtimeRows(contenders, runs, i, { ...targets, options }),
+      ),
     ].join('\n');
-    writeSection(id, title, body, { command, quick, goals: realtimeGoals(runs[contenders[0].name], i?.[contenders[0].name], targets) });
+    writeSection(id, title, body, {
+      command,
+      quick,
+      goals: realtimeGoals(runs[contenders[0].name], i?.[contenders[0].name], targets),
+    });
   } finally {
     await Promise.all([upstream.stop(), ...contenders.map((c) => c.process.stop())]);
   }
 }
 
-export const realtimeScale = (args) => realtime({ ...args, defaults: { subscribers: '10000', 'per-delivery': '100', rate: '100' } });
+export const realtimeScale = (args) =>
+  realtime({ ...args, defaults: { subscribers: '10000', 'per-delivery': '100', rate: '100' } });
 
 /**
  * The same measurement across two instances sharing Redis, per build (each its
@@ -383,19 +591,33 @@ export async function realtimeRedis({ quick, command, flags = {}, defaults }) {
     const targets = options.scale
       ? { ids: { realtime: 'realtime-redis-scale', loop: 'loop-realtime-redis-scale' }, p99Goal: 50, cpuGoal: 45 }
       : options.standard
-        ? { ids: { realtime: 'realtime-redis', loop: 'loop-realtime-redis', ingest: 'ingest-redis' }, p99Goal: 15, cpuGoal: 100, ingestGoal: 2_000 }
+        ? {
+            ids: { realtime: 'realtime-redis', loop: 'loop-realtime-redis', ingest: 'ingest-redis' },
+            p99Goal: 15,
+            cpuGoal: 100,
+            ingestGoal: 2_000,
+          }
         : { ids: {}, p99Goal: 15 };
     const ingest = options.standard ? prepareIngest({ quick, privateKeyPem }) : undefined;
     const runs = await measureRounds({ options, contenders, privateKeyPem, p99Goal: targets.p99Goal });
-    const rss = contenders.map((c) => `${c.name} A ${fmt(c.a.rssKb() / 1024, 0)} / B ${fmt(c.b.rssKb() / 1024, 0)} MiB`).join(', ');
+    const rss = contenders
+      .map((c) => `${c.name} A ${fmt(c.a.rssKb() / 1024, 0)} / B ${fmt(c.b.rssKb() / 1024, 0)} MiB`)
+      .join(', ');
     // Ingest is on one instance: every B goes first.
     for (const c of contenders) {
       await c.b.stop();
       c.servers = c.servers.filter((server) => server.name !== 'B');
     }
     const i = ingest ? await measureIngest(ingest, contenders) : undefined;
-    const where = options.subscribersOn === 'both' ? 'half on instance A, half on B (the subscribers of each delivery alternate)' : 'on instance B';
-    const id = options.scale ? 'realtime-redis-scale' : options.standard ? 'realtime-redis' : `realtime-redis-${options.subscribers}x${options.perDelivery}-at-${options.rate}`;
+    const where =
+      options.subscribersOn === 'both'
+        ? 'half on instance A, half on B (the subscribers of each delivery alternate)'
+        : 'on instance B';
+    const id = options.scale
+      ? 'realtime-redis-scale'
+      : options.standard
+        ? 'realtime-redis'
+        : `realtime-redis-${options.subscribers}x${options.perDelivery}-at-${options.rate}`;
     const title = options.scale
       ? 'Realtime at scale across instances on Redis: 20,000 subscribers'
       : options.standard
@@ -404,17 +626,28 @@ export async function realtimeRedis({ quick, command, flags = {}, defaults }) {
     const body = [
       `Two instances sharing one Redis (${contenders[0].redis.version}, \`appendonly yes\`, \`appendfsync always\`, on this machine; each build its own): webhooks posted to instance A, the subscribers ${where}. ${method(options, i, where)}${buildsNote(contenders)} CPU per message counts both instances. Resident memory after the runs: ${rss}.${i ? ' Ingest runs on A alone, B stopped by then.' : ''}`,
       '',
-      table(['metric', ...contenders.map((c) => c.name), 'goal'], realtimeRows(contenders, runs, i, { ...targets, options })),
+      table(
+        ['metric', ...contenders.map((c) => c.name), 'goal'],
+        realtimeRows(contenders, runs, i, { ...targets, options }),
+      ),
     ].join('\n');
     // The per-message goal is part of the realtime cell here (one id for both, as the goals table has it).
-    writeSection(id, title, body, { command, quick, goals: realtimeGoals(runs[contenders[0].name], i?.[contenders[0].name], targets) });
+    writeSection(id, title, body, {
+      command,
+      quick,
+      goals: realtimeGoals(runs[contenders[0].name], i?.[contenders[0].name], targets),
+    });
   } finally {
     await Promise.all([upstream.stop(), ...contenders.flatMap((c) => [c.a.stop(), c.b.stop()])]);
     for (const redis of redises) await redis.stop();
   }
 }
 
-export const realtimeRedisScale = (args) => realtimeRedis({ ...args, defaults: { subscribers: '20000', 'per-delivery': '100', rate: '100', 'subscribers-on': 'both' } });
+export const realtimeRedisScale = (args) =>
+  realtimeRedis({
+    ...args,
+    defaults: { subscribers: '20000', 'per-delivery': '100', rate: '100', 'subscribers-on': 'both' },
+  });
 
 /**
  * What waiting for a replica costs (issue 23): a primary and one replica, two
@@ -429,10 +662,17 @@ export async function redisReplicaAck({ quick, command }) {
   const upstream = await startUpstream();
   const options = runOptions({ rounds: '1' }, quick);
   const results = [];
-  for (const [label, acks] of [['no replica acknowledgement (REDIS_MIN_REPLICAS_ACK=0)', '0'], ['one replica acknowledging (the default with a replica)', undefined]]) {
+  for (const [label, acks] of [
+    ['no replica acknowledgement (REDIS_MIN_REPLICAS_ACK=0)', '0'],
+    ['one replica acknowledging (the default with a replica)', undefined],
+  ]) {
     // The same events again would be duplicates, which are stored once and published once: each setting starts empty.
     spawnSync('redis-cli', ['-p', String(primary.port), 'flushall'], { stdio: 'ignore' });
-    const env = { REDIS_URL: primary.url, CLIENT_TOKEN_SECRET: 'bench-client-token-secret-shared-by-instances', ...(acks === undefined ? {} : { REDIS_MIN_REPLICAS_ACK: acks }) };
+    const env = {
+      REDIS_URL: primary.url,
+      CLIENT_TOKEN_SECRET: 'bench-client-token-secret-shared-by-instances',
+      ...(acks === undefined ? {} : { REDIS_MIN_REPLICAS_ACK: acks }),
+    };
     const a = await startFacade(upstream.url, { publicKeyPem, env, label: `replica-ack-${acks ?? 'default'}-A` });
     const b = await startFacade(upstream.url, { publicKeyPem, env, label: `replica-ack-${acks ?? 'default'}-B` });
     const ingest = prepareIngest({ quick, privateKeyPem });
@@ -442,7 +682,12 @@ export async function redisReplicaAck({ quick, command }) {
         { name: 'A', origin: a.origin, pid: a.child.pid },
         { name: 'B', origin: b.origin, pid: b.child.pid },
       ],
-      servers: [{ name: 'A', pid: a.child.pid }, { name: 'B', pid: b.child.pid }, { name: 'primary', pid: primary.child.pid }, { name: 'replica', pid: replica.child.pid }],
+      servers: [
+        { name: 'A', pid: a.child.pid },
+        { name: 'B', pid: b.child.pid },
+        { name: 'primary', pid: primary.child.pid },
+        { name: 'replica', pid: replica.child.pid },
+      ],
       postOrigin: a.origin,
       subscribeOrigins: [b.origin],
     };
@@ -466,7 +711,18 @@ export async function redisReplicaAck({ quick, command }) {
   const body = [
     `A Redis primary and one replica (${primary.version}, both \`appendonly yes\`, \`appendfsync always\`, on this machine), two instances: webhooks to A, subscribers on B, then ingest on A alone. Measured first without waiting for the replica, then with the default (every stored batch waits until the replica confirms it, Redis \`WAIT 1\`), in one run. ${method(options, ingestShape, 'on instance B')}`,
     '',
-    table(['setting', 'webhook ack p50 / p99', 'webhook → subscriber p50 / p99', 'lost / webhooks failed', 'CPU per message (A + B)', 'event-loop delay max / p99', 'max stored events/s (median; rounds)'], results.map(row)),
+    table(
+      [
+        'setting',
+        'webhook ack p50 / p99',
+        'webhook → subscriber p50 / p99',
+        'lost / webhooks failed',
+        'CPU per message (A + B)',
+        'event-loop delay max / p99',
+        'max stored events/s (median; rounds)',
+      ],
+      results.map(row),
+    ),
     '',
     `With the replica acknowledging: ingest ${fmt(results[1].i.rate / results[0].i.rate, 2)}× that without, subscriber p99 ${fmt(Math.abs(results[1].m.delivery.p99 - results[0].m.delivery.p99), 2)} ms ${results[1].m.delivery.p99 >= results[0].m.delivery.p99 ? 'higher' : 'lower'} (one run of each, the second right after the first: differences of this size are within this machine's run-to-run noise).`,
   ].join('\n');
@@ -495,10 +751,26 @@ export async function fanOut({ quick, command, flags = {} }) {
   const poster = forkWorker('webhook-poster');
   await poster.call('init', { origin: 'http://127.0.0.1:9', privateKeyPem });
   await Promise.all([
-    poster.call('prepare', { name: 'warm-up', events: uids.map((uid) => ({ uid, event_name: 'delivery.created', status: 'warm-up' })) }),
-    poster.call('prepare', { name: 'singles', events: Array.from({ length: SINGLES }, (_, k) => ({ uid: uids[k % deliveries], event_name: 'delivery.dropoff_enroute', status: `single-${k}` })) }),
-    poster.call('prepare', { name: 'warm-burst', events: uids.map((uid) => ({ uid, event_name: 'delivery.pickup_complete', status: 'warm-burst' })) }),
-    poster.call('prepare', { name: 'burst', events: uids.map((uid) => ({ uid, event_name: 'delivery.dropoff_arrived', status: 'burst' })) }),
+    poster.call('prepare', {
+      name: 'warm-up',
+      events: uids.map((uid) => ({ uid, event_name: 'delivery.created', status: 'warm-up' })),
+    }),
+    poster.call('prepare', {
+      name: 'singles',
+      events: Array.from({ length: SINGLES }, (_, k) => ({
+        uid: uids[k % deliveries],
+        event_name: 'delivery.dropoff_enroute',
+        status: `single-${k}`,
+      })),
+    }),
+    poster.call('prepare', {
+      name: 'warm-burst',
+      events: uids.map((uid) => ({ uid, event_name: 'delivery.pickup_complete', status: 'warm-burst' })),
+    }),
+    poster.call('prepare', {
+      name: 'burst',
+      events: uids.map((uid) => ({ uid, event_name: 'delivery.dropoff_arrived', status: 'burst' })),
+    }),
   ]);
   const results = [];
   try {
@@ -508,7 +780,13 @@ export async function fanOut({ quick, command, flags = {} }) {
         await poster.call('retarget', { origin: facade.origin });
         await sleep(500);
         const idleRss = facade.rssKb();
-        const fleet = await startFleet({ origins: [facade.origin], key: KEY, subscribers: fleetSize, uids, processes: 1 });
+        const fleet = await startFleet({
+          origins: [facade.origin],
+          key: KEY,
+          subscribers: fleetSize,
+          uids,
+          processes: 1,
+        });
         try {
           await poster.call('burst', { name: 'warm-up' });
           const warm = await fleet.waitForTag({ tag: 'warm-up', count: 'all', timeoutMs: 60_000 });
@@ -531,7 +809,11 @@ export async function fanOut({ quick, command, flags = {} }) {
 
           // The burst: one event to every delivery at once; until every subscriber has its own.
           const loop = await loopDelayWindow([{ name: 'facade', origin: facade.origin }]);
-          const cpu = cpuMeter([{ name: 'facade', pid: facade.child.pid }, ...fleet.processes, { name: 'poster', pid: poster.pid }]);
+          const cpu = cpuMeter([
+            { name: 'facade', pid: facade.child.pid },
+            ...fleet.processes,
+            { name: 'poster', pid: poster.pid },
+          ]);
           const burst = await poster.call('burst', { name: 'burst' });
           const got = await fleet.waitForTag({ tag: 'burst', count: 'all', timeoutMs: 60_000 });
           const cpuUsed = cpu.stop();
@@ -567,12 +849,28 @@ export async function fanOut({ quick, command, flags = {} }) {
     table(
       ['metric', ...col((r) => r.name), 'goal'],
       [
-        ['resident memory idle → with subscribers', ...col((r) => `${fmt(r.idleRss / 1024, 0)} → ${fmt(r.loadedRss / 1024, 0)} MiB`), ''],
-        ['resident memory per subscriber', ...col((r) => `${fmt((r.loadedRss - r.idleRss) / fleetSize, 1)} KB`), '≤ 30 KB'],
-        [`one event → all ${perDelivery} subscribers of its delivery (median of ${SINGLES})`, ...col((r) => `${fmt(r.singles, 2)} ms`), ''],
+        [
+          'resident memory idle → with subscribers',
+          ...col((r) => `${fmt(r.idleRss / 1024, 0)} → ${fmt(r.loadedRss / 1024, 0)} MiB`),
+          '',
+        ],
+        [
+          'resident memory per subscriber',
+          ...col((r) => `${fmt((r.loadedRss - r.idleRss) / fleetSize, 1)} KB`),
+          '≤ 30 KB',
+        ],
+        [
+          `one event → all ${perDelivery} subscribers of its delivery (median of ${SINGLES})`,
+          ...col((r) => `${fmt(r.singles, 2)} ms`),
+          '',
+        ],
         [`burst: one event per delivery → all ${fleetSize} subscribers`, ...col((r) => `${fmt(r.burstMs, 0)} ms`), ''],
         ['poster ↔ subscriber clocks (difference ± bound)', ...col((r) => describeAgreement(r.clocks)), ''],
-        ['CPU per message during the burst (the facade, all threads)', ...col((r) => `${fmt(r.usPerMessage, 1)} µs`), ''],
+        [
+          'CPU per message during the burst (the facade, all threads)',
+          ...col((r) => `${fmt(r.usPerMessage, 1)} µs`),
+          '',
+        ],
         ['event-loop delay during the burst, max / p99', ...col((r) => describeLoopDelay(r.loopDelay)), ''],
       ],
     ),

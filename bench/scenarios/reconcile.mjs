@@ -38,14 +38,24 @@ export async function reconcile({ quick, command }) {
       const done = () => firsts + errors >= DELIVERIES && resolve();
       uids.forEach((uid, i) => {
         if (i % PER_SOCKET === 0) {
-          clients.push(createClient({ url: `${facade.origin.replace('http', 'ws')}/graphql`, webSocketImpl: WebSocket, connectionParams: { authorization: 'Bearer sk_bench' }, retryAttempts: 0 }));
+          clients.push(
+            createClient({
+              url: `${facade.origin.replace('http', 'ws')}/graphql`,
+              webSocketImpl: WebSocket,
+              connectionParams: { authorization: 'Bearer sk_bench' },
+              retryAttempts: 0,
+            }),
+          );
         }
         let first = true;
         clients.at(-1).subscribe(
           { query: SUBSCRIPTION, variables: { uid } },
           {
             next: () => {
-              if (first) (first = false), (firsts += 1), done();
+              if (!first) return;
+              first = false;
+              firsts += 1;
+              done();
             },
             error: () => ((errors += 1), done()),
             complete: () => undefined,
@@ -72,16 +82,22 @@ export async function reconcile({ quick, command }) {
     const body = [
       `The compiled facade (\`node dist/main.js\`, NODE_ENV=production) against the fixed upstream, with no WEBHOOK_PUBLIC_KEY_FILE: polling alone, RECONCILE_INTERVAL_MS at its default for that case (5 s), RECONCILE_MAX_READS_PER_SECOND 100. ${DELIVERIES} deliveryUpdated subscriptions (one per delivery, ${PER_SOCKET} per socket) in the orchestrator; after all had their first state, the upstream's GETs counted for ${seconds} s. The canned deliveries never change: the cost of reading alone. With webhooks on (30 s default) the same arithmetic gives at most 2,000 per 1,000 a minute, fewer as events put reads off.`,
       '',
-      table(['metric', 'value'], [
-        ['followed deliveries', thousands(DELIVERIES)],
-        ['upstream reads in the window', thousands(reads)],
-        // 1,000 deliveries every 5–6 s want about 10,900 a minute; RECONCILE_MAX_READS_PER_SECOND (100) allows 6,000.
-        ['upstream reads per 1,000 followed deliveries per minute', `**${thousands(perThousandPerMinute)}** (wanted: one per 5–6 s each, about 10,900; allowed: 100/s, 6,000)`],
-        ['CPU, % of one core', describeCpu(cpu, 2)],
-        // All the facade's CPU in the window (idle timers and pings included), divided by the reads.
-        ['facade CPU per read', `${fmt((cpu.byName.facade * 10 * minutes * 60_000) / Math.max(1, reads), 0)} µs`],
-        ['event-loop delay in the window (from /metrics)', describeLoopDelay(loopDelay)],
-      ]),
+      table(
+        ['metric', 'value'],
+        [
+          ['followed deliveries', thousands(DELIVERIES)],
+          ['upstream reads in the window', thousands(reads)],
+          // 1,000 deliveries every 5–6 s want about 10,900 a minute; RECONCILE_MAX_READS_PER_SECOND (100) allows 6,000.
+          [
+            'upstream reads per 1,000 followed deliveries per minute',
+            `**${thousands(perThousandPerMinute)}** (wanted: one per 5–6 s each, about 10,900; allowed: 100/s, 6,000)`,
+          ],
+          ['CPU, % of one core', describeCpu(cpu, 2)],
+          // All the facade's CPU in the window (idle timers and pings included), divided by the reads.
+          ['facade CPU per read', `${fmt((cpu.byName.facade * 10 * minutes * 60_000) / Math.max(1, reads), 0)} µs`],
+          ['event-loop delay in the window (from /metrics)', describeLoopDelay(loopDelay)],
+        ],
+      ),
     ].join('\n');
     writeSection('reconcile', 'Reconciliation by polling (issue 21)', body, { command, quick });
   } finally {
@@ -111,7 +127,8 @@ async function reconcileUnfollowed({ quick, command }) {
   const facade = await startFacade(upstream.url, { label: 'reconcile-unfollowed', env });
   try {
     const uids = Array.from({ length: deliveries }, () => randomUUID());
-    // One read each through the facade: the upstream lets the key read it, so it is the key's (an owner record), and the key is in memory.
+    // One read each through the facade: the upstream lets the key read it, so it is the key's (an owner record), and
+    // the key is in memory.
     let next = 0;
     const readOne = async () => {
       while (next < uids.length) {
@@ -122,7 +139,8 @@ async function reconcileUnfollowed({ quick, command }) {
           body: JSON.stringify({ query: READ, variables: { uid } }),
         });
         const result = await response.json();
-        if (result.data?.delivery?.status !== 'DROPOFF_ENROUTE') throw new Error(`reading ${uid} through the facade: ${JSON.stringify(result)}`);
+        if (result.data?.delivery?.status !== 'DROPOFF_ENROUTE')
+          throw new Error(`reading ${uid} through the facade: ${JSON.stringify(result)}`);
       }
     };
     await Promise.all(Array.from({ length: 20 }, readOne));
@@ -140,17 +158,32 @@ async function reconcileUnfollowed({ quick, command }) {
     const withWebhooks = perThousand * (intervalMs / UNFOLLOWED_DEFAULT_MS.webhooks);
     const wanted = (1000 * 60_000) / intervalMs;
     const body = [
-      `The compiled facade against the fixed upstream, webhooks off (RECONCILE_INTERVAL_MS 5 s, so RECONCILE_UNFOLLOWED_INTERVAL_MS ${quick ? `set to ${intervalMs / 1000} s for the quick run` : 'at its default, 50 s'}), RECONCILE_MAX_READS_PER_SECOND 100. ${thousands(deliveries)} deliveries read once each through GraphQL (each then the key's, its key in the facade's memory) and followed by nobody; the canned deliveries never change and never end. The upstream's GETs counted over ${passes} whole passes (${fmt((minutes * 60), 0)} s) from the first pass's first read. Each unfinished delivery is read once a pass; a delivery with webhooks coming is skipped, so these are the most it costs.`,
+      `The compiled facade against the fixed upstream, webhooks off (RECONCILE_INTERVAL_MS 5 s, so RECONCILE_UNFOLLOWED_INTERVAL_MS ${quick ? `set to ${intervalMs / 1000} s for the quick run` : 'at its default, 50 s'}), RECONCILE_MAX_READS_PER_SECOND 100. ${thousands(deliveries)} deliveries read once each through GraphQL (each then the key's, its key in the facade's memory) and followed by nobody; the canned deliveries never change and never end. The upstream's GETs counted over ${passes} whole passes (${fmt(minutes * 60, 0)} s) from the first pass's first read. Each unfinished delivery is read once a pass; a delivery with webhooks coming is skipped, so these are the most it costs.`,
       '',
-      table(['metric', 'value'], [
-        ['unfinished deliveries nobody follows', thousands(deliveries)],
-        ['upstream reads in the window', thousands(reads)],
-        [`reads per 1,000 unfinished deliveries per minute, at this run's ${intervalMs / 1000} s pass`, `${thousands(perThousand)} (one a pass each: ${thousands(wanted)})`],
-        ['the same at the default without webhooks (50 s pass)', `**${thousands(atDefault)}** (computed: 1,200 at most, about 1,140 as pass starts spread by up to a tenth)`],
-        ['the same at the default with webhooks (300 s pass; scaled from this run)', `**${thousands(withWebhooks)}** (computed: 200 at most, about 190 with the spread)`],
-      ]),
+      table(
+        ['metric', 'value'],
+        [
+          ['unfinished deliveries nobody follows', thousands(deliveries)],
+          ['upstream reads in the window', thousands(reads)],
+          [
+            `reads per 1,000 unfinished deliveries per minute, at this run's ${intervalMs / 1000} s pass`,
+            `${thousands(perThousand)} (one a pass each: ${thousands(wanted)})`,
+          ],
+          [
+            'the same at the default without webhooks (50 s pass)',
+            `**${thousands(atDefault)}** (computed: 1,200 at most, about 1,140 as pass starts spread by up to a tenth)`,
+          ],
+          [
+            'the same at the default with webhooks (300 s pass; scaled from this run)',
+            `**${thousands(withWebhooks)}** (computed: 200 at most, about 190 with the spread)`,
+          ],
+        ],
+      ),
     ].join('\n');
-    writeSection('reconcile-unfollowed', 'Reconciliation of deliveries nobody follows (issue 30)', body, { command, quick });
+    writeSection('reconcile-unfollowed', 'Reconciliation of deliveries nobody follows (issue 30)', body, {
+      command,
+      quick,
+    });
   } finally {
     await facade.stop();
     await upstream.stop();

@@ -30,7 +30,9 @@ export const FACADE_SINGLE_READ = `query Read($uid: ID!) {
   }
 }`;
 
-/** The single read as a load request (autocannon, 32 connections, a fresh uid per request) against a facade at `origin`. */
+/**
+ * The single read as a load request (autocannon, 32 connections, a fresh uid per request) against a facade at `origin`.
+ */
 export function facadeReadLoad(origin) {
   return {
     url: `${origin}/graphql`,
@@ -44,7 +46,13 @@ export function facadeReadLoad(origin) {
 }
 
 /** `--name=value` flags of a probe's command line. */
-export const probeFlags = () => Object.fromEntries(process.argv.slice(2).filter((arg) => arg.startsWith('--')).map((arg) => arg.slice(2).split(/=(.*)/s, 2)));
+export const probeFlags = () =>
+  Object.fromEntries(
+    process.argv
+      .slice(2)
+      .filter((arg) => arg.startsWith('--'))
+      .map((arg) => arg.slice(2).split(/=(.*)/s, 2)),
+  );
 
 export async function singleRead({ quick, command, flags = {} }) {
   const duration = quick ? 3 : 10;
@@ -54,7 +62,13 @@ export async function singleRead({ quick, command, flags = {} }) {
   const facade = await startFacade(upstream.url, { label: 'single-read' });
   // --baseline=<checkout>: that checkout's build too, side by side in the same rounds (old code against new).
   const baselineDir = flags.baseline && resolve(flags.baseline);
-  const baseline = baselineDir ? await startFacade(upstream.url, { label: 'single-read-baseline', entry: join(baselineDir, 'dist/main.js'), cwd: baselineDir }) : undefined;
+  const baseline = baselineDir
+    ? await startFacade(upstream.url, {
+        label: 'single-read-baseline',
+        entry: join(baselineDir, 'dist/main.js'),
+        cwd: baselineDir,
+      })
+    : undefined;
   const mesh = await startMeshContender(upstream.url).catch((error) => {
     console.error(`Mesh did not start: ${error.message}`);
     return undefined;
@@ -74,13 +88,51 @@ export async function singleRead({ quick, command, flags = {} }) {
   const contenders = [
     { name: DIRECT, url: `${upstream.origin}${path}`, headers: auth, uniqueIds: true },
     { name: PROXY, url: `${proxy.origin}${path}`, headers: auth, pid: proxy.child.pid, uniqueIds: true },
-    { name: FACADE, url: `${facade.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID_SLOT } }), pid: facade.child.pid, metricsOrigin: facade.origin, uniqueIds: true, graphql: true },
+    {
+      name: FACADE,
+      url: `${facade.origin}/graphql`,
+      method: 'POST',
+      headers: json,
+      body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID_SLOT } }),
+      pid: facade.child.pid,
+      metricsOrigin: facade.origin,
+      uniqueIds: true,
+      graphql: true,
+    },
     ...(baseline
-      ? [{ name: BASELINE, url: `${baseline.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID_SLOT } }), pid: baseline.child.pid, metricsOrigin: baseline.origin, uniqueIds: true, graphql: true }]
+      ? [
+          {
+            name: BASELINE,
+            url: `${baseline.origin}/graphql`,
+            method: 'POST',
+            headers: json,
+            body: JSON.stringify({ query: FACADE_SINGLE_READ, variables: { uid: UID_SLOT } }),
+            pid: baseline.child.pid,
+            metricsOrigin: baseline.origin,
+            uniqueIds: true,
+            graphql: true,
+          },
+        ]
       : []),
-    ...(mesh ? [{ name: MESH, url: `${mesh.origin}/graphql`, method: 'POST', headers: json, body: JSON.stringify({ query: MESH_SINGLE_READ, variables: { uid: UID_SLOT, platform: PLATFORM_ID } }), pid: mesh.child.pid, uniqueIds: true, graphql: true }] : []),
+    ...(mesh
+      ? [
+          {
+            name: MESH,
+            url: `${mesh.origin}/graphql`,
+            method: 'POST',
+            headers: json,
+            body: JSON.stringify({ query: MESH_SINGLE_READ, variables: { uid: UID_SLOT, platform: PLATFORM_ID } }),
+            pid: mesh.child.pid,
+            uniqueIds: true,
+            graphql: true,
+          },
+        ]
+      : []),
   ];
-  /** Max-throughput load on one contender, with the CPU share (of one core) of it, the upstream, the load process and anything else. */
+  /**
+   * Max-throughput load on one contender, with the CPU share (of one core) of it, the upstream, the load process and
+   * anything else.
+   */
   // The facades' event-loop delay over each measured run, from their /metrics (undefined for the others).
   const loopOf = async (metricsOrigin, run) => {
     const loop = metricsOrigin && (await loopDelayWindow([{ name: 'facade', origin: metricsOrigin }]));
@@ -89,7 +141,11 @@ export async function singleRead({ quick, command, flags = {} }) {
   };
   const maxLoad = ({ pid, metricsOrigin, ...c }, seconds) =>
     loopOf(metricsOrigin, async () => {
-      const cpu = cpuMeter([{ name: 'contender', pid: pid ?? upstream.child.pid }, { name: 'upstream', pid: upstream.child.pid }, { name: 'load', pid: http.pid }]);
+      const cpu = cpuMeter([
+        { name: 'contender', pid: pid ?? upstream.child.pid },
+        { name: 'upstream', pid: upstream.child.pid },
+        { name: 'load', pid: http.pid },
+      ]);
       const result = await http.call('autocannon', { ...c, connections: 32, duration: seconds });
       return { ...result, cpu: cpu.stop() };
     });
@@ -98,7 +154,8 @@ export async function singleRead({ quick, command, flags = {} }) {
   for (const c of contenders) {
     const response = await fetch(c.url, { method: c.method ?? 'GET', headers: c.headers, body: c.body });
     const text = await response.text();
-    if (!response.ok || text.includes('"errors"')) throw new Error(`${c.name} answered ${response.status}: ${text.slice(0, 300)}`);
+    if (!response.ok || text.includes('"errors"'))
+      throw new Error(`${c.name} answered ${response.status}: ${text.slice(0, 300)}`);
   }
 
   const results = Object.fromEntries(contenders.map((c) => [c.name, { max: [], fixed: [] }]));
@@ -107,7 +164,7 @@ export async function singleRead({ quick, command, flags = {} }) {
       await maxLoad(c, 1); // warm-up
       results[c.name].max.push(await maxLoad(c, duration));
     }
-    for (const { pid, metricsOrigin, ...c } of contenders) {
+    for (const { pid: _pid, metricsOrigin, ...c } of contenders) {
       // A second at the rate first: the previous contender's backlog drains, the client's connections open.
       await http.call('fixedRate', { ...c, rate: 200, duration: 1 });
       const fixed = await loopOf(metricsOrigin, async () => {
@@ -161,7 +218,8 @@ export async function singleRead({ quick, command, flags = {} }) {
   const vsMeshRounds = mesh ? perRound((r) => results[FACADE].max[r].rps / results[MESH].max[r].rps) : [];
   const addedP99 = dg.fixedP99 - direct.fixedP99;
   const addedP99Rounds = perRound((r) => results[FACADE].fixed[r].p99 - results[DIRECT].fixed[r].p99);
-  // What the rest of the machine took while the compared runs ran (the larger of the two medians), to tell a noisy cell.
+  // What the rest of the machine took while the compared runs ran (the larger of the two medians), to tell a noisy
+  // cell.
   const otherLoad = (...pcts) => `; other load ${fmt(Math.max(...pcts), 0)} % of a core`;
   const goals = [
     {
@@ -189,23 +247,44 @@ export async function singleRead({ quick, command, flags = {} }) {
   ];
   const ratios = [
     `- delivery-graph / reverse proxy throughput: **${fmt(vsProxy, 2)}×** (goal ≥ 0.70×${range(vsProxyRounds, 2, '×')})`,
-    mesh ? `- delivery-graph / Mesh throughput: **${fmt(vsMesh, 2)}×** (goal ≥ 7×${range(vsMeshRounds, 2, '×')})` : '- Mesh: did not start in this run',
+    mesh
+      ? `- delivery-graph / Mesh throughput: **${fmt(vsMesh, 2)}×** (goal ≥ 7×${range(vsMeshRounds, 2, '×')})`
+      : '- Mesh: did not start in this run',
     `- added latency at 200 req/s over the direct GET: p50 **${fmt(dg.fixedP50 - direct.fixedP50, 2)} ms**, p99 **${fmt(addedP99, 2)} ms** (goal p99 ≤ +2 ms${range(addedP99Rounds, 2, ' ms')})`,
   ];
   // CPU per read: the contender's share of one core at max throughput over its requests per second.
   const cpuPerRead = (name) => (summary[name].cpu[0] / 100 / summary[name].rps) * 1e6;
-  ratios.push(`- CPU per read at max throughput: delivery-graph **${fmt(cpuPerRead(FACADE), 0)} µs**, reverse proxy ${fmt(cpuPerRead(PROXY), 0)} µs (**${fmt(cpuPerRead(FACADE) / cpuPerRead(PROXY), 2)}×**)`);
+  ratios.push(
+    `- CPU per read at max throughput: delivery-graph **${fmt(cpuPerRead(FACADE), 0)} µs**, reverse proxy ${fmt(cpuPerRead(PROXY), 0)} µs (**${fmt(cpuPerRead(FACADE) / cpuPerRead(PROXY), 2)}×**)`,
+  );
   // The facades' event-loop delay: the longest hold of their loop, the worst of the rounds.
-  const loopLine = (name) => `${name}: at 200 req/s ${describeLoopDelay(summary[name].loopFixed)}, at max throughput ${describeLoopDelay(summary[name].loopAtMax)}`;
-  ratios.push(`- event-loop delay (from /metrics, the worst round): ${[FACADE, ...(baseline ? [BASELINE] : [])].map(loopLine).join('; ')} (goal at 200 req/s: max ≤ 10 ms)`);
+  const loopLine = (name) =>
+    `${name}: at 200 req/s ${describeLoopDelay(summary[name].loopFixed)}, at max throughput ${describeLoopDelay(summary[name].loopAtMax)}`;
+  ratios.push(
+    `- event-loop delay (from /metrics, the worst round): ${[FACADE, ...(baseline ? [BASELINE] : [])].map(loopLine).join('; ')} (goal at 200 req/s: max ≤ 10 ms)`,
+  );
   if (baseline) {
     const old = summary[BASELINE];
-    ratios.push(`- against ${BASELINE}, side by side: throughput **${fmt(dg.rps / old.rps, 2)}×** (${thousands(dg.rps)} vs ${thousands(old.rps)} req/s), CPU per read ${fmt(cpuPerRead(FACADE), 0)} vs ${fmt(cpuPerRead(BASELINE), 0)} µs, added p99 @200/s ${fmt(addedP99, 2)} vs ${fmt(old.fixedP99 - direct.fixedP99, 2)} ms`);
+    ratios.push(
+      `- against ${BASELINE}, side by side: throughput **${fmt(dg.rps / old.rps, 2)}×** (${thousands(dg.rps)} vs ${thousands(old.rps)} req/s), CPU per read ${fmt(cpuPerRead(FACADE), 0)} vs ${fmt(cpuPerRead(BASELINE), 0)} µs, added p99 @200/s ${fmt(addedP99, 2)} vs ${fmt(old.fixedP99 - direct.fixedP99, 2)} ms`,
+    );
   }
   const body = [
     `${rounds} round(s) of ${duration} s per contender at 32 connections (max throughput; a 1 s warm-up before each), then ${duration} s at a fixed 200 req/s (open loop, microsecond clock; a 1 s warm-up at the rate before each); medians of the rounds, the contenders alternating within each round. CPU is each process's share of one core during the max-throughput runs (the machine has ${os.cpus().length} cores, 100 % each); "not ours" is what the rest of the machine used meanwhile. The load (autocannon, then the fixed-rate client) runs in a process of its own; every contender and the fixed upstream run in processes of their own; the orchestrator idles while they run.`,
     '',
-    table(['contender', 'req/s', 'p50 ms', 'p99 ms', 'added p50 @200/s', 'added p99 @200/s', 'errors', 'CPU % at max: contender / upstream / load / not ours'], rows),
+    table(
+      [
+        'contender',
+        'req/s',
+        'p50 ms',
+        'p99 ms',
+        'added p50 @200/s',
+        'added p99 @200/s',
+        'errors',
+        'CPU % at max: contender / upstream / load / not ours',
+      ],
+      rows,
+    ),
     '',
     ...ratios,
   ].join('\n');

@@ -44,7 +44,14 @@ function diskBytes(dir) {
 }
 
 const uidOf = (i) => `00000000-0000-4000-a000-${String(i).padStart(12, '0')}`;
-const NAMES = ['delivery.created', 'delivery.assigned', 'location.pickup_enroute', 'delivery.pickup_complete', 'location.dropoff_enroute', 'delivery.dropoff_complete'];
+const NAMES = [
+  'delivery.created',
+  'delivery.assigned',
+  'location.pickup_enroute',
+  'delivery.pickup_complete',
+  'location.dropoff_enroute',
+  'delivery.dropoff_complete',
+];
 /** About the size of a real event's payload (addresses, items, platform data): ~1.5 KB of JSON. */
 const FILLER = 'x'.repeat(1_000);
 
@@ -66,9 +73,15 @@ async function runSoak({ flags, storeLabel, env, measureStore }) {
   const rate = Number(flags.rate ?? 200);
   const { publicKeyPem, privateKey } = keyPair();
   const upstream = await startUpstream();
-  const facade = await startFacade(upstream.url, { publicKeyPem, issuer: ISSUER, env: { EVENT_RETENTION: retention, ...env } });
+  const facade = await startFacade(upstream.url, {
+    publicKeyPem,
+    issuer: ISSUER,
+    env: { EVENT_RETENTION: retention, ...env },
+  });
   const poster = webhookPoster(facade.origin);
-  console.log(`soak (${storeLabel}): ${rate} signed webhooks/s for ${durationMs / 60_000} min, EVENT_RETENTION=${retention}, a sample every ${sampleMs / 1000} s`);
+  console.log(
+    `soak (${storeLabel}): ${rate} signed webhooks/s for ${durationMs / 60_000} min, EVENT_RETENTION=${retention}, a sample every ${sampleMs / 1000} s`,
+  );
 
   const samples = [];
   let sent = 0;
@@ -79,7 +92,16 @@ async function runSoak({ flags, storeLabel, env, measureStore }) {
     const store = await measureStore(facade);
     // The event-loop delay since the previous sample (each scrape starts a new window): retention passes run meanwhile.
     const loop = loopDelayOf(await scrapeMetrics(facade.origin));
-    const row = { minutes: atMs / 60_000, sent, acked, failed, rssMiB: facade.rssKb() / 1024, ackP99: p99(window), loop, ...store };
+    const row = {
+      minutes: atMs / 60_000,
+      sent,
+      acked,
+      failed,
+      rssMiB: facade.rssKb() / 1024,
+      ackP99: p99(window),
+      loop,
+      ...store,
+    };
     window = [];
     samples.push(row);
     console.log(
@@ -124,8 +146,26 @@ async function runSoak({ flags, storeLabel, env, measureStore }) {
   const label = samples[0].storeLabel;
   console.log(
     `\n${table(
-      ['minutes', 'sent', 'acknowledged', 'failed', label, 'facade RSS (MiB)', 'ack p99 (ms)', 'event-loop delay since the last sample, max / p99'],
-      samples.map((row) => [fmt(row.minutes, 1), String(row.sent), String(row.acked), String(row.failed), row.store, fmt(row.rssMiB, 0), fmt(row.ackP99, 1), describeLoopDelay(row.loop)]),
+      [
+        'minutes',
+        'sent',
+        'acknowledged',
+        'failed',
+        label,
+        'facade RSS (MiB)',
+        'ack p99 (ms)',
+        'event-loop delay since the last sample, max / p99',
+      ],
+      samples.map((row) => [
+        fmt(row.minutes, 1),
+        String(row.sent),
+        String(row.acked),
+        String(row.failed),
+        row.store,
+        fmt(row.rssMiB, 0),
+        fmt(row.ackP99, 1),
+        describeLoopDelay(row.loop),
+      ]),
     )}\n`,
   );
   return { samples, facadeDataDir: facade.dataDir };
@@ -137,7 +177,10 @@ export async function soak({ flags = {} }) {
     flags,
     storeLabel: 'SQLite',
     env: {},
-    measureStore: async (facade) => ({ storeLabel: 'data dir (du, MiB)', store: fmt(diskBytes(facade.dataDir) / 2 ** 20, 1) }),
+    measureStore: async (facade) => ({
+      storeLabel: 'data dir (du, MiB)',
+      store: fmt(diskBytes(facade.dataDir) / 2 ** 20, 1),
+    }),
   });
 }
 
@@ -153,7 +196,10 @@ export async function soakRedis({ flags = {} }) {
       measureStore: async () => {
         const memory = Number(/used_memory:(\d+)/.exec(await client.info('memory'))?.[1] ?? 0);
         const [keys, log] = await Promise.all([client.dbsize(), client.xlen('dg:log')]);
-        return { storeLabel: 'Redis used memory (MiB) / log entries / keys', store: `${fmt(memory / 2 ** 20, 1)} / ${log} / ${keys}` };
+        return {
+          storeLabel: 'Redis used memory (MiB) / log entries / keys',
+          store: `${fmt(memory / 2 ** 20, 1)} / ${log} / ${keys}`,
+        };
       },
     });
   } finally {

@@ -16,18 +16,37 @@ export async function startup({ quick, command }) {
     ready.push(facade.readyMs);
     await sleep(1000);
     rss.push(facade.rssKb());
-    // The first scrape's window runs from the start (the metrics are made before the store's owner filter is filled) to now.
+    // The first scrape's window runs from the start (the metrics are made before the store's owner filter is filled) to
+    // now.
     loops.push(loopDelayOf(await scrapeMetrics(facade.origin))?.maxMs ?? NaN);
     await facade.stop();
   }
   const body = [
     `The compiled facade (\`node dist/main.js\`, NODE_ENV=production) against a fixed upstream; ${runs} starts. Ready = its "serving on" line, the HTTP server listening; idle memory read 1 s later.`,
     '',
-    table(['metric', 'median', 'min', 'max'], [
-      ['node start → ready', `${fmt(median(ready), 0)} ms`, `${fmt(Math.min(...ready), 0)} ms`, `${fmt(Math.max(...ready), 0)} ms`],
-      ['idle resident memory', `${fmt(median(rss) / 1024, 1)} MiB`, `${fmt(Math.min(...rss) / 1024, 1)} MiB`, `${fmt(Math.max(...rss) / 1024, 1)} MiB`],
-      ['event-loop delay max, start to 1 s after ready (from /metrics)', `${fmt(median(loops), 1)} ms`, `${fmt(Math.min(...loops), 1)} ms`, `${fmt(Math.max(...loops), 1)} ms`],
-    ]),
+    table(
+      ['metric', 'median', 'min', 'max'],
+      [
+        [
+          'node start → ready',
+          `${fmt(median(ready), 0)} ms`,
+          `${fmt(Math.min(...ready), 0)} ms`,
+          `${fmt(Math.max(...ready), 0)} ms`,
+        ],
+        [
+          'idle resident memory',
+          `${fmt(median(rss) / 1024, 1)} MiB`,
+          `${fmt(Math.min(...rss) / 1024, 1)} MiB`,
+          `${fmt(Math.max(...rss) / 1024, 1)} MiB`,
+        ],
+        [
+          'event-loop delay max, start to 1 s after ready (from /metrics)',
+          `${fmt(median(loops), 1)} ms`,
+          `${fmt(Math.min(...loops), 1)} ms`,
+          `${fmt(Math.max(...loops), 1)} ms`,
+        ],
+      ],
+    ),
   ].join('\n');
   writeSection('startup', 'Start-up', body, { command, quick });
   await upstream.stop();

@@ -39,7 +39,11 @@ export function readCaller(authorization: string | null | undefined, tokens: Cli
   const credential = bearerCredential(authorization);
   if (credential === undefined) return ANONYMOUS;
   if (!looksLikeClientToken(credential)) return { kind: 'merchant', key: credential };
-  return tokens.read(credential).then((grant) => (grant ? { kind: 'client-token', key: grant.key, token: { ...grant, token: credential } } : REFUSED_TOKEN));
+  return tokens
+    .read(credential)
+    .then((grant) =>
+      grant ? { kind: 'client-token', key: grant.key, token: { ...grant, token: credential } } : REFUSED_TOKEN,
+    );
 }
 
 /**

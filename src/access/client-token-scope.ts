@@ -14,11 +14,14 @@ export type OperationKind = 'query' | 'mutation' | 'subscription';
 
 /** Why a client token may not run an operation of this kind selecting these root fields; undefined when it may. */
 export function clientTokenRefusal(kind: OperationKind, rootFields: ReadonlySet<string>): ForbiddenError | undefined {
-  if (kind === 'mutation') return new ForbiddenError('A client token may only read its deliveries; mutations need the merchant key.');
+  if (kind === 'mutation')
+    return new ForbiddenError('A client token may only read its deliveries; mutations need the merchant key.');
   const allowed = ALLOWED_ROOT_FIELDS[kind];
   const others = [...rootFields].filter((name) => !allowed.has(name));
   if (others.length === 0) return undefined;
-  return new ForbiddenError(`A client token may not use ${others.map((name) => `${kind === 'query' ? 'Query' : 'Subscription'}.${name}`).join(', ')}; it reads its own deliveries only.`);
+  return new ForbiddenError(
+    `A client token may not use ${others.map((name) => `${kind === 'query' ? 'Query' : 'Subscription'}.${name}`).join(', ')}; it reads its own deliveries only.`,
+  );
 }
 
 /** Said when a merchant-only field is asked for with a client token (the resolvers' own check). */

@@ -28,7 +28,10 @@ export const CLIENT_TOKEN_LIMITS = { minTtlSeconds: 60, maxTtlSeconds: 86_400, m
 
 const ISSUER = 'delivery-graph';
 const AUDIENCE = 'delivery-graph:client';
-/** Tokens read recently are remembered until they expire, so a busy subscriber's page costs one decryption, not one per request. */
+/**
+ * Tokens read recently are remembered until they expire, so a busy subscriber's page costs one decryption, not one per
+ * request.
+ */
 const MAX_REMEMBERED = 10_000;
 
 /** The file a generated secret is kept in, under DATA_DIR. */
@@ -89,7 +92,9 @@ export class ClientTokens {
     return { token, expiresAt, uids };
   }
 
-  /** The grant of a token this server (or one sharing its secret) made, still unexpired; undefined for anything else. */
+  /**
+   * The grant of a token this server (or one sharing its secret) made, still unexpired; undefined for anything else.
+   */
   async read(token: string): Promise<ClientTokenGrant | undefined> {
     const remembered = this.#remembered.get(token);
     if (remembered) {
@@ -106,10 +111,17 @@ export class ClientTokens {
           if (!match) throw new Error('unknown key id');
           return match.key;
         },
-        { issuer: ISSUER, audience: AUDIENCE, keyManagementAlgorithms: ['dir'], contentEncryptionAlgorithms: ['A256GCM'], requiredClaims: ['exp'] },
+        {
+          issuer: ISSUER,
+          audience: AUDIENCE,
+          keyManagementAlgorithms: ['dir'],
+          contentEncryptionAlgorithms: ['A256GCM'],
+          requiredClaims: ['exp'],
+        },
       );
       const { mk, uids, exp } = payload as { mk?: unknown; uids?: unknown; exp: number };
-      if (typeof mk !== 'string' || !Array.isArray(uids) || !uids.every((uid) => typeof uid === 'string')) return undefined;
+      if (typeof mk !== 'string' || !Array.isArray(uids) || !uids.every((uid) => typeof uid === 'string'))
+        return undefined;
       grant = Object.freeze({ key: mk, uids: Object.freeze([...(uids as string[])]), expiresAt: new Date(exp * 1000) });
     } catch {
       // Tampered, expired, foreign or not a token at all: the caller only needs to know it is not accepted.

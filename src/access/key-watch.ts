@@ -33,7 +33,10 @@ export interface KeyWatchOptions {
 
 /** Read by /metrics. */
 export interface KeyWatchCounters {
-  /** Confirmations asked of the upstream, by what it said: accepted, refused (by both groups), failed (it could not say). */
+  /**
+   * Confirmations asked of the upstream, by what it said: accepted, refused (by both groups), failed (it could not
+   * say).
+   */
   readonly confirmations: { accepted: number; refused: number; failed: number };
   /** Confirmations not asked: another call had proved the key within the interval. */
   proven: number;
@@ -96,7 +99,14 @@ export class KeyWatch {
     const id = hashKey(key);
     let watched = this.#watched.get(id);
     if (!watched) {
-      watched = { key, holders: new Set(), dueAt: this.#dueAfter(this.#now()), confirmedAt: 0, confirming: false, first: 'platform' };
+      watched = {
+        key,
+        holders: new Set(),
+        dueAt: this.#dueAfter(this.#now()),
+        confirmedAt: 0,
+        confirming: false,
+        first: 'platform',
+      };
       this.#watched.set(id, watched);
     }
     const holder: Holder = { end };
@@ -137,7 +147,8 @@ export class KeyWatch {
     const now = this.#now();
     for (const watched of this.#watched.values()) {
       if (watched.confirming || watched.dueAt > now) continue;
-      // Any call with the key that the upstream accepted since the last proof is a proof, unless a refusal came after it.
+      // Any call with the key that the upstream accepted since the last proof is a proof, unless a refusal came after
+      // it.
       const accepted = this.#options.upstream.keys.acceptedAt(watched.key);
       if (accepted !== undefined) {
         const proof = Math.max(accepted, watched.confirmedAt);
@@ -176,13 +187,18 @@ export class KeyWatch {
     const groups: KeyGroup[] = watched.first === 'platform' ? ['platform', 'partner'] : ['partner', 'platform'];
     for (const group of groups) {
       try {
-        await (group === 'platform' ? upstream.platform.availability(watched.key, { signal }) : upstream.partner.availability(watched.key, { signal }));
+        await (group === 'platform'
+          ? upstream.platform.availability(watched.key, { signal })
+          : upstream.partner.availability(watched.key, { signal }));
         watched.first = group;
         return 'accepted';
       } catch (error) {
         // The upstream could not say (down, slow, its circuit open): no verdict, and no second call.
         if (!isRefusal(error)) {
-          this.#options.logger?.debug({ err: error, group }, 'key watch: the upstream could not confirm a key; its subscriptions go on');
+          this.#options.logger?.debug(
+            { err: error, group },
+            'key watch: the upstream could not confirm a key; its subscriptions go on',
+          );
           return 'failed';
         }
       }
@@ -197,7 +213,11 @@ export class KeyWatch {
     const holders = [...watched.holders];
     watched.holders.clear();
     this.counters.ended += holders.length;
-    if (holders.length > 0) this.#options.logger?.info({ subscriptions: holders.length }, 'key watch: the upstream refused a key; its subscriptions ended UNAUTHENTICATED');
+    if (holders.length > 0)
+      this.#options.logger?.info(
+        { subscriptions: holders.length },
+        'key watch: the upstream refused a key; its subscriptions ended UNAUTHENTICATED',
+      );
     for (const holder of holders) holder.end();
   }
 }
@@ -205,6 +225,8 @@ export class KeyWatch {
 /** What an ended subscription's last message says: the key, or the key behind a client token, is no longer accepted. */
 export function keyRefusedError(clientToken: boolean): UnauthenticatedError {
   return new UnauthenticatedError(
-    clientToken ? 'The delivery service no longer accepts the merchant key behind this client token; ask the merchant for a new one.' : 'The delivery service refused the merchant key.',
+    clientToken
+      ? 'The delivery service no longer accepts the merchant key behind this client token; ask the merchant for a new one.'
+      : 'The delivery service refused the merchant key.',
   );
 }

@@ -36,7 +36,9 @@ export const MERCHANT_USAGE = `npm run merchant -- <command> [--flag=value ...] 
 /** What the command needs: the store, and (for link) the upstream's word on a key. */
 export interface MerchantAdminDeps {
   store: Store;
-  /** Whether the upstream accepts the key now; undefined: no upstream to ask (then link refuses unless --unverified). */
+  /**
+   * Whether the upstream accepts the key now; undefined: no upstream to ask (then link refuses unless --unverified).
+   */
   accepts?: (key: string) => Promise<boolean>;
 }
 
@@ -49,20 +51,30 @@ export interface MerchantAdminResult {
 const HASH = /^[0-9a-f]{64}$/;
 
 /** Runs one command with its flags and the text of standard input. */
-export async function merchantCommand(argv: readonly string[], input: string, deps: MerchantAdminDeps): Promise<MerchantAdminResult> {
+export async function merchantCommand(
+  argv: readonly string[],
+  input: string,
+  deps: MerchantAdminDeps,
+): Promise<MerchantAdminResult> {
   const [command, ...rest] = argv;
   const flags = new Map<string, string>();
   for (const arg of rest) {
     const match = /^--([a-z-]+)(?:=(.*))?$/.exec(arg);
-    if (!match) return misuse(`unexpected argument: ${arg.startsWith('sk_') ? '(a key? keys go on standard input)' : arg}`);
+    if (!match)
+      return misuse(`unexpected argument: ${arg.startsWith('sk_') ? '(a key? keys go on standard input)' : arg}`);
     flags.set(match[1]!, match[2] ?? '');
   }
-  const keys = input.split(/\r?\n/).map((line) => line.trim()).filter((line) => line !== '');
+  const keys = input
+    .split(/\r?\n/)
+    .map((line) => line.trim())
+    .filter((line) => line !== '');
   const merchants = new Merchants(deps.store, { cacheMs: 0 });
   const hashFlag = (name: string): string | undefined | Error => {
     const value = flags.get(name);
     if (value === undefined) return undefined;
-    return HASH.test(value) ? value : new Error(`--${name} takes 64 lowercase hex characters (npm run merchant -- hash prints one)`);
+    return HASH.test(value)
+      ? value
+      : new Error(`--${name} takes 64 lowercase hex characters (npm run merchant -- hash prints one)`);
   };
 
   switch (command) {
@@ -74,20 +86,31 @@ export async function merchantCommand(argv: readonly string[], input: string, de
       const oldHash = hashFlag('old-key-hash');
       if (oldHash instanceof Error) return misuse(oldHash.message);
       const expected = oldHash ? 1 : 2;
-      if (keys.length !== expected) return misuse(oldHash ? 'link reads the new key from standard input' : 'link reads two keys from standard input: the old one, then the new one');
+      if (keys.length !== expected)
+        return misuse(
+          oldHash
+            ? 'link reads the new key from standard input'
+            : 'link reads two keys from standard input: the old one, then the new one',
+        );
       const newKey = keys[expected - 1]!;
       const from = oldHash ?? hashKey(keys[0]!);
       if (from === hashKey(newKey)) return refused('the old and the new key are the same key');
       if (!deps.accepts) {
-        if (!flags.has('unverified')) return refused('no UPSTREAM_URL to check the new key with; pass --unverified to link it unchecked');
-      } else if (!(await deps.accepts(newKey))) return refused('the upstream does not accept the new key: nothing was linked');
+        if (!flags.has('unverified'))
+          return refused('no UPSTREAM_URL to check the new key with; pass --unverified to link it unchecked');
+      } else if (!(await deps.accepts(newKey)))
+        return refused('the upstream does not accept the new key: nothing was linked');
       const link = await merchants.link(hashKey(newKey), from);
       if (link.outcome === 'refused') {
         return refused(
           `both keys have deliveries or idempotency keys of their own, and a link moves nothing: if they are one merchant's, merge them (npm run merchant -- merge --key-hash=${hashKey(newKey)} --into-key-hash=${from})`,
         );
       }
-      return done(link.outcome === 'linked' ? `linked: the new key is a key of merchant ${link.merchant}` : `nothing to do: the keys are merchant ${link.merchant}'s already`);
+      return done(
+        link.outcome === 'linked'
+          ? `linked: the new key is a key of merchant ${link.merchant}`
+          : `nothing to do: the keys are merchant ${link.merchant}'s already`,
+      );
     }
     case 'merge': {
       const from = hashFlag('key-hash');
@@ -97,7 +120,10 @@ export async function merchantCommand(argv: readonly string[], input: string, de
       if (!from || !into) return misuse('merge needs --key-hash and --into-key-hash');
       const merge = await merchants.merge(from, into);
       const moved = `moved ${merge.records} owner records and ${merge.claims} idempotency claims${merge.conflicts > 0 ? ` (${merge.conflicts} idempotency keys both had used: merchant ${merge.merchant}'s claims kept, the others dropped)` : ''}`;
-      if (!merge.merged) return done(`nothing to link: the keys are merchant ${merge.merchant}'s already; ${moved} recorded under its linked ids`);
+      if (!merge.merged)
+        return done(
+          `nothing to link: the keys are merchant ${merge.merchant}'s already; ${moved} recorded under its linked ids`,
+        );
       return {
         code: 0,
         lines: [
@@ -111,7 +137,9 @@ export async function merchantCommand(argv: readonly string[], input: string, de
       if (hash instanceof Error) return misuse(hash.message);
       if (!hash) return misuse('unlink needs --key-hash');
       return (await merchants.unlink(hash))
-        ? done(`unlinked: ${hash} is a merchant of its own again; what it booked while linked stays with the merchant it was linked to (claim hands a delivery back)`)
+        ? done(
+            `unlinked: ${hash} is a merchant of its own again; what it booked while linked stays with the merchant it was linked to (claim hands a delivery back)`,
+          )
         : refused(`${hash} has no link`);
     }
     case 'show': {
@@ -125,7 +153,9 @@ export async function merchantCommand(argv: readonly string[], input: string, de
       if (refusal) return misuse(refusal);
       const record = (await deps.store.ownersOf([uid!])).get(uid!);
       if (!record) return refused(`no owner is recorded for ${uid}`);
-      return done(`merchant ${await merchants.rootOf(record.owner)} (recorded as ${record.owner}; group ${record.group ?? 'unknown'}; proof ${record.proof ?? 'none: recorded before proofs were kept'})`);
+      return done(
+        `merchant ${await merchants.rootOf(record.owner)} (recorded as ${record.owner}; group ${record.group ?? 'unknown'}; proof ${record.proof ?? 'none: recorded before proofs were kept'})`,
+      );
     }
     case 'claim': {
       const uid = flags.get('uid');
@@ -137,8 +167,13 @@ export async function merchantCommand(argv: readonly string[], input: string, de
       if (hash instanceof Error) return misuse(hash.message);
       const merchant = await merchants.rootOf(hash);
       const before = (await deps.store.ownersOf([uid!])).get(uid!);
-      await deps.store.recordOwners([{ uid: uid!, owner: merchant, group: group as OwnerGroup, proof: 'claimed', replace: true }]);
-      const replaced = before && (await merchants.rootOf(before.owner)) !== merchant ? ` (it was merchant ${await merchants.rootOf(before.owner)}'s)` : '';
+      await deps.store.recordOwners([
+        { uid: uid!, owner: merchant, group: group as OwnerGroup, proof: 'claimed', replace: true },
+      ]);
+      const replaced =
+        before && (await merchants.rootOf(before.owner)) !== merchant
+          ? ` (it was merchant ${await merchants.rootOf(before.owner)}'s)`
+          : '';
       return done(`claimed: ${uid} is merchant ${merchant}'s${replaced}`);
     }
     default:

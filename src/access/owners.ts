@@ -23,10 +23,22 @@
 // a uid ask it too).
 import type { ReadScope } from '../config.js';
 import type { Logger } from '../logger.js';
-import { merchantScoped, supersedes, type BookingResult, type OwnerEntry, type OwnerGroup, type OwnerProof, type OwnerRecord, type Store } from '../store/store.js';
+import {
+  merchantScoped,
+  supersedes,
+  type BookingResult,
+  type OwnerEntry,
+  type OwnerGroup,
+  type OwnerProof,
+  type OwnerRecord,
+  type Store,
+} from '../store/store.js';
 import { Merchants } from './merchants.js';
 
-/** What the record says of one caller: its own, another merchant's, or nothing that decides (the upstream, or a proof, may). */
+/**
+ * What the record says of one caller: its own, another merchant's, or nothing that decides (the upstream, or a proof,
+ * may).
+ */
 export type OwnerVerdict = 'own' | 'other' | 'unknown';
 
 /**
@@ -36,7 +48,12 @@ export type OwnerVerdict = 'own' | 'other' | 'unknown';
  * key-scoped upstream; on a platform-scoped one it decides nothing for anyone
  * but its owner (who keeps it: records made before proofs were kept still work).
  */
-export function ownerVerdict(record: OwnerRecord | undefined, ownerMerchant: string | undefined, caller: string, scope: ReadScope): OwnerVerdict {
+export function ownerVerdict(
+  record: OwnerRecord | undefined,
+  ownerMerchant: string | undefined,
+  caller: string,
+  scope: ReadScope,
+): OwnerVerdict {
   if (!record) return 'unknown';
   if ((ownerMerchant ?? record.owner) === caller) return 'own';
   return scope === 'key' || merchantScoped(record.proof) ? 'other' : 'unknown';
@@ -57,7 +74,10 @@ export interface Judged {
  */
 export const OWNER_CACHE_BYTES = 8 * 1024 * 1024;
 const CACHED_FOR_MS = 10 * 60_000;
-/** A record a merchant-scoped proof may still replace (on a platform-scoped upstream), from another instance too: kept this long only. */
+/**
+ * A record a merchant-scoped proof may still replace (on a platform-scoped upstream), from another instance too: kept
+ * this long only.
+ */
 const REPLACEABLE_FOR_MS = 5_000;
 /**
  * How often an instance asks the store for operator claims made since it last
@@ -65,7 +85,10 @@ const REPLACEABLE_FOR_MS = 5_000;
  * counts on every instance within about this long.
  */
 export const CLAIM_CHECK_MS = 2_000;
-/** Uids claimed lately whose claim time is kept for the answers cached elsewhere (ReadAccess, streams); the oldest go first. */
+/**
+ * Uids claimed lately whose claim time is kept for the answers cached elsewhere (ReadAccess, streams); the oldest go
+ * first.
+ */
 const MAX_CLAIMED = 10_000;
 /**
  * Records learned from reads wait this long to be written together: at most
@@ -94,7 +117,10 @@ export interface BookingRecord {
   /** The booking merchant's id (src/access/merchants.ts). */
   owner: string;
   group: OwnerGroup;
-  /** With an idempotency key: the claim to complete with the result, and the fingerprint of the input it was claimed for. */
+  /**
+   * With an idempotency key: the claim to complete with the result, and the fingerprint of the input it was claimed
+   * for.
+   */
   claim?: { idempotencyKey: string; fingerprint: string };
 }
 
@@ -137,7 +163,10 @@ export class Owners {
   #scheduled = false;
   /** Records written, and record writes that failed (the answer stood; a later read asks again): read by /metrics. */
   readonly counters = { recorded: 0, failed: 0 };
-  /** Bookings the store could not record yet, by uid; and the same by claim (owner hash and idempotency key), for a retry of the key. */
+  /**
+   * Bookings the store could not record yet, by uid; and the same by claim (owner hash and idempotency key), for a
+   * retry of the key.
+   */
   readonly #unrecorded = new Map<string, Unrecorded>();
   readonly #unrecordedClaims = new Map<string, Unrecorded>();
   #unrecordedBytes = 0;
@@ -147,11 +176,17 @@ export class Owners {
   readonly #unrecordedLimit: number;
   readonly scope: ReadScope;
   readonly merchants: Merchants;
-  /** The store's claims version this instance has seen (undefined before it first asked), when it last asked, and the check under way. */
+  /**
+   * The store's claims version this instance has seen (undefined before it first asked), when it last asked, and the
+   * check under way.
+   */
   #claimsVersion: number | undefined;
   #claimsCheckedAt = 0;
   #claimsCheck: Promise<void> | undefined;
-  /** Uids claimed by an operator, and when this instance learned it; #allClaimedAt: when it last lost track of which (too many). */
+  /**
+   * Uids claimed by an operator, and when this instance learned it; #allClaimedAt: when it last lost track of which
+   * (too many).
+   */
   readonly #claimed = new Map<string, number>();
   #allClaimedAt = 0;
   #claimsFailing = false;
@@ -172,12 +207,17 @@ export class Owners {
    */
   async judge(uids: readonly string[], caller: string): Promise<Map<string, Judged>> {
     const records = await this.lookup(uids);
-    const others = [...new Set([...records.values()].map((record) => record.owner).filter((owner) => owner !== caller))];
+    const others = [
+      ...new Set([...records.values()].map((record) => record.owner).filter((owner) => owner !== caller)),
+    ];
     const roots = others.length > 0 ? await this.merchants.roots(others) : undefined;
     const judged = new Map<string, Judged>();
     for (const uid of uids) {
       const record = records.get(uid);
-      judged.set(uid, { record, verdict: ownerVerdict(record, record && roots?.get(record.owner), caller, this.scope) });
+      judged.set(uid, {
+        record,
+        verdict: ownerVerdict(record, record && roots?.get(record.owner), caller, this.scope),
+      });
     }
     return judged;
   }
@@ -203,7 +243,10 @@ export class Owners {
     for (const [uid, record] of stored) {
       // A record learned meanwhile (pending, not written yet) decides by the stores' rule.
       const pending = this.#pending.get(uid);
-      const kept = pending && supersedes(pending, record) ? { owner: pending.owner, group: pending.group, proof: pending.proof ?? 'read' } : record;
+      const kept =
+        pending && supersedes(pending, record)
+          ? { owner: pending.owner, group: pending.group, proof: pending.proof ?? 'read' }
+          : record;
       if (kept === record) this.#remember(uid, record, now);
       found.set(uid, kept);
     }
@@ -254,10 +297,21 @@ export class Owners {
       return;
     }
     const error = ownerWrite.status === 'rejected' ? ownerWrite.reason : (claimWrite as PromiseRejectedResult).reason;
-    this.#keepUnrecorded({ booking, ownerWritten: ownerWrite.status === 'fulfilled', claimWritten: claimWrite.status === 'fulfilled', bytes: bookingBytes(booking) }, error);
+    this.#keepUnrecorded(
+      {
+        booking,
+        ownerWritten: ownerWrite.status === 'fulfilled',
+        claimWritten: claimWrite.status === 'fulfilled',
+        bytes: bookingBytes(booking),
+      },
+      error,
+    );
   }
 
-  /** The booking of an idempotency key whose claim the store has not been able to complete yet, with the fingerprint it was claimed for. */
+  /**
+   * The booking of an idempotency key whose claim the store has not been able to complete yet, with the fingerprint it
+   * was claimed for.
+   */
   unrecordedClaim(owner: string, idempotencyKey: string): { result: BookingResult; fingerprint: string } | undefined {
     const waiting = this.#unrecordedClaims.get(claimId(owner, idempotencyKey));
     return waiting && { result: waiting.booking.result, fingerprint: waiting.booking.claim!.fingerprint };
@@ -272,10 +326,16 @@ export class Owners {
     const { uid } = entry.booking.result;
     if (this.#unrecorded.has(uid)) return;
     if (this.#unrecordedBytes + entry.bytes > this.#unrecordedLimit) {
-      this.#logger?.error({ err: error, uid }, 'could not record a booking the upstream made, and too many wait already: it was answered; its owner is learned again on a read, its idempotency claim resolved by its webhook');
+      this.#logger?.error(
+        { err: error, uid },
+        'could not record a booking the upstream made, and too many wait already: it was answered; its owner is learned again on a read, its idempotency claim resolved by its webhook',
+      );
       return;
     }
-    this.#logger?.error({ err: error, uid }, 'could not record a booking the upstream made: it was answered, and is recorded once the store writes again');
+    this.#logger?.error(
+      { err: error, uid },
+      'could not record a booking the upstream made: it was answered, and is recorded once the store writes again',
+    );
     this.#unrecorded.set(uid, entry);
     const { claim, owner } = entry.booking;
     if (claim && !entry.claimWritten) this.#unrecordedClaims.set(claimId(owner, claim.idempotencyKey), entry);
@@ -305,9 +365,20 @@ export class Owners {
     if (entries.length === 0) return;
     const owners = entries.filter((entry) => !entry.ownerWritten);
     const ownersWrite =
-      owners.length > 0 ? this.#store.recordOwners(owners.map(({ booking }) => ({ uid: booking.result.uid, owner: booking.owner, group: booking.group, proof: 'booked' as const }))) : undefined;
+      owners.length > 0
+        ? this.#store.recordOwners(
+            owners.map(({ booking }) => ({
+              uid: booking.result.uid,
+              owner: booking.owner,
+              group: booking.group,
+              proof: 'booked' as const,
+            })),
+          )
+        : undefined;
     const claims = entries.filter((entry) => entry.booking.claim && !entry.claimWritten);
-    const claimWrites = claims.map(({ booking }) => this.#store.completeIdempotency(booking.owner, booking.claim!.idempotencyKey, booking.result));
+    const claimWrites = claims.map(({ booking }) =>
+      this.#store.completeIdempotency(booking.owner, booking.claim!.idempotencyKey, booking.result),
+    );
     const [ownersDone, ...claimsDone] = await Promise.allSettled([ownersWrite, ...claimWrites]);
     if (ownersDone!.status === 'fulfilled') for (const entry of owners) entry.ownerWritten = true;
     claimsDone.forEach((done, n) => {
@@ -326,9 +397,14 @@ export class Owners {
       this.#remember(result.uid, { owner, group, proof: 'booked' }, now);
       recorded += 1;
     }
-    if (recorded > 0) this.#logger?.info({ count: recorded, waiting: this.#unrecorded.size }, 'recorded bookings that had waited for the store');
+    if (recorded > 0)
+      this.#logger?.info(
+        { count: recorded, waiting: this.#unrecorded.size },
+        'recorded bookings that had waited for the store',
+      );
     // Back off while the store keeps refusing; at once back to the first delay when it writes.
-    this.#retryMs = this.#unrecorded.size === 0 || recorded > 0 ? RECORD_RETRY_MS : Math.min(this.#retryMs * 2, RECORD_RETRY_MAX_MS);
+    this.#retryMs =
+      this.#unrecorded.size === 0 || recorded > 0 ? RECORD_RETRY_MS : Math.min(this.#retryMs * 2, RECORD_RETRY_MAX_MS);
   }
 
   /**
@@ -363,11 +439,15 @@ export class Owners {
         // Known from the store's side now; a record another instance wrote first is found on the next lookup's miss.
         const now = Date.now();
         // (One the store kept instead, by its rule, is found once this one expires from memory.)
-        for (const entry of batch) this.#remember(entry.uid, { owner: entry.owner, group: entry.group, proof: entry.proof ?? 'read' }, now);
+        for (const entry of batch)
+          this.#remember(entry.uid, { owner: entry.owner, group: entry.group, proof: entry.proof ?? 'read' }, now);
       },
       (error: unknown) => {
         this.counters.failed += batch.length;
-        this.#logger?.warn({ err: error, count: batch.length }, 'could not record the owners of deliveries the upstream let a key read; they are asked again next time');
+        this.#logger?.warn(
+          { err: error, count: batch.length },
+          'could not record the owners of deliveries the upstream let a key read; they are asked again next time',
+        );
       },
     );
     try {
@@ -392,7 +472,10 @@ export class Owners {
     return this.#claimsCheck;
   }
 
-  /** When this instance learned of an operator's claim of `uid` (ms since the epoch; 0 when none): an answer about it cached before then is out of date. */
+  /**
+   * When this instance learned of an operator's claim of `uid` (ms since the epoch; 0 when none): an answer about it
+   * cached before then is out of date.
+   */
   claimedAt(uid: string): number {
     return Math.max(this.#claimed.get(uid) ?? 0, this.#allClaimedAt);
   }
@@ -402,7 +485,11 @@ export class Owners {
     try {
       answer = await this.#store.ownerClaimsAfter(this.#claimsVersion);
     } catch (error) {
-      if (!this.#claimsFailing) this.#logger?.warn({ err: error }, "could not ask the store for the operator's claims; asked again on a later lookup");
+      if (!this.#claimsFailing)
+        this.#logger?.warn(
+          { err: error },
+          "could not ask the store for the operator's claims; asked again on a later lookup",
+        );
       this.#claimsFailing = true;
       return;
     }
@@ -477,6 +564,10 @@ const claimId = (owner: string, idempotencyKey: string) => `${owner}:${idempoten
 
 /** What an unrecorded booking holds: its strings (two bytes a character) and the entries around them. */
 function bookingBytes({ result, owner, claim }: BookingRecord): number {
-  const chars = result.uid.length + (result.trackingUrl?.length ?? 0) + owner.length + (claim ? claim.idempotencyKey.length * 2 + claim.fingerprint.length + owner.length : 0);
+  const chars =
+    result.uid.length +
+    (result.trackingUrl?.length ?? 0) +
+    owner.length +
+    (claim ? claim.idempotencyKey.length * 2 + claim.fingerprint.length + owner.length : 0);
   return BOOKING_OVERHEAD_BYTES + chars * 2;
 }

@@ -42,7 +42,15 @@ export function standIn(uid: string): string {
  * message naming `uid` where the upstream's named the uid it was asked).
  * Any other failure (a refused key, a timeout) is thrown as it came.
  */
-export async function readAsCaller(upstream: Upstream, scope: ReadScope, verdict: OwnerVerdict, key: string, uid: string, group: ApiGroup, options?: ReadOptions): Promise<Delivery> {
+export async function readAsCaller(
+  upstream: Upstream,
+  scope: ReadScope,
+  verdict: OwnerVerdict,
+  key: string,
+  uid: string,
+  group: ApiGroup,
+  options?: ReadOptions,
+): Promise<Delivery> {
   const asked = verdict === 'other' && scope === 'platform' ? standIn(uid) : uid;
   try {
     const delivery = await readIn(upstream, key, asked, group, options);
@@ -50,7 +58,8 @@ export async function readAsCaller(upstream: Upstream, scope: ReadScope, verdict
   } catch (error) {
     if (!(error instanceof NotFoundError) || asked === uid) throw error;
     // The refusal of the uid it was asked, as the one of the uid the caller named.
-    if (error.upstream?.message) error.upstream = { ...error.upstream, message: error.upstream.message.split(asked).join(uid) };
+    if (error.upstream?.message)
+      error.upstream = { ...error.upstream, message: error.upstream.message.split(asked).join(uid) };
     throw error;
   }
   // A stand-in read 200: no answer an unknown uid would get; nothing of it is shown.
@@ -58,8 +67,16 @@ export async function readAsCaller(upstream: Upstream, scope: ReadScope, verdict
 }
 
 /** One read in the group asked, mapped. */
-export async function readIn(upstream: Upstream, key: string, uid: string, group: ApiGroup, options?: ReadOptions): Promise<Delivery> {
-  return group === 'PLATFORM' ? fromPlatformDelivery(await upstream.platform.get(key, uid, options)) : fromPartnerOrder(await upstream.partner.getOrder(key, uid, options));
+export async function readIn(
+  upstream: Upstream,
+  key: string,
+  uid: string,
+  group: ApiGroup,
+  options?: ReadOptions,
+): Promise<Delivery> {
+  return group === 'PLATFORM'
+    ? fromPlatformDelivery(await upstream.platform.get(key, uid, options))
+    : fromPartnerOrder(await upstream.partner.getOrder(key, uid, options));
 }
 
 /**
@@ -69,7 +86,10 @@ export async function readIn(upstream: Upstream, key: string, uid: string, group
  * the caller's key back to this very uid. A platform delivery carries no such
  * reference: on a platform-scoped upstream nothing the caller can read proves it.
  */
-export async function ownedByReference(delivery: Delivery, byReference: (reference: string) => Promise<Delivery | null>): Promise<boolean> {
+export async function ownedByReference(
+  delivery: Delivery,
+  byReference: (reference: string) => Promise<Delivery | null>,
+): Promise<boolean> {
   if (delivery.group !== 'PARTNER' || !delivery.partnerReference) return false;
   try {
     return (await byReference(delivery.partnerReference))?.uid === delivery.uid;

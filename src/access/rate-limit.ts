@@ -238,7 +238,10 @@ export class RequestLimits {
     readonly perToken: Budget = new KeyRateLimiter(0),
     /** CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE, for the client tokens of one address (IPv6: per /64). */
     readonly perTokenAddress: Budget = new KeyRateLimiter(0),
-    /** KEYLESS_REFUSALS_PER_MINUTE, per client address, in this process (it is asked before a body is read, so it cannot wait on Redis). */
+    /**
+     * KEYLESS_REFUSALS_PER_MINUTE, per client address, in this process (it is asked before a body is read, so it cannot
+     * wait on Redis).
+     */
     readonly keylessRefusals: KeyRateLimiter = new KeyRateLimiter(0),
     /** KEYLESS_WORK_MS_PER_MINUTE, per client address, in this process: the work it measures is this process's. */
     readonly keylessWork: KeyRateLimiter = new KeyRateLimiter(0),
@@ -255,7 +258,11 @@ export class RequestLimits {
    */
   keylessWait(address: string): number {
     const group = addressGroup(address);
-    return Math.max(this.keylessRefusals.wait(`keyless\n${group}`), this.keylessWork.wait(`work\n${group}`), this.keylessTotalWork.wait(TOTAL_WORK));
+    return Math.max(
+      this.keylessRefusals.wait(`keyless\n${group}`),
+      this.keylessWork.wait(`work\n${group}`),
+      this.keylessTotalWork.wait(TOTAL_WORK),
+    );
   }
 
   /** One refusal of a request that needed a credential it did not have, charged to its address. */
@@ -294,7 +301,8 @@ export class RequestLimits {
   #token(token: string, address: string): Admission | Promise<Admission> {
     const own = this.perToken.take(`token\n${token}`);
     const shared = this.perTokenAddress.take(`token-address\n${addressGroup(address)}`);
-    if (typeof own === 'number' && typeof shared === 'number') return keyedAdmission(Math.max(own, shared), CLIENT_TOKEN_LIMITED);
+    if (typeof own === 'number' && typeof shared === 'number')
+      return keyedAdmission(Math.max(own, shared), CLIENT_TOKEN_LIMITED);
     return Promise.all([own, shared]).then(([a, b]) => keyedAdmission(Math.max(a, b), CLIENT_TOKEN_LIMITED));
   }
 
@@ -350,7 +358,8 @@ export class RequestLimits {
     const id = `${group}\n${hashKey(key)}`;
     const now = Date.now();
     const until = this.#charged.get(id);
-    if (until !== undefined && until > now && !(asking && this.keys.refusedAt(key) >= until - CHARGE_WINDOW_MS)) return 0;
+    if (until !== undefined && until > now && !(asking && this.keys.refusedAt(key) >= until - CHARGE_WINDOW_MS))
+      return 0;
     const wait = this.perAddress.take(group);
     const remember = (seconds: number) => {
       if (seconds > 0) return seconds;
@@ -381,10 +390,14 @@ export class RequestLimits {
       }
     }
     // Both budgets at once: one Redis round trip.
-    const [addressWait, keyWait] = await Promise.all([this.#chargeAddress(address, key, standing === 'unknown'), standing === 'unknown' ? this.perKey.take(key) : 0]);
+    const [addressWait, keyWait] = await Promise.all([
+      this.#chargeAddress(address, key, standing === 'unknown'),
+      standing === 'unknown' ? this.perKey.take(key) : 0,
+    ]);
     let refusal: DeliveryGraphError | undefined;
     if (addressWait > 0) refusal = new RateLimitedError(addressWait, UNKNOWN_KEYS_MESSAGE);
-    else if (standing === 'refused') refusal = new UnauthenticatedError('The delivery service refused the merchant key.');
+    else if (standing === 'refused')
+      refusal = new UnauthenticatedError('The delivery service refused the merchant key.');
     else if (keyWait > 0) refusal = new RateLimitedError(keyWait);
     if (refusal) {
       done?.();
@@ -424,7 +437,8 @@ export function keylessWorkUnits(ms: number, bytes: number): number {
 export const KEYLESS_LIMITED =
   'Too much asked without an accepted merchant key or client token from this address (too many refusals, or too much work: KEYLESS_WORK_MS_PER_MINUTE); send one, or wait retryAfterSeconds.';
 
-export const CLIENT_TOKEN_LIMITED = 'Too many requests for this client token; slow down (its budget is its own, not the merchant key\'s).';
+export const CLIENT_TOKEN_LIMITED =
+  "Too many requests for this client token; slow down (its budget is its own, not the merchant key's).";
 
 function keyedAdmission(wait: number, message?: string): Admission {
   return wait === 0 ? ADMITTED : { refusal: new RateLimitedError(wait, message) };
@@ -435,9 +449,11 @@ function keyedAdmission(wait: number, message?: string): Admission {
  * connection (keys under its prefix) when there is one.
  */
 export function createRequestLimits(
-  config: Pick<Config, 'authFailuresPerMinute'> & Partial<Pick<Config, 'keylessRefusalsPerMinute' | 'keylessWorkMsPerMinute' | 'keylessTotalWorkMsPerMinute'>> & {
-    graphql: Pick<Config['graphql'], 'rateLimitPerMinute'> & Partial<Pick<Config['graphql'], 'clientTokenRateLimitPerMinute' | 'clientTokenAddressRateLimitPerMinute'>>;
-  },
+  config: Pick<Config, 'authFailuresPerMinute'> &
+    Partial<Pick<Config, 'keylessRefusalsPerMinute' | 'keylessWorkMsPerMinute' | 'keylessTotalWorkMsPerMinute'>> & {
+      graphql: Pick<Config['graphql'], 'rateLimitPerMinute'> &
+        Partial<Pick<Config['graphql'], 'clientTokenRateLimitPerMinute' | 'clientTokenAddressRateLimitPerMinute'>>;
+    },
   keys: KnownKeys,
   redis?: { client: Redis; prefix: string },
   logger?: Logger,
@@ -445,7 +461,10 @@ export function createRequestLimits(
   const budget = (perMinute: number, name: string): Budget =>
     redis && perMinute > 0
       ? new SharedBudget(perMinute, redis.client, `${redis.prefix}limit:${name}`, (error) =>
-          logger?.warn({ budget: name, err: error instanceof Error ? error.message : String(error) }, 'redis did not answer a rate limit: this instance limits on its own until it does'),
+          logger?.warn(
+            { budget: name, err: error instanceof Error ? error.message : String(error) },
+            'redis did not answer a rate limit: this instance limits on its own until it does',
+          ),
         )
       : new KeyRateLimiter(perMinute);
   return new RequestLimits(

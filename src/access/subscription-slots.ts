@@ -63,9 +63,12 @@ export class SubscriptionSlots {
    */
   take(caller: Caller, address: string, trust: Trust): SubscriptionSlot | TooManySubscriptionsError {
     const ids: Array<[SubscriptionCapName, string, number]> = [];
-    if (caller.kind === 'merchant' || caller.kind === 'client-token') ids.push(['key', `key\n${hashKey(caller.key)}`, this.caps.perKey]);
-    if (caller.kind === 'client-token') ids.push(['client_token', `token\n${tokenHash(caller.token.token)}`, this.caps.perClientToken]);
-    if (caller.kind !== 'merchant' || trust !== 'earned') ids.push(['address', `address\n${addressGroup(address)}`, this.caps.perAddress]);
+    if (caller.kind === 'merchant' || caller.kind === 'client-token')
+      ids.push(['key', `key\n${hashKey(caller.key)}`, this.caps.perKey]);
+    if (caller.kind === 'client-token')
+      ids.push(['client_token', `token\n${tokenHash(caller.token.token)}`, this.caps.perClientToken]);
+    if (caller.kind !== 'merchant' || trust !== 'earned')
+      ids.push(['address', `address\n${addressGroup(address)}`, this.caps.perAddress]);
     for (const [cap, id, limit] of ids) {
       if (limit > 0 && (this.#held.get(id) ?? 0) >= limit) return this.refuse(cap, limit);
     }
@@ -127,7 +130,9 @@ export function holdingSlot<T>(stream: AsyncIterableIterator<T>, slot: Subscript
     next: () => stream.next().then(settle, fail),
     return: (value?: unknown) => {
       slot.release();
-      return stream.return ? stream.return(value as T).then(settle, fail) : Promise.resolve({ done: true, value: undefined as T });
+      return stream.return
+        ? stream.return(value as T).then(settle, fail)
+        : Promise.resolve({ done: true, value: undefined as T });
     },
     throw: (error?: unknown) => {
       slot.release();

@@ -10,7 +10,9 @@ import { createHash } from 'node:crypto';
 /** The reserved platform_payload key; a client's own payload may not use it. */
 export const BOOKING_MARKER_FIELD = '_delivery_graph_booking';
 
-/** The mark of a booking by the merchant `owner` (its id: src/access/merchants.ts) with this idempotency key (64 hex). */
+/**
+ * The mark of a booking by the merchant `owner` (its id: src/access/merchants.ts) with this idempotency key (64 hex).
+ */
 export function bookingMarker(owner: string, idempotencyKey: string): string {
   return createHash('sha256').update(`delivery-graph booking\n${owner}\n${idempotencyKey}`).digest('hex');
 }

@@ -78,7 +78,10 @@ class StoreCursors {
   forCaller(merchant: string): CallerCursors {
     let cursors = this.#callers.get(merchant);
     if (!cursors) {
-      const key = createHmac('sha256', this.#secret).update(`delivery-graph:cursor:${merchant}`).digest().subarray(0, 16);
+      const key = createHmac('sha256', this.#secret)
+        .update(`delivery-graph:cursor:${merchant}`)
+        .digest()
+        .subarray(0, 16);
       cursors = new OneCallerCursors(key);
       // The oldest caller goes first (a Map iterates in insertion order).
       if (this.#callers.size >= MAX_CALLERS) this.#callers.delete(this.#callers.keys().next().value!);
@@ -88,7 +91,10 @@ class StoreCursors {
   }
 }
 
-/** Where the secret is kept: the event store (its `cursorSecret`), seen only as what cursors need of it, so the rules import no store. */
+/**
+ * Where the secret is kept: the event store (its `cursorSecret`), seen only as what cursors need of it, so the rules
+ * import no store.
+ */
 export interface CursorSecretKeeper {
   cursorSecret(): Promise<Buffer>;
 }

@@ -42,7 +42,14 @@ const MERGEABLE_KEY = /^[A-Za-z0-9_]+$/;
 export function viewFields(body: JsonObject): ViewField[] {
   const fields: ViewField[] = [];
   for (const [key, value] of Object.entries(body)) {
-    if (value === null || value === undefined || NOT_MERGED.has(key) || key.startsWith('facade_') || !MERGEABLE_KEY.test(key)) continue;
+    if (
+      value === null ||
+      value === undefined ||
+      NOT_MERGED.has(key) ||
+      key.startsWith('facade_') ||
+      !MERGEABLE_KEY.test(key)
+    )
+      continue;
     fields.push([key, JSON.stringify(value)]);
   }
   if (typeof body.delivery_date === 'string' && body.delivery_date.includes('T') && body.scheduled_at === undefined) {
@@ -51,7 +58,10 @@ export function viewFields(body: JsonObject): ViewField[] {
   return fields;
 }
 
-/** The milestone's fields an event sets when it moves the milestone: its name, and its label ('' when it has none: the label is then removed). */
+/**
+ * The milestone's fields an event sets when it moves the milestone: its name, and its label ('' when it has none: the
+ * label is then removed).
+ */
 export function moverFields(eventName: string, label: string | null): { eventName: string; label: string } {
   return { eventName: JSON.stringify(eventName), label: label === null ? '' : JSON.stringify(label) };
 }
@@ -60,7 +70,12 @@ export function moverFields(eventName: string, label: string | null): { eventNam
  * Merges fields into a view, in place: overwriting, or only filling what is
  * missing; and, when the event moved the milestone, its name and label.
  */
-export function mergeView(view: StoredView, fields: readonly ViewField[], overwrite: boolean, mover?: { eventName: string; label: string }): StoredView {
+export function mergeView(
+  view: StoredView,
+  fields: readonly ViewField[],
+  overwrite: boolean,
+  mover?: { eventName: string; label: string },
+): StoredView {
   for (const [key, json] of fields) if (overwrite || view[key] === undefined) view[key] = json;
   if (mover) {
     view.event_name = mover.eventName;
@@ -75,7 +90,11 @@ export function mergeView(view: StoredView, fields: readonly ViewField[], overwr
  * differs from the event's own (or that the event lacks). Undefined when nothing.
  * `own` are the event's fields and its milestone's keys (its own name and label).
  */
-export function carriedOver(view: StoredView, own: readonly ViewField[], mover: { eventName: string; label: string }): JsonObject | undefined {
+export function carriedOver(
+  view: StoredView,
+  own: readonly ViewField[],
+  mover: { eventName: string; label: string },
+): JsonObject | undefined {
   const mine = new Map<string, string>(own);
   mine.set('event_name', mover.eventName);
   if (mover.label !== '') mine.set('status', mover.label);

@@ -28,7 +28,12 @@ interface Milestone {
   dropoff: boolean;
 }
 
-const milestone = (rank: number, final: Finality, provesPickup = false, dropoff = false): Milestone => ({ rank, final, provesPickup, dropoff });
+const milestone = (rank: number, final: Finality, provesPickup = false, dropoff = false): Milestone => ({
+  rank,
+  final,
+  provesPickup,
+  dropoff,
+});
 
 /**
  * created < assigned < pickup_enroute < pickup_arrived < pickup_complete <
@@ -69,7 +74,12 @@ export interface CourierIdentity {
 /** The courier a webhook body (or read) names; undefined when it names none. */
 export function courierIdentity(payload: { driver_id?: unknown; driver_name?: unknown }): CourierIdentity | undefined {
   const rawId = payload.driver_id;
-  const id = typeof rawId === 'number' && Number.isFinite(rawId) ? String(rawId) : typeof rawId === 'string' && rawId !== '' ? rawId : null;
+  const id =
+    typeof rawId === 'number' && Number.isFinite(rawId)
+      ? String(rawId)
+      : typeof rawId === 'string' && rawId !== ''
+        ? rawId
+        : null;
   const name = typeof payload.driver_name === 'string' && payload.driver_name !== '' ? payload.driver_name : null;
   return id === null && name === null ? undefined : { id, name };
 }
@@ -86,7 +96,10 @@ export interface MilestoneState {
   terminal: boolean;
   /** Some event (or read) proved the package was picked up. Absent when none did. */
   pickedUp?: true;
-  /** The log position of the event that last moved the milestone (or decided it final); absent on a state not from the log. */
+  /**
+   * The log position of the event that last moved the milestone (or decided it final); absent on a state not from the
+   * log.
+   */
   seq?: number;
   /** The courier the accepted `delivery.*` events named last; absent before any named one. */
   courier?: CourierIdentity;
@@ -168,7 +181,10 @@ export interface ReadMarkers {
 /** The payload marker of an event made from a read. */
 export const POLL_SOURCE = 'poll';
 
-/** The read behind a poll event; undefined for a received webhook (or a poll event stored before reads carried their basis). */
+/**
+ * The read behind a poll event; undefined for a received webhook (or a poll event stored before reads carried their
+ * basis).
+ */
 export function readFactsOf(payload: ReadMarkers): ReadFacts | undefined {
   if (payload.facade_source !== POLL_SOURCE || typeof payload.facade_read_basis !== 'number') return undefined;
   return { basis: payload.facade_read_basis, confirm: payload.facade_confirms === true };
@@ -188,8 +204,13 @@ export function eventFacts(eventName: string, courier?: CourierIdentity, read?: 
   return facts;
 }
 
-/** The facts of a stored or received event, from its payload alone: its name, the courier it names, the read it was made from. */
-export function factsOf(payload: { event_name: string; driver_id?: unknown; driver_name?: unknown } & ReadMarkers): EventFacts {
+/**
+ * The facts of a stored or received event, from its payload alone: its name, the courier it names, the read it was made
+ * from.
+ */
+export function factsOf(
+  payload: { event_name: string; driver_id?: unknown; driver_name?: unknown } & ReadMarkers,
+): EventFacts {
   return eventFacts(payload.event_name, courierIdentity(payload), readFactsOf(payload));
 }
 
@@ -225,30 +246,51 @@ function contradictsRank(rank: number, facts: EventFacts): boolean {
 export function judge(current: MilestoneState | undefined, facts: EventFacts): Transition {
   const evidence = current !== undefined && facts.provesPickup && !current.pickedUp;
   const kept: MilestoneState | undefined = evidence ? { ...current, pickedUp: true } : current;
-  const same = (stale: boolean, contradicts = false): Transition => ({ stale, courierOnly: false, moved: false, contradicts, state: kept });
+  const same = (stale: boolean, contradicts = false): Transition => ({
+    stale,
+    courierOnly: false,
+    moved: false,
+    contradicts,
+    state: kept,
+  });
   if (facts.rank === undefined) return same(current?.terminal === true);
-  if (facts.read && facts.moves && current && (current.seq ?? 0) <= facts.read.basis) return judgeRead(current, kept!, facts, same);
+  if (facts.read && facts.moves && current && (current.seq ?? 0) <= facts.read.basis)
+    return judgeRead(current, kept!, facts, same);
   const contradicts = current !== undefined && contradictsRank(current.rank, facts);
   if (current?.terminal) return same(true, contradicts);
   const courier = facts.courier;
-  if (courier && current?.formerCouriers?.some((former) => sameCourier(former, courier))) return same(true, contradicts);
+  if (courier && current?.formerCouriers?.some((former) => sameCourier(former, courier)))
+    return same(true, contradicts);
   const other = courier !== undefined && current?.courier !== undefined && !sameCourier(current.courier, courier);
   if (other && !facts.moves) return same(true);
   if (current && (facts.rank < current.rank || (facts.moves && facts.rank === current.rank))) {
     if (!other) return same(true, contradicts);
-    return { stale: false, courierOnly: true, moved: false, contradicts, state: { ...kept!, ...withCourier(current, courier) } };
+    return {
+      stale: false,
+      courierOnly: true,
+      moved: false,
+      contradicts,
+      state: { ...kept!, ...withCourier(current, courier) },
+    };
   }
   if (!facts.moves) return same(false);
   return moveTo(current, facts);
 }
 
 /** A read newer than the state: what it says stands, within the limits judge() describes. */
-function judgeRead(current: MilestoneState, kept: MilestoneState, facts: EventFacts, same: (stale: boolean) => Transition): Transition {
+function judgeRead(
+  current: MilestoneState,
+  kept: MilestoneState,
+  facts: EventFacts,
+  same: (stale: boolean) => Transition,
+): Transition {
   const rank = facts.rank!;
   if (rank === current.rank) {
     // The same end read again after the grace, and nothing proved a pickup: nothing else will come.
     const settles = facts.read!.confirm && facts.final === 'when_confirmed' && !current.terminal && !kept.pickedUp;
-    return settles ? { stale: false, courierOnly: false, moved: true, contradicts: false, state: { ...kept, terminal: true } } : same(true);
+    return settles
+      ? { stale: false, courierOnly: false, moved: true, contradicts: false, state: { ...kept, terminal: true } }
+      : same(true);
   }
   const wins = rank > current.rank || (current.rank >= NOT_DELIVERED_RANK && rank === DELIVERED_RANK);
   return wins ? moveTo(kept, facts) : same(true);
@@ -257,12 +299,23 @@ function judgeRead(current: MilestoneState, kept: MilestoneState, facts: EventFa
 /** The state a moving event (or winning read) makes. */
 function moveTo(current: MilestoneState | undefined, facts: EventFacts): Transition {
   const pickedUp = current?.pickedUp === true || facts.provesPickup;
-  const state: MilestoneState = { rank: facts.rank!, terminal: facts.final === 'always', ...(pickedUp ? { pickedUp: true as const } : {}), ...withCourier(current, facts.courier) };
+  const state: MilestoneState = {
+    rank: facts.rank!,
+    terminal: facts.final === 'always',
+    ...(pickedUp ? { pickedUp: true as const } : {}),
+    ...withCourier(current, facts.courier),
+  };
   return { stale: false, courierOnly: false, moved: true, contradicts: false, state };
 }
 
-/** The courier part of a state after an accepted `delivery.*` event: the courier it names (or the current one), the replaced one remembered. */
-function withCourier(current: MilestoneState | undefined, courier: CourierIdentity | undefined): Pick<MilestoneState, 'courier' | 'formerCouriers'> {
+/**
+ * The courier part of a state after an accepted `delivery.*` event: the courier it names (or the current one), the
+ * replaced one remembered.
+ */
+function withCourier(
+  current: MilestoneState | undefined,
+  courier: CourierIdentity | undefined,
+): Pick<MilestoneState, 'courier' | 'formerCouriers'> {
   const part: Pick<MilestoneState, 'courier' | 'formerCouriers'> = {};
   const next = courier ?? current?.courier;
   if (next) part.courier = next;
@@ -273,7 +326,12 @@ function withCourier(current: MilestoneState | undefined, courier: CourierIdenti
 }
 
 /** The current state and an event (its name, the courier it names, the read it was made from) → what it changes. */
-export function transition(current: MilestoneState | undefined, eventName: string, courier?: CourierIdentity, read?: ReadFacts): Transition {
+export function transition(
+  current: MilestoneState | undefined,
+  eventName: string,
+  courier?: CourierIdentity,
+  read?: ReadFacts,
+): Transition {
   return judge(current, eventFacts(eventName, courier, read));
 }
 
@@ -319,5 +377,10 @@ export function awaitsConfirmation(state: MilestoneState | undefined): boolean {
 export function stateOfStatus(status: DeliveryStatus, courier?: CourierIdentity): MilestoneState | undefined {
   const milestone = MILESTONES[status];
   if (!milestone) return undefined;
-  return { rank: milestone.rank, terminal: milestone.final === 'always', ...(milestone.provesPickup ? { pickedUp: true as const } : {}), ...(courier ? { courier } : {}) };
+  return {
+    rank: milestone.rank,
+    terminal: milestone.final === 'always',
+    ...(milestone.provesPickup ? { pickedUp: true as const } : {}),
+    ...(courier ? { courier } : {}),
+  };
 }

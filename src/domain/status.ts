@@ -2,7 +2,10 @@
 // results, webhook labels and event names), case- and separator-insensitively,
 // with UNKNOWN for anything new.
 
-/** Every status a delivery can have here (the GraphQL enum DeliveryStatus), UNKNOWN for one the upstream names that the facade does not know. */
+/**
+ * Every status a delivery can have here (the GraphQL enum DeliveryStatus), UNKNOWN for one the upstream names that the
+ * facade does not know.
+ */
 export const DELIVERY_STATUSES = [
   'CREATED',
   'ASSIGNED',

@@ -14,7 +14,10 @@
 // (src/graphql/uid-arguments.ts).
 import { INPUT_LIMITS } from './limits.js';
 
-/** Longest uid accepted: the upstream's are UUIDs (36 characters); 64 leaves room for another shape (a ULID, a prefixed id). */
+/**
+ * Longest uid accepted: the upstream's are UUIDs (36 characters); 64 leaves room for another shape (a ULID, a prefixed
+ * id).
+ */
 export const MAX_UID_LENGTH = 64;
 
 /** Longest partner reference accepted: the bound a reference has in a booking's input. */
@@ -38,14 +41,18 @@ export function uidProblem(value: string): string | undefined {
 /** Why `value` is not a partner reference that can be looked up; undefined when it is one. */
 export function partnerReferenceProblem(value: string): string | undefined {
   if (value.trim() === '') return 'must not be empty';
-  if (value.length > MAX_PARTNER_REFERENCE_LENGTH) return `must be at most ${MAX_PARTNER_REFERENCE_LENGTH} characters; got ${value.length}`;
+  if (value.length > MAX_PARTNER_REFERENCE_LENGTH)
+    return `must be at most ${MAX_PARTNER_REFERENCE_LENGTH} characters; got ${value.length}`;
   // Dots are not percent-encoded, so these two would still be resolved as path steps.
   if (value === '.' || value === '..') return 'must not be "." or ".."';
   if (CONTROL_CHARACTERS.test(value)) return 'must not contain control characters';
   return undefined;
 }
 
-/** The sentence that refuses `value` as a uid, naming it `name` (the argument, e.g. `uid` or `uids[2]`); undefined for a uid. */
+/**
+ * The sentence that refuses `value` as a uid, naming it `name` (the argument, e.g. `uid` or `uids[2]`); undefined for a
+ * uid.
+ */
 export function uidRefusal(value: string, name: string): string | undefined {
   const problem = uidProblem(value);
   return problem && `${name} ${problem}.`;

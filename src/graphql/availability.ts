@@ -16,7 +16,10 @@ const ServiceAvailabilityRef = builder.objectRef<ServiceAvailability>('ServiceAv
   description: "One endpoint group's liveness, as its availability endpoint reports it.",
   fields: (t) => ({
     group: t.field({ type: ApiGroupEnum, description: 'The endpoint group checked.', resolve: (a) => a.group }),
-    service: t.exposeString('service', { nullable: true, description: 'Name of the service, as the upstream reports it.' }),
+    service: t.exposeString('service', {
+      nullable: true,
+      description: 'Name of the service, as the upstream reports it.',
+    }),
     available: t.exposeBoolean('available', { description: 'True when the group answered that it is available.' }),
     checkedAt: t.expose('checkedAt', { type: 'DateTime', description: 'When the facade asked.' }),
     errorCode: t.exposeString('errorCode', {
@@ -43,13 +46,21 @@ builder.queryField('availability', (t) =>
       const checkedAt = new Date().toISOString();
       // A key neither group accepts is the caller's problem, not the services': say so as an error.
       // A key only one group refuses (a merchant onboarded on one group) is that group's entry.
-      const refused = results.filter((result) => result.status === 'rejected' && result.reason instanceof UnauthenticatedError);
+      const refused = results.filter(
+        (result) => result.status === 'rejected' && result.reason instanceof UnauthenticatedError,
+      );
       if (refused.length === results.length) throw (refused[0] as PromiseRejectedResult).reason;
       return results.map((result, index): ServiceAvailability => {
         const group = checks[index]![0];
         if (result.status === 'fulfilled') {
           const { service, available } = result.value;
-          return { group, service: typeof service === 'string' ? service : null, available: available === true, checkedAt, errorCode: null };
+          return {
+            group,
+            service: typeof service === 'string' ? service : null,
+            available: available === true,
+            checkedAt,
+            errorCode: null,
+          };
         }
         const code = result.reason instanceof DeliveryGraphError ? result.reason.code : 'UPSTREAM_ERROR';
         return { group, service: null, available: false, checkedAt, errorCode: code };

@@ -22,9 +22,7 @@ import type { GraphQLContext } from './context.js';
 import { DeliveryRef } from './delivery.js';
 import { DeliveryInputRef } from './inputs.js';
 
-
 const PENDING_POLL_MS = 25;
-
 
 /**
  * Books upstream and records the booking (its owner, and with `claim` the
@@ -33,7 +31,13 @@ const PENDING_POLL_MS = 25;
  * (Owners.recordBooking), so a failed write never turns a booking into an error
  * that would make the caller book again.
  */
-async function book(ctx: GraphQLContext, key: string, body: WireDeliveryRequest, input: DeliveryInput, claim?: BookingRecord['claim']): Promise<BookingResult> {
+async function book(
+  ctx: GraphQLContext,
+  key: string,
+  body: WireDeliveryRequest,
+  input: DeliveryInput,
+  claim?: BookingRecord['claim'],
+): Promise<BookingResult> {
   // Known before the upstream books: nothing after the booking may fail before it is recorded.
   const owner = await ctx.merchant();
   const created = await asValidation(key, () => ctx.services.upstream.platform.create(key, body), input);
@@ -49,13 +53,21 @@ async function book(ctx: GraphQLContext, key: string, body: WireDeliveryRequest,
  * other 5xx, or an answer that could not be read may come after the upstream booked.
  */
 function bookedNothing(error: unknown): boolean {
-  if (error instanceof ValidationError || error instanceof UnauthenticatedError || error instanceof NotFoundError) return true;
+  if (error instanceof ValidationError || error instanceof UnauthenticatedError || error instanceof NotFoundError)
+    return true;
   if (error instanceof UpstreamUnavailableError) return error.unsent || error.status === 429 || error.status === 503;
   return false;
 }
 
-/** Frees the key when nothing was booked; otherwise keeps it unknown, or returns the booking a webhook already named. */
-async function afterFailedBooking(ctx: GraphQLContext, owner: string, idempotencyKey: string, error: unknown): Promise<BookingResult> {
+/**
+ * Frees the key when nothing was booked; otherwise keeps it unknown, or returns the booking a webhook already named.
+ */
+async function afterFailedBooking(
+  ctx: GraphQLContext,
+  owner: string,
+  idempotencyKey: string,
+  error: unknown,
+): Promise<BookingResult> {
   const { store } = ctx.services;
   if (bookedNothing(error)) {
     await store.releaseIdempotency(owner, idempotencyKey);
@@ -77,12 +89,21 @@ async function afterFailedBooking(ctx: GraphQLContext, owner: string, idempotenc
  * the store could not take is answered from memory here (Owners.unrecordedClaim);
  * another process sees its claim pending meanwhile (docs/operations.md).
  */
-async function bookOnce(ctx: GraphQLContext, key: string, idempotencyKey: string, body: WireDeliveryRequest, input: DeliveryInput): Promise<BookingResult> {
+async function bookOnce(
+  ctx: GraphQLContext,
+  key: string,
+  idempotencyKey: string,
+  body: WireDeliveryRequest,
+  input: DeliveryInput,
+): Promise<BookingResult> {
   const { store, config } = ctx.services;
   // The merchant's, not the key's: a retry with the merchant's next key finds the same claim (src/access/merchants.ts).
   const owner = await ctx.merchant();
   const print = fingerprint(body);
-  const marked: WireDeliveryRequest = { ...body, platform_payload: { ...body.platform_payload, [BOOKING_MARKER_FIELD]: bookingMarker(owner, idempotencyKey) } };
+  const marked: WireDeliveryRequest = {
+    ...body,
+    platform_payload: { ...body.platform_payload, [BOOKING_MARKER_FIELD]: bookingMarker(owner, idempotencyKey) },
+  };
   const local = `${owner}:${idempotencyKey}`;
   const deadline = Date.now() + config.upstream.timeoutMs * 2;
   for (;;) {
@@ -103,7 +124,8 @@ async function bookOnce(ctx: GraphQLContext, key: string, idempotencyKey: string
     if (claim.state === 'done') return claim.result;
     if (claim.state === 'unknown') throw new BookingOutcomeUnknownError(claim.since);
     if (claim.state === 'pending') {
-      if (Date.now() > deadline) throw new UpstreamTimeoutError('An earlier request with this idempotency key is still booking; try again.');
+      if (Date.now() > deadline)
+        throw new UpstreamTimeoutError('An earlier request with this idempotency key is still booking; try again.');
       await sleep(PENDING_POLL_MS);
       continue;
     }
@@ -137,7 +159,9 @@ builder.mutationField('createDelivery', (t) =>
     resolve: async (_root, { input, idempotencyKey }, ctx): Promise<DeliveryStub> => {
       const key = ctx.requireMerchantKey();
       const body = toWireRequest(input, 'PLATFORM', ctx.services.config.upstream);
-      const result = idempotencyKey ? await bookOnce(ctx, key, idempotencyKey, body, input) : await book(ctx, key, body, input);
+      const result = idempotencyKey
+        ? await bookOnce(ctx, key, idempotencyKey, body, input)
+        : await book(ctx, key, body, input);
       return { uid: result.uid, group: 'PLATFORM', trackingUrl: result.trackingUrl, stub: true };
     },
   }),

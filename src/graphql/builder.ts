@@ -14,7 +14,7 @@ export const builder = new SchemaBuilder<{
     DateTime: { Input: string; Output: string };
     Date: { Input: string; Output: string };
     Decimal: { Input: string; Output: string };
-    JSON: { Input: {} | null; Output: unknown };
+    JSON: { Input: object | null; Output: unknown };
     ID: { Input: string; Output: string };
   };
 }>({
@@ -35,7 +35,9 @@ export const builder = new SchemaBuilder<{
     hasNextPageFieldOptions: { description: 'True when more items follow this page.' },
     hasPreviousPageFieldOptions: { description: 'True when items precede this page.' },
     startCursorFieldOptions: { description: 'Cursor of the first item of this page.' },
-    endCursorFieldOptions: { description: 'Cursor of the last item of this page; pass it as `after` for the next page.' },
+    endCursorFieldOptions: {
+      description: 'Cursor of the last item of this page; pass it as `after` for the next page.',
+    },
     nodeTypeOptions: {
       description: 'An object with a stable, opaque global id that `node(id:)` refetches.',
     },

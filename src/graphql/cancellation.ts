@@ -25,11 +25,30 @@ const CancellationRef = builder.objectRef<Cancellation>('Cancellation').implemen
   description: 'The outcome of a cancellation.',
   fields: (t) => ({
     uid: t.exposeID('uid', { description: 'The canceled delivery.' }),
-    group: t.field({ type: ApiGroupEnum, description: 'The endpoint group that canceled it.', resolve: (c) => c.group }),
-    status: t.field({ type: DeliveryStatusEnum, description: 'Status after cancelling (CANCELED).', resolve: (c) => c.status }),
-    rawStatus: t.exposeString('rawStatus', { nullable: true, description: 'The status string exactly as the upstream sent it.' }),
-    fee: t.expose('fee', { type: MoneyRef, nullable: true, description: "The cancellation fee the upstream stated in its answer (cancellation_fee, or cancelation_fee on the PARTNER group); what is billed is the upstream's to say. Null when it stated none." }),
-    partnerReference: t.exposeString('partnerReference', { nullable: true, description: 'The order’s partner reference (PARTNER group).' }),
+    group: t.field({
+      type: ApiGroupEnum,
+      description: 'The endpoint group that canceled it.',
+      resolve: (c) => c.group,
+    }),
+    status: t.field({
+      type: DeliveryStatusEnum,
+      description: 'Status after cancelling (CANCELED).',
+      resolve: (c) => c.status,
+    }),
+    rawStatus: t.exposeString('rawStatus', {
+      nullable: true,
+      description: 'The status string exactly as the upstream sent it.',
+    }),
+    fee: t.expose('fee', {
+      type: MoneyRef,
+      nullable: true,
+      description:
+        "The cancellation fee the upstream stated in its answer (cancellation_fee, or cancelation_fee on the PARTNER group); what is billed is the upstream's to say. Null when it stated none.",
+    }),
+    partnerReference: t.exposeString('partnerReference', {
+      nullable: true,
+      description: 'The order’s partner reference (PARTNER group).',
+    }),
     message: t.exposeString('message', { nullable: true, description: "The upstream's message." }),
   }),
 });
@@ -48,7 +67,12 @@ builder.mutationField('cancelDelivery', (t) =>
     },
     args: {
       uid: t.arg.id({ required: true, description: 'The delivery to cancel.' }),
-      group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group the delivery belongs to.' }),
+      group: t.arg({
+        type: ApiGroupEnum,
+        required: true,
+        defaultValue: 'PLATFORM',
+        description: 'Endpoint group the delivery belongs to.',
+      }),
     },
     resolve: async (_root, { uid: id, group }, ctx) => {
       const key = ctx.requireMerchantKey();
@@ -71,7 +95,8 @@ builder.mutationField('cancelDelivery', (t) =>
         notFound.upstream = error.upstream;
         throw notFound;
       }
-      // Found: the upstream cancels only its caller's own (its document: "belongs to the caller"), so a cancel it makes proves it.
+      // Found: the upstream cancels only its caller's own (its document: "belongs to the caller"), so a cancel it makes
+      // proves it.
       const cancellation = await cancelOwn(upstream, key, uid, group);
       owners.learn(uid, caller, group, 'canceled');
       return cancellation;
@@ -102,12 +127,25 @@ const notInGroup = (uid: string, group: ApiGroup, other: ApiGroup) =>
  * upstream its 200 says so; on a platform-scoped one only a partner order's
  * read by reference does. What proved it is recorded.
  */
-async function notFoundIn(owners: Owners, upstream: Upstream, key: string, caller: string, verdict: OwnerVerdict, uid: string, group: ApiGroup): Promise<NotFoundError> {
+async function notFoundIn(
+  owners: Owners,
+  upstream: Upstream,
+  key: string,
+  caller: string,
+  verdict: OwnerVerdict,
+  uid: string,
+  group: ApiGroup,
+): Promise<NotFoundError> {
   const other: ApiGroup = group === 'PLATFORM' ? 'PARTNER' : 'PLATFORM';
   try {
     const delivery = await readAsCaller(upstream, owners.scope, verdict, key, uid, other);
     if (owners.scope === 'key') owners.learn(uid, caller, other, 'read');
-    else if (await ownedByReference(delivery, async (reference) => fromPartnerOrder(await upstream.partner.getOrderByReference(key, reference)))) owners.learn(uid, caller, other, 'reference');
+    else if (
+      await ownedByReference(delivery, async (reference) =>
+        fromPartnerOrder(await upstream.partner.getOrderByReference(key, reference)),
+      )
+    )
+      owners.learn(uid, caller, other, 'reference');
     else return new NotFoundError();
   } catch {
     return new NotFoundError();

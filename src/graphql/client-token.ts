@@ -9,9 +9,18 @@ const ClientTokenRef = builder.objectRef<IssuedClientToken>('ClientToken').imple
   description:
     'A credential for a browser or phone: send it where a merchant key goes (`Authorization: Bearer <token>`, `connection_init {authorization}`, or the tracking page at `/?token=<token>`). It reads `delivery`, `deliveries` and `node`, and follows `deliveryUpdated`, `courierLocation` and `deliveryEvents`, for its uids only; anything else is refused. The merchant key it acts for is encrypted inside it and cannot be read from it.',
   fields: (t) => ({
-    token: t.exposeString('token', { description: 'The token itself: opaque, URL-safe, to be kept as carefully as the access it grants until it expires.' }),
-    expiresAt: t.field({ type: 'DateTime', description: 'When the token stops being accepted; its open subscriptions end then.', resolve: (issued) => issued.expiresAt.toISOString() }),
-    uids: t.exposeIDList('uids', { description: 'The deliveries the token may read and follow; others read as not found.' }),
+    token: t.exposeString('token', {
+      description:
+        'The token itself: opaque, URL-safe, to be kept as carefully as the access it grants until it expires.',
+    }),
+    expiresAt: t.field({
+      type: 'DateTime',
+      description: 'When the token stops being accepted; its open subscriptions end then.',
+      resolve: (issued) => issued.expiresAt.toISOString(),
+    }),
+    uids: t.exposeIDList('uids', {
+      description: 'The deliveries the token may read and follow; others read as not found.',
+    }),
   }),
 });
 
@@ -20,9 +29,13 @@ function problemsOf(uids: readonly string[], ttlSeconds: number): FieldProblem[]
   const { minTtlSeconds, maxTtlSeconds, maxUids } = CLIENT_TOKEN_LIMITS;
   const problems: FieldProblem[] = [];
   if (!Number.isInteger(ttlSeconds) || ttlSeconds < minTtlSeconds || ttlSeconds > maxTtlSeconds) {
-    problems.push({ path: 'ttlSeconds', message: `must be from ${minTtlSeconds} to ${maxTtlSeconds} seconds; got ${ttlSeconds}` });
+    problems.push({
+      path: 'ttlSeconds',
+      message: `must be from ${minTtlSeconds} to ${maxTtlSeconds} seconds; got ${ttlSeconds}`,
+    });
   }
-  if (uids.length < 1 || uids.length > maxUids) problems.push({ path: 'uids', message: `must name 1 to ${maxUids} deliveries; got ${uids.length}` });
+  if (uids.length < 1 || uids.length > maxUids)
+    problems.push({ path: 'uids', message: `must name 1 to ${maxUids} deliveries; got ${uids.length}` });
   return problems;
 }
 
@@ -39,7 +52,10 @@ builder.mutationField('createClientToken', (t) =>
       dataField: { description: 'The new token.' },
     },
     args: {
-      uids: t.arg.idList({ required: true, description: `The deliveries the token may read and follow: 1 to ${CLIENT_TOKEN_LIMITS.maxUids} (repeats count once).` }),
+      uids: t.arg.idList({
+        required: true,
+        description: `The deliveries the token may read and follow: 1 to ${CLIENT_TOKEN_LIMITS.maxUids} (repeats count once).`,
+      }),
       ttlSeconds: t.arg.int({
         required: true,
         defaultValue: 3600,
@@ -57,7 +73,8 @@ builder.mutationField('createClientToken', (t) =>
       // Every uid at once (at most 100): stored ownership answers most without the upstream.
       const readable = await Promise.all(uids.map((uid) => ctx.services.access.canRead(key, uid)));
       const unknown = uids.find((_uid, index) => !readable[index]);
-      if (unknown !== undefined) throw new NotFoundError(`No delivery ${unknown} belongs to the caller; no token was made.`);
+      if (unknown !== undefined)
+        throw new NotFoundError(`No delivery ${unknown} belongs to the caller; no token was made.`);
       return ctx.services.clientTokens.issue(key, uids, args.ttlSeconds);
     },
   }),
@@ -67,10 +84,13 @@ builder.queryField('clientToken', (t) =>
   t.field({
     type: ClientTokenRef,
     nullable: true,
-    description: 'The client token this request was made with (what it grants and until when); null with a merchant key. The tracking page reads it to know which deliveries to show.',
+    description:
+      'The client token this request was made with (what it grants and until when); null with a merchant key. The tracking page reads it to know which deliveries to show.',
     resolve: (_root, _args, ctx) => {
       ctx.requireKey();
-      return ctx.clientToken ? { token: ctx.clientToken.token, expiresAt: ctx.clientToken.expiresAt, uids: ctx.clientToken.uids } : null;
+      return ctx.clientToken
+        ? { token: ctx.clientToken.token, expiresAt: ctx.clientToken.expiresAt, uids: ctx.clientToken.uids }
+        : null;
     },
   }),
 );

@@ -44,15 +44,27 @@ export interface Services {
   bookingsInFlight: Map<string, Promise<BookingResult>>;
   /** Makes and reads client tokens (CLIENT_TOKEN_SECRET). */
   clientTokens: ClientTokens;
-  /** Confirms a subscriber's key with the upstream and reads followed deliveries when no event comes (src/realtime/reconcile.ts). */
+  /**
+   * Confirms a subscriber's key with the upstream and reads followed deliveries when no event comes
+   * (src/realtime/reconcile.ts).
+   */
   reconciler?: Reconciler;
   /** Subscriptions open at once per key, client token and address (src/access/subscription-slots.ts). */
   subscriptions: SubscriptionSlots;
-  /** Re-confirms the key of every open subscription at a bounded interval and ends them when it is refused (src/access/key-watch.ts). */
+  /**
+   * Re-confirms the key of every open subscription at a bounded interval and ends them when it is refused
+   * (src/access/key-watch.ts).
+   */
   keyWatch?: KeyWatch;
-  /** Delivery.events in a subscription: one store read per message for all its subscribers (src/realtime/event-pages.ts). */
+  /**
+   * Delivery.events in a subscription: one store read per message for all its subscribers
+   * (src/realtime/event-pages.ts).
+   */
   eventPages: EventPages;
-  /** Subscriptions: each event executed and serialized once per (plan, variables, visibility) (src/realtime/fanout.ts); without it, once per subscriber. */
+  /**
+   * Subscriptions: each event executed and serialized once per (plan, variables, visibility) (src/realtime/fanout.ts);
+   * without it, once per subscriber.
+   */
   fanout?: SubscriptionFanout;
 }
 
@@ -71,7 +83,10 @@ export interface GraphQLContext {
   scope: ReadonlySet<string> | undefined;
   /** The client's address (X-Forwarded-For only as far as TRUST_PROXY says), for limits per address. */
   clientAddress: string;
-  /** The app's request limits (per key, per address), for the checks the streams make (a subscription's upstream access checks). */
+  /**
+   * The app's request limits (per key, per address), for the checks the streams make (a subscription's upstream access
+   * checks).
+   */
   limits: RequestLimits | undefined;
   /**
    * The key for reads: a merchant's own, or the one a client token acts for (its
@@ -119,7 +134,8 @@ export interface ContextOptions {
 }
 
 /** Said for every client token that is not accepted, whichever the reason: a forger learns nothing from it. */
-export const REFUSED_CLIENT_TOKEN = 'The client token is not accepted: it was altered, has expired, or was made by another server.';
+export const REFUSED_CLIENT_TOKEN =
+  'The client token is not accepted: it was altered, has expired, or was made by another server.';
 
 /** The context of one operation, for the caller the transport read. */
 export function createContext(services: Services, options: ContextOptions): GraphQLContext {
@@ -164,7 +180,8 @@ export function createContext(services: Services, options: ContextOptions): Grap
     deliveryLoader(group) {
       let loader = loaders.get(group);
       if (!loader) {
-        // A batch may be stopped when the client goes away; a single read is left to finish (cheaper than watching for it).
+        // A batch may be stopped when the client goes away; a single read is left to finish (cheaper than watching for
+        // it).
         loader = new DataLoader(
           async (uids) => {
             const key = this.requireKey();
@@ -177,7 +194,8 @@ export function createContext(services: Services, options: ContextOptions): Grap
               judged = await owners.judge(scope ? uids.filter((uid) => scope.has(uid)) : uids, caller);
             } catch (error) {
               // Without the records nobody can be told apart: every entry fails, nothing is read.
-              const failure = error instanceof DeliveryGraphError ? error : new Error('The owner records could not be read.');
+              const failure =
+                error instanceof DeliveryGraphError ? error : new Error('The owner records could not be read.');
               return uids.map(() => failure);
             }
             const read = async (uid: string, options: { signal: AbortSignal } | undefined) => {
@@ -186,13 +204,15 @@ export function createContext(services: Services, options: ContextOptions): Grap
               const { record, verdict } = judged.get(uid)!;
               // The caller's own, recorded in the other group: not found here, unasked.
               if (verdict === 'own' && record?.group && record.group !== group) return null;
-              // Another merchant's: read as an unknown uid would be (src/access/probe.ts); a key-scoped upstream may still say yes.
+              // Another merchant's: read as an unknown uid would be (src/access/probe.ts); a key-scoped upstream may
+              // still say yes.
               const delivery = await readAsCaller(upstream, owners.scope, verdict, key, uid, group, options);
               if (verdict !== 'unknown') return delivery;
               // No record that decides: on a key-scoped upstream its 200 is the answer, recorded; on a
               // platform-scoped one it proves nothing, but a partner order proves itself by its reference.
               if (owners.scope === 'key') owners.learn(uid, caller, group, 'read');
-              else if (await ownedByReference(delivery, (reference) => this.orderByReferenceLoader().load(reference))) owners.learn(uid, caller, group, 'reference');
+              else if (await ownedByReference(delivery, (reference) => this.orderByReferenceLoader().load(reference)))
+                owners.learn(uid, caller, group, 'reference');
               else return null;
               return delivery;
             };
@@ -208,7 +228,8 @@ export function createContext(services: Services, options: ContextOptions): Grap
       byReference ??= new DataLoader(
         (references) => {
           const key = this.requireKey();
-          const read = async (reference: string, options: { signal: AbortSignal } | undefined) => fromPartnerOrder(await services.upstream.partner.getOrderByReference(key, reference, options));
+          const read = async (reference: string, options: { signal: AbortSignal } | undefined) =>
+            fromPartnerOrder(await services.upstream.partner.getOrderByReference(key, reference, options));
           return readEach(services, references, references.length > 1 ? this.clientGone() : undefined, read);
         },
         { maxBatchSize: services.config.graphql.maxBatchSize },
@@ -248,6 +269,7 @@ async function readEach(
   };
   await Promise.all(Array.from({ length: Math.min(services.config.graphql.batchConcurrency, ids.length) }, worker));
   // Reads never started because the client went away still need an entry.
-  for (let index = 0; index < results.length; index += 1) if (results[index] === undefined) results[index] = new Error('The client went away before this read.');
+  for (let index = 0; index < results.length; index += 1)
+    if (results[index] === undefined) results[index] = new Error('The client went away before this read.');
   return results;
 }

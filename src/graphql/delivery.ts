@@ -18,7 +18,8 @@ function full(parent: DeliveryParent, ctx: GraphQLContext): Delivery | Promise<D
     .deliveryLoader(parent.group)
     .load(parent.uid)
     .then((delivery) => {
-      if (!delivery) throw new UpstreamProtocolError('The delivery service does not return the delivery it just booked.');
+      if (!delivery)
+        throw new UpstreamProtocolError('The delivery service does not return the delivery it just booked.');
       return delivery;
     });
 }
@@ -60,32 +61,83 @@ builder.node(DeliveryRef, {
   id: {
     resolve: (delivery) => `${delivery.group}${GLOBAL_ID_SEPARATOR}${delivery.uid}`,
   },
-  isTypeOf: (value) => typeof value === 'object' && value !== null && 'uid' in value && 'group' in value && ('stub' in value || 'pickup' in value),
+  isTypeOf: (value) =>
+    typeof value === 'object' &&
+    value !== null &&
+    'uid' in value &&
+    'group' in value &&
+    ('stub' in value || 'pickup' in value),
   loadOne: (id, ctx) => {
     const parsed = parseDeliveryId(id);
     return parsed ? ctx.deliveryLoader(parsed.group).load(checkUid(parsed.uid, 'The uid in id')) : null;
   },
   fields: (t) => ({
-    uid: t.exposeID('uid', { description: 'The upstream identifier returned at booking; reads, cancellations and webhooks are keyed on it.' }),
-    group: t.field({ type: ApiGroupEnum, description: 'The endpoint group this delivery was read from.', resolve: (d) => d.group }),
+    uid: t.exposeID('uid', {
+      description: 'The upstream identifier returned at booking; reads, cancellations and webhooks are keyed on it.',
+    }),
+    group: t.field({
+      type: ApiGroupEnum,
+      description: 'The endpoint group this delivery was read from.',
+      resolve: (d) => d.group,
+    }),
     status: t.field({ type: DeliveryStatusEnum, description: 'Normalized lifecycle status.', resolve: read('status') }),
-    rawStatus: t.string({ nullable: true, description: 'The status string exactly as the upstream sent it.', resolve: read('rawStatus') }),
-    price: t.field({ type: MoneyRef, nullable: true, description: 'Cost of the delivery; null until pricing settles.', resolve: read('price') }),
+    rawStatus: t.string({
+      nullable: true,
+      description: 'The status string exactly as the upstream sent it.',
+      resolve: read('rawStatus'),
+    }),
+    price: t.field({
+      type: MoneyRef,
+      nullable: true,
+      description: 'Cost of the delivery; null until pricing settles.',
+      resolve: read('price'),
+    }),
     tip: t.field({ type: 'Decimal', nullable: true, description: 'Courier tip in major units.', resolve: read('tip') }),
-    distance: t.field({ type: DistanceRef, nullable: true, description: 'Distance from pickup to dropoff.', resolve: read('distance') }),
+    distance: t.field({
+      type: DistanceRef,
+      nullable: true,
+      description: 'Distance from pickup to dropoff.',
+      resolve: read('distance'),
+    }),
     pickup: t.field({ type: StopRef, description: 'Where the package is collected.', resolve: read('pickup') }),
     dropoff: t.field({ type: StopRef, description: 'Where the package goes.', resolve: read('dropoff') }),
-    deliveryDate: t.field({ type: 'Date', nullable: true, description: 'Scheduled date, a UTC date (the upstream reads and writes every date in UTC).', resolve: read('deliveryDate') }),
+    deliveryDate: t.field({
+      type: 'Date',
+      nullable: true,
+      description: 'Scheduled date, a UTC date (the upstream reads and writes every date in UTC).',
+      resolve: read('deliveryDate'),
+    }),
     scheduledAt: t.field({
       type: 'DateTime',
       nullable: true,
-      description: 'The scheduled date with its time of day, in UTC, as a read of the delivery gives it (the upstream sends a full datetime there); null where only the date is known, as in a webhook event.',
+      description:
+        'The scheduled date with its time of day, in UTC, as a read of the delivery gives it (the upstream sends a full datetime there); null where only the date is known, as in a webhook event.',
       resolve: read('scheduledAt'),
     }),
-    deliveryStartTime: t.field({ type: 'DateTime', nullable: true, description: 'Start of the delivery window (partner group).', resolve: read('deliveryStartTime') }),
-    deliveryEndTime: t.field({ type: 'DateTime', nullable: true, description: 'End of the dropoff window.', resolve: read('deliveryEndTime') }),
-    estimatedDropoffAt: t.field({ type: 'DateTime', nullable: true, description: 'Estimated arrival at the dropoff (dropoff_time_estimated).', resolve: read('estimatedDropoffAt') }),
-    mode: t.field({ type: DeliveryModeEnum, nullable: true, description: 'On demand (NOW) or SCHEDULED.', resolve: read('mode') }),
+    deliveryStartTime: t.field({
+      type: 'DateTime',
+      nullable: true,
+      description: 'Start of the delivery window (partner group).',
+      resolve: read('deliveryStartTime'),
+    }),
+    deliveryEndTime: t.field({
+      type: 'DateTime',
+      nullable: true,
+      description: 'End of the dropoff window.',
+      resolve: read('deliveryEndTime'),
+    }),
+    estimatedDropoffAt: t.field({
+      type: 'DateTime',
+      nullable: true,
+      description: 'Estimated arrival at the dropoff (dropoff_time_estimated).',
+      resolve: read('estimatedDropoffAt'),
+    }),
+    mode: t.field({
+      type: DeliveryModeEnum,
+      nullable: true,
+      description: 'On demand (NOW) or SCHEDULED.',
+      resolve: read('mode'),
+    }),
     style: t.field({
       type: DeliveryStyleEnum,
       nullable: true,
@@ -95,23 +147,54 @@ builder.node(DeliveryRef, {
     }),
     rawStyle: t.string({
       nullable: true,
-      description: 'The style string exactly as the upstream sent it (for a partner order, from its read by partner reference, as `style`).',
+      description:
+        'The style string exactly as the upstream sent it (for a partner order, from its read by partner reference, as `style`).',
       resolve: async (parent, _args, ctx) => (await styleSource(parent, ctx)).rawStyle,
     }),
     package: t.field({ type: PackageRef, description: 'What is being delivered.', resolve: read('package') }),
-    courier: t.field({ type: CourierRef, nullable: true, description: 'The courier; null until one is assigned.', resolve: read('courier') }),
-    proofOfDelivery: t.field({ type: ProofOfDeliveryRef, nullable: true, description: 'Photo and signature collected at the dropoff.', resolve: read('proofOfDelivery') }),
-    cancellationReason: t.string({ nullable: true, description: 'Why the delivery was canceled.', resolve: read('cancellationReason') }),
-    expectedCancellationFee: t.field({ type: MoneyRef, nullable: true, description: 'Fee expected if the delivery were canceled now.', resolve: read('expectedCancellationFee') }),
+    courier: t.field({
+      type: CourierRef,
+      nullable: true,
+      description: 'The courier; null until one is assigned.',
+      resolve: read('courier'),
+    }),
+    proofOfDelivery: t.field({
+      type: ProofOfDeliveryRef,
+      nullable: true,
+      description: 'Photo and signature collected at the dropoff.',
+      resolve: read('proofOfDelivery'),
+    }),
+    cancellationReason: t.string({
+      nullable: true,
+      description: 'Why the delivery was canceled.',
+      resolve: read('cancellationReason'),
+    }),
+    expectedCancellationFee: t.field({
+      type: MoneyRef,
+      nullable: true,
+      description: 'Fee expected if the delivery were canceled now.',
+      resolve: read('expectedCancellationFee'),
+    }),
     trackingUrl: t.string({
       nullable: true,
       description:
         "The upstream's own public tracking page for this delivery, no login needed (tracking_link / tracking_url), on the upstream's site (with the embedded sandbox, the sandbox's port). Not this service's live page, which is `/#uid=<uid>` on the facade (for a customer, `/#token=<client token>`: see createClientToken).",
       // A booking known from its webhook (a lost create answer) has no tracking link yet: read it.
-      resolve: (d, args, ctx) => (isStub(d) && d.trackingUrl === null ? read('trackingUrl')(d, args, ctx) : d.trackingUrl),
+      resolve: (d, args, ctx) =>
+        isStub(d) && d.trackingUrl === null ? read('trackingUrl')(d, args, ctx) : d.trackingUrl,
     }),
-    payload: t.field({ type: 'JSON', nullable: true, description: 'platform_payload or partner_payload, exactly as supplied (without the facade\'s idempotency marker, see createDelivery.idempotencyKey).', resolve: read('payload') }),
-    partnerReference: t.string({ nullable: true, description: "The partner group's own reference of the order.", resolve: read('partnerReference') }),
+    payload: t.field({
+      type: 'JSON',
+      nullable: true,
+      description:
+        "platform_payload or partner_payload, exactly as supplied (without the facade's idempotency marker, see createDelivery.idempotencyKey).",
+      resolve: read('payload'),
+    }),
+    partnerReference: t.string({
+      nullable: true,
+      description: "The partner group's own reference of the order.",
+      resolve: read('partnerReference'),
+    }),
   }),
 });
 
@@ -122,8 +205,16 @@ builder.queryFields((t) => ({
     description:
       "One delivery by uid; null when no such delivery belongs to the caller's merchant: not found upstream (404), recorded as another merchant's (answered exactly as a uid that does not exist), or, where UPSTREAM_READ_SCOPE is platform, one nothing proves the caller owns (a booking through the facade, a read by partner reference, a cancel, an operator's claim; a partner order is proven by its reference on the first read).",
     args: {
-      uid: t.arg.id({ required: true, description: 'The delivery uid returned at booking (one URL path segment: see docs/limits.md).' }),
-      group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group to read from.' }),
+      uid: t.arg.id({
+        required: true,
+        description: 'The delivery uid returned at booking (one URL path segment: see docs/limits.md).',
+      }),
+      group: t.arg({
+        type: ApiGroupEnum,
+        required: true,
+        defaultValue: 'PLATFORM',
+        description: 'Endpoint group to read from.',
+      }),
     },
     resolve: (_root, { uid, group }, ctx) => {
       ctx.requireKey();
@@ -138,7 +229,12 @@ builder.queryFields((t) => ({
       'Many deliveries in one request: one entry per uid, in order; null where not found. Duplicates are read once, reads run concurrently under a bound, and one failing or malformed uid fails only its own entry (BAD_USER_INPUT at its path for a malformed one, read for nothing). The selection counts once per uid towards the operation cost limit.',
     args: {
       uids: t.arg.idList({ required: true, description: 'Delivery uids, at most MAX_BATCH_SIZE (100 by default).' }),
-      group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group to read from.' }),
+      group: t.arg({
+        type: ApiGroupEnum,
+        required: true,
+        defaultValue: 'PLATFORM',
+        description: 'Endpoint group to read from.',
+      }),
     },
     resolve: (_root, { uids, group }, ctx) => {
       ctx.requireKey();
@@ -153,7 +249,9 @@ builder.queryFields((t) => ({
         let read = reads.get(uid);
         if (!read) {
           // A malformed uid fails its own entry, unread: the rest of a list kept elsewhere still comes back.
-          read = new Promise<Delivery | null>((resolve) => resolve(loader.load(checkUid(uid)))).catch((error: unknown) => (error instanceof Error ? error : new Error(String(error))));
+          read = new Promise<Delivery | null>((resolve) => resolve(loader.load(checkUid(uid)))).catch(
+            (error: unknown) => (error instanceof Error ? error : new Error(String(error))),
+          );
           reads.set(uid, read);
         }
         return read;
@@ -170,15 +268,21 @@ builder.queryFields((t) => ({
     description:
       "A partner-group order by the partner's own reference; null when none belongs to the caller. The upstream answers this read for the caller's merchant alone, so it proves the order the caller's: reads of it by uid work from then on.",
     args: {
-      partnerReference: t.arg.string({ required: true, description: 'The partner_reference given when the order was placed.' }),
+      partnerReference: t.arg.string({
+        required: true,
+        description: 'The partner_reference given when the order was placed.',
+      }),
     },
     resolve: async (_root, { partnerReference }, ctx) => {
       // By reference, not by uid: outside any client token's scope, so the merchant's alone.
       const key = ctx.requireMerchantKey();
       try {
-        const order = fromPartnerOrder(await ctx.services.upstream.partner.getOrderByReference(key, partnerReference, { signal: ctx.clientGone() }));
+        const order = fromPartnerOrder(
+          await ctx.services.upstream.partner.getOrderByReference(key, partnerReference, { signal: ctx.clientGone() }),
+        );
         // The upstream answers this read for the caller's merchant alone, whatever its read scope: the order is the
-        // caller's, and the answer a merchant-scoped proof, which replaces a record learned from a read (src/access/owners.ts).
+        // caller's, and the answer a merchant-scoped proof, which replaces a record learned from a read
+        // (src/access/owners.ts).
         ctx.services.owners.learn(order.uid, await ctx.merchant(), 'PARTNER', 'reference');
         // Prime the loader so a later read of the same uid in this request is free.
         ctx.deliveryLoader('PARTNER').prime(order.uid, order);
@@ -205,11 +309,16 @@ interface DeliveryRepresentation {
  * both groups, so `uid` alone names one delivery, and a partner order read only
  * on the platform group would wrongly read as null. Unknown everywhere → null.
  */
-export async function resolveDeliveryReference(representation: DeliveryRepresentation, ctx: GraphQLContext): Promise<Delivery | null> {
+export async function resolveDeliveryReference(
+  representation: DeliveryRepresentation,
+  ctx: GraphQLContext,
+): Promise<Delivery | null> {
   const { uid, group } = representation;
-  if (typeof uid !== 'string' || uid === '') throw new BadUserInputError('A Delivery representation needs its uid, a non-empty string.');
+  if (typeof uid !== 'string' || uid === '')
+    throw new BadUserInputError('A Delivery representation needs its uid, a non-empty string.');
   checkUid(uid, "A Delivery representation's uid");
-  if (group != null && group !== 'PLATFORM' && group !== 'PARTNER') throw new BadUserInputError('A Delivery representation\'s group is PLATFORM or PARTNER when given.');
+  if (group != null && group !== 'PLATFORM' && group !== 'PARTNER')
+    throw new BadUserInputError("A Delivery representation's group is PLATFORM or PARTNER when given.");
   if (group) return ctx.deliveryLoader(group).load(uid);
   return (await ctx.deliveryLoader('PLATFORM').load(uid)) ?? ctx.deliveryLoader('PARTNER').load(uid);
 }

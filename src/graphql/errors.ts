@@ -14,10 +14,15 @@ import type { UpstreamRefusal } from '../upstream/refusal.js';
 import { builder } from './builder.js';
 
 const UpstreamRefusalRef = builder.objectRef<UpstreamRefusal>('UpstreamRefusal').implement({
-  description: "What the delivery service said when it refused a call, scrubbed of keys and tokens and cut to a bounded length (never its raw body). The same object is a GraphQL error's extensions.upstream.",
+  description:
+    "What the delivery service said when it refused a call, scrubbed of keys and tokens and cut to a bounded length (never its raw body). The same object is a GraphQL error's extensions.upstream.",
   fields: (t) => ({
     status: t.exposeInt('status', { description: 'The HTTP status it answered.' }),
-    error: t.exposeString('error', { nullable: true, description: "Its error code: the body's `code` (platform group) or `error` (partner group), e.g. not_cancelable; null when it sent none." }),
+    error: t.exposeString('error', {
+      nullable: true,
+      description:
+        "Its error code: the body's `code` (platform group) or `error` (partner group), e.g. not_cancelable; null when it sent none.",
+    }),
     message: t.exposeString('message', { nullable: true, description: 'Its message; null when it sent none.' }),
   }),
 });
@@ -30,7 +35,8 @@ export const ErrorInterface = builder.interfaceRef<DeliveryGraphError>('Error').
     upstream: t.field({
       type: UpstreamRefusalRef,
       nullable: true,
-      description: "The delivery service's own status, error code and message when this is its refusal; null when the facade decided alone (its own checks, an idempotency conflict).",
+      description:
+        "The delivery service's own status, error code and message when this is its refusal; null when the facade decided alone (its own checks, an idempotency conflict).",
       resolve: (error) => error.upstream ?? null,
     }),
   }),
@@ -46,11 +52,16 @@ const FieldErrorRef = builder.objectRef<FieldProblem>('FieldError').implement({
 
 builder.objectType(ValidationError, {
   name: 'ValidationError',
-  description: 'The input breaks one or more rules of the chosen group (checked before any upstream call, or reported by the upstream).',
+  description:
+    'The input breaks one or more rules of the chosen group (checked before any upstream call, or reported by the upstream).',
   interfaces: [ErrorInterface],
   isTypeOf: (value) => value instanceof ValidationError,
   fields: (t) => ({
-    fields: t.field({ type: [FieldErrorRef], description: 'Every problem found, one per field and rule.', resolve: (error) => error.fields }),
+    fields: t.field({
+      type: [FieldErrorRef],
+      description: 'Every problem found, one per field and rule.',
+      resolve: (error) => error.fields,
+    }),
   }),
 });
 
@@ -90,6 +101,10 @@ builder.objectType(BookingOutcomeUnknownError, {
   interfaces: [ErrorInterface],
   isTypeOf: (value) => value instanceof BookingOutcomeUnknownError,
   fields: (t) => ({
-    since: t.field({ type: 'DateTime', description: "When the earlier request's answer was lost.", resolve: (error) => error.since }),
+    since: t.field({
+      type: 'DateTime',
+      description: "When the earlier request's answer was lost.",
+      resolve: (error) => error.since,
+    }),
   }),
 });

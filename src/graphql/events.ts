@@ -7,7 +7,14 @@ import { knownAfter } from '../domain/delivery-view.js';
 import type { ApiGroup, Courier, Delivery, DeliveryStatus, GeoPoint } from '../mapping/model.js';
 import { statusOfWebhook } from '../domain/status.js';
 import { callerCursors, START_CURSOR, type CallerCursors } from '../domain/cursor.js';
-import { courierLocation, deliveryEvents, deliveryUpdated, type EventView, type RealtimeDeps, type Subscriber } from '../realtime/streams.js';
+import {
+  courierLocation,
+  deliveryEvents,
+  deliveryUpdated,
+  type EventView,
+  type RealtimeDeps,
+  type Subscriber,
+} from '../realtime/streams.js';
 import type { StoredEvent } from '../store/store.js';
 import { builder } from './builder.js';
 import type { GraphQLContext } from './context.js';
@@ -24,7 +31,10 @@ import { checkUidArguments } from './uid-arguments.js';
 const mapped = new WeakMap<object, Delivery>();
 const reported = new WeakMap<object, Delivery>();
 
-/** The delivery as known after the event: its payload merged over earlier events and reads (src/domain/delivery-view.ts). */
+/**
+ * The delivery as known after the event: its payload merged over earlier events and reads
+ * (src/domain/delivery-view.ts).
+ */
 function deliveryOf(event: EventView, group: ApiGroup = 'PLATFORM'): Delivery {
   if (event.snapshot) return event.snapshot.delivery;
   let delivery = mapped.get(event);
@@ -63,7 +73,10 @@ async function eventDelivery(event: EventView, ctx: GraphQLContext): Promise<Del
   return delivery;
 }
 
-/** From the event's name, as its delivery's status is (fromWebhookEvent); the label only for a name the facade does not know. */
+/**
+ * From the event's name, as its delivery's status is (fromWebhookEvent); the label only for a name the facade does not
+ * know.
+ */
 function statusOf(event: EventView): DeliveryStatus {
   return event.snapshot?.status ?? event.heldStatus ?? statusOfWebhook(event.name, event.payload.status);
 }
@@ -91,7 +104,8 @@ function cursorOf(ctx: GraphQLContext, seq: number): string | Promise<string> {
 }
 
 export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').implement({
-  description: 'A webhook event as received from the upstream, after its signature was verified; an event the facade made from a read of the upstream that found a change no webhook had brought (source "poll"); or a `snapshot` built from a read.',
+  description:
+    'A webhook event as received from the upstream, after its signature was verified; an event the facade made from a read of the upstream that found a change no webhook had brought (source "poll"); or a `snapshot` built from a read.',
   fields: (t) => ({
     cursor: t.string({
       description:
@@ -100,7 +114,8 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
     }),
     uid: t.exposeID('uid', { description: 'The delivery the event is about.' }),
     name: t.exposeString('name', {
-      description: 'event_name, e.g. "delivery.pickup_complete" or "location.dropoff_enroute"; "snapshot" for a state read from the upstream.',
+      description:
+        'event_name, e.g. "delivery.pickup_complete" or "location.dropoff_enroute"; "snapshot" for a state read from the upstream.',
     }),
     status: t.field({
       type: DeliveryStatusEnum,
@@ -108,13 +123,21 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
         "The status implied by the event's milestone (its name); for a name the facade does not know, read from statusText. On deliveryUpdated, an event that changed only the courier (courierOnly) carries the delivery's current status instead, which no event moves back.",
       resolve: statusOf,
     }),
-    statusText: t.exposeString('statusText', { nullable: true, description: 'The upstream\'s human-readable status, e.g. "Picked Up".' }),
-    receivedAt: t.field({ type: 'DateTime', description: 'When the facade received the event.', resolve: (event) => event.receivedAt }),
+    statusText: t.exposeString('statusText', {
+      nullable: true,
+      description: 'The upstream\'s human-readable status, e.g. "Picked Up".',
+    }),
+    receivedAt: t.field({
+      type: 'DateTime',
+      description: 'When the facade received the event.',
+      resolve: (event) => event.receivedAt,
+    }),
     courierLocation: t.field({
       type: GeoPointRef,
       nullable: true,
       description: "The courier's position carried by the event (driver_location).",
-      resolve: (event) => (event.snapshot ? event.snapshot.delivery.courier?.location : geoPoint(event.payload.driver_location)) ?? null,
+      resolve: (event) =>
+        (event.snapshot ? event.snapshot.delivery.courier?.location : geoPoint(event.payload.driver_location)) ?? null,
     }),
     source: t.string({
       description:
@@ -139,7 +162,8 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
       type: DeliveryRef,
       description:
         "The delivery as this event's own payload alone describes it (status from its name), without what earlier events and reads added: what the upstream sent at this step. For a `snapshot`, the read.",
-      resolve: async (event, _args, ctx) => (event.snapshot ? event.snapshot.delivery : reportedOf(event, await groupOf(event, ctx))),
+      resolve: async (event, _args, ctx) =>
+        event.snapshot ? event.snapshot.delivery : reportedOf(event, await groupOf(event, ctx)),
     }),
   }),
 });
@@ -157,9 +181,20 @@ const CourierLocationRef = builder.objectRef<CourierPosition>('CourierLocation')
   fields: (t) => ({
     uid: t.exposeID('uid', { description: 'The delivery.' }),
     location: t.expose('location', { type: GeoPointRef, description: "The courier's position." }),
-    milestone: t.exposeString('milestone', { description: 'The milestone the position belongs to, e.g. "pickup_enroute".' }),
-    courier: t.expose('courier', { type: CourierRef, nullable: true, description: 'The courier as known after the event: what it says merged over earlier events and reads (a name or phone it leaves out is kept).' }),
-    receivedAt: t.field({ type: 'DateTime', description: 'When the facade received the position.', resolve: (position) => position.receivedAt }),
+    milestone: t.exposeString('milestone', {
+      description: 'The milestone the position belongs to, e.g. "pickup_enroute".',
+    }),
+    courier: t.expose('courier', {
+      type: CourierRef,
+      nullable: true,
+      description:
+        'The courier as known after the event: what it says merged over earlier events and reads (a name or phone it leaves out is kept).',
+    }),
+    receivedAt: t.field({
+      type: 'DateTime',
+      description: 'When the facade received the position.',
+      resolve: (position) => position.receivedAt,
+    }),
   }),
 });
 
@@ -178,7 +213,8 @@ const DeliveryEventConnectionRef = builder.connectionObject(
   {
     type: DeliveryEventRef,
     name: 'DeliveryEventConnection',
-    description: "A page of a delivery's stored events (webhooks, and changes found by reading the upstream), oldest first.",
+    description:
+      "A page of a delivery's stored events (webhooks, and changes found by reading the upstream), oldest first.",
     edgesNullable: { list: false, items: false },
     nodeNullable: false,
     edgesField: { description: 'The events of this page, each with its cursor.' },
@@ -206,11 +242,19 @@ const pagesByContext = new WeakMap<GraphQLContext, Map<string, Promise<EventPage
  * the message the delivery came with; the page is then read once for every
  * subscriber of that message (src/realtime/event-pages.ts).
  */
-async function eventPage(ctx: GraphQLContext, uid: string, first: number | null | undefined, after: string | null | undefined, messageSeq?: number): Promise<EventPage> {
-  if (first != null && (first < 1 || first > MAX_PAGE)) throw new BadUserInputError(`first must be between 1 and ${MAX_PAGE}.`);
+async function eventPage(
+  ctx: GraphQLContext,
+  uid: string,
+  first: number | null | undefined,
+  after: string | null | undefined,
+  messageSeq?: number,
+): Promise<EventPage> {
+  if (first != null && (first < 1 || first > MAX_PAGE))
+    throw new BadUserInputError(`first must be between 1 and ${MAX_PAGE}.`);
   const cursors = await cursorsOf(ctx);
   const afterSeq = after == null ? 0 : cursors.seqOf(after);
-  if (afterSeq === undefined) throw new BadUserInputError(`"${after}" is not a cursor of this facade's event log for this key.`);
+  if (afterSeq === undefined)
+    throw new BadUserInputError(`"${after}" is not a cursor of this facade's event log for this key.`);
   const limit = first ?? MAX_PAGE;
   const events =
     messageSeq === undefined
@@ -233,13 +277,17 @@ builder.objectField(DeliveryRef, 'events', (t) =>
   t.field({
     type: DeliveryEventConnectionRef,
     nullable: false,
-    description: 'Every event stored for this delivery, oldest first (stale ones included, marked): the webhooks received, and the changes the facade found by reading the upstream (source "poll").',
+    description:
+      'Every event stored for this delivery, oldest first (stale ones included, marked): the webhooks received, and the changes the facade found by reading the upstream (source "poll").',
     args: {
       first: t.arg.int({ description: `Page size, 1 to ${MAX_PAGE}; all (up to ${MAX_PAGE}) when omitted.` }),
-      after: t.arg.string({ description: `Cursor of the event to read after (one this key was given), or "${START_CURSOR}" for the first page.` }),
+      after: t.arg.string({
+        description: `Cursor of the event to read after (one this key was given), or "${START_CURSOR}" for the first page.`,
+      }),
     },
     resolve: (delivery, { first, after }, ctx, info) => {
-      if (info.operation.operation === 'subscription') return eventPage(ctx, delivery.uid, first, after, messageSeqs.get(delivery));
+      if (info.operation.operation === 'subscription')
+        return eventPage(ctx, delivery.uid, first, after, messageSeqs.get(delivery));
       let pages = pagesByContext.get(ctx);
       if (!pages) pagesByContext.set(ctx, (pages = new Map()));
       const key = JSON.stringify([delivery.uid, first ?? null, after ?? null]);
@@ -255,7 +303,10 @@ function realtime(ctx: GraphQLContext): { deps: RealtimeDeps; subscriber: Subscr
   const { store, bus, access, upstream, maxPendingEvents, reconciler } = ctx.services;
   // The key's RATE_LIMIT_PER_MINUTE budget: a subscription's upstream access checks draw on it, as operations do.
   const budget = ctx.limits?.perKey;
-  return { deps: { store, bus, access, upstream, maxPending: maxPendingEvents, budget, reconciler }, subscriber: { key, scope: ctx.scope, disconnect: ctx.disconnect } };
+  return {
+    deps: { store, bus, access, upstream, maxPending: maxPendingEvents, budget, reconciler },
+    subscriber: { key, scope: ctx.scope, disconnect: ctx.disconnect },
+  };
 }
 
 /**
@@ -270,13 +321,14 @@ function argumentsOf<T>(info: GraphQLResolveInfo): T {
 }
 
 builder.subscriptionType({
-  description: 'Live updates, fed by the upstream\'s verified webhooks and by reads of the upstream that find a change no webhook brought (reconciliation, source "poll"; all there is when the upstream sends no webhooks). Over WebSocket (graphql-transport-ws) or server-sent events.',
+  description:
+    'Live updates, fed by the upstream\'s verified webhooks and by reads of the upstream that find a change no webhook brought (reconciliation, source "poll"; all there is when the upstream sends no webhooks). Over WebSocket (graphql-transport-ws) or server-sent events.',
   fields: (t) => ({
     deliveryUpdated: t.field({
       type: DeliveryEventRef,
       nullable: false,
       description:
-        "Lifecycle of one delivery: first the current state (the latest stored event, or a `snapshot` read from the upstream when none is stored, or the read itself, stored as a `poll` event, when it contradicts a stored final state), then one message per accepted delivery.* event. Never moves backwards along the delivery path; duplicates are dropped; where events contradict each other (a dropoff after FAILED, a FAILED after DROPOFF_COMPLETE) one read of the upstream settles it and its answer is sent. An event naming another courier (a reassignment) is sent even when its milestone is behind, with courierOnly true, the new courier, and the status the delivery already has. Completes when the delivery is final: DROPOFF_COMPLETE, RETURNED, or a CANCELED/FAILED with no evidence of pickup that a read made FINALITY_GRACE_MS later still confirms (that read is not sent again); a return or a second attempt after a cancel or failure is followed to its end.",
+        'Lifecycle of one delivery: first the current state (the latest stored event, or a `snapshot` read from the upstream when none is stored, or the read itself, stored as a `poll` event, when it contradicts a stored final state), then one message per accepted delivery.* event. Never moves backwards along the delivery path; duplicates are dropped; where events contradict each other (a dropoff after FAILED, a FAILED after DROPOFF_COMPLETE) one read of the upstream settles it and its answer is sent. An event naming another courier (a reassignment) is sent even when its milestone is behind, with courierOnly true, the new courier, and the status the delivery already has. Completes when the delivery is final: DROPOFF_COMPLETE, RETURNED, or a CANCELED/FAILED with no evidence of pickup that a read made FINALITY_GRACE_MS later still confirms (that read is not sent again); a return or a second attempt after a cancel or failure is followed to its end.',
       args: { uid: t.arg.id({ required: true, description: 'The delivery to follow.' }) },
       subscribe: (_root, _args, ctx, info) => {
         const { uid } = argumentsOf<{ uid: string }>(info);
@@ -306,10 +358,16 @@ builder.subscriptionType({
       args: {
         uids: t.arg.idList({ description: 'Only these deliveries.' }),
         names: t.arg.stringList({ description: 'Only these event names, e.g. ["delivery.dropoff_complete"].' }),
-        after: t.arg.string({ description: `Replay the stored events after this cursor (one this key was given) first; "${START_CURSOR}" replays from the oldest stored event.` }),
+        after: t.arg.string({
+          description: `Replay the stored events after this cursor (one this key was given) first; "${START_CURSOR}" replays from the oldest stored event.`,
+        }),
       },
       subscribe: (_root, _args, ctx, info) => {
-        const { uids, names, after } = argumentsOf<{ uids?: string[] | null; names?: string[] | null; after?: string | null }>(info);
+        const { uids, names, after } = argumentsOf<{
+          uids?: string[] | null;
+          names?: string[] | null;
+          after?: string | null;
+        }>(info);
         const { deps, subscriber } = realtime(ctx);
         return deliveryEvents(deps, subscriber, { uids: uids?.map(String), names, after });
       },

@@ -43,7 +43,11 @@ const StopInputRef = builder.inputType('StopInput', {
     phone: t.string({ description: 'Contact phone; at most 15 characters for the pickup.' }),
     email: t.string({ description: 'Contact email; pickup.email is the required `email` of the upstream body.' }),
     instructions: t.string({ description: 'Instructions for the courier; at most 512 characters for the pickup.' }),
-    address: t.field({ type: AddressInputRef, description: 'Required for the pickup; for the dropoff on the PLATFORM group (or addressParts with street, city and country).' }),
+    address: t.field({
+      type: AddressInputRef,
+      description:
+        'Required for the pickup; for the dropoff on the PLATFORM group (or addressParts with street, city and country).',
+    }),
     addressParts: t.field({
       type: AddressPartsInputRef,
       description:
@@ -51,7 +55,8 @@ const StopInputRef = builder.inputType('StopInput', {
     }),
     windowStart: t.field({
       type: 'DateTime',
-      description: 'Start of the stop window, any offset (sent as UTC). dropoff.windowStart is required unless mode is NOW; its UTC date is the deliveryDate.',
+      description:
+        'Start of the stop window, any offset (sent as UTC). dropoff.windowStart is required unless mode is NOW; its UTC date is the deliveryDate.',
     }),
   }),
 });
@@ -66,7 +71,8 @@ const ItemInputRef = builder.inputType('ItemInput', {
     externalInstanceId: t.string({ description: "The merchant's id of this instance of the item." }),
     price: t.field({
       type: 'Decimal',
-      description: 'Unit price in major units: not negative, at most two decimals (sent in UPSTREAM_ITEM_PRICE_UNIT, which is UPSTREAM_AMOUNT_UNIT unless set, cents by default; read back in the same unit, so Item.price returns it as given).',
+      description:
+        'Unit price in major units: not negative, at most two decimals (sent in UPSTREAM_ITEM_PRICE_UNIT, which is UPSTREAM_AMOUNT_UNIT unless set, cents by default; read back in the same unit, so Item.price returns it as given).',
     }),
     barcode: t.string({ description: 'Barcode.' }),
   }),
@@ -78,7 +84,11 @@ export const DeliveryInputRef = builder.inputRef<DeliveryInput>('DeliveryInput')
   fields: (t) => ({
     pickup: t.field({ type: StopInputRef, required: true, description: 'Where the package is collected.' }),
     dropoff: t.field({ type: StopInputRef, required: true, description: 'Where the package goes.' }),
-    mode: t.field({ type: DeliveryModeEnum, description: 'NOW for on demand; SCHEDULED (the default) needs dropoff.windowStart and a deliveryDate (taken from it when not given).' }),
+    mode: t.field({
+      type: DeliveryModeEnum,
+      description:
+        'NOW for on demand; SCHEDULED (the default) needs dropoff.windowStart and a deliveryDate (taken from it when not given).',
+    }),
     deliveryDate: t.field({
       type: 'Date',
       description:
@@ -88,7 +98,8 @@ export const DeliveryInputRef = builder.inputRef<DeliveryInput>('DeliveryInput')
     deliveryEndTime: t.field({ type: 'DateTime', description: 'End of the delivery window. PARTNER only.' }),
     style: t.field({
       type: DeliveryStyleEnum,
-      description: 'Handling style, one of the four documented ones; STANDARD when neither style nor rawStyle is given. OVERSIZE needs minimumVehicleSize. Not with rawStyle.',
+      description:
+        'Handling style, one of the four documented ones; STANDARD when neither style nor rawStyle is given. OVERSIZE needs minimumVehicleSize. Not with rawStyle.',
     }),
     rawStyle: t.string({
       description:
@@ -103,10 +114,21 @@ export const DeliveryInputRef = builder.inputRef<DeliveryInput>('DeliveryInput')
     items: t.field({ type: [ItemInputRef], description: 'Items in the package.' }),
     itemsCount: t.int({ description: 'Number of items.' }),
     weight: t.float({ description: 'Package weight.' }),
-    declaredValue: t.field({ type: 'Decimal', description: 'Declared value in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default).' }),
-    tip: t.field({ type: 'Decimal', description: 'Courier tip in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default).' }),
+    declaredValue: t.field({
+      type: 'Decimal',
+      description:
+        'Declared value in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default).',
+    }),
+    tip: t.field({
+      type: 'Decimal',
+      description:
+        'Courier tip in major units: not negative, at most two decimals (sent in UPSTREAM_AMOUNT_UNIT, cents by default).',
+    }),
     currency: t.string({ description: 'Three-letter currency code; required on PARTNER.' }),
-    payload: t.field({ type: 'JSON', description: 'Any JSON object, sent as platform_payload or partner_payload and returned untouched.' }),
+    payload: t.field({
+      type: 'JSON',
+      description: 'Any JSON object, sent as platform_payload or partner_payload and returned untouched.',
+    }),
     partnerReference: t.string({ description: 'Your own reference of the order. PARTNER only.' }),
   }),
 });

@@ -17,13 +17,17 @@ interface MerchantKeyLink {
 }
 
 const MerchantKeyLinkRef = builder.objectRef<MerchantKeyLink>('MerchantKeyLink').implement({
-  description: "The caller's key and the previous key are one merchant's: its deliveries, idempotency keys and deliveryEvents cursors answer to either.",
+  description:
+    "The caller's key and the previous key are one merchant's: its deliveries, idempotency keys and deliveryEvents cursors answer to either.",
   fields: (t) => ({
-    linked: t.exposeBoolean('linked', { description: 'True when this call linked them; false when they were one merchant\'s already (nothing changed).' }),
+    linked: t.exposeBoolean('linked', {
+      description: "True when this call linked them; false when they were one merchant's already (nothing changed).",
+    }),
   }),
 });
 
-const REFUSED = 'The previous key is not one the delivery service accepts now (unknown, revoked, or not valid for this platform): nothing was linked. A key already revoked is linked by the facade\'s operator.';
+const REFUSED =
+  "The previous key is not one the delivery service accepts now (unknown, revoked, or not valid for this platform): nothing was linked. A key already revoked is linked by the facade's operator.";
 const BOTH_HAVE_HISTORY =
   "Both keys already have deliveries or idempotency keys of their own: a link moves nothing, so linking them would take one merchant's from it, and nothing was linked. If both keys are truly one merchant's, the facade's operator merges them (npm run merchant -- merge; docs/operations.md).";
 
@@ -33,7 +37,10 @@ function passedAsVariable(info: GraphQLResolveInfo, name: string): boolean {
   return argument?.value.kind === Kind.VARIABLE;
 }
 
-/** Whether the upstream accepts `key` now: one availability call on the platform group (401 for a key not valid for the platform). */
+/**
+ * Whether the upstream accepts `key` now: one availability call on the platform group (401 for a key not valid for the
+ * platform).
+ */
 async function accepted(ctx: GraphQLContext, key: string): Promise<boolean> {
   try {
     await ctx.services.upstream.platform.availability(key);
@@ -59,16 +66,25 @@ builder.mutationField('linkMerchantKey', (t) =>
     args: {
       previousKey: t.arg.string({
         required: true,
-        description: 'The merchant key used before this one, passed as a variable (never written into the query text, which may be cached). It is checked with the delivery service, never stored or logged.',
+        description:
+          'The merchant key used before this one, passed as a variable (never written into the query text, which may be cached). It is checked with the delivery service, never stored or logged.',
       }),
     },
     resolve: async (_root, { previousKey }, ctx, info) => {
       const key = ctx.requireMerchantKey();
-      if (!passedAsVariable(info, 'previousKey')) throw new BadUserInputError('Pass previousKey as a variable: a key written into the query text may be kept in document caches. Nothing was linked.');
-      if (previousKey === key) throw new KeyLinkRefusedError("previousKey is the caller's own key: nothing was linked.");
+      if (!passedAsVariable(info, 'previousKey'))
+        throw new BadUserInputError(
+          'Pass previousKey as a variable: a key written into the query text may be kept in document caches. Nothing was linked.',
+        );
+      if (previousKey === key)
+        throw new KeyLinkRefusedError("previousKey is the caller's own key: nothing was linked.");
       // A key not accepted yet costs the address a try, as it would sent as a credential.
       const wait = (await ctx.limits?.chargeKeyTry(previousKey, ctx.clientAddress)) ?? 0;
-      if (wait > 0) throw new RateLimitedError(wait, 'Too many keys the delivery service has not accepted were tried from this address; slow down.');
+      if (wait > 0)
+        throw new RateLimitedError(
+          wait,
+          'Too many keys the delivery service has not accepted were tried from this address; slow down.',
+        );
       const [callerAccepted, previousAccepted] = await Promise.all([accepted(ctx, key), accepted(ctx, previousKey)]);
       if (!callerAccepted) throw new UnauthenticatedError('The delivery service refused the merchant key.');
       if (!previousAccepted) throw new KeyLinkRefusedError(REFUSED);

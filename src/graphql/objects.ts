@@ -8,7 +8,9 @@ export const MoneyRef = builder.objectRef<Money>('Money').implement({
   description: 'An exact amount in major units with its currency.',
   fields: (t) => ({
     amount: t.expose('amount', { type: 'Decimal', description: 'The amount in major units, e.g. "12.50".' }),
-    currency: t.exposeString('currency', { description: 'ISO 4217 currency code as the upstream gives it, e.g. "USD".' }),
+    currency: t.exposeString('currency', {
+      description: 'ISO 4217 currency code as the upstream gives it, e.g. "USD".',
+    }),
   }),
 });
 
@@ -16,7 +18,10 @@ export const DistanceRef = builder.objectRef<Distance>('Distance').implement({
   description: 'A distance as measured by the upstream.',
   fields: (t) => ({
     value: t.exposeFloat('value', { description: 'The distance in `unit`.' }),
-    unit: t.exposeString('unit', { nullable: true, description: 'Unit of `value`, e.g. "km"; null where the upstream gives none (quotes).' }),
+    unit: t.exposeString('unit', {
+      nullable: true,
+      description: 'Unit of `value`, e.g. "km"; null where the upstream gives none (quotes).',
+    }),
   }),
 });
 
@@ -49,7 +54,10 @@ export const StopRef = builder.objectRef<Stop>('Stop').implement({
   fields: (t) => ({
     name: t.exposeString('name', { nullable: true, description: 'Full name of the contact at this stop.' }),
     phone: t.exposeString('phone', { nullable: true, description: 'Contact phone.' }),
-    email: t.exposeString('email', { nullable: true, description: 'Contact email (`email` for pickup, `dropoff_email` for dropoff).' }),
+    email: t.exposeString('email', {
+      nullable: true,
+      description: 'Contact email (`email` for pickup, `dropoff_email` for dropoff).',
+    }),
     instructions: t.exposeString('instructions', { nullable: true, description: 'Instructions for the courier.' }),
     address: t.expose('address', { type: AddressRef, nullable: true, description: 'Where the stop is.' }),
     windowStart: t.expose('windowStart', {
@@ -78,8 +86,14 @@ export const CourierRef = builder.objectRef<Courier>('Courier').implement({
         "The delivery service's id of the courier (driver_id, a number, given as a string), which tells a new courier from the previous one when a delivery is reassigned. Webhook events carry it; the service's reads keep it reserved, so it is null on a delivery read from the service and where an event names none.",
     }),
     name: t.exposeString('name', { nullable: true, description: "Courier's full name." }),
-    pickupPhone: t.exposeString('pickupPhone', { nullable: true, description: 'Courier phone for pickup-related contact.' }),
-    dropoffPhone: t.exposeString('dropoffPhone', { nullable: true, description: 'Courier phone for dropoff-related contact.' }),
+    pickupPhone: t.exposeString('pickupPhone', {
+      nullable: true,
+      description: 'Courier phone for pickup-related contact.',
+    }),
+    dropoffPhone: t.exposeString('dropoffPhone', {
+      nullable: true,
+      description: 'Courier phone for dropoff-related contact.',
+    }),
     vehicle: t.expose('vehicle', { type: VehicleRef, nullable: true, description: "The courier's vehicle." }),
     location: t.expose('location', { type: GeoPointRef, nullable: true, description: 'Last known GPS position.' }),
   }),
@@ -101,7 +115,10 @@ const ItemRef = builder.objectRef<Item>('Item').implement({
     quantity: t.exposeFloat('quantity', { nullable: true, description: 'How many.' }),
     description: t.exposeString('description', { nullable: true, description: 'Item description.' }),
     externalId: t.exposeString('externalId', { nullable: true, description: "The merchant's id of the item." }),
-    externalInstanceId: t.exposeString('externalInstanceId', { nullable: true, description: "The merchant's id of this instance of the item." }),
+    externalInstanceId: t.exposeString('externalInstanceId', {
+      nullable: true,
+      description: "The merchant's id of this instance of the item.",
+    }),
     price: t.field({
       type: 'Decimal',
       nullable: true,
@@ -114,7 +131,8 @@ const ItemRef = builder.objectRef<Item>('Item').implement({
     extra: t.field({
       type: 'JSON',
       nullable: true,
-      description: 'What the delivery service sent for this item beyond the fields above, as it sent it (its document lists seven keys; an item may carry more); null when nothing.',
+      description:
+        'What the delivery service sent for this item beyond the fields above, as it sent it (its document lists seven keys; an item may carry more); null when nothing.',
       resolve: (item) => item.extra,
     }),
   }),
@@ -124,20 +142,37 @@ export const PackageRef = builder.objectRef<Package>('Package').implement({
   description: 'What is being delivered.',
   fields: (t) => ({
     description: t.exposeString('description', { nullable: true, description: 'Contents.' }),
-    minimumVehicleSize: t.exposeString('minimumVehicleSize', { nullable: true, description: 'Smallest vehicle that fits, e.g. CAR, SUV.' }),
-    requirements: t.exposeStringList('requirements', { description: 'Special requirements, e.g. "photo_proof_of_delivery".' }),
+    minimumVehicleSize: t.exposeString('minimumVehicleSize', {
+      nullable: true,
+      description: 'Smallest vehicle that fits, e.g. CAR, SUV.',
+    }),
+    requirements: t.exposeStringList('requirements', {
+      description: 'Special requirements, e.g. "photo_proof_of_delivery".',
+    }),
     itemsCount: t.exposeInt('itemsCount', { nullable: true, description: 'Number of items.' }),
     items: t.expose('items', { type: [ItemRef], nullable: true, description: 'Items in the package.' }),
     weight: t.exposeFloat('weight', { nullable: true, description: 'Package weight.' }),
     dimensions: t.expose('dimensions', { type: DimensionsRef, nullable: true, description: 'Package dimensions.' }),
-    declaredValue: t.expose('declaredValue', { type: 'Decimal', nullable: true, description: 'Declared value in major units.' }),
+    declaredValue: t.expose('declaredValue', {
+      type: 'Decimal',
+      nullable: true,
+      description: 'Declared value in major units.',
+    }),
   }),
 });
 
-export const ProofOfDeliveryRef = builder.objectRef<{ photoUrl: string | null; signatureUrl: string | null }>('ProofOfDelivery').implement({
-  description: 'Proof collected at the dropoff.',
-  fields: (t) => ({
-    photoUrl: t.exposeString('photoUrl', { nullable: true, description: 'Photo proof (dropoff_verification_image_url).' }),
-    signatureUrl: t.exposeString('signatureUrl', { nullable: true, description: 'Signature proof (dropoff_signature_image_url).' }),
-  }),
-});
+export const ProofOfDeliveryRef = builder
+  .objectRef<{ photoUrl: string | null; signatureUrl: string | null }>('ProofOfDelivery')
+  .implement({
+    description: 'Proof collected at the dropoff.',
+    fields: (t) => ({
+      photoUrl: t.exposeString('photoUrl', {
+        nullable: true,
+        description: 'Photo proof (dropoff_verification_image_url).',
+      }),
+      signatureUrl: t.exposeString('signatureUrl', {
+        nullable: true,
+        description: 'Signature proof (dropoff_signature_image_url).',
+      }),
+    }),
+  });

@@ -13,10 +13,20 @@ const QuoteRef = builder.objectRef<Quote>('Quote').implement({
     group: t.field({ type: ApiGroupEnum, description: 'The endpoint group that priced it.', resolve: (q) => q.group }),
     fee: t.expose('fee', {
       type: MoneyRef,
-      description: "The delivery fee in major units (the upstream's delivery_fee, read in UPSTREAM_QUOTE_AMOUNT_UNIT, major by default). A quote the upstream answers without one is an UPSTREAM_ERROR, never a free 0.00.",
+      description:
+        "The delivery fee in major units (the upstream's delivery_fee, read in UPSTREAM_QUOTE_AMOUNT_UNIT, major by default). A quote the upstream answers without one is an UPSTREAM_ERROR, never a free 0.00.",
     }),
-    tip: t.expose('tip', { type: MoneyRef, nullable: true, description: 'The tip included in the quote, in major units (read in UPSTREAM_QUOTE_AMOUNT_UNIT like the fee); null when the upstream names none.' }),
-    distance: t.expose('distance', { type: DistanceRef, nullable: true, description: 'Distance from pickup to dropoff.' }),
+    tip: t.expose('tip', {
+      type: MoneyRef,
+      nullable: true,
+      description:
+        'The tip included in the quote, in major units (read in UPSTREAM_QUOTE_AMOUNT_UNIT like the fee); null when the upstream names none.',
+    }),
+    distance: t.expose('distance', {
+      type: DistanceRef,
+      nullable: true,
+      description: 'Distance from pickup to dropoff.',
+    }),
     message: t.exposeString('message', { nullable: true, description: "The upstream's message." }),
   }),
 });
@@ -34,7 +44,12 @@ builder.mutationField('quoteDelivery', (t) =>
     },
     args: {
       input: t.arg({ type: DeliveryInputRef, required: true, description: 'What to deliver, from where to where.' }),
-      group: t.arg({ type: ApiGroupEnum, required: true, defaultValue: 'PLATFORM', description: 'Endpoint group to quote on.' }),
+      group: t.arg({
+        type: ApiGroupEnum,
+        required: true,
+        defaultValue: 'PLATFORM',
+        description: 'Endpoint group to quote on.',
+      }),
     },
     resolve: async (_root, { input, group }, ctx) => {
       const key = ctx.requireMerchantKey();
@@ -42,7 +57,10 @@ builder.mutationField('quoteDelivery', (t) =>
       const body = toWireRequest(input, group, config.upstream);
       const wire = await asValidation(
         key,
-        () => (group === 'PLATFORM' ? upstream.platform.quote(key, body, { signal: ctx.clientGone() }) : upstream.partner.quote(key, body, { signal: ctx.clientGone() })),
+        () =>
+          group === 'PLATFORM'
+            ? upstream.platform.quote(key, body, { signal: ctx.clientGone() })
+            : upstream.partner.quote(key, body, { signal: ctx.clientGone() }),
         input,
       );
       return quoteFromWire(group, wire, config.upstream.quoteAmountUnit);

@@ -3,7 +3,14 @@
 import { Decimal as DecimalJs } from 'decimal.js';
 import { GraphQLError, GraphQLScalarType, Kind, type ValueNode } from 'graphql';
 import { JSONResolver, LocalDateResolver } from 'graphql-scalars';
-import { decimalFrom, formatDecimal, isCalendarDateText, isDecimalCentsText, isUtcSecondsText, utcDateTime } from '../mapping/scalars.js';
+import {
+  decimalFrom,
+  formatDecimal,
+  isCalendarDateText,
+  isDecimalCentsText,
+  isUtcSecondsText,
+  utcDateTime,
+} from '../mapping/scalars.js';
 import { builder } from './builder.js';
 
 const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
@@ -11,7 +18,9 @@ const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:
 /** An input instant with any offset → UTC "YYYY-MM-DDTHH:MM:SSZ" (the upstream rejects numeric offsets). */
 function parseDateTime(value: unknown): string {
   if (typeof value !== 'string' || !RFC3339.test(value)) {
-    throw new GraphQLError(`DateTime must be an RFC 3339 date-time with an offset, e.g. "2026-05-01T14:30:00+02:00"; got ${JSON.stringify(value)}.`);
+    throw new GraphQLError(
+      `DateTime must be an RFC 3339 date-time with an offset, e.g. "2026-05-01T14:30:00+02:00"; got ${JSON.stringify(value)}.`,
+    );
   }
   const utc = utcDateTime(value);
   if (!utc) throw new GraphQLError(`DateTime ${JSON.stringify(value)} is not a real instant.`);
@@ -35,7 +44,8 @@ builder.scalarType('DateTime', {
 // LocalDate as it is, but a value already in its form is checked without building a Date.
 const LocalDate = new GraphQLScalarType({
   ...LocalDateResolver.toConfig(),
-  serialize: (value) => (typeof value === 'string' && isCalendarDateText(value) ? value : LocalDateResolver.serialize(value)),
+  serialize: (value) =>
+    typeof value === 'string' && isCalendarDateText(value) ? value : LocalDateResolver.serialize(value),
 });
 
 builder.addScalarType('Date', LocalDate, {
@@ -51,7 +61,11 @@ const DECIMAL_TEXT = /^-?\d{1,18}(\.\d{1,10})?$/;
 function parseDecimal(value: unknown): string {
   let text: string | undefined;
   if (typeof value === 'string') text = value.trim();
-  else if (typeof value === 'number' && Number.isFinite(value)) text = value.toPrecision(15).replace(/(\.\d*?)0+$/, '$1').replace(/\.$/, '');
+  else if (typeof value === 'number' && Number.isFinite(value))
+    text = value
+      .toPrecision(15)
+      .replace(/(\.\d*?)0+$/, '$1')
+      .replace(/\.$/, '');
   if (text === undefined || !DECIMAL_TEXT.test(text)) {
     throw new GraphQLError(
       `Decimal must be a decimal number in major units as a string, e.g. "12.50" (plain notation, at most 18 integer and 10 fractional digits); got ${JSON.stringify(value)?.slice(0, 40)}.`,
@@ -67,7 +81,8 @@ function decimalLiteral(ast: ValueNode): string {
 }
 
 builder.scalarType('Decimal', {
-  description: 'An exact decimal amount in major units, serialized as a string ("12.50"). Never a binary float on the wire.',
+  description:
+    'An exact decimal amount in major units, serialized as a string ("12.50"). Never a binary float on the wire.',
   serialize: (value) => {
     if (typeof value === 'string' && isDecimalCentsText(value)) return value;
     const text = decimalFrom(value);

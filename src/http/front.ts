@@ -40,7 +40,10 @@ export interface ListenerSpec {
   headLimit(path: string | undefined): number;
   /** Slots of MAX_CONNECTIONS kept for this listener: no other listener's connection takes them. */
   reservedSlots?: number;
-  /** With reservedSlots: they take requests for this path only (one request per connection), and only once the shared slots are taken. */
+  /**
+   * With reservedSlots: they take requests for this path only (one request per connection), and only once the shared
+   * slots are taken.
+   */
   reservedFor?: string;
   /** Most connections one client address (IPv6: its /64) may hold on this listener; 0 or unset: no cap. */
   perAddress?: number;
@@ -49,7 +52,10 @@ export interface ListenerSpec {
 export interface FrontOptions {
   /** Most open connections over every listener (WebSockets included). */
   maxConnections: number;
-  /** Each request's head (a new connection's from its start, a later one's from its first byte) must arrive within this, else 408. */
+  /**
+   * Each request's head (a new connection's from its start, a later one's from its first byte) must arrive within this,
+   * else 408.
+   */
   headersTimeoutMs: number;
   /** The bound of every head until its request line is read (and of the line itself). */
   defaultHeadBytes: number;
@@ -73,7 +79,10 @@ export interface HeadState {
    * as their answer.
    */
   whenAnswered(refusal: () => void): void;
-  /** The front refused this connection already (its answer is on its way): the parser's own deadline may still fire, and is not a second refusal. */
+  /**
+   * The front refused this connection already (its answer is on its way): the parser's own deadline may still fire, and
+   * is not a second refusal.
+   */
   readonly refused: boolean;
 }
 
@@ -101,14 +110,19 @@ export function takeHandedConnections(server: Server): void {
   server.emit('listening');
 }
 
-/** Refused connections waiting for their refusal to be read at most; past them, a refused connection is closed at once. */
+/**
+ * Refused connections waiting for their refusal to be read at most; past them, a refused connection is closed at once.
+ */
 const MAX_LINGERING = 256;
 
 const REFUSAL_OF: Record<ConnectionRefusal, (detail: string) => Refusal> = {
   per_address: (detail) => ({
     status: 429,
     text: 'Too Many Requests',
-    body: { error: 'too_many_connections', message: `${detail} Reuse the connections already open (keep-alive), or close some.` },
+    body: {
+      error: 'too_many_connections',
+      message: `${detail} Reuse the connections already open (keep-alive), or close some.`,
+    },
   }),
   max_connections: (detail) => ({
     status: 503,
@@ -218,7 +232,8 @@ class Gate implements HeadState {
           at = scan.end;
           // A line that came in several reads was held whole: the parser gets it in one piece.
           if (scan.held) {
-            if (!this.feed(Buffer.concat([scan.held, chunk.subarray(scan.lineStart, scan.end)]), chunk, scan.end)) return;
+            if (!this.feed(Buffer.concat([scan.held, chunk.subarray(scan.lineStart, scan.end)]), chunk, scan.end))
+              return;
             fed = scan.end;
             if (this.pausedBefore(chunk, at)) return;
           }
@@ -283,7 +298,8 @@ class Gate implements HeadState {
     const request = this.request;
     this.request = undefined;
     if (!request) {
-      // The parser made no request of a whole head and kept the connection: nothing here can say where the next one starts.
+      // The parser made no request of a whole head and kept the connection: nothing here can say where the next one
+      // starts.
       this.stop();
       this.socket.destroy();
       return false;
@@ -307,7 +323,8 @@ class Gate implements HeadState {
   private armDeadline(): void {
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      if (!this.done && (this.framing.inHead || this.framing.idle)) this.refuse(408, 'Request Timeout', `no complete request head within ${this.options.headersTimeoutMs} ms`);
+      if (!this.done && (this.framing.inHead || this.framing.idle))
+        this.refuse(408, 'Request Timeout', `no complete request head within ${this.options.headersTimeoutMs} ms`);
     }, this.options.headersTimeoutMs);
   }
 
@@ -337,7 +354,10 @@ class Gate implements HeadState {
   }
 }
 
-/** A head's body, as the parser framed it (it refuses a Transfer-Encoding that does not end in chunked, and one beside a Content-Length). */
+/**
+ * A head's body, as the parser framed it (it refuses a Transfer-Encoding that does not end in chunked, and one beside a
+ * Content-Length).
+ */
 function bodyFraming(request: IncomingMessage): BodyFraming {
   if (request.headers['transfer-encoding'] !== undefined) return { kind: 'chunked' };
   const length = request.headers['content-length'];
@@ -356,7 +376,11 @@ export function createFronts(options: FrontOptions): Fronts {
 
   // The parser's requests, heard as it makes them (answered by Node itself too: a missing Host, a refused Expect).
   const onRequestStart = (message: unknown) => {
-    const { request, response, socket } = message as { request: IncomingMessage; response: ServerResponse; socket: Socket };
+    const { request, response, socket } = message as {
+      request: IncomingMessage;
+      response: ServerResponse;
+      socket: Socket;
+    };
     const gate = gates.get(socket);
     if (!gate) return;
     gate.request = request;
@@ -372,7 +396,8 @@ export function createFronts(options: FrontOptions): Fronts {
   subscribe('http.server.response.finish', onResponseFinish);
 
   /** Slots of MAX_CONNECTIONS that no listener keeps for itself. */
-  const sharedSlots = () => options.maxConnections - listeners.reduce((sum, listener) => sum + (listener.spec.reservedSlots ?? 0), 0);
+  const sharedSlots = () =>
+    options.maxConnections - listeners.reduce((sum, listener) => sum + (listener.spec.reservedSlots ?? 0), 0);
   let sharedUsed = 0;
 
   const refuseAtAccept = (socket: Socket, listener: Listening, reason: ConnectionRefusal, detail: string) => {
@@ -391,7 +416,12 @@ export function createFronts(options: FrontOptions): Fronts {
     // Counted only where capped: the socket's peer, an IPv6 address by its /64.
     const address = spec.perAddress ? addressGroup(normalizeAddress(socket.remoteAddress) ?? 'unknown') : undefined;
     if (address !== undefined && (listener.byAddress.get(address) ?? 0) >= spec.perAddress!) {
-      refuseAtAccept(socket, listener, 'per_address', `This address already holds ${spec.perAddress} connections, the most one address may (MAX_CONNECTIONS_PER_ADDRESS).`);
+      refuseAtAccept(
+        socket,
+        listener,
+        'per_address',
+        `This address already holds ${spec.perAddress} connections, the most one address may (MAX_CONNECTIONS_PER_ADDRESS).`,
+      );
       return undefined;
     }
     const reserved = spec.reservedSlots ?? 0;
@@ -401,7 +431,12 @@ export function createFronts(options: FrontOptions): Fronts {
     else if (sharedUsed < sharedSlots()) inReserve = false;
     else if (!ownFirst && listener.reservedUsed < reserved) inReserve = true;
     else {
-      refuseAtAccept(socket, listener, 'max_connections', `All ${options.maxConnections} connection slots are taken (MAX_CONNECTIONS).`);
+      refuseAtAccept(
+        socket,
+        listener,
+        'max_connections',
+        `All ${options.maxConnections} connection slots are taken (MAX_CONNECTIONS).`,
+      );
       return undefined;
     }
     if (inReserve) listener.reservedUsed += 1;
@@ -447,7 +482,8 @@ export function createFronts(options: FrontOptions): Fronts {
       gate.stop();
       open.delete(gate);
     });
-    // The gate reads the socket in the parser's place (adding a data listener stops Node parsing straight from the socket).
+    // The gate reads the socket in the parser's place (adding a data listener stops Node parsing straight from the
+    // socket).
     socket.removeListener('data', feed);
     socket.on('data', gate.onData);
     socket.resume();
@@ -489,7 +525,9 @@ export function createFronts(options: FrontOptions): Fronts {
     async close() {
       closing = true;
       for (const gate of open) if (gate.waiting) gate.socket.destroy();
-      await Promise.all(listeners.map((listener) => new Promise<void>((resolve) => listener.net.close(() => resolve()))));
+      await Promise.all(
+        listeners.map((listener) => new Promise<void>((resolve) => listener.net.close(() => resolve()))),
+      );
       unsubscribe('http.server.request.start', onRequestStart);
       unsubscribe('http.server.response.finish', onResponseFinish);
     },

@@ -51,7 +51,10 @@ function limitEventStream(res: ServerResponse, maxBytes: number): void {
     const ok = write(chunk, ...rest);
     if (res.writableLength > maxBytes) {
       cut = true;
-      const error = { message: `subscriber too slow: more than ${maxBytes} bytes waiting to be sent`, extensions: { code: 'SUBSCRIBER_TOO_SLOW' } };
+      const error = {
+        message: `subscriber too slow: more than ${maxBytes} bytes waiting to be sent`,
+        extensions: { code: 'SUBSCRIBER_TOO_SLOW' },
+      };
       write(`event: next\ndata: ${JSON.stringify({ errors: [error] })}\n\nevent: complete\ndata:\n\n`);
       res.end();
     }
@@ -178,7 +181,10 @@ export interface GraphQLHttpParts {
   pipeline: Pipeline;
   clientTokens: ClientTokens;
   limits: RequestLimits;
-  /** Asked about a key nobody has judged yet whose body is larger than a keyless one may be; without it, such a body is refused. */
+  /**
+   * Asked about a key nobody has judged yet whose body is larger than a keyless one may be; without it, such a body is
+   * refused.
+   */
   upstream?: Upstream;
   /** TRUST_PROXY's hops, for the client address. */
   trustProxyHops: number;
@@ -196,7 +202,10 @@ const JUDGE_KEY_MS = 3_000;
  */
 const REFUSAL_PAUSE_MS = 500;
 
-export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits, upstream, trustProxyHops }: GraphQLHttpParts, options: GraphQLHttpOptions) {
+export function createGraphQLHttpHandler(
+  { yoga, pipeline, clientTokens, limits, upstream, trustProxyHops }: GraphQLHttpParts,
+  options: GraphQLHttpOptions,
+) {
   // A request without an accepted credential can only run what needs none, or is a key's first try:
   // its body has no use for more than a document and its variables until the upstream accepts the key.
   const keylessBodyBytes = Math.min(options.maxBodyBytes, options.maxDocumentBytes + KEYLESS_BODY_SLACK_BYTES);
@@ -232,7 +241,8 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
     );
     const outgoing: Record<string, string> = {};
     response.headers.forEach((value, name) => (outgoing[name] = value));
-    if (/^text\/event-stream/i.test(response.headers.get('content-type') ?? '')) limitEventStream(res, options.maxSseBufferedBytes);
+    if (/^text\/event-stream/i.test(response.headers.get('content-type') ?? ''))
+      limitEventStream(res, options.maxSseBufferedBytes);
     res.writeHead(response.status, outgoing);
     if (!response.body) return void res.end();
     // Streams (SSE subscriptions) are passed on as they come (bounded by limitEventStream).
@@ -258,7 +268,10 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
     else void reader.cancel().catch(() => undefined);
   };
 
-  /** Runs a plain JSON POST through the pipeline and writes its answer; false when yoga's handler should read it instead. */
+  /**
+   * Runs a plain JSON POST through the pipeline and writes its answer; false when yoga's handler should read it
+   * instead.
+   */
   const direct = async (req: IncomingMessage, res: ServerResponse, body: Buffer, caller: Caller): Promise<boolean> => {
     let params: Params;
     try {
@@ -268,12 +281,15 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
     }
     // Anything yoga's own checks would refuse (a batch, odd parameter types) is left to them.
     if (!params || typeof params !== 'object' || Array.isArray(params)) return false;
-    if (params.variables != null && (typeof params.variables !== 'object' || Array.isArray(params.variables))) return false;
+    if (params.variables != null && (typeof params.variables !== 'object' || Array.isArray(params.variables)))
+      return false;
     if (params.operationName != null && typeof params.operationName !== 'string') return false;
     if (params.query != null && typeof params.query !== 'string') return false;
     if (params.query == null && !namesPersistedQuery(params)) return false;
-    if (params.extensions != null && (typeof params.extensions !== 'object' || Array.isArray(params.extensions))) return false;
-    for (const name in params) if (name !== 'query' && name !== 'variables' && name !== 'operationName' && name !== 'extensions') return false;
+    if (params.extensions != null && (typeof params.extensions !== 'object' || Array.isArray(params.extensions)))
+      return false;
+    for (const name in params)
+      if (name !== 'query' && name !== 'variables' && name !== 'operationName' && name !== 'extensions') return false;
 
     // Aborted if the client goes away before its answer is written: its reads stop.
     // Made only when a resolver asks for it (a batch read does; a single read does not).
@@ -287,16 +303,31 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
       }
       return gone.signal;
     };
-    const answer = await pipeline.run({ params, caller, method: 'POST', streams: false, req, signal, checksText: true });
-    // A subscription asked for with `*/*` (or no accept) is answered with a stream, by yoga's handler; with application/json, 406.
-    if (answer.kind === 'invalid' && answer.errors.some(isStreamRefusal) && !/application\/json/i.test(headerOf(req, 'accept') ?? '')) return false;
+    const answer = await pipeline.run({
+      params,
+      caller,
+      method: 'POST',
+      streams: false,
+      req,
+      signal,
+      checksText: true,
+    });
+    // A subscription asked for with `*/*` (or no accept) is answered with a stream, by yoga's handler; with
+    // application/json, 406.
+    if (
+      answer.kind === 'invalid' &&
+      answer.errors.some(isStreamRefusal) &&
+      !/application\/json/i.test(headerOf(req, 'accept') ?? '')
+    )
+      return false;
     const result = (answer.kind === 'invalid' ? { errors: answer.errors } : answer.outcome) as WrittenResult;
     const { status, headers } = statusOf(result);
     const maxBytes = options.maxResponseBytes;
     let text: string;
     try {
       // graphql-jit hands back a serializer compiled for this operation's shape.
-      text = result.stringify && !result.errors?.length ? result.stringify(result) : JSON.stringify(withoutMarks(result));
+      text =
+        result.stringify && !result.errors?.length ? result.stringify(result) : JSON.stringify(withoutMarks(result));
     } catch (error) {
       // Longer than the longest string V8 can make: far over any limit.
       if (!(error instanceof RangeError && /string length/i.test(error.message))) throw error;
@@ -312,13 +343,14 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
   };
 
   const handle = (req: IncomingMessage, res: ServerResponse, caller: Caller): void => {
-    // Trust, as the pipeline decides it: anything but a client token this server made or a key the upstream
-    // accepted (no Authorization, one that is not a Bearer credential, a refused or made-up key) is held to keyless bounds.
+    // Trust, as the pipeline decides it: anything but a client token this server made or a key the upstream accepted
+    // (no Authorization, one that is not a Bearer credential, a refused or made-up key) is held to keyless bounds.
     const trust = trustOf(caller, limits.keys);
     // Only budgets without an accepted key are kept per address.
     const address = trust === 'earned' ? '' : clientAddress(req, trustProxyHops);
     if (trust !== 'earned') {
-      // An address whose requests without an accepted credential cost or were refused too much this minute gets nothing read.
+      // An address whose requests without an accepted credential cost or were refused too much this minute gets nothing
+      // read.
       const wait = limits.keylessWait(address);
       if (wait > 0) {
         const errors = [{ message: KEYLESS_LIMITED, extensions: { code: 'RATE_LIMITED', retryAfterSeconds: wait } }];
@@ -327,7 +359,13 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
         const refuse = () => {
           if (res.destroyed) return;
           res.setHeader('connection', 'close');
-          res.writeHead(429, { 'content-type': 'application/json; charset=utf-8', 'retry-after': String(wait), 'content-length': Buffer.byteLength(text) }).end(text);
+          res
+            .writeHead(429, {
+              'content-type': 'application/json; charset=utf-8',
+              'retry-after': String(wait),
+              'content-length': Buffer.byteLength(text),
+            })
+            .end(text);
           req.resume();
         };
         const paused = setTimeout(refuse, REFUSAL_PAUSE_MS);
@@ -345,7 +383,8 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
       .then(async (body) => {
         // The bytes read are work too (the operation's own is charged by the pipeline).
         if (trust !== 'earned') limits.chargeKeylessWork(address, keylessWorkUnits(0, body.length));
-        if (stream || options.direct === false || !isPlainJsonPost(req) || !(await direct(req, res, body, caller))) await viaYoga(req, res, body);
+        if (stream || options.direct === false || !isPlainJsonPost(req) || !(await direct(req, res, body, caller)))
+          await viaYoga(req, res, body);
       })
       .catch((error: unknown) => {
         if (res.headersSent) return void res.destroy();
@@ -354,21 +393,29 @@ export function createGraphQLHttpHandler({ yoga, pipeline, clientTokens, limits,
           res.setHeader('connection', 'close');
           // yoga's code for the same refusal (a body it reads itself, e.g. application/graphql).
           noteErrorCodes(requestInfoOf(req), [{ extensions: { code: 'REQUEST_ENTITY_TOO_LARGE' } }]);
-          res.writeHead(413, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Request body too large.","extensions":{"code":"REQUEST_ENTITY_TOO_LARGE"}}]}');
+          res
+            .writeHead(413, { 'content-type': 'application/json' })
+            .end('{"errors":[{"message":"Request body too large.","extensions":{"code":"REQUEST_ENTITY_TOO_LARGE"}}]}');
           return void req.destroy();
         }
-        res.writeHead(500, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Unexpected error.","extensions":{"code":"INTERNAL_SERVER_ERROR"}}]}');
+        res
+          .writeHead(500, { 'content-type': 'application/json' })
+          .end('{"errors":[{"message":"Unexpected error.","extensions":{"code":"INTERNAL_SERVER_ERROR"}}]}');
       });
   };
 
   return (req: IncomingMessage, res: ServerResponse): void => {
-    // The caller is read once, before any of the body (a client token's reading is remembered, so only its first is slow).
+    // The caller is read once, before any of the body (a client token's reading is remembered, so only its first is
+    // slow).
     const caller = readCaller(headerOf(req, 'authorization'), clientTokens);
     if (!(caller instanceof Promise)) return handle(req, res, caller);
     caller.then(
       (read) => handle(req, res, read),
       () => {
-        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' }).end('{"errors":[{"message":"Unexpected error.","extensions":{"code":"INTERNAL_SERVER_ERROR"}}]}');
+        if (!res.headersSent)
+          res
+            .writeHead(500, { 'content-type': 'application/json' })
+            .end('{"errors":[{"message":"Unexpected error.","extensions":{"code":"INTERNAL_SERVER_ERROR"}}]}');
       },
     );
   };

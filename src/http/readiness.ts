@@ -60,12 +60,22 @@ export function createReadiness(options: ReadinessOptions): Readiness {
     try {
       // Without a key and outside the breakers: any answer below 500, a 401 included, shows the upstream is there.
       const status = await upstream.probe();
-      next = status < 500 ? { state: 'up', checkedAt: new Date().toISOString(), errorCode: null } : { state: 'down', checkedAt: new Date().toISOString(), errorCode: 'UPSTREAM_UNAVAILABLE' };
+      next =
+        status < 500
+          ? { state: 'up', checkedAt: new Date().toISOString(), errorCode: null }
+          : { state: 'down', checkedAt: new Date().toISOString(), errorCode: 'UPSTREAM_UNAVAILABLE' };
     } catch (error) {
-      next = { state: 'down', checkedAt: new Date().toISOString(), errorCode: error instanceof DeliveryGraphError ? error.code : 'UPSTREAM_UNAVAILABLE' };
+      next = {
+        state: 'down',
+        checkedAt: new Date().toISOString(),
+        errorCode: error instanceof DeliveryGraphError ? error.code : 'UPSTREAM_UNAVAILABLE',
+      };
     }
     if (next.state !== health.state && health.state !== 'unknown') {
-      logger[next.state === 'down' ? 'warn' : 'info']({ upstream: next.state, code: next.errorCode }, 'upstream health changed');
+      logger[next.state === 'down' ? 'warn' : 'info'](
+        { upstream: next.state, code: next.errorCode },
+        'upstream health changed',
+      );
     }
     health = next;
   };
@@ -80,7 +90,8 @@ export function createReadiness(options: ReadinessOptions): Readiness {
 
   /** null when the store answered; otherwise why not. Concurrent probes share one check. */
   const storeProblem = (): Promise<string | null> => {
-    if (lastStoreCheck && Date.now() - lastStoreCheck.at < STORE_CHECK_REUSE_MS) return Promise.resolve(lastStoreCheck.error);
+    if (lastStoreCheck && Date.now() - lastStoreCheck.at < STORE_CHECK_REUSE_MS)
+      return Promise.resolve(lastStoreCheck.error);
     storeCheck ??= within(options.checkStore(), STORE_CHECK_TIMEOUT_MS, 'the store')
       .then(
         () => null,
@@ -96,7 +107,9 @@ export function createReadiness(options: ReadinessOptions): Readiness {
   };
 
   const json = (res: ServerResponse, status: number, body: unknown) => {
-    res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(JSON.stringify(body));
+    res
+      .writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' })
+      .end(JSON.stringify(body));
   };
 
   return {

@@ -62,7 +62,10 @@ export function pathOfLine(line: string): string | undefined {
 export type Scan =
   /** Every byte was read; those from `feedEnd` on belong to an unfinished request line and are held here. */
   | { event: 'more'; feedEnd: number }
-  /** A request line ended before `end` (the bytes of it in this read, from `lineStart`, are not fed yet; `held`, its earlier part, comes before them). */
+  /**
+   * A request line ended before `end` (the bytes of it in this read, from `lineStart`, are not fed yet; `held`, its
+   * earlier part, comes before them).
+   */
   | { event: 'line'; end: number; lineStart: number; path: string | undefined; held: Buffer | undefined }
   /** The head ended before `end`: feed up to it, then call bodyFollows with what the parser made of it. */
   | { event: 'head'; end: number }
@@ -76,7 +79,8 @@ export type Scan =
 /** How a body is framed, as the parser read the head's Content-Length and Transfer-Encoding. */
 export type BodyFraming = { kind: 'none' } | { kind: 'length'; bytes: number } | { kind: 'chunked' };
 
-type Phase = 'blank' | 'line' | 'fields' | 'framing' | 'length' | 'chunk-size' | 'chunk-data' | 'chunk-end' | 'trailers';
+type Phase =
+  'blank' | 'line' | 'fields' | 'framing' | 'length' | 'chunk-size' | 'chunk-data' | 'chunk-end' | 'trailers';
 
 export class RequestFraming {
   private phase: Phase = 'blank';
@@ -126,7 +130,7 @@ export class RequestFraming {
   /** Reads `chunk` from `from` to its next event (or its end). */
   scan(chunk: Buffer, from: number): Scan {
     // Body phases hand on the position they reached; head phases end in an event.
-    for (let at = from; ; ) {
+    for (let at = from; ;) {
       let next: Scan | number;
       switch (this.phase) {
         case 'blank':
@@ -172,7 +176,9 @@ export class RequestFraming {
     this.limit = this.defaultLimit;
   }
 
-  /** Empty lines before a request line are allowed (RFC 9112, 2.2) and skipped, as the parser skips them; they count. */
+  /**
+   * Empty lines before a request line are allowed (RFC 9112, 2.2) and skipped, as the parser skips them; they count.
+   */
   private scanBlank(chunk: Buffer, from: number): Scan {
     let at = from;
     while (at < chunk.length && (chunk[at] === CR || chunk[at] === LF)) at += 1;
@@ -185,7 +191,10 @@ export class RequestFraming {
     return this.scanLine(chunk, at, at);
   }
 
-  /** The request line, from `start` in this read (`lineStart`: where it began in this read, or 0 when it began in an earlier one). */
+  /**
+   * The request line, from `start` in this read (`lineStart`: where it began in this read, or 0 when it began in an
+   * earlier one).
+   */
   private scanLine(chunk: Buffer, start: number, lineStart: number): Scan {
     const newline = chunk.indexOf(LF, start);
     const end = newline < 0 ? chunk.length : newline;
@@ -204,7 +213,9 @@ export class RequestFraming {
     if (before !== CR) return { event: 'malformed', reason: 'a request line ending in LF without CR' };
     this.headBytes += lineBytes;
     const held = this.line.size > 0 ? this.line.take() : undefined;
-    const text = held ? held.toString('latin1') + chunk.toString('latin1', lineStart, newline) : chunk.toString('latin1', lineStart, newline);
+    const text = held
+      ? held.toString('latin1') + chunk.toString('latin1', lineStart, newline)
+      : chunk.toString('latin1', lineStart, newline);
     const path = pathOfLine(text);
     this.limit = this.limitFor(path);
     this.phase = 'fields';
@@ -222,7 +233,11 @@ export class RequestFraming {
       this.methodDone = true;
       return METHODS.includes(this.method) ? undefined : 'not an HTTP method';
     }
-    if (this.method.length >= LONGEST_METHOD || !METHODS.some((known) => known.startsWith(this.method)) || (end < chunk.length && stop === end)) {
+    if (
+      this.method.length >= LONGEST_METHOD ||
+      !METHODS.some((known) => known.startsWith(this.method)) ||
+      (end < chunk.length && stop === end)
+    ) {
       return 'not an HTTP request line';
     }
     return undefined;

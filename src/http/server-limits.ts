@@ -44,8 +44,12 @@ export function connectionCaps(limits: ServerLimits): ConnectionCaps {
   const maxConnections = limits.maxConnections ?? defaultMaxConnections();
   return {
     maxConnections,
-    perAddress: limits.maxConnectionsPerAddress ?? (limits.trustProxyHops > 0 ? 0 : Math.max(1, Math.floor(maxConnections / 4))),
-    webhookSlots: Math.min(Math.floor(maxConnections / 2), limits.webhookConnections ?? Math.min(64, Math.ceil(maxConnections / 8))),
+    perAddress:
+      limits.maxConnectionsPerAddress ?? (limits.trustProxyHops > 0 ? 0 : Math.max(1, Math.floor(maxConnections / 4))),
+    webhookSlots: Math.min(
+      Math.floor(maxConnections / 2),
+      limits.webhookConnections ?? Math.min(64, Math.ceil(maxConnections / 8)),
+    ),
   };
 }
 
@@ -63,7 +67,10 @@ export function webhookHeaderBytes(limits: ServerLimits): number {
  * fewer: the front refuses first, with the path known), and deadlines checked
  * often enough to hold (Node checks them every 30 s by default).
  */
-export function serverOptions(limits: ServerLimits, largestHead: number): { maxHeaderSize: number; connectionsCheckingInterval: number } {
+export function serverOptions(
+  limits: ServerLimits,
+  largestHead: number,
+): { maxHeaderSize: number; connectionsCheckingInterval: number } {
   return {
     maxHeaderSize: largestHead + 1024,
     connectionsCheckingInterval: Math.max(100, Math.min(1_000, Math.floor(limits.headersTimeoutMs / 4))),
@@ -90,7 +97,9 @@ const STATUS_OF_PARSER_ERROR: Record<string, [number, string]> = {
   ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout'],
 };
 
-/** The path of a request line (origin form) at the start of `raw`, or undefined when the bytes do not start with one. */
+/**
+ * The path of a request line (origin form) at the start of `raw`, or undefined when the bytes do not start with one.
+ */
 export function pathOf(raw: Buffer | undefined): string | undefined {
   const line = raw?.subarray(0, 2048).toString('latin1').split('\r\n', 1)[0];
   return line ? pathOfLine(line) : undefined;
@@ -105,9 +114,19 @@ export interface Refusal {
 
 /** What a refusal of a request that could not be read says, in the front door's { error, message } form. */
 const REFUSAL_BODY: Record<number, { error: string; message: string }> = {
-  400: { error: 'bad_request', message: 'The request could not be read as HTTP/1.1: check its request line and headers.' },
-  408: { error: 'request_timeout', message: 'The request line and headers did not arrive in time: send them at once, then the body.' },
-  431: { error: 'headers_too_large', message: 'The request headers are too large: send fewer or shorter ones (a long cookie, or a token in the wrong header).' },
+  400: {
+    error: 'bad_request',
+    message: 'The request could not be read as HTTP/1.1: check its request line and headers.',
+  },
+  408: {
+    error: 'request_timeout',
+    message: 'The request line and headers did not arrive in time: send them at once, then the body.',
+  },
+  431: {
+    error: 'headers_too_large',
+    message:
+      'The request headers are too large: send fewer or shorter ones (a long cookie, or a token in the wrong header).',
+  },
 };
 
 /** Closes a connection with a refusal whose body says why. */
@@ -116,8 +135,11 @@ export function refuseConnection(socket: Socket, refusal: Refusal): void {
   if (!socket.writable) return void socket.destroy();
   const body = JSON.stringify(refusal.body ?? REFUSAL_BODY[refusal.status] ?? REFUSAL_BODY[400]);
   const retry = refusal.status === 429 || refusal.status === 503 ? 'retry-after: 1\r\n' : '';
-  socket.end(`HTTP/1.1 ${refusal.status} ${refusal.text}\r\nconnection: close\r\n${retry}content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
-  // What the client still sends is read and dropped: closing with it unread would reset the connection before the refusal is read.
+  socket.end(
+    `HTTP/1.1 ${refusal.status} ${refusal.text}\r\nconnection: close\r\n${retry}content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
+  // What the client still sends is read and dropped: closing with it unread would reset the connection before the
+  // refusal is read.
   socket.resume();
   // A client that never reads nor closes would keep the half-closed socket (and its descriptor): a second is enough.
   setTimeout(() => socket.destroy(), 1_000).unref();
@@ -132,7 +154,9 @@ export function applyServerLimits(
   server: Server,
   limits: ServerLimits,
   onRefusal: (status: number, path: string | undefined, reason: string) => void,
-  headOf: (socket: Socket) => { path: string | undefined; refused: boolean; whenAnswered(refusal: () => void): void } | undefined,
+  headOf: (
+    socket: Socket,
+  ) => { path: string | undefined; refused: boolean; whenAnswered(refusal: () => void): void } | undefined,
 ): void {
   server.headersTimeout = limits.headersTimeoutMs;
   server.requestTimeout = limits.requestTimeoutMs;
@@ -143,7 +167,8 @@ export function applyServerLimits(
     if (error.code === 'ECONNRESET' || refused.has(socket)) return void socket.destroy();
     refused.add(socket);
     const head = headOf(socket);
-    // The front refused it first (its deadline and the parser's run side by side): one refusal, already counted and answered.
+    // The front refused it first (its deadline and the parser's run side by side): one refusal, already counted and
+    // answered.
     if (head?.refused) return;
     onRefusal(status, head?.path ?? pathOf(error.rawPacket), error.code ?? error.message);
     const refuse = () => refuseConnection(socket, { status, text });

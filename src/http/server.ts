@@ -26,7 +26,13 @@ import { createCors } from './cors.js';
 import { createGraphQLHttpHandler } from './graphql.js';
 import type { Readiness } from './readiness.js';
 import { createFronts, takeHandedConnections, type ConnectionRefusal, type Fronts } from './front.js';
-import { applyServerLimits, connectionCaps, DEFAULT_HEADER_BYTES, serverOptions, webhookHeaderBytes } from './server-limits.js';
+import {
+  applyServerLimits,
+  connectionCaps,
+  DEFAULT_HEADER_BYTES,
+  serverOptions,
+  webhookHeaderBytes,
+} from './server-limits.js';
 import { attachGraphQLWebSocket } from './ws.js';
 
 /** A part that answers some paths itself (GraphiQL, the tracking page): true when it did. */
@@ -55,7 +61,10 @@ export interface FrontDoorOptions {
 }
 
 export interface FrontDoor {
-  /** The public HTTP server (GraphQL, WebSockets, probes, pages); it is handed its connections, it does not listen itself. */
+  /**
+   * The public HTTP server (GraphQL, WebSockets, probes, pages); it is handed its connections, it does not listen
+   * itself.
+   */
   server: Server;
   /** Base URL, e.g. http://127.0.0.1:4000 */
   url: string;
@@ -80,7 +89,13 @@ type Route = (req: IncomingMessage, res: ServerResponse, pathname: string) => vo
 function bearerCheck(token: string): (authorization: string | undefined) => boolean {
   const expected = createHash('sha256').update(token).digest();
   // Digests are of one length: timingSafeEqual neither throws nor tells how long the token is.
-  return (authorization) => timingSafeEqual(createHash('sha256').update(bearerCredential(authorization) ?? '').digest(), expected);
+  return (authorization) =>
+    timingSafeEqual(
+      createHash('sha256')
+        .update(bearerCredential(authorization) ?? '')
+        .digest(),
+      expected,
+    );
 }
 
 /** http://host:port of a listener, with the loopback address for "any". */
@@ -95,7 +110,14 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
   const cors = createCors(config.corsOrigins);
   // Over SSE a subscriber may leave about 1 KiB per allowed pending event unread before it is cut off.
   const graphqlHttp = createGraphQLHttpHandler(
-    { yoga, pipeline: options.pipeline, clientTokens: options.clientTokens, limits: options.limits, upstream: options.upstream, trustProxyHops: config.server.trustProxyHops },
+    {
+      yoga,
+      pipeline: options.pipeline,
+      clientTokens: options.clientTokens,
+      limits: options.limits,
+      upstream: options.upstream,
+      trustProxyHops: config.server.trustProxyHops,
+    },
     {
       maxBodyBytes: config.graphql.maxBodyBytes,
       maxResponseBytes: config.graphql.maxResponseBytes,
@@ -111,7 +133,10 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
   const webhooksOnMainPort = config.webhook.port === undefined;
   let draining = false;
   // How subscriptions learn of changes: webhooks (with reads when none come), or reads of the upstream alone.
-  const events = { source: receiver ? 'webhooks' : 'polling', reconcileIntervalMs: config.realtime.reconcileIntervalMs };
+  const events = {
+    source: receiver ? 'webhooks' : 'polling',
+    reconcileIntervalMs: config.realtime.reconcileIntervalMs,
+  };
 
   const json = (res: ServerResponse, status: number, body: unknown) => {
     res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
@@ -119,10 +144,14 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
 
   const receive = (req: IncomingMessage, res: ServerResponse) => {
     if (receiver) return receiver.handle(req, res);
-    json(res, 503, { error: 'webhooks_not_configured', message: 'Set WEBHOOK_PUBLIC_KEY_FILE and WEBHOOK_ISSUER to receive webhooks.' });
+    json(res, 503, {
+      error: 'webhooks_not_configured',
+      message: 'Set WEBHOOK_PUBLIC_KEY_FILE and WEBHOOK_ISSUER to receive webhooks.',
+    });
   };
 
-  const metricsAllowed = config.metricsAccess.token === undefined ? () => true : bearerCheck(config.metricsAccess.token);
+  const metricsAllowed =
+    config.metricsAccess.token === undefined ? () => true : bearerCheck(config.metricsAccess.token);
   const serveMetrics = (req: IncomingMessage, res: ServerResponse, served: Metrics) => {
     if (!metricsAllowed(req.headers.authorization)) {
       res.writeHead(401, { 'content-type': 'application/json', 'www-authenticate': 'Bearer realm="metrics"' });
@@ -132,7 +161,8 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     served.handle(req, res);
   };
 
-  const notFound = (res: ServerResponse, pathname: string) => json(res, 404, { error: 'not_found', message: `Nothing at ${pathname}. GraphQL is at /graphql.` });
+  const notFound = (res: ServerResponse, pathname: string) =>
+    json(res, 404, { error: 'not_found', message: `Nothing at ${pathname}. GraphQL is at /graphql.` });
 
   /** Every path of the main port. */
   const routePublic: Route = (req, res, pathname) => {
@@ -143,7 +173,8 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
       return json(res, 404, { error: 'not_found', message: 'Webhooks are received on their own port (WEBHOOK_PORT).' });
     }
     // With WORKERS, which worker answered (the cluster hands each connection to one).
-    if (pathname === '/health') return json(res, 200, { status: 'ok', ...(cluster.worker ? { worker: cluster.worker.id } : {}), events });
+    if (pathname === '/health')
+      return json(res, 200, { status: 'ok', ...(cluster.worker ? { worker: cluster.worker.id } : {}), events });
     if (pathname === '/ready') return readiness.handle(res, draining);
     if (pathname === '/metrics' && metrics && config.metricsAccess.onMainPort) return serveMetrics(req, res, metrics);
     if (options.trackingPage?.handle(req, res, pathname)) return;
@@ -162,8 +193,10 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     json(res, 404, { error: 'not_found', message: 'This port serves /metrics only.' });
   };
 
-  // Each webhook's line is at debug outside production: a delivery sends dozens, and a terminal's banner should stay on screen.
-  const quiet = (pathname: string) => QUIET_PATHS.has(pathname) || (!config.production && pathname === config.webhook.path);
+  // Each webhook's line is at debug outside production: a delivery sends dozens, and a terminal's banner should stay on
+  // screen.
+  const quiet = (pathname: string) =>
+    QUIET_PATHS.has(pathname) || (!config.production && pathname === config.webhook.path);
   const logWhenDone = (req: IncomingMessage, res: ServerResponse, pathname: string, info: RequestInfo) => {
     const started = performance.now();
     res.once('close', () => {
@@ -174,7 +207,9 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
           path: pathname,
           status: res.statusCode,
           durationMs: Math.round((performance.now() - started) * 1000) / 1000,
-          ...(info.operationName !== undefined || info.operationType !== undefined ? { operation: info.operationName ?? null, operationType: info.operationType } : {}),
+          ...(info.operationName !== undefined || info.operationType !== undefined
+            ? { operation: info.operationName ?? null, operationType: info.operationType }
+            : {}),
           // A GraphQL refusal is often HTTP 200: its codes say what the status does not.
           ...(info.errorCodes ? { errorCodes: info.errorCodes } : {}),
           ...(res.writableFinished ? {} : { aborted: true }),
@@ -194,7 +229,8 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     // While stopping, each keep-alive connection closes after its answer: the upstream's
     // webhook sender (and any client) would otherwise keep it busy until the grace period ends.
     if (draining) res.setHeader('connection', 'close');
-    // CORS before any path is chosen, so every answer carries it (a preflight is answered here); never /metrics, which no page may read.
+    // CORS before any path is chosen, so every answer carries it (a preflight is answered here); never /metrics, which
+    // no page may read.
     const preflight = pathname !== '/metrics' && cors.handle(req, res);
     if (logRequests) logWhenDone(req, res, pathname, info);
     if (preflight) return;
@@ -202,21 +238,33 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     route(req, res, pathname);
   };
 
-  /** A request refused before it was answered (by the front or a server's parser): a webhook's, where webhooks are received, is counted as the receiver's refusals are. */
+  /**
+   * A request refused before it was answered (by the front or a server's parser): a webhook's, where webhooks are
+   * received, is counted as the receiver's refusals are.
+   */
   const refused = (status: number, path: string | undefined, reason: string, listener: string) => {
     const receiving = listener === (webhooksOnMainPort ? 'main' : 'webhook');
     if (path === config.webhook.path && receiving && receiver) return receiver.countRefusal(status, reason);
     logger.warn({ status, path, reason, listener }, 'request refused by the HTTP server');
   };
 
-  // Every head is held to its path's limit by the front: 16 KiB, the webhook path's (where webhooks are received) the largest token's.
+  // Every head is held to its path's limit by the front: 16 KiB, the webhook path's (where webhooks are received) the
+  // largest token's.
   const limits = { ...config.server, maxTokenBytes: config.webhook.maxTokenBytes };
   const webhookHead = webhookHeaderBytes(limits);
   const headLimit = (path: string | undefined) => (path === config.webhook.path ? webhookHead : DEFAULT_HEADER_BYTES);
   const defaultHead = () => DEFAULT_HEADER_BYTES;
-  const server = createServer(serverOptions(limits, webhooksOnMainPort ? webhookHead : DEFAULT_HEADER_BYTES), handler(routePublic));
-  const webhookServer = webhooksOnMainPort ? undefined : createServer(serverOptions(limits, webhookHead), handler(routeWebhookPort));
-  const metricsServer = metrics && config.metricsAccess.port !== undefined ? createServer(serverOptions(limits, DEFAULT_HEADER_BYTES), handler(routeMetricsPort)) : undefined;
+  const server = createServer(
+    serverOptions(limits, webhooksOnMainPort ? webhookHead : DEFAULT_HEADER_BYTES),
+    handler(routePublic),
+  );
+  const webhookServer = webhooksOnMainPort
+    ? undefined
+    : createServer(serverOptions(limits, webhookHead), handler(routeWebhookPort));
+  const metricsServer =
+    metrics && config.metricsAccess.port !== undefined
+      ? createServer(serverOptions(limits, DEFAULT_HEADER_BYTES), handler(routeMetricsPort))
+      : undefined;
   // Each server by the name of the listener in front of it.
   const named = new Map<string, Server>([['main', server]]);
   if (webhookServer) named.set('webhook', webhookServer);
@@ -235,7 +283,12 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
   for (const [name, each] of named) {
     each.keepAliveTimeout = 65_000;
     takeHandedConnections(each);
-    applyServerLimits(each, limits, (status, path, reason) => refused(status, path, reason, name), (socket) => fronts.headOf(socket));
+    applyServerLimits(
+      each,
+      limits,
+      (status, path, reason) => refused(status, path, reason, name),
+      (socket) => fronts.headOf(socket),
+    );
   }
   if (metrics) registerConnectionMetrics(metrics.registry, fronts);
 
@@ -243,7 +296,8 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
   let webhookListener: NetServer | undefined;
   let metricsListener: NetServer | undefined;
   try {
-    // Webhooks get slots no other client takes: WEBHOOK_PORT's own, or on a shared port those past the rest, for the webhook path only.
+    // Webhooks get slots no other client takes: WEBHOOK_PORT's own, or on a shared port those past the rest, for the
+    // webhook path only.
     main = await fronts.listen(config.port, config.host, {
       name: 'main',
       server,
@@ -251,19 +305,35 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
       perAddress: caps.perAddress,
       ...(webhooksOnMainPort ? { reservedSlots: caps.webhookSlots, reservedFor: config.webhook.path } : {}),
     });
-    if (webhookServer) webhookListener = await fronts.listen(config.webhook.port!, config.host, { name: 'webhook', server: webhookServer, headLimit, reservedSlots: caps.webhookSlots });
-    if (metricsServer) metricsListener = await fronts.listen(config.metricsAccess.port!, config.metricsAccess.host, { name: 'metrics', server: metricsServer, headLimit: defaultHead });
+    if (webhookServer)
+      webhookListener = await fronts.listen(config.webhook.port!, config.host, {
+        name: 'webhook',
+        server: webhookServer,
+        headLimit,
+        reservedSlots: caps.webhookSlots,
+      });
+    if (metricsServer)
+      metricsListener = await fronts.listen(config.metricsAccess.port!, config.metricsAccess.host, {
+        name: 'metrics',
+        server: metricsServer,
+        headLimit: defaultHead,
+      });
   } catch (error) {
     // One port busy: the ones already listening close, so a failed start holds none.
     await fronts.close();
     for (const each of servers) each.close();
     throw error;
   }
-  // WebSocket upgrades come through the same door: an id and a log line like any request (CORS is the socket's allowOrigin).
+  // WebSocket upgrades come through the same door: an id and a log line like any request (CORS is the socket's
+  // allowOrigin).
   server.on('upgrade', (req: IncomingMessage) => {
     const info: RequestInfo = { id: requestId(req.headers['x-request-id']) };
     attachRequestInfo(req, info);
-    if (logRequests) logger.info({ reqId: info.id, method: req.method, path: (req.url ?? '/').split('?', 1)[0], upgrade: req.headers.upgrade }, 'upgrade');
+    if (logRequests)
+      logger.info(
+        { reqId: info.id, method: req.method, path: (req.url ?? '/').split('?', 1)[0], upgrade: req.headers.upgrade },
+        'upgrade',
+      );
   });
   const ws = attachGraphQLWebSocket(
     server,
@@ -279,7 +349,11 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
   );
   const url = urlOf(main, config.host);
   const webhookUrl = `${webhookListener ? urlOf(webhookListener, config.host) : url}${config.webhook.path}`;
-  const metricsUrl = metricsListener ? `${urlOf(metricsListener, config.metricsAccess.host)}/metrics` : metrics && config.metricsAccess.onMainPort ? `${url}/metrics` : undefined;
+  const metricsUrl = metricsListener
+    ? `${urlOf(metricsListener, config.metricsAccess.host)}/metrics`
+    : metrics && config.metricsAccess.onMainPort
+      ? `${url}/metrics`
+      : undefined;
 
   let closing: Promise<void> | undefined;
   const close = () =>
@@ -300,10 +374,15 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
   return { server, url, port: (main.address() as AddressInfo).port, webhookUrl, metricsUrl, close };
 }
 
-/** How often a kind of connection refusal is logged at most: a flood of them is one line per interval, with its count. */
+/**
+ * How often a kind of connection refusal is logged at most: a flood of them is one line per interval, with its count.
+ */
 const REFUSAL_LOG_INTERVAL_MS = 10_000;
 
-/** Logs connection refusals: the first of each kind at once, then at most one line per interval with how many came since. */
+/**
+ * Logs connection refusals: the first of each kind at once, then at most one line per interval with how many came
+ * since.
+ */
 function connectionRefusalLog(logger: Logger): (reason: ConnectionRefusal, listener: string, detail: string) => void {
   const last = new Map<ConnectionRefusal, { at: number; since: number }>();
   return (reason, listener, detail) => {

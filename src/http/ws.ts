@@ -72,7 +72,10 @@ export interface GraphQLWebSocketOptions {
 /** What graphql-ws runs for an operation the pipeline already ran: its outcome, handed back as is. */
 type Ran = { outcome: unknown };
 
-/** The document graphql-ws is shown for a refusal that came before any document was read (a rate limit): a query, so it calls execute. */
+/**
+ * The document graphql-ws is shown for a refusal that came before any document was read (a rate limit): a query, so it
+ * calls execute.
+ */
 const REFUSAL_DOCUMENT = parse('{ __typename }');
 
 /**
@@ -108,13 +111,17 @@ function forSocket(errors: readonly GraphQLError[]): GraphQLError[] {
   });
 }
 
-/** One signal per socket, made when an operation first asks, aborted when the socket closes: the reads of its operations stop. */
+/**
+ * One signal per socket, made when an operation first asks, aborted when the socket closes: the reads of its operations
+ * stop.
+ */
 const goneSignals = new WeakMap<WebSocket, AbortSignal>();
 function goneSignal(socket: WebSocket): AbortSignal {
   let signal = goneSignals.get(socket);
   if (!signal) {
     const controller = new AbortController();
-    if (socket.readyState === socket.OPEN || socket.readyState === socket.CONNECTING) socket.once('close', () => controller.abort());
+    if (socket.readyState === socket.OPEN || socket.readyState === socket.CONNECTING)
+      socket.once('close', () => controller.abort());
     else controller.abort();
     signal = controller.signal;
     goneSignals.set(socket, signal);
@@ -138,7 +145,9 @@ async function askUpstream(upstream: Upstream, key: string, signal: AbortSignal)
   await upstream.partner.availability(key, { signal }).catch(() => undefined);
 }
 
-/** Writes a frame as graphql-ws writes its own: done once the socket has taken it; nothing on a socket no longer open. */
+/**
+ * Writes a frame as graphql-ws writes its own: done once the socket has taken it; nothing on a socket no longer open.
+ */
 function sendFrame(socket: WebSocket, frame: string): Promise<void> {
   return new Promise((resolve, reject) => {
     if (socket.readyState !== socket.OPEN) return resolve();
@@ -149,7 +158,11 @@ function sendFrame(socket: WebSocket, frame: string): Promise<void> {
 /** The caller of each socket, read once at connection_init. */
 const callers = new WeakMap<WebSocket, Caller>();
 
-export function attachGraphQLWebSocket(server: Server, parts: GraphQLWebSocketParts, { path = '/graphql', maxSubscriptions, allowOrigin }: GraphQLWebSocketOptions): GraphQLWebSocket {
+export function attachGraphQLWebSocket(
+  server: Server,
+  parts: GraphQLWebSocketParts,
+  { path = '/graphql', maxSubscriptions, allowOrigin }: GraphQLWebSocketOptions,
+): GraphQLWebSocket {
   const { pipeline, schema, clientTokens, limits, upstream, trustProxyHops } = parts;
   const wss = new WebSocketServer({
     server,
@@ -168,7 +181,8 @@ export function attachGraphQLWebSocket(server: Server, parts: GraphQLWebSocketPa
   const disposable = useServer(
     {
       connectionInitWaitTimeout: 5_000,
-      // graphql-ws refuses a subscribe without a query string (4400); one named by persisted hash alone gets an empty one.
+      // graphql-ws refuses a subscribe without a query string (4400); one named by persisted hash alone gets an empty
+      // one.
       jsonMessageReviver: (key, value) => (key === '' ? withPersistedQueryText(value) : value),
       // The key is judged once, here: a socket that is let in has a key the upstream accepted,
       // or one it could not judge now (each operation is still checked as over HTTP).
@@ -186,12 +200,17 @@ export function attachGraphQLWebSocket(server: Server, parts: GraphQLWebSocketPa
         callers.set(socket, caller);
         if (caller.kind === 'client-token') return true;
         const { key } = caller;
-        // The upstream is asked only about a key it has not judged; the call stops when the socket goes or takes too long.
-        const ask = () => askUpstream(upstream, key, AbortSignal.any([AbortSignal.timeout(CONNECT_CHECK_MS), goneSignal(socket)]));
+        // The upstream is asked only about a key it has not judged; the call stops when the socket goes or takes too
+        // long.
+        const ask = () =>
+          askUpstream(upstream, key, AbortSignal.any([AbortSignal.timeout(CONNECT_CHECK_MS), goneSignal(socket)]));
         const admission = await limits.admitConnection(key, clientAddress(ctx.extra.request, trustProxyHops), ask);
         if (admission.verdict === 'refused') return refuse(WS_CLOSE.refused.code, WS_CLOSE.refused.reason);
         if (admission.verdict === 'too-many-unknown-keys') {
-          return refuse(WS_CLOSE.tooManyUnknownKeys.code, `${WS_CLOSE.tooManyUnknownKeys.reason}; retry in ${admission.retryAfterSeconds} s`);
+          return refuse(
+            WS_CLOSE.tooManyUnknownKeys.code,
+            `${WS_CLOSE.tooManyUnknownKeys.reason}; retry in ${admission.retryAfterSeconds} s`,
+          );
         }
         return true;
       },
@@ -199,8 +218,9 @@ export function attachGraphQLWebSocket(server: Server, parts: GraphQLWebSocketPa
       execute: (args) => (args.rootValue as Ran).outcome as never,
       subscribe: (args) => (args.rootValue as Ran).outcome as never,
       onSubscribe: async (ctx, id, payload) => {
-        // graphql-ws records every running operation of the socket, this one included, until it ends.
-        // A subscription also holds slots of its key, client token and address, whichever socket or stream it runs on: the pipeline takes them.
+        // graphql-ws records every running operation of the socket, this one included, until it ends. A subscription
+        // also holds slots of its key, client token and address, whichever socket or stream it runs on: the pipeline
+        // takes them.
         if (Object.keys(ctx.subscriptions).length > maxSubscriptions) {
           const refusal = pipeline.subscriptions.refuse('socket', maxSubscriptions);
           return [toGraphQLError(refusal, { setting: refusal.setting, limit: refusal.limit })];
@@ -218,13 +238,23 @@ export function attachGraphQLWebSocket(server: Server, parts: GraphQLWebSocketPa
           signal: () => goneSignal(socket),
         });
         if (answer.kind === 'invalid') return forSocket(answer.errors);
-        // graphql-ws picks execute or subscribe by the document's operation: the plan's own, or a query for a refusal made before any.
+        // graphql-ws picks execute or subscribe by the document's operation: the plan's own, or a query for a refusal
+        // made before any.
         const { plan, outcome } = answer;
         const document = plan ? plan.runnable : REFUSAL_DOCUMENT;
         const operation = document.definitions.find((definition) => definition.kind === Kind.OPERATION_DEFINITION);
-        // A stream's shared messages are written here, each its shared text with this operation's id (src/realtime/frames.ts).
-        const ran = Symbol.asyncIterator in outcome ? writingSharedFrames(outcome, id, (frame) => sendFrame(socket, frame)) : outcome;
-        return { schema, document, operationName: operation && 'name' in operation ? operation.name?.value : undefined, rootValue: { outcome: ran } satisfies Ran } as ExecutionArgs;
+        // A stream's shared messages are written here, each its shared text with this operation's id
+        // (src/realtime/frames.ts).
+        const ran =
+          Symbol.asyncIterator in outcome
+            ? writingSharedFrames(outcome, id, (frame) => sendFrame(socket, frame))
+            : outcome;
+        return {
+          schema,
+          document,
+          operationName: operation && 'name' in operation ? operation.name?.value : undefined,
+          rootValue: { outcome: ran } satisfies Ran,
+        } as ExecutionArgs;
       },
     },
     wss,

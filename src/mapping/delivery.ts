@@ -12,7 +12,9 @@ import { withoutMarker } from '../domain/booking-marker.js';
 
 type Loose = Record<string, unknown>;
 
-/** Where one stop's fields are in a read or webhook body: the same names with `pickup_` or `dropoff_`, written out once. */
+/**
+ * Where one stop's fields are in a read or webhook body: the same names with `pickup_` or `dropoff_`, written out once.
+ */
 interface StopKeys {
   name: string;
   phone: string;
@@ -108,8 +110,11 @@ export function fromWebhookEvent(wire: WireWebhookEvent, group: ApiGroup = 'PLAT
     dimensions: raw.dimensions ?? raw.dimentions,
     trackingUrl: str(raw.tracking_link ?? raw.tracking_url),
     expectedCancellationFee: amountMoney(raw.expected_cancellation_fee ?? raw.expected_cancelation_fee),
-    // The document's body has platform_payload on every event; an upstream that adds a partner order's own fields is read too.
-    payload: (partner ? (raw.partner_payload ?? withoutMarker(raw.platform_payload)) : withoutMarker(raw.platform_payload)) ?? null,
+    // The document's body has platform_payload on every event; an upstream that adds a partner order's own fields is
+    // read too.
+    payload:
+      (partner ? (raw.partner_payload ?? withoutMarker(raw.platform_payload)) : withoutMarker(raw.platform_payload)) ??
+      null,
     partnerReference: str(raw.partner_reference),
   });
 }
@@ -122,9 +127,16 @@ export function fromWebhookEvent(wire: WireWebhookEvent, group: ApiGroup = 'PLAT
  */
 export function fromDeliveryView(view: JsonObject, group: ApiGroup = 'PLATFORM'): Delivery {
   const scheduled = utcDateTime(view.scheduled_at);
-  const keepDate = scheduled === null || view.delivery_date === scheduled || calendarDate(view.delivery_date) !== scheduled.slice(0, 10);
-  const delivery = fromWebhookEvent((keepDate ? view : { ...view, delivery_date: scheduled }) as unknown as WireWebhookEvent, group);
-  // The fee is "if cancelled now", and a merchant may cancel only before pickup: past it, or at an end, an earlier read's fee is no longer true.
+  const keepDate =
+    scheduled === null ||
+    view.delivery_date === scheduled ||
+    calendarDate(view.delivery_date) !== scheduled.slice(0, 10);
+  const delivery = fromWebhookEvent(
+    (keepDate ? view : { ...view, delivery_date: scheduled }) as unknown as WireWebhookEvent,
+    group,
+  );
+  // The fee is "if cancelled now", and a merchant may cancel only before pickup: past it, or at an end, an earlier
+  // read's fee is no longer true.
   return cancelable(delivery.status) ? delivery : { ...delivery, expectedCancellationFee: null };
 }
 
@@ -156,8 +168,10 @@ function deliveryOf(raw: Loose, group: ApiGroup, differences: Differences): Deli
   const distanceValue = num(distance?.value);
   const photoUrl = str(raw.dropoff_verification_image_url);
   const signatureUrl = str(raw.dropoff_signature_image_url);
-  // A read's delivery_date is a full datetime: its time of day is kept in scheduledAt (a webhook's plain date has none).
-  const scheduledAt = typeof raw.delivery_date === 'string' && raw.delivery_date.includes('T') ? utcDateTime(raw.delivery_date) : null;
+  // A read's delivery_date is a full datetime: its time of day is kept in scheduledAt (a webhook's plain date has
+  // none).
+  const scheduledAt =
+    typeof raw.delivery_date === 'string' && raw.delivery_date.includes('T') ? utcDateTime(raw.delivery_date) : null;
   return {
     uid: String(raw.uid),
     group,
@@ -254,7 +268,9 @@ function courier(raw: Loose): Courier | null {
     location,
   };
   // No courier until one is assigned: every courier field empty means none.
-  return result.id || result.name || result.pickupPhone || result.dropoffPhone || hasVehicle || location ? result : null;
+  return result.id || result.name || result.pickupPhone || result.dropoffPhone || hasVehicle || location
+    ? result
+    : null;
 }
 
 export function geoPoint(value: unknown): { lat: number; lng: number } | null {
@@ -265,8 +281,12 @@ export function geoPoint(value: unknown): { lat: number; lng: number } | null {
 }
 
 function packageOf(raw: Loose, dimensions: unknown): Package {
-  const requirements = Array.isArray(raw.package_requirements) ? raw.package_requirements.filter((r): r is string => typeof r === 'string') : [];
-  const dims = isJsonObject(dimensions) ? { height: num(dimensions.height), length: num(dimensions.length), width: num(dimensions.width) } : null;
+  const requirements = Array.isArray(raw.package_requirements)
+    ? raw.package_requirements.filter((r): r is string => typeof r === 'string')
+    : [];
+  const dims = isJsonObject(dimensions)
+    ? { height: num(dimensions.height), length: num(dimensions.length), width: num(dimensions.width) }
+    : null;
   return {
     description: str(raw.package_description),
     minimumVehicleSize: str(raw.package_minimum_vehicle_size),
@@ -280,7 +300,15 @@ function packageOf(raw: Loose, dimensions: unknown): Package {
 }
 
 /** An item's keys as the document lists them (request and read); the rest is kept in `extra`. */
-const ITEM_KEYS = new Set(['name', 'quantity', 'description', 'external_id', 'external_instance_id', 'price', 'barcode']);
+const ITEM_KEYS = new Set([
+  'name',
+  'quantity',
+  'description',
+  'external_id',
+  'external_instance_id',
+  'price',
+  'barcode',
+]);
 
 function item(raw: Loose): Item {
   let extra: Record<string, unknown> | null = null;
@@ -314,4 +342,3 @@ export function valueMoney(value: unknown): Money | null {
   const amount = decimalFrom(value.value);
   return amount === null ? null : { amount, currency: str(value.currency) ?? '' };
 }
-

@@ -100,7 +100,10 @@ export interface Delivery {
   pickup: Stop;
   dropoff: Stop;
   deliveryDate: string | null;
-  /** The scheduled date with its time of day (UTC), where the source gives one: reads do, webhook events carry a plain date. */
+  /**
+   * The scheduled date with its time of day (UTC), where the source gives one: reads do, webhook events carry a plain
+   * date.
+   */
   scheduledAt: string | null;
   deliveryStartTime: string | null;
   deliveryEndTime: string | null;

@@ -22,7 +22,10 @@ export function quoteFromWire(group: ApiGroup, wire: WireQuoteResult, amountUnit
   const currency = str(price.currency) ?? '';
   const fee = amountFromUpstream(price.delivery_fee, amountUnit);
   // fee is Money!: a price the upstream left out must not read as a free delivery.
-  if (fee === null) throw new UpstreamProtocolError(`The delivery service answered a ${group === 'PLATFORM' ? 'platform' : 'partner'} quote without a delivery fee.`);
+  if (fee === null)
+    throw new UpstreamProtocolError(
+      `The delivery service answered a ${group === 'PLATFORM' ? 'platform' : 'partner'} quote without a delivery fee.`,
+    );
   const tip = amountFromUpstream(price.tip, amountUnit);
   const distance = num(wire.data?.distance);
   return {

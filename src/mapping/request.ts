@@ -26,7 +26,9 @@ export interface AddressInput {
   longitude?: number | null;
 }
 
-/** An address of which any part may be missing: the partner group's dropoff (its document makes those fields optional). */
+/**
+ * An address of which any part may be missing: the partner group's dropoff (its document makes those fields optional).
+ */
 export type AddressPartsInput = { [K in keyof AddressInput]?: AddressInput[K] | null };
 
 export interface StopInput {
@@ -137,14 +139,20 @@ export function inputPathOfWireField(field: string): string {
  * checks give. The upstream's words are passed on (they name the field), with
  * the caller's key scrubbed from them in case the upstream echoes its header.
  */
-export function validationErrorFromUpstream(error: UpstreamValidationError, key: string, input?: DeliveryInput): ValidationError {
+export function validationErrorFromUpstream(
+  error: UpstreamValidationError,
+  key: string,
+  input?: DeliveryInput,
+): ValidationError {
   const scrub = (text: string) => scrubSecrets(text, key);
   // The client wrote delivery_style as rawStyle when it sent that field.
   const pathOf = (field: string) => {
     if (field === 'delivery_style' && input?.rawStyle != null) return 'input.rawStyle';
     const path = inputPathOfWireField(field);
     // The client wrote the dropoff address as addressParts when it sent that.
-    return input?.dropoff.addressParts != null ? path.replace(/^input\.dropoff\.address\./, 'input.dropoff.addressParts.') : path;
+    return input?.dropoff.addressParts != null
+      ? path.replace(/^input\.dropoff\.address\./, 'input.dropoff.addressParts.')
+      : path;
   };
   // A message without a field (the partner group's, or a bare list of messages) names the field when it can.
   const pathFromWords = (message: string) => {
@@ -172,8 +180,12 @@ export function validationErrorFromUpstream(error: UpstreamValidationError, key:
  * as delivery_style: the documented spelling, or rawStyle trimmed and otherwise
  * unchanged for a style enabled beyond the four. Nothing asked: both undefined.
  */
-export function requestedStyle(input: Pick<DeliveryInput, 'style' | 'rawStyle'>): { style: DeliveryStyle | undefined; wire: string | undefined } {
-  if (input.style != null) return { style: input.style, wire: input.style === 'OTHER' ? undefined : WIRE_STYLE[input.style] };
+export function requestedStyle(input: Pick<DeliveryInput, 'style' | 'rawStyle'>): {
+  style: DeliveryStyle | undefined;
+  wire: string | undefined;
+} {
+  if (input.style != null)
+    return { style: input.style, wire: input.style === 'OTHER' ? undefined : WIRE_STYLE[input.style] };
   const raw = input.rawStyle?.trim();
   if (!raw) return { style: undefined, wire: undefined };
   const style = deliveryStyle(raw) ?? undefined;
@@ -201,8 +213,10 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
         problem(`${at}.${part}`, 'must not be blank (leave it out instead)');
       }
     }
-    if (address.latitude != null && !(address.latitude >= -90 && address.latitude <= 90)) problem(`${at}.latitude`, 'must be between -90 and 90');
-    if (address.longitude != null && !(address.longitude >= -180 && address.longitude <= 180)) problem(`${at}.longitude`, 'must be between -180 and 180');
+    if (address.latitude != null && !(address.latitude >= -90 && address.latitude <= 90))
+      problem(`${at}.latitude`, 'must be between -90 and 90');
+    if (address.longitude != null && !(address.longitude >= -180 && address.longitude <= 180))
+      problem(`${at}.longitude`, 'must be between -180 and 180');
   };
 
   const { pickup, dropoff } = input;
@@ -210,39 +224,61 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
   required('dropoff.name', dropoff.name);
   if (pickup.address) checkAddress('pickup.address', pickup.address, 'is required');
   else problem('pickup.address', 'is required');
-  if (pickup.addressParts != null) problem('pickup.addressParts', 'is only for the dropoff; the pickup needs address (street, city and country)');
-  if (dropoff.address && dropoff.addressParts) problem('dropoff.addressParts', 'must not be given together with address; send one of them');
+  if (pickup.addressParts != null)
+    problem('pickup.addressParts', 'is only for the dropoff; the pickup needs address (street, city and country)');
+  if (dropoff.address && dropoff.addressParts)
+    problem('dropoff.addressParts', 'must not be given together with address; send one of them');
   else if (dropoff.address) checkAddress('dropoff.address', dropoff.address, 'is required');
   // The partner group's dropoff address fields are all optional; the platform group's street, city and country are not.
-  else if (dropoff.addressParts) checkAddress('dropoff.addressParts', dropoff.addressParts, group === 'PLATFORM' ? 'is required on the PLATFORM group' : null);
+  else if (dropoff.addressParts)
+    checkAddress(
+      'dropoff.addressParts',
+      dropoff.addressParts,
+      group === 'PLATFORM' ? 'is required on the PLATFORM group' : null,
+    );
   else if (group === 'PLATFORM') problem('dropoff.address', 'is required on the PLATFORM group');
   if (blank(pickup.email)) problem('pickup.email', 'is required (the contact email of the pickup)');
-  for (const [side, email] of [['pickup', pickup.email], ['dropoff', dropoff.email]] as const) {
+  for (const [side, email] of [
+    ['pickup', pickup.email],
+    ['dropoff', dropoff.email],
+  ] as const) {
     if (!blank(email) && !/^[^\s@]+@[^\s@]+$/.test(email!)) problem(`${side}.email`, 'must be an email address');
   }
-  if (pickup.phone != null && pickup.phone.length > PICKUP_PHONE_MAX) problem('pickup.phone', `must be at most ${PICKUP_PHONE_MAX} characters`);
+  if (pickup.phone != null && pickup.phone.length > PICKUP_PHONE_MAX)
+    problem('pickup.phone', `must be at most ${PICKUP_PHONE_MAX} characters`);
   if (pickup.instructions != null && pickup.instructions.length > PICKUP_INSTRUCTIONS_MAX) {
     problem('pickup.instructions', `must be at most ${PICKUP_INSTRUCTIONS_MAX} characters`);
   }
 
   if (group === 'PARTNER') required('currency', input.currency);
-  if (!blank(input.currency) && !/^[A-Za-z]{3}$/.test(input.currency!)) problem('currency', 'must be a three-letter ISO 4217 code');
+  if (!blank(input.currency) && !/^[A-Za-z]{3}$/.test(input.currency!))
+    problem('currency', 'must be a three-letter ISO 4217 code');
 
   const mode = input.mode ?? 'SCHEDULED';
   if (mode !== 'NOW' && !dropoff.windowStart) problem('dropoff.windowStart', 'is required unless mode is NOW');
   // Without a window start there is nothing to take the date from (see deliveryDateOf).
   if (mode === 'SCHEDULED' && !input.deliveryDate && !dropoff.windowStart) {
-    problem('deliveryDate', 'is required when mode is SCHEDULED or not given (or give dropoff.windowStart, whose UTC date it then is)');
+    problem(
+      'deliveryDate',
+      'is required when mode is SCHEDULED or not given (or give dropoff.windowStart, whose UTC date it then is)',
+    );
   }
   // The upstream reads delivery_date and dropoff_start_time both in UTC ("does not infer local time"):
   // a local date beside a UTC instant would schedule a day off, so a contradiction is refused, not guessed at.
   const windowDate = utcDateOf(dropoff.windowStart);
   if (input.deliveryDate && windowDate && input.deliveryDate !== windowDate) {
-    problem('deliveryDate', `is ${input.deliveryDate}, but dropoff.windowStart falls on ${windowDate} in UTC; deliveryDate is a UTC date`);
-    problem('dropoff.windowStart', `falls on ${windowDate} in UTC, not on deliveryDate ${input.deliveryDate}; send deliveryDate ${windowDate}, or leave it out`);
+    problem(
+      'deliveryDate',
+      `is ${input.deliveryDate}, but dropoff.windowStart falls on ${windowDate} in UTC; deliveryDate is a UTC date`,
+    );
+    problem(
+      'dropoff.windowStart',
+      `falls on ${windowDate} in UTC, not on deliveryDate ${input.deliveryDate}; send deliveryDate ${windowDate}, or leave it out`,
+    );
   }
 
-  if (input.style === 'OTHER') problem('style', 'OTHER is only read, never requested; send a style enabled for your platform as rawStyle');
+  if (input.style === 'OTHER')
+    problem('style', 'OTHER is only read, never requested; send a style enabled for your platform as rawStyle');
   if (input.rawStyle != null) {
     if (input.style != null) problem('rawStyle', 'must not be given together with style; send one of them');
     const raw = input.rawStyle.trim();
@@ -250,7 +286,8 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
     else if (raw.length > RAW_STYLE_MAX) problem('rawStyle', `must be at most ${RAW_STYLE_MAX} characters`);
   }
   // Which sizes are "an SUV or larger" is the upstream's to judge: the document names no list.
-  if (requestedStyle(input).style === 'OVERSIZE' && blank(input.minimumVehicleSize)) problem('minimumVehicleSize', 'is required for the OVERSIZE style');
+  if (requestedStyle(input).style === 'OVERSIZE' && blank(input.minimumVehicleSize))
+    problem('minimumVehicleSize', 'is required for the OVERSIZE style');
 
   if (group === 'PLATFORM') {
     for (const field of ['deliveryStartTime', 'deliveryEndTime', 'partnerReference'] as const) {
@@ -259,13 +296,18 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
   }
   if (input.payload != null && !isJsonObject(input.payload)) problem('payload', 'must be a JSON object');
   // The facade marks bookings there (src/domain/booking-marker.ts); a client's own mark would pass for one.
-  else if (input.payload != null && BOOKING_MARKER_FIELD in input.payload) problem('payload', `may not use the key ${BOOKING_MARKER_FIELD}: the facade reserves it`);
+  else if (input.payload != null && BOOKING_MARKER_FIELD in input.payload)
+    problem('payload', `may not use the key ${BOOKING_MARKER_FIELD}: the facade reserves it`);
 
-  // Every request amount may go out in cents (UPSTREAM_AMOUNT_UNIT, UPSTREAM_ITEM_PRICE_UNIT), so each obeys the same rules.
+  // Every request amount may go out in cents (UPSTREAM_AMOUNT_UNIT, UPSTREAM_ITEM_PRICE_UNIT), so each obeys the same
+  // rules.
   const amounts: Array<[string, string | null | undefined]> = [
     ['tip', input.tip],
     ['declaredValue', input.declaredValue],
-    ...(input.items ?? []).map((item, index): [string, string | null | undefined] => [`items.${index}.price`, item.price]),
+    ...(input.items ?? []).map((item, index): [string, string | null | undefined] => [
+      `items.${index}.price`,
+      item.price,
+    ]),
   ];
   for (const [path, value] of amounts) {
     if (value == null) continue;
@@ -309,7 +351,16 @@ function checkSizes(input: DeliveryInput, problem: (path: string, message: strin
     text(`${side}.phone`, stop.phone, INPUT_LIMITS.shortText);
     // Pickup instructions have the upstream's own, tighter bound (checked above).
     if (side === 'dropoff') text(`${side}.instructions`, stop.instructions, INPUT_LIMITS.longText);
-    for (const field of ['street', 'number', 'secondaryNumber', 'city', 'county', 'state', 'postalCode', 'country'] as const) {
+    for (const field of [
+      'street',
+      'number',
+      'secondaryNumber',
+      'city',
+      'county',
+      'state',
+      'postalCode',
+      'country',
+    ] as const) {
       text(`${side}.address.${field}`, stop.address?.[field], INPUT_LIMITS.shortText);
       text(`${side}.addressParts.${field}`, stop.addressParts?.[field], INPUT_LIMITS.shortText);
     }
@@ -319,20 +370,27 @@ function checkSizes(input: DeliveryInput, problem: (path: string, message: strin
   text('partnerReference', input.partnerReference, INPUT_LIMITS.shortText);
   text('currency', input.currency, INPUT_LIMITS.shortText);
   const requirements = input.requirements ?? [];
-  if (requirements.length > INPUT_LIMITS.requirements) problem('requirements', `must list at most ${INPUT_LIMITS.requirements} requirements (got ${requirements.length})`);
-  requirements.slice(0, INPUT_LIMITS.requirements).forEach((requirement, index) => text(`requirements.${index}`, requirement, INPUT_LIMITS.requirementText));
+  if (requirements.length > INPUT_LIMITS.requirements)
+    problem('requirements', `must list at most ${INPUT_LIMITS.requirements} requirements (got ${requirements.length})`);
+  requirements
+    .slice(0, INPUT_LIMITS.requirements)
+    .forEach((requirement, index) => text(`requirements.${index}`, requirement, INPUT_LIMITS.requirementText));
   const items = input.items ?? [];
-  if (items.length > INPUT_LIMITS.items) problem('items', `must list at most ${INPUT_LIMITS.items} items (got ${items.length})`);
+  if (items.length > INPUT_LIMITS.items)
+    problem('items', `must list at most ${INPUT_LIMITS.items} items (got ${items.length})`);
   items.slice(0, INPUT_LIMITS.items).forEach((item, index) => {
-    for (const field of ['name', 'externalId', 'externalInstanceId', 'barcode'] as const) text(`items.${index}.${field}`, item[field], INPUT_LIMITS.itemText);
+    for (const field of ['name', 'externalId', 'externalInstanceId', 'barcode'] as const)
+      text(`items.${index}.${field}`, item[field], INPUT_LIMITS.itemText);
     text(`items.${index}.description`, item.description, INPUT_LIMITS.itemDescription);
   });
   if (input.payload != null && isJsonObject(input.payload)) {
     // Depth first: a deeply nested value is refused before anything serializes it.
-    if (nestsDeeperThan(input.payload, INPUT_LIMITS.payloadDepth)) problem('payload', `must nest at most ${INPUT_LIMITS.payloadDepth} levels deep`);
+    if (nestsDeeperThan(input.payload, INPUT_LIMITS.payloadDepth))
+      problem('payload', `must nest at most ${INPUT_LIMITS.payloadDepth} levels deep`);
     else {
       const bytes = Buffer.byteLength(JSON.stringify(input.payload));
-      if (bytes > INPUT_LIMITS.payloadBytes) problem('payload', `must be at most ${INPUT_LIMITS.payloadBytes} bytes as JSON (got ${bytes})`);
+      if (bytes > INPUT_LIMITS.payloadBytes)
+        problem('payload', `must be at most ${INPUT_LIMITS.payloadBytes} bytes as JSON (got ${bytes})`);
     }
   }
 }
@@ -355,7 +413,10 @@ export function deliveryDateOf(input: Pick<DeliveryInput, 'mode' | 'deliveryDate
   return utcDateOf(input.dropoff.windowStart) ?? undefined;
 }
 
-/** The UTC calendar date of an instant in any offset (the DateTime scalar hands it over in UTC already); unreadable: null. */
+/**
+ * The UTC calendar date of an instant in any offset (the DateTime scalar hands it over in UTC already); unreadable:
+ * null.
+ */
 function utcDateOf(instant: string | null | undefined): string | null {
   return instant ? (utcDateTime(instant)?.slice(0, 10) ?? null) : null;
 }
@@ -379,7 +440,8 @@ export function toWireRequest(input: DeliveryInput, group: ApiGroup, units: Requ
     if (!address) return;
     for (const [wire, key] of Object.entries(ADDRESS_FIELDS)) {
       const value = address[key];
-      if (value !== null && value !== undefined) (body as unknown as Record<string, unknown>)[`${side}_address_${wire}`] = value;
+      if (value !== null && value !== undefined)
+        (body as unknown as Record<string, unknown>)[`${side}_address_${wire}`] = value;
     }
   };
   setAddress('pickup', input.pickup.address);
@@ -398,7 +460,10 @@ export function toWireRequest(input: DeliveryInput, group: ApiGroup, units: Requ
   set('weight', input.weight);
   set('package_description', input.description);
   set('package_requirements', input.requirements);
-  set('items', input.items?.map((item) => wireItem(item, itemPriceUnit)));
+  set(
+    'items',
+    input.items?.map((item) => wireItem(item, itemPriceUnit)),
+  );
   set('items_count', input.itemsCount);
   set('package_value', amountForUpstream(input.declaredValue, amountUnit));
   set('tip', amountForUpstream(input.tip, amountUnit));
@@ -414,7 +479,12 @@ export function toWireRequest(input: DeliveryInput, group: ApiGroup, units: Requ
   // Each field is within its bound; the whole must be too (see INPUT_LIMITS.bodyBytes).
   const bytes = Buffer.byteLength(JSON.stringify(body));
   if (bytes > INPUT_LIMITS.bodyBytes) {
-    throw new ValidationError([{ path: 'input', message: `the booking is ${bytes} bytes as JSON; at most ${INPUT_LIMITS.bodyBytes} are accepted (shorten items, payload or text)` }]);
+    throw new ValidationError([
+      {
+        path: 'input',
+        message: `the booking is ${bytes} bytes as JSON; at most ${INPUT_LIMITS.bodyBytes} are accepted (shorten items, payload or text)`,
+      },
+    ]);
   }
   return body;
 }

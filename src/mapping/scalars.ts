@@ -84,7 +84,6 @@ export function formatDecimal(decimal: Decimal): string {
   return decimal.toFixed(places);
 }
 
-
 const ISO_WITH_OFFSET = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2})(?::(\d{2})(\.\d+)?)?([Zz]|[+-]\d{2}:?\d{2})?$/;
 
 /**

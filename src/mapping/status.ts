@@ -30,7 +30,10 @@ export const WIRE_STYLE: Record<Exclude<DeliveryStyle, 'OTHER'>, string> = {
   OVERSIZE: 'Oversize',
 };
 
-const STYLE_AS_WRITTEN = new Map<string, DeliveryStyle>([...Object.entries(STYLES), ...Object.entries(WIRE_STYLE).map(([style, wire]) => [wire, style as DeliveryStyle] as const)]);
+const STYLE_AS_WRITTEN = new Map<string, DeliveryStyle>([
+  ...Object.entries(STYLES),
+  ...Object.entries(WIRE_STYLE).map(([style, wire]) => [wire, style as DeliveryStyle] as const),
+]);
 
 export function deliveryMode(raw: unknown): DeliveryMode | null {
   if (typeof raw !== 'string') return null;

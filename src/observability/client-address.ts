@@ -33,12 +33,17 @@ export function normalizeAddress(raw: string | undefined): string | undefined {
  * leftmost when the header has fewer). An entry that is not an address is
  * skipped for the next one to its right, which a more trusted hop wrote.
  */
-export function clientAddress(req: Pick<IncomingMessage, 'headers' | 'socket'> | undefined, trustProxyHops: number): string {
+export function clientAddress(
+  req: Pick<IncomingMessage, 'headers' | 'socket'> | undefined,
+  trustProxyHops: number,
+): string {
   const peer = normalizeAddress(req?.socket?.remoteAddress);
   if (!req || trustProxyHops <= 0) return peer ?? UNKNOWN_ADDRESS;
   const header = req.headers['x-forwarded-for'];
   // Node joins repeated X-Forwarded-For headers with ", " in arrival order.
-  const forwarded = (Array.isArray(header) ? header.join(',') : (header ?? '')).split(',').filter((entry) => entry.trim() !== '');
+  const forwarded = (Array.isArray(header) ? header.join(',') : (header ?? ''))
+    .split(',')
+    .filter((entry) => entry.trim() !== '');
   const hops = [...forwarded, req.socket?.remoteAddress ?? ''];
   for (let index = Math.max(0, hops.length - 1 - trustProxyHops); index < hops.length; index += 1) {
     const address = normalizeAddress(hops[index]);

@@ -67,14 +67,25 @@ export interface MetricSources {
   /** Subscriptions open at once and those refused by a cap (src/access/subscription-slots.ts). */
   subscriptions?: { readonly counters: SubscriptionCounters; readonly open: number };
   /** Reconciliation: reads of followed and unfollowed deliveries and what they found. */
-  reconcile?: { counters: ReconcileCounters; followed: () => number; unfinished?: () => number; ownerKeys?: () => number };
+  reconcile?: {
+    counters: ReconcileCounters;
+    followed: () => number;
+    unfinished?: () => number;
+    ownerKeys?: () => number;
+  };
   /** Re-confirmation of open subscriptions' keys (KEY_RECONFIRM_INTERVAL_MS). */
   keyWatch?: { readonly counters: KeyWatchCounters; readonly keys: number };
-  /** Subscription messages executed once per event and group, and handed on to the group's other subscribers (src/realtime/fanout.ts). */
+  /**
+   * Subscription messages executed once per event and group, and handed on to the group's other subscribers
+   * (src/realtime/fanout.ts).
+   */
   fanout?: { readonly counters: FanoutCounters; readonly groups: number };
   /** The shared cache of parsed, validated and compiled documents (GRAPHQL_CACHE_BYTES). */
   documentCache?: () => { entries: number; bytes: number };
-  /** graphql-jit compiles: made, put off by the budget, refused as too large (GRAPHQL_COMPILE_MAX_FIELDS, GRAPHQL_COMPILES_PER_MINUTE). */
+  /**
+   * graphql-jit compiles: made, put off by the budget, refused as too large (GRAPHQL_COMPILE_MAX_FIELDS,
+   * GRAPHQL_COMPILES_PER_MINUTE).
+   */
   compiles?: () => { compiled: number; overBudget: number; tooLarge: number } | undefined;
   /** Owner records: written from reads, failed writes, and those kept in memory. */
   owners?: { counters: { recorded: number; failed: number }; cached: { entries: number; bytes: number } };
@@ -86,7 +97,8 @@ export function createMetrics(sources: MetricSources): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   // Two default collectors cost tens of ms per scrape with thousands of sockets open (bench/probes/stalls.mjs).
-  // nodejs_active_handles(_total) make a JS object of every handle: nodejs_active_resources(_total) count the same, from their names.
+  // nodejs_active_handles(_total) make a JS object of every handle: nodejs_active_resources(_total) count the same,
+  // from their names.
   for (const name of ['nodejs_active_handles', 'nodejs_active_handles_total']) registry.removeSingleMetric(name);
   // prom-client lists /proc/self/fd synchronously: the same count, listed off the loop.
   if (registry.getSingleMetric('process_open_fds')) {
@@ -97,7 +109,8 @@ export function createMetrics(sources: MetricSources): Metrics {
       registers: [registry],
       async collect() {
         try {
-          // A thousand entries per read (one array of them all would be one more hold); less the one the listing itself has open.
+          // A thousand entries per read (one array of them all would be one more hold); less the one the listing itself
+          // has open.
           let open = -1;
           for await (const _entry of await opendir('/proc/self/fd', { bufferSize: 1024 })) open += 1;
           this.set(open);
@@ -164,7 +177,8 @@ export function createMetrics(sources: MetricSources): Metrics {
     labelNames: ['group'] as const,
     registers: [registry],
     collect() {
-      for (const [group, state] of Object.entries(sources.upstream.breakerState())) this.set({ group }, BREAKER_VALUE[state]);
+      for (const [group, state] of Object.entries(sources.upstream.breakerState()))
+        this.set({ group }, BREAKER_VALUE[state]);
     },
   });
   new Counter({
@@ -176,7 +190,8 @@ export function createMetrics(sources: MetricSources): Metrics {
       const counters = sources.webhooks;
       if (!counters) return;
       this.reset();
-      for (const result of ['accepted', 'duplicate', 'stale', 'rejected'] as const) this.inc({ result }, counters[result]);
+      for (const result of ['accepted', 'duplicate', 'stale', 'rejected'] as const)
+        this.inc({ result }, counters[result]);
     },
   });
   new Counter({
@@ -222,7 +237,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   });
   new Counter({
     name: `${PREFIX}access_checks_total`,
-    help: 'Upstream access checks (may this key see this delivery?) for deliveries with no owner record: one or two upstream reads each, and one unit of the key\'s RATE_LIMIT_PER_MINUTE when a subscription makes it; by outcome: allowed, denied, failed (the upstream could not say)',
+    help: "Upstream access checks (may this key see this delivery?) for deliveries with no owner record: one or two upstream reads each, and one unit of the key's RATE_LIMIT_PER_MINUTE when a subscription makes it; by outcome: allowed, denied, failed (the upstream could not say)",
     labelNames: ['outcome'] as const,
     registers: [registry],
     collect() {
@@ -234,7 +249,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   });
   new Counter({
     name: `${PREFIX}access_checks_withheld_total`,
-    help: 'Upstream access checks a subscription did not make, for deliveries with no owner record: a deliveryEvents without uids skips that event undelivered, a subscription naming the uid is refused RATE_LIMITED; by reason: subscription (its SUBSCRIPTION_ACCESS_CHECKS of the minute spent), rate_limit (the key\'s RATE_LIMIT_PER_MINUTE spent)',
+    help: "Upstream access checks a subscription did not make, for deliveries with no owner record: a deliveryEvents without uids skips that event undelivered, a subscription naming the uid is refused RATE_LIMITED; by reason: subscription (its SUBSCRIPTION_ACCESS_CHECKS of the minute spent), rate_limit (the key's RATE_LIMIT_PER_MINUTE spent)",
     labelNames: ['reason'] as const,
     registers: [registry],
     collect() {
@@ -253,7 +268,8 @@ export function createMetrics(sources: MetricSources): Metrics {
       const slots = sources.subscriptions;
       if (!slots) return;
       this.reset();
-      for (const cap of ['socket', 'key', 'client_token', 'address'] as const) this.inc({ cap }, slots.counters.refused[cap]);
+      for (const cap of ['socket', 'key', 'client_token', 'address'] as const)
+        this.inc({ cap }, slots.counters.refused[cap]);
     },
   });
   new Gauge({
@@ -302,20 +318,21 @@ export function createMetrics(sources: MetricSources): Metrics {
   });
   new Counter({
     name: `${PREFIX}key_reconfirmations_total`,
-    help: 'Re-confirmations of the keys of open subscriptions (KEY_RECONFIRM_INTERVAL_MS), at most one per key per interval, by result: accepted, refused (by both endpoint groups: the key\'s subscriptions end UNAUTHENTICATED), failed (the upstream could not say; nothing ends) — each one upstream availability call, two when the first group refuses; proven: none asked, another call had proved the key within the interval',
+    help: "Re-confirmations of the keys of open subscriptions (KEY_RECONFIRM_INTERVAL_MS), at most one per key per interval, by result: accepted, refused (by both endpoint groups: the key's subscriptions end UNAUTHENTICATED), failed (the upstream could not say; nothing ends) — each one upstream availability call, two when the first group refuses; proven: none asked, another call had proved the key within the interval",
     labelNames: ['result'] as const,
     registers: [registry],
     collect() {
       const counters = sources.keyWatch?.counters;
       if (!counters) return;
       this.reset();
-      for (const result of ['accepted', 'refused', 'failed'] as const) this.inc({ result }, counters.confirmations[result]);
+      for (const result of ['accepted', 'refused', 'failed'] as const)
+        this.inc({ result }, counters.confirmations[result]);
       this.inc({ result: 'proven' }, counters.proven);
     },
   });
   new Counter({
     name: `${PREFIX}key_refused_subscriptions_total`,
-    help: 'Subscriptions ended UNAUTHENTICATED because a re-confirmation found their key (a client token\'s: its merchant key) refused by the upstream',
+    help: "Subscriptions ended UNAUTHENTICATED because a re-confirmation found their key (a client token's: its merchant key) refused by the upstream",
     registers: [registry],
     collect() {
       const counters = sources.keyWatch?.counters;
@@ -341,7 +358,8 @@ export function createMetrics(sources: MetricSources): Metrics {
       const counters = sources.reconcile?.counters;
       if (!counters) return;
       this.reset();
-      for (const kind of ['followed', 'unfollowed', 'contradiction', 'confirmation'] as const) this.inc({ kind }, counters.byKind[kind]);
+      for (const kind of ['followed', 'unfollowed', 'contradiction', 'confirmation'] as const)
+        this.inc({ kind }, counters.byKind[kind]);
     },
   });
   const reconcileDelay = new Histogram({
@@ -377,7 +395,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   });
   new Counter({
     name: `${PREFIX}reconcile_keys_dropped_total`,
-    help: 'Merchant keys dropped from memory because the upstream refused them on an unfollowed read: that merchant\'s deliveries wait until it calls with a key the upstream accepts',
+    help: "Merchant keys dropped from memory because the upstream refused them on an unfollowed read: that merchant's deliveries wait until it calls with a key the upstream accepts",
     registers: [registry],
     collect() {
       const counters = sources.reconcile?.counters;
@@ -476,27 +494,45 @@ export function createMetrics(sources: MetricSources): Metrics {
     stop: () => loopDelay.stop(),
     text: () => metricsText(registry),
     operation(label, outcome, seconds) {
-      counterOf(`op\n${label.type}\n${label.name}\n${outcome}`, () => operations.labels({ type: label.type, name: label.name, outcome })).inc();
+      counterOf(`op\n${label.type}\n${label.name}\n${outcome}`, () =>
+        operations.labels({ type: label.type, name: label.name, outcome }),
+      ).inc();
       if (seconds !== undefined) {
-        histogramOf(`op\n${label.type}\n${label.name}`, () => operationSeconds.labels({ type: label.type, name: label.name })).observe(seconds);
+        histogramOf(`op\n${label.type}\n${label.name}`, () =>
+          operationSeconds.labels({ type: label.type, name: label.name }),
+        ).observe(seconds);
       }
     },
     upstreamCall(record) {
       const { group, method, route, outcome } = record;
-      counterOf(`up\n${group}\n${method}\n${route}\n${outcome}`, () => upstreamCalls.labels({ group, method, route, outcome })).inc();
-      histogramOf(`up\n${group}\n${method}\n${route}`, () => upstreamSeconds.labels({ group, method, route })).observe(record.durationMs / 1000);
+      counterOf(`up\n${group}\n${method}\n${route}\n${outcome}`, () =>
+        upstreamCalls.labels({ group, method, route, outcome }),
+      ).inc();
+      histogramOf(`up\n${group}\n${method}\n${route}`, () => upstreamSeconds.labels({ group, method, route })).observe(
+        record.durationMs / 1000,
+      );
     },
     reconcileRead(kind, delaySeconds) {
       histogramOf(`rc\n${kind}`, () => reconcileDelay.labels({ kind })).observe(delaySeconds);
     },
     handle(req, res) {
       if (req.method !== 'GET' && req.method !== 'HEAD') {
-        res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' }).end('{"error":"method_not_allowed","message":"/metrics answers GET and HEAD only."}');
+        res
+          .writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' })
+          .end('{"error":"method_not_allowed","message":"/metrics answers GET and HEAD only."}');
         return;
       }
       metricsText(registry).then(
-        (text) => res.writeHead(200, { 'content-type': registry.contentType, 'cache-control': 'no-store' }).end(req.method === 'HEAD' ? undefined : text),
-        () => res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"metrics_unavailable","message":"The metrics could not be collected this time; try again."}'),
+        (text) =>
+          res
+            .writeHead(200, { 'content-type': registry.contentType, 'cache-control': 'no-store' })
+            .end(req.method === 'HEAD' ? undefined : text),
+        () =>
+          res
+            .writeHead(500, { 'content-type': 'application/json' })
+            .end(
+              '{"error":"metrics_unavailable","message":"The metrics could not be collected this time; try again."}',
+            ),
       );
     },
   };

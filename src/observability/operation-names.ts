@@ -32,7 +32,8 @@ export class OperationNames {
   #cap(name: string): string {
     if (this.#known.has(name)) return name;
     if (name.length > MAX_NAME_LENGTH || this.#known.size >= MAX_NAMES) return 'other';
-    // The parser's name is a slice of the whole query text, and V8 keeps the text alive as long as the slice: keep a copy of its own.
+    // The parser's name is a slice of the whole query text, and V8 keeps the text alive as long as the slice: keep a
+    // copy of its own.
     const own = Buffer.from(name, 'utf8').toString('utf8');
     this.#known.add(own);
     return own;

@@ -20,7 +20,10 @@ export interface RequestInfo {
 const MAX_LOGGED_CODES = 5;
 
 /** Notes the codes of the errors a request is answered with, each once, for its access-log line. */
-export function noteErrorCodes(info: RequestInfo | undefined, errors: ReadonlyArray<{ readonly extensions?: Readonly<Record<string, unknown>> }> | undefined): void {
+export function noteErrorCodes(
+  info: RequestInfo | undefined,
+  errors: ReadonlyArray<{ readonly extensions?: Readonly<Record<string, unknown>> }> | undefined,
+): void {
   if (!info || !errors) return;
   for (const error of errors) {
     const code = error.extensions?.code;

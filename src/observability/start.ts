@@ -30,9 +30,17 @@ export interface MeteredParts {
 }
 
 /** The metrics, unless METRICS=false or nowhere serves them. */
-export function startMetrics(config: Config, logger: Logger, teardown: Teardown, { upstream, bus, receiver, readiness, persisted, realtime, owners, ownerFilter, pipeline }: MeteredParts): Metrics | undefined {
+export function startMetrics(
+  config: Config,
+  logger: Logger,
+  teardown: Teardown,
+  { upstream, bus, receiver, readiness, persisted, realtime, owners, ownerFilter, pipeline }: MeteredParts,
+): Metrics | undefined {
   const metricsServed = config.metricsAccess.onMainPort || config.metricsAccess.port !== undefined;
-  if (config.metrics && !metricsServed) logger.warn('/metrics is off in production: set METRICS_PORT (a listener of its own) or METRICS_TOKEN (a bearer token) to serve it');
+  if (config.metrics && !metricsServed)
+    logger.warn(
+      '/metrics is off in production: set METRICS_PORT (a listener of its own) or METRICS_TOKEN (a bearer token) to serve it',
+    );
   if (!config.metrics || !metricsServed) return undefined;
   const { reconciler } = realtime;
   const metrics = createMetrics({
@@ -46,7 +54,12 @@ export function startMetrics(config: Config, logger: Logger, teardown: Teardown,
     fanout: realtime.fanout,
     owners,
     ownerFilter,
-    reconcile: { counters: reconciler.counters, followed: () => reconciler.followedCount, unfinished: () => reconciler.unfinishedCount, ownerKeys: () => reconciler.ownerKeyCount },
+    reconcile: {
+      counters: reconciler.counters,
+      followed: () => reconciler.followedCount,
+      unfinished: () => reconciler.unfinishedCount,
+      ownerKeys: () => reconciler.ownerKeyCount,
+    },
     keyWatch: realtime.keyWatch,
     documentCache: () => pipeline()?.documents.size ?? { entries: 0, bytes: 0 },
     compiles: () => pipeline()?.documents.compiles,

@@ -17,7 +17,10 @@ import type { OperationLabel } from './operation-names.js';
 
 /** The pipeline's OperationObserver, by shape (observability does not import the pipeline). */
 export interface OperationObserverLike {
-  start(label: OperationLabel, request: object): { around<T>(run: () => T): T; done(outcome: unknown): void } | undefined;
+  start(
+    label: OperationLabel,
+    request: object,
+  ): { around<T>(run: () => T): T; done(outcome: unknown): void } | undefined;
 }
 
 export interface Tracing {
@@ -43,7 +46,10 @@ export async function startTracing(config: Config['tracing'], exporter?: SpanExp
     exporter ??
     (config.exporter === 'console'
       ? new sdk.ConsoleSpanExporter()
-      : new (await import('@opentelemetry/exporter-trace-otlp-http')).OTLPTraceExporter({ url: config.tracesUrl, headers: { ...config.headers } }));
+      : new (await import('@opentelemetry/exporter-trace-otlp-http')).OTLPTraceExporter({
+          url: config.tracesUrl,
+          headers: { ...config.headers },
+        }));
 
   const ratio = new sdk.TraceIdRatioBasedSampler(config.sampler.ratio);
   const sampler = {
@@ -80,13 +86,21 @@ export async function startTracing(config: Config['tracing'], exporter?: SpanExp
 
   const observer: OperationObserverLike = {
     start(label, request: Watched) {
-      // Under the HTTP server span when there is one; otherwise (graphql-ws) a root, or a child of the connection's traceparent.
+      // Under the HTTP server span when there is one; otherwise (graphql-ws) a root, or a child of the connection's
+      // traceparent.
       const active = api.context.active();
       const underHttp = api.trace.getSpan(active) !== undefined;
       const headers = request.req?.headers ?? request.headers;
       const parent = underHttp || !headers ? active : api.propagation.extract(api.ROOT_CONTEXT, headers);
-      const span = tracer.startSpan(`${label.type} ${label.raw ?? 'anonymous'}`, { kind: underHttp ? api.SpanKind.INTERNAL : api.SpanKind.SERVER }, parent);
-      span.setAttributes({ 'graphql.operation.type': label.type, ...(label.raw ? { 'graphql.operation.name': label.raw } : {}) });
+      const span = tracer.startSpan(
+        `${label.type} ${label.raw ?? 'anonymous'}`,
+        { kind: underHttp ? api.SpanKind.INTERNAL : api.SpanKind.SERVER },
+        parent,
+      );
+      span.setAttributes({
+        'graphql.operation.type': label.type,
+        ...(label.raw ? { 'graphql.operation.name': label.raw } : {}),
+      });
       const context = api.trace.setSpan(parent, span);
       return {
         around: <T>(run: () => T): T => api.context.with(context, run),

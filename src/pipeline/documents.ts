@@ -10,7 +10,15 @@
 // merchant key the upstream accepted compiles, only a plan run twice, only one
 // whose expanded selection is small enough to compile in a few milliseconds,
 // and only so many a minute, per key and per process.
-import { parse, validate, specifiedRules, GraphQLError, type DocumentNode, type GraphQLSchema, type ValidationRule } from 'graphql';
+import {
+  parse,
+  validate,
+  specifiedRules,
+  GraphQLError,
+  type DocumentNode,
+  type GraphQLSchema,
+  type ValidationRule,
+} from 'graphql';
 import { maxAliasesRule } from '@escape.tech/graphql-armor-max-aliases';
 import { maxDepthRule } from '@escape.tech/graphql-armor-max-depth';
 import { maxDirectivesRule } from '@escape.tech/graphql-armor-max-directives';
@@ -30,18 +38,26 @@ function asRequestError(error: GraphQLError, code: string): GraphQLError {
   const extensions = error.extensions as Record<string, unknown>;
   extensions.code ??= code;
   extensions.http ??= { spec: true, status: 400 };
-  // Kept with the entry: until its stack is read, V8 keeps every frame's receiver (the validation context and its maps, 150 KB for 300 fields).
+  // Kept with the entry: until its stack is read, V8 keeps every frame's receiver (the validation context and its maps,
+  // 150 KB for 300 fields).
   error.stack = `${error.name}: ${error.message}`;
   return error;
 }
 
-/** A text parsed with the token limit; graphql-js's token-limit message in the words clients have seen from us (graphql-armor's). */
+/**
+ * A text parsed with the token limit; graphql-js's token-limit message in the words clients have seen from us
+ * (graphql-armor's).
+ */
 function parsed(text: string): DocumentNode | GraphQLError {
   try {
     return parse(text, { maxTokens: OPERATION_LIMITS.tokens });
   } catch (error) {
     if (!(error instanceof GraphQLError)) throw error;
-    if (/contains more tha[nt] \d+ tokens/.test(error.message)) return asRequestError(new GraphQLError(`Syntax Error: Token limit of ${OPERATION_LIMITS.tokens} exceeded.`), 'GRAPHQL_PARSE_FAILED');
+    if (/contains more tha[nt] \d+ tokens/.test(error.message))
+      return asRequestError(
+        new GraphQLError(`Syntax Error: Token limit of ${OPERATION_LIMITS.tokens} exceeded.`),
+        'GRAPHQL_PARSE_FAILED',
+      );
     return asRequestError(error, 'GRAPHQL_PARSE_FAILED');
   }
 }
@@ -108,7 +124,8 @@ class Compiles {
     const now = Date.now();
     let own = this.#byKey.get(key);
     if (!own) {
-      if (this.#byKey.size >= 1_000) for (const [other, bucket] of this.#byKey) if (bucket.level(now) >= bucket.size) this.#byKey.delete(other);
+      if (this.#byKey.size >= 1_000)
+        for (const [other, bucket] of this.#byKey) if (bucket.level(now) >= bucket.size) this.#byKey.delete(other);
       own = new Bucket(this.#perKey, now);
       this.#byKey.set(key, own);
     }
@@ -184,15 +201,23 @@ export class DocumentEntry {
   /** What this entry holds in the heap, counted from what it is made of (weights.ts). */
   get bytes(): number {
     this.#treeBytes ??= this.document ? syntaxTreeBytes(this.document) : 0;
-    let bytes = DOCUMENT_ENTRY_BYTES + stringBytes(this.text) + this.#treeBytes + (this.#validation?.length ?? 0) * VALIDATION_ERROR_BYTES;
+    let bytes =
+      DOCUMENT_ENTRY_BYTES +
+      stringBytes(this.text) +
+      this.#treeBytes +
+      (this.#validation?.length ?? 0) * VALIDATION_ERROR_BYTES;
     for (const plan of this.#plans.values()) bytes += plan.bytes;
     return bytes;
   }
 }
 
-/** The validation rules of every document: graphql-js's, graphql-armor's limits, and introspection and `_service` when off. */
+/**
+ * The validation rules of every document: graphql-js's, graphql-armor's limits, and introspection and `_service` when
+ * off.
+ */
 function rulesOf(options: DocumentOptions): ValidationRule[] {
-  const report = (context: { reportError(error: GraphQLError): void } | null, error: GraphQLError) => context?.reportError(error);
+  const report = (context: { reportError(error: GraphQLError): void } | null, error: GraphQLError) =>
+    context?.reportError(error);
   const asValidationError = { propagateOnRejection: false, onReject: [report] };
   const rules: ValidationRule[] = [
     ...specifiedRules,
@@ -229,7 +254,10 @@ export class Documents {
     this.#compiles = new Compiles(options.compilesPerMinute);
     this.#shared =
       options.cacheBytes > 0
-        ? new LRUCache<string, DocumentEntry>({ maxSize: options.cacheBytes, sizeCalculation: (entry) => Math.max(1, entry.bytes) })
+        ? new LRUCache<string, DocumentEntry>({
+            maxSize: options.cacheBytes,
+            sizeCalculation: (entry) => Math.max(1, entry.bytes),
+          })
         : undefined;
   }
 
@@ -237,7 +265,9 @@ export class Documents {
     return this.#options.schema;
   }
 
-  /** The entry of a text: from the shared cache when `shared` (the caller earned it), else made for this request alone. */
+  /**
+   * The entry of a text: from the shared cache when `shared` (the caller earned it), else made for this request alone.
+   */
   entry(text: string, shared: boolean): DocumentEntry {
     if (!shared || !this.#shared) return new DocumentEntry(text, this.#options, this.#rules);
     let entry = this.#shared.get(text);

@@ -37,4 +37,3 @@ export const OPERATION_LIMITS = {
 export function toGraphQLError(error: DeliveryGraphError, extensions: Record<string, unknown> = {}): GraphQLError {
   return createGraphQLError(error.message, { extensions: { code: error.code, ...extensions } });
 }
-

@@ -23,7 +23,13 @@ import {
 } from '../errors.js';
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
-import { APQ_MAX_QUERY_BYTES, localPersistedQueryStore, sharedPersistedQueryStore, type PersistedQueryStore, type SharedStoreOptions } from './persisted-query-store.js';
+import {
+  APQ_MAX_QUERY_BYTES,
+  localPersistedQueryStore,
+  sharedPersistedQueryStore,
+  type PersistedQueryStore,
+  type SharedStoreOptions,
+} from './persisted-query-store.js';
 
 /** What a request names: its query text and its extensions, as any transport reads them. */
 export interface OperationParams {
@@ -39,7 +45,10 @@ export interface PersistedQueryCounters {
   misses: number;
   /** Queries remembered after being sent with their hash. */
   registrations: number;
-  /** Queries sent with their hash that ran but were not remembered: the caller was not a merchant key the upstream accepted (a client token included). */
+  /**
+   * Queries sent with their hash that ran but were not remembered: the caller was not a merchant key the upstream
+   * accepted (a client token included).
+   */
   refused: number;
 }
 
@@ -50,10 +59,16 @@ export function sha256Hex(text: string): string {
   return createHash('sha256').update(text).digest('hex');
 }
 
-/** Whether a request carries extensions.persistedQuery at all (the common request does not, and skips resolve's await). */
+/**
+ * Whether a request carries extensions.persistedQuery at all (the common request does not, and skips resolve's await).
+ */
 export function namesPersistedQuery(params: OperationParams): boolean {
   const extensions = params.extensions;
-  return !!extensions && typeof extensions === 'object' && (extensions as { persistedQuery?: unknown }).persistedQuery != null;
+  return (
+    !!extensions &&
+    typeof extensions === 'object' &&
+    (extensions as { persistedQuery?: unknown }).persistedQuery != null
+  );
 }
 
 /**
@@ -121,10 +136,15 @@ export class PersistedOperations {
     if (!extensions || typeof extensions !== 'object') return params;
     const persisted = (extensions as { persistedQuery?: unknown }).persistedQuery;
     if (persisted === undefined || persisted === null) return params;
-    if (typeof persisted !== 'object' || Array.isArray(persisted)) throw new PersistedQueryInvalidError('extensions.persistedQuery must be an object {"version": 1, "sha256Hash": "<hex>"}.');
+    if (typeof persisted !== 'object' || Array.isArray(persisted))
+      throw new PersistedQueryInvalidError(
+        'extensions.persistedQuery must be an object {"version": 1, "sha256Hash": "<hex>"}.',
+      );
     const { version, sha256Hash } = persisted as { version?: unknown; sha256Hash?: unknown };
-    if (version !== 1) throw new PersistedQueryInvalidError('Unsupported persisted query version: only version 1 is supported.');
-    if (typeof sha256Hash !== 'string') throw new PersistedQueryInvalidError('extensions.persistedQuery.sha256Hash must be a string.');
+    if (version !== 1)
+      throw new PersistedQueryInvalidError('Unsupported persisted query version: only version 1 is supported.');
+    if (typeof sha256Hash !== 'string')
+      throw new PersistedQueryInvalidError('extensions.persistedQuery.sha256Hash must be a string.');
     const query = typeof params.query === 'string' && params.query !== '' ? params.query : undefined;
 
     if (this.byHash) {
@@ -142,7 +162,10 @@ export class PersistedOperations {
       if (query === undefined) throw new PersistedQueryNotSupportedError();
       return params;
     }
-    if (!SHA256_HEX.test(sha256Hash)) throw new PersistedQueryInvalidError('extensions.persistedQuery.sha256Hash must be a SHA-256 in hexadecimal (64 characters).');
+    if (!SHA256_HEX.test(sha256Hash))
+      throw new PersistedQueryInvalidError(
+        'extensions.persistedQuery.sha256Hash must be a SHA-256 in hexadecimal (64 characters).',
+      );
     const hash = sha256Hash.toLowerCase();
     if (query !== undefined) {
       if (sha256Hex(query) !== hash) throw new PersistedQueryHashMismatchError();
@@ -186,11 +209,27 @@ export class PersistedOperations {
   }
 }
 
-/** Operations by hash as configured: the allowlist when there is one, else automatic persisted queries (an LRU, behind it the store's Redis when there is one). */
-export function configuredPersistedOperations(graphql: Config['graphql'], redis: Pick<SharedStoreOptions, 'client' | 'prefix'> | undefined, logger: Logger): PersistedOperations {
+/**
+ * Operations by hash as configured: the allowlist when there is one, else automatic persisted queries (an LRU, behind
+ * it the store's Redis when there is one).
+ */
+export function configuredPersistedOperations(
+  graphql: Config['graphql'],
+  redis: Pick<SharedStoreOptions, 'client' | 'prefix'> | undefined,
+  logger: Logger,
+): PersistedOperations {
   const allowlist = graphql.persistedOperations?.operations;
-  const apqStore = allowlist || graphql.apqMaxEntries === 0 ? undefined : localPersistedQueryStore(graphql.apqMaxEntries);
+  const apqStore =
+    allowlist || graphql.apqMaxEntries === 0 ? undefined : localPersistedQueryStore(graphql.apqMaxEntries);
   return new PersistedOperations(allowlist, {
-    store: apqStore && redis ? sharedPersistedQueryStore(apqStore, { client: redis.client, prefix: redis.prefix, maxEntries: graphql.apqMaxEntries, logger }) : apqStore,
+    store:
+      apqStore && redis
+        ? sharedPersistedQueryStore(apqStore, {
+            client: redis.client,
+            prefix: redis.prefix,
+            maxEntries: graphql.apqMaxEntries,
+            logger,
+          })
+        : apqStore,
   });
 }

@@ -21,26 +21,38 @@ export interface PersistedQueryStore {
   set(hash: string, query: string): Promise<void>;
 }
 
-/** Longest query text remembered: it still runs when longer, but is not kept (valid documents of 2,000 tokens fit with room to spare). */
+/**
+ * Longest query text remembered: it still runs when longer, but is not kept (valid documents of 2,000 tokens fit with
+ * room to spare).
+ */
 export const APQ_MAX_QUERY_BYTES = 64 * 1024;
 /** Most heap the in-process LRU holds (hashes, query texts, their slots), whatever APQ_MAX_ENTRIES says. */
 export const APQ_MAX_LOCAL_BYTES = 64 * 1024 * 1024;
-/** Longest query text shared through Redis; longer ones (rare: 16 KiB is a very large operation) stay in each process's LRU. */
+/**
+ * Longest query text shared through Redis; longer ones (rare: 16 KiB is a very large operation) stay in each process's
+ * LRU.
+ */
 export const APQ_MAX_SHARED_QUERY_BYTES = 16 * 1024;
 /** How long Redis keeps a query after its last use (GETEX refreshes it). */
 export const APQ_REDIS_TTL_SECONDS = 24 * 60 * 60;
 
-/** What one remembered query holds in the heap: its hash, its text (one or two bytes a character, as V8 stores it) and its slot. */
+/**
+ * What one remembered query holds in the heap: its hash, its text (one or two bytes a character, as V8 stores it) and
+ * its slot.
+ */
 export function persistedQueryBytes(hash: string, query: string): number {
   return stringBytes(hash) + stringBytes(query) + PERSISTED_QUERY_ENTRY_BYTES;
 }
 
-/** The in-process LRU: at most `maxEntries` queries and APQ_MAX_LOCAL_BYTES of heap; the least recently used goes first. */
+/**
+ * The in-process LRU: at most `maxEntries` queries and APQ_MAX_LOCAL_BYTES of heap; the least recently used goes first.
+ */
 export function localPersistedQueryStore(maxEntries: number): PersistedQueryStore {
   const cache = new LRUCache<string, string>({
     max: maxEntries,
     maxSize: APQ_MAX_LOCAL_BYTES,
-    // The heaviest text registration lets in: APQ_MAX_QUERY_BYTES of UTF-8 is at most as many characters, two bytes each.
+    // The heaviest text registration lets in: APQ_MAX_QUERY_BYTES of UTF-8 is at most as many characters, two bytes
+    // each.
     maxEntrySize: persistedQueryBytes('0'.repeat(64), '\u0100'.repeat(APQ_MAX_QUERY_BYTES)),
     sizeCalculation: (query, hash) => persistedQueryBytes(hash, query),
   });
@@ -85,14 +97,21 @@ export interface SharedStoreOptions {
  * its TTL refreshed); a registration goes to both. While the Redis client is
  * not ready, Redis is skipped at once rather than waiting out reconnection.
  */
-export function sharedPersistedQueryStore(local: PersistedQueryStore, { client, prefix, maxEntries, logger, ttlSeconds = APQ_REDIS_TTL_SECONDS }: SharedStoreOptions): PersistedQueryStore {
+export function sharedPersistedQueryStore(
+  local: PersistedQueryStore,
+  { client, prefix, maxEntries, logger, ttlSeconds = APQ_REDIS_TTL_SECONDS }: SharedStoreOptions,
+): PersistedQueryStore {
   const keyOf = (hash: string) => `${prefix}apq:${hash}`;
   const index = `${prefix}apq-index`;
   const order = `${prefix}apq-order`;
   // One warning per outage, not one per request.
   let failing = false;
   const failed = (error: unknown) => {
-    if (!failing) logger?.warn({ err: error instanceof Error ? error.message : String(error) }, 'redis did not answer a persisted query lookup: this instance uses its own memory until it does');
+    if (!failing)
+      logger?.warn(
+        { err: error instanceof Error ? error.message : String(error) },
+        'redis did not answer a persisted query lookup: this instance uses its own memory until it does',
+      );
     failing = true;
   };
   const ready = () => client.status === 'ready';

@@ -36,8 +36,16 @@ export type Outcome = ExecutionResult | AsyncIterableIterator<ExecutionResult>;
 /** A result with the serializer compiled for its shape, when it has one. */
 export type WrittenResult = ExecutionResult & { stringify?: (result: ExecutionResult) => string };
 
-/** Every field selected at the root, through fragments and inline fragments (whatever @skip/@include say: judging more is safe). */
-function rootFieldsOf(selectionSet: SelectionSetNode, fragments: ReadonlyMap<string, FragmentDefinitionNode>, names = new Set<string>(), seen = new Set<string>()): Set<string> {
+/**
+ * Every field selected at the root, through fragments and inline fragments (whatever @skip/@include say: judging more
+ * is safe).
+ */
+function rootFieldsOf(
+  selectionSet: SelectionSetNode,
+  fragments: ReadonlyMap<string, FragmentDefinitionNode>,
+  names = new Set<string>(),
+  seen = new Set<string>(),
+): Set<string> {
   for (const selection of selectionSet.selections) {
     if (selection.kind === Kind.FIELD) names.add(selection.name.value);
     else if (selection.kind === Kind.INLINE_FRAGMENT) rootFieldsOf(selection.selectionSet, fragments, names, seen);
@@ -56,11 +64,17 @@ function rootFieldsOf(selectionSet: SelectionSetNode, fragments: ReadonlyMap<str
  * source each, and a compile time to match). A fragment is counted once and multiplied by its
  * spreads, so a spread in 28 aliases costs 28 times its fields, as it does graphql-jit.
  */
-function expandedFieldsOf(selectionSet: SelectionSetNode, fragments: ReadonlyMap<string, FragmentDefinitionNode>, counted: Map<string, number>): number {
+function expandedFieldsOf(
+  selectionSet: SelectionSetNode,
+  fragments: ReadonlyMap<string, FragmentDefinitionNode>,
+  counted: Map<string, number>,
+): number {
   let fields = 0;
   for (const selection of selectionSet.selections) {
-    if (selection.kind === Kind.FIELD) fields += 1 + (selection.selectionSet ? expandedFieldsOf(selection.selectionSet, fragments, counted) : 0);
-    else if (selection.kind === Kind.INLINE_FRAGMENT) fields += expandedFieldsOf(selection.selectionSet, fragments, counted);
+    if (selection.kind === Kind.FIELD)
+      fields += 1 + (selection.selectionSet ? expandedFieldsOf(selection.selectionSet, fragments, counted) : 0);
+    else if (selection.kind === Kind.INLINE_FRAGMENT)
+      fields += expandedFieldsOf(selection.selectionSet, fragments, counted);
     else {
       const name = selection.name.value;
       let spread = counted.get(name);
@@ -95,7 +109,9 @@ export class OperationPlan {
   #cost: CostPlan | undefined;
   /** The document the executor runs: this operation and the fragments, nothing else. */
   readonly runnable: DocumentNode;
-  /** Runs so far by callers who may compile (documents.ts); from the second one on, it compiles if the budget allows. */
+  /**
+   * Runs so far by callers who may compile (documents.ts); from the second one on, it compiles if the budget allows.
+   */
   runs = 0;
   readonly #options: PlanOptions;
   readonly #fragments: ReadonlyMap<string, FragmentDefinitionNode>;
@@ -127,7 +143,8 @@ export class OperationPlan {
     this.runnable = { kind: Kind.DOCUMENT, definitions: kept };
     this.rootFields = rootFieldsOf(operation.selectionSet, fragments);
     this.needsKey = [...this.rootFields].some((name) => !KEYLESS_ROOT_FIELDS.has(name));
-    this.clientTokenRefusal = this.kind === 'mutation' || this.needsKey ? clientTokenRefusal(this.kind, this.rootFields) : undefined;
+    this.clientTokenRefusal =
+      this.kind === 'mutation' || this.needsKey ? clientTokenRefusal(this.kind, this.rootFields) : undefined;
     this.#requiredDefaults = requiredDefaultsOf(operation);
   }
 
@@ -155,7 +172,8 @@ export class OperationPlan {
 
   /** Whether a compile could still be asked of it: not compiled yet, not a subscription, not one jit refused. */
   get compilable(): boolean {
-    // Subscriptions stay on graphql-js: set up once per subscriber, and jit cannot run an aliased subscription root field.
+    // Subscriptions stay on graphql-js: set up once per subscriber, and jit cannot run an aliased subscription root
+    // field.
     return !this.#compiled && !this.#uncompilable && this.kind !== 'subscription';
   }
 
@@ -169,8 +187,13 @@ export class OperationPlan {
    * allowed it (documents.ts), so graphql-jit compiles it (once); otherwise
    * graphql-js runs it, which costs nothing to keep.
    */
-  run(contextValue: unknown, variables: Readonly<Record<string, unknown>> | undefined, compile: boolean): Outcome | Promise<Outcome> {
-    const given = this.#requiredDefaults.length > 0 ? withRequiredDefaults(this.#requiredDefaults, variables) : variables;
+  run(
+    contextValue: unknown,
+    variables: Readonly<Record<string, unknown>> | undefined,
+    compile: boolean,
+  ): Outcome | Promise<Outcome> {
+    const given =
+      this.#requiredDefaults.length > 0 ? withRequiredDefaults(this.#requiredDefaults, variables) : variables;
     if (compile && this.compilable) this.#compile();
     const compiled = this.#compiled;
     let outcome: Outcome | Promise<Outcome>;
@@ -180,7 +203,9 @@ export class OperationPlan {
       const args = { schema: this.#options.schema, document: this.runnable, contextValue, variableValues: given };
       outcome = (this.kind === 'subscription' ? subscribe(args) : execute(args)) as Outcome | Promise<Outcome>;
     }
-    return outcome instanceof Promise ? outcome.then((value) => this.#finish(value, given)) : this.#finish(outcome, given);
+    return outcome instanceof Promise
+      ? outcome.then((value) => this.#finish(value, given))
+      : this.#finish(outcome, given);
   }
 
   /** The variables the executor is given: the request's, with the defaults of required variables filled in. */
@@ -196,29 +221,58 @@ export class OperationPlan {
    * event is executed once for every subscriber its message is the same for.
    * `given`: from variablesOf.
    */
-  async sourceStream(contextValue: unknown, given: Readonly<Record<string, unknown>> | undefined): Promise<AsyncIterable<unknown> | ExecutionResult> {
-    const source = await createSourceEventStream({ schema: this.#options.schema, document: this.runnable, contextValue, variableValues: given });
-    // Variables refused before anything ran: in graphql-js's words with their code (BAD_USER_INPUT), as run() answers them.
-    if (!(Symbol.asyncIterator in source) && refusedBeforeRunning(source)) return variableErrors(this.#options.schema, this.operation, given, this.#options.hideSuggestions) ?? source;
+  async sourceStream(
+    contextValue: unknown,
+    given: Readonly<Record<string, unknown>> | undefined,
+  ): Promise<AsyncIterable<unknown> | ExecutionResult> {
+    const source = await createSourceEventStream({
+      schema: this.#options.schema,
+      document: this.runnable,
+      contextValue,
+      variableValues: given,
+    });
+    // Variables refused before anything ran: in graphql-js's words with their code (BAD_USER_INPUT), as run() answers
+    // them.
+    if (!(Symbol.asyncIterator in source) && refusedBeforeRunning(source))
+      return variableErrors(this.#options.schema, this.operation, given, this.#options.hideSuggestions) ?? source;
     return source;
   }
 
-  /** One event of a subscription executed into its message, as graphql-js's subscribe does for each (the event is the root value). */
-  executeEvent(event: unknown, contextValue: unknown, given: Readonly<Record<string, unknown>> | undefined): ExecutionResult | Promise<ExecutionResult> {
-    return execute({ schema: this.#options.schema, document: this.runnable, rootValue: event, contextValue, variableValues: given });
+  /**
+   * One event of a subscription executed into its message, as graphql-js's subscribe does for each (the event is the
+   * root value).
+   */
+  executeEvent(
+    event: unknown,
+    contextValue: unknown,
+    given: Readonly<Record<string, unknown>> | undefined,
+  ): ExecutionResult | Promise<ExecutionResult> {
+    return execute({
+      schema: this.#options.schema,
+      document: this.runnable,
+      rootValue: event,
+      contextValue,
+      variableValues: given,
+    });
   }
 
-  /** jit's refusal of the variables reworded as graphql-js words it (BAD_USER_INPUT); the serializer for the result's shape. */
+  /**
+   * jit's refusal of the variables reworded as graphql-js words it (BAD_USER_INPUT); the serializer for the result's
+   * shape.
+   */
   #finish(outcome: Outcome, variables: Readonly<Record<string, unknown>> | undefined): Outcome {
     if (Symbol.asyncIterator in outcome) return outcome;
-    if (refusedBeforeRunning(outcome)) return variableErrors(this.#options.schema, this.operation, variables, this.#options.hideSuggestions) ?? outcome;
+    if (refusedBeforeRunning(outcome))
+      return variableErrors(this.#options.schema, this.operation, variables, this.#options.hideSuggestions) ?? outcome;
     if (this.#compiled) (outcome as WrittenResult).stringify = this.#compiled.stringify;
     return outcome;
   }
 
   #compile(): void {
     // `debug` hands back the generated source, the one measure of what the executor holds; it is not kept.
-    const compiled = compileQuery(this.#options.schema, this.runnable, this.operationName, { debug: true } as Parameters<typeof compileQuery>[3]);
+    const compiled = compileQuery(this.#options.schema, this.runnable, this.operationName, {
+      debug: true,
+    } as Parameters<typeof compileQuery>[3]);
     // A document valid for graphql-js that jit cannot compile keeps running on graphql-js.
     if (!isCompiledQuery(compiled)) {
       this.#uncompilable = true;
@@ -233,8 +287,14 @@ export class OperationPlan {
   }
 }
 
-/** The plan of the operation a request names in a valid document; undefined when none resolves (refused: fail closed). */
-export function planOf(document: DocumentNode, operationName: string | undefined, options: PlanOptions): OperationPlan | undefined {
+/**
+ * The plan of the operation a request names in a valid document; undefined when none resolves (refused: fail closed).
+ */
+export function planOf(
+  document: DocumentNode,
+  operationName: string | undefined,
+  options: PlanOptions,
+): OperationPlan | undefined {
   const operation = getOperationAST(document, operationName);
   return operation ? new OperationPlan(document, operation, operationName, options) : undefined;
 }

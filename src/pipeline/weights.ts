@@ -12,6 +12,7 @@ import { TokenKind, visit, type DocumentNode, type Token } from 'graphql';
 const aligned = (bytes: number): number => Math.ceil(bytes / 8) * 8;
 
 /** Whether every character of a text fits one byte (V8 then stores it one byte a character). */
+// eslint-disable-next-line no-control-regex -- the range starts at U+0000 on purpose: every one-byte character
 const oneByte = (text: string): boolean => !/[^\u0000-\u00ff]/.test(text);
 
 /** A flat string's heap: a 16-byte header, then one or two bytes a character. */
@@ -43,7 +44,9 @@ export function syntaxTreeBytes(document: DocumentNode): number {
     if (value === undefined) continue;
     bytes += TOKEN_VALUE_BYTES;
     // A block string of several lines is a new string (its lines joined); any other long value is a slice of the text.
-    if (value.length >= 13) bytes += LONG_VALUE_BYTES + (token.kind === TokenKind.BLOCK_STRING && value.includes('\n') ? stringBytes(value) : 0);
+    if (value.length >= 13)
+      bytes +=
+        LONG_VALUE_BYTES + (token.kind === TokenKind.BLOCK_STRING && value.includes('\n') ? stringBytes(value) : 0);
   }
   let nodes = 0;
   visit(document, {
@@ -67,7 +70,10 @@ const COMPILED_BYTES = 8_192;
  */
 const COMPILED_BYTES_PER_SOURCE_CHAR = 3.2;
 
-/** Source graphql-jit 0.8 generates for each field resolved: 1,570 to 1,650 characters measured (plain, wide, fragment-heavy). */
+/**
+ * Source graphql-jit 0.8 generates for each field resolved: 1,570 to 1,650 characters measured (plain, wide,
+ * fragment-heavy).
+ */
 export const GENERATED_CHARS_PER_FIELD = 1_700;
 
 /** The heap a compiled executor holds, from the length of the source generated for it. */
@@ -75,7 +81,10 @@ export function compiledBytes(sourceLength: number): number {
   return COMPILED_BYTES + Math.ceil(sourceLength * COMPILED_BYTES_PER_SOURCE_CHAR);
 }
 
-/** A validation error kept with its document: the GraphQLError, its locations and message (its captured stack is dropped: documents.ts). */
+/**
+ * A validation error kept with its document: the GraphQLError, its locations and message (its captured stack is
+ * dropped: documents.ts).
+ */
 export const VALIDATION_ERROR_BYTES = 2_048;
 
 /** A document cache entry without its text, tree and plans: the entry, its maps, its slot in the LRU. */

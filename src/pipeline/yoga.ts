@@ -4,7 +4,16 @@
 // a request's parameters; from there the pipeline (pipeline.ts) runs it, as it
 // runs the direct JSON path's and graphql-ws's operations. The HTTP front door
 // (src/http/) hands both their requests; this owns no socket.
-import { createGraphQLError, createYoga, getSSEProcessor, isAsyncIterable, maskError as yogaMaskError, processRegularResult, type Plugin, type YogaServerInstance } from 'graphql-yoga';
+import {
+  createGraphQLError,
+  createYoga,
+  getSSEProcessor,
+  isAsyncIterable,
+  maskError as yogaMaskError,
+  processRegularResult,
+  type Plugin,
+  type YogaServerInstance,
+} from 'graphql-yoga';
 import { getOperationAST, parse, type GraphQLError } from 'graphql';
 import { readCaller } from '../access/caller.js';
 import type { RequestLimits } from '../access/rate-limit.js';
@@ -41,7 +50,10 @@ function maskErrorWith(logger: Logger) {
     const masked = maskError(error, message, isDev);
     if ((masked as Partial<GraphQLError>).extensions?.code === 'INTERNAL_SERVER_ERROR') {
       const located = error as Partial<GraphQLError> | undefined;
-      logger.error({ reqId: requestScope.getStore()?.id, err: located?.originalError ?? error, path: located?.path?.join('.') }, 'unexpected error in a GraphQL operation (answered "Unexpected error.")');
+      logger.error(
+        { reqId: requestScope.getStore()?.id, err: located?.originalError ?? error, path: located?.path?.join('.') },
+        'unexpected error in a GraphQL operation (answered "Unexpected error.")',
+      );
     }
     return masked;
   };
@@ -53,13 +65,25 @@ function maskError(error: unknown, message: string, isDev?: boolean): Error {
   const original = located?.originalError ?? error;
   if (!(original instanceof DeliveryGraphError)) return yogaMaskError(error, message, isDev);
   const { upstream } = original;
-  // An upstream refusal of a body we did not send (a read, a cancel) is not the client's input: UPSTREAM_ERROR, with the upstream's (scrubbed) words.
+  // An upstream refusal of a body we did not send (a read, a cancel) is not the client's input: UPSTREAM_ERROR, with
+  // the upstream's (scrubbed) words.
   const [text, code] =
     original.code === 'VALIDATION'
-      ? [upstream?.message ? `The delivery service refused the request: ${upstream.message}` : 'The delivery service refused the request.', 'UPSTREAM_ERROR']
+      ? [
+          upstream?.message
+            ? `The delivery service refused the request: ${upstream.message}`
+            : 'The delivery service refused the request.',
+          'UPSTREAM_ERROR',
+        ]
       : [original.message, original.code];
   const extensions = upstream ? { code, upstream } : { code };
-  return createGraphQLError(text, { nodes: located?.nodes, source: located?.source, positions: located?.positions, path: located?.path, extensions });
+  return createGraphQLError(text, {
+    nodes: located?.nodes,
+    source: located?.source,
+    positions: located?.positions,
+    path: located?.path,
+    extensions,
+  });
 }
 
 /** Content types a browser may POST cross-site without a preflight (CSRF). */
@@ -76,8 +100,12 @@ function useRefuseSimplePosts(): Plugin {
       if (request.method !== 'POST') return;
       const type = (request.headers.get('content-type') ?? '').split(';', 1)[0]!.trim().toLowerCase();
       if (type !== '' && !SIMPLE_CONTENT_TYPES.has(type)) return;
-      const body = JSON.stringify({ errors: [{ message: 'POST a GraphQL request as application/json.', extensions: { code: 'BAD_REQUEST' } }] });
-      endResponse(new fetchAPI.Response(body, { status: 415, headers: { 'content-type': 'application/json; charset=utf-8' } }));
+      const body = JSON.stringify({
+        errors: [{ message: 'POST a GraphQL request as application/json.', extensions: { code: 'BAD_REQUEST' } }],
+      });
+      endResponse(
+        new fetchAPI.Response(body, { status: 415, headers: { 'content-type': 'application/json; charset=utf-8' } }),
+      );
     },
   };
 }
@@ -94,14 +122,22 @@ function useRefuseSimplePosts(): Plugin {
 function useRequestParseErrors(): Plugin {
   const quiet = (error: unknown): never => {
     if (error instanceof SyntaxError) {
-      throw createGraphQLError('The variables or extensions parameter is not valid JSON.', { extensions: { code: 'BAD_REQUEST', http: { status: 400 } } });
+      throw createGraphQLError('The variables or extensions parameter is not valid JSON.', {
+        extensions: { code: 'BAD_REQUEST', http: { status: 400 } },
+      });
     }
     const extensions = (error as Partial<GraphQLError> | undefined)?.extensions;
     if (!extensions || !('originalError' in extensions)) throw error;
-    const { originalError: _echo, http, ...kept } = extensions as { originalError?: unknown; http?: { status?: number; spec?: boolean } };
-    // yoga answers a spec-marked error 200 under application/json unless it carries that originalError:
-    // without it, the status stands on its own (400, as the GraphQL-over-HTTP spec wants for a body that does not parse).
-    throw createGraphQLError((error as Error).message, { extensions: http ? { ...kept, http: { status: http.status } } : kept });
+    const {
+      originalError: _echo,
+      http,
+      ...kept
+    } = extensions as { originalError?: unknown; http?: { status?: number; spec?: boolean } };
+    // yoga answers a spec-marked error 200 under application/json unless it carries that originalError: without it, the
+    // status stands on its own (400, as the GraphQL-over-HTTP spec wants for a body that does not parse).
+    throw createGraphQLError((error as Error).message, {
+      extensions: http ? { ...kept, http: { status: http.status } } : kept,
+    });
   };
   return {
     onRequestParse({ requestParser, setRequestParser }) {
@@ -125,8 +161,10 @@ function takesStream(request: Request): boolean {
   return !accept || /text\/event-stream|\*\/\*/i.test(accept);
 }
 
-// The media types yoga's result processors answer in (JSON, server-sent events, multipart), and the ranges that cover them.
-const ANSWERABLE = /^(\*\/\*|application\/\*|application\/json|application\/graphql-response\+json|text\/\*|text\/event-stream|multipart\/\*|multipart\/mixed)$/;
+// The media types yoga's result processors answer in (JSON, server-sent events, multipart), and the ranges that cover
+// them.
+const ANSWERABLE =
+  /^(\*\/\*|application\/\*|application\/json|application\/graphql-response\+json|text\/\*|text\/event-stream|multipart\/\*|multipart\/mixed)$/;
 
 // Whether the accept header (none: anything) allows an answer this server can give.
 function answerable(request: Request): boolean {
@@ -139,7 +177,10 @@ function answerable(request: Request): boolean {
 function subscribes(params: GraphQLParams): boolean {
   if (typeof params.query !== 'string' || !params.query) return false;
   try {
-    return getOperationAST(parse(params.query), typeof params.operationName === 'string' ? params.operationName : undefined)?.operation === 'subscription';
+    return (
+      getOperationAST(parse(params.query), typeof params.operationName === 'string' ? params.operationName : undefined)
+        ?.operation === 'subscription'
+    );
   } catch {
     return false;
   }
@@ -159,8 +200,9 @@ const NOT_ACCEPTABLE = () =>
 function usePipeline(pipeline: Pipeline, services: Services): Plugin {
   const serverSentEvents = getSSEProcessor();
   return {
-    // A stream goes out as server-sent events (yoga would pick multipart for a plain accept, having not seen it subscribe).
-    // Yoga answers 406 with no body when no processor takes the accept header: the refusal below is written as JSON instead.
+    // A stream goes out as server-sent events (yoga would pick multipart for a plain accept, having not seen it
+    // subscribe). Yoga answers 406 with no body when no processor takes the accept header: the refusal below is written
+    // as JSON instead.
     onResultProcess({ request, result, resultProcessor, setResultProcessor }) {
       if (isAsyncIterable(result) && takesStream(request)) setResultProcessor(serverSentEvents, 'text/event-stream');
       else if (!resultProcessor) setResultProcessor(processRegularResult, 'application/json');
@@ -168,7 +210,8 @@ function usePipeline(pipeline: Pipeline, services: Services): Plugin {
     onParams({ params, setParams, setParamsHandler }) {
       setParamsHandler(async ({ request, params, context }) => {
         // Refused before it runs: a mutation must not take effect only for its answer to be refused.
-        if (!answerable(request)) return { errors: [subscribes(params as GraphQLParams) ? SUBSCRIPTION_WITHOUT_STREAM() : NOT_ACCEPTABLE()] };
+        if (!answerable(request))
+          return { errors: [subscribes(params as GraphQLParams) ? SUBSCRIPTION_WITHOUT_STREAM() : NOT_ACCEPTABLE()] };
         const { req } = context as { req?: import('node:http').IncomingMessage };
         const caller = await readCaller(request.headers.get('authorization'), services.clientTokens);
         const answer = await pipeline.run({
@@ -182,7 +225,8 @@ function usePipeline(pipeline: Pipeline, services: Services): Plugin {
         });
         return answer.kind === 'invalid' ? { errors: answer.errors as GraphQLError[] } : (answer.outcome as never);
       });
-      // A query named by hash alone: yoga's own check wants a query string, and the pipeline resolves the hash after the caller's budgets.
+      // A query named by hash alone: yoga's own check wants a query string, and the pipeline resolves the hash after
+      // the caller's budgets.
       if (params.query == null && namesPersistedQuery(params)) setParams({ ...params, query: '' });
     },
   };

@@ -20,7 +20,10 @@ import { ownedByReference, readAsCaller } from '../access/probe.js';
 import type { Logger } from '../logger.js';
 import type { Upstream } from '../upstream/clients.js';
 
-/** Answers from an owner record: a merchant-scoped proof is never replaced but by an operator; records expire with the events. */
+/**
+ * Answers from an owner record: a merchant-scoped proof is never replaced but by an operator; records expire with the
+ * events.
+ */
 const RECORDED_TTL_MS = 30 * 60_000;
 const ALLOWED_TTL_MS = 30 * 60_000;
 const DENIED_TTL_MS = 15_000;
@@ -30,12 +33,18 @@ const CHECK_WINDOW_MS = 60_000;
 
 /** Why an upstream check was not made (nothing was asked, and nothing is known), and in how many seconds one may be. */
 export interface Withheld {
-  /** subscription: it spent its SUBSCRIPTION_ACCESS_CHECKS of this minute; rate_limit: the key's RATE_LIMIT_PER_MINUTE is spent. */
+  /**
+   * subscription: it spent its SUBSCRIPTION_ACCESS_CHECKS of this minute; rate_limit: the key's RATE_LIMIT_PER_MINUTE
+   * is spent.
+   */
   reason: 'subscription' | 'rate_limit';
   retryAfterSeconds: number;
 }
 
-/** One merchant key's rate-limit budget (RequestLimits.perKey): 0 when a unit was taken, else seconds until one is there. */
+/**
+ * One merchant key's rate-limit budget (RequestLimits.perKey): 0 when a unit was taken, else seconds until one is
+ * there.
+ */
 export interface KeyBudget {
   take(key: string): number | Promise<number>;
 }
@@ -44,7 +53,10 @@ export interface KeyBudget {
 export interface AccessCounters {
   /** Upstream checks by what they found; `failed`: the upstream could not say (down, timing out, the key refused). */
   checks: { allowed: number; denied: number; failed: number };
-  /** Checks not made, by reason: the event was skipped undelivered (or, for a uid the client named, the subscription refused). */
+  /**
+   * Checks not made, by reason: the event was skipped undelivered (or, for a uid the client named, the subscription
+   * refused).
+   */
   withheld: { subscription: number; rate_limit: number };
 }
 
@@ -92,9 +104,14 @@ export class CheckAllowance {
       this.#windowStart = now;
       this.#made = 0;
     }
-    if (this.#made >= this.perMinute) return this.#withhold({ reason: 'subscription', retryAfterSeconds: secondsUntil(this.#windowStart + CHECK_WINDOW_MS, now) });
+    if (this.#made >= this.perMinute)
+      return this.#withhold({
+        reason: 'subscription',
+        retryAfterSeconds: secondsUntil(this.#windowStart + CHECK_WINDOW_MS, now),
+      });
     if (this.budget) {
-      if (now < this.#budgetBackAt) return this.#withhold({ reason: 'rate_limit', retryAfterSeconds: secondsUntil(this.#budgetBackAt, now) });
+      if (now < this.#budgetBackAt)
+        return this.#withhold({ reason: 'rate_limit', retryAfterSeconds: secondsUntil(this.#budgetBackAt, now) });
       const wait = await this.budget.take(this.key);
       if (wait > 0) {
         this.#budgetBackAt = Date.now() + wait * 1000;
@@ -120,7 +137,10 @@ export class ReadAccess {
   /** Answers by `<merchant>:<uid>`: when each was cached, and until when it holds. */
   readonly #cache = new Map<string, { allowed: boolean; at: number; expires: number }>();
   readonly #pending = new Map<string, Promise<OwnerGroup | undefined>>();
-  readonly counters: AccessCounters = { checks: { allowed: 0, denied: 0, failed: 0 }, withheld: { subscription: 0, rate_limit: 0 } };
+  readonly counters: AccessCounters = {
+    checks: { allowed: 0, denied: 0, failed: 0 },
+    withheld: { subscription: 0, rate_limit: 0 },
+  };
 
   constructor(store: Store, upstream: Upstream, options: ReadAccessOptions = {}) {
     this.#owners = options.owners ?? new Owners(store, { logger: options.logger });
@@ -136,17 +156,23 @@ export class ReadAccess {
    */
   allowance(key: string, budget: KeyBudget | undefined, capped: boolean): CheckAllowance {
     const perMinute = capped ? this.#checksPerSubscription : Infinity;
-    return new CheckAllowance(key, budget, perMinute, (withheld, first) => {
-      this.counters.withheld[withheld.reason] += 1;
-      if (first) {
-        this.#logger?.info(
-          { reason: withheld.reason, checksPerMinute: Number.isFinite(perMinute) ? perMinute : undefined },
-          withheld.reason === 'subscription'
-            ? 'subscription: SUBSCRIPTION_ACCESS_CHECKS spent; events of deliveries with no owner record are skipped until the minute is over'
-            : "subscription: the key's RATE_LIMIT_PER_MINUTE is spent; events of deliveries with no owner record are skipped until it is back",
-        );
-      }
-    }, !capped);
+    return new CheckAllowance(
+      key,
+      budget,
+      perMinute,
+      (withheld, first) => {
+        this.counters.withheld[withheld.reason] += 1;
+        if (first) {
+          this.#logger?.info(
+            { reason: withheld.reason, checksPerMinute: Number.isFinite(perMinute) ? perMinute : undefined },
+            withheld.reason === 'subscription'
+              ? 'subscription: SUBSCRIPTION_ACCESS_CHECKS spent; events of deliveries with no owner record are skipped until the minute is over'
+              : "subscription: the key's RATE_LIMIT_PER_MINUTE is spent; events of deliveries with no owner record are skipped until it is back",
+          );
+        }
+      },
+      !capped,
+    );
   }
 
   /** The merchant id of a key (src/access/merchants.ts). */
@@ -172,7 +198,8 @@ export class ReadAccess {
     const cached = this.#cache.get(entry);
     if (cached && cached.expires > judgedAt && cached.at > this.#owners.claimedAt(uid)) return cached.allowed;
     const { verdict } = await this.#owners.judgeOne(uid, owner);
-    // An event passing an unfiltered deliveryEvents: no client picked its uid, so nothing is told by skipping it unasked.
+    // An event passing an unfiltered deliveryEvents: no client picked its uid, so nothing is told by skipping it
+    // unasked.
     const passing = allowance !== undefined && !allowance.records;
     if (verdict === 'own') {
       this.#put(entry, true, RECORDED_TTL_MS, judgedAt);
@@ -196,7 +223,8 @@ export class ReadAccess {
     // again), unless the check was only for an event passing an unfiltered deliveryEvents; a partner order proven
     // by its reference was recorded by the check. The answer stands without the record: a store that cannot write
     // it only costs a later check.
-    if (group && verdict === 'unknown' && this.#owners.scope === 'key' && !passing) this.#owners.learn(uid, owner, group, 'read');
+    if (group && verdict === 'unknown' && this.#owners.scope === 'key' && !passing)
+      this.#owners.learn(uid, owner, group, 'read');
     const allowed = group !== undefined;
     this.#put(entry, allowed, allowed ? ALLOWED_TTL_MS : DENIED_TTL_MS, judgedAt);
     return allowed;
@@ -214,7 +242,10 @@ export class ReadAccess {
     return this.canRead(key, uid);
   }
 
-  /** One upstream check, for a delivery no record decides for this merchant, counted by what it found: the group it was found in. */
+  /**
+   * One upstream check, for a delivery no record decides for this merchant, counted by what it found: the group it was
+   * found in.
+   */
   async #ask(key: string, owner: string, uid: string, verdict: OwnerVerdict): Promise<OwnerGroup | undefined> {
     try {
       const group = await this.#readable(key, owner, uid, verdict);
@@ -245,7 +276,8 @@ export class ReadAccess {
         continue;
       }
       if (scope === 'key') return group;
-      const byReference = async (reference: string) => fromPartnerOrder(await this.#upstream.partner.getOrderByReference(key, reference));
+      const byReference = async (reference: string) =>
+        fromPartnerOrder(await this.#upstream.partner.getOrderByReference(key, reference));
       if (!(await ownedByReference(delivery, byReference))) return undefined;
       this.#owners.learn(uid, owner, group, 'reference');
       return group;

@@ -23,7 +23,9 @@ export interface EventBus {
 type Listener = (event: StoredEvent) => void;
 
 export function createEventBus(target: EventTarget = new EventTarget()): EventBus {
-  const pubsub = createPubSub<{ delivery: [uid: string, event: StoredEvent]; events: [event: StoredEvent] }>({ eventTarget: target });
+  const pubsub = createPubSub<{ delivery: [uid: string, event: StoredEvent]; events: [event: StoredEvent] }>({
+    eventTarget: target,
+  });
   /** Each topic's subscribers, and the one listener on the target that calls them. */
   const topics = new Map<string, { listeners: Set<Listener>; handler: (event: Event) => void }>();
   let listeners = 0;

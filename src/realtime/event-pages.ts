@@ -82,7 +82,8 @@ export class EventPages {
       done();
       // A read for a later message may have finished first: the page for the latest message stays.
       const current = this.#kept.peek(id);
-      if (!current || current.asOf <= messageSeq) this.#kept.set(id, { asOf: messageSeq, events: page, bytes: weighPage(page) });
+      if (!current || current.asOf <= messageSeq)
+        this.#kept.set(id, { asOf: messageSeq, events: page, bytes: weighPage(page) });
     }, done);
     return events;
   }

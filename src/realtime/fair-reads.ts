@@ -27,7 +27,11 @@ export interface DueRead {
  * budget of one read a tick still goes round. Returns them in the order picked,
  * and the owner served last.
  */
-export function fairPick<T extends DueRead>(due: readonly T[], count: number, after: string | undefined): { picked: T[]; last: string | undefined } {
+export function fairPick<T extends DueRead>(
+  due: readonly T[],
+  count: number,
+  after: string | undefined,
+): { picked: T[]; last: string | undefined } {
   const byOwner = new Map<string, T[]>();
   for (const read of due) {
     let reads = byOwner.get(read.owner);
@@ -37,7 +41,13 @@ export function fairPick<T extends DueRead>(due: readonly T[], count: number, af
   for (const [owner, reads] of byOwner) byOwner.set(owner, mostUrgent(reads, count));
   const owners = [...byOwner.keys()].sort();
   // The first owner after the one served last; from the start when none is.
-  const start = after === undefined ? 0 : Math.max(0, owners.findIndex((owner) => owner > after));
+  const start =
+    after === undefined
+      ? 0
+      : Math.max(
+          0,
+          owners.findIndex((owner) => owner > after),
+        );
   const turns = [...owners.slice(start), ...owners.slice(0, start)];
   const picked: T[] = [];
   let last = after;
@@ -78,7 +88,7 @@ function mostUrgent<T extends DueRead>(reads: T[], count: number): T[] {
     }
     if (count === 0 || urgency(read, heap[0]!) >= 0) continue;
     heap[0] = read;
-    for (let i = 0; ; ) {
+    for (let i = 0; ;) {
       const [left, right] = [2 * i + 1, 2 * i + 2];
       let top = i;
       if (left < heap.length && lessUrgent(left, top)) top = left;

@@ -44,7 +44,10 @@ export interface MessageFinish {
   finish(result: ExecutionResult): ExecutionResult;
   /** A failure as the last result of a stream: its masked error. */
   fail(error: unknown): ExecutionResult;
-  /** The refusal that takes the place of a result whose text is over GRAPHQL_MAX_RESPONSE_BYTES; undefined when it is within. */
+  /**
+   * The refusal that takes the place of a result whose text is over GRAPHQL_MAX_RESPONSE_BYTES; undefined when it is
+   * within.
+   */
   overLimit(text: string): ExecutionResult | undefined;
   /** A context for this caller, as an operation of its own would have (a group's messages are executed in one). */
   contextFor(caller: Caller, like: GraphQLContext): GraphQLContext;
@@ -62,7 +65,10 @@ export interface FanoutCounters {
 interface Message {
   /** The step every member's stream yields (one object for all: nothing downstream changes it). */
   step: IteratorResult<ExecutionResult>;
-  /** The execution itself failed (not a field: those are errors in the result): the streams end, as graphql-js ends them. */
+  /**
+   * The execution itself failed (not a field: those are errors in the result): the streams end, as graphql-js ends
+   * them.
+   */
   ends: boolean;
 }
 
@@ -78,7 +84,12 @@ export function sharedText(result: ExecutionResult): string | undefined {
 function payloadText(result: ExecutionResult): string {
   const { errors, ...rest } = result;
   if (!errors) return JSON.stringify(rest);
-  return JSON.stringify({ ...rest, errors: errors.map((error) => (typeof (error as GraphQLError).toJSON === 'function' ? (error as GraphQLError).toJSON() : error)) });
+  return JSON.stringify({
+    ...rest,
+    errors: errors.map((error) =>
+      typeof (error as GraphQLError).toJSON === 'function' ? (error as GraphQLError).toJSON() : error,
+    ),
+  });
 }
 
 /** Tokens of a group: its own, not any member's, so no member's expiry ends the others' messages. */
@@ -125,7 +136,8 @@ class FanoutGroup {
     }
     const made = this.#make(event);
     this.#messages.set(event, made);
-    if (made instanceof Promise) made.then((message) => this.#messages.get(event) === made && this.#messages.set(event, message));
+    if (made instanceof Promise)
+      made.then((message) => this.#messages.get(event) === made && this.#messages.set(event, message));
     return made;
   }
 
@@ -137,7 +149,12 @@ class FanoutGroup {
     } catch (error) {
       return this.#failed(error);
     }
-    return executed instanceof Promise ? executed.then((result) => this.#written(result), (error: unknown) => this.#failed(error)) : this.#written(executed);
+    return executed instanceof Promise
+      ? executed.then(
+          (result) => this.#written(result),
+          (error: unknown) => this.#failed(error),
+        )
+      : this.#written(executed);
   }
 
   #failed(error: unknown): Message {
@@ -158,7 +175,8 @@ class FanoutGroup {
     }
     texts.set(result, text);
     // Server-sent events write a result with its `stringify`: a result without errors is written as this very text
-    // (with errors, yoga first leaves out what only the server reads, and the result's own checking stringify writes that).
+    // (with errors, yoga first leaves out what only the server reads, and the result's own checking stringify writes
+    // that).
     if (!result.errors?.length) (result as WrittenResult).stringify = () => text;
     return result;
   }
@@ -192,13 +210,16 @@ class MemberStream implements AsyncIterableIterator<ExecutionResult> {
   }
 
   // Made once per member, not per event: an event reaches every member, and each one's handlers would be garbage.
-  readonly #onEvent = (step: IteratorResult<unknown>): IteratorResult<ExecutionResult> | Promise<IteratorResult<ExecutionResult>> => {
+  readonly #onEvent = (
+    step: IteratorResult<unknown>,
+  ): IteratorResult<ExecutionResult> | Promise<IteratorResult<ExecutionResult>> => {
     if (step.done) return this.#end(DONE);
     const message = this.group.message(step.value);
     return message instanceof Promise ? message.then(this.#deliver) : this.#deliver(message);
   };
 
-  readonly #onFailure = (error: unknown): IteratorResult<ExecutionResult> => this.#end({ done: false, value: this.out.fail(error) });
+  readonly #onFailure = (error: unknown): IteratorResult<ExecutionResult> =>
+    this.#end({ done: false, value: this.out.fail(error) });
 
   readonly #deliver = (message: Message): IteratorResult<ExecutionResult> => {
     if (message.ends) {
@@ -248,7 +269,12 @@ export class SubscriptionFanout {
    * context, then its group's messages. What refused it before any event (its
    * subscribe resolver's errors) is its own result, as graphql-js answers it.
    */
-  async subscribe(plan: OperationPlan, context: GraphQLContext, variables: Readonly<Record<string, unknown>> | undefined, out: MessageFinish): Promise<Outcome> {
+  async subscribe(
+    plan: OperationPlan,
+    context: GraphQLContext,
+    variables: Readonly<Record<string, unknown>> | undefined,
+    out: MessageFinish,
+  ): Promise<Outcome> {
     const given = plan.variablesOf(variables);
     const source = await plan.sourceStream(context, given);
     if (!(Symbol.asyncIterator in source)) return source;
@@ -256,7 +282,12 @@ export class SubscriptionFanout {
     return new MemberStream(source[Symbol.asyncIterator](), group, out);
   }
 
-  #join(plan: OperationPlan, context: GraphQLContext, given: Readonly<Record<string, unknown>> | undefined, out: MessageFinish): FanoutGroup {
+  #join(
+    plan: OperationPlan,
+    context: GraphQLContext,
+    given: Readonly<Record<string, unknown>> | undefined,
+    out: MessageFinish,
+  ): FanoutGroup {
     const visibility = visibilityOf(context);
     const make = (onEmpty: () => void) => {
       this.#open += 1;

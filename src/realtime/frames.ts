@@ -19,7 +19,11 @@ const DONE: IteratorResult<ExecutionResult> = { done: true, value: undefined };
  * graphql-ws to write. Returning it (the client's `complete`, a closed socket)
  * returns the stream, and nothing more is written.
  */
-export function writingSharedFrames(stream: AsyncIterableIterator<ExecutionResult>, id: string, send: (frame: string) => Promise<void>): AsyncIterableIterator<ExecutionResult> {
+export function writingSharedFrames(
+  stream: AsyncIterableIterator<ExecutionResult>,
+  id: string,
+  send: (frame: string) => Promise<void>,
+): AsyncIterableIterator<ExecutionResult> {
   // `{"id":…,"type":"next","payload":…}`, as graphql-ws's stringifyMessage orders it.
   const head = `{"id":${JSON.stringify(id)},"type":"next","payload":`;
   let returned = false;

@@ -18,7 +18,10 @@ export const OWNER_KEYS_MAX = 10_000;
 export interface OwnerKeysOptions {
   /** The owner a key stands for, as owner records name it, when it is known at once (default: the key's hash). */
   ownerOf?: (key: string) => string;
-  /** The owner a key stands for as the store knows it now (its merchant, through key links): asked once per key remembered. */
+  /**
+   * The owner a key stands for as the store knows it now (its merchant, through key links): asked once per key
+   * remembered.
+   */
   resolveOwner?: (key: string) => Promise<string>;
   max?: number;
 }
@@ -39,7 +42,10 @@ export class OwnerKeys {
     this.#max = options.max ?? OWNER_KEYS_MAX;
   }
 
-  /** The owner a key stands for: the one it was remembered for, else what is known at once (a merchant's first key: its own hash). */
+  /**
+   * The owner a key stands for: the one it was remembered for, else what is known at once (a merchant's first key: its
+   * own hash).
+   */
   ownerOf(key: string): string {
     return this.#ownerByKey.get(key) ?? this.#fallbackOwner(key);
   }

@@ -25,7 +25,16 @@
 import { DeliveryGraphError, NotFoundError, UnauthenticatedError } from '../errors.js';
 import { hashKey } from '../domain/merchant-key.js';
 import { deliveryStatus } from '../domain/status.js';
-import { awaitsConfirmation, isDeliveryEvent, milestoneRank, NOT_DELIVERED_RANK, POLL_SOURCE, statusRank, transitionOf, type MilestoneState } from '../domain/milestones.js';
+import {
+  awaitsConfirmation,
+  isDeliveryEvent,
+  milestoneRank,
+  NOT_DELIVERED_RANK,
+  POLL_SOURCE,
+  statusRank,
+  transitionOf,
+  type MilestoneState,
+} from '../domain/milestones.js';
 import type { Logger } from '../logger.js';
 import { geoPoint } from '../mapping/delivery.js';
 import type { DeliveryStatus } from '../mapping/model.js';
@@ -58,16 +67,24 @@ export interface ReconcilerOptions {
   intervalMs: number;
   /** Most reads per second for this instance. */
   maxReadsPerSecond: number;
-  /** How long a cancel or failure with no evidence of pickup waits for later evidence before a read may confirm it final. */
+  /**
+   * How long a cancel or failure with no evidence of pickup waits for later evidence before a read may confirm it
+   * final.
+   */
   finalityGraceMs: number;
   logger?: Logger;
-  /** How often each unfinished delivery nobody follows here is read (RECONCILE_UNFOLLOWED_INTERVAL_MS); 0 or absent: never. */
+  /**
+   * How often each unfinished delivery nobody follows here is read (RECONCILE_UNFOLLOWED_INTERVAL_MS); 0 or absent:
+   * never.
+   */
   unfollowedIntervalMs?: number;
   /** Only deliveries whose owner record is this recent are read unfollowed (RECONCILE_UNFOLLOWED_WINDOW). */
   unfollowedWindowMs?: number;
   /** The owners' keys as this process last saw them: what unfollowed deliveries are read with. Without it none is. */
   keys?: OwnerKeys;
-  /** Every event stored, from every instance: contradictions, cancels and failures of deliveries nobody follows here. */
+  /**
+   * Every event stored, from every instance: contradictions, cancels and failures of deliveries nobody follows here.
+   */
   bus?: EventBus;
   /** The owner record of a delivery (src/access/owners.ts), for an event of one that is not loaded. */
   ownerOf?(uid: string): Promise<OwnerRecord | undefined>;
@@ -82,12 +99,18 @@ export interface ReconcilerOptions {
  */
 export type ReadKind = 'followed' | 'unfollowed' | 'contradiction' | 'confirmation';
 
-/** Within one owner's turn, the most urgent first; followed and unfollowed by lateness for their cadence (src/realtime/fair-reads.ts). */
+/**
+ * Within one owner's turn, the most urgent first; followed and unfollowed by lateness for their cadence
+ * (src/realtime/fair-reads.ts).
+ */
 const READ_PRIORITY: Record<ReadKind, number> = { contradiction: 0, confirmation: 1, followed: 2, unfollowed: 2 };
 
 /** What a read found that the caller may act on. */
 export interface ReadOutcome {
-  /** The delivery awaits the confirmation of a cancel or failure: a read from then on may confirm it (ms since the epoch). */
+  /**
+   * The delivery awaits the confirmation of a cancel or failure: a read from then on may confirm it (ms since the
+   * epoch).
+   */
   confirmAt?: number;
 }
 
@@ -139,12 +162,15 @@ interface Repair {
   readAgain: boolean;
 }
 
-/** Contradiction and confirmation reads of unfollowed deliveries waiting in memory, at most (passes find the others). */
+/**
+ * Contradiction and confirmation reads of unfollowed deliveries waiting in memory, at most (passes find the others).
+ */
 const MAX_PENDING_REPAIRS = 100_000;
 /** Deliveries whose last event time is kept (a pass skips one heard from within its interval), at most. */
 const MAX_HEARD = 100_000;
 
-const groupOf = (group: OwnerGroup | null): 'platform' | 'partner' | undefined => (group === 'PLATFORM' ? 'platform' : group === 'PARTNER' ? 'partner' : undefined);
+const groupOf = (group: OwnerGroup | null): 'platform' | 'partner' | undefined =>
+  group === 'PLATFORM' ? 'platform' : group === 'PARTNER' ? 'partner' : undefined;
 
 /** A read after failures waits at most this many intervals (and never more than 10 minutes). */
 const MAX_BACKOFF = 16;
@@ -268,7 +294,10 @@ export class Reconciler {
       read = await this.#read(key, uid, undefined);
     } catch (error) {
       if (isRefusal(error)) throw error;
-      this.#options.logger?.debug({ err: error, uid }, 'reconcile: the read at subscription start failed; the stored state stands');
+      this.#options.logger?.debug(
+        { err: error, uid },
+        'reconcile: the read at subscription start failed; the stored state stands',
+      );
       return undefined;
     }
     return read;
@@ -299,7 +328,17 @@ export class Reconciler {
     let followed = this.#followed.get(uid);
     if (!followed) {
       const owner = this.#options.keys?.ownerOf(follower.key) ?? hashKey(follower.key);
-      followed = { uid, owner, kind: 'followed', followers: new Set(), group: undefined, dueAt: this.#nextDue(), failures: 0, reading: false, readAgain: false };
+      followed = {
+        uid,
+        owner,
+        kind: 'followed',
+        followers: new Set(),
+        group: undefined,
+        dueAt: this.#nextDue(),
+        failures: 0,
+        reading: false,
+        readAgain: false,
+      };
       this.#followed.set(uid, followed);
     }
     followed.followers.add(follower);
@@ -321,14 +360,20 @@ export class Reconciler {
     if (!followed) return;
     if (event?.contradicts) {
       if (followed.reading) followed.readAgain = true;
-      else (followed.dueAt = Date.now()), (followed.kind = 'contradiction');
+      else {
+        followed.dueAt = Date.now();
+        followed.kind = 'contradiction';
+      }
       return;
     }
     if (followed.reading) return;
     followed.dueAt = this.#nextDue();
     followed.kind = 'followed';
     const graceEnds = event && graceEndOf(event, this.#options.finalityGraceMs);
-    if (graceEnds !== undefined && graceEnds < followed.dueAt) (followed.dueAt = graceEnds), (followed.kind = 'confirmation');
+    if (graceEnds !== undefined && graceEnds < followed.dueAt) {
+      followed.dueAt = graceEnds;
+      followed.kind = 'confirmation';
+    }
   }
 
   stop(): void {
@@ -379,15 +424,27 @@ export class Reconciler {
     type Due = { owner: string; priority: number; lateness: number; followed?: Followed; repair?: Repair };
     const due: Due[] = [];
     // Lateness for the cadence of each kind; a contradiction's or confirmation's against the interval.
-    const cadence = (kind: ReadKind) => Math.max(1, kind === 'unfollowed' ? (this.#options.unfollowedIntervalMs ?? 0) : this.#options.intervalMs);
+    const cadence = (kind: ReadKind) =>
+      Math.max(1, kind === 'unfollowed' ? (this.#options.unfollowedIntervalMs ?? 0) : this.#options.intervalMs);
     for (const followed of this.#followed.values()) {
       if (followed.reading || followed.dueAt > now) continue;
-      due.push({ owner: followed.owner, priority: READ_PRIORITY[followed.kind], lateness: (now - followed.dueAt) / cadence(followed.kind), followed });
+      due.push({
+        owner: followed.owner,
+        priority: READ_PRIORITY[followed.kind],
+        lateness: (now - followed.dueAt) / cadence(followed.kind),
+        followed,
+      });
     }
     for (const repair of this.#repairs.values()) {
       // Followed here since it was loaded: the follower's reads cover it.
       if (this.#followed.has(repair.uid)) this.#dropRepair(repair);
-      else if (!repair.reading && repair.dueAt <= now) due.push({ owner: repair.owner, priority: READ_PRIORITY[repair.kind], lateness: (now - repair.dueAt) / cadence(repair.kind), repair });
+      else if (!repair.reading && repair.dueAt <= now)
+        due.push({
+          owner: repair.owner,
+          priority: READ_PRIORITY[repair.kind],
+          lateness: (now - repair.dueAt) / cadence(repair.kind),
+          repair,
+        });
     }
     const { picked, last } = fairPick(due, Math.floor(this.#tokens), this.#lastOwner);
     this.#lastOwner = last;
@@ -415,9 +472,16 @@ export class Reconciler {
       followed.failures = 0;
       const { confirmAt } = await this.applyRead(followed.uid, read, basis);
       const next = this.#nextDue();
-      if (followed.readAgain) (followed.dueAt = Date.now()), (followed.kind = 'contradiction');
-      else if (confirmAt !== undefined && confirmAt < next) (followed.dueAt = confirmAt), (followed.kind = 'confirmation');
-      else (followed.dueAt = next), (followed.kind = 'followed');
+      if (followed.readAgain) {
+        followed.dueAt = Date.now();
+        followed.kind = 'contradiction';
+      } else if (confirmAt !== undefined && confirmAt < next) {
+        followed.dueAt = confirmAt;
+        followed.kind = 'confirmation';
+      } else {
+        followed.dueAt = next;
+        followed.kind = 'followed';
+      }
     } catch (error) {
       if (isRefusal(error)) {
         this.#refuse(follower.key, error as Error);
@@ -428,12 +492,19 @@ export class Reconciler {
         this.counters.errors += 1;
         followed.failures += 1;
         followed.dueAt = this.#nextDue(Math.min(2 ** followed.failures, MAX_BACKOFF));
-        // An answer the upstream gave (404, a timeout, a 5xx) is said in its code, without a stack; only a fault of ours has one.
+        // An answer the upstream gave (404, a timeout, a 5xx) is said in its code, without a stack; only a fault of
+        // ours has one.
         if (error instanceof DeliveryGraphError) {
           const level = error instanceof NotFoundError ? 'info' : 'warn';
-          this.#options.logger?.[level]({ uid: followed.uid, failures: followed.failures, code: error.code, reason: error.message }, 'reconcile: reading a followed delivery failed; trying again later');
+          this.#options.logger?.[level](
+            { uid: followed.uid, failures: followed.failures, code: error.code, reason: error.message },
+            'reconcile: reading a followed delivery failed; trying again later',
+          );
         } else {
-          this.#options.logger?.warn({ err: error, uid: followed.uid, failures: followed.failures }, 'reconcile: reading a followed delivery failed; trying again later');
+          this.#options.logger?.warn(
+            { err: error, uid: followed.uid, failures: followed.failures },
+            'reconcile: reading a followed delivery failed; trying again later',
+          );
         }
       }
     } finally {
@@ -475,14 +546,18 @@ export class Reconciler {
         repair.reading = false;
         repair.dueAt = this.#nextDue();
       }
-      this.#options.logger?.warn({ err: error }, 'reconcile: could not take the leases of unfollowed reads; trying again later');
+      this.#options.logger?.warn(
+        { err: error },
+        'reconcile: could not take the leases of unfollowed reads; trying again later',
+      );
       return;
     }
     for (const repair of repairs) {
       const lease = leaseOf(repair);
       if (taken.has(lease)) {
         // A contradiction's or confirmation's lease goes back once its read is done, so that an event contradicting the
-        // delivery again is read again (here, or by whichever instance takes the lease then). A pass's holds for the pass.
+        // delivery again is read again (here, or by whichever instance takes the lease then). A pass's holds for the
+        // pass.
         const urgent = repair.kind !== 'unfollowed';
         void this.#repair(repair).finally(() => urgent && this.#release(lease));
         continue;
@@ -496,7 +571,11 @@ export class Reconciler {
 
   #release(lease: string): void {
     // Not given back (the store is away): it expires within an interval, and this instance may take it again meanwhile.
-    this.#options.store.releaseReads([lease]).catch((error: unknown) => this.#options.logger?.debug({ err: error }, 'reconcile: could not give a read lease back; it expires'));
+    this.#options.store
+      .releaseReads([lease])
+      .catch((error: unknown) =>
+        this.#options.logger?.debug({ err: error }, 'reconcile: could not give a read lease back; it expires'),
+      );
   }
 
   async #repair(repair: Repair): Promise<void> {
@@ -523,27 +602,43 @@ export class Reconciler {
         this.counters.keysDropped += 1;
         this.#dropRepair(repair);
       } else if (error instanceof NotFoundError || repair.kind === 'unfollowed') {
-        // The key cannot see it (any more), or the upstream failed a pass's read (whose lease holds until about the next pass): the next pass asks again.
+        // The key cannot see it (any more), or the upstream failed a pass's read (whose lease holds until about the
+        // next pass): the next pass asks again.
         this.counters.errors += 1;
         this.#dropRepair(repair);
       } else {
         this.counters.errors += 1;
         repair.failures += 1;
         repair.dueAt = this.#nextDue(Math.min(2 ** repair.failures, MAX_BACKOFF));
-        this.#options.logger?.warn({ err: error, uid: repair.uid, failures: repair.failures }, 'reconcile: reading an unfollowed delivery failed; trying again later');
+        this.#options.logger?.warn(
+          { err: error, uid: repair.uid, failures: repair.failures },
+          'reconcile: reading an unfollowed delivery failed; trying again later',
+        );
       }
     } finally {
       repair.reading = false;
     }
   }
 
-  /** A page of a pass: each delivery not followed, not waiting already and not heard from within the pass interval is read once. */
+  /**
+   * A page of a pass: each delivery not followed, not waiting already and not heard from within the pass interval is
+   * read once.
+   */
   #found(owner: string, deliveries: readonly UnfinishedDelivery[]): void {
     const now = Date.now();
     const recent = now - (this.#options.unfollowedIntervalMs ?? 0);
     for (const { uid, group } of deliveries) {
       if (this.#followed.has(uid) || this.#repairs.has(uid) || (this.#heard.get(uid) ?? -Infinity) > recent) continue;
-      this.#repairs.set(uid, { uid, owner, group: groupOf(group), kind: 'unfollowed', dueAt: now, failures: 0, reading: false, readAgain: false });
+      this.#repairs.set(uid, {
+        uid,
+        owner,
+        group: groupOf(group),
+        kind: 'unfollowed',
+        dueAt: now,
+        failures: 0,
+        reading: false,
+        readAgain: false,
+      });
       this.#loaded.set(owner, (this.#loaded.get(owner) ?? 0) + 1);
     }
     this.#start();
@@ -596,7 +691,8 @@ export class Reconciler {
       this.#heard.delete(uid);
       this.#heard.set(uid, Date.now());
       if (this.#heard.size > MAX_HEARD) this.#heard.delete(this.#heard.keys().next().value!);
-      if (!event.contradicts && graceEnds === undefined && repair?.kind === 'unfollowed' && !repair.reading) this.#dropRepair(repair);
+      if (!event.contradicts && graceEnds === undefined && repair?.kind === 'unfollowed' && !repair.reading)
+        this.#dropRepair(repair);
     }
     if (!event.contradicts && graceEnds === undefined) return;
     const kind = event.contradicts ? 'contradiction' : 'confirmation';
@@ -616,10 +712,23 @@ export class Reconciler {
           if (!waiting.reading) this.#merge(waiting, kind, dueAt);
           return;
         }
-        this.#repairs.set(uid, { uid, owner: record.owner, group: groupOf(record.group), kind, dueAt, failures: 0, reading: false, readAgain: false });
+        this.#repairs.set(uid, {
+          uid,
+          owner: record.owner,
+          group: groupOf(record.group),
+          kind,
+          dueAt,
+          failures: 0,
+          reading: false,
+          readAgain: false,
+        });
         this.#start();
       },
-      (error: unknown) => this.#options.logger?.warn({ err: error, uid }, 'reconcile: could not look up the owner of an unfollowed delivery; its next pass reads it'),
+      (error: unknown) =>
+        this.#options.logger?.warn(
+          { err: error, uid },
+          'reconcile: could not look up the owner of an unfollowed delivery; its next pass reads it',
+        ),
     );
   }
 
@@ -643,8 +752,14 @@ export class Reconciler {
    */
   async #read(key: string, uid: string, group: 'platform' | 'partner' | undefined): Promise<DeliveryRead> {
     const { upstream } = this.#options;
-    const platform = async (): Promise<DeliveryRead> => ({ group: 'platform', wire: await upstream.platform.get(key, uid) });
-    const partner = async (): Promise<DeliveryRead> => ({ group: 'partner', wire: await upstream.partner.getOrder(key, uid) });
+    const platform = async (): Promise<DeliveryRead> => ({
+      group: 'platform',
+      wire: await upstream.platform.get(key, uid),
+    });
+    const partner = async (): Promise<DeliveryRead> => ({
+      group: 'partner',
+      wire: await upstream.partner.getOrder(key, uid),
+    });
     const [first, second] = group === 'partner' ? [partner, platform] : [platform, partner];
     let firstError: unknown;
     try {
@@ -670,7 +785,12 @@ export class Reconciler {
    * confirms one): a read merely ahead of the store may have webhooks on their
    * way, and stored first it would make them stale.
    */
-  async applyRead(uid: string, read: DeliveryRead, basis: number, options: { atStart?: boolean } = {}): Promise<ReadOutcome> {
+  async applyRead(
+    uid: string,
+    read: DeliveryRead,
+    basis: number,
+    options: { atStart?: boolean } = {},
+  ): Promise<ReadOutcome> {
     const { store } = this.#options;
     const status = deliveryStatus(read.wire.status);
     const events: WireWebhookEvent[] = [];
@@ -699,7 +819,11 @@ export class Reconciler {
     if (!options.atStart && !after?.terminal && locationName && position && events.length === 0) {
       const latest = await store.latestEvent(uid, 'location');
       const last = latest && geoPoint(latest.payload.driver_location);
-      const moved = !last || last.lat !== position.lat || last.lng !== position.lng || latest.payload.driver_id !== read.wire.driver_id;
+      const moved =
+        !last ||
+        last.lat !== position.lat ||
+        last.lng !== position.lng ||
+        latest.payload.driver_id !== read.wire.driver_id;
       const event = eventFromRead(read, locationName, { basis, confirm: false });
       if (moved && !transitionOf(state, event).stale) events.push(event);
     }
@@ -717,7 +841,18 @@ export class Reconciler {
   }
 }
 
-const ADDRESS_FIELDS = ['street', 'number', 'secondary_number', 'city', 'county', 'state', 'postal_code', 'country', 'latitude', 'longitude'] as const;
+const ADDRESS_FIELDS = [
+  'street',
+  'number',
+  'secondary_number',
+  'city',
+  'county',
+  'state',
+  'postal_code',
+  'country',
+  'latitude',
+  'longitude',
+] as const;
 
 /** A read's flat address fields, nested as a webhook carries them; omitted when empty. */
 function nestedAddress(wire: JsonObject, side: 'pickup' | 'dropoff'): WireWebhookAddress | undefined {
@@ -730,13 +865,44 @@ function nestedAddress(wire: JsonObject, side: 'pickup' | 'dropoff'): WireWebhoo
 }
 
 const WEBHOOK_FIELDS = [
-  'status', 'price', 'distance', 'tip', 'pickup_name', 'pickup_phone_number', 'pickup_instructions', 'email',
-  'dropoff_name', 'dropoff_phone_number', 'dropoff_instructions', 'driver_id', 'driver_name', 'driver_location',
-  'driver_pickup_phone_number', 'driver_dropoff_phone_number', 'driver_vehicle_make', 'driver_vehicle_model', 'driver_vehicle_year',
-  'dropoff_time_estimated', 'pickup_start_time', 'dropoff_start_time', 'delivery_start_time', 'delivery_end_time',
-  'package_description', 'package_minimum_vehicle_size', 'package_delivery_mode', 'package_requirements', 'package_value',
-  'items_count', 'items', 'weight', 'dropoff_verification_image_url', 'dropoff_signature_image_url', 'cancellation_reason',
-  'platform_payload', 'partner_reference', 'partner_payload',
+  'status',
+  'price',
+  'distance',
+  'tip',
+  'pickup_name',
+  'pickup_phone_number',
+  'pickup_instructions',
+  'email',
+  'dropoff_name',
+  'dropoff_phone_number',
+  'dropoff_instructions',
+  'driver_id',
+  'driver_name',
+  'driver_location',
+  'driver_pickup_phone_number',
+  'driver_dropoff_phone_number',
+  'driver_vehicle_make',
+  'driver_vehicle_model',
+  'driver_vehicle_year',
+  'dropoff_time_estimated',
+  'pickup_start_time',
+  'dropoff_start_time',
+  'delivery_start_time',
+  'delivery_end_time',
+  'package_description',
+  'package_minimum_vehicle_size',
+  'package_delivery_mode',
+  'package_requirements',
+  'package_value',
+  'items_count',
+  'items',
+  'weight',
+  'dropoff_verification_image_url',
+  'dropoff_signature_image_url',
+  'cancellation_reason',
+  'platform_payload',
+  'partner_reference',
+  'partner_payload',
 ] as const;
 
 /**
@@ -744,7 +910,11 @@ const WEBHOOK_FIELDS = [
  * fields the read has, marked as polled, with the log position the read was
  * made at and whether it confirms a cancel or failure (see readFactsOf).
  */
-export function eventFromRead(read: DeliveryRead, eventName: string, made: { basis: number; confirm: boolean }): WireWebhookEvent {
+export function eventFromRead(
+  read: DeliveryRead,
+  eventName: string,
+  made: { basis: number; confirm: boolean },
+): WireWebhookEvent {
   const wire = read.wire as unknown as JsonObject;
   const event: JsonObject = { uid: read.wire.uid, event_name: eventName };
   for (const field of WEBHOOK_FIELDS) {
@@ -769,11 +939,19 @@ export function eventFromRead(read: DeliveryRead, eventName: string, made: { bas
 export function readBody(read: DeliveryRead): JsonObject {
   const wire = read.wire as unknown as JsonObject;
   const body = eventFromRead(read, 'snapshot', { basis: 0, confirm: false }) as unknown as JsonObject;
-  for (const field of READ_ONLY_FIELDS) if (wire[field] !== undefined && wire[field] !== null) body[field] = wire[field];
+  for (const field of READ_ONLY_FIELDS)
+    if (wire[field] !== undefined && wire[field] !== null) body[field] = wire[field];
   return body;
 }
 
 /** What a read has and a webhook body does not (each group's spelling, read as such by fromWebhookEvent). */
 const READ_ONLY_FIELDS = [
-  'tracking_link', 'tracking_url', 'delivery_style', 'expected_cancellation_fee', 'expected_cancelation_fee', 'dimensions', 'dimentions', 'delivery_date',
+  'tracking_link',
+  'tracking_url',
+  'delivery_style',
+  'expected_cancellation_fee',
+  'expected_cancelation_fee',
+  'dimensions',
+  'dimentions',
+  'delivery_date',
 ] as const;

@@ -73,7 +73,10 @@ export async function createRedisEventBus(options: RedisEventBusOptions): Promis
   const publisher = {
     publish: (topic: string, message: string) =>
       publishClient.publish(topic, message).catch((error: unknown) => {
-        logger?.warn({ err: error instanceof Error ? error.message : error }, 'event stored but not published; instances catch up from the log');
+        logger?.warn(
+          { err: error instanceof Error ? error.message : error },
+          'event stored but not published; instances catch up from the log',
+        );
         return 0;
       }),
   } as unknown as Redis;
@@ -117,7 +120,9 @@ export async function createRedisEventBus(options: RedisEventBusOptions): Promis
     }
   };
 
-  /** Reads the log after the last dispatched seq and dispatches it; one read at a time, repeated when asked meanwhile. */
+  /**
+   * Reads the log after the last dispatched seq and dispatches it; one read at a time, repeated when asked meanwhile.
+   */
   const readStore = (): Promise<void> => {
     if (reading) {
       readAgain = true;
@@ -137,7 +142,11 @@ export async function createRedisEventBus(options: RedisEventBusOptions): Promis
         readFailed = false;
       } catch (error) {
         // Redis is away: the reconnect, the poll or a gap timer reads again.
-        if (!readFailed) logger?.warn({ err: error instanceof Error ? error.message : error }, 'could not read missed events from the log; retrying');
+        if (!readFailed)
+          logger?.warn(
+            { err: error instanceof Error ? error.message : error },
+            'could not read missed events from the log; retrying',
+          );
         readFailed = true;
         readAgain = false;
       } finally {
@@ -200,7 +209,10 @@ export async function createRedisEventBus(options: RedisEventBusOptions): Promis
         if (head > known) void readStore();
         else if (head < known && last === known) {
           // Redis came back without its data (no AOF): the log starts over, and so must the bus.
-          logger?.error({ head, dispatched: known }, 'the event log went backwards: Redis lost its data; cursors given out before are void');
+          logger?.error(
+            { head, dispatched: known },
+            'the event log went backwards: Redis lost its data; cursors given out before are void',
+          );
           last = head;
           ahead.clear();
         }
@@ -241,11 +253,17 @@ export async function connectRedisEventBus(store: RedisStore, logger?: Logger): 
   try {
     await store.lastSeq();
   } catch (error) {
-    throw new Error(`${store.client.options.sentinels ? 'REDIS_SENTINELS' : 'REDIS_URL'}: ${redisFailure(error, store.client)}`);
+    throw new Error(
+      `${store.client.options.sentinels ? 'REDIS_SENTINELS' : 'REDIS_URL'}: ${redisFailure(error, store.client)}`,
+      { cause: error },
+    );
   }
   await warnAboutSettings(store.client, logger);
   // A subscriber waits out outages however long: ioredis resubscribes, the bus catches up.
-  const subscribeClient = store.client.duplicate({ ...redisOptions('delivery-graph:subscriber'), maxRetriesPerRequest: null });
+  const subscribeClient = store.client.duplicate({
+    ...redisOptions('delivery-graph:subscriber'),
+    maxRetriesPerRequest: null,
+  });
   logConnection(subscribeClient, 'subscriber', logger);
   return createRedisEventBus({ store, publishClient: store.client, subscribeClient, channel: store.channel, logger });
 }
@@ -261,9 +279,14 @@ async function warnAboutSettings(client: Redis, logger: Logger | undefined): Pro
   const field = (name: string) => new RegExp(`^${name}:(.*)$`, 'm').exec(info)?.[1]?.trim();
   const policy = field('maxmemory_policy');
   if (policy && policy !== 'noeviction') {
-    logger?.warn({ maxmemoryPolicy: policy }, 'Redis may evict keys: de-duplication, idempotency and the event log need maxmemory-policy noeviction');
+    logger?.warn(
+      { maxmemoryPolicy: policy },
+      'Redis may evict keys: de-duplication, idempotency and the event log need maxmemory-policy noeviction',
+    );
   }
   if (field('aof_enabled') === '0') {
-    logger?.warn('Redis runs without AOF (appendonly no): a Redis crash or restart loses acknowledged webhooks; see docs/scale-out.md on what Redis settings guarantee');
+    logger?.warn(
+      'Redis runs without AOF (appendonly no): a Redis crash or restart loses acknowledged webhooks; see docs/scale-out.md on what Redis settings guarantee',
+    );
   }
 }

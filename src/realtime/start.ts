@@ -23,7 +23,11 @@ import { Reconciler, type ReadKind } from './reconcile.js';
 import { connectRedisEventBus } from './redis-bus.js';
 
 /** The event bus: over the store's Redis when it is one (every instance hears every event), else in this process. */
-export async function openEventBus(redis: RedisStore | undefined, logger: Logger, teardown: Teardown): Promise<EventBus> {
+export async function openEventBus(
+  redis: RedisStore | undefined,
+  logger: Logger,
+  teardown: Teardown,
+): Promise<EventBus> {
   const redisBus = redis ? await connectRedisEventBus(redis, logger) : undefined;
   if (redisBus) teardown.add('redis bus', () => redisBus.close());
   return redisBus ?? createEventBus();
@@ -53,9 +57,13 @@ export interface Realtime {
   fanout: SubscriptionFanout;
 }
 
-export function startRealtime({ config, store, upstream, bus, merchants, owners, append, onRead, logger }: RealtimeDeps, teardown: Teardown): Realtime {
-  // The most recent key the upstream accepted for each owner, in this process's memory only: what deliveries nobody follows are read with.
-  // Keyed by merchant, as owner records are: a rotated merchant's new key reads what its old one booked.
+export function startRealtime(
+  { config, store, upstream, bus, merchants, owners, append, onRead, logger }: RealtimeDeps,
+  teardown: Teardown,
+): Realtime {
+  // The most recent key the upstream accepted for each owner, in this process's memory only: what deliveries nobody
+  // follows are read with. Keyed by merchant, as owner records are: a rotated merchant's new key reads what its old one
+  // booked.
   const ownerKeys = new OwnerKeys({ resolveOwner: (key) => merchants.of(key) });
   const unwatchKeys = upstream.keys.watch((key, standing) => {
     if (standing === 'accepted') ownerKeys.remember(key);
@@ -80,11 +88,16 @@ export function startRealtime({ config, store, upstream, bus, merchants, owners,
   });
   teardown.add('owner keys', () => unwatchKeys());
   teardown.add('reconciler', () => reconciler.stop());
-  // Every open subscription's key, re-confirmed at a bounded interval whatever webhooks arrive: a revoked key's streams end.
+  // Every open subscription's key, re-confirmed at a bounded interval whatever webhooks arrive: a revoked key's streams
+  // end.
   const keyWatch = new KeyWatch({ upstream, intervalMs: config.realtime.keyReconfirmIntervalMs, logger });
   teardown.add('key watch', () => keyWatch.stop());
   return {
-    access: new ReadAccess(store, upstream, { checksPerSubscription: config.realtime.accessChecksPerMinute, logger, owners }),
+    access: new ReadAccess(store, upstream, {
+      checksPerSubscription: config.realtime.accessChecksPerMinute,
+      logger,
+      owners,
+    }),
     reconciler,
     keyWatch,
     subscriptions: new SubscriptionSlots({

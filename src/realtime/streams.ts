@@ -54,7 +54,10 @@ export interface RealtimeDeps {
   upstream: Upstream;
   /** Most events one subscriber may have waiting. */
   maxPending: number;
-  /** The key's rate-limit budget (RATE_LIMIT_PER_MINUTE): each upstream access check takes one unit, as an operation does. */
+  /**
+   * The key's rate-limit budget (RATE_LIMIT_PER_MINUTE): each upstream access check takes one unit, as an operation
+   * does.
+   */
   budget?: KeyBudget;
   /** Confirms the key with the upstream as a subscription starts, and reads followed deliveries when no event comes. */
   reconciler?: Reconciler;
@@ -83,7 +86,8 @@ function queueFor(deps: RealtimeDeps, subscriber: Subscriber): EventQueue<Stored
     // Positions: the latest per delivery wins. Status events are never coalesced.
     coalesceKey: (event) => (isLocationEvent(event.name) ? event.uid : undefined),
     coalesceAfter: COALESCE_AFTER,
-    onOverflow: (pending) => subscriber.disconnect?.(SLOW_CONSUMER_CLOSE_CODE, `subscriber too slow: ${pending} events waiting`),
+    onOverflow: (pending) =>
+      subscriber.disconnect?.(SLOW_CONSUMER_CLOSE_CODE, `subscriber too slow: ${pending} events waiting`),
   });
 }
 
@@ -120,9 +124,15 @@ function closable<T>(generator: AsyncGenerator<T>, queue: EventQueue<StoredEvent
  * named as many as it sent); with the budget spent, the subscription is refused
  * RATE_LIMITED, as an operation would be.
  */
-async function assertReadable(deps: RealtimeDeps, subscriber: Subscriber, uid: string, allowance: CheckAllowance): Promise<void> {
+async function assertReadable(
+  deps: RealtimeDeps,
+  subscriber: Subscriber,
+  uid: string,
+  allowance: CheckAllowance,
+): Promise<void> {
   // A client token's other uids are not found, whatever its merchant key may read, and cost no upstream call.
-  if (subscriber.scope && !subscriber.scope.has(uid)) throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
+  if (subscriber.scope && !subscriber.scope.has(uid))
+    throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
   const readable = await deps.access.canRead(subscriber.key, uid, allowance);
   if (typeof readable !== 'boolean') throw new RateLimitedError(readable.retryAfterSeconds);
   if (!readable) throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
@@ -135,12 +145,17 @@ async function assertReadable(deps: RealtimeDeps, subscriber: Subscriber, uid: s
  * another merchant ends the stream NOT_FOUND, as a subscription to it would be
  * refused now. Made before the first check (assertReadable), which it counts from.
  */
-function accessKept(deps: RealtimeDeps, subscriber: Subscriber, uids: readonly string[]): (uid: string) => Promise<void> {
+function accessKept(
+  deps: RealtimeDeps,
+  subscriber: Subscriber,
+  uids: readonly string[],
+): (uid: string) => Promise<void> {
   const started = Date.now();
   const checkedAt = new Map(uids.map((uid) => [uid, started]));
   return async (uid) => {
     const at = Date.now();
-    if (!(await deps.access.stillReadable(subscriber.key, uid, checkedAt.get(uid) ?? started))) throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
+    if (!(await deps.access.stillReadable(subscriber.key, uid, checkedAt.get(uid) ?? started)))
+      throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
     checkedAt.set(uid, at);
   };
 }
@@ -165,13 +180,20 @@ function confirmed(deps: RealtimeDeps, subscriber: Subscriber, uid: string): Pro
 }
 
 /** The checks of uids the client named: the key's budget only. */
-const namedUids = (deps: RealtimeDeps, subscriber: Subscriber) => deps.access.allowance(subscriber.key, deps.budget, false);
+const namedUids = (deps: RealtimeDeps, subscriber: Subscriber) =>
+  deps.access.allowance(subscriber.key, deps.budget, false);
 
 /**
  * A `snapshot` event from an upstream read, for a delivery of which no event is
  * stored yet: the read made as the subscription started, or a new one.
  */
-async function snapshotOf(deps: RealtimeDeps, key: string, uid: string, seq: number, read: DeliveryRead | undefined): Promise<EventView> {
+async function snapshotOf(
+  deps: RealtimeDeps,
+  key: string,
+  uid: string,
+  seq: number,
+  read: DeliveryRead | undefined,
+): Promise<EventView> {
   let delivery: Delivery;
   if (read) {
     delivery = read.group === 'platform' ? fromPlatformDelivery(read.wire) : fromPartnerOrder(read.wire);
@@ -198,7 +220,9 @@ async function snapshotOf(deps: RealtimeDeps, key: string, uid: string, seq: num
 
 /** The courier a read names (reads keep driver_id null: the name is all there is). */
 function snapshotCourier(delivery: Delivery) {
-  return delivery.courier ? courierIdentity({ driver_id: delivery.courier.id, driver_name: delivery.courier.name }) : undefined;
+  return delivery.courier
+    ? courierIdentity({ driver_id: delivery.courier.id, driver_name: delivery.courier.name })
+    : undefined;
 }
 
 /**
@@ -236,7 +260,9 @@ class FollowedState {
       this.state = end && { ...end, seq: event.seq };
     }
     if (step.courierOnly) return 'courier';
-    return step.moved && before?.rank === this.state!.rank && !before.terminal && this.state!.terminal ? 'confirmed' : 'accepted';
+    return step.moved && before?.rank === this.state!.rank && !before.terminal && this.state!.terminal
+      ? 'confirmed'
+      : 'accepted';
   }
 
   /** Whether a position belongs to the current courier (or no courier is known to tell). */
@@ -260,7 +286,12 @@ export function deliveryUpdated(deps: RealtimeDeps, subscriber: Subscriber, uid:
   return closable(deliveryUpdatedStream(deps, subscriber, uid, queue), queue);
 }
 
-async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<EventView> {
+async function* deliveryUpdatedStream(
+  deps: RealtimeDeps,
+  subscriber: Subscriber,
+  uid: string,
+  queue: EventQueue<StoredEvent>,
+): AsyncGenerator<EventView> {
   const stillReadable = accessKept(deps, subscriber, [uid]);
   await assertReadable(deps, subscriber, uid, namedUids(deps, subscriber));
   const unlisten = deps.bus.listen(uid, (event) => {
@@ -273,7 +304,8 @@ async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber
     const logPosition = await deps.store.lastSeq();
     // The upstream's word on the key, and the first state when none is stored.
     const read = await confirmed(deps, subscriber, uid);
-    // What the read decides is stored first (it contradicts a final state, or confirms a cancel), so the first message is it.
+    // What the read decides is stored first (it contradicts a final state, or confirms a cancel), so the first message
+    // is it.
     if (read) await deps.reconciler?.applyRead(uid, read, logPosition, { atStart: true }).catch(() => undefined);
     // The state before the latest event: whatever moved it in between is folded in from the queue.
     const stored = await deps.store.deliveryState(uid);
@@ -292,8 +324,11 @@ async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber
     // A snapshot may be ahead of events still on their way: judged against it, they are late. It is a read, not
     // a state the log moved (no seq): a reconciliation read made before it at a lower log position may answer after
     // it, and is judged as the store judged it, as a read (never back, an end over another end).
-    const snapshotState = current.snapshot && stateOfStatus(current.snapshot.status, snapshotCourier(current.snapshot.delivery));
-    const followed = current.snapshot ? new FollowedState(snapshotState, current.seq) : new FollowedState(stored, stored?.seq ?? 0);
+    const snapshotState =
+      current.snapshot && stateOfStatus(current.snapshot.status, snapshotCourier(current.snapshot.delivery));
+    const followed = current.snapshot
+      ? new FollowedState(snapshotState, current.seq)
+      : new FollowedState(stored, stored?.seq ?? 0);
     let lastSeq = current.seq;
     let status = statusOfView(current);
     yield current;
@@ -301,7 +336,8 @@ async function* deliveryUpdatedStream(deps: RealtimeDeps, subscriber: Subscriber
     for await (const event of queue) {
       const outcome = followed.accept(event);
       if (outcome === 'stale') continue;
-      // Sent once, in log order; an unknown milestone moves nothing and is not sent, nor is a read that only confirms the status sent last.
+      // Sent once, in log order; an unknown milestone moves nothing and is not sent, nor is a read that only confirms
+      // the status sent last.
       if (outcome !== 'confirmed' && event.seq > lastSeq && milestoneRank(event.name) !== undefined) {
         lastSeq = event.seq;
         // A new courier on a late milestone: sent with the status the delivery has, which does not go back.
@@ -325,7 +361,12 @@ export function courierLocation(deps: RealtimeDeps, subscriber: Subscriber, uid:
   return closable(courierLocationStream(deps, subscriber, uid, queue), queue);
 }
 
-async function* courierLocationStream(deps: RealtimeDeps, subscriber: Subscriber, uid: string, queue: EventQueue<StoredEvent>): AsyncGenerator<StoredEvent> {
+async function* courierLocationStream(
+  deps: RealtimeDeps,
+  subscriber: Subscriber,
+  uid: string,
+  queue: EventQueue<StoredEvent>,
+): AsyncGenerator<StoredEvent> {
   const stillReadable = accessKept(deps, subscriber, [uid]);
   await assertReadable(deps, subscriber, uid, namedUids(deps, subscriber));
   const unlisten = deps.bus.listen(uid, (event) => {
@@ -393,7 +434,12 @@ export interface DeliveryEventsArgs {
  * the stream at once. Every try that reaches the upstream is one check of the
  * allowance; once it has none left the answer is Withheld.
  */
-async function canReadPatiently(access: ReadAccess, key: string, uid: string, allowance: CheckAllowance): Promise<boolean | Withheld> {
+async function canReadPatiently(
+  access: ReadAccess,
+  key: string,
+  uid: string,
+  allowance: CheckAllowance,
+): Promise<boolean | Withheld> {
   for (const pause of ACCESS_RETRY_MS) {
     try {
       return await access.canRead(key, uid, allowance);
@@ -407,21 +453,32 @@ async function canReadPatiently(access: ReadAccess, key: string, uid: string, al
 }
 
 /** deliveryEvents: stored events after the cursor, then live ones; only those the caller may see. */
-export function deliveryEvents(deps: RealtimeDeps, subscriber: Subscriber, args: DeliveryEventsArgs): AsyncGenerator<StoredEvent> {
+export function deliveryEvents(
+  deps: RealtimeDeps,
+  subscriber: Subscriber,
+  args: DeliveryEventsArgs,
+): AsyncGenerator<StoredEvent> {
   const queue = queueFor(deps, subscriber);
   return closable(deliveryEventsStream(deps, subscriber, args, queue), queue);
 }
 
-async function* deliveryEventsStream(deps: RealtimeDeps, subscriber: Subscriber, args: DeliveryEventsArgs, queue: EventQueue<StoredEvent>): AsyncGenerator<StoredEvent> {
+async function* deliveryEventsStream(
+  deps: RealtimeDeps,
+  subscriber: Subscriber,
+  args: DeliveryEventsArgs,
+  queue: EventQueue<StoredEvent>,
+): AsyncGenerator<StoredEvent> {
   const uids = args.uids && args.uids.length > 0 ? [...new Set(args.uids)] : undefined;
   // Every event of the merchant is more than a client token was given.
-  if (subscriber.scope && !uids) throw new ForbiddenError('With a client token, deliveryEvents needs uids: those of the token.');
+  if (subscriber.scope && !uids)
+    throw new ForbiddenError('With a client token, deliveryEvents needs uids: those of the token.');
   const names = args.names && args.names.length > 0 ? new Set(args.names) : undefined;
   let afterSeq: number | undefined;
   if (args.after != null) {
     // The subscriber's merchant's cursors: one given to another merchant is not a cursor here.
     afterSeq = (await callerCursors(deps.store, await deps.access.merchantOf(subscriber.key))).seqOf(args.after);
-    if (afterSeq === undefined) throw new BadUserInputError(`"${args.after}" is not a cursor of this facade's event log for this key.`);
+    if (afterSeq === undefined)
+      throw new BadUserInputError(`"${args.after}" is not a cursor of this facade's event log for this key.`);
   }
   const stillReadable = uids && accessKept(deps, subscriber, uids);
   if (uids) {

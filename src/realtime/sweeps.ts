@@ -27,7 +27,10 @@ export interface SweepsOptions {
   windowMs: number;
   /** Reads loaded and not yet made, of this owner. */
   loaded(owner: string): number;
-  /** A page found these unfinished deliveries of the owner: each is read once (or skipped: followed, or heard from lately). */
+  /**
+   * A page found these unfinished deliveries of the owner: each is read once (or skipped: followed, or heard from
+   * lately).
+   */
   found(owner: string, deliveries: readonly UnfinishedDelivery[]): void;
   logger?: Logger;
 }
@@ -38,7 +41,9 @@ interface Sweep {
   /** A pass is under way (started at startedAt). */
   running: boolean;
   startedAt: number;
-  /** When the next page may be loaded: during a pass at once, unless a page failed; after it, when the next pass starts. */
+  /**
+   * When the next page may be loaded: during a pass at once, unless a page failed; after it, when the next pass starts.
+   */
   nextAt: number;
   paging: boolean;
   /** Unfinished deliveries found so far in this pass, and in the last whole pass. */
@@ -55,7 +60,9 @@ export class Sweeps {
     this.#options = options;
   }
 
-  /** Unfinished deliveries found in the last whole pass of each owner with a key (the current one where it found more). */
+  /**
+   * Unfinished deliveries found in the last whole pass of each owner with a key (the current one where it found more).
+   */
   get unfinished(): number {
     let total = 0;
     for (const sweep of this.#sweeps.values()) total += Math.max(sweep.lastFound ?? 0, sweep.found);
@@ -67,13 +74,23 @@ export class Sweeps {
     const { keys, intervalMs, loaded } = this.#options;
     const owners = keys.owners();
     // Owners whose key was dropped or forgotten take nothing more.
-    if (this.#sweeps.size > owners.length) for (const owner of this.#sweeps.keys()) if (keys.keyOf(owner) === undefined) this.#sweeps.delete(owner);
+    if (this.#sweeps.size > owners.length)
+      for (const owner of this.#sweeps.keys()) if (keys.keyOf(owner) === undefined) this.#sweeps.delete(owner);
     const perOwner = Math.max(1, Math.min(PAGE_MAX, Math.floor(MAX_LOADED / Math.max(1, owners.length))));
     for (const owner of owners) {
       let sweep = this.#sweeps.get(owner);
       if (!sweep) {
-        // The first pass an interval after the key came (a delivery just booked with it needs no read yet), spread as the later ones are.
-        sweep = { cursor: undefined, running: false, startedAt: now, nextAt: now + intervalMs * (1 + Math.random() * 0.1), paging: false, found: 0, lastFound: undefined };
+        // The first pass an interval after the key came (a delivery just booked with it needs no read yet), spread as
+        // the later ones are.
+        sweep = {
+          cursor: undefined,
+          running: false,
+          startedAt: now,
+          nextAt: now + intervalMs * (1 + Math.random() * 0.1),
+          paging: false,
+          found: 0,
+          lastFound: undefined,
+        };
         this.#sweeps.set(owner, sweep);
       }
       if (sweep.paging || now < sweep.nextAt) continue;
@@ -99,13 +116,17 @@ export class Sweeps {
     const { store, intervalMs, windowMs, loaded } = this.#options;
     try {
       for (let pages = 0; pages < PAGES_PER_TURN && loaded(owner) * 2 <= perOwner; pages += 1) {
-        const page = await store.unfinishedDeliveries(owner, sweep.cursor, { limit: perOwner, since: Number.isFinite(windowMs) ? now - windowMs : 0 });
+        const page = await store.unfinishedDeliveries(owner, sweep.cursor, {
+          limit: perOwner,
+          since: Number.isFinite(windowMs) ? now - windowMs : 0,
+        });
         if (this.#stopped || this.#sweeps.get(owner) !== sweep) return;
         sweep.found += page.deliveries.length;
         if (page.deliveries.length > 0) this.#options.found(owner, page.deliveries);
         sweep.cursor = page.next;
         if (page.next !== undefined) continue;
-        // The pass is over: the next starts an interval after this one started (a tenth more at random, so owners spread out).
+        // The pass is over: the next starts an interval after this one started (a tenth more at random, so owners
+        // spread out).
         sweep.running = false;
         sweep.lastFound = sweep.found;
         sweep.nextAt = sweep.startedAt + intervalMs * (1 + Math.random() * 0.1);
@@ -114,7 +135,10 @@ export class Sweeps {
     } catch (error) {
       // The pass goes on from where it was, an interval later: the store may be back by then.
       sweep.nextAt = Date.now() + intervalMs;
-      this.#options.logger?.warn({ err: error }, 'reconcile: could not page through unfinished deliveries; trying again later');
+      this.#options.logger?.warn(
+        { err: error },
+        'reconcile: could not page through unfinished deliveries; trying again later',
+      );
     } finally {
       sweep.paging = false;
     }

@@ -63,7 +63,10 @@ export function logConnection(client: Redis, name: string, logger: Logger | unde
   });
 }
 
-/** The last connection error of each client (connect ECONNREFUSED 10.0.0.5:6379): what a failed command is explained with. */
+/**
+ * The last connection error of each client (connect ECONNREFUSED 10.0.0.5:6379): what a failed command is explained
+ * with.
+ */
 const lastConnectionErrors = new WeakMap<Redis, string>();
 
 function rememberConnectionErrors(client: Redis): Redis {
@@ -84,6 +87,7 @@ export function redisFailure(error: unknown, client: Redis): string {
   if (/max retries per request|Connection is closed|Stream isn't writeable/i.test(message)) {
     return `Redis cannot be reached${connectionError ? ` (${connectionError})` : ''}`;
   }
-  if (/Command timed out/i.test(message)) return `Redis accepted the connection but did not answer within ${redisOptions('').commandTimeout! / 1000} s`;
+  if (/Command timed out/i.test(message))
+    return `Redis accepted the connection but did not answer within ${redisOptions('').commandTimeout! / 1000} s`;
   return message;
 }

@@ -50,8 +50,12 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
   const knobs: SandboxKnobs = { ...DEFAULT_KNOBS };
   applyKnobs(knobs, options.knobs);
   // The key given, else the one kept in a file (made the first time), else one for this run.
-  const keyFile = options.signingKeyFile ?? (options.dataDir === undefined ? undefined : path.join(options.dataDir, SIGNING_KEY_FILE));
-  let keys = await loadSigningKeys(options.privateKeyPem ?? (keyFile === undefined ? undefined : await keptSigningKeyPem(keyFile)));
+  const keyFile =
+    options.signingKeyFile ??
+    (options.dataDir === undefined ? undefined : path.join(options.dataDir, SIGNING_KEY_FILE));
+  let keys = await loadSigningKeys(
+    options.privateKeyPem ?? (keyFile === undefined ? undefined : await keptSigningKeyPem(keyFile)),
+  );
   let webhookUrl = options.webhookUrl;
   let paused = options.paused ?? false;
 
@@ -61,7 +65,14 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
   const state = new SandboxState(merchants);
   // Both start paused: nothing moves or goes out before the server listens (and, when asked, before resume()).
   const webhooks = new WebhookSender(
-    { knobs, issuer, privateKey: keys.privateKey, webhookUrl: () => webhookUrl, historySize: options.webhookHistorySize, changed: (uid) => world?.webhooksChanged(uid) },
+    {
+      knobs,
+      issuer,
+      privateKey: keys.privateKey,
+      webhookUrl: () => webhookUrl,
+      historySize: options.webhookHistorySize,
+      changed: (uid) => world?.webhooksChanged(uid),
+    },
     { paused: true },
   );
   const lifecycle = new LifecycleSimulator(
@@ -70,15 +81,21 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     (record, eventName, { final, location }) => {
       // Every change of a delivery is announced by an event: the world file keeps it as it is announced.
       world?.deliveryChanged(record.uid);
-      webhooks.enqueue(record.uid, toWebhookEvent(record, eventName, state.origin, { location, partnerFields: knobs.partnerWebhookFields }), final, {
-        readStatus: readStatus(record),
-        script: record.webhookScript,
-        seed: record.seed,
-      });
+      webhooks.enqueue(
+        record.uid,
+        toWebhookEvent(record, eventName, state.origin, { location, partnerFields: knobs.partnerWebhookFields }),
+        final,
+        {
+          readStatus: readStatus(record),
+          script: record.webhookScript,
+          seed: record.seed,
+        },
+      );
     },
     { paused: true },
   );
-  // Opened once every option has been checked (the sender checks webhookHistorySize): a bad option leaves no lock behind.
+  // Opened once every option has been checked (the sender checks webhookHistorySize): a bad option leaves no lock
+  // behind.
   const world = options.dataDir === undefined ? undefined : new WorldFile(options.dataDir);
   if (world) {
     let kept;
@@ -271,6 +288,10 @@ function defaultMerchants(platformId: string): SandboxMerchant[] {
   return [
     { key: key(), name: 'Sandbox Bakery', platformId },
     { key: key(), name: 'Sandbox Florist', platformId },
-    { key: key(), name: 'Elsewhere Books', platformId: platformId === OTHER_PLATFORM_ID ? `${OTHER_PLATFORM_ID}-2` : OTHER_PLATFORM_ID },
+    {
+      key: key(),
+      name: 'Elsewhere Books',
+      platformId: platformId === OTHER_PLATFORM_ID ? `${OTHER_PLATFORM_ID}-2` : OTHER_PLATFORM_ID,
+    },
   ];
 }

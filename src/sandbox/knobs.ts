@@ -45,7 +45,14 @@ export const DEFAULT_KNOBS: Readonly<SandboxKnobs> = Object.freeze({
   createAnswerShape: 'top-level',
 });
 
-const RATES = new Set<keyof SandboxKnobs>(['errorRate', 'duplicateRate', 'reorderRate', 'dropRate', 'returnRate', 'reassignRate']);
+const RATES = new Set<keyof SandboxKnobs>([
+  'errorRate',
+  'duplicateRate',
+  'reorderRate',
+  'dropRate',
+  'returnRate',
+  'reassignRate',
+]);
 const INTEGERS = new Set<keyof SandboxKnobs>(['locationTicks', 'deliveryMinuteOfDay']);
 /** A zero timeout would fail every webhook attempt before it is sent. */
 const POSITIVE = new Set<keyof SandboxKnobs>(['webhookTimeoutMs']);
@@ -72,7 +79,8 @@ export function applyKnobs(target: SandboxKnobs, patch: unknown): void {
     if (!(name in DEFAULT_KNOBS)) throw new RangeError(`unknown knob ${name}`);
     const knob = name as keyof SandboxKnobs;
     if (knob === 'seed') {
-      if (value !== null && !isSeed(value)) throw new RangeError(`seed must be null or an integer from 0 to ${MAX_SEED}`);
+      if (value !== null && !isSeed(value))
+        throw new RangeError(`seed must be null or an integer from 0 to ${MAX_SEED}`);
       accepted.seed = value as number | null;
       continue;
     }
@@ -82,7 +90,8 @@ export function applyKnobs(target: SandboxKnobs, patch: unknown): void {
     }
     const choices = CHOICES[knob];
     if (choices) {
-      if (typeof value !== 'string' || !choices.includes(value)) throw new RangeError(`${knob} must be one of ${choices.join(', ')}`);
+      if (typeof value !== 'string' || !choices.includes(value))
+        throw new RangeError(`${knob} must be one of ${choices.join(', ')}`);
       (accepted as Record<string, unknown>)[knob] = value;
       continue;
     }
@@ -105,16 +114,23 @@ export function applyKnobs(target: SandboxKnobs, patch: unknown): void {
   Object.assign(target, accepted);
 }
 
-/** null, or an object of outcome → weight (finite, >= 0, at least one above 0); copied so the caller's object cannot change it later. */
+/**
+ * null, or an object of outcome → weight (finite, >= 0, at least one above 0); copied so the caller's object cannot
+ * change it later.
+ */
 function outcomeWeights(value: unknown): SandboxKnobs['outcomeWeights'] {
   if (value === null) return null;
-  if (typeof value !== 'object' || Array.isArray(value)) throw new RangeError(`outcomeWeights must be null or an object of ${OUTCOMES.join(', ')} to weights`);
+  if (typeof value !== 'object' || Array.isArray(value))
+    throw new RangeError(`outcomeWeights must be null or an object of ${OUTCOMES.join(', ')} to weights`);
   const weights: Record<string, number> = {};
   for (const [outcome, weight] of Object.entries(value)) {
-    if (!(OUTCOMES as readonly string[]).includes(outcome)) throw new RangeError(`outcomeWeights: ${outcome} is not one of ${OUTCOMES.join(', ')}`);
-    if (typeof weight !== 'number' || !Number.isFinite(weight) || weight < 0) throw new RangeError(`outcomeWeights: the weight of ${outcome} must be a finite number >= 0`);
+    if (!(OUTCOMES as readonly string[]).includes(outcome))
+      throw new RangeError(`outcomeWeights: ${outcome} is not one of ${OUTCOMES.join(', ')}`);
+    if (typeof weight !== 'number' || !Number.isFinite(weight) || weight < 0)
+      throw new RangeError(`outcomeWeights: the weight of ${outcome} must be a finite number >= 0`);
     weights[outcome] = weight;
   }
-  if (!Object.values(weights).some((weight) => weight > 0)) throw new RangeError('outcomeWeights: at least one weight must be above 0');
+  if (!Object.values(weights).some((weight) => weight > 0))
+    throw new RangeError('outcomeWeights: at least one weight must be above 0');
   return Object.freeze(weights);
 }

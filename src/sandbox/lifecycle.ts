@@ -34,7 +34,11 @@ const REATTEMPT_FROM = 0.5;
 const DELIVERY_PATH: ReadonlySet<MilestoneKey> = new Set(PLANS.delivered.map((m) => m.key));
 
 /** Receives every event as it happens; `final` marks the delivery's last one. */
-export type EmitEvent = (record: DeliveryRecord, eventName: string, options: { final: boolean; location: boolean }) => void;
+export type EmitEvent = (
+  record: DeliveryRecord,
+  eventName: string,
+  options: { final: boolean; location: boolean },
+) => void;
 
 export class LifecycleError extends Error {
   override readonly name = 'LifecycleError';
@@ -65,7 +69,8 @@ export class LifecycleSimulator {
   /** Announces a new delivery and sets its clock running. */
   start(record: DeliveryRecord): void {
     // With outcomeWeights every outcome may be drawn, some branching before pickup: drawn now.
-    if (this.knobs.outcomeWeights !== null) record.outcome ??= this.drawWeightedOutcome(record, this.knobs.outcomeWeights);
+    if (this.knobs.outcomeWeights !== null)
+      record.outcome ??= this.drawWeightedOutcome(record, this.knobs.outcomeWeights);
     record.etaAt = this.estimateArrival(record);
     this.emit(record, MILESTONE.created.event, { final: false, location: false });
     this.schedule(record);
@@ -76,7 +81,12 @@ export class LifecycleSimulator {
     const record = this.state.deliveries.get(uid);
     if (!record) throw new LifecycleError('not_found', `no delivery ${uid}`);
     if (isFinished(record)) {
-      const ends: Partial<Record<string, string>> = { returned: 'returned', dropoff_complete: 'delivered', failed: 'failed', provider_canceled: 'canceled' };
+      const ends: Partial<Record<string, string>> = {
+        returned: 'returned',
+        dropoff_complete: 'delivered',
+        failed: 'failed',
+        provider_canceled: 'canceled',
+      };
       const end = record.canceled ? 'canceled' : ends[milestoneOf(record).key];
       throw new LifecycleError('finished', `delivery ${uid} is already ${end}`);
     }
@@ -152,7 +162,8 @@ export class LifecycleSimulator {
     const final = isFinished(record);
 
     if (milestone.key === 'assigned') record.courier = pickCourier(record);
-    if (milestone.key === 'provider_canceled') record.providerCancellation = { at: new Date(), reason: pickProviderCancellationReason() };
+    if (milestone.key === 'provider_canceled')
+      record.providerCancellation = { at: new Date(), reason: pickProviderCancellationReason() };
     if (milestone.key === 'return_in_progress') record.returnFrom = record.courierAt;
     record.courierAt = this.courierPositionAt(record, milestone.key);
     record.etaAt = this.estimateArrival(record);
@@ -160,7 +171,8 @@ export class LifecycleSimulator {
     this.emit(record, milestone.event, { final, location: false });
     if (milestone.location) this.emit(record, milestone.location, { final: false, location: true });
     // The reassignRate knob's share of deliveries get another courier once, on the way to the pickup.
-    if (milestone.key === 'pickup_enroute' && this.knobs.reassignRate > 0 && record.random() < this.knobs.reassignRate) this.changeCourier(record);
+    if (milestone.key === 'pickup_enroute' && this.knobs.reassignRate > 0 && record.random() < this.knobs.reassignRate)
+      this.changeCourier(record);
     if (!final) this.schedule(record);
   }
 
@@ -212,7 +224,11 @@ export class LifecycleSimulator {
       case 'dropoff_enroute':
         return { from: this.dropoffLegStart(record), to: record.dropoff.point, event: 'location.dropoff_enroute' };
       case 'return_in_progress':
-        return { from: record.returnFrom ?? record.dropoff.point, to: record.pickup.point, event: 'location.return_in_progress' };
+        return {
+          from: record.returnFrom ?? record.dropoff.point,
+          to: record.pickup.point,
+          event: 'location.return_in_progress',
+        };
       default:
         return null;
     }
@@ -238,7 +254,9 @@ export class LifecycleSimulator {
         return interpolate(record.returnFrom ?? record.dropoff.point, record.pickup.point, ENROUTE_START);
       case 'provider_canceled':
         // Right after pickup the courier has just driven off; otherwise the cancel finds them where they are.
-        return planOf(record)[record.step - 1]?.key === 'pickup_complete' ? interpolate(record.pickup.point, record.dropoff.point, DRIVEN_OFF) : record.courierAt;
+        return planOf(record)[record.step - 1]?.key === 'pickup_complete'
+          ? interpolate(record.pickup.point, record.dropoff.point, DRIVEN_OFF)
+          : record.courierAt;
       default:
         // A failure happens where the courier is.
         return record.courierAt;

@@ -5,7 +5,15 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { DEFAULT_REQUEST_LOG_SIZE, DEFAULT_WEBHOOK_HISTORY_SIZE, DEMO_MERCHANTS, SandboxWorldInUseError, SIGNING_KEY_FILE, startSandbox, type SandboxKnobs } from './index.js';
+import {
+  DEFAULT_REQUEST_LOG_SIZE,
+  DEFAULT_WEBHOOK_HISTORY_SIZE,
+  DEMO_MERCHANTS,
+  SandboxWorldInUseError,
+  SIGNING_KEY_FILE,
+  startSandbox,
+  type SandboxKnobs,
+} from './index.js';
 import { DEFAULT_STEP_MS } from './knobs.js';
 import { OUTCOME_PAYLOAD_FIELD, OUTCOMES, PLANS, STEP } from './state.js';
 import { WEBHOOKS_PAYLOAD_FIELD } from './webhook-script.js';
@@ -57,7 +65,13 @@ To force one delivery's outcome, whatever --return-rate says, put "${OUTCOME_PAY
 in its platform_payload (or a seeded order's partner_payload), e.g.
 {"platform_payload": {"${OUTCOME_PAYLOAD_FIELD}": "failed_then_returned"}}. The payload is
 still stored and returned untouched. Values, and the events after pickup_arrived:
-${OUTCOMES.map((o) => `  ${o.padEnd(37)}${PLANS[o].slice(STEP.pickupArrived + 1).map((m) => m.event).join(', ')}`).join('\n')}
+${OUTCOMES.map(
+  (o) =>
+    `  ${o.padEnd(37)}${PLANS[o]
+      .slice(STEP.pickupArrived + 1)
+      .map((m) => m.event)
+      .join(', ')}`,
+).join('\n')}
 
 To script one delivery's webhooks, put "${WEBHOOKS_PAYLOAD_FIELD}" in the same payload, e.g.
 {"${WEBHOOKS_PAYLOAD_FIELD}": {"order": "shuffled", "seed": 7, "drop": ["delivery.pickup_complete"],
@@ -123,17 +137,30 @@ async function main(): Promise<void> {
   if (values.outcomes !== undefined) knobs.outcomeWeights = parseWeights(values.outcomes);
   const port = values.port === undefined ? 4010 : parseNumber('port', values.port);
   const webhookUrl = values['webhook-url'];
-  if (webhookUrl !== undefined && !URL.canParse(webhookUrl)) throw new UsageError('--webhook-url must be an absolute URL');
+  if (webhookUrl !== undefined && !URL.canParse(webhookUrl))
+    throw new UsageError('--webhook-url must be an absolute URL');
 
   const rawLogSize = values['request-log-size'];
   const requestLogSize = rawLogSize === undefined ? undefined : parseNumber('request-log-size', rawLogSize);
   const rawHistorySize = values['history-size'];
   const webhookHistorySize = rawHistorySize === undefined ? undefined : parseNumber('history-size', rawHistorySize);
-  if (values['in-memory'] && values['data-dir'] !== undefined) throw new UsageError('--in-memory keeps nothing: give it or --data-dir, not both');
+  if (values['in-memory'] && values['data-dir'] !== undefined)
+    throw new UsageError('--in-memory keeps nothing: give it or --data-dir, not both');
   const dataDir = values['in-memory'] ? undefined : resolve(values['data-dir'] ?? './data/sandbox');
-  const keyFile = values['key-file'] === undefined ? (dataDir && join(dataDir, SIGNING_KEY_FILE)) : resolve(values['key-file']);
+  const keyFile =
+    values['key-file'] === undefined ? dataDir && join(dataDir, SIGNING_KEY_FILE) : resolve(values['key-file']);
 
-  const sandbox = await startSandbox({ port, host: values.host ?? '127.0.0.1', webhookUrl, knobs, requestLogSize, webhookHistorySize, merchants: DEMO_MERCHANTS, dataDir, signingKeyFile: keyFile });
+  const sandbox = await startSandbox({
+    port,
+    host: values.host ?? '127.0.0.1',
+    webhookUrl,
+    knobs,
+    requestLogSize,
+    webhookHistorySize,
+    merchants: DEMO_MERCHANTS,
+    dataDir,
+    signingKeyFile: keyFile,
+  });
   const publicKeyFile = resolve(values['public-key-file'] ?? './data/sandbox-public.pem');
   await mkdir(dirname(publicKeyFile), { recursive: true });
   await writeFile(publicKeyFile, sandbox.publicKeyPem);
@@ -170,7 +197,8 @@ function parseWeights(raw: string): Record<string, number> {
   const weights: Record<string, number> = {};
   for (const pair of raw.split(',')) {
     const [outcome, weight] = pair.split('=');
-    if (!outcome || weight === undefined) throw new UsageError(`--outcomes takes outcome=weight pairs separated by commas, got "${raw}"`);
+    if (!outcome || weight === undefined)
+      throw new UsageError(`--outcomes takes outcome=weight pairs separated by commas, got "${raw}"`);
     weights[outcome.trim()] = parseNumber('outcomes', weight);
   }
   return weights;
@@ -188,7 +216,10 @@ main().catch((error: unknown) => {
     process.exit(1);
   }
   // Usage and knob problems are one line; anything else is a real failure.
-  const known = error instanceof UsageError || error instanceof RangeError || (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
+  const known =
+    error instanceof UsageError ||
+    error instanceof RangeError ||
+    (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
   process.stderr.write(`sandbox: ${(error as Error).message}\n${known ? `\n${USAGE}` : ''}`);
   process.exit(known ? 2 : 1);
 });

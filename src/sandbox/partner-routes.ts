@@ -6,7 +6,13 @@ import type { LifecycleSimulator } from './lifecycle.js';
 import { quoteResult } from './platform-routes.js';
 import { toPartnerOrder } from './representations.js';
 import { apiError, SERVICE_NAME, type ApiContext, type ApiResult, type ApiRoute } from './routing.js';
-import { centsToMajor, DuplicateReferenceError, priceDelivery, type DeliveryRecord, type SandboxState } from './state.js';
+import {
+  centsToMajor,
+  DuplicateReferenceError,
+  priceDelivery,
+  type DeliveryRecord,
+  type SandboxState,
+} from './state.js';
 import { partnerValidationBody, validateDeliveryRequest, type FieldProblem } from './validation.js';
 
 export const PARTNER_ROUTES: readonly ApiRoute[] = [
@@ -30,7 +36,10 @@ function readOrder(ctx: ApiContext): ApiResult {
   const record = ctx.state.findReadable(ctx.params.uid!, 'partner', ctx.merchant);
   if (!record) return apiError('partner', 404, 'not_found', 'No order with this uid.');
   // The read by uid has no delivery_style, unlike the read by reference.
-  return { status: 200, body: { data: toPartnerOrder(record, ctx.state.origin, false, ctx.state.deliveryMinuteOfDay) } };
+  return {
+    status: 200,
+    body: { data: toPartnerOrder(record, ctx.state.origin, false, ctx.state.deliveryMinuteOfDay) },
+  };
 }
 
 function readOrderByReference(ctx: ApiContext): ApiResult {
@@ -45,7 +54,12 @@ function cancelOrder(ctx: ApiContext): ApiResult {
   if (!record) return apiError('partner', 404, 'not_found', 'No order with this uid.');
   const outcome = ctx.lifecycle.cancel(record, 'Canceled by partner');
   if (!outcome) {
-    return apiError('partner', 409, 'not_cancelable', 'The order can no longer be canceled: it was picked up, delivered or already canceled.');
+    return apiError(
+      'partner',
+      409,
+      'not_cancelable',
+      'The order can no longer be canceled: it was picked up, delivered or already canceled.',
+    );
   }
   const body: WirePartnerCancellation = {
     message: 'Order canceled',
@@ -92,7 +106,10 @@ const SEED_ADDRESSES = {
 function seedRequestBody(body: JsonObject): JsonObject {
   const mentions = (end: 'pickup' | 'dropoff') => Object.keys(body).some((name) => name.startsWith(`${end}_address_`));
   const filled: JsonObject = { ...SEED_DEFAULTS };
-  for (const [end, other] of [['pickup', 'dropoff'], ['dropoff', 'pickup']] as const) {
+  for (const [end, other] of [
+    ['pickup', 'dropoff'],
+    ['dropoff', 'pickup'],
+  ] as const) {
     if (mentions(end)) continue;
     const otherCity = body[`${other}_address_city`];
     const near =
@@ -107,10 +124,20 @@ function seedRequestBody(body: JsonObject): JsonObject {
 
 export type SeedOutcome =
   | { ok: true; order: WireOrder }
-  | { ok: false; reason: 'invalid_api_key' | 'validation_error' | 'duplicate_reference'; message: string; problems?: FieldProblem[] };
+  | {
+      ok: false;
+      reason: 'invalid_api_key' | 'validation_error' | 'duplicate_reference';
+      message: string;
+      problems?: FieldProblem[];
+    };
 
 /** Validates with the partner rules, books the order and starts its lifecycle. */
-export function seedOrder(state: SandboxState, lifecycle: LifecycleSimulator, key: string, body: JsonObject): SeedOutcome {
+export function seedOrder(
+  state: SandboxState,
+  lifecycle: LifecycleSimulator,
+  key: string,
+  body: JsonObject,
+): SeedOutcome {
   if (!state.merchantByKey(key)) return { ok: false, reason: 'invalid_api_key', message: 'The API key is invalid.' };
   const { problems, request } = validateDeliveryRequest('partner', seedRequestBody(body));
   if (request.partner_reference === undefined && !problems.some((p) => p.field === 'partner_reference')) {

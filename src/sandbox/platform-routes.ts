@@ -19,7 +19,11 @@ export function quoteResult(quote: Quote): WireQuoteResult {
   return {
     message: 'Quote created',
     data: {
-      price: { delivery_fee: centsToMajor(quote.feeCents), tip: centsToMajor(quote.tipCents), currency: quote.currency },
+      price: {
+        delivery_fee: centsToMajor(quote.feeCents),
+        tip: centsToMajor(quote.tipCents),
+        currency: quote.currency,
+      },
       distance: quote.distanceKm,
     },
   };
@@ -38,7 +42,8 @@ function createDelivery(ctx: ApiContext): ApiResult {
   ctx.lifecycle.start(record);
   // The doc shows only `uid` and `tracking_link`: at the top level unless the createAnswerShape knob says `data`.
   const created = { uid: record.uid, tracking_link: trackingUrl(ctx.state.origin, record.uid) };
-  if (ctx.state.createAnswerShape === 'data') return { status: 200, body: { message: 'Delivery created', data: created } };
+  if (ctx.state.createAnswerShape === 'data')
+    return { status: 200, body: { message: 'Delivery created', data: created } };
   return { status: 201, body: { message: 'Delivery created', ...created } };
 }
 
@@ -55,7 +60,12 @@ function cancelDelivery(ctx: ApiContext): ApiResult {
   if (!record) return apiError('platform', 404, 'not_found', 'No delivery with this uid belongs to the platform.');
   const outcome = ctx.lifecycle.cancel(record, 'Canceled by platform');
   if (!outcome) {
-    return apiError('platform', 409, 'not_cancelable', 'The delivery can no longer be canceled: it was picked up, delivered or already canceled.');
+    return apiError(
+      'platform',
+      409,
+      'not_cancelable',
+      'The delivery can no longer be canceled: it was picked up, delivered or already canceled.',
+    );
   }
   const body: WirePlatformCancellation = {
     message: 'Delivery canceled',

@@ -70,7 +70,8 @@ function commonFields(record: DeliveryRecord, origin: string, minuteOfDay: numbe
     distance: { value: record.quote.distanceKm, unit: 'km' },
     pickup_name: r.pickup_name,
     dropoff_name: r.dropoff_name,
-    // On read the date is a full datetime; which time of day the document does not say (the deliveryMinuteOfDay knob, midnight by default).
+    // On read the date is a full datetime; which time of day the document does not say (the deliveryMinuteOfDay knob,
+    // midnight by default).
     delivery_date: `${deliveryDay(record)}T${String(Math.floor(minuteOfDay / 60)).padStart(2, '0')}:${String(minuteOfDay % 60).padStart(2, '0')}:00+00:00`,
     driver_id: null,
     driver_name: assigned ? record.courier!.name : null,
@@ -113,7 +114,10 @@ function commonFields(record: DeliveryRecord, origin: string, minuteOfDay: numbe
  * sandbox is when a courier takes the job (the quote's fee, from then on).
  */
 function priceOf(record: DeliveryRecord): WirePrice {
-  return { value: record.courier === null ? null : centsToMajor(record.quote.feeCents), currency: record.quote.currency };
+  return {
+    value: record.courier === null ? null : centsToMajor(record.quote.feeCents),
+    currency: record.quote.currency,
+  };
 }
 
 /** Flat `pickup_address_*` fields; coordinates are the ones the courier drives to (given or derived). */
@@ -186,7 +190,12 @@ export interface WebhookExtras {
 }
 
 /** The webhook body (and JWT `payload` claim) for one event about `record`, as of now. */
-export function toWebhookEvent(record: DeliveryRecord, eventName: string, origin: string, extras: WebhookExtras = {}): SandboxWebhookEvent {
+export function toWebhookEvent(
+  record: DeliveryRecord,
+  eventName: string,
+  origin: string,
+  extras: WebhookExtras = {},
+): SandboxWebhookEvent {
   const r = record.request;
   const assigned = record.courier !== null;
   const event: SandboxWebhookEvent = {
@@ -247,7 +256,10 @@ export function toWebhookEvent(record: DeliveryRecord, eventName: string, origin
 }
 
 /** `{pickup_address: {...}}`, or nothing at all when the request had no address for that end. */
-function nestedAddress(record: DeliveryRecord, end: 'pickup' | 'dropoff'): Partial<Record<'pickup_address' | 'dropoff_address', WireWebhookAddress>> {
+function nestedAddress(
+  record: DeliveryRecord,
+  end: 'pickup' | 'dropoff',
+): Partial<Record<'pickup_address' | 'dropoff_address', WireWebhookAddress>> {
   const place = record[end];
   if (!place.given) return {};
   const r = record.request as unknown as Record<string, string | undefined>;

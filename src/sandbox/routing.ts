@@ -33,10 +33,7 @@ export interface ApiRoute {
   handle(ctx: ApiContext): ApiResult;
 }
 
-export type RouteMatch =
-  | { route: ApiRoute; params: Record<string, string> }
-  | { allowed: string[] }
-  | null;
+export type RouteMatch = { route: ApiRoute; params: Record<string, string> } | { allowed: string[] } | null;
 
 /** Finds the route for a method and path; `{allowed}` when only the method is wrong. */
 export function matchRoute(routes: readonly ApiRoute[], method: string, segments: readonly string[]): RouteMatch {
@@ -62,7 +59,11 @@ function matchPath(pattern: readonly string[], segments: readonly string[]): Rec
 }
 
 /** Platform errors are `{code, message}`; the partner group's are `{error, message}`. */
-export function errorBody(group: Group, code: string, message: string): { code: string; message: string } | { error: string; message: string } {
+export function errorBody(
+  group: Group,
+  code: string,
+  message: string,
+): { code: string; message: string } | { error: string; message: string } {
   return group === 'platform' ? { code, message } : { error: code, message };
 }
 

@@ -59,7 +59,8 @@ async function handle(deps: ServerDeps, req: IncomingMessage, res: ServerRespons
   if (path === API_PREFIX || path.startsWith(`${API_PREFIX}/`)) {
     const segments = splitPath(path.slice(API_PREFIX.length));
     // The partner group sits directly under /api/v1; any other first segment is a platform id.
-    const group: Group = segments === null || segments.length === 0 || PARTNER_ROOTS.has(segments[0]!) ? 'partner' : 'platform';
+    const group: Group =
+      segments === null || segments.length === 0 || PARTNER_ROOTS.has(segments[0]!) ? 'partner' : 'platform';
     const result = await handleApi(deps, req, group, method, segments);
     if (result === null) return; // stopped mid-wait: the socket is going away
     record(group, result.status);
@@ -67,7 +68,9 @@ async function handle(deps: ServerDeps, req: IncomingMessage, res: ServerRespons
     return;
   }
 
-  const page = path.startsWith('/sandbox/') ? await handleControl(deps, req, method, path) : handleTrackingPage(deps, method, path);
+  const page = path.startsWith('/sandbox/')
+    ? await handleControl(deps, req, method, path)
+    : handleTrackingPage(deps, method, path);
   record('control', page.status);
   res.writeHead(page.status, { 'content-type': page.contentType, 'cache-control': 'no-store' }).end(page.body);
 }
@@ -98,23 +101,43 @@ async function handleApi(
 
   if (segments === null) return { status: 404, body: errorBody(group, 'not_found', 'Route not found.') };
   const platformId = group === 'platform' ? segments[0]! : null;
-  const match = matchRoute(group === 'platform' ? PLATFORM_ROUTES : PARTNER_ROUTES, method, group === 'platform' ? segments.slice(1) : segments);
+  const match = matchRoute(
+    group === 'platform' ? PLATFORM_ROUTES : PARTNER_ROUTES,
+    method,
+    group === 'platform' ? segments.slice(1) : segments,
+  );
   if (match === null) return { status: 404, body: errorBody(group, 'not_found', 'Route not found.') };
-  if ('allowed' in match) return { status: 405, body: errorBody(group, 'method_not_allowed', `Use ${match.allowed.join(', ')}.`) };
+  if ('allowed' in match)
+    return { status: 405, body: errorBody(group, 'method_not_allowed', `Use ${match.allowed.join(', ')}.`) };
 
   const auth = authenticate(deps.state, req.headers.authorization, platformId);
   if ('message' in auth) return { status: 401, body: errorBody(group, 'invalid_api_key', auth.message) };
 
   let json: JsonObject = {};
   if (match.route.json) {
-    if (body === 'too_large') return { status: 413, body: errorBody(group, 'payload_too_large', 'The request body exceeds 1 MiB.') };
+    if (body === 'too_large')
+      return { status: 413, body: errorBody(group, 'payload_too_large', 'The request body exceeds 1 MiB.') };
     const parsed = parseJson(body);
-    if (!isPlainObject(parsed)) return { status: 400, body: errorBody(group, 'bad_request', 'The request body must be a JSON object.') };
+    if (!isPlainObject(parsed))
+      return { status: 400, body: errorBody(group, 'bad_request', 'The request body must be a JSON object.') };
     json = parsed;
   }
-  const result = match.route.handle({ group, merchant: auth.merchant, params: match.params, body: json, state: deps.state, lifecycle: deps.lifecycle });
+  const result = match.route.handle({
+    group,
+    merchant: auth.merchant,
+    params: match.params,
+    body: json,
+    state: deps.state,
+    lifecycle: deps.lifecycle,
+  });
   // A booking made, its answer late (createAnswerDelayMs): the document promises no answer time.
-  if (group === 'platform' && method === 'POST' && match.route.path.join('/') === 'deliveries' && result.status < 300 && deps.knobs.createAnswerDelayMs > 0) {
+  if (
+    group === 'platform' &&
+    method === 'POST' &&
+    match.route.path.join('/') === 'deliveries' &&
+    result.status < 300 &&
+    deps.knobs.createAnswerDelayMs > 0
+  ) {
     try {
       await sleep(deps.knobs.createAnswerDelayMs, undefined, { signal: deps.lifetime });
     } catch {
@@ -129,13 +152,18 @@ async function handleApi(
  * belong to the platform in the path; an unknown platform id fails the same way.
  * Messages never echo the key.
  */
-function authenticate(state: SandboxState, header: string | undefined, platformId: string | null): { merchant: SandboxMerchant } | { message: string } {
+function authenticate(
+  state: SandboxState,
+  header: string | undefined,
+  platformId: string | null,
+): { merchant: SandboxMerchant } | { message: string } {
   const key = bearerToken(header);
   if (key === null) return { message: 'Missing API key: send Authorization: Bearer <key>.' };
   const merchant = state.merchantByKey(key);
   if (!merchant) return { message: 'The API key is invalid.' };
   if (state.revokedKeys.has(key)) return { message: 'The API key has been revoked.' };
-  if (platformId !== null && merchant.platformId !== platformId) return { message: 'The API key is not valid for this platform.' };
+  if (platformId !== null && merchant.platformId !== platformId)
+    return { message: 'The API key is not valid for this platform.' };
   return { merchant };
 }
 
@@ -153,7 +181,11 @@ interface Page {
   body: string;
 }
 
-const jsonPage = (status: number, body: unknown): Page => ({ status, contentType: 'application/json', body: JSON.stringify(body) });
+const jsonPage = (status: number, body: unknown): Page => ({
+  status,
+  contentType: 'application/json',
+  body: JSON.stringify(body),
+});
 const controlError = (status: number, error: string, message: string) => jsonPage(status, { error, message });
 
 async function handleControl(deps: ServerDeps, req: IncomingMessage, method: string, path: string): Promise<Page> {
@@ -176,7 +208,11 @@ async function handleControl(deps: ServerDeps, req: IncomingMessage, method: str
     const body = parseJson(await readBody(req));
     const url = isPlainObject(body) ? body.url : undefined;
     if (url !== null && !(typeof url === 'string' && isHttpUrl(url))) {
-      return controlError(400, 'bad_request', 'Send {"url": "<absolute http or https URL>"}, or {"url": null} to send no webhooks.');
+      return controlError(
+        400,
+        'bad_request',
+        'Send {"url": "<absolute http or https URL>"}, or {"url": null} to send no webhooks.',
+      );
     }
     deps.setWebhookUrl(url ?? undefined);
     return jsonPage(200, { webhookUrl: url });
@@ -200,7 +236,11 @@ async function handleControl(deps: ServerDeps, req: IncomingMessage, method: str
     const found = deps.history(uid);
     if (found) return jsonPage(200, found);
     if (deps.state.deliveries.has(uid)) {
-      return controlError(410, 'history_not_kept', `The webhook history of ${uid} is no longer kept: the sandbox keeps those of the ${deps.historySize} deliveries that finished last (webhookHistorySize).`);
+      return controlError(
+        410,
+        'history_not_kept',
+        `The webhook history of ${uid} is no longer kept: the sandbox keeps those of the ${deps.historySize} deliveries that finished last (webhookHistorySize).`,
+      );
     }
     return controlError(404, 'not_found', `No delivery ${uid}.`);
   }
@@ -211,7 +251,12 @@ async function handleControl(deps: ServerDeps, req: IncomingMessage, method: str
     const uid = decodeSegment(release[1]!) ?? '';
     const text = await readBody(req);
     const body = text === '' ? {} : parseJson(text);
-    if (!isPlainObject(body)) return controlError(400, 'bad_request', 'The request body must be empty or a JSON object {"events": [selectors]}.');
+    if (!isPlainObject(body))
+      return controlError(
+        400,
+        'bad_request',
+        'The request body must be empty or a JSON object {"events": [selectors]}.',
+      );
     const events = body.events;
     const problems = events === undefined ? [] : selectorListProblems(events, 'events');
     if (problems.length > 0) return controlError(400, 'bad_request', problems.join(' '));
@@ -235,7 +280,12 @@ async function handleControl(deps: ServerDeps, req: IncomingMessage, method: str
   // The key travels as the bearer token, as on /api/v1, never in the path (paths get logged).
   if (method === 'POST' && path === '/sandbox/revoke-key') {
     const key = bearerToken(req.headers.authorization);
-    if (key === null || !deps.state.merchantByKey(key)) return controlError(404, 'not_found', 'Send the key to revoke as Authorization: Bearer <key>; it must be a sandbox merchant key.');
+    if (key === null || !deps.state.merchantByKey(key))
+      return controlError(
+        404,
+        'not_found',
+        'Send the key to revoke as Authorization: Bearer <key>; it must be a sandbox merchant key.',
+      );
     deps.revokeKey(key);
     return jsonPage(200, { revoked: true });
   }
@@ -244,7 +294,12 @@ async function handleControl(deps: ServerDeps, req: IncomingMessage, method: str
   if (method === 'POST' && path === '/sandbox/merchant-keys') {
     const key = bearerToken(req.headers.authorization);
     const added = key === null ? undefined : deps.addMerchantKey(key);
-    if (added === undefined) return controlError(404, 'not_found', 'Send a key of the merchant as Authorization: Bearer <key>; it must be a sandbox merchant key.');
+    if (added === undefined)
+      return controlError(
+        404,
+        'not_found',
+        'Send a key of the merchant as Authorization: Bearer <key>; it must be a sandbox merchant key.',
+      );
     return jsonPage(201, { key: added });
   }
 
@@ -261,7 +316,11 @@ async function handleControl(deps: ServerDeps, req: IncomingMessage, method: str
 
   const proof = /^\/sandbox\/proofs\/[^/]+\/(photo|signature)\.svg$/.exec(path);
   if (method === 'GET' && proof) {
-    return { status: 200, contentType: 'image/svg+xml', body: proofSvg(proof[1] === 'photo' ? 'Proof of delivery' : 'Signed: recipient') };
+    return {
+      status: 200,
+      contentType: 'image/svg+xml',
+      body: proofSvg(proof[1] === 'photo' ? 'Proof of delivery' : 'Signed: recipient'),
+    };
   }
   return controlError(404, 'not_found', 'Unknown sandbox route.');
 }
@@ -270,7 +329,12 @@ async function handleControl(deps: ServerDeps, req: IncomingMessage, method: str
 function handleTrackingPage(deps: ServerDeps, method: string, path: string): Page {
   const match = /^\/track\/([^/]+)$/.exec(path);
   const record = method === 'GET' && match ? deps.state.deliveries.get(decodeSegment(match[1]!) ?? '') : undefined;
-  if (!record) return { status: 404, contentType: 'text/html; charset=utf-8', body: '<!doctype html><title>Not found</title><p>No such delivery.</p>' };
+  if (!record)
+    return {
+      status: 404,
+      contentType: 'text/html; charset=utf-8',
+      body: '<!doctype html><title>Not found</title><p>No such delivery.</p>',
+    };
   const d = toPlatformDelivery(record, deps.state.origin, deps.state.deliveryMinuteOfDay);
   const rows: [string, unknown][] = [
     ['Status', d.status],
@@ -298,7 +362,10 @@ function escapeHtml(text: string): string {
 
 /** Path segments, URL-decoded; null when a segment is not valid percent-encoding. */
 function splitPath(path: string): string[] | null {
-  const segments = path.split('/').filter((s) => s !== '').map(decodeSegment);
+  const segments = path
+    .split('/')
+    .filter((s) => s !== '')
+    .map(decodeSegment);
   return segments.every((s): s is string => s !== null) ? segments : null;
 }
 

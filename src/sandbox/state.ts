@@ -1,12 +1,7 @@
 // What the sandbox remembers: merchants, deliveries (platform group) and orders
 // (partner group), and the pure rules that price and place them.
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import type {
-  DeliveryEventName,
-  LocationEventName,
-  WireDeliveryRequest,
-  WireLatLng,
-} from '../upstream/wire.js';
+import type { DeliveryEventName, LocationEventName, WireDeliveryRequest, WireLatLng } from '../upstream/wire.js';
 import type { Outcome, SandboxMerchant, WebhookScript } from './types.js';
 import { deriveSeed, freshSeed, seededRandom, webhookScriptOf } from './webhook-script.js';
 
@@ -39,7 +34,13 @@ export interface Milestone {
 
 export const CANCELED_STATUS = 'Canceled';
 
-const milestone = (key: MilestoneKey, event: DeliveryEventName, status: string, label: string, location: LocationEventName | null): Milestone => ({
+const milestone = (
+  key: MilestoneKey,
+  event: DeliveryEventName,
+  status: string,
+  label: string,
+  location: LocationEventName | null,
+): Milestone => ({
   key,
   event,
   status,
@@ -50,16 +51,52 @@ const milestone = (key: MilestoneKey, event: DeliveryEventName, status: string, 
 export const MILESTONE: Readonly<Record<MilestoneKey, Milestone>> = Object.freeze({
   created: milestone('created', 'delivery.created', 'CREATED', 'Created', null),
   assigned: milestone('assigned', 'delivery.assigned', 'ASSIGNED', 'Assigned', 'location.assigned_driver'),
-  pickup_enroute: milestone('pickup_enroute', 'delivery.pickup_enroute', 'PICKUP_ENROUTE', 'Pickup Enroute', 'location.pickup_enroute'),
-  pickup_arrived: milestone('pickup_arrived', 'delivery.pickup_arrived', 'PICKUP_ARRIVED', 'Pickup Arrived', 'location.pickup_arrived'),
-  pickup_complete: milestone('pickup_complete', 'delivery.pickup_complete', 'PICKUP_COMPLETE', 'Picked Up', 'location.pickup_complete'),
-  dropoff_enroute: milestone('dropoff_enroute', 'delivery.dropoff_enroute', 'DROPOFF_ENROUTE', 'Dropoff Enroute', 'location.dropoff_enroute'),
-  dropoff_arrived: milestone('dropoff_arrived', 'delivery.dropoff_arrived', 'DROPOFF_ARRIVED', 'Dropoff Arrived', 'location.dropoff_arrived'),
+  pickup_enroute: milestone(
+    'pickup_enroute',
+    'delivery.pickup_enroute',
+    'PICKUP_ENROUTE',
+    'Pickup Enroute',
+    'location.pickup_enroute',
+  ),
+  pickup_arrived: milestone(
+    'pickup_arrived',
+    'delivery.pickup_arrived',
+    'PICKUP_ARRIVED',
+    'Pickup Arrived',
+    'location.pickup_arrived',
+  ),
+  pickup_complete: milestone(
+    'pickup_complete',
+    'delivery.pickup_complete',
+    'PICKUP_COMPLETE',
+    'Picked Up',
+    'location.pickup_complete',
+  ),
+  dropoff_enroute: milestone(
+    'dropoff_enroute',
+    'delivery.dropoff_enroute',
+    'DROPOFF_ENROUTE',
+    'Dropoff Enroute',
+    'location.dropoff_enroute',
+  ),
+  dropoff_arrived: milestone(
+    'dropoff_arrived',
+    'delivery.dropoff_arrived',
+    'DROPOFF_ARRIVED',
+    'Dropoff Arrived',
+    'location.dropoff_arrived',
+  ),
   dropoff_complete: milestone('dropoff_complete', 'delivery.dropoff_complete', 'DROPOFF_COMPLETE', 'Delivered', null),
   // Off the straight path: a failure (at the door, or at the pickup) or a cancel by the provider, and the way back.
   failed: milestone('failed', 'delivery.failed', 'FAILED', 'Failed', null),
   provider_canceled: milestone('provider_canceled', 'delivery.canceled', CANCELED_STATUS, CANCELED_STATUS, null),
-  return_in_progress: milestone('return_in_progress', 'delivery.return_in_progress', 'RETURN_IN_PROGRESS', 'Return In Progress', 'location.return_in_progress'),
+  return_in_progress: milestone(
+    'return_in_progress',
+    'delivery.return_in_progress',
+    'RETURN_IN_PROGRESS',
+    'Return In Progress',
+    'location.return_in_progress',
+  ),
   returned: milestone('returned', 'delivery.returned', 'RETURNED', 'Returned', null),
 });
 
@@ -97,9 +134,24 @@ const TO_PICKUP = [...TO_PICKUP_ARRIVED, M.pickup_complete] as const;
  */
 export const PLANS: Readonly<Record<Outcome, readonly Milestone[]>> = Object.freeze({
   delivered: [...TO_PICKUP, M.dropoff_enroute, M.dropoff_arrived, M.dropoff_complete],
-  failed_then_returned: [...TO_PICKUP, M.dropoff_enroute, M.dropoff_arrived, M.failed, M.return_in_progress, M.returned],
+  failed_then_returned: [
+    ...TO_PICKUP,
+    M.dropoff_enroute,
+    M.dropoff_arrived,
+    M.failed,
+    M.return_in_progress,
+    M.returned,
+  ],
   // A second attempt after a failure at the door: the document never says what may follow `failed`.
-  failed_then_delivered: [...TO_PICKUP, M.dropoff_enroute, M.dropoff_arrived, M.failed, M.dropoff_enroute, M.dropoff_arrived, M.dropoff_complete],
+  failed_then_delivered: [
+    ...TO_PICKUP,
+    M.dropoff_enroute,
+    M.dropoff_arrived,
+    M.failed,
+    M.dropoff_enroute,
+    M.dropoff_arrived,
+    M.dropoff_complete,
+  ],
   canceled_then_returned: [...TO_PICKUP, M.dropoff_enroute, M.provider_canceled, M.return_in_progress, M.returned],
   canceled_after_pickup_then_returned: [...TO_PICKUP, M.provider_canceled, M.return_in_progress, M.returned],
   canceled_before_pickup: [...TO_PICKUP_ARRIVED, M.provider_canceled],
@@ -165,7 +217,10 @@ export interface DeliveryRecord {
   dropoff: Place;
   quote: Quote;
   deliveryStyle: string;
-  /** Decided at creation when the payload or the outcomeWeights knob says, else when the package is picked up; null until then. */
+  /**
+   * Decided at creation when the payload or the outcomeWeights knob says, else when the package is picked up; null
+   * until then.
+   */
   outcome: Outcome | null;
   /**
    * The seed of this delivery's draws (outcome, reassignment, webhook faults and
@@ -228,7 +283,12 @@ export class SandboxState {
     if (!merchant) return undefined;
     // The merchant is named after the key it had first, so what it booked with that key stays its own.
     merchant.merchantId ??= key;
-    const added: SandboxMerchant = { key: `sk_test_${randomBytes(12).toString('hex')}`, name: merchant.name, platformId: merchant.platformId, merchantId: merchant.merchantId };
+    const added: SandboxMerchant = {
+      key: `sk_test_${randomBytes(12).toString('hex')}`,
+      name: merchant.name,
+      platformId: merchant.platformId,
+      merchantId: merchant.merchantId,
+    };
     this.merchantsByKey.set(added.key, added);
     return added;
   }
@@ -287,7 +347,10 @@ export class SandboxState {
   restore(record: DeliveryRecord): void {
     this.deliveries.set(record.uid, record);
     if (record.group === 'partner' && record.request.partner_reference !== undefined) {
-      this.partnerReferences.set(`${this.merchantOf(record.merchantKey)}\n${record.request.partner_reference}`, record.uid);
+      this.partnerReferences.set(
+        `${this.merchantOf(record.merchantKey)}\n${record.request.partner_reference}`,
+        record.uid,
+      );
     }
     if (record.courier) noteDriverId(record.courier.id);
   }
@@ -295,7 +358,9 @@ export class SandboxState {
   /** A delivery the caller may see: same group, same merchant (any of its keys). Anything else is "not found". */
   find(uid: string, group: Group, merchantKey: string): DeliveryRecord | undefined {
     const record = this.deliveries.get(uid);
-    return record && record.group === group && this.merchantOf(record.merchantKey) === this.merchantOf(merchantKey) ? record : undefined;
+    return record && record.group === group && this.merchantOf(record.merchantKey) === this.merchantOf(merchantKey)
+      ? record
+      : undefined;
   }
 
   /**
@@ -305,7 +370,11 @@ export class SandboxState {
   findReadable(uid: string, group: Group, merchant: SandboxMerchant): DeliveryRecord | undefined {
     if (this.readScope === 'merchant') return this.find(uid, group, merchant.key);
     const record = this.deliveries.get(uid);
-    return record && record.group === group && this.merchantByKey(record.merchantKey)?.platformId === merchant.platformId ? record : undefined;
+    return record &&
+      record.group === group &&
+      this.merchantByKey(record.merchantKey)?.platformId === merchant.platformId
+      ? record
+      : undefined;
   }
 
   findByPartnerReference(merchantKey: string, reference: string): DeliveryRecord | undefined {
@@ -459,7 +528,16 @@ const MIN_KM_FROM_KNOWN_CITY = 60;
 /** Half the side of the box addresses are scattered in around their city: ~10 km each way. */
 const BOX_HALF_KM = 10;
 
-const ADDRESS_PARTS = ['street', 'number', 'secondary_number', 'city', 'county', 'state', 'postal_code', 'country'] as const;
+const ADDRESS_PARTS = [
+  'street',
+  'number',
+  'secondary_number',
+  'city',
+  'county',
+  'state',
+  'postal_code',
+  'country',
+] as const;
 
 interface CityName {
   city: string;
@@ -475,7 +553,9 @@ function cityOf(end: 'pickup' | 'dropoff', fields: Record<string, unknown>): Cit
   return { city, country: COUNTRY_ALIASES[country] ?? country };
 }
 
-/** The centre of a city: where it is for a demo city (in its own country), else a stable point derived from the name. */
+/**
+ * The centre of a city: where it is for a demo city (in its own country), else a stable point derived from the name.
+ */
 function cityCentre(name: CityName): WireLatLng {
   const known = KNOWN_CITIES[name.city];
   if (known && (name.country === '' || name.country === known.country)) return known.centre;
@@ -514,7 +594,9 @@ export function locate(end: 'pickup' | 'dropoff', request: WireDeliveryRequest):
   const other = cityOf(end === 'pickup' ? 'dropoff' : 'pickup', fields);
   const own = cityOf(end, fields);
   // A city without a country (allowed on a partner dropoff) is taken to be in the other end's country.
-  const city = own ? { ...own, country: own.country || other?.country || '' } : (other ?? { city: FALLBACK_CITY, country: '' });
+  const city = own
+    ? { ...own, country: own.country || other?.country || '' }
+    : (other ?? { city: FALLBACK_CITY, country: '' });
   const digest = createHash('sha256').update(text).digest();
   const u = digest.readUInt32BE(0) / 0xffffffff - 0.5;
   const v = digest.readUInt32BE(4) / 0xffffffff - 0.5;
@@ -550,7 +632,16 @@ function round6(n: number): number {
 // ---------------------------------------------------------------------------
 // Couriers
 
-const COURIER_NAMES = ['Ana Costa', 'Ben Okafor', 'Chen Wei', 'Dana Kowalski', 'Eli Navarro', 'Fatima Haddad', 'Gus Lindqvist', 'Hana Sato'];
+const COURIER_NAMES = [
+  'Ana Costa',
+  'Ben Okafor',
+  'Chen Wei',
+  'Dana Kowalski',
+  'Eli Navarro',
+  'Fatima Haddad',
+  'Gus Lindqvist',
+  'Hana Sato',
+];
 const VEHICLES: readonly [make: string, model: string][] = [
   ['Toyota', 'Prius'],
   ['Honda', 'Civic'],
@@ -592,7 +683,11 @@ export function pickCourier(record: DeliveryRecord, replacing?: Courier): Courie
 }
 
 /** Why a provider gives up on a delivery; the `provider:` prefix tells it from a merchant's cancel. */
-const PROVIDER_CANCELLATION_REASONS = ['provider: vehicle breakdown', 'provider: courier unavailable', 'provider: road closed'];
+const PROVIDER_CANCELLATION_REASONS = [
+  'provider: vehicle breakdown',
+  'provider: courier unavailable',
+  'provider: road closed',
+];
 
 export function pickProviderCancellationReason(): string {
   return pick(PROVIDER_CANCELLATION_REASONS);

@@ -29,7 +29,10 @@ export type WebhookOrderName = 'as_emitted' | 'reversed' | 'shuffled';
 export type Selector = number | string;
 
 export interface WebhookScript {
-  /** `as_emitted` sends each event as it happens; anything else gathers them until the delivery ends (or a release), then sends them arranged. */
+  /**
+   * `as_emitted` sends each event as it happens; anything else gathers them until the delivery ends (or a release),
+   * then sends them arranged.
+   */
   order: WebhookOrderName | readonly Selector[];
   /** Seeds `shuffled` (and the delivery's other draws); drawn at random and shown in the history when absent. */
   seed: number | null;
@@ -103,7 +106,10 @@ export interface SandboxKnobs {
   webhookTimeoutMs: number;
   /** Retry n waits retryBaseMs * 2^(n-1); at most 5 retries. */
   retryBaseMs: number;
-  /** The time of day of a read's delivery_date, in minutes after midnight UTC (the document does not say which; 0 = midnight). */
+  /**
+   * The time of day of a read's delivery_date, in minutes after midnight UTC (the document does not say which; 0 =
+   * midnight).
+   */
   deliveryMinuteOfDay: number;
   /**
    * Whose deliveries a key may read (GET by uid, both groups): `merchant`, only its
@@ -111,7 +117,10 @@ export interface SandboxKnobs {
    * with this uid belongs to the platform") allows. Cancels stay the merchant's own.
    */
   readScope: 'merchant' | 'platform';
-  /** Whether a partner order's webhooks also carry partner_reference and partner_payload (the document's body has neither). */
+  /**
+   * Whether a partner order's webhooks also carry partner_reference and partner_payload (the document's body has
+   * neither).
+   */
   partnerWebhookFields: boolean;
   /**
    * POST /deliveries books the delivery (its lifecycle and webhooks start) and only
@@ -186,7 +195,10 @@ export interface DeliveryHistory extends WebhookHistory {
   status: string;
   /** Nothing more will happen to it. */
   finished: boolean;
-  /** The delivery.* events of its plan, in order (the delivered path while the outcome is open; a merchant cancel cuts it short). */
+  /**
+   * The delivery.* events of its plan, in order (the delivered path while the outcome is open; a merchant cancel cuts
+   * it short).
+   */
   plan: string[];
 }
 
@@ -244,7 +256,6 @@ export interface SandboxOptions {
   webhookHistorySize?: number;
 }
 
-
 export interface Sandbox {
   /** Base URL ending in /api/v1. */
   url: string;
@@ -265,7 +276,10 @@ export interface Sandbox {
   setKnobs(knobs: Partial<SandboxKnobs>): void;
   /** Where webhooks go now; undefined: nowhere (polling only). */
   readonly webhookUrl: string | undefined;
-  /** Changes where webhooks go, from the next attempt on (undefined: nowhere); also `PUT /sandbox/webhook-url`. Resumes a paused sandbox. */
+  /**
+   * Changes where webhooks go, from the next attempt on (undefined: nowhere); also `PUT /sandbox/webhook-url`. Resumes
+   * a paused sandbox.
+   */
   setWebhookUrl(url: string | undefined): void;
   /** Starts the clocks and the kept webhooks of a sandbox started `paused`; nothing when it runs already. */
   resume(): void;
@@ -300,7 +314,9 @@ export interface Sandbox {
    * Returns the new key. Also `POST /sandbox/merchant-keys` with `Authorization: Bearer <key>`.
    */
   addMerchantKey(key: string): string;
-  /** Moves one delivery to its next milestone now (emitting its events). Rejects for an unknown or finished delivery. */
+  /**
+   * Moves one delivery to its next milestone now (emitting its events). Rejects for an unknown or finished delivery.
+   */
   advance(uid: string): Promise<void>;
   /**
    * Gives one delivery another courier now (new driver_id, name, phones, vehicle),

@@ -169,14 +169,17 @@ function crossFieldRules(body: JsonObject, present: JsonObject, problem: (field:
     }
   }
 
-  // The sandbox's own switches inside the payload: a misspelt outcome or script would otherwise silently deliver in order.
+  // The sandbox's own switches inside the payload: a misspelt outcome or script would otherwise silently deliver in
+  // order.
   for (const field of ['platform_payload', 'partner_payload']) {
     const outcome = outcomeInPayload(present[field]);
     if (outcome !== undefined && !(OUTCOMES as readonly unknown[]).includes(outcome)) {
       problem(field, `The ${field}.${OUTCOME_PAYLOAD_FIELD} field must be one of ${OUTCOMES.join(', ')}.`);
     }
     const script = webhookScriptInPayload(present[field]);
-    if (script !== undefined) for (const message of webhookScriptProblems(script, `${field}.${WEBHOOKS_PAYLOAD_FIELD}`)) problem(field, message);
+    if (script !== undefined)
+      for (const message of webhookScriptProblems(script, `${field}.${WEBHOOKS_PAYLOAD_FIELD}`))
+        problem(field, message);
   }
 
   const currency = present.currency as string | undefined;
@@ -238,7 +241,10 @@ function isRealDate(year: number, month: number, day: number): boolean {
 }
 
 /** Platform shape: `{message, errors}`; the message names the first problem, Laravel style. */
-export function platformValidationBody(problems: readonly FieldProblem[]): { message: string; errors: Record<string, string[]> } {
+export function platformValidationBody(problems: readonly FieldProblem[]): {
+  message: string;
+  errors: Record<string, string[]>;
+} {
   const errors: Record<string, string[]> = {};
   for (const p of problems) (errors[p.field] ??= []).push(p.message);
   const [first] = problems;

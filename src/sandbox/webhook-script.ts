@@ -7,7 +7,9 @@ import { createHash, randomInt } from 'node:crypto';
 import { DELIVERY_EVENT_NAMES, LOCATION_EVENT_NAMES } from '../upstream/wire.js';
 import type { Selector, WebhookOrderName, WebhookScript } from './types.js';
 
-/** The payload entry (`platform_payload`, or a seeded order's `partner_payload`) that scripts one delivery's webhooks. */
+/**
+ * The payload entry (`platform_payload`, or a seeded order's `partner_payload`) that scripts one delivery's webhooks.
+ */
 export const WEBHOOKS_PAYLOAD_FIELD = 'sandbox_webhooks';
 
 /** How a batch of webhooks is arranged; an array lists selectors to send first, in that order. */
@@ -21,7 +23,8 @@ export const MAX_SEED = 2 ** 32 - 1;
 /** What is wrong with a `sandbox_webhooks` value, one message per problem, naming the entry; empty when it is fine. */
 export function webhookScriptProblems(value: unknown, at: string): string[] {
   const problems: string[] = [];
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return [`The ${at} field must be an object with any of ${SCRIPT_KEYS.join(', ')}.`];
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    return [`The ${at} field must be an object with any of ${SCRIPT_KEYS.join(', ')}.`];
   for (const [name, entry] of Object.entries(value)) {
     if (!(SCRIPT_KEYS as readonly string[]).includes(name)) {
       problems.push(`The ${at}.${name} field is not known; use ${SCRIPT_KEYS.join(', ')}.`);
@@ -32,7 +35,8 @@ export function webhookScriptProblems(value: unknown, at: string): string[] {
       continue;
     }
     if (name === 'order' && typeof entry === 'string') {
-      if (!(WEBHOOK_ORDERS as readonly string[]).includes(entry)) problems.push(`The ${at}.order field must be one of ${WEBHOOK_ORDERS.join(', ')}, or a list of selectors.`);
+      if (!(WEBHOOK_ORDERS as readonly string[]).includes(entry))
+        problems.push(`The ${at}.order field must be one of ${WEBHOOK_ORDERS.join(', ')}, or a list of selectors.`);
       continue;
     }
     problems.push(...selectorListProblems(entry, `${at}.${name}`));
@@ -51,12 +55,17 @@ export function selectorListProblems(value: unknown, at: string): string[] {
 
 /** The script a valid `sandbox_webhooks` value describes (validation ran first); null when the payload has none. */
 export function webhookScriptOf(payload: unknown): WebhookScript | null {
-  const value = typeof payload === 'object' && payload !== null && !Array.isArray(payload) ? (payload as Record<string, unknown>)[WEBHOOKS_PAYLOAD_FIELD] : undefined;
+  const value =
+    typeof payload === 'object' && payload !== null && !Array.isArray(payload)
+      ? (payload as Record<string, unknown>)[WEBHOOKS_PAYLOAD_FIELD]
+      : undefined;
   if (value === undefined) return null;
   const entries = value as Partial<Record<(typeof SCRIPT_KEYS)[number], unknown>>;
   const list = (entry: unknown): Selector[] => (Array.isArray(entry) ? (entry as Selector[]) : []);
   return {
-    order: Array.isArray(entries.order) ? list(entries.order) : ((entries.order as WebhookOrderName | undefined) ?? 'as_emitted'),
+    order: Array.isArray(entries.order)
+      ? list(entries.order)
+      : ((entries.order as WebhookOrderName | undefined) ?? 'as_emitted'),
     seed: isSeed(entries.seed) ? entries.seed : null,
     drop: list(entries.drop),
     duplicate: list(entries.duplicate),
@@ -66,7 +75,9 @@ export function webhookScriptOf(payload: unknown): WebhookScript | null {
 
 /** The raw `sandbox_webhooks` entry of a payload, if any. */
 export function webhookScriptInPayload(payload: unknown): unknown {
-  return typeof payload === 'object' && payload !== null && !Array.isArray(payload) ? (payload as Record<string, unknown>)[WEBHOOKS_PAYLOAD_FIELD] : undefined;
+  return typeof payload === 'object' && payload !== null && !Array.isArray(payload)
+    ? (payload as Record<string, unknown>)[WEBHOOKS_PAYLOAD_FIELD]
+    : undefined;
 }
 
 export function isSeed(value: unknown): value is number {
@@ -74,7 +85,8 @@ export function isSeed(value: unknown): value is number {
 }
 
 function selectorProblem(selector: unknown): string | null {
-  if (typeof selector === 'number') return Number.isInteger(selector) && selector >= 0 ? null : 'an index must be an integer >= 0';
+  if (typeof selector === 'number')
+    return Number.isInteger(selector) && selector >= 0 ? null : 'an index must be an integer >= 0';
   if (typeof selector !== 'string') return 'a selector is an index or an event name';
   if (selector === '*' || selector === 'delivery.*' || selector === 'location.*') return null;
   const [name, nth] = selector.split('#', 2) as [string, string | undefined];
@@ -98,7 +110,8 @@ export function matches(selector: Selector, event: ScriptedEvent): boolean {
   return event.eventName === name && (nth === undefined || Number(nth) === event.occurrence);
 }
 
-export const matchesAny = (selectors: readonly Selector[], event: ScriptedEvent) => selectors.some((s) => matches(s, event));
+export const matchesAny = (selectors: readonly Selector[], event: ScriptedEvent) =>
+  selectors.some((s) => matches(s, event));
 
 /**
  * The events of `batch` (in true order), each once per copy, arranged:
@@ -106,7 +119,12 @@ export const matchesAny = (selectors: readonly Selector[], event: ScriptedEvent)
  * `shuffled` shuffles the copies too; a selector list sends what the selectors
  * pick (see `pick`), then whatever none picked, in true order.
  */
-export function arrange<T extends ScriptedEvent>(batch: readonly T[], order: WebhookScript['order'], copiesOf: (event: T) => number, random: () => number): T[] {
+export function arrange<T extends ScriptedEvent>(
+  batch: readonly T[],
+  order: WebhookScript['order'],
+  copiesOf: (event: T) => number,
+  random: () => number,
+): T[] {
   const withCopies = (events: readonly T[]) => events.flatMap((event) => Array<T>(copiesOf(event)).fill(event));
   if (order === 'as_emitted') return withCopies(batch);
   if (order === 'reversed') return withCopies([...batch].reverse());
@@ -120,7 +138,11 @@ export function arrange<T extends ScriptedEvent>(batch: readonly T[], order: Web
  * events in true order): an event picked twice is sent twice; one the script
  * duplicates gets its second copy right after its first.
  */
-export function pick<T extends ScriptedEvent>(batch: readonly T[], selectors: readonly Selector[], copiesOf: (event: T) => number): { sequence: T[]; picked: Set<T> } {
+export function pick<T extends ScriptedEvent>(
+  batch: readonly T[],
+  selectors: readonly Selector[],
+  copiesOf: (event: T) => number,
+): { sequence: T[]; picked: Set<T> } {
   const picked = new Set<T>();
   const sequence: T[] = [];
   for (const selector of selectors) {

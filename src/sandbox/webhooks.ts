@@ -14,7 +14,14 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { SignJWT } from 'jose';
 import { Agent, request } from 'undici';
 import type { SandboxWebhookEvent } from './representations.js';
-import type { SandboxKnobs, Selector, WebhookHistory, WebhookHistoryEntry, WebhookScript, WebhookStats } from './types.js';
+import type {
+  SandboxKnobs,
+  Selector,
+  WebhookHistory,
+  WebhookHistoryEntry,
+  WebhookScript,
+  WebhookStats,
+} from './types.js';
 import { arrange, deriveSeed, matchesAny, pick, seededRandom, type ScriptedEvent } from './webhook-script.js';
 
 export const MAX_RETRIES = 5;
@@ -178,7 +185,8 @@ export class WebhookSender {
     { paused = false } = {},
   ) {
     this.historySize = options.historySize ?? DEFAULT_WEBHOOK_HISTORY_SIZE;
-    if (!Number.isInteger(this.historySize) || this.historySize < 0) throw new RangeError('webhookHistorySize must be an integer >= 0');
+    if (!Number.isInteger(this.historySize) || this.historySize < 0)
+      throw new RangeError('webhookHistorySize must be an integer >= 0');
     this.sending = !paused;
   }
 
@@ -236,18 +244,35 @@ export class WebhookSender {
     return [...new Set(released.map((item) => item.index))];
   }
 
-  /** The webhooks of delivery `uid` so far; undefined when it has sent none, or its history was forgotten (historySize). */
+  /**
+   * The webhooks of delivery `uid` so far; undefined when it has sent none, or its history was forgotten (historySize).
+   */
   history(uid: string): WebhookHistory | undefined {
     const box = this.outboxes.get(uid);
     if (!box) return undefined;
-    return { seed: box.seed, order: box.order, scripted: box.script !== null, events: box.entries.map((entry) => ({ ...entry })), sent: [...box.sent] };
+    return {
+      seed: box.seed,
+      order: box.order,
+      scripted: box.script !== null,
+      events: box.entries.map((entry) => ({ ...entry })),
+      sent: [...box.sent],
+    };
   }
 
-  /** What the world file keeps of delivery `uid`'s webhooks; undefined when there is nothing (or no longer anything) to keep. */
+  /**
+   * What the world file keeps of delivery `uid`'s webhooks; undefined when there is nothing (or no longer anything) to
+   * keep.
+   */
   snapshot(uid: string): OutboxSnapshot | undefined {
     const box = this.outboxes.get(uid);
     if (!box) return undefined;
-    const unsent = [...(box.inFlight ? [box.inFlight] : []), ...box.queue, ...box.held, ...box.waiting, ...(box.reordered ? [box.reordered] : [])];
+    const unsent = [
+      ...(box.inFlight ? [box.inFlight] : []),
+      ...box.queue,
+      ...box.held,
+      ...box.waiting,
+      ...(box.reordered ? [box.reordered] : []),
+    ];
     return {
       script: box.script,
       order: box.order,
@@ -316,7 +341,10 @@ export class WebhookSender {
     return { ...this.counters, pending: this.pending, held: this.kept };
   }
 
-  /** Resolves once nothing is queued or in flight. A kept-back event is not pending: it waits for a release or the delivery's next event. */
+  /**
+   * Resolves once nothing is queued or in flight. A kept-back event is not pending: it waits for a release or the
+   * delivery's next event.
+   */
   idle(): Promise<void> {
     if (this.pending === 0 || this.lifetime.signal.aborted) return Promise.resolve();
     return new Promise((resolve) => this.idleWaiters.push(resolve));
@@ -381,7 +409,10 @@ export class WebhookSender {
     return { index: entry.index, eventName: body.event_name, occurrence, body, entry };
   }
 
-  /** A scripted delivery: its script alone decides; the fault rate knobs leave it alone, so a test gets exactly what it wrote. */
+  /**
+   * A scripted delivery: its script alone decides; the fault rate knobs leave it alone, so a test gets exactly what it
+   * wrote.
+   */
   private takeScripted(box: Outbox, item: Outbound): void {
     const script = box.script!;
     if (matchesAny(script.drop, item)) this.drop(item);
@@ -475,7 +506,16 @@ export class WebhookSender {
    * ones; past historySize of them, the one settled longest ago is forgotten.
    */
   private settle(box: Outbox): void {
-    if (!box.finished || box.settled !== null || box.running || box.queue.length > 0 || box.held.length > 0 || box.waiting.length > 0 || box.reordered) return;
+    if (
+      !box.finished ||
+      box.settled !== null ||
+      box.running ||
+      box.queue.length > 0 ||
+      box.held.length > 0 ||
+      box.waiting.length > 0 ||
+      box.reordered
+    )
+      return;
     box.settled = ++this.settledCount;
     this.settledUids.push(box.uid);
     this.changed(box);
@@ -560,7 +600,9 @@ export class WebhookSender {
   /** The key set by useKey, once the upstream has changed keys (the options' key until then). */
   private signingKey: KeyObject | undefined;
 
-  /** Signs every event from now on with this key: a key change, as the upstream's account manager would announce one. */
+  /**
+   * Signs every event from now on with this key: a key change, as the upstream's account manager would announce one.
+   */
   useKey(privateKey: KeyObject): void {
     this.signingKey = privateKey;
   }

@@ -22,7 +22,9 @@ const FORMAT = 1;
 
 export class SandboxWorldInUseError extends Error {
   constructor(dataDir: string, pid: number | undefined) {
-    super(`the sandbox world in ${dataDir} is in use by another process${pid ? ` (pid ${pid})` : ''}: stop that one, or start this one on another folder`);
+    super(
+      `the sandbox world in ${dataDir} is in use by another process${pid ? ` (pid ${pid})` : ''}: stop that one, or start this one on another folder`,
+    );
     this.name = 'SandboxWorldInUseError';
   }
 }
@@ -66,7 +68,8 @@ export class WorldFile {
     this.pidFile = `${file}.pid`;
     this.db = new Database(file, { timeout: 0 });
     try {
-      // The exclusive lock, once taken, is held until close: the operating system lets go of it however the process ends.
+      // The exclusive lock, once taken, is held until close: the operating system lets go of it however the process
+      // ends.
       this.db.pragma('locking_mode = EXCLUSIVE');
       this.db.pragma('journal_mode = WAL');
       this.db.pragma('synchronous = NORMAL');
@@ -85,10 +88,13 @@ export class WorldFile {
       CREATE TABLE IF NOT EXISTS revoked_keys (key_sha256 TEXT PRIMARY KEY);
     `);
     const format = this.meta('format');
-    if (format === undefined) this.db.prepare('INSERT INTO meta (name, value) VALUES (?, ?)').run('format', String(FORMAT));
+    if (format === undefined)
+      this.db.prepare('INSERT INTO meta (name, value) VALUES (?, ?)').run('format', String(FORMAT));
     else if (Number(format) !== FORMAT) {
       this.close();
-      throw new Error(`${file} holds a sandbox world of format ${format}, not ${FORMAT}: move it aside or give the sandbox another folder`);
+      throw new Error(
+        `${file} holds a sandbox world of format ${format}, not ${FORMAT}: move it aside or give the sandbox another folder`,
+      );
     }
   }
 
@@ -107,7 +113,9 @@ export class WorldFile {
       .filter((row) => known.has(row.uid))
       .map((row): [string, OutboxSnapshot] => [row.uid, JSON.parse(row.outbox) as OutboxSnapshot])
       .sort(([, a], [, b]) => (a.settled ?? Infinity) - (b.settled ?? Infinity));
-    const revoked = (this.db.prepare('SELECT key_sha256 FROM revoked_keys').all() as { key_sha256: string }[]).flatMap((row) => keyOf.get(row.key_sha256) ?? []);
+    const revoked = (this.db.prepare('SELECT key_sha256 FROM revoked_keys').all() as { key_sha256: string }[]).flatMap(
+      (row) => keyOf.get(row.key_sha256) ?? [],
+    );
     return { deliveries, webhooks, revokedKeys: revoked, booked: Number(this.meta('booked') ?? 0) };
   }
 
@@ -141,8 +149,12 @@ export class WorldFile {
     const sources = this.sources;
     if (!sources || !this.db.open) return;
     // An upsert keeps a row's rowid: rows stay in the order they were first written, which is booking order.
-    const putDelivery = this.db.prepare('INSERT INTO deliveries (uid, record) VALUES (?, ?) ON CONFLICT (uid) DO UPDATE SET record = excluded.record');
-    const putWebhooks = this.db.prepare('INSERT INTO webhooks (uid, outbox) VALUES (?, ?) ON CONFLICT (uid) DO UPDATE SET outbox = excluded.outbox');
+    const putDelivery = this.db.prepare(
+      'INSERT INTO deliveries (uid, record) VALUES (?, ?) ON CONFLICT (uid) DO UPDATE SET record = excluded.record',
+    );
+    const putWebhooks = this.db.prepare(
+      'INSERT INTO webhooks (uid, outbox) VALUES (?, ?) ON CONFLICT (uid) DO UPDATE SET outbox = excluded.outbox',
+    );
     const dropWebhooks = this.db.prepare('DELETE FROM webhooks WHERE uid = ?');
     this.db.transaction(() => {
       for (const uid of this.dirtyDeliveries) {
@@ -154,7 +166,12 @@ export class WorldFile {
         if (snapshot) putWebhooks.run(uid, JSON.stringify(snapshot));
         else dropWebhooks.run(uid);
       }
-      if (this.dirtyMeta) this.db.prepare('INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value').run('booked', String(sources.state.booked));
+      if (this.dirtyMeta)
+        this.db
+          .prepare(
+            'INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value',
+          )
+          .run('booked', String(sources.state.booked));
     })();
     this.dirtyDeliveries.clear();
     this.dirtyWebhooks.clear();
@@ -193,7 +210,10 @@ function revive(kept: KeptRecord, merchantKey: string): DeliveryRecord {
     createdAt: date(kept.createdAt),
     etaAt: date(kept.etaAt),
     canceled: kept.canceled && { ...kept.canceled, at: date(kept.canceled.at) },
-    providerCancellation: kept.providerCancellation && { ...kept.providerCancellation, at: date(kept.providerCancellation.at) },
+    providerCancellation: kept.providerCancellation && {
+      ...kept.providerCancellation,
+      at: date(kept.providerCancellation.at),
+    },
     // Its draws go on from a stream of their own: a restart is not part of a replayed run.
     random: seededRandom(deriveSeed(kept.seed, 'lifecycle after restart')),
   };

@@ -9,6 +9,15 @@ import { SqliteStore } from './sqlite.js';
 import type { Store } from './store.js';
 
 export function openStore(config: Config, logger: Logger): Store {
-  const retention = { eventRetentionMs: config.eventRetentionMs, idempotencyRetentionMs: config.idempotencyRetentionMs };
-  return (config.redisUrl ?? config.redisSentinel) ? RedisStore.connect((config.redisUrl ?? config.redisSentinel)!, { logger, retention, replicaAcks: { min: config.redisMinReplicasAck, timeoutMs: config.redisReplicaAckTimeoutMs } }) : new SqliteStore(config.dataDir, { retention, logger });
+  const retention = {
+    eventRetentionMs: config.eventRetentionMs,
+    idempotencyRetentionMs: config.idempotencyRetentionMs,
+  };
+  return (config.redisUrl ?? config.redisSentinel)
+    ? RedisStore.connect((config.redisUrl ?? config.redisSentinel)!, {
+        logger,
+        retention,
+        replicaAcks: { min: config.redisMinReplicasAck, timeoutMs: config.redisReplicaAckTimeoutMs },
+      })
+    : new SqliteStore(config.dataDir, { retention, logger });
 }

@@ -1,6 +1,5 @@
-// The shared store: with REDIS_URL, every instance reads and writes one Redis.
-// Same semantics as the SQLite store (sqlite.ts); what must be atomic there is
-// one transaction, here one Lua script. Keys, under a prefix (default "dg:"):
+// The shared store: with REDIS_URL, every instance reads and writes one Redis. Same semantics as the SQLite store
+// (sqlite.ts); what must be atomic there is one transaction, here one Lua script. Keys, under a prefix (default "dg:"):
 //   seq                        counter, INCR'd by the append script
 //   log                        stream of events; entry id "<seq>-0"
 //   delivery:<uid>             hash: rank, terminal, seq, pickedUp (the milestone state), courier and
@@ -27,9 +26,8 @@
 //   read-lease:<name>          the token of the instance reading an unfollowed delivery right now, or lately (leaseReads)
 //   cursor-secret              random secret the cursors of every instance derive from (src/domain/cursor.ts)
 //   trim                       lease of the instance trimming expired data right now
-// With a retention, idempotency and ownership keys carry a TTL, and a timer trims
-// the log's expired head (XTRIM MINID) after removing those events from their
-// deliveries' keys, which go with their last event. All keys of one script are
+// With a retention, idempotency and ownership keys carry a TTL, and a timer trims the log's expired head (XTRIM MINID)
+// after removing those events from their deliveries' keys, which go with their last event. All keys of one script are
 // named in KEYS; they live in different slots, so Redis Cluster is not supported.
 import { randomBytes } from 'node:crypto';
 import { Redis, type Result } from 'ioredis';
@@ -80,14 +78,40 @@ type StreamEntry = [id: string, fields: string[]];
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    dgAppend(...args: string[]): Result<Array<[0, string, number, string] | [1 | 2, StreamEntry] | [-1, string]>, Context>;
+    dgAppend(
+      ...args: string[]
+    ): Result<Array<[0, string, number, string] | [1 | 2, StreamEntry] | [-1, string]>, Context>;
     dgMergeRead(delivery: string, basis: string, ...fields: string[]): Result<number, Context>;
     dgLatest(delivery: string, log: string, kind: string): Result<StreamEntry | null, Context>;
     dgEventsOf(...args: string[]): Result<StreamEntry[], Context>;
-    dgClaim(key: string, markerKey: string, history: string, fingerprint: string, now: string, expiryMs: string, token: string, ttlMs: string, owner: string): Result<[string, string?, string?], Context>;
+    dgClaim(
+      key: string,
+      markerKey: string,
+      history: string,
+      fingerprint: string,
+      now: string,
+      expiryMs: string,
+      token: string,
+      ttlMs: string,
+      owner: string,
+    ): Result<[string, string?, string?], Context>;
     dgUnknown(key: string, markerKey: string, now: string, ttlMs: string): Result<[string, string?, string?], Context>;
-    dgResolve(key: string, uid: string, hasTrackingUrl: string, trackingUrl: string, now: string, ttlMs: string): Result<string | null, Context>;
-    dgComplete(key: string, uid: string, hasTrackingUrl: string, trackingUrl: string, now: string, ttlMs: string): Result<number, Context>;
+    dgResolve(
+      key: string,
+      uid: string,
+      hasTrackingUrl: string,
+      trackingUrl: string,
+      now: string,
+      ttlMs: string,
+    ): Result<string | null, Context>;
+    dgComplete(
+      key: string,
+      uid: string,
+      hasTrackingUrl: string,
+      trackingUrl: string,
+      now: string,
+      ttlMs: string,
+    ): Result<number, Context>;
     dgRelease(key: string, history: string): Result<number, Context>;
     dgLogHead(log: string, count: string): Result<string[], Context>;
     dgForget(delivery: string, events: string, dedup: string, upTo: string): Result<number, Context>;
@@ -110,10 +134,32 @@ declare module 'ioredis' {
     dgLink(key: string, previous: string, prefix: string, maxDepth: string): Result<[string, string?], Context>;
     dgUnlink(link: string, id: string, prefix: string): Result<number, Context>;
     dgMergeLink(from: string, into: string, prefix: string, maxDepth: string): Result<string[], Context>;
-    dgMoveClaim(claim: string, moved: string, marker: string, mergedHistory: string, history: string, merchant: string): Result<number, Context>;
-    dgMoveRecord(ownerKey: string, mergedUnfinished: string, unfinished: string, history: string, merged: string, merchant: string, uid: string): Result<number, Context>;
+    dgMoveClaim(
+      claim: string,
+      moved: string,
+      marker: string,
+      mergedHistory: string,
+      history: string,
+      merchant: string,
+    ): Result<number, Context>;
+    dgMoveRecord(
+      ownerKey: string,
+      mergedUnfinished: string,
+      unfinished: string,
+      history: string,
+      merged: string,
+      merchant: string,
+      uid: string,
+    ): Result<number, Context>;
     dgHistory(history: string, field: string, by: string, ttlMs: string): Result<number, Context>;
-    dgUnfinished(unfinished: string, ownerKey: string, delivery: string, uid: string, owner: string, since: string): Result<string | null, Context>;
+    dgUnfinished(
+      unfinished: string,
+      ownerKey: string,
+      delivery: string,
+      uid: string,
+      owner: string,
+      since: string,
+    ): Result<string | null, Context>;
   }
 }
 
@@ -640,7 +686,10 @@ end
 return out
 `;
 
-/** Moves one idempotency claim of a merged id to its merchant (its booking marker follows); one the merchant has already is dropped. */
+/**
+ * Moves one idempotency claim of a merged id to its merchant (its booking marker follows); one the merchant has already
+ * is dropped.
+ */
 const MOVE_CLAIM = `${HISTORY}
 -- KEYS: 1 the claim, 2 the merchant's claim of the same key, 3 its booking marker, 4 the merged id's history, 5 the merchant's
 -- ARGV: 1 the merchant
@@ -658,7 +707,10 @@ keep_history(KEYS[5], 'claims', 1, left >= 0 and tostring(left) or '')
 return 1
 `;
 
-/** Moves one owner record of a merged id to its merchant, and the delivery to the merchant's unfinished set if it was in the merged one's. */
+/**
+ * Moves one owner record of a merged id to its merchant, and the delivery to the merchant's unfinished set if it was in
+ * the merged one's.
+ */
 const MOVE_RECORD = `${HISTORY}
 -- KEYS: 1 owner:<uid>, 2 unfinished:<merged>, 3 unfinished:<merchant>, 4 the merchant's history. ARGV: 1 merged, 2 merchant, 3 uid
 local value = redis.call('GET', KEYS[1])
@@ -713,7 +765,10 @@ return false
 /** Members of an owner's set one page looks at, at most. */
 const UNFINISHED_SCAN = 200;
 
-/** How long one instance may hold the trim lease; a pass that takes longer shares the work, harmlessly (every step is idempotent). */
+/**
+ * How long one instance may hold the trim lease; a pass that takes longer shares the work, harmlessly (every step is
+ * idempotent).
+ */
 const TRIM_LEASE_MS = 60_000;
 
 export interface RedisStoreOptions {
@@ -732,10 +787,14 @@ export interface RedisStoreOptions {
   replicaAcks?: { min: number | undefined; timeoutMs: number };
 }
 
-/** Stored on the primary, not confirmed by enough replicas in time: a failover could lose it, so it is not acknowledged. */
+/**
+ * Stored on the primary, not confirmed by enough replicas in time: a failover could lose it, so it is not acknowledged.
+ */
 export class ReplicaAckError extends Error {
   constructor(confirmed: number, required: number, timeoutMs: number) {
-    super(`the events were stored on the Redis primary, but ${confirmed} of the ${required} replica(s) required confirmed them within ${timeoutMs} ms`);
+    super(
+      `the events were stored on the Redis primary, but ${confirmed} of the ${required} replica(s) required confirmed them within ${timeoutMs} ms`,
+    );
     this.name = 'ReplicaAckError';
   }
 }
@@ -805,7 +864,9 @@ export class RedisStore implements Store {
     this.prefix = options.prefix ?? 'dg:';
     this.#ownsClient = options.ownsClient ?? false;
     this.#retention = options.retention;
-    this.#trims = options.retention && new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
+    this.#trims =
+      options.retention &&
+      new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
     defineAppend(client);
     client.defineCommand('dgLatest', { numberOfKeys: 2, lua: LATEST });
     client.defineCommand('dgMergeRead', { numberOfKeys: 1, lua: MERGE_READ });
@@ -855,7 +916,9 @@ export class RedisStore implements Store {
     return `${this.prefix}idem:${ownerHash}:${idempotencyKey}`;
   }
 
-  async appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]> {
+  async appendEvents(
+    events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>,
+  ): Promise<AppendResult[]> {
     if (events.length === 0) return [];
     // The whole batch in one script call, in order: one round trip, and ranks compared
     // against what the same batch already wrote. Resolves once Redis answered.
@@ -902,7 +965,10 @@ export class RedisStore implements Store {
           ...view.flat(),
         ];
         // Out of step with the script, these arguments would be read shifted, and so would every later event's.
-        if (eventArgs.length !== APPEND_FIELDS + 2 * view.length) throw new Error(`APPEND takes ${APPEND_FIELDS} fixed arguments per event, ${eventArgs.length - 2 * view.length} were built`);
+        if (eventArgs.length !== APPEND_FIELDS + 2 * view.length)
+          throw new Error(
+            `APPEND takes ${APPEND_FIELDS} fixed arguments per event, ${eventArgs.length - 2 * view.length} were built`,
+          );
       } catch (error) {
         outcomes[index] = error instanceof Error ? error : new Error(String(error));
         continue;
@@ -914,8 +980,21 @@ export class RedisStore implements Store {
     if (sent.length > 0) {
       const required = await this.#requiredReplicas();
       const writer = required > 0 ? this.#writerClient() : this.client;
-      const answers = await writer.dgAppend(String(keys.length + 2), `${this.prefix}seq`, this.#log, ...keys, String(DELIVERED_RANK), String(NOT_DELIVERED_RANK), ...args);
-      if (required > 0) await this.#confirmed(writer, required, answers.some((answer) => answer[0] === 1));
+      const answers = await writer.dgAppend(
+        String(keys.length + 2),
+        `${this.prefix}seq`,
+        this.#log,
+        ...keys,
+        String(DELIVERED_RANK),
+        String(NOT_DELIVERED_RANK),
+        ...args,
+      );
+      if (required > 0)
+        await this.#confirmed(
+          writer,
+          required,
+          answers.some((answer) => answer[0] === 1),
+        );
       answers.forEach((answer, position) => {
         const index = sent[position]!;
         if (answer[0] === -1) {
@@ -923,7 +1002,15 @@ export class RedisStore implements Store {
         } else if (answer[0] === 0) {
           const { payload, receivedAt } = events[index]!;
           const statusText = typeof payload.status === 'string' ? payload.status : null;
-          const event: StoredEvent = { seq: Number(answer[1]), uid: payload.uid, name: payload.event_name, statusText, receivedAt, ...flagsOf(answer[2]), payload };
+          const event: StoredEvent = {
+            seq: Number(answer[1]),
+            uid: payload.uid,
+            name: payload.event_name,
+            statusText,
+            receivedAt,
+            ...flagsOf(answer[2]),
+            payload,
+          };
           if (answer[3]) event.carried = JSON.parse(answer[3]) as JsonObject;
           outcomes[index] = { event, duplicate: false };
         } else {
@@ -939,7 +1026,9 @@ export class RedisStore implements Store {
     return outcomes as AppendResult[];
   }
 
-  /** REDIS_MIN_REPLICAS_ACK, or by default 1 when the primary has a replica (asked with INFO at most every few seconds). */
+  /**
+   * REDIS_MIN_REPLICAS_ACK, or by default 1 when the primary has a replica (asked with INFO at most every few seconds).
+   */
   async #requiredReplicas(): Promise<number> {
     const acks = this.#replicaAcks;
     if (!acks) return 0;
@@ -957,7 +1046,10 @@ export class RedisStore implements Store {
   #writerClient(): Redis {
     if (!this.#writer) {
       const timeoutMs = this.#replicaAcks?.timeoutMs ?? 0;
-      this.#writer = this.client.duplicate({ connectionName: 'delivery-graph:writer', commandTimeout: timeoutMs + 5000 });
+      this.#writer = this.client.duplicate({
+        connectionName: 'delivery-graph:writer',
+        commandTimeout: timeoutMs + 5000,
+      });
       defineAppend(this.#writer);
       logConnection(this.#writer, 'writer', this.#logger);
     }
@@ -988,7 +1080,13 @@ export class RedisStore implements Store {
     const uids = filter.uids;
     if (uids && uids.length > 0) {
       const keys = [...new Set(uids)].map((uid) => this.#delivery(uid).events);
-      const entries = await this.client.dgEventsOf(String(keys.length + 1), this.#log, ...keys, String(after), String(limit));
+      const entries = await this.client.dgEventsOf(
+        String(keys.length + 1),
+        this.#log,
+        ...keys,
+        String(after),
+        String(limit),
+      );
       return entries.map(toStored);
     }
     const entries = (await this.client.xrange(this.#log, `${after + 1}-0`, '+', 'COUNT', limit)) as StreamEntry[];
@@ -1001,16 +1099,31 @@ export class RedisStore implements Store {
   }
 
   async deliveryState(uid: string): Promise<DeliveryState | undefined> {
-    const [rank, terminal, seq, courier, formers, pickedUp] = await this.client.hmget(this.#delivery(uid).state, 'rank', 'terminal', 'seq', 'courier', 'formers', 'pickedUp');
+    const [rank, terminal, seq, courier, formers, pickedUp] = await this.client.hmget(
+      this.#delivery(uid).state,
+      'rank',
+      'terminal',
+      'seq',
+      'courier',
+      'formers',
+      'pickedUp',
+    );
     if (rank === null) return undefined;
-    return { rank: Number(rank), terminal: terminal === '1', ...(pickedUp === '1' ? { pickedUp: true as const } : {}), seq: Number(seq), ...courierPart(courier, formers) };
+    return {
+      rank: Number(rank),
+      terminal: terminal === '1',
+      ...(pickedUp === '1' ? { pickedUp: true as const } : {}),
+      seq: Number(seq),
+      ...courierPart(courier, formers),
+    };
   }
 
   async deliveryView(uid: string): Promise<JsonObject | undefined> {
     const hash = await this.client.hgetall(this.#delivery(uid).state);
     if (hash.rank === undefined) return undefined;
     const view: JsonObject = { uid };
-    for (const [field, json] of Object.entries(hash)) if (field.startsWith('v:')) view[field.slice(2)] = JSON.parse(json) as unknown;
+    for (const [field, json] of Object.entries(hash))
+      if (field.startsWith('v:')) view[field.slice(2)] = JSON.parse(json) as unknown;
     return view;
   }
 
@@ -1101,7 +1214,8 @@ export class RedisStore implements Store {
   }
 
   async recordOwners(records: readonly OwnerEntry[]): Promise<void> {
-    // One round trip; the script keeps the first record but for what supersedes() lets replace it, and a record written joins its owner's unfinished set.
+    // One round trip; the script keeps the first record but for what supersedes() lets replace it, and a record written
+    // joins its owner's unfinished set.
     const pipeline = this.client.pipeline();
     const now = Date.now();
     const ttl = this.#retention ? String(this.#retention.eventRetentionMs) : '';
@@ -1135,7 +1249,11 @@ export class RedisStore implements Store {
   }
 
   async ownerClaimsAfter(after: number | undefined): Promise<OwnerClaims> {
-    const [version, complete, ...uids] = await this.client.dgOwnerClaims(this.#ownerClaims, `${this.#ownerClaims}:version`, after === undefined ? '' : String(after));
+    const [version, complete, ...uids] = await this.client.dgOwnerClaims(
+      this.#ownerClaims,
+      `${this.#ownerClaims}:version`,
+      after === undefined ? '' : String(after),
+    );
     return { version, uids: complete === 1 ? uids : undefined };
   }
 
@@ -1147,13 +1265,18 @@ export class RedisStore implements Store {
    * Looks at up to UNFINISHED_SCAN members of the owner's set in uid order, and
    * drops those found final or expired on the way; the cursor is the last uid looked at.
    */
-  async unfinishedDeliveries(owner: string, after: string | undefined, { limit, since }: { limit: number; since: number }): Promise<UnfinishedPage> {
+  async unfinishedDeliveries(
+    owner: string,
+    after: string | undefined,
+    { limit, since }: { limit: number; since: number },
+  ): Promise<UnfinishedPage> {
     const set = this.#unfinished(owner);
     const scan = Math.max(limit, UNFINISHED_SCAN);
     const uids = await this.client.zrangebylex(set, after === undefined ? '-' : `(${after}`, '+', 'LIMIT', 0, scan);
     if (uids.length === 0) return { deliveries: [], next: undefined };
     const pipeline = this.client.pipeline();
-    for (const uid of uids) pipeline.dgUnfinished(set, this.#owner(uid), this.#delivery(uid).state, uid, owner, String(since));
+    for (const uid of uids)
+      pipeline.dgUnfinished(set, this.#owner(uid), this.#delivery(uid).state, uid, owner, String(since));
     const results = (await pipeline.exec()) ?? [];
     const deliveries: UnfinishedDelivery[] = [];
     for (const [index, [error, group]] of results.entries()) {
@@ -1245,10 +1368,19 @@ export class RedisStore implements Store {
   async mergeMerchant(from: string, into: string): Promise<MerchantMerge> {
     await this.#historyKept();
     const [merchant, merged, ...ids] = await this.client.dgMergeLink(from, into, this.prefix, String(MAX_LINK_DEPTH));
-    const outcome: MerchantMerge = { merchant: merchant!, merged: merged || undefined, records: 0, claims: 0, conflicts: 0 };
+    const outcome: MerchantMerge = {
+      merchant: merchant!,
+      merged: merged || undefined,
+      records: 0,
+      claims: 0,
+      conflicts: 0,
+    };
     for (const id of ids) {
       const claimPrefix = this.#idem(id, '');
-      for await (const names of this.client.scanStream({ match: `${globEscape(claimPrefix)}*`, count: 1000 }) as AsyncIterable<string[]>) {
+      for await (const names of this.client.scanStream({
+        match: `${globEscape(claimPrefix)}*`,
+        count: 1000,
+      }) as AsyncIterable<string[]>) {
         for (const name of names) {
           const idempotencyKey = name.slice(claimPrefix.length);
           const moved = await this.client.dgMoveClaim(
@@ -1267,14 +1399,25 @@ export class RedisStore implements Store {
     const linked = new Set(ids);
     if (linked.size === 0) return outcome;
     const recordPrefix = this.#owner('');
-    for await (const names of this.client.scanStream({ match: `${globEscape(recordPrefix)}*`, count: 1000 }) as AsyncIterable<string[]>) {
+    for await (const names of this.client.scanStream({
+      match: `${globEscape(recordPrefix)}*`,
+      count: 1000,
+    }) as AsyncIterable<string[]>) {
       if (names.length === 0) continue;
       const values = await this.client.mget(names);
       for (const [index, value] of values.entries()) {
         const owner = value?.split(' ')[0];
         if (owner === undefined || !linked.has(owner)) continue;
         const uid = names[index]!.slice(recordPrefix.length);
-        outcome.records += await this.client.dgMoveRecord(names[index]!, this.#unfinished(owner), this.#unfinished(merchant!), this.#history(merchant!), owner, merchant!, uid);
+        outcome.records += await this.client.dgMoveRecord(
+          names[index]!,
+          this.#unfinished(owner),
+          this.#unfinished(merchant!),
+          this.#history(merchant!),
+          owner,
+          merchant!,
+          uid,
+        );
       }
     }
     return outcome;
@@ -1303,8 +1446,14 @@ export class RedisStore implements Store {
     if ((await this.client.exists(ready)) === 1) return;
     const records = this.#retention ? String(this.#retention.eventRetentionMs) : '';
     const claims = this.#idemTtl;
-    const each = async (prefix: string, fill: (names: string[], pipeline: ReturnType<Redis['pipeline']>) => Promise<void>) => {
-      for await (const names of this.client.scanStream({ match: `${globEscape(prefix)}*`, count: 1000 }) as AsyncIterable<string[]>) {
+    const each = async (
+      prefix: string,
+      fill: (names: string[], pipeline: ReturnType<Redis['pipeline']>) => Promise<void>,
+    ) => {
+      for await (const names of this.client.scanStream({
+        match: `${globEscape(prefix)}*`,
+        count: 1000,
+      }) as AsyncIterable<string[]>) {
         if (names.length === 0) continue;
         const pipeline = this.client.pipeline();
         await fill(names, pipeline);
@@ -1312,17 +1461,27 @@ export class RedisStore implements Store {
       }
     };
     await each(this.#owner(''), async (names, pipeline) => {
-      for (const value of await this.client.mget(names)) if (value) pipeline.dgHistory(this.#history(value.split(' ')[0]!), 'records', '', records);
+      for (const value of await this.client.mget(names))
+        if (value) pipeline.dgHistory(this.#history(value.split(' ')[0]!), 'records', '', records);
     });
     const claimPrefix = `${this.prefix}idem:`;
     await each(claimPrefix, async (names, pipeline) => {
       const owners = await Promise.all(names.map((name) => this.client.hget(name, 'owner')));
       // A claim from before owners were kept in it: the owner is the name's first part (a hash, no colon).
-      owners.forEach((owner, index) => pipeline.dgHistory(this.#history(owner ?? names[index]!.slice(claimPrefix.length).split(':')[0]!), 'claims', '1', claims));
+      owners.forEach((owner, index) =>
+        pipeline.dgHistory(
+          this.#history(owner ?? names[index]!.slice(claimPrefix.length).split(':')[0]!),
+          'claims',
+          '1',
+          claims,
+        ),
+      );
     });
     const linkPrefix = this.#link('');
     await each(linkPrefix, async (names, pipeline) => {
-      (await this.client.mget(names)).forEach((to, index) => to && pipeline.sadd(`${this.prefix}merchant-keys:${to}`, names[index]!.slice(linkPrefix.length)));
+      (await this.client.mget(names)).forEach(
+        (to, index) => to && pipeline.sadd(`${this.prefix}merchant-keys:${to}`, names[index]!.slice(linkPrefix.length)),
+      );
     });
     await this.client.set(ready, '1');
   }
@@ -1332,7 +1491,7 @@ export class RedisStore implements Store {
       await this.client.ping();
     } catch (error) {
       // /ready says what is wrong in our words, not ioredis's.
-      throw new Error(redisFailure(error, this.client));
+      throw new Error(redisFailure(error, this.client), { cause: error });
     }
   }
 
@@ -1352,7 +1511,9 @@ export class RedisStore implements Store {
     return this.#cursorSecret;
   }
 
-  /** Deletes now what is past its retention (a timer does it every interval); never two passes at once in this process. */
+  /**
+   * Deletes now what is past its retention (a timer does it every interval); never two passes at once in this process.
+   */
   trimExpired(): Promise<void> {
     return this.#trims?.run() ?? Promise.resolve();
   }

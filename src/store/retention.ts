@@ -53,7 +53,12 @@ export class TrimSchedule {
     if (this.#stopped) return;
     this.#timer = setTimeout(() => {
       this.run()
-        .catch((error: unknown) => this.#logger?.warn({ err: error instanceof Error ? error.message : error }, 'trimming expired data failed; trying again later'))
+        .catch((error: unknown) =>
+          this.#logger?.warn(
+            { err: error instanceof Error ? error.message : error },
+            'trimming expired data failed; trying again later',
+          ),
+        )
         .finally(() => this.#next());
     }, this.#intervalMs);
     // The schedule alone must not keep a process alive.

@@ -60,7 +60,10 @@ export function checkStoreFile(db: Database.Database, facts: StoreFileFacts, log
     if (tables === 0) {
       if (!facts.heldBefore) return;
       if (facts.created) {
-        logger?.warn({ file, lockFile: facts.lockFile }, 'the store file is missing from a data folder that held one: a new, empty event log starts');
+        logger?.warn(
+          { file, lockFile: facts.lockFile },
+          'the store file is missing from a data folder that held one: a new, empty event log starts',
+        );
         return;
       }
       throw new StoreFileError(

@@ -99,7 +99,8 @@ export interface WriterOps {
 }
 
 /** A request's arguments after `now`. */
-export type WriterArgs<Op extends keyof WriterOps> = Parameters<WriterOps[Op]> extends [number, ...infer Rest] ? Rest : never;
+export type WriterArgs<Op extends keyof WriterOps> =
+  Parameters<WriterOps[Op]> extends [number, ...infer Rest] ? Rest : never;
 
 export interface WriterRequest {
   id: number;
@@ -118,8 +119,25 @@ const VACUUM_STEP_PAGES = 256;
 const freePagesKept = (pages: number) => Math.max(1024, Math.floor(pages / 4));
 
 /** Requests that may share a transaction with others; a trim step and close run alone. */
-const SHARED: ReadonlySet<keyof WriterOps> = new Set(['append', 'mergeRead', 'claim', 'markUnknown', 'resolveMarker', 'complete', 'release', 'recordOwners', 'link', 'merge', 'unlink', 'cursorSecret', 'ping']);
-/** Links followed at most, looking for a merchant's root (a chain is one step per rotation, and link() keeps it one step long). */
+const SHARED: ReadonlySet<keyof WriterOps> = new Set([
+  'append',
+  'mergeRead',
+  'claim',
+  'markUnknown',
+  'resolveMarker',
+  'complete',
+  'release',
+  'recordOwners',
+  'link',
+  'merge',
+  'unlink',
+  'cursorSecret',
+  'ping',
+]);
+/**
+ * Links followed at most, looking for a merchant's root (a chain is one step per rotation, and link() keeps it one step
+ * long).
+ */
 export const MAX_LINK_DEPTH = 16;
 
 interface StateRow {
@@ -142,7 +160,12 @@ const stateOf = (row: StateRow): MilestoneState => ({
 
 const viewOf = (row: StateRow | undefined): StoredView => (row?.view ? (JSON.parse(row.view) as StoredView) : {});
 
-function claimOf(row: { state: string; uid: string | null; tracking_url: string | null; updated_at: number }): IdempotencyClaim {
+function claimOf(row: {
+  state: string;
+  uid: string | null;
+  tracking_url: string | null;
+  updated_at: number;
+}): IdempotencyClaim {
   if (row.state === 'done') return { state: 'done', result: { uid: row.uid!, trackingUrl: row.tracking_url } };
   if (row.state === 'unknown') return { state: 'unknown', since: new Date(row.updated_at) };
   return { state: 'pending' };
@@ -157,31 +180,48 @@ function asWriterError(error: unknown): WriterError {
 /** The write operations on one connection (the file's tables exist: sqlite.ts made them). */
 function writeOps(db: Database.Database, retention: Retention | undefined): Omit<WriterOps, 'open'> {
   const s = {
-    getIdem: db.prepare<[string, string], { fingerprint: string; state: string; uid: string | null; tracking_url: string | null; updated_at: number }>(
+    getIdem: db.prepare<
+      [string, string],
+      { fingerprint: string; state: string; uid: string | null; tracking_url: string | null; updated_at: number }
+    >(
       'SELECT fingerprint, state, uid, tracking_url, updated_at FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?',
     ),
-    insertIdem: db.prepare("INSERT INTO idempotency (owner_hash, idempotency_key, fingerprint, state, updated_at, marker) VALUES (?, ?, ?, 'pending', ?, ?)"),
-    unknownIdem: db.prepare("UPDATE idempotency SET state = 'unknown', updated_at = ? WHERE owner_hash = ? AND idempotency_key = ? AND state = 'pending'"),
+    insertIdem: db.prepare(
+      "INSERT INTO idempotency (owner_hash, idempotency_key, fingerprint, state, updated_at, marker) VALUES (?, ?, ?, 'pending', ?, ?)",
+    ),
+    unknownIdem: db.prepare(
+      "UPDATE idempotency SET state = 'unknown', updated_at = ? WHERE owner_hash = ? AND idempotency_key = ? AND state = 'pending'",
+    ),
     resolveIdem: db.prepare<[string, string | null, number, string], { owner_hash: string }>(
       "UPDATE idempotency SET state = 'done', uid = ?, tracking_url = ?, updated_at = ? WHERE marker = ? AND state IN ('pending', 'unknown') RETURNING owner_hash",
     ),
-    completeIdem: db.prepare("UPDATE idempotency SET state = 'done', uid = ?, tracking_url = ?, updated_at = ? WHERE owner_hash = ? AND idempotency_key = ?"),
-    deleteIdem: db.prepare("DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ? AND state IN ('pending', 'unknown')"),
+    completeIdem: db.prepare(
+      "UPDATE idempotency SET state = 'done', uid = ?, tracking_url = ?, updated_at = ? WHERE owner_hash = ? AND idempotency_key = ?",
+    ),
+    deleteIdem: db.prepare(
+      "DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ? AND state IN ('pending', 'unknown')",
+    ),
     forgetIdem: db.prepare('DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?'),
-    getOwner: db.prepare<[string], { proof: OwnerProof | null; created_at: number }>('SELECT proof, created_at FROM ownership WHERE uid = ?'),
+    getOwner: db.prepare<[string], { proof: OwnerProof | null; created_at: number }>(
+      'SELECT proof, created_at FROM ownership WHERE uid = ?',
+    ),
     putOwner: db.prepare(
       'INSERT INTO ownership (uid, owner_hash, created_at, api_group, proof) VALUES (?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET owner_hash = excluded.owner_hash, created_at = excluded.created_at, api_group = excluded.api_group, proof = excluded.proof',
     ),
     getLink: db.prepare<[string], { merchant: string }>('SELECT merchant FROM merchant_links WHERE id = ?'),
     putLink: db.prepare('INSERT INTO merchant_links (id, merchant, created_at) VALUES (?, ?, ?)'),
     deleteLink: db.prepare('DELETE FROM merchant_links WHERE id = ?'),
-    // A merchant id's history (Store.linkMerchant): ids linked to it, its owner records and idempotency claims not yet expired.
+    // A merchant id's history (Store.linkMerchant): ids linked to it, its owner records and idempotency claims not yet
+    // expired.
     linkedTo: db.prepare<[string], unknown>('SELECT 1 FROM merchant_links WHERE merchant = ? LIMIT 1'),
-    ownsAny: db.prepare<[string, number], unknown>('SELECT 1 FROM ownership WHERE owner_hash = ? AND created_at >= ? LIMIT 1'),
+    ownsAny: db.prepare<[string, number], unknown>(
+      'SELECT 1 FROM ownership WHERE owner_hash = ? AND created_at >= ? LIMIT 1',
+    ),
     claimsAny: db.prepare<[string, number, number], unknown>(
       "SELECT 1 FROM idempotency WHERE owner_hash = ? AND (updated_at >= ? OR (state = 'pending' AND updated_at >= ?)) LIMIT 1",
     ),
-    // Store.mergeMerchant: every id that leads to a root, links pointed at the root, and what they recorded moved to it.
+    // Store.mergeMerchant: every id that leads to a root, links pointed at the root, and what they recorded moved to
+    // it.
     linkedIds: db.prepare<[string], { id: string }>(
       'WITH RECURSIVE linked(id) AS (SELECT id FROM merchant_links WHERE merchant = ? UNION SELECT l.id FROM merchant_links l JOIN linked ON l.merchant = linked.id) SELECT id FROM linked',
     ),
@@ -189,22 +229,36 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     moveClaims: db.prepare('UPDATE OR IGNORE idempotency SET owner_hash = ? WHERE owner_hash = ?'),
     dropClaims: db.prepare('DELETE FROM idempotency WHERE owner_hash = ?'),
     moveRecords: db.prepare('UPDATE ownership SET owner_hash = ? WHERE owner_hash = ?'),
-    findEvent: db.prepare<[string, string, string], EventRow>('SELECT * FROM events WHERE uid = ? AND name = ? AND hash = ?'),
-    insertEvent: db.prepare('INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload, carried) VALUES (?, ?, ?, ?, ?, ?, ?, ?)'),
-    getState: db.prepare<[string], StateRow>('SELECT rank, terminal, seq, courier, former_couriers, picked_up, view FROM delivery_state WHERE uid = ?'),
+    findEvent: db.prepare<[string, string, string], EventRow>(
+      'SELECT * FROM events WHERE uid = ? AND name = ? AND hash = ?',
+    ),
+    insertEvent: db.prepare(
+      'INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload, carried) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+    ),
+    getState: db.prepare<[string], StateRow>(
+      'SELECT rank, terminal, seq, courier, former_couriers, picked_up, view FROM delivery_state WHERE uid = ?',
+    ),
     putState: db.prepare(
       'INSERT INTO delivery_state (uid, rank, terminal, seq, courier, former_couriers, picked_up, view) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET rank = excluded.rank, terminal = excluded.terminal, seq = excluded.seq, courier = excluded.courier, former_couriers = excluded.former_couriers, picked_up = excluded.picked_up, view = excluded.view',
     ),
     putView: db.prepare('UPDATE delivery_state SET view = ? WHERE uid = ?'),
     getMeta: db.prepare<[string], { value: Buffer }>('SELECT value FROM meta WHERE name = ?'),
     putMetaOnce: db.prepare('INSERT OR IGNORE INTO meta (name, value) VALUES (?, ?)'),
-    ping: db.prepare('INSERT INTO readiness (id, checked_at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at'),
+    ping: db.prepare(
+      'INSERT INTO readiness (id, checked_at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at',
+    ),
     // The oldest events, without their payloads: the trim deletes the leading ones that expired.
-    logHead: db.prepare<[number], { seq: number; received_at: string }>('SELECT seq, received_at FROM events ORDER BY seq LIMIT ?'),
+    logHead: db.prepare<[number], { seq: number; received_at: string }>(
+      'SELECT seq, received_at FROM events ORDER BY seq LIMIT ?',
+    ),
     trimLog: db.prepare<[number], { uid: string }>('DELETE FROM events WHERE seq <= ? RETURNING uid'),
     // A delivery's state goes with its last event.
-    forgetState: db.prepare('DELETE FROM delivery_state WHERE uid = ? AND NOT EXISTS (SELECT 1 FROM events WHERE uid = ?)'),
-    trimOwners: db.prepare('DELETE FROM ownership WHERE rowid IN (SELECT rowid FROM ownership WHERE created_at < ? LIMIT ?)'),
+    forgetState: db.prepare(
+      'DELETE FROM delivery_state WHERE uid = ? AND NOT EXISTS (SELECT 1 FROM events WHERE uid = ?)',
+    ),
+    trimOwners: db.prepare(
+      'DELETE FROM ownership WHERE rowid IN (SELECT rowid FROM ownership WHERE created_at < ? LIMIT ?)',
+    ),
     // A pending claim is its booking in flight: it goes only once it would have turned unknown anyway.
     trimIdem: db.prepare(
       "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency WHERE updated_at < ? AND (state != 'pending' OR updated_at < ?) LIMIT ?)",
@@ -227,7 +281,10 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     if (s.getLink.get(id) || s.linkedTo.get(id)) return true;
     const records = retention ? now - retention.eventRetentionMs : Number.MIN_SAFE_INTEGER;
     const claims = retention ? now - retention.idempotencyRetentionMs : Number.MIN_SAFE_INTEGER;
-    return s.ownsAny.get(id, records) !== undefined || s.claimsAny.get(id, claims, retention ? now - PENDING_EXPIRY_MS : Number.MIN_SAFE_INTEGER) !== undefined;
+    return (
+      s.ownsAny.get(id, records) !== undefined ||
+      s.claimsAny.get(id, claims, retention ? now - PENDING_EXPIRY_MS : Number.MIN_SAFE_INTEGER) !== undefined
+    );
   };
 
   const idemExpired = (state: string, updatedAt: number, now: number) => {
@@ -257,19 +314,40 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
       const over = carriedOver(view, own, mover);
       if (over) carried = JSON.stringify(over);
     }
-    const info = s.insertEvent.run(payload.uid, payload.event_name, hash, statusText, receivedAt, markOf(step), json, carried);
+    const info = s.insertEvent.run(
+      payload.uid,
+      payload.event_name,
+      hash,
+      statusText,
+      receivedAt,
+      markOf(step),
+      json,
+      carried,
+    );
     const seq = Number(info.lastInsertRowid);
     if (next) {
       const courier = next.courier ? courierJson(next.courier) : null;
       const formers = next.formerCouriers ? formerCouriersJson(next.formerCouriers) : null;
       // Only an event that moved the milestone (or made it final) is written as its last mover.
       const moverSeq = step.moved ? seq : current!.seq!;
-      s.putState.run(payload.uid, next.rank, next.terminal ? 1 : 0, moverSeq, courier, formers, next.pickedUp ? 1 : 0, JSON.stringify(view));
+      s.putState.run(
+        payload.uid,
+        next.rank,
+        next.terminal ? 1 : 0,
+        moverSeq,
+        courier,
+        formers,
+        next.pickedUp ? 1 : 0,
+        JSON.stringify(view),
+      );
     }
     return { duplicate: false, seq, mark: markOf(step), statusText, carried };
   };
-  // The batch's events in one savepoint (a nested better-sqlite3 transaction): two statements for the batch, not per event.
-  const appendAll = db.transaction((events: ReadonlyArray<{ json: string; receivedAt: string }>) => events.map(appendEvent));
+  // The batch's events in one savepoint (a nested better-sqlite3 transaction): two statements for the batch, not per
+  // event.
+  const appendAll = db.transaction((events: ReadonlyArray<{ json: string; receivedAt: string }>) =>
+    events.map(appendEvent),
+  );
   // Each event in a savepoint of its own: one that fails is undone alone and fails only itself.
   const appendOne = db.transaction(appendEvent);
 
@@ -336,7 +414,8 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
         .immediate(),
 
     resolveMarker: (now, marker, result) => s.resolveIdem.get(result.uid, result.trackingUrl, now, marker)?.owner_hash,
-    complete: (now, ownerHash, idempotencyKey, result) => void s.completeIdem.run(result.uid, result.trackingUrl, now, ownerHash, idempotencyKey),
+    complete: (now, ownerHash, idempotencyKey, result) =>
+      void s.completeIdem.run(result.uid, result.trackingUrl, now, ownerHash, idempotencyKey),
     release: (_now, ownerHash, idempotencyKey) => void s.deleteIdem.run(ownerHash, idempotencyKey),
 
     recordOwners: (now, records) => {
@@ -345,7 +424,8 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
       for (const record of records) {
         const row = s.getOwner.get(record.uid);
         const current = row && row.created_at >= since ? row : undefined;
-        if (supersedes(record, current)) s.putOwner.run(record.uid, record.owner, now, record.group, record.proof ?? 'read');
+        if (supersedes(record, current))
+          s.putOwner.run(record.uid, record.owner, now, record.group, record.proof ?? 'read');
       }
     },
 
@@ -500,6 +580,7 @@ const { port } = workerData as WriterData;
 port.on('message', (request: WriterRequest) => {
   // Everything that queued up meanwhile joins this transaction.
   const requests = [request];
-  for (let next = receiveMessageOnPort(port); next; next = receiveMessageOnPort(port)) requests.push(next.message as WriterRequest);
+  for (let next = receiveMessageOnPort(port); next; next = receiveMessageOnPort(port))
+    requests.push(next.message as WriterRequest);
   serve(port, requests);
 });

@@ -46,7 +46,17 @@ import { bookingMarker } from '../domain/booking-marker.js';
 import { lockDataDir, type DataDirLock } from './data-dir-lock.js';
 import { checkStoreFile, damagedFileMessage, isDamage } from './sqlite-file.js';
 import { UidFilter } from './uid-filter.js';
-import type { AppendOutcome, EventRow, TrimPhase, WriterArgs, WriterData, WriterError, WriterOps, WriterReply, WriterRequest } from './sqlite-writer.js';
+import type {
+  AppendOutcome,
+  EventRow,
+  TrimPhase,
+  WriterArgs,
+  WriterData,
+  WriterError,
+  WriterOps,
+  WriterReply,
+  WriterRequest,
+} from './sqlite-writer.js';
 
 function toStored(row: EventRow): StoredEvent {
   return {
@@ -81,9 +91,11 @@ const stateOf = (row: StateRow): MilestoneState => ({
 const UNFINISHED_SCAN = 500;
 const cursorOf = (row: { created_at: number; uid: string }) => `${row.created_at} ${row.uid}`;
 
-const ownerGroup = (value: string | null): OwnerGroup | null => (value === 'PLATFORM' || value === 'PARTNER' ? value : null);
+const ownerGroup = (value: string | null): OwnerGroup | null =>
+  value === 'PLATFORM' || value === 'PARTNER' ? value : null;
 const OWNER_PROOFS: ReadonlySet<string> = new Set<OwnerProof>(['booked', 'reference', 'canceled', 'claimed', 'read']);
-const ownerProof = (value: string | null): OwnerProof | null => (value !== null && OWNER_PROOFS.has(value) ? (value as OwnerProof) : null);
+const ownerProof = (value: string | null): OwnerProof | null =>
+  value !== null && OWNER_PROOFS.has(value) ? (value as OwnerProof) : null;
 
 export interface SqliteStoreOptions {
   fileName?: string;
@@ -108,14 +120,23 @@ const IDEMPOTENCY_COLUMNS = `
  * marker column; SQLite cannot alter a CHECK, so the table is copied into a new one.
  */
 function upgradeIdempotencyTable(db: Database.Database): void {
-  const table = db.prepare<[], { sql: string }>("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'idempotency'").get();
+  const table = db
+    .prepare<[], { sql: string }>("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'idempotency'")
+    .get();
   if (!table || table.sql.includes("'unknown'")) return;
   db.transaction(() => {
     db.exec(`CREATE TABLE idempotency_upgraded (${IDEMPOTENCY_COLUMNS});`);
-    const rows = db.prepare<[], { owner_hash: string; idempotency_key: string }>('SELECT owner_hash, idempotency_key FROM idempotency').all();
-    db.exec('INSERT INTO idempotency_upgraded (owner_hash, idempotency_key, fingerprint, state, uid, tracking_url, updated_at) SELECT owner_hash, idempotency_key, fingerprint, state, uid, tracking_url, updated_at FROM idempotency');
+    const rows = db
+      .prepare<[], { owner_hash: string; idempotency_key: string }>(
+        'SELECT owner_hash, idempotency_key FROM idempotency',
+      )
+      .all();
+    db.exec(
+      'INSERT INTO idempotency_upgraded (owner_hash, idempotency_key, fingerprint, state, uid, tracking_url, updated_at) SELECT owner_hash, idempotency_key, fingerprint, state, uid, tracking_url, updated_at FROM idempotency',
+    );
     const mark = db.prepare('UPDATE idempotency_upgraded SET marker = ? WHERE owner_hash = ? AND idempotency_key = ?');
-    for (const row of rows) mark.run(bookingMarker(row.owner_hash, row.idempotency_key), row.owner_hash, row.idempotency_key);
+    for (const row of rows)
+      mark.run(bookingMarker(row.owner_hash, row.idempotency_key), row.owner_hash, row.idempotency_key);
     db.exec('DROP TABLE idempotency; ALTER TABLE idempotency_upgraded RENAME TO idempotency;');
   }).immediate();
 }
@@ -141,7 +162,15 @@ function startWriterThread(options: WorkerOptions): Worker {
   if (!writerBundle) {
     const esbuild = require('esbuild') as typeof import('esbuild');
     const entry = fileURLToPath(new URL('./sqlite-writer.ts', import.meta.url));
-    const built = esbuild.buildSync({ entryPoints: [entry], bundle: true, platform: 'node', format: 'cjs', target: 'node20', external: ['better-sqlite3'], write: false });
+    const built = esbuild.buildSync({
+      entryPoints: [entry],
+      bundle: true,
+      platform: 'node',
+      format: 'cjs',
+      target: 'node20',
+      external: ['better-sqlite3'],
+      write: false,
+    });
     writerBundle = built.outputFiles[0]!.text;
   }
   const source = `((require) => {\n${writerBundle}\n})(require('node:module').createRequire(${JSON.stringify(import.meta.url)}));`;
@@ -225,7 +254,9 @@ class WriterThread {
 
   #stop(reason: string): void {
     if (this.#stopped) return;
-    this.#stopped = new Error(`The SQLite writer thread stopped (${reason}); nothing more can be written to the store.`);
+    this.#stopped = new Error(
+      `The SQLite writer thread stopped (${reason}); nothing more can be written to the store.`,
+    );
     for (const waiting of this.#waiting.values()) waiting.reject(this.#stopped);
     this.#waiting.clear();
     this.#port.close();
@@ -246,7 +277,10 @@ class WriterThread {
 /** The owner filter's size bounds, in uids (UidFilter: 10 bits each; the largest is 8 MiB). */
 const OWNER_FILTER_MIN = 1 << 16;
 const OWNER_FILTER_MAX = Math.floor((8 * 1024 * 1024 * 8) / 10);
-/** Owner records read per turn of the event loop while a filter is filled: a millisecond or two of it (bench/probes/stalls.mjs). */
+/**
+ * Owner records read per turn of the event loop while a filter is filled: a millisecond or two of it
+ * (bench/probes/stalls.mjs).
+ */
 const OWNER_FILTER_SLICE = 1_000;
 
 export class SqliteStore implements Store {
@@ -261,7 +295,10 @@ export class SqliteStore implements Store {
   #cursorSecret: Buffer | undefined;
   readonly #lock: DataDirLock;
   readonly #logger: Logger | undefined;
-  /** The uids with an owner record (uid-filter.ts); consulted once `complete`, i.e. once it has read every record of the file. */
+  /**
+   * The uids with an owner record (uid-filter.ts); consulted once `complete`, i.e. once it has read every record of the
+   * file.
+   */
   #ownerFilter = { filter: new UidFilter(OWNER_FILTER_MIN), complete: false };
   /** A larger filter being filled from the file while the current one stays in use. */
   #nextOwnerFilter: UidFilter | undefined;
@@ -353,32 +390,66 @@ export class SqliteStore implements Store {
       CREATE INDEX IF NOT EXISTS merchant_links_by_merchant ON merchant_links (merchant);
     `);
     // A file made before groups were kept gains the column; its records read with no group.
-    const ownershipColumns = this.db.prepare<[], { name: string }>('SELECT name FROM pragma_table_info(\'ownership\')').all();
-    if (!ownershipColumns.some((column) => column.name === 'api_group')) this.db.exec('ALTER TABLE ownership ADD COLUMN api_group TEXT');
-    // A file made before proofs were kept: its records read with none, which counts as a read (src/store/store.ts, OwnerProof).
-    if (!ownershipColumns.some((column) => column.name === 'proof')) this.db.exec('ALTER TABLE ownership ADD COLUMN proof TEXT');
+    const ownershipColumns = this.db
+      .prepare<[], { name: string }>("SELECT name FROM pragma_table_info('ownership')")
+      .all();
+    if (!ownershipColumns.some((column) => column.name === 'api_group'))
+      this.db.exec('ALTER TABLE ownership ADD COLUMN api_group TEXT');
+    // A file made before proofs were kept: its records read with none, which counts as a read (src/store/store.ts,
+    // OwnerProof).
+    if (!ownershipColumns.some((column) => column.name === 'proof'))
+      this.db.exec('ALTER TABLE ownership ADD COLUMN proof TEXT');
     // A file made before couriers were kept: its states gain the columns, empty (no courier known yet).
-    const stateColumns = new Set(this.db.prepare<[], { name: string }>('PRAGMA table_info(delivery_state)').all().map((column) => column.name));
-    if (!stateColumns.has('courier')) this.db.exec('ALTER TABLE delivery_state ADD COLUMN courier TEXT; ALTER TABLE delivery_state ADD COLUMN former_couriers TEXT;');
+    const stateColumns = new Set(
+      this.db
+        .prepare<[], { name: string }>('PRAGMA table_info(delivery_state)')
+        .all()
+        .map((column) => column.name),
+    );
+    if (!stateColumns.has('courier'))
+      this.db.exec(
+        'ALTER TABLE delivery_state ADD COLUMN courier TEXT; ALTER TABLE delivery_state ADD COLUMN former_couriers TEXT;',
+      );
     // A file made before evidence and views were kept: no pickup proven yet, an empty view, nothing carried over.
-    if (!stateColumns.has('picked_up')) this.db.exec('ALTER TABLE delivery_state ADD COLUMN picked_up INTEGER; ALTER TABLE delivery_state ADD COLUMN view TEXT;');
-    const eventColumns = new Set(this.db.prepare<[], { name: string }>('PRAGMA table_info(events)').all().map((column) => column.name));
+    if (!stateColumns.has('picked_up'))
+      this.db.exec(
+        'ALTER TABLE delivery_state ADD COLUMN picked_up INTEGER; ALTER TABLE delivery_state ADD COLUMN view TEXT;',
+      );
+    const eventColumns = new Set(
+      this.db
+        .prepare<[], { name: string }>('PRAGMA table_info(events)')
+        .all()
+        .map((column) => column.name),
+    );
     if (!eventColumns.has('carried')) this.db.exec('ALTER TABLE events ADD COLUMN carried TEXT;');
     this.#retention = options.retention;
     // The tables exist: the writer thread's connection can prepare its statements.
     this.#thread = WriterThread.take(options.logger);
     // A file that cannot be opened there fails every write after it, and readiness.
-    this.#thread.call('open', this.db.name, options.retention).catch((error: unknown) => options.logger?.error({ err: error }, 'the SQLite writer thread could not open the file'));
-    this.#trims = options.retention && new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
+    this.#thread
+      .call('open', this.db.name, options.retention)
+      .catch((error: unknown) =>
+        options.logger?.error({ err: error }, 'the SQLite writer thread could not open the file'),
+      );
+    this.#trims =
+      options.retention &&
+      new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
     this.#statements = {
-      getOwner: this.db.prepare<[string, number], { owner_hash: string; api_group: string | null; proof: string | null }>(
-        'SELECT owner_hash, api_group, proof FROM ownership WHERE uid = ? AND created_at >= ?',
-      ),
+      getOwner: this.db.prepare<
+        [string, number],
+        { owner_hash: string; api_group: string | null; proof: string | null }
+      >('SELECT owner_hash, api_group, proof FROM ownership WHERE uid = ? AND created_at >= ?'),
       getLink: this.db.prepare<[string], { merchant: string }>('SELECT merchant FROM merchant_links WHERE id = ?'),
-      getState: this.db.prepare<[string], StateRow>('SELECT rank, terminal, seq, courier, former_couriers, picked_up FROM delivery_state WHERE uid = ?'),
+      getState: this.db.prepare<[string], StateRow>(
+        'SELECT rank, terminal, seq, courier, former_couriers, picked_up FROM delivery_state WHERE uid = ?',
+      ),
       getView: this.db.prepare<[string], { view: string | null }>('SELECT view FROM delivery_state WHERE uid = ?'),
-      eventsAfter: this.db.prepare<[number, number], EventRow>('SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?'),
-      eventsOfUidAfter: this.db.prepare<[string, number, number], EventRow>('SELECT * FROM events WHERE uid = ? AND seq > ? ORDER BY seq LIMIT ?'),
+      eventsAfter: this.db.prepare<[number, number], EventRow>(
+        'SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?',
+      ),
+      eventsOfUidAfter: this.db.prepare<[string, number, number], EventRow>(
+        'SELECT * FROM events WHERE uid = ? AND seq > ? ORDER BY seq LIMIT ?',
+      ),
       latestDelivery: this.db.prepare<[string], EventRow>(
         "SELECT * FROM events WHERE uid = ? AND (stale & 1) = 0 AND name LIKE 'delivery.%' ORDER BY seq DESC LIMIT 1",
       ),
@@ -389,7 +460,10 @@ export class SqliteStore implements Store {
       lastSeq: this.db.prepare<[], { seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'events'"),
       ping: this.db.prepare('SELECT 1'),
       // An owner's records from a (created_at, uid) position on, with the state of each delivery, if any.
-      ownedAfter: this.db.prepare<[string, number, number, number, string, number], { uid: string; api_group: string | null; created_at: number; terminal: number | null }>(
+      ownedAfter: this.db.prepare<
+        [string, number, number, number, string, number],
+        { uid: string; api_group: string | null; created_at: number; terminal: number | null }
+      >(
         `SELECT o.uid, o.api_group, o.created_at, d.terminal FROM ownership o LEFT JOIN delivery_state d ON d.uid = o.uid
          WHERE o.owner_hash = ? AND o.created_at >= ? AND (o.created_at > ? OR (o.created_at = ? AND o.uid > ?))
          ORDER BY o.created_at, o.uid LIMIT ?`,
@@ -399,11 +473,15 @@ export class SqliteStore implements Store {
     this.#startOwnerFilter();
   }
 
-  /** A filter that cannot be filled (the file closed or failed meanwhile) leaves the file to answer every lookup: slower, never wrong. */
+  /**
+   * A filter that cannot be filled (the file closed or failed meanwhile) leaves the file to answer every lookup:
+   * slower, never wrong.
+   */
   #startOwnerFilter(): void {
     this.#rebuildOwnerFilter().catch((error: unknown) => {
       this.#noticeDamage(error);
-      if (this.db.open) this.#logger?.warn({ err: error }, 'the owner filter could not be filled: owner lookups ask the file');
+      if (this.db.open)
+        this.#logger?.warn({ err: error }, 'the owner filter could not be filled: owner lookups ask the file');
     });
   }
 
@@ -416,14 +494,22 @@ export class SqliteStore implements Store {
     // How many records, from the span of their rowids (two lookups, one subquery each: min and max in one
     // query read the whole table, as count(*) does, tens of ms at a million): the retention deletes the oldest,
     // which have the lowest rowids, so the span is about the count.
-    const span = this.db.prepare<[], { first: number | null; last: number | null }>('SELECT (SELECT min(rowid) FROM ownership) AS first, (SELECT max(rowid) FROM ownership) AS last').get()!;
+    const span = this.db
+      .prepare<[], { first: number | null; last: number | null }>(
+        'SELECT (SELECT min(rowid) FROM ownership) AS first, (SELECT max(rowid) FROM ownership) AS last',
+      )
+      .get()!;
     const records = span.first === null || span.last === null ? 0 : span.last - span.first + 1;
     const filter = new UidFilter(Math.min(OWNER_FILTER_MAX, Math.max(OWNER_FILTER_MIN, records * 2)));
     if (this.#ownerFilter.complete) this.#nextOwnerFilter = filter;
     else this.#ownerFilter = { filter, complete: false };
     // Records not committed yet are not in the file for the slices below to read.
     for (const uid of this.#ownersInFlight.keys()) filter.add(uid);
-    const slice = this.db.prepare<[number], [number, string]>(`SELECT rowid, uid FROM ownership WHERE rowid > ? ORDER BY rowid LIMIT ${OWNER_FILTER_SLICE}`).raw();
+    const slice = this.db
+      .prepare<[number], [number, string]>(
+        `SELECT rowid, uid FROM ownership WHERE rowid > ? ORDER BY rowid LIMIT ${OWNER_FILTER_SLICE}`,
+      )
+      .raw();
     let after = 0;
     for (;;) {
       // The first slice too waits a turn: the constructor (the store's start) does not read any.
@@ -463,7 +549,8 @@ export class SqliteStore implements Store {
       this.#nextOwnerFilter?.add(uid);
     }
     const { filter, complete } = this.#ownerFilter;
-    if (complete && !this.#nextOwnerFilter && filter.added > filter.capacity && filter.capacity < OWNER_FILTER_MAX) this.#startOwnerFilter();
+    if (complete && !this.#nextOwnerFilter && filter.added > filter.capacity && filter.capacity < OWNER_FILTER_MAX)
+      this.#startOwnerFilter();
     try {
       await this.#write('recordOwners', records);
     } finally {
@@ -490,23 +577,32 @@ export class SqliteStore implements Store {
     }
   }
 
-  /** SQLite found the file damaged after the start (see sqlite-file.ts): logged once, and every ping() fails naming the file. */
+  /**
+   * SQLite found the file damaged after the start (see sqlite-file.ts): logged once, and every ping() fails naming the
+   * file.
+   */
   #noticeDamage(error: unknown): void {
     if (this.#damage || !isDamage(error)) return;
     this.#damage = damagedFileMessage(this.db.name, error.message);
-    this.#logger?.error({ err: error, file: this.db.name }, 'the store file is damaged: /ready fails until it is restored');
+    this.#logger?.error(
+      { err: error, file: this.db.name },
+      'the store file is damaged: /ready fails until it is restored',
+    );
   }
 
   /** Sends a write to the writer thread; after close() it fails at once. */
   #write<Op extends keyof WriterOps>(op: Op, ...args: WriterArgs<Op>): Promise<ReturnType<WriterOps[Op]>> {
-    if (this.#closed) return Promise.reject(new Error('The SQLite store is closed; nothing more can be written to it.'));
+    if (this.#closed)
+      return Promise.reject(new Error('The SQLite store is closed; nothing more can be written to it.'));
     return this.#thread.call(op, ...args).catch((error: unknown) => {
       this.#noticeDamage(error);
       throw error;
     });
   }
 
-  async appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]> {
+  async appendEvents(
+    events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>,
+  ): Promise<AppendResult[]> {
     // One transaction for the batch (one fsync) on the writer thread; each event in a savepoint of its own.
     // Each payload crosses to the thread as its JSON, which is what is stored; one that cannot be written fails alone.
     const outcomes: Array<AppendResult | Error | undefined> = [];
@@ -525,12 +621,16 @@ export class SqliteStore implements Store {
       const index = sentIndex[n]!;
       outcomes[index] = this.#appended(answer, events[index]!);
     });
-    if (outcomes.some((outcome) => outcome instanceof Error)) throw new PartialAppendError(outcomes as Array<AppendResult | Error>);
+    if (outcomes.some((outcome) => outcome instanceof Error))
+      throw new PartialAppendError(outcomes as Array<AppendResult | Error>);
     return outcomes as AppendResult[];
   }
 
   /** One event's answer from the thread, as the store's caller gets it. */
-  #appended(answer: AppendOutcome, { payload, receivedAt }: { payload: WireWebhookEvent; receivedAt: string }): AppendResult | Error {
+  #appended(
+    answer: AppendOutcome,
+    { payload, receivedAt }: { payload: WireWebhookEvent; receivedAt: string },
+  ): AppendResult | Error {
     if ('error' in answer) {
       const error = writerError(answer.error);
       this.#noticeDamage(error);
@@ -538,7 +638,15 @@ export class SqliteStore implements Store {
     }
     if (answer.duplicate) return { event: toStored(answer.row), duplicate: true };
     const { seq, mark, statusText, carried } = answer;
-    const event: StoredEvent = { seq, uid: payload.uid, name: payload.event_name, statusText, receivedAt, ...flagsOf(mark), payload };
+    const event: StoredEvent = {
+      seq,
+      uid: payload.uid,
+      name: payload.event_name,
+      statusText,
+      receivedAt,
+      ...flagsOf(mark),
+      payload,
+    };
     if (carried) event.carried = JSON.parse(carried) as JsonObject;
     return { event, duplicate: false };
   }
@@ -558,7 +666,9 @@ export class SqliteStore implements Store {
   }
 
   async latestEvent(uid: string, kind: 'delivery' | 'location'): Promise<StoredEvent | undefined> {
-    const row = this.#read(() => (kind === 'delivery' ? this.#statements.latestDelivery.get(uid) : this.#statements.latestLocation.get(uid)));
+    const row = this.#read(() =>
+      kind === 'delivery' ? this.#statements.latestDelivery.get(uid) : this.#statements.latestLocation.get(uid),
+    );
     return row ? toStored(row) : undefined;
   }
 
@@ -621,7 +731,11 @@ export class SqliteStore implements Store {
       // Never recorded: no need to ask the file.
       if (complete && !filter.mayHave(uid)) continue;
       const row = this.#read(() => this.#statements.getOwner.get(uid, since));
-      const stored: OwnerRecord | undefined = row && { owner: row.owner_hash, group: ownerGroup(row.api_group), proof: ownerProof(row.proof) };
+      const stored: OwnerRecord | undefined = row && {
+        owner: row.owner_hash,
+        group: ownerGroup(row.api_group),
+        proof: ownerProof(row.proof),
+      };
       // Sent, not committed yet: a read after the write finds it, as on Redis (commands run in order).
       const sending = this.#ownersInFlight.get(uid)?.record;
       const record = sending && (!stored || supersedes(sending, stored)) ? sending : stored;
@@ -656,7 +770,11 @@ export class SqliteStore implements Store {
    * created_at, uid) index, finished ones included: a page may come back short.
    * The cursor is the last record looked at, as "<created_at> <uid>".
    */
-  async unfinishedDeliveries(owner: string, after: string | undefined, { limit, since }: { limit: number; since: number }): Promise<UnfinishedPage> {
+  async unfinishedDeliveries(
+    owner: string,
+    after: string | undefined,
+    { limit, since }: { limit: number; since: number },
+  ): Promise<UnfinishedPage> {
     const space = after?.indexOf(' ') ?? -1;
     // Before every record (created_at is never negative), or after the one the cursor names.
     const fromTime = space > 0 ? Number(after!.slice(0, space)) : -1;
@@ -720,7 +838,9 @@ export class SqliteStore implements Store {
     await this.#write('ping');
   }
 
-  /** Stops the trim schedule (waiting for a pass in progress), lets the writes sent so far commit, then closes the file. */
+  /**
+   * Stops the trim schedule (waiting for a pass in progress), lets the writes sent so far commit, then closes the file.
+   */
   async close(): Promise<void> {
     await this.#trims?.stop();
     if (!this.#closed) {

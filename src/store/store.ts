@@ -47,7 +47,9 @@ export interface StoredEvent {
    * no new courier; or when it came from a courier already replaced (src/domain/milestones.ts). It moved no status.
    */
   stale: boolean;
-  /** Not stale, but it changed only the courier: a reassignment whose milestone is behind the delivery's or repeats it. */
+  /**
+   * Not stale, but it changed only the courier: a reassignment whose milestone is behind the delivery's or repeats it.
+   */
   courierOnly: boolean;
   /** Present (true) when it contradicted where the delivery stood: a read of the upstream settles it. */
   contradicts?: true;
@@ -64,12 +66,20 @@ export interface StoredEvent {
 export const MARK = Object.freeze({ stale: 1, courierOnly: 2, contradicts: 4 });
 
 export function markOf(event: { stale: boolean; courierOnly: boolean; contradicts?: boolean }): number {
-  return (event.stale ? MARK.stale : 0) | (event.courierOnly ? MARK.courierOnly : 0) | (event.contradicts ? MARK.contradicts : 0);
+  return (
+    (event.stale ? MARK.stale : 0) |
+    (event.courierOnly ? MARK.courierOnly : 0) |
+    (event.contradicts ? MARK.contradicts : 0)
+  );
 }
 
 /** The flags of a stored mark, as StoredEvent has them. */
 export function flagsOf(mark: number): Pick<StoredEvent, 'stale' | 'courierOnly' | 'contradicts'> {
-  return { stale: (mark & MARK.stale) !== 0, courierOnly: (mark & MARK.courierOnly) !== 0, ...((mark & MARK.contradicts) !== 0 ? { contradicts: true as const } : {}) };
+  return {
+    stale: (mark & MARK.stale) !== 0,
+    courierOnly: (mark & MARK.courierOnly) !== 0,
+    ...((mark & MARK.contradicts) !== 0 ? { contradicts: true as const } : {}),
+  };
 }
 
 /** The endpoint group a delivery lives in, as the owner record knows it. */
@@ -87,7 +97,10 @@ export type OwnerProof = 'booked' | 'reference' | 'canceled' | 'claimed' | 'read
 
 /** Who a delivery belongs to, as the facade recorded it (src/access/owners.ts decides with it). */
 export interface OwnerRecord {
-  /** The merchant id (src/access/merchants.ts): the hash of the merchant's first key, or of the key that read it in records made before merchants. */
+  /**
+   * The merchant id (src/access/merchants.ts): the hash of the merchant's first key, or of the key that read it in
+   * records made before merchants.
+   */
   owner: string;
   /** null for a record made before groups were kept. */
   group: OwnerGroup | null;
@@ -103,7 +116,10 @@ export interface OwnerEntry extends Omit<OwnerRecord, 'proof'> {
   replace?: boolean;
 }
 
-/** Whether a record's proof holds whatever the upstream's read scope: everything but a read (or a record from before proofs). */
+/**
+ * Whether a record's proof holds whatever the upstream's read scope: everything but a read (or a record from before
+ * proofs).
+ */
 export function merchantScoped(proof: OwnerProof | null | undefined): boolean {
   return proof != null && proof !== 'read';
 }
@@ -113,7 +129,10 @@ export function merchantScoped(proof: OwnerProof | null | undefined): boolean {
  * that a merchant-scoped proof replaces a record learned from a read (a
  * platform-scoped 200 proves nothing), and an operator's claim replaces any.
  */
-export function supersedes(next: Pick<OwnerEntry, 'proof' | 'replace'>, current: Pick<OwnerRecord, 'proof'> | undefined): boolean {
+export function supersedes(
+  next: Pick<OwnerEntry, 'proof' | 'replace'>,
+  current: Pick<OwnerRecord, 'proof'> | undefined,
+): boolean {
   if (!current || next.replace) return true;
   return merchantScoped(next.proof) && !merchantScoped(current.proof);
 }
@@ -138,7 +157,9 @@ export interface ReadRecord {
   basis: number;
 }
 
-/** How both stores write a courier identity: JSON with the absent parts left out (the Redis script reads it with cjson). */
+/**
+ * How both stores write a courier identity: JSON with the absent parts left out (the Redis script reads it with cjson).
+ */
 export function courierJson(courier: CourierIdentity): string {
   return JSON.stringify(wireCourier(courier));
 }
@@ -149,19 +170,29 @@ export function formerCouriersJson(formers: readonly CourierIdentity[]): string 
 
 const wireCourier = (courier: CourierIdentity) => ({ id: courier.id ?? undefined, name: courier.name ?? undefined });
 
-const identityOf = (value: { id?: string; name?: string }): CourierIdentity => ({ id: value.id ?? null, name: value.name ?? null });
+const identityOf = (value: { id?: string; name?: string }): CourierIdentity => ({
+  id: value.id ?? null,
+  name: value.name ?? null,
+});
 
 /** The courier part of a stored state: only what is there, as judge() builds it. */
-export function courierPart(courier: string | null | undefined, formers: string | null | undefined): Pick<MilestoneState, 'courier' | 'formerCouriers'> {
+export function courierPart(
+  courier: string | null | undefined,
+  formers: string | null | undefined,
+): Pick<MilestoneState, 'courier' | 'formerCouriers'> {
   const part: Pick<MilestoneState, 'courier' | 'formerCouriers'> = {};
   if (courier) part.courier = identityOf(JSON.parse(courier) as { id?: string; name?: string });
   // Redis's cjson writes an empty list as {}: no entries either way.
-  const list = formers ? Object.values(JSON.parse(formers) as Record<string, { id?: string; name?: string }>).map(identityOf) : [];
+  const list = formers
+    ? Object.values(JSON.parse(formers) as Record<string, { id?: string; name?: string }>).map(identityOf)
+    : [];
   if (list.length > 0) part.formerCouriers = list;
   return part;
 }
 
-/** A delivery reconciliation may read though nobody follows it: known to the facade, not final (src/realtime/sweeps.ts). */
+/**
+ * A delivery reconciliation may read though nobody follows it: known to the facade, not final (src/realtime/sweeps.ts).
+ */
 export interface UnfinishedDelivery {
   uid: string;
   /** The group its owner record names; null when the record has none. */
@@ -210,7 +241,10 @@ export interface OwnerClaims {
   uids: string[] | undefined;
 }
 
-/** Operator claims a shared store keeps for running instances to learn (ownerClaimsAfter): far more than are made between two of their checks. */
+/**
+ * Operator claims a shared store keeps for running instances to learn (ownerClaimsAfter): far more than are made
+ * between two of their checks.
+ */
 export const OWNER_CLAIMS_KEPT = 1_000;
 
 export interface EventFilter {
@@ -226,7 +260,10 @@ export interface Store {
   appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]>;
   /** Events after `afterSeq` (exclusive), oldest first. */
   eventsAfter(afterSeq: number, limit: number, filter?: EventFilter): Promise<StoredEvent[]>;
-  /** The latest non-stale `delivery.*` event of a delivery, or the latest non-stale event that carries a courier position. */
+  /**
+   * The latest non-stale `delivery.*` event of a delivery, or the latest non-stale event that carries a courier
+   * position.
+   */
   latestEvent(uid: string, kind: 'delivery' | 'location'): Promise<StoredEvent | undefined>;
   /** Where the delivery stands, as its accepted `delivery.*` events left it; undefined before the first. */
   deliveryState(uid: string): Promise<DeliveryState | undefined>;
@@ -235,7 +272,9 @@ export interface Store {
    * (src/domain/delivery-view.ts); undefined before its first state.
    */
   deliveryView(uid: string): Promise<JsonObject | undefined>;
-  /** Merges a read into the delivery's view; nothing for a delivery with no state yet (there is nothing to keep it by). */
+  /**
+   * Merges a read into the delivery's view; nothing for a delivery with no state yet (there is nothing to keep it by).
+   */
   recordRead(read: ReadRecord): Promise<void>;
   /** The seq of the newest event stored (0 when none). */
   lastSeq(): Promise<number>;
@@ -243,7 +282,10 @@ export interface Store {
   /** Claims the key for a booking; a new claim also records the key's booking marker (src/domain/booking-marker.ts). */
   claimIdempotency(ownerHash: string, idempotencyKey: string, fingerprint: string): Promise<IdempotencyClaim>;
   completeIdempotency(ownerHash: string, idempotencyKey: string, result: BookingResult): Promise<void>;
-  /** The booking certainly booked nothing: a pending (or unknown) claim is deleted, so the key is free again. A done one stays. */
+  /**
+   * The booking certainly booked nothing: a pending (or unknown) claim is deleted, so the key is free again. A done one
+   * stays.
+   */
   releaseIdempotency(ownerHash: string, idempotencyKey: string): Promise<void>;
   /**
    * The booking's answer was lost: a pending claim turns 'unknown' as of now. Returns
@@ -314,7 +356,11 @@ export interface Store {
    * `limit` deliveries and may hold fewer (even none) before the end: each call
    * looks at a bounded number of records.
    */
-  unfinishedDeliveries(owner: string, after: string | undefined, options: { limit: number; since: number }): Promise<UnfinishedPage>;
+  unfinishedDeliveries(
+    owner: string,
+    after: string | undefined,
+    options: { limit: number; since: number },
+  ): Promise<UnfinishedPage>;
   /**
    * Takes the leases named, each for `forMs` from now, and returns those it took:
    * another instance sharing the store holds the others. A lease this instance
@@ -336,8 +382,6 @@ export interface Store {
   close(): Promise<void>;
 }
 
-
-
 /**
  * Some events of a batch could not be stored; the others were (and are in
  * `outcomes`). Thrown by appendEvents so that one bad event fails only itself.
@@ -349,4 +393,3 @@ export class PartialAppendError extends Error {
     super(`${failed} of ${outcomes.length} events could not be stored`);
   }
 }
-

@@ -17,7 +17,11 @@ export interface BreakerSettings {
   resetMs: number;
 }
 
-export const DEFAULT_BREAKER: Readonly<BreakerSettings> = Object.freeze({ volumeThreshold: 20, errorPercent: 50, resetMs: 5000 });
+export const DEFAULT_BREAKER: Readonly<BreakerSettings> = Object.freeze({
+  volumeThreshold: 20,
+  errorPercent: 50,
+  resetMs: 5000,
+});
 
 /** The rolling window the error rate is measured over: ten buckets of a second. */
 const BUCKETS = 10;

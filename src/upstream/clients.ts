@@ -12,7 +12,9 @@ export interface Upstream {
   partner: PartnerClient;
   /** What the upstream last said about each merchant key (hashes only), learned from every call. */
   keys: KnownKeys;
-  /** A keyless availability GET outside the breakers: the status of any answer, or the error of none (health checks). */
+  /**
+   * A keyless availability GET outside the breakers: the status of any answer, or the error of none (health checks).
+   */
   probe(): Promise<number>;
   /** Each group's circuit now: closed, open (failing fast) or half-open (one trial call). */
   breakerState(): BreakerStates;
@@ -54,7 +56,11 @@ export function createUpstream(
  * be valid there alone). The upstream clients learn the answers (Upstream.keys);
  * a failure that is not a refusal (down, slow) leaves the key unjudged.
  */
-export async function judgeKey(upstream: Pick<Upstream, 'platform' | 'partner'>, key: string, signal: AbortSignal): Promise<void> {
+export async function judgeKey(
+  upstream: Pick<Upstream, 'platform' | 'partner'>,
+  key: string,
+  signal: AbortSignal,
+): Promise<void> {
   try {
     await upstream.platform.availability(key, { signal });
     return;

@@ -5,7 +5,13 @@
 // identical GETs in flight together are shared. Every attempt is admitted and
 // counted by the circuit breaker of its endpoint group.
 import { Pool, type Dispatcher } from 'undici';
-import { DEFAULT_BREAKER, GroupBreaker, type AttemptOutcome, type BreakerSettings, type BreakerState } from './breaker.js';
+import {
+  DEFAULT_BREAKER,
+  GroupBreaker,
+  type AttemptOutcome,
+  type BreakerSettings,
+  type BreakerState,
+} from './breaker.js';
 import type { KnownKeys } from './known-keys.js';
 import { callerAborted, Flight, SharedReads } from './shared-reads.js';
 import { upstreamRefusal } from './refusal.js';
@@ -89,7 +95,14 @@ const CONNECTION_ERROR_CODES = new Set([
  * The connection could not be made, so the request never left: a POST failing so
  * booked nothing. A reset or a close may come after the request was sent, so they are not here.
  */
-const CONNECT_ERROR_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
+const CONNECT_ERROR_CODES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'UND_ERR_CONNECT_TIMEOUT',
+]);
 const TIMEOUT_ERROR_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
 /** What undici refuses in a header value (lib/core/util.js headerCharRegex). */
 const NOT_A_HEADER_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
@@ -118,7 +131,13 @@ class AttemptFailure extends Error implements AttemptOutcome {
   readonly callerAborted: boolean;
   constructor(
     readonly error: DeliveryGraphError,
-    details: { status?: number; retryable?: boolean; retryAfterMs?: number; unsent?: boolean; callerAborted?: boolean } = {},
+    details: {
+      status?: number;
+      retryable?: boolean;
+      retryAfterMs?: number;
+      unsent?: boolean;
+      callerAborted?: boolean;
+    } = {},
   ) {
     super(error.message);
     this.status = details.status;
@@ -191,11 +210,21 @@ export class UpstreamHttp {
     const controller = new AbortController();
     const timer = setTimeout(() => controller.abort(), this.#options.timeoutMs);
     try {
-      const response = await this.#send({ group: 'partner', method: 'GET', path: '/availability', route: '/availability', key: '' }, performance.now() + this.#options.timeoutMs, controller.signal);
+      const response = await this.#send(
+        { group: 'partner', method: 'GET', path: '/availability', route: '/availability', key: '' },
+        performance.now() + this.#options.timeoutMs,
+        controller.signal,
+      );
       return response.status;
     } catch (error) {
       if (controller.signal.aborted) throw new UpstreamTimeoutError(undefined, { cause: error });
-      throw classifyThrown(error, { group: 'partner', method: 'GET', path: '/availability', route: '/availability', key: '' });
+      throw classifyThrown(error, {
+        group: 'partner',
+        method: 'GET',
+        path: '/availability',
+        route: '/availability',
+        key: '',
+      });
     } finally {
       clearTimeout(timer);
     }
@@ -219,10 +248,12 @@ export class UpstreamHttp {
     let timer: NodeJS.Timeout | undefined;
     try {
       // The group refused this key a moment ago: asking again would only cost the upstream a call.
-      if (request.key && this.#options.keys?.refusedBy(request.key, request.group)) throw new UnauthenticatedError(REFUSED_KEY);
+      if (request.key && this.#options.keys?.refusedBy(request.key, request.group))
+        throw new UnauthenticatedError(REFUSED_KEY);
       // undici 7 refuses such a key as a header value but keeps the pool slot it took:
       // after `connections` of them every call would stall. Refuse it before undici sees it.
-      if (NOT_A_HEADER_VALUE.test(request.key)) throw new UpstreamProtocolError('The merchant key cannot be sent as an HTTP header value.');
+      if (NOT_A_HEADER_VALUE.test(request.key))
+        throw new UpstreamProtocolError('The merchant key cannot be sent as an HTTP header value.');
       const deadline = started + this.#options.timeoutMs;
       // One timer for the whole call, retries included; it aborts the flight's request.
       timer = setTimeout(() => {
@@ -303,7 +334,13 @@ export class UpstreamHttp {
     if (request.key) this.#options.keys?.learn(request.key, request.group, accepted);
   }
 
-  #report(request: UpstreamRequest, status: number | undefined, outcome: string, attempts: number, started: number): void {
+  #report(
+    request: UpstreamRequest,
+    status: number | undefined,
+    outcome: string,
+    attempts: number,
+    started: number,
+  ): void {
     this.#options.onCall?.({
       group: request.group,
       method: request.method,
@@ -333,7 +370,17 @@ export class UpstreamHttp {
     return new Promise((resolve, reject) => {
       const exchange = new Exchange(this.#options.maxResponseBytes, resolve, reject);
       exchange.watch(signal);
-      this.#pool.dispatch({ method: request.method, path: this.#basePath + request.path, headers, body, headersTimeout: remaining, bodyTimeout: remaining }, exchange);
+      this.#pool.dispatch(
+        {
+          method: request.method,
+          path: this.#basePath + request.path,
+          headers,
+          body,
+          headersTimeout: remaining,
+          bodyTimeout: remaining,
+        },
+        exchange,
+      );
     });
   }
 
@@ -453,11 +500,14 @@ class RequestAborted extends Error {
   }
 }
 
-/** One header of an answer's raw list (name, value, name, value…), the first if it is repeated; undefined when absent. */
+/**
+ * One header of an answer's raw list (name, value, name, value…), the first if it is repeated; undefined when absent.
+ */
 function headerValue(rawHeaders: Buffer[], name: string): string | undefined {
   for (let index = 0; index + 1 < rawHeaders.length; index += 2) {
     const raw = rawHeaders[index]!;
-    if (raw.length === name.length && raw.toString('latin1').toLowerCase() === name) return rawHeaders[index + 1]!.toString('latin1');
+    if (raw.length === name.length && raw.toString('latin1').toLowerCase() === name)
+      return rawHeaders[index + 1]!.toString('latin1');
   }
   return undefined;
 }
@@ -480,7 +530,9 @@ function parseJson(text: string): unknown {
 function parseSuccess<T>(response: RawResponse, request: UpstreamRequest): T {
   const parsed = parseJson(response.text);
   if (parsed === undefined || parsed === null || typeof parsed !== 'object') {
-    throw new UpstreamProtocolError(`The delivery service sent a ${response.status} answer to ${request.method} ${request.route} that is not a JSON object.`);
+    throw new UpstreamProtocolError(
+      `The delivery service sent a ${response.status} answer to ${request.method} ${request.route} that is not a JSON object.`,
+    );
   }
   return parsed as T;
 }
@@ -496,7 +548,11 @@ export function classifyStatus(
   const error = classifyRefusal(response, request);
   // Whatever it became, the client is told what the upstream said (scrubbed, bounded), never the raw body.
   const body = parseJson(response.text);
-  error.upstream = upstreamRefusal(response.status, body && typeof body === 'object' ? (body as Record<string, unknown>) : {}, request.key);
+  error.upstream = upstreamRefusal(
+    response.status,
+    body && typeof body === 'object' ? (body as Record<string, unknown>) : {},
+    request.key,
+  );
   return error;
 }
 
@@ -506,7 +562,8 @@ function classifyRefusal(
 ): DeliveryGraphError {
   const body = parseJson(response.text);
   const fields = body && typeof body === 'object' ? (body as Record<string, unknown>) : {};
-  const code = typeof fields.code === 'string' ? fields.code : typeof fields.error === 'string' ? fields.error : undefined;
+  const code =
+    typeof fields.code === 'string' ? fields.code : typeof fields.error === 'string' ? fields.error : undefined;
   const message = typeof fields.message === 'string' ? fields.message : undefined;
   const where = `${request.method} ${request.route}`;
 
@@ -529,7 +586,9 @@ function classifyRefusal(
       retryAfterSeconds: wait === undefined ? undefined : Math.ceil(wait / 1000),
     });
   }
-  return new UpstreamProtocolError(`The delivery service answered ${response.status} to ${where}, which the facade does not understand.`);
+  return new UpstreamProtocolError(
+    `The delivery service answered ${response.status} to ${where}, which the facade does not understand.`,
+  );
 }
 
 /**
@@ -545,12 +604,18 @@ function fieldErrors(errors: unknown): Record<string, unknown> {
 function classifyThrown(error: unknown, request: UpstreamRequest): DeliveryGraphError {
   if (error instanceof DeliveryGraphError) return error;
   if (error instanceof ResponseTooLarge) {
-    return new UpstreamProtocolError(`The delivery service's answer to ${request.method} ${request.route} is larger than the facade accepts.`);
+    return new UpstreamProtocolError(
+      `The delivery service's answer to ${request.method} ${request.route} is larger than the facade accepts.`,
+    );
   }
   const code = (error as { code?: unknown } | undefined)?.code;
-  if (typeof code === 'string' && TIMEOUT_ERROR_CODES.has(code)) return new UpstreamTimeoutError(undefined, { cause: error });
+  if (typeof code === 'string' && TIMEOUT_ERROR_CODES.has(code))
+    return new UpstreamTimeoutError(undefined, { cause: error });
   if (typeof code === 'string' && CONNECTION_ERROR_CODES.has(code)) {
-    return new UpstreamUnavailableError('The delivery service could not be reached or dropped the connection.', { cause: error, unsent: CONNECT_ERROR_CODES.has(code) });
+    return new UpstreamUnavailableError('The delivery service could not be reached or dropped the connection.', {
+      cause: error,
+      unsent: CONNECT_ERROR_CODES.has(code),
+    });
   }
   return new UpstreamProtocolError(undefined, { cause: error });
 }

@@ -83,7 +83,9 @@ export class KnownKeys {
     return verdicts ? standingOf(verdicts, this.#now()) : 'unknown';
   }
 
-  /** Whether this group refused the key recently and has not accepted it recently: a call would only be refused again. */
+  /**
+   * Whether this group refused the key recently and has not accepted it recently: a call would only be refused again.
+   */
   refusedBy(key: string, group: KeyGroup): boolean {
     const verdict = this.#verdicts.get(hashKey(key))?.[group];
     if (!verdict) return false;
@@ -97,8 +99,13 @@ export class KnownKeys {
     const verdicts = this.#verdicts.get(hash) ?? {};
     const now = this.#now();
     const verdict = (verdicts[group] ??= { acceptedUntil: 0, refusedUntil: 0, acceptedAt: 0, refusedAt: 0 });
-    // Accepted again right after the last time (every read says so): nothing to change but its moment and a moment of its time to live.
-    if (accepted && verdict.refusedUntil === 0 && verdict.acceptedUntil - now > this.#acceptedTtlMs - this.#relearnAfterMs) {
+    // Accepted again right after the last time (every read says so): nothing to change but its moment and a moment of
+    // its time to live.
+    if (
+      accepted &&
+      verdict.refusedUntil === 0 &&
+      verdict.acceptedUntil - now > this.#acceptedTtlMs - this.#relearnAfterMs
+    ) {
       verdict.acceptedAt = now;
       return;
     }

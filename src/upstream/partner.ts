@@ -1,7 +1,13 @@
 // Client of the partner endpoint group, directly under {base_url}.
 import type { UpstreamHttp } from './http.js';
 import { referenceSegment, requireData, uidSegment, type CallOptions } from './platform.js';
-import type { WireAvailability, WireDeliveryRequest, WireOrder, WirePartnerCancellation, WireQuoteResult } from './wire.js';
+import type {
+  WireAvailability,
+  WireDeliveryRequest,
+  WireOrder,
+  WirePartnerCancellation,
+  WireQuoteResult,
+} from './wire.js';
 
 export class PartnerClient {
   readonly #http: UpstreamHttp;
@@ -11,7 +17,15 @@ export class PartnerClient {
   }
 
   quote(key: string, body: WireDeliveryRequest, options: CallOptions = {}): Promise<WireQuoteResult> {
-    return this.#http.call({ group: 'partner', method: 'POST', path: '/quote', route: '/quote', key, body, ...options });
+    return this.#http.call({
+      group: 'partner',
+      method: 'POST',
+      path: '/quote',
+      route: '/quote',
+      key,
+      body,
+      ...options,
+    });
   }
 
   async getOrder(key: string, uid: string, options: CallOptions = {}): Promise<WireOrder> {
@@ -51,6 +65,13 @@ export class PartnerClient {
   }
 
   availability(key: string, options: CallOptions = {}): Promise<WireAvailability> {
-    return this.#http.call({ group: 'partner', method: 'GET', path: '/availability', route: '/availability', key, ...options });
+    return this.#http.call({
+      group: 'partner',
+      method: 'GET',
+      path: '/availability',
+      route: '/availability',
+      key,
+      ...options,
+    });
   }
 }

@@ -50,7 +50,15 @@ export class PlatformClient {
   }
 
   quote(key: string, body: WireDeliveryRequest, options: CallOptions = {}): Promise<WireQuoteResult> {
-    return this.#http.call({ group: 'platform', method: 'POST', path: `${this.#prefix}/quote`, route: '/{platform}/quote', key, body, ...options });
+    return this.#http.call({
+      group: 'platform',
+      method: 'POST',
+      path: `${this.#prefix}/quote`,
+      route: '/{platform}/quote',
+      key,
+      body,
+      ...options,
+    });
   }
 
   async create(key: string, body: WireDeliveryRequest, options: CallOptions = {}): Promise<CreatedDelivery> {
@@ -92,11 +100,21 @@ export class PlatformClient {
   }
 
   availability(key: string, options: CallOptions = {}): Promise<WireAvailability> {
-    return this.#http.call({ group: 'platform', method: 'GET', path: `${this.#prefix}/availability`, route: '/{platform}/availability', key, ...options });
+    return this.#http.call({
+      group: 'platform',
+      method: 'GET',
+      path: `${this.#prefix}/availability`,
+      route: '/{platform}/availability',
+      key,
+      ...options,
+    });
   }
 }
 
-/** The create response is documented only as carrying uid and tracking_link: take them from the top level or from `data`. */
+/**
+ * The create response is documented only as carrying uid and tracking_link: take them from the top level or from
+ * `data`.
+ */
 function readCreated(result: WireCreateResult): CreatedDelivery {
   const uid = pickString(result.uid) ?? pickString(result.data?.uid);
   if (!uid) throw new UpstreamShapeError('POST /{platform}/deliveries answered without a uid');
@@ -109,7 +127,7 @@ function pickString(value: unknown): string | undefined {
 
 export function requireData<T extends { uid?: unknown }>(result: { data?: T }, where: string): T {
   const data = result.data;
-  if (!data || typeof data !== 'object' || typeof data.uid !== 'string') throw new UpstreamShapeError(`${where} answered without data.uid`);
+  if (!data || typeof data !== 'object' || typeof data.uid !== 'string')
+    throw new UpstreamShapeError(`${where} answered without data.uid`);
   return data;
 }
-

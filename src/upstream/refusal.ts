@@ -35,7 +35,11 @@ function clean(value: unknown, key: string | undefined, max: number): string | n
 }
 
 /** The refusal in a non-2xx answer's parsed body (anything else in the body is dropped). */
-export function upstreamRefusal(status: number, body: Record<string, unknown>, key: string | undefined): UpstreamRefusal {
+export function upstreamRefusal(
+  status: number,
+  body: Record<string, unknown>,
+  key: string | undefined,
+): UpstreamRefusal {
   return {
     status,
     error: clean(typeof body.code === 'string' ? body.code : body.error, key, MAX_CODE),

@@ -105,7 +105,8 @@ export class SharedReads {
   }
 
   #remove(flight: Flight): void {
-    if (flight.identity !== undefined && this.#inflight.get(flight.identity) === flight) this.#inflight.delete(flight.identity);
+    if (flight.identity !== undefined && this.#inflight.get(flight.identity) === flight)
+      this.#inflight.delete(flight.identity);
   }
 }
 

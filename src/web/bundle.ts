@@ -29,7 +29,8 @@ interface Manifest {
 export function sourcesHash(): string | null {
   if (!existsSync(CLIENT_DIR)) return null;
   const hash = createHash('sha256');
-  for (const name of readdirSync(CLIENT_DIR).sort()) hash.update(name).update(readFileSync(path.join(CLIENT_DIR, name)));
+  for (const name of readdirSync(CLIENT_DIR).sort())
+    hash.update(name).update(readFileSync(path.join(CLIENT_DIR, name)));
   return hash.digest('base64url').slice(0, 16);
 }
 
@@ -55,14 +56,17 @@ export async function bundleClient(): Promise<TrackingBundle> {
   return { js: Buffer.from(js.contents), css: Buffer.from(css.contents), sources: sourcesHash() };
 }
 
-/** Writes the files and their manifest (the manifest last, and each by rename, so a reader never sees half a bundle). */
+/**
+ * Writes the files and their manifest (the manifest last, and each by rename, so a reader never sees half a bundle).
+ */
 export function writeBundle(bundle: TrackingBundle, dir = BUNDLE_DIR): void {
   mkdirSync(dir, { recursive: true });
   const put = (name: string, body: Buffer | string) => {
     writeFileSync(path.join(dir, `${name}.tmp`), body);
     renameSync(path.join(dir, `${name}.tmp`), path.join(dir, name));
   };
-  const named = (body: Buffer, ext: string) => `app.${createHash('sha256').update(body).digest('hex').slice(0, 12)}.${ext}`;
+  const named = (body: Buffer, ext: string) =>
+    `app.${createHash('sha256').update(body).digest('hex').slice(0, 12)}.${ext}`;
   const manifest: Manifest = { js: named(bundle.js, 'js'), css: named(bundle.css, 'css'), sources: bundle.sources };
   put(manifest.js, bundle.js);
   put(manifest.css, bundle.css);
@@ -80,13 +84,20 @@ export function readBundle(dir = BUNDLE_DIR): TrackingBundle | undefined {
   const current = sourcesHash();
   if (current !== null && manifest.sources !== current) return undefined;
   try {
-    return { js: readFileSync(path.join(dir, manifest.js)), css: readFileSync(path.join(dir, manifest.css)), sources: manifest.sources };
+    return {
+      js: readFileSync(path.join(dir, manifest.js)),
+      css: readFileSync(path.join(dir, manifest.css)),
+      sources: manifest.sources,
+    };
   } catch {
     return undefined;
   }
 }
 
-/** The bundle on disk, or a fresh one (written for the next start) when this is a checkout whose bundle is missing or stale. */
+/**
+ * The bundle on disk, or a fresh one (written for the next start) when this is a checkout whose bundle is missing or
+ * stale.
+ */
 export async function loadBundle(): Promise<TrackingBundle> {
   const onDisk = readBundle();
   if (onDisk) return onDisk;

@@ -17,7 +17,9 @@ export const GRAPHIQL_ASSET_PREFIX = '/graphiql/';
 
 /** Stands for the example booking's idempotency key until a page is rendered. */
 const BOOK_KEY_PLACEHOLDER = 'graphiql-book-KEY';
-/** A rendered key: the placeholder's prefix and 12 random base64url characters (the page's script renews stored copies). */
+/**
+ * A rendered key: the placeholder's prefix and 12 random base64url characters (the page's script renews stored copies).
+ */
 const BOOK_KEY_PATTERN = 'graphiql-book-[A-Za-z0-9_-]{12}';
 
 /** The operations GraphiQL opens with: each one runs against the sandbox as it is. */
@@ -152,7 +154,13 @@ async function compress(body: Buffer, type: string): Promise<Partial<Record<Enco
   // Brotli quality 9: 11 saves another 9 % on the 5 MB script but takes ~10 s of CPU instead of ~1 s.
   const mode = type.startsWith('text/') || type === 'image/svg+xml' ? zlib.BROTLI_MODE_TEXT : zlib.BROTLI_MODE_GENERIC;
   const [br, gz] = await Promise.all([
-    brotli(body, { params: { [zlib.BROTLI_PARAM_QUALITY]: 9, [zlib.BROTLI_PARAM_SIZE_HINT]: body.length, [zlib.BROTLI_PARAM_MODE]: mode } }),
+    brotli(body, {
+      params: {
+        [zlib.BROTLI_PARAM_QUALITY]: 9,
+        [zlib.BROTLI_PARAM_SIZE_HINT]: body.length,
+        [zlib.BROTLI_PARAM_MODE]: mode,
+      },
+    }),
     gzipped(body, { level: 9 }),
   ]);
   // A copy that saves little is not worth a client's CPU to unpack.
@@ -224,24 +232,37 @@ async function buildAssets(): Promise<Assets> {
   const bundled = await import('@graphql-yoga/render-graphiql/graphiql');
   const byPath = new Map<string, Asset>();
   const dataUrls = new Map<string, string>();
-  const stylesheetText = bundled.css.replace(/url\((["']?)(data:[^"')]*)\1\)/g, (whole, _quote: string, url: string) => {
-    const decoded = decodeDataUrl(url);
-    if (!decoded) return whole;
-    let path = dataUrls.get(url);
-    if (!path) {
-      path = addAsset(byPath, decoded.type.startsWith('font/') ? 'font' : 'image', decoded.type, decoded.body);
-      dataUrls.set(url, path);
-    }
-    return `url(${path})`;
-  });
+  const stylesheetText = bundled.css.replace(
+    /url\((["']?)(data:[^"')]*)\1\)/g,
+    (whole, _quote: string, url: string) => {
+      const decoded = decodeDataUrl(url);
+      if (!decoded) return whole;
+      let path = dataUrls.get(url);
+      if (!path) {
+        path = addAsset(byPath, decoded.type.startsWith('font/') ? 'font' : 'image', decoded.type, decoded.body);
+        dataUrls.set(url, path);
+      }
+      return `url(${path})`;
+    },
+  );
   const favicon = decodeDataUrl(bundled.favicon);
   return {
     byPath,
-    script: addAsset(byPath, 'graphiql', 'text/javascript; charset=utf-8', `${BEFORE_BUNDLE}${bundled.js}${AFTER_BUNDLE}`),
+    script: addAsset(
+      byPath,
+      'graphiql',
+      'text/javascript; charset=utf-8',
+      `${BEFORE_BUNDLE}${bundled.js}${AFTER_BUNDLE}`,
+    ),
     stylesheet: addAsset(byPath, 'graphiql', 'text/css; charset=utf-8', stylesheetText),
     favicon: favicon ? addAsset(byPath, 'favicon', favicon.type, favicon.body) : 'data:,',
     workers: {
-      editorWorkerService: addAsset(byPath, 'editor.worker', 'text/javascript; charset=utf-8', bundled.editorWorkerService),
+      editorWorkerService: addAsset(
+        byPath,
+        'editor.worker',
+        'text/javascript; charset=utf-8',
+        bundled.editorWorkerService,
+      ),
       json: addAsset(byPath, 'json.worker', 'text/javascript; charset=utf-8', bundled.jsonWorker),
       graphql: addAsset(byPath, 'graphql.worker', 'text/javascript; charset=utf-8', bundled.graphqlWorker),
     },
@@ -331,27 +352,43 @@ export function createGraphiQL(options: GraphiQLPageOptions): GraphiQLPage {
   };
 
   const sendPage = (req: IncomingMessage, res: ServerResponse) => {
-    renderGraphiQLPage(pageOptions()).then((html) => {
-      const body = Buffer.from(html);
-      // A new page each time (the example's key), so nothing to revalidate: no-cache and no ETag.
-      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-cache', 'content-length': body.length, ...SECURITY_HEADERS });
-      res.end(req.method === 'HEAD' ? undefined : body);
-    }, (error: unknown) => failed(res, error));
+    renderGraphiQLPage(pageOptions()).then(
+      (html) => {
+        const body = Buffer.from(html);
+        // A new page each time (the example's key), so nothing to revalidate: no-cache and no ETag.
+        res.writeHead(200, {
+          'content-type': 'text/html; charset=utf-8',
+          'cache-control': 'no-cache',
+          'content-length': body.length,
+          ...SECURITY_HEADERS,
+        });
+        res.end(req.method === 'HEAD' ? undefined : body);
+      },
+      (error: unknown) => failed(res, error),
+    );
   };
 
   const sendAsset = (req: IncomingMessage, res: ServerResponse, asset: Asset) => {
-    asset.encoded.then((encoded) => {
-      const encoding = preferredEncodings(req.headers['accept-encoding']).find((name) => encoded[name]);
-      const body = encoding ? encoded[encoding]! : asset.body;
-      // One ETag per representation: a compressed copy is not the same bytes as the file.
-      const etag = encoding ? `${asset.etag.slice(0, -1)}-${encoding}"` : asset.etag;
-      const headers: Record<string, string | number> = { 'content-type': asset.type, etag, 'cache-control': IMMUTABLE, ...SECURITY_HEADERS };
-      if (TYPES[asset.type]?.compress) headers.vary = 'accept-encoding';
-      if (encoding) headers['content-encoding'] = encoding;
-      if (matches(req.headers['if-none-match'], etag)) return void res.writeHead(304, headers).end();
-      res.writeHead(200, { ...headers, 'content-length': body.length });
-      res.end(req.method === 'HEAD' ? undefined : body);
-    }, (error: unknown) => failed(res, error));
+    asset.encoded.then(
+      (encoded) => {
+        const encoding = preferredEncodings(req.headers['accept-encoding']).find((name) => encoded[name]);
+        const body = encoding ? encoded[encoding]! : asset.body;
+        // One ETag per representation: a compressed copy is not the same bytes as the file.
+        const etag = encoding ? `${asset.etag.slice(0, -1)}-${encoding}"` : asset.etag;
+        const headers: Record<string, string | number> = {
+          'content-type': asset.type,
+          etag,
+          'cache-control': IMMUTABLE,
+          ...SECURITY_HEADERS,
+        };
+        if (TYPES[asset.type]?.compress) headers.vary = 'accept-encoding';
+        if (encoding) headers['content-encoding'] = encoding;
+        if (matches(req.headers['if-none-match'], etag)) return void res.writeHead(304, headers).end();
+        res.writeHead(200, { ...headers, 'content-length': body.length });
+        res.end(req.method === 'HEAD' ? undefined : body);
+      },
+      (error: unknown) => failed(res, error),
+    );
   };
 
   return {
@@ -359,22 +396,35 @@ export function createGraphiQL(options: GraphiQLPageOptions): GraphiQLPage {
     handle(req, res, pathname) {
       const isAsset = pathname.startsWith(GRAPHIQL_ASSET_PREFIX);
       // The same test as yoga's: a browser asking the GraphQL endpoint for a page.
-      const isPage = pathname === options.graphqlPath && (req.method === 'GET' || req.method === 'HEAD') && Boolean(req.headers.accept?.includes('text/html'));
+      const isPage =
+        pathname === options.graphqlPath &&
+        (req.method === 'GET' || req.method === 'HEAD') &&
+        Boolean(req.headers.accept?.includes('text/html'));
       if (isPage) {
         sendPage(req, res);
         return true;
       }
       if (!isAsset) return false;
       if (req.method !== 'GET' && req.method !== 'HEAD') {
-        res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' }).end(JSON.stringify({ error: 'method_not_allowed', message: `${pathname} answers GET and HEAD only.` }));
+        res
+          .writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' })
+          .end(JSON.stringify({ error: 'method_not_allowed', message: `${pathname} answers GET and HEAD only.` }));
         return true;
       }
-      loadAssets().then((assets) => {
-        const asset = assets.byPath.get(pathname);
-        if (asset) return sendAsset(req, res, asset);
-        // An old name (an earlier version of the package) or a typo: the files are named by content.
-        res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: 'not_found', message: `Nothing at ${pathname}. GraphiQL is at ${options.graphqlPath}.` }));
-      }, (error: unknown) => failed(res, error));
+      loadAssets().then(
+        (assets) => {
+          const asset = assets.byPath.get(pathname);
+          if (asset) return sendAsset(req, res, asset);
+          // An old name (an earlier version of the package) or a typo: the files are named by content.
+          res.writeHead(404, { 'content-type': 'application/json' }).end(
+            JSON.stringify({
+              error: 'not_found',
+              message: `Nothing at ${pathname}. GraphiQL is at ${options.graphqlPath}.`,
+            }),
+          );
+        },
+        (error: unknown) => failed(res, error),
+      );
       return true;
     },
   };

@@ -63,9 +63,13 @@ async function bundle(options: TrackingPageOptions): Promise<Bundle> {
 }
 
 function renderHtml(options: TrackingPageOptions, version: string): string {
-  const sandboxMeta = options.sandboxKey ? `\n<meta name="dg-sandbox-key" content="${escapeAttribute(options.sandboxKey)}">` : '';
+  const sandboxMeta = options.sandboxKey
+    ? `\n<meta name="dg-sandbox-key" content="${escapeAttribute(options.sandboxKey)}">`
+    : '';
   // Hidden until the script knows the view: a merchant's gets it, a customer's (a client token link) never does.
-  const graphiqlLink = options.graphiql ? `<a id="graphiql-link" href="${escapeAttribute(options.graphqlPath)}" hidden>GraphiQL</a>` : '';
+  const graphiqlLink = options.graphiql
+    ? `<a id="graphiql-link" href="${escapeAttribute(options.graphqlPath)}" hidden>GraphiQL</a>`
+    : '';
   return `<!doctype html>
 <html lang="en">
 <head>
@@ -144,7 +148,9 @@ export function createTrackingPage(options: TrackingPageOptions): TrackingPage {
       },
       (error: unknown) => {
         options.logger.error({ err: error }, 'the tracking page could not be built');
-        res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' }).end('The tracking page could not be built; see the server log.\n');
+        res
+          .writeHead(500, { 'content-type': 'text/plain; charset=utf-8' })
+          .end('The tracking page could not be built; see the server log.\n');
       },
     );
   };
@@ -154,7 +160,12 @@ export function createTrackingPage(options: TrackingPageOptions): TrackingPage {
       const isPage = pathname === '/' || pathname === '/index.html';
       if (!isPage && !pathname.startsWith('/tracking/')) return false;
       if (req.method !== 'GET' && req.method !== 'HEAD') {
-        res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' }).end(JSON.stringify({ error: 'method_not_allowed', message: `${pathname} answers GET and HEAD only; GraphQL is POSTed to /graphql.` }));
+        res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' }).end(
+          JSON.stringify({
+            error: 'method_not_allowed',
+            message: `${pathname} answers GET and HEAD only; GraphQL is POSTed to /graphql.`,
+          }),
+        );
         return true;
       }
       // The assets are named by content (?v=), so they may be kept; the page itself is always revalidated.

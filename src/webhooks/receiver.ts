@@ -52,7 +52,9 @@ export class AppendBatcher {
   #waiting: Pending[] = [];
   #committing = false;
   #scheduled = false;
-  /** Events published per turn: as many as took about PUBLISH_TURN_MS last time (their subscribers' messages included). */
+  /**
+   * Events published per turn: as many as took about PUBLISH_TURN_MS last time (their subscribers' messages included).
+   */
   #perTurn = 8;
 
   constructor(
@@ -101,9 +103,9 @@ export class AppendBatcher {
       }
       results = error.outcomes;
     }
-    // In log order, a slice per turn of the loop (the next batch waits until the last is out): the slice's
-    // subscriber messages go out in its turn, then other work has the loop, and the slice's size follows what a turn took.
-    for (let start = 0; start < results.length; ) {
+    // In log order, a slice per turn of the loop (the next batch waits until the last is out): the slice's subscriber
+    // messages go out in its turn, then other work has the loop, and the slice's size follows what a turn took.
+    for (let start = 0; start < results.length;) {
       const began = performance.now();
       const end = Math.min(results.length, start + this.#perTurn);
       for (let index = start; index < end; index += 1) this.#publish(results[index]!, batch[index]!);
@@ -112,7 +114,10 @@ export class AppendBatcher {
       await nextTurn();
       // As many as this slice's events would have filled the turn's budget with.
       const took = performance.now() - began;
-      this.#perTurn = Math.max(1, Math.min(MAX_BATCH, Math.round((published * PUBLISH_TURN_MS) / Math.max(took, 0.05))));
+      this.#perTurn = Math.max(
+        1,
+        Math.min(MAX_BATCH, Math.round((published * PUBLISH_TURN_MS) / Math.max(took, 0.05))),
+      );
     }
   }
 
@@ -191,7 +196,11 @@ export interface WebhookReceiverOptions {
 
 export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookReceiver {
   const { verifier, logger } = options;
-  const batcher = options.batcher ?? new AppendBatcher(options.store, options.bus, (error) => logger.error({ err: error }, 'stored event not published'));
+  const batcher =
+    options.batcher ??
+    new AppendBatcher(options.store, options.bus, (error) =>
+      logger.error({ err: error }, 'stored event not published'),
+    );
   const counters: WebhookCounters = { accepted: 0, duplicate: 0, stale: 0, rejected: 0, refusals: new Map() };
 
   const countRefusal = (status: number) => {
@@ -208,7 +217,8 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
       countRefusal(status);
       noteErrorCodes(info, [{ extensions: { code: body.error } }]);
     }
-    if (status === 400 || status === 408 || status === 413) logger.warn({ reqId: info?.id, status, reason: body.message }, 'webhook refused');
+    if (status === 400 || status === 408 || status === 413)
+      logger.warn({ reqId: info?.id, status, reason: body.message }, 'webhook refused');
     res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
   };
 
@@ -225,14 +235,20 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
       if (error instanceof BodyTooSlow) {
         // The socket is already destroyed: nothing can be answered, but it is counted and logged.
         countRefusal(408);
-        logger.warn({ reqId, status: 408, reason: `the body did not arrive within ${options.bodyTimeoutMs} ms` }, 'webhook refused');
+        logger.warn(
+          { reqId, status: 408, reason: `the body did not arrive within ${options.bodyTimeoutMs} ms` },
+          'webhook refused',
+        );
         return;
       }
       if (error instanceof BodyTooLarge) {
         // The rest of the body stays unread: close the connection after the answer,
         // or a keep-alive client's next request on it would hang behind those bytes.
         res.setHeader('connection', 'close');
-        answer(req, res, 413, { error: 'payload_too_large', message: `Webhook bodies are limited to ${MAX_WEBHOOK_BYTES} bytes.` });
+        answer(req, res, 413, {
+          error: 'payload_too_large',
+          message: `Webhook bodies are limited to ${MAX_WEBHOOK_BYTES} bytes.`,
+        });
         req.destroy();
         return;
       }
@@ -246,7 +262,8 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
         logger.warn({ reqId, reason: error.message }, 'webhook rejected: verification failed');
         return answer(req, res, 401, { error: 'invalid_token', message: 'The webhook token could not be verified.' });
       }
-      if (error instanceof WebhookPayloadError) return answer(req, res, 400, { error: 'bad_event', message: error.message });
+      if (error instanceof WebhookPayloadError)
+        return answer(req, res, 400, { error: 'bad_event', message: error.message });
       throw error;
     }
     // The body is not trusted (the signed claim is the event) but must still be JSON.
@@ -258,25 +275,36 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
       }
     }
     // The facade's own markers are never the upstream's to set: a webhook carrying facade_source would pass for a read.
-    for (const key of Object.keys(payload)) if (key.startsWith('facade_')) delete (payload as unknown as Record<string, unknown>)[key];
+    for (const key of Object.keys(payload))
+      if (key.startsWith('facade_')) delete (payload as unknown as Record<string, unknown>)[key];
     let result: AppendResult;
     try {
       result = await batcher.append(payload, new Date().toISOString());
     } catch (error) {
       logger.error({ reqId, err: error, uid: payload.uid, event: payload.event_name }, 'webhook not stored');
-      return answer(req, res, 503, { error: 'store_unavailable', message: 'The event could not be stored; retry later.' });
+      return answer(req, res, 503, {
+        error: 'store_unavailable',
+        message: 'The event could not be stored; retry later.',
+      });
     }
     try {
       await resolveBooking(options.store, payload);
     } catch (error) {
       // Stored, but the booking it names is not resolved: the sender's retry (a duplicate) tries again.
       logger.error({ reqId, err: error, uid: payload.uid }, 'webhook stored, its booking marker not resolved');
-      return answer(req, res, 503, { error: 'store_unavailable', message: 'The event could not be processed; retry later.' });
+      return answer(req, res, 503, {
+        error: 'store_unavailable',
+        message: 'The event could not be processed; retry later.',
+      });
     }
     if (result.duplicate) counters.duplicate += 1;
     else if (result.event.stale) counters.stale += 1;
     else counters.accepted += 1;
-    answer(req, res, 200, { status: result.duplicate ? 'duplicate' : 'stored', cursor: String(result.event.seq), stale: result.event.stale });
+    answer(req, res, 200, {
+      status: result.duplicate ? 'duplicate' : 'stored',
+      cursor: String(result.event.seq),
+      stale: result.event.stale,
+    });
   };
 
   return {

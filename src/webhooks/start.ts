@@ -17,12 +17,23 @@ export interface WebhookDeps {
   batcher: AppendBatcher;
 }
 
-export async function startWebhooks(config: Config, sandbox: { publicKeyPem: string; issuer: string } | undefined, { store, bus, logger, batcher }: WebhookDeps): Promise<WebhookReceiver | undefined> {
+export async function startWebhooks(
+  config: Config,
+  sandbox: { publicKeyPem: string; issuer: string } | undefined,
+  { store, bus, logger, batcher }: WebhookDeps,
+): Promise<WebhookReceiver | undefined> {
   // Webhooks verify against the configured key, or the sandbox's when it is the upstream.
   const publicKeyPem = config.webhook.publicKeyPems ?? (sandbox ? [sandbox.publicKeyPem] : undefined);
   const issuer = config.webhook.issuer ?? sandbox?.issuer;
-  const verifier = publicKeyPem && issuer ? await createWebhookVerifier(publicKeyPem, issuer, { clockToleranceSeconds: config.webhook.clockToleranceSeconds }) : undefined;
-  const receiver = verifier && createWebhookReceiver({ verifier, store, bus, logger, bodyTimeoutMs: config.webhook.bodyTimeoutMs, batcher });
+  const verifier =
+    publicKeyPem && issuer
+      ? await createWebhookVerifier(publicKeyPem, issuer, {
+          clockToleranceSeconds: config.webhook.clockToleranceSeconds,
+        })
+      : undefined;
+  const receiver =
+    verifier &&
+    createWebhookReceiver({ verifier, store, bus, logger, bodyTimeoutMs: config.webhook.bodyTimeoutMs, batcher });
   if (!receiver) {
     logger.warn(
       config.realtime.reconcileIntervalMs > 0

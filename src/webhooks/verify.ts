@@ -54,7 +54,9 @@ function base64urlBytes(segment: string): Buffer | undefined {
   return Buffer.from(text, 'base64url');
 }
 
-/** RSASSA-PKCS1-v1_5 with SHA-256 (RS256); a signature OpenSSL cannot even read is one that does not match, as in jose. */
+/**
+ * RSASSA-PKCS1-v1_5 with SHA-256 (RS256); a signature OpenSSL cannot even read is one that does not match, as in jose.
+ */
 function signedBy(key: KeyObject, signed: Buffer, signature: Buffer): boolean {
   try {
     return verifySignature('sha256', signed, key, signature);
@@ -71,7 +73,9 @@ function jsonObject(bytes: Buffer): Record<string, unknown> | undefined {
   } catch {
     return undefined;
   }
-  return parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed) ? (parsed as Record<string, unknown>) : undefined;
+  return parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)
+    ? (parsed as Record<string, unknown>)
+    : undefined;
 }
 
 /**
@@ -86,7 +90,8 @@ function checkHeader(segment: string): boolean {
   let b64 = true;
   if (header.crit !== undefined) {
     const { crit } = header;
-    if (!Array.isArray(crit) || crit.length === 0 || crit.some((name) => typeof name !== 'string' || name.length === 0)) throw new TokenRefused(INVALID);
+    if (!Array.isArray(crit) || crit.length === 0 || crit.some((name) => typeof name !== 'string' || name.length === 0))
+      throw new TokenRefused(INVALID);
     for (const name of crit as string[]) {
       if (name !== 'b64') throw new TokenRefused('ERR_JOSE_NOT_SUPPORTED');
       if (header.b64 === undefined) throw new TokenRefused(INVALID);
@@ -106,7 +111,8 @@ function checkClaims(claims: Record<string, unknown>, issuer: string, tolerance:
   if (claims.iss !== issuer) throw new TokenRefused(claimFailed);
   const now = Math.floor(Date.now() / 1000);
   if (claims.iat !== undefined && typeof claims.iat !== 'number') throw new TokenRefused(claimFailed);
-  if (claims.nbf !== undefined && (typeof claims.nbf !== 'number' || claims.nbf > now + tolerance)) throw new TokenRefused(claimFailed);
+  if (claims.nbf !== undefined && (typeof claims.nbf !== 'number' || claims.nbf > now + tolerance))
+    throw new TokenRefused(claimFailed);
   if (typeof claims.exp !== 'number') throw new TokenRefused(claimFailed);
   if (claims.exp <= now - tolerance) throw new TokenRefused('ERR_JWT_EXPIRED');
 }
@@ -124,13 +130,17 @@ export async function createWebhookVerifier(
   issuer: string,
   { clockToleranceSeconds = CLOCK_TOLERANCE_SECONDS }: { clockToleranceSeconds?: number } = {},
 ): Promise<WebhookVerifier> {
-  const imported = await Promise.all((typeof publicKeyPems === 'string' ? [publicKeyPems] : publicKeyPems).map((pem) => importSPKI(pem, 'RS256')));
+  const imported = await Promise.all(
+    (typeof publicKeyPems === 'string' ? [publicKeyPems] : publicKeyPems).map((pem) => importSPKI(pem, 'RS256')),
+  );
   if (imported.length === 0) throw new Error('createWebhookVerifier needs at least one key');
   const keys = imported.map((key) => (key instanceof KeyObject ? key : KeyObject.from(key)));
   for (const key of keys) {
-    if ((key.asymmetricKeyDetails?.modulusLength ?? 0) < MIN_RSA_BITS) throw new Error(`RS256 needs an RSA key of ${MIN_RSA_BITS} bits or more`);
+    if ((key.asymmetricKeyDetails?.modulusLength ?? 0) < MIN_RSA_BITS)
+      throw new Error(`RS256 needs an RSA key of ${MIN_RSA_BITS} bits or more`);
   }
-  if (!Number.isFinite(clockToleranceSeconds) || clockToleranceSeconds < 0) throw new Error('clockToleranceSeconds must be a number of seconds, 0 or more');
+  if (!Number.isFinite(clockToleranceSeconds) || clockToleranceSeconds < 0)
+    throw new Error('clockToleranceSeconds must be a number of seconds, 0 or more');
 
   /** The token's claims once its header, signature (against any key) and claims pass; TokenRefused otherwise. */
   const claimsOf = (token: string): Record<string, unknown> => {
@@ -140,9 +150,11 @@ export async function createWebhookVerifier(
     const b64 = checkHeader(header);
     const signatureBytes = base64urlBytes(signature);
     if (!signatureBytes) throw new TokenRefused(INVALID);
-    // The signed input is the token's first two segments as they were sent (ASCII: the bearer pattern admits nothing else).
+    // The signed input is the token's first two segments as they were sent (ASCII: the bearer pattern admits nothing
+    // else).
     const signed = Buffer.from(token.slice(0, header.length + 1 + payload.length), 'latin1');
-    if (!keys.some((key) => signedBy(key, signed, signatureBytes))) throw new TokenRefused('ERR_JWS_SIGNATURE_VERIFICATION_FAILED');
+    if (!keys.some((key) => signedBy(key, signed, signatureBytes)))
+      throw new TokenRefused('ERR_JWS_SIGNATURE_VERIFICATION_FAILED');
     const payloadBytes = b64 ? base64urlBytes(payload) : undefined;
     if (b64 && !payloadBytes) throw new TokenRefused(INVALID);
     // A JWT's payload is always encoded (RFC 7797's unencoded form is for other JWS).
@@ -165,12 +177,15 @@ export async function createWebhookVerifier(
       }
       // Read liberally: a payload claim that is the JSON text of an object is that object.
       if (typeof payload === 'string') payload = parseObject(payload);
-      if (!payload || typeof payload !== 'object' || Array.isArray(payload)) throw new WebhookPayloadError('the payload claim is not an object');
+      if (!payload || typeof payload !== 'object' || Array.isArray(payload))
+        throw new WebhookPayloadError('the payload claim is not an object');
       // Deeper than any real event: refused here, before anything walks it (hashing, storing, mapping).
-      if (nestsDeeperThan(payload, MAX_EVENT_DEPTH)) throw new WebhookPayloadError(`the event is nested deeper than ${MAX_EVENT_DEPTH} levels`);
+      if (nestsDeeperThan(payload, MAX_EVENT_DEPTH))
+        throw new WebhookPayloadError(`the event is nested deeper than ${MAX_EVENT_DEPTH} levels`);
       const event = payload as Record<string, unknown>;
       if (typeof event.uid !== 'string' || event.uid === '') throw new WebhookPayloadError('the event has no uid');
-      if (typeof event.event_name !== 'string' || event.event_name === '') throw new WebhookPayloadError('the event has no event_name');
+      if (typeof event.event_name !== 'string' || event.event_name === '')
+        throw new WebhookPayloadError('the event has no event_name');
       return event as unknown as WireWebhookEvent;
     },
   };

@@ -29,7 +29,16 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
 
   beforeAll(async () => {
     dataDir = makeDataDir();
-    app = await startApp(loadConfig({ PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: String(STEP_MS), SANDBOX_RETURN_RATE: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent' }));
+    app = await startApp(
+      loadConfig({
+        PORT: '0',
+        SANDBOX_PORT: '0',
+        SANDBOX_STEP_MS: String(STEP_MS),
+        SANDBOX_RETURN_RATE: '0',
+        DATA_DIR: dataDir,
+        LOG_LEVEL: 'silent',
+      }),
+    );
     browser = await launchBrowser();
   }, 60_000);
 
@@ -85,10 +94,19 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
       new MutationObserver(() => {
         const courier = document.querySelector<SVGGElement>('#courier:not(.unplaced)');
         if (!courier?.dataset.lat) return;
-        const now = { lat: Number(courier.dataset.lat), lng: Number(courier.dataset.lng), transform: courier.style.transform };
+        const now = {
+          lat: Number(courier.dataset.lat),
+          lng: Number(courier.dataset.lng),
+          transform: courier.style.transform,
+        };
         const last = pins.at(-1);
         if (!last || last.lat !== now.lat || last.lng !== now.lng || last.transform !== now.transform) pins.push(now);
-      }).observe(document.body, { subtree: true, childList: true, attributes: true, attributeFilter: ['data-lat', 'data-lng', 'style', 'class'] });
+      }).observe(document.body, {
+        subtree: true,
+        childList: true,
+        attributes: true,
+        attributeFilter: ['data-lat', 'data-lng', 'style', 'class'],
+      });
     });
     await page.click('#book');
     await page.waitForSelector('#tracker:not([hidden])');
@@ -98,16 +116,17 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
 
     // Every place the pin is drawn, as the page draws it (recorded in the page, so a slow poll misses nothing).
     await page.waitForSelector('#timeline li[data-status="DROPOFF_COMPLETE"].done', { timeout: 30_000 });
-    const drawn = await page.evaluate(() => (window as unknown as { pins: Array<{ lat: number; lng: number; transform: string }> }).pins);
+    const drawn = await page.evaluate(
+      () => (window as unknown as { pins: Array<{ lat: number; lng: number; transform: string }> }).pins,
+    );
     await page.waitForSelector('#timeline li[data-status="DROPOFF_COMPLETE"].current', { timeout: 5_000 });
     expect(new Set(drawn.map((p) => `${p.lat},${p.lng}`)).size).toBeGreaterThanOrEqual(4);
     expect(new Set(drawn.map((p) => p.transform)).size).toBeGreaterThanOrEqual(4);
 
     // The pin ends where the upstream says the dropoff is.
-    const read = await gql<{ delivery: { status: string; dropoff: { address: { latitude: number; longitude: number } } } }>(
-      'query($uid: ID!) { delivery(uid: $uid) { status dropoff { address { latitude longitude } } } }',
-      { uid },
-    );
+    const read = await gql<{
+      delivery: { status: string; dropoff: { address: { latitude: number; longitude: number } } };
+    }>('query($uid: ID!) { delivery(uid: $uid) { status dropoff { address { latitude longitude } } } }', { uid });
     expect(read.delivery.status).toBe('DROPOFF_COMPLETE');
     const last = await pin(page);
     expect(last.lat).toBeCloseTo(read.delivery.dropoff.address.latitude, 6);
@@ -115,7 +134,11 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
 
     // Every milestone is ticked, in order, with the time it arrived.
     const timeline = await page.$$eval('#timeline li', (items) =>
-      items.map((li) => ({ status: (li as HTMLElement).dataset.status, done: li.classList.contains('done'), time: li.querySelector('time')?.textContent ?? '' })),
+      items.map((li) => ({
+        status: (li as HTMLElement).dataset.status,
+        done: li.classList.contains('done'),
+        time: li.querySelector('time')?.textContent ?? '',
+      })),
     );
     expect(timeline.map((step) => step.status)).toEqual([
       'CREATED',
@@ -130,10 +153,14 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
     expect(timeline.every((step) => step.done && step.time !== '')).toBe(true);
     expect(await page.textContent('#message')).toMatch(/^Delivered at /);
     expect(await page.textContent('#fact-left')).toBe('arrived');
-    expect(Number(await page.$eval('#trail', (node) => node.getAttribute('points')!.split(' ').length))).toBeGreaterThanOrEqual(4);
+    expect(
+      Number(await page.$eval('#trail', (node) => node.getAttribute('points')!.split(' ').length)),
+    ).toBeGreaterThanOrEqual(4);
 
     // Nothing came from anywhere but the facade, and nothing went wrong in the page.
-    const foreign = requests.filter((url) => new URL(url).origin !== new URL(app.url).origin && !url.startsWith('data:'));
+    const foreign = requests.filter(
+      (url) => new URL(url).origin !== new URL(app.url).origin && !url.startsWith('data:'),
+    );
     expect(foreign).toEqual([]);
     expect(requests.some((url) => url.includes('/tracking/app.js'))).toBe(true);
     expect(problems).toEqual([]);
@@ -176,7 +203,9 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
     expect(await page.inputValue('#uid-input')).toBe(uid);
     const times = await page.$$eval('#timeline li time', (nodes) => nodes.map((n) => n.textContent));
     expect(times.filter((t) => t).length).toBe(8);
-    expect(await page.$eval('#trail', (node) => node.getAttribute('points')!.split(' ').length)).toBeGreaterThanOrEqual(4);
+    expect(await page.$eval('#trail', (node) => node.getAttribute('points')!.split(' ').length)).toBeGreaterThanOrEqual(
+      4,
+    );
     expect(problems).toEqual([]);
     await page.close();
   }, 60_000);
@@ -195,7 +224,9 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
     await page.fill('#key', 'sk_test_demo_merchant');
     await page.click('#open');
     await page.waitForFunction(() => document.querySelector('#message')?.textContent?.includes('No delivery'));
-    expect(await page.textContent('#message')).toBe('No delivery 00000000-0000-4000-8000-000000000000 is visible to this key.');
+    expect(await page.textContent('#message')).toBe(
+      'No delivery 00000000-0000-4000-8000-000000000000 is visible to this key.',
+    );
     await page.close();
   }, 30_000);
 
@@ -214,14 +245,17 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
     const { page, requests, problems } = await openPage(`/?token=${token}`);
     await page.waitForSelector('#tracker:not([hidden])');
     expect(await page.textContent('#fact-uid')).toBe(uid);
-    // No key anywhere on the page: the field is hidden and empty, the sandbox's demo key not even filled in, no booking.
+    // No key anywhere on the page: the field is hidden and empty, the sandbox's demo key not even filled in, no
+    // booking.
     expect(await page.isHidden('#key-form')).toBe(true);
     expect(await page.isHidden('#book-form')).toBe(true);
     expect(await page.inputValue('#key')).toBe('');
     expect(await page.evaluate(() => document.documentElement.outerHTML.includes('sk_test_demo_merchant'))).toBe(false);
     // A customer's view has no developer's tool: no GraphiQL link, not even a hidden one.
     expect(await page.$('#graphiql-link')).toBeNull();
-    expect(await page.$$eval('a', (links) => links.map((link) => `${link.textContent} ${link.getAttribute('href')}`))).toEqual([]);
+    expect(
+      await page.$$eval('a', (links) => links.map((link) => `${link.textContent} ${link.getAttribute('href')}`)),
+    ).toEqual([]);
     // The token moved into the fragment, which the browser never sends; a reload still works from it.
     const url = new URL(page.url());
     expect(url.search).toBe('');
@@ -244,7 +278,11 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
       'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }',
       { input: deliveryInput() },
     );
-    const expired = await app.services.clientTokens.issue('sk_test_demo_merchant', [booked.createDelivery.data.uid], -1);
+    const expired = await app.services.clientTokens.issue(
+      'sk_test_demo_merchant',
+      [booked.createDelivery.data.uid],
+      -1,
+    );
     const { page } = await openPage(`/#token=${expired.token}`);
     await page.waitForSelector('#message[data-tone="error"]');
     expect(await page.textContent('#message')).toMatch(/tracking link/);
@@ -258,12 +296,24 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
     const { page, requests, problems } = await openPage();
     expect(await page.isVisible('nav a:text("GraphiQL")')).toBe(true);
     await page.click('nav a:text("GraphiQL")');
-    const editor = () => page.evaluate(() => document.querySelector('.graphiql-query-editor')?.textContent?.replace(/\u00a0/g, ' ') ?? '');
-    const examplesShown = () => page.waitForFunction(() => document.querySelector('.graphiql-query-editor')?.textContent?.replace(/\u00a0/g, ' ').includes('mutation Book'), null, { timeout: 30_000 });
+    const editor = () =>
+      page.evaluate(() => document.querySelector('.graphiql-query-editor')?.textContent?.replace(/\u00a0/g, ' ') ?? '');
+    const examplesShown = () =>
+      page.waitForFunction(
+        () =>
+          document
+            .querySelector('.graphiql-query-editor')
+            ?.textContent?.replace(/\u00a0/g, ' ')
+            .includes('mutation Book'),
+        null,
+        { timeout: 30_000 },
+      );
     /** Puts the cursor in the Book operation and runs it (Ctrl+Enter runs the operation under the cursor). */
     const runBook = async () => {
       await page.locator('.graphiql-query-editor .view-line', { hasText: 'mutation' }).first().click();
-      const answered = page.waitForResponse((r) => r.request().method() === 'POST' && (r.request().postData() ?? '').includes('createDelivery'));
+      const answered = page.waitForResponse(
+        (r) => r.request().method() === 'POST' && (r.request().postData() ?? '').includes('createDelivery'),
+      );
       await page.keyboard.press('Control+Enter');
       const body = (await (await answered).json()) as { data: { createDelivery: { data: { uid: string } } } };
       return body.data.createDelivery.data.uid;
@@ -283,11 +333,15 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
     expect(await runBook()).not.toBe(uid);
 
     // Monaco's workers are files of the facade too, and everything came from /graphiql/ under a content hash.
-    const own = requests.filter((url) => new URL(url).pathname.startsWith('/graphiql/')).map((url) => new URL(url).pathname);
+    const own = requests
+      .filter((url) => new URL(url).pathname.startsWith('/graphiql/'))
+      .map((url) => new URL(url).pathname);
     expect(own.some((path) => /^\/graphiql\/graphiql\.[0-9a-f]{16}\.js$/.test(path))).toBe(true);
     expect(own.some((path) => /^\/graphiql\/graphql\.worker\.[0-9a-f]{16}\.js$/.test(path))).toBe(true);
     expect(own.filter((path) => !/\.[0-9a-f]{16}\.\w+$/.test(path))).toEqual([]);
-    const foreign = requests.filter((url) => new URL(url).origin !== new URL(app.url).origin && !url.startsWith('data:'));
+    const foreign = requests.filter(
+      (url) => new URL(url).origin !== new URL(app.url).origin && !url.startsWith('data:'),
+    );
     expect(foreign).toEqual([]);
     // No error, and nothing the Content-Security-Policy refused (Chromium logs that as a console error).
     expect(problems).toEqual([]);

@@ -45,7 +45,8 @@ export const SHAPES: Record<ShapeName, (n: number, uid: string) => string> = {
   }
 }`,
   /** Eight aliased reads, each written out in full: about 5 KB of text, 500 fields. */
-  wide: (n: number, uid: string) => `{\n${Array.from({ length: 8 }, (_, k) => `  w${n}_${k}: delivery(uid: "${uid}") {\n    ${DELIVERY_FIELDS}\n  }`).join('\n')}\n}`,
+  wide: (n: number, uid: string) =>
+    `{\n${Array.from({ length: 8 }, (_, k) => `  w${n}_${k}: delivery(uid: "${uid}") {\n    ${DELIVERY_FIELDS}\n  }`).join('\n')}\n}`,
   /**
    * Issue 29's document: 28 aliased `delivery(uid:)` fields spreading one
    * fragment. About 2 KB of text that resolves some 1,500 fields: a compiled
@@ -55,7 +56,8 @@ export const SHAPES: Record<ShapeName, (n: number, uid: string) => string> = {
   'fragment-heavy': (n: number, uid: string) =>
     `{ ${Array.from({ length: 28 }, (_, k) => `h${n}_${k}: delivery(uid: "${uid}") { ...D${n} }`).join(' ')} } fragment D${n} on Delivery { ${DELIVERY_FIELDS.replace(/\s+/g, ' ')} }`,
   /** A document that does not validate: kept with its errors. */
-  invalid: (n: number) => `query ($uid: ID!) { wrong${n}: delivery(uid: $uid) { uid ${Array.from({ length: 20 }, (_, k) => `nope${k}`).join(' ')} } }`,
+  invalid: (n: number) =>
+    `query ($uid: ID!) { wrong${n}: delivery(uid: $uid) { uid ${Array.from({ length: 20 }, (_, k) => `nope${k}`).join(' ')} } }`,
 };
 
 export interface ShapeRun {
@@ -90,7 +92,12 @@ function heapUsed(): number {
   return process.memoryUsage().heapUsed;
 }
 
-async function post(stack: Stack, query: string, variables: Record<string, unknown>, credential: string): Promise<void> {
+async function post(
+  stack: Stack,
+  query: string,
+  variables: Record<string, unknown>,
+  credential: string,
+): Promise<void> {
   const response = await fetch(`${stack.app.url}/graphql`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${credential}` },
@@ -104,14 +111,28 @@ async function post(stack: Stack, query: string, variables: Record<string, unkno
 
 export async function measure(runs: readonly ShapeRun[], env: Record<string, string>): Promise<ShapeMeasure[]> {
   if (!gc) throw new Error('run with --expose-gc');
-  const stack = await startStack({ env: { RATE_LIMIT_PER_MINUTE: '0', CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE: '0', CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE: '0', ...env } });
+  const stack = await startStack({
+    env: {
+      RATE_LIMIT_PER_MINUTE: '0',
+      CLIENT_TOKEN_RATE_LIMIT_PER_MINUTE: '0',
+      CLIENT_TOKEN_ADDRESS_RATE_LIMIT_PER_MINUTE: '0',
+      ...env,
+    },
+  });
   try {
-    const booked = await stack.gql(`mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`, { input: deliveryInput() });
+    const booked = await stack.gql(
+      `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`,
+      { input: deliveryInput() },
+    );
     const uid = booked.data.createDelivery.data.uid as string;
-    const minted = await stack.gql(`mutation($uids: [ID!]!) { createClientToken(uids: $uids) { ... on MutationCreateClientTokenSuccess { data { token } } } }`, { uids: [uid] });
+    const minted = await stack.gql(
+      `mutation($uids: [ID!]!) { createClientToken(uids: $uids) { ... on MutationCreateClientTokenSuccess { data { token } } } }`,
+      { uids: [uid] },
+    );
     const token = minted.data.createClientToken.data.token as string;
     const documents = stack.app.pipeline.documents;
-    const send = (text: string, caller: ShapeRun['caller']) => post(stack, text, { uid }, caller === 'merchant' ? stack.key : token);
+    const send = (text: string, caller: ShapeRun['caller']) =>
+      post(stack, text, { uid }, caller === 'merchant' ? stack.key : token);
     // Warm every path once (lazy modules, the first compiles of the server's own code).
     for (const shape of Object.keys(SHAPES) as ShapeName[]) {
       for (let run = 0; run < 3; run += 1) await send(SHAPES[shape](0, uid), 'merchant');
@@ -176,19 +197,33 @@ export async function measurePersistedQueries(count: number, length: number): Pr
   const before = heapUsed();
   let counted = 0;
   for (let i = 0; i < count; i += 1) {
-    const query = JSON.parse(JSON.stringify(`query Q${i} { __typename }${' '.repeat(Math.max(0, length - 30))}`)) as string;
+    const query = JSON.parse(
+      JSON.stringify(`query Q${i} { __typename }${' '.repeat(Math.max(0, length - 30))}`),
+    ) as string;
     const hash = createHash('sha256').update(query).digest('hex');
     await store.set(hash, query);
     counted += persistedQueryBytes(hash, query);
   }
   const held = heapUsed() - before;
   // Still there, all of them (and the store alive until measured).
-  for (let i = 0; i < count; i += 100) if ((await store.get(createHash('sha256').update(`query Q${i} { __typename }${' '.repeat(Math.max(0, length - 30))}`).digest('hex'))) === undefined) throw new Error(`query ${i} was evicted`);
+  for (let i = 0; i < count; i += 100)
+    if (
+      (await store.get(
+        createHash('sha256')
+          .update(`query Q${i} { __typename }${' '.repeat(Math.max(0, length - 30))}`)
+          .digest('hex'),
+      )) === undefined
+    )
+      throw new Error(`query ${i} was evicted`);
   return { count, length, counted, held };
 }
 
 if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) {
-  const { env, shapes, persistedQueries } = JSON.parse(process.argv[2] ?? '{}') as { env?: Record<string, string>; shapes?: ShapeRun[]; persistedQueries?: Array<{ count: number; length: number }> };
+  const { env, shapes, persistedQueries } = JSON.parse(process.argv[2] ?? '{}') as {
+    env?: Record<string, string>;
+    shapes?: ShapeRun[];
+    persistedQueries?: Array<{ count: number; length: number }>;
+  };
   const result: unknown[] = [];
   // One after the other: each measure is the heap's growth while it alone runs.
   for (const { count, length } of persistedQueries ?? []) result.push(await measurePersistedQueries(count, length));

@@ -25,10 +25,11 @@ export async function startFaultProxy(targetOrigin: string): Promise<FaultProxy>
     fault: undefined,
     seen: [],
     maxInFlight: 0,
-    close: () => new Promise((resolve) => {
-      server.close(() => resolve());
-      server.closeAllConnections();
-    }),
+    close: () =>
+      new Promise((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
   };
   const server: Server = createServer(async (req, res) => {
     proxy.seen.push({ method: req.method ?? 'GET', path: req.url ?? '/', at: Date.now() });
@@ -50,7 +51,11 @@ export async function startFaultProxy(targetOrigin: string): Promise<FaultProxy>
         body: chunks.length > 0 ? Buffer.concat(chunks) : undefined,
       });
       const body = Buffer.from(await upstream.body.arrayBuffer());
-      res.writeHead(upstream.statusCode, { 'content-type': String(upstream.headers['content-type'] ?? 'application/json') }).end(body);
+      res
+        .writeHead(upstream.statusCode, {
+          'content-type': String(upstream.headers['content-type'] ?? 'application/json'),
+        })
+        .end(body);
     } catch {
       if (!res.headersSent) res.writeHead(502).end();
     }

@@ -23,7 +23,8 @@ export interface RedisServer {
   stop(): Promise<void>;
 }
 
-const MISSING = 'redis-server not found (install Debian\'s redis-server, or run scripts/redis-server.sh start, which does)';
+const MISSING =
+  "redis-server not found (install Debian's redis-server, or run scripts/redis-server.sh start, which does)";
 
 /**
  * Whether this file's Redis tests run. Without a redis-server they are skipped
@@ -69,7 +70,22 @@ export async function startRedisServer(): Promise<RedisServer> {
     output = '';
     const proc = spawn(
       binary,
-      ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--appendfsync', 'always', '--save', '', '--protected-mode', 'no'],
+      [
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--dir',
+        dir,
+        '--appendonly',
+        'yes',
+        '--appendfsync',
+        'always',
+        '--save',
+        '',
+        '--protected-mode',
+        'no',
+      ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
     child = proc;

@@ -12,7 +12,11 @@ import { startFaultProxy, type FaultProxy } from './fault-proxy.js';
 
 export interface GraphQLResponse<T = any> {
   data?: T;
-  errors?: Array<{ message: string; path?: Array<string | number>; extensions?: { code?: string } & Record<string, unknown> }>;
+  errors?: Array<{
+    message: string;
+    path?: Array<string | number>;
+    extensions?: { code?: string } & Record<string, unknown>;
+  }>;
 }
 
 export interface Stack {
@@ -30,7 +34,10 @@ export interface Stack {
   gql<T = any>(query: string, variables?: Record<string, unknown>, key?: string | null): Promise<GraphQLResponse<T>>;
   /** Stops the facade and (unless kept) the sandbox, and removes the data directory. */
   stop(): Promise<void>;
-  /** Stops only the facade and starts a new one on the same data directory; `stopped` runs in between (an operator's command on the store). */
+  /**
+   * Stops only the facade and starts a new one on the same data directory; `stopped` runs in between (an operator's
+   * command on the store).
+   */
   restart(stopped?: () => Promise<void>): Promise<void>;
 }
 
@@ -45,7 +52,10 @@ export interface StackOptions {
   logger?: Logger;
 }
 
-/** CLIENT_TOKEN_SECRET for every instance a test starts on Redis (required there, so instances accept each other's tokens). */
+/**
+ * CLIENT_TOKEN_SECRET for every instance a test starts on Redis (required there, so instances accept each other's
+ * tokens).
+ */
 export const TEST_CLIENT_TOKEN_SECRET = 'test-client-token-secret-shared-by-instances';
 
 export function makeDataDir(): string {
@@ -66,12 +76,15 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     WEBHOOK_ISSUER: sandbox.issuer,
     DATA_DIR: dataDir,
     LOG_LEVEL: 'silent',
-    // Tests send many refused requests without a key from one address; the budget for them has tests of its own (pipeline-trust).
+    // Tests send many refused requests without a key from one address; the budget for them has tests of its own
+    // (pipeline-trust).
     KEYLESS_REFUSALS_PER_MINUTE: '0',
-    // And introspect, read the SDL and try made-up keys without limit, unless a test sets the budgets for them (keyless-work).
+    // And introspect, read the SDL and try made-up keys without limit, unless a test sets the budgets for them
+    // (keyless-work).
     KEYLESS_WORK_MS_PER_MINUTE: '0',
     KEYLESS_TOTAL_WORK_MS_PER_MINUTE: '0',
-    // One health check of the upstream at start, none during a test (they would count as upstream requests) unless a test asks.
+    // One health check of the upstream at start, none during a test (they would count as upstream requests) unless a
+    // test asks.
     UPSTREAM_CHECK_INTERVAL_MS: '3600000',
     ...options.env,
   };
@@ -94,7 +107,11 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     async gql(query, variables, key = stack.key) {
       const headers: Record<string, string> = { 'content-type': 'application/json' };
       if (key) headers.authorization = `Bearer ${key}`;
-      const response = await fetch(`${app.url}/graphql`, { method: 'POST', headers, body: JSON.stringify({ query, variables }) });
+      const response = await fetch(`${app.url}/graphql`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ query, variables }),
+      });
       return (await response.json()) as GraphQLResponse;
     },
     proxy,

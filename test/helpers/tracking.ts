@@ -47,7 +47,11 @@ export function trackingStores(file: string): TrackingStores {
     async start(kind, options = {}) {
       if (kind === 'SQLite') return startStack(options);
       const prefix = `tracking:${randomUUID()}:`;
-      const stack = await startStack({ ...options, env: { REDIS_URL: url(), ...options.env }, store: () => RedisStore.connect(url(), { prefix }) });
+      const stack = await startStack({
+        ...options,
+        env: { REDIS_URL: url(), ...options.env },
+        store: () => RedisStore.connect(url(), { prefix }),
+      });
       const stop = stack.stop.bind(stack);
       stack.stop = async () => {
         await stop();
@@ -76,7 +80,9 @@ async function removeKeys(url: string, prefix: string): Promise<void> {
 const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { __typename ... on MutationCreateDeliverySuccess { data { uid } } } }`;
 const CANCEL = `mutation($uid: ID!) { cancelDelivery(uid: $uid) { __typename } }`;
 
-/** Books a delivery through the facade with this sandbox payload (outcome, webhook script); fails loudly when refused. */
+/**
+ * Books a delivery through the facade with this sandbox payload (outcome, webhook script); fails loudly when refused.
+ */
 export async function bookScripted(stack: Stack, payload: Record<string, unknown>): Promise<string> {
   const result = await stack.gql(CREATE, { input: deliveryInput({ payload: { orderId: 'A-1', ...payload } }) });
   const uid = result.data?.createDelivery?.data?.uid as string | undefined;
@@ -97,9 +103,14 @@ export function truthOf(stack: Stack, uid: string): DeliveryHistory {
   return history;
 }
 
-/** A read status as the facade's enum spells it: `Canceled` → `CANCELED`, `Return In Progress` → `RETURN_IN_PROGRESS`. */
+/**
+ * A read status as the facade's enum spells it: `Canceled` → `CANCELED`, `Return In Progress` → `RETURN_IN_PROGRESS`.
+ */
 export function asStatus(readStatus: string): string {
-  return readStatus.trim().toUpperCase().replace(/[\s-]+/g, '_');
+  return readStatus
+    .trim()
+    .toUpperCase()
+    .replace(/[\s-]+/g, '_');
 }
 
 /** What the upstream said when a subscription completed. */
@@ -109,7 +120,10 @@ export interface AtCompletion {
 }
 
 export type Followed<T = any> = Collected<T> & {
-  /** Set when the subscription completed: the upstream's status and whether it had finished, taken as the completion arrived. */
+  /**
+   * Set when the subscription completed: the upstream's status and whether it had finished, taken as the completion
+   * arrived.
+   */
   atCompletion?: AtCompletion;
 };
 
@@ -134,7 +148,15 @@ export function follow<T = any>(client: Client, stack: Stack, uid: string, query
 export async function settled(followed: Collected, ms: number, what: string): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: not complete after ${ms} ms; saw ${JSON.stringify(followed.items)}; errors ${JSON.stringify(followed.errors)}`)), ms);
+    timer = setTimeout(
+      () =>
+        reject(
+          new Error(
+            `${what}: not complete after ${ms} ms; saw ${JSON.stringify(followed.items)}; errors ${JSON.stringify(followed.errors)}`,
+          ),
+        ),
+      ms,
+    );
   });
   try {
     await Promise.race([followed.done, timeout]);

@@ -41,7 +41,11 @@ export function listenersAttached(bus: EventBus, count = 1): Promise<void> {
 }
 
 /** Polls `check` until it holds; fails with `what` after `timeoutMs` (a safety net, not a wait). */
-export async function waitUntil(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
+export async function waitUntil(
+  check: () => boolean | Promise<boolean>,
+  what: string,
+  timeoutMs = 10_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);

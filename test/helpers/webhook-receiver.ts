@@ -37,7 +37,11 @@ export interface WebhookReceiver {
   close(): Promise<void>;
 }
 
-export async function startWebhookReceiver(options: { publicKeyPem: string; issuer: string; respond?: Responder }): Promise<WebhookReceiver> {
+export async function startWebhookReceiver(options: {
+  publicKeyPem: string;
+  issuer: string;
+  respond?: Responder;
+}): Promise<WebhookReceiver> {
   const key = await importSPKI(options.publicKeyPem, 'RS256');
   let responder: Responder = options.respond ?? (() => 200);
   const attempts: ReceivedAttempt[] = [];
@@ -50,7 +54,11 @@ export async function startWebhookReceiver(options: { publicKeyPem: string; issu
       let claims: JWTPayload;
       try {
         if (!token) throw new Error('no bearer token');
-        ({ payload: claims } = await jwtVerify(token, key, { algorithms: ['RS256'], issuer: options.issuer, requiredClaims: ['exp'] }));
+        ({ payload: claims } = await jwtVerify(token, key, {
+          algorithms: ['RS256'],
+          issuer: options.issuer,
+          requiredClaims: ['exp'],
+        }));
       } catch {
         rejected++;
         res.writeHead(401).end();
@@ -80,7 +88,13 @@ export async function startWebhookReceiver(options: { publicKeyPem: string; issu
       const deadline = Date.now() + timeoutMs;
       while (!done(events())) {
         if (Date.now() > deadline) {
-          throw new Error(`webhook receiver: condition not met after ${timeoutMs} ms; got ${events().map((e) => e.event_name).join(', ') || 'nothing'}`);
+          throw new Error(
+            `webhook receiver: condition not met after ${timeoutMs} ms; got ${
+              events()
+                .map((e) => e.event_name)
+                .join(', ') || 'nothing'
+            }`,
+          );
         }
         await new Promise((resolve) => setTimeout(resolve, 10));
       }

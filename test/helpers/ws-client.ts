@@ -16,7 +16,11 @@ export interface Collected<T = any> {
   dispose(): void;
 }
 
-export function wsClient(httpUrl: string, key: string | undefined, options: { onClose?: (code: number, reason: string) => void; lazy?: boolean } = {}): Client {
+export function wsClient(
+  httpUrl: string,
+  key: string | undefined,
+  options: { onClose?: (code: number, reason: string) => void; lazy?: boolean } = {},
+): Client {
   return createClient({
     url: `${httpUrl.replace(/^http/, 'ws')}/graphql`,
     webSocketImpl: WebSocket,
@@ -46,8 +50,18 @@ export function collect<T = any>(client: Client, query: string, variables?: Reco
     errors,
     completed: false,
     done,
-    waitFor: (count, timeoutMs = 10_000) => waitUntil(() => items.length >= count, () => `got ${items.length} of ${count} items`, timeoutMs),
-    waitForItem: (found, timeoutMs = 10_000) => waitUntil(() => items.some(found), () => `none of the ${items.length} items matched`, timeoutMs),
+    waitFor: (count, timeoutMs = 10_000) =>
+      waitUntil(
+        () => items.length >= count,
+        () => `got ${items.length} of ${count} items`,
+        timeoutMs,
+      ),
+    waitForItem: (found, timeoutMs = 10_000) =>
+      waitUntil(
+        () => items.some(found),
+        () => `none of the ${items.length} items matched`,
+        timeoutMs,
+      ),
     dispose: () => unsubscribe(),
   };
   const unsubscribe = client.subscribe<T>(

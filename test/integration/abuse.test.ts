@@ -15,44 +15,72 @@ const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input)
 const AVAILABILITY = '{ availability { group available } }';
 const EVENTS = 'subscription { deliveryEvents { uid name } }';
 
-/** Delivery → events → edges → node → delivery …: 13 levels as a query, 14 under a subscription field; the limit is 12. */
-const DEEP_SELECTION = 'events { edges { node { delivery { events { edges { node { delivery { events { edges { node { uid } } } } } } } } } } }';
+/**
+ * Delivery → events → edges → node → delivery …: 13 levels as a query, 14 under a subscription field; the limit is 12.
+ */
+const DEEP_SELECTION =
+  'events { edges { node { delivery { events { edges { node { delivery { events { edges { node { uid } } } } } } } } } } }';
 const DEEP_QUERY = `{ delivery(uid: "00000000-0000-4000-8000-000000000000") { ${DEEP_SELECTION} } }`;
 const DEEP_SUBSCRIPTION = `subscription { deliveryUpdated(uid: "00000000-0000-4000-8000-000000000000") { delivery { ${DEEP_SELECTION} } } }`;
 
 /** 500 events, each with 500 events of its delivery: 752,002 values at most, over the cost limit of 50,000. */
-const PAGE_IN_PAGE = '{ delivery(uid: "x") { events(first: 500) { edges { node { delivery { events(first: 500) { edges { node { uid } } } } } } } } }';
+const PAGE_IN_PAGE =
+  '{ delivery(uid: "x") { events(first: 500) { edges { node { delivery { events(first: 500) { edges { node { uid } } } } } } } } }';
 
 // graphql-cop's own payloads (tests named after its checks).
 const ALIAS_OVERLOAD = `query cop { ${Array.from({ length: 101 }, (_, i) => `alias${i}:__typename`).join(' \n ')} }`;
 const FIELD_DUPLICATION = `query cop { ${'__typename \n '.repeat(500)} }`;
 const DIRECTIVE_OVERLOAD = 'query cop { __typename @aa@aa@aa@aa@aa@aa@aa@aa@aa@aa }';
-const CIRCULAR_INTROSPECTION = 'query cop { __schema { types { fields { type { fields { type { fields { type { fields { type { name } } } } } } } } } } }';
+const CIRCULAR_INTROSPECTION =
+  'query cop { __schema { types { fields { type { fields { type { fields { type { fields { type { name } } } } } } } } } } }';
 
 /** Errors of a response as "code: message" lines, for assertions that name what refused the request. */
 function refusals(body: GraphQLResponse): string {
   return (body.errors ?? []).map((error) => `${error.extensions?.code ?? '-'}: ${error.message}`).join('\n');
 }
 
-async function request(stack: Stack, init: RequestInit & { query?: string }, key: string | null = stack.key): Promise<{ status: number; text: string }> {
+async function request(
+  stack: Stack,
+  init: RequestInit & { query?: string },
+  key: string | null = stack.key,
+): Promise<{ status: number; text: string }> {
   const headers = new Headers(init.headers);
   if (key) headers.set('authorization', `Bearer ${key}`);
-  const target = init.query === undefined ? `${stack.app.url}/graphql` : `${stack.app.url}/graphql?query=${encodeURIComponent(init.query)}`;
+  const target =
+    init.query === undefined
+      ? `${stack.app.url}/graphql`
+      : `${stack.app.url}/graphql?query=${encodeURIComponent(init.query)}`;
   const response = await fetch(target, { ...init, headers });
   return { status: response.status, text: await response.text() };
 }
 
 /** A plain JSON POST: the direct envelop path of graphql/http.ts. */
-async function postDirect(stack: Stack, body: unknown, key: string | null = stack.key): Promise<{ status: number; body: GraphQLResponse }> {
-  const { status, text } = await request(stack, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }, key);
+async function postDirect(
+  stack: Stack,
+  body: unknown,
+  key: string | null = stack.key,
+): Promise<{ status: number; body: GraphQLResponse }> {
+  const { status, text } = await request(
+    stack,
+    { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) },
+    key,
+  );
   return { status, body: JSON.parse(text) as GraphQLResponse };
 }
 
 /** A JSON POST that asks for the GraphQL-over-HTTP media type: always yoga's own handler. */
-async function postViaYoga(stack: Stack, body: unknown, key: string | null = stack.key): Promise<{ status: number; body: GraphQLResponse }> {
+async function postViaYoga(
+  stack: Stack,
+  body: unknown,
+  key: string | null = stack.key,
+): Promise<{ status: number; body: GraphQLResponse }> {
   const { status, text } = await request(
     stack,
-    { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/graphql-response+json' }, body: JSON.stringify(body) },
+    {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/graphql-response+json' },
+      body: JSON.stringify(body),
+    },
     key,
   );
   return { status, body: JSON.parse(text) as GraphQLResponse };
@@ -114,7 +142,9 @@ describe('graphql-cop checks against production mode', () => {
     const { body } = await postDirect(stack, { query: ALIAS_OVERLOAD });
     expect(body.data).toBeUndefined();
     expect(refusals(body)).toContain('Aliases limit of 30 exceeded, found 101');
-    const viaFields = await postDirect(stack, { query: `{ ${Array.from({ length: 31 }, (_, i) => `a${i}: availability { group }`).join(' ')} }` });
+    const viaFields = await postDirect(stack, {
+      query: `{ ${Array.from({ length: 31 }, (_, i) => `a${i}: availability { group }`).join(' ')} }`,
+    });
     expect(viaFields.body.data).toBeUndefined();
     expect(refusals(viaFields.body)).toContain('Aliases limit of 30 exceeded, found 31');
     expect(stack.sandbox.requests).toHaveLength(0);
@@ -130,7 +160,9 @@ describe('graphql-cop checks against production mode', () => {
   });
 
   it('circular fragments are refused by validation', async () => {
-    const { body } = await postDirect(stack, { query: 'query { ...A } fragment A on Query { availability { group } ...B } fragment B on Query { ...A }' });
+    const { body } = await postDirect(stack, {
+      query: 'query { ...A } fragment A on Query { availability { group } ...B } fragment B on Query { ...A }',
+    });
     expect(body.data).toBeUndefined();
     expect(refusals(body)).toMatch(/Cannot spread fragment "[AB]" within itself/);
     expect(stack.sandbox.requests).toHaveLength(0);
@@ -177,7 +209,9 @@ describe('graphql-cop checks against production mode', () => {
   });
 
   it('a document over the token limit is refused while parsing', async () => {
-    const { body } = await postDirect(stack, { query: `{ ${Array.from({ length: 2000 }, (_, i) => `f${i}`).join(' ')} }` });
+    const { body } = await postDirect(stack, {
+      query: `{ ${Array.from({ length: 2000 }, (_, i) => `f${i}`).join(' ')} }`,
+    });
     expect(body.data).toBeUndefined();
     expect(refusals(body)).toContain('Token limit of 2000 exceeded');
   });
@@ -185,10 +219,15 @@ describe('graphql-cop checks against production mode', () => {
   it('a page of events nested in a page of events is over the cost limit; one full page is not', async () => {
     const { body } = await postDirect(stack, { query: PAGE_IN_PAGE });
     expect(body.data).toBeUndefined();
-    expect(refusals(body)).toMatch(/^GRAPHQL_VALIDATION_FAILED: Operation cost limit of 50000 exceeded, found 752002: /);
+    expect(refusals(body)).toMatch(
+      /^GRAPHQL_VALIDATION_FAILED: Operation cost limit of 50000 exceeded, found 752002: /,
+    );
     expect(stack.sandbox.requests).toHaveLength(0);
-    const node = 'cursor uid name status statusText stale receivedAt courierLocation { lat lng } delivery { uid status }';
-    const page = await postDirect(stack, { query: `{ delivery(uid: "x") { events(first: 500) { edges { cursor node { ${node} } } pageInfo { hasNextPage endCursor } } } }` });
+    const node =
+      'cursor uid name status statusText stale receivedAt courierLocation { lat lng } delivery { uid status }';
+    const page = await postDirect(stack, {
+      query: `{ delivery(uid: "x") { events(first: 500) { edges { cursor node { ${node} } } pageInfo { hasNextPage endCursor } } } }`,
+    });
     expect(page.body.errors).toBeUndefined();
   });
 
@@ -204,7 +243,9 @@ describe('graphql-cop checks against production mode', () => {
       expect(body.errors?.length, query).toBeGreaterThan(0);
       expect(JSON.stringify(body), query).not.toContain('Did you mean');
     }
-    expect(refusals((await postDirect(stack, { query: '{ availability { grop } }' })).body)).toContain('Cannot query field "grop" on type "ServiceAvailability".');
+    expect(refusals((await postDirect(stack, { query: '{ availability { grop } }' })).body)).toContain(
+      'Cannot query field "grop" on type "ServiceAvailability".',
+    );
   });
 
   it('GET mutations are refused with 405, booking nothing', async () => {
@@ -220,8 +261,14 @@ describe('graphql-cop checks against production mode', () => {
     const forms: Array<[string, string]> = [
       ['text/plain', mutation],
       ['text/plain;charset=UTF-8', mutation],
-      ['application/x-www-form-urlencoded', `query=${encodeURIComponent(CREATE)}&variables=${encodeURIComponent(JSON.stringify({ input: deliveryInput() }))}`],
-      ['multipart/form-data; boundary=cop', `--cop\r\nContent-Disposition: form-data; name="operations"\r\n\r\n${mutation}\r\n--cop--\r\n`],
+      [
+        'application/x-www-form-urlencoded',
+        `query=${encodeURIComponent(CREATE)}&variables=${encodeURIComponent(JSON.stringify({ input: deliveryInput() }))}`,
+      ],
+      [
+        'multipart/form-data; boundary=cop',
+        `--cop\r\nContent-Disposition: form-data; name="operations"\r\n\r\n${mutation}\r\n--cop--\r\n`,
+      ],
     ];
     for (const [type, body] of forms) {
       const response = await request(stack, { method: 'POST', headers: { 'content-type': type }, body });
@@ -258,15 +305,26 @@ describe('graphql-cop checks against production mode', () => {
     const platform = stack.app.services.upstream.platform as { get: (...args: unknown[]) => Promise<unknown> };
     const original = platform.get;
     platform.get = async () => {
-      throw new TypeError(`Cannot read properties of undefined (reading 'secret-detail') at mapDelivery (src/mapping/delivery.ts:42:7)`);
+      throw new TypeError(
+        `Cannot read properties of undefined (reading 'secret-detail') at mapDelivery (src/mapping/delivery.ts:42:7)`,
+      );
     };
     try {
       const query = '{ delivery(uid: "33333333-3333-4333-8333-333333333333") { uid status pickup { name } } }';
-      for (const answer of [await postDirect(stack, { query }), await postViaYoga(stack, { query }), { body: { errors: (await overWebSocket(stack, { query })).errors } as GraphQLResponse }]) {
+      for (const answer of [
+        await postDirect(stack, { query }),
+        await postViaYoga(stack, { query }),
+        { body: { errors: (await overWebSocket(stack, { query })).errors } as GraphQLResponse },
+      ]) {
         expect(answer.body.errors, JSON.stringify(answer.body)).toHaveLength(1);
-        expect(answer.body.errors![0]).toMatchObject({ message: 'Unexpected error.', extensions: { code: 'INTERNAL_SERVER_ERROR' } });
+        expect(answer.body.errors![0]).toMatchObject({
+          message: 'Unexpected error.',
+          extensions: { code: 'INTERNAL_SERVER_ERROR' },
+        });
         // yoga may mark a masked error `unexpected: true`; nothing else is added.
-        expect(Object.keys(answer.body.errors![0]!.extensions!).filter((key) => key !== 'code' && key !== 'unexpected')).toEqual([]);
+        expect(
+          Object.keys(answer.body.errors![0]!.extensions!).filter((key) => key !== 'code' && key !== 'unexpected'),
+        ).toEqual([]);
         expect(JSON.stringify(answer.body)).not.toMatch(/secret-detail|TypeError|Cannot read|\.ts:\d+|stack/);
       }
     } finally {
@@ -301,8 +359,12 @@ describe('graphql-cop checks against production mode', () => {
       expect(wsRefusals(ws), `WebSocket: ${refusal}`).toContain(refusal);
       expect(ws.data).toEqual([]);
       // The HTTP status yoga keeps for the HTTP answer means nothing on a socket.
-      expect(ws.errors.every((error) => !('http' in (error.extensions ?? {}))), `WebSocket extensions: ${JSON.stringify(ws.errors)}`).toBe(true);
-      for (const text of [JSON.stringify(direct.body), JSON.stringify(yoga.body), get.text, JSON.stringify(ws.errors)]) expect(text).not.toContain('Did you mean');
+      expect(
+        ws.errors.every((error) => !('http' in (error.extensions ?? {}))),
+        `WebSocket extensions: ${JSON.stringify(ws.errors)}`,
+      ).toBe(true);
+      for (const text of [JSON.stringify(direct.body), JSON.stringify(yoga.body), get.text, JSON.stringify(ws.errors)])
+        expect(text).not.toContain('Did you mean');
     }
     expect(stack.sandbox.requests).toHaveLength(0);
   });
@@ -310,10 +372,18 @@ describe('graphql-cop checks against production mode', () => {
   it('refuses deep, alias-heavy and repeated subscriptions over WebSocket', async () => {
     const aliased = `subscription { deliveryEvents { ${Array.from({ length: 31 }, (_, i) => `a${i}: uid`).join(' ')} } }`;
     const repeated = `subscription { deliveryEvents { ${'uid '.repeat(11)} } }`;
-    expect(wsRefusals(await overWebSocket(stack, { query: DEEP_SUBSCRIPTION }))).toContain('Query depth limit of 12 exceeded, found 14');
-    expect(wsRefusals(await overWebSocket(stack, { query: DEEP_QUERY }))).toContain('Query depth limit of 12 exceeded, found 13');
-    expect(wsRefusals(await overWebSocket(stack, { query: aliased }))).toContain('Aliases limit of 30 exceeded, found 31');
-    expect(wsRefusals(await overWebSocket(stack, { query: repeated }))).toContain('Field "uid" is selected more than 10 times');
+    expect(wsRefusals(await overWebSocket(stack, { query: DEEP_SUBSCRIPTION }))).toContain(
+      'Query depth limit of 12 exceeded, found 14',
+    );
+    expect(wsRefusals(await overWebSocket(stack, { query: DEEP_QUERY }))).toContain(
+      'Query depth limit of 12 exceeded, found 13',
+    );
+    expect(wsRefusals(await overWebSocket(stack, { query: aliased }))).toContain(
+      'Aliases limit of 30 exceeded, found 31',
+    );
+    expect(wsRefusals(await overWebSocket(stack, { query: repeated }))).toContain(
+      'Field "uid" is selected more than 10 times',
+    );
   });
 
   describe('subscriptions per socket', () => {
@@ -354,7 +424,11 @@ describe('graphql-cop checks against production mode', () => {
     const big = () => JSON.stringify({ query: AVAILABILITY, variables: { padding: 'x'.repeat(1024 * 1024) } });
 
     it('answers 413 on the direct path, with and without a content-length', async () => {
-      const sized = await request(stack, { method: 'POST', headers: { 'content-type': 'application/json' }, body: big() });
+      const sized = await request(stack, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: big(),
+      });
       expect(sized.status).toBe(413);
       const bytes = new TextEncoder().encode(big());
       const stream = new ReadableStream<Uint8Array>({
@@ -363,7 +437,12 @@ describe('graphql-cop checks against production mode', () => {
           controller.close();
         },
       });
-      const chunked = await request(stack, { method: 'POST', headers: { 'content-type': 'application/json' }, body: stream, duplex: 'half' } as RequestInit);
+      const chunked = await request(stack, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: stream,
+        duplex: 'half',
+      } as RequestInit);
       expect(chunked.status).toBe(413);
       expect(stack.sandbox.requests).toHaveLength(0);
     });
@@ -393,12 +472,18 @@ describe('introspection switches', () => {
   it('is on in development, with suggestions and GraphiQL', async () => {
     const stack = await startStack();
     try {
-      expect((await postDirect(stack, { query: INTROSPECT })).body).toEqual({ data: { __schema: { queryType: { name: 'Query' } } } });
-      expect(refusals((await postDirect(stack, { query: '{ availability { grop } }' })).body)).toContain('Did you mean "group"?');
+      expect((await postDirect(stack, { query: INTROSPECT })).body).toEqual({
+        data: { __schema: { queryType: { name: 'Query' } } },
+      });
+      expect(refusals((await postDirect(stack, { query: '{ availability { grop } }' })).body)).toContain(
+        'Did you mean "group"?',
+      );
       const page = await request(stack, { method: 'GET', headers: { accept: 'text/html' } });
       expect(page.text).toMatch(/graphiql/i);
       // The limits hold in development too.
-      expect(refusals((await postDirect(stack, { query: ALIAS_OVERLOAD })).body)).toContain('Aliases limit of 30 exceeded');
+      expect(refusals((await postDirect(stack, { query: ALIAS_OVERLOAD })).body)).toContain(
+        'Aliases limit of 30 exceeded',
+      );
     } finally {
       await stack.stop();
     }
@@ -407,8 +492,12 @@ describe('introspection switches', () => {
   it('is on in production with GRAPHQL_INTROSPECTION=true, on both transports', async () => {
     const stack = await startStack({ env: { NODE_ENV: 'production', GRAPHQL_INTROSPECTION: 'true' } });
     try {
-      expect((await postDirect(stack, { query: INTROSPECT })).body).toEqual({ data: { __schema: { queryType: { name: 'Query' } } } });
-      expect((await overWebSocket(stack, { query: INTROSPECT })).data).toEqual([{ __schema: { queryType: { name: 'Query' } } }]);
+      expect((await postDirect(stack, { query: INTROSPECT })).body).toEqual({
+        data: { __schema: { queryType: { name: 'Query' } } },
+      });
+      expect((await overWebSocket(stack, { query: INTROSPECT })).data).toEqual([
+        { __schema: { queryType: { name: 'Query' } } },
+      ]);
       const page = await request(stack, { method: 'GET', headers: { accept: 'text/html' } });
       expect(page.text).toMatch(/graphiql/i);
     } finally {
@@ -437,7 +526,10 @@ describe('persisted-operations allowlist', () => {
     stack = await startStack({ env: { NODE_ENV: 'production' } });
     // The file goes in the stack's data directory, then the facade restarts to read it.
     const file = path.join(stack.dataDir, 'persisted-operations.json');
-    writeFileSync(file, JSON.stringify({ [sha256(AVAILABILITY)]: AVAILABILITY, [sha256(EVENTS)]: EVENTS, [sha256(CREATE)]: CREATE }));
+    writeFileSync(
+      file,
+      JSON.stringify({ [sha256(AVAILABILITY)]: AVAILABILITY, [sha256(EVENTS)]: EVENTS, [sha256(CREATE)]: CREATE }),
+    );
     stack.env.PERSISTED_OPERATIONS_FILE = file;
     await stack.restart();
   });
@@ -456,7 +548,10 @@ describe('persisted-operations allowlist', () => {
 
   it('refuses anything else on every HTTP way in, before any upstream call', async () => {
     const unlisted = '{ availability { group } }';
-    for (const answer of [await postDirect(stack, { query: unlisted }), await postViaYoga(stack, { query: unlisted })]) {
+    for (const answer of [
+      await postDirect(stack, { query: unlisted }),
+      await postViaYoga(stack, { query: unlisted }),
+    ]) {
       expect(answer.body.data).toBeUndefined();
       expect(answer.body.errors?.[0]?.extensions?.code).toBe('PERSISTED_QUERY_NOT_FOUND');
     }
@@ -464,20 +559,31 @@ describe('persisted-operations allowlist', () => {
     expect(get.text).toContain('PERSISTED_QUERY_NOT_FOUND');
     expect(get.text).not.toContain('"data"');
     // An unknown hash, and a listed hash whose text is swapped for another operation.
-    const unknown = await postDirect(stack, { extensions: { persistedQuery: { version: 1, sha256Hash: sha256(unlisted) } } });
+    const unknown = await postDirect(stack, {
+      extensions: { persistedQuery: { version: 1, sha256Hash: sha256(unlisted) } },
+    });
     expect(unknown.body.errors?.[0]?.extensions?.code).toBe('PERSISTED_QUERY_NOT_FOUND');
-    const swapped = await postViaYoga(stack, { query: 'mutation { cancelDelivery(uid: "x") { __typename } }', extensions: persisted(AVAILABILITY) });
+    const swapped = await postViaYoga(stack, {
+      query: 'mutation { cancelDelivery(uid: "x") { __typename } }',
+      extensions: persisted(AVAILABILITY),
+    });
     expect(swapped.body.data?.availability).toHaveLength(2);
     expect(JSON.stringify(swapped.body)).not.toContain('cancelDelivery');
     // Introspection is an unlisted operation like any other.
-    expect((await postDirect(stack, { query: '{ __schema { queryType { name } } }' })).body.errors?.[0]?.extensions?.code).toBe('PERSISTED_QUERY_NOT_FOUND');
+    expect(
+      (await postDirect(stack, { query: '{ __schema { queryType { name } } }' })).body.errors?.[0]?.extensions?.code,
+    ).toBe('PERSISTED_QUERY_NOT_FOUND');
     expect(stack.sandbox.requests.filter((r) => !r.path.includes('availability'))).toEqual([]);
   });
 
   it('holds over WebSocket: listed by text or hash runs, anything else is refused', async () => {
     expect((await overWebSocket(stack, { query: AVAILABILITY })).data).toHaveLength(1);
     expect((await overWebSocket(stack, { query: '', extensions: persisted(AVAILABILITY) })).data).toHaveLength(1);
-    for (const payload of [{ query: '{ availability { group } }' }, { query: 'subscription { deliveryEvents { uid } }' }, { query: '', extensions: persisted('{ nope }') }]) {
+    for (const payload of [
+      { query: '{ availability { group } }' },
+      { query: 'subscription { deliveryEvents { uid } }' },
+      { query: '', extensions: persisted('{ nope }') },
+    ]) {
       const ws = await overWebSocket(stack, payload);
       expect(ws.data).toEqual([]);
       expect(wsRefusals(ws)).toContain('PERSISTED_QUERY_NOT_FOUND');
@@ -506,7 +612,8 @@ describe('rate limit per merchant key', () => {
   });
 
   it('refuses the key past its budget with RATE_LIMITED on every transport; another key is unaffected', async () => {
-    for (let i = 0; i < 5; i += 1) expect((await postDirect(stack, { query: AVAILABILITY })).body.errors, `request ${i + 1}`).toBeUndefined();
+    for (let i = 0; i < 5; i += 1)
+      expect((await postDirect(stack, { query: AVAILABILITY })).body.errors, `request ${i + 1}`).toBeUndefined();
     stack.sandbox.resetRequests();
 
     const direct = await postDirect(stack, { query: AVAILABILITY });

@@ -26,22 +26,114 @@ const ATTACK = `query Amplify($uids: [ID!]!) { ${Array.from(
   (_, i) => `a${i}: deliveries(uids: $uids) { events { edges { node { delivery { payload } } } } }`,
 ).join(' ')} }`;
 /** One alias of it: within the limit for a few uids, over it for 100. */
-const ONE_ALIAS = 'query Amplify($uids: [ID!]!) { deliveries(uids: $uids) { events { edges { node { delivery { payload } } } } } }';
+const ONE_ALIAS =
+  'query Amplify($uids: [ID!]!) { deliveries(uids: $uids) { events { edges { node { delivery { payload } } } } } }';
 
 const FULL_DELIVERY = /* GraphQL */ `
   fragment Full on Delivery {
-    id uid group status rawStatus
-    price { amount currency } tip distance { value unit }
-    pickup { name phone email instructions windowStart address { street number secondaryNumber city county state postalCode country latitude longitude } }
-    dropoff { name phone email instructions windowStart address { street number city country latitude longitude } }
-    deliveryDate deliveryStartTime deliveryEndTime estimatedDropoffAt mode style rawStyle
-    package { description minimumVehicleSize requirements itemsCount items { name quantity price } weight dimensions { height length width } declaredValue }
-    courier { name pickupPhone dropoffPhone vehicle { make model year } location { lat lng } }
-    proofOfDelivery { photoUrl signatureUrl }
-    cancellationReason expectedCancellationFee { amount currency } trackingUrl payload partnerReference
+    id
+    uid
+    group
+    status
+    rawStatus
+    price {
+      amount
+      currency
+    }
+    tip
+    distance {
+      value
+      unit
+    }
+    pickup {
+      name
+      phone
+      email
+      instructions
+      windowStart
+      address {
+        street
+        number
+        secondaryNumber
+        city
+        county
+        state
+        postalCode
+        country
+        latitude
+        longitude
+      }
+    }
+    dropoff {
+      name
+      phone
+      email
+      instructions
+      windowStart
+      address {
+        street
+        number
+        city
+        country
+        latitude
+        longitude
+      }
+    }
+    deliveryDate
+    deliveryStartTime
+    deliveryEndTime
+    estimatedDropoffAt
+    mode
+    style
+    rawStyle
+    package {
+      description
+      minimumVehicleSize
+      requirements
+      itemsCount
+      items {
+        name
+        quantity
+        price
+      }
+      weight
+      dimensions {
+        height
+        length
+        width
+      }
+      declaredValue
+    }
+    courier {
+      name
+      pickupPhone
+      dropoffPhone
+      vehicle {
+        make
+        model
+        year
+      }
+      location {
+        lat
+        lng
+      }
+    }
+    proofOfDelivery {
+      photoUrl
+      signatureUrl
+    }
+    cancellationReason
+    expectedCancellationFee {
+      amount
+      currency
+    }
+    trackingUrl
+    payload
+    partnerReference
   }
 `;
-const EVENT_NODE = 'cursor uid name status statusText stale receivedAt courierLocation { lat lng } delivery { uid status }';
+const EVENT_NODE =
+  'cursor uid name status statusText stale receivedAt courierLocation { lat lng } delivery { uid status }';
 
 /** An operation as written in a source file (the tracking page's, GraphiQL's examples), so the test follows them. */
 function operationIn(file: string, constant: string): string {
@@ -51,7 +143,12 @@ function operationIn(file: string, constant: string): string {
   return match[1]!;
 }
 
-async function post(url: string, body: unknown, key: string, accept?: string): Promise<{ status: number; body: GraphQLResponse }> {
+async function post(
+  url: string,
+  body: unknown,
+  key: string,
+  accept?: string,
+): Promise<{ status: number; body: GraphQLResponse }> {
   const headers: Record<string, string> = { 'content-type': 'application/json', authorization: `Bearer ${key}` };
   if (accept) headers.accept = accept;
   const response = await fetch(`${url}/graphql`, { method: 'POST', headers, body: JSON.stringify(body) });
@@ -59,7 +156,12 @@ async function post(url: string, body: unknown, key: string, accept?: string): P
 }
 
 /** One query over graphql-ws: what its `next` messages carried, data and errors. */
-async function overWebSocket(url: string, key: string, query: string, variables?: Record<string, unknown>): Promise<GraphQLResponse[]> {
+async function overWebSocket(
+  url: string,
+  key: string,
+  query: string,
+  variables?: Record<string, unknown>,
+): Promise<GraphQLResponse[]> {
   const client = wsClient(url, key);
   const answers: GraphQLResponse[] = [];
   try {
@@ -69,7 +171,9 @@ async function overWebSocket(url: string, key: string, query: string, variables?
         {
           next: (message) => void answers.push(message as GraphQLResponse),
           error: (error) => {
-            answers.push({ errors: Array.isArray(error) ? error : [{ message: String((error as Error).message ?? error) }] });
+            answers.push({
+              errors: Array.isArray(error) ? error : [{ message: String((error as Error).message ?? error) }],
+            });
             resolve();
           },
           complete: resolve,
@@ -83,11 +187,23 @@ async function overWebSocket(url: string, key: string, query: string, variables?
 }
 
 /** The first `next` message of a subscription over graphql-ws; then it is ended. */
-async function firstEvent(url: string, key: string, query: string, variables: Record<string, unknown>): Promise<GraphQLResponse> {
+async function firstEvent(
+  url: string,
+  key: string,
+  query: string,
+  variables: Record<string, unknown>,
+): Promise<GraphQLResponse> {
   const client = wsClient(url, key);
   try {
     return await new Promise<GraphQLResponse>((resolve, reject) => {
-      const end = client.subscribe({ query, variables }, { next: (message) => (resolve(message as GraphQLResponse), end()), error: reject, complete: () => reject(new Error('completed without an event')) });
+      const end = client.subscribe(
+        { query, variables },
+        {
+          next: (message) => (resolve(message as GraphQLResponse), end()),
+          error: reject,
+          complete: () => reject(new Error('completed without an event')),
+        },
+      );
     });
   } finally {
     await client.dispose();
@@ -110,7 +226,8 @@ function countStoreReads(store: Store): { readonly count: number; restore(): voi
   };
 }
 
-const costRefusal = (found: string) => new RegExp(`^Operation cost limit of ${OPERATION_LIMITS.cost} exceeded, found ${found}: `);
+const costRefusal = (found: string) =>
+  new RegExp(`^Operation cost limit of ${OPERATION_LIMITS.cost} exceeded, found ${found}: `);
 
 describe('operationCost: the most field values an answer may hold', () => {
   const cost = (text: string, variables: Record<string, unknown> | 'least' | 'most' = {}) => {
@@ -126,14 +243,16 @@ describe('operationCost: the most field values an answer may hold', () => {
   });
 
   it('counts a page of events by `first`, a full page when it is omitted or null, and nothing else under the connection', () => {
-    const page = (args: string) => cost(`{ delivery(uid: "a") { events${args} { edges { node { name } } pageInfo { hasNextPage } } } }`);
+    const page = (args: string) =>
+      cost(`{ delivery(uid: "a") { events${args} { edges { node { name } } pageInfo { hasNextPage } } } }`);
     expect(page('(first: 10)')).toBe(1 + 1 + 10 * 3 + 2);
     expect(page('')).toBe(1 + 1 + OPERATION_LIMITS.eventsPage * 3 + 2);
     expect(page('(first: null)')).toBe(page(''));
   });
 
   it('takes variables as given, their defaults when absent, and bounds them before they are known', () => {
-    const text = 'query($uids: [ID!]!, $first: Int = 5) { deliveries(uids: $uids) { events(first: $first) { edges { cursor } } } }';
+    const text =
+      'query($uids: [ID!]!, $first: Int = 5) { deliveries(uids: $uids) { events(first: $first) { edges { cursor } } } }';
     expect(cost(text, { uids: ['a', 'b'] })).toBe(2 * (1 + 1 + 5 * 2));
     expect(cost(text, { uids: ['a', 'b'], first: 1 })).toBe(2 * (1 + 1 + 1 * 2));
     expect(cost(text, 'least')).toBe(1 + 1 + 1 * 2);
@@ -141,7 +260,8 @@ describe('operationCost: the most field values an answer may hold', () => {
   });
 
   it('counts a fragment where it is spread, with the page it is spread under', () => {
-    const text = 'fragment Names on DeliveryEventConnection { edges { node { name } } } { delivery(uid: "a") { a: events(first: 2) { ...Names } b: events(first: 3) { ...Names } } }';
+    const text =
+      'fragment Names on DeliveryEventConnection { edges { node { name } } } { delivery(uid: "a") { a: events(first: 2) { ...Names } b: events(first: 3) { ...Names } } }';
     expect(cost(text)).toBe(1 + (1 + 2 * 3) + (1 + 3 * 3));
   });
 });
@@ -149,7 +269,8 @@ describe('operationCost: the most field values an answer may hold', () => {
 describe('amplification: the cost limit', () => {
   let stack: Stack;
   let uid: string;
-  const readsOf = (target: string) => stack.sandbox.requests.filter((r) => r.method === 'GET' && r.path.endsWith(`/deliveries/${target}`));
+  const readsOf = (target: string) =>
+    stack.sandbox.requests.filter((r) => r.method === 'GET' && r.path.endsWith(`/deliveries/${target}`));
 
   beforeAll(async () => {
     stack = await startStack({ env: { NODE_ENV: 'production' } });
@@ -164,12 +285,22 @@ describe('amplification: the cost limit', () => {
     const reads = countStoreReads(stack.app.services.store);
     try {
       const direct = await post(stack.app.url, { query: ATTACK, variables }, stack.key);
-      const yoga = await post(stack.app.url, { query: ATTACK, variables }, stack.key, 'application/graphql-response+json');
+      const yoga = await post(
+        stack.app.url,
+        { query: ATTACK, variables },
+        stack.key,
+        'application/graphql-response+json',
+      );
       const ws = await overWebSocket(stack.app.url, stack.key, ATTACK, variables);
-      for (const [way, answer] of [['direct', direct.body], ['yoga', yoga.body], ['WebSocket', ws[0]!]] as const) {
+      for (const [way, answer] of [
+        ['direct', direct.body],
+        ['yoga', yoga.body],
+        ['WebSocket', ws[0]!],
+      ] as const) {
         expect(answer.data, way).toBeUndefined();
         expect(answer.errors, way).toHaveLength(1);
-        // Refused by validation, whatever the list holds: 30 × (a delivery + a full page of 500 events × 4 fields) even for one uid.
+        // Refused by validation, whatever the list holds: 30 × (a delivery + a full page of 500 events × 4 fields) even
+        // for one uid.
         expect(answer.errors![0]!.message, way).toMatch(costRefusal('at least 60060'));
         expect(answer.errors![0]!.extensions?.code, way).toBe('GRAPHQL_VALIDATION_FAILED');
       }
@@ -184,7 +315,11 @@ describe('amplification: the cost limit', () => {
   it('counts a list given as a variable by its length: 5 copies run (one upstream read), 100 are refused before any read', async () => {
     const reads = countStoreReads(stack.app.services.store);
     try {
-      const refused = await post(stack.app.url, { query: ONE_ALIAS, variables: { uids: Array(100).fill(uid) } }, stack.key);
+      const refused = await post(
+        stack.app.url,
+        { query: ONE_ALIAS, variables: { uids: Array(100).fill(uid) } },
+        stack.key,
+      );
       expect(refused.body.data).toBeUndefined();
       // 100 × (a delivery + a page of 500 events × (edge, node, delivery, payload)) + the list.
       expect(refused.body.errors?.[0]?.message).toMatch(costRefusal('200200'));
@@ -216,7 +351,14 @@ describe('amplification: the cost limit', () => {
   });
 
   it('reads duplicate uids once and answers every copy the same', async () => {
-    const { body } = await post(stack.app.url, { query: 'query($uids: [ID!]!) { deliveries(uids: $uids) { uid status payload pickup { name } } }', variables: { uids: Array(100).fill(uid) } }, stack.key);
+    const { body } = await post(
+      stack.app.url,
+      {
+        query: 'query($uids: [ID!]!) { deliveries(uids: $uids) { uid status payload pickup { name } } }',
+        variables: { uids: Array(100).fill(uid) },
+      },
+      stack.key,
+    );
     expect(body.errors).toBeUndefined();
     expect(body.data.deliveries).toHaveLength(100);
     expect(new Set(body.data.deliveries.map((delivery: unknown) => JSON.stringify(delivery))).size).toBe(1);
@@ -227,9 +369,14 @@ describe('amplification: the cost limit', () => {
   describe('keeps the largest legitimate operations', () => {
     it('a literal batch of 100 full deliveries', async () => {
       const uids: string[] = [uid];
-      for (let i = 0; i < 9; i += 1) uids.push((await stack.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid);
+      for (let i = 0; i < 9; i += 1)
+        uids.push((await stack.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid);
       const list = Array.from({ length: 100 }, (_, i) => uids[i % uids.length]!);
-      const { body } = await post(stack.app.url, { query: `${FULL_DELIVERY} { deliveries(uids: ${JSON.stringify(list)}) { ...Full } }` }, stack.key);
+      const { body } = await post(
+        stack.app.url,
+        { query: `${FULL_DELIVERY} { deliveries(uids: ${JSON.stringify(list)}) { ...Full } }` },
+        stack.key,
+      );
       expect(body.errors).toBeUndefined();
       expect(body.data.deliveries.map((delivery: { uid: string }) => delivery.uid)).toEqual(list);
     });
@@ -242,11 +389,19 @@ describe('amplification: the cost limit', () => {
     });
 
     it("the tracking page's read and GraphiQL's examples", async () => {
-      const track = await post(stack.app.url, { query: operationIn('src/web/client/main.ts', 'TRACK'), variables: { uid } }, stack.key);
+      const track = await post(
+        stack.app.url,
+        { query: operationIn('src/web/client/main.ts', 'TRACK'), variables: { uid } },
+        stack.key,
+      );
       expect(track.body.errors).toBeUndefined();
       expect(track.body.data.delivery.uid).toBe(uid);
       // Every operation of the document is validated, whichever one runs.
-      const examples = await post(stack.app.url, { query: operationIn('src/web/graphiql.ts', 'GRAPHIQL_EXAMPLES'), operationName: 'Availability' }, stack.key);
+      const examples = await post(
+        stack.app.url,
+        { query: operationIn('src/web/graphiql.ts', 'GRAPHIQL_EXAMPLES'), operationName: 'Availability' },
+        stack.key,
+      );
       expect(examples.body.errors).toBeUndefined();
       expect(examples.body.data.availability).toHaveLength(2);
     });
@@ -263,8 +418,17 @@ describe('amplification: GRAPHQL_MAX_RESPONSE_BYTES', () => {
   const note = 'n'.repeat(2500);
   const ONE = 'query($uid: ID!) { delivery(uid: $uid) { payload } }';
   const TWO = 'query($uid: ID!) { a: delivery(uid: $uid) { payload } b: delivery(uid: $uid) { payload } }';
-  const TWO_LIVE = 'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { name a: delivery { payload } b: delivery { payload } } }';
-  const refused = { errors: [{ message: `The answer would be larger than ${MAX} bytes; ask for fewer deliveries, fields or events (page with first/after).`, extensions: { code: 'RESPONSE_TOO_LARGE' } }], data: null };
+  const TWO_LIVE =
+    'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { name a: delivery { payload } b: delivery { payload } } }';
+  const refused = {
+    errors: [
+      {
+        message: `The answer would be larger than ${MAX} bytes; ask for fewer deliveries, fields or events (page with first/after).`,
+        extensions: { code: 'RESPONSE_TOO_LARGE' },
+      },
+    ],
+    data: null,
+  };
 
   beforeAll(async () => {
     // The second instance has a store of its own, without the booking's record: the sandbox scopes reads to the key,
@@ -287,7 +451,9 @@ describe('amplification: GRAPHQL_MAX_RESPONSE_BYTES', () => {
       const { body } = await post(url, { query: ONE, variables: { uid } }, stack.key);
       expect(body).toEqual({ data: { delivery: { payload: { note } } } });
     }
-    expect(await overWebSocket(stack.app.url, stack.key, ONE, { uid })).toEqual([{ data: { delivery: { payload: { note } } } }]);
+    expect(await overWebSocket(stack.app.url, stack.key, ONE, { uid })).toEqual([
+      { data: { delivery: { payload: { note } } } },
+    ]);
   });
 
   it('replaces a larger answer with RESPONSE_TOO_LARGE on the direct path and on yoga’s handler', async () => {
@@ -296,7 +462,12 @@ describe('amplification: GRAPHQL_MAX_RESPONSE_BYTES', () => {
     expect(direct.body).toEqual(refused);
     const yoga = await post(viaYoga.url, { query: TWO, variables: { uid } }, stack.key);
     expect(yoga.body).toEqual(refused);
-    const graphqlResponse = await post(viaYoga.url, { query: TWO, variables: { uid } }, stack.key, 'application/graphql-response+json');
+    const graphqlResponse = await post(
+      viaYoga.url,
+      { query: TWO, variables: { uid } },
+      stack.key,
+      'application/graphql-response+json',
+    );
     expect(graphqlResponse.body).toEqual(refused);
   });
 
@@ -310,7 +481,11 @@ describe('amplification: GRAPHQL_MAX_RESPONSE_BYTES', () => {
     const abort = new AbortController();
     const response = await fetch(`${viaYoga.url}/graphql`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${stack.key}` },
+      headers: {
+        'content-type': 'application/json',
+        accept: 'text/event-stream',
+        authorization: `Bearer ${stack.key}`,
+      },
       body: JSON.stringify({ query: TWO_LIVE, variables: { uid } }),
       signal: abort.signal,
     });

@@ -18,24 +18,57 @@ import type { RedisStore } from '../../src/store/redis.js';
 import { loadConfig } from '../../src/config.js';
 import { DEFAULT_PLATFORM_ID, startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
-import { deliveryInput, partnerOrderBody, startStack, type GraphQLResponse, type Stack, TEST_CLIENT_TOKEN_SECRET } from '../helpers/stack.js';
+import {
+  deliveryInput,
+  partnerOrderBody,
+  startStack,
+  type GraphQLResponse,
+  type Stack,
+  TEST_CLIENT_TOKEN_SECRET,
+} from '../helpers/stack.js';
 
 const AVAILABILITY = '{ availability { group available errorCode } }';
-const CREATE = 'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }';
+const CREATE =
+  'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }';
 const EVENTS = 'subscription { deliveryEvents { uid name } }';
 const UPDATED = 'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { uid status } }';
 const BUDGET = 5;
 
 const madeUp = () => `sk_made_up_${randomBytes(12).toString('hex')}`;
-const merchant = (name: string, platformId = DEFAULT_PLATFORM_ID) => ({ key: `sk_test_${name}_${randomBytes(12).toString('hex')}`, name, platformId });
-/** [0] books and reads; [1] subscribes in the access test; [2] and [3] are first seen in their tests; [4] is valid for the partner group only. */
-const MERCHANTS = [merchant('demo'), merchant('reader'), merchant('burst'), merchant('socket'), merchant('elsewhere', 'elsewhere-platform')];
-const [DEMO, READER, BURST, SOCKET, ELSEWHERE] = MERCHANTS.map((m) => m.key) as [string, string, string, string, string];
+const merchant = (name: string, platformId = DEFAULT_PLATFORM_ID) => ({
+  key: `sk_test_${name}_${randomBytes(12).toString('hex')}`,
+  name,
+  platformId,
+});
+/**
+ * [0] books and reads; [1] subscribes in the access test; [2] and [3] are first seen in their tests; [4] is valid for
+ * the partner group only.
+ */
+const MERCHANTS = [
+  merchant('demo'),
+  merchant('reader'),
+  merchant('burst'),
+  merchant('socket'),
+  merchant('elsewhere', 'elsewhere-platform'),
+];
+const [DEMO, READER, BURST, SOCKET, ELSEWHERE] = MERCHANTS.map((m) => m.key) as [
+  string,
+  string,
+  string,
+  string,
+  string,
+];
 
 const codeOf = (answer: GraphQLResponse) => answer.errors?.[0]?.extensions?.code;
 
 /** POSTs one operation as a client at `address` (the facade trusts one proxy: X-Forwarded-For's last entry). */
-async function post(stack: Stack, address: string, key: string | undefined, body: unknown, accept?: string): Promise<{ status: number; text: string }> {
+async function post(
+  stack: Stack,
+  address: string,
+  key: string | undefined,
+  body: unknown,
+  accept?: string,
+): Promise<{ status: number; text: string }> {
   const headers: Record<string, string> = { 'content-type': 'application/json', 'x-forwarded-for': address };
   if (key) headers.authorization = `Bearer ${key}`;
   if (accept) headers.accept = accept;
@@ -44,14 +77,24 @@ async function post(stack: Stack, address: string, key: string | undefined, body
 }
 
 /** The direct JSON path. */
-async function gqlFrom(stack: Stack, address: string, key: string | undefined, query = AVAILABILITY, variables?: Record<string, unknown>): Promise<GraphQLResponse> {
+async function gqlFrom(
+  stack: Stack,
+  address: string,
+  key: string | undefined,
+  query = AVAILABILITY,
+  variables?: Record<string, unknown>,
+): Promise<GraphQLResponse> {
   return JSON.parse((await post(stack, address, key, { query, variables })).text) as GraphQLResponse;
 }
 
 type Closed = { code: number; reason: string };
 
 /** Opens a graphql-ws connection from `address`; resolves once it is acknowledged or closed. */
-function connect(stack: Stack, address: string, connectionParams: Record<string, unknown>): Promise<{ client: Client; closed?: Closed }> {
+function connect(
+  stack: Stack,
+  address: string,
+  connectionParams: Record<string, unknown>,
+): Promise<{ client: Client; closed?: Closed }> {
   class FromAddress extends WebSocket {
     constructor(url: string | URL, protocols?: string | string[]) {
       super(url, protocols, { headers: { 'x-forwarded-for': address } });
@@ -67,14 +110,19 @@ function connect(stack: Stack, address: string, connectionParams: Record<string,
       onNonLazyError: () => undefined,
       on: {
         connected: () => resolve({ client }),
-        closed: (event) => resolve({ client, closed: { code: (event as CloseEvent).code, reason: (event as CloseEvent).reason } }),
+        closed: (event) =>
+          resolve({ client, closed: { code: (event as CloseEvent).code, reason: (event as CloseEvent).reason } }),
       },
     });
   });
 }
 
 /** Runs one operation on a connected client: its data and errors. */
-function runOn(client: Client, query: string, variables?: Record<string, unknown>): Promise<{ data: unknown[]; errors: unknown[] }> {
+function runOn(
+  client: Client,
+  query: string,
+  variables?: Record<string, unknown>,
+): Promise<{ data: unknown[]; errors: unknown[] }> {
   const data: unknown[] = [];
   const errors: unknown[] = [];
   return new Promise((resolve) => {
@@ -99,7 +147,11 @@ describe('unknown merchant keys per client address', () => {
   let stack: Stack;
 
   beforeAll(async () => {
-    stack = await startStack({ faultProxy: true, sandbox: { merchants: MERCHANTS }, env: { AUTH_FAILURES_PER_MINUTE: String(BUDGET), TRUST_PROXY: '1' } });
+    stack = await startStack({
+      faultProxy: true,
+      sandbox: { merchants: MERCHANTS },
+      env: { AUTH_FAILURES_PER_MINUTE: String(BUDGET), TRUST_PROXY: '1' },
+    });
   });
   afterAll(() => stack?.stop());
 
@@ -111,7 +163,10 @@ describe('unknown merchant keys per client address', () => {
 
     const answers: GraphQLResponse[] = [];
     for (let i = 0; i < 30; i += 1) answers.push(await gqlFrom(stack, address, madeUp()));
-    expect(answers.map(codeOf)).toEqual([...Array(BUDGET).fill('UNAUTHENTICATED'), ...Array(30 - BUDGET).fill('RATE_LIMITED')]);
+    expect(answers.map(codeOf)).toEqual([
+      ...Array(BUDGET).fill('UNAUTHENTICATED'),
+      ...Array(30 - BUDGET).fill('RATE_LIMITED'),
+    ]);
     const limited = answers[BUDGET]!.errors![0]!;
     expect(limited.message).toBe('Too many unknown merchant keys from this address; slow down.');
     // One try every 12 s at 5 a minute.
@@ -174,7 +229,8 @@ describe('unknown merchant keys per client address', () => {
     for (let i = 0; i < BUDGET; i += 1) expect(codeOf(await gqlFrom(stack, spent, madeUp()))).toBe('UNAUTHENTICATED');
     stack.sandbox.resetRequests();
 
-    const viaYoga = (address: string) => post(stack, address, madeUp(), { query: AVAILABILITY }, 'application/graphql-response+json');
+    const viaYoga = (address: string) =>
+      post(stack, address, madeUp(), { query: AVAILABILITY }, 'application/graphql-response+json');
     const viaGet = async (address: string) => {
       const response = await fetch(`${stack.app.url}/graphql?query=${encodeURIComponent(AVAILABILITY)}`, {
         headers: { authorization: `Bearer ${madeUp()}`, 'x-forwarded-for': address },
@@ -182,7 +238,13 @@ describe('unknown merchant keys per client address', () => {
       return response.text();
     };
     const viaSse = (address: string) =>
-      post(stack, address, madeUp(), { query: UPDATED, variables: { uid: '00000000-0000-4000-8000-000000000000' } }, 'text/event-stream');
+      post(
+        stack,
+        address,
+        madeUp(),
+        { query: UPDATED, variables: { uid: '00000000-0000-4000-8000-000000000000' } },
+        'text/event-stream',
+      );
 
     expect(JSON.parse((await viaYoga(spent)).text).errors[0].extensions.code).toBe('RATE_LIMITED');
     expect(JSON.parse(await viaGet(spent)).errors[0].extensions.code).toBe('RATE_LIMITED');
@@ -198,27 +260,44 @@ describe('unknown merchant keys per client address', () => {
     expect(JSON.parse((await viaYoga(fresh)).text).errors[0].extensions.code).toBe('UNAUTHENTICATED');
     expect(JSON.parse(await viaGet(fresh)).errors[0].extensions.code).toBe('UNAUTHENTICATED');
     expect((await viaSse(fresh)).text).toContain('"UNAUTHENTICATED"');
-    expect((await connect(stack, fresh, { authorization: `Bearer ${madeUp()}` })).closed).toEqual({ code: 4403, reason: 'the merchant key was refused' });
+    expect((await connect(stack, fresh, { authorization: `Bearer ${madeUp()}` })).closed).toEqual({
+      code: 4403,
+      reason: 'the merchant key was refused',
+    });
   });
 
   describe('over WebSocket, the key is judged once at connection_init', () => {
     it('closes a socket without a key, or with a key the upstream refuses, saying which', async () => {
       const address = '198.51.100.50';
       stack.sandbox.resetRequests();
-      expect((await connect(stack, address, {})).closed).toEqual({ code: 4403, reason: 'no merchant key or client token in connection_init' });
-      expect((await connect(stack, address, { authorization: DEMO })).closed).toEqual({ code: 4403, reason: 'no merchant key or client token in connection_init' });
+      expect((await connect(stack, address, {})).closed).toEqual({
+        code: 4403,
+        reason: 'no merchant key or client token in connection_init',
+      });
+      expect((await connect(stack, address, { authorization: DEMO })).closed).toEqual({
+        code: 4403,
+        reason: 'no merchant key or client token in connection_init',
+      });
       expect(stack.sandbox.requests).toEqual([]);
 
       const key = madeUp();
-      expect((await connect(stack, address, { authorization: `Bearer ${key}` })).closed).toEqual({ code: 4403, reason: 'the merchant key was refused' });
-      // The cheapest keyed call, the platform group's availability; the partner group's only because the platform refused.
-      expect(stack.sandbox.requests.map((r) => [r.group, r.method, r.path.replace(/.*\/api\/v1/, ''), r.status])).toEqual([
+      expect((await connect(stack, address, { authorization: `Bearer ${key}` })).closed).toEqual({
+        code: 4403,
+        reason: 'the merchant key was refused',
+      });
+      // The cheapest keyed call, the platform group's availability; the partner group's only because the platform
+      // refused.
+      expect(
+        stack.sandbox.requests.map((r) => [r.group, r.method, r.path.replace(/.*\/api\/v1/, ''), r.status]),
+      ).toEqual([
         ['platform', 'GET', `/${DEFAULT_PLATFORM_ID}/availability`, 401],
         ['partner', 'GET', '/availability', 401],
       ]);
       stack.sandbox.resetRequests();
       // Refused a moment ago: closed again without asking.
-      expect((await connect(stack, address, { authorization: `Bearer ${key}` })).closed?.reason).toBe('the merchant key was refused');
+      expect((await connect(stack, address, { authorization: `Bearer ${key}` })).closed?.reason).toBe(
+        'the merchant key was refused',
+      );
       expect(stack.sandbox.requests).toEqual([]);
     });
 
@@ -293,7 +372,8 @@ describe('unknown merchant keys per client address', () => {
       );
     });
     // The reader's own delivery shows the stream is live (its access needs no upstream read).
-    const own = (await gqlFrom(stack, address, READER, CREATE, { input: deliveryInput() })).data.createDelivery.data.uid as string;
+    const own = (await gqlFrom(stack, address, READER, CREATE, { input: deliveryInput() })).data.createDelivery.data
+      .uid as string;
     await stack.sandbox.advance(own);
     await listening;
 
@@ -301,10 +381,19 @@ describe('unknown merchant keys per client address', () => {
     const reader = `Bearer ${READER}`;
     const refusedReads: string[] = [];
     stack.proxy!.fault = (req, res) => {
-      // Reads by uid of either group: which one an access check makes depends on UPSTREAM_READ_SCOPE (src/realtime/access.ts).
-      if (req.headers.authorization !== reader || req.method !== 'GET' || !req.url || !/\/(deliveries|orders)\//.test(req.url)) return false;
+      // Reads by uid of either group: which one an access check makes depends on UPSTREAM_READ_SCOPE
+      // (src/realtime/access.ts).
+      if (
+        req.headers.authorization !== reader ||
+        req.method !== 'GET' ||
+        !req.url ||
+        !/\/(deliveries|orders)\//.test(req.url)
+      )
+        return false;
       refusedReads.push(req.url);
-      res.writeHead(401, { 'content-type': 'application/json' }).end(JSON.stringify({ code: 'invalid_api_key', message: 'The key was revoked.' }));
+      res
+        .writeHead(401, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ code: 'invalid_api_key', message: 'The key was revoked.' }));
       return true;
     };
     const canRead = vi.spyOn(stack.app.services.access, 'canRead');
@@ -351,7 +440,10 @@ describe.runIf(withRedis)('with REDIS_URL, two instances share one budget per ke
 
   beforeAll(async () => {
     workDir = mkdtempSync(path.join(tmpdir(), 'delivery-graph-auth-budget-'));
-    [redis, sandbox] = await Promise.all([startRedisServer(), startSandbox({ merchants: MERCHANTS, knobs: { stepMs: 0 } })]);
+    [redis, sandbox] = await Promise.all([
+      startRedisServer(),
+      startSandbox({ merchants: MERCHANTS, knobs: { stepMs: 0 } }),
+    ]);
     admin = new Redis(redis.url);
     for (const name of ['a', 'b']) {
       apps.push(
@@ -361,7 +453,8 @@ describe.runIf(withRedis)('with REDIS_URL, two instances share one budget per ke
             UPSTREAM_URL: sandbox.url,
             PLATFORM_ID: sandbox.platformId,
             DATA_DIR: path.join(workDir, name),
-            REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
+            REDIS_URL: redis.url,
+            CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
             LOG_LEVEL: 'silent',
             UPSTREAM_CHECK_INTERVAL_MS: '3600000',
             RATE_LIMIT_PER_MINUTE: String(PER_KEY),
@@ -391,8 +484,12 @@ describe.runIf(withRedis)('with REDIS_URL, two instances share one budget per ke
     const [a, b] = apps as [App, App];
     sandbox.resetRequests();
     const answers: GraphQLResponse[] = [];
-    for (let i = 0; i < 2 * PER_ADDRESS; i += 1) answers.push(await ask(i % 2 === 0 ? a : b, '198.51.100.71', madeUp()));
-    expect(answers.map(codeOf)).toEqual([...Array(PER_ADDRESS).fill('UNAUTHENTICATED'), ...Array(PER_ADDRESS).fill('RATE_LIMITED')]);
+    for (let i = 0; i < 2 * PER_ADDRESS; i += 1)
+      answers.push(await ask(i % 2 === 0 ? a : b, '198.51.100.71', madeUp()));
+    expect(answers.map(codeOf)).toEqual([
+      ...Array(PER_ADDRESS).fill('UNAUTHENTICATED'),
+      ...Array(PER_ADDRESS).fill('RATE_LIMITED'),
+    ]);
     expect(sandbox.requests).toHaveLength(2 * PER_ADDRESS);
   });
 
@@ -404,7 +501,9 @@ describe.runIf(withRedis)('with REDIS_URL, two instances share one budget per ke
     const send = vi.spyOn(client, 'sendCommand');
     try {
       for (let i = 0; i < 3; i += 1) expect(codeOf(await ask(a, '198.51.100.72', READER))).toBeUndefined();
-      const limitCommands = send.mock.calls.filter(([command]) => command.args.some((arg) => String(arg).startsWith('dg:limit:')));
+      const limitCommands = send.mock.calls.filter(([command]) =>
+        command.args.some((arg) => String(arg).startsWith('dg:limit:')),
+      );
       expect(limitCommands).toHaveLength(3);
     } finally {
       send.mockRestore();

@@ -14,16 +14,23 @@ afterAll(() => stack?.stop());
 
 describe('a batched read of 50 distinct uids', () => {
   it('makes 50 upstream calls at once and no warning', async () => {
-    const uids = Array.from({ length: 50 }, (_, i) => stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody(`PO-listeners-${i}`)).uid as string);
+    const uids = Array.from(
+      { length: 50 },
+      (_, i) => stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody(`PO-listeners-${i}`)).uid as string,
+    );
     // One read first, so the key is known and the batch's calls all go out together.
-    expect((await stack.gql(`query($uid: ID!) { delivery(uid: $uid, group: PARTNER) { uid } }`, { uid: uids[0] })).errors).toBeUndefined();
+    expect(
+      (await stack.gql(`query($uid: ID!) { delivery(uid: $uid, group: PARTNER) { uid } }`, { uid: uids[0] })).errors,
+    ).toBeUndefined();
 
     const warnings: string[] = [];
     const onWarning = (warning: Error) => warnings.push(`${warning.name}: ${warning.message}`);
     process.on('warning', onWarning);
     try {
       const mark = stack.sandbox.requestCount;
-      const answer = await stack.gql(`query($uids: [ID!]!) { deliveries(uids: $uids, group: PARTNER) { uid } }`, { uids });
+      const answer = await stack.gql(`query($uids: [ID!]!) { deliveries(uids: $uids, group: PARTNER) { uid } }`, {
+        uids,
+      });
       expect(answer.errors).toBeUndefined();
       expect(answer.data.deliveries.map((d: { uid: string }) => d.uid)).toEqual(uids);
       expect(stack.sandbox.requestsSince(mark).filter((r) => r.method === 'GET')).toHaveLength(50);
@@ -44,7 +51,9 @@ describe('the sandbox under many requests in flight', () => {
     stack.sandbox.setKnobs({ latencyMs: 50 });
     try {
       const reads = Array.from({ length: 50 }, (_, i) =>
-        fetch(`${stack.sandbox.url}/orders/partner/none-${i}`, { headers: { authorization: `Bearer ${stack.key}` } }).then((response) => response.status),
+        fetch(`${stack.sandbox.url}/orders/partner/none-${i}`, {
+          headers: { authorization: `Bearer ${stack.key}` },
+        }).then((response) => response.status),
       );
       expect(new Set(await Promise.all(reads))).toEqual(new Set([404]));
       // 50 orders' delivery.created webhooks in flight at once.

@@ -15,12 +15,28 @@ const CREATE = /* GraphQL */ `
   mutation Book($input: DeliveryInput!, $key: String) {
     createDelivery(input: $input, idempotencyKey: $key) {
       __typename
-      ... on MutationCreateDeliverySuccess { data { uid trackingUrl status } }
-      ... on Error { code message }
+      ... on MutationCreateDeliverySuccess {
+        data {
+          uid
+          trackingUrl
+          status
+        }
+      }
+      ... on Error {
+        code
+        message
+      }
     }
   }
 `;
-const READ = /* GraphQL */ `query ($uid: ID!) { delivery(uid: $uid) { uid trackingUrl } }`;
+const READ = /* GraphQL */ `
+  query ($uid: ID!) {
+    delivery(uid: $uid) {
+      uid
+      trackingUrl
+    }
+  }
+`;
 
 /** Every method of the Store that writes. */
 const WRITES = new Set<string>([
@@ -52,7 +68,8 @@ function onDisk(store: SqliteStore): Store {
       const method = (value as (...args: unknown[]) => unknown).bind(target);
       if (!WRITES.has(String(name))) return method;
       return async (...args: unknown[]) => {
-        if (disk.full) throw Object.assign(new Error('database or disk is full'), { name: 'SqliteError', code: 'SQLITE_FULL' });
+        if (disk.full)
+          throw Object.assign(new Error('database or disk is full'), { name: 'SqliteError', code: 'SQLITE_FULL' });
         const answer = await method(...args);
         if (name === 'claimIdempotency' && disk.fullAfterClaim) {
           disk.fullAfterClaim = false;
@@ -85,12 +102,17 @@ beforeEach(() => {
 });
 
 const book = (input = deliveryInput(), key?: string) => stack.gql(CREATE, { input, key });
-const bookingsSince = (mark: number) => stack.sandbox.requestsSince(mark).filter((r) => r.method === 'POST' && /\/deliveries$/.test(r.path));
+const bookingsSince = (mark: number) =>
+  stack.sandbox.requestsSince(mark).filter((r) => r.method === 'POST' && /\/deliveries$/.test(r.path));
 /** The log lines that name `uid` and say a booking could not be recorded. */
 const failuresLoggedFor = (uid: string) =>
-  logLines.map((line) => JSON.parse(line) as { msg: string; uid?: string }).filter((line) => line.uid === uid && /could not record a booking/.test(line.msg));
+  logLines
+    .map((line) => JSON.parse(line) as { msg: string; uid?: string })
+    .filter((line) => line.uid === uid && /could not record a booking/.test(line.msg));
 const claimInFile = (idempotencyKey: string) =>
-  file.db.prepare('SELECT state, uid FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?').get(hashKey(stack.key), idempotencyKey);
+  file.db
+    .prepare('SELECT state, uid FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?')
+    .get(hashKey(stack.key), idempotencyKey);
 
 describe('a booking while the store cannot write', () => {
   it('without an idempotencyKey: the caller gets its booking, the booker reads it, and it is recorded once writes work', async () => {
@@ -129,7 +151,10 @@ describe('a booking while the store cannot write', () => {
 
     // The disk has room again: the retry timer writes the record.
     disk.full = false;
-    await vi.waitFor(async () => expect(await file.ownerOf(uid)).toBe(hashKey(stack.key)), { timeout: 10_000, interval: 50 });
+    await vi.waitFor(async () => expect(await file.ownerOf(uid)).toBe(hashKey(stack.key)), {
+      timeout: 10_000,
+      interval: 50,
+    });
     expect(failuresLoggedFor(uid)).toHaveLength(1);
     expect(bookingsSince(mark)).toHaveLength(1);
   });
@@ -159,13 +184,19 @@ describe('a booking while the store cannot write', () => {
     disk.full = false;
     const next = await book();
     expect(next.data.createDelivery.__typename).toBe('MutationCreateDeliverySuccess');
-    await vi.waitFor(() => expect(claimInFile('disk-full-booking')).toEqual({ state: 'done', uid }), { timeout: 10_000, interval: 50 });
+    await vi.waitFor(() => expect(claimInFile('disk-full-booking')).toEqual({ state: 'done', uid }), {
+      timeout: 10_000,
+      interval: 50,
+    });
     expect(await file.ownerOf(uid)).toBe(hashKey(stack.key));
 
     // A new process knows it from the file alone.
     await stack.restart();
     const afterRestart = await book(deliveryInput(), 'disk-full-booking');
-    expect(afterRestart.data.createDelivery).toMatchObject({ __typename: 'MutationCreateDeliverySuccess', data: { uid } });
+    expect(afterRestart.data.createDelivery).toMatchObject({
+      __typename: 'MutationCreateDeliverySuccess',
+      data: { uid },
+    });
     expect(bookingsSince(mark)).toHaveLength(2);
   });
 });

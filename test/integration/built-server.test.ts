@@ -28,7 +28,13 @@ describe('the built server, deployed without src/ and without esbuild', () => {
     }
     child = spawn(process.execPath, ['dist/main.js'], {
       cwd: deploy,
-      env: { PATH: process.env.PATH ?? '', PORT: '0', SANDBOX_PORT: '0', DATA_DIR: path.join(deploy, 'data'), LOG_LEVEL: 'silent' },
+      env: {
+        PATH: process.env.PATH ?? '',
+        PORT: '0',
+        SANDBOX_PORT: '0',
+        DATA_DIR: path.join(deploy, 'data'),
+        LOG_LEVEL: 'silent',
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     url = await new Promise<string>((resolve, reject) => {

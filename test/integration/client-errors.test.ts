@@ -11,8 +11,10 @@ import { collect, wsClient } from '../helpers/ws-client.js';
 const QUOTE = 'mutation($input: DeliveryInput!) { quoteDelivery(input: $input) { __typename } }';
 const READ = 'query($uid: ID!) { delivery(uid: $uid) { uid status } }';
 const UPDATED = 'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { uid status } }';
-const CREATE = 'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }';
-const CANCEL = 'mutation($uid: ID!, $group: ApiGroup!) { cancelDelivery(uid: $uid, group: $group) { __typename ... on MutationCancelDeliverySuccess { data { uid status group } } ... on Error { code message } } }';
+const CREATE =
+  'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }';
+const CANCEL =
+  'mutation($uid: ID!, $group: ApiGroup!) { cancelDelivery(uid: $uid, group: $group) { __typename ... on MutationCancelDeliverySuccess { data { uid status group } } ... on Error { code message } } }';
 
 const TIP_MESSAGE =
   'Variable "$input" got invalid value "abc" at "input.tip"; Decimal must be a decimal number in major units as a string, e.g. "12.50" (plain notation, at most 18 integer and 10 fractional digits); got "abc".';
@@ -31,8 +33,15 @@ function sseEvents(text: string): Array<{ event: string; data: string }> {
     .split(/\n\n/)
     .map((block) => {
       const lines = block.split('\n').filter((line) => line !== '' && !line.startsWith(':'));
-      const event = lines.find((line) => line.startsWith('event:'))?.slice(6).trim() ?? '';
-      const data = lines.filter((line) => line.startsWith('data:')).map((line) => line.slice(5).trim()).join('\n');
+      const event =
+        lines
+          .find((line) => line.startsWith('event:'))
+          ?.slice(6)
+          .trim() ?? '';
+      const data = lines
+        .filter((line) => line.startsWith('data:'))
+        .map((line) => line.slice(5).trim())
+        .join('\n');
       return { event, data };
     })
     .filter((message) => message.event !== '');
@@ -67,7 +76,9 @@ describe('variable errors on every transport', () => {
   for (const [name, query, variables, message] of cases) {
     it(`${name}: the same error over HTTP, WebSocket and SSE, before any upstream call`, async () => {
       const mark = stack.sandbox.requestCount;
-      const expected: WireError[] = [{ message, locations: [{ line: 1, column: expect.any(Number) }], extensions: { code: 'BAD_USER_INPUT' } }];
+      const expected: WireError[] = [
+        { message, locations: [{ line: 1, column: expect.any(Number) }], extensions: { code: 'BAD_USER_INPUT' } },
+      ];
 
       // HTTP: a plain JSON POST for queries and mutations; a subscription goes to yoga's handler.
       if (!query.startsWith('subscription')) {
@@ -94,7 +105,9 @@ describe('variable errors on every transport', () => {
       expect(JSON.parse(events[0]!.data)).toEqual({ errors: expected });
 
       // The only upstream call: the socket's check of a key it has not judged yet (an availability read).
-      expect(stack.sandbox.requestsSince(mark).filter((request) => !request.path.endsWith('/availability'))).toEqual([]);
+      expect(stack.sandbox.requestsSince(mark).filter((request) => !request.path.endsWith('/availability'))).toEqual(
+        [],
+      );
     });
   }
 
@@ -159,7 +172,9 @@ describe('without introspection', () => {
     const input = { ...deliveryInput(), tipp: '1.00' };
     const [open] = (await stack.gql(QUOTE, { input })).errors!;
     const [closed] = (await quiet.gql(QUOTE, { input })).errors!;
-    expect(open!.message).toMatch(/^Variable "\$input" got invalid value \{ pickup: .*, tipp: "1\.00" \}; Field "tipp" is not defined by type "DeliveryInput"\. Did you mean "tip"\?$/);
+    expect(open!.message).toMatch(
+      /^Variable "\$input" got invalid value \{ pickup: .*, tipp: "1\.00" \}; Field "tipp" is not defined by type "DeliveryInput"\. Did you mean "tip"\?$/,
+    );
     expect(closed!.message).toBe(open!.message.replace(' Did you mean "tip"?', ''));
     expect(closed!.extensions?.code).toBe('BAD_USER_INPUT');
   });
@@ -174,22 +189,63 @@ describe('the codes of common mistakes are all in the registry', () => {
     ['a body that is not an object', () => post('"{ availability { group } }"'), 'BAD_REQUEST', 400],
     ['a batch', () => post('[{"query": "{ __typename }"}]'), 'BAD_REQUEST', 400],
     ['no query', () => post({ variables: {} }), 'BAD_REQUEST', 200],
-    ['an operation name not in the document', () => post({ query: 'query A { __typename }', operationName: 'B' }), 'OPERATION_RESOLUTION_FAILURE', 400],
+    [
+      'an operation name not in the document',
+      () => post({ query: 'query A { __typename }', operationName: 'B' }),
+      'OPERATION_RESOLUTION_FAILURE',
+      400,
+    ],
     ['a bad variable', () => post({ query: READ, variables: {} }), 'BAD_USER_INPUT', 200],
     ['an empty uid', () => post({ query: '{ deliveries(uids: [""]) { uid } }' }), 'BAD_USER_INPUT', 200],
     ['no key', () => post({ query: '{ availability { group } }' }, { authorization: '' }), 'UNAUTHENTICATED', 200],
-    ['a form POST', () => post('query={__typename}', { 'content-type': 'application/x-www-form-urlencoded' }), 'BAD_REQUEST', 415],
-    ['a mutation over GET', () => fetch(`${stack.app.url}/graphql?query=${encodeURIComponent('mutation { __typename }')}`, { headers: { accept: 'application/json' } }), 'BAD_REQUEST', 405],
+    [
+      'a form POST',
+      () => post('query={__typename}', { 'content-type': 'application/x-www-form-urlencoded' }),
+      'BAD_REQUEST',
+      415,
+    ],
+    [
+      'a mutation over GET',
+      () =>
+        fetch(`${stack.app.url}/graphql?query=${encodeURIComponent('mutation { __typename }')}`, {
+          headers: { accept: 'application/json' },
+        }),
+      'BAD_REQUEST',
+      405,
+    ],
     [
       'a GET whose variables are not JSON',
-      () => fetch(`${stack.app.url}/graphql?query=${encodeURIComponent(READ)}&variables=%7Buid`, { headers: { accept: 'application/json', authorization: `Bearer ${stack.key}` } }),
+      () =>
+        fetch(`${stack.app.url}/graphql?query=${encodeURIComponent(READ)}&variables=%7Buid`, {
+          headers: { accept: 'application/json', authorization: `Bearer ${stack.key}` },
+        }),
       'BAD_REQUEST',
       400,
     ],
-    ['a body over GRAPHQL_MAX_BODY_BYTES', () => post({ query: '{ __typename }', padding: 'x'.repeat(1_100_000) }), 'REQUEST_ENTITY_TOO_LARGE', 413],
-    ['a subscription POSTed for JSON', () => post({ query: UPDATED, variables: { uid: 'x' } }, { accept: 'application/json' }), 'BAD_REQUEST', 406],
-    ['a subscription POSTed for HTML', () => post({ query: UPDATED, variables: { uid: 'x' } }, { accept: 'text/html' }), 'BAD_REQUEST', 406],
-    ['a query that accepts only XML', () => post({ query: '{ __typename }' }, { accept: 'application/xml' }), 'BAD_REQUEST', 406],
+    [
+      'a body over GRAPHQL_MAX_BODY_BYTES',
+      () => post({ query: '{ __typename }', padding: 'x'.repeat(1_100_000) }),
+      'REQUEST_ENTITY_TOO_LARGE',
+      413,
+    ],
+    [
+      'a subscription POSTed for JSON',
+      () => post({ query: UPDATED, variables: { uid: 'x' } }, { accept: 'application/json' }),
+      'BAD_REQUEST',
+      406,
+    ],
+    [
+      'a subscription POSTed for HTML',
+      () => post({ query: UPDATED, variables: { uid: 'x' } }, { accept: 'text/html' }),
+      'BAD_REQUEST',
+      406,
+    ],
+    [
+      'a query that accepts only XML',
+      () => post({ query: '{ __typename }' }, { accept: 'application/xml' }),
+      'BAD_REQUEST',
+      406,
+    ],
   ];
 
   for (const [name, send, code, status] of mistakes) {
@@ -222,14 +278,17 @@ describe('the codes of common mistakes are all in the registry', () => {
 });
 
 describe('every refusal has a body that says what to do', () => {
-  const STREAM_HINT = 'A subscription answers with a stream: send it with `accept: text/event-stream` (server-sent events), or over a graphql-ws WebSocket at the same path.';
+  const STREAM_HINT =
+    'A subscription answers with a stream: send it with `accept: text/event-stream` (server-sent events), or over a graphql-ws WebSocket at the same path.';
 
   it('406 to a subscription whatever the accept header names, on the direct path and through yoga, with the same message', async () => {
     for (const accept of ['application/json', 'application/graphql-response+json', 'text/html', 'application/xml']) {
       const response = await post({ query: UPDATED, variables: { uid: 'x' } }, { accept });
       expect(response.status, accept).toBe(406);
       expect(response.headers.get('content-type'), accept).toMatch(/^application\/(graphql-response\+)?json/);
-      expect(((await response.json()) as { errors: WireError[] }).errors, accept).toEqual([{ message: STREAM_HINT, extensions: { code: 'BAD_REQUEST' } }]);
+      expect(((await response.json()) as { errors: WireError[] }).errors, accept).toEqual([
+        { message: STREAM_HINT, extensions: { code: 'BAD_REQUEST' } },
+      ]);
     }
   });
 
@@ -247,7 +306,10 @@ describe('every refusal has a body that says what to do', () => {
     for (const path of ['/', '/graphiql/nothing.js', '/metrics']) {
       const response = await fetch(`${stack.app.url}${path}`, { method: 'POST' });
       expect(response.status, path).toBe(405);
-      expect(await response.json(), path).toEqual({ error: 'method_not_allowed', message: expect.stringContaining('answers GET and HEAD only') });
+      expect(await response.json(), path).toEqual({
+        error: 'method_not_allowed',
+        message: expect.stringContaining('answers GET and HEAD only'),
+      });
     }
   });
 
@@ -262,18 +324,26 @@ describe('every refusal has a body that says what to do', () => {
         socket.on('error', reject);
         socket.write(text);
       });
-    const bodyOf = (answer: string) => JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as { error: string; message: string };
+    const bodyOf = (answer: string) =>
+      JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as { error: string; message: string };
     const garbled = await exchange('GET /graphql HTTP/1.1\r\nhost: x\r\nnot a header\r\n\r\n');
     expect(garbled).toMatch(/^HTTP\/1\.1 400 /);
-    expect(bodyOf(garbled)).toEqual({ error: 'bad_request', message: expect.stringContaining('check its request line and headers') });
+    expect(bodyOf(garbled)).toEqual({
+      error: 'bad_request',
+      message: expect.stringContaining('check its request line and headers'),
+    });
     const large = await exchange(`GET /graphql HTTP/1.1\r\nhost: x\r\nx-padding: ${'p'.repeat(20 * 1024)}\r\n\r\n`);
     expect(large).toMatch(/^HTTP\/1\.1 431 /);
-    expect(bodyOf(large)).toEqual({ error: 'headers_too_large', message: expect.stringContaining('send fewer or shorter ones') });
+    expect(bodyOf(large)).toEqual({
+      error: 'headers_too_large',
+      message: expect.stringContaining('send fewer or shorter ones'),
+    });
   });
 });
 
 describe('a cancel in the other endpoint group', () => {
-  const cancel = async (uid: string, group: 'PLATFORM' | 'PARTNER', key = stack.key) => (await stack.gql(CANCEL, { uid, group }, key)).data.cancelDelivery;
+  const cancel = async (uid: string, group: 'PLATFORM' | 'PARTNER', key = stack.key) =>
+    (await stack.gql(CANCEL, { uid, group }, key)).data.cancelDelivery;
 
   it('says a platform delivery is in the PLATFORM group when canceled with group: PARTNER, from its owner record, with no upstream call', async () => {
     const uid: string = (await stack.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid;
@@ -286,7 +356,10 @@ describe('a cancel in the other endpoint group', () => {
     // Booked through the facade: its owner record names the group, so nothing is asked.
     expect(stack.sandbox.requestsSince(mark)).toEqual([]);
     // The hint is right: the same cancel in that group goes through.
-    expect(await cancel(uid, 'PLATFORM')).toMatchObject({ __typename: 'MutationCancelDeliverySuccess', data: { uid, status: 'CANCELED', group: 'PLATFORM' } });
+    expect(await cancel(uid, 'PLATFORM')).toMatchObject({
+      __typename: 'MutationCancelDeliverySuccess',
+      data: { uid, status: 'CANCELED', group: 'PLATFORM' },
+    });
   });
 
   it('says a partner order is in the PARTNER group when canceled with group: PLATFORM', async () => {
@@ -296,11 +369,18 @@ describe('a cancel in the other endpoint group', () => {
       code: 'NOT_FOUND',
       message: `No delivery ${uid} in the PLATFORM group: it exists in the PARTNER group; pass group: PARTNER`,
     });
-    expect(await cancel(uid, 'PARTNER')).toMatchObject({ __typename: 'MutationCancelDeliverySuccess', data: { uid, status: 'CANCELED', group: 'PARTNER' } });
+    expect(await cancel(uid, 'PARTNER')).toMatchObject({
+      __typename: 'MutationCancelDeliverySuccess',
+      data: { uid, status: 'CANCELED', group: 'PARTNER' },
+    });
   });
 
   it('keeps the plain message for a uid in neither group, and for another merchant’s order (nothing leaks)', async () => {
-    const plain = { __typename: 'NotFoundError', code: 'NOT_FOUND', message: 'No delivery with this uid belongs to the caller.' };
+    const plain = {
+      __typename: 'NotFoundError',
+      code: 'NOT_FOUND',
+      message: 'No delivery with this uid belongs to the caller.',
+    };
     expect(await cancel('00000000-0000-4000-8000-000000000000', 'PLATFORM')).toEqual(plain);
     expect(await cancel('00000000-0000-4000-8000-000000000000', 'PARTNER')).toEqual(plain);
     const theirs = stack.sandbox.seedPartnerOrder(stack.otherKey, partnerOrderBody('PO-theirs')).uid as string;
@@ -326,7 +406,13 @@ describe('a cancel in the other group when the extra read fails', () => {
       return true;
     };
     const result = (await faulty.gql(CANCEL, { uid, group: 'PLATFORM' })).data.cancelDelivery;
-    expect(result).toEqual({ __typename: 'NotFoundError', code: 'NOT_FOUND', message: 'No delivery with this uid belongs to the caller.' });
-    expect(faulty.proxy!.seen.some((request) => request.method === 'GET' && request.path.includes(`/orders/${uid}`))).toBe(true);
+    expect(result).toEqual({
+      __typename: 'NotFoundError',
+      code: 'NOT_FOUND',
+      message: 'No delivery with this uid belongs to the caller.',
+    });
+    expect(
+      faulty.proxy!.seen.some((request) => request.method === 'GET' && request.path.includes(`/orders/${uid}`)),
+    ).toBe(true);
   });
 });

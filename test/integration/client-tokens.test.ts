@@ -9,12 +9,28 @@ import { collect, wsClient } from '../helpers/ws-client.js';
 
 const CREATE_DELIVERY = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`;
 const CREATE_TOKEN = /* GraphQL */ `
-  mutation($uids: [ID!]!, $ttlSeconds: Int! = 3600) {
+  mutation ($uids: [ID!]!, $ttlSeconds: Int! = 3600) {
     createClientToken(uids: $uids, ttlSeconds: $ttlSeconds) {
       __typename
-      ... on MutationCreateClientTokenSuccess { data { token expiresAt uids } }
-      ... on ValidationError { code message fields { path message } }
-      ... on NotFoundError { code message }
+      ... on MutationCreateClientTokenSuccess {
+        data {
+          token
+          expiresAt
+          uids
+        }
+      }
+      ... on ValidationError {
+        code
+        message
+        fields {
+          path
+          message
+        }
+      }
+      ... on NotFoundError {
+        code
+        message
+      }
     }
   }
 `;
@@ -28,7 +44,8 @@ let theirs: string;
 
 beforeAll(async () => {
   stack = await startStack();
-  const book = async (key: string) => (await stack.gql(CREATE_DELIVERY, { input: deliveryInput() }, key)).data.createDelivery.data.uid as string;
+  const book = async (key: string) =>
+    (await stack.gql(CREATE_DELIVERY, { input: deliveryInput() }, key)).data.createDelivery.data.uid as string;
   [mine, alsoMine, theirs] = await Promise.all([book(stack.key), book(stack.key), book(stack.otherKey)]);
 });
 afterAll(async () => {
@@ -49,9 +66,11 @@ async function upstreamRequestsDuring(run: () => Promise<unknown>): Promise<numb
 }
 
 /** The Relay id a Delivery answers in its `id` field. */
-const nodeId = (group: 'PLATFORM' | 'PARTNER', uid: string) => Buffer.from(`Delivery:${group}:${uid}`).toString('base64');
+const nodeId = (group: 'PLATFORM' | 'PARTNER', uid: string) =>
+  Buffer.from(`Delivery:${group}:${uid}`).toString('base64');
 
-const codes = (result: { errors?: Array<{ extensions?: { code?: string } }> }) => result.errors?.map((error) => error.extensions?.code);
+const codes = (result: { errors?: Array<{ extensions?: { code?: string } }> }) =>
+  result.errors?.map((error) => error.extensions?.code);
 
 describe('createClientToken', () => {
   it('makes a token for the merchant’s deliveries, repeats counted once, with its expiry', async () => {
@@ -96,7 +115,9 @@ describe('createClientToken', () => {
     expect(codes(await stack.gql(CREATE_TOKEN, { uids: [mine] }, null))).toEqual(['UNAUTHENTICATED']);
     const token = await tokenFor([mine]);
     let result: any;
-    expect(await upstreamRequestsDuring(async () => (result = await stack.gql(CREATE_TOKEN, { uids: [mine] }, token)))).toBe(0);
+    expect(
+      await upstreamRequestsDuring(async () => (result = await stack.gql(CREATE_TOKEN, { uids: [mine] }, token))),
+    ).toBe(0);
     expect(codes(result)).toEqual(['FORBIDDEN']);
     // Refused before execution: no data at all.
     expect(result).not.toHaveProperty('data');
@@ -111,9 +132,17 @@ describe('what a client token may read', () => {
 
   it('reads its delivery through delivery, deliveries and node', async () => {
     expect((await stack.gql(READ, { uid: mine }, token)).data.delivery).toMatchObject({ uid: mine, status: 'CREATED' });
-    const { data } = await stack.gql(`query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }`, { uids: [mine] }, token);
+    const { data } = await stack.gql(
+      `query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }`,
+      { uids: [mine] },
+      token,
+    );
     expect(data.deliveries).toEqual([{ uid: mine }]);
-    const node = await stack.gql(`query($id: ID!) { node(id: $id) { ... on Delivery { uid } } }`, { id: nodeId('PLATFORM', mine) }, token);
+    const node = await stack.gql(
+      `query($id: ID!) { node(id: $id) { ... on Delivery { uid } } }`,
+      { id: nodeId('PLATFORM', mine) },
+      token,
+    );
     expect(node.data.node).toEqual({ uid: mine });
   });
 
@@ -129,7 +158,11 @@ describe('what a client token may read', () => {
     let node: any;
     const requests = await upstreamRequestsDuring(async () => {
       single = await stack.gql(READ, { uid: alsoMine }, token);
-      list = await stack.gql(`query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }`, { uids: [alsoMine, theirs] }, token);
+      list = await stack.gql(
+        `query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }`,
+        { uids: [alsoMine, theirs] },
+        token,
+      );
       node = await stack.gql(`query($id: ID!) { node(id: $id) { id } }`, { id: nodeId('PLATFORM', alsoMine) }, token);
     });
     expect(requests).toBe(0);
@@ -140,14 +173,26 @@ describe('what a client token may read', () => {
 
   it.each([
     ['a mutation', `mutation($uid: ID!) { cancelDelivery(uid: $uid) { __typename } }`, { uid: 'UID' }],
-    ['a booking', `mutation($input: DeliveryInput!) { createDelivery(input: $input) { __typename } }`, { input: deliveryInput() }],
+    [
+      'a booking',
+      `mutation($input: DeliveryInput!) { createDelivery(input: $input) { __typename } }`,
+      { input: deliveryInput() },
+    ],
     ['availability', `{ availability { group available } }`, {}],
     ['deliveryByReference', `{ deliveryByReference(partnerReference: "R-1") { uid } }`, {}],
-    ['a root field smuggled in a fragment', `query { ...Reads } fragment Reads on Query { delivery(uid: "UID") { uid } ... on Query { availability { group } } }`, {}],
+    [
+      'a root field smuggled in a fragment',
+      `query { ...Reads } fragment Reads on Query { delivery(uid: "UID") { uid } ... on Query { availability { group } } }`,
+      {},
+    ],
   ])('refuses %s with FORBIDDEN, before any upstream call', async (_what, query, variables) => {
     let result: any;
     const filled = JSON.parse(JSON.stringify(variables).replace('"UID"', JSON.stringify(mine)));
-    expect(await upstreamRequestsDuring(async () => (result = await stack.gql(query.replace('"UID"', JSON.stringify(mine)), filled, token)))).toBe(0);
+    expect(
+      await upstreamRequestsDuring(
+        async () => (result = await stack.gql(query.replace('"UID"', JSON.stringify(mine)), filled, token)),
+      ),
+    ).toBe(0);
     expect(codes(result)).toEqual(['FORBIDDEN']);
     expect(result.errors[0].message).not.toContain(stack.key);
   });
@@ -166,19 +211,25 @@ describe('subscriptions with a client token', () => {
       const other = collect(client, UPDATED, { uid: alsoMine });
       await other.done;
       expect(other.errors).toMatchObject([{ extensions: { code: 'NOT_FOUND' } }]);
-      const location = collect(client, `subscription($uid: ID!) { courierLocation(uid: $uid) { milestone } }`, { uid: theirs });
+      const location = collect(client, `subscription($uid: ID!) { courierLocation(uid: $uid) { milestone } }`, {
+        uid: theirs,
+      });
       await location.done;
       expect(location.errors).toMatchObject([{ extensions: { code: 'NOT_FOUND' } }]);
 
       const everything = collect(client, `subscription { deliveryEvents { uid } }`);
       await everything.done;
       expect(everything.errors).toMatchObject([{ extensions: { code: 'FORBIDDEN' } }]);
-      const widened = collect(client, `subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { uid } }`, { uids: [mine, alsoMine] });
+      const widened = collect(client, `subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { uid } }`, {
+        uids: [mine, alsoMine],
+      });
       await widened.done;
       expect(widened.errors).toMatchObject([{ extensions: { code: 'NOT_FOUND' } }]);
 
       // Its own events, through deliveryEvents with its uids.
-      const events = collect(client, `subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { uid status } }`, { uids: [mine] });
+      const events = collect(client, `subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { uid status } }`, {
+        uids: [mine],
+      });
       await stack.sandbox.advance(mine);
       // The ASSIGNED webhook may land after `own` saw ASSIGNED (from its confirming read), so it can come first here.
       await events.waitForItem((item) => item.deliveryEvents.status === 'PICKUP_ENROUTE');
@@ -191,7 +242,8 @@ describe('subscriptions with a client token', () => {
   });
 
   it('ends an open subscription when the token expires, and refuses it afterwards on every transport', async () => {
-    // A token shorter than createClientToken allows (60 s), made the way the mutation makes it, so the test need not wait a minute.
+    // A token shorter than createClientToken allows (60 s), made the way the mutation makes it, so the test need not
+    // wait a minute.
     const issued = await stack.app.services.clientTokens.issue(stack.key, [mine], 2);
     let closed: { code: number; reason: string } | undefined;
     // Not lazy: the socket stays open once its subscription ends, for the next one.
@@ -233,7 +285,12 @@ describe('a token that is not ours', () => {
     };
     const altered = [
       // The protected header is the AEAD's additional data: changing it (here: a different kid) breaks the tag.
-      [Buffer.from(JSON.stringify({ ...JSON.parse(Buffer.from(parts[0]!, 'base64url').toString()), typ: 'other' })).toString('base64url'), ...parts.slice(1)].join('.'),
+      [
+        Buffer.from(
+          JSON.stringify({ ...JSON.parse(Buffer.from(parts[0]!, 'base64url').toString()), typ: 'other' }),
+        ).toString('base64url'),
+        ...parts.slice(1),
+      ].join('.'),
       [...parts.slice(0, 3), flip(parts[3]!), parts[4]].join('.'),
       [...parts.slice(0, 4), flip(parts[4]!)].join('.'),
       [parts[0], parts[1], flip(parts[2]!), parts[3], parts[4]].join('.'),
@@ -251,7 +308,11 @@ describe('a token that is not ours', () => {
   });
 
   it('refuses a token made under another secret, and an expired one, the same way', async () => {
-    const foreign = await new ClientTokens(['another server’s secret, long enough to be accepted']).issue(stack.key, [mine], 3600);
+    const foreign = await new ClientTokens(['another server’s secret, long enough to be accepted']).issue(
+      stack.key,
+      [mine],
+      3600,
+    );
     expect(codes(await stack.gql(READ, { uid: mine }, foreign.token))).toEqual(['UNAUTHENTICATED']);
     const expired = await stack.app.services.clientTokens.issue(stack.key, [mine], -10);
     const result = await stack.gql(READ, { uid: mine }, expired.token);
@@ -264,11 +325,27 @@ describe('the merchant key inside a token', () => {
     const token = await tokenFor([mine, alsoMine]);
     const key = stack.key;
     const decoded = token.split('.').map((part) => Buffer.from(part, 'base64url'));
-    const haystacks = [token, ...decoded.map((bytes) => bytes.toString('latin1')), ...decoded.map((bytes) => bytes.toString('hex'))];
-    const needles = [key, Buffer.from(key).toString('base64'), Buffer.from(key).toString('base64url'), Buffer.from(key).toString('hex'), key.slice(4, 16)];
-    for (const haystack of haystacks) for (const needle of needles) expect(haystack.includes(needle), `${needle} found`).toBe(false);
+    const haystacks = [
+      token,
+      ...decoded.map((bytes) => bytes.toString('latin1')),
+      ...decoded.map((bytes) => bytes.toString('hex')),
+    ];
+    const needles = [
+      key,
+      Buffer.from(key).toString('base64'),
+      Buffer.from(key).toString('base64url'),
+      Buffer.from(key).toString('hex'),
+      key.slice(4, 16),
+    ];
+    for (const haystack of haystacks)
+      for (const needle of needles) expect(haystack.includes(needle), `${needle} found`).toBe(false);
     // The header says how it is encrypted, nothing about whom.
-    expect(JSON.parse(decoded[0]!.toString('utf8'))).toEqual({ alg: 'dir', enc: 'A256GCM', kid: expect.any(String), typ: 'JWT' });
+    expect(JSON.parse(decoded[0]!.toString('utf8'))).toEqual({
+      alg: 'dir',
+      enc: 'A256GCM',
+      kid: expect.any(String),
+      typ: 'JWT',
+    });
     // Neither the mutation nor the clientToken query hands the key back.
     expect(JSON.stringify(await stack.gql(`{ clientToken { token uids expiresAt } }`, {}, token))).not.toContain(key);
   });
@@ -276,6 +353,9 @@ describe('the merchant key inside a token', () => {
   it('stays readable by the same facade after a restart (its generated secret is kept in DATA_DIR)', async () => {
     const token = await tokenFor([mine]);
     await stack.restart();
-    expect((await stack.gql(READ, { uid: mine }, token)).data.delivery).toEqual({ uid: mine, status: expect.any(String) });
+    expect((await stack.gql(READ, { uid: mine }, token)).data.delivery).toEqual({
+      uid: mine,
+      status: expect.any(String),
+    });
   });
 });

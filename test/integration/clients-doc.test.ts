@@ -58,13 +58,20 @@ afterAll(async () => {
 });
 
 /** Runs the block under `heading` against the stack; resolves with its output. */
-async function run(heading: string, args: string[] = []): Promise<{ code: number | null; stdout: string; stderr: string }> {
+async function run(
+  heading: string,
+  args: string[] = [],
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const code = blocks().get(heading);
   expect(code, `docs/clients.md has a clients-test block under "## ${heading}"`).toBeDefined();
   const file = join(dir, `${heading.replace(/\W+/g, '-')}.ts`);
   writeFileSync(file, code!.replaceAll('sk_test_demo_merchant', stack.key));
   // The blocks read the facade's port from PORT, as the README's Cookbook does.
-  const child = spawn(process.execPath, ['--import', 'tsx', '--import', join(dir, 'record-fetch.mjs'), file, ...args], { cwd: root, env: { ...process.env, PORT: String(stack.app.port) }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', '--import', join(dir, 'record-fetch.mjs'), file, ...args], {
+    cwd: root,
+    env: { ...process.env, PORT: String(stack.app.port) },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
@@ -82,14 +89,21 @@ function wire(stderr: string): Array<{ method: string; text: boolean; hash: bool
 
 describe('docs/clients.md', () => {
   it('has a tested block for each client', () => {
-    expect([...blocks().keys()]).toEqual(['Select `... on Error` in every mutation', 'Apollo Client, with automatic persisted queries', 'urql', 'graphql-sse (server-sent events)']);
+    expect([...blocks().keys()]).toEqual([
+      'Select `... on Error` in every mutation',
+      'Apollo Client, with automatic persisted queries',
+      'urql',
+      'graphql-sse (server-sent events)',
+    ]);
   });
 
   it('shows that a mutation selecting only its success type answers {} for invalid input, and the error with ... on Error', async () => {
     const { code, stdout, stderr } = await run('Select `... on Error` in every mutation');
     expect(code, stderr).toBe(0);
     expect(stdout).toContain('success only: {"data":{"createDelivery":{}}}');
-    expect(stdout).toMatch(/with Error: +\{"data":\{"createDelivery":\{"code":"VALIDATION_FAILED","message":"[^"]+"\}\}\}/);
+    expect(stdout).toMatch(
+      /with Error: +\{"data":\{"createDelivery":\{"code":"VALIDATION_FAILED","message":"[^"]+"\}\}\}/,
+    );
     // And what the page prints is what the block prints.
     expect(page).toContain('success only: {"data":{"createDelivery":{}}}');
   }, 30_000);
@@ -114,15 +128,25 @@ describe('docs/clients.md', () => {
     expect(stdout).toContain('urql availability PARTNER true');
   }, 30_000);
 
-  it.skipIf(!installed('graphql-sse'))('graphql-sse follows a delivery to its end', async () => {
-    const booked = await stack.gql('mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }', { input: deliveryInput() });
-    const uid = booked.data.createDelivery.data.uid as string;
-    const { code, stdout, stderr } = await run('graphql-sse (server-sent events)', [uid]);
-    expect(code, stderr).toBe(0);
-    // The snippet starts in a process of its own, by when the sandbox (30 ms a step) may have moved the
-    // delivery on: it sees the state it finds first, then each later one, and the stream ends at the last.
-    const lines = stdout.trim().split('\n');
-    expect(lines.every((line) => /^sse [A-Z_]+$/.test(line)), stdout).toBe(true);
-    expect(lines.at(-1)).toBe('sse DROPOFF_COMPLETE');
-  }, 30_000);
+  it.skipIf(!installed('graphql-sse'))(
+    'graphql-sse follows a delivery to its end',
+    async () => {
+      const booked = await stack.gql(
+        'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }',
+        { input: deliveryInput() },
+      );
+      const uid = booked.data.createDelivery.data.uid as string;
+      const { code, stdout, stderr } = await run('graphql-sse (server-sent events)', [uid]);
+      expect(code, stderr).toBe(0);
+      // The snippet starts in a process of its own, by when the sandbox (30 ms a step) may have moved the
+      // delivery on: it sees the state it finds first, then each later one, and the stream ends at the last.
+      const lines = stdout.trim().split('\n');
+      expect(
+        lines.every((line) => /^sse [A-Z_]+$/.test(line)),
+        stdout,
+      ).toBe(true);
+      expect(lines.at(-1)).toBe('sse DROPOFF_COMPLETE');
+    },
+    30_000,
+  );
 });

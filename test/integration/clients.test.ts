@@ -10,7 +10,13 @@ import { ApolloClient, HttpLink, InMemoryCache, gql, split, type NormalizedCache
 import { createPersistedQueryLink } from '@apollo/client/link/persisted-queries';
 import { GraphQLWsLink } from '@apollo/client/link/subscriptions';
 import { getMainDefinition } from '@apollo/client/utilities';
-import { Client as UrqlClient, cacheExchange as documentCacheExchange, fetchExchange, subscriptionExchange, type Exchange } from '@urql/core';
+import {
+  Client as UrqlClient,
+  cacheExchange as documentCacheExchange,
+  fetchExchange,
+  subscriptionExchange,
+  type Exchange,
+} from '@urql/core';
 import { cacheExchange as graphcacheExchange } from '@urql/exchange-graphcache';
 import { buildSchema, introspectionFromSchema } from 'graphql';
 import { createClient as createWsClient, type Client as WsClient } from 'graphql-ws';
@@ -18,7 +24,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 
-const MILESTONES = ['ASSIGNED', 'PICKUP_ENROUTE', 'PICKUP_ARRIVED', 'PICKUP_COMPLETE', 'DROPOFF_ENROUTE', 'DROPOFF_ARRIVED', 'DROPOFF_COMPLETE'];
+const MILESTONES = [
+  'ASSIGNED',
+  'PICKUP_ENROUTE',
+  'PICKUP_ARRIVED',
+  'PICKUP_COMPLETE',
+  'DROPOFF_ENROUTE',
+  'DROPOFF_ARRIVED',
+  'DROPOFF_COMPLETE',
+];
 
 const CREATE = `mutation Book($input: DeliveryInput!) {
   createDelivery(input: $input) {
@@ -94,7 +108,11 @@ describe('Apollo Client 3', () => {
 
   beforeAll(() => {
     ws = wsClient();
-    const http = new HttpLink({ uri: `${stack.app.url}/graphql`, fetch: counter.fetch, headers: { authorization: `Bearer ${stack.key}` } });
+    const http = new HttpLink({
+      uri: `${stack.app.url}/graphql`,
+      fetch: counter.fetch,
+      headers: { authorization: `Bearer ${stack.key}` },
+    });
     const link = split(
       ({ query }) => {
         const definition = getMainDefinition(query);
@@ -108,7 +126,13 @@ describe('Apollo Client 3', () => {
       cache: new InMemoryCache({
         // Delivery by its Relay global id (also Apollo's default, stated here on purpose).
         typePolicies: { Delivery: { keyFields: ['id'] } },
-        possibleTypes: { MutationCreateDeliveryResult: ['IdempotencyConflictError', 'MutationCreateDeliverySuccess', 'ValidationError'] },
+        possibleTypes: {
+          MutationCreateDeliveryResult: [
+            'IdempotencyConflictError',
+            'MutationCreateDeliverySuccess',
+            'ValidationError',
+          ],
+        },
       }),
       defaultOptions: { query: { fetchPolicy: 'network-only' } },
     });
@@ -178,7 +202,14 @@ describe('Apollo Client 3', () => {
         }
       `,
     });
-    expect(merged).toMatchObject({ id, uid, status: 'CREATED', deliveryDate: '2030-05-01', pickup: { name: 'Ada Shop' }, dropoff: { name: 'Grace Customer' } });
+    expect(merged).toMatchObject({
+      id,
+      uid,
+      status: 'CREATED',
+      deliveryDate: '2030-05-01',
+      pickup: { name: 'Ada Shop' },
+      dropoff: { name: 'Grace Customer' },
+    });
     expect(merged.trackingUrl).toEqual(expect.any(String));
 
     // One entity for this delivery, referenced by both root fields' results.
@@ -193,7 +224,18 @@ describe('Apollo Client 3', () => {
     const subscription = apollo.subscribe({ query: gql(UPDATED), variables: { uid } }).subscribe({});
     try {
       await stack.sandbox.advance(uid);
-      await until(() => cache.readFragment<any>({ id: cacheId, fragment: gql`fragment S on Delivery { status }` })?.status === 'ASSIGNED', 'the cached status to move');
+      await until(
+        () =>
+          cache.readFragment<any>({
+            id: cacheId,
+            fragment: gql`
+              fragment S on Delivery {
+                status
+              }
+            `,
+          })?.status === 'ASSIGNED',
+        'the cached status to move',
+      );
     } finally {
       subscription.unsubscribe();
     }
@@ -217,7 +259,11 @@ function recordingFetch(): { fetch: typeof fetch; requests: WireRequest[] } {
       if (method === 'GET') {
         const url = new URL(String(input));
         const extensions = url.searchParams.get('extensions');
-        requests.push({ method, query: url.searchParams.get('query') ?? undefined, extensions: extensions ? JSON.parse(extensions) : undefined });
+        requests.push({
+          method,
+          query: url.searchParams.get('query') ?? undefined,
+          extensions: extensions ? JSON.parse(extensions) : undefined,
+        });
       } else {
         const body = JSON.parse(String(init?.body)) as Partial<WireRequest>;
         requests.push({ method, query: body.query, extensions: body.extensions });
@@ -231,8 +277,15 @@ describe('Apollo Client 3 with automatic persisted queries (createPersistedQuery
   const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
   const clients: Array<ApolloClient<NormalizedCacheObject>> = [];
 
-  function apqClient(fetchImpl: typeof fetch, options: { useGETForHashedQueries?: boolean } = {}): ApolloClient<NormalizedCacheObject> {
-    const http = new HttpLink({ uri: `${stack.app.url}/graphql`, fetch: fetchImpl, headers: { authorization: `Bearer ${stack.key}` } });
+  function apqClient(
+    fetchImpl: typeof fetch,
+    options: { useGETForHashedQueries?: boolean } = {},
+  ): ApolloClient<NormalizedCacheObject> {
+    const http = new HttpLink({
+      uri: `${stack.app.url}/graphql`,
+      fetch: fetchImpl,
+      headers: { authorization: `Bearer ${stack.key}` },
+    });
     const client = new ApolloClient({
       link: createPersistedQueryLink({ sha256, ...options }).concat(http),
       cache: new InMemoryCache(),
@@ -247,15 +300,31 @@ describe('Apollo Client 3 with automatic persisted queries (createPersistedQuery
     const { uid } = await bookViaGql();
     const wire = recordingFetch();
     const apollo = apqClient(wire.fetch);
-    const READ = gql`query ApqRead($uid: ID!) { delivery(uid: $uid) { id uid status } }`;
+    const READ = gql`
+      query ApqRead($uid: ID!) {
+        delivery(uid: $uid) {
+          id
+          uid
+          status
+        }
+      }
+    `;
 
     const first = await apollo.query({ query: READ, variables: { uid } });
     expect(first.errors).toBeUndefined();
     expect(first.data.delivery).toMatchObject({ uid, status: 'CREATED' });
     expect(wire.requests).toHaveLength(2);
     const [miss, retry] = wire.requests;
-    expect(miss).toMatchObject({ method: 'POST', query: undefined, extensions: { persistedQuery: { version: 1, sha256Hash: expect.stringMatching(/^[0-9a-f]{64}$/) } } });
-    expect(retry).toMatchObject({ method: 'POST', query: expect.stringContaining('ApqRead'), extensions: miss!.extensions });
+    expect(miss).toMatchObject({
+      method: 'POST',
+      query: undefined,
+      extensions: { persistedQuery: { version: 1, sha256Hash: expect.stringMatching(/^[0-9a-f]{64}$/) } },
+    });
+    expect(retry).toMatchObject({
+      method: 'POST',
+      query: expect.stringContaining('ApqRead'),
+      extensions: miss!.extensions,
+    });
     expect(sha256(retry!.query!)).toBe(miss!.extensions!.persistedQuery!.sha256Hash);
 
     const second = await apollo.query({ query: READ, variables: { uid } });
@@ -268,12 +337,22 @@ describe('Apollo Client 3 with automatic persisted queries (createPersistedQuery
     const { uid } = await bookViaGql();
     const wire = recordingFetch();
     const apollo = apqClient(wire.fetch, { useGETForHashedQueries: true });
-    const READ = gql`query ApqReadByGet($uid: ID!) { delivery(uid: $uid) { id uid status } }`;
+    const READ = gql`
+      query ApqReadByGet($uid: ID!) {
+        delivery(uid: $uid) {
+          id
+          uid
+          status
+        }
+      }
+    `;
 
     const first = await apollo.query({ query: READ, variables: { uid } });
     expect(first.errors).toBeUndefined();
     expect(first.data.delivery).toMatchObject({ uid, status: 'CREATED' });
-    expect(wire.requests.map(({ method, query }) => [method, query === undefined ? 'hash only' : 'with query'])).toEqual([
+    expect(
+      wire.requests.map(({ method, query }) => [method, query === undefined ? 'hash only' : 'with query']),
+    ).toEqual([
       ['GET', 'hash only'],
       ['POST', 'with query'],
     ]);
@@ -281,7 +360,11 @@ describe('Apollo Client 3 with automatic persisted queries (createPersistedQuery
     const second = await apollo.query({ query: READ, variables: { uid } });
     expect(second.data.delivery).toMatchObject({ uid, status: 'CREATED' });
     expect(wire.requests).toHaveLength(3);
-    expect(wire.requests[2]).toMatchObject({ method: 'GET', query: undefined, extensions: wire.requests[0]!.extensions });
+    expect(wire.requests[2]).toMatchObject({
+      method: 'GET',
+      query: undefined,
+      extensions: wire.requests[0]!.extensions,
+    });
   });
 });
 
@@ -360,7 +443,9 @@ describe('urql 5 with graphcache', () => {
   beforeAll(() => {
     ws = wsClient();
     // The schema lets graphcache match the result union exactly and know which types are embedded.
-    const schema = introspectionFromSchema(buildSchema(readFileSync(new URL('../../schema.graphql', import.meta.url), 'utf8')));
+    const schema = introspectionFromSchema(
+      buildSchema(readFileSync(new URL('../../schema.graphql', import.meta.url), 'utf8')),
+    );
     const embedded = () => null;
     client = new UrqlClient({
       url: `${stack.app.url}/graphql`,

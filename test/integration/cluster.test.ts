@@ -29,7 +29,11 @@ async function freeBase(): Promise<number> {
 
 describe('npm run cluster -- --help', () => {
   it('prints the usage, the port layout included, and exits 0', () => {
-    const result = spawnSync('npm', ['run', 'cluster', '--silent', '--', '--help'], { cwd: root, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '' }, encoding: 'utf8' });
+    const result = spawnSync('npm', ['run', 'cluster', '--silent', '--', '--help'], {
+      cwd: root,
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '' },
+      encoding: 'utf8',
+    });
     expect(result.status).toBe(0);
     expect(result.stdout).toMatch(/^Usage: npm run cluster/);
     expect(result.stdout).toContain('--port=P');
@@ -40,7 +44,11 @@ describe('npm run cluster -- --help', () => {
 describe.skipIf(!redisAvailable('cluster.test.ts'))('npm run cluster', () => {
   it('starts the Sentinel set, the sandbox and two instances on the ports from --port, on one store, and stops all of it on Ctrl-C', async () => {
     const base = await freeBase();
-    const child = spawn('npm', ['run', 'cluster', '--silent', '--', '--instances=2', `--port=${base}`], { cwd: root, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', LOG_LEVEL: 'silent' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn('npm', ['run', 'cluster', '--silent', '--', '--instances=2', `--port=${base}`], {
+      cwd: root,
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', LOG_LEVEL: 'silent' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let output = '';
     child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
     child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -64,7 +72,13 @@ describe.skipIf(!redisAvailable('cluster.test.ts'))('npm run cluster', () => {
       const key = /merchant key\s+(\S+)/.exec(output)![1]!;
       expect(key).toBe('sk_test_demo_merchant');
       const gql = async (url: string, query: string, variables: Record<string, unknown>) =>
-        (await (await fetch(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify({ query, variables }) })).json()) as any;
+        (await (
+          await fetch(`${url}/graphql`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+            body: JSON.stringify({ query, variables }),
+          })
+        ).json()) as any;
       // Booked on one instance, read on the other: one store.
       const booked = await gql(urls[0]!, CREATE, { input: deliveryInput() });
       const uid = booked.data.createDelivery.data.uid as string;

@@ -11,7 +11,8 @@ import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 
 const CREATE_DELIVERY = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`;
 const CREATE_TOKEN = `mutation($uids: [ID!]!) { createClientToken(uids: $uids) { ... on MutationCreateClientTokenSuccess { data { token } } } }`;
-const FIELDS = 'uid status price { amount currency } pickup { name address { street city } } courier { name location { lat lng } }';
+const FIELDS =
+  'uid status price { amount currency } pickup { name address { street city } } courier { name location { lat lng } }';
 
 /** A small read, distinct for every n: 14 fields. */
 const smallRead = (n: number) => `query ($uid: ID!) { read${n}: delivery(uid: $uid) { ${FIELDS} } }`;
@@ -21,7 +22,12 @@ const fragmentHeavy = (n: number) =>
 
 async function compilesIn(stack: Stack): Promise<Record<string, number>> {
   const text = await (await fetch(`${stack.app.url}/metrics`)).text();
-  return Object.fromEntries([...text.matchAll(/^delivery_graph_graphql_compiles_total\{result="(\w+)"\} (\d+)$/gm)].map(([, result, value]) => [result!, Number(value)]));
+  return Object.fromEntries(
+    [...text.matchAll(/^delivery_graph_graphql_compiles_total\{result="(\w+)"\} (\d+)$/gm)].map(([, result, value]) => [
+      result!,
+      Number(value),
+    ]),
+  );
 }
 
 describe('who compiles', () => {

@@ -11,7 +11,8 @@ import { Agent, request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 
-const CREATE = 'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }';
+const CREATE =
+  'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }';
 const EVENTS = 'query($uid: ID!) { delivery(uid: $uid) { events { edges { node { name } } } } }';
 
 /** What a held connection got: its first answer's status (undefined: none), its body, and whether it is still open. */
@@ -41,7 +42,8 @@ async function holdConnections(url: string, count: number, localAddress: string)
           const end = received.indexOf('\r\n\r\n');
           if (end < 0) return;
           const length = /^content-length: (\d+)/im.exec(received)?.[1];
-          if (length === undefined ? received.endsWith('0\r\n\r\n') : received.length >= end + 4 + Number(length)) resolve();
+          if (length === undefined ? received.endsWith('0\r\n\r\n') : received.length >= end + 4 + Number(length))
+            resolve();
         });
         socket.on('close', () => {
           held.open = false;
@@ -59,13 +61,18 @@ async function holdConnections(url: string, count: number, localAddress: string)
   );
 }
 
-/** Waits until the facade has let go of every connection but the one asking (they close on its side a moment after on the client's). */
+/**
+ * Waits until the facade has let go of every connection but the one asking (they close on its side a moment after on
+ * the client's).
+ */
 async function untilReleased(stack: Stack): Promise<void> {
   const probe = clientAt(stack, '127.0.0.9');
   try {
     for (;;) {
       const answer = await probe.get(`${stack.app.url}/metrics`).catch(() => undefined);
-      const open = Number(/^delivery_graph_open_connections\{listener="main"\} (\d+)$/m.exec(answer?.text ?? '')?.[1] ?? NaN);
+      const open = Number(
+        /^delivery_graph_open_connections\{listener="main"\} (\d+)$/m.exec(answer?.text ?? '')?.[1] ?? NaN,
+      );
       if (open <= 1) return;
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
@@ -74,7 +81,11 @@ async function untilReleased(stack: Stack): Promise<void> {
   }
 }
 
-const countBy = (helds: Held[]) => helds.reduce<Record<string, number>>((counts, held) => ({ ...counts, [String(held.status)]: (counts[String(held.status)] ?? 0) + 1 }), {});
+const countBy = (helds: Held[]) =>
+  helds.reduce<Record<string, number>>(
+    (counts, held) => ({ ...counts, [String(held.status)]: (counts[String(held.status)] ?? 0) + 1 }),
+    {},
+  );
 
 /** A merchant (or anyone) on its own address. */
 function clientAt(stack: Stack, localAddress: string) {
@@ -114,7 +125,10 @@ describe('70 connections from one address with MAX_CONNECTIONS=60 and WEBHOOK_PO
   beforeAll(async () => {
     const pair = await generateKeyPair('RS256', { extractable: true });
     privateKey = pair.privateKey;
-    stack = await startStack({ env: { MAX_CONNECTIONS: '60', WEBHOOK_PORT: '0' }, sandbox: { privateKeyPem: await exportPKCS8(pair.privateKey) } });
+    stack = await startStack({
+      env: { MAX_CONNECTIONS: '60', WEBHOOK_PORT: '0' },
+      sandbox: { privateKeyPem: await exportPKCS8(pair.privateKey) },
+    });
   });
   afterEach(() => {
     for (const each of held) each.socket.destroy();
@@ -133,7 +147,10 @@ describe('70 connections from one address with MAX_CONNECTIONS=60 and WEBHOOK_PO
       const webhook = await request(stack.app.webhookUrl, {
         method: 'POST',
         dispatcher: upstream.agent,
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${await signedWebhook(stack, privateKey)}` },
+        headers: {
+          'content-type': 'application/json',
+          authorization: `Bearer ${await signedWebhook(stack, privateKey)}`,
+        },
         body: '{}',
       });
       await webhook.body.text();
@@ -144,10 +161,14 @@ describe('70 connections from one address with MAX_CONNECTIONS=60 and WEBHOOK_PO
       const created = await merchant.gql(CREATE, { input: deliveryInput() });
       expect(created.status, JSON.stringify(created.body)).toBe(200);
       const uid = created.body.data.createDelivery.data.uid as string;
-      const names = async () => ((await merchant.gql(EVENTS, { uid })).body.data?.delivery?.events.edges ?? []).map((edge: { node: { name: string } }) => edge.node.name);
+      const names = async () =>
+        ((await merchant.gql(EVENTS, { uid })).body.data?.delivery?.events.edges ?? []).map(
+          (edge: { node: { name: string } }) => edge.node.name,
+        );
       while (!(await names()).includes('delivery.created')) await new Promise((resolve) => setTimeout(resolve, 25));
 
-      // The attacking address holds its quarter of the slots, kept alive; the rest of its connections were told why they were refused.
+      // The attacking address holds its quarter of the slots, kept alive; the rest of its connections were told why
+      // they were refused.
       expect(countBy(held)).toEqual({ 200: 15, 429: 55 });
       expect(held.filter((each) => each.status === 200).every((each) => each.open)).toBe(true);
       const refusal = JSON.parse(held.find((each) => each.status === 429)!.body) as { error: string; message: string };
@@ -171,7 +192,10 @@ describe('a shared port with every slot but those kept for webhooks taken', () =
     const pair = await generateKeyPair('RS256', { extractable: true });
     privateKey = pair.privateKey;
     // 60 slots, 8 of them kept for webhooks; four attacking addresses of 13 connections each take the other 52.
-    stack = await startStack({ env: { MAX_CONNECTIONS: '60', WEBHOOK_CONNECTIONS: '8', MAX_CONNECTIONS_PER_ADDRESS: '13' }, sandbox: { privateKeyPem: await exportPKCS8(pair.privateKey) } });
+    stack = await startStack({
+      env: { MAX_CONNECTIONS: '60', WEBHOOK_CONNECTIONS: '8', MAX_CONNECTIONS_PER_ADDRESS: '13' },
+      sandbox: { privateKeyPem: await exportPKCS8(pair.privateKey) },
+    });
   });
   afterEach(async () => {
     for (const each of held) each.socket.destroy();
@@ -181,7 +205,8 @@ describe('a shared port with every slot but those kept for webhooks taken', () =
   afterAll(() => stack?.stop());
 
   it('stores a webhook on a kept slot and closes that connection after it; refuses anything else there with a 503 that says why', async () => {
-    for (const address of ['127.0.0.3', '127.0.0.4', '127.0.0.5', '127.0.0.6']) held.push(...(await holdConnections(stack.app.url, 13, address)));
+    for (const address of ['127.0.0.3', '127.0.0.4', '127.0.0.5', '127.0.0.6'])
+      held.push(...(await holdConnections(stack.app.url, 13, address)));
     expect(countBy(held)).toEqual({ 200: 52 });
 
     const token = await signedWebhook(stack, privateKey);
@@ -203,7 +228,10 @@ describe('a shared port with every slot but those kept for webhooks taken', () =
       const refused = await merchant.get(`${stack.app.url}/health`);
       expect(refused.status).toBe(503);
       expect(refused.headers['retry-after']).toBe('1');
-      expect(JSON.parse(refused.text)).toMatchObject({ error: 'server_busy', message: expect.stringMatching(/kept for \/webhooks/) });
+      expect(JSON.parse(refused.text)).toMatchObject({
+        error: 'server_busy',
+        message: expect.stringMatching(/kept for \/webhooks/),
+      });
     } finally {
       await upstream.agent.close();
       await merchant.agent.close();
@@ -216,14 +244,17 @@ describe('a shared port with every slot but those kept for webhooks taken', () =
       expect((await again.get(`${stack.app.url}/health`)).status).toBe(200);
       const metrics = (await again.get(`${stack.app.url}/metrics`)).text;
       // The merchant's /health, and any probe of untilReleased's that came before the slots were free.
-      expect(Number(/^delivery_graph_connection_refusals_total\{reason="webhook_slots"\} (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThanOrEqual(1);
+      expect(
+        Number(/^delivery_graph_connection_refusals_total\{reason="webhook_slots"\} (\d+)$/m.exec(metrics)?.[1]),
+      ).toBeGreaterThanOrEqual(1);
     } finally {
       await again.agent.close();
     }
   });
 
   it('refuses a connection past every slot with a 503 that names MAX_CONNECTIONS', async () => {
-    for (const address of ['127.0.0.3', '127.0.0.4', '127.0.0.5', '127.0.0.6']) held.push(...(await holdConnections(stack.app.url, 13, address)));
+    for (const address of ['127.0.0.3', '127.0.0.4', '127.0.0.5', '127.0.0.6'])
+      held.push(...(await holdConnections(stack.app.url, 13, address)));
     // Eight slow webhooks hold the slots kept for webhooks (their heads never end).
     const port = Number(new URL(stack.app.url).port);
     const slow = await Promise.all(
@@ -238,7 +269,10 @@ describe('a shared port with every slot but those kept for webhooks taken', () =
     held.push(...slow);
     const [refused] = await holdConnections(stack.app.url, 1, '127.0.0.8');
     expect(refused!.status).toBe(503);
-    expect(JSON.parse(refused!.body)).toMatchObject({ error: 'server_busy', message: expect.stringMatching(/^All 60 connection slots are taken \(MAX_CONNECTIONS\)/) });
+    expect(JSON.parse(refused!.body)).toMatchObject({
+      error: 'server_busy',
+      message: expect.stringMatching(/^All 60 connection slots are taken \(MAX_CONNECTIONS\)/),
+    });
     expect(slow.every((each) => !each.socket.destroyed && each.socket.readyState === 'open')).toBe(true);
   });
 });

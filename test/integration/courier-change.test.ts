@@ -28,7 +28,11 @@ afterAll(async () => {
 
 /** Signs and posts one event the way the upstream would; returns the receiver's answer. */
 async function post(event: Record<string, unknown>): Promise<{ status: string; stale: boolean }> {
-  const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(stack.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
+  const token = await new SignJWT({ payload: event })
+    .setProtectedHeader({ alg: 'RS256' })
+    .setIssuer(stack.sandbox.issuer)
+    .setExpirationTime('5m')
+    .sign(privateKey);
   const response = await fetch(`${stack.app.url}/webhooks`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
@@ -89,15 +93,24 @@ it('pushes a reassigned courier to subscribers without moving the status back, a
   expect(pin!.courierLocation).toEqual({ milestone: 'assigned', location: newPin, courier: newCourier });
 
   // The old courier's events, arriving late: stored as stale, pushed to nobody.
-  expect(await post({ ...oldPosition, driver_location: { lat: newPin.lat + 0.01, lng: newPin.lng + 0.01 } })).toMatchObject({ status: 'stored', stale: true });
-  expect(await post({ ...oldEnroute, status: 'Pickup Enroute (late)' })).toMatchObject({ status: 'stored', stale: true });
+  expect(
+    await post({ ...oldPosition, driver_location: { lat: newPin.lat + 0.01, lng: newPin.lng + 0.01 } }),
+  ).toMatchObject({ status: 'stored', stale: true });
+  expect(await post({ ...oldEnroute, status: 'Pickup Enroute (late)' })).toMatchObject({
+    status: 'stored',
+    stale: true,
+  });
 
   // A subscriber that starts now starts with the new courier, at the delivery's status.
   const late = wsClient(stack.app.url, stack.key);
   const lateUpdated = collect(late, UPDATED, { uid });
   const lateLocated = collect(late, LOCATION, { uid });
   const [[first]] = [await lateUpdated.waitFor(1)];
-  expect(first!.deliveryUpdated).toMatchObject({ status: 'PICKUP_ENROUTE', courierOnly: true, delivery: { status: 'PICKUP_ENROUTE', courier: newCourier } });
+  expect(first!.deliveryUpdated).toMatchObject({
+    status: 'PICKUP_ENROUTE',
+    courierOnly: true,
+    delivery: { status: 'PICKUP_ENROUTE', courier: newCourier },
+  });
   const [firstPin] = await lateLocated.waitFor(1);
   expect(firstPin!.courierLocation).toEqual({ milestone: 'assigned', location: newPin, courier: newCourier });
 
@@ -105,7 +118,9 @@ it('pushes a reassigned courier to subscribers without moving the status back, a
   await stack.sandbox.advance(uid); // pickup_arrived
   await updated.waitForItem((item) => item.deliveryUpdated.status === 'PICKUP_ARRIVED');
   await located.waitForItem((item) => item.courierLocation.milestone === 'pickup_arrived');
-  expect(updated.items.map((item) => [item.deliveryUpdated.status, item.deliveryUpdated.delivery.courier.name])).toEqual([
+  expect(
+    updated.items.map((item) => [item.deliveryUpdated.status, item.deliveryUpdated.delivery.courier.name]),
+  ).toEqual([
     ['PICKUP_ENROUTE', oldCourier.name],
     ['PICKUP_ENROUTE', newCourier.name],
     ['PICKUP_ARRIVED', newCourier.name],
@@ -126,7 +141,10 @@ it('refuses to reassign a delivery that has no courier yet, and an unknown one',
   const early = await fetch(`${stack.sandbox.origin}/sandbox/deliveries/${uid}/reassign`, { method: 'POST' });
   expect(early.status).toBe(409);
   expect(await early.json()).toMatchObject({ error: 'not_assigned' });
-  const unknown = await fetch(`${stack.sandbox.origin}/sandbox/deliveries/00000000-0000-4000-8000-000000000000/reassign`, { method: 'POST' });
+  const unknown = await fetch(
+    `${stack.sandbox.origin}/sandbox/deliveries/00000000-0000-4000-8000-000000000000/reassign`,
+    { method: 'POST' },
+  );
   expect(unknown.status).toBe(404);
   await stack.sandbox.advance(uid);
   const done = await fetch(`${stack.sandbox.origin}/sandbox/deliveries/${uid}/reassign`, { method: 'POST' });
@@ -145,7 +163,9 @@ it('reassignRate 1 gives every delivery another courier once, on the way to the 
     await stack.sandbox.advance(uid); // pickup_arrived: no second change
     await stack.sandbox.idle();
     const events = await stack.app.services.store.eventsAfter(0, 500, { uids: [uid] });
-    const named = events.filter((event) => event.name.startsWith('delivery.')).map((event) => [event.name, event.payload.driver_id, event.courierOnly]);
+    const named = events
+      .filter((event) => event.name.startsWith('delivery.'))
+      .map((event) => [event.name, event.payload.driver_id, event.courierOnly]);
     const [first, second] = [named[1]![1], named[3]![1]];
     expect(second).not.toBe(first);
     expect(named).toEqual([
@@ -156,7 +176,10 @@ it('reassignRate 1 gives every delivery another courier once, on the way to the 
       ['delivery.pickup_arrived', second, false],
     ]);
     const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { status courier { name } } }`, { uid });
-    expect(read.data.delivery).toEqual({ status: 'PICKUP_ARRIVED', courier: { name: events.at(-1)!.payload.driver_name } });
+    expect(read.data.delivery).toEqual({
+      status: 'PICKUP_ARRIVED',
+      courier: { name: events.at(-1)!.payload.driver_name },
+    });
   } finally {
     stack.sandbox.setKnobs({ reassignRate: 0 });
   }

@@ -127,7 +127,8 @@ function waitFor(child: ChildProcess, pattern: RegExp, timeoutMs = 30_000): Prom
 
 const exited = (child: ChildProcess) =>
   new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) resolve({ code: child.exitCode, signal: child.signalCode });
+    if (child.exitCode !== null || child.signalCode !== null)
+      resolve({ code: child.exitCode, signal: child.signalCode });
     else child.once('exit', (code, signal) => resolve({ code, signal }));
   });
 
@@ -198,7 +199,11 @@ function expectStoredOnce(byN: Map<number, EventRow[]>, sent: Sent): EventRow {
   const rows = byN.get(sent.event.platform_payload.n) ?? [];
   expect(rows, `event ${sent.event.platform_payload.n} (${sent.event.uid} ${sent.event.event_name})`).toHaveLength(1);
   const row = rows[0]!;
-  expect({ uid: row.uid, name: row.name, payload: JSON.parse(row.payload) }).toEqual({ uid: sent.event.uid, name: sent.event.event_name, payload: sent.event });
+  expect({ uid: row.uid, name: row.name, payload: JSON.parse(row.payload) }).toEqual({
+    uid: sent.event.uid,
+    name: sent.event.event_name,
+    payload: sent.event,
+  });
   return row;
 }
 
@@ -206,7 +211,9 @@ describe('kill -9 while webhooks are being acknowledged', () => {
   const totals = { trials: 0, acknowledged: 0 };
 
   afterAll(() => {
-    console.log(`crash trials: ${totals.trials}, events acknowledged before kill -9: ${totals.acknowledged}, lost: 0, duplicated after retries: 0`);
+    console.log(
+      `crash trials: ${totals.trials}, events acknowledged before kill -9: ${totals.acknowledged}, lost: 0, duplicated after retries: 0`,
+    );
     // Beyond the warm-up events, some were acknowledged while the senders raced the kill.
     if (totals.trials === TRIALS) expect(totals.acknowledged).toBeGreaterThan(TRIALS);
   });
@@ -263,8 +270,11 @@ describe('kill -9 while webhooks are being acknowledged', () => {
         totals.trials += 1;
         totals.acknowledged += acked.length;
         // Nothing but 2xx (or no answer at all) while the store works.
-        expect(sent.filter((entry) => entry.status !== undefined && !acknowledged(entry)).map((entry) => entry.status)).toEqual([]);
-        for (const entry of acked) expect(entry.body).toMatchObject({ status: 'stored', cursor: expect.stringMatching(/^\d+$/) });
+        expect(
+          sent.filter((entry) => entry.status !== undefined && !acknowledged(entry)).map((entry) => entry.status),
+        ).toEqual([]);
+        for (const entry of acked)
+          expect(entry.body).toMatchObject({ status: 'stored', cursor: expect.stringMatching(/^\d+$/) });
 
         // Restart on the same data directory: everything acknowledged is there, once, under its cursor.
         const second = await start(dataDir, children);
@@ -278,13 +288,15 @@ describe('kill -9 while webhooks are being acknowledged', () => {
         const retried = new Map<Sent, { status: number; body: any }>();
         await Promise.all(
           Array.from({ length: IN_FLIGHT }, async () => {
-            for (let entry = retries.shift(); entry; entry = retries.shift()) retried.set(entry, await post(second.url, entry));
+            for (let entry = retries.shift(); entry; entry = retries.shift())
+              retried.set(entry, await post(second.url, entry));
           }),
         );
         for (const entry of sent) {
           const response = retried.get(entry)!;
           expect(response.status).toBe(200);
-          if (acknowledged(entry)) expect(response.body).toMatchObject({ status: 'duplicate', cursor: entry.body!.cursor });
+          if (acknowledged(entry))
+            expect(response.body).toMatchObject({ status: 'duplicate', cursor: entry.body!.cursor });
           else expect(['stored', 'duplicate']).toContain(response.body.status);
         }
 

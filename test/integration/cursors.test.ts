@@ -13,7 +13,13 @@ import { loadConfig } from '../../src/config.js';
 import { callerCursors } from '../../src/domain/cursor.js';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
-import { deliveryInput, startStack, type GraphQLResponse, type Stack, TEST_CLIENT_TOKEN_SECRET } from '../helpers/stack.js';
+import {
+  deliveryInput,
+  startStack,
+  type GraphQLResponse,
+  type Stack,
+  TEST_CLIENT_TOKEN_SECRET,
+} from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
 const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`;
@@ -35,14 +41,27 @@ beforeAll(async () => {
 });
 
 async function postTo(url: string, issuer: string, event: Record<string, unknown>): Promise<string> {
-  const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(issuer).setExpirationTime('5m').sign(privateKey);
-  const response = await fetch(`${url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+  const token = await new SignJWT({ payload: event })
+    .setProtectedHeader({ alg: 'RS256' })
+    .setIssuer(issuer)
+    .setExpirationTime('5m')
+    .sign(privateKey);
+  const response = await fetch(`${url}/webhooks`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}` },
+    body: JSON.stringify(event),
+  });
   expect(response.status).toBe(200);
   // The receiver answers the upstream with the log position.
   return ((await response.json()) as { cursor: string }).cursor;
 }
 
-async function gqlAt<T = any>(url: string, key: string, query: string, variables: Record<string, unknown>): Promise<GraphQLResponse<T>> {
+async function gqlAt<T = any>(
+  url: string,
+  key: string,
+  query: string,
+  variables: Record<string, unknown>,
+): Promise<GraphQLResponse<T>> {
   const response = await fetch(`${url}/graphql`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
@@ -51,8 +70,17 @@ async function gqlAt<T = any>(url: string, key: string, query: string, variables
   return (await response.json()) as GraphQLResponse<T>;
 }
 
-/** What deliveryEvents(after:) replays for one delivery, up to a marker event posted meanwhile (replayed or live, it comes last). */
-async function replayAt(url: string, key: string, uid: string, after: string, mark: () => Promise<unknown>): Promise<{ cursors: string[]; errors: unknown[] }> {
+/**
+ * What deliveryEvents(after:) replays for one delivery, up to a marker event posted meanwhile (replayed or live, it
+ * comes last).
+ */
+async function replayAt(
+  url: string,
+  key: string,
+  uid: string,
+  after: string,
+  mark: () => Promise<unknown>,
+): Promise<{ cursors: string[]; errors: unknown[] }> {
   const client = wsClient(url, key);
   try {
     const sub = collect(client, EVENTS, { uids: [uid], after });
@@ -65,7 +93,12 @@ async function replayAt(url: string, key: string, uid: string, after: string, ma
       if (Date.now() > deadline) throw new Error(`no marker: ${JSON.stringify(sub.items)}`);
       await new Promise((resolve) => setTimeout(resolve, 10));
     }
-    return { cursors: sub.items.filter((item) => item.deliveryEvents.name !== 'delivery.marker').map((item) => item.deliveryEvents.cursor), errors: sub.errors };
+    return {
+      cursors: sub.items
+        .filter((item) => item.deliveryEvents.name !== 'delivery.marker')
+        .map((item) => item.deliveryEvents.cursor),
+      errors: sub.errors,
+    };
   } finally {
     await client.dispose();
   }
@@ -90,16 +123,23 @@ describe('on the embedded store', () => {
     return stack.gql(PAGE, { uid, ...args }, key);
   }
   const replay = (uid: string, after: string, key = stack.key) =>
-    replayAt(stack.app.url, key, uid, after, () => post({ uid, event_name: 'delivery.marker', status: `marker ${Math.random()}` }));
+    replayAt(stack.app.url, key, uid, after, () =>
+      post({ uid, event_name: 'delivery.marker', status: `marker ${Math.random()}` }),
+    );
 
   it('are opaque, and the same for the same event and key wherever they are read', async () => {
     const uid = await book();
     const positions = [];
-    for (const name of ['delivery.created', 'delivery.assigned', 'delivery.pickup_enroute']) positions.push(await post({ uid, event_name: name, status: name }));
+    for (const name of ['delivery.created', 'delivery.assigned', 'delivery.pickup_enroute'])
+      positions.push(await post({ uid, event_name: name, status: name }));
     const first = await page(uid);
     expect(first.errors).toBeUndefined();
     const edges = first.data.delivery.events.edges as Array<{ cursor: string; node: { cursor: string; name: string } }>;
-    expect(edges.map((edge) => edge.node.name)).toEqual(['delivery.created', 'delivery.assigned', 'delivery.pickup_enroute']);
+    expect(edges.map((edge) => edge.node.name)).toEqual([
+      'delivery.created',
+      'delivery.assigned',
+      'delivery.pickup_enroute',
+    ]);
     for (const [n, edge] of edges.entries()) {
       expect(edge.cursor).toMatch(OPAQUE);
       expect(edge.node.cursor).toBe(edge.cursor);
@@ -124,7 +164,9 @@ describe('on the embedded store', () => {
     }
     expect(walked.slice(0, 3)).toEqual(edges.map((edge) => edge.cursor));
     // deliveryEvents(after:) with one of them replays what follows it.
-    expect((await replay(uid, edges[0]!.cursor)).cursors.slice(0, 2)).toEqual(edges.slice(1).map((edge) => edge.cursor));
+    expect((await replay(uid, edges[0]!.cursor)).cursors.slice(0, 2)).toEqual(
+      edges.slice(1).map((edge) => edge.cursor),
+    );
   });
 
   it('are refused when another key was given them, when made up or altered, and as bare log positions', async () => {
@@ -137,13 +179,19 @@ describe('on the embedded store', () => {
     expect(given).toMatch(OPAQUE);
 
     // The same log position is another cursor for another key, and means nothing to the first.
-    const [forMe, forThem] = await Promise.all([stack.key, stack.otherKey].map(async (key) => callerCursors(stack.app.services.store, await stack.app.services.merchants.of(key))));
+    const [forMe, forThem] = await Promise.all(
+      [stack.key, stack.otherKey].map(async (key) =>
+        callerCursors(stack.app.services.store, await stack.app.services.merchants.of(key)),
+      ),
+    );
     expect(forMe!.cursorOf(Number(position))).toBe(own);
     expect(forThem!.cursorOf(Number(position))).not.toBe(own);
     expect(forMe!.seqOf(forThem!.cursorOf(Number(position)))).toBeUndefined();
 
     // "0" is the start of the log, for every key.
-    expect((await page(mine, { after: '0' })).data.delivery.events.edges.map((edge: { cursor: string }) => edge.cursor)).toEqual([own]);
+    expect(
+      (await page(mine, { after: '0' })).data.delivery.events.edges.map((edge: { cursor: string }) => edge.cursor),
+    ).toEqual([own]);
 
     const altered = `${own.slice(0, 5)}${own[5] === 'A' ? 'B' : 'A'}${own.slice(6)}`;
     const refused = [given, altered, 'AAAAAAAAAAAAAAAAAAAAAA', `${own}A`, position, '1', '00', 'not-a-cursor'];
@@ -164,7 +212,9 @@ describe('on the embedded store', () => {
     await stack.restart();
     const after = (await page(uid)).data.delivery.events.edges.map((edge: { cursor: string }) => edge.cursor);
     expect(after).toEqual(before);
-    expect((await page(uid, { after: before[0] })).data.delivery.events.edges.map((edge: { cursor: string }) => edge.cursor)).toEqual([before[1]]);
+    expect(
+      (await page(uid, { after: before[0] })).data.delivery.events.edges.map((edge: { cursor: string }) => edge.cursor),
+    ).toEqual([before[1]]);
     expect((await replay(uid, before[0])).cursors.slice(0, 1)).toEqual([before[1]]);
   });
 
@@ -174,7 +224,10 @@ describe('on the embedded store', () => {
     const store = stack.app.services.store;
     const reads = vi.spyOn(store, 'eventsAfter');
     try {
-      const result = await stack.gql(`query($uids: [ID!]!) { deliveries(uids: $uids) { events(first: 5) { edges { cursor node { name } } } } }`, { uids: Array(20).fill(uid) });
+      const result = await stack.gql(
+        `query($uids: [ID!]!) { deliveries(uids: $uids) { events(first: 5) { edges { cursor node { name } } } } }`,
+        { uids: Array(20).fill(uid) },
+      );
       expect(result.errors).toBeUndefined();
       const pages = result.data.deliveries.map((delivery: { events: unknown }) => delivery.events);
       expect(pages).toHaveLength(20);
@@ -182,7 +235,10 @@ describe('on the embedded store', () => {
       expect(reads).toHaveBeenCalledTimes(1);
       // Other arguments are another page: read on their own.
       reads.mockClear();
-      const mixed = await stack.gql(`query($uid: ID!) { a: delivery(uid: $uid) { events(first: 1) { edges { cursor } } } b: delivery(uid: $uid) { events(first: 2) { edges { cursor } } } }`, { uid });
+      const mixed = await stack.gql(
+        `query($uid: ID!) { a: delivery(uid: $uid) { events(first: 1) { edges { cursor } } } b: delivery(uid: $uid) { events(first: 2) { edges { cursor } } } }`,
+        { uid },
+      );
       expect(mixed.errors).toBeUndefined();
       expect(reads).toHaveBeenCalledTimes(2);
     } finally {
@@ -208,7 +264,8 @@ describe.skipIf(!withRedis)('on two instances sharing one Redis', () => {
         WEBHOOK_PUBLIC_KEY_FILE: path.join(workDir, 'webhook-public.pem'),
         WEBHOOK_ISSUER: sandbox.issuer,
         DATA_DIR: path.join(workDir, name),
-        REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
+        REDIS_URL: redis.url,
+        CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
         LOG_LEVEL: 'silent',
         UPSTREAM_CHECK_INTERVAL_MS: '3600000',
       }),
@@ -234,14 +291,19 @@ describe.skipIf(!withRedis)('on two instances sharing one Redis', () => {
     let [a, b] = await Promise.all([instance('a'), instance('b')]);
     const key = sandbox.merchants[0]!.key;
     const uid = (await gqlAt(a.url, key, CREATE, { input: deliveryInput() })).data.createDelivery.data.uid as string;
-    for (const name of ['delivery.created', 'delivery.assigned', 'delivery.pickup_enroute']) await postTo(a.url, sandbox.issuer, { uid, event_name: name, status: name });
-    const cursorsAt = async (app: App) => (await gqlAt(app.url, key, PAGE, { uid })).data.delivery.events.edges.map((edge: { cursor: string }) => edge.cursor) as string[];
+    for (const name of ['delivery.created', 'delivery.assigned', 'delivery.pickup_enroute'])
+      await postTo(a.url, sandbox.issuer, { uid, event_name: name, status: name });
+    const cursorsAt = async (app: App) =>
+      (await gqlAt(app.url, key, PAGE, { uid })).data.delivery.events.edges.map(
+        (edge: { cursor: string }) => edge.cursor,
+      ) as string[];
 
     const onA = await cursorsAt(a);
     expect(onA).toHaveLength(3);
     for (const cursor of onA) expect(cursor).toMatch(OPAQUE);
     expect(await cursorsAt(b)).toEqual(onA);
-    const mark = (app: App) => () => postTo(app.url, sandbox.issuer, { uid, event_name: 'delivery.marker', status: `marker ${Math.random()}` });
+    const mark = (app: App) => () =>
+      postTo(app.url, sandbox.issuer, { uid, event_name: 'delivery.marker', status: `marker ${Math.random()}` });
     // A cursor from A resumes on B.
     expect((await replayAt(b.url, key, uid, onA[0]!, mark(a))).cursors.slice(0, 2)).toEqual(onA.slice(1));
 

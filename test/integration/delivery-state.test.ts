@@ -51,14 +51,25 @@ async function quietStack(env: Record<string, string>): Promise<Stack> {
 
 /** Signs one event as the upstream would and posts it; resolves once the facade answered 200. */
 async function post(stack: Stack, uid: string, name: string, fields: Record<string, unknown> = {}): Promise<void> {
-  const payload = { uid, event_name: name, status: name.slice(name.indexOf('.') + 1), platform_payload: { orderId: 'A-1' }, ...COURIER, ...fields };
+  const payload = {
+    uid,
+    event_name: name,
+    status: name.slice(name.indexOf('.') + 1),
+    platform_payload: { orderId: 'A-1' },
+    ...COURIER,
+    ...fields,
+  };
   const token = await new SignJWT({ payload })
     .setProtectedHeader({ alg: 'RS256', typ: 'JWT' })
     .setIssuer(stack.sandbox.issuer)
     .setIssuedAt()
     .setExpirationTime('5m')
     .sign(privateKey);
-  const response = await fetch(stack.app.webhookUrl, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: JSON.stringify(payload) });
+  const response = await fetch(stack.app.webhookUrl, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: JSON.stringify(payload),
+  });
   expect(response.status, `${name} for ${uid}`).toBe(200);
 }
 
@@ -67,9 +78,15 @@ async function book(stack: Stack, overrides: Record<string, unknown> = {}): Prom
   return result.data.createDelivery.data.uid;
 }
 
-async function history(stack: Stack, uid: string): Promise<{ status: string; events: Array<{ name: string; status: string; source: string; stale: boolean }> }> {
+async function history(
+  stack: Stack,
+  uid: string,
+): Promise<{ status: string; events: Array<{ name: string; status: string; source: string; stale: boolean }> }> {
   const result = await stack.gql(HISTORY, { uid });
-  return { status: result.data.delivery.status, events: result.data.delivery.events.edges.map((edge: any) => edge.node) };
+  return {
+    status: result.data.delivery.status,
+    events: result.data.delivery.events.edges.map((edge: any) => edge.node),
+  };
 }
 
 const stores: Array<[string, boolean, () => Record<string, string>]> = [
@@ -81,7 +98,8 @@ describe.each(stores)('with webhooks sent out of order, on %s', (_name, enabled,
   let stack: Stack;
   beforeAll(async () => {
     if (!enabled) return;
-    // Reconciliation's periodic reads (30 s) and the finality grace (120 s) never come within a test: only reads the rule asks for.
+    // Reconciliation's periodic reads (30 s) and the finality grace (120 s) never come within a test: only reads the
+    // rule asks for.
     stack = await quietStack(storeEnv());
   });
   afterAll(async () => {
@@ -96,12 +114,19 @@ describe.each(stores)('with webhooks sent out of order, on %s', (_name, enabled,
     try {
       const updates = collect(client, UPDATED, { uid });
       const positions = collect(client, LOCATION, { uid });
-      expect((await updates.waitFor(1))[0].deliveryUpdated).toMatchObject({ name: 'snapshot', status: 'CREATED', source: 'read' });
+      expect((await updates.waitFor(1))[0].deliveryUpdated).toMatchObject({
+        name: 'snapshot',
+        status: 'CREATED',
+        source: 'read',
+      });
       await post(stack, uid, 'delivery.assigned', { driver_location: AT(1) });
       await positions.waitFor(1);
       await post(stack, uid, 'delivery.pickup_enroute', { driver_location: AT(2) });
       await post(stack, uid, 'delivery.pickup_arrived', { driver_location: SHOP });
-      await post(stack, uid, 'delivery.canceled', { driver_location: AT(3), cancellation_reason: 'Canceled by the provider' });
+      await post(stack, uid, 'delivery.canceled', {
+        driver_location: AT(3),
+        cancellation_reason: 'Canceled by the provider',
+      });
       await updates.waitForItem((item) => item.deliveryUpdated.status === 'CANCELED');
       // Not the end: nothing proved the pickup yet, and nothing confirmed the cancel.
       expect(updates.completed).toBe(false);
@@ -115,15 +140,70 @@ describe.each(stores)('with webhooks sent out of order, on %s', (_name, enabled,
       expect(updates.completed).toBe(true);
       // What the subscriber sees, message by message.
       expect(updates.items.map((item) => item.deliveryUpdated)).toEqual([
-        { name: 'snapshot', status: 'CREATED', source: 'read', stale: false, delivery: { status: 'CREATED', cancellationReason: null, courier: null } },
-        { name: 'delivery.assigned', status: 'ASSIGNED', source: 'webhook', stale: false, delivery: { status: 'ASSIGNED', cancellationReason: null, courier: { name: 'Rosa Diaz' } } },
-        { name: 'delivery.pickup_enroute', status: 'PICKUP_ENROUTE', source: 'webhook', stale: false, delivery: { status: 'PICKUP_ENROUTE', cancellationReason: null, courier: { name: 'Rosa Diaz' } } },
-        { name: 'delivery.pickup_arrived', status: 'PICKUP_ARRIVED', source: 'webhook', stale: false, delivery: { status: 'PICKUP_ARRIVED', cancellationReason: null, courier: { name: 'Rosa Diaz' } } },
-        { name: 'delivery.canceled', status: 'CANCELED', source: 'webhook', stale: false, delivery: { status: 'CANCELED', cancellationReason: 'Canceled by the provider', courier: { name: 'Rosa Diaz' } } },
-        { name: 'delivery.return_in_progress', status: 'RETURN_IN_PROGRESS', source: 'webhook', stale: false, delivery: { status: 'RETURN_IN_PROGRESS', cancellationReason: 'Canceled by the provider', courier: { name: 'Rosa Diaz' } } },
-        { name: 'delivery.returned', status: 'RETURNED', source: 'webhook', stale: false, delivery: { status: 'RETURNED', cancellationReason: 'Canceled by the provider', courier: { name: 'Rosa Diaz' } } },
+        {
+          name: 'snapshot',
+          status: 'CREATED',
+          source: 'read',
+          stale: false,
+          delivery: { status: 'CREATED', cancellationReason: null, courier: null },
+        },
+        {
+          name: 'delivery.assigned',
+          status: 'ASSIGNED',
+          source: 'webhook',
+          stale: false,
+          delivery: { status: 'ASSIGNED', cancellationReason: null, courier: { name: 'Rosa Diaz' } },
+        },
+        {
+          name: 'delivery.pickup_enroute',
+          status: 'PICKUP_ENROUTE',
+          source: 'webhook',
+          stale: false,
+          delivery: { status: 'PICKUP_ENROUTE', cancellationReason: null, courier: { name: 'Rosa Diaz' } },
+        },
+        {
+          name: 'delivery.pickup_arrived',
+          status: 'PICKUP_ARRIVED',
+          source: 'webhook',
+          stale: false,
+          delivery: { status: 'PICKUP_ARRIVED', cancellationReason: null, courier: { name: 'Rosa Diaz' } },
+        },
+        {
+          name: 'delivery.canceled',
+          status: 'CANCELED',
+          source: 'webhook',
+          stale: false,
+          delivery: {
+            status: 'CANCELED',
+            cancellationReason: 'Canceled by the provider',
+            courier: { name: 'Rosa Diaz' },
+          },
+        },
+        {
+          name: 'delivery.return_in_progress',
+          status: 'RETURN_IN_PROGRESS',
+          source: 'webhook',
+          stale: false,
+          delivery: {
+            status: 'RETURN_IN_PROGRESS',
+            cancellationReason: 'Canceled by the provider',
+            courier: { name: 'Rosa Diaz' },
+          },
+        },
+        {
+          name: 'delivery.returned',
+          status: 'RETURNED',
+          source: 'webhook',
+          stale: false,
+          delivery: {
+            status: 'RETURNED',
+            cancellationReason: 'Canceled by the provider',
+            courier: { name: 'Rosa Diaz' },
+          },
+        },
       ]);
-      // The pin: every position up to the end, the trip back included; the late pickup's is not sent, nor the final event's.
+      // The pin: every position up to the end, the trip back included; the late pickup's is not sent, nor the final
+      // event's.
       expect(positions.items.map((item) => item.courierLocation)).toEqual([
         { milestone: 'assigned', location: AT(1) },
         { milestone: 'pickup_enroute', location: AT(2) },
@@ -159,7 +239,16 @@ describe.each(stores)('with webhooks sent out of order, on %s', (_name, enabled,
     try {
       const updates = collect(client, UPDATED, { uid });
       await updates.waitFor(1);
-      for (const name of ['assigned', 'pickup_enroute', 'pickup_arrived', 'pickup_complete', 'dropoff_enroute', 'dropoff_arrived', 'failed']) await post(stack, uid, `delivery.${name}`);
+      for (const name of [
+        'assigned',
+        'pickup_enroute',
+        'pickup_arrived',
+        'pickup_complete',
+        'dropoff_enroute',
+        'dropoff_arrived',
+        'failed',
+      ])
+        await post(stack, uid, `delivery.${name}`);
       await updates.waitForItem((item) => item.deliveryUpdated.status === 'FAILED');
       expect(updates.completed).toBe(false);
       // The upstream delivers it on a second attempt: its read says DROPOFF_COMPLETE.
@@ -178,10 +267,15 @@ describe.each(stores)('with webhooks sent out of order, on %s', (_name, enabled,
       await post(stack, uid, 'delivery.dropoff_complete', { attempt: 2 });
       const fresh = collect(client, UPDATED, { uid });
       await fresh.done;
-      expect(fresh.items.map((item) => [item.deliveryUpdated.name, item.deliveryUpdated.status])).toEqual([['delivery.dropoff_complete', 'DROPOFF_COMPLETE']]);
+      expect(fresh.items.map((item) => [item.deliveryUpdated.name, item.deliveryUpdated.status])).toEqual([
+        ['delivery.dropoff_complete', 'DROPOFF_COMPLETE'],
+      ]);
       const stored = await history(stack, uid);
       expect(stored.status).toBe('DROPOFF_COMPLETE');
-      expect(stored.events.filter((e) => !e.stale).at(-1)).toMatchObject({ name: 'delivery.dropoff_complete', source: 'poll' });
+      expect(stored.events.filter((e) => !e.stale).at(-1)).toMatchObject({
+        name: 'delivery.dropoff_complete',
+        source: 'poll',
+      });
       expect(stored.events.at(-1)).toMatchObject({ name: 'delivery.dropoff_complete', source: 'webhook', stale: true });
     } finally {
       await client.dispose();
@@ -190,21 +284,34 @@ describe.each(stores)('with webhooks sent out of order, on %s', (_name, enabled,
 
   test("a read that contradicts the stored final state is a new subscriber's first message, stored and pushed like an event", async () => {
     const uid = await book(stack, { payload: { sandbox_outcome: 'failed_then_returned' } });
-    // The webhooks say delivered; the upstream's read says it failed at the door (the sandbox's plan: … dropoff_arrived, failed).
-    for (const name of ['assigned', 'pickup_complete', 'dropoff_arrived', 'dropoff_complete']) await post(stack, uid, `delivery.${name}`);
+    // The webhooks say delivered; the upstream's read says it failed at the door (the sandbox's plan: …
+    // dropoff_arrived, failed).
+    for (const name of ['assigned', 'pickup_complete', 'dropoff_arrived', 'dropoff_complete'])
+      await post(stack, uid, `delivery.${name}`);
     for (let step = 0; step < 7; step += 1) await stack.sandbox.advance(uid);
     const client = wsClient(stack.app.url, stack.key);
     try {
       const updates = collect(client, UPDATED, { uid });
       const [first] = await updates.waitFor(1);
-      expect(first.deliveryUpdated).toMatchObject({ name: 'delivery.failed', status: 'FAILED', source: 'poll', stale: false, delivery: { status: 'FAILED' } });
-      // Past pickup, a failure is followed by the return; the read named the upstream's courier, and so do its webhooks.
+      expect(first.deliveryUpdated).toMatchObject({
+        name: 'delivery.failed',
+        status: 'FAILED',
+        source: 'poll',
+        stale: false,
+        delivery: { status: 'FAILED' },
+      });
+      // Past pickup, a failure is followed by the return; the read named the upstream's courier, and so do its
+      // webhooks.
       expect(updates.completed).toBe(false);
       const courier = { driver_id: null, driver_name: first.deliveryUpdated.delivery.courier.name };
       await post(stack, uid, 'delivery.return_in_progress', courier);
       await post(stack, uid, 'delivery.returned', courier);
       await updates.done;
-      expect(updates.items.map((item) => item.deliveryUpdated.status)).toEqual(['FAILED', 'RETURN_IN_PROGRESS', 'RETURNED']);
+      expect(updates.items.map((item) => item.deliveryUpdated.status)).toEqual([
+        'FAILED',
+        'RETURN_IN_PROGRESS',
+        'RETURNED',
+      ]);
       const stored = await history(stack, uid);
       expect(stored.events.map((e) => [e.name, e.source, e.stale])).toEqual([
         ['delivery.assigned', 'webhook', false],
@@ -223,9 +330,18 @@ describe.each(stores)('with webhooks sent out of order, on %s', (_name, enabled,
   test("a webhook cannot pass for a read: the facade's own markers are dropped from what the upstream sends", async () => {
     const uid = await book(stack);
     for (const name of ['pickup_complete', 'failed']) await post(stack, uid, `delivery.${name}`);
-    await post(stack, uid, 'delivery.dropoff_complete', { facade_source: 'poll', facade_read_basis: 1e12, facade_confirms: true });
+    await post(stack, uid, 'delivery.dropoff_complete', {
+      facade_source: 'poll',
+      facade_read_basis: 1e12,
+      facade_confirms: true,
+    });
     const stored = await history(stack, uid);
-    expect(stored.events.at(-1)).toEqual({ name: 'delivery.dropoff_complete', status: 'DROPOFF_COMPLETE', source: 'webhook', stale: true });
+    expect(stored.events.at(-1)).toEqual({
+      name: 'delivery.dropoff_complete',
+      status: 'DROPOFF_COMPLETE',
+      source: 'webhook',
+      stale: true,
+    });
   });
 
   test('every message carries the delivery as known after it: the completing one has the proof from dropoff_arrived and what only the read had', async () => {
@@ -238,16 +354,27 @@ describe.each(stores)('with webhooks sent out of order, on %s', (_name, enabled,
       await updates.waitFor(1);
       await post(stack, uid, 'delivery.assigned', { delivery_date: '2030-05-01' });
       await post(stack, uid, 'delivery.pickup_complete', { delivery_date: '2030-05-01' });
-      await post(stack, uid, 'delivery.dropoff_arrived', { dropoff_verification_image_url: 'https://proof.example/photo.jpg', dropoff_signature_image_url: 'https://proof.example/signature.png' });
+      await post(stack, uid, 'delivery.dropoff_arrived', {
+        dropoff_verification_image_url: 'https://proof.example/photo.jpg',
+        dropoff_signature_image_url: 'https://proof.example/signature.png',
+      });
       // The completing event carries no proof (null is absence) and a plain date.
-      await post(stack, uid, 'delivery.dropoff_complete', { dropoff_verification_image_url: null, delivery_date: '2030-05-01' });
+      await post(stack, uid, 'delivery.dropoff_complete', {
+        dropoff_verification_image_url: null,
+        delivery_date: '2030-05-01',
+      });
       await updates.done;
-      const read = (await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { trackingUrl style scheduledAt } }`, { uid })).data.delivery;
+      const read = (
+        await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { trackingUrl style scheduledAt } }`, { uid })
+      ).data.delivery;
       expect(read.trackingUrl).toMatch(/^http/);
       expect(read.scheduledAt).toMatch(/^2030-05-01T/);
       const expected = {
         status: 'DROPOFF_COMPLETE',
-        proofOfDelivery: { photoUrl: 'https://proof.example/photo.jpg', signatureUrl: 'https://proof.example/signature.png' },
+        proofOfDelivery: {
+          photoUrl: 'https://proof.example/photo.jpg',
+          signatureUrl: 'https://proof.example/signature.png',
+        },
         trackingUrl: read.trackingUrl,
         style: read.style,
         scheduledAt: read.scheduledAt,
@@ -257,12 +384,19 @@ describe.each(stores)('with webhooks sent out of order, on %s', (_name, enabled,
         courier: { name: 'Rosa Diaz' },
       };
       // Before pickup the message carries the fee only the read had.
-      expect(updates.items.find((item) => item.deliveryUpdated.name === 'delivery.assigned').deliveryUpdated.delivery.expectedCancellationFee).toEqual({
+      expect(
+        updates.items.find((item) => item.deliveryUpdated.name === 'delivery.assigned').deliveryUpdated.delivery
+          .expectedCancellationFee,
+      ).toEqual({
         amount: expect.stringMatching(/^\d+\.\d{2}$/),
         currency: 'USD',
       });
       const completing = updates.items.at(-1).deliveryUpdated;
-      expect(completing).toMatchObject({ name: 'delivery.dropoff_complete', status: 'DROPOFF_COMPLETE', delivery: expected });
+      expect(completing).toMatchObject({
+        name: 'delivery.dropoff_complete',
+        status: 'DROPOFF_COMPLETE',
+        delivery: expected,
+      });
       // The event's own payload is still there: no proof, no tracking link.
       expect(completing.reported).toEqual({ proofOfDelivery: null, trackingUrl: null });
       // The same from the log: a replay gives each event the delivery as known after it.
@@ -271,7 +405,9 @@ describe.each(stores)('with webhooks sent out of order, on %s', (_name, enabled,
       replay.dispose();
       expect(replayed.at(-1).deliveryEvents).toMatchObject({ delivery: expected, reported: { proofOfDelivery: null } });
       // Before dropoff_arrived there was no proof to carry.
-      expect(replayed.find((item) => item.deliveryEvents.name === 'delivery.pickup_complete').deliveryEvents.delivery).toMatchObject({ status: 'PICKUP_COMPLETE', proofOfDelivery: null, trackingUrl: read.trackingUrl });
+      expect(
+        replayed.find((item) => item.deliveryEvents.name === 'delivery.pickup_complete').deliveryEvents.delivery,
+      ).toMatchObject({ status: 'PICKUP_COMPLETE', proofOfDelivery: null, trackingUrl: read.trackingUrl });
     } finally {
       await client.dispose();
     }
@@ -301,9 +437,16 @@ describe.each(stores)('with polling alone, on %s', (_name, enabled, storeEnv) =>
     try {
       const updates = collect(client, UPDATED, { uid });
       // The first state is the read: Canceled. It proves nothing about the pickup, so it does not end the subscription.
-      expect((await updates.waitFor(1))[0].deliveryUpdated).toMatchObject({ name: 'snapshot', status: 'CANCELED', source: 'read' });
+      expect((await updates.waitFor(1))[0].deliveryUpdated).toMatchObject({
+        name: 'snapshot',
+        status: 'CANCELED',
+        source: 'read',
+      });
       // Reconciliation stores what the read shows; the subscriber has had it already.
-      await waitUntil(async () => (await history(stack, uid)).events.some((e) => e.name === 'delivery.canceled'), 'the cancel read and stored');
+      await waitUntil(
+        async () => (await history(stack, uid)).events.some((e) => e.name === 'delivery.canceled'),
+        'the cancel read and stored',
+      );
       expect(updates.completed).toBe(false);
       await stack.sandbox.advance(uid);
       await updates.waitForItem((item) => item.deliveryUpdated.status === 'RETURN_IN_PROGRESS');
@@ -333,7 +476,16 @@ describe.each(stores)('with polling alone, on %s', (_name, enabled, storeEnv) =>
       const updates = collect(client, UPDATED, { uid });
       await updates.waitFor(1);
       // The webhooks run ahead of the upstream's reads (still CREATED): the reads in between move nothing back.
-      for (const name of ['assigned', 'pickup_enroute', 'pickup_arrived', 'pickup_complete', 'dropoff_enroute', 'dropoff_arrived', 'failed']) await post(stack, uid, `delivery.${name}`);
+      for (const name of [
+        'assigned',
+        'pickup_enroute',
+        'pickup_arrived',
+        'pickup_complete',
+        'dropoff_enroute',
+        'dropoff_arrived',
+        'failed',
+      ])
+        await post(stack, uid, `delivery.${name}`);
       await updates.waitForItem((item) => item.deliveryUpdated.status === 'FAILED');
       expect(updates.completed).toBe(false);
       // Delivered on a second attempt; not one webhook of it arrives.
@@ -351,7 +503,12 @@ describe.each(stores)('with polling alone, on %s', (_name, enabled, storeEnv) =>
         ['FAILED', 'webhook'],
         ['DROPOFF_COMPLETE', 'poll'],
       ]);
-      expect((await history(stack, uid)).events.filter((e) => !e.stale).map((e) => e.name).at(-1)).toBe('delivery.dropoff_complete');
+      expect(
+        (await history(stack, uid)).events
+          .filter((e) => !e.stale)
+          .map((e) => e.name)
+          .at(-1),
+      ).toBe('delivery.dropoff_complete');
     } finally {
       await client.dispose();
     }
@@ -363,7 +520,9 @@ describe.each(stores)('with polling alone, on %s', (_name, enabled, storeEnv) =>
     try {
       const updates = collect(client, UPDATED, { uid });
       await updates.waitFor(1);
-      expect((await confirming.gql(CANCEL, { uid })).data.cancelDelivery.__typename).toBe('MutationCancelDeliverySuccess');
+      expect((await confirming.gql(CANCEL, { uid })).data.cancelDelivery.__typename).toBe(
+        'MutationCancelDeliverySuccess',
+      );
       await updates.done;
       expect(updates.errors).toEqual([]);
       expect(updates.items.map((item) => [item.deliveryUpdated.status, item.deliveryUpdated.source])).toEqual([

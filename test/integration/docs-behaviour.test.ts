@@ -15,10 +15,18 @@ import { makeDataDir, startStack, type Stack } from '../helpers/stack.js';
 
 const root = new URL('../..', import.meta.url).pathname;
 const read = (file: string) => readFileSync(path.join(root, file), 'utf8');
-const PAGES = ['README.md', ...readdirSync(path.join(root, 'docs')).filter((name) => name.endsWith('.md')).map((name) => `docs/${name}`)];
+const PAGES = [
+  'README.md',
+  ...readdirSync(path.join(root, 'docs'))
+    .filter((name) => name.endsWith('.md'))
+    .map((name) => `docs/${name}`),
+];
 const flat = (text: string) => text.replace(/\s*\n\s*/g, ' ');
 
-/** Every "CODE STATUS" pair the pages state: `CODE` (HTTP 413), HTTP 400 `CODE`, `CODE`, HTTP 200, and the statuses in a code's row of docs/errors.md. */
+/**
+ * Every "CODE STATUS" pair the pages state: `CODE` (HTTP 413), HTTP 400 `CODE`, `CODE`, HTTP 200, and the statuses in a
+ * code's row of docs/errors.md.
+ */
 function documentedPairs(): Map<string, string[]> {
   const pairs = new Map<string, string[]>();
   const add = (code: string, status: string, where: string) => {
@@ -32,7 +40,9 @@ function documentedPairs(): Map<string, string[]> {
   }
   for (const line of read('docs/errors.md').split('\n')) {
     const row = /^\| `([A-Z_]+)` \| [^|]+ \| (.+) \|$/.exec(line);
-    if (row) for (const status of row[2]!.matchAll(/\((?:HTTP )?([1-5]\d\d)\b|(?:HTTP|;) ([1-5]\d\d)\b/g)) add(row[1]!, status[1] ?? status[2]!, 'docs/errors.md');
+    if (row)
+      for (const status of row[2]!.matchAll(/\((?:HTTP )?([1-5]\d\d)\b|(?:HTTP|;) ([1-5]\d\d)\b/g))
+        add(row[1]!, status[1] ?? status[2]!, 'docs/errors.md');
   }
   return pairs;
 }
@@ -44,7 +54,9 @@ const strictDataDir = makeDataDir();
 
 beforeAll(async () => {
   stack = await startStack();
-  strict = await startApp(loadConfig({ ...stack.env, DATA_DIR: strictDataDir, APQ_MAX_ENTRIES: '0', KEYLESS_REFUSALS_PER_MINUTE: '1' }));
+  strict = await startApp(
+    loadConfig({ ...stack.env, DATA_DIR: strictDataDir, APQ_MAX_ENTRIES: '0', KEYLESS_REFUSALS_PER_MINUTE: '1' }),
+  );
 });
 afterAll(async () => {
   await strict?.stop();
@@ -60,22 +72,42 @@ interface Answer {
 }
 
 /** One HTTP request to /graphql; the answer's status and error codes (a stream is cut after its headers). */
-async function ask(init: { method?: string; headers?: Record<string, string>; body?: string; query?: string; key?: string | null; app?: App } = {}): Promise<Answer> {
+async function ask(
+  init: {
+    method?: string;
+    headers?: Record<string, string>;
+    body?: string;
+    query?: string;
+    key?: string | null;
+    app?: App;
+  } = {},
+): Promise<Answer> {
   const app = init.app ?? stack.app;
   const headers: Record<string, string> = { 'content-type': 'application/json', ...init.headers };
   if (init.key !== null) headers.authorization = `Bearer ${init.key ?? stack.key}`;
   const controller = new AbortController();
-  const response = await fetch(`${app.url}/graphql${init.query ? `?query=${encodeURIComponent(init.query)}` : ''}`, { method: init.method ?? 'POST', headers, body: init.body, signal: controller.signal });
+  const response = await fetch(`${app.url}/graphql${init.query ? `?query=${encodeURIComponent(init.query)}` : ''}`, {
+    method: init.method ?? 'POST',
+    headers,
+    body: init.body,
+    signal: controller.signal,
+  });
   const type = response.headers.get('content-type') ?? '';
   if (type.startsWith('text/event-stream')) {
     controller.abort();
     return { status: response.status, codes: [], messages: [], type };
   }
   const body = (await response.json()) as { errors?: Array<{ message: string; extensions?: { code?: string } }> };
-  return { status: response.status, codes: (body.errors ?? []).map((error) => error.extensions?.code ?? ''), messages: (body.errors ?? []).map((error) => error.message), type };
+  return {
+    status: response.status,
+    codes: (body.errors ?? []).map((error) => error.extensions?.code ?? ''),
+    messages: (body.errors ?? []).map((error) => error.message),
+    type,
+  };
 }
 
-const post = (body: unknown, extra: Parameters<typeof ask>[0] = {}) => ask({ ...extra, body: typeof body === 'string' ? body : JSON.stringify(body) });
+const post = (body: unknown, extra: Parameters<typeof ask>[0] = {}) =>
+  ask({ ...extra, body: typeof body === 'string' ? body : JSON.stringify(body) });
 const SUBSCRIPTION = 'subscription { deliveryEvents { uid } }';
 
 describe('the error codes and HTTP statuses the docs give', () => {
@@ -85,16 +117,29 @@ describe('the error codes and HTTP statuses the docs give', () => {
     const tried: Answer[] = [
       await post('[{"query":"{ __typename }"}]'), // a batch
       await post('not json'),
-      await ask({ method: 'GET', query: 'mutation { cancelDelivery(uid: "x") { __typename } }', headers: { accept: 'application/json' } }),
+      await ask({
+        method: 'GET',
+        query: 'mutation { cancelDelivery(uid: "x") { __typename } }',
+        headers: { accept: 'application/json' },
+      }),
       await post({ query: SUBSCRIPTION }, { headers: { accept: 'application/json' } }),
       await post({ query: '{ __typename }' }, { headers: { accept: 'text/html' } }),
       await ask({ body: '{ __typename }', headers: { 'content-type': 'text/plain' } }),
-      await post({ query: '{ __typename }', extensions: { persistedQuery: { version: 2, sha256Hash: sha256('{ __typename }') } } }),
+      await post({
+        query: '{ __typename }',
+        extensions: { persistedQuery: { version: 2, sha256Hash: sha256('{ __typename }') } },
+      }),
       await post({ query: `{ __typename }${' '.repeat(20_000)}` }),
       await post({ query: 'query A { __typename } query B { __typename }' }),
-      await post({ query: '{ __typename }', extensions: { persistedQuery: { version: 1, sha256Hash: sha256('{ other }') } } }),
+      await post({
+        query: '{ __typename }',
+        extensions: { persistedQuery: { version: 1, sha256Hash: sha256('{ other }') } },
+      }),
       await post({ extensions: { persistedQuery: { version: 1, sha256Hash: sha256('{ never sent }') } } }),
-      await post({ extensions: { persistedQuery: { version: 1, sha256Hash: sha256('{ never sent }') } } }, { app: strict }),
+      await post(
+        { extensions: { persistedQuery: { version: 1, sha256Hash: sha256('{ never sent }') } } },
+        { app: strict },
+      ),
       await post({ query: `{ __typename }`, variables: { padding: 'x'.repeat(1_100_000) } }),
       // Without a key, past KEYLESS_REFUSALS_PER_MINUTE (1 on this facade).
       await post({ query: '{ availability { group } }' }, { app: strict, key: null }),
@@ -103,14 +148,19 @@ describe('the error codes and HTTP statuses the docs give', () => {
     const observed = new Set(tried.flatMap((answer) => answer.codes.map((code) => `${code} ${answer.status}`)));
     const documented = documentedPairs();
     expect(documented.size).toBeGreaterThan(8);
-    const unseen = [...documented].filter(([pair]) => !observed.has(pair)).map(([pair, where]) => `${pair} (${[...new Set(where)].join(', ')})`);
+    const unseen = [...documented]
+      .filter(([pair]) => !observed.has(pair))
+      .map(([pair, where]) => `${pair} (${[...new Set(where)].join(', ')})`);
     expect(unseen, `observed: ${[...observed].join(', ')}`).toEqual([]);
   });
 });
 
 describe('a subscription POSTed over plain HTTP', () => {
   it('is refused 406 asked for as application/json, and streamed as server-sent events with */* or no accept', async () => {
-    expect(await post({ query: SUBSCRIPTION }, { headers: { accept: 'application/json' } })).toMatchObject({ status: 406, codes: ['BAD_REQUEST'] });
+    expect(await post({ query: SUBSCRIPTION }, { headers: { accept: 'application/json' } })).toMatchObject({
+      status: 406,
+      codes: ['BAD_REQUEST'],
+    });
     for (const accept of ['*/*', undefined, 'text/event-stream']) {
       const answer = await post({ query: SUBSCRIPTION }, { headers: accept ? { accept } : {} });
       expect(answer, String(accept)).toMatchObject({ status: 200, type: expect.stringMatching(/^text\/event-stream/) });
@@ -135,8 +185,16 @@ describe('a subscription POSTed over plain HTTP', () => {
 });
 
 describe('the limits table of docs/limits.md, at the values it gives', () => {
-  const table = read('docs/limits.md').split('## One GraphQL operation')[1]!.split('\n\n').find((part) => part.startsWith('| limit |'))!;
-  const rows = new Map([...table.matchAll(/^\| ([^|]+) \| ([^|]+) \| ([^|]+) \|/gm)].map((row) => [row[1]!.trim(), { value: row[2]!.trim(), refusal: row[3]!.trim() }]));
+  const table = read('docs/limits.md')
+    .split('## One GraphQL operation')[1]!
+    .split('\n\n')
+    .find((part) => part.startsWith('| limit |'))!;
+  const rows = new Map(
+    [...table.matchAll(/^\| ([^|]+) \| ([^|]+) \| ([^|]+) \|/gm)].map((row) => [
+      row[1]!.trim(),
+      { value: row[2]!.trim(), refusal: row[3]!.trim() },
+    ]),
+  );
   /** The number a row gives (the default in parentheses when it names a setting), in bytes for KiB and MiB. */
   const valueOf = (label: string) => {
     const text = rows.get(label)!.value;
@@ -149,16 +207,26 @@ describe('the limits table of docs/limits.md, at the values it gives', () => {
   it('refuses a request body one byte over its limit with the status and code the row gives', async () => {
     const limit = valueOf('request body');
     const query = '{ __typename }';
-    const body = (size: number) => JSON.stringify({ query, variables: { padding: 'x'.repeat(size - JSON.stringify({ query, variables: { padding: '' } }).length) } });
+    const body = (size: number) =>
+      JSON.stringify({
+        query,
+        variables: { padding: 'x'.repeat(size - JSON.stringify({ query, variables: { padding: '' } }).length) },
+      });
     expect(Buffer.byteLength(body(limit + 1))).toBe(limit + 1);
-    expect(await post(body(limit + 1))).toMatchObject({ status: statusOf('request body'), codes: [codeOf('request body')] });
+    expect(await post(body(limit + 1))).toMatchObject({
+      status: statusOf('request body'),
+      codes: [codeOf('request body')],
+    });
     expect((await post(body(limit))).codes).not.toContain(codeOf('request body'));
   });
 
   it('refuses a query text one byte over its limit with the status and code the row gives', async () => {
     const limit = valueOf('query text');
     const text = (size: number) => `{ __typename }${' '.repeat(size - '{ __typename }'.length)}`;
-    expect(await post({ query: text(limit + 1) })).toMatchObject({ status: statusOf('query text'), codes: [codeOf('query text')] });
+    expect(await post({ query: text(limit + 1) })).toMatchObject({
+      status: statusOf('query text'),
+      codes: [codeOf('query text')],
+    });
     expect((await post({ query: text(limit) })).codes).toEqual([]);
   });
 
@@ -172,13 +240,16 @@ describe('the limits table of docs/limits.md, at the values it gives', () => {
 
   it('refuses a field repeated once more than the limit in one selection set', async () => {
     const limit = valueOf('one field in one selection set');
-    expect((await post({ query: `{ ${'__typename '.repeat(limit + 1)}}` })).codes).toEqual([codeOf('one field in one selection set')]);
+    expect((await post({ query: `{ ${'__typename '.repeat(limit + 1)}}` })).codes).toEqual([
+      codeOf('one field in one selection set'),
+    ]);
     expect((await post({ query: `{ ${'__typename '.repeat(limit)}}` })).codes).toEqual([]);
   });
 
   it('refuses one alias and one directive over their limits', async () => {
     const aliases = valueOf('aliases');
-    const aliased = (n: number) => `{ ${Array.from({ length: n }, (_, i) => `a${i}: availability { group }`).join(' ')} }`;
+    const aliased = (n: number) =>
+      `{ ${Array.from({ length: n }, (_, i) => `a${i}: availability { group }`).join(' ')} }`;
     const over = await post({ query: aliased(aliases + 1) });
     expect(over.codes).toContain(codeOf('aliases'));
     expect(over.messages.join(' ')).toMatch(new RegExp(`Aliases limit of ${aliases} exceeded`));

@@ -50,7 +50,10 @@ beforeAll(async () => {
   const pair = await generateKeyPair('RS256', { extractable: true });
   privateKey = pair.privateKey as CryptoKey;
   writeFileSync(path.join(workDir, 'webhook-public.pem'), await exportSPKI(pair.publicKey));
-  [redis, sandbox] = await Promise.all([startRedisServer(), startSandbox({ privateKeyPem: await exportPKCS8(pair.privateKey), knobs: { stepMs: 0 } })]);
+  [redis, sandbox] = await Promise.all([
+    startRedisServer(),
+    startSandbox({ privateKeyPem: await exportPKCS8(pair.privateKey), knobs: { stepMs: 0 } }),
+  ]);
   // Every event is the test's own.
   sandbox.setWebhookUrl(undefined);
   await Promise.all([startInstance('a'), startInstance('b')]);
@@ -71,7 +74,8 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
       headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
       body: JSON.stringify({ query: CREATE, variables: { input: deliveryInput() } }),
     });
-    const uid = ((await booked.json()) as { data: { createDelivery: { data: { uid: string } } } }).data.createDelivery.data.uid;
+    const uid = ((await booked.json()) as { data: { createDelivery: { data: { uid: string } } } }).data.createDelivery
+      .data.uid;
 
     const clients = [wsClient(a.url, key), wsClient(a.url, key), wsClient(b.url, key), wsClient(b.url, key)];
     try {
@@ -84,8 +88,16 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
         // Stored through either instance: A, then B, then A.
         for (const [n, app] of [a, b, a].entries()) {
           const event = { uid, event_name: 'delivery.assigned', status: `tick ${n}` };
-          const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(sandbox.issuer).setExpirationTime('5m').sign(privateKey);
-          const answer = await fetch(`${app.url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+          const token = await new SignJWT({ payload: event })
+            .setProtectedHeader({ alg: 'RS256' })
+            .setIssuer(sandbox.issuer)
+            .setExpirationTime('5m')
+            .sign(privateKey);
+          const answer = await fetch(`${app.url}/webhooks`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${token}` },
+            body: JSON.stringify(event),
+          });
           expect(answer.status).toBe(200);
         }
         await Promise.all(subs.map((sub) => sub.waitFor(3)));

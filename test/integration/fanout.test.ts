@@ -43,16 +43,33 @@ let posted = 0;
 async function post(app: App, uid: string, event_name = 'delivery.pickup_enroute'): Promise<string> {
   posted += 1;
   const event = { uid, event_name, status: `step-${posted}` };
-  const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(stack.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
-  const answer = await fetch(`${app.url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+  const token = await new SignJWT({ payload: event })
+    .setProtectedHeader({ alg: 'RS256' })
+    .setIssuer(stack.sandbox.issuer)
+    .setExpirationTime('5m')
+    .sign(privateKey);
+  const answer = await fetch(`${app.url}/webhooks`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}` },
+    body: JSON.stringify(event),
+  });
   expect(answer.status).toBe(200);
   return event.status;
 }
 
 /** The cursor of each of a delivery's events as `key` is given it by a read (Delivery.events), by status text. */
 async function cursorsSeenBy(key: string, uid: string): Promise<Map<string, string>> {
-  const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { events { edges { cursor node { statusText } } } } }`, { uid }, key);
-  return new Map(read.data.delivery.events.edges.map((edge: { cursor: string; node: { statusText: string } }) => [edge.node.statusText, edge.cursor]));
+  const read = await stack.gql(
+    `query($uid: ID!) { delivery(uid: $uid) { events { edges { cursor node { statusText } } } } }`,
+    { uid },
+    key,
+  );
+  return new Map(
+    read.data.delivery.events.edges.map((edge: { cursor: string; node: { statusText: string } }) => [
+      edge.node.statusText,
+      edge.cursor,
+    ]),
+  );
 }
 
 /** A graphql-transport-ws socket spoken by hand, so that the frames are seen as written. */
@@ -74,14 +91,17 @@ async function rawSocket(app: App, key: string): Promise<RawSocket> {
   const socket = new WebSocket(`${app.url.replace('http', 'ws')}/graphql`, 'graphql-transport-ws');
   const frames: string[] = [];
   socket.on('message', (data) => frames.push(data.toString()));
-  const closed = new Promise<{ code: number; reason: string }>((resolve) => socket.on('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+  const closed = new Promise<{ code: number; reason: string }>((resolve) =>
+    socket.on('close', (code, reason) => resolve({ code, reason: reason.toString() })),
+  );
   await new Promise((resolve) => socket.once('open', resolve));
   socket.send(JSON.stringify({ type: 'connection_init', payload: { authorization: `Bearer ${key}` } }));
   await waitUntil(() => frames.some((frame) => JSON.parse(frame).type === 'connection_ack'), 'connection_ack');
   return {
     frames,
     closed,
-    subscribe: (id, query, variables) => socket.send(JSON.stringify({ id, type: 'subscribe', payload: { query, variables } })),
+    subscribe: (id, query, variables) =>
+      socket.send(JSON.stringify({ id, type: 'subscribe', payload: { query, variables } })),
     complete: (id) => socket.send(JSON.stringify({ id, type: 'complete' })),
     nexts: (id) => frames.filter((frame) => JSON.parse(frame).type === 'next' && JSON.parse(frame).id === id),
     pause: () => (socket as unknown as { _socket: { pause(): void } })._socket.pause(),
@@ -111,7 +131,10 @@ describe('one execution per event', () => {
       try {
         const steps = [];
         for (let step = 0; step < 3; step += 1) steps.push(await post(stack.app, uid));
-        await waitUntil(() => sockets.every((socket, s) => ids[s]!.every((id) => socket.nexts(id).length >= 3)), 'three messages for every subscriber');
+        await waitUntil(
+          () => sockets.every((socket, s) => ids[s]!.every((id) => socket.nexts(id).length >= 3)),
+          'three messages for every subscriber',
+        );
         expect(executions.counts.deliveryEvents).toBe(3);
 
         const cursors = await cursorsSeenBy(stack.key, uid);
@@ -123,7 +146,15 @@ describe('one execution per event', () => {
           const payloads = new Set(frames.map(({ frame }) => payloadText(frame)));
           expect(payloads.size).toBe(1);
           expect(JSON.parse([...payloads][0]!)).toEqual({
-            data: { deliveryEvents: { cursor: cursors.get(steps[step]!), uid, name: 'delivery.pickup_enroute', statusText: steps[step], delivery: { status: 'PICKUP_ENROUTE' } } },
+            data: {
+              deliveryEvents: {
+                cursor: cursors.get(steps[step]!),
+                uid,
+                name: 'delivery.pickup_enroute',
+                statusText: steps[step],
+                delivery: { status: 'PICKUP_ENROUTE' },
+              },
+            },
           });
         }
         // The counters /metrics reads.
@@ -131,8 +162,12 @@ describe('one execution per event', () => {
         expect(fanout.counters.executions - fanoutBefore.executions!).toBe(3);
         expect(fanout.counters.shared - fanoutBefore.shared!).toBe(3 * 7);
         const metrics = await (await fetch(`${stack.app.url}/metrics`)).text();
-        expect(metrics).toContain(`delivery_graph_subscription_messages_total{made="executed"} ${fanout.counters.executions}`);
-        expect(metrics).toContain(`delivery_graph_subscription_messages_total{made="shared"} ${fanout.counters.shared}`);
+        expect(metrics).toContain(
+          `delivery_graph_subscription_messages_total{made="executed"} ${fanout.counters.executions}`,
+        );
+        expect(metrics).toContain(
+          `delivery_graph_subscription_messages_total{made="shared"} ${fanout.counters.shared}`,
+        );
         expect(metrics).toMatch(/^delivery_graph_subscription_message_groups 1$/m);
       } finally {
         executions.restore();
@@ -164,8 +199,16 @@ describe('one execution per event', () => {
         await waitUntil(() => all.every((id) => socket.nexts(id).length >= 2), 'two messages for every subscriber');
         // One execution per event for each of the three groups.
         expect(executions.counts.deliveryEvents).toBe(2 * 3);
-        for (const id of ['selection-0', 'selection-1']) expect(Object.keys(JSON.parse(socket.nexts(id)[0]!).payload.data.deliveryEvents)).toEqual(['cursor', 'uid', 'name']);
-        for (const id of ['same-0', 'vars-0']) expect(JSON.parse(socket.nexts(id)[1]!).payload.data.deliveryEvents.delivery).toEqual({ status: 'PICKUP_ENROUTE' });
+        for (const id of ['selection-0', 'selection-1'])
+          expect(Object.keys(JSON.parse(socket.nexts(id)[0]!).payload.data.deliveryEvents)).toEqual([
+            'cursor',
+            'uid',
+            'name',
+          ]);
+        for (const id of ['same-0', 'vars-0'])
+          expect(JSON.parse(socket.nexts(id)[1]!).payload.data.deliveryEvents.delivery).toEqual({
+            status: 'PICKUP_ENROUTE',
+          });
       } finally {
         executions.restore();
       }
@@ -183,16 +226,23 @@ describe('one execution per event', () => {
       for (const id of ['own-0', 'own-1', 'own-2']) owner.subscribe(id, EVENTS, { uids: [uid] });
       await attached;
       for (const id of ['foreign-0', 'foreign-1']) stranger.subscribe(id, EVENTS, { uids: [uid] });
-      await waitUntil(() => stranger.frames.filter((frame) => JSON.parse(frame).type === 'complete').length === 2, "the stranger's subscriptions end");
+      await waitUntil(
+        () => stranger.frames.filter((frame) => JSON.parse(frame).type === 'complete').length === 2,
+        "the stranger's subscriptions end",
+      );
       const executions = countExecutions(stack.app);
       try {
         await post(stack.app, uid);
-        await waitUntil(() => ['own-0', 'own-1', 'own-2'].every((id) => owner.nexts(id).length >= 1), "the owner's messages");
+        await waitUntil(
+          () => ['own-0', 'own-1', 'own-2'].every((id) => owner.nexts(id).length >= 1),
+          "the owner's messages",
+        );
         expect(executions.counts.deliveryEvents).toBe(1);
       } finally {
         executions.restore();
       }
-      // Each of the stranger's subscriptions got its own NOT_FOUND (by its own id), as without sharing, and then nothing.
+      // Each of the stranger's subscriptions got its own NOT_FOUND (by its own id), as without sharing, and then
+      // nothing.
       for (const id of ['foreign-0', 'foreign-1']) {
         const [only, ...rest] = stranger.nexts(id);
         expect(rest).toEqual([]);
@@ -221,13 +271,27 @@ describe('one execution per event', () => {
       try {
         const mineAt = await post(stack.app, mine);
         const theirsAt = await post(stack.app, theirs);
-        await waitUntil(() => ['a-0', 'a-1'].every((id) => first.nexts(id).length >= 1) && ['b-0', 'b-1'].every((id) => second.nexts(id).length >= 1), 'one message each');
+        await waitUntil(
+          () =>
+            ['a-0', 'a-1'].every((id) => first.nexts(id).length >= 1) &&
+            ['b-0', 'b-1'].every((id) => second.nexts(id).length >= 1),
+          'one message each',
+        );
         expect(executions.counts.deliveryEvents).toBe(2);
-        const [myCursor, theirCursor] = [(await cursorsSeenBy(stack.key, mine)).get(mineAt), (await cursorsSeenBy(stack.otherKey, theirs)).get(theirsAt)];
+        const [myCursor, theirCursor] = [
+          (await cursorsSeenBy(stack.key, mine)).get(mineAt),
+          (await cursorsSeenBy(stack.otherKey, theirs)).get(theirsAt),
+        ];
         expect(myCursor).toBeDefined();
         expect(theirCursor).toBeDefined();
-        for (const id of ['a-0', 'a-1']) expect(first.nexts(id).map((frame) => JSON.parse(frame).payload.data.deliveryEvents)).toEqual([{ cursor: myCursor, uid: mine, name: 'delivery.pickup_enroute' }]);
-        for (const id of ['b-0', 'b-1']) expect(second.nexts(id).map((frame) => JSON.parse(frame).payload.data.deliveryEvents)).toEqual([{ cursor: theirCursor, uid: theirs, name: 'delivery.pickup_enroute' }]);
+        for (const id of ['a-0', 'a-1'])
+          expect(first.nexts(id).map((frame) => JSON.parse(frame).payload.data.deliveryEvents)).toEqual([
+            { cursor: myCursor, uid: mine, name: 'delivery.pickup_enroute' },
+          ]);
+        for (const id of ['b-0', 'b-1'])
+          expect(second.nexts(id).map((frame) => JSON.parse(frame).payload.data.deliveryEvents)).toEqual([
+            { cursor: theirCursor, uid: theirs, name: 'delivery.pickup_enroute' },
+          ]);
       } finally {
         executions.restore();
       }
@@ -240,21 +304,34 @@ describe('one execution per event', () => {
   it('gives client tokens of one delivery a group of their own, shared by every token with that scope', async () => {
     const uid = await book();
     const [one, two] = [await tokenFor([uid]), await tokenFor([uid])];
-    const sockets = [await rawSocket(stack.app, stack.key), await rawSocket(stack.app, one), await rawSocket(stack.app, two)];
+    const sockets = [
+      await rawSocket(stack.app, stack.key),
+      await rawSocket(stack.app, one),
+      await rawSocket(stack.app, two),
+    ];
     try {
       const attached = listenersAttached(stack.app.services.bus, 6);
-      sockets.forEach((socket, s) => ['x', 'y'].forEach((name) => socket.subscribe(`${s}-${name}`, EVENTS, { uids: [uid] })));
+      sockets.forEach((socket, s) =>
+        ['x', 'y'].forEach((name) => socket.subscribe(`${s}-${name}`, EVENTS, { uids: [uid] })),
+      );
       await attached;
       const executions = countExecutions(stack.app);
       try {
         const at = await post(stack.app, uid);
-        await waitUntil(() => sockets.every((socket, s) => ['x', 'y'].every((name) => socket.nexts(`${s}-${name}`).length >= 1)), 'a message each');
+        await waitUntil(
+          () => sockets.every((socket, s) => ['x', 'y'].every((name) => socket.nexts(`${s}-${name}`).length >= 1)),
+          'a message each',
+        );
         // The key's subscribers, and both tokens' together.
         expect(executions.counts.deliveryEvents).toBe(2);
         const cursor = (await cursorsSeenBy(stack.key, uid)).get(at);
         expect(cursor).toBeDefined();
         for (const [s, socket] of sockets.entries()) {
-          for (const name of ['x', 'y']) expect(JSON.parse(socket.nexts(`${s}-${name}`)[0]!).payload.data.deliveryEvents).toMatchObject({ cursor, uid });
+          for (const name of ['x', 'y'])
+            expect(JSON.parse(socket.nexts(`${s}-${name}`)[0]!).payload.data.deliveryEvents).toMatchObject({
+              cursor,
+              uid,
+            });
         }
       } finally {
         executions.restore();
@@ -304,7 +381,11 @@ describe('one execution per event', () => {
         const attached = listenersAttached(stack.app.services.bus);
         const response = await fetch(`${stack.app.url}/graphql`, {
           method: 'POST',
-          headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${stack.key}` },
+          headers: {
+            'content-type': 'application/json',
+            accept: 'text/event-stream',
+            authorization: `Bearer ${stack.key}`,
+          },
           body: JSON.stringify({ query: EVENTS, variables: { uids: [uid] } }),
           signal: controller.signal,
         });
@@ -351,7 +432,10 @@ describe('one execution per event', () => {
 describe('a slow subscriber', () => {
   let slow: Stack;
   beforeAll(async () => {
-    slow = await startStack({ env: { SUBSCRIBER_MAX_PENDING: '2' }, sandbox: { privateKeyPem: await exportPKCS8(privateKey) } });
+    slow = await startStack({
+      env: { SUBSCRIBER_MAX_PENDING: '2' },
+      sandbox: { privateKeyPem: await exportPKCS8(privateKey) },
+    });
     slow.sandbox.setWebhookUrl(undefined);
   });
   afterAll(async () => {
@@ -370,9 +454,11 @@ describe('a slow subscriber', () => {
       reader.subscribe('fast-1', query, { uids: [uid] });
       stalled.subscribe('slow', query, { uids: [uid] });
       await attached;
-      // It stops reading: the kernel's buffers fill, the server's writes to it stall, its queue grows past SUBSCRIBER_MAX_PENDING.
+      // It stops reading: the kernel's buffers fill, the server's writes to it stall, its queue grows past
+      // SUBSCRIBER_MAX_PENDING.
       stalled.pause();
-      // The server closing a socket with 4008 (ws's close on the server's side of it; its close frame waits in the stalled connection).
+      // The server closing a socket with 4008 (ws's close on the server's side of it; its close frame waits in the
+      // stalled connection).
       let cut = false;
       const close = WebSocket.prototype.close;
       WebSocket.prototype.close = function (this: WebSocket, code?: number, reason?: string | Buffer) {
@@ -386,13 +472,30 @@ describe('a slow subscriber', () => {
         // Events until the server cuts it off, however large the connection's buffers are.
         while (!cut) {
           expect(sent).toBeLessThan(1000);
-          const event = { uid, event_name: 'delivery.pickup_enroute', status: `big-${sent}`, platform_payload: { padding } };
-          const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(slow.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
-          const answer = await fetch(`${slow.app.url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+          const event = {
+            uid,
+            event_name: 'delivery.pickup_enroute',
+            status: `big-${sent}`,
+            platform_payload: { padding },
+          };
+          const token = await new SignJWT({ payload: event })
+            .setProtectedHeader({ alg: 'RS256' })
+            .setIssuer(slow.sandbox.issuer)
+            .setExpirationTime('5m')
+            .sign(privateKey);
+          const answer = await fetch(`${slow.app.url}/webhooks`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${token}` },
+            body: JSON.stringify(event),
+          });
           expect(answer.status).toBe(200);
           sent += 1;
         }
-        await waitUntil(() => ['fast-0', 'fast-1'].every((id) => reader.nexts(id).length === sent), 'every event for the readers that keep up', 30_000);
+        await waitUntil(
+          () => ['fast-0', 'fast-1'].every((id) => reader.nexts(id).length === sent),
+          'every event for the readers that keep up',
+          30_000,
+        );
         expect(executions.counts.deliveryEvents).toBe(sent);
       } finally {
         executions.restore();
@@ -401,7 +504,10 @@ describe('a slow subscriber', () => {
       stalled.resume();
       expect(await stalled.closed).toMatchObject({ code: 4008, reason: expect.stringMatching(/too slow/) });
       expect(stalled.nexts('slow').length).toBeLessThan(sent);
-      for (const id of ['fast-0', 'fast-1']) expect(reader.nexts(id).map((frame) => JSON.parse(frame).payload.data.deliveryEvents.statusText)).toEqual(Array.from({ length: sent }, (_, n) => `big-${n}`));
+      for (const id of ['fast-0', 'fast-1'])
+        expect(reader.nexts(id).map((frame) => JSON.parse(frame).payload.data.deliveryEvents.statusText)).toEqual(
+          Array.from({ length: sent }, (_, n) => `big-${n}`),
+        );
       await waitUntil(() => bus.listenerCount() === 2, 'the slow stream stops listening');
     } finally {
       reader.close();

@@ -28,7 +28,9 @@ const TRANSPORTS: Array<[string, (stack: Stack, query: string) => Promise<GraphQ
   [
     'GET',
     async (stack, query) => {
-      const response = await fetch(`${stack.app.url}/graphql?query=${encodeURIComponent(query)}`, { headers: { accept: 'application/json', authorization: `Bearer ${stack.key}` } });
+      const response = await fetch(`${stack.app.url}/graphql?query=${encodeURIComponent(query)}`, {
+        headers: { accept: 'application/json', authorization: `Bearer ${stack.key}` },
+      });
       return (await response.json()) as GraphQLResponse;
     },
   ],
@@ -37,12 +39,20 @@ const TRANSPORTS: Array<[string, (stack: Stack, query: string) => Promise<GraphQ
     async (stack, query) => {
       const response = await fetch(`${stack.app.url}/graphql`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${stack.key}` },
+        headers: {
+          'content-type': 'application/json',
+          accept: 'text/event-stream',
+          authorization: `Bearer ${stack.key}`,
+        },
         body: JSON.stringify({ query }),
       });
       const text = await response.text();
       // One `next` event (or a plain JSON answer) holds the result.
-      const data = text.split('\n').find((line) => line.startsWith('data: {'))?.slice('data: '.length) ?? text;
+      const data =
+        text
+          .split('\n')
+          .find((line) => line.startsWith('data: {'))
+          ?.slice('data: '.length) ?? text;
       return JSON.parse(data) as GraphQLResponse;
     },
   ],
@@ -84,14 +94,22 @@ describe('in production, by default', () => {
     for (const query of [SDL, '{ schema: _service { sdl } }', '{ ...F } fragment F on Query { _service { sdl } }']) {
       const answer = await run(stack, query);
       expect(answer.data, query).toBeUndefined();
-      expect(answer.errors?.map((error) => [error.extensions?.code, error.message]), query).toEqual([['GRAPHQL_VALIDATION_FAILED', REFUSAL]]);
+      expect(
+        answer.errors?.map((error) => [error.extensions?.code, error.message]),
+        query,
+      ).toEqual([['GRAPHQL_VALIDATION_FAILED', REFUSAL]]);
     }
     const introspection = await run(stack, '{ __schema { queryType { name } } }');
     expect(introspection.errors?.[0]?.message).toMatch(/introspection has been disabled/);
   });
 
   it('refuses it without a key too, with the status and shape of the introspection refusal', async () => {
-    const anonymous = (query: string) => fetch(`${stack.app.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query }) });
+    const anonymous = (query: string) =>
+      fetch(`${stack.app.url}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ query }),
+      });
     const [sdl, introspection] = await Promise.all([anonymous(SDL), anonymous('{ __schema { queryType { name } } }')]);
     expect(sdl.status).toBe(introspection.status);
     const [sdlBody, introspectionBody] = [await sdl.json(), await introspection.json()];
@@ -101,7 +119,10 @@ describe('in production, by default', () => {
 
   it('still resolves _entities for a gateway', async () => {
     const uid = (await stack.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid;
-    const result = await stack.gql('query($r: [_Any!]!) { _entities(representations: $r) { ... on Delivery { uid status } } }', { r: [{ __typename: 'Delivery', uid }] });
+    const result = await stack.gql(
+      'query($r: [_Any!]!) { _entities(representations: $r) { ... on Delivery { uid status } } }',
+      { r: [{ __typename: 'Delivery', uid }] },
+    );
     expect(result).toEqual({ data: { _entities: [{ uid, status: 'CREATED' }] } });
   });
 });
@@ -117,7 +138,9 @@ describe('FEDERATION_SDL=true in production', () => {
     const answer = await run(stack, SDL);
     expect(answer.errors).toBeUndefined();
     expect((answer.data as { _service: { sdl: string } })._service.sdl).toContain('@key(fields: "uid")');
-    expect((await run(stack, '{ __schema { queryType { name } } }')).errors?.[0]?.message).toMatch(/introspection has been disabled/);
+    expect((await run(stack, '{ __schema { queryType { name } } }')).errors?.[0]?.message).toMatch(
+      /introspection has been disabled/,
+    );
   });
 });
 
@@ -131,7 +154,11 @@ describe('FEDERATION_SDL=false outside production', () => {
   it('refuses _service while introspection is on', async () => {
     const { body } = await post(stack, SDL);
     expect(body.data).toBeUndefined();
-    expect(body.errors?.map((error) => [error.extensions?.code, error.message])).toEqual([['GRAPHQL_VALIDATION_FAILED', REFUSAL]]);
-    expect((await post(stack, '{ __schema { queryType { name } } }')).body).toEqual({ data: { __schema: { queryType: { name: 'Query' } } } });
+    expect(body.errors?.map((error) => [error.extensions?.code, error.message])).toEqual([
+      ['GRAPHQL_VALIDATION_FAILED', REFUSAL],
+    ]);
+    expect((await post(stack, '{ __schema { queryType { name } } }')).body).toEqual({
+      data: { __schema: { queryType: { name: 'Query' } } },
+    });
   });
 });

@@ -18,8 +18,15 @@ import { wsClient } from '../helpers/ws-client.js';
 const CREATE = /* GraphQL */ `
   mutation Create($input: DeliveryInput!) {
     createDelivery(input: $input) {
-      ... on MutationCreateDeliverySuccess { data { uid } }
-      ... on Error { code message }
+      ... on MutationCreateDeliverySuccess {
+        data {
+          uid
+        }
+      }
+      ... on Error {
+        code
+        message
+      }
     }
   }
 `;
@@ -28,7 +35,11 @@ const ENTITIES = /* GraphQL */ `
   query Entities($representations: [_Any!]!) {
     _entities(representations: $representations) {
       __typename
-      ... on Delivery { uid group status }
+      ... on Delivery {
+        uid
+        group
+        status
+      }
     }
   }
 `;
@@ -110,7 +121,9 @@ describe('the subgraph schema', () => {
     const query = `{ _service { sdl } _entities(representations: [{ __typename: "Delivery", uid: "${uid}" }]) { ... on Delivery { uid status } } }`;
     const direct = await stack.gql(query);
     const viaGet = (await (
-      await fetch(`${stack.app.url}/graphql?query=${encodeURIComponent(query)}`, { headers: { authorization: `Bearer ${stack.key}`, accept: 'application/json' } })
+      await fetch(`${stack.app.url}/graphql?query=${encodeURIComponent(query)}`, {
+        headers: { authorization: `Bearer ${stack.key}`, accept: 'application/json' },
+      })
     ).json()) as GraphQLResponse;
     const ws = wsClient(stack.app.url, stack.key);
     let overWs: GraphQLResponse | undefined;
@@ -148,9 +161,18 @@ describe('_entities on the facade', () => {
     const result = await stack.gql(ENTITIES, { representations });
     expect(result.errors).toBeUndefined();
     const expected = (uid: string) => ({ __typename: 'Delivery', uid, group: 'PLATFORM', status: 'CREATED' });
-    expect(result.data._entities).toEqual([expected(first), expected(second), expected(first), null, expected(first), expected(second)]);
+    expect(result.data._entities).toEqual([
+      expected(first),
+      expected(second),
+      expected(first),
+      null,
+      expected(first),
+      expected(second),
+    ]);
     // The unknown uid is looked for on both groups (platform, then partner) before it reads as null.
-    expect(readsSince(mark).sort()).toEqual([`deliveries/${first}`, `deliveries/${second}`, `deliveries/${UNKNOWN_UID}`, `orders/${UNKNOWN_UID}`].sort());
+    expect(readsSince(mark).sort()).toEqual(
+      [`deliveries/${first}`, `deliveries/${second}`, `deliveries/${UNKNOWN_UID}`, `orders/${UNKNOWN_UID}`].sort(),
+    );
   });
 
   it('finds a partner order by uid alone (platform first, then partner), and straight on the partner group when the representation carries it', async () => {
@@ -158,7 +180,9 @@ describe('_entities on the facade', () => {
     let mark = stack.sandbox.requestCount;
     const byUid = await stack.gql(ENTITIES, { representations: [delivery(order.uid)] });
     expect(byUid.errors).toBeUndefined();
-    expect(byUid.data._entities).toEqual([{ __typename: 'Delivery', uid: order.uid, group: 'PARTNER', status: 'CREATED' }]);
+    expect(byUid.data._entities).toEqual([
+      { __typename: 'Delivery', uid: order.uid, group: 'PARTNER', status: 'CREATED' },
+    ]);
     expect(readsSince(mark)).toEqual([`deliveries/${order.uid}`, `orders/${order.uid}`]);
 
     mark = stack.sandbox.requestCount;
@@ -179,29 +203,55 @@ describe('_entities on the facade', () => {
   it('refuses more than MAX_BATCH_SIZE representations, and ones that are not a Delivery, with BAD_USER_INPUT before any upstream call', async () => {
     const max = stack.app.services.config.graphql.maxBatchSize;
     const mark = stack.sandbox.requestCount;
-    const tooMany = await stack.gql(ENTITIES, { representations: Array.from({ length: max + 1 }, (_, i) => delivery(`uid-${i}`)) });
-    expect(tooMany.errors?.map((e) => [e.extensions?.code, e.message])).toEqual([['BAD_USER_INPUT', `_entities takes at most ${max} representations; got ${max + 1}.`]]);
+    const tooMany = await stack.gql(ENTITIES, {
+      representations: Array.from({ length: max + 1 }, (_, i) => delivery(`uid-${i}`)),
+    });
+    expect(tooMany.errors?.map((e) => [e.extensions?.code, e.message])).toEqual([
+      ['BAD_USER_INPUT', `_entities takes at most ${max} representations; got ${max + 1}.`],
+    ]);
     const secret = 'sk_test_pasted_by_mistake';
-    const notDelivery = await stack.gql(ENTITIES, { representations: [delivery(UNKNOWN_UID), { __typename: secret, uid: UNKNOWN_UID }] });
+    const notDelivery = await stack.gql(ENTITIES, {
+      representations: [delivery(UNKNOWN_UID), { __typename: secret, uid: UNKNOWN_UID }],
+    });
     expect(notDelivery.errors?.map((e) => e.extensions?.code)).toEqual(['BAD_USER_INPUT']);
     expect(notDelivery.errors?.[0]?.message).toContain('Representation 1 is not one of a Delivery');
     expect(JSON.stringify(notDelivery)).not.toContain(secret);
     const badGroup = await stack.gql(ENTITIES, { representations: [delivery(UNKNOWN_UID, 'ELSEWHERE')] });
     expect(badGroup.data._entities).toEqual([null]);
     expect(badGroup.errors?.map((e) => [e.extensions?.code, e.path])).toEqual([['BAD_USER_INPUT', ['_entities', 0]]]);
-    // graphql-jit parses an inline representation without the operation's variables: one with a variable in it is refused up front.
-    const inline = await stack.gql('query($uid: ID!) { _entities(representations: [{ __typename: "Delivery", uid: $uid }]) { __typename } }', { uid: UNKNOWN_UID });
+    // graphql-jit parses an inline representation without the operation's variables: one with a variable in it is
+    // refused up front.
+    const inline = await stack.gql(
+      'query($uid: ID!) { _entities(representations: [{ __typename: "Delivery", uid: $uid }]) { __typename } }',
+      { uid: UNKNOWN_UID },
+    );
     expect(inline.errors?.map((e) => e.extensions?.code)).toEqual(['GRAPHQL_VALIDATION_FAILED']);
     expect(inline.errors?.[0]?.message).toContain('cannot hold variables; pass the whole list as a variable');
     expect(stack.sandbox.requestsSince(mark)).toHaveLength(0);
   });
 
   it('counts the selection once per representation towards the operation cost limit', async () => {
-    // A full page of events per delivery: about 4,000 per representation, so 20 of them are over 50,000 where one is not.
+    // A full page of events per delivery: about 4,000 per representation, so 20 of them are over 50,000 where one is
+    // not.
     const query = /* GraphQL */ `
       query Heavy($representations: [_Any!]!) {
         _entities(representations: $representations) {
-          ... on Delivery { uid events { edges { cursor node { cursor uid name status stale receivedAt } } } }
+          ... on Delivery {
+            uid
+            events {
+              edges {
+                cursor
+                node {
+                  cursor
+                  uid
+                  name
+                  status
+                  stale
+                  receivedAt
+                }
+              }
+            }
+          }
         }
       }
     `;
@@ -211,7 +261,9 @@ describe('_entities on the facade', () => {
     expect(one.data._entities[0].uid).toBe(uid);
     const mark = stack.sandbox.requestCount;
     const twenty = await stack.gql(query, { representations: Array.from({ length: 20 }, () => delivery(uid)) });
-    expect(twenty.errors?.[0]?.message).toMatch(/^Operation cost limit of 50000 exceeded, found \d+: .*_entities\(representations:\) once per representation/);
+    expect(twenty.errors?.[0]?.message).toMatch(
+      /^Operation cost limit of 50000 exceeded, found \d+: .*_entities\(representations:\) once per representation/,
+    );
     expect(stack.sandbox.requestsSince(mark)).toHaveLength(0);
   });
 });
@@ -264,7 +316,8 @@ describe('in a supergraph with Hive Gateway', () => {
       logging: false,
       // The merchant key goes to delivery-graph only: the orders subgraph never sees it.
       propagateHeaders: {
-        fromClientToSubgraphs: ({ request, subgraphName }) => (subgraphName === 'deliveries' ? { authorization: request.headers.get('authorization') } : {}),
+        fromClientToSubgraphs: ({ request, subgraphName }) =>
+          subgraphName === 'deliveries' ? { authorization: request.headers.get('authorization') } : {},
       },
     });
     gatewayServer = createServer(gateway);
@@ -277,7 +330,11 @@ describe('in a supergraph with Hive Gateway', () => {
     await close(ordersServer);
   });
 
-  async function viaGateway(query: string, variables?: Record<string, unknown>, key: string | null = stack.key): Promise<GraphQLResponse> {
+  async function viaGateway(
+    query: string,
+    variables?: Record<string, unknown>,
+    key: string | null = stack.key,
+  ): Promise<GraphQLResponse> {
     const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' };
     if (key) headers.authorization = `Bearer ${key}`;
     const response = await fetch(gatewayUrl, { method: 'POST', headers, body: JSON.stringify({ query, variables }) });
@@ -286,14 +343,24 @@ describe('in a supergraph with Hive Gateway', () => {
 
   it("reads the orders subgraph's orders with their deliveries' status from the facade, one upstream read per distinct uid", async () => {
     const [first, second] = [await book(), await book()];
-    orders.splice(0, orders.length, { id: 'o-1', reference: 'SHOP-1', deliveryUid: first }, { id: 'o-2', reference: 'SHOP-2', deliveryUid: first }, { id: 'o-3', reference: 'SHOP-3', deliveryUid: second }, { id: 'o-4', reference: 'SHOP-4', deliveryUid: UNKNOWN_UID });
+    orders.splice(
+      0,
+      orders.length,
+      { id: 'o-1', reference: 'SHOP-1', deliveryUid: first },
+      { id: 'o-2', reference: 'SHOP-2', deliveryUid: first },
+      { id: 'o-3', reference: 'SHOP-3', deliveryUid: second },
+      { id: 'o-4', reference: 'SHOP-4', deliveryUid: UNKNOWN_UID },
+    );
     authorizations.clear();
     const mark = stack.sandbox.requestCount;
     const result = await viaGateway('{ merchantOrders { reference delivery { uid status group trackingUrl } } }');
     // The facade has no delivery with the last order's uid: the gateway reads the entity as null,
     // and, Delivery.status being non-null, says so at that path.
     expect(result.errors?.map((e) => e.path)).toEqual([['merchantOrders', 3, 'delivery', 'status']]);
-    const view = result.data.merchantOrders.map((o: any) => [o.reference, o.delivery && [o.delivery.uid, o.delivery.status, o.delivery.group]]);
+    const view = result.data.merchantOrders.map((o: any) => [
+      o.reference,
+      o.delivery && [o.delivery.uid, o.delivery.status, o.delivery.group],
+    ]);
     expect(view).toEqual([
       ['SHOP-1', [first, 'CREATED', 'PLATFORM']],
       ['SHOP-2', [first, 'CREATED', 'PLATFORM']],
@@ -302,14 +369,18 @@ describe('in a supergraph with Hive Gateway', () => {
     ]);
     expect(result.data.merchantOrders[0].delivery.trackingUrl).toMatch(/^https?:\/\//);
     // Four representations, three distinct uids: each read once (the unknown one on both groups).
-    expect(readsSince(mark).sort()).toEqual([`deliveries/${first}`, `deliveries/${second}`, `deliveries/${UNKNOWN_UID}`, `orders/${UNKNOWN_UID}`].sort());
+    expect(readsSince(mark).sort()).toEqual(
+      [`deliveries/${first}`, `deliveries/${second}`, `deliveries/${UNKNOWN_UID}`, `orders/${UNKNOWN_UID}`].sort(),
+    );
     expect(authorizations.get('orders')?.every((header) => header === null)).toBe(true);
   });
 
   it("reads a facade delivery with the orders subgraph's field on it", async () => {
     const uid = await book();
     orders.splice(0, orders.length, { id: 'o-9', reference: 'SHOP-9', deliveryUid: uid });
-    const result = await viaGateway('query($uid: ID!) { delivery(uid: $uid) { status merchantOrder { reference } } }', { uid });
+    const result = await viaGateway('query($uid: ID!) { delivery(uid: $uid) { status merchantOrder { reference } } }', {
+      uid,
+    });
     expect(result.errors).toBeUndefined();
     expect(result.data.delivery).toEqual({ status: 'CREATED', merchantOrder: { reference: 'SHOP-9' } });
   });

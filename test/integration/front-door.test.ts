@@ -19,7 +19,11 @@ import { deliveryInput, makeDataDir, startStack, type Stack } from '../helpers/s
  * Writes `parts` on one connection (`gapMs` apart; unless `pastAnswers`, none after the server's first answer)
  * and returns what the server sent before it closed or `waitMs` passed.
  */
-async function exchange(url: string, parts: string[], { gapMs = 0, waitMs = 3_000, pastAnswers = false } = {}): Promise<string> {
+async function exchange(
+  url: string,
+  parts: string[],
+  { gapMs = 0, waitMs = 3_000, pastAnswers = false } = {},
+): Promise<string> {
   const socket = connect(Number(new URL(url).port), '127.0.0.1');
   await once(socket, 'connect');
   let received = '';
@@ -47,11 +51,15 @@ const webhookRequest = (authorization: string, keepAlive = false) =>
 
 async function refusalsOf(url: string, status: number): Promise<number> {
   const text = await (await fetch(`${url}/metrics`)).text();
-  return Number(new RegExp(`^delivery_graph_webhook_refusals_total\\{status="${status}"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
+  return Number(
+    new RegExp(`^delivery_graph_webhook_refusals_total\\{status="${status}"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? 0,
+  );
 }
 
 async function eventNames(stack: Stack, uid: string): Promise<string[]> {
-  const result = await stack.gql('query($uid: ID!) { delivery(uid: $uid) { events { edges { node { name } } } } }', { uid });
+  const result = await stack.gql('query($uid: ID!) { delivery(uid: $uid) { events { edges { node { name } } } } }', {
+    uid,
+  });
   return result.data?.delivery?.events.edges.map((edge: { node: { name: string } }) => edge.node.name) ?? [];
 }
 
@@ -67,11 +75,16 @@ describe('header limits on the shared port (default setup)', () => {
       const response = await fetch(`${stack.app.url}${path}`, { headers: { 'x-padding': 'p'.repeat(20 * 1024) } });
       expect(response.status, path).toBe(431);
     }
-    expect((await fetch(`${stack.app.url}/health`, { headers: { 'x-padding': 'p'.repeat(8 * 1024) } })).status).toBe(200);
+    expect((await fetch(`${stack.app.url}/health`, { headers: { 'x-padding': 'p'.repeat(8 * 1024) } })).status).toBe(
+      200,
+    );
   });
 
   it('refuses trickled headers to /graphql once they pass 16 KiB, without waiting for the rest', async () => {
-    const parts = ['POST /graphql HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n', ...Array.from({ length: 64 }, () => padding(1024))];
+    const parts = [
+      'POST /graphql HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n',
+      ...Array.from({ length: 64 }, () => padding(1024)),
+    ];
     const started = performance.now();
     const raw = await exchange(stack.app.url, parts, { gapMs: 5, waitMs: 1_500 });
     expect(statuses(raw)).toEqual([431]);
@@ -89,41 +102,69 @@ describe('header limits on the shared port (default setup)', () => {
     const raw = await exchange(stack.app.url, [webhookRequest(`Bearer ${'a'.repeat(200 * 1024)}`)]);
     expect(statuses(raw)).toEqual([401]);
     // Empty lines before the request line are skipped, as the parser skips them.
-    const afterEmptyLines = await exchange(stack.app.url, ['\r\n\r\n', webhookRequest(`Bearer ${'a'.repeat(200 * 1024)}`)], { gapMs: 20 });
+    const afterEmptyLines = await exchange(
+      stack.app.url,
+      ['\r\n\r\n', webhookRequest(`Bearer ${'a'.repeat(200 * 1024)}`)],
+      { gapMs: 20 },
+    );
     expect(statuses(afterEmptyLines)).toEqual([401]);
   });
 
   it('answers another path after a webhook on the same connection within the default limit, with CORS and a request id, and keeps the connection', async () => {
-    const health = 'GET /health HTTP/1.1\r\nhost: x\r\norigin: https://shop.example\r\nx-request-id: after-webhook\r\n\r\n';
-    const small = await exchange(stack.app.url, [`${webhookRequest('Bearer nope', true)}${health}GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`]);
+    const health =
+      'GET /health HTTP/1.1\r\nhost: x\r\norigin: https://shop.example\r\nx-request-id: after-webhook\r\n\r\n';
+    const small = await exchange(stack.app.url, [
+      `${webhookRequest('Bearer nope', true)}${health}GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`,
+    ]);
     expect(statuses(small)).toEqual([401, 200, 200]);
     const second = small.slice(small.indexOf('HTTP/1.1 200'), small.lastIndexOf('HTTP/1.1 '));
     expect(second).toMatch(/^connection: keep-alive$/im);
     expect(second).toMatch(/^access-control-allow-origin: \*$/im);
     expect(second).toMatch(/^x-request-id: after-webhook$/im);
-    const large = await exchange(stack.app.url, [`${webhookRequest('Bearer nope', true)}GET /graphql HTTP/1.1\r\nhost: x\r\n${padding(20 * 1024)}\r\n`]);
+    const large = await exchange(stack.app.url, [
+      `${webhookRequest('Bearer nope', true)}GET /graphql HTTP/1.1\r\nhost: x\r\n${padding(20 * 1024)}\r\n`,
+    ]);
     expect(statuses(large)).toEqual([401, 431]);
     // A WebSocket asked for after a webhook is held to the default limit too.
-    const upgrade = 'GET /graphql HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-protocol: graphql-transport-ws\r\n';
+    const upgrade =
+      'GET /graphql HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-protocol: graphql-transport-ws\r\n';
     // (Not pipelined: Node answers an upgrade at once, even before the answer to a request ahead of it.)
     const parts = (last: string) => [webhookRequest('Bearer nope', true), last];
-    expect(statuses(await exchange(stack.app.url, parts(`${upgrade}\r\n`), { gapMs: 300, waitMs: 1_000, pastAnswers: true }))).toEqual([401, 101]);
-    expect(statuses(await exchange(stack.app.url, parts(`${upgrade}${padding(20 * 1024)}\r\n`), { gapMs: 300, pastAnswers: true }))).toEqual([401, 431]);
+    expect(
+      statuses(
+        await exchange(stack.app.url, parts(`${upgrade}\r\n`), { gapMs: 300, waitMs: 1_000, pastAnswers: true }),
+      ),
+    ).toEqual([401, 101]);
+    expect(
+      statuses(
+        await exchange(stack.app.url, parts(`${upgrade}${padding(20 * 1024)}\r\n`), { gapMs: 300, pastAnswers: true }),
+      ),
+    ).toEqual([401, 431]);
   });
 
   it('counts whitespace: 20 KiB of headers after a webhook on the same connection are refused whether the padding is spaces before a value, after it, or a value', async () => {
     const spaces = ' '.repeat(20 * 1024);
-    for (const header of [`x-padding: a${spaces}\r\n`, `x-padding:${spaces}a\r\n`, `x-padding: a\t${'\t'.repeat(20 * 1024)}b\r\n`]) {
-      const raw = await exchange(stack.app.url, [`${webhookRequest('Bearer nope', true)}GET /health HTTP/1.1\r\nhost: x\r\n${header}\r\n`]);
+    for (const header of [
+      `x-padding: a${spaces}\r\n`,
+      `x-padding:${spaces}a\r\n`,
+      `x-padding: a\t${'\t'.repeat(20 * 1024)}b\r\n`,
+    ]) {
+      const raw = await exchange(stack.app.url, [
+        `${webhookRequest('Bearer nope', true)}GET /health HTTP/1.1\r\nhost: x\r\n${header}\r\n`,
+      ]);
       expect(statuses(raw), JSON.stringify(header.slice(0, 14))).toEqual([401, 431]);
     }
     // Blank lines before a request line count too.
-    expect(statuses(await exchange(stack.app.url, [`${'\r\n'.repeat(10 * 1024)}GET /health HTTP/1.1\r\nhost: x\r\n\r\n`]))).toEqual([431]);
+    expect(
+      statuses(await exchange(stack.app.url, [`${'\r\n'.repeat(10 * 1024)}GET /health HTTP/1.1\r\nhost: x\r\n\r\n`])),
+    ).toEqual([431]);
   });
 
   it('answers 400 at once to a request line that ends in a bare LF, without waiting for the headers deadline', async () => {
     // HEADERS_TIMEOUT_MS is 10 s here: an answer within waitMs is not the deadline's.
-    expect(statuses(await exchange(stack.app.url, ['GET /health HTTP/1.1\nhost: x\n\n'], { waitMs: 3_000 }))).toEqual([400]);
+    expect(statuses(await exchange(stack.app.url, ['GET /health HTTP/1.1\nhost: x\n\n'], { waitMs: 3_000 }))).toEqual([
+      400,
+    ]);
     expect(statuses(await exchange(stack.app.url, ['POST /webhooks HTTP/1.1\n'], { waitMs: 3_000 }))).toEqual([400]);
   });
 
@@ -160,7 +201,11 @@ describe('header limits on the shared port (default setup)', () => {
     const raw = await exchange(stack.app.url, [webhookRequest(`Bearer ${'a'.repeat(300 * 1024)}`)]);
     expect(statuses(raw)).toEqual([431]);
     // The request line alone in the first packet, the token after it.
-    const trickled = await exchange(stack.app.url, ['POST /webhooks HTTP/1.1\r\n', `host: x\r\nauthorization: Bearer ${'a'.repeat(300 * 1024)}\r\n\r\n`], { gapMs: 50 });
+    const trickled = await exchange(
+      stack.app.url,
+      ['POST /webhooks HTTP/1.1\r\n', `host: x\r\nauthorization: Bearer ${'a'.repeat(300 * 1024)}\r\n\r\n`],
+      { gapMs: 50 },
+    );
     expect(statuses(trickled)).toEqual([431]);
     expect(await refusalsOf(stack.app.url, 431)).toBe(before + 2);
     expect(stack.app.receiver!.counters.refusals.get(431)).toBe(before + 2);
@@ -180,7 +225,9 @@ describe("a load balancer's kept-alive connections", () => {
   /** A genuine webhook whose token is about `bytes` long (the upstream echoes large orders in every event). */
   const largeWebhook = async (bytes: number) => {
     const uid = randomUUID();
-    const token = await new SignJWT({ payload: { uid, event_name: 'delivery.created', notes: 'n'.repeat(Math.ceil((bytes * 3) / 4)) } })
+    const token = await new SignJWT({
+      payload: { uid, event_name: 'delivery.created', notes: 'n'.repeat(Math.ceil((bytes * 3) / 4)) },
+    })
       .setProtectedHeader({ alg: 'RS256' })
       .setIssuer(stack.sandbox.issuer)
       .setIssuedAt()
@@ -192,44 +239,71 @@ describe("a load balancer's kept-alive connections", () => {
 
   it.each([
     ['GET /health', { method: 'GET', path: '/health' }],
-    ['POST /graphql', { method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json' }, body: '{"query":"{ __typename }"}' }],
-    ['POST /graphql with a chunked body', { method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json' }, body: Readable.from(['{"query":', '"{ __typename }"}']) }],
-  ] as const)('stores a webhook with a 40 KB token that comes after %s on the same connection', async (_first, first) => {
-    // One connection, kept alive and reused for every path, as nginx keepalive, Envoy or a cloud load balancer does.
-    const pool = new Pool(stack.app.url, { connections: 1, pipelining: 1 });
-    let connects = 0;
-    pool.on('connect', () => (connects += 1));
-    try {
-      const before = stack.app.receiver!.counters.accepted;
-      const answer = await pool.request(first as Parameters<Pool['request']>[0]);
-      await answer.body.text();
-      expect(answer.statusCode).toBe(200);
-      const webhook = await pool.request({
+    [
+      'POST /graphql',
+      {
         method: 'POST',
-        path: '/webhooks',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${await largeWebhook(40_000)}` },
-        body: '{}',
-      });
-      await webhook.body.text();
-      expect(webhook.statusCode).toBe(200);
-      expect(stack.app.receiver!.counters.accepted).toBe(before + 1);
-      // Both went over the one connection.
-      expect(connects).toBe(1);
-    } finally {
-      await pool.close();
-    }
-  });
+        path: '/graphql',
+        headers: { 'content-type': 'application/json' },
+        body: '{"query":"{ __typename }"}',
+      },
+    ],
+    [
+      'POST /graphql with a chunked body',
+      {
+        method: 'POST',
+        path: '/graphql',
+        headers: { 'content-type': 'application/json' },
+        body: Readable.from(['{"query":', '"{ __typename }"}']),
+      },
+    ],
+  ] as const)(
+    'stores a webhook with a 40 KB token that comes after %s on the same connection',
+    async (_first, first) => {
+      // One connection, kept alive and reused for every path, as nginx keepalive, Envoy or a cloud load balancer does.
+      const pool = new Pool(stack.app.url, { connections: 1, pipelining: 1 });
+      let connects = 0;
+      pool.on('connect', () => (connects += 1));
+      try {
+        const before = stack.app.receiver!.counters.accepted;
+        const answer = await pool.request(first as Parameters<Pool['request']>[0]);
+        await answer.body.text();
+        expect(answer.statusCode).toBe(200);
+        const webhook = await pool.request({
+          method: 'POST',
+          path: '/webhooks',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${await largeWebhook(40_000)}` },
+          body: '{}',
+        });
+        await webhook.body.text();
+        expect(webhook.statusCode).toBe(200);
+        expect(stack.app.receiver!.counters.accepted).toBe(before + 1);
+        // Both went over the one connection.
+        expect(connects).toBe(1);
+      } finally {
+        await pool.close();
+      }
+    },
+  );
 
   it('answers 2,000 requests pipelined in one write, a chunked one among them (the server pauses the connection while its answers back up)', async () => {
     const health = 'GET /health HTTP/1.1\r\nhost: x\r\n\r\n';
     const chunked = 'POST /health HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\n\r\n';
-    const raw = await exchange(stack.app.url, [`${health.repeat(1_000)}${chunked}${health.repeat(998)}GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`], { waitMs: 10_000 });
+    const raw = await exchange(
+      stack.app.url,
+      [
+        `${health.repeat(1_000)}${chunked}${health.repeat(998)}GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`,
+      ],
+      { waitMs: 10_000 },
+    );
     expect(statuses(raw)).toEqual(Array.from({ length: 2_000 }, () => 200));
   });
 
   it('stores a webhook pipelined right behind another request, and answers a request pipelined behind the webhook', async () => {
     const token = await largeWebhook(40_000);
-    const raw = await exchange(stack.app.url, [`GET /health HTTP/1.1\r\nhost: x\r\n\r\n${webhookRequest(`Bearer ${token}`, true)}GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`]);
+    const raw = await exchange(stack.app.url, [
+      `GET /health HTTP/1.1\r\nhost: x\r\n\r\n${webhookRequest(`Bearer ${token}`, true)}GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`,
+    ]);
     expect(statuses(raw)).toEqual([200, 200, 200]);
   });
 });
@@ -239,7 +313,11 @@ describe('deadlines behind the front', () => {
     const stack = await startStack({ env: { HEADERS_TIMEOUT_MS: '300', REQUEST_TIMEOUT_MS: '600' } });
     try {
       const started = performance.now();
-      const answers = await Promise.all([[], ['GET /grap'], ['POST /webhooks HTTP/1.1\r\nhost: x\r\n']].map((parts) => exchange(stack.app.url, parts, { waitMs: 5_000 })));
+      const answers = await Promise.all(
+        [[], ['GET /grap'], ['POST /webhooks HTTP/1.1\r\nhost: x\r\n']].map((parts) =>
+          exchange(stack.app.url, parts, { waitMs: 5_000 }),
+        ),
+      );
       expect(performance.now() - started).toBeLessThan(3_000);
       // The front answers 408 before any server has the connection; a server past its own deadline may only close it.
       expect(statuses(answers[0]!)).toEqual([408]);
@@ -262,15 +340,22 @@ describe('WEBHOOK_PORT', () => {
   it('receives webhooks on a port of its own, and only them; the main port keeps 16 KiB of headers and refuses the webhook path', async () => {
     expect(new URL(stack.app.webhookUrl).port).not.toBe(String(stack.app.port));
     // The sandbox posts this booking's webhooks to the webhook port.
-    const created = await stack.gql('mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }', { input: deliveryInput() });
+    const created = await stack.gql(
+      'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }',
+      { input: deliveryInput() },
+    );
     const uid = created.data.createDelivery.data.uid as string;
     while (!(await eventNames(stack, uid)).includes('delivery.created')) await sleep(25);
 
     const webhookOrigin = new URL(stack.app.webhookUrl).origin;
-    expect(statuses(await exchange(webhookOrigin, [webhookRequest(`Bearer ${'a'.repeat(200 * 1024)}`)]))).toEqual([401]);
+    expect(statuses(await exchange(webhookOrigin, [webhookRequest(`Bearer ${'a'.repeat(200 * 1024)}`)]))).toEqual([
+      401,
+    ]);
     expect((await fetch(`${webhookOrigin}/graphql`)).status).toBe(404);
     expect((await fetch(`${stack.app.url}/webhooks`, { method: 'POST', body: '{}' })).status).toBe(404);
-    expect((await fetch(`${stack.app.url}/graphql`, { headers: { 'x-padding': 'p'.repeat(20 * 1024) } })).status).toBe(431);
+    expect((await fetch(`${stack.app.url}/graphql`, { headers: { 'x-padding': 'p'.repeat(20 * 1024) } })).status).toBe(
+      431,
+    );
   });
 });
 
@@ -287,7 +372,9 @@ describe('/metrics', () => {
     await stack?.stop();
   });
   const start = async (env: Record<string, string>) => {
-    const app = await startApp(loadConfig({ ...stack.env, DATA_DIR: makeDataDir(), ...env }), { logger: createLogger('trace', { write: (line: string) => void lines.push(line) }) });
+    const app = await startApp(loadConfig({ ...stack.env, DATA_DIR: makeDataDir(), ...env }), {
+      logger: createLogger('trace', { write: (line: string) => void lines.push(line) }),
+    });
     apps.push(app);
     return app;
   };
@@ -297,7 +384,11 @@ describe('/metrics', () => {
     expect(response.status).toBe(200);
     expect(response.headers.get('access-control-allow-origin')).toBeNull();
     // Every other answer keeps its CORS.
-    expect((await fetch(`${stack.app.url}/health`, { headers: { origin: 'https://shop.example' } })).headers.get('access-control-allow-origin')).toBe('*');
+    expect(
+      (await fetch(`${stack.app.url}/health`, { headers: { origin: 'https://shop.example' } })).headers.get(
+        'access-control-allow-origin',
+      ),
+    ).toBe('*');
   });
 
   it('is off the main port in production unless METRICS_PORT or METRICS_TOKEN asks for it', async () => {
@@ -308,8 +399,17 @@ describe('/metrics', () => {
 
   it('with METRICS_TOKEN: 401 without the bearer token or with another, 200 with it, no CORS, and the token never logged', async () => {
     const app = await start({ NODE_ENV: 'production', METRICS_TOKEN: TOKEN });
-    const scrape = (authorization?: string) => fetch(`${app.url}/metrics`, { headers: { origin: 'https://shop.example', ...(authorization ? { authorization } : {}) } });
-    for (const authorization of [undefined, `Bearer ${TOKEN}x`, `Bearer ${TOKEN.slice(0, -1)}`, TOKEN, `Basic ${TOKEN}`]) {
+    const scrape = (authorization?: string) =>
+      fetch(`${app.url}/metrics`, {
+        headers: { origin: 'https://shop.example', ...(authorization ? { authorization } : {}) },
+      });
+    for (const authorization of [
+      undefined,
+      `Bearer ${TOKEN}x`,
+      `Bearer ${TOKEN.slice(0, -1)}`,
+      TOKEN,
+      `Basic ${TOKEN}`,
+    ]) {
       const refused = await scrape(authorization);
       expect(refused.status, String(authorization)).toBe(401);
       expect(refused.headers.get('www-authenticate')).toMatch(/^Bearer/);

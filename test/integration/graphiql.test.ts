@@ -41,13 +41,17 @@ function raw(path: string, headers: Record<string, string> = {}, method = 'GET')
 const page = () => raw('/graphql', { accept: 'text/html' });
 
 /** What the page hands GraphiQL: Monaco's worker URLs and GraphiQL's options. */
-function configOf(html: string): { workers: Record<string, string>; options: { title: string; headers: string; defaultQuery: string } } {
+function configOf(html: string): {
+  workers: Record<string, string>;
+  options: { title: string; headers: string; defaultQuery: string };
+} {
   const json = /<script id="graphiql-config" type="application\/json">([^<]*)<\/script>/.exec(html)?.[1];
   expect(json).toBeDefined();
   return JSON.parse(json!);
 }
 
-const bookKey = (html: string) => /idempotencyKey: "(graphiql-book-[\w-]+)"/.exec(configOf(html).options.defaultQuery)?.[1];
+const bookKey = (html: string) =>
+  /idempotencyKey: "(graphiql-book-[\w-]+)"/.exec(configOf(html).options.defaultQuery)?.[1];
 
 /** Every file the page can load: what the HTML links, Monaco's workers, and what the stylesheet points at. */
 async function assetPaths(html: string): Promise<{ linked: string[]; workers: string[]; fromCss: string[] }> {
@@ -69,14 +73,20 @@ describe('GraphiQL', () => {
     expect(html).toContain('<html');
     // The whole bundle used to be inlined here: 9 MB on every load.
     expect(response.body.length).toBeLessThan(10_000);
-    const external = [...html.matchAll(/<(?:script|link)\b[^>]*(?:src|href)=["'](https?:)?\/\/[^"']+/gi)].map((m) => m[0]);
+    const external = [...html.matchAll(/<(?:script|link)\b[^>]*(?:src|href)=["'](https?:)?\/\/[^"']+/gi)].map(
+      (m) => m[0],
+    );
     expect(external).toEqual([]);
     // No inline script to allow: the options travel as JSON, the code comes from the facade's files.
     const csp = String(response.headers['content-security-policy']);
     expect(csp).toContain("default-src 'none'");
     expect(csp).toContain("script-src 'self';");
     expect(csp).not.toMatch(/https?:|\*/);
-    expect([...html.matchAll(/<script\b([^>]*)>/g)].map((m) => m[1]!).filter((attributes) => !/\bsrc=|type="application\/json"/.test(attributes))).toEqual([]);
+    expect(
+      [...html.matchAll(/<script\b([^>]*)>/g)]
+        .map((m) => m[1]!)
+        .filter((attributes) => !/\bsrc=|type="application\/json"/.test(attributes)),
+    ).toEqual([]);
   });
 
   it('opens with example operations, the title and the Authorization header to set', async () => {
@@ -88,7 +98,9 @@ describe('GraphiQL', () => {
     expect(options.defaultQuery).toContain('subscription Follow');
     expect(JSON.parse(options.headers)).toEqual({ Authorization: 'Bearer <merchant key>' });
     // In-process callers of yoga get the same page.
-    const inProcess = await (await stack.app.yoga.fetch('http://localhost/graphql', { headers: { accept: 'text/html' } })).text();
+    const inProcess = await (
+      await stack.app.yoga.fetch('http://localhost/graphql', { headers: { accept: 'text/html' } })
+    ).text();
     expect(configOf(inProcess).options.defaultQuery).toContain('mutation Book');
     expect(inProcess).toMatch(/<script src="\/graphiql\/graphiql\.[0-9a-f]{16}\.js" defer><\/script>/);
   });
@@ -127,7 +139,9 @@ describe('GraphiQL', () => {
     // The stylesheet's fonts are files too, not data: URLs.
     expect(fromCss.some((path) => path.endsWith('.woff2'))).toBe(true);
     const all = [...new Set([...linked, ...workers, ...fromCss])];
-    expect(all.filter((path) => !/^\/graphiql\/[\w.]+\.[0-9a-f]{16}\.(js|css|ico|woff2?|ttf|png|svg)$/.test(path))).toEqual([]);
+    expect(
+      all.filter((path) => !/^\/graphiql\/[\w.]+\.[0-9a-f]{16}\.(js|css|ico|woff2?|ttf|png|svg)$/.test(path)),
+    ).toEqual([]);
 
     let identityBytes = 0;
     let brotliBytes = 0;
@@ -162,7 +176,12 @@ describe('GraphiQL', () => {
     expect(brotliBytes).toBeLessThan(identityBytes / 4);
 
     // Nothing the page loads points anywhere but the facade.
-    const css = (await raw(linked.find((path) => path.endsWith('.css'))!, { 'accept-encoding': 'identity' })).body.toString();
+    const css = (
+      await raw(
+        linked.find((path) => path.endsWith('.css'))!,
+        { 'accept-encoding': 'identity' },
+      )
+    ).body.toString();
     expect(css).not.toMatch(/@import|url\(\s*["']?(?:https?:)?\/\//);
     expect(css).not.toContain('data:font');
   });
@@ -181,7 +200,9 @@ describe('GraphiQL', () => {
     expect((await raw(script, {}, 'POST')).status).toBe(405);
     expect((await raw('/graphiql/graphiql.0000000000000000.js')).status).toBe(404);
     // A GraphQL GET that is not a browser asking for a page still runs.
-    const query = await fetch(`${stack.app.url}/graphql?query=${encodeURIComponent('{ __typename }')}`, { headers: { authorization: `Bearer ${stack.key}` } });
+    const query = await fetch(`${stack.app.url}/graphql?query=${encodeURIComponent('{ __typename }')}`, {
+      headers: { authorization: `Bearer ${stack.key}` },
+    });
     expect(await query.json()).toEqual({ data: { __typename: 'Query' } });
   });
 

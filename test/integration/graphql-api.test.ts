@@ -9,15 +9,105 @@ import { waitUntil } from '../helpers/wait.js';
 
 const FULL_DELIVERY = /* GraphQL */ `
   fragment Full on Delivery {
-    id uid group status rawStatus
-    price { amount currency } tip distance { value unit }
-    pickup { name phone email instructions windowStart address { street number secondaryNumber city county state postalCode country latitude longitude } }
-    dropoff { name phone email instructions windowStart address { street number city country latitude longitude } }
-    deliveryDate deliveryStartTime deliveryEndTime estimatedDropoffAt mode style rawStyle
-    package { description minimumVehicleSize requirements itemsCount items { name quantity price } weight dimensions { height length width } declaredValue }
-    courier { name pickupPhone dropoffPhone vehicle { make model year } location { lat lng } }
-    proofOfDelivery { photoUrl signatureUrl }
-    cancellationReason expectedCancellationFee { amount currency } trackingUrl payload partnerReference
+    id
+    uid
+    group
+    status
+    rawStatus
+    price {
+      amount
+      currency
+    }
+    tip
+    distance {
+      value
+      unit
+    }
+    pickup {
+      name
+      phone
+      email
+      instructions
+      windowStart
+      address {
+        street
+        number
+        secondaryNumber
+        city
+        county
+        state
+        postalCode
+        country
+        latitude
+        longitude
+      }
+    }
+    dropoff {
+      name
+      phone
+      email
+      instructions
+      windowStart
+      address {
+        street
+        number
+        city
+        country
+        latitude
+        longitude
+      }
+    }
+    deliveryDate
+    deliveryStartTime
+    deliveryEndTime
+    estimatedDropoffAt
+    mode
+    style
+    rawStyle
+    package {
+      description
+      minimumVehicleSize
+      requirements
+      itemsCount
+      items {
+        name
+        quantity
+        price
+      }
+      weight
+      dimensions {
+        height
+        length
+        width
+      }
+      declaredValue
+    }
+    courier {
+      name
+      pickupPhone
+      dropoffPhone
+      vehicle {
+        make
+        model
+        year
+      }
+      location {
+        lat
+        lng
+      }
+    }
+    proofOfDelivery {
+      photoUrl
+      signatureUrl
+    }
+    cancellationReason
+    expectedCancellationFee {
+      amount
+      currency
+    }
+    trackingUrl
+    payload
+    partnerReference
   }
 `;
 
@@ -25,9 +115,22 @@ const CREATE = /* GraphQL */ `
   mutation Create($input: DeliveryInput!, $key: String) {
     createDelivery(input: $input, idempotencyKey: $key) {
       __typename
-      ... on MutationCreateDeliverySuccess { data { uid trackingUrl } }
-      ... on Error { code message }
-      ... on ValidationError { fields { path message } }
+      ... on MutationCreateDeliverySuccess {
+        data {
+          uid
+          trackingUrl
+        }
+      }
+      ... on Error {
+        code
+        message
+      }
+      ... on ValidationError {
+        fields {
+          path
+          message
+        }
+      }
     }
   }
 `;
@@ -85,8 +188,32 @@ describe('quoteDelivery', () => {
     mutation Quote($input: DeliveryInput!, $group: ApiGroup!) {
       quoteDelivery(input: $input, group: $group) {
         __typename
-        ... on MutationQuoteDeliverySuccess { data { group fee { amount currency } tip { amount currency } distance { value unit } message } }
-        ... on ValidationError { code message fields { path message } }
+        ... on MutationQuoteDeliverySuccess {
+          data {
+            group
+            fee {
+              amount
+              currency
+            }
+            tip {
+              amount
+              currency
+            }
+            distance {
+              value
+              unit
+            }
+            message
+          }
+        }
+        ... on ValidationError {
+          code
+          message
+          fields {
+            path
+            message
+          }
+        }
       }
     }
   `;
@@ -112,7 +239,12 @@ describe('quoteDelivery', () => {
 
   it('reports every problem at once, per group, before any upstream call', async () => {
     stack.sandbox.resetRequests();
-    const input = deliveryInput({ currency: undefined, deliveryDate: undefined, style: 'OVERSIZE', minimumVehicleSize: ' ' });
+    const input = deliveryInput({
+      currency: undefined,
+      deliveryDate: undefined,
+      style: 'OVERSIZE',
+      minimumVehicleSize: ' ',
+    });
     (input.pickup as any).phone = '+1555010012345678';
     (input.pickup as any).instructions = 'x'.repeat(513);
     (input.dropoff as any).windowStart = undefined;
@@ -121,7 +253,14 @@ describe('quoteDelivery', () => {
     expect(error.__typename).toBe('ValidationError');
     expect(error.code).toBe('VALIDATION_FAILED');
     expect(error.fields.map((f: any) => f.path).sort()).toEqual(
-      ['input.currency', 'input.deliveryDate', 'input.dropoff.windowStart', 'input.minimumVehicleSize', 'input.pickup.instructions', 'input.pickup.phone'].sort(),
+      [
+        'input.currency',
+        'input.deliveryDate',
+        'input.dropoff.windowStart',
+        'input.minimumVehicleSize',
+        'input.pickup.instructions',
+        'input.pickup.phone',
+      ].sort(),
     );
     expect(stack.sandbox.requests).toHaveLength(0);
   });
@@ -130,7 +269,11 @@ describe('quoteDelivery', () => {
     const input = deliveryInput({ partnerReference: 'nope', deliveryEndTime: '2030-05-01T18:00:00Z' });
     (input.dropoff as any).address = undefined;
     const result = await stack.gql(QUOTE, { input, group: 'PLATFORM' });
-    expect(result.data.quoteDelivery.fields.map((f: any) => f.path).sort()).toEqual(['input.deliveryEndTime', 'input.dropoff.address', 'input.partnerReference']);
+    expect(result.data.quoteDelivery.fields.map((f: any) => f.path).sort()).toEqual([
+      'input.deliveryEndTime',
+      'input.dropoff.address',
+      'input.partnerReference',
+    ]);
   });
 
   it('accepts NOW without a dropoff window or date', async () => {
@@ -190,7 +333,10 @@ describe('createDelivery and reads', () => {
   it('shows the courier once one is assigned', async () => {
     const uid = await book();
     await stack.sandbox.advance(uid);
-    const result = await stack.gql('query($uid: ID!) { delivery(uid: $uid) { status price { amount currency } courier { name vehicle { make year } location { lat lng } } } }', { uid });
+    const result = await stack.gql(
+      'query($uid: ID!) { delivery(uid: $uid) { status price { amount currency } courier { name vehicle { make year } location { lat lng } } } }',
+      { uid },
+    );
     expect(result.data.delivery.status).toBe('ASSIGNED');
     expect(result.data.delivery.price).toEqual({ amount: expect.stringMatching(/^\d+\.\d{2}$/), currency: 'USD' });
     expect(result.data.delivery.courier.name).toBeTruthy();
@@ -205,7 +351,9 @@ describe('createDelivery and reads', () => {
   it('refetches a delivery through node(id:)', async () => {
     const uid = await book();
     const first = await stack.gql('query($uid: ID!) { delivery(uid: $uid) { id } }', { uid });
-    const again = await stack.gql('query($id: ID!) { node(id: $id) { __typename ... on Delivery { uid group } } }', { id: first.data.delivery.id });
+    const again = await stack.gql('query($id: ID!) { node(id: $id) { __typename ... on Delivery { uid group } } }', {
+      id: first.data.delivery.id,
+    });
     expect(again.data.node).toEqual({ __typename: 'Delivery', uid, group: 'PLATFORM' });
   });
 });
@@ -232,8 +380,11 @@ describe('deliveries (batch)', () => {
     try {
       const unknown = Array.from({ length: 50 }, () => randomUUID());
       // A key is tried one request at a time until the upstream has accepted it once.
-      expect((await gated.gql('query($uid: ID!) { delivery(uid: $uid) { uid } }', { uid: randomUUID() })).data).toEqual({ delivery: null });
-      // Every read is held at the upstream until all 50 are there: read one after another, the first would never be answered.
+      expect((await gated.gql('query($uid: ID!) { delivery(uid: $uid) { uid } }', { uid: randomUUID() })).data).toEqual(
+        { delivery: null },
+      );
+      // Every read is held at the upstream until all 50 are there: read one after another, the first would never be
+      // answered.
       let arrived = 0;
       let allArrived!: () => void;
       const together = new Promise<void>((resolve) => (allArrived = resolve));
@@ -293,7 +444,9 @@ describe('a failing uid fails only its own entry', () => {
       res.writeHead(500, { 'content-type': 'application/json' }).end('{"code":"boom","message":"internal"}');
       return true;
     };
-    const result = await faulty.gql('query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', { uids: [good[0], broken, good[1], good[2]] });
+    const result = await faulty.gql('query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', {
+      uids: [good[0], broken, good[1], good[2]],
+    });
     expect(result.data.deliveries).toEqual([{ uid: good[0] }, null, { uid: good[1] }, { uid: good[2] }]);
     expect(result.errors).toHaveLength(1);
     expect(result.errors![0]!.path).toEqual(['deliveries', 1]);
@@ -302,7 +455,8 @@ describe('a failing uid fails only its own entry', () => {
 
   it('keeps one entry per uid, in order, when an early uid fails after later ones were answered', async () => {
     const good: string[] = [];
-    for (let i = 0; i < 2; i += 1) good.push((await faulty.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid);
+    for (let i = 0; i < 2; i += 1)
+      good.push((await faulty.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid);
     const slow = '44444444-4444-4444-8444-444444444444';
     // The early uid fails only once the proxy has answered both later ones.
     let answeredLater = 0;
@@ -316,7 +470,9 @@ describe('a failing uid fails only its own entry', () => {
       res.writeHead(500, { 'content-type': 'application/json' }).end('{"code":"boom","message":"internal"}');
       return true;
     };
-    const result = await faulty.gql('query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', { uids: [slow, good[0], slow, good[1]] });
+    const result = await faulty.gql('query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', {
+      uids: [slow, good[0], slow, good[1]],
+    });
     proxy.fault = undefined;
     expect(result.data.deliveries).toEqual([null, { uid: good[0] }, null, { uid: good[1] }]);
     expect(result.errors!.map((error) => error.path)).toEqual([
@@ -328,7 +484,9 @@ describe('a failing uid fails only its own entry', () => {
   it('refuses an empty uid as BAD_USER_INPUT, in its own entry, without asking the upstream', async () => {
     const good = (await faulty.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid;
     const before = proxy.seen.length;
-    const list = await faulty.gql('query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', { uids: ['', good, ' '] });
+    const list = await faulty.gql('query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', {
+      uids: ['', good, ' '],
+    });
     expect(list.data.deliveries).toEqual([null, { uid: good }, null]);
     expect(list.errors!.map((error) => [error.path, error.extensions?.code, error.message])).toEqual([
       [['deliveries', 0], 'BAD_USER_INPUT', 'uid must not be empty.'],
@@ -338,7 +496,12 @@ describe('a failing uid fails only its own entry', () => {
     expect(one.errors?.[0]?.extensions?.code).toBe('BAD_USER_INPUT');
     const byReference = await faulty.gql('{ deliveryByReference(partnerReference: "") { uid } }');
     expect(byReference.errors?.[0]?.extensions?.code).toBe('BAD_USER_INPUT');
-    expect(proxy.seen.slice(before).map((seen) => seen.path).filter((path) => /\/(deliveries|orders(\/partner)?)\/?$/.test(path))).toEqual([]);
+    expect(
+      proxy.seen
+        .slice(before)
+        .map((seen) => seen.path)
+        .filter((path) => /\/(deliveries|orders(\/partner)?)\/?$/.test(path)),
+    ).toEqual([]);
   });
 
   it('stops its upstream reads when the client goes away, and only its own', async () => {
@@ -397,8 +560,13 @@ describe('a failing uid fails only its own entry', () => {
 
 describe('deliveryByReference and the partner group', () => {
   it('reads a partner order by reference with its style, and by uid', async () => {
-    const order = stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody('PO-1001', { delivery_style: 'Special Handling', partner_payload: { po: 1001 } }));
-    const byRef = await stack.gql('{ deliveryByReference(partnerReference: "PO-1001") { uid group partnerReference style rawStyle payload } }');
+    const order = stack.sandbox.seedPartnerOrder(
+      stack.key,
+      partnerOrderBody('PO-1001', { delivery_style: 'Special Handling', partner_payload: { po: 1001 } }),
+    );
+    const byRef = await stack.gql(
+      '{ deliveryByReference(partnerReference: "PO-1001") { uid group partnerReference style rawStyle payload } }',
+    );
     expect(byRef.data.deliveryByReference).toEqual({
       uid: order.uid,
       group: 'PARTNER',
@@ -407,7 +575,10 @@ describe('deliveryByReference and the partner group', () => {
       rawStyle: 'Special Handling',
       payload: { po: 1001 },
     });
-    const byUid = await stack.gql('query($uid: ID!) { delivery(uid: $uid, group: PARTNER) { uid partnerReference style } }', { uid: order.uid });
+    const byUid = await stack.gql(
+      'query($uid: ID!) { delivery(uid: $uid, group: PARTNER) { uid partnerReference style } }',
+      { uid: order.uid },
+    );
     // The read by uid carries no delivery_style (upstream-api.md): the style comes from the read by reference.
     expect(byUid.data.delivery).toEqual({ uid: order.uid, partnerReference: 'PO-1001', style: 'SPECIAL_HANDLING' });
   });
@@ -420,11 +591,27 @@ describe('deliveryByReference and the partner group', () => {
 
 describe('cancelDelivery', () => {
   const CANCEL = /* GraphQL */ `
-    mutation($uid: ID!, $group: ApiGroup!) {
+    mutation ($uid: ID!, $group: ApiGroup!) {
       cancelDelivery(uid: $uid, group: $group) {
         __typename
-        ... on MutationCancelDeliverySuccess { data { uid group status rawStatus fee { amount currency } partnerReference message } }
-        ... on Error { code message }
+        ... on MutationCancelDeliverySuccess {
+          data {
+            uid
+            group
+            status
+            rawStatus
+            fee {
+              amount
+              currency
+            }
+            partnerReference
+            message
+          }
+        }
+        ... on Error {
+          code
+          message
+        }
       }
     }
   `;
@@ -433,7 +620,13 @@ describe('cancelDelivery', () => {
     const uid = await book();
     const result = await stack.gql(CANCEL, { uid, group: 'PLATFORM' });
     const data = result.data.cancelDelivery.data;
-    expect(data).toMatchObject({ uid, group: 'PLATFORM', status: 'CANCELED', rawStatus: 'Canceled', partnerReference: null });
+    expect(data).toMatchObject({
+      uid,
+      group: 'PLATFORM',
+      status: 'CANCELED',
+      rawStatus: 'Canceled',
+      partnerReference: null,
+    });
     expect(data.fee.amount).toMatch(/^\d+\.\d{2}$/);
     const read = await stack.gql('query($uid: ID!) { delivery(uid: $uid) { status } }', { uid });
     expect(read.data.delivery.status).toBe('CANCELED');
@@ -452,14 +645,23 @@ describe('cancelDelivery', () => {
       const result = await stack.gql(CANCEL, { uid, group: 'PLATFORM' });
       expect(result.data.cancelDelivery).toMatchObject({ __typename: 'NotFoundError', code: 'NOT_FOUND' });
     }
-    const still = await stack.gql('query($uid: ID!) { delivery(uid: $uid) { status } }', { uid: theirs }, stack.otherKey);
+    const still = await stack.gql(
+      'query($uid: ID!) { delivery(uid: $uid) { status } }',
+      { uid: theirs },
+      stack.otherKey,
+    );
     expect(still.data.delivery.status).toBe('CREATED');
   });
 
   it('cancels a partner order with its reference and fee', async () => {
     const order = stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody('PO-2002'));
     const result = await stack.gql(CANCEL, { uid: order.uid, group: 'PARTNER' });
-    expect(result.data.cancelDelivery.data).toMatchObject({ uid: order.uid, group: 'PARTNER', status: 'CANCELED', partnerReference: 'PO-2002' });
+    expect(result.data.cancelDelivery.data).toMatchObject({
+      uid: order.uid,
+      group: 'PARTNER',
+      status: 'CANCELED',
+      partnerReference: 'PO-2002',
+    });
     expect(result.data.cancelDelivery.data.fee.currency).toBe('EUR');
   });
 });
@@ -476,7 +678,9 @@ describe('idempotent create', () => {
   it('books once for concurrent repeats', async () => {
     stack.sandbox.setKnobs({ latencyMs: 50 });
     stack.sandbox.resetRequests();
-    const results = await Promise.all(Array.from({ length: 10 }, () => stack.gql(CREATE, { input: deliveryInput(), key: 'order-concurrent' })));
+    const results = await Promise.all(
+      Array.from({ length: 10 }, () => stack.gql(CREATE, { input: deliveryInput(), key: 'order-concurrent' })),
+    );
     const uids = new Set(results.map((r) => r.data.createDelivery.data.uid));
     expect(uids.size).toBe(1);
     expect(posts('/deliveries')).toHaveLength(1);
@@ -486,7 +690,10 @@ describe('idempotent create', () => {
     await stack.gql(CREATE, { input: deliveryInput(), key: 'order-88' });
     stack.sandbox.resetRequests();
     const other = await stack.gql(CREATE, { input: deliveryInput({ description: 'Three books' }), key: 'order-88' });
-    expect(other.data.createDelivery).toMatchObject({ __typename: 'IdempotencyConflictError', code: 'IDEMPOTENCY_CONFLICT' });
+    expect(other.data.createDelivery).toMatchObject({
+      __typename: 'IdempotencyConflictError',
+      code: 'IDEMPOTENCY_CONFLICT',
+    });
     expect(posts('/deliveries')).toHaveLength(0);
   });
 
@@ -512,7 +719,13 @@ describe('tenancy', () => {
     const theirs = await book(stack.otherKey);
     const requests = Array.from({ length: 300 }, (_, i) => {
       const key = i % 2 === 0 ? stack.key : stack.otherKey;
-      return stack.gql('query($a: ID!, $b: ID!) { a: delivery(uid: $a) { uid } b: delivery(uid: $b) { uid } }', { a: mine, b: theirs }, key).then((r) => ({ key, r }));
+      return stack
+        .gql(
+          'query($a: ID!, $b: ID!) { a: delivery(uid: $a) { uid } b: delivery(uid: $b) { uid } }',
+          { a: mine, b: theirs },
+          key,
+        )
+        .then((r) => ({ key, r }));
     });
     for (const { key, r } of await Promise.all(requests)) {
       expect(r.errors).toBeUndefined();

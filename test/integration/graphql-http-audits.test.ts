@@ -8,7 +8,15 @@ import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 
 const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`;
 const UPDATED = `subscription($uid: ID!) { deliveryUpdated(uid: $uid) { cursor uid name status } }`;
-const MILESTONES = ['ASSIGNED', 'PICKUP_ENROUTE', 'PICKUP_ARRIVED', 'PICKUP_COMPLETE', 'DROPOFF_ENROUTE', 'DROPOFF_ARRIVED', 'DROPOFF_COMPLETE'];
+const MILESTONES = [
+  'ASSIGNED',
+  'PICKUP_ENROUTE',
+  'PICKUP_ARRIVED',
+  'PICKUP_COMPLETE',
+  'DROPOFF_ENROUTE',
+  'DROPOFF_ARRIVED',
+  'DROPOFF_COMPLETE',
+];
 
 let stack: Stack;
 
@@ -55,7 +63,9 @@ describe('GraphQL over HTTP (graphql-http serverAudits)', () => {
         } catch {
           // already read by the audit
         }
-        expect.fail(`${result.status}: ${result.reason}\nHTTP ${result.response.status} ${result.response.headers.get('content-type')}\n${body}`);
+        expect.fail(
+          `${result.status}: ${result.reason}\nHTTP ${result.response.status} ${result.response.headers.get('content-type')}\n${body}`,
+        );
       }
       expect(result.status).toBe('ok');
     });
@@ -157,7 +167,8 @@ describe('GraphQL over SSE (distinct connections mode)', () => {
       }
       throw new Error('stream ended without `event: complete`');
     })();
-    const statuses = () => messages.filter((m) => m.event === 'next').map((m) => JSON.parse(m.data).data.deliveryUpdated.status as string);
+    const statuses = () =>
+      messages.filter((m) => m.event === 'next').map((m) => JSON.parse(m.data).data.deliveryUpdated.status as string);
     const until = async (predicate: () => boolean) => {
       const deadline = Date.now() + 10_000;
       while (!predicate()) {

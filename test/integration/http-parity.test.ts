@@ -26,7 +26,8 @@ async function see(url: string, init: RequestInit): Promise<Seen> {
   const response = await fetch(url, init);
   const headers: Record<string, string> = {};
   for (const [name, value] of response.headers) {
-    if (!['date', 'connection', 'keep-alive', 'transfer-encoding', 'content-length'].includes(name)) headers[name] = value;
+    if (!['date', 'connection', 'keep-alive', 'transfer-encoding', 'content-length'].includes(name))
+      headers[name] = value;
   }
   return { status: response.status, headers, body: await response.text() };
 }
@@ -56,21 +57,80 @@ describe('the direct path and yoga answer alike', () => {
   const withKey = (key: () => string) => ({ authorization: `Bearer ${key()}` });
 
   const cases: Array<[string, () => RequestInit]> = [
-    ['a query that answers', () => post({ query: '{ availability { group available } }' }, withKey(() => stack.key))],
-    ['a read of an unknown uid (null, no error)', () => post({ query: '{ delivery(uid: "no-such-uid") { uid } }' }, withKey(() => stack.key))],
+    [
+      'a query that answers',
+      () =>
+        post(
+          { query: '{ availability { group available } }' },
+          withKey(() => stack.key),
+        ),
+    ],
+    [
+      'a read of an unknown uid (null, no error)',
+      () =>
+        post(
+          { query: '{ delivery(uid: "no-such-uid") { uid } }' },
+          withKey(() => stack.key),
+        ),
+    ],
     ['no key: UNAUTHENTICATED', () => post({ query: '{ availability { group available } }' })],
-    ['a key the upstream refuses', () => post({ query: 'mutation { cancelDelivery(uid: "x") { __typename } }' }, { authorization: 'Bearer sk_refused' })],
-    ['a typed mutation error', () => post({ query: 'mutation { cancelDelivery(uid: "no-such-uid") { __typename ... on Error { code message } } }' }, withKey(() => stack.key))],
-    ['an empty uid: BAD_USER_INPUT', () => post({ query: '{ deliveries(uids: [""]) { uid } }' }, withKey(() => stack.key))],
+    [
+      'a key the upstream refuses',
+      () =>
+        post({ query: 'mutation { cancelDelivery(uid: "x") { __typename } }' }, { authorization: 'Bearer sk_refused' }),
+    ],
+    [
+      'a typed mutation error',
+      () =>
+        post(
+          { query: 'mutation { cancelDelivery(uid: "no-such-uid") { __typename ... on Error { code message } } }' },
+          withKey(() => stack.key),
+        ),
+    ],
+    [
+      'an empty uid: BAD_USER_INPUT',
+      () =>
+        post(
+          { query: '{ deliveries(uids: [""]) { uid } }' },
+          withKey(() => stack.key),
+        ),
+    ],
     ['a syntax error', () => post({ query: '{ availability { ' })],
     ['a field that does not exist', () => post({ query: '{ nope }' })],
     ['no query', () => post({ variables: {} })],
     ['a batch', () => post([{ query: '{ __typename }' }])],
-    ['an operation name that is not in the document', () => post({ query: 'query A { __typename }', operationName: 'B' })],
-    ['the charset spelled out', () => post({ query: '{ __typename }' }, { 'content-type': 'application/json; charset=utf-8' })],
-    ['a bad value inside an input variable', () => post({ query: QUOTE, variables: { input: deliveryInput({ tip: 'abc' }) } }, withKey(() => stack.key))],
-    ['a required variable not given', () => post({ query: READ, variables: {} }, withKey(() => stack.key))],
-    ['a variable of the wrong type', () => post({ query: READ, variables: { uid: { not: 'an id' } } }, withKey(() => stack.key))],
+    [
+      'an operation name that is not in the document',
+      () => post({ query: 'query A { __typename }', operationName: 'B' }),
+    ],
+    [
+      'the charset spelled out',
+      () => post({ query: '{ __typename }' }, { 'content-type': 'application/json; charset=utf-8' }),
+    ],
+    [
+      'a bad value inside an input variable',
+      () =>
+        post(
+          { query: QUOTE, variables: { input: deliveryInput({ tip: 'abc' }) } },
+          withKey(() => stack.key),
+        ),
+    ],
+    [
+      'a required variable not given',
+      () =>
+        post(
+          { query: READ, variables: {} },
+          withKey(() => stack.key),
+        ),
+    ],
+    [
+      'a variable of the wrong type',
+      () =>
+        post(
+          { query: READ, variables: { uid: { not: 'an id' } } },
+          withKey(() => stack.key),
+        ),
+    ],
     ['a body that is not JSON', () => post('{"query": "{ x }", oops')],
   ];
 
@@ -89,17 +149,36 @@ describe('the direct path and yoga answer alike', () => {
   it('answers variable errors as graphql-js words them, with BAD_USER_INPUT, on both', async () => {
     const variableCases: Array<[RequestInit, string]> = [
       [
-        post({ query: QUOTE, variables: { input: deliveryInput({ tip: 'abc' }) } }, withKey(() => stack.key)),
+        post(
+          { query: QUOTE, variables: { input: deliveryInput({ tip: 'abc' }) } },
+          withKey(() => stack.key),
+        ),
         'Variable "$input" got invalid value "abc" at "input.tip"; Decimal must be a decimal number in major units as a string, e.g. "12.50" (plain notation, at most 18 integer and 10 fractional digits); got "abc".',
       ],
-      [post({ query: READ, variables: {} }, withKey(() => stack.key)), 'Variable "$uid" of required type "ID!" was not provided.'],
-      [post({ query: READ, variables: { uid: { not: 'an id' } } }, withKey(() => stack.key)), 'Variable "$uid" got invalid value { not: "an id" }; ID cannot represent value: { not: "an id" }'],
+      [
+        post(
+          { query: READ, variables: {} },
+          withKey(() => stack.key),
+        ),
+        'Variable "$uid" of required type "ID!" was not provided.',
+      ],
+      [
+        post(
+          { query: READ, variables: { uid: { not: 'an id' } } },
+          withKey(() => stack.key),
+        ),
+        'Variable "$uid" got invalid value { not: "an id" }; ID cannot represent value: { not: "an id" }',
+      ],
     ];
     for (const url of [stack.app.url, yogaOnly.url]) {
       for (const [init, message] of variableCases) {
         const seen = await see(`${url}/graphql`, init);
         expect(seen.status).toBe(200);
-        expect(JSON.parse(seen.body)).toEqual({ errors: [{ message, locations: [{ line: 1, column: expect.any(Number) }], extensions: { code: 'BAD_USER_INPUT' } }] });
+        expect(JSON.parse(seen.body)).toEqual({
+          errors: [
+            { message, locations: [{ line: 1, column: expect.any(Number) }], extensions: { code: 'BAD_USER_INPUT' } },
+          ],
+        });
       }
     }
   });
@@ -108,7 +187,9 @@ describe('the direct path and yoga answer alike', () => {
     for (const url of [stack.app.url, yogaOnly.url]) {
       const seen = await see(`${url}/graphql`, post('{"query": "{ x }", oops'));
       expect(seen.status).toBe(400);
-      expect(seen.body).toBe('{"errors":[{"message":"POST body sent invalid JSON.","extensions":{"code":"BAD_REQUEST"}}]}');
+      expect(seen.body).toBe(
+        '{"errors":[{"message":"POST body sent invalid JSON.","extensions":{"code":"BAD_REQUEST"}}]}',
+      );
     }
   });
 
@@ -153,7 +234,11 @@ describe('CORS_ORIGINS', () => {
     expect(response.headers.get('access-control-allow-origin')).toBeNull();
     const preflight = await fetch(`${stack.app.url}/graphql`, {
       method: 'OPTIONS',
-      headers: { origin: refused, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, content-type' },
+      headers: {
+        origin: refused,
+        'access-control-request-method': 'POST',
+        'access-control-request-headers': 'authorization, content-type',
+      },
     });
     expect(preflight.headers.get('access-control-allow-origin')).toBeNull();
     expect(preflight.headers.get('access-control-allow-methods')).toBeNull();
@@ -162,7 +247,11 @@ describe('CORS_ORIGINS', () => {
   it('answers the preflight of a listed origin with the methods and the headers it asked for', async () => {
     const preflight = await fetch(`${stack.app.url}/graphql`, {
       method: 'OPTIONS',
-      headers: { origin: 'https://admin.shop.example:8443', 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, content-type, x-request-id' },
+      headers: {
+        origin: 'https://admin.shop.example:8443',
+        'access-control-request-method': 'POST',
+        'access-control-request-headers': 'authorization, content-type, x-request-id',
+      },
     });
     expect(preflight.status).toBe(204);
     expect(preflight.headers.get('access-control-allow-origin')).toBe('https://admin.shop.example:8443');
@@ -173,18 +262,40 @@ describe('CORS_ORIGINS', () => {
 
   const everyKindOfAnswer: Array<[string, string, RequestInit, number]> = [
     ['GET /graphql', '/graphql?query=%7B__typename%7D', { headers: { accept: 'application/json' } }, 200],
-    ['SSE subscription', '/graphql', { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ query: 'subscription { deliveryUpdated(uid: "x") { uid } }' }) }, 200],
-    ['a bad JSON body', '/graphql', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"query":' }, 400],
+    [
+      'SSE subscription',
+      '/graphql',
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'text/event-stream' },
+        body: JSON.stringify({ query: 'subscription { deliveryUpdated(uid: "x") { uid } }' }),
+      },
+      200,
+    ],
+    [
+      'a bad JSON body',
+      '/graphql',
+      { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"query":' },
+      400,
+    ],
     ['an unsupported method', '/graphql', { method: 'DELETE' }, 405],
     ['the liveness probe', '/health', {}, 200],
     ['the readiness probe', '/ready', {}, 200],
     ['an unknown path', '/nowhere', {}, 404],
-    ['a webhook without a token', '/webhooks', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' }, 401],
+    [
+      'a webhook without a token',
+      '/webhooks',
+      { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' },
+      401,
+    ],
     ['the tracking page', '/', {}, 200],
   ];
   for (const [name, path, init, status] of everyKindOfAnswer) {
     it(`carries the allow-origin header on ${name}`, async () => {
-      const response = await fetch(`${stack.app.url}${path}`, { ...init, headers: { ...(init.headers as Record<string, string>), origin: allowed } });
+      const response = await fetch(`${stack.app.url}${path}`, {
+        ...init,
+        headers: { ...(init.headers as Record<string, string>), origin: allowed },
+      });
       expect(response.status).toBe(status);
       expect(response.headers.get('access-control-allow-origin')).toBe(allowed);
       await response.body?.cancel();
@@ -205,7 +316,9 @@ describe('CORS_ORIGINS', () => {
       const socket = new WebSocket(url, 'graphql-transport-ws', { headers });
       const outcome = await Promise.race([
         once(socket, 'open').then(() => 'open'),
-        once(socket, 'unexpected-response').then(([, response]) => `refused ${(response as { statusCode: number }).statusCode}`),
+        once(socket, 'unexpected-response').then(
+          ([, response]) => `refused ${(response as { statusCode: number }).statusCode}`,
+        ),
       ]);
       socket.terminate();
       return outcome;
@@ -223,6 +336,8 @@ describe('a bad CORS_ORIGINS', () => {
     ['*, https://shop.example', 'stands alone'],
     ['ftp://shop.example', 'is not an origin'],
   ])('%s stops start-up naming the variable', (value, problem) => {
-    expect(() => loadConfig({ CORS_ORIGINS: value })).toThrow(new RegExp(`^CORS_ORIGINS: .*${problem.replace('*', '\\*')}`));
+    expect(() => loadConfig({ CORS_ORIGINS: value })).toThrow(
+      new RegExp(`^CORS_ORIGINS: .*${problem.replace('*', '\\*')}`),
+    );
   });
 });

@@ -14,9 +14,20 @@ const CREATE = /* GraphQL */ `
   mutation Book($input: DeliveryInput!, $key: String) {
     createDelivery(input: $input, idempotencyKey: $key) {
       __typename
-      ... on MutationCreateDeliverySuccess { data { uid trackingUrl payload } }
-      ... on Error { code message }
-      ... on BookingOutcomeUnknownError { since }
+      ... on MutationCreateDeliverySuccess {
+        data {
+          uid
+          trackingUrl
+          payload
+        }
+      }
+      ... on Error {
+        code
+        message
+      }
+      ... on BookingOutcomeUnknownError {
+        since
+      }
     }
   }
 `;
@@ -83,10 +94,14 @@ afterAll(async () => {
 
 const book = (key: string, input = deliveryInput()) => stack.gql(CREATE, { input, key });
 /** Bookings the sandbox was asked for since `mark` and has answered (the log records a request once answered). */
-const bookingsSince = (mark: number) => stack.sandbox.requestsSince(mark).filter((r) => r.method === 'POST' && /\/deliveries$/.test(r.path));
+const bookingsSince = (mark: number) =>
+  stack.sandbox.requestsSince(mark).filter((r) => r.method === 'POST' && /\/deliveries$/.test(r.path));
 /** The bookings since `mark`, once the late answer of the first has been given. */
 async function answeredBookings(mark: number) {
-  await vi.waitFor(() => expect(bookingsSince(mark).some((r) => r.status === 201)).toBe(true), { timeout: 10_000, interval: 50 });
+  await vi.waitFor(() => expect(bookingsSince(mark).some((r) => r.status === 201)).toBe(true), {
+    timeout: 10_000,
+    interval: 50,
+  });
   return bookingsSince(mark);
 }
 
@@ -101,7 +116,10 @@ describe('a booking whose answer is lost', () => {
       const concurrent = book('lost-answer');
       const [firstResult, concurrentResult] = await Promise.all([first, concurrent]);
       expect(firstResult.errors?.[0]?.extensions?.code).toBe('UPSTREAM_TIMEOUT');
-      expect(concurrentResult.data?.createDelivery).toMatchObject({ __typename: 'BookingOutcomeUnknownError', code: 'BOOKING_OUTCOME_UNKNOWN' });
+      expect(concurrentResult.data?.createDelivery).toMatchObject({
+        __typename: 'BookingOutcomeUnknownError',
+        code: 'BOOKING_OUTCOME_UNKNOWN',
+      });
 
       // A later retry: the same, with what to do.
       const later = (await book('lost-answer')).data?.createDelivery;
@@ -109,7 +127,8 @@ describe('a booking whose answer is lost', () => {
       expect(later.message).toMatch(/same key/);
       expect(later.message).toMatch(/new key/);
       expect(Date.parse(later.since)).toBeLessThanOrEqual(Date.now());
-      // The booking exists upstream, its delivery.created is held at the gate (one per booking; its answer is still on its way): one booking.
+      // The booking exists upstream, its delivery.created is held at the gate (one per booking; its answer is still on
+      // its way): one booking.
       expect(gate.received).toBe(1);
 
       // Other input with the key is still a conflict.
@@ -134,7 +153,24 @@ describe('a booking whose answer is lost', () => {
       expect(await answeredBookings(mark)).toHaveLength(1);
 
       // The key owns the booking (learned from the webhook); the other merchant does not see it.
-      const read = /* GraphQL */ `query ($uid: ID!) { delivery(uid: $uid) { uid payload events(first: 10) { edges { node { name delivery { payload } } } } } }`;
+      const read = /* GraphQL */ `
+        query ($uid: ID!) {
+          delivery(uid: $uid) {
+            uid
+            payload
+            events(first: 10) {
+              edges {
+                node {
+                  name
+                  delivery {
+                    payload
+                  }
+                }
+              }
+            }
+          }
+        }
+      `;
       const mine = await stack.gql(read, { uid });
       expect(mine.data.delivery.payload).toEqual(deliveryInput().payload);
       const events = mine.data.delivery.events.edges.map((edge: any) => edge.node);
@@ -168,9 +204,11 @@ describe('a refusal that booked nothing', () => {
   it('frees the key after the upstream refuses the input (422): the corrected input books with the same key', async () => {
     const mark = stack.sandbox.requestCount;
     // The facade leaves "SUV or larger" to the upstream, which refuses a bike.
-    const refused = (await book('refused-422', deliveryInput({ style: 'OVERSIZE', minimumVehicleSize: 'BIKE' }))).data?.createDelivery;
+    const refused = (await book('refused-422', deliveryInput({ style: 'OVERSIZE', minimumVehicleSize: 'BIKE' }))).data
+      ?.createDelivery;
     expect(refused).toMatchObject({ __typename: 'ValidationError', code: 'VALIDATION_FAILED' });
-    const corrected = (await book('refused-422', deliveryInput({ style: 'OVERSIZE', minimumVehicleSize: 'VAN' }))).data?.createDelivery;
+    const corrected = (await book('refused-422', deliveryInput({ style: 'OVERSIZE', minimumVehicleSize: 'VAN' }))).data
+      ?.createDelivery;
     expect(corrected.__typename).toBe('MutationCreateDeliverySuccess');
     expect(bookingsSince(mark).map((r) => r.status)).toEqual([422, 201]);
   });

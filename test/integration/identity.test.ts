@@ -34,8 +34,15 @@ import { collect, wsClient } from '../helpers/ws-client.js';
 const ROOT = path.resolve(import.meta.dirname, '../..');
 
 const CREATE = /* GraphQL */ `
-  mutation($input: DeliveryInput!, $idempotencyKey: String) {
-    createDelivery(input: $input, idempotencyKey: $idempotencyKey) { __typename ... on MutationCreateDeliverySuccess { data { uid } } }
+  mutation ($input: DeliveryInput!, $idempotencyKey: String) {
+    createDelivery(input: $input, idempotencyKey: $idempotencyKey) {
+      __typename
+      ... on MutationCreateDeliverySuccess {
+        data {
+          uid
+        }
+      }
+    }
   }
 `;
 const READ = `query($uid: ID!, $group: ApiGroup! = PLATFORM) { delivery(uid: $uid, group: $group) { uid status dropoff { name phone } } }`;
@@ -43,30 +50,65 @@ const BY_REFERENCE = `query($reference: String!) { deliveryByReference(partnerRe
 const EVENTS_PAGE = `query($uid: ID!, $group: ApiGroup! = PLATFORM) { delivery(uid: $uid, group: $group) { events { edges { cursor node { name } } } } }`;
 const EVENTS_AFTER = `query($uid: ID!, $after: String) { delivery(uid: $uid) { events(after: $after) { edges { cursor node { name } } } } }`;
 const CANCEL = /* GraphQL */ `
-  mutation($uid: ID!, $group: ApiGroup! = PLATFORM) {
+  mutation ($uid: ID!, $group: ApiGroup! = PLATFORM) {
     cancelDelivery(uid: $uid, group: $group) {
       __typename
-      ... on MutationCancelDeliverySuccess { data { uid status } }
-      ... on Error { code message upstream { status error message } }
+      ... on MutationCancelDeliverySuccess {
+        data {
+          uid
+          status
+        }
+      }
+      ... on Error {
+        code
+        message
+        upstream {
+          status
+          error
+          message
+        }
+      }
     }
   }
 `;
 const LINK = /* GraphQL */ `
-  mutation($previousKey: String!) {
-    linkMerchantKey(previousKey: $previousKey) { __typename ... on MutationLinkMerchantKeySuccess { data { linked } } ... on Error { code message } }
+  mutation ($previousKey: String!) {
+    linkMerchantKey(previousKey: $previousKey) {
+      __typename
+      ... on MutationLinkMerchantKeySuccess {
+        data {
+          linked
+        }
+      }
+      ... on Error {
+        code
+        message
+      }
+    }
   }
 `;
 const UPDATED = `subscription($uid: ID!) { deliveryUpdated(uid: $uid) { uid name status } }`;
 const REPLAY = `subscription($after: String) { deliveryEvents(after: $after) { uid name cursor } }`;
 const ALL_EVENTS = `subscription { deliveryEvents { uid name delivery { dropoff { name phone } } } }`;
 
-const merchant = (name: string) => ({ key: `sk_test_${name}_${randomBytes(12).toString('hex')}`, name, platformId: DEFAULT_PLATFORM_ID });
+const merchant = (name: string) => ({
+  key: `sk_test_${name}_${randomBytes(12).toString('hex')}`,
+  name,
+  platformId: DEFAULT_PLATFORM_ID,
+});
 const withRedis = redisAvailable('identity.test.ts');
 
 /** `npm run merchant -- <args>` as an operator runs it: the facade's environment, keys on standard input. */
-function merchantCli(env: Record<string, string>, args: string[], input: string): Promise<{ code: number | null; out: string; err: string }> {
+function merchantCli(
+  env: Record<string, string>,
+  args: string[],
+  input: string,
+): Promise<{ code: number | null; out: string; err: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/merchant.ts', ...args], { cwd: ROOT, env: { ...process.env, ...env, LOG_LEVEL: 'silent' } });
+    const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/merchant.ts', ...args], {
+      cwd: ROOT,
+      env: { ...process.env, ...env, LOG_LEVEL: 'silent' },
+    });
     let out = '';
     let err = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
@@ -98,7 +140,20 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
     beforeAll(async () => {
       if (storeName === 'Redis') redis = await startRedisServer();
       stack = await startStack({
-        sandbox: { merchants: [rotating!, revoking!, partner!, onlooker!, oracle!, stranger!, established!, twoKeys!, unlinking!], knobs: { readScope: 'platform' } },
+        sandbox: {
+          merchants: [
+            rotating!,
+            revoking!,
+            partner!,
+            onlooker!,
+            oracle!,
+            stranger!,
+            established!,
+            twoKeys!,
+            unlinking!,
+          ],
+          knobs: { readScope: 'platform' },
+        },
         env: redis ? { REDIS_URL: redis.url } : {},
       });
     });
@@ -107,11 +162,24 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       await redis?.stop();
     });
 
-    const gql = <T = any>(query: string, variables: Record<string, unknown>, key: string) => stack.gql<T>(query, variables, key);
-    const bookingsSince = (mark: number) => stack.sandbox.requestsSince(mark).filter((r) => r.method === 'POST' && r.path.endsWith('/deliveries')).length;
+    const gql = <T = any>(query: string, variables: Record<string, unknown>, key: string) =>
+      stack.gql<T>(query, variables, key);
+    const bookingsSince = (mark: number) =>
+      stack.sandbox.requestsSince(mark).filter((r) => r.method === 'POST' && r.path.endsWith('/deliveries')).length;
 
-    /** What a rotated merchant must find with its new key: its delivery, its cursor, its idempotency key, its subscriptions, its cancel. */
-    async function expectMerchantKept(newKey: string, { uid, cursor, idempotencyKey, input }: { uid: string; cursor: string; idempotencyKey: string; input: Record<string, unknown> }) {
+    /**
+     * What a rotated merchant must find with its new key: its delivery, its cursor, its idempotency key, its
+     * subscriptions, its cancel.
+     */
+    async function expectMerchantKept(
+      newKey: string,
+      {
+        uid,
+        cursor,
+        idempotencyKey,
+        input,
+      }: { uid: string; cursor: string; idempotencyKey: string; input: Record<string, unknown> },
+    ) {
       expect((await gql(READ, { uid }, newKey)).data.delivery.uid).toBe(uid);
 
       // A cursor the old key was given replays for the new one.
@@ -135,7 +203,10 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       expect(bookingsSince(mark)).toBe(0);
 
       const canceled = await gql(CANCEL, { uid }, newKey);
-      expect(canceled.data.cancelDelivery).toMatchObject({ __typename: 'MutationCancelDeliverySuccess', data: { uid, status: 'CANCELED' } });
+      expect(canceled.data.cancelDelivery).toMatchObject({
+        __typename: 'MutationCancelDeliverySuccess',
+        data: { uid, status: 'CANCELED' },
+      });
     }
 
     /**
@@ -151,7 +222,10 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       return result!;
     }
 
-    /** An instance trusts what it read of a key's merchant for MERCHANT_CACHE_MS: what the operator's command changed on Redis counts within it. */
+    /**
+     * An instance trusts what it read of a key's merchant for MERCHANT_CACHE_MS: what the operator's command changed on
+     * Redis counts within it.
+     */
     const soon = { timeout: MERCHANT_CACHE_MS * 2, interval: 250 };
 
     /** A booking with an idempotency key, and a cursor of its first event as the old key sees it. */
@@ -172,20 +246,30 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       it('with the old key still valid: the new key links itself by presenting the old one, and keeps reads, cursors, subscriptions, idempotency and cancel', async () => {
         const booked = await bookWithCursor(rotating!.key);
         const newKey = stack.sandbox.addMerchantKey(rotating!.key);
-        // Before the link the new key is a merchant of its own, whatever the (platform-scoped) upstream would answer it.
+        // Before the link the new key is a merchant of its own, whatever the (platform-scoped) upstream would answer
+        // it.
         expect(await gql(READ, { uid: booked.uid }, newKey)).toEqual({ data: { delivery: null } });
 
         // A key written into the query text is refused before anything is checked.
-        const inline = await stack.gql(`mutation { linkMerchantKey(previousKey: "${rotating!.key}") { __typename } }`, {}, newKey);
+        const inline = await stack.gql(
+          `mutation { linkMerchantKey(previousKey: "${rotating!.key}") { __typename } }`,
+          {},
+          newKey,
+        );
         expect(inline.errors?.[0]?.extensions?.code).toBe('BAD_USER_INPUT');
         expect(JSON.stringify(inline)).not.toContain(rotating!.key);
 
         const mark = stack.sandbox.requestCount;
-        expect((await gql(LINK, { previousKey: rotating!.key }, newKey)).data.linkMerchantKey).toEqual({ __typename: 'MutationLinkMerchantKeySuccess', data: { linked: true } });
+        expect((await gql(LINK, { previousKey: rotating!.key }, newKey)).data.linkMerchantKey).toEqual({
+          __typename: 'MutationLinkMerchantKeySuccess',
+          data: { linked: true },
+        });
         // Both keys were checked with the upstream.
         expect(stack.sandbox.requestsSince(mark).filter((r) => r.path.endsWith('/availability'))).toHaveLength(2);
         // Linking again changes nothing.
-        expect((await gql(LINK, { previousKey: rotating!.key }, newKey)).data.linkMerchantKey.data).toEqual({ linked: false });
+        expect((await gql(LINK, { previousKey: rotating!.key }, newKey)).data.linkMerchantKey.data).toEqual({
+          linked: false,
+        });
 
         await expectMerchantKept(newKey, booked);
         // The old key, still valid, is the same merchant: it sees the new key's bookings.
@@ -210,8 +294,12 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
           const linked = await merchantCli(stack.env, args, `${newKey}\n`);
           expect(linked, linked.err).toMatchObject({ code: 0 });
           expect(linked.out).toContain(`linked: the new key is a key of merchant ${hashKey(revoking!.key)}`);
-          // A running instance trusts what it read of a key's merchant for MERCHANT_CACHE_MS (5 s): this one read the new key's above.
-          await vi.waitFor(async () => expect((await gql(READ, { uid: booked.uid }, newKey)).data.delivery?.uid).toBe(booked.uid), { timeout: MERCHANT_CACHE_MS * 2, interval: 250 });
+          // A running instance trusts what it read of a key's merchant for MERCHANT_CACHE_MS (5 s): this one read the
+          // new key's above.
+          await vi.waitFor(
+            async () => expect((await gql(READ, { uid: booked.uid }, newKey)).data.delivery?.uid).toBe(booked.uid),
+            { timeout: MERCHANT_CACHE_MS * 2, interval: 250 },
+          );
         } else {
           // The embedded store: its DATA_DIR is the running facade's, so the command says to stop it first...
           const busy = await merchantCli(stack.env, args, `${newKey}\n`);
@@ -237,7 +325,10 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
           const updated = collect(client, UPDATED, { uid: booked.uid });
           await updated.waitFor(1);
 
-          expect((await gql(LINK, { previousKey: newKey }, established!.key)).data.linkMerchantKey).toEqual({ __typename: 'MutationLinkMerchantKeySuccess', data: { linked: true } });
+          expect((await gql(LINK, { previousKey: newKey }, established!.key)).data.linkMerchantKey).toEqual({
+            __typename: 'MutationLinkMerchantKeySuccess',
+            data: { linked: true },
+          });
           // Subscriptions open across the link carry on: the next milestone reaches both.
           await stack.sandbox.advance(booked.uid);
           await updated.waitFor(2);
@@ -246,7 +337,10 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
 
           // The key that called keeps its idempotency keys (a retry books nothing) and its cursors.
           const mark = stack.sandbox.requestCount;
-          expect((await gql(CREATE, { input: booked.input, idempotencyKey: booked.idempotencyKey }, established!.key)).data.createDelivery.data.uid).toBe(booked.uid);
+          expect(
+            (await gql(CREATE, { input: booked.input, idempotencyKey: booked.idempotencyKey }, established!.key)).data
+              .createDelivery.data.uid,
+          ).toBe(booked.uid);
           expect(bookingsSince(mark)).toBe(0);
           const page = await gql(EVENTS_AFTER, { uid: booked.uid, after: booked.cursor }, established!.key);
           expect(page.errors).toBeUndefined();
@@ -267,32 +361,54 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
         expect(refused).toMatchObject({ __typename: 'KeyLinkRefusedError', code: 'KEY_LINK_REFUSED' });
         expect(refused.message).toContain('npm run merchant -- merge');
         // Nothing was linked (the same either way round): each key is still a merchant of its own.
-        expect((await gql(LINK, { previousKey: second }, twoKeys!.key)).data.linkMerchantKey.__typename).toBe('KeyLinkRefusedError');
+        expect((await gql(LINK, { previousKey: second }, twoKeys!.key)).data.linkMerchantKey.__typename).toBe(
+          'KeyLinkRefusedError',
+        );
         expect(await gql(READ, { uid: first.uid }, second)).toEqual({ data: { delivery: null } });
         expect(await gql(READ, { uid: booked.uid }, twoKeys!.key)).toEqual({ data: { delivery: null } });
 
         // The operator's link says the same; its merge moves the second key's booking and idempotency claim.
-        const link = await asOperator(['link', `--old-key-hash=${hashKey(twoKeys!.key)}`, '--unverified'], `${second}\n`);
+        const link = await asOperator(
+          ['link', `--old-key-hash=${hashKey(twoKeys!.key)}`, '--unverified'],
+          `${second}\n`,
+        );
         expect(link.code, link.out + link.err).toBe(1);
         expect(link.err).toContain('npm run merchant -- merge');
-        const merged = await asOperator(['merge', `--key-hash=${hashKey(second)}`, `--into-key-hash=${hashKey(twoKeys!.key)}`], '');
+        const merged = await asOperator(
+          ['merge', `--key-hash=${hashKey(second)}`, `--into-key-hash=${hashKey(twoKeys!.key)}`],
+          '',
+        );
         expect(merged, merged.err).toMatchObject({ code: 0 });
-        expect(merged.out).toContain(`merged: merchant ${hashKey(second)} is part of merchant ${hashKey(twoKeys!.key)} now; moved 1 owner records and 1 idempotency claims`);
+        expect(merged.out).toContain(
+          `merged: merchant ${hashKey(second)} is part of merchant ${hashKey(twoKeys!.key)} now; moved 1 owner records and 1 idempotency claims`,
+        );
 
         // Each key reads the other's booking; either idempotency key retried with the other key books nothing.
-        await vi.waitFor(async () => expect((await gql(READ, { uid: first.uid }, second)).data.delivery?.uid).toBe(first.uid), soon);
+        await vi.waitFor(
+          async () => expect((await gql(READ, { uid: first.uid }, second)).data.delivery?.uid).toBe(first.uid),
+          soon,
+        );
         expect((await gql(READ, { uid: booked.uid }, twoKeys!.key)).data.delivery?.uid).toBe(booked.uid);
         const mark = stack.sandbox.requestCount;
-        expect((await gql(CREATE, { input: booked.input, idempotencyKey: booked.idempotencyKey }, twoKeys!.key)).data.createDelivery.data.uid).toBe(booked.uid);
-        expect((await gql(CREATE, { input: first.input, idempotencyKey: first.idempotencyKey }, second)).data.createDelivery.data.uid).toBe(first.uid);
+        expect(
+          (await gql(CREATE, { input: booked.input, idempotencyKey: booked.idempotencyKey }, twoKeys!.key)).data
+            .createDelivery.data.uid,
+        ).toBe(booked.uid);
+        expect(
+          (await gql(CREATE, { input: first.input, idempotencyKey: first.idempotencyKey }, second)).data.createDelivery
+            .data.uid,
+        ).toBe(first.uid);
         expect(bookingsSince(mark)).toBe(0);
         // The cursors of the merchant that stayed replay for both keys.
-        for (const key of [twoKeys!.key, second]) expect((await gql(EVENTS_AFTER, { uid: first.uid, after: first.cursor }, key)).errors).toBeUndefined();
+        for (const key of [twoKeys!.key, second])
+          expect((await gql(EVENTS_AFTER, { uid: first.uid, after: first.cursor }, key)).errors).toBeUndefined();
       });
 
       it('undone by the operator (unlink): the key is a merchant of its own again, with nothing; what it booked while linked stays with the merchant, and a claim hands a delivery back', async () => {
         const linkedKey = stack.sandbox.addMerchantKey(unlinking!.key);
-        expect((await gql(LINK, { previousKey: unlinking!.key }, linkedKey)).data.linkMerchantKey.data).toEqual({ linked: true });
+        expect((await gql(LINK, { previousKey: unlinking!.key }, linkedKey)).data.linkMerchantKey.data).toEqual({
+          linked: true,
+        });
         const uid = (await gql(CREATE, { input: deliveryInput() }, linkedKey)).data.createDelivery.data.uid as string;
         expect((await gql(READ, { uid }, unlinking!.key)).data.delivery.uid).toBe(uid);
 
@@ -300,18 +416,24 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
         expect(unlinked, unlinked.err).toMatchObject({ code: 0 });
         expect(unlinked.out).toContain('stays with the merchant it was linked to');
         // The booking was recorded as the merchant's (a key books for its merchant): it stays the merchant's.
-        await vi.waitFor(async () => expect(await gql(READ, { uid }, linkedKey)).toEqual({ data: { delivery: null } }), soon);
+        await vi.waitFor(
+          async () => expect(await gql(READ, { uid }, linkedKey)).toEqual({ data: { delivery: null } }),
+          soon,
+        );
         expect((await gql(READ, { uid }, unlinking!.key)).data.delivery.uid).toBe(uid);
 
         // The operator hands it back to the key, now a merchant of its own.
         const claimed = await asOperator(['claim', `--uid=${uid}`, `--key-hash=${hashKey(linkedKey)}`], '');
-        expect(claimed.out).toContain(`claimed: ${uid} is merchant ${hashKey(linkedKey)}'s (it was merchant ${hashKey(unlinking!.key)}'s)`);
+        expect(claimed.out).toContain(
+          `claimed: ${uid} is merchant ${hashKey(linkedKey)}'s (it was merchant ${hashKey(unlinking!.key)}'s)`,
+        );
         await vi.waitFor(async () => expect((await gql(READ, { uid }, linkedKey)).data.delivery?.uid).toBe(uid), soon);
         expect(await gql(READ, { uid }, unlinking!.key)).toEqual({ data: { delivery: null } });
       });
 
       it('cannot be used by another merchant with a key it does not hold: a made-up key, or a revoked one, is refused and links nothing', async () => {
-        const owned = (await gql(CREATE, { input: deliveryInput() }, partner!.key)).data.createDelivery.data.uid as string;
+        const owned = (await gql(CREATE, { input: deliveryInput() }, partner!.key)).data.createDelivery.data
+          .uid as string;
         const revoked = stack.sandbox.addMerchantKey(partner!.key);
         stack.sandbox.revokeKey(revoked);
         for (const previousKey of [`sk_test_${randomBytes(12).toString('hex')}`, revoked]) {
@@ -320,7 +442,9 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
           expect(JSON.stringify(answer)).not.toContain(previousKey);
         }
         // Its own key as the previous one: nothing to link.
-        expect((await gql(LINK, { previousKey: stranger!.key }, stranger!.key)).data.linkMerchantKey.__typename).toBe('KeyLinkRefusedError');
+        expect((await gql(LINK, { previousKey: stranger!.key }, stranger!.key)).data.linkMerchantKey.__typename).toBe(
+          'KeyLinkRefusedError',
+        );
         expect(await gql(READ, { uid: owned }, stranger!.key)).toEqual({ data: { delivery: null } });
         expect((await gql(CANCEL, { uid: owned }, stranger!.key)).data.cancelDelivery.__typename).toBe('NotFoundError');
         expect((await gql(READ, { uid: owned }, partner!.key)).data.delivery.uid).toBe(owned);
@@ -328,10 +452,16 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
     });
 
     describe('partner orders on a platform-scoped upstream', () => {
-      /** An order of `partner`'s, seeded at the sandbox (the partner group has no create endpoint), moved a few milestones. */
+      /**
+       * An order of `partner`'s, seeded at the sandbox (the partner group has no create endpoint), moved a few
+       * milestones.
+       */
       async function seededOrder() {
         const reference = `PO-${randomUUID()}`;
-        const order = stack.sandbox.seedPartnerOrder(partner!.key, partnerOrderBody(reference, { dropoff_name: 'Private Person', dropoff_phone_number: '+15550123456' }));
+        const order = stack.sandbox.seedPartnerOrder(
+          partner!.key,
+          partnerOrderBody(reference, { dropoff_name: 'Private Person', dropoff_phone_number: '+15550123456' }),
+        );
         for (let step = 0; step < 3; step += 1) await stack.sandbox.advance(order.uid);
         await stack.sandbox.idle();
         return { uid: order.uid as string, reference };
@@ -345,16 +475,22 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
           await attached;
           const order = await seededOrder();
           // The onlooker's own booking comes after: once its events arrive, the order's have passed the stream.
-          const own = (await gql(CREATE, { input: deliveryInput() }, onlooker!.key)).data.createDelivery.data.uid as string;
+          const own = (await gql(CREATE, { input: deliveryInput() }, onlooker!.key)).data.createDelivery.data
+            .uid as string;
           await seen.waitForItem((item: any) => item.deliveryEvents.uid === own);
           expect(seen.items.filter((item: any) => item.deliveryEvents.uid === order.uid)).toEqual([]);
           expect(JSON.stringify(seen.items)).not.toContain('Private Person');
 
           // Proven its merchant's, then canceled by it: not even that reaches the onlooker's stream.
-          expect((await gql(BY_REFERENCE, { reference: order.reference }, partner!.key)).data.deliveryByReference.uid).toBe(order.uid);
-          expect((await gql(CANCEL, { uid: order.uid, group: 'PARTNER' }, partner!.key)).data.cancelDelivery.__typename).toBe('MutationCancelDeliverySuccess');
+          expect(
+            (await gql(BY_REFERENCE, { reference: order.reference }, partner!.key)).data.deliveryByReference.uid,
+          ).toBe(order.uid);
+          expect(
+            (await gql(CANCEL, { uid: order.uid, group: 'PARTNER' }, partner!.key)).data.cancelDelivery.__typename,
+          ).toBe('MutationCancelDeliverySuccess');
           await stack.sandbox.idle();
-          const later = (await gql(CREATE, { input: deliveryInput() }, onlooker!.key)).data.createDelivery.data.uid as string;
+          const later = (await gql(CREATE, { input: deliveryInput() }, onlooker!.key)).data.createDelivery.data
+            .uid as string;
           await seen.waitForItem((item: any) => item.deliveryEvents.uid === later);
           expect(seen.items.filter((item: any) => item.deliveryEvents.uid === order.uid)).toEqual([]);
           expect(seen.errors).toEqual([]);
@@ -366,19 +502,36 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       it("are not another merchant's for having read them first: their merchant's reads by uid and by reference, and its cancel, work", async () => {
         const order = await seededOrder();
         // The upstream answers the onlooker's read by uid 200; the facade answers null, and records nothing for it.
-        const direct = await fetch(`${stack.sandbox.url}/orders/${order.uid}`, { headers: { authorization: `Bearer ${onlooker!.key}` } });
+        const direct = await fetch(`${stack.sandbox.url}/orders/${order.uid}`, {
+          headers: { authorization: `Bearer ${onlooker!.key}` },
+        });
         expect(direct.status).toBe(200);
         await direct.body?.cancel();
-        expect(await gql(READ, { uid: order.uid, group: 'PARTNER' }, onlooker!.key)).toEqual({ data: { delivery: null } });
-        expect((await gql(BY_REFERENCE, { reference: order.reference }, onlooker!.key)).data.deliveryByReference).toBeNull();
+        expect(await gql(READ, { uid: order.uid, group: 'PARTNER' }, onlooker!.key)).toEqual({
+          data: { delivery: null },
+        });
+        expect(
+          (await gql(BY_REFERENCE, { reference: order.reference }, onlooker!.key)).data.deliveryByReference,
+        ).toBeNull();
 
         // The merchant whose order it is: by uid (proven by its reference), by reference, then its cancel.
-        expect((await gql(READ, { uid: order.uid, group: 'PARTNER' }, partner!.key)).data.delivery).toMatchObject({ uid: order.uid, dropoff: { name: 'Private Person' } });
-        expect((await gql(BY_REFERENCE, { reference: order.reference }, partner!.key)).data.deliveryByReference).toEqual({ uid: order.uid, partnerReference: order.reference });
+        expect((await gql(READ, { uid: order.uid, group: 'PARTNER' }, partner!.key)).data.delivery).toMatchObject({
+          uid: order.uid,
+          dropoff: { name: 'Private Person' },
+        });
+        expect(
+          (await gql(BY_REFERENCE, { reference: order.reference }, partner!.key)).data.deliveryByReference,
+        ).toEqual({ uid: order.uid, partnerReference: order.reference });
         // The onlooker reads again: still nothing, and nothing changes for the merchant.
-        expect(await gql(READ, { uid: order.uid, group: 'PARTNER' }, onlooker!.key)).toEqual({ data: { delivery: null } });
-        expect((await gql(CANCEL, { uid: order.uid, group: 'PARTNER' }, onlooker!.key)).data.cancelDelivery.__typename).toBe('NotFoundError');
-        expect((await gql(CANCEL, { uid: order.uid, group: 'PARTNER' }, partner!.key)).data.cancelDelivery).toMatchObject({
+        expect(await gql(READ, { uid: order.uid, group: 'PARTNER' }, onlooker!.key)).toEqual({
+          data: { delivery: null },
+        });
+        expect(
+          (await gql(CANCEL, { uid: order.uid, group: 'PARTNER' }, onlooker!.key)).data.cancelDelivery.__typename,
+        ).toBe('NotFoundError');
+        expect(
+          (await gql(CANCEL, { uid: order.uid, group: 'PARTNER' }, partner!.key)).data.cancelDelivery,
+        ).toMatchObject({
           __typename: 'MutationCancelDeliverySuccess',
           data: { uid: order.uid, status: 'CANCELED' },
         });
@@ -386,9 +539,18 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
     });
 
     describe("another merchant's uid", () => {
-      /** Deliveries of another merchant (booked through the facade: recorded as its), and the caller, known to the upstream already. */
+      /**
+       * Deliveries of another merchant (booked through the facade: recorded as its), and the caller, known to the
+       * upstream already.
+       */
       async function foreignUids(): Promise<string[]> {
-        const uids = await Promise.all(Array.from({ length: 3 }, async () => (await gql(CREATE, { input: deliveryInput() }, stranger!.key)).data.createDelivery.data.uid as string));
+        const uids = await Promise.all(
+          Array.from(
+            { length: 3 },
+            async () =>
+              (await gql(CREATE, { input: deliveryInput() }, stranger!.key)).data.createDelivery.data.uid as string,
+          ),
+        );
         // The caller's first use of its key is a try of its own (one at a time): out of the way first.
         await gql(READ, { uid: randomUUID() }, oracle!.key);
         return uids;
@@ -406,9 +568,15 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
               read: await gql(READ, { uid }, key),
               cancel: await gql(CANCEL, { uid }, key),
               partnerCancel: await gql(CANCEL, { uid, group: 'PARTNER' }, key),
-              node: await gql(`query($id: ID!) { node(id: $id) { id } }`, { id: Buffer.from(`Delivery:PLATFORM:${uid}`).toString('base64') }, key),
+              node: await gql(
+                `query($id: ID!) { node(id: $id) { id } }`,
+                { id: Buffer.from(`Delivery:PLATFORM:${uid}`).toString('base64') },
+                key,
+              ),
               subscription: { items: updated.items, errors: updated.errors },
-            }).split(uid).join('<uid>');
+            })
+              .split(uid)
+              .join('<uid>');
           } finally {
             await client.dispose();
           }
@@ -461,15 +629,21 @@ describe('the operator command', () => {
       const key = `sk_test_${randomBytes(8).toString('hex')}`;
       const uid = randomUUID();
       expect((await merchantCommand(['owner', `--uid=${uid}`], '', { store })).code).toBe(1);
-      expect((await merchantCommand(['claim', `--uid=${uid}`, '--group=PARTNER'], `${key}\n`, { store })).lines).toEqual([`claimed: ${uid} is merchant ${hashKey(key)}'s`]);
-      expect((await merchantCommand(['owner', `--uid=${uid}`], '', { store })).lines[0]).toBe(`merchant ${hashKey(key)} (recorded as ${hashKey(key)}; group PARTNER; proof claimed)`);
+      expect(
+        (await merchantCommand(['claim', `--uid=${uid}`, '--group=PARTNER'], `${key}\n`, { store })).lines,
+      ).toEqual([`claimed: ${uid} is merchant ${hashKey(key)}'s`]);
+      expect((await merchantCommand(['owner', `--uid=${uid}`], '', { store })).lines[0]).toBe(
+        `merchant ${hashKey(key)} (recorded as ${hashKey(key)}; group PARTNER; proof claimed)`,
+      );
       // A key as an argument is refused, and not echoed.
       const misuse = await merchantCommand(['link', key], '', { store });
       expect(misuse.code).toBe(2);
       expect(misuse.lines.join('\n')).not.toContain(key);
       expect((await merchantCommand(['hash'], `${key}\n`, { store })).lines).toEqual([hashKey(key)]);
       // Link without an upstream to check the new key with: refused unless asked for.
-      expect((await merchantCommand(['link', `--old-key-hash=${hashKey(key)}`], 'sk_test_new\n', { store })).code).toBe(1);
+      expect((await merchantCommand(['link', `--old-key-hash=${hashKey(key)}`], 'sk_test_new\n', { store })).code).toBe(
+        1,
+      );
     } finally {
       await store.close();
     }

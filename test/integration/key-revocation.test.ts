@@ -22,13 +22,27 @@ const LOCATION = `subscription($uid: ID!) { courierLocation(uid: $uid) { milesto
 const EVENTS = `subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { uid name } }`;
 const AVAILABILITY = '{ availability { group available } }';
 const INTERVAL_MS = 300;
-/** The sandbox moves each delivery on by itself: a milestone every 800 ms and three positions in between, so webhooks keep arriving. */
+/**
+ * The sandbox moves each delivery on by itself: a milestone every 800 ms and three positions in between, so webhooks
+ * keep arriving.
+ */
 const STEP_MS = 800;
 
-const merchant = (name: string) => ({ key: `sk_test_${name}_${randomBytes(12).toString('hex')}`, name, platformId: DEFAULT_PLATFORM_ID });
+const merchant = (name: string) => ({
+  key: `sk_test_${name}_${randomBytes(12).toString('hex')}`,
+  name,
+  platformId: DEFAULT_PLATFORM_ID,
+});
 /** The sandbox's revocation is for good: each test revokes a merchant of its own. */
 const MERCHANTS = ['streams', 'token', 'many', 'outage', 'flaky', 'redis'].map(merchant);
-const [STREAMS, TOKEN, MANY, OUTAGE, FLAKY, REDIS] = MERCHANTS.map((m) => m.key) as [string, string, string, string, string, string];
+const [STREAMS, TOKEN, MANY, OUTAGE, FLAKY, REDIS] = MERCHANTS.map((m) => m.key) as [
+  string,
+  string,
+  string,
+  string,
+  string,
+  string,
+];
 
 const codeOf = (error: unknown) => (error as { extensions?: { code?: string } }).extensions?.code;
 const codesOf = (errors: unknown[]) => errors.map(codeOf);
@@ -53,7 +67,10 @@ function watchTraffic(stack: Stack): Traffic {
     }
     const status = traffic.failing.get(key);
     if (status === undefined) return false;
-    const body = status === 401 ? { code: 'invalid_api_key', message: 'The API key is invalid.' } : { code: 'unavailable', message: 'Try again later.' };
+    const body =
+      status === 401
+        ? { code: 'invalid_api_key', message: 'The API key is invalid.' }
+        : { code: 'unavailable', message: 'Try again later.' };
     res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
     return true;
   };
@@ -68,7 +85,10 @@ async function book(stack: Stack, key: string): Promise<string> {
 
 /** POST /sandbox/revoke-key over HTTP, as a merchant revoking the key in its dashboard would. */
 async function revoke(stack: Stack, key: string): Promise<number> {
-  const response = await fetch(`${stack.sandbox.origin}/sandbox/revoke-key`, { method: 'POST', headers: { authorization: `Bearer ${key}` } });
+  const response = await fetch(`${stack.sandbox.origin}/sandbox/revoke-key`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}` },
+  });
   expect(response.status).toBe(200);
   return Date.now();
 }
@@ -83,11 +103,20 @@ interface EventStream {
 
 function overSse(stack: Stack, credential: string, query: string, variables: Record<string, unknown>): EventStream {
   const controller = new AbortController();
-  const stream: EventStream = { messages: [], completed: false, done: Promise.resolve(), close: () => controller.abort() };
+  const stream: EventStream = {
+    messages: [],
+    completed: false,
+    done: Promise.resolve(),
+    close: () => controller.abort(),
+  };
   stream.done = (async () => {
     const response = await fetch(`${stack.app.url}/graphql`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${credential}` },
+      headers: {
+        'content-type': 'application/json',
+        accept: 'text/event-stream',
+        authorization: `Bearer ${credential}`,
+      },
       body: JSON.stringify({ query, variables }),
       signal: controller.signal,
     });
@@ -134,7 +163,11 @@ async function metric(stack: Stack, name: string, labels: Record<string, string>
   const wanted = Object.entries(labels).map(([label, value]) => `${label}="${value}"`);
   const line = (await (await fetch(`${stack.app.url}/metrics`)).text())
     .split('\n')
-    .find((candidate) => (candidate.startsWith(`${name}{`) || candidate.startsWith(`${name} `)) && wanted.every((pair) => candidate.includes(pair)));
+    .find(
+      (candidate) =>
+        (candidate.startsWith(`${name}{`) || candidate.startsWith(`${name} `)) &&
+        wanted.every((pair) => candidate.includes(pair)),
+    );
   return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
 }
 
@@ -158,7 +191,10 @@ async function revocationEndsEverything(stack: Stack, key: string): Promise<void
     await live;
     // Webhooks are arriving: the courier moves, and every stream has had something.
     await Promise.all([updated.waitFor(2), location.waitFor(1), unfiltered.waitFor(2), named.waitFor(2)]);
-    await waitUntil(() => sse.messages.length >= 1 && sseUpdated.messages.length >= 2, 'the SSE streams to have events');
+    await waitUntil(
+      () => sse.messages.length >= 1 && sseUpdated.messages.length >= 2,
+      'the SSE streams to have events',
+    );
 
     await revoke(stack, key);
     const streams: Array<[string, Promise<unknown>]> = [
@@ -186,7 +222,10 @@ async function revocationEndsEverything(stack: Stack, key: string): Promise<void
     const state = await stack.app.services.store.deliveryState(uid);
     expect(state?.terminal ?? false).toBe(false);
     // And the subscription slots are given back.
-    await waitUntil(async () => (await metric(stack, 'delivery_graph_subscriptions_open')) === 0, 'no subscription open');
+    await waitUntil(
+      async () => (await metric(stack, 'delivery_graph_subscriptions_open')) === 0,
+      'no subscription open',
+    );
   } finally {
     sse.close();
     sseUpdated.close();
@@ -214,10 +253,12 @@ describe('on SQLite', () => {
   it('a revoked key ends its open deliveryUpdated, courierLocation and deliveryEvents (with and without uids, WebSocket and SSE) UNAUTHENTICATED while webhooks keep arriving', async () => {
     await revocationEndsEverything(stack, STREAMS);
     expect(await metric(stack, 'delivery_graph_key_refused_subscriptions_total')).toBeGreaterThanOrEqual(6);
-    expect(await metric(stack, 'delivery_graph_key_reconfirmations_total', { result: 'refused' })).toBeGreaterThanOrEqual(1);
+    expect(
+      await metric(stack, 'delivery_graph_key_reconfirmations_total', { result: 'refused' }),
+    ).toBeGreaterThanOrEqual(1);
   });
 
-  it("ends the subscriptions of the client tokens a revoked key minted", async () => {
+  it('ends the subscriptions of the client tokens a revoked key minted', async () => {
     const uid = await book(stack, TOKEN);
     const minted = await stack.gql(CREATE_TOKEN, { uids: [uid] }, TOKEN);
     const token = minted.data.createClientToken.data.token as string;
@@ -233,7 +274,9 @@ describe('on SQLite', () => {
       await endsWithin(updated.done, 4_000, "the client token's deliveryUpdated");
       await endsWithin(sse.done, 4_000, "the client token's SSE courierLocation");
       expect(codesOf(updated.errors)).toEqual(['UNAUTHENTICATED']);
-      expect((updated.errors[0] as Error).message).toBe('The delivery service no longer accepts the merchant key behind this client token; ask the merchant for a new one.');
+      expect((updated.errors[0] as Error).message).toBe(
+        'The delivery service no longer accepts the merchant key behind this client token; ask the merchant for a new one.',
+      );
       expect(codesOf(sse.messages.at(-1)!.errors ?? [])).toEqual(['UNAUTHENTICATED']);
       expect(updated.items.map((item) => item.deliveryUpdated.name)).not.toContain('delivery.dropoff_complete');
     } finally {
@@ -280,7 +323,11 @@ describe('on SQLite', () => {
       await updated.waitFor(1);
       const failedBefore = await metric(stack, 'delivery_graph_key_reconfirmations_total', { result: 'failed' });
       traffic.failing.set(OUTAGE, 503);
-      await waitUntil(async () => (await metric(stack, 'delivery_graph_key_reconfirmations_total', { result: 'failed' })) >= failedBefore + 2, 'two failed re-confirmations');
+      await waitUntil(
+        async () =>
+          (await metric(stack, 'delivery_graph_key_reconfirmations_total', { result: 'failed' })) >= failedBefore + 2,
+        'two failed re-confirmations',
+      );
       traffic.failing.delete(OUTAGE);
       const seen = updated.items.length;
       // Still open: the next milestone arrives.
@@ -320,7 +367,9 @@ describe('AUTH_FAILURES_PER_MINUTE with a short refusal memory', () => {
   let stack: Stack;
 
   beforeAll(async () => {
-    stack = await startStack({ env: { AUTH_FAILURES_PER_MINUTE: '2', KEY_REFUSAL_MEMORY_MS: '1000', TRUST_PROXY: '1' } });
+    stack = await startStack({
+      env: { AUTH_FAILURES_PER_MINUTE: '2', KEY_REFUSAL_MEMORY_MS: '1000', TRUST_PROXY: '1' },
+    });
   });
   afterAll(async () => {
     await stack?.stop();
@@ -370,7 +419,11 @@ describe.runIf(Boolean(process.env.REDIS_TEST_URL))('on Redis (REDIS_TEST_URL)',
       faultProxy: true,
       sandbox: { merchants: MERCHANTS, knobs: { stepMs: STEP_MS } },
       env: { KEY_RECONFIRM_INTERVAL_MS: String(INTERVAL_MS) },
-      store: () => new RedisStore(new Redis(process.env.REDIS_TEST_URL!), { prefix: `key-revocation:${randomUUID()}:`, ownsClient: true }),
+      store: () =>
+        new RedisStore(new Redis(process.env.REDIS_TEST_URL!), {
+          prefix: `key-revocation:${randomUUID()}:`,
+          ownsClient: true,
+        }),
     });
   });
   afterAll(async () => {

@@ -9,11 +9,20 @@ import { getIntrospectionQuery } from 'graphql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type GraphQLResponse, type Stack } from '../helpers/stack.js';
 
-const FULL_INTROSPECTION = getIntrospectionQuery({ descriptions: true, specifiedByUrl: true, directiveIsRepeatable: true, inputValueDeprecation: true });
+const FULL_INTROSPECTION = getIntrospectionQuery({
+  descriptions: true,
+  specifiedByUrl: true,
+  directiveIsRepeatable: true,
+  inputValueDeprecation: true,
+});
 
-/** 220 fragments on Query, each selecting __typename, all spread at the root: valid, cheap to answer, slow to validate (40 ms and more). */
+/**
+ * 220 fragments on Query, each selecting __typename, all spread at the root: valid, cheap to answer, slow to validate
+ * (40 ms and more).
+ */
 const FRAGMENT_HEAVY = (n: number) =>
-  `query Fragments${n} { ${Array.from({ length: 220 }, (_, i) => `...F${i}`).join(' ')} }\n` + Array.from({ length: 220 }, (_, i) => `fragment F${i} on Query { __typename }`).join('\n');
+  `query Fragments${n} { ${Array.from({ length: 220 }, (_, i) => `...F${i}`).join(' ')} }\n` +
+  Array.from({ length: 220 }, (_, i) => `fragment F${i} on Query { __typename }`).join('\n');
 
 interface Answer {
   status: number;
@@ -22,16 +31,32 @@ interface Answer {
 }
 
 async function post(stack: Stack, body: unknown, headers: Record<string, string> = {}): Promise<Answer> {
-  const response = await fetch(`${stack.app.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  const response = await fetch(`${stack.app.url}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
   const text = await response.text();
-  return { status: response.status, body: text ? (JSON.parse(text) as GraphQLResponse) : {}, retryAfter: response.headers.get('retry-after') };
+  return {
+    status: response.status,
+    body: text ? (JSON.parse(text) as GraphQLResponse) : {},
+    retryAfter: response.headers.get('retry-after'),
+  };
 }
 
 const codes = (answer: Answer) => answer.body.errors?.map((error) => error.extensions?.code);
 const from = (address: string) => ({ 'x-forwarded-for': address });
 
-/** Sends `body` until the address is refused RATE_LIMITED (the answer that was), or `most` times (undefined: never refused). */
-async function untilLimited(stack: Stack, body: (n: number) => unknown, headers: Record<string, string>, most: number): Promise<{ answer: Answer; sent: number } | undefined> {
+/**
+ * Sends `body` until the address is refused RATE_LIMITED (the answer that was), or `most` times (undefined: never
+ * refused).
+ */
+async function untilLimited(
+  stack: Stack,
+  body: (n: number) => unknown,
+  headers: Record<string, string>,
+  most: number,
+): Promise<{ answer: Answer; sent: number } | undefined> {
   for (let n = 0; n < most; n += 1) {
     const answer = await post(stack, body(n), headers);
     if (codes(answer)?.includes('RATE_LIMITED')) return { answer, sent: n + 1 };
@@ -63,24 +88,44 @@ describe('the work of callers without an accepted key, charged to their address 
     expect(codes(await post(stack, { query: '{ __typename }' }, from('198.51.100.1')))).toEqual(['RATE_LIMITED']);
     // Another address without a key still introspects, and the merchant's reads run as before.
     expect((await post(stack, { query: FULL_INTROSPECTION }, from('198.51.100.2'))).body.data?.__schema).toBeDefined();
-    const own = await post(stack, { query: '{ availability { group } __schema { queryType { name } } }' }, { authorization: `Bearer ${stack.key}`, ...from('198.51.100.1') });
+    const own = await post(
+      stack,
+      { query: '{ availability { group } __schema { queryType { name } } }' },
+      { authorization: `Bearer ${stack.key}`, ...from('198.51.100.1') },
+    );
     expect(own.status).toBe(200);
     expect(own.body.errors).toBeUndefined();
     expect(own.body.data?.availability?.length).toBeGreaterThan(0);
   });
 
   it('charges a made-up Bearer key like no key: the same budget, nothing more after one try', async () => {
-    const limited = await untilLimited(stack, () => ({ query: FULL_INTROSPECTION }), { authorization: 'Bearer sk_made_up_never_judged', ...from('198.51.100.3') }, 80);
+    const limited = await untilLimited(
+      stack,
+      () => ({ query: FULL_INTROSPECTION }),
+      { authorization: 'Bearer sk_made_up_never_judged', ...from('198.51.100.3') },
+      80,
+    );
     expect(limited, 'never refused').toBeDefined();
     expect(limited!.answer.status).toBe(429);
     // Neither that key, nor another made-up one, nor none gets more from that address.
-    for (const headers of [{ authorization: 'Bearer sk_made_up_never_judged' }, { authorization: 'Bearer sk_another_made_up_key' }, {}] as Array<Record<string, string>>) {
-      expect(codes(await post(stack, { query: '{ __typename }' }, { ...headers, ...from('198.51.100.3') }))).toEqual(['RATE_LIMITED']);
+    for (const headers of [
+      { authorization: 'Bearer sk_made_up_never_judged' },
+      { authorization: 'Bearer sk_another_made_up_key' },
+      {},
+    ] as Array<Record<string, string>>) {
+      expect(codes(await post(stack, { query: '{ __typename }' }, { ...headers, ...from('198.51.100.3') }))).toEqual([
+        'RATE_LIMITED',
+      ]);
     }
   });
 
   it('charges an Authorization that is not a Bearer credential like none', async () => {
-    const limited = await untilLimited(stack, () => ({ query: FULL_INTROSPECTION }), { authorization: 'Basic x', ...from('198.51.100.4') }, 80);
+    const limited = await untilLimited(
+      stack,
+      () => ({ query: FULL_INTROSPECTION }),
+      { authorization: 'Basic x', ...from('198.51.100.4') },
+      80,
+    );
     expect(limited, 'never refused').toBeDefined();
     expect(codes(await post(stack, { query: '{ __typename }' }, from('198.51.100.4')))).toEqual(['RATE_LIMITED']);
   });
@@ -99,7 +144,11 @@ describe('the work of callers without an accepted key, charged to their address 
       'types { name kind description fields(includeDeprecated: true) { name description isDeprecated args { name description defaultValue type { name kind ofType { name kind } } } ' +
       'type { name kind ofType { name kind ofType { name kind } } } } enumValues(includeDeprecated: true) { name description } inputFields { name description type { name kind ofType { name kind } } } }';
     const started = stack.app.pipeline.documents.size;
-    const answer = await post(stack, { query: `{ __schema { ${Array.from({ length: 20 }, (_, i) => `t${i}: ${types}`).join(' ')} } }` }, from('198.51.100.6'));
+    const answer = await post(
+      stack,
+      { query: `{ __schema { ${Array.from({ length: 20 }, (_, i) => `t${i}: ${types}`).join(' ')} } }` },
+      from('198.51.100.6'),
+    );
     // A validation error: 200 under application/json, as GraphQL over HTTP has it.
     expect(codes(answer)).toEqual(['GRAPHQL_VALIDATION_FAILED']);
     expect(answer.body.errors?.[0]?.message).toMatch(/Operation cost limit of 50000 exceeded/);
@@ -109,7 +158,9 @@ describe('the work of callers without an accepted key, charged to their address 
     const four = { query: `{ __schema { ${Array.from({ length: 4 }, (_, i) => `t${i}: ${types}`).join(' ')} } }` };
     const keyless = await post(stack, four, from('198.51.100.7'));
     expect(codes(keyless)).toEqual(['GRAPHQL_VALIDATION_FAILED']);
-    expect(keyless.body.errors?.[0]?.message).toMatch(/Without an accepted key, an operation may cost at most 10000; found \d+/);
+    expect(keyless.body.errors?.[0]?.message).toMatch(
+      /Without an accepted key, an operation may cost at most 10000; found \d+/,
+    );
     const keyed = await post(stack, four, { authorization: `Bearer ${stack.key}` });
     expect(keyed.body.errors).toBeUndefined();
     expect(keyed.body.data?.__schema?.t3?.length).toBeGreaterThan(10);
@@ -139,16 +190,31 @@ describe('fragment-heavy documents in production', () => {
     }
     expect(limited, 'never refused').toBeDefined();
     // With a made-up key, the same; with the merchant's accepted key, the document runs.
-    expect(codes(await post(stack, { query: FRAGMENT_HEAVY(500) }, { authorization: 'Bearer sk_made_up_fragments', ...from('203.0.113.2') }))).toEqual(['GRAPHQL_VALIDATION_FAILED']);
-    const own = await post(stack, { query: FRAGMENT_HEAVY(501) }, { authorization: `Bearer ${stack.key}`, ...from('203.0.113.1') });
+    expect(
+      codes(
+        await post(
+          stack,
+          { query: FRAGMENT_HEAVY(500) },
+          { authorization: 'Bearer sk_made_up_fragments', ...from('203.0.113.2') },
+        ),
+      ),
+    ).toEqual(['GRAPHQL_VALIDATION_FAILED']);
+    const own = await post(
+      stack,
+      { query: FRAGMENT_HEAVY(501) },
+      { authorization: `Bearer ${stack.key}`, ...from('203.0.113.1') },
+    );
     expect(own.body).toEqual({ data: { __typename: 'Query' } });
   });
 
   it('charge what they may still run by its validation time: twenty fragments apiece', async () => {
     // Twenty fragments spread at the root: valid, allowed, and each validation measured.
     const chain = (n: number) =>
-      `query Twenty${n} { ${Array.from({ length: 20 }, (_, i) => `...T${n}_${i}`).join(' ')} }\n` + Array.from({ length: 20 }, (_, i) => `fragment T${n}_${i} on Query { __typename }`).join('\n');
-    expect((await post(stack, { query: chain(0) }, from('203.0.113.3'))).body).toEqual({ data: { __typename: 'Query' } });
+      `query Twenty${n} { ${Array.from({ length: 20 }, (_, i) => `...T${n}_${i}`).join(' ')} }\n` +
+      Array.from({ length: 20 }, (_, i) => `fragment T${n}_${i} on Query { __typename }`).join('\n');
+    expect((await post(stack, { query: chain(0) }, from('203.0.113.3'))).body).toEqual({
+      data: { __typename: 'Query' },
+    });
     const limited = await untilLimited(stack, (n) => ({ query: chain(n + 1) }), from('203.0.113.3'), 1_000);
     expect(limited, 'never refused').toBeDefined();
     expect(limited!.answer.status).toBe(429);
@@ -167,7 +233,9 @@ describe('the keyless body bound follows the trust decision', () => {
   });
 
   it('refuses 800 KB with `Authorization: Basic x` 413 before reading it, as without any header', async () => {
-    for (const headers of [{ authorization: 'Basic x' }, { authorization: 'Token abc' }, {}] as Array<Record<string, string>>) {
+    for (const headers of [{ authorization: 'Basic x' }, { authorization: 'Token abc' }, {}] as Array<
+      Record<string, string>
+    >) {
       const answer = await post(stack, large, headers);
       expect(answer.status, JSON.stringify(headers)).toBe(413);
       expect(codes(answer)).toEqual(['REQUEST_ENTITY_TOO_LARGE']);
@@ -176,17 +244,25 @@ describe('the keyless body bound follows the trust decision', () => {
 
   it('does so for a body sent without a length, and for a body yoga would read itself (not application/json)', async () => {
     const chunked = await new Promise<number>((resolve, reject) => {
-      const req = httpRequest(`${stack.app.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Basic x' } }, (res) => {
-        res.resume();
-        resolve(res.statusCode ?? 0);
-      });
+      const req = httpRequest(
+        `${stack.app.url}/graphql`,
+        { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Basic x' } },
+        (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        },
+      );
       // The server may close once it has answered; what it answered is what counts.
       req.on('error', (error) => (req.destroyed ? undefined : reject(error)));
       for (let i = 0; i < 20; i += 1) req.write(large.slice(i * 40_000, (i + 1) * 40_000));
       req.end(large.slice(800_000));
     });
     expect(chunked).toBe(413);
-    const graphqlBody = await fetch(`${stack.app.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/graphql', authorization: 'Basic x' }, body: `{ __typename }\n#${'x'.repeat(800_000)}` });
+    const graphqlBody = await fetch(`${stack.app.url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/graphql', authorization: 'Basic x' },
+      body: `{ __typename }\n#${'x'.repeat(800_000)}`,
+    });
     expect(graphqlBody.status).toBe(413);
   });
 
@@ -217,8 +293,12 @@ describe('operation-name labels', () => {
 
   it('are never taken by a caller without an accepted key: its names all count as "other"', async () => {
     for (let n = 0; n < 210; n += 1) {
-      const headers: Record<string, string> = n % 3 === 0 ? { authorization: 'Bearer sk_made_up_labels' } : n % 3 === 1 ? { authorization: 'Basic x' } : {};
-      expect((await post(stack, { query: `query Junk${n} { __typename }` }, { ...headers, ...from(`192.0.2.${n % 200}`) })).body.data?.__typename).toBe('Query');
+      const headers: Record<string, string> =
+        n % 3 === 0 ? { authorization: 'Bearer sk_made_up_labels' } : n % 3 === 1 ? { authorization: 'Basic x' } : {};
+      expect(
+        (await post(stack, { query: `query Junk${n} { __typename }` }, { ...headers, ...from(`192.0.2.${n % 200}`) }))
+          .body.data?.__typename,
+      ).toBe('Query');
     }
     // The merchant's operations come after, and still get names of their own.
     expect((await stack.gql('query MerchantRead { availability { group } }')).errors).toBeUndefined();
@@ -227,7 +307,11 @@ describe('operation-name labels', () => {
     expect(text).not.toMatch(/name="Junk\d+"/);
     expect(text).toMatch(/delivery_graph_graphql_operations_total\{type="query",name="other",outcome="ok"\} 210\b/);
     // A key's first operation (the one the upstream accepted it on) is named too.
-    expect(text).toMatch(/delivery_graph_graphql_operations_total\{type="query",name="MerchantRead",outcome="ok"\} 1\b/);
-    expect(text).toMatch(/delivery_graph_graphql_operations_total\{type="query",name="MerchantAgain",outcome="ok"\} 1\b/);
+    expect(text).toMatch(
+      /delivery_graph_graphql_operations_total\{type="query",name="MerchantRead",outcome="ok"\} 1\b/,
+    );
+    expect(text).toMatch(
+      /delivery_graph_graphql_operations_total\{type="query",name="MerchantAgain",outcome="ok"\} 1\b/,
+    );
   });
 });

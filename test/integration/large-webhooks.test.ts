@@ -22,8 +22,17 @@ const CREATE = /* GraphQL */ `
   mutation Create($input: DeliveryInput!) {
     createDelivery(input: $input) {
       __typename
-      ... on MutationCreateDeliverySuccess { data { uid } }
-      ... on ValidationError { fields { path message } }
+      ... on MutationCreateDeliverySuccess {
+        data {
+          uid
+        }
+      }
+      ... on ValidationError {
+        fields {
+          path
+          message
+        }
+      }
     }
   }
 `;
@@ -31,7 +40,12 @@ const QUOTE = /* GraphQL */ `
   mutation Quote($input: DeliveryInput!) {
     quoteDelivery(input: $input) {
       __typename
-      ... on ValidationError { fields { path message } }
+      ... on ValidationError {
+        fields {
+          path
+          message
+        }
+      }
     }
   }
 `;
@@ -54,7 +68,12 @@ const text = (length: number, fill = 'x') => fill.repeat(length);
 /** A realistic large order: 30 items with long names and a 13 KB payload. */
 function largeOrder(): Record<string, unknown> {
   return deliveryInput({
-    items: Array.from({ length: 30 }, (_, i) => ({ name: `${i} ${text(90, 'Long product name ')}`.slice(0, 100), quantity: 1, price: '12.50', externalId: `sku-${i}` })),
+    items: Array.from({ length: 30 }, (_, i) => ({
+      name: `${i} ${text(90, 'Long product name ')}`.slice(0, 100),
+      quantity: 1,
+      price: '12.50',
+      externalId: `sku-${i}`,
+    })),
     payload: { order: 'A-1', notes: text(13_000, 'n') },
   });
 }
@@ -62,12 +81,28 @@ function largeOrder(): Record<string, unknown> {
 /** Every field at its bound, in plain ASCII. */
 function maximalOrder(): Record<string, unknown> {
   const short = text(INPUT_LIMITS.shortText);
-  const address = { street: short, number: short, secondaryNumber: short, city: short, county: short, state: short, postalCode: short, country: short };
+  const address = {
+    street: short,
+    number: short,
+    secondaryNumber: short,
+    city: short,
+    county: short,
+    state: short,
+    postalCode: short,
+    country: short,
+  };
   const base = deliveryInput();
   return {
     ...base,
     pickup: { name: short, phone: '+15550100', email: `${text(188)}@example.com`, instructions: text(512), address },
-    dropoff: { ...(base.dropoff as object), name: short, email: `${text(188)}@example.com`, phone: short, instructions: text(INPUT_LIMITS.longText), address },
+    dropoff: {
+      ...(base.dropoff as object),
+      name: short,
+      email: `${text(188)}@example.com`,
+      phone: short,
+      instructions: text(INPUT_LIMITS.longText),
+      address,
+    },
     description: text(INPUT_LIMITS.longText),
     requirements: Array.from({ length: INPUT_LIMITS.requirements }, () => text(INPUT_LIMITS.requirementText)),
     items: Array.from({ length: INPUT_LIMITS.items }, (_, i) => ({
@@ -84,7 +119,9 @@ function maximalOrder(): Record<string, unknown> {
 }
 
 async function eventNames(stack: Stack, uid: string): Promise<string[]> {
-  const result = await stack.gql('query($uid: ID!) { delivery(uid: $uid) { events { edges { node { name } } } } }', { uid });
+  const result = await stack.gql('query($uid: ID!) { delivery(uid: $uid) { events { edges { node { name } } } } }', {
+    uid,
+  });
   return result.data?.delivery?.events.edges.map((edge: { node: { name: string } }) => edge.node.name) ?? [];
 }
 
@@ -112,10 +149,32 @@ describe('large orders and their webhooks', () => {
   });
 
   it.each([
-    ['input.pickup.name', () => deliveryInput({ pickup: { ...(deliveryInput().pickup as object), name: text(900_000) } })],
-    ['input.dropoff.instructions', () => deliveryInput({ dropoff: { ...(deliveryInput().dropoff as object), instructions: text(INPUT_LIMITS.longText + 1) } })],
-    ['input.items', () => deliveryInput({ items: Array.from({ length: INPUT_LIMITS.items + 1 }, () => ({ name: 'x', quantity: 1 })) })],
-    ['input.items.3.description', () => deliveryInput({ items: Array.from({ length: 5 }, (_, i) => ({ name: 'x', description: i === 3 ? text(INPUT_LIMITS.itemDescription + 1) : 'ok' })) })],
+    [
+      'input.pickup.name',
+      () => deliveryInput({ pickup: { ...(deliveryInput().pickup as object), name: text(900_000) } }),
+    ],
+    [
+      'input.dropoff.instructions',
+      () =>
+        deliveryInput({
+          dropoff: { ...(deliveryInput().dropoff as object), instructions: text(INPUT_LIMITS.longText + 1) },
+        }),
+    ],
+    [
+      'input.items',
+      () =>
+        deliveryInput({ items: Array.from({ length: INPUT_LIMITS.items + 1 }, () => ({ name: 'x', quantity: 1 })) }),
+    ],
+    [
+      'input.items.3.description',
+      () =>
+        deliveryInput({
+          items: Array.from({ length: 5 }, (_, i) => ({
+            name: 'x',
+            description: i === 3 ? text(INPUT_LIMITS.itemDescription + 1) : 'ok',
+          })),
+        }),
+    ],
     ['input.payload', () => deliveryInput({ payload: { blob: text(INPUT_LIMITS.payloadBytes + 1) } })],
     ['input.payload', () => withNested(deliveryInput({ payload: '<nested>' }), 5_000)],
     ['input.requirements.0', () => deliveryInput({ requirements: [text(INPUT_LIMITS.requirementText + 1)] })],
@@ -131,7 +190,9 @@ describe('large orders and their webhooks', () => {
       });
       const result = (await response.json()) as { data: Record<string, unknown>; errors?: unknown };
       expect(result.errors).toBeUndefined();
-      const answer = Object.values(result.data as Record<string, { __typename: string; fields: Array<{ path: string }> }>)[0]!;
+      const answer = Object.values(
+        result.data as Record<string, { __typename: string; fields: Array<{ path: string }> }>,
+      )[0]!;
       expect(answer.__typename).toBe('ValidationError');
       expect(answer.fields.map((field) => field.path)).toContain(path);
     }
@@ -154,13 +215,19 @@ describe('webhook refusals are counted and logged', () => {
     stack.sandbox.setWebhookUrl(undefined);
     const sink = new Writable({
       write(chunk, _encoding, done) {
-        for (const line of String(chunk).split('\n').filter(Boolean)) lines.push(JSON.parse(line) as Record<string, unknown>);
+        for (const line of String(chunk).split('\n').filter(Boolean))
+          lines.push(JSON.parse(line) as Record<string, unknown>);
         done();
       },
     });
     // A second facade on the same upstream, with a small token limit and short body deadline, logging into `lines`.
     app = await startApp(
-      loadConfig({ ...stack.env, DATA_DIR: makeDataDir(), WEBHOOK_MAX_TOKEN_BYTES: '16384', WEBHOOK_BODY_TIMEOUT_MS: '300' }),
+      loadConfig({
+        ...stack.env,
+        DATA_DIR: makeDataDir(),
+        WEBHOOK_MAX_TOKEN_BYTES: '16384',
+        WEBHOOK_BODY_TIMEOUT_MS: '300',
+      }),
       { logger: createLogger('warn', sink) },
     );
   });
@@ -170,7 +237,12 @@ describe('webhook refusals are counted and logged', () => {
   });
 
   const sign = (payload: unknown) =>
-    new SignJWT({ payload }).setProtectedHeader({ alg: 'RS256' }).setIssuer(stack.sandbox.issuer).setIssuedAt().setExpirationTime('5m').sign(privateKey);
+    new SignJWT({ payload })
+      .setProtectedHeader({ alg: 'RS256' })
+      .setIssuer(stack.sandbox.issuer)
+      .setIssuedAt()
+      .setExpirationTime('5m')
+      .sign(privateKey);
   /** A token whose claims are given as JSON text (for a payload too deep for JSON.stringify here). */
   const signText = (claimsJson: string) => {
     const head = Buffer.from(JSON.stringify({ alg: 'RS256' })).toString('base64url');
@@ -179,7 +251,11 @@ describe('webhook refusals are counted and logged', () => {
     return `${head}.${body}.${signature}`;
   };
   const post = (token: string, body = '{}') =>
-    fetch(`${app.url}/webhooks`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body });
+    fetch(`${app.url}/webhooks`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+      body,
+    });
 
   it('answers 431 to a token over WEBHOOK_MAX_TOKEN_BYTES, counts it in /metrics and logs it; a token under it is stored', async () => {
     const big = await sign({ uid: randomUUID(), event_name: 'delivery.created', notes: text(40_000) });
@@ -194,26 +270,56 @@ describe('webhook refusals are counted and logged', () => {
 
   it('answers 400 to an event nested thousands of levels deep, and every genuine event of the same batch is stored', async () => {
     const poison = (levels: number) =>
-      signText(withNested({ iss: stack.sandbox.issuer, exp: Math.floor(Date.now() / 1000) + 300, payload: { uid: randomUUID(), event_name: 'delivery.created', platform_payload: '<nested>' } }, levels));
+      signText(
+        withNested(
+          {
+            iss: stack.sandbox.issuer,
+            exp: Math.floor(Date.now() / 1000) + 300,
+            payload: { uid: randomUUID(), event_name: 'delivery.created', platform_payload: '<nested>' },
+          },
+          levels,
+        ),
+      );
     const postTo = (url: string, token: string) =>
-      fetch(`${url}/webhooks`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: '{}' });
-    // The attack's depth, on the facade with the default token limit: 200 genuine events and the poison arrive together.
-    const genuine = await Promise.all(Array.from({ length: 200 }, (_, i) => sign({ uid: `genuine-${i}`, event_name: 'delivery.created', status: 'Created' })));
-    const answers = await Promise.all([...genuine.map((token) => postTo(stack.app.url, token)), postTo(stack.app.url, poison(5_000)), postTo(stack.app.url, poison(5_000))]);
+      fetch(`${url}/webhooks`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+        body: '{}',
+      });
+    // The attack's depth, on the facade with the default token limit: 200 genuine events and the poison arrive
+    // together.
+    const genuine = await Promise.all(
+      Array.from({ length: 200 }, (_, i) =>
+        sign({ uid: `genuine-${i}`, event_name: 'delivery.created', status: 'Created' }),
+      ),
+    );
+    const answers = await Promise.all([
+      ...genuine.map((token) => postTo(stack.app.url, token)),
+      postTo(stack.app.url, poison(5_000)),
+      postTo(stack.app.url, poison(5_000)),
+    ]);
     const statuses = answers.map((answer) => answer.status);
     expect(statuses.slice(0, 200).every((status) => status === 200)).toBe(true);
     expect(statuses.slice(200)).toEqual([400, 400]);
     // Refused events are counted and logged.
     expect((await postTo(app.url, poison(100))).status).toBe(400);
     expect(app.receiver!.counters.refusals.get(400)).toBe(1);
-    expect(lines).toContainEqual(expect.objectContaining({ status: 400, msg: 'webhook refused', reason: expect.stringMatching(/nested deeper than 64/) }));
+    expect(lines).toContainEqual(
+      expect.objectContaining({
+        status: 400,
+        msg: 'webhook refused',
+        reason: expect.stringMatching(/nested deeper than 64/),
+      }),
+    );
   });
 
   it('cuts off a webhook whose body trickles past WEBHOOK_BODY_TIMEOUT_MS (counted as 408), while another is stored', async () => {
     const token = await sign({ uid: randomUUID(), event_name: 'delivery.created' });
     const socket = connect(Number(new URL(app.url).port), '127.0.0.1');
     await once(socket, 'connect');
-    socket.write(`POST /webhooks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\nauthorization: Bearer ${token}\r\n\r\n{`);
+    socket.write(
+      `POST /webhooks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\nauthorization: Bearer ${token}\r\n\r\n{`,
+    );
     const closed = once(socket, 'close');
     const meanwhile = await post(await sign({ uid: randomUUID(), event_name: 'delivery.created' }));
     expect(meanwhile.status).toBe(200);
@@ -224,8 +330,17 @@ describe('webhook refusals are counted and logged', () => {
 
 describe('connections held open', () => {
   it('closes connections whose headers do not arrive within HEADERS_TIMEOUT_MS, and refuses connections over MAX_CONNECTIONS', async () => {
-    // Every slot for anyone from one address: the caps per address and for webhooks have tests of their own (connection-caps).
-    const stack = await startStack({ env: { HEADERS_TIMEOUT_MS: '300', REQUEST_TIMEOUT_MS: '600', MAX_CONNECTIONS: '16', MAX_CONNECTIONS_PER_ADDRESS: '0', WEBHOOK_CONNECTIONS: '0' } });
+    // Every slot for anyone from one address: the caps per address and for webhooks have tests of their own
+    // (connection-caps).
+    const stack = await startStack({
+      env: {
+        HEADERS_TIMEOUT_MS: '300',
+        REQUEST_TIMEOUT_MS: '600',
+        MAX_CONNECTIONS: '16',
+        MAX_CONNECTIONS_PER_ADDRESS: '0',
+        WEBHOOK_CONNECTIONS: '0',
+      },
+    });
     const port = Number(new URL(stack.app.url).port);
     const open = async (): Promise<Socket> => {
       const socket = connect(port, '127.0.0.1');
@@ -289,7 +404,12 @@ describe.each(STORES)('one event that cannot be stored (%s)', (_name, open) => {
     try {
       const poisoned = { uid: 'p', event_name: 'delivery.created' } as Record<string, unknown>;
       // A payload that cannot even be serialized stands for any per-event failure.
-      Object.defineProperty(poisoned, 'status', { enumerable: true, get: () => { throw new Error('poisoned'); } });
+      Object.defineProperty(poisoned, 'status', {
+        enumerable: true,
+        get: () => {
+          throw new Error('poisoned');
+        },
+      });
       const receivedAt = new Date().toISOString();
       const batch = [
         { payload: { uid: 'a', event_name: 'delivery.created' }, receivedAt },
@@ -303,7 +423,11 @@ describe.each(STORES)('one event that cannot be stored (%s)', (_name, open) => {
       expect(failure).toBeInstanceOf(PartialAppendError);
       const outcomes = (failure as PartialAppendError).outcomes;
       expect(outcomes[1]).toBeInstanceOf(Error);
-      expect(outcomes.filter((outcome) => !(outcome instanceof Error)).map((outcome) => (outcome as { event: { uid: string } }).event.uid)).toEqual(['a', 'b']);
+      expect(
+        outcomes
+          .filter((outcome) => !(outcome instanceof Error))
+          .map((outcome) => (outcome as { event: { uid: string } }).event.uid),
+      ).toEqual(['a', 'b']);
       expect((await store.eventsAfter(0, 10)).map((event) => event.uid)).toEqual(['a', 'b']);
     } finally {
       await close();

@@ -15,7 +15,8 @@ function callsSince(mark: number): string[] {
 }
 
 describe("a partner order's style, read by uid", () => {
-  const seed = (reference: string, style: string) => stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody(reference, { delivery_style: style })).uid as string;
+  const seed = (reference: string, style: string) =>
+    stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody(reference, { delivery_style: style })).uid as string;
 
   it('comes from the read by reference, only when selected, once per order', async () => {
     const fragile = seed('PO-style-1', 'Special Handling');
@@ -26,7 +27,11 @@ describe("a partner order's style, read by uid", () => {
     const bareQuery = `query($uids: [ID!]!) { deliveries(uids: $uids, group: PARTNER) { uid partnerReference } }`;
     let mark = stack.sandbox.requestCount;
     expect((await stack.gql(bareQuery, { uids: [fragile, plain] })).errors).toBeUndefined();
-    expect(callsSince(mark).filter((c) => c.includes('/orders/partner/')).sort()).toEqual(['GET /api/v1/orders/partner/PO-style-1', 'GET /api/v1/orders/partner/PO-style-2']);
+    expect(
+      callsSince(mark)
+        .filter((c) => c.includes('/orders/partner/'))
+        .sort(),
+    ).toEqual(['GET /api/v1/orders/partner/PO-style-1', 'GET /api/v1/orders/partner/PO-style-2']);
     expect(callsSince(mark)).toHaveLength(4);
 
     // Proven: without a style field, one read per order, by uid, nothing more.
@@ -38,7 +43,10 @@ describe("a partner order's style, read by uid", () => {
 
     // With style and rawStyle, each order listed twice: one read by reference per order.
     mark = stack.sandbox.requestCount;
-    const styled = await stack.gql(`query($uids: [ID!]!) { deliveries(uids: $uids, group: PARTNER) { uid style rawStyle } }`, { uids: [fragile, plain, fragile, plain] });
+    const styled = await stack.gql(
+      `query($uids: [ID!]!) { deliveries(uids: $uids, group: PARTNER) { uid style rawStyle } }`,
+      { uids: [fragile, plain, fragile, plain] },
+    );
     expect(styled.errors).toBeUndefined();
     expect(styled.data.deliveries).toEqual([
       { uid: fragile, style: 'SPECIAL_HANDLING', rawStyle: 'Special Handling' },
@@ -47,7 +55,10 @@ describe("a partner order's style, read by uid", () => {
       { uid: plain, style: 'STANDARD', rawStyle: 'Standard' },
     ]);
     const calls = callsSince(mark);
-    expect(calls.filter((c) => c.includes('/orders/partner/')).sort()).toEqual(['GET /api/v1/orders/partner/PO-style-1', 'GET /api/v1/orders/partner/PO-style-2']);
+    expect(calls.filter((c) => c.includes('/orders/partner/')).sort()).toEqual([
+      'GET /api/v1/orders/partner/PO-style-1',
+      'GET /api/v1/orders/partner/PO-style-2',
+    ]);
     expect(calls).toHaveLength(4);
   });
 
@@ -60,9 +71,12 @@ describe("a partner order's style, read by uid", () => {
   });
 
   it('is not asked for a platform delivery, whose read carries it', async () => {
-    const booked = await stack.gql(`mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`, {
-      input: deliveryInput({ style: 'SPECIAL_HANDLING' }),
-    });
+    const booked = await stack.gql(
+      `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`,
+      {
+        input: deliveryInput({ style: 'SPECIAL_HANDLING' }),
+      },
+    );
     const uid = booked.data.createDelivery.data.uid as string;
     const mark = stack.sandbox.requestCount;
     const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { style } }`, { uid });
@@ -74,9 +88,18 @@ describe("a partner order's style, read by uid", () => {
 describe('item prices, both ways in the amount unit', () => {
   const ITEMS = `query($uid: ID!) { delivery(uid: $uid) { package { items { name price } declaredValue } tip } }`;
   const book = (target: Stack) =>
-    target.gql(`mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`, {
-      input: deliveryInput({ items: [{ name: 'Atlas', quantity: 1, price: '12.34' }, { name: 'Map', quantity: 2, price: '0.05' }, { name: 'Pen' }] }),
-    });
+    target.gql(
+      `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`,
+      {
+        input: deliveryInput({
+          items: [
+            { name: 'Atlas', quantity: 1, price: '12.34' },
+            { name: 'Map', quantity: 2, price: '0.05' },
+            { name: 'Pen' },
+          ],
+        }),
+      },
+    );
 
   it('come back as they were given (cents on the wire, the default)', async () => {
     const uid = (await book(stack)).data.createDelivery.data.uid as string;
@@ -97,7 +120,11 @@ describe('item prices, both ways in the amount unit', () => {
     try {
       const uid = (await book(major)).data.createDelivery.data.uid as string;
       const read = await major.gql(ITEMS, { uid });
-      expect(read.data.delivery.package.items.map((i: { price: string | null }) => i.price)).toEqual(['12.34', '0.05', null]);
+      expect(read.data.delivery.package.items.map((i: { price: string | null }) => i.price)).toEqual([
+        '12.34',
+        '0.05',
+        null,
+      ]);
     } finally {
       await major.stop();
     }
@@ -109,10 +136,16 @@ describe("the upstream's own code and message on a refusal", () => {
 
   it('is on a cancel refused as not found, and as not cancelable (409), on both groups', async () => {
     const missing = await stack.gql(CANCEL, { uid: '00000000-0000-4000-8000-000000000000', group: 'PARTNER' });
-    expect(missing.data.cancelDelivery).toMatchObject({ __typename: 'NotFoundError', upstream: { status: 404, error: 'not_found', message: 'No order with this uid.' } });
+    expect(missing.data.cancelDelivery).toMatchObject({
+      __typename: 'NotFoundError',
+      upstream: { status: 404, error: 'not_found', message: 'No order with this uid.' },
+    });
 
     const uid = stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody('PO-refusal-1')).uid as string;
-    while ((await stack.gql(`query($uid: ID!) { delivery(uid: $uid, group: PARTNER) { status } }`, { uid })).data.delivery.status !== 'PICKUP_COMPLETE') {
+    while (
+      (await stack.gql(`query($uid: ID!) { delivery(uid: $uid, group: PARTNER) { status } }`, { uid })).data.delivery
+        .status !== 'PICKUP_COMPLETE'
+    ) {
       await stack.sandbox.advance(uid);
     }
     const late = await stack.gql(CANCEL, { uid, group: 'PARTNER' });
@@ -120,14 +153,25 @@ describe("the upstream's own code and message on a refusal", () => {
       __typename: 'NotCancelableError',
       code: 'NOT_CANCELABLE',
       message: 'The delivery can no longer be canceled.',
-      upstream: { status: 409, error: 'not_cancelable', message: 'The order can no longer be canceled: it was picked up, delivered or already canceled.' },
+      upstream: {
+        status: 409,
+        error: 'not_cancelable',
+        message: 'The order can no longer be canceled: it was picked up, delivered or already canceled.',
+      },
     });
   });
 
   it('is in extensions.upstream of an UNAUTHENTICATED error, without the key', async () => {
     const forged = 'sk_test_forged_key_0123456789abcdef';
-    const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { uid } }`, { uid: '00000000-0000-4000-8000-000000000000' }, forged);
-    expect(read.errors?.[0]?.extensions).toEqual({ code: 'UNAUTHENTICATED', upstream: { status: 401, error: 'invalid_api_key', message: expect.any(String) } });
+    const read = await stack.gql(
+      `query($uid: ID!) { delivery(uid: $uid) { uid } }`,
+      { uid: '00000000-0000-4000-8000-000000000000' },
+      forged,
+    );
+    expect(read.errors?.[0]?.extensions).toEqual({
+      code: 'UNAUTHENTICATED',
+      upstream: { status: 401, error: 'invalid_api_key', message: expect.any(String) },
+    });
     expect(JSON.stringify(read)).not.toContain(forged);
   });
 
@@ -138,6 +182,9 @@ describe("the upstream's own code and message on a refusal", () => {
       { input: deliveryInput({ rawStyle: 'White Glove' }) },
     );
     expect(quote.data.quoteDelivery.__typename).toBe('ValidationError');
-    expect(quote.data.quoteDelivery.upstream).toMatchObject({ status: expect.any(Number), message: expect.stringContaining('delivery_style') });
+    expect(quote.data.quoteDelivery.upstream).toMatchObject({
+      status: expect.any(Number),
+      message: expect.stringContaining('delivery_style'),
+    });
   });
 });

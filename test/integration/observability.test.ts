@@ -52,7 +52,10 @@ async function gql(query: string, variables?: Record<string, unknown>, headers: 
     headers: { 'content-type': 'application/json', authorization: `Bearer ${key}`, ...headers },
     body: JSON.stringify({ query, variables }),
   });
-  return { response, body: (await response.json()) as { data?: any; errors?: Array<{ extensions?: { code?: string } }> } };
+  return {
+    response,
+    body: (await response.json()) as { data?: any; errors?: Array<{ extensions?: { code?: string } }> },
+  };
 }
 
 async function scrape(): Promise<string> {
@@ -87,7 +90,11 @@ const CREATE = /* GraphQL */ `
   mutation Book($input: DeliveryInput!) {
     createDelivery(input: $input) {
       __typename
-      ... on MutationCreateDeliverySuccess { data { uid } }
+      ... on MutationCreateDeliverySuccess {
+        data {
+          uid
+        }
+      }
     }
   }
 `;
@@ -99,7 +106,14 @@ describe('request ids and logs', () => {
     expect(response.headers.get('x-request-id')).toBe('test-req-1');
     await waitFor(() => logs().some((log) => log.reqId === 'test-req-1' && log.msg === 'request'));
     const line = logs().find((log) => log.reqId === 'test-req-1' && log.msg === 'request')!;
-    expect(line).toMatchObject({ level: 30, method: 'POST', path: '/graphql', status: 200, operation: 'Availability', operationType: 'query' });
+    expect(line).toMatchObject({
+      level: 30,
+      method: 'POST',
+      path: '/graphql',
+      status: 200,
+      operation: 'Availability',
+      operationType: 'query',
+    });
     expect(line.durationMs).toBeGreaterThan(0);
     // Upstream calls at debug, with the request id they were made for.
     const calls = logs().filter((log) => log.msg === 'upstream call' && log.reqId === 'test-req-1');
@@ -120,15 +134,23 @@ describe('request ids and logs', () => {
     });
     expect(get.status).toBe(200);
     await waitFor(() => logs().some((log) => log.reqId === 'test-get' && log.msg === 'request'));
-    expect(logs().find((log) => log.reqId === 'test-get' && log.msg === 'request')).toMatchObject({ operation: 'ViaGet', method: 'GET', status: 200 });
+    expect(logs().find((log) => log.reqId === 'test-get' && log.msg === 'request')).toMatchObject({
+      operation: 'ViaGet',
+      method: 'GET',
+      status: 200,
+    });
   });
 
   it('gives a WebSocket upgrade an id and a log line too, like any request through the front door', async () => {
     const { default: WebSocket } = await import('ws');
-    const socket = new WebSocket(`${app.url.replace('http', 'ws')}/graphql`, 'graphql-transport-ws', { headers: { 'x-request-id': 'upgrade-7' } });
+    const socket = new WebSocket(`${app.url.replace('http', 'ws')}/graphql`, 'graphql-transport-ws', {
+      headers: { 'x-request-id': 'upgrade-7' },
+    });
     await new Promise((resolve, reject) => socket.once('open', resolve).once('error', reject));
     socket.terminate();
-    expect(logs()).toContainEqual(expect.objectContaining({ msg: 'upgrade', reqId: 'upgrade-7', path: '/graphql', upgrade: 'websocket' }));
+    expect(logs()).toContainEqual(
+      expect.objectContaining({ msg: 'upgrade', reqId: 'upgrade-7', path: '/graphql', upgrade: 'websocket' }),
+    );
   });
 
   it('never writes a key to the log', async () => {
@@ -149,27 +171,49 @@ describe('GET /metrics', () => {
     // An upstream failure: every call answered 5xx.
     sandbox.setKnobs({ errorRate: 1 });
     try {
-      const failed = await gql(`query Broken { delivery(uid: "${booked.body.data.createDelivery.data.uid}", group: PLATFORM) { uid } }`);
+      const failed = await gql(
+        `query Broken { delivery(uid: "${booked.body.data.createDelivery.data.uid}", group: PLATFORM) { uid } }`,
+      );
       expect(failed.body.errors?.[0]?.extensions?.code).toMatch(/^UPSTREAM_/);
     } finally {
       sandbox.setKnobs({ errorRate: 0 });
     }
     // A webhook that fails verification.
-    const rejected = await fetch(`${app.url}/webhooks`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer nope' }, body: '{}' });
+    const rejected = await fetch(`${app.url}/webhooks`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer nope' },
+      body: '{}',
+    });
     expect(rejected.status).toBe(401);
     await waitFor(() => app.receiver!.counters.accepted > 0);
 
     const text = await scrape();
-    expect(sample(text, 'delivery_graph_graphql_operations_total', { type: 'query', name: 'Availability', outcome: 'ok' })).toBeGreaterThanOrEqual(3);
-    expect(sample(text, 'delivery_graph_graphql_operations_total', { type: 'mutation', name: 'Book', outcome: 'ok' })).toBe(1);
-    expect(sample(text, 'delivery_graph_graphql_operations_total', { type: 'query', name: 'Broken', outcome: 'partial' })).toBe(1);
-    expect(sample(text, 'delivery_graph_graphql_operation_duration_seconds_count', { type: 'query', name: 'Availability' })).toBeGreaterThanOrEqual(3);
-    expect(sample(text, 'delivery_graph_graphql_operation_duration_seconds_sum', { type: 'mutation', name: 'Book' })).toBeGreaterThan(0);
+    expect(
+      sample(text, 'delivery_graph_graphql_operations_total', { type: 'query', name: 'Availability', outcome: 'ok' }),
+    ).toBeGreaterThanOrEqual(3);
+    expect(
+      sample(text, 'delivery_graph_graphql_operations_total', { type: 'mutation', name: 'Book', outcome: 'ok' }),
+    ).toBe(1);
+    expect(
+      sample(text, 'delivery_graph_graphql_operations_total', { type: 'query', name: 'Broken', outcome: 'partial' }),
+    ).toBe(1);
+    expect(
+      sample(text, 'delivery_graph_graphql_operation_duration_seconds_count', { type: 'query', name: 'Availability' }),
+    ).toBeGreaterThanOrEqual(3);
+    expect(
+      sample(text, 'delivery_graph_graphql_operation_duration_seconds_sum', { type: 'mutation', name: 'Book' }),
+    ).toBeGreaterThan(0);
 
-    expect(sample(text, 'delivery_graph_upstream_requests_total', { group: 'platform', method: 'POST', outcome: 'ok' })).toBe(1);
-    const failures = text.split('\n').filter((line) => line.startsWith('delivery_graph_upstream_requests_total{') && /outcome="UPSTREAM_/.test(line));
+    expect(
+      sample(text, 'delivery_graph_upstream_requests_total', { group: 'platform', method: 'POST', outcome: 'ok' }),
+    ).toBe(1);
+    const failures = text
+      .split('\n')
+      .filter((line) => line.startsWith('delivery_graph_upstream_requests_total{') && /outcome="UPSTREAM_/.test(line));
     expect(failures.length).toBeGreaterThan(0);
-    expect(sample(text, 'delivery_graph_upstream_request_duration_seconds_count', { group: 'partner', method: 'GET' })).toBeGreaterThanOrEqual(3);
+    expect(
+      sample(text, 'delivery_graph_upstream_request_duration_seconds_count', { group: 'partner', method: 'GET' }),
+    ).toBeGreaterThanOrEqual(3);
     // Route templates, not identifiers.
     expect(text).not.toContain(booked.body.data.createDelivery.data.uid);
     expect(text).toMatch(/route="\/\{platform\}\/deliveries\/\{uid\}"|route="[^"]*\{uid\}[^"]*"/);
@@ -211,12 +255,16 @@ describe('GET /metrics', () => {
   it('is logged at debug, not info', async () => {
     await fetch(`${app.url}/metrics`, { headers: { 'x-request-id': 'test-scrape' } });
     await waitFor(() => logs().some((log) => log.reqId === 'test-scrape'));
-    expect(logs().find((log) => log.reqId === 'test-scrape')).toMatchObject({ level: 20, path: '/metrics', status: 200 });
+    expect(logs().find((log) => log.reqId === 'test-scrape')).toMatchObject({
+      level: 20,
+      path: '/metrics',
+      status: 200,
+    });
   });
 });
 
 describe('OpenTelemetry tracing (the standard OTEL_* variables, in-memory exporter)', () => {
-  it('traces a request from its HTTP server span through the GraphQL operation to each upstream request, under the caller\'s traceparent', async () => {
+  it("traces a request from its HTTP server span through the GraphQL operation to each upstream request, under the caller's traceparent", async () => {
     const spans: ReadableSpan[] = [];
     // (InMemorySpanExporter forgets its spans on shutdown, which is when the batch is flushed.)
     const exporter: SpanExporter = {
@@ -242,12 +290,18 @@ describe('OpenTelemetry tracing (the standard OTEL_* variables, in-memory export
     );
     const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
     try {
-      // Sent with node:http, not fetch: fetch is undici, whose instrumentation (live in this process now) would add a traceparent of its own.
+      // Sent with node:http, not fetch: fetch is undici, whose instrumentation (live in this process now) would add a
+      // traceparent of its own.
       const status = await new Promise<number>((resolve, reject) => {
         const body = JSON.stringify({ query: AVAILABILITY });
         const request = httpRequest(`${traced.url}/graphql`, {
           method: 'POST',
-          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), authorization: `Bearer ${key}`, traceparent: `00-${traceId}-00f067aa0ba902b7-01` },
+          headers: {
+            'content-type': 'application/json',
+            'content-length': Buffer.byteLength(body),
+            authorization: `Bearer ${key}`,
+            traceparent: `00-${traceId}-00f067aa0ba902b7-01`,
+          },
         });
         request.on('response', (response) => {
           response.resume();
@@ -267,30 +321,60 @@ describe('OpenTelemetry tracing (the standard OTEL_* variables, in-memory export
     expect(server, JSON.stringify(ours.map((span) => span.name))).toBeDefined();
     expect(server!.attributes).toMatchObject({ 'http.request.method': 'POST', 'http.response.status_code': 200 });
     expect(server!.parentSpanContext?.spanId).toBe('00f067aa0ba902b7');
-    expect(server!.resource.attributes).toMatchObject({ 'service.name': 'dg-under-test', 'deployment.environment.name': 'test' });
+    expect(server!.resource.attributes).toMatchObject({
+      'service.name': 'dg-under-test',
+      'deployment.environment.name': 'test',
+    });
 
     const operation = ours.find((span) => span.name === 'query Availability');
     expect(operation).toBeDefined();
     expect(operation!.kind).toBe(SpanKind.INTERNAL);
     expect(operation!.parentSpanContext?.spanId).toBe(server!.spanContext().spanId);
-    expect(operation!.attributes).toMatchObject({ 'graphql.operation.type': 'query', 'graphql.operation.name': 'Availability' });
+    expect(operation!.attributes).toMatchObject({
+      'graphql.operation.type': 'query',
+      'graphql.operation.name': 'Availability',
+    });
 
-    // One CLIENT span per upstream request (undici's instrumentation), under the operation: availability asks both groups.
-    const upstream = ours.filter((span) => span.kind === SpanKind.CLIENT && span.parentSpanContext?.spanId === operation!.spanContext().spanId);
-    expect(upstream.map((span) => new URL(String(span.attributes['url.full'])).pathname).sort()).toEqual(['/api/v1/availability', `/api/v1/${sandbox.platformId}/availability`].sort());
-    for (const span of upstream) expect(span.attributes).toMatchObject({ 'http.request.method': 'GET', 'http.response.status_code': 200 });
-    expect(spans.some((span) => span.kind === SpanKind.SERVER && span.attributes['url.path'] === '/health')).toBe(false);
+    // One CLIENT span per upstream request (undici's instrumentation), under the operation: availability asks both
+    // groups.
+    const upstream = ours.filter(
+      (span) => span.kind === SpanKind.CLIENT && span.parentSpanContext?.spanId === operation!.spanContext().spanId,
+    );
+    expect(upstream.map((span) => new URL(String(span.attributes['url.full'])).pathname).sort()).toEqual(
+      ['/api/v1/availability', `/api/v1/${sandbox.platformId}/availability`].sort(),
+    );
+    for (const span of upstream)
+      expect(span.attributes).toMatchObject({ 'http.request.method': 'GET', 'http.response.status_code': 200 });
+    expect(spans.some((span) => span.kind === SpanKind.SERVER && span.attributes['url.path'] === '/health')).toBe(
+      false,
+    );
     // No key in any attribute.
     expect(JSON.stringify(spans.map((span) => span.attributes))).not.toContain(key);
   });
 
   it('is off unless asked for, and OTEL_SDK_DISABLED wins', () => {
     expect(loadConfig({}).tracing.enabled).toBe(false);
-    expect(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).tracing).toMatchObject({ enabled: true, tracesUrl: 'http://collector:4318/v1/traces' });
-    expect(loadConfig({ OTEL_TRACES_EXPORTER: 'console' }).tracing).toMatchObject({ enabled: true, exporter: 'console' });
-    expect(loadConfig({ OTEL_TRACES_EXPORTER: 'none', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).tracing.enabled).toBe(false);
+    expect(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).tracing).toMatchObject({
+      enabled: true,
+      tracesUrl: 'http://collector:4318/v1/traces',
+    });
+    expect(loadConfig({ OTEL_TRACES_EXPORTER: 'console' }).tracing).toMatchObject({
+      enabled: true,
+      exporter: 'console',
+    });
+    expect(
+      loadConfig({ OTEL_TRACES_EXPORTER: 'none', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).tracing
+        .enabled,
+    ).toBe(false);
     expect(loadConfig({ OTEL_TRACES_EXPORTER: 'otlp', OTEL_SDK_DISABLED: 'true' }).tracing.enabled).toBe(false);
-    expect(loadConfig({ OTEL_TRACES_EXPORTER: 'otlp', OTEL_EXPORTER_OTLP_HEADERS: 'api-key=s%3Dcret,x-team=ops', OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.25' }).tracing).toMatchObject({
+    expect(
+      loadConfig({
+        OTEL_TRACES_EXPORTER: 'otlp',
+        OTEL_EXPORTER_OTLP_HEADERS: 'api-key=s%3Dcret,x-team=ops',
+        OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+        OTEL_TRACES_SAMPLER_ARG: '0.25',
+      }).tracing,
+    ).toMatchObject({
       headers: { 'api-key': 's=cret', 'x-team': 'ops' },
       sampler: { name: 'parentbased_traceidratio', ratio: 0.25 },
     });
@@ -305,8 +389,13 @@ describe('faults inside the facade', () => {
       throw new TypeError("Cannot read properties of undefined (reading 'detail-for-operators')");
     };
     try {
-      const { body } = await gql('{ delivery(uid: "33333333-3333-4333-8333-333333333333") { uid } }', undefined, { 'x-request-id': 'fault-1' });
-      expect(body.errors?.[0]).toMatchObject({ message: 'Unexpected error.', extensions: { code: 'INTERNAL_SERVER_ERROR' } });
+      const { body } = await gql('{ delivery(uid: "33333333-3333-4333-8333-333333333333") { uid } }', undefined, {
+        'x-request-id': 'fault-1',
+      });
+      expect(body.errors?.[0]).toMatchObject({
+        message: 'Unexpected error.',
+        extensions: { code: 'INTERNAL_SERVER_ERROR' },
+      });
       expect(JSON.stringify(body)).not.toContain('detail-for-operators');
     } finally {
       platform.get = original;
@@ -320,18 +409,34 @@ describe('faults inside the facade', () => {
 
 describe('refusals in the access log', () => {
   it('logs a GraphQL request refused UNAUTHENTICATED (HTTP 200) with its request id and error code', async () => {
-    const { response, body } = await gql(AVAILABILITY, undefined, { authorization: 'Bearer sk_test_refused_by_the_upstream', 'x-request-id': 'refused-key-1' });
+    const { response, body } = await gql(AVAILABILITY, undefined, {
+      authorization: 'Bearer sk_test_refused_by_the_upstream',
+      'x-request-id': 'refused-key-1',
+    });
     expect(response.status).toBe(200);
     expect(body.errors?.map((error) => error.extensions?.code)).toContain('UNAUTHENTICATED');
     await waitFor(() => logs().some((log) => log.reqId === 'refused-key-1' && log.msg === 'request'));
-    expect(logs().find((log) => log.reqId === 'refused-key-1' && log.msg === 'request')).toMatchObject({ status: 200, path: '/graphql', errorCodes: ['UNAUTHENTICATED'] });
+    expect(logs().find((log) => log.reqId === 'refused-key-1' && log.msg === 'request')).toMatchObject({
+      status: 200,
+      path: '/graphql',
+      errorCodes: ['UNAUTHENTICATED'],
+    });
   });
 
   it('logs a request without a key the same way, refused before validation', async () => {
-    const response = await fetch(`${app.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': 'no-key-1' }, body: JSON.stringify({ query: AVAILABILITY }) });
-    expect(((await response.json()) as { errors: Array<{ extensions: { code: string } }> }).errors[0]!.extensions.code).toBe('UNAUTHENTICATED');
+    const response = await fetch(`${app.url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-request-id': 'no-key-1' },
+      body: JSON.stringify({ query: AVAILABILITY }),
+    });
+    expect(
+      ((await response.json()) as { errors: Array<{ extensions: { code: string } }> }).errors[0]!.extensions.code,
+    ).toBe('UNAUTHENTICATED');
     await waitFor(() => logs().some((log) => log.reqId === 'no-key-1' && log.msg === 'request'));
-    expect(logs().find((log) => log.reqId === 'no-key-1' && log.msg === 'request')).toMatchObject({ status: response.status, errorCodes: ['UNAUTHENTICATED'] });
+    expect(logs().find((log) => log.reqId === 'no-key-1' && log.msg === 'request')).toMatchObject({
+      status: response.status,
+      errorCodes: ['UNAUTHENTICATED'],
+    });
   });
 
   it('gives a result without errors no error codes', async () => {
@@ -341,11 +446,25 @@ describe('refusals in the access log', () => {
   });
 
   it('logs a refused webhook with its request id, in the warning and in the access log with its code', async () => {
-    const rejected = await fetch(`${app.url}/webhooks`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer not-a-jwt', 'x-request-id': 'bad-webhook-1' }, body: '{}' });
+    const rejected = await fetch(`${app.url}/webhooks`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        authorization: 'Bearer not-a-jwt',
+        'x-request-id': 'bad-webhook-1',
+      },
+      body: '{}',
+    });
     expect(rejected.status).toBe(401);
     await waitFor(() => logs().some((log) => log.reqId === 'bad-webhook-1' && log.msg === 'request'));
-    expect(logs().find((log) => log.msg === 'webhook rejected: verification failed' && log.reqId === 'bad-webhook-1')).toMatchObject({ level: 40 });
-    expect(logs().find((log) => log.reqId === 'bad-webhook-1' && log.msg === 'request')).toMatchObject({ path: '/webhooks', status: 401, errorCodes: ['invalid_token'] });
+    expect(
+      logs().find((log) => log.msg === 'webhook rejected: verification failed' && log.reqId === 'bad-webhook-1'),
+    ).toMatchObject({ level: 40 });
+    expect(logs().find((log) => log.reqId === 'bad-webhook-1' && log.msg === 'request')).toMatchObject({
+      path: '/webhooks',
+      status: 401,
+      errorCodes: ['invalid_token'],
+    });
   });
 
   it('writes every line with the process that wrote it', () => {

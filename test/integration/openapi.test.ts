@@ -123,11 +123,22 @@ function responseSchemaRef(op: Operation, status: number): string {
   const schema = resolved.content?.['application/json']?.schema;
   if (!schema) throw new Error(`${op.id} ${status} has no application/json schema`);
   if (typeof schema.$ref === 'string') return schema.$ref;
-  return pointer('paths', op.path, op.method.toLowerCase(), 'responses', String(status), 'content', 'application/json', 'schema');
+  return pointer(
+    'paths',
+    op.path,
+    op.method.toLowerCase(),
+    'responses',
+    String(status),
+    'content',
+    'application/json',
+    'schema',
+  );
 }
 
 function describeErrors(errors: ErrorObject[] | null | undefined): string[] {
-  return (errors ?? []).map((e) => `${e.instancePath || '(root)'} ${e.message}${e.params ? ` ${JSON.stringify(e.params)}` : ''}`);
+  return (errors ?? []).map(
+    (e) => `${e.instancePath || '(root)'} ${e.message}${e.params ? ` ${JSON.stringify(e.params)}` : ''}`,
+  );
 }
 
 /** [] when `value` conforms; else readable Ajv errors (so a failure shows what broke). */
@@ -176,7 +187,11 @@ async function send(id: string, options: CallOptions = {}): Promise<Answer & { c
   if (body !== undefined) headers['content-type'] = 'application/json';
   const res = await fetch(`${sandbox.url}${path}`, { method: op.method, headers, body });
   const text = await res.text();
-  return { status: res.status, body: text ? JSON.parse(text) : undefined, contentType: res.headers.get('content-type') };
+  return {
+    status: res.status,
+    body: text ? JSON.parse(text) : undefined,
+    contentType: res.headers.get('content-type'),
+  };
 }
 
 /**
@@ -188,7 +203,10 @@ async function call(id: string, status: number, options: CallOptions = {}): Prom
   expect(answer.status, `${id}: ${JSON.stringify(answer.body)}`).toBe(status);
   expect(answer.contentType).toMatch(/^application\/json\b/);
   const ref = responseSchemaRef(operation(id), status);
-  expect(problems(validatorAt(ref), answer.body), `${id} ${status} against ${ref}: ${JSON.stringify(answer.body)}`).toEqual([]);
+  expect(
+    problems(validatorAt(ref), answer.body),
+    `${id} ${status} against ${ref}: ${JSON.stringify(answer.body)}`,
+  ).toEqual([]);
   exercised.add(`${id} ${status}`);
   return answer.body;
 }
@@ -229,7 +247,17 @@ const fullRequest = (patch: Json = {}): Json => ({
   delivery_style: 'Special Handling',
   package_description: 'Two loaves',
   package_requirements: ['photo_proof_of_delivery'],
-  items: [{ name: 'Sourdough', quantity: 2, description: 'Loaf', price: 650, external_id: 'sku-1', external_instance_id: 'i-1', barcode: '123' }],
+  items: [
+    {
+      name: 'Sourdough',
+      quantity: 2,
+      description: 'Loaf',
+      price: 650,
+      external_id: 'sku-1',
+      external_instance_id: 'i-1',
+      barcode: '123',
+    },
+  ],
   items_count: 2,
   weight: 2,
   package_value: 1299,
@@ -318,9 +346,26 @@ const EXPECTED_OPERATIONS: [id: string, method: string, path: string][] = [
 
 /** Response components that must reject fields they do not list. */
 const CLOSED_COMPONENTS = [
-  'Delivery', 'DeliveryResponse', 'Order', 'OrderResponse', 'Price', 'Distance', 'LatLng', 'Dimensions', 'FeeAmount', 'FeeValue',
-  'QuoteResult', 'QuotePrice', 'PlatformCancellation', 'PartnerCancellation', 'Availability', 'PlatformError', 'PartnerError',
-  'ValidationError', 'WebhookEvent', 'WebhookAddress',
+  'Delivery',
+  'DeliveryResponse',
+  'Order',
+  'OrderResponse',
+  'Price',
+  'Distance',
+  'LatLng',
+  'Dimensions',
+  'FeeAmount',
+  'FeeValue',
+  'QuoteResult',
+  'QuotePrice',
+  'PlatformCancellation',
+  'PartnerCancellation',
+  'Availability',
+  'PlatformError',
+  'PartnerError',
+  'ValidationError',
+  'WebhookEvent',
+  'WebhookAddress',
 ];
 
 describe('the description itself', () => {
@@ -343,7 +388,9 @@ describe('the description itself', () => {
   it('declares every path parameter its template uses', () => {
     for (const op of OPERATIONS) {
       const item = (spec.paths as Json)[op.path] as Json;
-      const declared = [...(item.parameters ?? []), ...(op.op.parameters ?? [])].map((p: Json) => deref(p)).filter((p) => p.in === 'path');
+      const declared = [...(item.parameters ?? []), ...(op.op.parameters ?? [])]
+        .map((p: Json) => deref(p))
+        .filter((p) => p.in === 'path');
       const names = [...op.path.matchAll(/\{([^}]+)\}/g)].map((m) => m[1]);
       expect(declared.map((p) => p.name).sort(), op.id).toEqual(names.sort());
       for (const p of declared) expect(p.required, `${op.id} ${p.name}`).toBe(true);
@@ -352,7 +399,8 @@ describe('the description itself', () => {
 
   it('compiles every component schema, and closes the response ones', () => {
     for (const name of Object.keys(spec.components.schemas)) expect(() => componentValidator(name), name).not.toThrow();
-    for (const name of CLOSED_COMPONENTS) expect(rawSpec.components.schemas[name]?.additionalProperties, name).toBe(false);
+    for (const name of CLOSED_COMPONENTS)
+      expect(rawSpec.components.schemas[name]?.additionalProperties, name).toBe(false);
   });
 
   it('marks the sandbox-only webhook fields as an extension', () => {
@@ -403,7 +451,15 @@ describe('platform group', () => {
     }
     const done = (await call('platformGetDelivery', 200, { params: { uid } })).data;
     expect(done.status).toBe('DROPOFF_COMPLETE');
-    for (const field of ['driver_name', 'driver_location', 'driver_vehicle_make', 'driver_vehicle_year', 'dropoff_verification_image_url', 'dropoff_signature_image_url', 'dimensions']) {
+    for (const field of [
+      'driver_name',
+      'driver_location',
+      'driver_vehicle_make',
+      'driver_vehicle_year',
+      'dropoff_verification_image_url',
+      'dropoff_signature_image_url',
+      'dimensions',
+    ]) {
       expect(done[field], field).not.toBeNull();
     }
     expect(done.expected_cancellation_fee).toBeNull();
@@ -464,7 +520,7 @@ describe('platform group', () => {
     }
   });
 
-  it('404 PlatformError: an unknown uid, and another merchant\'s delivery', async () => {
+  it("404 PlatformError: an unknown uid, and another merchant's delivery", async () => {
     const uid = await createDelivery(minimalRequest());
     for (const id of ['platformGetDelivery', 'platformCancelDelivery']) {
       expect((await call(id, 404, { params: { uid: randomUUID() } })).code).toBe('not_found');
@@ -487,9 +543,15 @@ describe('platform group', () => {
       const missing = await call(id, 422, { body: { pickup_name: 'Only me' } });
       expect(missing.errors.pickup_address_street).toBeDefined();
       const invalid = await call(id, 422, {
-        body: fullRequest({ pickup_start_time: '2030-05-01T13:30:00+02:00', delivery_style: 'Oversize', package_minimum_vehicle_size: 'BIKE' }),
+        body: fullRequest({
+          pickup_start_time: '2030-05-01T13:30:00+02:00',
+          delivery_style: 'Oversize',
+          package_minimum_vehicle_size: 'BIKE',
+        }),
       });
-      expect(Object.keys(invalid.errors)).toEqual(expect.arrayContaining(['pickup_start_time', 'package_minimum_vehicle_size']));
+      expect(Object.keys(invalid.errors)).toEqual(
+        expect.arrayContaining(['pickup_start_time', 'package_minimum_vehicle_size']),
+      );
     }
   });
 
@@ -497,7 +559,9 @@ describe('platform group', () => {
     for (const id of ['platformQuote', 'platformCreateDelivery']) {
       expect((await call(id, 400, { raw: '{not json' })).code).toBe('bad_request');
       expect((await call(id, 400, { raw: '[1,2]' })).code).toBe('bad_request');
-      expect((await call(id, 413, { raw: JSON.stringify({ pad: 'x'.repeat(1024 * 1024) }) })).code).toBe('payload_too_large');
+      expect((await call(id, 413, { raw: JSON.stringify({ pad: 'x'.repeat(1024 * 1024) }) })).code).toBe(
+        'payload_too_large',
+      );
     }
   });
 });
@@ -507,7 +571,16 @@ describe('second (partner) group', () => {
     const quote = await call('partnerQuote', 200, { body: partnerQuoteBody() });
     expect(quote.data.price.currency).toBe('EUR');
     await call('partnerQuote', 200, {
-      body: { pickup_address_street: 'Market St', pickup_address_city: 'San Francisco', pickup_address_country: 'US', pickup_name: 'Shop', dropoff_name: 'Someone', email: 'shop@example.com', currency: 'USD', package_delivery_mode: 'NOW' },
+      body: {
+        pickup_address_street: 'Market St',
+        pickup_address_city: 'San Francisco',
+        pickup_address_country: 'US',
+        pickup_name: 'Shop',
+        dropoff_name: 'Someone',
+        email: 'shop@example.com',
+        currency: 'USD',
+        package_delivery_mode: 'NOW',
+      },
     });
   });
 
@@ -527,13 +600,25 @@ describe('second (partner) group', () => {
     expect(byUid.price.value).toBeNull();
     const done = (await call('partnerGetOrder', 200, { params: { uid } })).data;
     expect(done.status).toBe('DROPOFF_COMPLETE');
-    for (const field of ['driver_name', 'driver_location', 'dropoff_verification_image_url', 'dropoff_signature_image_url', 'dimentions', 'tracking_url', 'delivery_start_time']) {
+    for (const field of [
+      'driver_name',
+      'driver_location',
+      'dropoff_verification_image_url',
+      'dropoff_signature_image_url',
+      'dimentions',
+      'tracking_url',
+      'delivery_start_time',
+    ]) {
       expect(done[field], field).not.toBeNull();
     }
   });
 
   it('GET /orders/{uid}: an order without a dropoff address', async () => {
-    const { uid } = seedOrder({ dropoff_address_street: undefined, dropoff_address_city: undefined, dropoff_address_country: undefined });
+    const { uid } = seedOrder({
+      dropoff_address_street: undefined,
+      dropoff_address_city: undefined,
+      dropoff_address_country: undefined,
+    });
     const { data } = await call('partnerGetOrder', 200, { params: { uid } });
     expect(data.dropoff_address_latitude).toBeNull();
   });
@@ -567,7 +652,7 @@ describe('second (partner) group', () => {
     }
   });
 
-  it('404 PartnerError: unknown uid or reference, another caller\'s order, a platform delivery', async () => {
+  it("404 PartnerError: unknown uid or reference, another caller's order, a platform delivery", async () => {
     const { uid, reference } = seedOrder();
     const platformUid = await createDelivery(minimalRequest());
     for (const id of ['partnerGetOrder', 'partnerCancelOrder']) {
@@ -575,8 +660,12 @@ describe('second (partner) group', () => {
       expect((await call(id, 404, { params: { uid }, key: keyB })).error).toBe('not_found');
       expect((await call(id, 404, { params: { uid: platformUid } })).error).toBe('not_found');
     }
-    expect((await call('partnerGetOrderByReference', 404, { params: { partner_reference: 'no-such-ref' } })).error).toBe('not_found');
-    expect((await call('partnerGetOrderByReference', 404, { params: { partner_reference: reference }, key: keyB })).error).toBe('not_found');
+    expect(
+      (await call('partnerGetOrderByReference', 404, { params: { partner_reference: 'no-such-ref' } })).error,
+    ).toBe('not_found');
+    expect(
+      (await call('partnerGetOrderByReference', 404, { params: { partner_reference: reference }, key: keyB })).error,
+    ).toBe('not_found');
   });
 
   it('409 PartnerError not_cancelable: after pickup (advanced 4 times)', async () => {
@@ -588,12 +677,16 @@ describe('second (partner) group', () => {
   it('422 PartnerError validation_error on quote: missing currency, a prohibited platform_payload', async () => {
     const { currency: _none, ...noCurrency } = partnerQuoteBody();
     expect((await call('partnerQuote', 422, { body: noCurrency })).error).toBe('validation_error');
-    expect((await call('partnerQuote', 422, { body: partnerQuoteBody({ platform_payload: { a: 1 } }) })).message).toMatch(/platform_payload/);
+    expect(
+      (await call('partnerQuote', 422, { body: partnerQuoteBody({ platform_payload: { a: 1 } }) })).message,
+    ).toMatch(/platform_payload/);
   });
 
   it('400 and 413 PartnerError on quote', async () => {
     expect((await call('partnerQuote', 400, { raw: 'nope' })).error).toBe('bad_request');
-    expect((await call('partnerQuote', 413, { raw: JSON.stringify({ pad: 'x'.repeat(1024 * 1024) }) })).error).toBe('payload_too_large');
+    expect((await call('partnerQuote', 413, { raw: JSON.stringify({ pad: 'x'.repeat(1024 * 1024) }) })).error).toBe(
+      'payload_too_large',
+    );
   });
 });
 
@@ -663,7 +756,11 @@ describe('webhooks', () => {
     await call('platformCancelDelivery', 200, { params: { uid: minimal } });
     const order = seedOrder();
     await advance(order.uid, 7);
-    const canceledOrder = seedOrder({ dropoff_address_street: undefined, dropoff_address_city: undefined, dropoff_address_country: undefined });
+    const canceledOrder = seedOrder({
+      dropoff_address_street: undefined,
+      dropoff_address_city: undefined,
+      dropoff_address_country: undefined,
+    });
     await call('partnerCancelOrder', 200, { params: { uid: canceledOrder.uid } });
     // Both return paths: a platform delivery that fails at the door, a partner order the provider cancels.
     const failed = await createDelivery(fullRequest({ platform_payload: { sandbox_outcome: 'failed_then_returned' } }));
@@ -683,27 +780,49 @@ describe('webhooks', () => {
 
     const names = new Set(received.map((r) => r.body.event_name));
     for (const name of [
-      'delivery.created', 'delivery.assigned', 'delivery.pickup_enroute', 'delivery.pickup_arrived', 'delivery.pickup_complete',
-      'delivery.dropoff_enroute', 'delivery.dropoff_arrived', 'delivery.dropoff_complete', 'delivery.canceled',
-      'location.assigned_driver', 'location.pickup_enroute', 'location.pickup_arrived', 'location.pickup_complete',
-      'location.dropoff_enroute', 'location.dropoff_arrived',
-      'delivery.failed', 'delivery.return_in_progress', 'delivery.returned', 'location.return_in_progress',
+      'delivery.created',
+      'delivery.assigned',
+      'delivery.pickup_enroute',
+      'delivery.pickup_arrived',
+      'delivery.pickup_complete',
+      'delivery.dropoff_enroute',
+      'delivery.dropoff_arrived',
+      'delivery.dropoff_complete',
+      'delivery.canceled',
+      'location.assigned_driver',
+      'location.pickup_enroute',
+      'location.pickup_arrived',
+      'location.pickup_complete',
+      'location.dropoff_enroute',
+      'location.dropoff_arrived',
+      'delivery.failed',
+      'delivery.return_in_progress',
+      'delivery.returned',
+      'location.return_in_progress',
     ]) {
       expect(names.has(name), name).toBe(true);
     }
     const arrived = received.find((r) => r.body.uid === full && r.body.event_name === 'delivery.dropoff_arrived')!.body;
     expect(arrived.dropoff_verification_image_url).toEqual(expect.any(String));
     expect(arrived.pickup_address).toMatchObject({ street: 'Market St', latitude: expect.any(Number) });
-    expect(received.find((r) => r.body.uid === minimal && r.body.event_name === 'delivery.canceled')!.body.cancellation_reason).toEqual(expect.any(String));
-    // As the document's body: no partner field on a partner order's event (the sandbox adds them only with partnerWebhookFields).
+    expect(
+      received.find((r) => r.body.uid === minimal && r.body.event_name === 'delivery.canceled')!.body
+        .cancellation_reason,
+    ).toEqual(expect.any(String));
+    // As the document's body: no partner field on a partner order's event (the sandbox adds them only with
+    // partnerWebhookFields).
     const orderEvent = received.find((r) => r.body.uid === order.uid)!.body;
     expect(orderEvent).not.toHaveProperty('partner_reference');
     expect(orderEvent.platform_payload).toBeNull();
     expect(received.find((r) => r.body.uid === canceledOrder.uid)!.body).not.toHaveProperty('dropoff_address');
-    const providerCancel = received.find((r) => r.body.uid === returnedOrder.uid && r.body.event_name === 'delivery.canceled')!.body;
+    const providerCancel = received.find(
+      (r) => r.body.uid === returnedOrder.uid && r.body.event_name === 'delivery.canceled',
+    )!.body;
     expect(providerCancel.cancellation_reason).toMatch(/^provider: /);
     // No courier yet at delivery.created: no settled price.
-    const createdPrices = received.filter((r) => r.body.event_name === 'delivery.created').map((r) => r.body.price.value);
+    const createdPrices = received
+      .filter((r) => r.body.event_name === 'delivery.created')
+      .map((r) => r.body.price.value);
     expect(new Set(createdPrices)).toEqual(new Set([null]));
   });
 });

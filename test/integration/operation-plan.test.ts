@@ -27,7 +27,14 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startApp } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
-import { deliveryInput, makeDataDir, startStack, TEST_CLIENT_TOKEN_SECRET, type GraphQLResponse, type Stack } from '../helpers/stack.js';
+import {
+  deliveryInput,
+  makeDataDir,
+  startStack,
+  TEST_CLIENT_TOKEN_SECRET,
+  type GraphQLResponse,
+  type Stack,
+} from '../helpers/stack.js';
 import { wsClient } from '../helpers/ws-client.js';
 
 /** How long one request may take before the run fails saying which request hung. */
@@ -37,10 +44,20 @@ const RUNS = 20;
 
 type Carrier = 'direct' | 'yoga' | 'get' | 'sse' | 'ws';
 type Credential = 'merchant' | 'token' | 'none';
-/** How the text reaches the server: as text, by APQ hash (then with the text when unknown), or by allowlisted hash alone. */
+/**
+ * How the text reaches the server: as text, by APQ hash (then with the text when unknown), or by allowlisted hash
+ * alone.
+ */
 type Form = 'text' | 'apq' | 'allowlist';
 
-type Kind = 'typename-query' | 'read-query' | 'typename-mutation' | 'cancel-mutation' | 'token-mutation' | 'book-mutation' | 'subscription';
+type Kind =
+  | 'typename-query'
+  | 'read-query'
+  | 'typename-mutation'
+  | 'cancel-mutation'
+  | 'token-mutation'
+  | 'book-mutation'
+  | 'subscription';
 const QUERIES: Kind[] = ['typename-query', 'read-query'];
 const MUTATIONS: Kind[] = ['typename-mutation', 'cancel-mutation', 'token-mutation', 'book-mutation'];
 const ALL_KINDS: Kind[] = [...QUERIES, ...MUTATIONS, 'subscription'];
@@ -93,13 +110,19 @@ let token: string;
 beforeAll(async () => {
   // A fixed token secret, so the allowlisted apps started below accept the same client token.
   stack = await startStack({ env: { CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET } });
-  const booked = await stack.gql(`mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`, {
-    input: deliveryInput(),
-  });
+  const booked = await stack.gql(
+    `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`,
+    {
+      input: deliveryInput(),
+    },
+  );
   mine = booked.data.createDelivery.data.uid;
-  const made = await stack.gql(`mutation($uids: [ID!]!) { createClientToken(uids: $uids, ttlSeconds: 3600) { ... on MutationCreateClientTokenSuccess { data { token } } } }`, {
-    uids: [mine],
-  });
+  const made = await stack.gql(
+    `mutation($uids: [ID!]!) { createClientToken(uids: $uids, ttlSeconds: 3600) { ... on MutationCreateClientTokenSuccess { data { token } } } }`,
+    {
+      uids: [mine],
+    },
+  );
   token = made.data.createClientToken.data.token;
 });
 afterAll(async () => {
@@ -124,7 +147,8 @@ function operationText(kind: Kind, name: string, key: string, index: number): st
     case 'book-mutation':
       return `mutation ${name}($input${index}: DeliveryInput!) { ${key}: createDelivery(input: $input${index}) { __typename } }`;
     case 'subscription':
-      // graphql-jit cannot run an aliased subscription root field (it answers INTERNAL_SERVER_ERROR), so the alias is one level down.
+      // graphql-jit cannot run an aliased subscription root field (it answers INTERNAL_SERVER_ERROR), so the alias is
+      // one level down.
       return `subscription ${name} { deliveryUpdated(uid: "${mine}") { ${key}: uid } }`;
   }
 }
@@ -140,7 +164,11 @@ function buildDocument(kinds: readonly Kind[]): Document {
   kinds.forEach((kind, index) => {
     if (kind === 'book-mutation') variables[`input${index}`] = deliveryInput();
   });
-  return { text: `# run ${randomUUID()}\n${operations.map((operation) => operation.text).join('\n')}`, operations, variables };
+  return {
+    text: `# run ${randomUUID()}\n${operations.map((operation) => operation.text).join('\n')}`,
+    operations,
+    variables,
+  };
 }
 
 // ------------------------------------------------------------------ what each request must get
@@ -149,9 +177,15 @@ function buildDocument(kinds: readonly Kind[]): Document {
 function expected(operation: Operation, credential: Credential, carrier: Carrier): Seen {
   const { kind, key } = operation;
   const status = carrier === 'get' ? 200 : undefined;
-  const answer = (data: unknown, errors: Seen['errors'] = [], writes: Write[] = []): Seen => ({ ...(status ? { status } : {}), data, errors, writes });
+  const answer = (data: unknown, errors: Seen['errors'] = [], writes: Write[] = []): Seen => ({
+    ...(status ? { status } : {}),
+    data,
+    errors,
+    writes,
+  });
   // yoga refuses a mutation over GET before it runs, whoever asks.
-  if (carrier === 'get' && isMutation(kind)) return { status: 405, data: null, errors: [{ code: 'BAD_REQUEST' }], writes: [] };
+  if (carrier === 'get' && isMutation(kind))
+    return { status: 405, data: null, errors: [{ code: 'BAD_REQUEST' }], writes: [] };
   // A client token may not run any mutation; refused before execution, so no data at all.
   if (credential === 'token' && isMutation(kind)) return answer(null, [{ code: 'FORBIDDEN' }]);
   // Without a key only what needs none runs; anything else is refused before it runs (no data, no path).
@@ -186,7 +220,10 @@ function expected(operation: Operation, credential: Credential, carrier: Carrier
 }
 
 function seen(answer: Answer, writes: Write[], carrier: Carrier): Seen {
-  const errors = (answer.body.errors ?? []).map((error) => ({ code: error.extensions?.code, ...(error.path ? { path: error.path } : {}) }));
+  const errors = (answer.body.errors ?? []).map((error) => ({
+    code: error.extensions?.code,
+    ...(error.path ? { path: error.path } : {}),
+  }));
   return { ...(carrier === 'get' ? { status: answer.status } : {}), data: answer.body.data ?? null, errors, writes };
 }
 
@@ -195,12 +232,19 @@ function writesSince(mark: number): Write[] {
   return stack.sandbox
     .requestsSince(mark)
     .filter((request) => request.method !== 'GET' && request.group !== 'control')
-    .map((request) => (request.path.endsWith('/cancel') ? 'cancel' : request.method === 'POST' && request.path.endsWith('/deliveries') ? 'book' : `${request.method} ${request.path}`));
+    .map((request) =>
+      request.path.endsWith('/cancel')
+        ? 'cancel'
+        : request.method === 'POST' && request.path.endsWith('/deliveries')
+          ? 'book'
+          : `${request.method} ${request.path}`,
+    );
 }
 
 // ------------------------------------------------------------------ transports
 
-const bearer = (credential: Credential): string | undefined => (credential === 'merchant' ? stack.key : credential === 'token' ? token : undefined);
+const bearer = (credential: Credential): string | undefined =>
+  credential === 'merchant' ? stack.key : credential === 'token' ? token : undefined;
 
 function parseBody(text: string): GraphQLResponse {
   try {
@@ -233,7 +277,10 @@ async function get(url: string, key: string | undefined, sent: Sent): Promise<An
   return { status: response.status, body: parseBody(await response.text()) };
 }
 
-/** A POST answered as server-sent events: the first `next` event's payload; the stream is then closed (a subscription goes on). */
+/**
+ * A POST answered as server-sent events: the first `next` event's payload; the stream is then closed (a subscription
+ * goes on).
+ */
 async function sse(url: string, key: string | undefined, sent: Sent): Promise<Answer> {
   const controller = new AbortController();
   try {
@@ -243,7 +290,8 @@ async function sse(url: string, key: string | undefined, sent: Sent): Promise<An
       body: JSON.stringify(sent),
       signal: controller.signal,
     });
-    if (!/text\/event-stream/.test(response.headers.get('content-type') ?? '')) return { status: response.status, body: parseBody(await response.text()) };
+    if (!/text\/event-stream/.test(response.headers.get('content-type') ?? ''))
+      return { status: response.status, body: parseBody(await response.text()) };
     const reader = response.body!.getReader();
     const decoder = new TextDecoder();
     let text = '';
@@ -251,7 +299,11 @@ async function sse(url: string, key: string | undefined, sent: Sent): Promise<An
       const event = /(?:^|\n)event: next\ndata: (.*)\n\n/.exec(text);
       if (event) return { status: response.status, body: parseBody(event[1]!) };
       const { done, value } = await reader.read();
-      if (done) return { status: response.status, body: { errors: [{ message: `no next event in ${JSON.stringify(text)}`, extensions: { code: 'NO_EVENT' } }] } };
+      if (done)
+        return {
+          status: response.status,
+          body: { errors: [{ message: `no next event in ${JSON.stringify(text)}`, extensions: { code: 'NO_EVENT' } }] },
+        };
       text += decoder.decode(value, { stream: true });
     }
   } finally {
@@ -265,8 +317,14 @@ async function overGraphqlWs(url: string, key: string | undefined, sent: Sent): 
   try {
     return await new Promise<Answer>((resolve) => {
       const unsubscribe = client.subscribe(
-        // The client insists on a query string; a hash-only request sends an empty one, which the server resolves by hash.
-        { query: sent.query ?? '', operationName: sent.operationName, variables: sent.variables, extensions: sent.extensions },
+        // The client insists on a query string; a hash-only request sends an empty one, which the server resolves by
+        // hash.
+        {
+          query: sent.query ?? '',
+          operationName: sent.operationName,
+          variables: sent.variables,
+          extensions: sent.extensions,
+        },
         {
           next: (message) => {
             resolve({ status: undefined, body: message as GraphQLResponse });
@@ -275,9 +333,22 @@ async function overGraphqlWs(url: string, key: string | undefined, sent: Sent): 
           error: (error) =>
             resolve({
               status: undefined,
-              body: { errors: Array.isArray(error) ? error : [{ message: `socket: ${String((error as CloseEvent)?.reason ?? error)}`, extensions: { code: 'SOCKET_CLOSED' } }] },
+              body: {
+                errors: Array.isArray(error)
+                  ? error
+                  : [
+                      {
+                        message: `socket: ${String((error as CloseEvent)?.reason ?? error)}`,
+                        extensions: { code: 'SOCKET_CLOSED' },
+                      },
+                    ],
+              },
             }),
-          complete: () => resolve({ status: undefined, body: { errors: [{ message: 'completed without a result', extensions: { code: 'NO_RESULT' } }] } }),
+          complete: () =>
+            resolve({
+              status: undefined,
+              body: { errors: [{ message: 'completed without a result', extensions: { code: 'NO_RESULT' } }] },
+            }),
         },
       );
     });
@@ -306,7 +377,14 @@ const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 const persisted = (text: string) => ({ persistedQuery: { version: 1, sha256Hash: sha256(text) } });
 const codesOf = (answer: Answer) => answer.body.errors?.map((error) => error.extensions?.code) ?? [];
 
-async function send(form: Form, carrier: Carrier, url: string, key: string | undefined, document: Document, operationName: string): Promise<Answer> {
+async function send(
+  form: Form,
+  carrier: Carrier,
+  url: string,
+  key: string | undefined,
+  document: Document,
+  operationName: string,
+): Promise<Answer> {
   const { text, variables } = document;
   const answer = async (): Promise<Answer> => {
     switch (form) {
@@ -324,7 +402,10 @@ async function send(form: Form, carrier: Carrier, url: string, key: string | und
   };
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${form} over ${carrier} naming ${operationName}: no answer within ${ANSWER_MS} ms`)), ANSWER_MS);
+    timer = setTimeout(
+      () => reject(new Error(`${form} over ${carrier} naming ${operationName}: no answer within ${ANSWER_MS} ms`)),
+      ANSWER_MS,
+    );
   });
   try {
     return await Promise.race([answer(), late]);
@@ -344,7 +425,8 @@ interface Request {
 }
 
 /** A WebSocket is closed at connection_init without a key: keyless requests use HTTP. */
-const credentialsFor = (carrier: Carrier): Credential[] => (carrier === 'ws' ? ['merchant', 'token'] : ['merchant', 'token', 'none']);
+const credentialsFor = (carrier: Carrier): Credential[] =>
+  carrier === 'ws' ? ['merchant', 'token'] : ['merchant', 'token', 'none'];
 
 function requestOn(carriers: readonly Carrier[], forms: readonly Form[]): fc.Arbitrary<Request> {
   return fc.oneof(
@@ -369,17 +451,28 @@ const requestsOf = (request: fc.Arbitrary<Request>) => fc.array(request, { minLe
  * subscription on a carrier that cannot stream (plain JSON, GET) goes over SSE
  * instead.
  */
-async function runAll(url: string, document: Document, requests: readonly Request[], checked: (request: Request) => boolean = () => true): Promise<void> {
+async function runAll(
+  url: string,
+  document: Document,
+  requests: readonly Request[],
+  checked: (request: Request) => boolean = () => true,
+): Promise<void> {
   const history: string[] = [];
   for (const request of requests) {
     const operation = document.operations[request.operation % document.operations.length]!;
-    const carrier = operation.kind === 'subscription' && !['sse', 'ws'].includes(request.carrier) ? 'sse' : request.carrier;
+    const carrier =
+      operation.kind === 'subscription' && !['sse', 'ws'].includes(request.carrier) ? 'sse' : request.carrier;
     const what = `${request.credential} naming ${operation.name} (${operation.kind}) ${request.form === 'text' ? 'as text' : `by ${request.form} hash`} over ${carrier}`;
     const mark = stack.sandbox.requestCount;
     const answer = await send(request.form, carrier, url, bearer(request.credential), document, operation.name);
     const got = seen(answer, writesSince(mark), carrier);
     if (checked({ ...request, carrier })) {
-      const context = [`${what}`, `after: ${history.length ? history.join('; ') : 'nothing'}`, `document:\n${document.text}`, `answer: ${JSON.stringify(answer.body)}`].join('\n');
+      const context = [
+        `${what}`,
+        `after: ${history.length ? history.join('; ') : 'nothing'}`,
+        `document:\n${document.text}`,
+        `answer: ${JSON.stringify(answer.body)}`,
+      ].join('\n');
       expect(got, context).toEqual(expected(operation, request.credential, carrier));
     }
     history.push(what);
@@ -397,21 +490,29 @@ describe('the operation named is the operation run and judged, on each transport
     ['ws', ALL_KINDS],
   ];
   for (const [carrier, kinds] of cases) {
-    it(`${carrier}: every request gets its named operation's answer and guard verdict`, { timeout: 60_000 }, async () => {
-      await fc.assert(
-        fc.asyncProperty(documentOf(kinds), requestsOf(requestOn([carrier], ['text'])), async (shape, requests) => {
-          await runAll(stack.app.url, buildDocument(shape), requests);
-        }),
-        property,
-      );
-    });
+    it(
+      `${carrier}: every request gets its named operation's answer and guard verdict`,
+      { timeout: 60_000 },
+      async () => {
+        await fc.assert(
+          fc.asyncProperty(documentOf(kinds), requestsOf(requestOn([carrier], ['text'])), async (shape, requests) => {
+            await runAll(stack.app.url, buildDocument(shape), requests);
+          }),
+          property,
+        );
+      },
+    );
   }
 
   it('any transport after any other: one text sent over several transports in turn', { timeout: 60_000 }, async () => {
     await fc.assert(
-      fc.asyncProperty(documentOf(ALL_KINDS), requestsOf(requestOn(['direct', 'yoga', 'get', 'sse', 'ws'], ['text'])), async (shape, requests) => {
-        await runAll(stack.app.url, buildDocument(shape), requests);
-      }),
+      fc.asyncProperty(
+        documentOf(ALL_KINDS),
+        requestsOf(requestOn(['direct', 'yoga', 'get', 'sse', 'ws'], ['text'])),
+        async (shape, requests) => {
+          await runAll(stack.app.url, buildDocument(shape), requests);
+        },
+      ),
       property,
     );
   });
@@ -426,47 +527,74 @@ describe('each guard judges the operation that runs', () => {
    */
   const amongMutations = (others: Kind[]) =>
     fc
-      .tuple(fc.constantFrom(...others), fc.array(fc.constantFrom(...MUTATIONS), { minLength: 1, maxLength: 3 }), fc.nat({ max: 3 }))
+      .tuple(
+        fc.constantFrom(...others),
+        fc.array(fc.constantFrom(...MUTATIONS), { minLength: 1, maxLength: 3 }),
+        fc.nat({ max: 3 }),
+      )
       .map(([other, mutations, at]) => [...mutations.slice(0, at), other, ...mutations.slice(at)]);
 
-  it('client-token scope: whatever anyone ran first, a token gets its query’s data and is refused every mutation, with no upstream write', { timeout: 60_000 }, async () => {
-    const requests = requestsOf(requestOn(ANY, ['text', 'apq'])).filter((all) => all.some((request) => request.credential === 'token'));
-    await fc.assert(
-      fc.asyncProperty(amongMutations([...QUERIES, 'subscription']), requests, async (shape, sequence) => {
-        await runAll(stack.app.url, buildDocument(shape), sequence, (request) => request.credential === 'token');
-      }),
-      property,
-    );
-  });
+  it(
+    'client-token scope: whatever anyone ran first, a token gets its query’s data and is refused every mutation, with no upstream write',
+    { timeout: 60_000 },
+    async () => {
+      const requests = requestsOf(requestOn(ANY, ['text', 'apq'])).filter((all) =>
+        all.some((request) => request.credential === 'token'),
+      );
+      await fc.assert(
+        fc.asyncProperty(amongMutations([...QUERIES, 'subscription']), requests, async (shape, sequence) => {
+          await runAll(stack.app.url, buildDocument(shape), sequence, (request) => request.credential === 'token');
+        }),
+        property,
+      );
+    },
+  );
 
-  it('mutations over GET: whatever ran first over POST or WebSocket, a GET naming a mutation is refused 405, and one naming a query runs that query', { timeout: 60_000 }, async () => {
-    const requests = requestsOf(requestOn(ANY, ['text', 'apq'])).filter((all) => all.some((request) => request.carrier === 'get'));
-    await fc.assert(
-      fc.asyncProperty(amongMutations(QUERIES), requests, async (shape, sequence) => {
-        await runAll(stack.app.url, buildDocument(shape), sequence, (request) => request.carrier === 'get');
-      }),
-      property,
-    );
-  });
+  it(
+    'mutations over GET: whatever ran first over POST or WebSocket, a GET naming a mutation is refused 405, and one naming a query runs that query',
+    { timeout: 60_000 },
+    async () => {
+      const requests = requestsOf(requestOn(ANY, ['text', 'apq'])).filter((all) =>
+        all.some((request) => request.carrier === 'get'),
+      );
+      await fc.assert(
+        fc.asyncProperty(amongMutations(QUERIES), requests, async (shape, sequence) => {
+          await runAll(stack.app.url, buildDocument(shape), sequence, (request) => request.carrier === 'get');
+        }),
+        property,
+      );
+    },
+  );
 
-  it('execute or subscribe: with one subscription and one query or mutation, each name gets its own kind of answer over SSE and WebSocket', { timeout: 60_000 }, async () => {
-    const pair = fc
-      .tuple(fc.constantFrom(...QUERIES, ...MUTATIONS), fc.boolean())
-      .map(([other, subscriptionFirst]): Kind[] => (subscriptionFirst ? ['subscription', other] : [other, 'subscription']));
-    await fc.assert(
-      fc.asyncProperty(pair, requestsOf(requestOn(['sse', 'ws'], ['text'])), async (shape, sequence) => {
-        await runAll(stack.app.url, buildDocument(shape), sequence);
-      }),
-      property,
-    );
-  });
+  it(
+    'execute or subscribe: with one subscription and one query or mutation, each name gets its own kind of answer over SSE and WebSocket',
+    { timeout: 60_000 },
+    async () => {
+      const pair = fc
+        .tuple(fc.constantFrom(...QUERIES, ...MUTATIONS), fc.boolean())
+        .map(([other, subscriptionFirst]): Kind[] =>
+          subscriptionFirst ? ['subscription', other] : [other, 'subscription'],
+        );
+      await fc.assert(
+        fc.asyncProperty(pair, requestsOf(requestOn(['sse', 'ws'], ['text'])), async (shape, sequence) => {
+          await runAll(stack.app.url, buildDocument(shape), sequence);
+        }),
+        property,
+      );
+    },
+  );
 });
 
 describe('the cost rule counts the operation that runs, with its variables', () => {
   it('a costly read that ran first is not run again under a cheap name with a batch that puts it over the limit', async () => {
-    // Costly is within the limit with one uid and over it with a full batch (100 uids × a full page of events); Cheap uses no variable at all.
+    // Costly is within the limit with one uid and over it with a full batch (100 uids × a full page of events); Cheap
+    // uses no variable at all.
     const text = `# ${randomUUID()}\nquery Cheap { cheap: __typename }\nquery Costly($uids: [ID!]!) { costly: deliveries(uids: $uids) { uid events { edges { node { name } } } } }`;
-    const one = await post(stack.app.url, stack.key, { query: text, operationName: 'Costly', variables: { uids: [mine] } });
+    const one = await post(stack.app.url, stack.key, {
+      query: text,
+      operationName: 'Costly',
+      variables: { uids: [mine] },
+    });
     expect(one.body.errors).toBeUndefined();
     expect(one.body.data).toEqual({ costly: [{ uid: mine, events: { edges: expect.any(Array) } }] });
     const batch = { uids: Array.from({ length: 100 }, () => mine) };
@@ -481,34 +609,56 @@ describe('the cost rule counts the operation that runs, with its variables', () 
 describe('named by hash', () => {
   it('APQ: the hash (then the text) with each operationName, over any transport', { timeout: 60_000 }, async () => {
     await fc.assert(
-      fc.asyncProperty(documentOf(ALL_KINDS), requestsOf(requestOn(['direct', 'yoga', 'get', 'sse', 'ws'], ['apq', 'text'])), async (shape, requests) => {
-        await runAll(stack.app.url, buildDocument(shape), requests);
-      }),
+      fc.asyncProperty(
+        documentOf(ALL_KINDS),
+        requestsOf(requestOn(['direct', 'yoga', 'get', 'sse', 'ws'], ['apq', 'text'])),
+        async (shape, requests) => {
+          await runAll(stack.app.url, buildDocument(shape), requests);
+        },
+      ),
       property,
     );
   });
 
-  it('PERSISTED_OPERATIONS_FILE: a listed document by its hash alone, with each operationName, over any transport', { timeout: 60_000 }, async () => {
-    await fc.assert(
-      fc.asyncProperty(documentOf(ALL_KINDS), requestsOf(requestOn(['direct', 'yoga', 'get', 'sse', 'ws'], ['allowlist'])), async (shape, requests) => {
-        // A facade of its own for each run, whose allowlist is this run's document (on the same sandbox, with the same token secret).
-        const document = buildDocument(shape);
-        const dataDir = makeDataDir();
-        const file = path.join(dataDir, 'persisted-operations.json');
-        writeFileSync(file, JSON.stringify({ [sha256(document.text)]: document.text }));
-        // A short grace: stop() is only this test's tear-down, and a keep-alive connection must not hold it for seconds.
-        // Its store has no record of `mine`: the sandbox scopes reads to the key, and this facade is told so (the upstream decides).
-        const app = await startApp(loadConfig({ ...stack.env, DATA_DIR: dataDir, PERSISTED_OPERATIONS_FILE: file, SHUTDOWN_GRACE_MS: '100', UPSTREAM_READ_SCOPE: 'key' }));
-        try {
-          await runAll(app.url, document, requests);
-        } finally {
-          await app.stop();
-          rmSync(dataDir, { recursive: true, force: true });
-        }
-      }),
-      { numRuns: 15 },
-    );
-  });
+  it(
+    'PERSISTED_OPERATIONS_FILE: a listed document by its hash alone, with each operationName, over any transport',
+    { timeout: 60_000 },
+    async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          documentOf(ALL_KINDS),
+          requestsOf(requestOn(['direct', 'yoga', 'get', 'sse', 'ws'], ['allowlist'])),
+          async (shape, requests) => {
+            // A facade of its own for each run, whose allowlist is this run's document (on the same sandbox, with the
+            // same token secret).
+            const document = buildDocument(shape);
+            const dataDir = makeDataDir();
+            const file = path.join(dataDir, 'persisted-operations.json');
+            writeFileSync(file, JSON.stringify({ [sha256(document.text)]: document.text }));
+            // A short grace: stop() is only this test's tear-down, and a keep-alive connection must not hold it for
+            // seconds. Its store has no record of `mine`: the sandbox scopes reads to the key, and this facade is told
+            // so (the upstream decides).
+            const app = await startApp(
+              loadConfig({
+                ...stack.env,
+                DATA_DIR: dataDir,
+                PERSISTED_OPERATIONS_FILE: file,
+                SHUTDOWN_GRACE_MS: '100',
+                UPSTREAM_READ_SCOPE: 'key',
+              }),
+            );
+            try {
+              await runAll(app.url, document, requests);
+            } finally {
+              await app.stop();
+              rmSync(dataDir, { recursive: true, force: true });
+            }
+          },
+        ),
+        { numRuns: 15 },
+      );
+    },
+  );
 });
 
 // ------------------------------------------------------------------ the review's reproduction
@@ -529,7 +679,10 @@ describe('the review’s reproductions', () => {
       expect(codesOf(primer)).toEqual(['UNAUTHENTICATED']);
       const mark = stack.sandbox.requestCount;
       const read = await overCarrier(carrier, stack.app.url, token, { query: text, operationName: 'Read', variables });
-      expect({ body: read.body, writes: writesSince(mark) }).toEqual({ body: { data: { delivery: { uid: mine } } }, writes: [] });
+      expect({ body: read.body, writes: writesSince(mark) }).toEqual({
+        body: { data: { delivery: { uid: mine } } },
+        writes: [],
+      });
       if (carrier === 'get') expect(read.status).toBe(200);
     });
   }
@@ -537,7 +690,9 @@ describe('the review’s reproductions', () => {
   it('the same token naming Book is refused FORBIDDEN on each, and a GET naming Book 405, after Read ran first', async () => {
     const text = readAndBook();
     const variables = { uid: mine, input: deliveryInput() };
-    expect((await post(stack.app.url, token, { query: text, operationName: 'Read', variables })).body).toEqual({ data: { delivery: { uid: mine } } });
+    expect((await post(stack.app.url, token, { query: text, operationName: 'Read', variables })).body).toEqual({
+      data: { delivery: { uid: mine } },
+    });
     const mark = stack.sandbox.requestCount;
     for (const carrier of ['direct', 'ws'] as const) {
       const book = await overCarrier(carrier, stack.app.url, token, { query: text, operationName: 'Book', variables });
@@ -560,7 +715,14 @@ describe('the review’s reproductions', () => {
       const before = stack.sandbox.requestCount;
       const avail = await post(stack.app.url, stack.key, { query: text, operationName: 'Avail', variables });
       expect({ body: avail.body, writes: writesSince(before) }, `Avail #${i + 1}`).toEqual({
-        body: { data: { availability: [expect.objectContaining({ group: 'PLATFORM' }), expect.objectContaining({ group: 'PARTNER' })] } },
+        body: {
+          data: {
+            availability: [
+              expect.objectContaining({ group: 'PLATFORM' }),
+              expect.objectContaining({ group: 'PARTNER' }),
+            ],
+          },
+        },
         writes: [],
       });
     }

@@ -41,8 +41,11 @@ describe('the owner filter of the embedded store', () => {
       { uid: 'b', owner: 'hash-b', group: 'PARTNER' },
     ]);
     await store.recordOwner('c', 'hash-c', 'PLATFORM');
-    // Written behind the store's back (no other process can: data-dir-lock.ts): the filter says never recorded, so the file is not asked.
-    store.db.prepare('INSERT INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)').run('behind', 'hash-x', Date.now(), 'PLATFORM');
+    // Written behind the store's back (no other process can: data-dir-lock.ts): the filter says never recorded, so the
+    // file is not asked.
+    store.db
+      .prepare('INSERT INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)')
+      .run('behind', 'hash-x', Date.now(), 'PLATFORM');
     const found = await store.ownersOf(['a', 'b', 'c', 'behind', 'never']);
     expect(Object.fromEntries(found)).toEqual({
       a: { owner: 'hash-a', group: 'PLATFORM', proof: 'read' },
@@ -55,7 +58,11 @@ describe('the owner filter of the embedded store', () => {
     await store.close();
     const again = open(dir);
     // Before it is filled the file answers every lookup.
-    expect((await again.ownersOf(['behind'])).get('behind')).toEqual({ owner: 'hash-x', group: 'PLATFORM', proof: null });
+    expect((await again.ownersOf(['behind'])).get('behind')).toEqual({
+      owner: 'hash-x',
+      group: 'PLATFORM',
+      proof: null,
+    });
     await filled(again);
     expect([...(await again.ownersOf(['a', 'b', 'c', 'behind', 'never'])).keys()]).toEqual(['a', 'b', 'c', 'behind']);
   });
@@ -70,7 +77,8 @@ describe('the owner filter of the embedded store', () => {
     const db = new Database(path.join(dir, 'delivery-graph.sqlite'));
     const insert = db.prepare('INSERT INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)');
     db.transaction(() => {
-      for (let index = 0; index < records; index += 1) insert.run(`filled-${index}`, `hash-${index % 7}`, Date.now(), 'PLATFORM');
+      for (let index = 0; index < records; index += 1)
+        insert.run(`filled-${index}`, `hash-${index % 7}`, Date.now(), 'PLATFORM');
     })();
     db.close();
 
@@ -98,7 +106,9 @@ describe('the owner filter of the embedded store', () => {
     const first = store.ownerFilter.capacity;
     const uids = Array.from({ length: first + 5_000 }, (_, index) => `uid-${index}`);
     for (let start = 0; start < uids.length; start += 10_000) {
-      await store.recordOwners(uids.slice(start, start + 10_000).map((uid) => ({ uid, owner: 'hash', group: 'PLATFORM' as const })));
+      await store.recordOwners(
+        uids.slice(start, start + 10_000).map((uid) => ({ uid, owner: 'hash', group: 'PLATFORM' as const })),
+      );
     }
     await filled(store);
     // A rebuild runs once more than `first` were added; wait for the larger one.
@@ -118,7 +128,11 @@ describe('the owner filter of the embedded store', () => {
     await filled(store);
     const first = store.ownerFilter.capacity;
     for (let start = 0; start < first; start += 10_000) {
-      const batch = Array.from({ length: Math.min(10_000, first - start) }, (_, index) => ({ uid: `uid-${start + index}`, owner: 'hash', group: 'PLATFORM' as const }));
+      const batch = Array.from({ length: Math.min(10_000, first - start) }, (_, index) => ({
+        uid: `uid-${start + index}`,
+        owner: 'hash',
+        group: 'PLATFORM' as const,
+      }));
       await store.recordOwners(batch);
     }
     // Another connection holds the file's write lock: the next record waits on the writer thread, not yet in the file.
@@ -137,6 +151,10 @@ describe('the owner filter of the embedded store', () => {
       other.close();
     }
     await late;
-    expect((await store.ownersOf(['late'])).get('late')).toEqual({ owner: 'hash-late', group: 'PARTNER', proof: 'read' });
+    expect((await store.ownersOf(['late'])).get('late')).toEqual({
+      owner: 'hash-late',
+      group: 'PARTNER',
+      proof: 'read',
+    });
   });
 });

@@ -39,7 +39,9 @@ let other: string;
 
 /** What the upstream answers `key` for a platform read of `uid`, asked directly (not through the facade). */
 async function upstreamStatus(key: string, uid: string): Promise<number> {
-  const response = await fetch(`${stack.sandbox.url}/${stack.sandbox.platformId}/deliveries/${uid}`, { headers: { authorization: `Bearer ${key}` } });
+  const response = await fetch(`${stack.sandbox.url}/${stack.sandbox.platformId}/deliveries/${uid}`, {
+    headers: { authorization: `Bearer ${key}` },
+  });
   await response.body?.cancel();
   return response.status;
 }
@@ -70,7 +72,10 @@ afterAll(async () => {
 });
 
 describe('a delivery booked through the facade', () => {
-  /** Every read path, for one uid, as `key`: one after the other, so that the calls they cost can be counted (concurrent ones may share a read). */
+  /**
+   * Every read path, for one uid, as `key`: one after the other, so that the calls they cost can be counted (concurrent
+   * ones may share a read).
+   */
   const readEverywhere = async (uid: string, key: string) => [
     await stack.gql(READ, { uid }, key),
     await stack.gql(MANY, { uids: [uid, uid] }, key),
@@ -133,7 +138,9 @@ describe('a delivery booked through the facade', () => {
       await client.dispose();
     }
     // Still not canceled: the owner's read says so.
-    expect((await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { status } }`, { uid }, owner)).data.delivery.status).not.toBe('CANCELED');
+    expect(
+      (await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { status } }`, { uid }, owner)).data.delivery.status,
+    ).not.toBe('CANCELED');
   });
 
   it("keeps another key's deliveryEvents free of it, whatever the upstream would allow", async () => {
@@ -157,7 +164,7 @@ describe('a delivery booked through the facade', () => {
 });
 
 describe('a delivery the facade has no record of', () => {
-  it('is nobody\'s on a platform-scoped upstream, whoever reads it first, until an operator claims it; the claim outlives a restart', async () => {
+  it("is nobody's on a platform-scoped upstream, whoever reads it first, until an operator claims it; the claim outlives a restart", async () => {
     // Booked at the upstream directly, by the owner: the facade never saw it.
     const response = await fetch(`${stack.sandbox.url}/${stack.sandbox.platformId}/deliveries`, {
       method: 'POST',
@@ -180,8 +187,11 @@ describe('a delivery the facade has no record of', () => {
     expect(await stack.gql(READ, { uid }, other)).toEqual({ data: { delivery: null } });
   });
 
-  it('gives a partner order\'s events the partner group, though the webhook body does not say it', async () => {
-    const order = stack.sandbox.seedPartnerOrder(owner, partnerOrderBody('OWN-1', { partner_payload: { shop: 'one' } }));
+  it("gives a partner order's events the partner group, though the webhook body does not say it", async () => {
+    const order = stack.sandbox.seedPartnerOrder(
+      owner,
+      partnerOrderBody('OWN-1', { partner_payload: { shop: 'one' } }),
+    );
     // The facade learns the group from the owner's read.
     expect((await stack.gql(READ, { uid: order.uid, group: 'PARTNER' }, owner)).data.delivery.group).toBe('PARTNER');
     await stack.sandbox.advance(order.uid);
@@ -195,7 +205,10 @@ describe('a delivery the facade has no record of', () => {
     expect(nodes.length).toBeGreaterThan(0);
     for (const node of nodes) expect(node.delivery).toEqual({ id: nodeId('PARTNER', order.uid), group: 'PARTNER' });
     // Its id leads back to the order.
-    expect((await stack.gql(NODE, { id: nodes[0].delivery.id }, owner)).data.node).toEqual({ id: nodeId('PARTNER', order.uid), uid: order.uid });
+    expect((await stack.gql(NODE, { id: nodes[0].delivery.id }, owner)).data.node).toEqual({
+      id: nodeId('PARTNER', order.uid),
+      uid: order.uid,
+    });
     // And another key is refused it, though the upstream would read it out (platform scope).
     expect(await stack.gql(READ, { uid: order.uid, group: 'PARTNER' }, other)).toEqual({ data: { delivery: null } });
   });
@@ -219,8 +232,10 @@ describe('an operator claim made while the facade runs (Redis)', () => {
     'counts within seconds: the merchant it was recorded for reads null, its stream of the delivery ends NOT_FOUND, its unfiltered feed shows it no more; the claimant reads it',
     async () => {
       const [recorded, claimant] = [running.key, running.otherKey];
-      const booked = async (key: string) => (await running.gql(CREATE, { input: deliveryInput() }, key)).data.createDelivery.data.uid as string;
-      // Booked with one key: recorded as its merchant's, which the instance remembers as it reads, follows and passes the events on.
+      const booked = async (key: string) =>
+        (await running.gql(CREATE, { input: deliveryInput() }, key)).data.createDelivery.data.uid as string;
+      // Booked with one key: recorded as its merchant's, which the instance remembers as it reads, follows and passes
+      // the events on.
       const uid = await booked(recorded);
       expect((await running.gql(READ, { uid }, recorded)).data.delivery.uid).toBe(uid);
       const client = wsClient(running.app.url, recorded);
@@ -234,8 +249,12 @@ describe('an operator claim made while the facade runs (Redis)', () => {
         await feed.waitForItem((item: any) => item.deliveryEvents.uid === uid);
         await updated.waitFor(2);
 
-        // The operator claims it for the other merchant, from a process of its own (npm run merchant -- claim, the key on standard input).
-        const operatorStore = new RedisStore(new Redis(redis!.url), { prefix: (running.app.services.store as RedisStore).prefix, ownsClient: true });
+        // The operator claims it for the other merchant, from a process of its own (npm run merchant -- claim, the key
+        // on standard input).
+        const operatorStore = new RedisStore(new Redis(redis!.url), {
+          prefix: (running.app.services.store as RedisStore).prefix,
+          ownsClient: true,
+        });
         try {
           const claimed = await merchantCommand(['claim', `--uid=${uid}`], `${claimant}\n`, { store: operatorStore });
           expect(claimed.code, claimed.lines.join('\n')).toBe(0);
@@ -243,10 +262,14 @@ describe('an operator claim made while the facade runs (Redis)', () => {
           await operatorStore.close();
         }
 
-        await vi.waitFor(async () => expect(await running.gql(READ, { uid }, recorded)).toEqual({ data: { delivery: null } }), { timeout: CLAIM_CHECK_MS * 3, interval: 100 });
+        await vi.waitFor(
+          async () => expect(await running.gql(READ, { uid }, recorded)).toEqual({ data: { delivery: null } }),
+          { timeout: CLAIM_CHECK_MS * 3, interval: 100 },
+        );
         expect((await running.gql(READ, { uid }, claimant)).data.delivery.uid).toBe(uid);
 
-        // The delivery's next event: the recorded merchant's stream of it ends as a new one would be refused, and its feed passes it by.
+        // The delivery's next event: the recorded merchant's stream of it ends as a new one would be refused, and its
+        // feed passes it by.
         const shown = feed.items.filter((item: any) => item.deliveryEvents.uid === uid).length;
         await running.sandbox.advance(uid);
         await updated.done;

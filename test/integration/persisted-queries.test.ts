@@ -80,11 +80,14 @@ async function overGraphqlWs(stack: Stack, body: Sent): Promise<Answer> {
   try {
     return await new Promise<Answer>((resolve) => {
       let first: GraphQLResponse | undefined;
-      client.subscribe({ query: body.query ?? '', variables: body.variables, extensions: body.extensions }, {
-        next: (message) => (first ??= message as GraphQLResponse),
-        error: (error) => resolve({ status: undefined, body: { errors: error as GraphQLResponse['errors'] } }),
-        complete: () => resolve({ status: undefined, body: first ?? {} }),
-      });
+      client.subscribe(
+        { query: body.query ?? '', variables: body.variables, extensions: body.extensions },
+        {
+          next: (message) => (first ??= message as GraphQLResponse),
+          error: (error) => resolve({ status: undefined, body: { errors: error as GraphQLResponse['errors'] } }),
+          complete: () => resolve({ status: undefined, body: first ?? {} }),
+        },
+      );
     });
   } finally {
     await client.dispose();
@@ -101,13 +104,17 @@ async function overRawSocket(stack: Stack, body: Sent): Promise<Answer> {
   try {
     return await new Promise<Answer>((resolve, reject) => {
       let first: GraphQLResponse | undefined;
-      socket.once('open', () => socket.send(JSON.stringify({ type: 'connection_init', payload: { authorization: `Bearer ${stack.key}` } })));
+      socket.once('open', () =>
+        socket.send(JSON.stringify({ type: 'connection_init', payload: { authorization: `Bearer ${stack.key}` } })),
+      );
       socket.once('close', (code, reason) => reject(new Error(`socket closed ${code} ${reason.toString()}`)));
       socket.on('message', (data) => {
         const message = JSON.parse(data.toString()) as { type: string; payload?: unknown };
-        if (message.type === 'connection_ack') socket.send(JSON.stringify({ id: '1', type: 'subscribe', payload: body }));
+        if (message.type === 'connection_ack')
+          socket.send(JSON.stringify({ id: '1', type: 'subscribe', payload: body }));
         else if (message.type === 'next') first ??= message.payload as GraphQLResponse;
-        else if (message.type === 'error') resolve({ status: undefined, body: { errors: message.payload as GraphQLResponse['errors'] } });
+        else if (message.type === 'error')
+          resolve({ status: undefined, body: { errors: message.payload as GraphQLResponse['errors'] } });
         else if (message.type === 'complete') resolve({ status: undefined, body: first ?? {} });
       });
     });
@@ -154,10 +161,15 @@ describe('automatic persisted queries', () => {
 
   describe.each(PATHS)('over %s', (way) => {
     it('answers an unknown hash alone with PersistedQueryNotFound (200), which Apollo and urql retry on', async () => {
-      const answer = await send(stack, way, { ...(way === 'ws' ? { query: '' } : {}), extensions: persisted(sha256(freshQuery())) });
+      const answer = await send(stack, way, {
+        ...(way === 'ws' ? { query: '' } : {}),
+        extensions: persisted(sha256(freshQuery())),
+      });
       expectStatus(answer, 200);
       expect(answer.body.data ?? undefined).toBeUndefined();
-      expect(answer.body.errors).toEqual([{ message: 'PersistedQueryNotFound', extensions: { code: 'PERSISTED_QUERY_NOT_FOUND' } }]);
+      expect(answer.body.errors).toEqual([
+        { message: 'PersistedQueryNotFound', extensions: { code: 'PERSISTED_QUERY_NOT_FOUND' } },
+      ]);
     });
 
     it('runs a query sent with its hash, then runs it from the hash alone', async () => {
@@ -165,7 +177,10 @@ describe('automatic persisted queries', () => {
       const registered = await send(stack, way, { query, extensions: persisted(sha256(query)) });
       expect(registered.body.errors).toBeUndefined();
       expect(registered.body.data).toEqual({ availability: [{ group: 'PLATFORM' }, { group: 'PARTNER' }] });
-      const byHash = await send(stack, way, { ...(way === 'ws' ? { query: '' } : {}), extensions: persisted(sha256(query)) });
+      const byHash = await send(stack, way, {
+        ...(way === 'ws' ? { query: '' } : {}),
+        extensions: persisted(sha256(query)),
+      });
       expect(byHash.body.errors).toBeUndefined();
       expect(byHash.body.data).toEqual({ availability: [{ group: 'PLATFORM' }, { group: 'PARTNER' }] });
     });
@@ -173,8 +188,18 @@ describe('automatic persisted queries', () => {
     it('takes variables with a hash alone', async () => {
       const query = `query Q${randomUUID().replaceAll('-', '')}($uid: ID!) { delivery(uid: $uid) { uid } }`;
       const variables = { uid: '00000000-0000-4000-8000-000000000000' };
-      expect((await send(stack, way, { query, variables, extensions: persisted(sha256(query)) })).body).toEqual({ data: { delivery: null } });
-      expect((await send(stack, way, { ...(way === 'ws' ? { query: '' } : {}), variables, extensions: persisted(sha256(query)) })).body).toEqual({ data: { delivery: null } });
+      expect((await send(stack, way, { query, variables, extensions: persisted(sha256(query)) })).body).toEqual({
+        data: { delivery: null },
+      });
+      expect(
+        (
+          await send(stack, way, {
+            ...(way === 'ws' ? { query: '' } : {}),
+            variables,
+            extensions: persisted(sha256(query)),
+          })
+        ).body,
+      ).toEqual({ data: { delivery: null } });
     });
 
     it('refuses a hash that is not the query’s (400) and remembers nothing under it', async () => {
@@ -211,7 +236,9 @@ describe('automatic persisted queries', () => {
     const query = `query Q${randomUUID().replaceAll('-', '')} { nope }`;
     const answer = await post(stack, { query, extensions: persisted(sha256(query)) });
     expect(firstError(answer)?.extensions?.code).toBe('GRAPHQL_VALIDATION_FAILED');
-    expect(firstError(await post(stack, { extensions: persisted(sha256(query)) }))?.message).toBe('PersistedQueryNotFound');
+    expect(firstError(await post(stack, { extensions: persisted(sha256(query)) }))?.message).toBe(
+      'PersistedQueryNotFound',
+    );
   });
 
   it('remembers nothing for a caller without a key the upstream accepted: no key, or a made-up one (it runs all the same)', async () => {
@@ -224,46 +251,78 @@ describe('automatic persisted queries', () => {
       });
       expect(await response.json()).toEqual({ data: { __typename: 'Query' } });
       // Not even the merchant finds it by hash: a stranger cannot fill the store (nor Redis behind it).
-      expect(firstError(await post(stack, { extensions: persisted(sha256(query)) }))?.message).toBe('PersistedQueryNotFound');
+      expect(firstError(await post(stack, { extensions: persisted(sha256(query)) }))?.message).toBe(
+        'PersistedQueryNotFound',
+      );
     }
   });
 
   it("remembers nothing a client token sends (it runs all the same), yet runs by hash what its merchant's key registered", async () => {
-    const booked = await stack.gql('mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }', { input: deliveryInput() });
+    const booked = await stack.gql(
+      'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }',
+      { input: deliveryInput() },
+    );
     const uid = booked.data.createDelivery.data.uid as string;
-    const minted = await stack.gql('mutation($uids: [ID!]!) { createClientToken(uids: $uids) { ... on MutationCreateClientTokenSuccess { data { token } } } }', { uids: [uid] });
+    const minted = await stack.gql(
+      'mutation($uids: [ID!]!) { createClientToken(uids: $uids) { ... on MutationCreateClientTokenSuccess { data { token } } } }',
+      { uids: [uid] },
+    );
     const token = minted.data.createClientToken.data.token as string;
     const asToken = async (body: Sent) => {
-      const response = await fetch(`${stack.app.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify(body) });
+      const response = await fetch(`${stack.app.url}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+        body: JSON.stringify(body),
+      });
       return (await response.json()) as GraphQLResponse;
     };
     const read = () => `query Q${randomUUID().replaceAll('-', '')}($uid: ID!) { delivery(uid: $uid) { uid } }`;
     const query = read();
-    expect(await asToken({ query, variables: { uid }, extensions: persisted(sha256(query)) })).toEqual({ data: { delivery: { uid } } });
+    expect(await asToken({ query, variables: { uid }, extensions: persisted(sha256(query)) })).toEqual({
+      data: { delivery: { uid } },
+    });
     // Whoever holds a tracking link is not a merchant whose key the upstream accepted: nothing is stored, for anyone.
-    expect((await asToken({ variables: { uid }, extensions: persisted(sha256(query)) })).errors?.[0]?.message).toBe('PersistedQueryNotFound');
-    expect(firstError(await post(stack, { variables: { uid }, extensions: persisted(sha256(query)) }))?.message).toBe('PersistedQueryNotFound');
+    expect((await asToken({ variables: { uid }, extensions: persisted(sha256(query)) })).errors?.[0]?.message).toBe(
+      'PersistedQueryNotFound',
+    );
+    expect(firstError(await post(stack, { variables: { uid }, extensions: persisted(sha256(query)) }))?.message).toBe(
+      'PersistedQueryNotFound',
+    );
     // What the merchant registered, its token may run by hash.
     const registered = read();
-    expect((await post(stack, { query: registered, variables: { uid }, extensions: persisted(sha256(registered)) })).body).toEqual({ data: { delivery: { uid } } });
-    expect(await asToken({ variables: { uid }, extensions: persisted(sha256(registered)) })).toEqual({ data: { delivery: { uid } } });
+    expect(
+      (await post(stack, { query: registered, variables: { uid }, extensions: persisted(sha256(registered)) })).body,
+    ).toEqual({ data: { delivery: { uid } } });
+    expect(await asToken({ variables: { uid }, extensions: persisted(sha256(registered)) })).toEqual({
+      data: { delivery: { uid } },
+    });
   });
 
   it('runs a subscription named by hash over WebSocket', async () => {
-    const booked = await stack.gql('mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }', { input: deliveryInput() });
+    const booked = await stack.gql(
+      'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }',
+      { input: deliveryInput() },
+    );
     const uid = booked.data.createDelivery.data.uid as string;
     const query = `subscription S${randomUUID().replaceAll('-', '')}($uid: ID!) { deliveryUpdated(uid: $uid) { uid status } }`;
     const clients = [wsClient(stack.app.url, stack.key), wsClient(stack.app.url, stack.key)];
     /** The first update (the delivery's current state) of a subscription sent as `payload`. */
     const firstUpdate = (client: (typeof clients)[number], payload: Sent) =>
       new Promise<GraphQLResponse>((resolve, reject) => {
-        client.subscribe({ query: '', ...payload }, { next: (message) => resolve(message as GraphQLResponse), error: reject, complete: () => undefined });
+        client.subscribe(
+          { query: '', ...payload },
+          { next: (message) => resolve(message as GraphQLResponse), error: reject, complete: () => undefined },
+        );
       });
     try {
       // The text with its hash on one socket: it runs, and is remembered once subscribed, before its first update.
-      expect(await firstUpdate(clients[0]!, { query, variables: { uid }, extensions: persisted(sha256(query)) })).toEqual({ data: { deliveryUpdated: { uid, status: 'CREATED' } } });
+      expect(
+        await firstUpdate(clients[0]!, { query, variables: { uid }, extensions: persisted(sha256(query)) }),
+      ).toEqual({ data: { deliveryUpdated: { uid, status: 'CREATED' } } });
       // The hash alone on another socket.
-      expect(await firstUpdate(clients[1]!, { variables: { uid }, extensions: persisted(sha256(query)) })).toEqual({ data: { deliveryUpdated: { uid, status: 'CREATED' } } });
+      expect(await firstUpdate(clients[1]!, { variables: { uid }, extensions: persisted(sha256(query)) })).toEqual({
+        data: { deliveryUpdated: { uid, status: 'CREATED' } },
+      });
     } finally {
       await Promise.all(clients.map((client) => client.dispose()));
     }
@@ -271,7 +330,10 @@ describe('automatic persisted queries', () => {
 
   it('counts hits, misses and registrations in /metrics', async () => {
     const text = await (await fetch(`${stack.app.url}/metrics`)).text();
-    const value = (result: string) => Number(new RegExp(`^delivery_graph_persisted_queries_total\\{result="${result}"\\} (\\d+)$`, 'm').exec(text)?.[1]);
+    const value = (result: string) =>
+      Number(
+        new RegExp(`^delivery_graph_persisted_queries_total\\{result="${result}"\\} (\\d+)$`, 'm').exec(text)?.[1],
+      );
     expect(value('hit')).toBeGreaterThan(0);
     expect(value('miss')).toBeGreaterThan(0);
     expect(value('registered')).toBeGreaterThan(0);
@@ -293,8 +355,13 @@ describe('APQ_MAX_ENTRIES', () => {
 
   it('keeps the most recently used queries and evicts the oldest', async () => {
     const [oldest, middle, newest] = [freshQuery('__typename'), freshQuery('__typename'), freshQuery('__typename')];
-    for (const query of [oldest, middle, newest]) expect((await post(stack, { query, extensions: persisted(sha256(query)) })).body.data).toEqual({ __typename: 'Query' });
-    expect(firstError(await post(stack, { extensions: persisted(sha256(oldest)) }))?.message).toBe('PersistedQueryNotFound');
+    for (const query of [oldest, middle, newest])
+      expect((await post(stack, { query, extensions: persisted(sha256(query)) })).body.data).toEqual({
+        __typename: 'Query',
+      });
+    expect(firstError(await post(stack, { extensions: persisted(sha256(oldest)) }))?.message).toBe(
+      'PersistedQueryNotFound',
+    );
     expect((await post(stack, { extensions: persisted(sha256(middle)) })).body.data).toEqual({ __typename: 'Query' });
     expect((await post(stack, { extensions: persisted(sha256(newest)) })).body.data).toEqual({ __typename: 'Query' });
   });
@@ -306,10 +373,16 @@ describe('APQ_MAX_ENTRIES', () => {
     for (const way of ['direct', 'yoga', 'ws-raw'] as const) {
       const answer = await send(stack, way, { extensions: persisted(sha256(query)) });
       expectStatus(answer, 200);
-      expect(answer.body.errors).toEqual([{ message: 'PersistedQueryNotSupported', extensions: { code: 'PERSISTED_QUERY_NOT_SUPPORTED' } }]);
-      expect((await send(stack, way, { query, extensions: persisted(sha256(query)) })).body).toEqual({ data: { __typename: 'Query' } });
+      expect(answer.body.errors).toEqual([
+        { message: 'PersistedQueryNotSupported', extensions: { code: 'PERSISTED_QUERY_NOT_SUPPORTED' } },
+      ]);
+      expect((await send(stack, way, { query, extensions: persisted(sha256(query)) })).body).toEqual({
+        data: { __typename: 'Query' },
+      });
     }
-    expect(firstError(await post(stack, { extensions: persisted(sha256(query)) }))?.message).toBe('PersistedQueryNotSupported');
+    expect(firstError(await post(stack, { extensions: persisted(sha256(query)) }))?.message).toBe(
+      'PersistedQueryNotSupported',
+    );
   });
 });
 
@@ -328,15 +401,22 @@ describe('with PERSISTED_OPERATIONS_FILE, the allowlist wins', () => {
     await stack?.stop();
   });
 
-  it.each(['direct', 'yoga', 'get', 'ws-raw'] as const)('over %s: no registration, unlisted hashes are PersistedQueryNotFound, listed ones run', async (way) => {
-    const unlisted = freshQuery('__typename');
-    const registering = await send(stack, way, { query: unlisted, extensions: persisted(sha256(unlisted)) });
-    expect(registering.body.data ?? undefined).toBeUndefined();
-    expect(firstError(registering)?.extensions?.code).toBe('PERSISTED_QUERY_NOT_FOUND');
-    const byHash = await send(stack, way, { extensions: persisted(sha256(unlisted)) });
-    expect(byHash.body.errors).toEqual([{ message: 'PersistedQueryNotFound', extensions: { code: 'PERSISTED_QUERY_NOT_FOUND' } }]);
-    expect((await send(stack, way, { extensions: persisted(sha256(LISTED)) })).body).toEqual({ data: { __typename: 'Query' } });
-  });
+  it.each(['direct', 'yoga', 'get', 'ws-raw'] as const)(
+    'over %s: no registration, unlisted hashes are PersistedQueryNotFound, listed ones run',
+    async (way) => {
+      const unlisted = freshQuery('__typename');
+      const registering = await send(stack, way, { query: unlisted, extensions: persisted(sha256(unlisted)) });
+      expect(registering.body.data ?? undefined).toBeUndefined();
+      expect(firstError(registering)?.extensions?.code).toBe('PERSISTED_QUERY_NOT_FOUND');
+      const byHash = await send(stack, way, { extensions: persisted(sha256(unlisted)) });
+      expect(byHash.body.errors).toEqual([
+        { message: 'PersistedQueryNotFound', extensions: { code: 'PERSISTED_QUERY_NOT_FOUND' } },
+      ]);
+      expect((await send(stack, way, { extensions: persisted(sha256(LISTED)) })).body).toEqual({
+        data: { __typename: 'Query' },
+      });
+    },
+  );
 });
 
 const withRedis = redisAvailable('persisted-queries.test.ts');
@@ -364,10 +444,17 @@ describe.runIf(withRedis)('two instances on one Redis', () => {
 
   it('finds on instance B, by hash alone, a query registered on instance A', async () => {
     const query = freshQuery();
-    expect(firstError(await on(other, { extensions: persisted(sha256(query)) }))?.message).toBe('PersistedQueryNotFound');
+    expect(firstError(await on(other, { extensions: persisted(sha256(query)) }))?.message).toBe(
+      'PersistedQueryNotFound',
+    );
     expect((await on(stack.app, { query, extensions: persisted(sha256(query)) })).body.errors).toBeUndefined();
-    await waitUntil(async () => (await on(other, { extensions: persisted(sha256(query)) })).body.errors === undefined, 'B to find the query');
-    expect((await on(other, { extensions: persisted(sha256(query)) })).body.data).toEqual({ availability: [{ group: 'PLATFORM' }, { group: 'PARTNER' }] });
+    await waitUntil(
+      async () => (await on(other, { extensions: persisted(sha256(query)) })).body.errors === undefined,
+      'B to find the query',
+    );
+    expect((await on(other, { extensions: persisted(sha256(query)) })).body.data).toEqual({
+      availability: [{ group: 'PLATFORM' }, { group: 'PARTNER' }],
+    });
   });
 
   it('keeps each query in Redis under the store prefix with a TTL', async () => {
@@ -382,7 +469,11 @@ describe.runIf(withRedis)('two instances on one Redis', () => {
 
   it('keeps Redis bounded: APQ_MAX_ENTRIES queries at most (the earliest registered go first), none over 16 KiB', async () => {
     const client = (stack.app.services.store as RedisStore).client;
-    const shared = sharedPersistedQueryStore(localPersistedQueryStore(100), { client, prefix: 'dg-bound-test:', maxEntries: 2 });
+    const shared = sharedPersistedQueryStore(localPersistedQueryStore(100), {
+      client,
+      prefix: 'dg-bound-test:',
+      maxEntries: 2,
+    });
     const queries = [freshQuery('__typename'), freshQuery('__typename'), freshQuery('__typename')];
     for (const query of queries) await shared.set(sha256(query), query);
     expect(await client.exists(...queries.map((query) => `dg-bound-test:apq:${sha256(query)}`))).toBe(2);
@@ -405,7 +496,9 @@ describe.runIf(withRedis)('two instances on one Redis', () => {
       const miss = await on(other, { extensions: persisted(sha256(known)) });
       expect(miss.status).toBe(200);
       expect(firstError(miss)?.message).toBe('PersistedQueryNotFound');
-      expect((await on(other, { query: known, extensions: persisted(sha256(known)) })).body.data).toEqual({ __typename: 'Query' });
+      expect((await on(other, { query: known, extensions: persisted(sha256(known)) })).body.data).toEqual({
+        __typename: 'Query',
+      });
       // Remembered locally meanwhile.
       expect((await on(other, { extensions: persisted(sha256(known)) })).body.data).toEqual({ __typename: 'Query' });
     } finally {

@@ -15,7 +15,12 @@ const CREATE_TOKEN = `mutation($uids: [ID!]!) { createClientToken(uids: $uids) {
 
 const codes = (result: GraphQLResponse) => result.errors?.map((error) => error.extensions?.code);
 
-async function post(stack: Stack, body: unknown, key?: string, headers: Record<string, string> = {}): Promise<{ status: number; body: GraphQLResponse }> {
+async function post(
+  stack: Stack,
+  body: unknown,
+  key?: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: GraphQLResponse }> {
   const response = await fetch(`${stack.app.url}/graphql`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}), ...headers },
@@ -59,7 +64,11 @@ describe('nothing costly before a credential', () => {
     for (let n = 400; n < 405; n += 1) {
       const get = await fetch(`${stack.app.url}/graphql?query=${encodeURIComponent(distinctRead(n, 3))}`);
       expect(codes((await get.json()) as GraphQLResponse)).toEqual(['UNAUTHENTICATED']);
-      const sse = await fetch(`${stack.app.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ query: distinctRead(n + 10, 3) }) });
+      const sse = await fetch(`${stack.app.url}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'text/event-stream' },
+        body: JSON.stringify({ query: distinctRead(n + 10, 3) }),
+      });
       expect(await sse.text()).toMatch(/UNAUTHENTICATED/);
     }
     expect(stack.app.pipeline.documents.size.entries).toBe(cached);
@@ -84,7 +93,8 @@ describe('nothing costly before a credential', () => {
     expect(codes((await post(stack, { query: distinctRead(100) }, bogus)).body)).toEqual(['UNAUTHENTICATED']);
     const before = stack.sandbox.requests.length;
     const cached = stack.app.pipeline.documents.size.entries;
-    for (let n = 101; n < 110; n += 1) expect(codes((await post(stack, { query: distinctRead(n) }, bogus)).body)).toEqual(['UNAUTHENTICATED']);
+    for (let n = 101; n < 110; n += 1)
+      expect(codes((await post(stack, { query: distinctRead(n) }, bogus)).body)).toEqual(['UNAUTHENTICATED']);
     expect(stack.sandbox.requests.length).toBe(before);
     expect(stack.app.pipeline.documents.size.entries).toBe(cached);
   });
@@ -114,14 +124,23 @@ describe('nothing costly before a credential', () => {
     try {
       const refused = collect(client, padded);
       await refused.done;
-      expect((refused.errors as Array<{ extensions?: { code?: string } }> | undefined)?.map((error) => error.extensions?.code)).toEqual(['DOCUMENT_TOO_LARGE']);
+      expect(
+        (refused.errors as Array<{ extensions?: { code?: string } }> | undefined)?.map(
+          (error) => error.extensions?.code,
+        ),
+      ).toEqual(['DOCUMENT_TOO_LARGE']);
     } finally {
       await client.dispose();
     }
   });
 
   it('answers a subscription asked for as plain JSON with 406 and what to do instead', async () => {
-    const { status, body } = await post(stack, { query: 'subscription { deliveryUpdated(uid: "x") { uid } }' }, stack.key, { accept: 'application/json' });
+    const { status, body } = await post(
+      stack,
+      { query: 'subscription { deliveryUpdated(uid: "x") { uid } }' },
+      stack.key,
+      { accept: 'application/json' },
+    );
     expect(status).toBe(406);
     expect(codes(body)).toEqual(['BAD_REQUEST']);
     expect(body.errors?.[0]?.message).toMatch(/text\/event-stream/);
@@ -142,12 +161,19 @@ describe('requests without a credential, budgeted per address', () => {
     expect(status).toBe(413);
     expect(codes(body)).toEqual(['REQUEST_ENTITY_TOO_LARGE']);
     // With a key, the body limit is GRAPHQL_MAX_BODY_BYTES.
-    expect((await post(stack, { query: '{ __typename }', variables: { filler: 'x'.repeat(200_000) } }, stack.key)).status).toBe(200);
+    expect(
+      (await post(stack, { query: '{ __typename }', variables: { filler: 'x'.repeat(200_000) } }, stack.key)).status,
+    ).toBe(200);
   });
 
   it('refuses an address unread once its keyless requests were refused KEYLESS_REFUSALS_PER_MINUTE times, and no one else', async () => {
-    for (let n = 0; n < 3; n += 1) expect(codes((await post(stack, { query: distinctRead(300 + n) })).body)).toEqual(['UNAUTHENTICATED']);
-    const limited = await fetch(`${stack.app.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: '{ __typename }' }) });
+    for (let n = 0; n < 3; n += 1)
+      expect(codes((await post(stack, { query: distinctRead(300 + n) })).body)).toEqual(['UNAUTHENTICATED']);
+    const limited = await fetch(`${stack.app.url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ query: '{ __typename }' }),
+    });
     expect(limited.status).toBe(429);
     expect(Number(limited.headers.get('retry-after'))).toBeGreaterThan(0);
     expect(codes((await limited.json()) as GraphQLResponse)).toEqual(['RATE_LIMITED']);
@@ -214,13 +240,29 @@ describe('client tokens on budgets of their own', () => {
 describe('the resolvers refuse a client token what only a merchant may do, on their own', () => {
   it('FORBIDDEN from every mutation and merchant-only query, before any upstream call, even run straight on the schema', async () => {
     const calls: string[] = [];
-    const upstream = new Proxy({}, { get: (_target, group) => new Proxy({}, { get: (_t, method) => () => void calls.push(`${String(group)}.${String(method)}`) }) });
-    const services = { config: { graphql: { maxBatchSize: 100, batchConcurrency: 4 }, server: { trustProxyHops: 0 } }, upstream } as unknown as Services;
+    const upstream = new Proxy(
+      {},
+      {
+        get: (_target, group) =>
+          new Proxy({}, { get: (_t, method) => () => void calls.push(`${String(group)}.${String(method)}`) }),
+      },
+    );
+    const services = {
+      config: { graphql: { maxBatchSize: 100, batchConcurrency: 4 }, server: { trustProxyHops: 0 } },
+      upstream,
+    } as unknown as Services;
     const contextValue = createContext(services, {
-      caller: { kind: 'client-token', key: 'sk_merchant', token: { key: 'sk_merchant', uids: ['u1'], expiresAt: new Date(Date.now() + 60_000), token: 'eyJ.token' } },
+      caller: {
+        kind: 'client-token',
+        key: 'sk_merchant',
+        token: { key: 'sk_merchant', uids: ['u1'], expiresAt: new Date(Date.now() + 60_000), token: 'eyJ.token' },
+      },
     });
     const schema = toSchema();
-    const fields = { ...schema.getMutationType()!.getFields(), availability: schema.getQueryType()!.getFields().availability! };
+    const fields = {
+      ...schema.getMutationType()!.getFields(),
+      availability: schema.getQueryType()!.getFields().availability!,
+    };
     const args: Record<string, Record<string, unknown>> = {
       createDelivery: { input: deliveryInput() },
       cancelDelivery: { uid: 'u1' },

@@ -18,8 +18,14 @@ async function ready(url: string): Promise<{ status: number; body: ReadyBody }> 
   return { status: response.status, body: (await response.json()) as ReadyBody };
 }
 
-/** Polls /ready until the reported upstream state is `state` (the background check runs every UPSTREAM_CHECK_INTERVAL_MS). */
-async function untilUpstream(url: string, state: ReadyBody['upstream']['state']): Promise<{ status: number; body: ReadyBody }> {
+/**
+ * Polls /ready until the reported upstream state is `state` (the background check runs every
+ * UPSTREAM_CHECK_INTERVAL_MS).
+ */
+async function untilUpstream(
+  url: string,
+  state: ReadyBody['upstream']['state'],
+): Promise<{ status: number; body: ReadyBody }> {
   for (;;) {
     const answer = await ready(url);
     if (answer.body.upstream.state === state) return answer;
@@ -35,7 +41,10 @@ async function upstreamUpMetric(url: string): Promise<number> {
 describe('readiness while the upstream fails', () => {
   let stack: Stack;
   beforeAll(async () => {
-    stack = await startStack({ faultProxy: true, env: { UPSTREAM_CHECK_INTERVAL_MS: '100', UPSTREAM_TIMEOUT_MS: '300' } });
+    stack = await startStack({
+      faultProxy: true,
+      env: { UPSTREAM_CHECK_INTERVAL_MS: '100', UPSTREAM_TIMEOUT_MS: '300' },
+    });
   });
   afterAll(() => stack?.stop());
   afterEach(() => {
@@ -87,7 +96,10 @@ describe('readiness while the upstream fails', () => {
 
 it('answers without waiting for an upstream that never answers', async () => {
   // UPSTREAM_TIMEOUT_MS far beyond the test's own timeout: a probe that waited for the upstream would never come back.
-  const stack = await startStack({ faultProxy: true, env: { UPSTREAM_CHECK_INTERVAL_MS: '100', UPSTREAM_TIMEOUT_MS: '600000' } });
+  const stack = await startStack({
+    faultProxy: true,
+    env: { UPSTREAM_CHECK_INTERVAL_MS: '100', UPSTREAM_TIMEOUT_MS: '600000' },
+  });
   const hanging = new Set<() => void>();
   try {
     await untilUpstream(stack.app.url, 'up');
@@ -157,7 +169,9 @@ describe.skipIf(!redisAvailable('readiness.test.ts'))('readiness on Redis', () =
     while (answer.status === 200) answer = await ready(stack.app.url);
     expect(answer.status).toBe(503);
     // What is wrong, in our words (not ioredis's "Reached the max retries per request limit").
-    expect(answer.body.store).toMatch(/^Redis cannot be reached \(connect ECONNREFUSED [\d.]+:\d+\)$|^the store did not answer within 1000 ms$/);
+    expect(answer.body.store).toMatch(
+      /^Redis cannot be reached \(connect ECONNREFUSED [\d.]+:\d+\)$|^the store did not answer within 1000 ms$/,
+    );
     await redis.start();
     while (answer.status !== 200) {
       await new Promise((resolve) => setTimeout(resolve, 100));
@@ -169,7 +183,12 @@ describe.skipIf(!redisAvailable('readiness.test.ts'))('readiness on Redis', () =
 
 it('a second instance on the same config starts and is ready while the upstream is unreachable', async () => {
   const stack = await startStack();
-  const env = { ...stack.env, UPSTREAM_URL: 'http://127.0.0.1:9/api/v1', UPSTREAM_CHECK_INTERVAL_MS: '100', DATA_DIR: `${stack.dataDir}/second` };
+  const env = {
+    ...stack.env,
+    UPSTREAM_URL: 'http://127.0.0.1:9/api/v1',
+    UPSTREAM_CHECK_INTERVAL_MS: '100',
+    DATA_DIR: `${stack.dataDir}/second`,
+  };
   const app = await startApp(loadConfig(env));
   try {
     const answer = await untilUpstream(app.url, 'down');

@@ -10,14 +10,22 @@ import { makeDataDir } from '../helpers/stack.js';
 
 const root = new URL('../..', import.meta.url).pathname;
 
-/** The ```sh blocks between `## Cookbook` and the next `## ` heading; a block that installs or starts something is left out. */
+/**
+ * The ```sh blocks between `## Cookbook` and the next `## ` heading; a block that installs or starts something is left
+ * out.
+ */
 function cookbookBlocks(): string[] {
   const readme = readFileSync(new URL('README.md', `file://${root}`), 'utf8');
   const start = readme.indexOf('\n## Cookbook\n');
   expect(start, 'the README has a "## Cookbook" section').toBeGreaterThan(-1);
   const end = readme.indexOf('\n## ', start + 1);
   const section = readme.slice(start, end === -1 ? undefined : end);
-  return [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((block) => block[1]!).filter((block) => !block.split('\n').some((line) => !line.trim().startsWith('#') && /\bnpm (ci|start|install)\b/.test(line)));
+  return [...section.matchAll(/```sh\n([\s\S]*?)```/g)]
+    .map((block) => block[1]!)
+    .filter(
+      (block) =>
+        !block.split('\n').some((line) => !line.trim().startsWith('#') && /\bnpm (ci|start|install)\b/.test(line)),
+    );
 }
 
 async function freePort(): Promise<number> {
@@ -63,7 +71,12 @@ describe('the README cookbook', () => {
     const blocks = cookbookBlocks();
     expect(blocks.length).toBeGreaterThan(5);
     const script = ['set -euo pipefail', ...blocks].join('\n');
-    const run = spawnSync('bash', ['-c', script], { cwd: root, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', ...env }, encoding: 'utf8', timeout: 60_000 });
+    const run = spawnSync('bash', ['-c', script], {
+      cwd: root,
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', ...env },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
     const output = `${run.stdout}\n${run.stderr}`;
     expect(run.status, output).toBe(0);
     // No GraphQL error anywhere, and the steps the cookbook walks through all happened.

@@ -29,7 +29,8 @@ async function book(key = stack.key): Promise<string> {
 
 const reconciler = () => stack.app.services.reconciler!;
 /** GETs of one delivery the sandbox answered after `mark`. */
-const readsOf = (uid: string, mark: number) => stack.sandbox.requestsSince(mark).filter((r) => r.method === 'GET' && r.path.endsWith(`/deliveries/${uid}`)).length;
+const readsOf = (uid: string, mark: number) =>
+  stack.sandbox.requestsSince(mark).filter((r) => r.method === 'GET' && r.path.endsWith(`/deliveries/${uid}`)).length;
 const codeOf = (error: unknown) => (error as { extensions?: { code?: string } }).extensions?.code;
 
 describe('with webhooks off', () => {
@@ -48,7 +49,12 @@ describe('with webhooks off', () => {
       await sub.done;
       expect(sub.errors).toEqual([]);
       const last = sub.items.at(-1).deliveryUpdated;
-      expect(last).toMatchObject({ name: 'delivery.dropoff_complete', status: 'DROPOFF_COMPLETE', source: 'poll', stale: false });
+      expect(last).toMatchObject({
+        name: 'delivery.dropoff_complete',
+        status: 'DROPOFF_COMPLETE',
+        source: 'poll',
+        stale: false,
+      });
       // Every change after the first state came from a read.
       expect(sub.items.slice(1).every((item) => item.deliveryUpdated.source === 'poll')).toBe(true);
       client.dispose();
@@ -102,11 +108,15 @@ describe('with webhooks on', () => {
     stack.sandbox.setWebhookUrl(undefined);
     await stack.sandbox.advance(uid);
     stack.sandbox.setWebhookUrl(stack.app.webhookUrl);
-    const [repaired] = (await sub.waitForItem((item) => item.deliveryEvents.name === 'delivery.pickup_enroute')).filter((item) => item.deliveryEvents.name === 'delivery.pickup_enroute');
+    const [repaired] = (await sub.waitForItem((item) => item.deliveryEvents.name === 'delivery.pickup_enroute')).filter(
+      (item) => item.deliveryEvents.name === 'delivery.pickup_enroute',
+    );
     expect(repaired.deliveryEvents.source).toBe('poll');
 
     await stack.sandbox.advance(uid);
-    const [next] = (await sub.waitForItem((item) => item.deliveryEvents.name === 'delivery.pickup_arrived')).filter((item) => item.deliveryEvents.name === 'delivery.pickup_arrived');
+    const [next] = (await sub.waitForItem((item) => item.deliveryEvents.name === 'delivery.pickup_arrived')).filter(
+      (item) => item.deliveryEvents.name === 'delivery.pickup_arrived',
+    );
     expect(next.deliveryEvents.source).toBe('webhook');
     expect(sub.errors).toEqual([]);
     client.dispose();
@@ -119,17 +129,22 @@ describe('an upstream answer during reconciliation', () => {
     const logger = createLogger('info', { write: (line: string) => void lines.push(JSON.parse(line)) });
     const own = await startStack({ env: { RECONCILE_INTERVAL_MS: String(INTERVAL_MS) }, faultProxy: true, logger });
     try {
-      const uid = ((await own.gql(CREATE, { input: deliveryInput() })).data as { createDelivery: { data: { uid: string } } }).createDelivery.data.uid;
+      const uid = (
+        (await own.gql(CREATE, { input: deliveryInput() })).data as { createDelivery: { data: { uid: string } } }
+      ).createDelivery.data.uid;
       const client = wsClient(own.app.url, own.key);
       const sub = collect(client, UPDATED, { uid });
       await sub.waitFor(1);
       // The upstream forgets it (as a restarted sandbox would): both groups answer 404 to its reads.
       own.proxy!.fault = (req, res) => {
         if (req.method !== 'GET' || !req.url?.includes(uid)) return false;
-        res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { code: 'not_found', message: 'No such delivery.' } }));
+        res
+          .writeHead(404, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ error: { code: 'not_found', message: 'No such delivery.' } }));
         return true;
       };
-      const failed = () => lines.filter((line) => line.msg === 'reconcile: reading a followed delivery failed; trying again later');
+      const failed = () =>
+        lines.filter((line) => line.msg === 'reconcile: reading a followed delivery failed; trying again later');
       await waitUntil(() => failed().length > 0, 'a reconciliation read answered 404');
       expect(failed()[0]).toMatchObject({ level: 30, uid, code: 'NOT_FOUND' });
       expect(failed()[0]).not.toHaveProperty('err');

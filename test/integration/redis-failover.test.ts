@@ -72,7 +72,10 @@ beforeAll(async () => {
   const pair = await generateKeyPair('RS256', { extractable: true });
   privateKey = pair.privateKey as CryptoKey;
   writeFileSync(path.join(workDir, 'webhook-public.pem'), await exportSPKI(pair.publicKey));
-  [set, sandbox] = await Promise.all([startSentinelSet(), startSandbox({ privateKeyPem: await exportPKCS8(pair.privateKey), knobs: { stepMs: 0 } })]);
+  [set, sandbox] = await Promise.all([
+    startSentinelSet(),
+    startSandbox({ privateKeyPem: await exportPKCS8(pair.privateKey), knobs: { stepMs: 0 } }),
+  ]);
   sandbox.setWebhookUrl(undefined);
   [a, b] = await Promise.all([startInstance('a'), startInstance('b')]);
   merchant = await callerCursors(a.services.store, await a.services.merchants.of(sandbox.merchants[0]!.key));
@@ -85,7 +88,11 @@ afterAll(async () => {
 });
 
 function sign(event: WireEvent): Promise<string> {
-  return new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(sandbox.issuer).setExpirationTime('10m').sign(privateKey);
+  return new SignJWT({ payload: event })
+    .setProtectedHeader({ alg: 'RS256' })
+    .setIssuer(sandbox.issuer)
+    .setExpirationTime('10m')
+    .sign(privateKey);
 }
 
 async function post(app: App, event: WireEvent, token?: string): Promise<Posted> {
@@ -118,7 +125,12 @@ async function book(app: App): Promise<string> {
   return result.data.createDelivery.data.uid as string;
 }
 
-const tick = (uid: string, n: number): WireEvent => ({ uid, event_name: 'delivery.assigned', status: `tick ${n}`, platform_payload: { n } });
+const tick = (uid: string, n: number): WireEvent => ({
+  uid,
+  event_name: 'delivery.assigned',
+  status: `tick ${n}`,
+  platform_payload: { n },
+});
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe.skipIf(!withRedis)('two instances through Redis Sentinel', () => {
@@ -129,7 +141,10 @@ describe.skipIf(!withRedis)('two instances through Redis Sentinel', () => {
     expect(created).toMatchObject({ status: 200, body: { status: 'stored' } });
     // The subscriber is on B; webhooks go to both.
     const client = wsClient(b.url, sandbox.merchants[0]!.key);
-    const sub = collect<any>(client, EVENTS, { uids: [uid], after: merchant.cursorOf(Number(created.body.cursor) - 1) });
+    const sub = collect<any>(client, EVENTS, {
+      uids: [uid],
+      after: merchant.cursorOf(Number(created.body.cursor) - 1),
+    });
     await sub.waitFor(1);
 
     const events: WireEvent[] = [];
@@ -176,7 +191,10 @@ describe.skipIf(!withRedis)('two instances through Redis Sentinel', () => {
     const readinessWatch = (async () => {
       while (outage) {
         const response = await fetch(`${a.url}/ready`);
-        readiness.push({ status: response.status, body: (await response.json()) as { status?: string; store?: string } });
+        readiness.push({
+          status: response.status,
+          body: (await response.json()) as { status?: string; store?: string },
+        });
         await sleep(100);
       }
     })();
@@ -187,9 +205,18 @@ describe.skipIf(!withRedis)('two instances through Redis Sentinel', () => {
     await readinessWatch;
     expect(readDuringOutage.errors).toBeUndefined();
     expect(readDuringOutage.data?.delivery.uid).toBe(uid);
-    expect(readiness.find((x) => x.status === 503), JSON.stringify(readiness)).toMatchObject({ body: { status: 'store unavailable', store: expect.any(String) } });
+    expect(
+      readiness.find((x) => x.status === 503),
+      JSON.stringify(readiness),
+    ).toMatchObject({ body: { status: 'store unavailable', store: expect.any(String) } });
     // Both instances acknowledge again.
-    await waitUntil(() => answers.some((x) => x && x.app === 'a' && x.status === 200 && x.at > promotedAt) && answers.some((x) => x && x.app === 'b' && x.status === 200 && x.at > promotedAt), 'both instances acknowledging after the failover', 30_000);
+    await waitUntil(
+      () =>
+        answers.some((x) => x && x.app === 'a' && x.status === 200 && x.at > promotedAt) &&
+        answers.some((x) => x && x.app === 'b' && x.status === 200 && x.at > promotedAt),
+      'both instances acknowledging after the failover',
+      30_000,
+    );
     const recoveredAt = Date.now();
     await waitUntil(() => acked.after >= 30, 'thirty events acknowledged after the failover', 30_000);
     phase = 'done';
@@ -202,8 +229,23 @@ describe.skipIf(!withRedis)('two instances through Redis Sentinel', () => {
     expect([...statuses].every((status) => status === 200 || status === 503)).toBe(true);
     for (const x of answers) if (x.status === 503) expect(x.body.error).toBe('store_unavailable');
 
-    // Read back through the Sentinels, on a connection of its own: every acknowledged event, once, at the cursor it was acknowledged with.
-    const reader = new RedisStore(connectRedis({ sentinels: set.sentinels.split(',').map((hp) => ({ host: '127.0.0.1', port: Number(hp.split(':')[1]) })), name: set.name, password: undefined, username: undefined, sentinelPassword: undefined, tls: false, sentinelTls: false }, 'test-reader'), { ownsClient: true });
+    // Read back through the Sentinels, on a connection of its own: every acknowledged event, once, at the cursor it was
+    // acknowledged with.
+    const reader = new RedisStore(
+      connectRedis(
+        {
+          sentinels: set.sentinels.split(',').map((hp) => ({ host: '127.0.0.1', port: Number(hp.split(':')[1]) })),
+          name: set.name,
+          password: undefined,
+          username: undefined,
+          sentinelPassword: undefined,
+          tls: false,
+          sentinelTls: false,
+        },
+        'test-reader',
+      ),
+      { ownsClient: true },
+    );
     try {
       const byN = async () => {
         const log: StoredEvent[] = await reader.eventsAfter(0, 1_000_000, { uids: [uid] });
@@ -222,8 +264,13 @@ describe.skipIf(!withRedis)('two instances through Redis Sentinel', () => {
       }
 
       // The subscriber on B had every acknowledged event, and none twice.
-      const seen = () => sub.items.slice(1).map((item) => Number(/^tick (\d+)$/.exec(item.deliveryEvents.statusText)![1]));
-      await waitUntil(() => acknowledged.every((x) => seen().includes(x.n)), 'every acknowledged event at the subscriber on B', 20_000);
+      const seen = () =>
+        sub.items.slice(1).map((item) => Number(/^tick (\d+)$/.exec(item.deliveryEvents.statusText)![1]));
+      await waitUntil(
+        () => acknowledged.every((x) => seen().includes(x.n)),
+        'every acknowledged event at the subscriber on B',
+        20_000,
+      );
       expect(new Set(seen()).size).toBe(seen().length);
 
       // The upstream retries what was refused: each is stored now, and the subscriber gets it, still once.
@@ -235,7 +282,8 @@ describe.skipIf(!withRedis)('two instances through Redis Sentinel', () => {
       expect(new Set(seen()).size).toBe(seen().length);
       expect(seen().length).toBe(answers.length);
 
-      for (const app of [a, b]) await waitUntil(async () => (await fetch(`${app.url}/ready`)).status === 200, 'ready again', 15_000);
+      for (const app of [a, b])
+        await waitUntil(async () => (await fetch(`${app.url}/ready`)).status === 200, 'ready again', 15_000);
       const recovery = (recoveredAt - killedAt) / 1000;
       console.log(
         `sentinel failover under load: replica paused 400 ms and cut off (${ackedWhileBehind} acknowledged meanwhile), then primary ${killedPort} killed (SIGKILL), replica ${promoted} promoted after ${((promotedAt - killedAt) / 1000).toFixed(1)} s; ` +
@@ -253,12 +301,23 @@ describe.skipIf(!withRedis)('two instances through Redis Sentinel', () => {
     // The killed server comes back as a replica of the promoted one.
     const primary = await set.primaryPort();
     const replica = set.dataPorts.find((port) => port !== primary)!;
-    const alive = await redisCommand(replica, ['PING'], 300).then(() => true, () => false);
+    const alive = await redisCommand(replica, ['PING'], 300).then(
+      () => true,
+      () => false,
+    );
     if (!alive) await set.restartAsReplica(replica);
-    await waitUntil(async () => String(await redisCommand(replica, ['INFO', 'replication'])).includes('master_link_status:up'), 'the replica in sync', 20_000);
+    await waitUntil(
+      async () => String(await redisCommand(replica, ['INFO', 'replication'])).includes('master_link_status:up'),
+      'the replica in sync',
+      20_000,
+    );
     const c = await startInstance('c', { REDIS_MIN_REPLICAS_ACK: '1', REDIS_REPLICA_ACK_TIMEOUT_MS: '500' });
     const uid = `lagging-${Date.now()}`;
-    await waitUntil(async () => (await post(c, tick(uid, 1))).status === 200, 'an event acknowledged with the replica answering', 15_000);
+    await waitUntil(
+      async () => (await post(c, tick(uid, 1))).status === 200,
+      'an event acknowledged with the replica answering',
+      15_000,
+    );
     set.pause(replica);
     try {
       const started = Date.now();
@@ -272,6 +331,10 @@ describe.skipIf(!withRedis)('two instances through Redis Sentinel', () => {
       set.resume(replica);
     }
     // Caught up: the retry is acknowledged.
-    await waitUntil(async () => (await post(c, tick(uid, 2))).status === 200, 'the retry acknowledged once the replica answers', 15_000);
+    await waitUntil(
+      async () => (await post(c, tick(uid, 2))).status === 200,
+      'the retry acknowledged once the replica answers',
+      15_000,
+    );
   }, 90_000);
 });

@@ -64,7 +64,8 @@ async function startInstance(name: string): Promise<App> {
       WEBHOOK_PUBLIC_KEY_FILE: path.join(workDir, 'webhook-public.pem'),
       WEBHOOK_ISSUER: sandbox.issuer,
       DATA_DIR: dataDir,
-      REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
+      REDIS_URL: redis.url,
+      CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
       LOG_LEVEL: 'silent',
       SHUTDOWN_GRACE_MS: '2000',
     }),
@@ -85,7 +86,8 @@ async function spawnInstance(name: string): Promise<{ url: string; stop(): Promi
       WEBHOOK_PUBLIC_KEY_FILE: path.join(workDir, 'webhook-public.pem'),
       WEBHOOK_ISSUER: sandbox.issuer,
       DATA_DIR: path.join(workDir, name),
-      REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
+      REDIS_URL: redis.url,
+      CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
       LOG_LEVEL: 'silent',
     },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -119,7 +121,10 @@ beforeAll(async () => {
   const pair = await generateKeyPair('RS256', { extractable: true });
   privateKey = pair.privateKey as CryptoKey;
   writeFileSync(path.join(workDir, 'webhook-public.pem'), await exportSPKI(pair.publicKey));
-  [redis, sandbox] = await Promise.all([startRedisServer(), startSandbox({ privateKeyPem: await exportPKCS8(pair.privateKey), knobs: { stepMs: 0 } })]);
+  [redis, sandbox] = await Promise.all([
+    startRedisServer(),
+    startSandbox({ privateKeyPem: await exportPKCS8(pair.privateKey), knobs: { stepMs: 0 } }),
+  ]);
   // The sandbox sends no webhooks of its own here: every event is posted by the test.
   sandbox.setWebhookUrl(undefined);
   [a, b] = await Promise.all([startInstance('a'), startInstance('b')]);
@@ -133,7 +138,11 @@ afterAll(async () => {
 });
 
 function sign(event: WireEvent): Promise<string> {
-  return new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(sandbox.issuer).setExpirationTime('10m').sign(privateKey);
+  return new SignJWT({ payload: event })
+    .setProtectedHeader({ alg: 'RS256' })
+    .setIssuer(sandbox.issuer)
+    .setExpirationTime('10m')
+    .sign(privateKey);
 }
 
 async function post(app: App, event: WireEvent, token?: string): Promise<Posted> {
@@ -161,7 +170,12 @@ async function book(app: App): Promise<string> {
   return result.data.createDelivery.data.uid as string;
 }
 
-const tick = (uid: string, n: number): WireEvent => ({ uid, event_name: 'delivery.assigned', status: `tick ${n}`, platform_payload: { n } });
+const tick = (uid: string, n: number): WireEvent => ({
+  uid,
+  event_name: 'delivery.assigned',
+  status: `tick ${n}`,
+  platform_payload: { n },
+});
 
 /**
  * Stores `delivery.created` for `uid` and subscribes to its events on `app`
@@ -185,7 +199,8 @@ async function createdEvent(app: App, uid: string): Promise<number> {
 }
 
 /** The delivery's events as the shared store holds them. */
-const storedOf = async (uid: string, after = 0): Promise<StoredEvent[]> => a.services.store.eventsAfter(after, 100_000, { uids: [uid] });
+const storedOf = async (uid: string, after = 0): Promise<StoredEvent[]> =>
+  a.services.store.eventsAfter(after, 100_000, { uids: [uid] });
 
 describe.skipIf(!withRedis)('two instances on one Redis', () => {
   it('uses the Redis store and bus on both instances', () => {
@@ -201,7 +216,11 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
     const clients = [wsClient(a.url, sandbox.merchants[0]!.key), wsClient(b.url, sandbox.merchants[0]!.key)];
     const updated = clients.map((client) => collect(client, UPDATED, { uid }));
     const watchers = await Promise.all([watch(a, uid, created), watch(b, uid, created)]);
-    for (const sub of updated) expect((await sub.waitFor(1))[0].deliveryUpdated).toMatchObject({ name: 'delivery.created', cursor: merchant.cursorOf(created) });
+    for (const sub of updated)
+      expect((await sub.waitFor(1))[0].deliveryUpdated).toMatchObject({
+        name: 'delivery.created',
+        cursor: merchant.cursorOf(created),
+      });
 
     const assigned = await post(a, { uid, event_name: 'delivery.assigned', status: 'assigned' });
     const enroute = await post(b, { uid, event_name: 'delivery.pickup_enroute', status: 'pickup_enroute' });
@@ -209,11 +228,17 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
     for (const sub of updated) {
       const items = await sub.waitFor(3);
       expect(items.map((item) => item.deliveryUpdated.status)).toEqual(['CREATED', 'ASSIGNED', 'PICKUP_ENROUTE']);
-      expect(items.map((item) => item.deliveryUpdated.cursor)).toEqual([created, Number(assigned.body.cursor), Number(enroute.body.cursor)].map((seq) => merchant.cursorOf(seq)));
+      expect(items.map((item) => item.deliveryUpdated.cursor)).toEqual(
+        [created, Number(assigned.body.cursor), Number(enroute.body.cursor)].map((seq) => merchant.cursorOf(seq)),
+      );
     }
     for (const { sub } of watchers) {
       await sub.waitFor(3);
-      expect(sub.items.map((item) => item.deliveryEvents.name)).toEqual(['delivery.created', 'delivery.assigned', 'delivery.pickup_enroute']);
+      expect(sub.items.map((item) => item.deliveryEvents.name)).toEqual([
+        'delivery.created',
+        'delivery.assigned',
+        'delivery.pickup_enroute',
+      ]);
     }
     await Promise.all([...clients.map((client) => client.dispose()), ...watchers.map((w) => w.dispose())]);
   });
@@ -225,7 +250,9 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
 
     const events = Array.from({ length: 30 }, (_, n) => tick(uid, n));
     const tokens = await Promise.all(events.map((event) => sign(event)));
-    const pairs = await Promise.all(events.map((event, n) => Promise.all([post(a, event, tokens[n]), post(b, event, tokens[n])])));
+    const pairs = await Promise.all(
+      events.map((event, n) => Promise.all([post(a, event, tokens[n]), post(b, event, tokens[n])])),
+    );
     for (const [onA, onB] of pairs) {
       expect([onA.status, onB.status]).toEqual([200, 200]);
       // One stored it, the other found it stored: the same cursor.
@@ -253,7 +280,9 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
       sandbox.resetRequests();
       const keys = Array.from({ length: 5 }, (_, n) => `scaleout-${Date.now()}-${n}`);
       const input = deliveryInput();
-      const answers = await Promise.all(keys.map((key) => Promise.all([gql(a, CREATE, { input, key }), gql(b, CREATE, { input, key })])));
+      const answers = await Promise.all(
+        keys.map((key) => Promise.all([gql(a, CREATE, { input, key }), gql(b, CREATE, { input, key })])),
+      );
       for (const [onA, onB] of answers) {
         expect(onA.errors).toBeUndefined();
         expect(onB.errors).toBeUndefined();
@@ -261,13 +290,17 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
         expect(onB.data.createDelivery.data.uid).toBe(onA.data.createDelivery.data.uid);
       }
       expect(new Set(answers.map(([onA]) => onA.data.createDelivery.data.uid)).size).toBe(keys.length);
-      const creates = sandbox.requests.filter((request) => request.method === 'POST' && /\/deliveries$/.test(request.path));
+      const creates = sandbox.requests.filter(
+        (request) => request.method === 'POST' && /\/deliveries$/.test(request.path),
+      );
       expect(creates).toHaveLength(keys.length);
 
       // Other input under a used key, on either instance: a conflict, and nothing booked.
       const other = await gql(b, CREATE, { input: deliveryInput({ description: 'something else' }), key: keys[0] });
       expect(other.data.createDelivery).toMatchObject({ __typename: 'IdempotencyConflictError' });
-      expect(sandbox.requests.filter((request) => request.method === 'POST' && /\/deliveries$/.test(request.path))).toHaveLength(keys.length);
+      expect(
+        sandbox.requests.filter((request) => request.method === 'POST' && /\/deliveries$/.test(request.path)),
+      ).toHaveLength(keys.length);
     } finally {
       sandbox.setKnobs({ latencyMs: 0 });
     }
@@ -287,12 +320,16 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
           headers: { 'content-type': 'application/json', authorization: `Bearer ${sandbox.merchants[0]!.key}` },
           body: JSON.stringify({ query: CREATE, variables: { input, key } }),
         }).then((response) => response.json() as Promise<GraphQLResponse>);
-      const answers = await Promise.all(keys.map((key) => Promise.all(processes.map((process) => post(process.url, key)))));
+      const answers = await Promise.all(
+        keys.map((key) => Promise.all(processes.map((process) => post(process.url, key)))),
+      );
       for (const [first, second] of answers) {
         expect(first!.data.createDelivery.__typename).toBe('MutationCreateDeliverySuccess');
         expect(second!.data.createDelivery.data.uid).toBe(first!.data.createDelivery.data.uid);
       }
-      expect(sandbox.requests.filter((request) => request.method === 'POST' && /\/deliveries$/.test(request.path))).toHaveLength(keys.length);
+      expect(
+        sandbox.requests.filter((request) => request.method === 'POST' && /\/deliveries$/.test(request.path)),
+      ).toHaveLength(keys.length);
     } finally {
       sandbox.setKnobs({ latencyMs: 0 });
       await Promise.all(processes.map((process) => process.stop()));
@@ -362,9 +399,15 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
       // until the events are stored and published: Redis drops every one of them for those
       // subscribers, and no later event arrives to reveal the gap. Only the log can tell them.
       const connected = Number(/connected_clients:(\d+)/.exec(await admin.info('clients'))![1]);
-      const subscribers = String(await admin.call('CLIENT', 'LIST', 'TYPE', 'pubsub')).trim().split('\n').length;
+      const subscribers = String(await admin.call('CLIENT', 'LIST', 'TYPE', 'pubsub'))
+        .trim()
+        .split('\n').length;
       expect(subscribers).toBeGreaterThanOrEqual(2);
-      const replies = await admin.multi().call('CLIENT', 'KILL', 'TYPE', 'pubsub').call('CONFIG', 'SET', 'maxclients', String(connected - subscribers)).exec();
+      const replies = await admin
+        .multi()
+        .call('CLIENT', 'KILL', 'TYPE', 'pubsub')
+        .call('CONFIG', 'SET', 'maxclients', String(connected - subscribers))
+        .exec();
       expect(replies).toEqual([
         [null, subscribers],
         [null, 'OK'],
@@ -403,7 +446,9 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
     const created = await createdEvent(a, uid);
     const watchers = await Promise.all([watch(a, uid, created), watch(b, uid, created)]);
     // Stored, as a receiver would, but published by hand: the third first, then the first; the second never.
-    const results = await a.services.store.appendEvents([0, 1, 2].map((n) => ({ payload: tick(uid, n) as any, receivedAt: new Date().toISOString() })));
+    const results = await a.services.store.appendEvents(
+      [0, 1, 2].map((n) => ({ payload: tick(uid, n) as any, receivedAt: new Date().toISOString() })),
+    );
     const [first, second, third] = results.map((result) => result.event);
     const publisher = new Redis(redis.url);
     try {
@@ -415,7 +460,9 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
         expect(cursorsOf(sub)).toEqual([created, first!.seq, second!.seq, third!.seq]);
       }
       // Stored and not published at all (the publish failed): the poll of the log's head finds it.
-      const [lonely] = await a.services.store.appendEvents([{ payload: tick(uid, 3) as any, receivedAt: new Date().toISOString() }]);
+      const [lonely] = await a.services.store.appendEvents([
+        { payload: tick(uid, 3) as any, receivedAt: new Date().toISOString() },
+      ]);
       for (const { sub } of watchers) {
         await sub.waitFor(5, 5000);
         expect(cursorsOf(sub).at(-1)).toBe(lonely!.event.seq);
@@ -461,7 +508,8 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
     const statuses = new Set(sent.map((entry) => entry.answer.status));
     // Never anything but stored (200) or "retry later" (503), and both happened.
     expect([...statuses].sort()).toEqual([200, 503]);
-    for (const entry of sent) if (entry.answer.status === 503) expect(entry.answer.body.error).toBe('store_unavailable');
+    for (const entry of sent)
+      if (entry.answer.status === 503) expect(entry.answer.body.error).toBe('store_unavailable');
     expect(byPhase.before).toBeGreaterThan(0);
     expect(byPhase.after).toBeGreaterThan(0);
 
@@ -491,7 +539,9 @@ describe.skipIf(!withRedis)('two instances on one Redis', () => {
       }
       expect(acknowledged).toBeGreaterThan(0);
       const refused = sent.length - acknowledged;
-      console.log(`redis kill -9 + restart under load: ${sent.length} webhooks, ${acknowledged} acknowledged (${byPhase.before} before, ${byPhase.down} while it went down, ${byPhase.after} after), ${refused} answered 503; lost: 0, duplicated: 0`);
+      console.log(
+        `redis kill -9 + restart under load: ${sent.length} webhooks, ${acknowledged} acknowledged (${byPhase.before} before, ${byPhase.down} while it went down, ${byPhase.after} after), ${refused} answered 503; lost: 0, duplicated: 0`,
+      );
 
       // The upstream retries what was not acknowledged: now each is answered 200, and still nothing is stored twice.
       for (const { n, answer } of sent) {

@@ -29,7 +29,11 @@ const CHECKS = 3;
 /** RATE_LIMIT_PER_MINUTE of the second stack. */
 const PER_MINUTE = 4;
 
-const merchant = (name: string) => ({ key: `sk_test_${name}_${randomBytes(12).toString('hex')}`, name, platformId: DEFAULT_PLATFORM_ID });
+const merchant = (name: string) => ({
+  key: `sk_test_${name}_${randomBytes(12).toString('hex')}`,
+  name,
+  platformId: DEFAULT_PLATFORM_ID,
+});
 
 let privateKey: CryptoKey;
 let privateKeyPem: string;
@@ -66,8 +70,16 @@ async function partnerOrders(stack: Stack, key: string, count: number): Promise<
 
 /** Signs and posts one event the way the upstream would. */
 async function post(stack: Stack, event: Record<string, unknown>): Promise<void> {
-  const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(stack.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
-  const response = await fetch(`${stack.app.url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+  const token = await new SignJWT({ payload: event })
+    .setProtectedHeader({ alg: 'RS256' })
+    .setIssuer(stack.sandbox.issuer)
+    .setExpirationTime('5m')
+    .sign(privateKey);
+  const response = await fetch(`${stack.app.url}/webhooks`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}` },
+    body: JSON.stringify(event),
+  });
   expect(response.status).toBe(200);
 }
 
@@ -77,14 +89,22 @@ async function post(stack: Stack, event: Record<string, unknown>): Promise<void>
  * started: replayed or live, it is the last event of the log, so once it arrived
  * every earlier event was either sent or left out. Markers are not returned.
  */
-async function replay(stack: Stack, key: string, own: string, after = '0'): Promise<{ events: Replayed[]; errors: unknown[] }> {
+async function replay(
+  stack: Stack,
+  key: string,
+  own: string,
+  after = '0',
+): Promise<{ events: Replayed[]; errors: unknown[] }> {
   const client = wsClient(stack.app.url, key);
   try {
     const sub = collect<{ deliveryEvents: Replayed }>(client, REPLAY, { after });
     const marker = `marker ${Math.random()}`;
     await post(stack, { uid: own, event_name: 'delivery.marker', status: marker });
     await sub.waitForItem((item) => item.deliveryEvents.statusText === marker, 15_000);
-    return { events: sub.items.map((item) => item.deliveryEvents).filter((event) => event.name !== 'delivery.marker'), errors: sub.errors };
+    return {
+      events: sub.items.map((item) => item.deliveryEvents).filter((event) => event.name !== 'delivery.marker'),
+      errors: sub.errors,
+    };
   } finally {
     await client.dispose();
   }
@@ -97,17 +117,23 @@ async function cursorNow(stack: Stack, key: string): Promise<string> {
 }
 
 /** The upstream requests since `mark` (a sandbox requestCount), as "METHOD path". */
-const upstreamSince = (stack: Stack, mark: number) => stack.sandbox.requestsSince(mark).map((request) => `${request.method} ${request.path}`);
+const upstreamSince = (stack: Stack, mark: number) =>
+  stack.sandbox.requestsSince(mark).map((request) => `${request.method} ${request.path}`);
 /** Those that name one of `uids`. */
-/** The one upstream call a deliveryEvents subscription makes to confirm its key (src/realtime/reconcile.ts, confirmKey). */
+/**
+ * The one upstream call a deliveryEvents subscription makes to confirm its key (src/realtime/reconcile.ts, confirmKey).
+ */
 const KEY_CHECK = `GET /api/v1/${DEFAULT_PLATFORM_ID}/availability`;
-const upstreamAbout = (stack: Stack, mark: number, uids: string[]) => upstreamSince(stack, mark).filter((request) => uids.some((uid) => request.includes(uid)));
+const upstreamAbout = (stack: Stack, mark: number, uids: string[]) =>
+  upstreamSince(stack, mark).filter((request) => uids.some((uid) => request.includes(uid)));
 
 /** One sample of /metrics by name and labels; 0 when absent. */
 async function metric(stack: Stack, name: string, labels: Record<string, string>): Promise<number> {
   const text = await (await fetch(`${stack.app.url}/metrics`)).text();
   const wanted = Object.entries(labels).map(([label, value]) => `${label}="${value}"`);
-  const line = text.split('\n').find((candidate) => candidate.startsWith(`${name}{`) && wanted.every((pair) => candidate.includes(pair)));
+  const line = text
+    .split('\n')
+    .find((candidate) => candidate.startsWith(`${name}{`) && wanted.every((pair) => candidate.includes(pair)));
   return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
 }
 
@@ -129,8 +155,14 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       if (storeName === 'Redis') redis.push(...(await Promise.all([startRedisServer(), startRedisServer()])));
       const store = (n: number): Record<string, string> => (redis[n] ? { REDIS_URL: redis[n].url } : {});
       const scope = { UPSTREAM_READ_SCOPE: 'key' };
-      stack = await startStack({ sandbox: { privateKeyPem, merchants: [caller, other, third] }, env: { ...store(0), ...scope, SUBSCRIPTION_ACCESS_CHECKS: String(CHECKS) } });
-      limited = await startStack({ sandbox: { privateKeyPem, merchants: [budgeted, idle] }, env: { ...store(1), ...scope, RATE_LIMIT_PER_MINUTE: String(PER_MINUTE) } });
+      stack = await startStack({
+        sandbox: { privateKeyPem, merchants: [caller, other, third] },
+        env: { ...store(0), ...scope, SUBSCRIPTION_ACCESS_CHECKS: String(CHECKS) },
+      });
+      limited = await startStack({
+        sandbox: { privateKeyPem, merchants: [budgeted, idle] },
+        env: { ...store(1), ...scope, RATE_LIMIT_PER_MINUTE: String(PER_MINUTE) },
+      });
     });
     afterAll(async () => {
       await stack?.stop();
@@ -144,18 +176,24 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       // Their delivery.created webhooks are stored too.
       await stack.sandbox.idle();
       for (let round = 0; round < ROUNDS; round += 1) {
-        await Promise.all(theirs.map((uid) => post(stack, { uid, event_name: 'delivery.assigned', status: `theirs ${round}` })));
+        await Promise.all(
+          theirs.map((uid) => post(stack, { uid, event_name: 'delivery.assigned', status: `theirs ${round}` })),
+        );
         await post(stack, { uid: mine, event_name: 'delivery.assigned', status: `mine ${round}` });
       }
 
       const mark = stack.sandbox.requestCount;
       const { events, errors } = await replay(stack, caller.key, mine);
       expect(errors).toEqual([]);
-      // None of the 125 events of theirs, and no upstream request but the key's confirmation: each is left out on its owner record.
+      // None of the 125 events of theirs, and no upstream request but the key's confirmation: each is left out on its
+      // owner record.
       expect(events.filter((event) => event.uid !== mine)).toEqual([]);
       expect(upstreamSince(stack, mark)).toEqual([KEY_CHECK]);
       // Every event of mine, in log order: the sandbox's delivery.created, then the ones posted.
-      expect(events.map((event) => event.statusText)).toEqual(['Created', ...Array.from({ length: ROUNDS }, (_, round) => `mine ${round}`)]);
+      expect(events.map((event) => event.statusText)).toEqual([
+        'Created',
+        ...Array.from({ length: ROUNDS }, (_, round) => `mine ${round}`),
+      ]);
 
       // The other merchant's replay is the mirror image: its own 125 events, none of mine, no upstream request.
       const theirMark = stack.sandbox.requestCount;
@@ -181,12 +219,23 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       expect(errors).toEqual([]);
       // The first three orders were asked (a platform read, not found, then a partner read) and sent.
       const asked = ownOrders.slice(0, CHECKS);
-      expect(upstreamSince(stack, mark)).toEqual([KEY_CHECK, ...asked.flatMap((uid) => [`GET /api/v1/${DEFAULT_PLATFORM_ID}/deliveries/${uid}`, `GET /api/v1/orders/${uid}`])]);
+      expect(upstreamSince(stack, mark)).toEqual([
+        KEY_CHECK,
+        ...asked.flatMap((uid) => [
+          `GET /api/v1/${DEFAULT_PLATFORM_ID}/deliveries/${uid}`,
+          `GET /api/v1/orders/${uid}`,
+        ]),
+      ]);
       expect(events.map((event) => event.uid)).toEqual([...asked, booked]);
-      // The other two of the caller's and all ten of theirs were skipped, one withheld check each, nothing asked about them.
+      // The other two of the caller's and all ten of theirs were skipped, one withheld check each, nothing asked about
+      // them.
       expect(upstreamAbout(stack, mark, [...ownOrders.slice(CHECKS), ...foreignOrders])).toEqual([]);
-      expect(await metric(stack, 'delivery_graph_access_checks_total', { outcome: 'allowed' })).toBe(allowedBefore + CHECKS);
-      expect(await metric(stack, 'delivery_graph_access_checks_withheld_total', { reason: 'subscription' })).toBe(withheldBefore + 2 + 10);
+      expect(await metric(stack, 'delivery_graph_access_checks_total', { outcome: 'allowed' })).toBe(
+        allowedBefore + CHECKS,
+      );
+      expect(await metric(stack, 'delivery_graph_access_checks_withheld_total', { reason: 'subscription' })).toBe(
+        withheldBefore + 2 + 10,
+      );
     });
 
     it('records no owner from a check of an event passing by; a read naming the delivery does, and after a restart nothing is asked about it, for that key or another', async () => {
@@ -197,7 +246,8 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       const first = await replay(stack, third.key, orders[0]!, from);
       expect(first.events.map((event) => event.uid)).toEqual(orders);
 
-      // A new process: no cached answer, only what the store keeps. Passing by claimed nothing: the checks are made again.
+      // A new process: no cached answer, only what the store keeps. Passing by claimed nothing: the checks are made
+      // again.
       await stack.restart();
       let mark = stack.sandbox.requestCount;
       const again = await replay(stack, third.key, orders[0]!, from);
@@ -206,7 +256,11 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
 
       // The owner reads its orders by uid: now they are recorded as its own.
       for (const uid of orders) {
-        const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid, group: PARTNER) { uid } }`, { uid }, third.key);
+        const read = await stack.gql(
+          `query($uid: ID!) { delivery(uid: $uid, group: PARTNER) { uid } }`,
+          { uid },
+          third.key,
+        );
         expect(read.data.delivery.uid).toBe(uid);
       }
       await stack.app.services.owners.flush();
@@ -230,8 +284,12 @@ for (const storeName of ['the embedded store', 'Redis'] as const) {
       expect(errors).toEqual([]);
       const asked = orders.slice(0, PER_MINUTE - 1);
       expect(events.map((event) => event.uid)).toEqual(asked);
-      expect(upstreamAbout(limited, mark, orders)).toEqual(asked.flatMap((uid) => [`GET /api/v1/${DEFAULT_PLATFORM_ID}/deliveries/${uid}`, `GET /api/v1/orders/${uid}`]));
-      expect(await metric(limited, 'delivery_graph_access_checks_withheld_total', { reason: 'rate_limit' })).toBe(orders.length - asked.length);
+      expect(upstreamAbout(limited, mark, orders)).toEqual(
+        asked.flatMap((uid) => [`GET /api/v1/${DEFAULT_PLATFORM_ID}/deliveries/${uid}`, `GET /api/v1/orders/${uid}`]),
+      );
+      expect(await metric(limited, 'delivery_graph_access_checks_withheld_total', { reason: 'rate_limit' })).toBe(
+        orders.length - asked.length,
+      );
       // Those checks were operations of the key: its next one is refused.
       const next = await limited.gql('{ availability { group } }', {}, budgeted.key);
       expect(next.errors?.[0]?.extensions?.code).toBe('RATE_LIMITED');

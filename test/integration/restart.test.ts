@@ -13,9 +13,11 @@ import { collect, wsClient } from '../helpers/ws-client.js';
 
 const root = new URL('../..', import.meta.url).pathname;
 const KEY = 'sk_test_demo_merchant';
-const CREATE = 'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }';
+const CREATE =
+  'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }';
 const READ = 'query($uid: ID!) { delivery(uid: $uid) { uid status } }';
-const CANCEL = 'mutation($uid: ID!) { cancelDelivery(uid: $uid) { __typename ... on MutationCancelDeliverySuccess { data { uid status } } ... on Error { code message } } }';
+const CANCEL =
+  'mutation($uid: ID!) { cancelDelivery(uid: $uid) { __typename ... on MutationCancelDeliverySuccess { data { uid status } } ... on Error { code message } } }';
 
 function start(env: Record<string, string>): { child: ChildProcess; url: Promise<string> } {
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
@@ -48,7 +50,11 @@ const stopped = (child: ChildProcess) =>
   });
 
 async function graphql(url: string, query: string, variables: Record<string, unknown>): Promise<any> {
-  const response = await fetch(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ query, variables }) });
+  const response = await fetch(`${url}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ query, variables }),
+  });
   return response.json();
 }
 
@@ -56,9 +62,19 @@ it('a delivery booked before a restart is read, followed to its end and canceled
   const dataDir = makeDataDir();
   // The sandbox on a port of its own that both lives share, so the test can move its deliveries by hand.
   const sandbox = `http://127.0.0.1:${await freePort()}`;
-  const env = { PORT: '0', SANDBOX_PORT: new URL(sandbox).port, SANDBOX_STEP_MS: '0', SANDBOX_RETURN_RATE: '0', DATA_DIR: dataDir };
-  const advance = async (uid: string) => expect((await fetch(`${sandbox}/sandbox/deliveries/${uid}/advance`, { method: 'POST' })).status).toBe(200);
-  const history = async (uid: string) => (await (await fetch(`${sandbox}/sandbox/deliveries/${uid}/history`)).json()) as { events: { event_name: string; fate: string }[] };
+  const env = {
+    PORT: '0',
+    SANDBOX_PORT: new URL(sandbox).port,
+    SANDBOX_STEP_MS: '0',
+    SANDBOX_RETURN_RATE: '0',
+    DATA_DIR: dataDir,
+  };
+  const advance = async (uid: string) =>
+    expect((await fetch(`${sandbox}/sandbox/deliveries/${uid}/advance`, { method: 'POST' })).status).toBe(200);
+  const history = async (uid: string) =>
+    (await (await fetch(`${sandbox}/sandbox/deliveries/${uid}/history`)).json()) as {
+      events: { event_name: string; fate: string }[];
+    };
   const children: ChildProcess[] = [];
   try {
     const first = start(env);
@@ -67,7 +83,9 @@ it('a delivery booked before a restart is read, followed to its end and canceled
     const followed = (await graphql(before, CREATE, { input: deliveryInput() })).data.createDelivery.data.uid as string;
     const canceled = (await graphql(before, CREATE, { input: deliveryInput() })).data.createDelivery.data.uid as string;
     const watcher = wsClient(before, KEY);
-    const seen = collect(watcher, 'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { status } }', { uid: followed });
+    const seen = collect(watcher, 'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { status } }', {
+      uid: followed,
+    });
     await seen.waitFor(1);
     for (let step = 0; step < 3; step++) await advance(followed);
     // Through its webhooks: the first life has stored PICKUP_ARRIVED.
@@ -82,10 +100,15 @@ it('a delivery booked before a restart is read, followed to its end and canceled
     const after = await second.url;
     // The same world, signing with the same key.
     expect(await (await fetch(`${sandbox}/sandbox/public-key.pem`)).text()).toBe(signingKey);
-    expect((await graphql(after, READ, { uid: followed })).data.delivery).toEqual({ uid: followed, status: 'PICKUP_ARRIVED' });
+    expect((await graphql(after, READ, { uid: followed })).data.delivery).toEqual({
+      uid: followed,
+      status: 'PICKUP_ARRIVED',
+    });
 
     const client = wsClient(after, KEY);
-    const updates = collect(client, 'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { status } }', { uid: followed });
+    const updates = collect(client, 'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { status } }', {
+      uid: followed,
+    });
     await updates.waitFor(1);
     // The rest of its life: each milestone a webhook the restarted facade must verify, or the subscription never ends.
     for (let step = 0; step < 4; step++) await advance(followed);
@@ -99,7 +122,10 @@ it('a delivery booked before a restart is read, followed to its end and canceled
     expect(events.map((event) => event.event_name)).toContain('delivery.dropoff_complete');
     expect(events.filter((event) => event.fate !== 'delivered')).toEqual([]);
 
-    expect((await graphql(after, CANCEL, { uid: canceled })).data.cancelDelivery).toEqual({ __typename: 'MutationCancelDeliverySuccess', data: { uid: canceled, status: 'CANCELED' } });
+    expect((await graphql(after, CANCEL, { uid: canceled })).data.cancelDelivery).toEqual({
+      __typename: 'MutationCancelDeliverySuccess',
+      data: { uid: canceled, status: 'CANCELED' },
+    });
     expect(await stopped(second.child)).toBe(0);
   } finally {
     for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
@@ -109,11 +135,25 @@ it('a delivery booked before a restart is read, followed to its end and canceled
 
 it('stops at start with one line when another process holds its sandbox world (a standalone sandbox on DATA_DIR/sandbox)', async () => {
   const dataDir = makeDataDir();
-  const standalone = spawn(process.execPath, ['--import', 'tsx', 'src/sandbox/main.ts', '--port', '0', '--data-dir', path.join(dataDir, 'sandbox'), '--public-key-file', path.join(dataDir, 'public.pem')], {
-    cwd: root,
-    env: { PATH: process.env.PATH ?? '' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const standalone = spawn(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      'src/sandbox/main.ts',
+      '--port',
+      '0',
+      '--data-dir',
+      path.join(dataDir, 'sandbox'),
+      '--public-key-file',
+      path.join(dataDir, 'public.pem'),
+    ],
+    {
+      cwd: root,
+      env: { PATH: process.env.PATH ?? '' },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   try {
     await new Promise<void>((resolve, reject) => {
       let output = '';
@@ -129,7 +169,9 @@ it('stops at start with one line when another process holds its sandbox world (a
     facade.url.catch(() => undefined);
     const code = await new Promise<number | null>((resolve) => facade.child.once('exit', resolve));
     expect(code).toBe(1);
-    expect(stderr.trim().split('\n')).toEqual([`delivery-graph: the sandbox world in ${path.join(dataDir, 'sandbox')} is in use by another process (pid ${standalone.pid}): stop that one, or start this one on another folder`]);
+    expect(stderr.trim().split('\n')).toEqual([
+      `delivery-graph: the sandbox world in ${path.join(dataDir, 'sandbox')} is in use by another process (pid ${standalone.pid}): stop that one, or start this one on another folder`,
+    ]);
   } finally {
     standalone.kill('SIGKILL');
     rmSync(dataDir, { recursive: true, force: true });

@@ -40,11 +40,19 @@ afterAll(async () => {
 });
 
 /** What the store holds, counted where it keeps it (SQLite rows, Redis keys and stream entries). */
-async function footprint(stack: Stack): Promise<{ events: number; deliveries: number; owners: number; idempotency: number }> {
+async function footprint(
+  stack: Stack,
+): Promise<{ events: number; deliveries: number; owners: number; idempotency: number }> {
   const store = stack.app.services.store;
   if ('db' in store) {
-    const count = (table: string) => ((store as SqliteStore).db.prepare(`SELECT COUNT(*) AS n FROM ${table}`).get() as { n: number }).n;
-    return { events: count('events'), deliveries: count('delivery_state'), owners: count('ownership'), idempotency: count('idempotency') };
+    const count = (table: string) =>
+      ((store as SqliteStore).db.prepare(`SELECT COUNT(*) AS n FROM ${table}`).get() as { n: number }).n;
+    return {
+      events: count('events'),
+      deliveries: count('delivery_state'),
+      owners: count('ownership'),
+      idempotency: count('idempotency'),
+    };
   }
   const { client, prefix } = store as RedisStore;
   const keys = (await client.keys(`${prefix}*`)).map((key) => key.slice(prefix.length));
@@ -79,8 +87,16 @@ describe.each(stores)('with EVENT_RETENTION=2s on %s', (_name, enabled, storeEnv
   const test = it.skipIf(!enabled);
 
   async function post(event: Record<string, unknown>): Promise<void> {
-    const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(stack.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
-    const response = await fetch(`${stack.app.url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+    const token = await new SignJWT({ payload: event })
+      .setProtectedHeader({ alg: 'RS256' })
+      .setIssuer(stack.sandbox.issuer)
+      .setExpirationTime('5m')
+      .sign(privateKey);
+    const response = await fetch(`${stack.app.url}/webhooks`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}` },
+      body: JSON.stringify(event),
+    });
     expect(response.status).toBe(200);
   }
 
@@ -109,7 +125,8 @@ describe.each(stores)('with EVENT_RETENTION=2s on %s', (_name, enabled, storeEnv
       await post({ uid, event_name: marker, status: 'marker' });
       const names = await vi.waitFor(() => {
         const seen = sub.items.map((item) => item.deliveryEvents.name as string);
-        if (!seen.includes(marker)) throw new Error(`no marker yet: ${JSON.stringify(seen)}; errors ${JSON.stringify(sub.errors)}`);
+        if (!seen.includes(marker))
+          throw new Error(`no marker yet: ${JSON.stringify(seen)}; errors ${JSON.stringify(sub.errors)}`);
         return seen;
       }, WAIT);
       return names.filter((name) => !name.startsWith('delivery.marker-'));
@@ -171,7 +188,14 @@ describe.each(stores)('with EVENT_RETENTION=2s on %s', (_name, enabled, storeEnv
     // A stream, paced by the facade's answers, until the first event has been trimmed while it runs.
     await vi.waitFor(async () => {
       await Promise.all(
-        Array.from({ length: 8 }, (_, n) => post({ uid: uids[n]!, event_name: 'location.dropoff_enroute', status: `tick ${sent + n}`, driver_location: { lat: n, lng: sent } })),
+        Array.from({ length: 8 }, (_, n) =>
+          post({
+            uid: uids[n]!,
+            event_name: 'location.dropoff_enroute',
+            status: `tick ${sent + n}`,
+            driver_location: { lat: n, lng: sent },
+          }),
+        ),
       );
       sent += 8;
       const log = await stack.app.services.store.eventsAfter(0, 1, { uids: [uids[0]!] });
@@ -185,7 +209,10 @@ describe.each(stores)('with EVENT_RETENTION=2s on %s', (_name, enabled, storeEnv
   });
 
   test('everything else expires too: no ownership or idempotency record is left', async () => {
-    await vi.waitFor(async () => expect(await footprint(stack)).toEqual({ events: 0, deliveries: 0, owners: 0, idempotency: 0 }), WAIT);
+    await vi.waitFor(
+      async () => expect(await footprint(stack)).toEqual({ events: 0, deliveries: 0, owners: 0, idempotency: 0 }),
+      WAIT,
+    );
   });
 });
 

@@ -14,7 +14,13 @@ import { DEFAULT_KNOBS } from '../../src/sandbox/knobs.js';
 import type { SandboxWebhookEvent } from '../../src/sandbox/representations.js';
 import { loadSigningKeys, WebhookSender, type SigningKeys } from '../../src/sandbox/webhooks.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
-import { deliveryInput, startStack, type GraphQLResponse, type Stack, TEST_CLIENT_TOKEN_SECRET } from '../helpers/stack.js';
+import {
+  deliveryInput,
+  startStack,
+  type GraphQLResponse,
+  type Stack,
+  TEST_CLIENT_TOKEN_SECRET,
+} from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
 const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`;
@@ -53,7 +59,11 @@ function senderTo(urls: string[]): WebhookSender {
   return sender;
 }
 
-async function gql<T = any>(url: string, query: string, variables: Record<string, unknown>): Promise<GraphQLResponse<T>> {
+async function gql<T = any>(
+  url: string,
+  query: string,
+  variables: Record<string, unknown>,
+): Promise<GraphQLResponse<T>> {
   const response = await fetch(`${url}/graphql`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${stack.key}` },
@@ -115,7 +125,9 @@ async function followTheReturn(sender: WebhookSender, bookOn: string, updatesOn:
     sender.enqueue(uid, webhook(uid, 'delivery.assigned', 'Courier found', ASSIGNED_AT), false);
     // Live, or as its first message: either way its listener is attached from here on.
     expect((await positions.waitFor(1))[0].courierLocation).toEqual({ milestone: 'assigned', location: ASSIGNED_AT });
-    AFTER_ASSIGNED.forEach(([name, label, at], i) => sender.enqueue(uid, webhook(uid, name, label, at), i === AFTER_ASSIGNED.length - 1));
+    AFTER_ASSIGNED.forEach(([name, label, at], i) =>
+      sender.enqueue(uid, webhook(uid, name, label, at), i === AFTER_ASSIGNED.length - 1),
+    );
     await sender.idle();
     await Promise.all([updates.done, positions.done]);
 
@@ -135,7 +147,10 @@ async function followTheReturn(sender: WebhookSender, bookOn: string, updatesOn:
     ]);
     // The delivery each event describes stands where its name says; the label stays as text.
     expect(seen.map((u) => u.delivery.status)).toEqual(seen.map((u) => u.status));
-    const labels = ['Courier found', ...AFTER_ASSIGNED.filter(([name]) => name.startsWith('delivery.')).map(([, label]) => label)];
+    const labels = [
+      'Courier found',
+      ...AFTER_ASSIGNED.filter(([name]) => name.startsWith('delivery.')).map(([, label]) => label),
+    ];
     expect(seen.slice(1).map((u) => u.statusText)).toEqual(labels);
     expect(seen.slice(1).map((u) => u.delivery.rawStatus)).toEqual(labels);
     expect(seen.every((u) => u.stale === false)).toBe(true);
@@ -143,15 +158,26 @@ async function followTheReturn(sender: WebhookSender, bookOn: string, updatesOn:
     expect(positions.errors).toEqual([]);
     expect(positions.completed).toBe(true);
     // Every position up to the end, the trip back included; the final event's own position is not sent.
-    const sent = [['assigned', ASSIGNED_AT], ...AFTER_ASSIGNED.filter(([, , at]) => at).slice(0, -1).map(([name, , at]) => [name.slice(name.indexOf('.') + 1), at])];
-    expect(positions.items.map((item) => [item.courierLocation.milestone, item.courierLocation.location])).toEqual(sent);
+    const sent = [
+      ['assigned', ASSIGNED_AT],
+      ...AFTER_ASSIGNED.filter(([, , at]) => at)
+        .slice(0, -1)
+        .map(([name, , at]) => [name.slice(name.indexOf('.') + 1), at]),
+    ];
+    expect(positions.items.map((item) => [item.courierLocation.milestone, item.courierLocation.location])).toEqual(
+      sent,
+    );
 
     // Stored once each (every webhook came twice), none stale, each status from its name.
     const history = await gql(updatesOn, HISTORY, { uid });
     const stored = history.data.delivery.events.edges.map((edge: any) => edge.node);
     expect(stored.map((e: any) => e.name)).toEqual(['delivery.assigned', ...AFTER_ASSIGNED.map(([name]) => name)]);
     expect(stored.filter((e: any) => e.stale)).toEqual([]);
-    expect(stored.find((e: any) => e.name === 'delivery.pickup_complete')).toMatchObject({ status: 'PICKUP_COMPLETE', statusText: 'Package collected', delivery: { status: 'PICKUP_COMPLETE' } });
+    expect(stored.find((e: any) => e.name === 'delivery.pickup_complete')).toMatchObject({
+      status: 'PICKUP_COMPLETE',
+      statusText: 'Package collected',
+      delivery: { status: 'PICKUP_COMPLETE' },
+    });
   } finally {
     await Promise.all([updatesClient.dispose(), positionsClient.dispose()]);
   }
@@ -178,7 +204,13 @@ async function cancelThenReturn(sender: WebhookSender, bookOn: string, updatesOn
     await sender.idle();
     await updates.done;
     expect(updates.completed).toBe(true);
-    expect(updates.items.map((item) => item.deliveryUpdated.status)).toEqual(['CREATED', 'ASSIGNED', 'CANCELED', 'RETURN_IN_PROGRESS', 'RETURNED']);
+    expect(updates.items.map((item) => item.deliveryUpdated.status)).toEqual([
+      'CREATED',
+      'ASSIGNED',
+      'CANCELED',
+      'RETURN_IN_PROGRESS',
+      'RETURNED',
+    ]);
     const history = await gql(updatesOn, HISTORY, { uid });
     expect(history.data.delivery.events.edges.map((edge: any) => [edge.node.name, edge.node.stale])).toEqual([
       ['delivery.assigned', false],
@@ -202,7 +234,10 @@ describe('the return path on the embedded store', () => {
     const uid = await book(url);
     const sender = senderTo([url]);
     const failedAt = AFTER_ASSIGNED.findIndex(([name]) => name === 'delivery.failed');
-    for (const [name, label, at] of [['delivery.assigned', 'Courier found', ASSIGNED_AT] as const, ...AFTER_ASSIGNED.slice(0, failedAt + 1)]) {
+    for (const [name, label, at] of [
+      ['delivery.assigned', 'Courier found', ASSIGNED_AT] as const,
+      ...AFTER_ASSIGNED.slice(0, failedAt + 1),
+    ]) {
       sender.enqueue(uid, webhook(uid, name, label, at), false);
     }
     await sender.idle();
@@ -210,14 +245,28 @@ describe('the return path on the embedded store', () => {
     try {
       const updates = collect(client, UPDATED, { uid });
       const positions = collect(client, LOCATION, { uid });
-      expect((await updates.waitFor(1))[0].deliveryUpdated).toMatchObject({ name: 'delivery.failed', status: 'FAILED' });
+      expect((await updates.waitFor(1))[0].deliveryUpdated).toMatchObject({
+        name: 'delivery.failed',
+        status: 'FAILED',
+      });
       expect((await positions.waitFor(1))[0].courierLocation.milestone).toBe('failed');
-      AFTER_ASSIGNED.slice(failedAt + 1).forEach(([name, label, at]) => sender.enqueue(uid, webhook(uid, name, label, at), false));
+      AFTER_ASSIGNED.slice(failedAt + 1).forEach(([name, label, at]) =>
+        sender.enqueue(uid, webhook(uid, name, label, at), false),
+      );
       await sender.idle();
       await Promise.all([updates.done, positions.done]);
-      expect(updates.items.map((item) => item.deliveryUpdated.status)).toEqual(['FAILED', 'RETURN_IN_PROGRESS', 'RETURNED']);
+      expect(updates.items.map((item) => item.deliveryUpdated.status)).toEqual([
+        'FAILED',
+        'RETURN_IN_PROGRESS',
+        'RETURNED',
+      ]);
       expect(updates.completed).toBe(true);
-      expect(positions.items.map((item) => item.courierLocation.milestone)).toEqual(['failed', 'return_in_progress', 'return_in_progress', 'return_in_progress']);
+      expect(positions.items.map((item) => item.courierLocation.milestone)).toEqual([
+        'failed',
+        'return_in_progress',
+        'return_in_progress',
+        'return_in_progress',
+      ]);
       expect(positions.completed).toBe(true);
     } finally {
       await client.dispose();
@@ -239,10 +288,25 @@ describe('the status of an event', () => {
     sender.enqueue(uid, webhook(uid, 'delivery.rerouted', 'Dropoff En Route'), true);
     await sender.idle();
     const history = await gql(url, HISTORY, { uid });
-    // The unknown name moved nothing: the delivery as known after it is still picked up; its own payload reads as its label says.
+    // The unknown name moved nothing: the delivery as known after it is still picked up; its own payload reads as its
+    // label says.
     expect(history.data.delivery.events.edges.map((edge: any) => edge.node)).toEqual([
-      { name: 'delivery.pickup_complete', status: 'PICKUP_COMPLETE', statusText: 'Package collected', stale: false, delivery: { status: 'PICKUP_COMPLETE' }, reported: { status: 'PICKUP_COMPLETE' } },
-      { name: 'delivery.rerouted', status: 'DROPOFF_ENROUTE', statusText: 'Dropoff En Route', stale: false, delivery: { status: 'PICKUP_COMPLETE' }, reported: { status: 'DROPOFF_ENROUTE' } },
+      {
+        name: 'delivery.pickup_complete',
+        status: 'PICKUP_COMPLETE',
+        statusText: 'Package collected',
+        stale: false,
+        delivery: { status: 'PICKUP_COMPLETE' },
+        reported: { status: 'PICKUP_COMPLETE' },
+      },
+      {
+        name: 'delivery.rerouted',
+        status: 'DROPOFF_ENROUTE',
+        statusText: 'Dropoff En Route',
+        stale: false,
+        delivery: { status: 'PICKUP_COMPLETE' },
+        reported: { status: 'DROPOFF_ENROUTE' },
+      },
     ]);
   });
 });
@@ -265,7 +329,8 @@ describe.skipIf(!withRedis)('the return path on two instances sharing Redis', ()
         WEBHOOK_PUBLIC_KEY_FILE: keyFile,
         WEBHOOK_ISSUER: stack.sandbox.issuer,
         DATA_DIR: path.join(workDir, name),
-        REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
+        REDIS_URL: redis.url,
+        CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
         LOG_LEVEL: 'silent',
       });
       apps.push(await startApp(config));

@@ -21,7 +21,11 @@ interface Answer {
   body: any;
 }
 
-async function call(method: string, path: string, options: { key?: string | null; body?: unknown; base?: string } = {}): Promise<Answer> {
+async function call(
+  method: string,
+  path: string,
+  options: { key?: string | null; body?: unknown; base?: string } = {},
+): Promise<Answer> {
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (options.key !== null) headers.authorization = `Bearer ${options.key ?? keyA}`;
   const res = await fetch(`${options.base ?? sandbox.url}${path}`, {
@@ -92,14 +96,17 @@ describe('authentication', () => {
     ['POST', '/deliveries/00000000-0000-4000-8000-000000000000/cancel'],
     ['GET', '/availability'],
   ];
-  it.each(platformCalls)('platform %s %s: 401 invalid_api_key without a key, with an unknown key, or a key of another platform', async (method, path, body) => {
-    for (const key of [null, 'sk_test_nope', keyOther]) {
-      const res = await call(method, platform(path), { key, body });
-      expect(res.status).toBe(401);
-      expect(res.body).toEqual({ code: 'invalid_api_key', message: expect.any(String) });
-      if (key) expect(res.body.message).not.toContain(key);
-    }
-  });
+  it.each(platformCalls)(
+    'platform %s %s: 401 invalid_api_key without a key, with an unknown key, or a key of another platform',
+    async (method, path, body) => {
+      for (const key of [null, 'sk_test_nope', keyOther]) {
+        const res = await call(method, platform(path), { key, body });
+        expect(res.status).toBe(401);
+        expect(res.body).toEqual({ code: 'invalid_api_key', message: expect.any(String) });
+        if (key) expect(res.body.message).not.toContain(key);
+      }
+    },
+  );
 
   it('refuses a valid key on an unknown platform id', async () => {
     const res = await call('GET', '/no-such-platform/availability');
@@ -119,30 +126,44 @@ describe('authentication', () => {
     ['POST', '/orders/00000000-0000-4000-8000-000000000000/cancel'],
     ['GET', '/availability'],
   ];
-  it.each(partnerCalls)('partner %s %s: 401 {error: invalid_api_key} without a key or with an unknown key', async (method, path, body) => {
-    for (const key of [null, 'sk_test_nope', 'Basic abc']) {
-      const res = await call(method, path, { key, body });
-      expect(res.status).toBe(401);
-      expect(res.body).toEqual({ error: 'invalid_api_key', message: expect.any(String) });
-    }
-  });
+  it.each(partnerCalls)(
+    'partner %s %s: 401 {error: invalid_api_key} without a key or with an unknown key',
+    async (method, path, body) => {
+      for (const key of [null, 'sk_test_nope', 'Basic abc']) {
+        const res = await call(method, path, { key, body });
+        expect(res.status).toBe(401);
+        expect(res.body).toEqual({ error: 'invalid_api_key', message: expect.any(String) });
+      }
+    },
+  );
 
   it('accepts valid keys: on its own platform, and any merchant key on the partner group', async () => {
     expect((await call('GET', platform('/availability'))).status).toBe(200);
-    expect((await call('GET', `/${sandbox.merchants[2]!.platformId}/availability`, { key: keyOther })).status).toBe(200);
+    expect((await call('GET', `/${sandbox.merchants[2]!.platformId}/availability`, { key: keyOther })).status).toBe(
+      200,
+    );
     expect((await call('GET', '/availability', { key: keyOther })).status).toBe(200);
   });
 });
 
 describe('error shapes and routes', () => {
   it('answers availability on both groups', async () => {
-    expect(await call('GET', platform('/availability'))).toEqual({ status: 200, body: { service: 'lastmile', available: true } });
+    expect(await call('GET', platform('/availability'))).toEqual({
+      status: 200,
+      body: { service: 'lastmile', available: true },
+    });
     expect(await call('GET', '/availability')).toEqual({ status: 200, body: { service: 'lastmile', available: true } });
   });
 
   it('answers unknown routes with 404 in each group’s shape', async () => {
-    expect(await call('GET', platform('/nothing-here'))).toEqual({ status: 404, body: { code: 'not_found', message: expect.any(String) } });
-    expect(await call('GET', '/orders')).toEqual({ status: 404, body: { error: 'not_found', message: expect.any(String) } });
+    expect(await call('GET', platform('/nothing-here'))).toEqual({
+      status: 404,
+      body: { code: 'not_found', message: expect.any(String) },
+    });
+    expect(await call('GET', '/orders')).toEqual({
+      status: 404,
+      body: { error: 'not_found', message: expect.any(String) },
+    });
   });
 
   it('answers a wrong method with 405 in the group’s shape', async () => {
@@ -153,9 +174,15 @@ describe('error shapes and routes', () => {
 
   it('answers unknown uids with 404 not_found on read and cancel', async () => {
     const uid = '00000000-0000-4000-8000-000000000000';
-    expect(await call('GET', platform(`/deliveries/${uid}`))).toEqual({ status: 404, body: { code: 'not_found', message: expect.any(String) } });
+    expect(await call('GET', platform(`/deliveries/${uid}`))).toEqual({
+      status: 404,
+      body: { code: 'not_found', message: expect.any(String) },
+    });
     expect((await call('POST', platform(`/deliveries/${uid}/cancel`))).body.code).toBe('not_found');
-    expect(await call('GET', `/orders/${uid}`)).toEqual({ status: 404, body: { error: 'not_found', message: expect.any(String) } });
+    expect(await call('GET', `/orders/${uid}`)).toEqual({
+      status: 404,
+      body: { error: 'not_found', message: expect.any(String) },
+    });
     expect((await call('GET', '/orders/partner/never-seen')).body.error).toBe('not_found');
     expect((await call('POST', `/orders/${uid}/cancel`)).status).toBe(404);
   });
@@ -177,7 +204,14 @@ describe('platform quote', () => {
   });
 
   it('places addresses without coordinates deterministically, and defaults the currency to USD', async () => {
-    const body = deliveryRequest({ pickup_address_latitude: undefined, pickup_address_longitude: undefined, dropoff_address_latitude: undefined, dropoff_address_longitude: undefined, currency: undefined, tip: undefined });
+    const body = deliveryRequest({
+      pickup_address_latitude: undefined,
+      pickup_address_longitude: undefined,
+      dropoff_address_latitude: undefined,
+      dropoff_address_longitude: undefined,
+      currency: undefined,
+      tip: undefined,
+    });
     const first = await call('POST', platform('/quote'), { body });
     const second = await call('POST', platform('/quote'), { body });
     expect(first.status).toBe(200);
@@ -191,7 +225,11 @@ describe('platform create, read, cancel', () => {
   it('creates with 201 {uid, tracking_link} and reads every field back under its documented spelling', async () => {
     const created = await call('POST', platform('/deliveries'), { body: deliveryRequest() });
     expect(created.status).toBe(201);
-    expect(created.body).toEqual({ message: expect.any(String), uid: expect.stringMatching(UUID), tracking_link: `${sandbox.origin}/track/${created.body.uid}` });
+    expect(created.body).toEqual({
+      message: expect.any(String),
+      uid: expect.stringMatching(UUID),
+      tracking_link: `${sandbox.origin}/track/${created.body.uid}`,
+    });
 
     const read = await call('GET', platform(`/deliveries/${created.body.uid}`));
     expect(read.status).toBe(200);
@@ -253,7 +291,13 @@ describe('platform create, read, cancel', () => {
     expect(d.dropoff_time_estimated).toMatch(WIRE_DATETIME);
     expect(d.dimensions).toEqual({ height: expect.any(Number), length: expect.any(Number), width: expect.any(Number) });
     // The partner spellings belong to the other group only.
-    for (const field of ['dimentions', 'tracking_url', 'expected_cancelation_fee', 'partner_reference', 'partner_payload']) {
+    for (const field of [
+      'dimentions',
+      'tracking_url',
+      'expected_cancelation_fee',
+      'partner_reference',
+      'partner_payload',
+    ]) {
       expect(d).not.toHaveProperty(field);
     }
     // Once a courier takes it, the price is the quote's for the same request.
@@ -284,14 +328,24 @@ describe('platform create, read, cancel', () => {
       seen.push(d.status);
       if (d.status === 'ASSIGNED') assigned = d;
       if (d.status === 'PICKUP_ARRIVED') expect(d.driver_location).toEqual(PICKUP);
-      if (d.status === 'PICKUP_ENROUTE' || d.status === 'DROPOFF_ENROUTE') expect(d.dropoff_verification_image_url).toBeNull();
+      if (d.status === 'PICKUP_ENROUTE' || d.status === 'DROPOFF_ENROUTE')
+        expect(d.dropoff_verification_image_url).toBeNull();
       if (d.status === 'DROPOFF_ARRIVED') {
         expect(d.dropoff_verification_image_url).toMatch(/^http:\/\/.+\.svg$/);
         expect(d.dropoff_signature_image_url).toMatch(/^http:\/\/.+\.svg$/);
         expect(d.driver_location).toEqual(DROPOFF);
       }
     }
-    expect(seen).toEqual(['CREATED', 'ASSIGNED', 'PICKUP_ENROUTE', 'PICKUP_ARRIVED', 'PICKUP_COMPLETE', 'DROPOFF_ENROUTE', 'DROPOFF_ARRIVED', 'DROPOFF_COMPLETE']);
+    expect(seen).toEqual([
+      'CREATED',
+      'ASSIGNED',
+      'PICKUP_ENROUTE',
+      'PICKUP_ARRIVED',
+      'PICKUP_COMPLETE',
+      'DROPOFF_ENROUTE',
+      'DROPOFF_ARRIVED',
+      'DROPOFF_COMPLETE',
+    ]);
     expect(assigned).toMatchObject({
       driver_id: null,
       driver_name: expect.any(String),
@@ -318,7 +372,11 @@ describe('platform create, read, cancel', () => {
     const res = await call('POST', platform(`/deliveries/${uid}/cancel`));
     expect(res).toEqual({
       status: 200,
-      body: { message: expect.any(String), uid, data: { status: 'Canceled', cancellation_fee: { amount: '0.00', currency: 'EUR' } } },
+      body: {
+        message: expect.any(String),
+        uid,
+        data: { status: 'Canceled', cancellation_fee: { amount: '0.00', currency: 'EUR' } },
+      },
     });
     const read = (await call('GET', platform(`/deliveries/${uid}`))).body.data;
     expect(read.status).toBe('Canceled');
@@ -350,7 +408,11 @@ describe('platform create, read, cancel', () => {
   });
 
   it('fills the delivery date of an on-demand delivery with the booking day', async () => {
-    const uid = await createDelivery({ package_delivery_mode: 'NOW', delivery_date: undefined, dropoff_start_time: undefined });
+    const uid = await createDelivery({
+      package_delivery_mode: 'NOW',
+      delivery_date: undefined,
+      dropoff_start_time: undefined,
+    });
     const d = (await call('GET', platform(`/deliveries/${uid}`))).body.data;
     expect(d.delivery_date).toBe(`${new Date().toISOString().slice(0, 10)}T00:00:00+00:00`);
     expect(d.package_delivery_mode).toBe('NOW');
@@ -417,7 +479,13 @@ describe('partner orders', () => {
       driver_id: null,
     });
     expect(o.dimentions).toEqual({ height: expect.any(Number), length: expect.any(Number), width: expect.any(Number) });
-    for (const field of ['delivery_style', 'dimensions', 'tracking_link', 'expected_cancellation_fee', 'platform_payload']) {
+    for (const field of [
+      'delivery_style',
+      'dimensions',
+      'tracking_link',
+      'expected_cancellation_fee',
+      'platform_payload',
+    ]) {
       expect(o).not.toHaveProperty(field);
     }
 
@@ -432,10 +500,17 @@ describe('partner orders', () => {
     const res = await call('POST', `/orders/${seeded.uid}/cancel`);
     expect(res).toEqual({
       status: 200,
-      body: { message: expect.any(String), uid: seeded.uid, data: { status: 'Canceled', partner_reference: 'cancel-me', cancelation_fee: { value: 2.5, currency: 'EUR' } } },
+      body: {
+        message: expect.any(String),
+        uid: seeded.uid,
+        data: { status: 'Canceled', partner_reference: 'cancel-me', cancelation_fee: { value: 2.5, currency: 'EUR' } },
+      },
     });
     expect((await call('GET', '/orders/partner/cancel-me')).body.data.status).toBe('Canceled');
-    expect(await call('POST', `/orders/${seeded.uid}/cancel`)).toEqual({ status: 409, body: { error: 'not_cancelable', message: expect.any(String) } });
+    expect(await call('POST', `/orders/${seeded.uid}/cancel`)).toEqual({
+      status: 409,
+      body: { error: 'not_cancelable', message: expect.any(String) },
+    });
   });
 
   it('refuses to cancel once picked up', async () => {
@@ -449,17 +524,27 @@ describe('partner orders', () => {
   it('rejects a seed with a reused reference, an invalid body or an unknown key', () => {
     sandbox.seedPartnerOrder(keyA, { partner_reference: 'once' });
     expect(() => sandbox.seedPartnerOrder(keyA, { partner_reference: 'once' })).toThrow(/already used/);
-    expect(() => sandbox.seedPartnerOrder(keyA, { partner_reference: 'bad-currency', currency: 'EURO' })).toThrow(/currency/);
+    expect(() => sandbox.seedPartnerOrder(keyA, { partner_reference: 'bad-currency', currency: 'EURO' })).toThrow(
+      /currency/,
+    );
     expect(() => sandbox.seedPartnerOrder('sk_test_nope', { partner_reference: 'x' })).toThrow(/invalid/);
   });
 
   it('seeds over the control route with the caller’s key', async () => {
-    const res = await call('POST', '/sandbox/orders', { base: sandbox.origin, body: { partner_reference: 'via-http' } });
+    const res = await call('POST', '/sandbox/orders', {
+      base: sandbox.origin,
+      body: { partner_reference: 'via-http' },
+    });
     expect(res.status).toBe(201);
     expect(res.body.data.partner_reference).toBe('via-http');
     expect((await call('GET', '/orders/partner/via-http')).body.data.uid).toBe(res.body.data.uid);
-    expect((await call('POST', '/sandbox/orders', { base: sandbox.origin, key: null, body: { partner_reference: 'x' } })).status).toBe(401);
-    expect((await call('POST', '/sandbox/orders', { base: sandbox.origin, body: { partner_reference: 'via-http' } })).status).toBe(409);
+    expect(
+      (await call('POST', '/sandbox/orders', { base: sandbox.origin, key: null, body: { partner_reference: 'x' } }))
+        .status,
+    ).toBe(401);
+    expect(
+      (await call('POST', '/sandbox/orders', { base: sandbox.origin, body: { partner_reference: 'via-http' } })).status,
+    ).toBe(409);
     expect((await call('POST', '/sandbox/orders', { base: sandbox.origin, body: {} })).status).toBe(422);
   });
 });
@@ -470,10 +555,14 @@ describe('knobs and request log', () => {
     const started = Date.now();
     expect((await call('GET', '/availability')).status).toBe(200);
     expect(Date.now() - started).toBeGreaterThanOrEqual(145);
-    // With a latency far longer than the test may run, and an API request waiting it out, a control route still answers.
+    // With a latency far longer than the test may run, and an API request waiting it out, a control route still
+    // answers.
     sandbox.setKnobs({ latencyMs: 600_000 });
     const waiting = new AbortController();
-    const api = fetch(`${sandbox.url}/availability`, { headers: { authorization: `Bearer ${keyA}` }, signal: waiting.signal }).then(
+    const api = fetch(`${sandbox.url}/availability`, {
+      headers: { authorization: `Bearer ${keyA}` },
+      signal: waiting.signal,
+    }).then(
       (res) => res.status,
       () => 'aborted',
     );
@@ -484,14 +573,22 @@ describe('knobs and request log', () => {
 
   it('answers every API request 503 unavailable at errorRate 1, in each group’s shape', async () => {
     sandbox.setKnobs({ errorRate: 1 });
-    expect(await call('GET', platform('/availability'))).toEqual({ status: 503, body: { code: 'unavailable', message: expect.any(String) } });
-    expect(await call('POST', '/quote', { body: {} })).toEqual({ status: 503, body: { error: 'unavailable', message: expect.any(String) } });
+    expect(await call('GET', platform('/availability'))).toEqual({
+      status: 503,
+      body: { code: 'unavailable', message: expect.any(String) },
+    });
+    expect(await call('POST', '/quote', { body: {} })).toEqual({
+      status: 503,
+      body: { error: 'unavailable', message: expect.any(String) },
+    });
     expect((await call('GET', '/sandbox/info', { base: sandbox.origin })).status).toBe(200);
   });
 
   it('fails about the configured share of requests', async () => {
     sandbox.setKnobs({ errorRate: 0.5 });
-    const statuses = await Promise.all(Array.from({ length: 80 }, () => call('GET', '/availability').then((r) => r.status)));
+    const statuses = await Promise.all(
+      Array.from({ length: 80 }, () => call('GET', '/availability').then((r) => r.status)),
+    );
     const failed = statuses.filter((s) => s === 503).length;
     expect(failed).toBeGreaterThan(15);
     expect(failed).toBeLessThan(65);
@@ -513,16 +610,30 @@ describe('knobs and request log', () => {
   });
 
   it('changes knobs over the control route and rejects bad ones', async () => {
-    const ok = await call('POST', '/sandbox/knobs', { base: sandbox.origin, body: { latencyMs: 5, duplicateRate: 0.25 } });
+    const ok = await call('POST', '/sandbox/knobs', {
+      base: sandbox.origin,
+      body: { latencyMs: 5, duplicateRate: 0.25 },
+    });
     expect(ok.status).toBe(200);
     expect(sandbox.knobs).toMatchObject({ latencyMs: 5, duplicateRate: 0.25 });
-    for (const bad of [{ errorRate: 2 }, { stepMs: -1 }, { nonsense: 1 }, { latencyMs: 'slow' }, { readScope: 'world' }, { readScope: 1 }, { partnerWebhookFields: 1 }]) {
+    for (const bad of [
+      { errorRate: 2 },
+      { stepMs: -1 },
+      { nonsense: 1 },
+      { latencyMs: 'slow' },
+      { readScope: 'world' },
+      { readScope: 1 },
+      { partnerWebhookFields: 1 },
+    ]) {
       const res = await call('POST', '/sandbox/knobs', { base: sandbox.origin, body: bad });
       expect(res.status).toBe(400);
     }
     expect(sandbox.knobs.errorRate).toBe(0);
     expect(sandbox.knobs).toMatchObject({ readScope: 'merchant', partnerWebhookFields: false });
-    const scoped = await call('POST', '/sandbox/knobs', { base: sandbox.origin, body: { readScope: 'platform', partnerWebhookFields: true } });
+    const scoped = await call('POST', '/sandbox/knobs', {
+      base: sandbox.origin,
+      body: { readScope: 'platform', partnerWebhookFields: true },
+    });
     expect(scoped.status).toBe(200);
     expect(sandbox.knobs).toMatchObject({ readScope: 'platform', partnerWebhookFields: true });
     sandbox.setKnobs({ readScope: 'merchant', partnerWebhookFields: false });
@@ -547,7 +658,9 @@ describe('knobs and request log', () => {
   it('runs deliveries on their own once stepMs is set', async () => {
     const uid = await createDelivery();
     sandbox.setKnobs({ stepMs: 10, locationTicks: 0 });
-    await expect.poll(async () => (await call('GET', platform(`/deliveries/${uid}`))).body.data.status, { timeout: 2000 }).toBe('DROPOFF_COMPLETE');
+    await expect
+      .poll(async () => (await call('GET', platform(`/deliveries/${uid}`))).body.data.status, { timeout: 2000 })
+      .toBe('DROPOFF_COMPLETE');
     sandbox.setKnobs({ locationTicks: 3 });
   });
 });

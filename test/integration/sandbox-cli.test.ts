@@ -27,7 +27,9 @@ function run(args: string[]): { child: ChildProcess; output: () => string } {
 }
 
 const exited = (child: ChildProcess) =>
-  new Promise<number | null>((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once('exit', (code) => resolve(code))));
+  new Promise<number | null>((resolve) =>
+    child.exitCode !== null ? resolve(child.exitCode) : child.once('exit', (code) => resolve(code)),
+  );
 
 /** Resolves with the first match of `pattern` in the child's output so far or to come. */
 function waitFor(child: ChildProcess, output: () => string, pattern: RegExp): Promise<RegExpMatchArray> {
@@ -51,17 +53,43 @@ describe('npm run sandbox', () => {
   it('documents --return-rate, --request-log-size and the sandbox_outcome payload field in --help', async () => {
     const { child, output } = run(['--help']);
     expect(await exited(child)).toBe(0);
-    for (const text of ['--return-rate <0..1>', '--request-log-size <n>', '"sandbox_outcome"', 'failed_then_returned', 'canceled_then_returned', 'delivery.return_in_progress', '--data-dir <dir>', '--key-file <p>', '--in-memory', '--history-size <n>', 'PUT /sandbox/webhook-url', 'sk_test_demo_merchant']) {
+    for (const text of [
+      '--return-rate <0..1>',
+      '--request-log-size <n>',
+      '"sandbox_outcome"',
+      'failed_then_returned',
+      'canceled_then_returned',
+      'delivery.return_in_progress',
+      '--data-dir <dir>',
+      '--key-file <p>',
+      '--in-memory',
+      '--history-size <n>',
+      'PUT /sandbox/webhook-url',
+      'sk_test_demo_merchant',
+    ]) {
       expect(output()).toContain(text);
     }
     expect(output()).toMatch(/--step-ms <n> +ms between lifecycle milestones; 0 = manual \(default 3000\)/);
   });
 
   it('starts with the return rate and log size it was given', async () => {
-    const { child, output } = run(['--port', '0', '--return-rate', '0.25', '--request-log-size', '50', '--public-key-file', path.join(scratch, 'key.pem'), '--in-memory']);
+    const { child, output } = run([
+      '--port',
+      '0',
+      '--return-rate',
+      '0.25',
+      '--request-log-size',
+      '50',
+      '--public-key-file',
+      path.join(scratch, 'key.pem'),
+      '--in-memory',
+    ]);
     try {
       const [, control] = await waitFor(child, output, /control:\s+(\S+)/);
-      const info = (await (await fetch(control!)).json()) as { knobs: { returnRate: number; stepMs: number }; requestLogSize: number };
+      const info = (await (await fetch(control!)).json()) as {
+        knobs: { returnRate: number; stepMs: number };
+        requestLogSize: number;
+      };
       expect(info.knobs.returnRate).toBe(0.25);
       expect(info.requestLogSize).toBe(50);
       // Alone or inside the facade (SANDBOX_STEP_MS unset), a milestone every 3 s.
@@ -74,7 +102,15 @@ describe('npm run sandbox', () => {
   });
 
   it('refuses a return rate above 1 with a usage error', async () => {
-    const { child, output } = run(['--port', '0', '--return-rate', '2', '--public-key-file', path.join(scratch, 'key.pem'), '--in-memory']);
+    const { child, output } = run([
+      '--port',
+      '0',
+      '--return-rate',
+      '2',
+      '--public-key-file',
+      path.join(scratch, 'key.pem'),
+      '--in-memory',
+    ]);
     expect(await exited(child)).toBe(2);
     expect(output()).toContain('returnRate must be between 0 and 1');
   });
@@ -94,12 +130,26 @@ describe('npm run sandbox, started again', () => {
     package_delivery_mode: 'NOW',
   };
   const api = async (url: string, method: string, path: string, body?: unknown) => {
-    const response = await fetch(`${url}${path}`, { method, headers: { authorization: 'Bearer sk_test_demo_merchant', 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+    const response = await fetch(`${url}${path}`, {
+      method,
+      headers: { authorization: 'Bearer sk_test_demo_merchant', 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
     return { status: response.status, body: (await response.json()) as any };
   };
   /** Starts it on `dir`; resolves with its API URL and control origin once it listens. */
   async function start(dir: string, extra: string[] = []) {
-    const started = run(['--port', '0', '--step-ms', '0', '--data-dir', dir, '--public-key-file', path.join(dir, 'public.pem'), ...extra]);
+    const started = run([
+      '--port',
+      '0',
+      '--step-ms',
+      '0',
+      '--data-dir',
+      dir,
+      '--public-key-file',
+      path.join(dir, 'public.pem'),
+      ...extra,
+    ]);
     const [, url] = await waitFor(started.child, started.output, /listening: (\S+)/);
     const [, control] = await waitFor(started.child, started.output, /control:\s+(\S+)\/sandbox\/info/);
     return { ...started, url: url!, origin: control! };
@@ -135,7 +185,13 @@ describe('npm run sandbox, started again', () => {
       // One process per folder: a second one says so in one line.
       const third = run(['--port', '0', '--data-dir', dir, '--public-key-file', path.join(dir, 'other.pem')]);
       expect(await exited(third.child)).toBe(1);
-      expect(third.output().trim().split('\n')).toEqual([expect.stringMatching(new RegExp(`^sandbox: the sandbox world in ${dir} is in use by another process \\(pid ${second.child.pid}\\)`))]);
+      expect(third.output().trim().split('\n')).toEqual([
+        expect.stringMatching(
+          new RegExp(
+            `^sandbox: the sandbox world in ${dir} is in use by another process \\(pid ${second.child.pid}\\)`,
+          ),
+        ),
+      ]);
     } finally {
       await stop(second.child);
     }
@@ -147,14 +203,20 @@ describe('npm run sandbox, started again', () => {
     const publicKeyPem = await (await fetch(`${sandbox.origin}/sandbox/public-key.pem`)).text();
     const receiver = await startWebhookReceiver({ publicKeyPem, issuer: 'lastmile' });
     const setUrl = async (url: unknown) => {
-      const response = await fetch(`${sandbox.origin}/sandbox/webhook-url`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url }) });
+      const response = await fetch(`${sandbox.origin}/sandbox/webhook-url`, {
+        method: 'PUT',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ url }),
+      });
       return { status: response.status, body: (await response.json()) as any };
     };
     try {
       expect(await setUrl(receiver.url)).toEqual({ status: 200, body: { webhookUrl: receiver.url } });
       expect(((await (await fetch(`${sandbox.origin}/sandbox/info`)).json()) as any).webhookUrl).toBe(receiver.url);
       const uid = (await api(sandbox.url, 'POST', '/sandbox-platform/deliveries', BOOKING)).body.uid as string;
-      await receiver.waitFor((events) => events.some((event) => event.uid === uid && event.event_name === 'delivery.created'));
+      await receiver.waitFor((events) =>
+        events.some((event) => event.uid === uid && event.event_name === 'delivery.created'),
+      );
       expect(receiver.rejected).toBe(0);
 
       expect((await setUrl('not a url')).status).toBe(400);

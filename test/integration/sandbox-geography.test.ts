@@ -54,7 +54,10 @@ const address = (end: 'pickup' | 'dropoff', street: string, city: string, countr
 });
 
 /** Books on the platform group and reads the delivery back: where its two ends are. */
-async function platformEnds(pickup: [string, string, string], dropoff: [string, string, string]): Promise<{ pickup: LatLng; dropoff: LatLng }> {
+async function platformEnds(
+  pickup: [string, string, string],
+  dropoff: [string, string, string],
+): Promise<{ pickup: LatLng; dropoff: LatLng }> {
   const created = await call('POST', `/${sandbox.platformId}/deliveries`, {
     ...address('pickup', ...pickup),
     ...address('dropoff', ...dropoff),
@@ -84,7 +87,10 @@ const inContiguousUs = (point: LatLng) => point.lat > 24 && point.lat < 50 && po
 describe('sandbox geography, platform group', () => {
   it('places a demo city’s addresses in that city', async () => {
     for (const [name, city] of Object.entries(DEMO_CITIES)) {
-      const placed = await platformEnds(['Main St', name, city.country], ['2 High St', name.toUpperCase(), city.country]);
+      const placed = await platformEnds(
+        ['Main St', name, city.country],
+        ['2 High St', name.toUpperCase(), city.country],
+      );
       expect(haversineKm(placed.pickup, city), name).toBeLessThan(IN_CITY_KM);
       expect(haversineKm(placed.dropoff, city), name).toBeLessThan(IN_CITY_KM);
     }
@@ -99,10 +105,13 @@ describe('sandbox geography, platform group', () => {
       expect(inContiguousUs(point)).toBe(true);
     }
     // One Springfield: every address there within the city's box, whatever the spelling.
-    for (const point of [springfield.dropoff, again.pickup, again.dropoff]) expect(haversineKm(point, springfield.pickup)).toBeLessThan(2 * IN_CITY_KM);
+    for (const point of [springfield.dropoff, again.pickup, again.dropoff])
+      expect(haversineKm(point, springfield.pickup)).toBeLessThan(2 * IN_CITY_KM);
     expect(haversineKm(shelbyville.pickup, springfield.pickup)).toBeGreaterThan(2 * IN_CITY_KM);
     // The same address, the same point (a quote and a booking agree).
-    expect((await platformEnds(['Main St', 'Springfield', 'US'], ['Elm St', 'Springfield', 'US'])).pickup).toEqual(springfield.pickup);
+    expect((await platformEnds(['Main St', 'Springfield', 'US'], ['Elm St', 'Springfield', 'US'])).pickup).toEqual(
+      springfield.pickup,
+    );
   });
 
   it('does not take Paris, US for Paris, France', async () => {
@@ -143,7 +152,11 @@ describe('sandbox geography, partner group', () => {
   it('drives an order without a dropoff address to a point in the pickup’s city', async () => {
     const seeded = sandbox.seedPartnerOrder(
       key,
-      springfieldOrder('geo-no-dropoff', { dropoff_address_street: undefined, dropoff_address_city: undefined, dropoff_address_country: undefined }),
+      springfieldOrder('geo-no-dropoff', {
+        dropoff_address_street: undefined,
+        dropoff_address_city: undefined,
+        dropoff_address_country: undefined,
+      }),
     );
     // Assigned … dropoff_arrived: the courier is where the dropoff was placed.
     for (let step = 0; step < 6; step++) await sandbox.advance(seeded.uid);

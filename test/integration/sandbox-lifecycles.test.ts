@@ -4,10 +4,28 @@
 // per delivery with `sandbox_outcome`, drawn with the outcomeWeights knob, and
 // replayable with the seed knob; seen through reads, webhooks and the history.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { OUTCOMES, plannedWebhooks, startSandbox, type Outcome, type Sandbox, type SandboxKnobs } from '../../src/sandbox/index.js';
+import {
+  OUTCOMES,
+  plannedWebhooks,
+  startSandbox,
+  type Outcome,
+  type Sandbox,
+  type SandboxKnobs,
+} from '../../src/sandbox/index.js';
 import { startWebhookReceiver, type ReceivedEvent, type WebhookReceiver } from '../helpers/webhook-receiver.js';
 
-const QUIET: Partial<SandboxKnobs> = { stepMs: 0, locationTicks: 3, duplicateRate: 0, reorderRate: 0, dropRate: 0, returnRate: 0, outcomeWeights: null, seed: null, retryBaseMs: 10, webhookTimeoutMs: 1000 };
+const QUIET: Partial<SandboxKnobs> = {
+  stepMs: 0,
+  locationTicks: 3,
+  duplicateRate: 0,
+  reorderRate: 0,
+  dropRate: 0,
+  returnRate: 0,
+  outcomeWeights: null,
+  seed: null,
+  retryBaseMs: 10,
+  webhookTimeoutMs: 1000,
+};
 
 let sandbox: Sandbox;
 let receiver: WebhookReceiver | undefined;
@@ -90,7 +108,8 @@ async function walk(uid: string): Promise<{ statuses: string[] }> {
 
 const ofDelivery = (uid: string, events: ReceivedEvent[]) => events.filter((e) => e.uid === uid);
 const milestones = (events: ReceivedEvent[]) => events.filter((e) => e.event_name.startsWith('delivery.'));
-const distance = (a: { lat: number; lng: number }, b: { lat: number; lng: number }) => Math.hypot(a.lat - b.lat, a.lng - b.lng);
+const distance = (a: { lat: number; lng: number }, b: { lat: number; lng: number }) =>
+  Math.hypot(a.lat - b.lat, a.lng - b.lng);
 
 describe('a failure at the door, then a second attempt that delivers', () => {
   it('reads FAILED, then DROPOFF_ENROUTE, DROPOFF_ARRIVED and DROPOFF_COMPLETE, with a webhook for each and the proof on the final read', async () => {
@@ -110,7 +129,12 @@ describe('a failure at the door, then a second attempt that delivers', () => {
       'DROPOFF_COMPLETE',
     ]);
     const done = await read(uid);
-    expect(done).toMatchObject({ status: 'DROPOFF_COMPLETE', driver_location: DROPOFF, cancellation_reason: null, expected_cancellation_fee: null });
+    expect(done).toMatchObject({
+      status: 'DROPOFF_COMPLETE',
+      driver_location: DROPOFF,
+      cancellation_reason: null,
+      expected_cancellation_fee: null,
+    });
     expect(done.dropoff_verification_image_url).toMatch(/photo\.svg$/);
 
     await sandbox.idle();
@@ -146,11 +170,24 @@ describe('a provider cancel right after pickup, then the return', () => {
       await sandbox.advance(uid);
       statuses.push((await read(uid)).status);
     }
-    expect(statuses).toEqual(['ASSIGNED', 'PICKUP_ENROUTE', 'PICKUP_ARRIVED', 'PICKUP_COMPLETE', 'Canceled', 'RETURN_IN_PROGRESS', 'RETURNED']);
+    expect(statuses).toEqual([
+      'ASSIGNED',
+      'PICKUP_ENROUTE',
+      'PICKUP_ARRIVED',
+      'PICKUP_COMPLETE',
+      'Canceled',
+      'RETURN_IN_PROGRESS',
+      'RETURNED',
+    ]);
     await expect(sandbox.advance(uid)).rejects.toThrow(/already returned/);
     expect((await cancel(uid)).body.code).toBe('not_cancelable');
     const done = await read(uid);
-    expect(done).toMatchObject({ status: 'RETURNED', driver_location: PICKUP, cancellation_reason: expect.stringMatching(/^provider: /), expected_cancellation_fee: null });
+    expect(done).toMatchObject({
+      status: 'RETURNED',
+      driver_location: PICKUP,
+      cancellation_reason: expect.stringMatching(/^provider: /),
+      expected_cancellation_fee: null,
+    });
 
     await sandbox.idle();
     const events = ofDelivery(uid, receiver!.events());
@@ -179,12 +216,20 @@ describe('ends before pickup', () => {
     const uid = await createDelivery({ sandbox_outcome: 'canceled_before_pickup' });
     const { statuses } = await walk(uid);
     expect(statuses).toEqual(['ASSIGNED', 'PICKUP_ENROUTE', 'PICKUP_ARRIVED', 'Canceled']);
-    expect(await read(uid)).toMatchObject({ status: 'Canceled', cancellation_reason: expect.stringMatching(/^provider: /), expected_cancellation_fee: null });
+    expect(await read(uid)).toMatchObject({
+      status: 'Canceled',
+      cancellation_reason: expect.stringMatching(/^provider: /),
+      expected_cancellation_fee: null,
+    });
     expect((await cancel(uid)).status).toBe(409);
     await sandbox.idle();
     const events = ofDelivery(uid, receiver!.events());
     expect(events.map((e) => e.event_name)).toEqual(plannedWebhooks('canceled_before_pickup'));
-    expect(events.at(-1)).toMatchObject({ event_name: 'delivery.canceled', status: 'Canceled', cancellation_reason: expect.stringMatching(/^provider: /) });
+    expect(events.at(-1)).toMatchObject({
+      event_name: 'delivery.canceled',
+      status: 'Canceled',
+      cancellation_reason: expect.stringMatching(/^provider: /),
+    });
     expect((await history(uid)).finished).toBe(true);
   });
 
@@ -194,7 +239,12 @@ describe('ends before pickup', () => {
     const { statuses } = await walk(uid);
     expect(statuses).toEqual(['ASSIGNED', 'PICKUP_ENROUTE', 'PICKUP_ARRIVED', 'FAILED']);
     await expect(sandbox.advance(uid)).rejects.toThrow(/already failed/);
-    expect(await read(uid)).toMatchObject({ status: 'FAILED', driver_location: PICKUP, cancellation_reason: null, expected_cancellation_fee: null });
+    expect(await read(uid)).toMatchObject({
+      status: 'FAILED',
+      driver_location: PICKUP,
+      cancellation_reason: null,
+      expected_cancellation_fee: null,
+    });
     expect((await cancel(uid)).status).toBe(409);
     await sandbox.idle();
     expect(milestones(ofDelivery(uid, receiver!.events())).map((e) => e.event_name)).toEqual([
@@ -207,9 +257,15 @@ describe('ends before pickup', () => {
   });
 
   it('works the same for a partner order', async () => {
-    const order = sandbox.seedPartnerOrder(key, { partner_reference: `early-${Date.now()}`, partner_payload: { sandbox_outcome: 'failed_before_pickup' } });
+    const order = sandbox.seedPartnerOrder(key, {
+      partner_reference: `early-${Date.now()}`,
+      partner_payload: { sandbox_outcome: 'failed_before_pickup' },
+    });
     for (let i = 0; i < 4; i++) await sandbox.advance(order.uid);
-    expect((await call('GET', `/orders/${order.uid}`)).body.data).toMatchObject({ status: 'FAILED', expected_cancelation_fee: null });
+    expect((await call('GET', `/orders/${order.uid}`)).body.data).toMatchObject({
+      status: 'FAILED',
+      expected_cancelation_fee: null,
+    });
     expect((await call('POST', `/orders/${order.uid}/cancel`)).body.error).toBe('not_cancelable');
   });
 });
@@ -222,19 +278,34 @@ describe('every outcome', () => {
       await walk(uid);
       await sandbox.idle();
       const planned = plannedWebhooks(outcome);
-      expect(ofDelivery(uid, receiver!.events()).map((e) => e.event_name), outcome).toEqual(planned);
+      expect(
+        ofDelivery(uid, receiver!.events()).map((e) => e.event_name),
+        outcome,
+      ).toEqual(planned);
       const story = await history(uid);
-      expect(story).toMatchObject({ uid, outcome, finished: true, scripted: false, order: 'as_emitted', sent: planned.map((_, i) => i) });
+      expect(story).toMatchObject({
+        uid,
+        outcome,
+        finished: true,
+        scripted: false,
+        order: 'as_emitted',
+        sent: planned.map((_, i) => i),
+      });
       expect(story.events.map((e: any) => e.event_name)).toEqual(planned);
       expect(story.plan).toEqual(planned.filter((name) => name.startsWith('delivery.')));
-      expect(story.events.every((e: any) => e.fate === 'delivered' && e.copies === 1 && e.acknowledged === 1)).toBe(true);
+      expect(story.events.every((e: any) => e.fate === 'delivered' && e.copies === 1 && e.acknowledged === 1)).toBe(
+        true,
+      );
       expect(story.events.at(-1).read_status).toBe((await read(uid)).status);
       expect(story.status).toBe((await read(uid)).status);
     }
   });
 
   it('refuses an outcome it does not know, naming all it does', async () => {
-    const res = await call('POST', `/${sandbox.platformId}/deliveries`, { pickup_name: 'x', platform_payload: { sandbox_outcome: 'delivered_twice' } });
+    const res = await call('POST', `/${sandbox.platformId}/deliveries`, {
+      pickup_name: 'x',
+      platform_payload: { sandbox_outcome: 'delivered_twice' },
+    });
     expect(res.status).toBe(422);
     expect(res.body.errors.platform_payload.join(' ')).toContain(OUTCOMES.join(', '));
   });
@@ -253,8 +324,21 @@ describe('the outcomeWeights and seed knobs', () => {
     // The payload still wins.
     expect((await history(await createDelivery({ sandbox_outcome: 'delivered' }))).outcome).toBe('delivered');
 
-    const knobs = (body: unknown) => fetch(`${sandbox.origin}/sandbox/knobs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-    for (const bad of [{ outcomeWeights: { lost: 1 } }, { outcomeWeights: { delivered: -1 } }, { outcomeWeights: { delivered: 0 } }, { outcomeWeights: [1] }, { seed: -1 }, { seed: 1.5 }, { seed: 'x' }]) {
+    const knobs = (body: unknown) =>
+      fetch(`${sandbox.origin}/sandbox/knobs`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    for (const bad of [
+      { outcomeWeights: { lost: 1 } },
+      { outcomeWeights: { delivered: -1 } },
+      { outcomeWeights: { delivered: 0 } },
+      { outcomeWeights: [1] },
+      { seed: -1 },
+      { seed: 1.5 },
+      { seed: 'x' },
+    ]) {
       expect((await knobs(bad)).status, JSON.stringify(bad)).toBe(400);
     }
     expect((await knobs({ outcomeWeights: null, seed: 42 })).status).toBe(200);
@@ -271,13 +355,28 @@ describe('the outcomeWeights and seed knobs', () => {
           const res = await fetch(`${fresh.url}/${fresh.platformId}/deliveries`, {
             method: 'POST',
             headers: { authorization: `Bearer ${merchant}`, 'content-type': 'application/json' },
-            body: JSON.stringify({ pickup_address_street: 'A', pickup_address_city: 'New York', pickup_address_country: 'US', pickup_name: 'P', email: 'p@example.com', dropoff_address_street: 'B', dropoff_address_city: 'New York', dropoff_address_country: 'US', dropoff_name: 'D', package_delivery_mode: 'NOW' }),
+            body: JSON.stringify({
+              pickup_address_street: 'A',
+              pickup_address_city: 'New York',
+              pickup_address_country: 'US',
+              pickup_name: 'P',
+              email: 'p@example.com',
+              dropoff_address_street: 'B',
+              dropoff_address_city: 'New York',
+              dropoff_address_country: 'US',
+              dropoff_name: 'D',
+              package_delivery_mode: 'NOW',
+            }),
           });
           const { uid } = (await res.json()) as { uid: string };
           for (let step = 0; step < 5; step++) await fresh.advance(uid);
           const story = fresh.history(uid)!;
           // Outcome (drawn at pickup) and reassignment (drawn on the way to it) both follow from the seed.
-          stories.push({ seed: story.seed, outcome: story.outcome, reassigned: story.events.filter((e) => e.event_name === 'delivery.assigned').length > 1 });
+          stories.push({
+            seed: story.seed,
+            outcome: story.outcome,
+            reassigned: story.events.filter((e) => e.event_name === 'delivery.assigned').length > 1,
+          });
         }
         return stories;
       } finally {

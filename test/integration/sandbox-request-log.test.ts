@@ -13,7 +13,9 @@ afterAll(() => sandbox.stop());
 
 async function availability(times: number): Promise<void> {
   for (let i = 0; i < times; i++) {
-    const res = await fetch(`${sandbox.url}/availability?n=${i}`, { headers: { authorization: `Bearer ${sandbox.merchants[0]!.key}` } });
+    const res = await fetch(`${sandbox.url}/availability?n=${i}`, {
+      headers: { authorization: `Bearer ${sandbox.merchants[0]!.key}` },
+    });
     expect(res.status).toBe(200);
   }
 }
@@ -27,7 +29,11 @@ describe('the request log', () => {
     expect(sandbox.requests).toBe(held);
     expect(held).toHaveLength(5);
     expect(held.map((r) => r.seq)).toEqual([4, 5, 6, 7, 8].map((n) => before + n));
-    expect(held.every((r) => r.method === 'GET' && r.path === '/api/v1/availability' && r.group === 'partner' && r.status === 200)).toBe(true);
+    expect(
+      held.every(
+        (r) => r.method === 'GET' && r.path === '/api/v1/availability' && r.group === 'partner' && r.status === 200,
+      ),
+    ).toBe(true);
     expect(sandbox.requestLogSize).toBe(5);
   });
 

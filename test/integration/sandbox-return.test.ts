@@ -6,7 +6,15 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox, type SandboxKnobs } from '../../src/sandbox/index.js';
 import { startWebhookReceiver, type ReceivedEvent, type WebhookReceiver } from '../helpers/webhook-receiver.js';
 
-const QUIET: Partial<SandboxKnobs> = { stepMs: 0, locationTicks: 3, duplicateRate: 0, reorderRate: 0, returnRate: 0, retryBaseMs: 10, webhookTimeoutMs: 1000 };
+const QUIET: Partial<SandboxKnobs> = {
+  stepMs: 0,
+  locationTicks: 3,
+  duplicateRate: 0,
+  reorderRate: 0,
+  returnRate: 0,
+  retryBaseMs: 10,
+  webhookTimeoutMs: 1000,
+};
 
 let sandbox: Sandbox;
 let receiver: WebhookReceiver | undefined;
@@ -88,9 +96,16 @@ async function advanceToEnd(uid: string): Promise<number> {
 
 const ofDelivery = (uid: string, events: ReceivedEvent[]) => events.filter((e) => e.uid === uid);
 const deliveryEvents = (events: ReceivedEvent[]) => events.filter((e) => e.event_name.startsWith('delivery.'));
-const distance = (a: { lat: number; lng: number }, b: { lat: number; lng: number }) => Math.hypot(a.lat - b.lat, a.lng - b.lng);
+const distance = (a: { lat: number; lng: number }, b: { lat: number; lng: number }) =>
+  Math.hypot(a.lat - b.lat, a.lng - b.lng);
 
-const UP_TO_PICKUP = ['delivery.created', 'delivery.assigned', 'delivery.pickup_enroute', 'delivery.pickup_arrived', 'delivery.pickup_complete'];
+const UP_TO_PICKUP = [
+  'delivery.created',
+  'delivery.assigned',
+  'delivery.pickup_enroute',
+  'delivery.pickup_arrived',
+  'delivery.pickup_complete',
+];
 
 describe('a delivery forced to fail at the door', () => {
   it('reads FAILED, RETURN_IN_PROGRESS, RETURNED after dropoff_arrived, with a webhook for each and the courier back at the pickup', async () => {
@@ -167,7 +182,10 @@ describe('a delivery forced to be canceled by the provider', () => {
     await listen();
     sandbox.setKnobs({ stepMs: 30, locationTicks: 3 });
     const uid = await createDelivery({ sandbox_outcome: 'canceled_then_returned' });
-    const all = ofDelivery(uid, await receiver!.waitFor((events) => ofDelivery(uid, events).some((e) => e.event_name === 'delivery.returned')));
+    const all = ofDelivery(
+      uid,
+      await receiver!.waitFor((events) => ofDelivery(uid, events).some((e) => e.event_name === 'delivery.returned')),
+    );
     await sandbox.idle();
 
     expect(deliveryEvents(all).map((e) => e.event_name)).toEqual([
@@ -197,16 +215,24 @@ describe('a delivery forced to be canceled by the provider', () => {
     expect(canceled.driver_location).not.toEqual(DROPOFF);
 
     // Back towards the pickup, closer at every pin, and there at the end.
-    const towardsPickup = all.filter((e) => e.event_name === 'location.return_in_progress').map((e) => distance(e.driver_location!, PICKUP));
+    const towardsPickup = all
+      .filter((e) => e.event_name === 'location.return_in_progress')
+      .map((e) => distance(e.driver_location!, PICKUP));
     expect(towardsPickup).toEqual([...towardsPickup].sort((a, b) => b - a));
     expect(new Set(towardsPickup).size).toBe(4);
     expect(towardsPickup[0]!).toBeLessThan(distance(canceled.driver_location!, PICKUP));
     const returned = all.at(-1)!;
     expect(returned).toMatchObject({ event_name: 'delivery.returned', status: 'Returned', driver_location: PICKUP });
-    expect(all.filter((e) => e.cancellation_reason !== undefined).map((e) => e.event_name)).toEqual(['delivery.canceled']);
+    expect(all.filter((e) => e.cancellation_reason !== undefined).map((e) => e.event_name)).toEqual([
+      'delivery.canceled',
+    ]);
 
     const data = await read(uid);
-    expect(data).toMatchObject({ status: 'RETURNED', driver_location: PICKUP, cancellation_reason: canceled.cancellation_reason });
+    expect(data).toMatchObject({
+      status: 'RETURNED',
+      driver_location: PICKUP,
+      cancellation_reason: canceled.cancellation_reason,
+    });
     expect((await cancel(uid)).body.code).toBe('not_cancelable');
   });
 
@@ -216,16 +242,24 @@ describe('a delivery forced to be canceled by the provider', () => {
       partner_payload: { sandbox_outcome: 'canceled_then_returned', basket: 9 },
     });
     const byUid = async () => (await call('GET', `/orders/${order.uid}`)).body.data;
-    const byReference = async () => (await call('GET', `/orders/partner/${encodeURIComponent(order.partner_reference!)}`)).body.data;
+    const byReference = async () =>
+      (await call('GET', `/orders/partner/${encodeURIComponent(order.partner_reference!)}`)).body.data;
 
     for (let i = 0; i < 6; i++) await sandbox.advance(order.uid);
-    expect(await byUid()).toMatchObject({ status: 'Canceled', cancellation_reason: expect.stringMatching(/^provider: /), expected_cancelation_fee: null });
+    expect(await byUid()).toMatchObject({
+      status: 'Canceled',
+      cancellation_reason: expect.stringMatching(/^provider: /),
+      expected_cancelation_fee: null,
+    });
     expect((await call('POST', `/orders/${order.uid}/cancel`)).body.error).toBe('not_cancelable');
     await sandbox.advance(order.uid);
     expect((await byReference()).status).toBe('RETURN_IN_PROGRESS');
     await sandbox.advance(order.uid);
     const done = await byReference();
-    expect(done).toMatchObject({ status: 'RETURNED', partner_payload: { sandbox_outcome: 'canceled_then_returned', basket: 9 } });
+    expect(done).toMatchObject({
+      status: 'RETURNED',
+      partner_payload: { sandbox_outcome: 'canceled_then_returned', basket: 9 },
+    });
     expect(done.driver_location).toEqual({ lat: done.pickup_address_latitude, lng: done.pickup_address_longitude });
   });
 });
@@ -273,13 +307,25 @@ describe('choosing the outcome', () => {
   });
 
   it('refuses an unknown sandbox_outcome on both groups, and takes returnRate over the control route', async () => {
-    const res = await call('POST', `/${sandbox.platformId}/deliveries`, deliveryBody({ sandbox_outcome: 'lost_at_sea' }));
+    const res = await call(
+      'POST',
+      `/${sandbox.platformId}/deliveries`,
+      deliveryBody({ sandbox_outcome: 'lost_at_sea' }),
+    );
     expect(res.status).toBe(422);
-    expect(res.body.errors.platform_payload[0]).toMatch(/sandbox_outcome.*delivered, failed_then_returned, canceled_then_returned/);
-    expect(() => sandbox.seedPartnerOrder(key, { partner_reference: 'bad-outcome', partner_payload: { sandbox_outcome: 7 } })).toThrow(/sandbox_outcome/);
+    expect(res.body.errors.platform_payload[0]).toMatch(
+      /sandbox_outcome.*delivered, failed_then_returned, canceled_then_returned/,
+    );
+    expect(() =>
+      sandbox.seedPartnerOrder(key, { partner_reference: 'bad-outcome', partner_payload: { sandbox_outcome: 7 } }),
+    ).toThrow(/sandbox_outcome/);
 
     const knobs = (body: unknown) =>
-      fetch(`${sandbox.origin}/sandbox/knobs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      fetch(`${sandbox.origin}/sandbox/knobs`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
     expect((await knobs({ returnRate: 0.25 })).status).toBe(200);
     expect(sandbox.knobs.returnRate).toBe(0.25);
     expect((await knobs({ returnRate: 1.5 })).status).toBe(400);
@@ -300,14 +346,23 @@ describe('the fault knobs on the return path', () => {
     });
     sandbox.setKnobs({ duplicateRate: 1, reorderRate: 1, stepMs: 15, locationTicks: 0 });
     const uid = await createDelivery({ sandbox_outcome: 'failed_then_returned' });
-    const expected = [...UP_TO_PICKUP, 'delivery.dropoff_enroute', 'delivery.dropoff_arrived', 'delivery.failed', 'delivery.return_in_progress', 'delivery.returned'];
+    const expected = [
+      ...UP_TO_PICKUP,
+      'delivery.dropoff_enroute',
+      'delivery.dropoff_arrived',
+      'delivery.failed',
+      'delivery.return_in_progress',
+      'delivery.returned',
+    ];
     await receiver!.waitFor((events) => deliveryEvents(ofDelivery(uid, events)).length === expected.length * 2, 10_000);
     await sandbox.idle();
 
     const received = deliveryEvents(ofDelivery(uid, receiver!.events())).map((e) => e.event_name);
     expect([...received].sort()).toEqual([...expected, ...expected].sort());
     expect(received).not.toEqual(expected.flatMap((name) => [name, name]));
-    const attempts = receiver!.attempts.filter((a) => a.event.uid === uid && a.event.event_name === 'delivery.failed').map((a) => a.status);
+    const attempts = receiver!.attempts
+      .filter((a) => a.event.uid === uid && a.event.event_name === 'delivery.failed')
+      .map((a) => a.status);
     expect(attempts).toEqual([503, 200, 200]);
     expect(sandbox.webhookStats().pending).toBe(0);
     expect((await read(uid)).status).toBe('RETURNED');

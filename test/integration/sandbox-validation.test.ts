@@ -105,7 +105,11 @@ describe('platform group validation', () => {
     ['a pickup phone over 15 characters', { pickup_phone_number: '+15555555555555' + '5' }, 'pickup_phone_number'],
     ['pickup instructions over 512 characters', { pickup_instructions: 'x'.repeat(513) }, 'pickup_instructions'],
     ['a numeric offset on pickup_start_time', { pickup_start_time: '2030-05-01T12:00:00+02:00' }, 'pickup_start_time'],
-    ['a numeric offset on dropoff_start_time', { dropoff_start_time: '2030-05-01T14:00:00+00:00' }, 'dropoff_start_time'],
+    [
+      'a numeric offset on dropoff_start_time',
+      { dropoff_start_time: '2030-05-01T14:00:00+00:00' },
+      'dropoff_start_time',
+    ],
     ['a time without seconds', { pickup_start_time: '2030-05-01T12:00Z' }, 'pickup_start_time'],
     ['an impossible date in a time', { pickup_start_time: '2030-02-30T12:00:00Z' }, 'pickup_start_time'],
     ['a delivery_date that is not YYYY-MM-DD', { delivery_date: '2030/05/01' }, 'delivery_date'],
@@ -114,7 +118,11 @@ describe('platform group validation', () => {
     ['a lower-case delivery mode', { package_delivery_mode: 'now' }, 'package_delivery_mode'],
     ['an unknown delivery style', { delivery_style: 'Express' }, 'delivery_style'],
     ['Oversize without a vehicle size', { delivery_style: 'Oversize' }, 'package_minimum_vehicle_size'],
-    ['Oversize with a car', { delivery_style: 'Oversize', package_minimum_vehicle_size: 'CAR' }, 'package_minimum_vehicle_size'],
+    [
+      'Oversize with a car',
+      { delivery_style: 'Oversize', package_minimum_vehicle_size: 'CAR' },
+      'package_minimum_vehicle_size',
+    ],
     ['a two-letter currency', { currency: 'US' }, 'currency'],
     ['a currency with digits', { currency: 'U5D' }, 'currency'],
     ['a weight that is not a number', { weight: 'heavy' }, 'weight'],
@@ -124,7 +132,11 @@ describe('platform group validation', () => {
     ['a platform_payload that is not an object', { platform_payload: [1, 2] }, 'platform_payload'],
     ['partner_reference (partner group only)', { partner_reference: 'ref-1' }, 'partner_reference'],
     ['partner_payload (partner group only)', { partner_payload: { a: 1 } }, 'partner_payload'],
-    ['delivery_start_time (partner group only)', { delivery_start_time: '2030-05-01T14:00:00Z' }, 'delivery_start_time'],
+    [
+      'delivery_start_time (partner group only)',
+      { delivery_start_time: '2030-05-01T14:00:00Z' },
+      'delivery_start_time',
+    ],
     ['delivery_end_time (partner group only)', { delivery_end_time: '2030-05-01T15:00:00Z' }, 'delivery_end_time'],
   ];
   it.each(rejects)('rejects %s', async (_, patch, field) => {
@@ -138,7 +150,10 @@ describe('platform group validation', () => {
     ['a 15-character pickup phone', { pickup_phone_number: '+15555555555555' }],
     ['512 characters of pickup instructions', { pickup_instructions: 'x'.repeat(512) }],
     ['fractional seconds', { pickup_start_time: '2030-05-01T12:00:00.250Z' }],
-    ['NOW without a dropoff window or date', { package_delivery_mode: 'NOW', dropoff_start_time: undefined, delivery_date: undefined }],
+    [
+      'NOW without a dropoff window or date',
+      { package_delivery_mode: 'NOW', dropoff_start_time: undefined, delivery_date: undefined },
+    ],
     ['explicit SCHEDULED', { package_delivery_mode: 'SCHEDULED' }],
     ['Oversize with a van, any case', { delivery_style: 'Oversize', package_minimum_vehicle_size: 'van' }],
     ['Oversize with an SUV', { delivery_style: 'Oversize', package_minimum_vehicle_size: 'SUV' }],
@@ -156,16 +171,29 @@ describe('platform group validation', () => {
   });
 
   it('requires dropoff_start_time unless the mode is NOW, and delivery_date when scheduled', async () => {
-    const scheduled = await platformQuote({ ...platformRequest(), package_delivery_mode: 'SCHEDULED', dropoff_start_time: undefined, delivery_date: undefined });
+    const scheduled = await platformQuote({
+      ...platformRequest(),
+      package_delivery_mode: 'SCHEDULED',
+      dropoff_start_time: undefined,
+      delivery_date: undefined,
+    });
     expect(scheduled.status).toBe(422);
     expect(Object.keys(scheduled.body.errors).sort()).toEqual(['delivery_date', 'dropoff_start_time']);
 
-    const nowWithoutWindow = await platformQuote({ ...platformRequest(), package_delivery_mode: 'NOW', dropoff_start_time: undefined });
+    const nowWithoutWindow = await platformQuote({
+      ...platformRequest(),
+      package_delivery_mode: 'NOW',
+      dropoff_start_time: undefined,
+    });
     expect(nowWithoutWindow.status).toBe(200);
   });
 
   it('validates a create like a quote', async () => {
-    const res = await post(`/${sandbox.platformId}/deliveries`, { ...platformRequest(), pickup_name: undefined, currency: 'EURO' });
+    const res = await post(`/${sandbox.platformId}/deliveries`, {
+      ...platformRequest(),
+      pickup_name: undefined,
+      currency: 'EURO',
+    });
     expect(res.status).toBe(422);
     expect(res.body.message).toMatch(/^The pickup_name field is required\. \(and 1 more error\)$/);
     expect(Object.keys(res.body.errors).sort()).toEqual(['currency', 'pickup_name']);
@@ -193,20 +221,33 @@ describe('partner group validation', () => {
     expect(res.status).toBe(422);
     expect(Object.keys(res.body).sort()).toEqual(['error', 'message']);
     expect(res.body.error).toBe('validation_error');
-    for (const field of ['pickup_address_street', 'pickup_address_city', 'pickup_address_country', 'pickup_name', 'dropoff_name', 'email', 'currency']) {
+    for (const field of [
+      'pickup_address_street',
+      'pickup_address_city',
+      'pickup_address_country',
+      'pickup_name',
+      'dropoff_name',
+      'email',
+      'currency',
+    ]) {
       expect(res.body.message).toContain(`The ${field} field is required.`);
     }
     expect(res.body.message).not.toContain('dropoff_address_street');
   });
 
-  it.each(['pickup_address_street', 'pickup_address_city', 'pickup_address_country', 'pickup_name', 'dropoff_name', 'email', 'currency'])(
-    'requires %s',
-    async (field) => {
-      const res = await partnerQuote({ ...partnerRequest(), [field]: undefined });
-      expect(res.status).toBe(422);
-      expect(res.body).toEqual({ error: 'validation_error', message: `The ${field} field is required.` });
-    },
-  );
+  it.each([
+    'pickup_address_street',
+    'pickup_address_city',
+    'pickup_address_country',
+    'pickup_name',
+    'dropoff_name',
+    'email',
+    'currency',
+  ])('requires %s', async (field) => {
+    const res = await partnerQuote({ ...partnerRequest(), [field]: undefined });
+    expect(res.status).toBe(422);
+    expect(res.body).toEqual({ error: 'validation_error', message: `The ${field} field is required.` });
+  });
 
   const rejects: [string, Record<string, unknown>, string][] = [
     ['a currency longer than 3', { currency: 'EURO' }, 'currency'],
@@ -218,7 +259,11 @@ describe('partner group validation', () => {
     ['a missing delivery_date on a scheduled order', { delivery_date: undefined }, 'delivery_date'],
     ['an unknown mode', { package_delivery_mode: 'ASAP' }, 'package_delivery_mode'],
     ['an unknown style', { delivery_style: 'Bulky' }, 'delivery_style'],
-    ['Oversize with a bike', { delivery_style: 'Oversize', package_minimum_vehicle_size: 'BIKE' }, 'package_minimum_vehicle_size'],
+    [
+      'Oversize with a bike',
+      { delivery_style: 'Oversize', package_minimum_vehicle_size: 'BIKE' },
+      'package_minimum_vehicle_size',
+    ],
     ['a partner_payload that is not an object', { partner_payload: 'x' }, 'partner_payload'],
   ];
   it.each(rejects)('rejects %s', async (_, patch, field) => {

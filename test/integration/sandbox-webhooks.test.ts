@@ -6,7 +6,14 @@ import { DELIVERY_EVENT_NAMES } from '../../src/upstream/wire.js';
 import { startWebhookReceiver, type ReceivedEvent, type WebhookReceiver } from '../helpers/webhook-receiver.js';
 
 const MILESTONE_EVENTS = DELIVERY_EVENT_NAMES.slice(0, 8);
-const QUIET: Partial<SandboxKnobs> = { stepMs: 0, locationTicks: 3, duplicateRate: 0, reorderRate: 0, retryBaseMs: 10, webhookTimeoutMs: 1000 };
+const QUIET: Partial<SandboxKnobs> = {
+  stepMs: 0,
+  locationTicks: 3,
+  duplicateRate: 0,
+  reorderRate: 0,
+  retryBaseMs: 10,
+  webhookTimeoutMs: 1000,
+};
 
 let sandbox: Sandbox;
 let receiver: WebhookReceiver;
@@ -70,7 +77,9 @@ describe('a simulated delivery, as the webhook receiver sees it', () => {
     await listen();
     sandbox.setKnobs({ stepMs: 30, locationTicks: 2 });
     const uid = await createDelivery();
-    const all = ofDelivery(uid)(await receiver.waitFor((events) => names(ofDelivery(uid)(events)).includes('delivery.dropoff_complete')));
+    const all = ofDelivery(uid)(
+      await receiver.waitFor((events) => names(ofDelivery(uid)(events)).includes('delivery.dropoff_complete')),
+    );
     await sandbox.idle();
 
     expect(receiver.rejected).toBe(0);
@@ -113,7 +122,9 @@ describe('a simulated delivery, as the webhook receiver sees it', () => {
     const at = (name: string) => all.find((e) => e.event_name === name)!.driver_location;
     expect(at('location.pickup_arrived')).toEqual(PICKUP);
     expect(at('location.dropoff_arrived')).toEqual(DROPOFF);
-    const towardsDropoff = all.filter((e) => e.event_name === 'location.dropoff_enroute').map((e) => distance(e.driver_location!, DROPOFF));
+    const towardsDropoff = all
+      .filter((e) => e.event_name === 'location.dropoff_enroute')
+      .map((e) => distance(e.driver_location!, DROPOFF));
     expect(towardsDropoff).toEqual([...towardsDropoff].sort((a, b) => b - a));
     expect(new Set(towardsDropoff).size).toBe(3);
 
@@ -129,8 +140,21 @@ describe('a simulated delivery, as the webhook receiver sees it', () => {
       tip: 3,
       pickup_name: 'Corner Deli',
       email: 'deli@example.com',
-      pickup_address: { street: 'E 10th St', number: '100', city: 'New York', country: 'US', latitude: PICKUP.lat, longitude: PICKUP.lng },
-      dropoff_address: { street: 'W 42nd St', city: 'New York', country: 'US', latitude: DROPOFF.lat, longitude: DROPOFF.lng },
+      pickup_address: {
+        street: 'E 10th St',
+        number: '100',
+        city: 'New York',
+        country: 'US',
+        latitude: PICKUP.lat,
+        longitude: PICKUP.lng,
+      },
+      dropoff_address: {
+        street: 'W 42nd St',
+        city: 'New York',
+        country: 'US',
+        latitude: DROPOFF.lat,
+        longitude: DROPOFF.lng,
+      },
       dropoff_name: 'Grace Hopper',
       package_delivery_mode: 'NOW',
       delivery_date: new Date().toISOString().slice(0, 10),
@@ -172,16 +196,25 @@ describe('a simulated delivery, as the webhook receiver sees it', () => {
     expect(sandbox.webhookStats()).toMatchObject({ failed: 0, retries: 0, pending: 0 });
 
     // Reads agree with the last event.
-    const read = await fetch(`${sandbox.url}/${sandbox.platformId}/deliveries/${uid}`, { headers: { authorization: `Bearer ${key}` } });
+    const read = await fetch(`${sandbox.url}/${sandbox.platformId}/deliveries/${uid}`, {
+      headers: { authorization: `Bearer ${key}` },
+    });
     const { data } = (await read.json()) as { data: { status: string; driver_location: unknown; driver_name: string } };
-    expect(data).toMatchObject({ status: 'DROPOFF_COMPLETE', driver_location: DROPOFF, driver_name: assigned.driver_name });
+    expect(data).toMatchObject({
+      status: 'DROPOFF_COMPLETE',
+      driver_location: DROPOFF,
+      driver_name: assigned.driver_name,
+    });
   });
 
   it('announces a cancellation with its reason and stops the lifecycle', async () => {
     await listen();
     const uid = await createDelivery();
     await sandbox.advance(uid);
-    const res = await fetch(`${sandbox.url}/${sandbox.platformId}/deliveries/${uid}/cancel`, { method: 'POST', headers: { authorization: `Bearer ${key}` } });
+    const res = await fetch(`${sandbox.url}/${sandbox.platformId}/deliveries/${uid}/cancel`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}` },
+    });
     expect(res.status).toBe(200);
     sandbox.setKnobs({ stepMs: 10 }); // would move it on, were it still running
     // A delivery booked now runs on the same clock: once it has moved on three milestones, the canceled one had
@@ -190,8 +223,17 @@ describe('a simulated delivery, as the webhook receiver sees it', () => {
     await receiver.waitFor((events) => deliveryNames(ofDelivery(running)(events)).includes('delivery.pickup_arrived'));
     await sandbox.idle();
     const events = ofDelivery(uid)(receiver.events());
-    expect(names(events)).toEqual(['delivery.created', 'delivery.assigned', 'location.assigned_driver', 'delivery.canceled']);
-    expect(events.at(-1)).toMatchObject({ status: 'Canceled', cancellation_reason: 'Canceled by platform', driver_location: expect.any(Object) });
+    expect(names(events)).toEqual([
+      'delivery.created',
+      'delivery.assigned',
+      'location.assigned_driver',
+      'delivery.canceled',
+    ]);
+    expect(events.at(-1)).toMatchObject({
+      status: 'Canceled',
+      cancellation_reason: 'Canceled by platform',
+      driver_location: expect.any(Object),
+    });
   });
 
   it("sends a partner order's events with the document's body (platform_payload null, no partner fields), and with them only when partnerWebhookFields asks", async () => {
@@ -209,7 +251,11 @@ describe('a simulated delivery, as the webhook receiver sees it', () => {
     await sandbox.advance(plain.uid);
     await sandbox.idle();
     const [created, assigned] = ofDelivery(plain.uid)(receiver.events());
-    expect(created).toMatchObject({ event_name: 'delivery.created', platform_payload: null, delivery_start_time: '2030-01-01T09:00:00+00:00' });
+    expect(created).toMatchObject({
+      event_name: 'delivery.created',
+      platform_payload: null,
+      delivery_start_time: '2030-01-01T09:00:00+00:00',
+    });
     expect(created).not.toHaveProperty('partner_reference');
     expect(created).not.toHaveProperty('partner_payload');
     // No dropoff address was given: the nested object is left out.
@@ -222,7 +268,11 @@ describe('a simulated delivery, as the webhook receiver sees it', () => {
       const order = seed('hook-ref');
       await sandbox.idle();
       const [withFields] = ofDelivery(order.uid)(receiver.events());
-      expect(withFields).toMatchObject({ event_name: 'delivery.created', partner_reference: 'hook-ref', partner_payload: { basket: 9 } });
+      expect(withFields).toMatchObject({
+        event_name: 'delivery.created',
+        partner_reference: 'hook-ref',
+        partner_payload: { basket: 9 },
+      });
       expect(withFields).not.toHaveProperty('platform_payload');
     } finally {
       sandbox.setKnobs({ partnerWebhookFields: false });
@@ -273,12 +323,18 @@ describe('delivery guarantees', () => {
     await sandbox.idle();
 
     const attempts = receiver.attempts.filter((a) => a.event.uid === uid);
-    expect(attempts.filter((a) => a.event.event_name === 'delivery.created').map((a) => a.status)).toEqual([503, 503, 503, 503, 503, 503]);
+    expect(attempts.filter((a) => a.event.event_name === 'delivery.created').map((a) => a.status)).toEqual([
+      503, 503, 503, 503, 503, 503,
+    ]);
     // Growing: the fifth retry waits 2⁴ times retryBaseMs; a busy machine can only make a gap longer.
     const gaps = attempts.slice(0, 6).map((a, i, list) => (i === 0 ? 0 : a.at - list[i - 1]!.at));
     expect(gaps[5]!).toBeGreaterThanOrEqual(2 ** 4 * QUIET.retryBaseMs! - 5);
     // Order holds: the next event went out only after the first was given up.
-    expect(names(attempts.map((a) => a.event))).toEqual([...Array(6).fill('delivery.created'), 'delivery.assigned', 'location.assigned_driver']);
+    expect(names(attempts.map((a) => a.event))).toEqual([
+      ...Array(6).fill('delivery.created'),
+      'delivery.assigned',
+      'location.assigned_driver',
+    ]);
     const after = sandbox.webhookStats();
     expect(after.failed - before.failed).toBe(1);
     expect(after.retries - before.retries).toBe(5);

@@ -8,7 +8,13 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { DEMO_MERCHANTS, SandboxWorldInUseError, startSandbox, type Sandbox, type SandboxOptions } from '../../src/sandbox/index.js';
+import {
+  DEMO_MERCHANTS,
+  SandboxWorldInUseError,
+  startSandbox,
+  type Sandbox,
+  type SandboxOptions,
+} from '../../src/sandbox/index.js';
 import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.js';
 
 const scratch = mkdtempSync(path.join(tmpdir(), 'sandbox-world-'));
@@ -26,7 +32,12 @@ afterEach(async () => {
 });
 
 async function sandboxOn(dataDir: string, options: SandboxOptions = {}): Promise<Sandbox> {
-  const sandbox = await startSandbox({ merchants: DEMO_MERCHANTS, dataDir, ...options, knobs: { ...QUIET, ...options.knobs } });
+  const sandbox = await startSandbox({
+    merchants: DEMO_MERCHANTS,
+    dataDir,
+    ...options,
+    knobs: { ...QUIET, ...options.knobs },
+  });
   running.push(sandbox);
   return sandbox;
 }
@@ -42,7 +53,13 @@ async function receiverFor(sandbox: Sandbox): Promise<WebhookReceiver> {
   return receiver;
 }
 
-async function api(sandbox: Sandbox, method: string, route: string, body?: unknown, key = KEY): Promise<{ status: number; body: any }> {
+async function api(
+  sandbox: Sandbox,
+  method: string,
+  route: string,
+  body?: unknown,
+  key = KEY,
+): Promise<{ status: number; body: any }> {
   const response = await fetch(`${sandbox.url}/${sandbox.platformId}${route}`, {
     method,
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
@@ -69,7 +86,8 @@ async function book(sandbox: Sandbox, payload: Record<string, unknown> = {}): Pr
   return booked.body.uid as string;
 }
 
-const readStatus = async (sandbox: Sandbox, uid: string) => (await api(sandbox, 'GET', `/deliveries/${uid}`)).body.data?.status;
+const readStatus = async (sandbox: Sandbox, uid: string) =>
+  (await api(sandbox, 'GET', `/deliveries/${uid}`)).body.data?.status;
 
 describe('a sandbox started again on its folder', () => {
   it('goes on with an unfinished delivery from where it stood, signing its webhooks with the same key', async () => {
@@ -87,30 +105,49 @@ describe('a sandbox started again on its folder', () => {
     const second = await sandboxOn(dataDir, { webhookUrl: receiver.url, knobs: { stepMs: 20 } });
     expect(second.publicKeyPem).toBe(first.publicKeyPem);
     expect(second.deliveryCount).toBe(1);
-    await receiver.waitFor((events) => events.some((event) => event.event_name === 'delivery.dropoff_complete'), 10_000);
+    await receiver.waitFor(
+      (events) => events.some((event) => event.event_name === 'delivery.dropoff_complete'),
+      10_000,
+    );
     expect(receiver.rejected).toBe(0);
     expect(await readStatus(second, uid)).toBe('DROPOFF_COMPLETE');
     const history = second.history(uid)!;
     // One history across both lives: every event once, in order, each acknowledged.
     expect(history.events.map((event) => event.index)).toEqual(history.events.map((_, index) => index));
-    expect(history.events.slice(0, 5).map((event) => event.event_name)).toEqual(['delivery.created', 'delivery.assigned', 'location.assigned_driver', 'delivery.pickup_enroute', 'location.pickup_enroute']);
+    expect(history.events.slice(0, 5).map((event) => event.event_name)).toEqual([
+      'delivery.created',
+      'delivery.assigned',
+      'location.assigned_driver',
+      'delivery.pickup_enroute',
+      'location.pickup_enroute',
+    ]);
     expect(history.events.filter((event) => event.fate !== 'delivered')).toEqual([]);
-    expect(receiver.events().filter((event) => event.uid === uid).map((event) => event.event_name)).toEqual(history.events.map((event) => event.event_name));
+    expect(
+      receiver
+        .events()
+        .filter((event) => event.uid === uid)
+        .map((event) => event.event_name),
+    ).toEqual(history.events.map((event) => event.event_name));
     // The courier assigned before the restart is the one who delivers it.
-    expect(new Set(receiver.events().flatMap((event) => (event.driver_id == null ? [] : [event.driver_id]))).size).toBe(1);
+    expect(new Set(receiver.events().flatMap((event) => (event.driver_id == null ? [] : [event.driver_id]))).size).toBe(
+      1,
+    );
   });
 
   it('sends the webhooks it had not sent, once a paused start is given a URL, and keeps held ones held', async () => {
     const dataDir = folder();
     const first = await sandboxOn(dataDir, { knobs: { retryBaseMs: 60_000 } });
     const receiver = await receiverFor(first);
-    // The unscripted delivery's delivery.created is refused: it waits for its retry, a minute away, when the sandbox stops.
+    // The unscripted delivery's delivery.created is refused: it waits for its retry, a minute away, when the sandbox
+    // stops.
     receiver.respondWith((event) => (event.platform_payload?.sandbox_webhooks ? 200 : 503));
     first.setWebhookUrl(receiver.url);
     const waiting = await book(first);
     const held = await book(first, { sandbox_webhooks: { hold: ['delivery.assigned'] } });
     await first.advance(held);
-    await receiver.waitFor((events) => events.some((event) => event.uid === held && event.event_name === 'location.assigned_driver'));
+    await receiver.waitFor((events) =>
+      events.some((event) => event.uid === held && event.event_name === 'location.assigned_driver'),
+    );
     await receiver.waitFor(() => receiver.attempts.some((attempt) => attempt.event.uid === waiting));
     expect(first.history(waiting)!.events[0]!.fate).toBe('queued');
     expect(first.history(held)!.events.map((event) => event.fate)).toEqual(['delivered', 'held', 'delivered']);
@@ -123,11 +160,21 @@ describe('a sandbox started again on its folder', () => {
     expect(second.history(waiting)!.events[0]!.fate).toBe('queued');
     second.setWebhookUrl(receiver.url);
     await second.idle();
-    expect(receiver.events().filter((event) => event.uid === waiting).map((event) => event.event_name)).toEqual(['delivery.created']);
+    expect(
+      receiver
+        .events()
+        .filter((event) => event.uid === waiting)
+        .map((event) => event.event_name),
+    ).toEqual(['delivery.created']);
     expect(second.history(waiting)!.events[0]!.fate).toBe('delivered');
     expect(second.history(held)!.events.map((event) => event.fate)).toEqual(['delivered', 'held', 'delivered']);
     expect(await second.releaseWebhooks(held)).toEqual([1]);
-    expect(receiver.events().filter((event) => event.uid === held).map((event) => event.event_name)).toEqual(['delivery.created', 'location.assigned_driver', 'delivery.assigned']);
+    expect(
+      receiver
+        .events()
+        .filter((event) => event.uid === held)
+        .map((event) => event.event_name),
+    ).toEqual(['delivery.created', 'location.assigned_driver', 'delivery.assigned']);
   });
 
   it('keeps a revoked key revoked, and cancels as before', async () => {
@@ -149,7 +196,9 @@ describe('a sandbox started again on its folder', () => {
     const first = await sandboxOn(dataDir);
     const uid = await book(first);
     await stop(first);
-    const other = await sandboxOn(dataDir, { merchants: [{ key: 'sk_test_someone_else', name: 'Else', platformId: first.platformId }] });
+    const other = await sandboxOn(dataDir, {
+      merchants: [{ key: 'sk_test_someone_else', name: 'Else', platformId: first.platformId }],
+    });
     expect(other.deliveryCount).toBe(0);
     expect((await api(other, 'GET', `/deliveries/${uid}`, undefined, 'sk_test_someone_else')).status).toBe(404);
   });
@@ -160,7 +209,9 @@ describe('one sandbox per folder', () => {
     const dataDir = folder();
     const first = await sandboxOn(dataDir);
     await expect(startSandbox({ dataDir })).rejects.toThrow(SandboxWorldInUseError);
-    await expect(startSandbox({ dataDir })).rejects.toThrow(`the sandbox world in ${dataDir} is in use by another process (pid ${process.pid})`);
+    await expect(startSandbox({ dataDir })).rejects.toThrow(
+      `the sandbox world in ${dataDir} is in use by another process (pid ${process.pid})`,
+    );
     await stop(first);
 
     const blocker = createServer();
@@ -172,7 +223,9 @@ describe('one sandbox per folder', () => {
       blocker.close();
     }
     // Neither does a bad option.
-    await expect(startSandbox({ dataDir, webhookHistorySize: -1 })).rejects.toThrow('webhookHistorySize must be an integer >= 0');
+    await expect(startSandbox({ dataDir, webhookHistorySize: -1 })).rejects.toThrow(
+      'webhookHistorySize must be an integer >= 0',
+    );
     const again = await sandboxOn(dataDir);
     expect(again.dataDir).toBe(dataDir);
   });
@@ -197,7 +250,10 @@ describe('webhook histories', () => {
     const gone = await fetch(`${first.origin}/sandbox/deliveries/${finished[0]}/history`);
     expect(gone.status).toBe(410);
     expect(((await gone.json()) as any).error).toBe('history_not_kept');
-    expect(first.history(finished[1]!)?.events.map((event) => event.event_name)).toEqual(['delivery.created', 'delivery.canceled']);
+    expect(first.history(finished[1]!)?.events.map((event) => event.event_name)).toEqual([
+      'delivery.created',
+      'delivery.canceled',
+    ]);
     expect(first.history(finished[2]!)).toBeDefined();
     expect(first.history(unfinished)).toBeDefined();
     // The delivery itself is still there: only its webhook history went.
@@ -205,7 +261,12 @@ describe('webhook histories', () => {
     await stop(first);
 
     const second = await sandboxOn(dataDir, { webhookHistorySize: 2 });
-    expect([finished[0], ...finished.slice(1), unfinished].map((uid) => second.history(uid!) !== undefined)).toEqual([false, true, true, true]);
+    expect([finished[0], ...finished.slice(1), unfinished].map((uid) => second.history(uid!) !== undefined)).toEqual([
+      false,
+      true,
+      true,
+      true,
+    ]);
     // One more finishes: the oldest kept one goes, as it would have without the restart.
     const last = await book(second);
     expect((await api(second, 'POST', `/deliveries/${last}/cancel`, {})).status).toBe(200);

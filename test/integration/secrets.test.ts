@@ -24,7 +24,11 @@ import { listenersAttached } from '../helpers/wait.js';
 const secret = (prefix: string) => `${prefix}_${randomBytes(16).toString('hex')}`;
 
 /** Merchants the sandbox knows. */
-const MERCHANTS = Array.from({ length: 4 }, (_, i) => ({ key: secret('sk_test_merchant'), name: `Merchant ${i}`, platformId: 'sandbox-platform' }));
+const MERCHANTS = Array.from({ length: 4 }, (_, i) => ({
+  key: secret('sk_test_merchant'),
+  name: `Merchant ${i}`,
+  platformId: 'sandbox-platform',
+}));
 /** Keys nobody knows: what a typo, an old key or an attacker sends. */
 const FORGED = [secret('sk_live_forged'), secret('sk_test_revoked'), `sk_${randomBytes(24).toString('base64url')}`];
 const ALL_KEYS = [...MERCHANTS.map((m) => m.key), ...FORGED];
@@ -45,7 +49,11 @@ let upstreamFault: ((authorization: string) => { status: number; body: string; t
 beforeAll(async () => {
   const pair = await generateKeyPair('RS256', { extractable: true });
   webhookKey = pair.privateKey as CryptoKey;
-  sandbox = await startSandbox({ merchants: MERCHANTS, privateKeyPem: await exportPKCS8(pair.privateKey), knobs: { stepMs: 0, retryBaseMs: 20 } });
+  sandbox = await startSandbox({
+    merchants: MERCHANTS,
+    privateKeyPem: await exportPKCS8(pair.privateKey),
+    knobs: { stepMs: 0, retryBaseMs: 20 },
+  });
   proxy = await startFaultProxy(sandbox.origin);
   proxy.fault = (req, res) => {
     const answer = upstreamFault?.(req.headers.authorization ?? '');
@@ -85,10 +93,19 @@ afterAll(async () => {
 // ------------------------------------------------------------------ clients that keep what they hear
 
 /** POSTs a GraphQL operation with the given Authorization header (or none); keeps the raw body. */
-async function gql(query: string, variables: Record<string, unknown> | undefined, authorization: string | null, sink = said): Promise<any> {
+async function gql(
+  query: string,
+  variables: Record<string, unknown> | undefined,
+  authorization: string | null,
+  sink = said,
+): Promise<any> {
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (authorization !== null) headers.authorization = authorization;
-  const response = await fetch(`${app.url}/graphql`, { method: 'POST', headers, body: JSON.stringify({ query, variables }) });
+  const response = await fetch(`${app.url}/graphql`, {
+    method: 'POST',
+    headers,
+    body: JSON.stringify({ query, variables }),
+  });
   const text = await response.text();
   sink.push(text);
   return JSON.parse(text);
@@ -129,7 +146,13 @@ function ws(connectionParams: Record<string, unknown>): { client: Client; closed
  * Subscribes; resolves with what arrived once `count` items came, the subscription ended, or `until` resolved
  * (or, as a safety net, after 5 s).
  */
-function subscribe(client: Client, query: string, variables: Record<string, unknown>, count: number, until?: Promise<unknown>): Promise<{ items: any[]; errors: unknown[] }> {
+function subscribe(
+  client: Client,
+  query: string,
+  variables: Record<string, unknown>,
+  count: number,
+  until?: Promise<unknown>,
+): Promise<{ items: any[]; errors: unknown[] }> {
   const items: any[] = [];
   const errors: unknown[] = [];
   return new Promise((resolve) => {
@@ -160,8 +183,17 @@ function subscribe(client: Client, query: string, variables: Record<string, unkn
 }
 
 /** Signs an event the way the upstream would, with the key of our choosing. */
-async function signedEvent(event: Record<string, unknown>, key: CryptoKey | Uint8Array, alg = 'RS256', issuer = sandbox.issuer): Promise<string> {
-  return new SignJWT({ payload: event }).setProtectedHeader({ alg }).setIssuer(issuer).setExpirationTime('5m').sign(key);
+async function signedEvent(
+  event: Record<string, unknown>,
+  key: CryptoKey | Uint8Array,
+  alg = 'RS256',
+  issuer = sandbox.issuer,
+): Promise<string> {
+  return new SignJWT({ payload: event })
+    .setProtectedHeader({ alg })
+    .setIssuer(issuer)
+    .setExpirationTime('5m')
+    .sign(key);
 }
 
 async function postWebhook(authorization: string | undefined, body: unknown = {}): Promise<number> {
@@ -173,36 +205,125 @@ async function postWebhook(authorization: string | undefined, body: unknown = {}
 // ------------------------------------------------------------------ operations
 
 const CREATE = /* GraphQL */ `
-  mutation($input: DeliveryInput!, $idem: String) {
+  mutation ($input: DeliveryInput!, $idem: String) {
     createDelivery(input: $input, idempotencyKey: $idem) {
       __typename
-      ... on MutationCreateDeliverySuccess { data { uid trackingUrl status } }
-      ... on Error { code message upstream { status error message } }
-      ... on ValidationError { fields { path message } }
+      ... on MutationCreateDeliverySuccess {
+        data {
+          uid
+          trackingUrl
+          status
+        }
+      }
+      ... on Error {
+        code
+        message
+        upstream {
+          status
+          error
+          message
+        }
+      }
+      ... on ValidationError {
+        fields {
+          path
+          message
+        }
+      }
     }
   }
 `;
 const QUOTE = /* GraphQL */ `
-  mutation($input: DeliveryInput!, $group: ApiGroup!) {
+  mutation ($input: DeliveryInput!, $group: ApiGroup!) {
     quoteDelivery(input: $input, group: $group) {
       __typename
-      ... on MutationQuoteDeliverySuccess { data { fee { amount currency } } }
-      ... on ValidationError { code message fields { path message } upstream { status error message } }
+      ... on MutationQuoteDeliverySuccess {
+        data {
+          fee {
+            amount
+            currency
+          }
+        }
+      }
+      ... on ValidationError {
+        code
+        message
+        fields {
+          path
+          message
+        }
+        upstream {
+          status
+          error
+          message
+        }
+      }
     }
   }
 `;
 const CANCEL = /* GraphQL */ `
-  mutation($uid: ID!, $group: ApiGroup!) {
+  mutation ($uid: ID!, $group: ApiGroup!) {
     cancelDelivery(uid: $uid, group: $group) {
       __typename
-      ... on MutationCancelDeliverySuccess { data { uid status fee { amount } } }
-      ... on Error { code message upstream { status error message } }
+      ... on MutationCancelDeliverySuccess {
+        data {
+          uid
+          status
+          fee {
+            amount
+          }
+        }
+      }
+      ... on Error {
+        code
+        message
+        upstream {
+          status
+          error
+          message
+        }
+      }
     }
   }
 `;
-const READ = /* GraphQL */ `query($uid: ID!, $group: ApiGroup!) { delivery(uid: $uid, group: $group) { id uid status trackingUrl payload pickup { name email } } }`;
-const UPDATED = /* GraphQL */ `subscription($uid: ID!) { deliveryUpdated(uid: $uid) { uid name status delivery { status courier { name } } } }`;
-const EVENTS = /* GraphQL */ `subscription { deliveryEvents { uid name } }`;
+const READ = /* GraphQL */ `
+  query ($uid: ID!, $group: ApiGroup!) {
+    delivery(uid: $uid, group: $group) {
+      id
+      uid
+      status
+      trackingUrl
+      payload
+      pickup {
+        name
+        email
+      }
+    }
+  }
+`;
+const UPDATED = /* GraphQL */ `
+  subscription ($uid: ID!) {
+    deliveryUpdated(uid: $uid) {
+      uid
+      name
+      status
+      delivery {
+        status
+        courier {
+          name
+        }
+      }
+    }
+  }
+`;
+const EVENTS = /* GraphQL */ `
+  subscription {
+    deliveryEvents {
+      uid
+      name
+    }
+  }
+`;
 const UNKNOWN_UID = '00000000-0000-4000-8000-000000000000';
 
 /** uid of each merchant's bookings, by key. */
@@ -231,27 +352,41 @@ function expectNoKeyIn(corpora: Record<string, string>): void {
 }
 
 describe('secrets', () => {
-  // PRODUCT BUG: an upstream validation failure is passed to the client word for word
-  // (validationErrorFromUpstream copies `message` and every `errors` entry, field names
-  // included, into ValidationError.message/fields; on reads and cancels the upstream's
-  // message becomes the GraphQL error message, with extensions.code "VALIDATION", a code
-  // ERROR_CODES marks as never reaching clients). An upstream that echoes the
-  // Authorization header in such a message (a 422 `{message: "Invalid request for Bearer
-  // sk_…", errors: {pickup_name: ["… Bearer sk_…"]}}` or a partner 400 `{error, message}`)
-  // puts the merchant key into the GraphQL answer, against "No secret is ever put into an
-  // error". Expected: the caller's key (and `Bearer <key>`) scrubbed from upstream text,
-  // and reads/cancels answering a documented code (UPSTREAM_ERROR). Since then every
-  // refusal carries the upstream's code and message (extensions.upstream, Error.upstream),
-  // so they are scrubbed of any key-like token too, another merchant's included.
-  // (First in the file, while no 5xx has been seen: a breaker opened by the walk below would keep these calls from the upstream.)
+  // PRODUCT BUG: an upstream validation failure is passed to the client word for word (validationErrorFromUpstream
+  // copies `message` and every `errors` entry, field names included, into ValidationError.message/fields; on reads and
+  // cancels the upstream's message becomes the GraphQL error message, with extensions.code "VALIDATION", a code
+  // ERROR_CODES marks as never reaching clients). An upstream that echoes the Authorization header in such a message (a
+  // 422 `{message: "Invalid request for Bearer sk_…", errors: {pickup_name: ["… Bearer sk_…"]}}` or a partner 400
+  // `{error, message}`) puts the merchant key into the GraphQL answer, against "No secret is ever put into an error".
+  // Expected: the caller's key (and `Bearer <key>`) scrubbed from upstream text, and reads/cancels answering a
+  // documented code (UPSTREAM_ERROR). Since then every refusal carries the upstream's code and message
+  // (extensions.upstream, Error.upstream), so they are scrubbed of any key-like token too, another merchant's included.
+  // (First in the file, while no 5xx has been seen: a breaker opened by the walk below would keep these calls from the
+  // upstream.)
   it('keeps a key the upstream echoes in a validation message out of the answer', async () => {
     const answers: string[] = [];
     const echoes = [
-      (auth: string) => ({ status: 422, body: JSON.stringify({ message: `Invalid request for ${auth}`, errors: { pickup_name: [`not accepted from ${auth}`], [auth]: ['unknown field'] } }) }),
-      (auth: string) => ({ status: 400, body: JSON.stringify({ error: 'validation_error', message: `currency refused for ${auth}` }) }),
-      // Any refusal's message reaches the client (extensions.upstream, Error.upstream): the caller's key, another merchant's, and a bearer value go.
-      (auth: string) => ({ status: 403, body: JSON.stringify({ code: 'forbidden', message: `not for ${auth}, nor ${A}, nor Bearer tok-${B.slice(3)}` }) }),
-      (auth: string) => ({ status: 409, body: JSON.stringify({ error: 'not_cancelable', message: `refused ${auth.replace('Bearer ', '')}` }) }),
+      (auth: string) => ({
+        status: 422,
+        body: JSON.stringify({
+          message: `Invalid request for ${auth}`,
+          errors: { pickup_name: [`not accepted from ${auth}`], [auth]: ['unknown field'] },
+        }),
+      }),
+      (auth: string) => ({
+        status: 400,
+        body: JSON.stringify({ error: 'validation_error', message: `currency refused for ${auth}` }),
+      }),
+      // Any refusal's message reaches the client (extensions.upstream, Error.upstream): the caller's key, another
+      // merchant's, and a bearer value go.
+      (auth: string) => ({
+        status: 403,
+        body: JSON.stringify({ code: 'forbidden', message: `not for ${auth}, nor ${A}, nor Bearer tok-${B.slice(3)}` }),
+      }),
+      (auth: string) => ({
+        status: 409,
+        body: JSON.stringify({ error: 'not_cancelable', message: `refused ${auth.replace('Bearer ', '')}` }),
+      }),
     ];
     for (const echo of echoes) {
       upstreamFault = echo;
@@ -274,7 +409,15 @@ describe('secrets', () => {
   it('walks every path with good, forged and missing keys', async () => {
     // Availability and authentication, in every spelling of the header.
     for (const key of ALL_KEYS) await gql('{ availability { group available errorCode } }', undefined, as(key));
-    for (const header of [`bearer ${A}`, `BEARER   ${B}  `, `Basic ${C}`, D, `Bearer ${FORGED[0]} extra`, 'Bearer', '']) {
+    for (const header of [
+      `bearer ${A}`,
+      `BEARER   ${B}  `,
+      `Basic ${C}`,
+      D,
+      `Bearer ${FORGED[0]} extra`,
+      'Bearer',
+      '',
+    ]) {
       await gql('{ availability { group available } }', undefined, header);
     }
     const anonymous = await gql('{ delivery(uid: "x") { uid } }', undefined, null);
@@ -294,7 +437,11 @@ describe('secrets', () => {
       await book(key);
     }
     for (const key of FORGED) {
-      const refused = await gql(CREATE, { input: deliveryInput(), idem: `forged-${randomBytes(4).toString('hex')}` }, as(key));
+      const refused = await gql(
+        CREATE,
+        { input: deliveryInput(), idem: `forged-${randomBytes(4).toString('hex')}` },
+        as(key),
+      );
       expect(refused.errors[0].extensions.code).toBe('UNAUTHENTICATED');
     }
 
@@ -318,15 +465,27 @@ describe('secrets', () => {
     expect(own.data.delivery.uid).toBe(a1);
     expect((await gql(READ, { uid: b1, group: 'PLATFORM' }, as(A))).data.delivery).toBeNull();
     expect((await gql(READ, { uid: UNKNOWN_UID, group: 'PARTNER' }, as(A))).data.delivery).toBeNull();
-    await gql('query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', { uids: [a1, a2, b1, UNKNOWN_UID, a1] }, as(A));
+    await gql(
+      'query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }',
+      { uids: [a1, a2, b1, UNKNOWN_UID, a1] },
+      as(A),
+    );
     await gql('query($id: ID!) { node(id: $id) { ... on Delivery { uid } } }', { id: own.data.delivery.id }, as(B));
     await gql('query($id: ID!) { node(id: $id) { ... on Delivery { uid } } }', { id: 'not-an-id' }, as(A));
     const order = sandbox.seedPartnerOrder(C, partnerOrderBody('PO-SECRET-1'));
-    expect((await gql('{ deliveryByReference(partnerReference: "PO-SECRET-1") { uid } }', undefined, as(C))).data.deliveryByReference.uid).toBe(order.uid);
-    expect((await gql('{ deliveryByReference(partnerReference: "PO-SECRET-1") { uid } }', undefined, as(D))).data.deliveryByReference).toBeNull();
+    expect(
+      (await gql('{ deliveryByReference(partnerReference: "PO-SECRET-1") { uid } }', undefined, as(C))).data
+        .deliveryByReference.uid,
+    ).toBe(order.uid);
+    expect(
+      (await gql('{ deliveryByReference(partnerReference: "PO-SECRET-1") { uid } }', undefined, as(D))).data
+        .deliveryByReference,
+    ).toBeNull();
     await gql('{ deliveryByReference(partnerReference: "PO-SECRET-1") { uid } }', undefined, as(FORGED[1]!));
     for (const key of FORGED) await gql(READ, { uid: a1, group: 'PLATFORM' }, as(key));
-    await fetchText(`${app.url}/graphql?query=${encodeURIComponent('{ availability { available } }')}`, { headers: { authorization: as(D) } });
+    await fetchText(`${app.url}/graphql?query=${encodeURIComponent('{ availability { available } }')}`, {
+      headers: { authorization: as(D) },
+    });
 
     // Subscriptions: own, another's, forged key, no key, key without the scheme.
     const [c1, c2] = booked.get(C)! as [string, string];
@@ -346,7 +505,17 @@ describe('secrets', () => {
 
     const lower = ws({ Authorization: `bearer ${D}` });
     // Accepted: the subscription goes live (no position is stored yet, so nothing arrives) without an error.
-    expect((await subscribe(lower.client, `subscription($uid: ID!) { courierLocation(uid: $uid) { uid } }`, { uid: booked.get(D)![0] }, 1, listenersAttached(app.services.bus))).errors).toEqual([]);
+    expect(
+      (
+        await subscribe(
+          lower.client,
+          `subscription($uid: ID!) { courierLocation(uid: $uid) { uid } }`,
+          { uid: booked.get(D)![0] },
+          1,
+          listenersAttached(app.services.bus),
+        )
+      ).errors,
+    ).toEqual([]);
     await lower.client.dispose();
 
     for (const key of FORGED) {
@@ -377,12 +546,18 @@ describe('secrets', () => {
 
     // Cancellations: own, unknown, another's, after pickup, partner group, forged key.
     const [d1] = booked.get(D)!;
-    expect((await gql(CANCEL, { uid: d1, group: 'PLATFORM' }, as(D))).data.cancelDelivery.__typename).toBe('MutationCancelDeliverySuccess');
-    expect((await gql(CANCEL, { uid: UNKNOWN_UID, group: 'PLATFORM' }, as(D))).data.cancelDelivery.code).toBe('NOT_FOUND');
+    expect((await gql(CANCEL, { uid: d1, group: 'PLATFORM' }, as(D))).data.cancelDelivery.__typename).toBe(
+      'MutationCancelDeliverySuccess',
+    );
+    expect((await gql(CANCEL, { uid: UNKNOWN_UID, group: 'PLATFORM' }, as(D))).data.cancelDelivery.code).toBe(
+      'NOT_FOUND',
+    );
     expect((await gql(CANCEL, { uid: a2, group: 'PLATFORM' }, as(B))).data.cancelDelivery.code).toBe('NOT_FOUND');
     for (let i = 0; i < 4; i += 1) await sandbox.advance(a2!);
     expect((await gql(CANCEL, { uid: a2, group: 'PLATFORM' }, as(A))).data.cancelDelivery.code).toBe('NOT_CANCELABLE');
-    expect((await gql(CANCEL, { uid: order.uid, group: 'PARTNER' }, as(C))).data.cancelDelivery.__typename).toBe('MutationCancelDeliverySuccess');
+    expect((await gql(CANCEL, { uid: order.uid, group: 'PARTNER' }, as(C))).data.cancelDelivery.__typename).toBe(
+      'MutationCancelDeliverySuccess',
+    );
     for (const key of FORGED) await gql(CANCEL, { uid: c2, group: 'PLATFORM' }, as(key));
 
     // Webhooks: the sandbox's real ones, and forgeries of every kind, some carrying merchant keys.
@@ -395,15 +570,24 @@ describe('secrets', () => {
       await signedEvent(event, new TextEncoder().encode(C), 'HS256'),
       await signedEvent(event, new TextEncoder().encode(sandbox.publicKeyPem), 'HS256'),
       new UnsecuredJWT({ payload: { ...event, key: D } }).setIssuer(sandbox.issuer).setExpirationTime('5m').encode(),
-      await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(sandbox.issuer).setExpirationTime(Math.floor(Date.now() / 1000) - 3600).sign(webhookKey),
-      await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(sandbox.issuer).sign(webhookKey),
+      await new SignJWT({ payload: event })
+        .setProtectedHeader({ alg: 'RS256' })
+        .setIssuer(sandbox.issuer)
+        .setExpirationTime(Math.floor(Date.now() / 1000) - 3600)
+        .sign(webhookKey),
+      await new SignJWT({ payload: event })
+        .setProtectedHeader({ alg: 'RS256' })
+        .setIssuer(sandbox.issuer)
+        .sign(webhookKey),
       await signedEvent(event, webhookKey, 'RS256', 'LastMile'),
       `${FORGED[0]}.${FORGED[1]}.${FORGED[2]}`,
     ];
     for (const token of forgedTokens) expect(await postWebhook(`Bearer ${token}`, { ...event, key: A })).toBe(401);
     expect(await postWebhook(undefined, event)).toBe(401);
     expect(await postWebhook(`Bearer ${B} trailing`, event)).toBe(401);
-    expect(await postWebhook(`Bearer ${await signedEvent({ event_name: 'delivery.assigned', note: C }, webhookKey)}`, event)).toBe(400);
+    expect(
+      await postWebhook(`Bearer ${await signedEvent({ event_name: 'delivery.assigned', note: C }, webhookKey)}`, event),
+    ).toBe(400);
     expect(await postWebhook(`Bearer ${await signedEvent(event, webhookKey)}`, { key: D })).toBe(200);
 
     // A slow upstream: timeouts.
@@ -416,12 +600,18 @@ describe('secrets', () => {
     }
     // A broken or hostile upstream that echoes the caller's Authorization header back.
     const echoes: Array<(auth: string) => { status: number; body: string; type?: string } | 'reset'> = [
-      (auth) => ({ status: 401, body: JSON.stringify({ code: 'invalid_api_key', message: `The key ${auth} is not valid` }) }),
+      (auth) => ({
+        status: 401,
+        body: JSON.stringify({ code: 'invalid_api_key', message: `The key ${auth} is not valid` }),
+      }),
       (auth) => ({ status: 403, body: JSON.stringify({ error: 'forbidden', message: `denied: ${auth}` }) }),
       (auth) => ({ status: 404, body: JSON.stringify({ code: 'not_found', message: `nothing for ${auth}` }) }),
       (auth) => ({ status: 409, body: JSON.stringify({ code: 'conflict', message: auth }) }),
       (auth) => ({ status: 500, body: `Internal error while serving ${auth}`, type: 'text/plain' }),
-      (auth) => ({ status: 503, body: JSON.stringify({ code: 'unavailable', message: auth, headers: { authorization: auth } }) }),
+      (auth) => ({
+        status: 503,
+        body: JSON.stringify({ code: 'unavailable', message: auth, headers: { authorization: auth } }),
+      }),
       (auth) => ({ status: 200, body: `<html>${auth}</html>`, type: 'text/html' }),
       (auth) => ({ status: 200, body: JSON.stringify({ data: { uid: 42, echo: auth } }).slice(0, -3) }),
       (auth) => ({ status: 418, body: JSON.stringify({ message: auth, stack: `Error: ${auth}\n    at handler` }) }),
@@ -447,7 +637,19 @@ describe('secrets', () => {
 
   it('heard something from every path, so the search below means something', () => {
     const everything = said.join('\n');
-    for (const code of ['UNAUTHENTICATED', 'VALIDATION_FAILED', 'NOT_FOUND', 'NOT_CANCELABLE', 'IDEMPOTENCY_CONFLICT', 'UPSTREAM_TIMEOUT', 'UPSTREAM_UNAVAILABLE', 'UPSTREAM_ERROR', 'invalid_token', '"type":"next"', 'close 4403']) {
+    for (const code of [
+      'UNAUTHENTICATED',
+      'VALIDATION_FAILED',
+      'NOT_FOUND',
+      'NOT_CANCELABLE',
+      'IDEMPOTENCY_CONFLICT',
+      'UPSTREAM_TIMEOUT',
+      'UPSTREAM_UNAVAILABLE',
+      'UPSTREAM_ERROR',
+      'invalid_token',
+      '"type":"next"',
+      'close 4403',
+    ]) {
       expect(everything, code).toContain(code);
     }
     const logs = logLines.join('');
@@ -470,21 +672,33 @@ describe('secrets', () => {
       expect(tables.map((t) => t.name)).toEqual(expect.arrayContaining(['idempotency', 'ownership', 'events']));
       const dump: string[] = [];
       for (const { name } of tables) {
-        for (const row of db.prepare(`SELECT * FROM "${name.replace(/"/g, '""')}"`).raw().all() as unknown[][]) {
-          for (const cell of row) dump.push(Buffer.isBuffer(cell) ? `${cell.toString('utf8')} ${cell.toString('hex')}` : String(cell));
+        for (const row of db
+          .prepare(`SELECT * FROM "${name.replace(/"/g, '""')}"`)
+          .raw()
+          .all() as unknown[][]) {
+          for (const cell of row)
+            dump.push(Buffer.isBuffer(cell) ? `${cell.toString('utf8')} ${cell.toString('hex')}` : String(cell));
         }
       }
       const text = dump.join('\n');
       for (const key of ALL_KEYS) expect(text.includes(key), `${key} stored`).toBe(false);
 
       // What is there instead: the hash of each booking merchant's key, on its idempotency keys and deliveries.
-      const idempotency = db.prepare('SELECT owner_hash, idempotency_key FROM idempotency').all() as Array<{ owner_hash: string; idempotency_key: string }>;
+      const idempotency = db.prepare('SELECT owner_hash, idempotency_key FROM idempotency').all() as Array<{
+        owner_hash: string;
+        idempotency_key: string;
+      }>;
       for (const [i, { key }] of MERCHANTS.entries()) {
         expect(idempotency).toContainEqual({ owner_hash: hashKey(key), idempotency_key: idempotencyKeys[i] });
       }
-      const owners = new Map((db.prepare('SELECT uid, owner_hash FROM ownership').all() as Array<{ uid: string; owner_hash: string }>).map((r) => [r.uid, r.owner_hash]));
+      const owners = new Map(
+        (db.prepare('SELECT uid, owner_hash FROM ownership').all() as Array<{ uid: string; owner_hash: string }>).map(
+          (r) => [r.uid, r.owner_hash],
+        ),
+      );
       for (const [key, uids] of booked) for (const uid of uids) expect(owners.get(uid)).toBe(hashKey(key));
-      for (const hash of [...owners.values(), ...idempotency.map((r) => r.owner_hash)]) expect(hash).toMatch(/^[0-9a-f]{64}$/);
+      for (const hash of [...owners.values(), ...idempotency.map((r) => r.owner_hash)])
+        expect(hash).toMatch(/^[0-9a-f]{64}$/);
     } finally {
       db.close();
     }
@@ -502,7 +716,10 @@ describe('the logger', () => {
     const logger = createLogger('trace', { write: (line: string) => void lines.push(line) });
     const key = secret('sk_test_logged');
     logger.info({ key, authorization: `Bearer ${key}`, token: key }, 'top level');
-    logger.info({ request: { key, authorization: `Bearer ${key}`, token: key, headers: { authorization: `Bearer ${key}` } } }, 'nested');
+    logger.info(
+      { request: { key, authorization: `Bearer ${key}`, token: key, headers: { authorization: `Bearer ${key}` } } },
+      'nested',
+    );
     logger.info({ headers: { authorization: `Bearer ${key}` } }, 'headers');
     expect(lines).toHaveLength(3);
     expect(lines.join('')).not.toContain(key);

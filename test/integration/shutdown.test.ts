@@ -41,7 +41,8 @@ describe('SIGTERM', () => {
         WEBHOOK_ISSUER: sandbox.issuer,
         DATA_DIR: dataDir,
         LOG_LEVEL: 'silent',
-        // Far beyond the test's timeout: a stop that waited out the grace instead of ending when its work is done would never finish here.
+        // Far beyond the test's timeout: a stop that waited out the grace instead of ending when its work is done would
+        // never finish here.
         SHUTDOWN_GRACE_MS: '600000',
       },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -76,7 +77,12 @@ describe('SIGTERM', () => {
         headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
         body: JSON.stringify({ query, variables }),
       });
-    const booked = await (await gql('mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }', { input: deliveryInput() })).json();
+    const booked = await (
+      await gql(
+        'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }',
+        { input: deliveryInput() },
+      )
+    ).json();
     const uid = (booked as any).data.createDelivery.data.uid as string;
 
     let closeCode = 0;
@@ -101,10 +107,23 @@ describe('SIGTERM', () => {
       for (let i = 0; i < 400; i += 8) {
         await Promise.all(
           Array.from({ length: 8 }, async (_, j) => {
-            const event = { uid, event_name: 'location.pickup_enroute', driver_location: { lat: i + j, lng: 0 }, n: i + j };
-            const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(sandbox.issuer).setExpirationTime('5m').sign(privateKey);
+            const event = {
+              uid,
+              event_name: 'location.pickup_enroute',
+              driver_location: { lat: i + j, lng: 0 },
+              n: i + j,
+            };
+            const token = await new SignJWT({ payload: event })
+              .setProtectedHeader({ alg: 'RS256' })
+              .setIssuer(sandbox.issuer)
+              .setExpirationTime('5m')
+              .sign(privateKey);
             try {
-              const response = await fetch(`${url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+              const response = await fetch(`${url}/webhooks`, {
+                method: 'POST',
+                headers: { authorization: `Bearer ${token}` },
+                body: JSON.stringify(event),
+              });
               if (response.status === 200) acknowledged.push(String(i + j));
             } catch {
               // refused once the server stopped listening: the upstream would retry
@@ -130,7 +149,11 @@ describe('SIGTERM', () => {
 
     const db = new Database(path.join(dataDir, 'delivery-graph.sqlite'), { readonly: true });
     const stored = new Set(
-      (db.prepare("SELECT payload FROM events WHERE name = 'location.pickup_enroute'").all() as Array<{ payload: string }>).map((row) => String(JSON.parse(row.payload).n)),
+      (
+        db.prepare("SELECT payload FROM events WHERE name = 'location.pickup_enroute'").all() as Array<{
+          payload: string;
+        }>
+      ).map((row) => String(JSON.parse(row.payload).n)),
     );
     db.close();
     expect(acknowledged.length).toBeGreaterThan(0);

@@ -52,7 +52,9 @@ describe('the SQLite writer thread', () => {
       await turnOfTheEventLoop();
       expect(settled).toEqual([]);
       // These queue behind the waiting write.
-      const second = store.appendEvents([event('d1', 'delivery.assigned'), event('d2', 'delivery.created')]).finally(() => settled.push('second'));
+      const second = store
+        .appendEvents([event('d1', 'delivery.assigned'), event('d2', 'delivery.created')])
+        .finally(() => settled.push('second'));
       const owner = store.recordOwner('d1', 'owner-hash', 'PLATFORM').finally(() => settled.push('owner'));
       await turnOfTheEventLoop();
       expect(settled).toEqual([]);
@@ -80,7 +82,9 @@ describe('the SQLite writer thread', () => {
       const recorded = store.recordOwners([{ uid: 'd1', owner: 'owner-hash', group: 'PARTNER' }]);
       await turnOfTheEventLoop();
       // The access check of a webhook or read that follows the write must not find "no record".
-      expect(await store.ownersOf(['d1', 'd2'])).toEqual(new Map([['d1', { owner: 'owner-hash', group: 'PARTNER', proof: 'read' }]]));
+      expect(await store.ownersOf(['d1', 'd2'])).toEqual(
+        new Map([['d1', { owner: 'owner-hash', group: 'PARTNER', proof: 'read' }]]),
+      );
       lock.release();
       await recorded;
       expect(await store.ownerOf('d1')).toBe('owner-hash');
@@ -104,7 +108,9 @@ describe('the SQLite writer thread', () => {
       await stopped;
       await expect(waiting).rejects.toThrow(/SQLite writer thread stopped/);
       await expect(store.recordOwner('d1', 'owner-hash')).rejects.toThrow(/SQLite writer thread stopped/);
-      await expect(store.claimIdempotency('owner-hash', 'key', 'fingerprint')).rejects.toThrow(/SQLite writer thread stopped/);
+      await expect(store.claimIdempotency('owner-hash', 'key', 'fingerprint')).rejects.toThrow(
+        /SQLite writer thread stopped/,
+      );
       await expect(store.ping()).rejects.toThrow(/SQLite writer thread stopped/);
       expect((await store.eventsAfter(0, 10)).map((stored) => stored.name)).toEqual(['delivery.created']);
     } finally {
@@ -115,19 +121,30 @@ describe('the SQLite writer thread', () => {
   it('stores a batch in one savepoint, and when one of its events cannot be written, that one fails alone', async () => {
     const store = openStore();
     // A batch that writes: every event stored, in order.
-    const stored = await store.appendEvents([event('batch-a', 'delivery.created'), event('batch-b', 'delivery.created'), event('batch-a', 'delivery.assigned')]);
+    const stored = await store.appendEvents([
+      event('batch-a', 'delivery.created'),
+      event('batch-b', 'delivery.created'),
+      event('batch-a', 'delivery.assigned'),
+    ]);
     expect(stored.map((result) => [result.event.uid, result.event.name, result.duplicate])).toEqual([
       ['batch-a', 'delivery.created', false],
       ['batch-b', 'delivery.created', false],
       ['batch-a', 'delivery.assigned', false],
     ]);
-    // An event without a uid cannot be written (the receiver never sends one: the store must still not lose the others).
-    const broken = { payload: { event_name: 'delivery.created' } as WireWebhookEvent, receivedAt: new Date().toISOString() };
+    // An event without a uid cannot be written (the receiver never sends one: the store must still not lose the
+    // others).
+    const broken = {
+      payload: { event_name: 'delivery.created' } as WireWebhookEvent,
+      receivedAt: new Date().toISOString(),
+    };
     const before = await store.lastSeq();
-    const failure = await store.appendEvents([event('mixed-a', 'delivery.created'), broken, event('mixed-b', 'delivery.created')]).then(
-      () => undefined,
-      (error: unknown) => error as { name: string; outcomes: Array<{ event?: { uid: string; seq: number } } | Error> },
-    );
+    const failure = await store
+      .appendEvents([event('mixed-a', 'delivery.created'), broken, event('mixed-b', 'delivery.created')])
+      .then(
+        () => undefined,
+        (error: unknown) =>
+          error as { name: string; outcomes: Array<{ event?: { uid: string; seq: number } } | Error> },
+      );
     expect(failure?.name).toBe('PartialAppendError');
     expect(failure!.outcomes[1]).toBeInstanceOf(Error);
     const [first, , third] = failure!.outcomes as Array<{ event: { uid: string; seq: number } }>;
@@ -166,7 +183,10 @@ describe('the SQLite writer thread', () => {
       let answer = await ready();
       while (answer.status === 200) answer = await ready();
       expect(answer.status).toBe(503);
-      expect(answer.body).toMatchObject({ status: 'store unavailable', store: expect.stringMatching(/SQLite writer thread stopped/) });
+      expect(answer.body).toMatchObject({
+        status: 'store unavailable',
+        store: expect.stringMatching(/SQLite writer thread stopped/),
+      });
     } finally {
       await stack.stop();
     }

@@ -33,7 +33,8 @@ function waitFor(child: ChildProcess, pattern: RegExp, timeoutMs = 15_000): Prom
   });
 }
 
-const exited = (child: ChildProcess) => new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+const exited = (child: ChildProcess) =>
+  new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
 
 describe('npm start against the embedded sandbox', () => {
   const dataDir = makeDataDir();
@@ -62,17 +63,28 @@ describe('npm start against the embedded sandbox', () => {
   });
 
   it('prints where the page, GraphiQL, the webhooks, health and metrics are, and each answers there', async () => {
-    const at = (label: string) => new RegExp(`^  ${label.replace(/[+/]/g, '\\$&')}\\s+(http://\\S+)`, 'm').exec(bannerText)?.[1];
+    const at = (label: string) =>
+      new RegExp(`^  ${label.replace(/[+/]/g, '\\$&')}\\s+(http://\\S+)`, 'm').exec(bannerText)?.[1];
     const page = at('tracking page');
     const graphiql = at('GraphQL + GraphiQL');
     const webhooks = at('webhooks');
     const health = at('health / ready');
     const metrics = at('metrics');
-    expect([page, graphiql, webhooks, health, metrics]).toEqual([`${url}/`, `${url}/graphql`, `${url}/webhooks`, `${url}/health`, `${url}/metrics`]);
+    expect([page, graphiql, webhooks, health, metrics]).toEqual([
+      `${url}/`,
+      `${url}/graphql`,
+      `${url}/webhooks`,
+      `${url}/health`,
+      `${url}/metrics`,
+    ]);
     expect(bannerText).toContain(`open ${url}/ and press "Book a sandbox delivery"`);
     // Which tracking page is which: ours at /#uid=, a delivery's trackingUrl on the sandbox's own port.
-    expect(bannerText).toContain(`${url}/#uid=<uid> follows a delivery live; a delivery's trackingUrl is the upstream's own page`);
-    expect(bannerText).toMatch(/trackingUrl is the sandbox's own page on 127\.0\.0\.1:\d+, not this service's tracking page/);
+    expect(bannerText).toContain(
+      `${url}/#uid=<uid> follows a delivery live; a delivery's trackingUrl is the upstream's own page`,
+    );
+    expect(bannerText).toMatch(
+      /trackingUrl is the sandbox's own page on 127\.0\.0\.1:\d+, not this service's tracking page/,
+    );
 
     const pageResponse = await fetch(page!);
     expect(pageResponse.status).toBe(200);
@@ -110,14 +122,19 @@ describe('npm start against the embedded sandbox', () => {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
       body: JSON.stringify({
-        query: 'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }',
+        query:
+          'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }',
         variables: { input: deliveryInput() },
       }),
     });
     const uid = ((await response.json()) as any).data.createDelivery.data.uid;
     const client = wsClient(url, key);
     const updates = collect(client, 'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { status name } }', { uid });
-    const positions = collect(client, 'subscription($uid: ID!) { courierLocation(uid: $uid) { location { lat lng } } }', { uid });
+    const positions = collect(
+      client,
+      'subscription($uid: ID!) { courierLocation(uid: $uid) { location { lat lng } } }',
+      { uid },
+    );
     await updates.done;
     await positions.done;
     const statuses = updates.items.map((item) => item.deliveryUpdated.status);
@@ -136,21 +153,37 @@ describe('npm start against the embedded sandbox', () => {
 });
 
 describe('npm start with default logging, stdout not a terminal', () => {
-  /** Starts with LOG_LEVEL and LOG_FORMAT unset, books a delivery and follows it to the end; returns what the process wrote. */
+  /**
+   * Starts with LOG_LEVEL and LOG_FORMAT unset, books a delivery and follows it to the end; returns what the process
+   * wrote.
+   */
   async function bookedDeliveryLife(env: Record<string, string>): Promise<{ stdout: string; stderr: string }> {
     const dataDir = makeDataDir();
-    const child = run({ PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: '100', SANDBOX_RETURN_RATE: '0', DATA_DIR: dataDir, LOG_LEVEL: '', ...env });
+    const child = run({
+      PORT: '0',
+      SANDBOX_PORT: '0',
+      SANDBOX_STEP_MS: '100',
+      SANDBOX_RETURN_RATE: '0',
+      DATA_DIR: dataDir,
+      LOG_LEVEL: '',
+      ...env,
+    });
     let stdout = '';
     let stderr = '';
     child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
     child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
     try {
-      const [[, url], [, key]] = await Promise.all([waitFor(child, /serving on (http:\/\/\S+)/), waitFor(child, /merchant key: (\S+)/), waitFor(child, /Milestones come every/)]);
+      const [[, url], [, key]] = await Promise.all([
+        waitFor(child, /serving on (http:\/\/\S+)/),
+        waitFor(child, /merchant key: (\S+)/),
+        waitFor(child, /Milestones come every/),
+      ]);
       const response = await fetch(`${url}/graphql`, {
         method: 'POST',
         headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
         body: JSON.stringify({
-          query: 'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }',
+          query:
+            'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }',
           variables: { input: deliveryInput() },
         }),
       });
@@ -185,7 +218,9 @@ describe('npm start with default logging, stdout not a terminal', () => {
 
   it('in production logs each webhook at info, one JSON line each', async () => {
     const { stdout, stderr } = await bookedDeliveryLife({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox' });
-    const lines = logLines(stdout).map((line) => JSON.parse(line) as { level: number; msg: string; path?: string; status?: number });
+    const lines = logLines(stdout).map(
+      (line) => JSON.parse(line) as { level: number; msg: string; path?: string; status?: number },
+    );
     const webhooks = lines.filter((line) => line.msg === 'request' && line.path === '/webhooks');
     // Created, the milestones to drop-off, and the courier's positions between them.
     expect(webhooks.length).toBeGreaterThan(5);
@@ -198,14 +233,28 @@ describe('stdout with JSON logs', () => {
   it('carries JSON lines only, each with its pid; the banner goes to stderr; a misspelled setting is named with the closest one', async () => {
     const dataDir = makeDataDir();
     // LOG_FORMAT=json as a collector reads it; REDIS_ULR is REDIS_URL misspelled (ignored, but named).
-    const child = run({ PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'info', LOG_FORMAT: 'json', REDIS_ULR: 'redis://127.0.0.1:6379' });
+    const child = run({
+      PORT: '0',
+      SANDBOX_PORT: '0',
+      DATA_DIR: dataDir,
+      LOG_LEVEL: 'info',
+      LOG_FORMAT: 'json',
+      REDIS_ULR: 'redis://127.0.0.1:6379',
+    });
     let stdout = '';
     let stderr = '';
     child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
     child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
     try {
-      const [[, url]] = await Promise.all([waitFor(child, /serving on (http:\/\/\S+)/), waitFor(child, /Milestones come every/)]);
-      await fetch(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"query":"{ __typename }"}' });
+      const [[, url]] = await Promise.all([
+        waitFor(child, /serving on (http:\/\/\S+)/),
+        waitFor(child, /Milestones come every/),
+      ]);
+      await fetch(`${url}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{"query":"{ __typename }"}',
+      });
       const done = exited(child);
       child.kill('SIGTERM');
       expect(await done).toBe(0);
@@ -223,7 +272,14 @@ describe('stdout with JSON logs', () => {
       expect(parsed).toContainEqual(expect.objectContaining({ msg: 'request', path: '/graphql' }));
       expect(stdout).not.toContain('serving on');
       expect(stderr).toContain(`delivery-graph is serving on ${url}`);
-      expect(parsed).toContainEqual(expect.objectContaining({ level: 40, variable: 'REDIS_ULR', closest: 'REDIS_URL', msg: 'REDIS_ULR is not a setting of delivery-graph and is ignored; did you mean REDIS_URL?' }));
+      expect(parsed).toContainEqual(
+        expect.objectContaining({
+          level: 40,
+          variable: 'REDIS_ULR',
+          closest: 'REDIS_URL',
+          msg: 'REDIS_ULR is not a setting of delivery-graph and is ignored; did you mean REDIS_URL?',
+        }),
+      );
     } finally {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       rmSync(dataDir, { recursive: true, force: true });
@@ -242,7 +298,7 @@ describe('a production start', () => {
       child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
       expect(await exited(child)).toBe(1);
       expect(stderr.trim().split('\n')).toEqual([
-        'delivery-graph: bad configuration: UPSTREAM_URL: required in production (NODE_ENV=production): the upstream\'s base URL ending in /api/v1, or UPSTREAM_URL=sandbox to run the embedded simulator on purpose',
+        "delivery-graph: bad configuration: UPSTREAM_URL: required in production (NODE_ENV=production): the upstream's base URL ending in /api/v1, or UPSTREAM_URL=sandbox to run the embedded simulator on purpose",
       ]);
       expect(stdout).toBe('');
     } finally {
@@ -254,13 +310,23 @@ describe('a production start', () => {
 
   it('with UPSTREAM_URL=sandbox runs the simulator, says so in the banner and in a warning, and shows only what production serves', async () => {
     const dataDir = makeDataDir();
-    const child = run({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
+    const child = run({
+      NODE_ENV: 'production',
+      UPSTREAM_URL: 'sandbox',
+      PORT: '0',
+      SANDBOX_PORT: '0',
+      DATA_DIR: dataDir,
+      LOG_LEVEL: 'warn',
+    });
     let stderr = '';
     let stdout = '';
     child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
     child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
     try {
-      const [[, url]] = await Promise.all([waitFor(child, /serving on (http:\/\/\S+)/), waitFor(child, /Milestones come every/)]);
+      const [[, url]] = await Promise.all([
+        waitFor(child, /serving on (http:\/\/\S+)/),
+        waitFor(child, /Milestones come every/),
+      ]);
       expect((await fetch(`${url}/ready`)).status).toBe(200);
       expect(stderr).toContain('a simulator: UPSTREAM_URL=sandbox asked for it, and nothing is really booked');
       // GraphiQL and /metrics are off in production: the banner names neither.
@@ -268,8 +334,16 @@ describe('a production start', () => {
       expect(stderr).toMatch(/^ {2}GraphQL {13}http:\/\/\S+\/graphql/m);
       expect(stderr).not.toMatch(/^ {2}metrics /m);
       expect(stderr).toContain(`then over graphql-ws at ${url!.replace('http', 'ws')}/graphql run`);
-      const warnings = stdout.split('\n').filter(Boolean).map((line) => JSON.parse(line) as { level: number; msg: string });
-      expect(warnings).toContainEqual(expect.objectContaining({ level: 40, msg: 'the upstream is the embedded sandbox (UPSTREAM_URL=sandbox), a simulator: nothing is really booked or delivered' }));
+      const warnings = stdout
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => JSON.parse(line) as { level: number; msg: string });
+      expect(warnings).toContainEqual(
+        expect.objectContaining({
+          level: 40,
+          msg: 'the upstream is the embedded sandbox (UPSTREAM_URL=sandbox), a simulator: nothing is really booked or delivered',
+        }),
+      );
     } finally {
       if (child.exitCode === null && child.signalCode === null) {
         const done = exited(child);
@@ -286,12 +360,20 @@ describe('a production start', () => {
     await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', () => resolve()));
     const port = (blocker.address() as { port: number }).port;
     const dataDir = makeDataDir();
-    const child = run({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', PORT: String(port), SANDBOX_PORT: '0', DATA_DIR: dataDir });
+    const child = run({
+      NODE_ENV: 'production',
+      UPSTREAM_URL: 'sandbox',
+      PORT: String(port),
+      SANDBOX_PORT: '0',
+      DATA_DIR: dataDir,
+    });
     try {
       let stderr = '';
       child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
       expect(await exited(child)).toBe(1);
-      expect(stderr.trim().split('\n')).toEqual([`delivery-graph: port ${port} on 127.0.0.1 is already in use; set PORT to a free port (e.g. PORT=${port + 1})`]);
+      expect(stderr.trim().split('\n')).toEqual([
+        `delivery-graph: port ${port} on 127.0.0.1 is already in use; set PORT to a free port (e.g. PORT=${port + 1})`,
+      ]);
     } finally {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       blocker.close();
@@ -309,12 +391,20 @@ describe('start-up with Redis not there', () => {
     const port = (probe.address() as { port: number }).port;
     await new Promise((resolve) => probe.close(resolve));
     const dataDir = makeDataDir();
-    const child = run({ REDIS_URL: `redis://127.0.0.1:${port}`, CLIENT_TOKEN_SECRET: 'a-client-token-secret-of-32-chars-or-more', PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir });
+    const child = run({
+      REDIS_URL: `redis://127.0.0.1:${port}`,
+      CLIENT_TOKEN_SECRET: 'a-client-token-secret-of-32-chars-or-more',
+      PORT: '0',
+      SANDBOX_PORT: '0',
+      DATA_DIR: dataDir,
+    });
     try {
       let stderr = '';
       child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
       expect(await exited(child)).toBe(1);
-      expect(stderr.trim().split('\n')).toEqual([`delivery-graph failed to start: REDIS_URL: Redis cannot be reached (connect ECONNREFUSED 127.0.0.1:${port})`]);
+      expect(stderr.trim().split('\n')).toEqual([
+        `delivery-graph failed to start: REDIS_URL: Redis cannot be reached (connect ECONNREFUSED 127.0.0.1:${port})`,
+      ]);
     } finally {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       rmSync(dataDir, { recursive: true, force: true });
@@ -333,18 +423,33 @@ describe('start-up with a bad variable', () => {
   });
 
   it('lists every option with --help', async () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', '--help'], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', '--help'], {
+      cwd: root,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
     expect(await exited(child)).toBe(0);
-    for (const name of ['PORT', 'UPSTREAM_URL', 'PLATFORM_ID', 'WEBHOOK_PUBLIC_KEY_FILE', 'REDIS_URL', 'UPSTREAM_AMOUNT_UNIT']) expect(stdout).toContain(name);
+    for (const name of [
+      'PORT',
+      'UPSTREAM_URL',
+      'PLATFORM_ID',
+      'WEBHOOK_PUBLIC_KEY_FILE',
+      'REDIS_URL',
+      'UPSTREAM_AMOUNT_UNIT',
+    ])
+      expect(stdout).toContain(name);
   });
 });
 
 describe('npm start, exactly as the README runs it', () => {
   /** `npm start` through npm itself (npm → sh → node), as a newcomer types it. */
   const npmStart = (env: Record<string, string>) =>
-    spawn('npm', ['start', '--silent'], { cwd: root, env: { ...process.env, LOG_LEVEL: 'silent', SANDBOX_PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    spawn('npm', ['start', '--silent'], {
+      cwd: root,
+      env: { ...process.env, LOG_LEVEL: 'silent', SANDBOX_PORT: '0', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
 
   it('stops gracefully on SIGTERM sent to npm: the server goes, no process is left behind', async () => {
     const dataDir = makeDataDir();
@@ -360,7 +465,10 @@ describe('npm start, exactly as the README runs it', () => {
       const { readdirSync, readFileSync } = await import('node:fs');
       const leftovers = readdirSync('/proc').filter((pid) => {
         try {
-          return /^\d+$/.test(pid) && readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0').includes(`DATA_DIR=${dataDir}`);
+          return (
+            /^\d+$/.test(pid) &&
+            readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0').includes(`DATA_DIR=${dataDir}`)
+          );
         } catch {
           return false;
         }
@@ -383,8 +491,13 @@ describe('npm start, exactly as the README runs it', () => {
       let stderr = '';
       child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
       expect(await exited(child)).toBe(1);
-      const lines = stderr.trim().split('\n').filter((line) => line.includes('delivery-graph') || line.includes('    at '));
-      expect(lines).toEqual([`delivery-graph: port ${port} on 127.0.0.1 is already in use; set PORT to a free port (e.g. PORT=${port + 1} npm start)`]);
+      const lines = stderr
+        .trim()
+        .split('\n')
+        .filter((line) => line.includes('delivery-graph') || line.includes('    at '));
+      expect(lines).toEqual([
+        `delivery-graph: port ${port} on 127.0.0.1 is already in use; set PORT to a free port (e.g. PORT=${port + 1} npm start)`,
+      ]);
       expect(stderr).not.toMatch(/warning/i);
     } finally {
       blocker.close();
@@ -395,8 +508,12 @@ describe('npm start, exactly as the README runs it', () => {
   it('names every busy port in that one line, the main port and the sandbox port together', async () => {
     const { createServer } = await import('node:net');
     const blockers = [createServer(), createServer()];
-    for (const blocker of blockers) await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', () => resolve()));
-    const [port, sandboxPort] = blockers.map((blocker) => (blocker.address() as { port: number }).port) as [number, number];
+    for (const blocker of blockers)
+      await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', () => resolve()));
+    const [port, sandboxPort] = blockers.map((blocker) => (blocker.address() as { port: number }).port) as [
+      number,
+      number,
+    ];
     const dataDir = makeDataDir();
     try {
       const child = npmStart({ PORT: String(port), SANDBOX_PORT: String(sandboxPort), DATA_DIR: dataDir });
@@ -442,7 +559,9 @@ describe('a start that fails', () => {
         }
       }).length;
     try {
-      const failed = await startApp(loadConfig({ PORT: String(busy), SANDBOX_PORT: String(sandboxPort), DATA_DIR: dataDir, LOG_LEVEL: 'silent' })).then(
+      const failed = await startApp(
+        loadConfig({ PORT: String(busy), SANDBOX_PORT: String(sandboxPort), DATA_DIR: dataDir, LOG_LEVEL: 'silent' }),
+      ).then(
         () => undefined,
         (error: unknown) => error,
       );
@@ -450,7 +569,9 @@ describe('a start that fails', () => {
       expect(openInDataDir()).toBe(0);
       // The sandbox's port is free again.
       const probe = createServer();
-      await new Promise<void>((resolve, reject) => probe.once('error', reject).listen(sandboxPort, '127.0.0.1', () => resolve()));
+      await new Promise<void>((resolve, reject) =>
+        probe.once('error', reject).listen(sandboxPort, '127.0.0.1', () => resolve()),
+      );
       await new Promise((resolve) => probe.close(resolve));
     } finally {
       blocker.close();

@@ -81,16 +81,31 @@ const trim = (store: Store) => (store as SqliteStore | RedisStore).trimExpired()
  * What the store holds, counted where it holds it. For SQLite the de-duplication
  * entries and per-delivery indexes are the event rows; in Redis they are keys of their own.
  */
-async function footprint(store: Store): Promise<{ events: number; dedup: number; indexed: number; deliveries: number; owners: number; idempotency: number }> {
+async function footprint(store: Store): Promise<{
+  events: number;
+  dedup: number;
+  indexed: number;
+  deliveries: number;
+  owners: number;
+  idempotency: number;
+}> {
   if (store instanceof SqliteStore) {
     const count = (table: string) => (store.db.prepare(`SELECT COUNT(*) AS n FROM ${table}`).get() as { n: number }).n;
     const events = count('events');
-    return { events, dedup: events, indexed: events, deliveries: count('delivery_state'), owners: count('ownership'), idempotency: count('idempotency') };
+    return {
+      events,
+      dedup: events,
+      indexed: events,
+      deliveries: count('delivery_state'),
+      owners: count('ownership'),
+      idempotency: count('idempotency'),
+    };
   }
   const redis = store as RedisStore;
   const keys = await redis.client.keys(`${redis.prefix}*`);
   const named = (pattern: RegExp) => keys.filter((key) => pattern.test(key.slice(redis.prefix.length)));
-  const sum = async (list: string[], count: (key: string) => Promise<number>) => (await Promise.all(list.map(count))).reduce((a, b) => a + b, 0);
+  const sum = async (list: string[], count: (key: string) => Promise<number>) =>
+    (await Promise.all(list.map(count))).reduce((a, b) => a + b, 0);
   return {
     events: await redis.client.xlen(`${redis.prefix}log`),
     dedup: await sum(named(/^delivery:.*:dedup$/), (key) => redis.client.hlen(key)),
@@ -103,12 +118,23 @@ async function footprint(store: Store): Promise<{ events: number; dedup: number;
 
 const AT = '2030-05-01T10:00:00.000Z';
 
-function event(uid: string, name: string, extra: Record<string, unknown> = {}): { payload: WireWebhookEvent; receivedAt: string } {
-  return { payload: { uid, event_name: name, status: name.slice(name.indexOf('.') + 1), ...extra } as WireWebhookEvent, receivedAt: AT };
+function event(
+  uid: string,
+  name: string,
+  extra: Record<string, unknown> = {},
+): { payload: WireWebhookEvent; receivedAt: string } {
+  return {
+    payload: { uid, event_name: name, status: name.slice(name.indexOf('.') + 1), ...extra } as WireWebhookEvent,
+    receivedAt: AT,
+  };
 }
 
 /** A poll event's markers: a read made at `basis` (src/realtime/reconcile.ts eventFromRead). */
-const poll = (basis: number, confirm = false) => ({ facade_source: 'poll', facade_read_basis: basis, ...(confirm ? { facade_confirms: true } : {}) });
+const poll = (basis: number, confirm = false) => ({
+  facade_source: 'poll',
+  facade_read_basis: basis,
+  ...(confirm ? { facade_confirms: true } : {}),
+});
 /** A read newer than anything stored, one older than anything, and one that confirms a cancel or failure. */
 const NEW_READ = poll(1e9);
 const OLD_READ = poll(0);
@@ -121,8 +147,14 @@ const stepEvent = (uid: string, step: PathStep, extra: Record<string, unknown> =
 const stepLabel = (step: PathStep) => {
   if (typeof step === 'string') return step;
   const [name, extra] = step;
-  const read = extra.facade_source === 'poll' ? `read${extra.facade_confirms ? ', confirming' : ''}${extra.facade_read_basis === 0 ? ', old' : ''}` : undefined;
-  const courier = extra.driver_id !== undefined || extra.driver_name !== undefined ? `courier ${String(extra.driver_id ?? '-')}/${String(extra.driver_name ?? '-')}` : undefined;
+  const read =
+    extra.facade_source === 'poll'
+      ? `read${extra.facade_confirms ? ', confirming' : ''}${extra.facade_read_basis === 0 ? ', old' : ''}`
+      : undefined;
+  const courier =
+    extra.driver_id !== undefined || extra.driver_name !== undefined
+      ? `courier ${String(extra.driver_id ?? '-')}/${String(extra.driver_name ?? '-')}`
+      : undefined;
   return `${name} (${[read, courier].filter(Boolean).join(', ')})`;
 };
 
@@ -135,7 +167,16 @@ const BOB_BY_NAME = { driver_name: 'Bob' };
 /** Event sequences that reach every state the rule can produce (and none). */
 const STATE_PATHS: PathStep[][] = [
   [],
-  ...['created', 'assigned', 'pickup_enroute', 'pickup_arrived', 'pickup_complete', 'dropoff_enroute', 'dropoff_arrived', 'dropoff_complete'].map((m) => [`delivery.${m}`]),
+  ...[
+    'created',
+    'assigned',
+    'pickup_enroute',
+    'pickup_arrived',
+    'pickup_complete',
+    'dropoff_enroute',
+    'dropoff_arrived',
+    'dropoff_complete',
+  ].map((m) => [`delivery.${m}`]),
   ['delivery.canceled'],
   ['delivery.assigned', 'delivery.failed'],
   ['delivery.pickup_arrived', 'delivery.canceled'],
@@ -148,17 +189,35 @@ const STATE_PATHS: PathStep[][] = [
   ['delivery.pickup_arrived', 'delivery.canceled', 'location.pickup_complete'],
   // A cancel before pickup that a read confirmed: final.
   ['delivery.assigned', 'delivery.canceled', ['delivery.canceled', CONFIRMING]],
-  // Delivered, then read as failed; failed, then read delivered (a second attempt); a read of the way after a failure changes nothing.
+  // Delivered, then read as failed; failed, then read delivered (a second attempt); a read of the way after a failure
+  // changes nothing.
   ['delivery.dropoff_complete', ['delivery.failed', NEW_READ]],
   ['delivery.pickup_complete', 'delivery.failed', ['delivery.dropoff_complete', NEW_READ]],
   ['delivery.pickup_complete', 'delivery.failed', ['delivery.dropoff_enroute', NEW_READ]],
   // Polling alone: reads only.
-  [['delivery.created', NEW_READ], ['delivery.canceled', NEW_READ]],
+  [
+    ['delivery.created', NEW_READ],
+    ['delivery.canceled', NEW_READ],
+  ],
   // With couriers: a cancel by the assigned courier, a confirming read naming another, a failure after a reassignment.
-  [['delivery.assigned', ANN], ['delivery.canceled', ANN]],
-  [['delivery.assigned', ANN], ['delivery.canceled', ANN], ['delivery.canceled', { ...CONFIRMING, ...BOB_BY_NAME }]],
-  [['delivery.pickup_complete', ANN], ['delivery.assigned', BOB], ['delivery.failed', BOB]],
-  [['delivery.dropoff_complete', ANN], ['delivery.failed', { ...NEW_READ, ...BOB_BY_NAME }]],
+  [
+    ['delivery.assigned', ANN],
+    ['delivery.canceled', ANN],
+  ],
+  [
+    ['delivery.assigned', ANN],
+    ['delivery.canceled', ANN],
+    ['delivery.canceled', { ...CONFIRMING, ...BOB_BY_NAME }],
+  ],
+  [
+    ['delivery.pickup_complete', ANN],
+    ['delivery.assigned', BOB],
+    ['delivery.failed', BOB],
+  ],
+  [
+    ['delivery.dropoff_complete', ANN],
+    ['delivery.failed', { ...NEW_READ, ...BOB_BY_NAME }],
+  ],
 ];
 /** Every documented name, some in other cases, unknown ones and a non-delivery one. */
 const JUDGED_NAMES = [
@@ -194,9 +253,19 @@ const JUDGED_READS: PathStep[] = [
 /** Writes a state as an earlier version of the store may have left it (only SQLite rows and Redis hashes hold one). */
 async function seedState(store: Store, uid: string, state: MilestoneState): Promise<void> {
   if (store instanceof SqliteStore) {
-    store.db.prepare('INSERT INTO delivery_state (uid, rank, terminal, seq) VALUES (?, ?, ?, 0)').run(uid, state.rank, state.terminal ? 1 : 0);
+    store.db
+      .prepare('INSERT INTO delivery_state (uid, rank, terminal, seq) VALUES (?, ?, ?, 0)')
+      .run(uid, state.rank, state.terminal ? 1 : 0);
   } else if (store instanceof RedisStore) {
-    await store.client.hset(`${store.prefix}delivery:${uid}`, 'rank', String(state.rank), 'terminal', state.terminal ? '1' : '0', 'seq', '0');
+    await store.client.hset(
+      `${store.prefix}delivery:${uid}`,
+      'rank',
+      String(state.rank),
+      'terminal',
+      state.terminal ? '1' : '0',
+      'seq',
+      '0',
+    );
   }
 }
 
@@ -234,16 +303,38 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     fresh();
     const created = event('d1', 'delivery.created', { platform_payload: { a: 1, b: [1, { c: 2, d: 3 }] } });
     const [first] = await store.appendEvents([created]);
-    expect(first).toEqual({ duplicate: false, event: { seq: 1, uid: 'd1', name: 'delivery.created', statusText: 'created', receivedAt: AT, stale: false, courierOnly: false, payload: created.payload } });
+    expect(first).toEqual({
+      duplicate: false,
+      event: {
+        seq: 1,
+        uid: 'd1',
+        name: 'delivery.created',
+        statusText: 'created',
+        receivedAt: AT,
+        stale: false,
+        courierOnly: false,
+        payload: created.payload,
+      },
+    });
 
-    const reordered = { payload: JSON.parse('{"platform_payload":{"b":[1,{"d":3,"c":2}],"a":1},"status":"created","event_name":"delivery.created","uid":"d1"}'), receivedAt: '2031-01-01T00:00:00.000Z' };
+    const reordered = {
+      payload: JSON.parse(
+        '{"platform_payload":{"b":[1,{"d":3,"c":2}],"a":1},"status":"created","event_name":"delivery.created","uid":"d1"}',
+      ),
+      receivedAt: '2031-01-01T00:00:00.000Z',
+    };
     const [again] = await store.appendEvents([reordered]);
     // The first one's record, receivedAt included.
     expect(again).toEqual({ duplicate: true, event: first!.event });
 
     // Other payload, other uid, other name: new events. Within one batch, a repeat is already a duplicate.
     const other = event('d1', 'delivery.created', { platform_payload: { a: 2 } });
-    const results = await store.appendEvents([other, event('d2', 'delivery.created'), other, event('d1', 'location.created')]);
+    const results = await store.appendEvents([
+      other,
+      event('d2', 'delivery.created'),
+      other,
+      event('d1', 'location.created'),
+    ]);
     expect(results.map((r) => [r.event.seq, r.duplicate])).toEqual([
       [2, false],
       [3, false],
@@ -311,35 +402,77 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
         ['delivery.returned', { n: 2 }, true],
       ];
       const results = await store.appendEvents(sequence.map(([name, extra]) => event(uid, name, extra)));
-      expect(results.map((r) => [r.event.name, r.event.stale])).toEqual(sequence.map(([name, , stale]) => [name, stale]));
+      expect(results.map((r) => [r.event.name, r.event.stale])).toEqual(
+        sequence.map(([name, , stale]) => [name, stale]),
+      );
       expect((await store.latestEvent(uid, 'delivery'))?.name).toBe('delivery.returned');
       expect((await store.latestEvent(uid, 'location'))?.payload.driver_location).toEqual({ lat: 6, lng: 6 });
-      expect(await store.deliveryState(uid)).toEqual({ rank: 10, terminal: true, pickedUp: true, seq: results[10]!.event.seq });
+      expect(await store.deliveryState(uid)).toEqual({
+        rank: 10,
+        terminal: true,
+        pickedUp: true,
+        seq: results[10]!.event.seq,
+      });
     }
 
     // A cancel with no evidence of pickup is not final: the return that follows proves the pickup and is applied.
-    const early = await store.appendEvents(['delivery.assigned', 'delivery.canceled', 'delivery.return_in_progress', 'delivery.returned'].map((name) => event('early', name)));
+    const early = await store.appendEvents(
+      ['delivery.assigned', 'delivery.canceled', 'delivery.return_in_progress', 'delivery.returned'].map((name) =>
+        event('early', name),
+      ),
+    );
     expect(early.map((r) => r.event.stale)).toEqual([false, false, false, false]);
     expect((await store.latestEvent('early', 'delivery'))?.name).toBe('delivery.returned');
-    expect(await store.deliveryState('early')).toEqual({ rank: 10, terminal: true, pickedUp: true, seq: early[3]!.event.seq });
+    expect(await store.deliveryState('early')).toEqual({
+      rank: 10,
+      terminal: true,
+      pickedUp: true,
+      seq: early[3]!.event.seq,
+    });
     expect(await store.deliveryState('nobody')).toBeUndefined();
 
     // The reordered cancel: the retried pickup_complete after it is late (stale) but proves the pickup.
-    const names = ['delivery.assigned', 'delivery.pickup_enroute', 'delivery.pickup_arrived', 'delivery.canceled', 'delivery.pickup_complete'];
+    const names = [
+      'delivery.assigned',
+      'delivery.pickup_enroute',
+      'delivery.pickup_arrived',
+      'delivery.canceled',
+      'delivery.pickup_complete',
+    ];
     const reordered = await store.appendEvents(names.map((name) => event('reordered', name)));
     expect(reordered.map((r) => r.event.stale)).toEqual([false, false, false, false, true]);
-    expect(await store.deliveryState('reordered')).toEqual({ rank: 8, terminal: false, pickedUp: true, seq: reordered[3]!.event.seq });
+    expect(await store.deliveryState('reordered')).toEqual({
+      rank: 8,
+      terminal: false,
+      pickedUp: true,
+      seq: reordered[3]!.event.seq,
+    });
     // So a read confirming the cancel changes nothing: the return is still to come.
     const [confirming] = await store.appendEvents([event('reordered', 'delivery.canceled', CONFIRMING)]);
     expect(confirming!.event.stale).toBe(true);
-    const back = await store.appendEvents(['delivery.return_in_progress', 'delivery.returned'].map((name) => event('reordered', name)));
+    const back = await store.appendEvents(
+      ['delivery.return_in_progress', 'delivery.returned'].map((name) => event('reordered', name)),
+    );
     expect(back.map((r) => r.event.stale)).toEqual([false, false]);
-    expect(await store.deliveryState('reordered')).toEqual({ rank: 10, terminal: true, pickedUp: true, seq: back[1]!.event.seq });
+    expect(await store.deliveryState('reordered')).toEqual({
+      rank: 10,
+      terminal: true,
+      pickedUp: true,
+      seq: back[1]!.event.seq,
+    });
   });
 
   test('flags an event that contradicts where the delivery stands; a newer read then decides', async () => {
     fresh();
-    const failed = await store.appendEvents(['delivery.pickup_complete', 'delivery.dropoff_arrived', 'delivery.failed', 'delivery.dropoff_enroute', 'delivery.dropoff_complete'].map((name) => event('again', name)));
+    const failed = await store.appendEvents(
+      [
+        'delivery.pickup_complete',
+        'delivery.dropoff_arrived',
+        'delivery.failed',
+        'delivery.dropoff_enroute',
+        'delivery.dropoff_complete',
+      ].map((name) => event('again', name)),
+    );
     expect(failed.map((r) => [r.event.stale, r.event.contradicts ?? false])).toEqual([
       [false, false],
       [false, false],
@@ -348,14 +481,25 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       [true, true],
     ]);
     // Kept with the event in the log.
-    expect((await store.eventsAfter(0, 10, { uids: ['again'] })).map((e) => e.contradicts ?? false)).toEqual([false, false, false, true, true]);
+    expect((await store.eventsAfter(0, 10, { uids: ['again'] })).map((e) => e.contradicts ?? false)).toEqual([
+      false,
+      false,
+      false,
+      true,
+      true,
+    ]);
     // A read made before the last move (basis below its seq) is judged as an event; one made after it wins.
     const [old] = await store.appendEvents([event('again', 'delivery.dropoff_complete', poll(failed[1]!.event.seq))]);
     expect(old!.event).toMatchObject({ stale: true, contradicts: true });
     const [read] = await store.appendEvents([event('again', 'delivery.dropoff_complete', poll(await store.lastSeq()))]);
     expect(read!.event).toMatchObject({ stale: false, courierOnly: false });
     expect(read!.event.contradicts).toBeUndefined();
-    expect(await store.deliveryState('again')).toEqual({ rank: 7, terminal: true, pickedUp: true, seq: read!.event.seq });
+    expect(await store.deliveryState('again')).toEqual({
+      rank: 7,
+      terminal: true,
+      pickedUp: true,
+      seq: read!.event.seq,
+    });
     expect((await store.latestEvent('again', 'delivery'))?.seq).toBe(read!.event.seq);
   });
 
@@ -365,12 +509,23 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     // No state yet: a read has nothing to be kept by.
     await store.recordRead({ uid, body: { uid, tracking_link: 'https://t.example/early' }, basis: 0 });
     expect(await store.deliveryView(uid)).toBeUndefined();
-    const [created] = await store.appendEvents([event(uid, 'delivery.created', { price: { value: 10, currency: 'USD' }, driver_name: null })]);
+    const [created] = await store.appendEvents([
+      event(uid, 'delivery.created', { price: { value: 10, currency: 'USD' }, driver_name: null }),
+    ]);
     expect(created!.event.carried).toBeUndefined();
-    // A read newer than the state overwrites; what only reads carry comes with it; its datetime is kept as scheduled_at.
+    // A read newer than the state overwrites; what only reads carry comes with it; its datetime is kept as
+    // scheduled_at.
     await store.recordRead({
       uid,
-      body: { uid, status: 'ASSIGNED', tracking_link: 'https://t.example/1', delivery_style: 'STANDARD', delivery_date: '2030-05-01T16:00:00+00:00', price: { value: 12, currency: 'USD' }, driver_name: null },
+      body: {
+        uid,
+        status: 'ASSIGNED',
+        tracking_link: 'https://t.example/1',
+        delivery_style: 'STANDARD',
+        delivery_date: '2030-05-01T16:00:00+00:00',
+        price: { value: 12, currency: 'USD' },
+        driver_name: null,
+      },
       basis: await store.lastSeq(),
     });
     expect(await store.deliveryView(uid)).toEqual({
@@ -385,7 +540,11 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     });
     const results = await store.appendEvents([
       event(uid, 'delivery.assigned', { driver_name: 'Ana Costa', delivery_date: '2030-05-01' }),
-      event(uid, 'delivery.dropoff_arrived', { driver_name: 'Ana Costa', dropoff_verification_image_url: 'https://p.example/photo', dropoff_signature_image_url: 'https://p.example/sig' }),
+      event(uid, 'delivery.dropoff_arrived', {
+        driver_name: 'Ana Costa',
+        dropoff_verification_image_url: 'https://p.example/photo',
+        dropoff_signature_image_url: 'https://p.example/sig',
+      }),
       // Late: it fills what is missing (pickup_name), never what a newer one said (price).
       event(uid, 'delivery.pickup_complete', { price: { value: 99, currency: 'USD' }, pickup_name: 'Ada Shop' }),
       // Null is absence: the proof stays.
@@ -404,10 +563,17 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       pickup_name: 'Ada Shop',
     });
     // The stale event's view is the delivery's after it: the milestone it did not move, the price it did not change.
-    expect(late!.carried).toMatchObject({ event_name: 'delivery.dropoff_arrived', status: 'dropoff_arrived', price: { value: 12, currency: 'USD' } });
+    expect(late!.carried).toMatchObject({
+      event_name: 'delivery.dropoff_arrived',
+      status: 'dropoff_arrived',
+      price: { value: 12, currency: 'USD' },
+    });
     expect(arrived!.carried).not.toHaveProperty('dropoff_verification_image_url');
     // Read back from the log as it was answered.
-    expect((await store.eventsAfter(0, 10, { uids: [uid] })).map((e) => e.carried)).toEqual([undefined, ...results.map((r) => r.event.carried)]);
+    expect((await store.eventsAfter(0, 10, { uids: [uid] })).map((e) => e.carried)).toEqual([
+      undefined,
+      ...results.map((r) => r.event.carried),
+    ]);
     // As the GraphQL Delivery of the completing message sees it.
     const delivery = fromDeliveryView(knownAfter(complete!));
     expect(delivery).toMatchObject({
@@ -423,15 +589,24 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     expect(fromDeliveryView(knownAfter(late!)).status).toBe('DROPOFF_ARRIVED');
     // A read older than the state's last move only fills.
     await store.recordRead({ uid, body: { uid, tracking_link: 'https://t.example/old', weight: 3 }, basis: 0 });
-    expect(await store.deliveryView(uid)).toMatchObject({ tracking_link: 'https://t.example/1', weight: 3, event_name: 'delivery.dropoff_complete' });
+    expect(await store.deliveryView(uid)).toMatchObject({
+      tracking_link: 'https://t.example/1',
+      weight: 3,
+      event_name: 'delivery.dropoff_complete',
+    });
   });
 
   test('judges every (state, event) case as the domain rule does: events and reads alike', async () => {
     fresh();
     const judgedSteps: PathStep[] = [...JUDGED_NAMES, ...JUDGED_READS];
-    const cases = STATE_PATHS.flatMap((path, i) => judgedSteps.map((step, j) => ({ uid: `case:${i}:${j}`, path, step })));
+    const cases = STATE_PATHS.flatMap((path, i) =>
+      judgedSteps.map((step, j) => ({ uid: `case:${i}:${j}`, path, step })),
+    );
     // The judged event's payload differs from the path's, so a repeated name is a repeat, not a duplicate.
-    const input = cases.flatMap(({ uid, path, step }) => [...path.map((p) => stepEvent(uid, p)), stepEvent(uid, step, { judged: true })]);
+    const input = cases.flatMap(({ uid, path, step }) => [
+      ...path.map((p) => stepEvent(uid, p)),
+      stepEvent(uid, step, { judged: true }),
+    ]);
     const results = await store.appendEvents(input);
     let index = 0;
     for (const { uid, path, step } of cases) {
@@ -443,7 +618,11 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
         expected = judged.state;
         if (n < path.length) continue;
         const label = `${path.map(stepLabel).join(' → ') || '(none)'} then ${stepLabel(step)}`;
-        expect([appended.stale, appended.courierOnly, appended.contradicts ?? false], label).toEqual([judged.stale, judged.courierOnly, judged.contradicts]);
+        expect([appended.stale, appended.courierOnly, appended.contradicts ?? false], label).toEqual([
+          judged.stale,
+          judged.courierOnly,
+          judged.contradicts,
+        ]);
         expect(await store.deliveryState(uid), label).toEqual(expected);
       }
     }
@@ -485,7 +664,12 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
         ['delivery.pickup_complete', {}],
       ],
       // Nothing changes a final delivery; an unknown milestone changes no courier.
-      [['delivery.assigned', ana], ['delivery.mystery', ben], ['delivery.dropoff_complete', ana], ['delivery.assigned', ben]],
+      [
+        ['delivery.assigned', ana],
+        ['delivery.mystery', ben],
+        ['delivery.dropoff_complete', ana],
+        ['delivery.assigned', ben],
+      ],
     ];
     for (const [n, sequence] of sequences.entries()) {
       const uid = `courier:${n}`;
@@ -561,7 +745,10 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       event('l2', 'delivery.pickup_arrived'),
     ]);
     expect(await store.latestEvent('l1', 'delivery')).toMatchObject({ seq: 2, name: 'delivery.assigned' });
-    expect(await store.latestEvent('l1', 'location')).toMatchObject({ seq: 3, payload: { driver_location: { lat: 11, lng: 11 } } });
+    expect(await store.latestEvent('l1', 'location')).toMatchObject({
+      seq: 3,
+      payload: { driver_location: { lat: 11, lng: 11 } },
+    });
     expect(await store.latestEvent('l2', 'location')).toBeUndefined();
     expect(await store.latestEvent('l2', 'delivery')).toMatchObject({ seq: 8, statusText: 'pickup_arrived' });
   });
@@ -569,7 +756,9 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
   test('eventsAfter reads the log in order, after a cursor, with a limit, for some deliveries', async () => {
     fresh();
     const uids = ['a', 'b', 'c'];
-    const appended = await store.appendEvents(Array.from({ length: 30 }, (_, n) => event(uids[n % 3]!, 'location.assigned_driver', { n, status: null })));
+    const appended = await store.appendEvents(
+      Array.from({ length: 30 }, (_, n) => event(uids[n % 3]!, 'location.assigned_driver', { n, status: null })),
+    );
     const all = appended.map((r) => r.event);
     expect(all.map((e) => e.seq)).toEqual(Array.from({ length: 30 }, (_, n) => n + 1));
     expect(all[0]!.statusText).toBeNull();
@@ -579,7 +768,9 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     expect(await store.eventsAfter(30, 5)).toEqual([]);
     expect(await store.eventsAfter(0, 100, { uids: ['b'] })).toEqual(all.filter((e) => e.uid === 'b'));
     // Two deliveries merged in log order, the limit across both.
-    expect(await store.eventsAfter(4, 6, { uids: ['c', 'a'] })).toEqual(all.filter((e) => e.uid !== 'b' && e.seq > 4).slice(0, 6));
+    expect(await store.eventsAfter(4, 6, { uids: ['c', 'a'] })).toEqual(
+      all.filter((e) => e.uid !== 'b' && e.seq > 4).slice(0, 6),
+    );
     expect(await store.eventsAfter(0, 100, { uids: ['nobody'] })).toEqual([]);
     expect(await store.eventsAfter(0, 100, { uids: [] })).toEqual(all);
     expect(await store.lastSeq()).toBe(30);
@@ -594,7 +785,10 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     expect(await store.claimIdempotency('someone else', 'k1', 'other')).toEqual({ state: 'claimed' });
 
     await store.completeIdempotency('owner', 'k1', { uid: 'uid-1', trackingUrl: 'https://t.example/1' });
-    expect(await store.claimIdempotency('owner', 'k1', 'fp')).toEqual({ state: 'done', result: { uid: 'uid-1', trackingUrl: 'https://t.example/1' } });
+    expect(await store.claimIdempotency('owner', 'k1', 'fp')).toEqual({
+      state: 'done',
+      result: { uid: 'uid-1', trackingUrl: 'https://t.example/1' },
+    });
     expect(await store.claimIdempotency('owner', 'k1', 'other')).toEqual({ state: 'conflict' });
     // A done key is not released.
     await store.releaseIdempotency('owner', 'k1');
@@ -604,7 +798,10 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     await store.releaseIdempotency('owner', 'k2');
     expect(await store.claimIdempotency('owner', 'k2', 'fp2')).toEqual({ state: 'claimed' });
     await store.completeIdempotency('owner', 'k2', { uid: 'uid-2', trackingUrl: null });
-    expect(await store.claimIdempotency('owner', 'k2', 'fp2')).toEqual({ state: 'done', result: { uid: 'uid-2', trackingUrl: null } });
+    expect(await store.claimIdempotency('owner', 'k2', 'fp2')).toEqual({
+      state: 'done',
+      result: { uid: 'uid-2', trackingUrl: null },
+    });
 
     // Completing a key that was released records nothing.
     await store.completeIdempotency('owner', 'never-claimed', { uid: 'x', trackingUrl: null });
@@ -645,17 +842,38 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       expect(await store.claimIdempotency('someone else', 'lost', 'fp')).toEqual({ state: 'claimed' });
 
       // A marker of no claim, and another owner's marker for the same idempotency key, resolve nothing of ours.
-      expect(await store.resolveBookingMarker(bookingMarker('nobody', 'lost'), { uid: 'u-x', trackingUrl: null })).toBeUndefined();
-      expect(await store.resolveBookingMarker(bookingMarker('owner', 'lost'), { uid: 'u-1', trackingUrl: null })).toBe('owner');
-      expect(await store.claimIdempotency('owner', 'lost', 'fp')).toEqual({ state: 'done', result: { uid: 'u-1', trackingUrl: null } });
+      expect(
+        await store.resolveBookingMarker(bookingMarker('nobody', 'lost'), { uid: 'u-x', trackingUrl: null }),
+      ).toBeUndefined();
+      expect(await store.resolveBookingMarker(bookingMarker('owner', 'lost'), { uid: 'u-1', trackingUrl: null })).toBe(
+        'owner',
+      );
+      expect(await store.claimIdempotency('owner', 'lost', 'fp')).toEqual({
+        state: 'done',
+        result: { uid: 'u-1', trackingUrl: null },
+      });
       // Resolved once: a later event of the same booking changes nothing.
-      expect(await store.resolveBookingMarker(bookingMarker('owner', 'lost'), { uid: 'u-2', trackingUrl: null })).toBeUndefined();
-      expect(await store.markIdempotencyUnknown('owner', 'lost')).toEqual({ state: 'done', result: { uid: 'u-1', trackingUrl: null } });
+      expect(
+        await store.resolveBookingMarker(bookingMarker('owner', 'lost'), { uid: 'u-2', trackingUrl: null }),
+      ).toBeUndefined();
+      expect(await store.markIdempotencyUnknown('owner', 'lost')).toEqual({
+        state: 'done',
+        result: { uid: 'u-1', trackingUrl: null },
+      });
 
-      // A webhook may come before the create's answer: it resolves the pending claim, and a lost answer then finds it done.
+      // A webhook may come before the create's answer: it resolves the pending claim, and a lost answer then finds it
+      // done.
       expect(await store.claimIdempotency('owner', 'early', 'fp')).toEqual({ state: 'claimed' });
-      expect(await store.resolveBookingMarker(bookingMarker('owner', 'early'), { uid: 'u-3', trackingUrl: 'https://t.example/3' })).toBe('owner');
-      expect(await store.markIdempotencyUnknown('owner', 'early')).toEqual({ state: 'done', result: { uid: 'u-3', trackingUrl: 'https://t.example/3' } });
+      expect(
+        await store.resolveBookingMarker(bookingMarker('owner', 'early'), {
+          uid: 'u-3',
+          trackingUrl: 'https://t.example/3',
+        }),
+      ).toBe('owner');
+      expect(await store.markIdempotencyUnknown('owner', 'early')).toEqual({
+        state: 'done',
+        result: { uid: 'u-3', trackingUrl: 'https://t.example/3' },
+      });
 
       // A definite refusal frees an unknown claim too (its own booking said nothing was booked).
       expect(await store.claimIdempotency('owner', 'refused', 'fp')).toEqual({ state: 'claimed' });
@@ -721,12 +939,22 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       p2: { owner: 'booker', group: 'PLATFORM', proof: 'booked' },
       p3: { owner: 'reader', group: 'PARTNER', proof: 'read' },
     });
-    await store.recordOwners([{ uid: 'p2', owner: 'operator-said', group: 'PLATFORM', proof: 'claimed', replace: true }]);
-    expect((await store.ownersOf(['p2'])).get('p2')).toEqual({ owner: 'operator-said', group: 'PLATFORM', proof: 'claimed' });
+    await store.recordOwners([
+      { uid: 'p2', owner: 'operator-said', group: 'PLATFORM', proof: 'claimed', replace: true },
+    ]);
+    expect((await store.ownersOf(['p2'])).get('p2')).toEqual({
+      owner: 'operator-said',
+      group: 'PLATFORM',
+      proof: 'claimed',
+    });
     // Read back the same after the data is opened again.
     const again = await reopen(store);
     try {
-      expect((await again.ownersOf(['p1'])).get('p1')).toEqual({ owner: 'owner', group: 'PARTNER', proof: 'reference' });
+      expect((await again.ownersOf(['p1'])).get('p1')).toEqual({
+        owner: 'owner',
+        group: 'PARTNER',
+        proof: 'reference',
+      });
     } finally {
       await again.close();
     }
@@ -777,8 +1005,19 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     expect(after).toEqual({ version: start.version + 2, uids: ['c1', 'c2'] });
     expect(await store.ownerClaimsAfter(after.version)).toEqual({ version: after.version, uids: [] });
     // More claims since a version than are kept: which is not known.
-    await store.recordOwners(Array.from({ length: OWNER_CLAIMS_KEPT + 1 }, (_, i) => ({ uid: `m${i}`, owner: 'b', group: null, proof: 'claimed' as const, replace: true })));
-    expect(await store.ownerClaimsAfter(after.version)).toEqual({ version: after.version + OWNER_CLAIMS_KEPT + 1, uids: undefined });
+    await store.recordOwners(
+      Array.from({ length: OWNER_CLAIMS_KEPT + 1 }, (_, i) => ({
+        uid: `m${i}`,
+        owner: 'b',
+        group: null,
+        proof: 'claimed' as const,
+        replace: true,
+      })),
+    );
+    expect(await store.ownerClaimsAfter(after.version)).toEqual({
+      version: after.version + OWNER_CLAIMS_KEPT + 1,
+      uids: undefined,
+    });
     expect((await store.ownerClaimsAfter(after.version + 1)).uids).toHaveLength(OWNER_CLAIMS_KEPT);
   });
 
@@ -787,11 +1026,16 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     expect(await store.merchantLinks(['k1', 'k2'])).toEqual(new Map());
     // Neither has history: the key joins the previous one's merchant.
     expect(await store.linkMerchant('k2', 'k1')).toEqual({ outcome: 'linked', merchant: 'k1' });
-    // k1 has an id linked to it now: k9, bare, joins it though k2 (a key of k1's) made the call with k9 as the previous key.
+    // k1 has an id linked to it now: k9, bare, joins it though k2 (a key of k1's) made the call with k9 as the previous
+    // key.
     expect(await store.linkMerchant('k2', 'k9')).toEqual({ outcome: 'linked', merchant: 'k1' });
     // k3 joins the merchant k2 leads to: k1, not k2.
     expect(await store.linkMerchant('k3', 'k2')).toEqual({ outcome: 'linked', merchant: 'k1' });
-    expect(Object.fromEntries(await store.merchantLinks(['k1', 'k2', 'k3', 'k9']))).toEqual({ k2: 'k1', k3: 'k1', k9: 'k1' });
+    expect(Object.fromEntries(await store.merchantLinks(['k1', 'k2', 'k3', 'k9']))).toEqual({
+      k2: 'k1',
+      k3: 'k1',
+      k9: 'k1',
+    });
     // k1 is already where k3 leads: nothing to link.
     expect(await store.linkMerchant('k1', 'k3')).toEqual({ outcome: 'same', merchant: 'k1' });
 
@@ -839,7 +1083,9 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     if (store instanceof RedisStore) {
       // What an earlier version left: the same records, claims and links, without the histories it did not keep.
       const { client, prefix } = store;
-      const histories = (await client.keys(`${prefix}merchant-*`)).filter((key) => !key.startsWith(`${prefix}merchant-link:`));
+      const histories = (await client.keys(`${prefix}merchant-*`)).filter(
+        (key) => !key.startsWith(`${prefix}merchant-link:`),
+      );
       expect(histories.length).toBeGreaterThan(0);
       await client.del(...histories);
       store = await reopen(store);
@@ -858,7 +1104,10 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       { uid: 'u-b', owner: 'B', group: 'PARTNER', proof: 'reference' },
       { uid: 'u-other', owner: 'C', group: 'PLATFORM', proof: 'booked' },
     ]);
-    for (const [owner, uid] of [['A', 'u-a'], ['B', 'u-b']] as const) {
+    for (const [owner, uid] of [
+      ['A', 'u-a'],
+      ['B', 'u-b'],
+    ] as const) {
       expect(await store.claimIdempotency(owner, 'shared', `fp-${owner}`)).toEqual({ state: 'claimed' });
       await store.completeIdempotency(owner, 'shared', { uid, trackingUrl: null });
     }
@@ -868,34 +1117,70 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     expect(await store.linkMerchant('B2', 'B')).toEqual({ outcome: 'linked', merchant: 'B' });
     expect(await store.linkMerchant('A', 'B2')).toEqual({ outcome: 'refused' });
 
-    expect(await store.mergeMerchant('B2', 'A')).toEqual({ merchant: 'A', merged: 'B', records: 1, claims: 1, conflicts: 1 });
+    expect(await store.mergeMerchant('B2', 'A')).toEqual({
+      merchant: 'A',
+      merged: 'B',
+      records: 1,
+      claims: 1,
+      conflicts: 1,
+    });
     expect(Object.fromEntries(await store.merchantLinks(['A', 'B', 'B2']))).toEqual({ B: 'A', B2: 'A' });
     const owners = await store.ownersOf(['u-a', 'u-b', 'u-other']);
-    expect(Object.fromEntries([...owners].map(([uid, record]) => [uid, record.owner]))).toEqual({ 'u-a': 'A', 'u-b': 'A', 'u-other': 'C' });
+    expect(Object.fromEntries([...owners].map(([uid, record]) => [uid, record.owner]))).toEqual({
+      'u-a': 'A',
+      'u-b': 'A',
+      'u-other': 'C',
+    });
     expect(owners.get('u-b')).toEqual({ owner: 'A', group: 'PARTNER', proof: 'reference' });
     // Its unfinished deliveries are the merchant's to reconcile.
     expect((await unfinishedOf('A')).map((each) => each.uid)).toEqual(['u-a', 'u-b']);
     expect(await unfinishedOf('B')).toEqual([]);
     // A's own claim of the key both used stays; B's claim in flight is A's, and its booking marker resolves it.
-    expect(await store.claimIdempotency('A', 'shared', 'fp-A')).toEqual({ state: 'done', result: { uid: 'u-a', trackingUrl: null } });
+    expect(await store.claimIdempotency('A', 'shared', 'fp-A')).toEqual({
+      state: 'done',
+      result: { uid: 'u-a', trackingUrl: null },
+    });
     expect(await store.claimIdempotency('A', 'in-flight', 'fp-f')).toEqual({ state: 'pending' });
-    expect(await store.resolveBookingMarker(bookingMarker('B', 'in-flight'), { uid: 'u-f', trackingUrl: 'https://t.example/f' })).toBe('A');
-    expect(await store.claimIdempotency('A', 'in-flight', 'fp-f')).toEqual({ state: 'done', result: { uid: 'u-f', trackingUrl: 'https://t.example/f' } });
+    expect(
+      await store.resolveBookingMarker(bookingMarker('B', 'in-flight'), {
+        uid: 'u-f',
+        trackingUrl: 'https://t.example/f',
+      }),
+    ).toBe('A');
+    expect(await store.claimIdempotency('A', 'in-flight', 'fp-f')).toEqual({
+      state: 'done',
+      result: { uid: 'u-f', trackingUrl: 'https://t.example/f' },
+    });
     // Nothing is left under the merged ids: a new merchant id joining them is refused only for A's history.
     expect(await store.claimIdempotency('B', 'shared', 'fp-B')).toEqual({ state: 'claimed' });
     await store.releaseIdempotency('B', 'shared');
 
     // Once more: nothing to link or move...
-    expect(await store.mergeMerchant('B', 'A')).toEqual({ merchant: 'A', merged: undefined, records: 0, claims: 0, conflicts: 0 });
+    expect(await store.mergeMerchant('B', 'A')).toEqual({
+      merchant: 'A',
+      merged: undefined,
+      records: 0,
+      claims: 0,
+      conflicts: 0,
+    });
     // ...until an instance that had not read the link yet records under B.
     await store.recordOwner('u-late', 'B', 'PLATFORM', 'booked');
     await store.claimIdempotency('B', 'late', 'fp-l');
-    expect(await store.mergeMerchant('B2', 'A')).toEqual({ merchant: 'A', merged: undefined, records: 1, claims: 1, conflicts: 0 });
+    expect(await store.mergeMerchant('B2', 'A')).toEqual({
+      merchant: 'A',
+      merged: undefined,
+      records: 1,
+      claims: 1,
+      conflicts: 0,
+    });
     expect((await store.ownersOf(['u-late'])).get('u-late')?.owner).toBe('A');
     expect(await store.claimIdempotency('A', 'late', 'fp-l')).toEqual({ state: 'pending' });
   });
 
-  /** Every page of an owner's unfinished deliveries, as reconciliation pages through them (two at most a page), in uid order. */
+  /**
+   * Every page of an owner's unfinished deliveries, as reconciliation pages through them (two at most a page), in uid
+   * order.
+   */
   async function unfinishedOf(owner: string, since = 0): Promise<Array<{ uid: string; group: string | null }>> {
     const found: Array<{ uid: string; group: string | null }> = [];
     let after: string | undefined;
@@ -909,7 +1194,7 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     throw new Error('unfinishedDeliveries never ended');
   }
 
-  test('unfinished deliveries: an owner\'s recorded ones with no state or a state not final, page by page; a read that takes a final state back brings one back', async () => {
+  test("unfinished deliveries: an owner's recorded ones with no state or a state not final, page by page; a read that takes a final state back brings one back", async () => {
     fresh();
     await store.recordOwners([
       { uid: 'u-booked', owner: 'o', group: 'PLATFORM' },
@@ -941,7 +1226,12 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     // A FAILED after DROPOFF_COMPLETE contradicts it; the read that settles it says FAILED: unfinished again.
     await store.appendEvents([event('u-delivered', 'delivery.failed', NEW_READ)]);
     await store.recordRead({ uid: 'u-delivered', body: { uid: 'u-delivered', status: 'failed' }, basis: 1e9 });
-    expect((await unfinishedOf('o')).map((each) => each.uid)).toEqual(['u-booked', 'u-canceled', 'u-delivered', 'u-moving']);
+    expect((await unfinishedOf('o')).map((each) => each.uid)).toEqual([
+      'u-booked',
+      'u-canceled',
+      'u-delivered',
+      'u-moving',
+    ]);
     // And the confirming read of the cancel ends it.
     await store.appendEvents([event('u-canceled', 'delivery.canceled', CONFIRMING)]);
     expect((await unfinishedOf('o')).map((each) => each.uid)).toEqual(['u-booked', 'u-delivered', 'u-moving']);
@@ -954,7 +1244,8 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     fresh();
     expect(await store.leaseReads(['a', 'b'], 10_000)).toEqual(new Set(['a', 'b']));
     expect(await store.leaseReads([], 10_000)).toEqual(new Set());
-    // The instance that holds a lease takes it again (a second read of the same delivery, asked for while the first was under way).
+    // The instance that holds a lease takes it again (a second read of the same delivery, asked for while the first was
+    // under way).
     expect(await store.leaseReads(['a', 'c'], 10_000)).toEqual(new Set(['a', 'c']));
     // Given back (and giving back one not held, or nothing, is no error): taken again at once.
     await store.releaseReads(['a', 'never-taken']);
@@ -973,7 +1264,10 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
         expect(await other.leaseReads(['a', 'c'], 10_000)).toEqual(new Set(['a', 'c']));
         expect(await store.leaseReads(['a', 'c', 'd'], 10_000)).toEqual(new Set());
         expect(await other.leaseReads(['short'], 50)).toEqual(new Set(['short']));
-        await vi.waitFor(async () => expect(await store.leaseReads(['short'], 50)).toEqual(new Set(['short'])), { timeout: 5_000, interval: 20 });
+        await vi.waitFor(async () => expect(await store.leaseReads(['short'], 50)).toEqual(new Set(['short'])), {
+          timeout: 5_000,
+          interval: 20,
+        });
       } finally {
         await other.close();
       }
@@ -1001,10 +1295,22 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     try {
       vi.setSystemTime(new Date('2030-01-01T00:00:00Z'));
       store = open({ eventRetentionMs: 60_000, idempotencyRetentionMs: 60_000 });
-      const now = (name: string, uid: string, extra: Record<string, unknown> = {}) => ({ ...event(uid, name, extra), receivedAt: new Date().toISOString() });
-      await store.appendEvents([now('delivery.created', 'gone'), now('delivery.assigned', 'gone', { driver_location: { lat: 1, lng: 1 } }), now('delivery.created', 'mixed')]);
+      const now = (name: string, uid: string, extra: Record<string, unknown> = {}) => ({
+        ...event(uid, name, extra),
+        receivedAt: new Date().toISOString(),
+      });
+      await store.appendEvents([
+        now('delivery.created', 'gone'),
+        now('delivery.assigned', 'gone', { driver_location: { lat: 1, lng: 1 } }),
+        now('delivery.created', 'mixed'),
+      ]);
       vi.setSystemTime(Date.now() + 30_000);
-      const recent = (await store.appendEvents([now('location.created', 'mixed', { driver_location: { lat: 2, lng: 2 } }), now('delivery.created', 'kept')])).map((r) => r.event);
+      const recent = (
+        await store.appendEvents([
+          now('location.created', 'mixed', { driver_location: { lat: 2, lng: 2 } }),
+          now('delivery.created', 'kept'),
+        ])
+      ).map((r) => r.event);
       // At exactly the retention, nothing has expired yet.
       vi.setSystemTime(Date.now() + 30_000);
       await trim(store);
@@ -1043,7 +1349,12 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       // 30 events every 20 s, for 10 minutes: a pass after each round keeps at most the last 60 s (4 rounds).
       for (let round = 0; round < 30; round += 1) {
         const receivedAt = new Date().toISOString();
-        await store.appendEvents(Array.from({ length: 30 }, (_, n) => ({ ...event(uids[n % 10]!, 'location.assigned_driver', { round, n }), receivedAt })));
+        await store.appendEvents(
+          Array.from({ length: 30 }, (_, n) => ({
+            ...event(uids[n % 10]!, 'location.assigned_driver', { round, n }),
+            receivedAt,
+          })),
+        );
         appended += 30;
         await trim(store);
         const size = await footprint(store);
@@ -1054,10 +1365,19 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       }
       vi.setSystemTime(Date.now() + 60_000);
       await trim(store);
-      expect(await footprint(store)).toEqual({ events: 0, dedup: 0, indexed: 0, deliveries: 0, owners: 0, idempotency: 0 });
+      expect(await footprint(store)).toEqual({
+        events: 0,
+        dedup: 0,
+        indexed: 0,
+        deliveries: 0,
+        owners: 0,
+        idempotency: 0,
+      });
       // The log is empty, and its head did not move back: the next event comes after every earlier one.
       expect(await store.lastSeq()).toBe(appended);
-      const [next] = await store.appendEvents([{ ...event('stream-0', 'delivery.created'), receivedAt: new Date().toISOString() }]);
+      const [next] = await store.appendEvents([
+        { ...event('stream-0', 'delivery.created'), receivedAt: new Date().toISOString() },
+      ]);
       expect(next!.event.seq).toBe(appended + 1);
     } finally {
       vi.useRealTimers();
@@ -1074,7 +1394,10 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     expect(await store.ownerOf('o1')).toBe('owner');
 
     // Redis expires keys on its own clock: wait for it (other input is a conflict until then, and changes nothing).
-    await vi.waitFor(async () => expect(await store.claimIdempotency('owner', 'booked', 'other')).toEqual({ state: 'claimed' }), { timeout: 10_000, interval: 100 });
+    await vi.waitFor(
+      async () => expect(await store.claimIdempotency('owner', 'booked', 'other')).toEqual({ state: 'claimed' }),
+      { timeout: 10_000, interval: 100 },
+    );
     await vi.waitFor(async () => expect(await store.ownerOf('o1')).toBeUndefined(), { timeout: 10_000, interval: 100 });
     expect(await store.claimIdempotency('owner', 'in-flight', 'fp')).toEqual({ state: 'pending' });
     await trim(store);
@@ -1098,10 +1421,18 @@ describe('SqliteStore on a file from before the unknown state', () => {
     old.close();
     const store = new SqliteStore(dir);
     try {
-      expect(await store.claimIdempotency('owner', 'booked', 'fp')).toEqual({ state: 'done', result: { uid: 'u1', trackingUrl: null } });
+      expect(await store.claimIdempotency('owner', 'booked', 'fp')).toEqual({
+        state: 'done',
+        result: { uid: 'u1', trackingUrl: null },
+      });
       expect(await store.markIdempotencyUnknown('owner', 'in-flight')).toMatchObject({ state: 'unknown' });
-      expect(await store.resolveBookingMarker(bookingMarker('owner', 'in-flight'), { uid: 'u2', trackingUrl: null })).toBe('owner');
-      expect(await store.claimIdempotency('owner', 'in-flight', 'fp')).toEqual({ state: 'done', result: { uid: 'u2', trackingUrl: null } });
+      expect(
+        await store.resolveBookingMarker(bookingMarker('owner', 'in-flight'), { uid: 'u2', trackingUrl: null }),
+      ).toBe('owner');
+      expect(await store.claimIdempotency('owner', 'in-flight', 'fp')).toEqual({
+        state: 'done',
+        result: { uid: 'u2', trackingUrl: null },
+      });
     } finally {
       await store.close();
     }
@@ -1139,52 +1470,76 @@ describe.skipIf(!withRedis)('RedisStore against SqliteStore', () => {
     // Some events are poll events: a read made at some point of the log, confirming or not.
     read: fc.option(fc.record({ basis: fc.integer({ min: 0, max: 30 }), confirm: fc.boolean() }), { nil: undefined }),
     // Fields the view merges: present, absent, null, another value.
-    extra: fc.constantFrom({}, { tracking_link: 'a' }, { tracking_link: 'b', price: { value: 1 } }, { price: null }, { dropoff_verification_image_url: 'p', 'odd key': 1 }),
+    extra: fc.constantFrom(
+      {},
+      { tracking_link: 'a' },
+      { tracking_link: 'b', price: { value: 1 } },
+      { price: null },
+      { dropoff_verification_image_url: 'p', 'odd key': 1 },
+    ),
   });
   /** A read merged into a view now and then between batches. */
-  const aRead = fc.option(fc.record({ uid: fc.constantFrom('x', 'y', 'z'), basis: fc.integer({ min: 0, max: 30 }), tracking: fc.constantFrom('r1', 'r2') }), { nil: undefined });
+  const aRead = fc.option(
+    fc.record({
+      uid: fc.constantFrom('x', 'y', 'z'),
+      basis: fc.integer({ min: 0, max: 30 }),
+      tracking: fc.constantFrom('r1', 'r2'),
+    }),
+    { nil: undefined },
+  );
 
   it('gives the same answers for the same random batches', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.array(fc.record({ events: fc.array(anEvent, { minLength: 1, maxLength: 6 }), read: aRead }), { minLength: 1, maxLength: 8 }), async (batches) => {
-        const sqlite = sqliteStore();
-        const redis = redisStore();
-        try {
-          for (const { events: batch, read } of batches) {
-            const input = batch.map(({ uid, name, variant, position, status, read: made, extra }) => ({
-              payload: {
-                uid,
-                event_name: name,
-                platform_payload: { variant },
-                driver_location: position,
-                status,
-                ...extra,
-                ...(made ? poll(made.basis, made.confirm) : {}),
-              } as unknown as WireWebhookEvent,
-              receivedAt: AT,
-            }));
-            // The payload object is handed back as given; compare through JSON, as both keep it.
-            const normal = (value: unknown) => JSON.parse(JSON.stringify(value));
-            expect(normal(await redis.appendEvents(input))).toEqual(normal(await sqlite.appendEvents(input)));
-            if (read) {
-              const record = { uid: read.uid, body: { uid: read.uid, tracking_link: read.tracking, delivery_date: '2030-05-01T10:00:00Z' }, basis: read.basis };
-              await Promise.all([redis.recordRead(record), sqlite.recordRead(record)]);
+      fc.asyncProperty(
+        fc.array(fc.record({ events: fc.array(anEvent, { minLength: 1, maxLength: 6 }), read: aRead }), {
+          minLength: 1,
+          maxLength: 8,
+        }),
+        async (batches) => {
+          const sqlite = sqliteStore();
+          const redis = redisStore();
+          try {
+            for (const { events: batch, read } of batches) {
+              const input = batch.map(({ uid, name, variant, position, status, read: made, extra }) => ({
+                payload: {
+                  uid,
+                  event_name: name,
+                  platform_payload: { variant },
+                  driver_location: position,
+                  status,
+                  ...extra,
+                  ...(made ? poll(made.basis, made.confirm) : {}),
+                } as unknown as WireWebhookEvent,
+                receivedAt: AT,
+              }));
+              // The payload object is handed back as given; compare through JSON, as both keep it.
+              const normal = (value: unknown) => JSON.parse(JSON.stringify(value));
+              expect(normal(await redis.appendEvents(input))).toEqual(normal(await sqlite.appendEvents(input)));
+              if (read) {
+                const record = {
+                  uid: read.uid,
+                  body: { uid: read.uid, tracking_link: read.tracking, delivery_date: '2030-05-01T10:00:00Z' },
+                  basis: read.basis,
+                };
+                await Promise.all([redis.recordRead(record), sqlite.recordRead(record)]);
+              }
             }
+            for (const uid of ['x', 'y', 'z']) {
+              for (const kind of ['delivery', 'location'] as const)
+                expect(await redis.latestEvent(uid, kind)).toEqual(await sqlite.latestEvent(uid, kind));
+              expect(await redis.deliveryState(uid)).toEqual(await sqlite.deliveryState(uid));
+              expect(await redis.deliveryView(uid)).toEqual(await sqlite.deliveryView(uid));
+              const uids = uid === 'z' ? ['z'] : [uid, 'z'];
+              expect(await redis.eventsAfter(2, 5, { uids })).toEqual(await sqlite.eventsAfter(2, 5, { uids }));
+            }
+            expect(await redis.eventsAfter(0, 1000)).toEqual(await sqlite.eventsAfter(0, 1000));
+            expect(await redis.lastSeq()).toBe(await sqlite.lastSeq());
+          } finally {
+            await sqlite.close();
+            await redis.close();
           }
-          for (const uid of ['x', 'y', 'z']) {
-            for (const kind of ['delivery', 'location'] as const) expect(await redis.latestEvent(uid, kind)).toEqual(await sqlite.latestEvent(uid, kind));
-            expect(await redis.deliveryState(uid)).toEqual(await sqlite.deliveryState(uid));
-            expect(await redis.deliveryView(uid)).toEqual(await sqlite.deliveryView(uid));
-            const uids = uid === 'z' ? ['z'] : [uid, 'z'];
-            expect(await redis.eventsAfter(2, 5, { uids })).toEqual(await sqlite.eventsAfter(2, 5, { uids }));
-          }
-          expect(await redis.eventsAfter(0, 1000)).toEqual(await sqlite.eventsAfter(0, 1000));
-          expect(await redis.lastSeq()).toBe(await sqlite.lastSeq());
-        } finally {
-          await sqlite.close();
-          await redis.close();
-        }
-      }),
+        },
+      ),
       { numRuns: 60 },
     );
   });

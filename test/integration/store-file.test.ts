@@ -4,7 +4,17 @@
 // is written through SqliteStore, closed, then damaged the way disks and copies
 // damage files; the start is the real entry point in a child process.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, copyFileSync, existsSync, openSync, readFileSync, rmSync, statSync, truncateSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  copyFileSync,
+  existsSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  truncateSync,
+  writeSync,
+} from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -22,7 +32,12 @@ afterEach(() => {
 /** Events enough for the log to span many pages: its root page is then one a start never reads. */
 function events(uid: string, count: number): Array<{ payload: WireWebhookEvent; receivedAt: string }> {
   return Array.from({ length: count }, (_, n) => ({
-    payload: { uid: `${uid}-${n}`, event_name: 'delivery.created', status: 'created', platform_payload: { note: 'x'.repeat(800) } } as unknown as WireWebhookEvent,
+    payload: {
+      uid: `${uid}-${n}`,
+      event_name: 'delivery.created',
+      status: 'created',
+      platform_payload: { note: 'x'.repeat(800) },
+    } as unknown as WireWebhookEvent,
     receivedAt: new Date().toISOString(),
   }));
 }
@@ -98,7 +113,9 @@ async function start(dataDir: string): Promise<{ code: number | null; served: bo
 
 /** The line for a damaged `file`, after `prefix` (the start's "delivery-graph: ", or nothing in /ready's body). */
 const LINE = (file: string, prefix = 'delivery-graph: ') =>
-  new RegExp(`^${prefix}${file.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} is damaged \\([^\\n]+\\)\\. Stop every process on it and keep a copy of it and its -wal, then restore a backup, or recover what SQLite can still read \\(sqlite3 \\S+ \\.recover \\| sqlite3 \\S+\\) and put \\S+ in its place \\(docs/operations\\.md, "A damaged store file"\\)$`);
+  new RegExp(
+    `^${prefix}${file.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} is damaged \\([^\\n]+\\)\\. Stop every process on it and keep a copy of it and its -wal, then restore a backup, or recover what SQLite can still read \\(sqlite3 \\S+ \\.recover \\| sqlite3 \\S+\\) and put \\S+ in its place \\(docs/operations\\.md, "A damaged store file"\\)$`,
+  );
 
 describe('a damaged store file at start', () => {
   for (const [damage, apply] of Object.entries(DAMAGES)) {
@@ -151,7 +168,9 @@ describe('an emptied store file', () => {
     db.pragma('journal_mode = WAL');
     db.close();
     copyFileSync(bare, file);
-    expect(() => new SqliteStore(dataDir)).toThrow(`${file} is empty (4096 bytes, no tables), but ${file}.lock shows a store was kept`);
+    expect(() => new SqliteStore(dataDir)).toThrow(
+      `${file} is empty (4096 bytes, no tables), but ${file}.lock shows a store was kept`,
+    );
   });
 
   it('a folder that never held a store starts a new one; a file deleted on purpose starts a new log, and says so', async () => {
@@ -163,10 +182,14 @@ describe('an emptied store file', () => {
     rmSync(file);
     const logged: string[] = [];
     const { createLogger } = await import('../../src/logger.js');
-    const store = new SqliteStore(dataDir, { logger: createLogger('warn', { write: (line: string) => void logged.push(line) }) });
+    const store = new SqliteStore(dataDir, {
+      logger: createLogger('warn', { write: (line: string) => void logged.push(line) }),
+    });
     try {
       expect(await store.lastSeq()).toBe(0);
-      expect(logged.map((line) => JSON.parse(line).msg)).toEqual(['the store file is missing from a data folder that held one: a new, empty event log starts']);
+      expect(logged.map((line) => JSON.parse(line).msg)).toEqual([
+        'the store file is missing from a data folder that held one: a new, empty event log starts',
+      ]);
     } finally {
       await store.close();
     }
@@ -186,7 +209,8 @@ describe('a store file damaged while the process runs', () => {
     const store = stack.app.services.store as SqliteStore;
     await store.appendEvents(events('running', 300));
     expect((await fetch(`${stack.app.url}/ready`)).status).toBe(200);
-    // Everything in the file itself (no page left in the WAL to be read instead), then a page of the log damaged under it.
+    // Everything in the file itself (no page left in the WAL to be read instead), then a page of the log damaged under
+    // it.
     store.db.pragma('wal_checkpoint(TRUNCATE)');
     overwritePage(store.db.name, rootPage(store.db.name, 'events'));
 

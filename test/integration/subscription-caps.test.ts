@@ -25,7 +25,9 @@ async function tokenFor(stack: Stack, uids: string[]): Promise<string> {
 }
 
 /** The TOO_MANY_SUBSCRIPTIONS error a subscription ended with, if any. */
-function capRefusal(sub: Sub): { message: string; extensions: { code: string; setting: string; limit: number } } | undefined {
+function capRefusal(
+  sub: Sub,
+): { message: string; extensions: { code: string; setting: string; limit: number } } | undefined {
   return (sub.errors as any[]).find((error) => error?.extensions?.code === 'TOO_MANY_SUBSCRIPTIONS');
 }
 
@@ -39,7 +41,10 @@ async function expectRefused(sub: Sub, setting: string, limit: number): Promise<
   // A subscription let through sends its first message instead of ending.
   await started(sub);
   const refusal = capRefusal(sub);
-  expect(refusal, `${setting}: refused, not running (${JSON.stringify(sub.items)}; ${JSON.stringify(sub.errors)})`).toBeDefined();
+  expect(
+    refusal,
+    `${setting}: refused, not running (${JSON.stringify(sub.items)}; ${JSON.stringify(sub.errors)})`,
+  ).toBeDefined();
   expect(refusal!.extensions).toMatchObject({ code: 'TOO_MANY_SUBSCRIPTIONS', setting, limit });
   expect(refusal!.message).toContain(setting);
   expect(sub.items).toEqual([]);
@@ -57,11 +62,26 @@ interface EventStream {
 }
 
 /** A subscription over server-sent events, read up to its first message and left open. */
-async function overSse(stack: Stack, credential: string, query: string, variables: Record<string, unknown>, address?: string): Promise<EventStream> {
+async function overSse(
+  stack: Stack,
+  credential: string,
+  query: string,
+  variables: Record<string, unknown>,
+  address?: string,
+): Promise<EventStream> {
   const controller = new AbortController();
-  const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${credential}` };
+  const headers: Record<string, string> = {
+    'content-type': 'application/json',
+    accept: 'text/event-stream',
+    authorization: `Bearer ${credential}`,
+  };
   if (address) headers['x-forwarded-for'] = address;
-  const response = await fetch(`${stack.app.url}/graphql`, { method: 'POST', headers, body: JSON.stringify({ query, variables }), signal: controller.signal });
+  const response = await fetch(`${stack.app.url}/graphql`, {
+    method: 'POST',
+    headers,
+    body: JSON.stringify({ query, variables }),
+    signal: controller.signal,
+  });
   const reader = response.body!.getReader();
   const decoder = new TextDecoder();
   let text = '';
@@ -83,7 +103,11 @@ async function metric(stack: Stack, name: string, labels: Record<string, string>
   const wanted = Object.entries(labels).map(([label, value]) => `${label}="${value}"`);
   const line = (await metricsText(stack))
     .split('\n')
-    .find((candidate) => (candidate.startsWith(`${name}{`) || candidate.startsWith(`${name} `)) && wanted.every((pair) => candidate.includes(pair)));
+    .find(
+      (candidate) =>
+        (candidate.startsWith(`${name}{`) || candidate.startsWith(`${name} `)) &&
+        wanted.every((pair) => candidate.includes(pair)),
+    );
   return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
 }
 
@@ -107,7 +131,9 @@ describe('subscriptions per client token and per merchant key', () => {
     const clients = Array.from({ length: 6 }, () => wsClient(stack.app.url, token));
     try {
       // 18 over 6 sockets and 2 streams: 20.
-      const subs = await Promise.all(clients.flatMap((client) => [0, 1, 2].map(() => started(collect(client, UPDATED, { uid })))));
+      const subs = await Promise.all(
+        clients.flatMap((client) => [0, 1, 2].map(() => started(collect(client, UPDATED, { uid })))),
+      );
       for (const sub of subs) expectRunning(sub);
       const streams = [await overSse(stack, token, UPDATED, { uid }), await overSse(stack, token, UPDATED, { uid })];
       for (const stream of streams) expect(stream.first.data.deliveryUpdated.uid).toBe(uid);
@@ -117,7 +143,11 @@ describe('subscriptions per client token and per merchant key', () => {
       const over = collect(extra, UPDATED, { uid });
       await expectRefused(over, 'SUBSCRIPTIONS_PER_CLIENT_TOKEN', 20);
       const overStream = await overSse(stack, token, UPDATED, { uid });
-      expect(overStream.first.errors[0].extensions).toMatchObject({ code: 'TOO_MANY_SUBSCRIPTIONS', setting: 'SUBSCRIPTIONS_PER_CLIENT_TOKEN', limit: 20 });
+      expect(overStream.first.errors[0].extensions).toMatchObject({
+        code: 'TOO_MANY_SUBSCRIPTIONS',
+        setting: 'SUBSCRIPTIONS_PER_CLIENT_TOKEN',
+        limit: 20,
+      });
       expect(JSON.stringify(overStream.first)).not.toContain(token);
       overStream.close();
 
@@ -129,16 +159,25 @@ describe('subscriptions per client token and per merchant key', () => {
       // One completed by the client, then one closed stream: each frees one slot.
       const before = await openSubscriptions(stack);
       subs[0]!.dispose();
-      await waitUntil(async () => (await openSubscriptions(stack)) === before - 1, 'the completed subscription to give its slot back');
+      await waitUntil(
+        async () => (await openSubscriptions(stack)) === before - 1,
+        'the completed subscription to give its slot back',
+      );
       expectRunning(await started(collect(extra, UPDATED, { uid })));
       streams[0]!.close();
-      await waitUntil(async () => (await openSubscriptions(stack)) === before - 1, 'the closed stream to give its slot back');
+      await waitUntil(
+        async () => (await openSubscriptions(stack)) === before - 1,
+        'the closed stream to give its slot back',
+      );
       expectRunning(await started(collect(extra, UPDATED, { uid })));
       await expectRefused(collect(extra, UPDATED, { uid }), 'SUBSCRIPTIONS_PER_CLIENT_TOKEN', 20);
 
       // A closed socket gives back every slot it held.
       clients[1]!.dispose();
-      await waitUntil(async () => (await openSubscriptions(stack)) === before - 3, 'the closed socket to give its three slots back');
+      await waitUntil(
+        async () => (await openSubscriptions(stack)) === before - 3,
+        'the closed socket to give its three slots back',
+      );
       const again = await Promise.all([0, 1, 2].map(() => started(collect(extra, UPDATED, { uid }))));
       for (const sub of again) expectRunning(sub);
       await expectRefused(collect(extra, UPDATED, { uid }), 'SUBSCRIPTIONS_PER_CLIENT_TOKEN', 20);
@@ -173,7 +212,11 @@ describe('subscriptions per client token and per merchant key', () => {
       // The token has 11 of its own 20 left, but its merchant's are spent.
       await expectRefused(collect(tokened, UPDATED, { uid }), 'SUBSCRIPTIONS_PER_KEY', 30);
       const overStream = await overSse(stack, stack.key, UPDATED, { uid });
-      expect(overStream.first.errors[0].extensions).toMatchObject({ code: 'TOO_MANY_SUBSCRIPTIONS', setting: 'SUBSCRIPTIONS_PER_KEY', limit: 30 });
+      expect(overStream.first.errors[0].extensions).toMatchObject({
+        code: 'TOO_MANY_SUBSCRIPTIONS',
+        setting: 'SUBSCRIPTIONS_PER_KEY',
+        limit: 30,
+      });
       // The key is a secret: the refusal names the cap, never the key.
       expect(JSON.stringify(overStream.first)).not.toContain(stack.key);
       overStream.close();
@@ -184,7 +227,10 @@ describe('subscriptions per client token and per merchant key', () => {
       // The stream closed: one slot back, for the key or any of its tokens.
       const open = await openSubscriptions(stack);
       stream.close();
-      await waitUntil(async () => (await openSubscriptions(stack)) === open - 1, 'the closed stream to give its slot back');
+      await waitUntil(
+        async () => (await openSubscriptions(stack)) === open - 1,
+        'the closed stream to give its slot back',
+      );
       expectRunning(await started(collect(tokened, UPDATED, { uid })));
       expect(await metric(stack, 'delivery_graph_subscription_refusals_total', { cap: 'key' })).toBe(3);
       const text = await metricsText(stack);
@@ -233,7 +279,6 @@ describe('subscriptions per client token and per merchant key', () => {
     expect(stack.app.pipeline.subscriptions.ids).toBe(0);
     expect(stack.app.services.bus.listenerCount()).toBe(0);
   });
-
 });
 
 describe('subscriptions per client address', () => {
@@ -262,7 +307,10 @@ describe('subscriptions per client address', () => {
       // A fifth token, with all of its own 20 left, from the same address.
       await expectRefused(collect(clients[4]!, UPDATED, { uid }), 'SUBSCRIPTIONS_PER_ADDRESS', 4);
       const refusedStream = await overSse(stack, tokens[4]!, UPDATED, { uid });
-      expect(refusedStream.first.errors[0].extensions).toMatchObject({ setting: 'SUBSCRIPTIONS_PER_ADDRESS', limit: 4 });
+      expect(refusedStream.first.errors[0].extensions).toMatchObject({
+        setting: 'SUBSCRIPTIONS_PER_ADDRESS',
+        limit: 4,
+      });
       refusedStream.close();
 
       // The same token from another address (behind the trusted proxy).
@@ -296,10 +344,15 @@ describe('Delivery.events in a subscription', () => {
     const token = await tokenFor(stack, [uid]);
     const SUBSCRIBERS = 30;
     // Five sockets of the merchant key and one of a client token (of the same merchant), five subscriptions each.
-    const clients = [...Array.from({ length: 5 }, () => wsClient(stack.app.url, stack.key)), wsClient(stack.app.url, token)];
+    const clients = [
+      ...Array.from({ length: 5 }, () => wsClient(stack.app.url, stack.key)),
+      wsClient(stack.app.url, token),
+    ];
     try {
       const attached = listenersAttached(stack.app.services.bus, SUBSCRIBERS);
-      const subs = clients.flatMap((client) => Array.from({ length: SUBSCRIBERS / clients.length }, () => collect(client, WITH_EVENTS, { uid })));
+      const subs = clients.flatMap((client) =>
+        Array.from({ length: SUBSCRIBERS / clients.length }, () => collect(client, WITH_EVENTS, { uid })),
+      );
       await attached;
       await Promise.all(subs.map((sub) => sub.waitFor(1)));
 
@@ -307,7 +360,11 @@ describe('Delivery.events in a subscription', () => {
       const store = stack.app.services.store;
       const eventsAfter = store.eventsAfter.bind(store);
       const pageReads: number[] = [];
-      store.eventsAfter = (afterSeq: number, limit: number, filter?: { uids?: readonly string[] }): Promise<StoredEvent[]> => {
+      store.eventsAfter = (
+        afterSeq: number,
+        limit: number,
+        filter?: { uids?: readonly string[] },
+      ): Promise<StoredEvent[]> => {
         if (filter?.uids?.includes(uid) && limit > 1) pageReads.push(afterSeq);
         return eventsAfter(afterSeq, limit, filter);
       };
@@ -327,7 +384,8 @@ describe('Delivery.events in a subscription', () => {
       } finally {
         store.eventsAfter = eventsAfter;
       }
-      // Each of the other subscribers had the page from the first one's read: its page, or its whole message (src/realtime/fanout.ts).
+      // Each of the other subscribers had the page from the first one's read: its page, or its whole message
+      // (src/realtime/fanout.ts).
       const { eventPages, fanout } = stack.app.services;
       expect(eventPages.counters.shared + (fanout?.counters.shared ?? 0)).toBeGreaterThanOrEqual(3 * (SUBSCRIBERS - 1));
     } finally {

@@ -15,7 +15,15 @@ const UPDATED = `subscription($uid: ID!) { deliveryUpdated(uid: $uid) { cursor u
 const LOCATION = `subscription($uid: ID!) { courierLocation(uid: $uid) { uid milestone location { lat lng } courier { name } receivedAt } }`;
 const EVENTS = `subscription($uids: [ID!], $after: String) { deliveryEvents(uids: $uids, after: $after) { cursor uid name stale } }`;
 
-const MILESTONES = ['ASSIGNED', 'PICKUP_ENROUTE', 'PICKUP_ARRIVED', 'PICKUP_COMPLETE', 'DROPOFF_ENROUTE', 'DROPOFF_ARRIVED', 'DROPOFF_COMPLETE'];
+const MILESTONES = [
+  'ASSIGNED',
+  'PICKUP_ENROUTE',
+  'PICKUP_ARRIVED',
+  'PICKUP_COMPLETE',
+  'DROPOFF_ENROUTE',
+  'DROPOFF_ARRIVED',
+  'DROPOFF_COMPLETE',
+];
 
 let stack: Stack;
 let privateKey: CryptoKey;
@@ -23,7 +31,9 @@ let privateKey: CryptoKey;
 beforeAll(async () => {
   const pair = await generateKeyPair('RS256', { extractable: true });
   privateKey = pair.privateKey as CryptoKey;
-  stack = await startStack({ sandbox: { privateKeyPem: await exportPKCS8(pair.privateKey), knobs: { retryBaseMs: 20 } } });
+  stack = await startStack({
+    sandbox: { privateKeyPem: await exportPKCS8(pair.privateKey), knobs: { retryBaseMs: 20 } },
+  });
 });
 afterAll(async () => {
   await stack?.stop();
@@ -52,7 +62,8 @@ async function post(event: Record<string, unknown>): Promise<Response> {
  * A key's cursors are opaque: to check log order, or to start from a position the
  * receiver answered the upstream with, the test turns one into the other.
  */
-const cursorsOf = async (target: Stack = stack, key = target.key) => callerCursors(target.app.services.store, await target.app.services.merchants.of(key));
+const cursorsOf = async (target: Stack = stack, key = target.key) =>
+  callerCursors(target.app.services.store, await target.app.services.merchants.of(key));
 async function positionsOf(cursors: string[], target: Stack = stack): Promise<number[]> {
   const own = await cursorsOf(target);
   return cursors.map((cursor) => {
@@ -99,7 +110,8 @@ describe('deliveryUpdated', () => {
     await post({ uid, event_name: 'DELIVERY.ASSIGNED', status: 'assigned again' });
     const [, assigned] = await sub.waitFor(2);
     expect(assigned.deliveryUpdated).toMatchObject({ name: 'Delivery.Assigned', status: 'ASSIGNED', stale: false });
-    // The repeat of the same milestone, in another case, is stale and not pushed: the next milestone, posted after it, is the next message.
+    // The repeat of the same milestone, in another case, is stale and not pushed: the next milestone, posted after it,
+    // is the next message.
     await post({ uid, event_name: 'delivery.pickup_enroute', status: 'pickup_enroute' });
     const [, , next] = await sub.waitFor(3);
     expect(next.deliveryUpdated).toMatchObject({ name: 'delivery.pickup_enroute', status: 'PICKUP_ENROUTE' });
@@ -134,19 +146,27 @@ describe('deliveryUpdated', () => {
       await stack.sandbox.idle();
       await sub.done;
       const seen = sub.items.map((item) => item.deliveryUpdated);
-      const history = await stack.gql('query($uid: ID!) { delivery(uid: $uid) { events { edges { node { name stale cursor } } } } }', { uid });
+      const history = await stack.gql(
+        'query($uid: ID!) { delivery(uid: $uid) { events { edges { node { name stale cursor } } } } }',
+        { uid },
+      );
       const stored = history.data.delivery.events.edges.map((edge: any) => edge.node);
       // Each event stored once, whatever the sandbox sent twice.
       const keys = stored.map((event: any) => event.name);
-      expect(new Set(keys.filter((name: string) => name.startsWith('delivery.'))).size).toBe(keys.filter((name: string) => name.startsWith('delivery.')).length);
+      expect(new Set(keys.filter((name: string) => name.startsWith('delivery.'))).size).toBe(
+        keys.filter((name: string) => name.startsWith('delivery.')).length,
+      );
       const accepted = stored.filter((event: any) => !event.stale && event.name.startsWith('delivery.'));
-      // After the first message (the state when subscribing), exactly the accepted events that came later, in log order.
+      // After the first message (the state when subscribing), exactly the accepted events that came later, in log
+      // order.
       const rank = (status: string) => ['CREATED', ...MILESTONES].indexOf(status);
       const statusOf = (name: string) => name.slice('delivery.'.length).toUpperCase();
       const first = seen[0];
       const [firstAt] = await positionsOf([first.cursor]);
       const acceptedAt = await positionsOf(accepted.map((e: any) => e.cursor));
-      const expected = accepted.filter((e: any, i: number) => acceptedAt[i]! > firstAt! && rank(statusOf(e.name)) > rank(first.status)).map((e: any) => e.cursor);
+      const expected = accepted
+        .filter((e: any, i: number) => acceptedAt[i]! > firstAt! && rank(statusOf(e.name)) > rank(first.status))
+        .map((e: any) => e.cursor);
       expect(seen.slice(1).map((u) => u.cursor)).toEqual(expected);
       const ranks = seen.map((u) => ['CREATED', ...MILESTONES].indexOf(u.status));
       expect(ranks).toEqual([...new Set(ranks)].sort((a, b) => a - b));
@@ -182,8 +202,12 @@ describe('courierLocation', () => {
     const sub = collect(client, LOCATION, { uid });
     const [latest] = await sub.waitFor(1);
     expect(latest.courierLocation.milestone).toBe('dropoff_enroute');
-    expect((await post({ uid, event_name: 'location.pickup_enroute', driver_location: { lat: 1, lng: 1 } })).status).toBe(200);
-    expect((await post({ uid, event_name: 'location.dropoff_enroute', driver_location: { lat: 2, lng: 2 } })).status).toBe(200);
+    expect(
+      (await post({ uid, event_name: 'location.pickup_enroute', driver_location: { lat: 1, lng: 1 } })).status,
+    ).toBe(200);
+    expect(
+      (await post({ uid, event_name: 'location.dropoff_enroute', driver_location: { lat: 2, lng: 2 } })).status,
+    ).toBe(200);
     const [, next] = await sub.waitFor(2);
     expect(next.courierLocation.location).toEqual({ lat: 2, lng: 2 });
     expect(sub.items).toHaveLength(2);
@@ -237,7 +261,10 @@ describe('deliveryEvents', () => {
     expect(new Set(seen).size).toBe(seen.length);
     const positions = await positionsOf(seen);
     expect([...positions].sort((a, b) => a - b)).toEqual(positions);
-    const history = await stack.gql('query($uid: ID!, $after: String) { delivery(uid: $uid) { events(after: $after) { edges { cursor } } } }', { uid, after });
+    const history = await stack.gql(
+      'query($uid: ID!, $after: String) { delivery(uid: $uid) { events(after: $after) { edges { cursor } } } }',
+      { uid, after },
+    );
     expect(seen).toEqual(history.data.delivery.events.edges.map((edge: any) => edge.cursor));
     await client.dispose();
   });
@@ -258,8 +285,12 @@ describe('deliveryEvents', () => {
     // log was either sent to it or never will be (theirs, last of all, has the same uid as events A was not sent).
     await post({ uid: mine, event_name: 'delivery.pickup_enroute', status: 'last of mine' });
     await post({ uid: theirs, event_name: 'delivery.pickup_enroute', status: 'last of theirs' });
-    await subA.waitForItem((item) => item.deliveryEvents.uid === mine && item.deliveryEvents.name === 'delivery.pickup_enroute');
-    await subB.waitForItem((item) => item.deliveryEvents.uid === theirs && item.deliveryEvents.name === 'delivery.pickup_enroute');
+    await subA.waitForItem(
+      (item) => item.deliveryEvents.uid === mine && item.deliveryEvents.name === 'delivery.pickup_enroute',
+    );
+    await subB.waitForItem(
+      (item) => item.deliveryEvents.uid === theirs && item.deliveryEvents.name === 'delivery.pickup_enroute',
+    );
     expect(new Set(subA.items.map((item) => item.deliveryEvents.uid))).toEqual(new Set([mine]));
     expect(new Set(subB.items.map((item) => item.deliveryEvents.uid))).toEqual(new Set([theirs]));
     await a.dispose();
@@ -319,16 +350,27 @@ describe('arguments written in the document', () => {
     const uid = await book();
     const other = await book();
     const own = await cursorsOf();
-    const atFirst = (await post({ uid, event_name: 'delivery.assigned', status: 'one' }).then((r) => r.json())) as { cursor: string };
+    const atFirst = (await post({ uid, event_name: 'delivery.assigned', status: 'one' }).then((r) => r.json())) as {
+      cursor: string;
+    };
     await post({ uid: other, event_name: 'delivery.assigned', status: 'elsewhere' });
-    const atLast = (await post({ uid, event_name: 'delivery.pickup_enroute', status: 'two' }).then((r) => r.json())) as { cursor: string };
+    const atLast = (await post({ uid, event_name: 'delivery.pickup_enroute', status: 'two' }).then((r) =>
+      r.json(),
+    )) as { cursor: string };
     const [first, last] = [atFirst, atLast].map((answer) => own.cursorOf(Number(answer.cursor)));
     const client = wsClient(stack.app.url, stack.key);
-    const literal = collect(client, `subscription { deliveryEvents(uids: ["${uid}"], after: "${first}") { cursor uid } }`);
-    const renamed = collect(client, 'subscription($which: [ID!], $from: String) { deliveryEvents(uids: $which, after: $from) { cursor uid } }', {
-      which: [uid],
-      from: first,
-    });
+    const literal = collect(
+      client,
+      `subscription { deliveryEvents(uids: ["${uid}"], after: "${first}") { cursor uid } }`,
+    );
+    const renamed = collect(
+      client,
+      'subscription($which: [ID!], $from: String) { deliveryEvents(uids: $which, after: $from) { cursor uid } }',
+      {
+        which: [uid],
+        from: first,
+      },
+    );
     for (const sub of [literal, renamed]) {
       const [replayed] = await sub.waitFor(1);
       expect(sub.errors).toEqual([]);
@@ -336,7 +378,9 @@ describe('arguments written in the document', () => {
     }
     // Live after the replay, still filtered: the next event of the delivery is the next message.
     await post({ uid: other, event_name: 'delivery.pickup_enroute', status: 'elsewhere again' });
-    const atNext = (await post({ uid, event_name: 'delivery.pickup_arrived', status: 'three' }).then((r) => r.json())) as { cursor: string };
+    const atNext = (await post({ uid, event_name: 'delivery.pickup_arrived', status: 'three' }).then((r) =>
+      r.json(),
+    )) as { cursor: string };
     const next = own.cursorOf(Number(atNext.cursor));
     for (const sub of [literal, renamed]) {
       const [, live] = await sub.waitFor(2);
@@ -350,12 +394,17 @@ describe('arguments written in the document', () => {
     const uid = await book();
     const response = await fetch(`${stack.app.url}/graphql`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${stack.key}` },
+      headers: {
+        'content-type': 'application/json',
+        accept: 'text/event-stream',
+        authorization: `Bearer ${stack.key}`,
+      },
       body: JSON.stringify({ query: `subscription { deliveryUpdated(uid: "${uid}") { uid status } }` }),
     });
     const reader = response.body!.getReader();
     let text = '';
-    while (!text.includes('"status":"CREATED"') && !text.includes('errors')) text += new TextDecoder().decode((await reader.read()).value);
+    while (!text.includes('"status":"CREATED"') && !text.includes('errors'))
+      text += new TextDecoder().decode((await reader.read()).value);
     await reader.cancel();
     expect(text).toContain(`"uid":"${uid}"`);
     expect(text).not.toContain('errors');
@@ -374,8 +423,16 @@ describe('deliveryEvents when the upstream cannot say who may see an event', () 
   afterAll(() => faulty?.stop());
 
   const sendTo = async (target: Stack, event: Record<string, unknown>) => {
-    const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(target.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
-    const response = await fetch(`${target.app.url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+    const token = await new SignJWT({ payload: event })
+      .setProtectedHeader({ alg: 'RS256' })
+      .setIssuer(target.sandbox.issuer)
+      .setExpirationTime('5m')
+      .sign(privateKey);
+    const response = await fetch(`${target.app.url}/webhooks`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}` },
+      body: JSON.stringify(event),
+    });
     expect(response.status).toBe(200);
   };
   const failOrderReads = (times: number) => {
@@ -429,7 +486,11 @@ describe('server-sent events', () => {
     const controller = new AbortController();
     const response = await fetch(`${stack.app.url}/graphql`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${stack.key}` },
+      headers: {
+        'content-type': 'application/json',
+        accept: 'text/event-stream',
+        authorization: `Bearer ${stack.key}`,
+      },
       body: JSON.stringify({ query: UPDATED, variables: { uid } }),
       signal: controller.signal,
     });
@@ -443,25 +504,47 @@ describe('server-sent events', () => {
 
 describe('slow consumers', () => {
   it('disconnects a subscriber that stops reading, with a clear close reason', async () => {
-    const slow = await startStack({ env: { SUBSCRIBER_MAX_PENDING: '20' }, sandbox: { privateKeyPem: await exportPKCS8(privateKey) } });
+    const slow = await startStack({
+      env: { SUBSCRIBER_MAX_PENDING: '20' },
+      sandbox: { privateKeyPem: await exportPKCS8(privateKey) },
+    });
     try {
       const uid = (await slow.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid;
       const socket = new WebSocket(`${slow.app.url.replace('http', 'ws')}/graphql`, 'graphql-transport-ws');
-      const closed = new Promise<{ code: number; reason: string }>((resolve) => socket.on('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+      const closed = new Promise<{ code: number; reason: string }>((resolve) =>
+        socket.on('close', (code, reason) => resolve({ code, reason: reason.toString() })),
+      );
       await new Promise((resolve) => socket.once('open', resolve));
       socket.send(JSON.stringify({ type: 'connection_init', payload: { Authorization: `Bearer ${slow.key}` } }));
       await new Promise((resolve) => socket.once('message', resolve));
       const bigSelection = `cursor uid name status statusText receivedAt stale delivery { uid status rawStatus pickup { name phone email instructions address { street city country latitude longitude } } dropoff { name phone address { street city country } } package { description requirements } payload }`;
       const attached = listenersAttached(slow.app.services.bus);
-      socket.send(JSON.stringify({ id: '1', type: 'subscribe', payload: { query: `subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { ${bigSelection} } }`, variables: { uids: [uid] } } }));
+      socket.send(
+        JSON.stringify({
+          id: '1',
+          type: 'subscribe',
+          payload: {
+            query: `subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { ${bigSelection} } }`,
+            variables: { uids: [uid] },
+          },
+        }),
+      );
       await attached;
       // Stop reading: the kernel buffers fill, the server's sends stall, its queue grows.
       (socket as unknown as { _socket: { pause(): void } })._socket.pause();
       const padding = 'x'.repeat(4000);
       const sign = async (i: number) => {
         const event = { uid, event_name: 'delivery.failed', status: `status-${i}`, platform_payload: { padding, i } };
-        const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(slow.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
-        return fetch(`${slow.app.url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+        const token = await new SignJWT({ payload: event })
+          .setProtectedHeader({ alg: 'RS256' })
+          .setIssuer(slow.sandbox.issuer)
+          .setExpirationTime('5m')
+          .sign(privateKey);
+        return fetch(`${slow.app.url}/webhooks`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}` },
+          body: JSON.stringify(event),
+        });
       };
       const result = await Promise.race([
         closed,
@@ -477,15 +560,22 @@ describe('slow consumers', () => {
     } finally {
       await slow.stop();
     }
-    // It waits on the close, not on a clock: signing and storing hundreds of 4 KB webhooks until the buffers fill takes 10-20 s on a busy 2-core machine.
+    // It waits on the close, not on a clock: signing and storing hundreds of 4 KB webhooks until the buffers fill takes
+    // 10-20 s on a busy 2-core machine.
   }, 60_000);
 
   it('keeps a reader that keeps up through a burst bigger than SUBSCRIBER_MAX_PENDING', async () => {
-    const bursty = await startStack({ env: { SUBSCRIBER_MAX_PENDING: '20' }, sandbox: { privateKeyPem: await exportPKCS8(privateKey) } });
+    const bursty = await startStack({
+      env: { SUBSCRIBER_MAX_PENDING: '20' },
+      sandbox: { privateKeyPem: await exportPKCS8(privateKey) },
+    });
     try {
       const uid = (await bursty.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid;
       // The booking's own delivery.created webhook is stored first, so only the burst is live after subscribing.
-      await waitUntil(async () => (await bursty.app.services.store.eventsAfter(0, 1, { uids: [uid] })).length > 0, "the booking's delivery.created stored");
+      await waitUntil(
+        async () => (await bursty.app.services.store.eventsAfter(0, 1, { uids: [uid] })).length > 0,
+        "the booking's delivery.created stored",
+      );
       let closedWith: number | undefined;
       const client = wsClient(bursty.app.url, bursty.key, { onClose: (code) => (closedWith = code) });
       const attached = listenersAttached(bursty.app.services.bus);
@@ -493,8 +583,16 @@ describe('slow consumers', () => {
       await attached;
       const sign = async (i: number) => {
         const event = { uid, event_name: 'delivery.assigned', status: `burst-${i}` };
-        const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(bursty.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
-        return fetch(`${bursty.app.url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+        const token = await new SignJWT({ payload: event })
+          .setProtectedHeader({ alg: 'RS256' })
+          .setIssuer(bursty.sandbox.issuer)
+          .setExpirationTime('5m')
+          .sign(privateKey);
+        return fetch(`${bursty.app.url}/webhooks`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}` },
+          body: JSON.stringify(event),
+        });
       };
       // 300 at once: group commits store (and publish) them many at a time.
       const answers = await Promise.all(Array.from({ length: 300 }, (_, i) => sign(i)));
@@ -515,7 +613,10 @@ describe('slow consumers', () => {
   // buffers, up to tens of MB on loopback, fill first).
   for (const accept of ['text/event-stream', '*/*']) {
     it(`ends an SSE subscription that stops reading with SUBSCRIBER_TOO_SLOW (accept: ${accept})`, async () => {
-      const slow = await startStack({ env: { SUBSCRIBER_MAX_PENDING: '20' }, sandbox: { privateKeyPem: await exportPKCS8(privateKey) } });
+      const slow = await startStack({
+        env: { SUBSCRIBER_MAX_PENDING: '20' },
+        sandbox: { privateKeyPem: await exportPKCS8(privateKey) },
+      });
       try {
         const uid = (await slow.gql(CREATE, { input: deliveryInput() })).data.createDelivery.data.uid;
         const query = `subscription($uids: [ID!]) { deliveryEvents(uids: $uids) { cursor uid name status statusText } }`;
@@ -536,8 +637,16 @@ describe('slow consumers', () => {
         const padding = 'x'.repeat(6_000); // the signed token travels in a header, which Node caps at 16 KB
         const sign = async (i: number) => {
           const event = { uid, event_name: 'delivery.failed', status: `status-${i}-${padding}` };
-          const token = await new SignJWT({ payload: event }).setProtectedHeader({ alg: 'RS256' }).setIssuer(slow.sandbox.issuer).setExpirationTime('5m').sign(privateKey);
-          return fetch(`${slow.app.url}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(event) });
+          const token = await new SignJWT({ payload: event })
+            .setProtectedHeader({ alg: 'RS256' })
+            .setIssuer(slow.sandbox.issuer)
+            .setExpirationTime('5m')
+            .sign(privateKey);
+          return fetch(`${slow.app.url}/webhooks`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${token}` },
+            body: JSON.stringify(event),
+          });
         };
         // Ten at a time: a group commit never publishes more than SUBSCRIBER_MAX_PENDING at once,
         // so only a reader that is not reading can fall behind.

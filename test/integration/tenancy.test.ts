@@ -33,7 +33,10 @@ let stack: Stack;
 /** Every delivery, with the merchant that owns it. */
 const owned: Owned[] = [];
 const platformUids = () => owned.filter((o) => o.group === 'PLATFORM').map((o) => o.uid);
-/** One delivery per merchant booked after everything else moved: the last events of the log (see the subscribers' beforeAll). */
+/**
+ * One delivery per merchant booked after everything else moved: the last events of the log (see the subscribers'
+ * beforeAll).
+ */
 const markers: Owned[] = [];
 const ownerOf = (uid: string) => (owned.find((o) => o.uid === uid) ?? markers.find((o) => o.uid === uid))!.merchant;
 
@@ -45,12 +48,30 @@ const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input)
  * caller's and another's.
  */
 const READ_ALL = /* GraphQL */ `
-  query($uids: [ID!]!, $single: ID!, $mineRef: String!, $theirsRef: String!, $mineOrder: ID!) {
-    deliveries(uids: $uids) { uid payload pickup { name } }
-    single: delivery(uid: $single) { uid payload }
-    mineRef: deliveryByReference(partnerReference: $mineRef) { uid partnerReference payload }
-    theirsRef: deliveryByReference(partnerReference: $theirsRef) { uid }
-    mineOrder: delivery(uid: $mineOrder, group: PARTNER) { uid partnerReference }
+  query ($uids: [ID!]!, $single: ID!, $mineRef: String!, $theirsRef: String!, $mineOrder: ID!) {
+    deliveries(uids: $uids) {
+      uid
+      payload
+      pickup {
+        name
+      }
+    }
+    single: delivery(uid: $single) {
+      uid
+      payload
+    }
+    mineRef: deliveryByReference(partnerReference: $mineRef) {
+      uid
+      partnerReference
+      payload
+    }
+    theirsRef: deliveryByReference(partnerReference: $theirsRef) {
+      uid
+    }
+    mineOrder: delivery(uid: $mineOrder, group: PARTNER) {
+      uid
+      partnerReference
+    }
   }
 `;
 
@@ -76,9 +97,19 @@ function plan(r: number): { merchant: number; variables: Record<string, unknown>
   const theirsOrder = owned.find((o) => o.group === 'PARTNER' && o.merchant === other)!;
   return {
     merchant,
-    variables: { uids, single, mineRef: mineOrder.reference, theirsRef: theirsOrder.reference, mineOrder: mineOrder.uid },
+    variables: {
+      uids,
+      single,
+      mineRef: mineOrder.reference,
+      theirsRef: theirsOrder.reference,
+      mineOrder: mineOrder.uid,
+    },
     expected: {
-      deliveries: uids.map((uid) => (ownerOf(uid) === merchant ? { uid, payload: { merchant }, pickup: { name: `Shop of tenant ${merchant}` } } : null)),
+      deliveries: uids.map((uid) =>
+        ownerOf(uid) === merchant
+          ? { uid, payload: { merchant }, pickup: { name: `Shop of tenant ${merchant}` } }
+          : null,
+      ),
       single: null,
       mineRef: { uid: mineOrder.uid, partnerReference: mineOrder.reference, payload: { merchant } },
       theirsRef: null,
@@ -113,7 +144,10 @@ beforeAll(async () => {
     }
     // A partner order too: not booked through the facade, so who may see it is asked of the upstream.
     const reference = `T${merchant}-${randomBytes(4).toString('hex')}`;
-    const order = stack.sandbox.seedPartnerOrder(key, partnerOrderBody(reference, { pickup_name: `Warehouse of tenant ${merchant}`, partner_payload: { merchant } }));
+    const order = stack.sandbox.seedPartnerOrder(
+      key,
+      partnerOrderBody(reference, { pickup_name: `Warehouse of tenant ${merchant}`, partner_payload: { merchant } }),
+    );
     owned.push({ uid: order.uid, merchant, group: 'PARTNER', reference });
   }
 });
@@ -152,7 +186,10 @@ describe('tenancy under concurrency', () => {
         const { merchant, variables, expected } = plan(r);
         const result = await new Promise<unknown>((resolve, reject) => {
           let data: unknown;
-          clients[merchant]!.subscribe({ query: READ_ALL, variables }, { next: (message) => (data = message), error: reject, complete: () => resolve(data) });
+          clients[merchant]!.subscribe(
+            { query: READ_ALL, variables },
+            { next: (message) => (data = message), error: reject, complete: () => resolve(data) },
+          );
         });
         try {
           expect(result).toEqual({ data: expected });
@@ -166,7 +203,6 @@ describe('tenancy under concurrency', () => {
       await Promise.all(clients.map((client) => client.dispose()));
     }
   }, 60_000);
-
 });
 
 describe(`deliveryEvents subscribers of ${MERCHANT_COUNT} merchants while every delivery moves`, () => {
@@ -177,7 +213,9 @@ describe(`deliveryEvents subscribers of ${MERCHANT_COUNT} merchants while every 
   /** ...and one that names every merchant's deliveries. */
   let everyone: Collected[] = [];
   const mine = (merchant: number) => owned.filter((o) => o.merchant === merchant).map((o) => o.uid);
-  const statusEvents = (sub: Collected, uid: string) => sub.items.filter((item) => item.deliveryEvents.uid === uid && item.deliveryEvents.name.startsWith('delivery.')).length;
+  const statusEvents = (sub: Collected, uid: string) =>
+    sub.items.filter((item) => item.deliveryEvents.uid === uid && item.deliveryEvents.name.startsWith('delivery.'))
+      .length;
 
   beforeAll(async () => {
     clients = MERCHANTS.map(({ key }) => wsClient(stack.app.url, key));
@@ -192,7 +230,8 @@ describe(`deliveryEvents subscribers of ${MERCHANT_COUNT} merchants while every 
     stack.sandbox.setKnobs({ latencyMs: 20 });
     try {
       // Two milestones for every delivery of every merchant, all at once: assigned, then pickup_enroute.
-      for (let step = 0; step < 2; step += 1) await Promise.all(shuffled(owned, step).map((o) => stack.sandbox.advance(o.uid)));
+      for (let step = 0; step < 2; step += 1)
+        await Promise.all(shuffled(owned, step).map((o) => stack.sandbox.advance(o.uid)));
       await stack.sandbox.idle();
       // Then one booking per merchant, whose delivery.created is among the last events of the log. Once a
       // subscriber has its own, it has been sent everything before it that it was ever going to be sent.
@@ -201,7 +240,11 @@ describe(`deliveryEvents subscribers of ${MERCHANT_COUNT} merchants while every 
         markers.push({ uid: result.data.createDelivery.data.uid, merchant, group: 'PLATFORM' });
       }
       await stack.sandbox.idle();
-      await Promise.all(unfiltered.map((sub, merchant) => sub.waitForItem((item) => item.deliveryEvents.uid === markers[merchant]!.uid)));
+      await Promise.all(
+        unfiltered.map((sub, merchant) =>
+          sub.waitForItem((item) => item.deliveryEvents.uid === markers[merchant]!.uid),
+        ),
+      );
     } finally {
       stack.sandbox.setKnobs({ latencyMs: 0 });
     }
@@ -216,9 +259,14 @@ describe(`deliveryEvents subscribers of ${MERCHANT_COUNT} merchants while every 
     for (const [merchant, sub] of unfiltered.entries()) {
       expect(sub.errors).toEqual([]);
       expect(sub.items.length, `tenant ${merchant} saw nothing`).toBeGreaterThan(0);
-      const foreign = sub.items.filter((item) => ownerOf(item.deliveryEvents.uid) !== merchant || ownerOf(item.deliveryEvents.delivery.uid) !== merchant);
+      const foreign = sub.items.filter(
+        (item) =>
+          ownerOf(item.deliveryEvents.uid) !== merchant || ownerOf(item.deliveryEvents.delivery.uid) !== merchant,
+      );
       expect(foreign, `tenant ${merchant} saw another merchant's events`).toEqual([]);
-      const payloads = sub.items.map((item) => item.deliveryEvents.delivery.payload).filter((payload) => payload != null);
+      const payloads = sub.items
+        .map((item) => item.deliveryEvents.delivery.payload)
+        .filter((payload) => payload != null);
       expect(payloads.every((payload) => payload.merchant === merchant)).toBe(true);
     }
     // Every merchant's deliveries were seen by someone: the events did flow.
@@ -247,7 +295,8 @@ describe(`deliveryEvents subscribers of ${MERCHANT_COUNT} merchants while every 
   // the tail of the queue (order kept) instead of taking the old slot.
   it('delivers each subscriber every status event of its own deliveries, with no gap', () => {
     for (const [merchant, sub] of unfiltered.entries()) {
-      for (const uid of mine(merchant)) expect(statusEvents(sub, uid), `tenant ${merchant}, ${uid}`).toBeGreaterThanOrEqual(2);
+      for (const uid of mine(merchant))
+        expect(statusEvents(sub, uid), `tenant ${merchant}, ${uid}`).toBeGreaterThanOrEqual(2);
     }
   });
 });

@@ -9,7 +9,15 @@
 import type { Client } from 'graphql-ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Stack } from '../helpers/stack.js';
-import { asStatus, bookScripted, follow, settled, trackingStores, truthOf, type Followed } from '../helpers/tracking.js';
+import {
+  asStatus,
+  bookScripted,
+  follow,
+  settled,
+  trackingStores,
+  truthOf,
+  type Followed,
+} from '../helpers/tracking.js';
 import { waitUntil } from '../helpers/wait.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
@@ -22,7 +30,8 @@ const READ_KNOWN = `query($uid: ID!) { delivery(uid: $uid) { ${KNOWN_FIELDS} } }
 const REPLAY = `subscription($uids: [ID!], $after: String) { deliveryEvents(uids: $uids, after: $after) { name status delivery { ${KNOWN_FIELDS} } reported { proofOfDelivery { photoUrl } trackingUrl } } }`;
 
 /** A subscription's messages, as [status, source] pairs. */
-const statusesOf = (followed: Followed) => followed.items.map((item) => [item.deliveryUpdated.status, item.deliveryUpdated.source]);
+const statusesOf = (followed: Followed) =>
+  followed.items.map((item) => [item.deliveryUpdated.status, item.deliveryUpdated.source]);
 
 /** Several steps of one delivery in the same turn of the event loop: no read of the facade's can fall between them. */
 async function advanceAtOnce(stack: Stack, uid: string, steps: number): Promise<void> {
@@ -33,20 +42,30 @@ async function advanceEach(stack: Stack, uid: string, steps: number): Promise<vo
   for (let step = 0; step < steps; step += 1) await stack.sandbox.advance(uid);
 }
 
-async function logOf(stack: Stack, uid: string): Promise<{ status: string; events: Array<{ name: string; status: string; source: string; stale: boolean }> }> {
+async function logOf(
+  stack: Stack,
+  uid: string,
+): Promise<{ status: string; events: Array<{ name: string; status: string; source: string; stale: boolean }> }> {
   const result = await stack.gql(LOG, { uid });
-  return { status: result.data.delivery.status, events: result.data.delivery.events.edges.map((edge: any) => edge.node) };
+  return {
+    status: result.data.delivery.status,
+    events: result.data.delivery.events.edges.map((edge: any) => edge.node),
+  };
 }
 
 /** The log's last event that moved the delivery: the state the facade keeps. */
-const keptStatus = (log: Awaited<ReturnType<typeof logOf>>) => log.events.filter((event) => !event.stale && event.name.startsWith('delivery.')).at(-1)?.status;
+const keptStatus = (log: Awaited<ReturnType<typeof logOf>>) =>
+  log.events.filter((event) => !event.stale && event.name.startsWith('delivery.')).at(-1)?.status;
 
 const stores = trackingStores('tracking-order.test.ts');
 beforeAll(() => stores.setup());
 afterAll(() => stores.teardown());
 
 describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on %s', (kind, enabled) => {
-  /** Webhooks only: reconciliation's periodic reads (30 s) and the finality grace (120 s) never come within a test, only the reads the rule asks for. */
+  /**
+   * Webhooks only: reconciliation's periodic reads (30 s) and the finality grace (120 s) never come within a test, only
+   * the reads the rule asks for.
+   */
   let webhooks: Stack;
   /** Webhooks, and a reconciliation read of each followed delivery 100 ms after its last event. */
   let repairing: Stack;
@@ -104,7 +123,11 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     expect(await stack.sandbox.releaseWebhooks(uid, ['delivery.pickup_complete'])).toEqual([7]);
     await advanceEach(stack, uid, 2);
     await stack.sandbox.idle();
-    await Promise.all([settled(updates, 10_000, 'deliveryUpdated'), settled(pins, 10_000, 'courierLocation'), settled(middle, 10_000, 'the middle subscriber')]);
+    await Promise.all([
+      settled(updates, 10_000, 'deliveryUpdated'),
+      settled(pins, 10_000, 'courierLocation'),
+      settled(middle, 10_000, 'the middle subscriber'),
+    ]);
     // Its position comes last of all.
     expect(await stack.sandbox.releaseWebhooks(uid)).toEqual([8]);
     const truth = truthOf(stack, uid);
@@ -116,13 +139,55 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     const courier = { name: expect.any(String) };
     const reason = expect.stringMatching(/^provider: /);
     expect(updates.items.map((item) => item.deliveryUpdated)).toEqual([
-      { name: 'delivery.created', status: 'CREATED', source: 'webhook', stale: false, delivery: { status: 'CREATED', cancellationReason: null, courier: null } },
-      { name: 'delivery.assigned', status: 'ASSIGNED', source: 'webhook', stale: false, delivery: { status: 'ASSIGNED', cancellationReason: null, courier } },
-      { name: 'delivery.pickup_enroute', status: 'PICKUP_ENROUTE', source: 'webhook', stale: false, delivery: { status: 'PICKUP_ENROUTE', cancellationReason: null, courier } },
-      { name: 'delivery.pickup_arrived', status: 'PICKUP_ARRIVED', source: 'webhook', stale: false, delivery: { status: 'PICKUP_ARRIVED', cancellationReason: null, courier } },
-      { name: 'delivery.canceled', status: 'CANCELED', source: 'webhook', stale: false, delivery: { status: 'CANCELED', cancellationReason: reason, courier } },
-      { name: 'delivery.return_in_progress', status: 'RETURN_IN_PROGRESS', source: 'webhook', stale: false, delivery: { status: 'RETURN_IN_PROGRESS', cancellationReason: reason, courier } },
-      { name: 'delivery.returned', status: 'RETURNED', source: 'webhook', stale: false, delivery: { status: 'RETURNED', cancellationReason: reason, courier } },
+      {
+        name: 'delivery.created',
+        status: 'CREATED',
+        source: 'webhook',
+        stale: false,
+        delivery: { status: 'CREATED', cancellationReason: null, courier: null },
+      },
+      {
+        name: 'delivery.assigned',
+        status: 'ASSIGNED',
+        source: 'webhook',
+        stale: false,
+        delivery: { status: 'ASSIGNED', cancellationReason: null, courier },
+      },
+      {
+        name: 'delivery.pickup_enroute',
+        status: 'PICKUP_ENROUTE',
+        source: 'webhook',
+        stale: false,
+        delivery: { status: 'PICKUP_ENROUTE', cancellationReason: null, courier },
+      },
+      {
+        name: 'delivery.pickup_arrived',
+        status: 'PICKUP_ARRIVED',
+        source: 'webhook',
+        stale: false,
+        delivery: { status: 'PICKUP_ARRIVED', cancellationReason: null, courier },
+      },
+      {
+        name: 'delivery.canceled',
+        status: 'CANCELED',
+        source: 'webhook',
+        stale: false,
+        delivery: { status: 'CANCELED', cancellationReason: reason, courier },
+      },
+      {
+        name: 'delivery.return_in_progress',
+        status: 'RETURN_IN_PROGRESS',
+        source: 'webhook',
+        stale: false,
+        delivery: { status: 'RETURN_IN_PROGRESS', cancellationReason: reason, courier },
+      },
+      {
+        name: 'delivery.returned',
+        status: 'RETURNED',
+        source: 'webhook',
+        stale: false,
+        delivery: { status: 'RETURNED', cancellationReason: reason, courier },
+      },
     ]);
     expect(statusesOf(middle)).toEqual([
       ['CANCELED', 'webhook'],
@@ -130,10 +195,18 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
       ['RETURNED', 'webhook'],
     ]);
     expect(middle.atCompletion).toEqual({ status: 'RETURNED', finished: true });
-    // The pin follows the courier (each milestone's event, then its location event) to the store, on the cancel, and back;
-    // not the late pickup's position, nor the final event's; it ends with the delivery.
+    // The pin follows the courier (each milestone's event, then its location event) to the store, on the cancel, and
+    // back; not the late pickup's position, nor the final event's; it ends with the delivery.
     expect(pins.items.map((item) => item.courierLocation.milestone)).toEqual([
-      'assigned', 'assigned_driver', 'pickup_enroute', 'pickup_enroute', 'pickup_arrived', 'pickup_arrived', 'canceled', 'return_in_progress', 'return_in_progress',
+      'assigned',
+      'assigned_driver',
+      'pickup_enroute',
+      'pickup_enroute',
+      'pickup_arrived',
+      'pickup_arrived',
+      'canceled',
+      'return_in_progress',
+      'return_in_progress',
     ]);
     expect(pins.atCompletion).toEqual({ status: 'RETURNED', finished: true });
     // The log keeps every event as it came; the late pickup (and its position) stale.
@@ -165,7 +238,14 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     const uid = await bookScripted(stack, {
       sandbox_outcome: 'canceled_after_pickup_then_returned',
       sandbox_webhooks: {
-        order: ['delivery.created', 'delivery.assigned', 'delivery.pickup_enroute', 'delivery.pickup_arrived', 'delivery.canceled', 'delivery.pickup_complete'],
+        order: [
+          'delivery.created',
+          'delivery.assigned',
+          'delivery.pickup_enroute',
+          'delivery.pickup_arrived',
+          'delivery.canceled',
+          'delivery.pickup_complete',
+        ],
         drop: ['location.*'],
       },
     });
@@ -177,7 +257,15 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     expect(truthOf(stack, uid).sent).toEqual([0, 1, 3, 5, 9, 7, 10, 12]);
     expect(updates.errors).toEqual([]);
     expect(updates.atCompletion).toEqual({ status: 'RETURNED', finished: true });
-    expect(statusesOf(updates).map(([status]) => status)).toEqual(['CREATED', 'ASSIGNED', 'PICKUP_ENROUTE', 'PICKUP_ARRIVED', 'CANCELED', 'RETURN_IN_PROGRESS', 'RETURNED']);
+    expect(statusesOf(updates).map(([status]) => status)).toEqual([
+      'CREATED',
+      'ASSIGNED',
+      'PICKUP_ENROUTE',
+      'PICKUP_ARRIVED',
+      'CANCELED',
+      'RETURN_IN_PROGRESS',
+      'RETURNED',
+    ]);
     const log = await logOf(stack, uid);
     expect([log.status, keptStatus(log)]).toEqual(['RETURNED', 'RETURNED']);
   });
@@ -188,7 +276,11 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     const uid = await bookScripted(stack, { sandbox_outcome: 'canceled_after_pickup_then_returned' });
     const updates = follow(client, stack, uid, UPDATED);
     const pins = follow(client, stack, uid, LOCATION);
-    expect((await updates.waitFor(1))[0].deliveryUpdated).toMatchObject({ name: 'snapshot', status: 'CREATED', source: 'read' });
+    expect((await updates.waitFor(1))[0].deliveryUpdated).toMatchObject({
+      name: 'snapshot',
+      status: 'CREATED',
+      source: 'read',
+    });
     await advanceAtOnce(stack, uid, 3);
     await updates.waitForItem((item) => item.deliveryUpdated.status === 'PICKUP_ARRIVED');
     // Picked up and canceled in the same turn: no read can see Picked Up.
@@ -196,7 +288,10 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     await updates.waitForItem((item) => item.deliveryUpdated.status === 'CANCELED');
     // Read again, and again: each read still says Canceled and proves nothing about the pickup, so tracking goes on.
     const mark = stack.sandbox.requestCount;
-    await waitUntil(() => stack.sandbox.requestsSince(mark).filter((request) => request.path.endsWith(uid)).length >= 3, 'three more reads of the canceled delivery');
+    await waitUntil(
+      () => stack.sandbox.requestsSince(mark).filter((request) => request.path.endsWith(uid)).length >= 3,
+      'three more reads of the canceled delivery',
+    );
     expect(updates.completed).toBe(false);
     expect(pins.completed).toBe(false);
     const middle = follow(client, stack, uid, UPDATED);
@@ -204,7 +299,11 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     await stack.sandbox.advance(uid);
     await updates.waitForItem((item) => item.deliveryUpdated.status === 'RETURN_IN_PROGRESS');
     await stack.sandbox.advance(uid);
-    await Promise.all([settled(updates, 10_000, 'deliveryUpdated'), settled(pins, 10_000, 'courierLocation'), settled(middle, 10_000, 'the middle subscriber')]);
+    await Promise.all([
+      settled(updates, 10_000, 'deliveryUpdated'),
+      settled(pins, 10_000, 'courierLocation'),
+      settled(middle, 10_000, 'the middle subscriber'),
+    ]);
     expect(truthOf(stack, uid).events.every((event) => event.fate === 'not_sent')).toBe(true);
     expect(updates.errors).toEqual([]);
     expect(statusesOf(updates)).toEqual([
@@ -249,13 +348,18 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     // Delivered.
     await stack.sandbox.advance(uid);
     await stack.sandbox.idle();
-    await Promise.all([updates, atFailure, duringRetry].map((followed, index) => settled(followed, 10_000, `subscriber ${index}`)));
+    await Promise.all(
+      [updates, atFailure, duringRetry].map((followed, index) => settled(followed, 10_000, `subscriber ${index}`)),
+    );
     expect(truthOf(stack, uid).status).toBe('DROPOFF_COMPLETE');
 
     for (const followed of [updates, atFailure, duringRetry]) {
       expect(followed.errors).toEqual([]);
       expect(followed.atCompletion).toEqual({ status: 'DROPOFF_COMPLETE', finished: true });
-      expect(followed.items.at(-1).deliveryUpdated).toMatchObject({ status: 'DROPOFF_COMPLETE', delivery: { status: 'DROPOFF_COMPLETE' } });
+      expect(followed.items.at(-1).deliveryUpdated).toMatchObject({
+        status: 'DROPOFF_COMPLETE',
+        delivery: { status: 'DROPOFF_COMPLETE' },
+      });
     }
     expect(statusesOf(updates)).toEqual([
       ['CREATED', 'webhook'],
@@ -266,7 +370,8 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
       ['DROPOFF_ENROUTE', 'webhook'],
       ['DROPOFF_ARRIVED', 'webhook'],
       ['FAILED', 'webhook'],
-      // The second attempt's webhooks contradict FAILED; the read each one asks for settles it once it says DROPOFF_COMPLETE.
+      // The second attempt's webhooks contradict FAILED; the read each one asks for settles it once it says
+      // DROPOFF_COMPLETE.
       ['DROPOFF_COMPLETE', 'poll'],
     ]);
     expect(statusesOf(atFailure)).toEqual([
@@ -279,13 +384,17 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
       ['DROPOFF_COMPLETE', 'poll'],
     ]);
     // The completing message carries the second arrival's proof of delivery.
-    const proof = { photoUrl: expect.stringContaining(`/sandbox/proofs/${uid}/photo`), signatureUrl: expect.stringContaining(`/sandbox/proofs/${uid}/signature`) };
+    const proof = {
+      photoUrl: expect.stringContaining(`/sandbox/proofs/${uid}/photo`),
+      signatureUrl: expect.stringContaining(`/sandbox/proofs/${uid}/signature`),
+    };
     expect(updates.items.at(-1).deliveryUpdated.delivery.proofOfDelivery).toEqual(proof);
 
     const log = await logOf(stack, uid);
     expect([log.status, keptStatus(log)]).toEqual(['DROPOFF_COMPLETE', 'DROPOFF_COMPLETE']);
     // The second attempt's webhooks are kept, stale; the completing one asked for the read that decided. (The second
-    // dropoff_arrived is the first one's body byte for byte, the same door and proof: by the contract's rule a duplicate, stored once.)
+    // dropoff_arrived is the first one's body byte for byte, the same door and proof: by the contract's rule a
+    // duplicate, stored once.)
     expect(log.events.slice(-5).map((event) => [event.name, event.source, event.stale])).toEqual([
       ['delivery.failed', 'webhook', false],
       ['delivery.dropoff_enroute', 'webhook', true],
@@ -295,13 +404,18 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     ]);
     const fresh = follow(client, stack, uid, KNOWN);
     await settled(fresh, 10_000, 'a new subscriber');
-    expect(fresh.items.map((item) => [item.deliveryUpdated.status, item.deliveryUpdated.delivery.proofOfDelivery])).toEqual([['DROPOFF_COMPLETE', proof]]);
+    expect(
+      fresh.items.map((item) => [item.deliveryUpdated.status, item.deliveryUpdated.delivery.proofOfDelivery]),
+    ).toEqual([['DROPOFF_COMPLETE', proof]]);
   });
 
   test('FAILED arriving after DROPOFF_COMPLETE (held until the second attempt ended): the read wins, and tracking ends at DROPOFF_COMPLETE', async () => {
     const stack = webhooks;
     const client = clientOf(stack);
-    const uid = await bookScripted(stack, { sandbox_outcome: 'failed_then_delivered', sandbox_webhooks: { hold: ['delivery.failed'] } });
+    const uid = await bookScripted(stack, {
+      sandbox_outcome: 'failed_then_delivered',
+      sandbox_webhooks: { hold: ['delivery.failed'] },
+    });
     await stack.sandbox.idle();
     const updates = follow(client, stack, uid, UPDATED);
     await updates.waitFor(1);
@@ -311,14 +425,26 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     expect(updates.atCompletion).toEqual({ status: 'DROPOFF_COMPLETE', finished: true });
     // The failure comes last of all: it contradicts DROPOFF_COMPLETE, and the read it asks for says DROPOFF_COMPLETE.
     expect(await stack.sandbox.releaseWebhooks(uid, ['delivery.failed'])).toEqual([13]);
-    await waitUntil(async () => (await logOf(stack, uid)).events.at(-1)?.name === 'delivery.failed', 'the failure stored');
+    await waitUntil(
+      async () => (await logOf(stack, uid)).events.at(-1)?.name === 'delivery.failed',
+      'the failure stored',
+    );
     const fresh = follow(client, stack, uid, UPDATED);
     await settled(fresh, 10_000, 'a new subscriber');
     expect(statusesOf(fresh)).toEqual([['DROPOFF_COMPLETE', 'webhook']]);
     const log = await logOf(stack, uid);
     expect(log.events.at(-1)).toMatchObject({ name: 'delivery.failed', stale: true });
     expect([log.status, keptStatus(log)]).toEqual(['DROPOFF_COMPLETE', 'DROPOFF_COMPLETE']);
-    expect(statusesOf(updates).map(([status]) => status)).toEqual(['CREATED', 'ASSIGNED', 'PICKUP_ENROUTE', 'PICKUP_ARRIVED', 'PICKUP_COMPLETE', 'DROPOFF_ENROUTE', 'DROPOFF_ARRIVED', 'DROPOFF_COMPLETE']);
+    expect(statusesOf(updates).map(([status]) => status)).toEqual([
+      'CREATED',
+      'ASSIGNED',
+      'PICKUP_ENROUTE',
+      'PICKUP_ARRIVED',
+      'PICKUP_COMPLETE',
+      'DROPOFF_ENROUTE',
+      'DROPOFF_ARRIVED',
+      'DROPOFF_COMPLETE',
+    ]);
   });
 
   test('a lost webhook is recovered for a follower by polling: the pickup and the end of a return lost, the cancel does not end tracking and RETURNED comes from a read', async () => {
@@ -338,18 +464,33 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     await advanceAtOnce(stack, uid, 2);
     await updates.waitForItem((item) => item.deliveryUpdated.status === 'CANCELED');
     const mark = stack.sandbox.requestCount;
-    await waitUntil(() => stack.sandbox.requestsSince(mark).filter((request) => request.path.endsWith(uid)).length >= 2, 'two reads of the canceled delivery');
+    await waitUntil(
+      () => stack.sandbox.requestsSince(mark).filter((request) => request.path.endsWith(uid)).length >= 2,
+      'two reads of the canceled delivery',
+    );
     expect(updates.completed).toBe(false);
     await stack.sandbox.advance(uid);
     await updates.waitForItem((item) => item.deliveryUpdated.status === 'RETURN_IN_PROGRESS');
     await stack.sandbox.advance(uid);
     await settled(updates, 10_000, 'deliveryUpdated');
-    expect(truthOf(stack, uid).events.filter((event) => event.fate === 'dropped').map((event) => event.event_name)).toEqual(['delivery.pickup_complete', 'location.pickup_complete', 'delivery.returned']);
+    expect(
+      truthOf(stack, uid)
+        .events.filter((event) => event.fate === 'dropped')
+        .map((event) => event.event_name),
+    ).toEqual(['delivery.pickup_complete', 'location.pickup_complete', 'delivery.returned']);
     expect(updates.errors).toEqual([]);
     expect(updates.atCompletion).toEqual({ status: 'RETURNED', finished: true });
     // (Before the cancel, a read may overtake a webhook on its way: the end is what is certain.)
-    expect(statusesOf(updates).map(([status]) => status).slice(-3)).toEqual(['CANCELED', 'RETURN_IN_PROGRESS', 'RETURNED']);
-    expect(updates.items.at(-1).deliveryUpdated).toMatchObject({ name: 'delivery.returned', status: 'RETURNED', source: 'poll' });
+    expect(
+      statusesOf(updates)
+        .map(([status]) => status)
+        .slice(-3),
+    ).toEqual(['CANCELED', 'RETURN_IN_PROGRESS', 'RETURNED']);
+    expect(updates.items.at(-1).deliveryUpdated).toMatchObject({
+      name: 'delivery.returned',
+      status: 'RETURNED',
+      source: 'poll',
+    });
     const log = await logOf(stack, uid);
     expect([log.status, keptStatus(log)]).toEqual(['RETURNED', 'RETURNED']);
   });
@@ -359,7 +500,8 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     const client = clientOf(stack);
     const uid = await bookScripted(stack, { sandbox_outcome: 'delivered' });
     await stack.sandbox.idle();
-    // The read the subscription starts with is the one read of this delivery until the end (no reconciliation within the test).
+    // The read the subscription starts with is the one read of this delivery until the end (no reconciliation within
+    // the test).
     const atStart = (await stack.gql(READ_KNOWN, { uid })).data.delivery;
     const updates = follow(client, stack, uid, KNOWN);
     await updates.waitFor(1);
@@ -368,18 +510,39 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     await settled(updates, 10_000, 'deliveryUpdated');
     expect(updates.errors).toEqual([]);
     const messages = updates.items.map((item) => item.deliveryUpdated);
-    expect(messages.map((message) => message.status)).toEqual(['CREATED', 'ASSIGNED', 'PICKUP_ENROUTE', 'PICKUP_ARRIVED', 'PICKUP_COMPLETE', 'DROPOFF_ENROUTE', 'DROPOFF_ARRIVED', 'DROPOFF_COMPLETE']);
+    expect(messages.map((message) => message.status)).toEqual([
+      'CREATED',
+      'ASSIGNED',
+      'PICKUP_ENROUTE',
+      'PICKUP_ARRIVED',
+      'PICKUP_COMPLETE',
+      'DROPOFF_ENROUTE',
+      'DROPOFF_ARRIVED',
+      'DROPOFF_COMPLETE',
+    ]);
     expect(atStart.trackingUrl).toMatch(/^http/);
     expect(atStart.scheduledAt).toMatch(/^2030-05-01T/);
     expect(atStart.expectedCancellationFee).toMatchObject({ currency: 'USD' });
     for (const message of messages) {
       // What only a read carries, on every message (no webhook carries it).
-      expect(message.delivery, message.name).toMatchObject({ trackingUrl: atStart.trackingUrl, style: atStart.style, scheduledAt: atStart.scheduledAt, deliveryDate: '2030-05-01' });
+      expect(message.delivery, message.name).toMatchObject({
+        trackingUrl: atStart.trackingUrl,
+        style: atStart.style,
+        scheduledAt: atStart.scheduledAt,
+        deliveryDate: '2030-05-01',
+      });
     }
     // The fee "if cancelled now", while a cancel is possible: before pickup.
-    expect(messages.map((message) => message.delivery.expectedCancellationFee)).toEqual([...Array(4).fill(atStart.expectedCancellationFee), ...Array(4).fill(null)]);
-    const proof = { photoUrl: expect.stringContaining(`/sandbox/proofs/${uid}/photo`), signatureUrl: expect.stringContaining(`/sandbox/proofs/${uid}/signature`) };
-    // The proof came with dropoff_arrived; the completing webhook has none of its own, and its message still carries it.
+    expect(messages.map((message) => message.delivery.expectedCancellationFee)).toEqual([
+      ...Array(4).fill(atStart.expectedCancellationFee),
+      ...Array(4).fill(null),
+    ]);
+    const proof = {
+      photoUrl: expect.stringContaining(`/sandbox/proofs/${uid}/photo`),
+      signatureUrl: expect.stringContaining(`/sandbox/proofs/${uid}/signature`),
+    };
+    // The proof came with dropoff_arrived; the completing webhook has none of its own, and its message still carries
+    // it.
     expect(messages.map((message) => message.delivery.proofOfDelivery)).toEqual([...Array(6).fill(null), proof, proof]);
     expect(messages.at(-1)).toMatchObject({ name: 'delivery.dropoff_complete', source: 'webhook' });
     expect(messages.at(-1).delivery.courier.name).toBe(messages[1].delivery.courier.name);
@@ -400,7 +563,10 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
   test('a lost dropoff_complete is recovered for a follower by polling, and its message carries the delivery as known', async () => {
     const stack = repairing;
     const client = clientOf(stack);
-    const uid = await bookScripted(stack, { sandbox_outcome: 'delivered', sandbox_webhooks: { drop: ['delivery.dropoff_complete'] } });
+    const uid = await bookScripted(stack, {
+      sandbox_outcome: 'delivered',
+      sandbox_webhooks: { drop: ['delivery.dropoff_complete'] },
+    });
     await stack.sandbox.idle();
     const updates = follow(client, stack, uid, KNOWN);
     await updates.waitFor(1);
@@ -414,12 +580,16 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     expect(completing.delivery).toEqual({ ...read, courier: { name: read.courier.name } });
   });
 
-  test("a subscriber whose first message was the read still follows a reconciliation read made before it started and answered after", async () => {
+  test('a subscriber whose first message was the read still follows a reconciliation read made before it started and answered after', async () => {
     // Many deliveries move the log while a reconciliation read is under way, so a read can be made at a log position
-    // before a new subscriber's and answer after it (seen while looking into tracking-property's PROPERTY_SEED=20250930, run 130).
+    // before a new subscriber's and answer after it (seen while looking into tracking-property's
+    // PROPERTY_SEED=20250930, run 130).
     const stack = quiet;
     const { store, reconciler, upstream } = stack.app.services;
-    const readNow = async (uid: string) => ({ group: 'platform' as const, wire: await upstream.platform.get(stack.key, uid) });
+    const readNow = async (uid: string) => ({
+      group: 'platform' as const,
+      wire: await upstream.platform.get(stack.key, uid),
+    });
     const client = clientOf(stack);
     const uid = await bookScripted(stack, { sandbox_outcome: 'failed_then_delivered' });
     await advanceEach(stack, uid, 7);
@@ -446,12 +616,16 @@ describe.each(stores.cases)('the sandbox reorders, holds and drops webhooks, on 
     expect(updates.atCompletion).toEqual({ status: 'DROPOFF_COMPLETE', finished: true });
   });
 
-  test("a subscriber whose first message was the read (FAILED) ends where the store ends when DROPOFF_COMPLETE arrives as a webhook", async () => {
-    // Found by tracking-property.test.ts (PROPERTY_SEED=20250930, run 130, both stores): the subscriber's read said FAILED,
-    // the store had never seen the failure, and took the completing webhook as an end; the subscriber took it as a contradiction.
+  test('a subscriber whose first message was the read (FAILED) ends where the store ends when DROPOFF_COMPLETE arrives as a webhook', async () => {
+    // Found by tracking-property.test.ts (PROPERTY_SEED=20250930, run 130, both stores): the subscriber's read said
+    // FAILED, the store had never seen the failure, and took the completing webhook as an end; the subscriber took it
+    // as a contradiction.
     const stack = webhooks;
     const client = clientOf(stack);
-    const uid = await bookScripted(stack, { sandbox_outcome: 'failed_then_delivered', sandbox_webhooks: { hold: ['*'] } });
+    const uid = await bookScripted(stack, {
+      sandbox_outcome: 'failed_then_delivered',
+      sandbox_webhooks: { hold: ['*'] },
+    });
     await advanceEach(stack, uid, 7);
     expect(truthOf(stack, uid).status).toBe('FAILED');
     // Nothing is stored of the delivery: the subscriber's first message is its own read.

@@ -27,7 +27,16 @@ import type { Client } from 'graphql-ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OUTCOMES, plannedWebhooks, type Outcome } from '../../src/sandbox/index.js';
 import type { Stack } from '../helpers/stack.js';
-import { asStatus, bookScripted, cancelThroughFacade, follow, settled, trackingStores, truthOf, type Followed } from '../helpers/tracking.js';
+import {
+  asStatus,
+  bookScripted,
+  cancelThroughFacade,
+  follow,
+  settled,
+  trackingStores,
+  truthOf,
+  type Followed,
+} from '../helpers/tracking.js';
 import { wsClient } from '../helpers/ws-client.js';
 
 function fromEnv(name: string, fallback: number): number {
@@ -76,7 +85,8 @@ interface Lifecycle {
 }
 
 /** Steps from the booking to the end: one per milestone after `created`. */
-const stepsOf = (outcome: Outcome) => plannedWebhooks(outcome).filter((name) => name.startsWith('delivery.')).length - 1;
+const stepsOf = (outcome: Outcome) =>
+  plannedWebhooks(outcome).filter((name) => name.startsWith('delivery.')).length - 1;
 
 const lifecycle: fc.Arbitrary<Lifecycle> = fc.constantFrom(...OUTCOMES).chain((outcome) => {
   const indexes = plannedWebhooks(outcome).map((_, index) => index);
@@ -96,7 +106,10 @@ const lifecycle: fc.Arbitrary<Lifecycle> = fc.constantFrom(...OUTCOMES).chain((o
       { weight: 1, arbitrary: fc.constant<Array<number | string>>(['*']) },
     ),
     duplicate: fc.subarray(indexes, { maxLength: 4 }),
-    hold: fc.oneof({ weight: 2, arbitrary: fc.constant<number[]>([]) }, { weight: 1, arbitrary: fc.subarray(indexes, { minLength: 1, maxLength: 3 }) }),
+    hold: fc.oneof(
+      { weight: 2, arbitrary: fc.constant<number[]>([]) },
+      { weight: 1, arbitrary: fc.subarray(indexes, { minLength: 1, maxLength: 3 }) },
+    ),
     releaseAt: fc.nat({ max: steps }),
     seed: fc.nat(),
     cancelAt: fc.oneof({ weight: 4, arbitrary: fc.constant(null) }, { weight: 1, arbitrary: fc.nat({ max: 3 }) }),
@@ -122,7 +135,13 @@ function inUpstreamOrder(seen: readonly string[], path: readonly string[]): bool
 async function track(stack: Stack, client: Client, plan: Lifecycle): Promise<void> {
   const uid = await bookScripted(stack, {
     sandbox_outcome: plan.outcome,
-    sandbox_webhooks: { order: plan.order, drop: plan.drop, duplicate: plan.duplicate, hold: plan.hold, seed: plan.seed },
+    sandbox_webhooks: {
+      order: plan.order,
+      drop: plan.drop,
+      duplicate: plan.duplicate,
+      hold: plan.hold,
+      seed: plan.seed,
+    },
   });
   const subscriptions: Followed[] = [];
   const start = (query: string) => {
@@ -151,10 +170,16 @@ async function track(stack: Stack, client: Client, plan: Lifecycle): Promise<voi
     await stack.sandbox.idle();
     const truth = truthOf(stack, uid);
     const expected = asStatus(truth.status);
-    const path = ['CREATED', ...truth.events.flatMap((event) => (event.read_status ? [asStatus(event.read_status)] : []))];
+    const path = [
+      'CREATED',
+      ...truth.events.flatMap((event) => (event.read_status ? [asStatus(event.read_status)] : [])),
+    ];
     const story = `${uid} ${JSON.stringify(plan)}: upstream ${expected}, sent ${JSON.stringify(truth.sent)}`;
 
-    for (const [name, updates] of [['from the booking', early], [`from step ${plan.joinAt}`, late]] as const) {
+    for (const [name, updates] of [
+      ['from the booking', early],
+      [`from step ${plan.joinAt}`, late],
+    ] as const) {
       await settled(updates, SETTLE_MS, `deliveryUpdated ${name}, ${story}`);
       const seen = updates.items.map((item) => item.deliveryUpdated);
       const statuses = seen.map((message) => message.status as string);
@@ -171,7 +196,10 @@ async function track(stack: Stack, client: Client, plan: Lifecycle): Promise<voi
 
     const fresh = start(UPDATED);
     await settled(fresh, SETTLE_MS, `a new subscriber, ${story}`);
-    expect(fresh.items[0]?.deliveryUpdated.status, `a new subscriber saw ${JSON.stringify(fresh.items)}; ${story}`).toBe(expected);
+    expect(
+      fresh.items[0]?.deliveryUpdated.status,
+      `a new subscriber saw ${JSON.stringify(fresh.items)}; ${story}`,
+    ).toBe(expected);
     expect(fresh.completed, story).toBe(true);
 
     const read = (await stack.gql(READ, { uid })).data.delivery;
@@ -184,7 +212,11 @@ async function track(stack: Stack, client: Client, plan: Lifecycle): Promise<voi
   } catch (error) {
     // What the facade stored, in the order it stored it, beside what the sandbox sent (in the message above).
     const log = await stack.gql(READ, { uid }).catch(() => undefined);
-    const events = log?.data?.delivery?.events.edges.map((edge: any) => [edge.node.name, edge.node.source, edge.node.stale]);
+    const events = log?.data?.delivery?.events.edges.map((edge: any) => [
+      edge.node.name,
+      edge.node.source,
+      edge.node.stale,
+    ]);
     if (error instanceof Error) error.message += `\nthe facade's log of ${uid}: ${JSON.stringify(events)}`;
     throw error;
   } finally {
@@ -201,7 +233,9 @@ describe.each(stores.cases)('tracking under any order the document allows, on %s
   let client: Client;
   beforeAll(async () => {
     if (!enabled) return;
-    stack = await stores.start(kind, { env: { RECONCILE_INTERVAL_MS: String(RECONCILE_INTERVAL_MS), FINALITY_GRACE_MS: String(FINALITY_GRACE_MS) } });
+    stack = await stores.start(kind, {
+      env: { RECONCILE_INTERVAL_MS: String(RECONCILE_INTERVAL_MS), FINALITY_GRACE_MS: String(FINALITY_GRACE_MS) },
+    });
     client = wsClient(stack.app.url, stack.key);
   });
   afterAll(async () => {
@@ -212,7 +246,9 @@ describe.each(stores.cases)('tracking under any order the document allows, on %s
   it.skipIf(!enabled)(
     'deliveryUpdated, a new subscriber and a read all end where the upstream ends, and nothing completes before it',
     async () => {
-      console.info(`tracking-property (${kind}): PROPERTY_SEED=${SEED} PROPERTY_RUNS=${RUNS}${PATH ? ` PROPERTY_PATH=${PATH}` : ''}`);
+      console.info(
+        `tracking-property (${kind}): PROPERTY_SEED=${SEED} PROPERTY_RUNS=${RUNS}${PATH ? ` PROPERTY_PATH=${PATH}` : ''}`,
+      );
       await fc.assert(
         fc.asyncProperty(fc.array(lifecycle, { minLength: PER_RUN, maxLength: PER_RUN }), async (plans) => {
           const outcomes = await Promise.allSettled(plans.map((plan) => track(stack, client, plan)));

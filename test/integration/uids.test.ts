@@ -11,13 +11,35 @@ import { collect, wsClient } from '../helpers/ws-client.js';
 const CREATE = `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`;
 const READ = `query($uid: ID!, $group: ApiGroup! = PLATFORM) { delivery(uid: $uid, group: $group) { uid events { edges { cursor } } } }`;
 const CANCEL = /* GraphQL */ `
-  mutation($uid: ID!, $group: ApiGroup! = PLATFORM) {
-    cancelDelivery(uid: $uid, group: $group) { __typename ... on MutationCancelDeliverySuccess { data { status } } ... on Error { code message } }
+  mutation ($uid: ID!, $group: ApiGroup! = PLATFORM) {
+    cancelDelivery(uid: $uid, group: $group) {
+      __typename
+      ... on MutationCancelDeliverySuccess {
+        data {
+          status
+        }
+      }
+      ... on Error {
+        code
+        message
+      }
+    }
   }
 `;
 const CREATE_TOKEN = /* GraphQL */ `
-  mutation($uids: [ID!]!) {
-    createClientToken(uids: $uids) { __typename ... on MutationCreateClientTokenSuccess { data { token } } ... on Error { code message } }
+  mutation ($uids: [ID!]!) {
+    createClientToken(uids: $uids) {
+      __typename
+      ... on MutationCreateClientTokenSuccess {
+        data {
+          token
+        }
+      }
+      ... on Error {
+        code
+        message
+      }
+    }
   }
 `;
 const ENTITIES = `query($representations: [_Any!]!) { _entities(representations: $representations) { ... on Delivery { uid } } }`;
@@ -94,7 +116,9 @@ describe('a uid that is not one plain path segment', () => {
   it('is refused by node, inside the global id', async () => {
     // In base64 the 900 KB one is over GRAPHQL_MAX_BODY_BYTES: 65 characters stand for it.
     for (const [, uid, why] of BAD.filter(([, uid]) => uid !== HUGE)) {
-      const result = await withoutUpstream(() => stack.gql('query($id: ID!) { node(id: $id) { ... on Delivery { uid } } }', { id: nodeId('PLATFORM', uid) }));
+      const result = await withoutUpstream(() =>
+        stack.gql('query($id: ID!) { node(id: $id) { ... on Delivery { uid } } }', { id: nodeId('PLATFORM', uid) }),
+      );
       expect(refusals(result)).toEqual([['BAD_USER_INPUT', `The uid in id ${why}`]]);
     }
   });
@@ -104,7 +128,9 @@ describe('a uid that is not one plain path segment', () => {
     const mark = stack.sandbox.requestCount;
     const result = await stack.gql(READ, { uid: longest });
     expect(result).toEqual({ data: { delivery: null } });
-    expect(stack.sandbox.requestsSince(mark).map((request) => request.path)).toEqual([`/api/v1/${stack.sandbox.platformId}/deliveries/${longest}`]);
+    expect(stack.sandbox.requestsSince(mark).map((request) => request.path)).toEqual([
+      `/api/v1/${stack.sandbox.platformId}/deliveries/${longest}`,
+    ]);
     expect((await stack.gql(READ, { uid: mine })).data.delivery.uid).toBe(mine);
     expect((await stack.gql(READ, { uid: partnerUid, group: 'PARTNER' })).data.delivery.uid).toBe(partnerUid);
   });
@@ -113,28 +139,42 @@ describe('a uid that is not one plain path segment', () => {
 describe('deliveries(uids:)', () => {
   it('fails only the entry of a bad uid, and reads the others', async () => {
     const mark = stack.sandbox.requestCount;
-    const result = await stack.gql('query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', { uids: [mine, '..', mine, HUGE, 'a/b'] });
+    const result = await stack.gql('query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', {
+      uids: [mine, '..', mine, HUGE, 'a/b'],
+    });
     expect(result.data.deliveries).toEqual([{ uid: mine }, null, { uid: mine }, null, null]);
     expect(result.errors?.map((error) => [error.path, error.extensions?.code, error.message])).toEqual([
       [['deliveries', 1], 'BAD_USER_INPUT', 'uid must not be "." or "..".'],
       [['deliveries', 3], 'BAD_USER_INPUT', `uid must be at most 64 characters; got ${HUGE.length}.`],
       [['deliveries', 4], 'BAD_USER_INPUT', 'uid must not contain "/" or "\\".'],
     ]);
-    expect(stack.sandbox.requestsSince(mark).map((request) => request.path)).toEqual([`/api/v1/${stack.sandbox.platformId}/deliveries/${mine}`]);
+    expect(stack.sandbox.requestsSince(mark).map((request) => request.path)).toEqual([
+      `/api/v1/${stack.sandbox.platformId}/deliveries/${mine}`,
+    ]);
   });
 });
 
 describe('_entities', () => {
   it('fails the representation of a bad uid, and resolves the others', async () => {
     const mark = stack.sandbox.requestCount;
-    const representations = [{ __typename: 'Delivery', uid: '..' }, { __typename: 'Delivery', uid: mine }, { __typename: 'Delivery', uid: HUGE, group: 'PARTNER' }];
+    const representations = [
+      { __typename: 'Delivery', uid: '..' },
+      { __typename: 'Delivery', uid: mine },
+      { __typename: 'Delivery', uid: HUGE, group: 'PARTNER' },
+    ];
     const result = await stack.gql(ENTITIES, { representations });
     expect(result.data._entities).toEqual([null, { uid: mine }, null]);
     expect(result.errors?.map((error) => [error.path, error.extensions?.code, error.message])).toEqual([
       [['_entities', 0], 'BAD_USER_INPUT', 'A Delivery representation\'s uid must not be "." or "..".'],
-      [['_entities', 2], 'BAD_USER_INPUT', `A Delivery representation's uid must be at most 64 characters; got ${HUGE.length}.`],
+      [
+        ['_entities', 2],
+        'BAD_USER_INPUT',
+        `A Delivery representation's uid must be at most 64 characters; got ${HUGE.length}.`,
+      ],
     ]);
-    expect(stack.sandbox.requestsSince(mark).map((request) => request.path)).toEqual([`/api/v1/${stack.sandbox.platformId}/deliveries/${mine}`]);
+    expect(stack.sandbox.requestsSince(mark).map((request) => request.path)).toEqual([
+      `/api/v1/${stack.sandbox.platformId}/deliveries/${mine}`,
+    ]);
   });
 });
 
@@ -154,15 +194,26 @@ describe('createClientToken', () => {
     const one = await withoutUpstream(() => stack.gql(READ, { uid: '..' }, token));
     expect(refusals(one)).toEqual([['BAD_USER_INPUT', 'uid must not be "." or "..".']]);
     const mark = stack.sandbox.requestCount;
-    const list = await stack.gql('query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }', { uids: [mine, '.'] }, token);
+    const list = await stack.gql(
+      'query($uids: [ID!]!) { deliveries(uids: $uids) { uid } }',
+      { uids: [mine, '.'] },
+      token,
+    );
     expect(list.data.deliveries).toEqual([{ uid: mine }, null]);
     expect(refusals(list)).toEqual([['BAD_USER_INPUT', 'uid must not be "." or "..".']]);
-    expect(stack.sandbox.requestsSince(mark).map((request) => request.path)).toEqual([`/api/v1/${stack.sandbox.platformId}/deliveries/${mine}`]);
+    expect(stack.sandbox.requestsSince(mark).map((request) => request.path)).toEqual([
+      `/api/v1/${stack.sandbox.platformId}/deliveries/${mine}`,
+    ]);
     const client = wsClient(stack.app.url, token);
     try {
       const sub = collect(client, `subscription($uid: ID!) { deliveryUpdated(uid: $uid) { uid } }`, { uid: '..' });
       await withoutUpstream(() => sub.done);
-      expect(sub.errors).toEqual([expect.objectContaining({ message: 'uid must not be "." or "..".', extensions: expect.objectContaining({ code: 'BAD_USER_INPUT' }) })]);
+      expect(sub.errors).toEqual([
+        expect.objectContaining({
+          message: 'uid must not be "." or "..".',
+          extensions: expect.objectContaining({ code: 'BAD_USER_INPUT' }),
+        }),
+      ]);
     } finally {
       await client.dispose();
     }
@@ -177,7 +228,11 @@ describe('deliveryByReference', () => {
     ['201 characters', 'r'.repeat(201), 'must be at most 200 characters; got 201.'],
     ['900 KB', HUGE, `must be at most 200 characters; got ${HUGE.length}.`],
   ])('refuses a reference that is %s', async (_what, partnerReference, why) => {
-    const result = await withoutUpstream(() => stack.gql('query($ref: String!) { deliveryByReference(partnerReference: $ref) { uid } }', { ref: partnerReference }));
+    const result = await withoutUpstream(() =>
+      stack.gql('query($ref: String!) { deliveryByReference(partnerReference: $ref) { uid } }', {
+        ref: partnerReference,
+      }),
+    );
     expect(refusals(result)).toEqual([['BAD_USER_INPUT', `partnerReference ${why}`]]);
   });
 
@@ -185,9 +240,14 @@ describe('deliveryByReference', () => {
     const reference = `PO/2024 ${Date.now()}`;
     const order = stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody(reference));
     const mark = stack.sandbox.requestCount;
-    const result = await stack.gql('query($ref: String!) { deliveryByReference(partnerReference: $ref) { uid partnerReference } }', { ref: reference });
+    const result = await stack.gql(
+      'query($ref: String!) { deliveryByReference(partnerReference: $ref) { uid partnerReference } }',
+      { ref: reference },
+    );
     expect(result).toEqual({ data: { deliveryByReference: { uid: order.uid, partnerReference: reference } } });
-    expect(stack.sandbox.requestsSince(mark).map((request) => request.path)).toEqual([`/api/v1/orders/partner/${encodeURIComponent(reference)}`]);
+    expect(stack.sandbox.requestsSince(mark).map((request) => request.path)).toEqual([
+      `/api/v1/orders/partner/${encodeURIComponent(reference)}`,
+    ]);
   });
 });
 
@@ -212,7 +272,9 @@ describe('subscriptions', () => {
         return collected;
       });
       expect(sub.items).toEqual([]);
-      expect(sub.errors).toEqual([expect.objectContaining({ message, extensions: expect.objectContaining({ code: 'BAD_USER_INPUT' }) })]);
+      expect(sub.errors).toEqual([
+        expect.objectContaining({ message, extensions: expect.objectContaining({ code: 'BAD_USER_INPUT' }) }),
+      ]);
     } finally {
       await client.dispose();
     }
@@ -222,7 +284,11 @@ describe('subscriptions', () => {
     const text = await withoutUpstream(async () => {
       const response = await fetch(`${stack.app.url}/graphql`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${stack.key}` },
+        headers: {
+          'content-type': 'application/json',
+          accept: 'text/event-stream',
+          authorization: `Bearer ${stack.key}`,
+        },
         body: JSON.stringify({ query: UPDATED, variables: { uid: 'a/../b' } }),
       });
       return response.text();

@@ -49,14 +49,20 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-async function book(stack: Stack, key: string, script?: Record<string, unknown>, outcome = 'delivered'): Promise<string> {
+async function book(
+  stack: Stack,
+  key: string,
+  script?: Record<string, unknown>,
+  outcome = 'delivered',
+): Promise<string> {
   const payload = script ? { sandbox_outcome: outcome, sandbox_webhooks: script } : { sandbox_outcome: outcome };
   const result = await stack.gql(CREATE, { input: deliveryInput({ payload }) }, key);
   return result.data.createDelivery.data.uid;
 }
 
 /** The upstream reads of one delivery (GET of its platform path) the sandbox answered after `mark`. */
-const readsOf = (stack: Stack, uid: string, mark: number) => stack.sandbox.requestsSince(mark).filter((r) => r.method === 'GET' && r.path.endsWith(`/deliveries/${uid}`)).length;
+const readsOf = (stack: Stack, uid: string, mark: number) =>
+  stack.sandbox.requestsSince(mark).filter((r) => r.method === 'GET' && r.path.endsWith(`/deliveries/${uid}`)).length;
 
 /** A sample of /metrics (0 when absent). */
 async function metric(app: App, name: string, labels = ''): Promise<number> {
@@ -119,7 +125,12 @@ describe.each(stores)('repair without a follower, on %s', (name, enabled, storeE
     if (!enabled) return;
     logs = capturedLogs();
     stack = await startStack({
-      env: { ...storeEnv(), RECONCILE_INTERVAL_MS: String(INTERVAL_MS), RECONCILE_UNFOLLOWED_INTERVAL_MS: String(UNFOLLOWED_MS), FINALITY_GRACE_MS: String(GRACE_MS) },
+      env: {
+        ...storeEnv(),
+        RECONCILE_INTERVAL_MS: String(INTERVAL_MS),
+        RECONCILE_UNFOLLOWED_INTERVAL_MS: String(UNFOLLOWED_MS),
+        FINALITY_GRACE_MS: String(GRACE_MS),
+      },
       logger: logs.logger,
     });
   });
@@ -136,13 +147,17 @@ describe.each(stores)('repair without a follower, on %s', (name, enabled, storeE
       const feed = collect(client, ALL_EVENTS);
       await waitUntil(() => stack.app.services.bus.listenerCount() > 0, 'the feed to listen');
       for (let step = 0; step < STEPS_TO_THE_END - 1; step += 1) await stack.sandbox.advance(uid);
-      await feed.waitForItem((item) => item.deliveryEvents.uid === uid && item.deliveryEvents.name === 'delivery.dropoff_arrived');
+      await feed.waitForItem(
+        (item) => item.deliveryEvents.uid === uid && item.deliveryEvents.name === 'delivery.dropoff_arrived',
+      );
       const mark = stack.sandbox.requestCount;
       // The last step: its webhook never comes.
       await stack.sandbox.advance(uid);
-      const [repaired] = (await feed.waitForItem((item) => item.deliveryEvents.uid === uid && item.deliveryEvents.name === 'delivery.dropoff_complete')).filter(
-        (item) => item.deliveryEvents.uid === uid && item.deliveryEvents.name === 'delivery.dropoff_complete',
-      );
+      const [repaired] = (
+        await feed.waitForItem(
+          (item) => item.deliveryEvents.uid === uid && item.deliveryEvents.name === 'delivery.dropoff_complete',
+        )
+      ).filter((item) => item.deliveryEvents.uid === uid && item.deliveryEvents.name === 'delivery.dropoff_complete');
       expect(repaired.deliveryEvents.source).toBe('poll');
       expect(stack.app.services.reconciler!.followedCount).toBe(0);
       // One read after the end found it: the first of the passes that came after its last webhook.
@@ -154,7 +169,12 @@ describe.each(stores)('repair without a follower, on %s', (name, enabled, storeE
 
     const history = await stack.gql(HISTORY, { uid });
     expect(history.data.delivery.status).toBe('DROPOFF_COMPLETE');
-    expect(history.data.delivery.events.edges.map((edge: any) => edge.node).filter((node: any) => !node.stale).at(-1)).toEqual({ name: 'delivery.dropoff_complete', source: 'poll', stale: false });
+    expect(
+      history.data.delivery.events.edges
+        .map((edge: any) => edge.node)
+        .filter((node: any) => !node.stale)
+        .at(-1),
+    ).toEqual({ name: 'delivery.dropoff_complete', source: 'poll', stale: false });
 
     // The key read it, and was never written down: not in the store, not in a log line.
     const key = stack.key;
@@ -165,23 +185,43 @@ describe.each(stores)('repair without a follower, on %s', (name, enabled, storeE
   });
 
   test('an event that contradicts the state of a delivery nobody follows has it read at once: the second attempt the read shows is stored', async () => {
-    // Failed at the door, then delivered on a second attempt: the second attempt's first webhook comes late, the rest never.
-    const uid = await book(stack, stack.key, {
-      hold: ['delivery.dropoff_enroute#2'],
-      drop: ['location.dropoff_enroute#2', 'delivery.dropoff_arrived#2', 'location.dropoff_arrived#2', 'delivery.dropoff_complete'],
-    }, 'failed_then_delivered');
+    // Failed at the door, then delivered on a second attempt: the second attempt's first webhook comes late, the rest
+    // never.
+    const uid = await book(
+      stack,
+      stack.key,
+      {
+        hold: ['delivery.dropoff_enroute#2'],
+        drop: [
+          'location.dropoff_enroute#2',
+          'delivery.dropoff_arrived#2',
+          'location.dropoff_arrived#2',
+          'delivery.dropoff_complete',
+        ],
+      },
+      'failed_then_delivered',
+    );
     const client = wsClient(stack.app.url, stack.key);
     try {
       const feed = collect(client, ALL_EVENTS);
       await waitUntil(() => stack.app.services.bus.listenerCount() > 0, 'the feed to listen');
-      // created, assigned, pickup_enroute, pickup_arrived, pickup_complete, dropoff_enroute, dropoff_arrived, failed, dropoff_enroute, dropoff_arrived, dropoff_complete
+      // created, assigned, pickup_enroute, pickup_arrived, pickup_complete, dropoff_enroute, dropoff_arrived, failed,
+      // dropoff_enroute, dropoff_arrived, dropoff_complete
       for (let step = 0; step < 10; step += 1) await stack.sandbox.advance(uid);
-      await feed.waitForItem((item) => item.deliveryEvents.uid === uid && item.deliveryEvents.name === 'delivery.failed');
+      await feed.waitForItem(
+        (item) => item.deliveryEvents.uid === uid && item.deliveryEvents.name === 'delivery.failed',
+      );
       const contradictions = await readsOfKind(stack.app, 'contradiction');
       // The late dropoff_enroute contradicts FAILED: one read settles it, and the read says DROPOFF_COMPLETE.
       await stack.sandbox.releaseWebhooks(uid);
-      const items = await feed.waitForItem((item) => item.deliveryEvents.uid === uid && item.deliveryEvents.name === 'delivery.dropoff_complete');
-      expect(items.find((item) => item.deliveryEvents.uid === uid && item.deliveryEvents.name === 'delivery.dropoff_complete').deliveryEvents.source).toBe('poll');
+      const items = await feed.waitForItem(
+        (item) => item.deliveryEvents.uid === uid && item.deliveryEvents.name === 'delivery.dropoff_complete',
+      );
+      expect(
+        items.find(
+          (item) => item.deliveryEvents.uid === uid && item.deliveryEvents.name === 'delivery.dropoff_complete',
+        ).deliveryEvents.source,
+      ).toBe('poll');
       expect(await readsOfKind(stack.app, 'contradiction')).toBeGreaterThan(contradictions);
       expect(stack.app.services.reconciler!.followedCount).toBe(0);
     } finally {
@@ -199,7 +239,8 @@ describe.each(stores)('repair without a follower, on %s', (name, enabled, storeE
       const confirmations = await readsOfKind(stack.app, 'confirmation');
       // assigned, pickup_enroute, pickup_arrived, canceled
       for (let step = 0; step < 4; step += 1) await stack.sandbox.advance(uid);
-      const canceled = (item: any) => item.deliveryEvents.uid === uid && item.deliveryEvents.name === 'delivery.canceled';
+      const canceled = (item: any) =>
+        item.deliveryEvents.uid === uid && item.deliveryEvents.name === 'delivery.canceled';
       await feed.waitForItem(canceled);
       // The confirming read is stored as an event of its own, after the webhook's.
       await feed.waitForItem((item) => canceled(item) && item.deliveryEvents.source === 'poll');
@@ -226,7 +267,8 @@ describe.each(stores)('repair without a follower, on %s', (name, enabled, storeE
     await waitUntil(() => readsOf(stack, uid, mark) >= 1, 'a pass to read the unfollowed delivery');
     const metrics = await (await fetch(`${stack.app.url}/metrics`)).text();
     expect(metrics).toMatch(/^delivery_graph_reconcile_reads_total\{kind="unfollowed"\} [1-9]/m);
-    for (const kind of ['followed', 'contradiction', 'confirmation']) expect(metrics).toMatch(new RegExp(`^delivery_graph_reconcile_reads_total\\{kind="${kind}"\\} \\d+`, 'm'));
+    for (const kind of ['followed', 'contradiction', 'confirmation'])
+      expect(metrics).toMatch(new RegExp(`^delivery_graph_reconcile_reads_total\\{kind="${kind}"\\} \\d+`, 'm'));
     expect(metrics).toMatch(/^delivery_graph_reconcile_queue_delay_seconds_count\{kind="unfollowed"\} [1-9]/m);
     expect(metrics).toMatch(/^delivery_graph_reconcile_unfinished_deliveries [1-9]/m);
     expect(metrics).toMatch(/^delivery_graph_reconcile_owner_keys [1-9]/m);
@@ -243,7 +285,11 @@ describe('fair across merchants (SQLite)', () => {
   let stack: Stack;
   beforeAll(async () => {
     stack = await startStack({
-      env: { RECONCILE_INTERVAL_MS: String(INTERVAL_MS), RECONCILE_UNFOLLOWED_INTERVAL_MS: '1000', RECONCILE_MAX_READS_PER_SECOND: String(BUDGET) },
+      env: {
+        RECONCILE_INTERVAL_MS: String(INTERVAL_MS),
+        RECONCILE_UNFOLLOWED_INTERVAL_MS: '1000',
+        RECONCILE_MAX_READS_PER_SECOND: String(BUDGET),
+      },
     });
   });
   afterAll(async () => {
@@ -276,12 +322,18 @@ describe('fair across merchants (SQLite)', () => {
       merchants.set(followedByB, 'B');
       const subB = collect(clients[1]!, UPDATED, { uid: followedByB });
       await subB.waitFor(1);
-      const unfollowedByB = await Promise.all(Array.from({ length: 4 }, () => book(stack, stack.otherKey, { drop: ['*'] })));
+      const unfollowedByB = await Promise.all(
+        Array.from({ length: 4 }, () => book(stack, stack.otherKey, { drop: ['*'] })),
+      );
       for (const uid of unfollowedByB) merchants.set(uid, 'B');
 
       const mark = stack.sandbox.requestCount;
       // Every unfollowed delivery of B read once (its pass), and B's followed one several times.
-      await waitUntil(() => unfollowedByB.every((uid) => readsOf(stack, uid, mark) >= 1) && readsOf(stack, followedByB, mark) >= 5, 'B\'s reads', 20_000);
+      await waitUntil(
+        () => unfollowedByB.every((uid) => readsOf(stack, uid, mark) >= 1) && readsOf(stack, followedByB, mark) >= 5,
+        "B's reads",
+        20_000,
+      );
       const order = readOrder(mark, merchants);
       // While B has reads due it gets every other read: A's reads between two of B's are few, whatever A follows.
       const firstB = order.indexOf('B');
@@ -292,11 +344,14 @@ describe('fair across merchants (SQLite)', () => {
         run = merchant === 'A' ? run + 1 : 0;
         longest = Math.max(longest, run);
       }
-      // B's followed delivery is due every 100 ms, a read a tenth of a second apart at this budget: one A read between, at times two.
+      // B's followed delivery is due every 100 ms, a read a tenth of a second apart at this budget: one A read between,
+      // at times two.
       expect(longest, order.join('')).toBeLessThanOrEqual(3);
       // And A, which wants far more, still gets its share: about half.
       const window = order.slice(firstB, lastB + 1);
-      expect(window.filter((merchant) => merchant === 'A').length).toBeGreaterThanOrEqual(window.filter((merchant) => merchant === 'B').length - 2);
+      expect(window.filter((merchant) => merchant === 'A').length).toBeGreaterThanOrEqual(
+        window.filter((merchant) => merchant === 'B').length - 2,
+      );
       for (const sub of [...subsA, subB]) expect(sub.errors).toEqual([]);
     } finally {
       for (const client of clients) await client.dispose();
@@ -307,13 +362,15 @@ describe('fair across merchants (SQLite)', () => {
 describe('after a restart (SQLite)', () => {
   let stack: Stack;
   beforeAll(async () => {
-    stack = await startStack({ env: { RECONCILE_INTERVAL_MS: String(INTERVAL_MS), RECONCILE_UNFOLLOWED_INTERVAL_MS: '300' } });
+    stack = await startStack({
+      env: { RECONCILE_INTERVAL_MS: String(INTERVAL_MS), RECONCILE_UNFOLLOWED_INTERVAL_MS: '300' },
+    });
   });
   afterAll(async () => {
     await stack?.stop();
   });
 
-  it('the keys are gone with the process: a merchant\'s unfinished deliveries wait until it calls again, then they are repaired', async () => {
+  it("the keys are gone with the process: a merchant's unfinished deliveries wait until it calls again, then they are repaired", async () => {
     const waiting = await book(stack, stack.key, { drop: ['*'] });
     const other = await book(stack, stack.otherKey, { drop: ['*'] });
     await stack.restart();
@@ -322,17 +379,19 @@ describe('after a restart (SQLite)', () => {
     await stack.sandbox.advance(other);
     // The other merchant calls: its delivery is read by the passes, and this one's is not.
     expect((await stack.gql('{ availability { available } }', {}, stack.otherKey)).errors).toBeUndefined();
-    await waitUntil(() => readsOf(stack, other, mark) >= 2, 'two passes over the other merchant\'s deliveries');
+    await waitUntil(() => readsOf(stack, other, mark) >= 2, "two passes over the other merchant's deliveries");
     expect(readsOf(stack, waiting, mark)).toBe(0);
     expect(await metric(stack.app, 'delivery_graph_reconcile_owner_keys')).toBe(1);
 
     // This merchant calls again (any call the upstream accepts): its delivery is read, and the lost change stored.
     expect((await stack.gql('{ availability { available } }', {}, stack.key)).errors).toBeUndefined();
-    await waitUntil(() => readsOf(stack, waiting, mark) >= 1, 'a pass over this merchant\'s deliveries');
+    await waitUntil(() => readsOf(stack, waiting, mark) >= 1, "a pass over this merchant's deliveries");
     await waitUntil(async () => {
-      const events: Array<{ name: string; source: string }> = (await stack.gql(HISTORY, { uid: waiting })).data.delivery.events.edges.map((edge: any) => edge.node);
+      const events: Array<{ name: string; source: string }> = (
+        await stack.gql(HISTORY, { uid: waiting })
+      ).data.delivery.events.edges.map((edge: any) => edge.node);
       return events.some((event) => event.name === 'delivery.assigned' && event.source === 'poll');
-    }, 'the repair of this merchant\'s delivery');
+    }, "the repair of this merchant's delivery");
   });
 });
 
@@ -340,7 +399,11 @@ describe.runIf(withRedis)('several instances on one Redis', () => {
   let stack: Stack;
   let second: App;
   beforeAll(async () => {
-    const env = { REDIS_URL: redis!.url, RECONCILE_INTERVAL_MS: String(INTERVAL_MS), RECONCILE_UNFOLLOWED_INTERVAL_MS: '300' };
+    const env = {
+      REDIS_URL: redis!.url,
+      RECONCILE_INTERVAL_MS: String(INTERVAL_MS),
+      RECONCILE_UNFOLLOWED_INTERVAL_MS: '300',
+    };
     stack = await startStack({ env });
     second = await startApp(loadConfig({ ...stack.env, DATA_DIR: `${stack.dataDir}-second` }));
   });
@@ -371,7 +434,9 @@ describe.runIf(withRedis)('several instances on one Redis', () => {
     // Both instances hold the key and make passes: the lease, not chance, kept it to one read per interval.
     expect(await metric(stack.app, 'delivery_graph_reconcile_owner_keys')).toBe(1);
     expect(await metric(second, 'delivery_graph_reconcile_owner_keys')).toBe(1);
-    expect((await readsOfKind(stack.app, 'unfollowed')) + (await readsOfKind(second, 'unfollowed'))).toBeGreaterThanOrEqual(7);
+    expect(
+      (await readsOfKind(stack.app, 'unfollowed')) + (await readsOfKind(second, 'unfollowed')),
+    ).toBeGreaterThanOrEqual(7);
   });
 });
 
@@ -389,7 +454,10 @@ describe.each(stores)('a contradiction heard while its read is under way, on %s'
         : new RedisStore(new Redis(redis!.url), { prefix: `reread:${randomUUID()}:`, ownsClient: true });
     const bus = createEventBus();
     const uid = randomUUID();
-    const event = (eventName: string) => ({ payload: { uid, event_name: eventName, status: eventName.slice('delivery.'.length) } as WireWebhookEvent, receivedAt: new Date().toISOString() });
+    const event = (eventName: string) => ({
+      payload: { uid, event_name: eventName, status: eventName.slice('delivery.'.length) } as WireWebhookEvent,
+      receivedAt: new Date().toISOString(),
+    });
     await store.recordOwners([{ uid, owner: 'merchant', group: 'PLATFORM', proof: 'booked' }]);
     await store.appendEvents([event('delivery.pickup_complete'), event('delivery.dropoff_complete')]);
 
@@ -413,18 +481,32 @@ describe.each(stores)('a contradiction heard while its read is under way, on %s'
       bus.publish(result!.event);
       return result!;
     };
-    const reconciler = new Reconciler({ store, upstream, bus, keys, intervalMs: 30_000, maxReadsPerSecond: 100, finalityGraceMs: 60_000, append, ownerOf: async (u) => (await store.ownersOf([u])).get(u) });
+    const reconciler = new Reconciler({
+      store,
+      upstream,
+      bus,
+      keys,
+      intervalMs: 30_000,
+      maxReadsPerSecond: 100,
+      finalityGraceMs: 60_000,
+      append,
+      ownerOf: async (u) => (await store.ownersOf([u])).get(u),
+    });
     try {
       // A failure after dropoff_complete contradicts it: read at once.
       const first = await append(event('delivery.failed').payload, new Date().toISOString());
       expect(first.event.contradicts).toBe(true);
       await expect.poll(() => reads, { timeout: 5_000 }).toBe(1);
       // Another contradiction while that read is held.
-      expect((await append(event('delivery.return_in_progress').payload, new Date().toISOString())).event.contradicts).toBe(true);
+      expect(
+        (await append(event('delivery.return_in_progress').payload, new Date().toISOString())).event.contradicts,
+      ).toBe(true);
       release();
       // The first read answers the old dropoff_complete; the second, asked for by the return, says failed and wins.
       await expect.poll(() => reads, { timeout: 5_000 }).toBe(2);
-      await expect.poll(async () => (await store.deliveryState(uid))?.rank, { timeout: 5_000 }).toBe(NOT_DELIVERED_RANK);
+      await expect
+        .poll(async () => (await store.deliveryState(uid))?.rank, { timeout: 5_000 })
+        .toBe(NOT_DELIVERED_RANK);
       expect(reconciler.counters.byKind.contradiction).toBe(2);
     } finally {
       reconciler.stop();

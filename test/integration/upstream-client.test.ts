@@ -1,7 +1,13 @@
 // The platform and partner clients against local misbehaving upstreams on port 0:
 // what each failure becomes (class and code), which calls are retried (counted on
 // the server), the time budget, the wire format, and that no error carries the key.
-import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -90,7 +96,13 @@ async function fakeUpstream(handler: Handler): Promise<FakeUpstream> {
     const chunks: Buffer[] = [];
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
-      seen.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString('utf8'), at: performance.now() });
+      seen.push({
+        method: req.method ?? '',
+        url: req.url ?? '',
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+        at: performance.now(),
+      });
       handler(req, res, seen.length);
     });
   });
@@ -107,7 +119,10 @@ function json(res: ServerResponse, status: number, body: unknown, headers: Recor
 }
 
 /** Answers every request with the same JSON. */
-const always = (status: number, body: unknown, headers?: Record<string, string>): Handler => (_req, res) => json(res, status, body, headers);
+const always =
+  (status: number, body: unknown, headers?: Record<string, string>): Handler =>
+  (_req, res) =>
+    json(res, status, body, headers);
 
 /** Never answers. */
 const hang: Handler = () => undefined;
@@ -144,7 +159,11 @@ function handBuilt(fake: FakeUpstream, options: Partial<UpstreamHttpOptions> = {
 }
 
 /** Awaits the rejection, checks its class and code, and that it carries no key anywhere. */
-async function failure<E extends DeliveryGraphError>(call: Promise<unknown>, type: abstract new (...args: never[]) => E, code: string): Promise<E> {
+async function failure<E extends DeliveryGraphError>(
+  call: Promise<unknown>,
+  type: abstract new (...args: never[]) => E,
+  code: string,
+): Promise<E> {
   const error: unknown = await call.then(
     (value) => {
       throw new Error(`expected ${code}, the call succeeded with ${JSON.stringify(value)}`);
@@ -198,7 +217,9 @@ const POSTS: Array<[string, Call]> = [
 
 describe('error answers are classified by status and body code', () => {
   it('401 with invalid_api_key → UNAUTHENTICATED, not retried', async () => {
-    const fake = await fakeUpstream(always(401, { code: 'invalid_api_key', message: 'The key is not valid for this platform.' }));
+    const fake = await fakeUpstream(
+      always(401, { code: 'invalid_api_key', message: 'The key is not valid for this platform.' }),
+    );
     await failure(upstreamFor(fake).platform.get(KEY, UID), UnauthenticatedError, 'UNAUTHENTICATED');
     expect(fake.seen).toHaveLength(1);
   });
@@ -225,7 +246,9 @@ describe('error answers are classified by status and body code', () => {
   });
 
   it('404 with an HTML body → NOT_FOUND', async () => {
-    const fake = await fakeUpstream((_req, res) => res.writeHead(404, { 'content-type': 'text/html' }).end('<h1>Not Found</h1>'));
+    const fake = await fakeUpstream((_req, res) =>
+      res.writeHead(404, { 'content-type': 'text/html' }).end('<h1>Not Found</h1>'),
+    );
     await failure(upstreamFor(fake).platform.cancel(KEY, UID), NotFoundError, 'NOT_FOUND');
   });
 
@@ -272,7 +295,11 @@ describe('error answers are classified by status and body code', () => {
     const fake = await fakeUpstream(always(409, { code: 'conflict', message: 'Busy.' }));
     const upstream = upstreamFor(fake);
     await failure(upstream.platform.create(KEY, REQUEST), UpstreamProtocolError, 'UPSTREAM_ERROR');
-    await failure(upstream.partner.quote(KEY, { ...REQUEST, currency: 'USD' }), UpstreamProtocolError, 'UPSTREAM_ERROR');
+    await failure(
+      upstream.partner.quote(KEY, { ...REQUEST, currency: 'USD' }),
+      UpstreamProtocolError,
+      'UPSTREAM_ERROR',
+    );
     await failure(upstream.platform.get(KEY, UID), UpstreamProtocolError, 'UPSTREAM_ERROR');
   });
 
@@ -303,7 +330,9 @@ describe('error answers are classified by status and body code', () => {
   });
 
   it('400 with an unknown code → VALIDATION with an empty errors object', async () => {
-    const fake = await fakeUpstream(always(400, { code: 'oversize_requires_vehicle', message: 'Set package_minimum_vehicle_size.' }));
+    const fake = await fakeUpstream(
+      always(400, { code: 'oversize_requires_vehicle', message: 'Set package_minimum_vehicle_size.' }),
+    );
     const error = await failure(upstreamFor(fake).platform.create(KEY, REQUEST), UpstreamValidationError, 'VALIDATION');
     expect(error.errors).toEqual({});
     expect(error.message).toBe('Set package_minimum_vehicle_size.');
@@ -322,8 +351,14 @@ describe('error answers are classified by status and body code', () => {
   });
 
   it('partner 422 {error: validation_error, message} → VALIDATION', async () => {
-    const fake = await fakeUpstream(always(422, { error: 'validation_error', message: 'The currency must be 3 characters.' }));
-    const error = await failure(upstreamFor(fake).partner.quote(KEY, { ...REQUEST, currency: 'USDX' }), UpstreamValidationError, 'VALIDATION');
+    const fake = await fakeUpstream(
+      always(422, { error: 'validation_error', message: 'The currency must be 3 characters.' }),
+    );
+    const error = await failure(
+      upstreamFor(fake).partner.quote(KEY, { ...REQUEST, currency: 'USDX' }),
+      UpstreamValidationError,
+      'VALIDATION',
+    );
     expect(error.message).toBe('The currency must be 3 characters.');
     expect(error.errors).toEqual({});
   });
@@ -365,7 +400,8 @@ describe('time budget', () => {
     let call: Promise<unknown> | undefined;
     let first: Promise<string> | undefined;
     const fake = await fakeUpstream((req, res, n) => {
-      if (n === 1) return void timers.push(setTimeout(() => json(res, 503, { code: 'unavailable', message: 'busy' }), 200));
+      if (n === 1)
+        return void timers.push(setTimeout(() => json(res, 503, { code: 'unavailable', message: 'busy' }), 200));
       // The retry has arrived: a fresh 300 ms from now ends after what is left of the call's 400.
       first = firstSettled({ call: call!, fresh: fresh() });
       hang(req, res, n);
@@ -420,7 +456,9 @@ describe('connection failures and retries', () => {
   });
 
   it('a reset GET followed by a good answer succeeds on the retry', async () => {
-    const fake = await fakeUpstream((req, res, n) => (n === 1 ? reset(req, res, n) : json(res, 200, { data: DELIVERY })));
+    const fake = await fakeUpstream((req, res, n) =>
+      n === 1 ? reset(req, res, n) : json(res, 200, { data: DELIVERY }),
+    );
     await expect(upstreamFor(fake).platform.get(KEY, UID)).resolves.toMatchObject({ uid: UID });
     expect(fake.seen).toHaveLength(2);
   });
@@ -440,11 +478,19 @@ describe('connection failures and retries', () => {
     expect(error.message).toContain(String(status));
     expect(fake.seen).toHaveLength(3);
     expect(records).toHaveLength(1);
-    expect(records[0]).toMatchObject({ method: 'GET', route: '/{platform}/deliveries/{uid}', status, outcome: 'UPSTREAM_UNAVAILABLE', attempts: 3 });
+    expect(records[0]).toMatchObject({
+      method: 'GET',
+      route: '/{platform}/deliveries/{uid}',
+      status,
+      outcome: 'UPSTREAM_UNAVAILABLE',
+      attempts: 3,
+    });
   });
 
   it.each([502, 503, 504])('%i once, then 200 → success after one retry', async (status) => {
-    const fake = await fakeUpstream((_req, res, n) => (n === 1 ? json(res, status, { code: 'unavailable', message: 'Try later.' }) : json(res, 200, { data: DELIVERY })));
+    const fake = await fakeUpstream((_req, res, n) =>
+      n === 1 ? json(res, status, { code: 'unavailable', message: 'Try later.' }) : json(res, 200, { data: DELIVERY }),
+    );
     const { partner, records } = handBuilt(fake);
     await expect(partner.getOrder(KEY, UID)).resolves.toEqual(DELIVERY);
     expect(fake.seen).toHaveLength(2);
@@ -452,7 +498,9 @@ describe('connection failures and retries', () => {
   });
 
   it('503 with an HTML body on a GET is retried the same way', async () => {
-    const fake = await fakeUpstream((_req, res) => res.writeHead(503, { 'content-type': 'text/html' }).end('<h1>Service Unavailable</h1>'));
+    const fake = await fakeUpstream((_req, res) =>
+      res.writeHead(503, { 'content-type': 'text/html' }).end('<h1>Service Unavailable</h1>'),
+    );
     await failure(upstreamFor(fake).platform.availability(KEY), UpstreamUnavailableError, 'UPSTREAM_UNAVAILABLE');
     expect(fake.seen).toHaveLength(3);
   });
@@ -465,20 +513,32 @@ describe('connection failures and retries', () => {
 
   it('500 on a GET → UPSTREAM_UNAVAILABLE, not retried (only 502/503/504 and 429 are)', async () => {
     const fake = await fakeUpstream(always(500, { code: 'server_error', message: 'Boom.' }));
-    const error = await failure(upstreamFor(fake).platform.get(KEY, UID), UpstreamUnavailableError, 'UPSTREAM_UNAVAILABLE');
+    const error = await failure(
+      upstreamFor(fake).platform.get(KEY, UID),
+      UpstreamUnavailableError,
+      'UPSTREAM_UNAVAILABLE',
+    );
     expect(error.message).not.toContain('Boom');
     expect(fake.seen).toHaveLength(1);
   });
 
   it('429 on a GET is retried like 503', async () => {
-    const fake = await fakeUpstream((_req, res, n) => (n === 1 ? json(res, 429, { code: 'rate_limited', message: 'Slow down.' }) : json(res, 200, { service: 'lastmile', available: true })));
+    const fake = await fakeUpstream((_req, res, n) =>
+      n === 1
+        ? json(res, 429, { code: 'rate_limited', message: 'Slow down.' })
+        : json(res, 200, { service: 'lastmile', available: true }),
+    );
     const { platform } = handBuilt(fake);
     await expect(platform.availability(KEY)).resolves.toEqual({ service: 'lastmile', available: true });
     expect(fake.seen).toHaveLength(2);
   });
 
   it('Retry-After is honoured between attempts', async () => {
-    const fake = await fakeUpstream((_req, res, n) => (n === 1 ? json(res, 503, { code: 'unavailable', message: 'busy' }, { 'retry-after': '1' }) : json(res, 200, { data: DELIVERY })));
+    const fake = await fakeUpstream((_req, res, n) =>
+      n === 1
+        ? json(res, 503, { code: 'unavailable', message: 'busy' }, { 'retry-after': '1' })
+        : json(res, 200, { data: DELIVERY }),
+    );
     const { platform } = handBuilt(fake, { timeoutMs: 3000 });
     await expect(platform.get(KEY, UID)).resolves.toEqual(DELIVERY);
     expect(fake.seen).toHaveLength(2);
@@ -486,7 +546,9 @@ describe('connection failures and retries', () => {
   });
 
   it('a Retry-After beyond the budget ends the call at once, with the wait in the error', async () => {
-    const fake = await fakeUpstream(always(429, { code: 'rate_limited', message: 'Slow down.' }, { 'retry-after': '30' }));
+    const fake = await fakeUpstream(
+      always(429, { code: 'rate_limited', message: 'Slow down.' }, { 'retry-after': '30' }),
+    );
     // Both the wait (30 s) and the budget (20 s) are longer than the test may run: only ending at once passes.
     const { platform } = handBuilt(fake, { timeoutMs: 20_000 });
     const shorter = await budgetOf(5_000);
@@ -516,8 +578,15 @@ describe('answers the facade does not understand', () => {
     expect(fake.seen).toHaveLength(1);
   });
 
-  it.each([['a string', '"ok"'], ['a number', '42'], ['null', 'null'], ['empty', '']])('a 200 body that is %s → UPSTREAM_ERROR', async (_, text) => {
-    const fake = await fakeUpstream((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(text));
+  it.each([
+    ['a string', '"ok"'],
+    ['a number', '42'],
+    ['null', 'null'],
+    ['empty', ''],
+  ])('a 200 body that is %s → UPSTREAM_ERROR', async (_, text) => {
+    const fake = await fakeUpstream((_req, res) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end(text),
+    );
     await failure(upstreamFor(fake).platform.quote(KEY, REQUEST), UpstreamProtocolError, 'UPSTREAM_ERROR');
   });
 
@@ -550,7 +619,11 @@ describe('answers the facade does not understand', () => {
       }, 2);
       timers.push(timer);
     });
-    await failure(upstreamFor(fake, { maxResponseBytes: 2048 }).platform.get(KEY, UID), UpstreamProtocolError, 'UPSTREAM_ERROR');
+    await failure(
+      upstreamFor(fake, { maxResponseBytes: 2048 }).platform.get(KEY, UID),
+      UpstreamProtocolError,
+      'UPSTREAM_ERROR',
+    );
     expect(fake.seen).toHaveLength(1);
   });
 
@@ -558,8 +631,12 @@ describe('answers the facade does not understand', () => {
     const base = JSON.stringify({ data: { ...DELIVERY, filler: '' } });
     const body = JSON.stringify({ data: { ...DELIVERY, filler: 'x'.repeat(1024 - base.length) } });
     expect(body.length).toBe(1024);
-    const fake = await fakeUpstream((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(body));
-    await expect(upstreamFor(fake, { maxResponseBytes: 1024 }).platform.get(KEY, UID)).resolves.toMatchObject({ uid: UID });
+    const fake = await fakeUpstream((_req, res) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end(body),
+    );
+    await expect(upstreamFor(fake, { maxResponseBytes: 1024 }).platform.get(KEY, UID)).resolves.toMatchObject({
+      uid: UID,
+    });
   });
 
   it('a truncated body (Content-Length larger than sent, then the socket ends) → UPSTREAM_UNAVAILABLE', async () => {
@@ -586,8 +663,17 @@ describe('answers the facade does not understand', () => {
 describe('the wire', () => {
   it('platform calls: paths, bearer key unchanged, JSON bodies', async () => {
     const fake = await fakeUpstream((req, res) => {
-      if (req.url?.endsWith('/quote')) return json(res, 200, { message: 'ok', data: { price: { delivery_fee: 12.5, tip: 2.5, currency: 'USD' }, distance: 13.6 } });
-      if (req.url?.endsWith('/cancel')) return json(res, 200, { message: 'ok', uid: UID, data: { status: 'Canceled', cancellation_fee: { amount: '0.00', currency: 'USD' } } });
+      if (req.url?.endsWith('/quote'))
+        return json(res, 200, {
+          message: 'ok',
+          data: { price: { delivery_fee: 12.5, tip: 2.5, currency: 'USD' }, distance: 13.6 },
+        });
+      if (req.url?.endsWith('/cancel'))
+        return json(res, 200, {
+          message: 'ok',
+          uid: UID,
+          data: { status: 'Canceled', cancellation_fee: { amount: '0.00', currency: 'USD' } },
+        });
       if (req.url?.endsWith('/availability')) return json(res, 200, { service: 'lastmile', available: true });
       if (req.method === 'POST') return json(res, 201, { uid: UID, tracking_link: DELIVERY.tracking_link });
       return json(res, 200, { data: DELIVERY });
@@ -618,8 +704,17 @@ describe('the wire', () => {
 
   it('partner calls: paths directly under /api/v1, the reference URL-encoded', async () => {
     const fake = await fakeUpstream((req, res) => {
-      if (req.url?.endsWith('/quote')) return json(res, 200, { message: 'ok', data: { price: { delivery_fee: 9, tip: 0, currency: 'EUR' }, distance: 2 } });
-      if (req.url?.endsWith('/cancel')) return json(res, 200, { message: 'ok', uid: UID, data: { status: 'Canceled', partner_reference: 'r', cancelation_fee: { value: 0, currency: 'EUR' } } });
+      if (req.url?.endsWith('/quote'))
+        return json(res, 200, {
+          message: 'ok',
+          data: { price: { delivery_fee: 9, tip: 0, currency: 'EUR' }, distance: 2 },
+        });
+      if (req.url?.endsWith('/cancel'))
+        return json(res, 200, {
+          message: 'ok',
+          uid: UID,
+          data: { status: 'Canceled', partner_reference: 'r', cancelation_fee: { value: 0, currency: 'EUR' } },
+        });
       if (req.url?.endsWith('/availability')) return json(res, 200, { service: 'lastmile', available: false });
       return json(res, 200, { data: { ...DELIVERY, partner_reference: 'ref/2024 #1?x=ü&y' } });
     });
@@ -647,7 +742,12 @@ describe('the wire', () => {
     const fake = await fakeUpstream(always(200, { data: DELIVERY }));
     const { platform, partner } = upstreamFor(fake);
     for (const uid of ['..', '.', '../../other/deliveries/x?y=1#z', 'a\\b', 'a b', 'x'.repeat(65)]) {
-      for (const call of [() => platform.get(KEY, uid), () => platform.cancel(KEY, uid), () => partner.getOrder(KEY, uid), () => partner.cancel(KEY, uid)]) {
+      for (const call of [
+        () => platform.get(KEY, uid),
+        () => platform.cancel(KEY, uid),
+        () => partner.getOrder(KEY, uid),
+        () => partner.cancel(KEY, uid),
+      ]) {
         const error = await failure(call(), BadUserInputError, 'BAD_USER_INPUT');
         expect(error.message).toMatch(/^uid /);
       }
@@ -670,7 +770,9 @@ describe('the wire', () => {
     const fake = await fakeUpstream(always(200, { data: DELIVERY }));
     const { platform } = upstreamFor(fake);
     await Promise.all([platform.get('merchant-a', UID), platform.get('merchant-b', UID), platform.get(KEY, UID)]);
-    expect(fake.seen.map((request) => request.headers.authorization).sort()).toEqual([`Bearer ${KEY}`, 'Bearer merchant-a', 'Bearer merchant-b'].sort());
+    expect(fake.seen.map((request) => request.headers.authorization).sort()).toEqual(
+      [`Bearer ${KEY}`, 'Bearer merchant-a', 'Bearer merchant-b'].sort(),
+    );
   });
 
   it('any 2xx is success', async () => {
@@ -679,7 +781,11 @@ describe('the wire', () => {
   });
 
   it('the call records name the route and never the key', async () => {
-    const fake = await fakeUpstream((_req, res, n) => (n === 1 ? json(res, 200, { data: DELIVERY }) : json(res, 401, { code: 'invalid_api_key', message: `bad key ${KEY}` })));
+    const fake = await fakeUpstream((_req, res, n) =>
+      n === 1
+        ? json(res, 200, { data: DELIVERY })
+        : json(res, 401, { code: 'invalid_api_key', message: `bad key ${KEY}` }),
+    );
     const { platform, records } = handBuilt(fake);
     await platform.get(KEY, UID);
     await failure(platform.cancel(KEY, UID), UnauthenticatedError, 'UNAUTHENTICATED');
@@ -695,22 +801,41 @@ describe('the wire', () => {
 describe('the create response', () => {
   it('reads {uid, tracking_link} from the top level', async () => {
     const fake = await fakeUpstream(always(201, { uid: UID, tracking_link: 'https://track.example.com/top' }));
-    await expect(upstreamFor(fake).platform.create(KEY, REQUEST)).resolves.toEqual({ uid: UID, trackingLink: 'https://track.example.com/top' });
+    await expect(upstreamFor(fake).platform.create(KEY, REQUEST)).resolves.toEqual({
+      uid: UID,
+      trackingLink: 'https://track.example.com/top',
+    });
   });
 
   it('reads {data: {uid, tracking_link}}', async () => {
-    const fake = await fakeUpstream(always(200, { message: 'created', data: { uid: UID, tracking_link: 'https://track.example.com/data', status: 'CREATED' } }));
-    await expect(upstreamFor(fake).platform.create(KEY, REQUEST)).resolves.toEqual({ uid: UID, trackingLink: 'https://track.example.com/data' });
+    const fake = await fakeUpstream(
+      always(200, {
+        message: 'created',
+        data: { uid: UID, tracking_link: 'https://track.example.com/data', status: 'CREATED' },
+      }),
+    );
+    await expect(upstreamFor(fake).platform.create(KEY, REQUEST)).resolves.toEqual({
+      uid: UID,
+      trackingLink: 'https://track.example.com/data',
+    });
   });
 
   it('takes each field from wherever it is', async () => {
-    const fake = await fakeUpstream(always(200, { uid: UID, data: { tracking_link: 'https://track.example.com/mixed' } }));
-    await expect(upstreamFor(fake).platform.create(KEY, REQUEST)).resolves.toEqual({ uid: UID, trackingLink: 'https://track.example.com/mixed' });
+    const fake = await fakeUpstream(
+      always(200, { uid: UID, data: { tracking_link: 'https://track.example.com/mixed' } }),
+    );
+    await expect(upstreamFor(fake).platform.create(KEY, REQUEST)).resolves.toEqual({
+      uid: UID,
+      trackingLink: 'https://track.example.com/mixed',
+    });
   });
 
   it('a uid without a tracking link is still a delivery', async () => {
     const fake = await fakeUpstream(always(201, { uid: UID, tracking_link: null }));
-    await expect(upstreamFor(fake).platform.create(KEY, REQUEST)).resolves.toEqual({ uid: UID, trackingLink: undefined });
+    await expect(upstreamFor(fake).platform.create(KEY, REQUEST)).resolves.toEqual({
+      uid: UID,
+      trackingLink: undefined,
+    });
   });
 
   it.each([
@@ -733,7 +858,9 @@ describe('no error carries the key', () => {
   });
 
   it('not even when it echoes it in a 5xx or not-found body', async () => {
-    const fake = await fakeUpstream((_req, res, n) => json(res, n === 1 ? 500 : 404, { code: n === 1 ? 'server_error' : 'not_found', message: `key=${KEY}` }));
+    const fake = await fakeUpstream((_req, res, n) =>
+      json(res, n === 1 ? 500 : 404, { code: n === 1 ? 'server_error' : 'not_found', message: `key=${KEY}` }),
+    );
     const upstream = upstreamFor(fake);
     await failure(upstream.platform.cancel(KEY, UID), UpstreamUnavailableError, 'UPSTREAM_UNAVAILABLE');
     await failure(upstream.platform.cancel(KEY, UID), NotFoundError, 'NOT_FOUND');
@@ -742,12 +869,14 @@ describe('no error carries the key', () => {
   it('a key that cannot be a header value never reaches the wire and is not repeated', async () => {
     const fake = await fakeUpstream(always(200, { data: DELIVERY }));
     const badKey = `${KEY}\r\nx-injected: 1`;
-    const error: unknown = await upstreamFor(fake).platform.get(badKey, UID).then(
-      () => {
-        throw new Error('a key with CRLF was sent');
-      },
-      (rejection: unknown) => rejection,
-    );
+    const error: unknown = await upstreamFor(fake)
+      .platform.get(badKey, UID)
+      .then(
+        () => {
+          throw new Error('a key with CRLF was sent');
+        },
+        (rejection: unknown) => rejection,
+      );
     // Refused before undici sees it (undici would keep a pool slot); the code reports that as UPSTREAM_ERROR.
     expect(error).toBeInstanceOf(UpstreamProtocolError);
     expect((error as DeliveryGraphError).code).toBe('UPSTREAM_ERROR');

@@ -25,7 +25,9 @@ const KEY = 'mk_live_faults/secret+Tk==';
 const OTHER_KEY = 'mk_live_other/secret+Zq==';
 const PLATFORM = 'p1';
 const uidOf = (n: number) => `0b6f1c1e-6f7a-4f65-9d8e-${String(n).padStart(12, '0')}`;
-const deliveryBody = (uid: string, extra: Record<string, unknown> = {}) => ({ data: { uid, status: 'DROPOFF_COMPLETE', ...extra } });
+const deliveryBody = (uid: string, extra: Record<string, unknown> = {}) => ({
+  data: { uid, status: 'DROPOFF_COMPLETE', ...extra },
+});
 
 /** The message an open circuit fails fast with. */
 const CIRCUIT_OPEN = /circuit .* is open/;
@@ -77,7 +79,12 @@ afterEach(async () => {
 async function misbehaving(handler: Handler): Promise<Misbehaving> {
   const upstream: Misbehaving = { base: '', seen: [], handler };
   const server = createServer((req, res) => {
-    const record = { method: req.method ?? '', path: req.url ?? '', authorization: req.headers.authorization, abandoned: false };
+    const record = {
+      method: req.method ?? '',
+      path: req.url ?? '',
+      authorization: req.headers.authorization,
+      abandoned: false,
+    };
     upstream.seen.push(record);
     res.on('close', () => {
       if (!res.writableFinished) record.abandoned = true;
@@ -94,15 +101,32 @@ async function misbehaving(handler: Handler): Promise<Misbehaving> {
 function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   if (res.destroyed) return;
   const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers }).end(text);
+  res
+    .writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers })
+    .end(text);
 }
 
-const later = (ms: number, answer: Handler): Handler => (req, res) => void setTimeout(() => answer(req, res), ms);
-const answering = (status: number, body: unknown, headers?: Record<string, string>): Handler => (_req, res) => json(res, status, body, headers);
+const later =
+  (ms: number, answer: Handler): Handler =>
+  (req, res) =>
+    void setTimeout(() => answer(req, res), ms);
+const answering =
+  (status: number, body: unknown, headers?: Record<string, string>): Handler =>
+  (_req, res) =>
+    json(res, status, body, headers);
 const echoDelivery: Handler = (req, res) =>
-  json(res, 200, deliveryBody(decodeURIComponent(req.url!.split('/').pop()!), { tracking_link: `for ${req.headers.authorization?.slice(-6)}` }));
+  json(
+    res,
+    200,
+    deliveryBody(decodeURIComponent(req.url!.split('/').pop()!), {
+      tracking_link: `for ${req.headers.authorization?.slice(-6)}`,
+    }),
+  );
 
-function client(upstream: Misbehaving, options: { breaker?: Partial<BreakerSettings>; timeoutMs?: number; connections?: number } = {}) {
+function client(
+  upstream: Misbehaving,
+  options: { breaker?: Partial<BreakerSettings>; timeoutMs?: number; connections?: number } = {},
+) {
   const http = new UpstreamHttp({
     baseUrl: upstream.base,
     timeoutMs: options.timeoutMs ?? 2000,
@@ -156,7 +180,8 @@ describe('the circuit breaker of an endpoint group', () => {
     const upstream = await misbehaving(answering(500, { code: 'server_error', message: 'Boom.' }));
     const { platform, http, transitions } = client(upstream, { breaker: { volumeThreshold: 10 } });
     // 500 is not retried: one attempt per call. Nine failures in a row are too few to judge.
-    for (let i = 0; i < 9; i += 1) expect((await rejection(platform.get(KEY, uidOf(i)))).message).not.toMatch(CIRCUIT_OPEN);
+    for (let i = 0; i < 9; i += 1)
+      expect((await rejection(platform.get(KEY, uidOf(i)))).message).not.toMatch(CIRCUIT_OPEN);
     expect(http.breakerState()).toEqual({ platform: 'closed', partner: 'closed' });
     expect(upstream.seen).toHaveLength(9);
 
@@ -184,7 +209,9 @@ describe('the circuit breaker of an endpoint group', () => {
 
   it('opens only above the error percentage', async () => {
     let n = 0;
-    const upstream = await misbehaving((req, res) => ((n += 1) % 2 === 0 ? json(res, 500, { code: 'server_error' }) : echoDelivery(req, res)));
+    const upstream = await misbehaving((req, res) =>
+      (n += 1) % 2 === 0 ? json(res, 500, { code: 'server_error' }) : echoDelivery(req, res),
+    );
     const { platform, http } = client(upstream, { breaker: { volumeThreshold: 10, errorPercent: 50 } });
     // Exactly half fail: not above 50%.
     for (let i = 0; i < 40; i += 1) await platform.get(KEY, uidOf(i)).catch(() => undefined);
@@ -217,7 +244,8 @@ describe('the circuit breaker of an endpoint group', () => {
     const upstream = await misbehaving(echoDelivery);
     const { platform, http } = client(upstream, { connections: 4, breaker: { volumeThreshold: 5, errorPercent: 1 } });
     for (const bad of [`${KEY}\r\nx: 1`, `${KEY}\u0001`, `${KEY}\u007f`, `${KEY}\u0100`]) {
-      for (let i = 0; i < 10; i += 1) expect((await rejection(platform.get(bad, uidOf(i)))).code).toBe('UPSTREAM_ERROR');
+      for (let i = 0; i < 10; i += 1)
+        expect((await rejection(platform.get(bad, uidOf(i)))).code).toBe('UPSTREAM_ERROR');
     }
     expect(http.breakerState().platform).toBe('closed');
     expect(upstream.seen).toHaveLength(0);
@@ -227,7 +255,9 @@ describe('the circuit breaker of an endpoint group', () => {
 
   it('half-opens after the reset time: one trial call, and its success closes the circuit', async () => {
     let healthy = false;
-    const upstream = await misbehaving((req, res) => (healthy ? later(80, echoDelivery)(req, res) : json(res, 500, { code: 'server_error' })));
+    const upstream = await misbehaving((req, res) =>
+      healthy ? later(80, echoDelivery)(req, res) : json(res, 500, { code: 'server_error' }),
+    );
     const { platform, http, transitions } = client(upstream, { breaker: { volumeThreshold: 4, resetMs: 200 } });
     for (let i = 0; i < 4; i += 1) await rejection(platform.get(KEY, uidOf(i)));
     expect(http.breakerState().platform).toBe('open');
@@ -282,7 +312,9 @@ describe('the circuit breaker of an endpoint group', () => {
   it('a retry that comes after the circuit opened fails fast instead of being sent', async () => {
     const slowUid = uidOf(99);
     const upstream = await misbehaving((req, res) =>
-      req.url!.endsWith(slowUid) ? json(res, 503, { code: 'unavailable' }, { 'retry-after': '1' }) : json(res, 500, { code: 'server_error' }),
+      req.url!.endsWith(slowUid)
+        ? json(res, 503, { code: 'unavailable' }, { 'retry-after': '1' })
+        : json(res, 500, { code: 'server_error' }),
     );
     const { platform, http } = client(upstream, { timeoutMs: 3000, breaker: { volumeThreshold: 3 } });
     const started = performance.now();
@@ -290,7 +322,10 @@ describe('the circuit breaker of an endpoint group', () => {
     // Refused at once when its retry comes due: before a second Retry-After (another second) could pass.
     const twoSeconds = (await budgetOf(2000))();
     const first = firstSettled({ waiting, twoSeconds });
-    await waitUntil(() => upstream.seen.some((request) => request.path.endsWith(slowUid)), 'the first attempt to reach the upstream');
+    await waitUntil(
+      () => upstream.seen.some((request) => request.path.endsWith(slowUid)),
+      'the first attempt to reach the upstream',
+    );
     // While the first call waits out Retry-After, others fail and open the circuit.
     for (let i = 0; i < 3; i += 1) await rejection(platform.get(KEY, uidOf(i)));
     expect(http.breakerState().platform).toBe('open');
@@ -303,7 +338,9 @@ describe('the circuit breaker of an endpoint group', () => {
   });
 
   it('each group has its own circuit', async () => {
-    const upstream = await misbehaving((req, res) => (req.url!.includes('/orders/') ? echoDelivery(req, res) : json(res, 500, { code: 'server_error' })));
+    const upstream = await misbehaving((req, res) =>
+      req.url!.includes('/orders/') ? echoDelivery(req, res) : json(res, 500, { code: 'server_error' }),
+    );
     const { platform, partner, http } = client(upstream, { breaker: { volumeThreshold: 5 } });
     for (let i = 0; i < 5; i += 1) await rejection(platform.get(KEY, uidOf(i)));
     expect(http.breakerState()).toEqual({ platform: 'open', partner: 'closed' });
@@ -322,7 +359,9 @@ describe('the circuit breaker of an endpoint group', () => {
 
 describe('the deadline', () => {
   it('an abandoned call frees its socket: with one connection, the next call is not held up', async () => {
-    const upstream = await misbehaving((req, res) => (req.url!.endsWith(uidOf(1)) ? undefined : echoDelivery(req, res)));
+    const upstream = await misbehaving((req, res) =>
+      req.url!.endsWith(uidOf(1)) ? undefined : echoDelivery(req, res),
+    );
     const { platform } = client(upstream, { timeoutMs: 300, connections: 1 });
     expect(await rejection(platform.get(KEY, uidOf(1)))).toBeInstanceOf(UpstreamTimeoutError);
     // Held up behind the hanging socket, the next call would itself time out instead of being answered.
@@ -348,19 +387,34 @@ describe('identical reads in flight are shared', () => {
       return platform.get(key, uidOf(1)).then((result) => ({ key, result }));
     });
     const results = await Promise.all(calls);
-    expect(upstream.seen.map((request) => request.authorization).sort()).toEqual([`Bearer ${KEY}`, `Bearer ${OTHER_KEY}`].sort());
+    expect(upstream.seen.map((request) => request.authorization).sort()).toEqual(
+      [`Bearer ${KEY}`, `Bearer ${OTHER_KEY}`].sort(),
+    );
     for (const { key, result } of results) expect(result.tracking_link).toBe(`for ${key.slice(-6)}`);
   });
 
   it('other paths and the other group are separate requests', async () => {
     const upstream = await misbehaving(later(50, echoDelivery));
     const { platform, partner } = client(upstream);
-    await Promise.all([platform.get(KEY, uidOf(1)), platform.get(KEY, uidOf(2)), partner.getOrder(KEY, uidOf(1)), partner.getOrder(KEY, uidOf(1))]);
-    expect(upstream.seen.map((request) => request.path).sort()).toEqual([`/api/v1/orders/${uidOf(1)}`, `/api/v1/${PLATFORM}/deliveries/${uidOf(1)}`, `/api/v1/${PLATFORM}/deliveries/${uidOf(2)}`].sort());
+    await Promise.all([
+      platform.get(KEY, uidOf(1)),
+      platform.get(KEY, uidOf(2)),
+      partner.getOrder(KEY, uidOf(1)),
+      partner.getOrder(KEY, uidOf(1)),
+    ]);
+    expect(upstream.seen.map((request) => request.path).sort()).toEqual(
+      [
+        `/api/v1/orders/${uidOf(1)}`,
+        `/api/v1/${PLATFORM}/deliveries/${uidOf(1)}`,
+        `/api/v1/${PLATFORM}/deliveries/${uidOf(2)}`,
+      ].sort(),
+    );
   });
 
   it('POSTs are never shared', async () => {
-    const upstream = await misbehaving(later(50, answering(200, { message: 'ok', uid: uidOf(1), data: { status: 'Canceled' } })));
+    const upstream = await misbehaving(
+      later(50, answering(200, { message: 'ok', uid: uidOf(1), data: { status: 'Canceled' } })),
+    );
     const { platform } = client(upstream);
     await Promise.all(Array.from({ length: 20 }, () => platform.cancel(KEY, uidOf(1))));
     expect(upstream.seen).toHaveLength(20);
@@ -389,7 +443,10 @@ describe('identical reads in flight are shared', () => {
     const { platform } = client(upstream);
     const controller = new AbortController();
     const leaving = rejection(platform.get(KEY, uidOf(1), { signal: controller.signal }));
-    const staying = [platform.get(KEY, uidOf(1)), platform.get(KEY, uidOf(1), { signal: new AbortController().signal })];
+    const staying = [
+      platform.get(KEY, uidOf(1)),
+      platform.get(KEY, uidOf(1), { signal: new AbortController().signal }),
+    ];
     let stayed = false;
     void Promise.all(staying).then(() => (stayed = true));
     await waitUntil(() => upstream.seen.length === 1, 'the shared read to reach the upstream');
@@ -405,14 +462,19 @@ describe('identical reads in flight are shared', () => {
   });
 
   it('when every caller has left, the shared request is aborted and its socket freed', async () => {
-    const upstream = await misbehaving((req, res) => (req.url!.endsWith(uidOf(1)) ? undefined : echoDelivery(req, res)));
+    const upstream = await misbehaving((req, res) =>
+      req.url!.endsWith(uidOf(1)) ? undefined : echoDelivery(req, res),
+    );
     const { platform } = client(upstream, { connections: 1, timeoutMs: 5000 });
     const controllers = [new AbortController(), new AbortController()];
-    const leaving = controllers.map((controller) => rejection(platform.get(KEY, uidOf(1), { signal: controller.signal })));
+    const leaving = controllers.map((controller) =>
+      rejection(platform.get(KEY, uidOf(1), { signal: controller.signal })),
+    );
     await waitUntil(() => upstream.seen.length === 1, 'the shared read to reach the upstream');
     for (const controller of controllers) controller.abort();
     for (const error of await Promise.all(leaving)) expect(error.message).toMatch(/aborted/);
-    // One connection: were the socket still held by the abandoned read, this call would wait out its 5 s budget and fail.
+    // One connection: were the socket still held by the abandoned read, this call would wait out its 5 s budget and
+    // fail.
     await expect(platform.get(KEY, uidOf(2))).resolves.toMatchObject({ uid: uidOf(2) });
     expect(upstream.seen[0]!.abandoned).toBe(true);
   });
@@ -422,7 +484,8 @@ describe('identical reads in flight are shared', () => {
 // Through the whole facade: the stack's sandbox behind a fault proxy.
 
 const DELIVERY_QUERY = 'query($uid: ID!, $group: ApiGroup!) { delivery(uid: $uid, group: $group) { uid status } }';
-const CREATE = 'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }';
+const CREATE =
+  'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }';
 const TIMEOUT_MS = 300;
 
 interface FaultyStack {
@@ -432,11 +495,17 @@ interface FaultyStack {
 }
 
 async function faultyStack(env: Record<string, string>): Promise<FaultyStack> {
-  // The sandbox scopes reads to the key, and the facade is told so: each read is one upstream call, the upstream decides who sees what.
-  const stack = await startStack({ env: { UPSTREAM_TIMEOUT_MS: String(TIMEOUT_MS), UPSTREAM_READ_SCOPE: 'key', ...env }, faultProxy: true });
+  // The sandbox scopes reads to the key, and the facade is told so: each read is one upstream call, the upstream
+  // decides who sees what.
+  const stack = await startStack({
+    env: { UPSTREAM_TIMEOUT_MS: String(TIMEOUT_MS), UPSTREAM_READ_SCOPE: 'key', ...env },
+    faultProxy: true,
+  });
   const proxy = stack.proxy!;
   const transitions: FaultyStack['transitions'] = [];
-  stack.app.services.upstream.onBreakerChange((group, state) => transitions.push({ group, state, at: performance.now() }));
+  stack.app.services.upstream.onBreakerChange((group, state) =>
+    transitions.push({ group, state, at: performance.now() }),
+  );
   return { stack, proxy, transitions };
 }
 
@@ -483,9 +552,12 @@ const FAULTS = {
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': '500' });
     res.write('{"data":{"uid":"', () => req.socket.end());
   },
-  nonJson: (_req: IncomingMessage, res: ServerResponse) => void res.writeHead(200, { 'content-type': 'text/html' }).end('<html><h1>Down for maintenance</h1></html>'),
-  tooMany: (_req: IncomingMessage, res: ServerResponse) => json(res, 429, { code: 'rate_limited', message: 'Slow down.' }, { 'retry-after': '1' }),
-  unavailable: (_req: IncomingMessage, res: ServerResponse) => json(res, 503, { code: 'unavailable', message: 'Try later.' }, { 'retry-after': '1' }),
+  nonJson: (_req: IncomingMessage, res: ServerResponse) =>
+    void res.writeHead(200, { 'content-type': 'text/html' }).end('<html><h1>Down for maintenance</h1></html>'),
+  tooMany: (_req: IncomingMessage, res: ServerResponse) =>
+    json(res, 429, { code: 'rate_limited', message: 'Slow down.' }, { 'retry-after': '1' }),
+  unavailable: (_req: IncomingMessage, res: ServerResponse) =>
+    json(res, 503, { code: 'unavailable', message: 'Try later.' }, { 'retry-after': '1' }),
 } as const;
 type FaultName = keyof typeof FAULTS;
 const FAULT_NAMES = Object.keys(FAULTS) as FaultName[];
@@ -511,7 +583,12 @@ function graphqlClient(url: string, connections: number) {
         body: JSON.stringify({ query: DELIVERY_QUERY, variables: { uid, group } }),
       });
       const text = await response.body.text();
-      return { status: response.statusCode, contentType: String(response.headers['content-type']), text, ms: performance.now() - started };
+      return {
+        status: response.statusCode,
+        contentType: String(response.headers['content-type']),
+        text,
+        ms: performance.now() - started,
+      };
     },
     close: () => pool.close(),
   };
@@ -524,16 +601,25 @@ const DOCUMENTED = new Set(['UPSTREAM_TIMEOUT', 'UPSTREAM_UNAVAILABLE', 'UPSTREA
  * its outcome: "data", "null", a documented error code, or "open" (UPSTREAM_UNAVAILABLE
  * from an open circuit). Returns a problem instead when it is not.
  */
-function outcomeOf(answer: { status: number; contentType: string; text: string }, uid: string, keys: string[]): { outcome: string } | { problem: string } {
+function outcomeOf(
+  answer: { status: number; contentType: string; text: string },
+  uid: string,
+  keys: string[],
+): { outcome: string } | { problem: string } {
   const problem = (what: string) => ({ problem: `${what}: ${answer.status} ${answer.text.slice(0, 300)}` });
-  if (answer.status !== 200 || !answer.contentType.startsWith('application/json')) return problem('not a 200 JSON answer');
-  let body: { data?: { delivery?: { uid?: unknown; status?: unknown } | null } | null; errors?: Array<{ message?: unknown; path?: unknown; extensions?: { code?: unknown } }> };
+  if (answer.status !== 200 || !answer.contentType.startsWith('application/json'))
+    return problem('not a 200 JSON answer');
+  let body: {
+    data?: { delivery?: { uid?: unknown; status?: unknown } | null } | null;
+    errors?: Array<{ message?: unknown; path?: unknown; extensions?: { code?: unknown } }>;
+  };
   try {
     body = JSON.parse(answer.text);
   } catch {
     return problem('not JSON');
   }
-  if (Object.keys(body).some((field) => field !== 'data' && field !== 'errors')) return problem('unexpected top-level field');
+  if (Object.keys(body).some((field) => field !== 'data' && field !== 'errors'))
+    return problem('unexpected top-level field');
   if (keys.some((key) => answer.text.includes(key))) return problem('carries a key');
   if (/\bat .*\.(ts|js):\d+/.test(answer.text)) return problem('carries a stack trace');
   if (!body.errors) {
@@ -545,8 +631,10 @@ function outcomeOf(answer: { status: number; contentType: string; text: string }
   if (body.errors.length !== 1) return problem('more than one error');
   const [error] = body.errors;
   const code = error?.extensions?.code;
-  if (typeof error?.message !== 'string' || typeof code !== 'string' || !DOCUMENTED.has(code)) return problem('an undocumented error');
-  if (JSON.stringify(error.path) !== '["delivery"]' || body.data?.delivery != null) return problem('error without a null delivery');
+  if (typeof error?.message !== 'string' || typeof code !== 'string' || !DOCUMENTED.has(code))
+    return problem('an undocumented error');
+  if (JSON.stringify(error.path) !== '["delivery"]' || body.data?.delivery != null)
+    return problem('error without a null delivery');
   return { outcome: code === 'UPSTREAM_UNAVAILABLE' && CIRCUIT_OPEN.test(error.message) ? 'open' : code };
 }
 
@@ -593,7 +681,11 @@ describe('each fault alone, through the facade', () => {
     };
     const graphql = graphqlClient(faulty.stack.app.url, 10);
     try {
-      const outcomes = await Promise.all(Array.from({ length: 200 }, () => graphql.read(faulty.stack.key, uid).then((answer) => outcomeOf(answer, uid, [faulty.stack.key]))));
+      const outcomes = await Promise.all(
+        Array.from({ length: 200 }, () =>
+          graphql.read(faulty.stack.key, uid).then((answer) => outcomeOf(answer, uid, [faulty.stack.key])),
+        ),
+      );
       const counts = tally(outcomes.map((result) => ('outcome' in result ? result.outcome : result.problem)));
       expect(Object.keys(counts).sort()).toEqual(['UPSTREAM_UNAVAILABLE', 'data']);
       // 500 is not retried (a quarter of the faults); 502/503/504 are, up to twice.
@@ -612,7 +704,8 @@ describe('identical reads through the facade', () => {
   });
   afterAll(() => stopFaulty(faulty));
 
-  const readsOf = (uid: string) => faulty.proxy.seen.filter((request) => request.method === 'GET' && request.path.endsWith(`/deliveries/${uid}`));
+  const readsOf = (uid: string) =>
+    faulty.proxy.seen.filter((request) => request.method === 'GET' && request.path.endsWith(`/deliveries/${uid}`));
 
   it('20 concurrent delivery(uid) requests with the same key → 1 upstream GET', async () => {
     const { stack, proxy } = faulty;
@@ -623,7 +716,9 @@ describe('identical reads through the facade', () => {
       await waitUntil(() => reads.count >= 20, 'all 20 requests to ask for the delivery');
       return false;
     };
-    const results = await Promise.all(Array.from({ length: 20 }, () => stack.gql(DELIVERY_QUERY, { uid, group: 'PLATFORM' }))).finally(() => reads.restore());
+    const results = await Promise.all(
+      Array.from({ length: 20 }, () => stack.gql(DELIVERY_QUERY, { uid, group: 'PLATFORM' })),
+    ).finally(() => reads.restore());
     proxy.fault = undefined;
     for (const result of results) expect(result).toEqual({ data: { delivery: { uid, status: expect.any(String) } } });
     expect(readsOf(uid)).toHaveLength(1);
@@ -663,7 +758,12 @@ describe('the circuit through the facade', () => {
   let faulty: FaultyStack;
   beforeAll(async () => {
     // A deadline far from the 100 ms the healthy upstream takes: this test is about the circuit.
-    faulty = await faultyStack({ UPSTREAM_TIMEOUT_MS: '2000', BREAKER_VOLUME_THRESHOLD: '10', BREAKER_ERROR_PERCENT: '50', BREAKER_RESET_MS: '300' });
+    faulty = await faultyStack({
+      UPSTREAM_TIMEOUT_MS: '2000',
+      BREAKER_VOLUME_THRESHOLD: '10',
+      BREAKER_ERROR_PERCENT: '50',
+      BREAKER_RESET_MS: '300',
+    });
   });
   afterAll(() => stopFaulty(faulty));
 
@@ -671,10 +771,14 @@ describe('the circuit through the facade', () => {
     const { stack, proxy, transitions } = faulty;
     // The partner group: its orders are seeded in the sandbox, so no facade call precedes the count.
     // Distinct uids, so no two concurrent reads are shared.
-    const uids = Array.from({ length: 10 }, (_, i) => stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody(`PO-circuit-${i}`)).uid);
+    const uids = Array.from(
+      { length: 10 },
+      (_, i) => stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody(`PO-circuit-${i}`)).uid,
+    );
     const state = () => stack.app.services.upstream.breakerState().partner;
     const graphql = graphqlClient(stack.app.url, 10);
-    // Half-open at the reset time, not later: before a timer of twice the reset time, started as the circuit opened, fires.
+    // Half-open at the reset time, not later: before a timer of twice the reset time, started as the circuit opened,
+    // fires.
     let twiceResetPassed = false;
     let halfOpenedInTime: boolean | undefined;
     let twiceReset: NodeJS.Timeout | undefined;
@@ -710,7 +814,8 @@ describe('the circuit through the facade', () => {
       for (const { outcome } of fast) expect(outcome).toBe('open');
       expect(proxy.seen.length - before).toBe(10);
 
-      // Healthy again, but the trial's answer waits until the nine others were refused: the half-open state seen from outside.
+      // Healthy again, but the trial's answer waits until the nine others were refused: the half-open state seen from
+      // outside.
       let refusedMeanwhile = 0;
       proxy.fault = async () => {
         await waitUntil(() => refusedMeanwhile >= 9, 'the other nine reads to be refused while the trial runs');
@@ -730,7 +835,11 @@ describe('the circuit through the facade', () => {
 
       const after = await Promise.all(uids.map((uid) => read(uid)));
       expect(tally(after.map((answer) => answer.outcome))).toEqual({ data: 10 });
-      expect(transitions.map(({ group, state }) => `${group} ${state}`)).toEqual(['partner open', 'partner half-open', 'partner closed']);
+      expect(transitions.map(({ group, state }) => `${group} ${state}`)).toEqual([
+        'partner open',
+        'partner half-open',
+        'partner closed',
+      ]);
       const [opened, halfOpened] = transitions;
       expect(halfOpened!.at - opened!.at).toBeGreaterThanOrEqual(295);
       expect(halfOpenedInTime).toBe(true);
@@ -753,220 +862,250 @@ describe('10,000 mixed requests through the facade', () => {
   let faulty: FaultyStack;
 
   beforeAll(async () => {
-    faulty = await faultyStack({ BREAKER_VOLUME_THRESHOLD: '20', BREAKER_ERROR_PERCENT: '50', BREAKER_RESET_MS: String(RESET_MS) });
+    faulty = await faultyStack({
+      BREAKER_VOLUME_THRESHOLD: '20',
+      BREAKER_ERROR_PERCENT: '50',
+      BREAKER_RESET_MS: String(RESET_MS),
+    });
   });
   afterAll(() => stopFaulty(faulty));
 
-  it('no crash, no unhandled rejection, every answer well-formed with its documented code, latency bounded, the circuit as configured', { timeout: 60_000 }, async () => {
-    const { stack, proxy, transitions } = faulty;
-    const keys = [stack.key, stack.otherKey];
+  it(
+    'no crash, no unhandled rejection, every answer well-formed with its documented code, latency bounded, the circuit as configured',
+    { timeout: 60_000 },
+    async () => {
+      const { stack, proxy, transitions } = faulty;
+      const keys = [stack.key, stack.otherKey];
 
-    // Real deliveries and orders of both merchants: clean ones, ones behind a 30% 5xx, slow ones.
-    type Real = { uid: string; group: 'PLATFORM' | 'PARTNER'; key: string; kind: 'clean' | 'flaky' | 'slow' };
-    const reals: Real[] = [];
-    const kinds: Real['kind'][] = ['clean', 'clean', 'flaky', 'flaky', 'slow', 'slow'];
-    for (const key of keys) {
-      for (const [i, kind] of kinds.entries()) {
-        reals.push({ uid: await bookOne(stack, key), group: 'PLATFORM', key, kind });
-        const order = stack.sandbox.seedPartnerOrder(key, partnerOrderBody(`PO-${key.slice(-4)}-${i}`));
-        reals.push({ uid: order.uid, group: 'PARTNER', key, kind });
-      }
-    }
-    const flaky = new Set(reals.filter((real) => real.kind === 'flaky').map((real) => real.uid));
-    const slow = new Set(reals.filter((real) => real.kind === 'slow').map((real) => real.uid));
-
-    const random = rng(2024);
-    proxy.fault = async (req, res) => {
-      if (byUid(req, res)) return true;
-      const uid = uidIn(req);
-      if (flaky.has(uid) && random() < 0.3) {
-        json(res, [500, 502, 503, 504][Math.floor(random() * 4)]!, { code: 'server_error', message: 'internal' });
-        return true;
-      }
-      if (slow.has(uid)) await sleep(100);
-      return false;
-    };
-
-    // What each request reads, and the outcomes it may have: its own, an open circuit, or
-    // the deadline (any call may run out of time; here the upstream shares one busy process).
-    const OPEN_OR = (...codes: string[]) => new Set([...codes, 'open', 'UPSTREAM_TIMEOUT']);
-    const EXPECTED: Record<string, Set<string>> = {
-      real: OPEN_OR('data', 'UPSTREAM_UNAVAILABLE'),
-      unknown: OPEN_OR('null'),
-      hang: OPEN_OR('UPSTREAM_TIMEOUT'),
-      slowBody: OPEN_OR('UPSTREAM_TIMEOUT'),
-      nonJson: OPEN_OR('UPSTREAM_ERROR'),
-      reset: OPEN_OR('UPSTREAM_UNAVAILABLE'),
-      truncated: OPEN_OR('UPSTREAM_UNAVAILABLE'),
-      tooMany: OPEN_OR('UPSTREAM_UNAVAILABLE'),
-      unavailable: OPEN_OR('UPSTREAM_UNAVAILABLE'),
-    };
-    const pick = (i: number): { kind: string; uid: string; key: string; group: 'PLATFORM' | 'PARTNER' } => {
-      const group = random() < 0.8 ? 'PLATFORM' : 'PARTNER';
-      const key = keys[Math.floor(random() * keys.length)]!;
-      // The outage: every request meets a dropped connection or a 503.
-      if (i >= OUTAGE.from && i < OUTAGE.to) {
-        const kind = (['reset', 'truncated', 'unavailable'] as const)[Math.floor(random() * 3)]!;
-        return { kind, uid: `${kind}-${i}`, key, group };
-      }
-      const roll = random();
-      if (roll < 0.65) {
-        const candidates = reals.filter((real) => real.group === group && real.key === key);
-        return { kind: 'real', uid: candidates[Math.floor(random() * candidates.length)]!.uid, key, group };
-      }
-      if (roll < 0.75) return { kind: 'unknown', uid: uidOf(1_000_000 + i), key, group };
-      const kind = FAULT_NAMES[Math.floor(random() * FAULT_NAMES.length)]!;
-      return { kind, uid: `${kind}-${i}`, key, group };
-    };
-
-    // Every request the facade makes to the upstream, timed as undici takes it (the moment
-    // the breaker lets the attempt through; it may reach the wire, and the proxy accept
-    // it, later, so those times would blur the line).
-    const proxyHost = new URL(proxy.url).host;
-    const sends: Array<{ group: ApiGroupName; at: number }> = [];
-    const onSend = (message: unknown) => {
-      const { request } = message as { request: { origin?: unknown; path: string } };
-      if (String(request.origin).includes(proxyHost)) sends.push({ group: groupOf(request.path), at: performance.now() });
-    };
-    diagnostics.subscribe('undici:request:create', onSend);
-    const graphql = graphqlClient(stack.app.url, CONCURRENCY);
-    // Warm-up, not counted: the first requests open every connection and compile the query.
-    await Promise.all(Array.from({ length: 4 * CONCURRENCY }, (_, i) => graphql.read(reals[i % reals.length]!.key, reals[i % reals.length]!.uid, reals[i % reals.length]!.group)));
-    const outcomes: Record<string, Record<string, number>> = {};
-    const problems: string[] = [];
-    const latencies: number[] = [];
-    const openLatencies: number[] = [];
-    /** Answers the deadline ended (UPSTREAM_TIMEOUT): what waiting it out costs in this run. */
-    const timeoutLatencies: number[] = [];
-    const FIRST_ATTEMPT_ONLY = new Set(['unknown', 'hang', 'slowBody', 'nonJson', 'unavailable', 'tooMany']);
-    /** Unique uids answered "circuit open" on their first attempt: none may have reached the upstream. */
-    const refusedUids: string[] = [];
-    let next = 0;
-    const started = performance.now();
-    const proxyBefore = proxy.seen.length;
-    const worker = async () => {
-      while (next < TOTAL) {
-        const i = next++;
-        const request = pick(i);
-        let answer;
-        try {
-          answer = await graphql.read(request.key, request.uid, request.group);
-        } catch (error) {
-          problems.push(`request ${i} failed: ${String(error)}`);
-          continue;
-        }
-        latencies.push(answer.ms);
-        const result = outcomeOf(answer, request.uid, keys);
-        if ('problem' in result) {
-          problems.push(`${request.kind} ${request.uid}: ${result.problem}`);
-          continue;
-        }
-        (outcomes[request.kind] ??= {})[result.outcome] = (outcomes[request.kind]?.[result.outcome] ?? 0) + 1;
-        if (!EXPECTED[request.kind]!.has(result.outcome)) problems.push(`${request.kind} ${request.uid}: ${result.outcome}`);
-        if (result.outcome === 'UPSTREAM_TIMEOUT') timeoutLatencies.push(answer.ms);
-        // Faults that are never retried meet an open circuit on their first attempt.
-        if (result.outcome === 'open' && FIRST_ATTEMPT_ONLY.has(request.kind)) {
-          openLatencies.push(answer.ms);
-          refusedUids.push(request.uid);
+      // Real deliveries and orders of both merchants: clean ones, ones behind a 30% 5xx, slow ones.
+      type Real = { uid: string; group: 'PLATFORM' | 'PARTNER'; key: string; kind: 'clean' | 'flaky' | 'slow' };
+      const reals: Real[] = [];
+      const kinds: Real['kind'][] = ['clean', 'clean', 'flaky', 'flaky', 'slow', 'slow'];
+      for (const key of keys) {
+        for (const [i, kind] of kinds.entries()) {
+          reals.push({ uid: await bookOne(stack, key), group: 'PLATFORM', key, kind });
+          const order = stack.sandbox.seedPartnerOrder(key, partnerOrderBody(`PO-${key.slice(-4)}-${i}`));
+          reals.push({ uid: order.uid, group: 'PARTNER', key, kind });
         }
       }
-    };
-    await Promise.all(Array.from({ length: CONCURRENCY }, worker));
-    const elapsedMs = performance.now() - started;
-    diagnostics.unsubscribe('undici:request:create', onSend);
-    await graphql.close();
-    proxy.fault = undefined;
+      const flaky = new Set(reals.filter((real) => real.kind === 'flaky').map((real) => real.uid));
+      const slow = new Set(reals.filter((real) => real.kind === 'slow').map((real) => real.uid));
 
-    // Still serving.
-    const health = await fetch(`${stack.app.url}/health`);
-    expect(health.status).toBe(200);
-    expect(await stack.gql(DELIVERY_QUERY, { uid: reals[0]!.uid, group: 'PLATFORM' }, reals[0]!.key)).toMatchObject({ data: { delivery: { uid: reals[0]!.uid } } });
-
-    // The circuit, per group, from its transitions and what the facade sent meanwhile.
-    const upstreamRequests = proxy.seen.slice(proxyBefore);
-    const circuit = (['platform', 'partner'] as const).map((group) => {
-      const changes = transitions.filter((change) => change.group === group);
-      const openTimes: number[] = [];
-      let trialsOverOne = 0;
-      let sentWhileOpen = 0;
-      changes.forEach((change, index) => {
-        const until = changes[index + 1]?.at ?? performance.now();
-        const sent = sends.filter((send) => send.group === group && send.at > change.at && send.at <= until).length;
-        if (change.state === 'open') {
-          if (changes[index + 1]) openTimes.push(until - change.at);
-          sentWhileOpen += sent;
+      const random = rng(2024);
+      proxy.fault = async (req, res) => {
+        if (byUid(req, res)) return true;
+        const uid = uidIn(req);
+        if (flaky.has(uid) && random() < 0.3) {
+          json(res, [500, 502, 503, 504][Math.floor(random() * 4)]!, { code: 'server_error', message: 'internal' });
+          return true;
         }
-        if (change.state === 'half-open' && sent > 1) trialsOverOne += 1;
-      });
-      const count = (state: BreakerState) => changes.filter((change) => change.state === state).length;
-      const halfOpenTo = (state: BreakerState) => changes.filter((change, index) => change.state === state && changes[index - 1]?.state === 'half-open').length;
-      return {
-        group,
-        opened: count('open'),
-        halfOpened: count('half-open'),
-        closed: count('closed'),
-        trialsSucceeded: halfOpenTo('closed'),
-        trialsFailed: halfOpenTo('open'),
-        openMsMin: Math.round(Math.min(...openTimes)),
-        openMsMax: Math.round(Math.max(...openTimes)),
-        trialsOverOne,
-        sentWhileOpen,
-        requestsSent: sends.filter((send) => send.group === group).length,
+        if (slow.has(uid)) await sleep(100);
+        return false;
       };
-    });
 
-    latencies.sort((a, b) => a - b);
-    openLatencies.sort((a, b) => a - b);
-    timeoutLatencies.sort((a, b) => a - b);
-    const percentile = (p: number) => Math.round(latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))]!);
-    const totals = tally(Object.values(outcomes).flatMap((counts) => Object.entries(counts).flatMap(([outcome, n]) => Array<string>(n).fill(outcome))));
-    const figures = {
-      requests: latencies.length,
-      concurrency: CONCURRENCY,
-      elapsedMs: Math.round(elapsedMs),
-      requestsPerSecond: Math.round((latencies.length / elapsedMs) * 1000),
-      upstreamTimeoutMs: TIMEOUT_MS,
-      breaker: { volumeThreshold: 20, errorPercent: 50, resetMs: RESET_MS },
-      outcomes: totals,
-      outcomesByKind: outcomes,
-      latencyMs: { p50: percentile(0.5), p99: percentile(0.99), max: Math.round(latencies.at(-1)!) },
-      circuitOpenLatencyMs: { p50: Math.round(openLatencies[Math.floor(openLatencies.length / 2)]!), max: Math.round(openLatencies.at(-1)!) },
-      upstreamRequestsReceived: upstreamRequests.length,
-      circuit,
-      unhandledRejections: escaped.length,
-      problems: problems.length,
-    };
-    console.log(`upstream fault figures\n${JSON.stringify(figures, null, 2)}`);
+      // What each request reads, and the outcomes it may have: its own, an open circuit, or
+      // the deadline (any call may run out of time; here the upstream shares one busy process).
+      const OPEN_OR = (...codes: string[]) => new Set([...codes, 'open', 'UPSTREAM_TIMEOUT']);
+      const EXPECTED: Record<string, Set<string>> = {
+        real: OPEN_OR('data', 'UPSTREAM_UNAVAILABLE'),
+        unknown: OPEN_OR('null'),
+        hang: OPEN_OR('UPSTREAM_TIMEOUT'),
+        slowBody: OPEN_OR('UPSTREAM_TIMEOUT'),
+        nonJson: OPEN_OR('UPSTREAM_ERROR'),
+        reset: OPEN_OR('UPSTREAM_UNAVAILABLE'),
+        truncated: OPEN_OR('UPSTREAM_UNAVAILABLE'),
+        tooMany: OPEN_OR('UPSTREAM_UNAVAILABLE'),
+        unavailable: OPEN_OR('UPSTREAM_UNAVAILABLE'),
+      };
+      const pick = (i: number): { kind: string; uid: string; key: string; group: 'PLATFORM' | 'PARTNER' } => {
+        const group = random() < 0.8 ? 'PLATFORM' : 'PARTNER';
+        const key = keys[Math.floor(random() * keys.length)]!;
+        // The outage: every request meets a dropped connection or a 503.
+        if (i >= OUTAGE.from && i < OUTAGE.to) {
+          const kind = (['reset', 'truncated', 'unavailable'] as const)[Math.floor(random() * 3)]!;
+          return { kind, uid: `${kind}-${i}`, key, group };
+        }
+        const roll = random();
+        if (roll < 0.65) {
+          const candidates = reals.filter((real) => real.group === group && real.key === key);
+          return { kind: 'real', uid: candidates[Math.floor(random() * candidates.length)]!.uid, key, group };
+        }
+        if (roll < 0.75) return { kind: 'unknown', uid: uidOf(1_000_000 + i), key, group };
+        const kind = FAULT_NAMES[Math.floor(random() * FAULT_NAMES.length)]!;
+        return { kind, uid: `${kind}-${i}`, key, group };
+      };
 
-    expect(problems.slice(0, 20)).toEqual([]);
-    expect(latencies).toHaveLength(TOTAL);
-    expect(escaped).toEqual([]);
-    // Bounded by the deadline: every request was answered, and every hang and slow body was
-    // ended by the deadline (UPSTREAM_TIMEOUT) or refused by an open circuit (EXPECTED above).
-    for (const kind of ['hang', 'slowBody']) expect(Object.keys(outcomes[kind] ?? {}).filter((outcome) => outcome !== 'open'), kind).toEqual(['UPSTREAM_TIMEOUT']);
-    // Failing fast: a refused request does not wait out the deadline. Measured against the
-    // requests that did, in this same run, so the one busy process that runs the facade, the
-    // upstream and the client alike slows both sides (the medians: its queueing alone can
-    // hold a few answers for longer).
-    const median = (values: number[]) => values[Math.floor(values.length / 2)]!;
-    expect(timeoutLatencies.length).toBeGreaterThan(0);
-    expect(median(openLatencies)).toBeLessThan(median(timeoutLatencies));
-    // A request refused on its first attempt sent nothing.
-    const reached = new Set(upstreamRequests.map((request) => request.path.split('/').pop()));
-    expect(refusedUids.length).toBeGreaterThan(0);
-    expect(refusedUids.filter((uid) => reached.has(uid))).toEqual([]);
-    for (const group of circuit) {
-      // The outage opened each circuit; each half-opened after the reset time with one trial; one success closed it.
-      expect(group.opened, group.group).toBeGreaterThan(0);
-      expect(group.halfOpened, group.group).toBeGreaterThan(0);
-      expect(group.trialsSucceeded, group.group).toBeGreaterThan(0);
-      expect(group.openMsMin, group.group).toBeGreaterThanOrEqual(RESET_MS - 5);
-      expect(group.trialsOverOne, group.group).toBe(0);
-      expect(group.sentWhileOpen, group.group).toBe(0);
-    }
-    expect(totals.open).toBeGreaterThan(0);
-    for (const code of ['data', 'null', 'UPSTREAM_TIMEOUT', 'UPSTREAM_UNAVAILABLE', 'UPSTREAM_ERROR']) expect(totals[code], code).toBeGreaterThan(0);
-  });
+      // Every request the facade makes to the upstream, timed as undici takes it (the moment
+      // the breaker lets the attempt through; it may reach the wire, and the proxy accept
+      // it, later, so those times would blur the line).
+      const proxyHost = new URL(proxy.url).host;
+      const sends: Array<{ group: ApiGroupName; at: number }> = [];
+      const onSend = (message: unknown) => {
+        const { request } = message as { request: { origin?: unknown; path: string } };
+        if (String(request.origin).includes(proxyHost))
+          sends.push({ group: groupOf(request.path), at: performance.now() });
+      };
+      diagnostics.subscribe('undici:request:create', onSend);
+      const graphql = graphqlClient(stack.app.url, CONCURRENCY);
+      // Warm-up, not counted: the first requests open every connection and compile the query.
+      await Promise.all(
+        Array.from({ length: 4 * CONCURRENCY }, (_, i) =>
+          graphql.read(reals[i % reals.length]!.key, reals[i % reals.length]!.uid, reals[i % reals.length]!.group),
+        ),
+      );
+      const outcomes: Record<string, Record<string, number>> = {};
+      const problems: string[] = [];
+      const latencies: number[] = [];
+      const openLatencies: number[] = [];
+      /** Answers the deadline ended (UPSTREAM_TIMEOUT): what waiting it out costs in this run. */
+      const timeoutLatencies: number[] = [];
+      const FIRST_ATTEMPT_ONLY = new Set(['unknown', 'hang', 'slowBody', 'nonJson', 'unavailable', 'tooMany']);
+      /** Unique uids answered "circuit open" on their first attempt: none may have reached the upstream. */
+      const refusedUids: string[] = [];
+      let next = 0;
+      const started = performance.now();
+      const proxyBefore = proxy.seen.length;
+      const worker = async () => {
+        while (next < TOTAL) {
+          const i = next++;
+          const request = pick(i);
+          let answer;
+          try {
+            answer = await graphql.read(request.key, request.uid, request.group);
+          } catch (error) {
+            problems.push(`request ${i} failed: ${String(error)}`);
+            continue;
+          }
+          latencies.push(answer.ms);
+          const result = outcomeOf(answer, request.uid, keys);
+          if ('problem' in result) {
+            problems.push(`${request.kind} ${request.uid}: ${result.problem}`);
+            continue;
+          }
+          (outcomes[request.kind] ??= {})[result.outcome] = (outcomes[request.kind]?.[result.outcome] ?? 0) + 1;
+          if (!EXPECTED[request.kind]!.has(result.outcome))
+            problems.push(`${request.kind} ${request.uid}: ${result.outcome}`);
+          if (result.outcome === 'UPSTREAM_TIMEOUT') timeoutLatencies.push(answer.ms);
+          // Faults that are never retried meet an open circuit on their first attempt.
+          if (result.outcome === 'open' && FIRST_ATTEMPT_ONLY.has(request.kind)) {
+            openLatencies.push(answer.ms);
+            refusedUids.push(request.uid);
+          }
+        }
+      };
+      await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+      const elapsedMs = performance.now() - started;
+      diagnostics.unsubscribe('undici:request:create', onSend);
+      await graphql.close();
+      proxy.fault = undefined;
+
+      // Still serving.
+      const health = await fetch(`${stack.app.url}/health`);
+      expect(health.status).toBe(200);
+      expect(await stack.gql(DELIVERY_QUERY, { uid: reals[0]!.uid, group: 'PLATFORM' }, reals[0]!.key)).toMatchObject({
+        data: { delivery: { uid: reals[0]!.uid } },
+      });
+
+      // The circuit, per group, from its transitions and what the facade sent meanwhile.
+      const upstreamRequests = proxy.seen.slice(proxyBefore);
+      const circuit = (['platform', 'partner'] as const).map((group) => {
+        const changes = transitions.filter((change) => change.group === group);
+        const openTimes: number[] = [];
+        let trialsOverOne = 0;
+        let sentWhileOpen = 0;
+        changes.forEach((change, index) => {
+          const until = changes[index + 1]?.at ?? performance.now();
+          const sent = sends.filter((send) => send.group === group && send.at > change.at && send.at <= until).length;
+          if (change.state === 'open') {
+            if (changes[index + 1]) openTimes.push(until - change.at);
+            sentWhileOpen += sent;
+          }
+          if (change.state === 'half-open' && sent > 1) trialsOverOne += 1;
+        });
+        const count = (state: BreakerState) => changes.filter((change) => change.state === state).length;
+        const halfOpenTo = (state: BreakerState) =>
+          changes.filter((change, index) => change.state === state && changes[index - 1]?.state === 'half-open').length;
+        return {
+          group,
+          opened: count('open'),
+          halfOpened: count('half-open'),
+          closed: count('closed'),
+          trialsSucceeded: halfOpenTo('closed'),
+          trialsFailed: halfOpenTo('open'),
+          openMsMin: Math.round(Math.min(...openTimes)),
+          openMsMax: Math.round(Math.max(...openTimes)),
+          trialsOverOne,
+          sentWhileOpen,
+          requestsSent: sends.filter((send) => send.group === group).length,
+        };
+      });
+
+      latencies.sort((a, b) => a - b);
+      openLatencies.sort((a, b) => a - b);
+      timeoutLatencies.sort((a, b) => a - b);
+      const percentile = (p: number) =>
+        Math.round(latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))]!);
+      const totals = tally(
+        Object.values(outcomes).flatMap((counts) =>
+          Object.entries(counts).flatMap(([outcome, n]) => Array<string>(n).fill(outcome)),
+        ),
+      );
+      const figures = {
+        requests: latencies.length,
+        concurrency: CONCURRENCY,
+        elapsedMs: Math.round(elapsedMs),
+        requestsPerSecond: Math.round((latencies.length / elapsedMs) * 1000),
+        upstreamTimeoutMs: TIMEOUT_MS,
+        breaker: { volumeThreshold: 20, errorPercent: 50, resetMs: RESET_MS },
+        outcomes: totals,
+        outcomesByKind: outcomes,
+        latencyMs: { p50: percentile(0.5), p99: percentile(0.99), max: Math.round(latencies.at(-1)!) },
+        circuitOpenLatencyMs: {
+          p50: Math.round(openLatencies[Math.floor(openLatencies.length / 2)]!),
+          max: Math.round(openLatencies.at(-1)!),
+        },
+        upstreamRequestsReceived: upstreamRequests.length,
+        circuit,
+        unhandledRejections: escaped.length,
+        problems: problems.length,
+      };
+      console.log(`upstream fault figures\n${JSON.stringify(figures, null, 2)}`);
+
+      expect(problems.slice(0, 20)).toEqual([]);
+      expect(latencies).toHaveLength(TOTAL);
+      expect(escaped).toEqual([]);
+      // Bounded by the deadline: every request was answered, and every hang and slow body was
+      // ended by the deadline (UPSTREAM_TIMEOUT) or refused by an open circuit (EXPECTED above).
+      for (const kind of ['hang', 'slowBody'])
+        expect(
+          Object.keys(outcomes[kind] ?? {}).filter((outcome) => outcome !== 'open'),
+          kind,
+        ).toEqual(['UPSTREAM_TIMEOUT']);
+      // Failing fast: a refused request does not wait out the deadline. Measured against the
+      // requests that did, in this same run, so the one busy process that runs the facade, the
+      // upstream and the client alike slows both sides (the medians: its queueing alone can
+      // hold a few answers for longer).
+      const median = (values: number[]) => values[Math.floor(values.length / 2)]!;
+      expect(timeoutLatencies.length).toBeGreaterThan(0);
+      expect(median(openLatencies)).toBeLessThan(median(timeoutLatencies));
+      // A request refused on its first attempt sent nothing.
+      const reached = new Set(upstreamRequests.map((request) => request.path.split('/').pop()));
+      expect(refusedUids.length).toBeGreaterThan(0);
+      expect(refusedUids.filter((uid) => reached.has(uid))).toEqual([]);
+      for (const group of circuit) {
+        // The outage opened each circuit; each half-opened after the reset time with one trial; one success closed it.
+        expect(group.opened, group.group).toBeGreaterThan(0);
+        expect(group.halfOpened, group.group).toBeGreaterThan(0);
+        expect(group.trialsSucceeded, group.group).toBeGreaterThan(0);
+        expect(group.openMsMin, group.group).toBeGreaterThanOrEqual(RESET_MS - 5);
+        expect(group.trialsOverOne, group.group).toBe(0);
+        expect(group.sentWhileOpen, group.group).toBe(0);
+      }
+      expect(totals.open).toBeGreaterThan(0);
+      for (const code of ['data', 'null', 'UPSTREAM_TIMEOUT', 'UPSTREAM_UNAVAILABLE', 'UPSTREAM_ERROR'])
+        expect(totals[code], code).toBeGreaterThan(0);
+    },
+  );
 });
 
 // ---------------------------------------------------------------------------
@@ -981,9 +1120,16 @@ async function bookOne(stack: Stack, key: string): Promise<string> {
 /** A booking made at the upstream directly, with `key`: the facade never saw it. */
 async function bookUpstream(stack: Stack, key: string): Promise<string> {
   const body = {
-    pickup_address_street: '1 Market St', pickup_address_city: 'San Francisco', pickup_address_country: 'US', pickup_name: 'Shop',
-    dropoff_address_street: '2 Mission St', dropoff_address_city: 'San Francisco', dropoff_address_country: 'US', dropoff_name: 'Customer',
-    email: 'shop@example.com', package_delivery_mode: 'NOW',
+    pickup_address_street: '1 Market St',
+    pickup_address_city: 'San Francisco',
+    pickup_address_country: 'US',
+    pickup_name: 'Shop',
+    dropoff_address_street: '2 Mission St',
+    dropoff_address_city: 'San Francisco',
+    dropoff_address_country: 'US',
+    dropoff_name: 'Customer',
+    email: 'shop@example.com',
+    package_delivery_mode: 'NOW',
   };
   const response = await fetch(`${stack.sandbox.url}/${stack.sandbox.platformId}/deliveries`, {
     method: 'POST',

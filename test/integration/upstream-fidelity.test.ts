@@ -19,8 +19,31 @@ const QUOTE = /* GraphQL */ `
   mutation Quote($input: DeliveryInput!, $group: ApiGroup!) {
     quoteDelivery(input: $input, group: $group) {
       __typename
-      ... on MutationQuoteDeliverySuccess { data { group fee { amount currency } tip { amount currency } distance { value } message } }
-      ... on ValidationError { code message fields { path message } }
+      ... on MutationQuoteDeliverySuccess {
+        data {
+          group
+          fee {
+            amount
+            currency
+          }
+          tip {
+            amount
+            currency
+          }
+          distance {
+            value
+          }
+          message
+        }
+      }
+      ... on ValidationError {
+        code
+        message
+        fields {
+          path
+          message
+        }
+      }
     }
   }
 `;
@@ -29,9 +52,21 @@ const CREATE = /* GraphQL */ `
   mutation Create($input: DeliveryInput!) {
     createDelivery(input: $input) {
       __typename
-      ... on MutationCreateDeliverySuccess { data { uid } }
-      ... on Error { code message }
-      ... on ValidationError { fields { path message } }
+      ... on MutationCreateDeliverySuccess {
+        data {
+          uid
+        }
+      }
+      ... on Error {
+        code
+        message
+      }
+      ... on ValidationError {
+        fields {
+          path
+          message
+        }
+      }
     }
   }
 `;
@@ -40,8 +75,15 @@ const CANCEL = /* GraphQL */ `
   mutation Cancel($uid: ID!, $group: ApiGroup!) {
     cancelDelivery(uid: $uid, group: $group) {
       __typename
-      ... on MutationCancelDeliverySuccess { data { status } }
-      ... on Error { code message }
+      ... on MutationCancelDeliverySuccess {
+        data {
+          status
+        }
+      }
+      ... on Error {
+        code
+        message
+      }
     }
   }
 `;
@@ -71,8 +113,17 @@ interface Sent {
   body: any;
 }
 
-/** Answer a call to exactly `method path` with `status` and `body` (an object as JSON, a string as it is); record what was sent. */
-function answer(method: string, path: string, status: number, body: unknown | ((key: string) => unknown), on: FaultProxy = proxy): Sent[] {
+/**
+ * Answer a call to exactly `method path` with `status` and `body` (an object as JSON, a string as it is); record what
+ * was sent.
+ */
+function answer(
+  method: string,
+  path: string,
+  status: number,
+  body: unknown | ((key: string) => unknown),
+  on: FaultProxy = proxy,
+): Sent[] {
   const sent: Sent[] = [];
   const previous = on.fault;
   on.fault = async (req: IncomingMessage, res: ServerResponse) => {
@@ -90,7 +141,10 @@ function answer(method: string, path: string, status: number, body: unknown | ((
   return sent;
 }
 
-const QUOTED = { message: 'Quote created.', data: { price: { delivery_fee: 12.5, tip: 3.5, currency: 'USD' }, distance: 4.2 } };
+const QUOTED = {
+  message: 'Quote created.',
+  data: { price: { delivery_fee: 12.5, tip: 3.5, currency: 'USD' }, distance: 4.2 },
+};
 
 /** A PARTNER-group input: no dropoff address, partner fields allowed. */
 function partnerInput(overrides: Record<string, unknown> = {}): Record<string, unknown> {
@@ -99,7 +153,8 @@ function partnerInput(overrides: Record<string, unknown> = {}): Record<string, u
   return input;
 }
 
-const upstreamCalls = (suffix: string) => proxy.seen.filter((seen) => seen.method === 'POST' && seen.path.endsWith(suffix)).length;
+const upstreamCalls = (suffix: string) =>
+  proxy.seen.filter((seen) => seen.method === 'POST' && seen.path.endsWith(suffix)).length;
 
 // ---------------------------------------------------------------------------
 
@@ -118,7 +173,11 @@ describe('a 409 to a cancel is NotCancelableError, whatever its code or body', (
     answer('POST', `${platformPath}/deliveries/${UID}/cancel`, 409, body);
     const result = await stack.gql(CANCEL, { uid: UID, group: 'PLATFORM' });
     expect(result.errors).toBeUndefined();
-    expect(result.data.cancelDelivery).toEqual({ __typename: 'NotCancelableError', code: 'NOT_CANCELABLE', message: 'The delivery can no longer be canceled.' });
+    expect(result.data.cancelDelivery).toEqual({
+      __typename: 'NotCancelableError',
+      code: 'NOT_CANCELABLE',
+      message: 'The delivery can no longer be canceled.',
+    });
   });
 
   it.each(bodies)('partner group, %s', async (_, body) => {
@@ -133,21 +192,46 @@ describe('a 409 to a cancel is NotCancelableError, whatever its code or body', (
 describe('a 400/422 to a quote or a create is a ValidationError with the upstream’s message, scrubbed of the key', () => {
   // Each shape the upstream document gives, plus the platform shape under a validation status.
   const shapes: Array<[string, (key: string) => unknown, string]> = [
-    ['platform {code, message}', (key) => ({ code: 'validation_error', message: `Key ${key}: pickup_phone_number is too long.` }), 'input.pickup.phone'],
-    ['partner {error, message}', (key) => ({ error: 'validation_error', message: `Key ${key}: the currency must be 3 letters.` }), 'input.currency'],
+    [
+      'platform {code, message}',
+      (key) => ({ code: 'validation_error', message: `Key ${key}: pickup_phone_number is too long.` }),
+      'input.pickup.phone',
+    ],
+    [
+      'partner {error, message}',
+      (key) => ({ error: 'validation_error', message: `Key ${key}: the currency must be 3 letters.` }),
+      'input.currency',
+    ],
     [
       'validation {message, errors}',
-      (key) => ({ message: `Key ${key}: the dropoff city is required.`, errors: { dropoff_address_city: [`The dropoff city is required (key ${key}).`] } }),
+      (key) => ({
+        message: `Key ${key}: the dropoff city is required.`,
+        errors: { dropoff_address_city: [`The dropoff city is required (key ${key}).`] },
+      }),
       'input.dropoff.address.city',
     ],
   ];
   const calls: Array<[string, () => string, (input: Record<string, unknown>) => Promise<any>]> = [
-    ['platform quote', () => `${platformPath}/quote`, async (input) => (await stack.gql(QUOTE, { input, group: 'PLATFORM' })).data.quoteDelivery],
-    ['partner quote', () => '/api/v1/quote', async (input) => (await stack.gql(QUOTE, { input: partnerInput(input), group: 'PARTNER' })).data.quoteDelivery],
-    ['platform create', () => `${platformPath}/deliveries`, async (input) => (await stack.gql(CREATE, { input })).data.createDelivery],
+    [
+      'platform quote',
+      () => `${platformPath}/quote`,
+      async (input) => (await stack.gql(QUOTE, { input, group: 'PLATFORM' })).data.quoteDelivery,
+    ],
+    [
+      'partner quote',
+      () => '/api/v1/quote',
+      async (input) => (await stack.gql(QUOTE, { input: partnerInput(input), group: 'PARTNER' })).data.quoteDelivery,
+    ],
+    [
+      'platform create',
+      () => `${platformPath}/deliveries`,
+      async (input) => (await stack.gql(CREATE, { input })).data.createDelivery,
+    ],
   ];
   const cases = calls.flatMap(([call, path, run]) =>
-    shapes.flatMap(([shape, body, field]) => [400, 422].map((status) => [call, shape, status, path, run, body, field] as const)),
+    shapes.flatMap(([shape, body, field]) =>
+      [400, 422].map((status) => [call, shape, status, path, run, body, field] as const),
+    ),
   );
 
   it.each(cases)('%s, %s under %i', async (_call, _shape, status, path, run, body, field) => {
@@ -165,8 +249,14 @@ describe('a 400/422 to a quote or a create is a ValidationError with the upstrea
 describe('a quote is never reported as free when the upstream names no fee', () => {
   const feeless: Array<[string, unknown]> = [
     ['no delivery_fee', { message: 'ok', data: { price: { tip: 3.5, currency: 'USD' }, distance: 4.2 } }],
-    ['a null delivery_fee', { message: 'ok', data: { price: { delivery_fee: null, tip: 3.5, currency: 'USD' }, distance: 4.2 } }],
-    ['a delivery_fee that is not an amount', { message: 'ok', data: { price: { delivery_fee: 'free', currency: 'USD' }, distance: 4.2 } }],
+    [
+      'a null delivery_fee',
+      { message: 'ok', data: { price: { delivery_fee: null, tip: 3.5, currency: 'USD' }, distance: 4.2 } },
+    ],
+    [
+      'a delivery_fee that is not an amount',
+      { message: 'ok', data: { price: { delivery_fee: 'free', currency: 'USD' }, distance: 4.2 } },
+    ],
     ['no price', { message: 'ok', data: { distance: 4.2 } }],
     ['no data', { message: 'ok' }],
   ];
@@ -190,7 +280,10 @@ describe('a quote is never reported as free when the upstream names no fee', () 
   });
 
   it('a quote without a tip has a null tip and its fee', async () => {
-    answer('POST', `${platformPath}/quote`, 200, { message: 'ok', data: { price: { delivery_fee: 0, currency: 'USD' }, distance: 4.2 } });
+    answer('POST', `${platformPath}/quote`, 200, {
+      message: 'ok',
+      data: { price: { delivery_fee: 0, currency: 'USD' }, distance: 4.2 },
+    });
     const result = await stack.gql(QUOTE, { input: deliveryInput({ tip: undefined }), group: 'PLATFORM' });
     expect(result.errors).toBeUndefined();
     // A fee the upstream states as 0 is a free delivery; only a missing one is an error.
@@ -200,7 +293,11 @@ describe('a quote is never reported as free when the upstream names no fee', () 
 
 describe('availability when one group refuses the key', () => {
   const refuse = {
-    platform: () => answer('GET', `${platformPath}/availability`, 401, { code: 'invalid_api_key', message: 'The key is not valid for this platform.' }),
+    platform: () =>
+      answer('GET', `${platformPath}/availability`, 401, {
+        code: 'invalid_api_key',
+        message: 'The key is not valid for this platform.',
+      }),
     partner: () => answer('GET', '/api/v1/availability', 401, { error: 'unauthorized', message: 'Bad token.' }),
   };
 
@@ -249,7 +346,10 @@ describe('availability when one group refuses the key', () => {
 describe('OVERSIZE takes any vehicle size: whether it is an SUV or larger is the upstream’s to judge', () => {
   it('sends a size the facade has no list for, as it was given', async () => {
     const sent = answer('POST', `${platformPath}/quote`, 200, QUOTED);
-    const result = await stack.gql(QUOTE, { input: deliveryInput({ style: 'OVERSIZE', minimumVehicleSize: 'Box truck 7.5t' }), group: 'PLATFORM' });
+    const result = await stack.gql(QUOTE, {
+      input: deliveryInput({ style: 'OVERSIZE', minimumVehicleSize: 'Box truck 7.5t' }),
+      group: 'PLATFORM',
+    });
     expect(result.data.quoteDelivery.__typename).toBe('MutationQuoteDeliverySuccess');
     expect(sent).toHaveLength(1);
     expect(sent[0]!.body).toMatchObject({ delivery_style: 'Oversize', package_minimum_vehicle_size: 'Box truck 7.5t' });
@@ -257,19 +357,30 @@ describe('OVERSIZE takes any vehicle size: whether it is an SUV or larger is the
 
   it('passes on the upstream’s own refusal of a size, at the field the client wrote', async () => {
     const before = upstreamCalls('/quote');
-    const result = await stack.gql(QUOTE, { input: deliveryInput({ style: 'OVERSIZE', minimumVehicleSize: 'CAR' }), group: 'PLATFORM' });
+    const result = await stack.gql(QUOTE, {
+      input: deliveryInput({ style: 'OVERSIZE', minimumVehicleSize: 'CAR' }),
+      group: 'PLATFORM',
+    });
     // The sandbox, standing in for the upstream, holds Oversize to SUV, VAN or TRUCK.
     expect(upstreamCalls('/quote')).toBe(before + 1);
     expect(result.data.quoteDelivery.__typename).toBe('ValidationError');
     expect(result.data.quoteDelivery.fields).toEqual([
-      { path: 'input.minimumVehicleSize', message: 'The package_minimum_vehicle_size field must be SUV, VAN or TRUCK when delivery_style is Oversize.' },
+      {
+        path: 'input.minimumVehicleSize',
+        message: 'The package_minimum_vehicle_size field must be SUV, VAN or TRUCK when delivery_style is Oversize.',
+      },
     ]);
   });
 
   it('still requires a size before any upstream call', async () => {
     const before = upstreamCalls('/quote');
-    const result = await stack.gql(QUOTE, { input: deliveryInput({ style: 'OVERSIZE', minimumVehicleSize: '  ' }), group: 'PARTNER' });
-    expect(result.data.quoteDelivery.fields).toEqual([{ path: 'input.minimumVehicleSize', message: 'is required for the OVERSIZE style' }]);
+    const result = await stack.gql(QUOTE, {
+      input: deliveryInput({ style: 'OVERSIZE', minimumVehicleSize: '  ' }),
+      group: 'PARTNER',
+    });
+    expect(result.data.quoteDelivery.fields).toEqual([
+      { path: 'input.minimumVehicleSize', message: 'is required for the OVERSIZE style' },
+    ]);
     expect(upstreamCalls('/quote')).toBe(before);
   });
 });
@@ -280,13 +391,19 @@ describe('rawStyle: a style enabled for the platform beyond the documented four'
     const partner = answer('POST', '/api/v1/quote', 200, QUOTED);
     const a = await stack.gql(QUOTE, { input: deliveryInput({ rawStyle: '  White Glove ' }), group: 'PLATFORM' });
     const b = await stack.gql(QUOTE, { input: partnerInput({ rawStyle: 'cold_chain/2' }), group: 'PARTNER' });
-    expect([a.data.quoteDelivery.__typename, b.data.quoteDelivery.__typename]).toEqual(['MutationQuoteDeliverySuccess', 'MutationQuoteDeliverySuccess']);
+    expect([a.data.quoteDelivery.__typename, b.data.quoteDelivery.__typename]).toEqual([
+      'MutationQuoteDeliverySuccess',
+      'MutationQuoteDeliverySuccess',
+    ]);
     expect(platform[0]!.body.delivery_style).toBe('White Glove');
     expect(partner[0]!.body.delivery_style).toBe('cold_chain/2');
   });
 
   it('books with it', async () => {
-    const sent = answer('POST', `${platformPath}/deliveries`, 201, { uid: UID, tracking_link: `https://track.example/${UID}` });
+    const sent = answer('POST', `${platformPath}/deliveries`, 201, {
+      uid: UID,
+      tracking_link: `https://track.example/${UID}`,
+    });
     const result = await stack.gql(CREATE, { input: deliveryInput({ rawStyle: 'Same Day Plus' }) });
     expect(result.data.createDelivery).toEqual({ __typename: 'MutationCreateDeliverySuccess', data: { uid: UID } });
     expect(sent[0]!.body.delivery_style).toBe('Same Day Plus');
@@ -305,21 +422,31 @@ describe('rawStyle: a style enabled for the platform beyond the documented four'
   it('that names OVERSIZE follows its rules: a vehicle size is required', async () => {
     const before = upstreamCalls('/quote');
     const refused = await stack.gql(QUOTE, { input: deliveryInput({ rawStyle: 'oversize' }), group: 'PLATFORM' });
-    expect(refused.data.quoteDelivery.fields).toEqual([{ path: 'input.minimumVehicleSize', message: 'is required for the OVERSIZE style' }]);
+    expect(refused.data.quoteDelivery.fields).toEqual([
+      { path: 'input.minimumVehicleSize', message: 'is required for the OVERSIZE style' },
+    ]);
     expect(upstreamCalls('/quote')).toBe(before);
     const sent = answer('POST', `${platformPath}/quote`, 200, QUOTED);
-    await stack.gql(QUOTE, { input: deliveryInput({ rawStyle: 'oversize', minimumVehicleSize: 'VAN' }), group: 'PLATFORM' });
+    await stack.gql(QUOTE, {
+      input: deliveryInput({ rawStyle: 'oversize', minimumVehicleSize: 'VAN' }),
+      group: 'PLATFORM',
+    });
     expect(sent[0]!.body).toMatchObject({ delivery_style: 'Oversize', package_minimum_vehicle_size: 'VAN' });
   });
 
   it('is refused with style, blank, or over 64 characters, before any upstream call', async () => {
     const before = upstreamCalls('/quote');
-    const problems = async (input: Record<string, unknown>) => (await stack.gql(QUOTE, { input, group: 'PLATFORM' })).data.quoteDelivery.fields;
+    const problems = async (input: Record<string, unknown>) =>
+      (await stack.gql(QUOTE, { input, group: 'PLATFORM' })).data.quoteDelivery.fields;
     expect(await problems(deliveryInput({ style: 'STANDARD', rawStyle: 'White Glove' }))).toEqual([
       { path: 'input.rawStyle', message: 'must not be given together with style; send one of them' },
     ]);
-    expect(await problems(deliveryInput({ rawStyle: '   ' }))).toEqual([{ path: 'input.rawStyle', message: 'must not be blank' }]);
-    expect(await problems(deliveryInput({ rawStyle: 'x'.repeat(65) }))).toEqual([{ path: 'input.rawStyle', message: 'must be at most 64 characters' }]);
+    expect(await problems(deliveryInput({ rawStyle: '   ' }))).toEqual([
+      { path: 'input.rawStyle', message: 'must not be blank' },
+    ]);
+    expect(await problems(deliveryInput({ rawStyle: 'x'.repeat(65) }))).toEqual([
+      { path: 'input.rawStyle', message: 'must be at most 64 characters' },
+    ]);
     expect(upstreamCalls('/quote')).toBe(before);
   });
 
@@ -339,24 +466,35 @@ describe('a partial dropoff address (addressParts)', () => {
   };
 
   it('is quoted on the PARTNER group, and only the parts given are sent', async () => {
-    const real = await stack.gql(QUOTE, { input: withParts({ city: 'Springfield', postalCode: '12345' }), group: 'PARTNER' });
+    const real = await stack.gql(QUOTE, {
+      input: withParts({ city: 'Springfield', postalCode: '12345' }),
+      group: 'PARTNER',
+    });
     expect(real.errors).toBeUndefined();
     expect(real.data.quoteDelivery.__typename).toBe('MutationQuoteDeliverySuccess');
 
     const sent = answer('POST', '/api/v1/quote', 200, QUOTED);
     await stack.gql(QUOTE, { input: withParts({ city: 'Springfield', postalCode: '12345' }), group: 'PARTNER' });
-    const dropoffAddress = Object.fromEntries(Object.entries(sent[0]!.body).filter(([field]) => field.startsWith('dropoff_address_')));
+    const dropoffAddress = Object.fromEntries(
+      Object.entries(sent[0]!.body).filter(([field]) => field.startsWith('dropoff_address_')),
+    );
     expect(dropoffAddress).toEqual({ dropoff_address_city: 'Springfield', dropoff_address_postal_code: '12345' });
   });
 
   it("keeps the PLATFORM group's rules, checked before any call", async () => {
     const before = upstreamCalls('/quote');
-    const result = await stack.gql(QUOTE, { input: withParts({ city: 'Springfield', postalCode: '12345' }), group: 'PLATFORM' });
+    const result = await stack.gql(QUOTE, {
+      input: withParts({ city: 'Springfield', postalCode: '12345' }),
+      group: 'PLATFORM',
+    });
     expect(result.data.quoteDelivery.fields).toEqual([
       { path: 'input.dropoff.addressParts.street', message: 'is required on the PLATFORM group' },
       { path: 'input.dropoff.addressParts.country', message: 'is required on the PLATFORM group' },
     ]);
-    const whole = await stack.gql(QUOTE, { input: withParts({ street: 'Elm St', city: 'Springfield', country: 'US' }), group: 'PLATFORM' });
+    const whole = await stack.gql(QUOTE, {
+      input: withParts({ street: 'Elm St', city: 'Springfield', country: 'US' }),
+      group: 'PLATFORM',
+    });
     expect(whole.data.quoteDelivery.__typename).toBe('MutationQuoteDeliverySuccess');
     expect(upstreamCalls('/quote')).toBe(before + 1);
   });
@@ -373,7 +511,10 @@ describe('a partial dropoff address (addressParts)', () => {
     (both.pickup as Record<string, unknown>).addressParts = { city: 'Springfield' };
     const refused = await stack.gql(QUOTE, { input: both, group: 'PARTNER' });
     expect(refused.data.quoteDelivery.fields).toEqual([
-      { path: 'input.pickup.addressParts', message: 'is only for the dropoff; the pickup needs address (street, city and country)' },
+      {
+        path: 'input.pickup.addressParts',
+        message: 'is only for the dropoff; the pickup needs address (street, city and country)',
+      },
       { path: 'input.dropoff.addressParts', message: 'must not be given together with address; send one of them' },
     ]);
     expect(upstreamCalls('/quote')).toBe(before);
@@ -382,7 +523,10 @@ describe('a partial dropoff address (addressParts)', () => {
 
 describe('item prices go out in the amount unit, like the tip', () => {
   it('sends "12.34" as 1234 cents, and checks it like the tip', async () => {
-    const sent = answer('POST', `${platformPath}/deliveries`, 201, { uid: UID, tracking_link: `https://track.example/${UID}` });
+    const sent = answer('POST', `${platformPath}/deliveries`, 201, {
+      uid: UID,
+      tracking_link: `https://track.example/${UID}`,
+    });
     const items = [
       { name: 'Atlas', quantity: 1, price: '12.34' },
       { name: 'Map', quantity: 2, price: '0.29' },
@@ -398,7 +542,15 @@ describe('item prices go out in the amount unit, like the tip', () => {
     expect(sent[0]!.body.tip).toBe(350);
 
     const before = upstreamCalls('/deliveries');
-    const refused = await stack.gql(CREATE, { input: deliveryInput({ items: [{ name: 'a', price: '1.5' }, { name: 'b', price: '-2' }, { name: 'c', price: '0.125' }] }) });
+    const refused = await stack.gql(CREATE, {
+      input: deliveryInput({
+        items: [
+          { name: 'a', price: '1.5' },
+          { name: 'b', price: '-2' },
+          { name: 'c', price: '0.125' },
+        ],
+      }),
+    });
     expect(refused.data.createDelivery.fields).toEqual([
       { path: 'input.items.1.price', message: 'must not be negative' },
       { path: 'input.items.2.price', message: 'must have at most two decimal places (it is sent in cents)' },
@@ -410,7 +562,10 @@ describe('item prices go out in the amount unit, like the tip', () => {
     const major = await startStack({ faultProxy: true, env: { UPSTREAM_AMOUNT_UNIT: 'major' } });
     try {
       const sent = answer('POST', `/api/v1/${major.sandbox.platformId}/quote`, 200, QUOTED, major.proxy!);
-      await major.gql(QUOTE, { input: deliveryInput({ items: [{ name: 'Atlas', price: '12.34' }] }), group: 'PLATFORM' });
+      await major.gql(QUOTE, {
+        input: deliveryInput({ items: [{ name: 'Atlas', price: '12.34' }] }),
+        group: 'PLATFORM',
+      });
       expect(sent[0]!.body.items).toEqual([{ name: 'Atlas', price: 12.34 }]);
       expect(sent[0]!.body.tip).toBe(3.5);
     } finally {
@@ -427,16 +582,28 @@ describe("a read's delivery_date with its time of day (the sandbox's deliveryMin
   afterAll(() => stack?.stop());
 
   it('keeps deliveryDate and gives the full timestamp as scheduledAt, on both groups', async () => {
-    const booked = await stack.gql(`mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`, {
-      input: { ...deliveryInput({ deliveryDate: '2026-12-24' }), dropoff: { ...(deliveryInput().dropoff as object), windowStart: '2026-12-24T16:00:00Z' } },
-    });
+    const booked = await stack.gql(
+      `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }`,
+      {
+        input: {
+          ...deliveryInput({ deliveryDate: '2026-12-24' }),
+          dropoff: { ...(deliveryInput().dropoff as object), windowStart: '2026-12-24T16:00:00Z' },
+        },
+      },
+    );
     const uid = booked.data.createDelivery.data.uid as string;
     const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { deliveryDate scheduledAt } }`, { uid });
     expect(read.data.delivery).toEqual({ deliveryDate: '2026-12-24', scheduledAt: '2026-12-24T14:45:00Z' });
     // A webhook's plain date has no time of day: the event's delivery says so with null.
     await stack.sandbox.idle();
-    const events = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { events(first: 1) { edges { node { delivery { deliveryDate scheduledAt } } } } } }`, { uid });
-    expect(events.data.delivery.events.edges[0].node.delivery).toEqual({ deliveryDate: '2026-12-24', scheduledAt: null });
+    const events = await stack.gql(
+      `query($uid: ID!) { delivery(uid: $uid) { events(first: 1) { edges { node { delivery { deliveryDate scheduledAt } } } } } }`,
+      { uid },
+    );
+    expect(events.data.delivery.events.edges[0].node.delivery).toEqual({
+      deliveryDate: '2026-12-24',
+      scheduledAt: null,
+    });
   });
 });
 
@@ -450,9 +617,12 @@ describe("create's answer, wherever the upstream puts uid and tracking_link (the
   it.each(['top-level', 'data'] as const)('books and reads back the delivery when they are at %s', async (shape) => {
     stack.sandbox.setKnobs({ createAnswerShape: shape });
     const mark = stack.sandbox.requestCount;
-    const booked = await stack.gql(`mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid trackingUrl } } } }`, {
-      input: deliveryInput(),
-    });
+    const booked = await stack.gql(
+      `mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid trackingUrl } } } }`,
+      {
+        input: deliveryInput(),
+      },
+    );
     const created = stack.sandbox.requestsSince(mark).find((r) => r.method === 'POST')!;
     expect(created.status).toBe(shape === 'data' ? 200 : 201);
     const { uid, trackingUrl } = booked.data.createDelivery.data;
@@ -477,7 +647,10 @@ describe('item keys beyond the documented seven', () => {
       ],
     });
     const uid = stack.sandbox.seedPartnerOrder(stack.key, body).uid as string;
-    const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid, group: PARTNER) { package { items { name price extra } } } }`, { uid });
+    const read = await stack.gql(
+      `query($uid: ID!) { delivery(uid: $uid, group: PARTNER) { package { items { name price extra } } } }`,
+      { uid },
+    );
     expect(read.errors).toBeUndefined();
     expect(read.data.delivery.package.items).toEqual([
       { name: 'Mug', price: '12.50', extra: { gift_wrap: true, options: { color: 'red' } } },
@@ -500,7 +673,12 @@ interface Carried {
  * Passes every POST ending in `suffix` on to the sandbox, recording the body sent
  * and the sandbox's answer; `rewrite` may change the answer the facade gets.
  */
-function carry(on: FaultProxy, origin: string, suffix: string, rewrite: (answer: any) => any = (answer) => answer): Carried[] {
+function carry(
+  on: FaultProxy,
+  origin: string,
+  suffix: string,
+  rewrite: (answer: any) => any = (answer) => answer,
+): Carried[] {
   const carried: Carried[] = [];
   const previous = on.fault;
   on.fault = async (req: IncomingMessage, res: ServerResponse) => {
@@ -555,7 +733,14 @@ describe('item prices in a unit of their own (UPSTREAM_ITEM_PRICE_UNIT), apart f
     ]);
     expect(read).toEqual({
       tip: '3.50',
-      package: { declaredValue: '45.10', items: [{ name: 'Atlas', price: '12.34' }, { name: 'Map', price: '0.29' }, { name: 'Pen', price: null }] },
+      package: {
+        declaredValue: '45.10',
+        items: [
+          { name: 'Atlas', price: '12.34' },
+          { name: 'Map', price: '0.29' },
+          { name: 'Pen', price: null },
+        ],
+      },
     });
   });
 
@@ -584,15 +769,28 @@ describe('the quote amounts in UPSTREAM_QUOTE_AMOUNT_UNIT', () => {
       // The sandbox's quote, its delivery_fee and tip turned into cents: an upstream that quotes in cents.
       const toCents = (answer: any) => ({
         ...answer,
-        data: { ...answer.data, price: { ...answer.data.price, delivery_fee: Math.round(answer.data.price.delivery_fee * 100), tip: Math.round(answer.data.price.tip * 100) } },
+        data: {
+          ...answer.data,
+          price: {
+            ...answer.data.price,
+            delivery_fee: Math.round(answer.data.price.delivery_fee * 100),
+            tip: Math.round(answer.data.price.tip * 100),
+          },
+        },
       });
       const carried = carry(cents.proxy!, cents.sandbox.origin, '/quote', toCents);
       const platform = await cents.gql(QUOTE, { input: deliveryInput(), group: 'PLATFORM' });
       const partner = await cents.gql(QUOTE, { input: partnerInput(), group: 'PARTNER' });
-      for (const [result, at] of [[platform, 0], [partner, 1]] as const) {
+      for (const [result, at] of [
+        [platform, 0],
+        [partner, 1],
+      ] as const) {
         expect(result.errors).toBeUndefined();
         const major = carried[at]!.answered.data.price;
-        expect(result.data.quoteDelivery.data.fee).toEqual({ amount: Number(major.delivery_fee).toFixed(2), currency: major.currency });
+        expect(result.data.quoteDelivery.data.fee).toEqual({
+          amount: Number(major.delivery_fee).toFixed(2),
+          currency: major.currency,
+        });
         expect(result.data.quoteDelivery.data.tip).toEqual({ amount: '3.50', currency: major.currency });
       }
       // What went out is unchanged: the quote's unit is its own.
@@ -612,15 +810,26 @@ describe('deliveryDate, a UTC date', () => {
   };
 
   it.each([
-    ['quote', async (input: Record<string, unknown>) => (await stack.gql(QUOTE, { input, group: 'PLATFORM' })).data.quoteDelivery],
+    [
+      'quote',
+      async (input: Record<string, unknown>) =>
+        (await stack.gql(QUOTE, { input, group: 'PLATFORM' })).data.quoteDelivery,
+    ],
     ['create', async (input: Record<string, unknown>) => (await stack.gql(CREATE, { input })).data.createDelivery],
   ])('%s: a local date beside the window is a ValidationError naming both fields, before any call', async (_, run) => {
     const before = proxy.seen.length;
     const result = await run(sydney('2030-05-02'));
     expect(result.__typename).toBe('ValidationError');
     expect(result.fields).toEqual([
-      { path: 'input.deliveryDate', message: 'is 2030-05-02, but dropoff.windowStart falls on 2030-05-01 in UTC; deliveryDate is a UTC date' },
-      { path: 'input.dropoff.windowStart', message: 'falls on 2030-05-01 in UTC, not on deliveryDate 2030-05-02; send deliveryDate 2030-05-01, or leave it out' },
+      {
+        path: 'input.deliveryDate',
+        message: 'is 2030-05-02, but dropoff.windowStart falls on 2030-05-01 in UTC; deliveryDate is a UTC date',
+      },
+      {
+        path: 'input.dropoff.windowStart',
+        message:
+          'falls on 2030-05-01 in UTC, not on deliveryDate 2030-05-02; send deliveryDate 2030-05-01, or leave it out',
+      },
     ]);
     expect(proxy.seen.length).toBe(before);
   });
@@ -630,7 +839,9 @@ describe('deliveryDate, a UTC date', () => {
     for (const deliveryDate of ['2030-05-01', undefined]) {
       const booked = await stack.gql(CREATE, { input: sydney(deliveryDate) });
       expect(booked.data.createDelivery.__typename).toBe('MutationCreateDeliverySuccess');
-      const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { deliveryDate } }`, { uid: booked.data.createDelivery.data.uid });
+      const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { deliveryDate } }`, {
+        uid: booked.data.createDelivery.data.uid,
+      });
       expect(read.data.delivery.deliveryDate).toBe('2030-05-01');
     }
     expect(carried.map(({ sent }) => [sent.delivery_date, sent.dropoff_start_time])).toEqual([

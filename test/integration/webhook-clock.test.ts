@@ -35,10 +35,17 @@ afterAll(async () => {
 
 function signed(uid: string, exp: number, issuer: string): Promise<string> {
   const payload = { uid, event_name: 'delivery.created', status: 'Created', platform_payload: { orderId: 'A-1' } };
-  return new SignJWT({ payload }).setProtectedHeader({ alg: 'RS256', typ: 'JWT' }).setIssuer(issuer).setExpirationTime(exp).sign(privateKey);
+  return new SignJWT({ payload })
+    .setProtectedHeader({ alg: 'RS256', typ: 'JWT' })
+    .setIssuer(issuer)
+    .setExpirationTime(exp)
+    .sign(privateKey);
 }
 
-/** POSTs a delivery.created for a fresh uid whose token expired `secondsAgo` ago: the answer, and whether the event log grew. */
+/**
+ * POSTs a delivery.created for a fresh uid whose token expired `secondsAgo` ago: the answer, and whether the event log
+ * grew.
+ */
 async function sendExpired(stack: Stack, secondsAgo: number): Promise<{ status: number; stored: boolean }> {
   const uid = randomUUID();
   const token = await signed(uid, now() - secondsAgo, stack.sandbox.issuer);
@@ -76,7 +83,11 @@ describe('a token expired 10 s ago', () => {
 describe('createWebhookVerifier at the bounds of its tolerance', () => {
   const ISSUER = 'lastmile';
   const verdict = async (clockToleranceSeconds: number | undefined, secondsAgo: number) => {
-    const verifier = await createWebhookVerifier(publicKeyPem, ISSUER, clockToleranceSeconds === undefined ? undefined : { clockToleranceSeconds });
+    const verifier = await createWebhookVerifier(
+      publicKeyPem,
+      ISSUER,
+      clockToleranceSeconds === undefined ? undefined : { clockToleranceSeconds },
+    );
     return verifier.verify(`Bearer ${await signed(randomUUID(), now() - secondsAgo, ISSUER)}`).then(
       () => 'accepted',
       (error: Error) => `${error.name}: ${error.message}`,

@@ -24,7 +24,12 @@ const FORMS: Record<string, () => Buffer | string> = {
 };
 
 async function sign(payload: unknown, issuer: string): Promise<string> {
-  return new SignJWT({ payload }).setProtectedHeader({ alg: 'RS256', typ: 'JWT' }).setIssuer(issuer).setIssuedAt().setExpirationTime('5m').sign(privateKey);
+  return new SignJWT({ payload })
+    .setProtectedHeader({ alg: 'RS256', typ: 'JWT' })
+    .setIssuer(issuer)
+    .setIssuedAt()
+    .setExpirationTime('5m')
+    .sign(privateKey);
 }
 
 async function postEvent(stack: Stack, payload: unknown): Promise<{ status: number; body: any }> {
@@ -49,7 +54,11 @@ describe.each(Object.entries(FORMS))('a key file holding %s', (form, contents) =
   afterAll(() => stack?.stop());
 
   it(`verifies a webhook signed with its private key (${form})`, async () => {
-    const answer = await postEvent(stack, { uid: `keys-${form.length}`, event_name: 'delivery.created', status: 'Created' });
+    const answer = await postEvent(stack, {
+      uid: `keys-${form.length}`,
+      event_name: 'delivery.created',
+      status: 'Created',
+    });
     expect(answer).toMatchObject({ status: 200, body: { status: 'stored' } });
   });
 });
@@ -85,15 +94,29 @@ describe('a key change: the key file holds the old key and the new one', () => {
   const next = generateKeyPairSync('rsa', { modulusLength: 2048 });
   const nextPrivatePem = next.privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
   const signWith = (key: KeyObject, payload: unknown, issuer: string) =>
-    new SignJWT({ payload }).setProtectedHeader({ alg: 'RS256', typ: 'JWT' }).setIssuer(issuer).setIssuedAt().setExpirationTime('5m').sign(key);
+    new SignJWT({ payload })
+      .setProtectedHeader({ alg: 'RS256', typ: 'JWT' })
+      .setIssuer(issuer)
+      .setIssuedAt()
+      .setExpirationTime('5m')
+      .sign(key);
   const post = async (stack: Stack, token: string) =>
-    (await fetch(`${stack.app.url}/webhooks`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: '{}' })).status;
+    (
+      await fetch(`${stack.app.url}/webhooks`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+        body: '{}',
+      })
+    ).status;
 
   beforeAll(async () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'dg-keys-'));
     // Each block in another accepted form: the old key as an X.509 certificate, the new one as PKCS#1.
     const bundle = path.join(dir, 'bundle.pem');
-    writeFileSync(bundle, `${readFileSync(new URL('certificate.pem', fixtures), 'utf8')}\n${next.publicKey.export({ type: 'pkcs1', format: 'pem' })}`);
+    writeFileSync(
+      bundle,
+      `${readFileSync(new URL('certificate.pem', fixtures), 'utf8')}\n${next.publicKey.export({ type: 'pkcs1', format: 'pem' })}`,
+    );
     const old = path.join(dir, 'old.pem');
     writeFileSync(old, publicKey.export({ type: 'spki', format: 'pem' }));
     both = await startStack({ env: { WEBHOOK_PUBLIC_KEY_FILE: bundle } });
@@ -115,11 +138,21 @@ describe('a key change: the key file holds the old key and the new one', () => {
   });
 
   it("keeps a delivery's events flowing when the sandbox changes its signing key mid-delivery", async () => {
-    const sandbox = await startSandbox({ privateKeyPem: privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(), knobs: { stepMs: 0 } });
+    const sandbox = await startSandbox({
+      privateKeyPem: privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
+      knobs: { stepMs: 0 },
+    });
     const dir = mkdtempSync(path.join(tmpdir(), 'dg-keys-'));
     const bundle = path.join(dir, 'bundle.pem');
     writeFileSync(bundle, `${sandbox.publicKeyPem}${next.publicKey.export({ type: 'spki', format: 'pem' })}`);
-    const stack = await startStack({ env: { WEBHOOK_PUBLIC_KEY_FILE: bundle, UPSTREAM_URL: sandbox.url, PLATFORM_ID: sandbox.platformId, WEBHOOK_ISSUER: sandbox.issuer } });
+    const stack = await startStack({
+      env: {
+        WEBHOOK_PUBLIC_KEY_FILE: bundle,
+        UPSTREAM_URL: sandbox.url,
+        PLATFORM_ID: sandbox.platformId,
+        WEBHOOK_ISSUER: sandbox.issuer,
+      },
+    });
     sandbox.setWebhookUrl(`${stack.app.url}/webhooks`);
     try {
       const booked = await stack.gql(
@@ -129,14 +162,20 @@ describe('a key change: the key file holds the old key and the new one', () => {
       );
       const uid = booked.data.createDelivery.data.uid as string;
       await sandbox.advance(uid);
-      expect(await sandbox.useSigningKey(nextPrivatePem)).toBe(next.publicKey.export({ type: 'spki', format: 'pem' }).toString());
+      expect(await sandbox.useSigningKey(nextPrivatePem)).toBe(
+        next.publicKey.export({ type: 'spki', format: 'pem' }).toString(),
+      );
       await sandbox.advance(uid);
       await sandbox.advance(uid);
       await sandbox.idle();
       // Created and three milestones, the last two signed with the new key; nothing refused.
       expect(stack.app.receiver!.counters.accepted).toBeGreaterThanOrEqual(4);
       expect(stack.app.receiver!.counters.refusals.get(401)).toBeUndefined();
-      const read = await stack.gql(`query($uid: ID!) { delivery(uid: $uid) { status } }`, { uid }, sandbox.merchants[0]!.key);
+      const read = await stack.gql(
+        `query($uid: ID!) { delivery(uid: $uid) { status } }`,
+        { uid },
+        sandbox.merchants[0]!.key,
+      );
       expect(read.data.delivery.status).not.toBe('CREATED');
     } finally {
       await stack.stop();

@@ -5,7 +5,15 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { exportPKCS8, exportSPKI, generateKeyPair, SignJWT, type CryptoKey, type JWTPayload, type KeyObject } from 'jose';
+import {
+  exportPKCS8,
+  exportSPKI,
+  generateKeyPair,
+  SignJWT,
+  type CryptoKey,
+  type JWTPayload,
+  type KeyObject,
+} from 'jose';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startApp, type App } from '../../src/app.js';
@@ -19,15 +27,35 @@ const CREATE = /* GraphQL */ `
   mutation Create($input: DeliveryInput!) {
     createDelivery(input: $input) {
       __typename
-      ... on MutationCreateDeliverySuccess { data { uid } }
-      ... on Error { code message }
+      ... on MutationCreateDeliverySuccess {
+        data {
+          uid
+        }
+      }
+      ... on Error {
+        code
+        message
+      }
     }
   }
 `;
 
 const EVENTS = /* GraphQL */ `
   query Events($uid: ID!) {
-    delivery(uid: $uid) { uid events { edges { cursor node { name cursor stale uid } } } }
+    delivery(uid: $uid) {
+      uid
+      events {
+        edges {
+          cursor
+          node {
+            name
+            cursor
+            stale
+            uid
+          }
+        }
+      }
+    }
   }
 `;
 
@@ -83,7 +111,12 @@ function sign(payload: Event, options: SignOptions = {}): Promise<string> {
 
 async function post(
   url: string,
-  options: { authorization?: string | null; body?: string | Uint8Array<ArrayBuffer>; contentType?: string | null; method?: string } = {},
+  options: {
+    authorization?: string | null;
+    body?: string | Uint8Array<ArrayBuffer>;
+    contentType?: string | null;
+    method?: string;
+  } = {},
 ): Promise<Posted> {
   const headers: Record<string, string> = {};
   const contentType = options.contentType === undefined ? 'application/json' : options.contentType;
@@ -132,7 +165,10 @@ async function eventsOf(uid: string): Promise<Array<{ name: string; cursor: stri
   const result = await stack.gql(EVENTS, { uid });
   expect(result.errors).toBeUndefined();
   expect(result.data.delivery?.uid).toBe(uid);
-  const edges = result.data.delivery.events.edges as Array<{ cursor: string; node: { name: string; cursor: string; stale: boolean; uid: string } }>;
+  const edges = result.data.delivery.events.edges as Array<{
+    cursor: string;
+    node: { name: string; cursor: string; stale: boolean; uid: string };
+  }>;
   const cursors = await callerCursors(stack.app.services.store, await stack.app.services.merchants.of(stack.key));
   return edges.map((edge) => {
     expect(edge.node.cursor).toBe(edge.cursor);
@@ -199,7 +235,11 @@ describe('a valid event', () => {
     const created = event(fresh, 'delivery.created');
     const token = await sign(created);
     // A Uint8Array body: fetch adds no content-type of its own.
-    const response = await post(stack.app.url, { authorization: `Bearer ${token}`, body: new TextEncoder().encode(JSON.stringify(created)), contentType });
+    const response = await post(stack.app.url, {
+      authorization: `Bearer ${token}`,
+      body: new TextEncoder().encode(JSON.stringify(created)),
+      contentType,
+    });
     expect(response.status).toBe(200);
     expect(response.body).toMatchObject({ status: 'stored', stale: false });
     expect((await eventsOf(fresh)).map((e) => e.name)).toEqual(['delivery.created']);
@@ -237,16 +277,29 @@ describe('forged or unverifiable requests', () => {
       },
     ],
     ['a token signed by another RSA key', (e) => sign(e, { key: otherPrivateKey })],
-    ['HS256 with the public key PEM as the HMAC secret', (e) => sign(e, { alg: 'HS256', key: new TextEncoder().encode(publicKeyPem) })],
-    ['alg none (unsecured JWT)', async (e) => `${b64url({ alg: 'none' })}.${b64url({ payload: e, iss: stack.sandbox.issuer, exp: now() + 300 })}.`],
-    ['alg none with typ JWT and a leftover signature', async (e) => {
-      const signature = (await sign(e)).split('.')[2];
-      return `${b64url({ alg: 'none', typ: 'JWT' })}.${b64url({ payload: e, iss: stack.sandbox.issuer, exp: now() + 300 })}.${signature}`;
-    }],
+    [
+      'HS256 with the public key PEM as the HMAC secret',
+      (e) => sign(e, { alg: 'HS256', key: new TextEncoder().encode(publicKeyPem) }),
+    ],
+    [
+      'alg none (unsecured JWT)',
+      async (e) => `${b64url({ alg: 'none' })}.${b64url({ payload: e, iss: stack.sandbox.issuer, exp: now() + 300 })}.`,
+    ],
+    [
+      'alg none with typ JWT and a leftover signature',
+      async (e) => {
+        const signature = (await sign(e)).split('.')[2];
+        return `${b64url({ alg: 'none', typ: 'JWT' })}.${b64url({ payload: e, iss: stack.sandbox.issuer, exp: now() + 300 })}.${signature}`;
+      },
+    ],
     ['no exp claim', (e) => sign(e, { exp: null })],
     [
       'an exp that is not a number',
-      (e) => new SignJWT({ payload: e, exp: String(now() + 300) } as unknown as JWTPayload).setProtectedHeader({ alg: 'RS256' }).setIssuer(stack.sandbox.issuer).sign(privateKey),
+      (e) =>
+        new SignJWT({ payload: e, exp: String(now() + 300) } as unknown as JWTPayload)
+          .setProtectedHeader({ alg: 'RS256' })
+          .setIssuer(stack.sandbox.issuer)
+          .sign(privateKey),
     ],
     ['expired two minutes ago', (e) => sign(e, { exp: now() - 120 })],
     ['expired an hour ago', (e) => sign(e, { exp: now() - 3600 })],
@@ -273,20 +326,26 @@ describe('forged or unverifiable requests', () => {
     ['a Basic scheme', `Basic ${Buffer.from('lastmile:secret').toString('base64')}`],
     ['a lowercase scheme with nothing else', 'bearer'],
   ])('refuses %s with 401 and stores nothing', async (_label, authorization) => {
-    const response = await expectNothingStored(uid, () => post(stack.app.url, { authorization, body: JSON.stringify(event(uid, 'delivery.pickup_complete')) }));
+    const response = await expectNothingStored(uid, () =>
+      post(stack.app.url, { authorization, body: JSON.stringify(event(uid, 'delivery.pickup_complete')) }),
+    );
     expect(response.status).toBe(401);
     expect(response.text).not.toContain(authorization.replace(/^\w+ /, '') || authorization);
   });
 
   it('refuses a request without an Authorization header with 401 and stores nothing', async () => {
-    const response = await expectNothingStored(uid, () => post(stack.app.url, { authorization: null, body: JSON.stringify(event(uid, 'delivery.pickup_complete')) }));
+    const response = await expectNothingStored(uid, () =>
+      post(stack.app.url, { authorization: null, body: JSON.stringify(event(uid, 'delivery.pickup_complete')) }),
+    );
     expect(response.status).toBe(401);
   });
 
   it('refuses a genuine token sent under the Basic scheme', async () => {
     const forged = event(uid, 'delivery.pickup_complete');
     const token = await sign(forged);
-    const response = await expectNothingStored(uid, () => post(stack.app.url, { authorization: `Basic ${token}`, body: JSON.stringify(forged) }));
+    const response = await expectNothingStored(uid, () =>
+      post(stack.app.url, { authorization: `Basic ${token}`, body: JSON.stringify(forged) }),
+    );
     expect(response.status).toBe(401);
     expect(response.text).not.toContain(token.split('.')[2]);
   });
@@ -313,11 +372,14 @@ describe('bad payloads and bodies', () => {
   });
 
   it.each([
-    ['no uid', (u: string) => ({ event_name: 'delivery.created', status: 'created' }) as Event],
+    ['no uid', (_u: string) => ({ event_name: 'delivery.created', status: 'created' }) as Event],
     ['no event_name', (u: string) => ({ uid: u, status: 'created' }) as Event],
-    ['an empty uid', (u: string) => ({ uid: '', event_name: 'delivery.created' }) as Event],
+    ['an empty uid', (_u: string) => ({ uid: '', event_name: 'delivery.created' }) as Event],
     ['a numeric uid', (u: string) => ({ uid: 42, event_name: 'delivery.created', note: u }) as unknown as Event],
-    ['an event_name that is not a string', (u: string) => ({ uid: u, event_name: ['delivery.created'] }) as unknown as Event],
+    [
+      'an event_name that is not a string',
+      (u: string) => ({ uid: u, event_name: ['delivery.created'] }) as unknown as Event,
+    ],
   ])('answers 400 to a signed payload with %s and stores nothing', async (_label, make) => {
     const payload = make(uid);
     const response = await expectNothingStored(uid, () => send(payload));
@@ -334,20 +396,26 @@ describe('bad payloads and bodies', () => {
       .setIssuer(stack.sandbox.issuer)
       .setExpirationTime(now() + 300)
       .sign(privateKey);
-    const response = await expectNothingStored(uid, () => post(stack.app.url, { authorization: `Bearer ${token}`, body: JSON.stringify(claim) }));
+    const response = await expectNothingStored(uid, () =>
+      post(stack.app.url, { authorization: `Bearer ${token}`, body: JSON.stringify(claim) }),
+    );
     expect(response.status).toBe(400);
   });
 
   it('answers 400 to a body that is not JSON, even with a valid token, and stores nothing', async () => {
     const token = await sign(event(uid, 'delivery.created'));
-    const response = await expectNothingStored(uid, () => post(stack.app.url, { authorization: `Bearer ${token}`, body: '{"uid": "half an object' }));
+    const response = await expectNothingStored(uid, () =>
+      post(stack.app.url, { authorization: `Bearer ${token}`, body: '{"uid": "half an object' }),
+    );
     expect(response.status).toBe(400);
   });
 
   it('answers 413 to a body over 1 MiB and stores nothing', async () => {
     const big = event(uid, 'delivery.created', { padding: 'x'.repeat(1024 * 1024) });
     const token = await sign(event(uid, 'delivery.created'));
-    const response = await expectNothingStored(uid, () => post(stack.app.url, { authorization: `Bearer ${token}`, body: JSON.stringify(big) }));
+    const response = await expectNothingStored(uid, () =>
+      post(stack.app.url, { authorization: `Bearer ${token}`, body: JSON.stringify(big) }),
+    );
     expect(response.status).toBe(413);
   });
 
@@ -367,13 +435,21 @@ describe('bad payloads and bodies', () => {
       const big = await expectNothingStored(uid, async () => {
         const response = await undiciFetch(`${stack.app.url}/webhooks`, {
           method: 'POST',
-          headers: { authorization: `Bearer ${await sign(event(uid, 'delivery.created'))}`, 'content-type': 'application/json' },
+          headers: {
+            authorization: `Bearer ${await sign(event(uid, 'delivery.created'))}`,
+            'content-type': 'application/json',
+          },
           body,
           duplex: 'half',
           dispatcher: agent,
           signal: AbortSignal.timeout(5_000),
         });
-        return { status: response.status, text: await response.text(), body: undefined, headers: response.headers as unknown as Headers };
+        return {
+          status: response.status,
+          text: await response.text(),
+          body: undefined,
+          headers: response.headers as unknown as Headers,
+        };
       });
       expect(big.status).toBe(413);
 
@@ -393,7 +469,10 @@ describe('bad payloads and bodies', () => {
   });
 
   it('accepts a body just under 1 MiB', async () => {
-    const created = event(uid, 'location.assigned_driver', { driver_location: { lat: 3, lng: 4 }, note: 'just under the cap' });
+    const created = event(uid, 'location.assigned_driver', {
+      driver_location: { lat: 3, lng: 4 },
+      note: 'just under the cap',
+    });
     const token = await sign(created);
     const json = JSON.stringify(created);
     const body = `${json}${' '.repeat(1024 * 1024 - Buffer.byteLength(json))}`;
@@ -408,7 +487,11 @@ describe('bad payloads and bodies', () => {
   it.each(['GET', 'PUT', 'DELETE'])('answers 405 to %s with Allow: POST', async (method) => {
     const token = await sign(event(uid, 'delivery.assigned'));
     const response = await expectNothingStored(uid, () =>
-      post(stack.app.url, { method, authorization: `Bearer ${token}`, body: method === 'GET' ? undefined : JSON.stringify(event(uid, 'delivery.assigned')) }),
+      post(stack.app.url, {
+        method,
+        authorization: `Bearer ${token}`,
+        body: method === 'GET' ? undefined : JSON.stringify(event(uid, 'delivery.assigned')),
+      }),
     );
     expect(response.status).toBe(405);
     expect(response.headers.get('allow')).toBe('POST');
@@ -453,7 +536,9 @@ describe('out-of-order events', () => {
   it('ranks events of one batch against each other (sent concurrently)', async () => {
     const uid = await book();
     await send(event(uid, 'delivery.dropoff_complete'));
-    const responses = await Promise.all(['delivery.created', 'delivery.assigned', 'delivery.pickup_complete'].map((name) => send(event(uid, name))));
+    const responses = await Promise.all(
+      ['delivery.created', 'delivery.assigned', 'delivery.pickup_complete'].map((name) => send(event(uid, name))),
+    );
     for (const response of responses) expect(response.body).toMatchObject({ status: 'stored', stale: true });
     expect((await eventsOf(uid)).filter((e) => !e.stale).map((e) => e.name)).toEqual(['delivery.dropoff_complete']);
   });
@@ -469,7 +554,10 @@ describe('a store that fails', () => {
       this.appendCalls += 1;
       if (this.mode === 'throw') throw new Error('SQLITE_IOERR: disk I/O error');
       if (this.mode === 'reject') return Promise.reject(new Error('SQLITE_FULL: database or disk is full'));
-      if (this.mode === 'stall') return new Promise<never>((_, reject) => setTimeout(() => reject(new Error('SQLITE_BUSY: database is locked')), 300));
+      if (this.mode === 'stall')
+        return new Promise<never>((_, reject) =>
+          setTimeout(() => reject(new Error('SQLITE_BUSY: database is locked')), 300),
+        );
       return this.inner.appendEvents(events);
     }
     eventsAfter: Store['eventsAfter'] = (...args) => this.inner.eventsAfter(...args);
@@ -525,27 +613,30 @@ describe('a store that fails', () => {
     rmSync(dataDir, { recursive: true, force: true });
   });
 
-  it.each(['reject', 'throw', 'stall'] as const)('answers 503, never 2xx, when the append fails (%s), and 200 once it recovers', async (mode) => {
-    const uid = `flaky-${mode}`;
-    const created = event(uid, 'delivery.created');
-    const token = await sign(created);
-    store.mode = mode;
-    const calls = store.appendCalls;
-    const accepted = app.receiver!.counters.accepted;
-    const responses = await Promise.all([1, 2, 3].map(() => send(created, { token, url: app.url })));
-    for (const response of responses) {
-      expect(response.status).toBe(503);
-      expect(response.body).toMatchObject({ error: 'store_unavailable' });
-    }
-    expect(store.appendCalls).toBeGreaterThan(calls);
-    expect(await store.inner.eventsAfter(0, 10, { uids: [uid] })).toEqual([]);
-    expect(app.receiver!.counters.accepted).toBe(accepted);
+  it.each(['reject', 'throw', 'stall'] as const)(
+    'answers 503, never 2xx, when the append fails (%s), and 200 once it recovers',
+    async (mode) => {
+      const uid = `flaky-${mode}`;
+      const created = event(uid, 'delivery.created');
+      const token = await sign(created);
+      store.mode = mode;
+      const calls = store.appendCalls;
+      const accepted = app.receiver!.counters.accepted;
+      const responses = await Promise.all([1, 2, 3].map(() => send(created, { token, url: app.url })));
+      for (const response of responses) {
+        expect(response.status).toBe(503);
+        expect(response.body).toMatchObject({ error: 'store_unavailable' });
+      }
+      expect(store.appendCalls).toBeGreaterThan(calls);
+      expect(await store.inner.eventsAfter(0, 10, { uids: [uid] })).toEqual([]);
+      expect(app.receiver!.counters.accepted).toBe(accepted);
 
-    // The upstream retries; by then the store works again.
-    store.mode = 'ok';
-    const retried = await send(created, { token, url: app.url });
-    expect(retried.status).toBe(200);
-    expect(retried.body).toMatchObject({ status: 'stored', stale: false });
-    expect((await store.inner.eventsAfter(0, 10, { uids: [uid] })).map((e) => e.name)).toEqual(['delivery.created']);
-  });
+      // The upstream retries; by then the store works again.
+      store.mode = 'ok';
+      const retried = await send(created, { token, url: app.url });
+      expect(retried.status).toBe(200);
+      expect(retried.body).toMatchObject({ status: 'stored', stale: false });
+      expect((await store.inner.eventsAfter(0, 10, { uids: [uid] })).map((e) => e.name)).toEqual(['delivery.created']);
+    },
+  );
 });

@@ -10,7 +10,8 @@ import { collect, wsClient } from '../helpers/ws-client.js';
 
 const root = new URL('../..', import.meta.url).pathname;
 const KEY = 'sk_test_demo_merchant';
-const CREATE = 'mutation($input: DeliveryInput!, $key: String) { createDelivery(input: $input, idempotencyKey: $key) { __typename ... on MutationCreateDeliverySuccess { data { uid } } } }';
+const CREATE =
+  'mutation($input: DeliveryInput!, $key: String) { createDelivery(input: $input, idempotencyKey: $key) { __typename ... on MutationCreateDeliverySuccess { data { uid } } } }';
 
 describe.skipIf(!redisAvailable('workers.test.ts'))('WORKERS=2 on one Redis', () => {
   let redis: RedisServer;
@@ -24,8 +25,21 @@ describe.skipIf(!redisAvailable('workers.test.ts'))('WORKERS=2 on one Redis', ()
     redis = await startRedisServer();
     primary = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
       cwd: root,
-      // info: one line per GraphQL request, written by whichever worker served it (webhooks log at debug outside production).
-      env: { PATH: process.env.PATH ?? '', WORKERS: '2', REDIS_URL: redis.url, CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET, PORT: '0', SANDBOX_PORT: '0', SANDBOX_STEP_MS: '100', SANDBOX_RETURN_RATE: '0', DATA_DIR: dataDir, LOG_LEVEL: 'info', LOG_FORMAT: 'json' },
+      // info: one line per GraphQL request, written by whichever worker served it (webhooks log at debug outside
+      // production).
+      env: {
+        PATH: process.env.PATH ?? '',
+        WORKERS: '2',
+        REDIS_URL: redis.url,
+        CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
+        PORT: '0',
+        SANDBOX_PORT: '0',
+        SANDBOX_STEP_MS: '100',
+        SANDBOX_RETURN_RATE: '0',
+        DATA_DIR: dataDir,
+        LOG_LEVEL: 'info',
+        LOG_FORMAT: 'json',
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     primary.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
@@ -63,7 +77,9 @@ describe.skipIf(!redisAvailable('workers.test.ts'))('WORKERS=2 on one Redis', ()
     const workers = new Set<number>();
     // The cluster hands fresh connections to the workers in turn.
     for (let i = 0; i < 20 && workers.size < 2; i += 1) {
-      const health = (await (await fetch(`${url}/health`, { headers: { connection: 'close' } })).json()) as { worker?: number };
+      const health = (await (await fetch(`${url}/health`, { headers: { connection: 'close' } })).json()) as {
+        worker?: number;
+      };
       workers.add(health.worker!);
     }
     expect([...workers].sort()).toEqual([1, 2]);
@@ -100,10 +116,14 @@ describe.skipIf(!redisAvailable('workers.test.ts'))('WORKERS=2 on one Redis', ()
     expect(stderr).not.toMatch(/warning/i);
   });
 
-  it('wrote JSON lines only on stdout, each with its process, and each worker\'s with its worker', () => {
-    const lines = stdout.split('\n').filter(Boolean).map((line) => JSON.parse(line) as { pid: number; worker?: number; msg: string });
+  it("wrote JSON lines only on stdout, each with its process, and each worker's with its worker", () => {
+    const lines = stdout
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => JSON.parse(line) as { pid: number; worker?: number; msg: string });
     expect(lines.every((line) => Number.isInteger(line.pid))).toBe(true);
-    // The primary's own lines (where it serves, the stop) carry no worker; every request line names the worker that served it.
+    // The primary's own lines (where it serves, the stop) carry no worker; every request line names the worker that
+    // served it.
     expect(lines.filter((line) => line.pid === primary.pid).every((line) => line.worker === undefined)).toBe(true);
     const requests = lines.filter((line) => line.msg === 'request');
     expect(new Set(requests.map((line) => line.worker))).toEqual(new Set([1, 2]));
@@ -114,71 +134,74 @@ describe.skipIf(!redisAvailable('workers.test.ts'))('WORKERS=2 on one Redis', ()
   });
 });
 
-describe.skipIf(!redisAvailable('workers.test.ts'))('WORKERS=2 with WEBHOOK_PORT and METRICS_PORT, in production', () => {
-  let redis: RedisServer;
-  let primary: ChildProcess;
-  let output = '';
-  const dataDir = makeDataDir();
+describe.skipIf(!redisAvailable('workers.test.ts'))(
+  'WORKERS=2 with WEBHOOK_PORT and METRICS_PORT, in production',
+  () => {
+    let redis: RedisServer;
+    let primary: ChildProcess;
+    let output = '';
+    const dataDir = makeDataDir();
 
-  beforeAll(async () => {
-    redis = await startRedisServer();
-    primary = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-      cwd: root,
-      env: {
-        PATH: process.env.PATH ?? '',
-        NODE_ENV: 'production',
-        UPSTREAM_URL: 'sandbox',
-        WORKERS: '2',
-        REDIS_URL: redis.url,
-        CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
-        PORT: '0',
-        WEBHOOK_PORT: '0',
-        METRICS_PORT: '0',
-        SANDBOX_PORT: '0',
-        SANDBOX_STEP_MS: '100',
-        SANDBOX_RETURN_RATE: '0',
-        DATA_DIR: dataDir,
-        LOG_LEVEL: 'warn',
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    await new Promise<void>((resolve, reject) => {
-      primary.once('exit', (code) => reject(new Error(`the primary exited with ${code}:\n${output}`)));
-      const onData = (chunk: Buffer) => {
-        output += chunk.toString();
-        if (/^ {2}metrics /m.test(output) && /serving on/.test(output)) resolve();
-      };
-      primary.stdout!.on('data', onData);
-      primary.stderr!.on('data', onData);
-    });
-  }, 60_000);
+    beforeAll(async () => {
+      redis = await startRedisServer();
+      primary = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+        cwd: root,
+        env: {
+          PATH: process.env.PATH ?? '',
+          NODE_ENV: 'production',
+          UPSTREAM_URL: 'sandbox',
+          WORKERS: '2',
+          REDIS_URL: redis.url,
+          CLIENT_TOKEN_SECRET: TEST_CLIENT_TOKEN_SECRET,
+          PORT: '0',
+          WEBHOOK_PORT: '0',
+          METRICS_PORT: '0',
+          SANDBOX_PORT: '0',
+          SANDBOX_STEP_MS: '100',
+          SANDBOX_RETURN_RATE: '0',
+          DATA_DIR: dataDir,
+          LOG_LEVEL: 'warn',
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      await new Promise<void>((resolve, reject) => {
+        primary.once('exit', (code) => reject(new Error(`the primary exited with ${code}:\n${output}`)));
+        const onData = (chunk: Buffer) => {
+          output += chunk.toString();
+          if (/^ {2}metrics /m.test(output) && /serving on/.test(output)) resolve();
+        };
+        primary.stdout!.on('data', onData);
+        primary.stderr!.on('data', onData);
+      });
+    }, 60_000);
 
-  afterAll(async () => {
-    if (primary?.exitCode === null) primary.kill('SIGKILL');
-    await redis?.stop();
-    rmSync(dataDir, { recursive: true, force: true });
-  });
-
-  it('prints the webhook and metrics listeners, takes the sandbox webhooks on the first and serves /metrics on the second alone', async () => {
-    const url = /serving on (http:\/\/\S+)/.exec(output)![1]!;
-    const webhooks = /^ {2}webhooks +(http:\/\/\S+)/m.exec(output)![1]!;
-    const metrics = /^ {2}metrics +(http:\/\/\S+)/m.exec(output)![1]!;
-    expect(new Set([new URL(url).port, new URL(webhooks).port, new URL(metrics).port]).size).toBe(3);
-    const booked = await fetch(`${url}/graphql`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
-      body: JSON.stringify({ query: CREATE, variables: { input: deliveryInput({ mode: 'NOW' }) } }),
+    afterAll(async () => {
+      if (primary?.exitCode === null) primary.kill('SIGKILL');
+      await redis?.stop();
+      rmSync(dataDir, { recursive: true, force: true });
     });
-    const uid = ((await booked.json()) as any).data.createDelivery.data.uid as string;
-    const client = wsClient(url, KEY);
-    const sub = collect(client, 'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { status } }', { uid });
-    await sub.waitForItem((item) => item.deliveryUpdated.status === 'DROPOFF_COMPLETE', 30_000);
-    await client.dispose();
-    expect((await fetch(`${url}/metrics`)).status).toBe(404);
-    expect((await fetch(`${url}/webhooks`, { method: 'POST', body: '{}' })).status).toBe(404);
-    const scrape = await fetch(metrics, { headers: { connection: 'close' } });
-    expect(scrape.status).toBe(200);
-    // Whichever worker answers (the sender may have posted every webhook to the other one).
-    expect(await scrape.text()).toMatch(/^# TYPE delivery_graph_webhooks_total counter$/m);
-  });
-});
+
+    it('prints the webhook and metrics listeners, takes the sandbox webhooks on the first and serves /metrics on the second alone', async () => {
+      const url = /serving on (http:\/\/\S+)/.exec(output)![1]!;
+      const webhooks = /^ {2}webhooks +(http:\/\/\S+)/m.exec(output)![1]!;
+      const metrics = /^ {2}metrics +(http:\/\/\S+)/m.exec(output)![1]!;
+      expect(new Set([new URL(url).port, new URL(webhooks).port, new URL(metrics).port]).size).toBe(3);
+      const booked = await fetch(`${url}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+        body: JSON.stringify({ query: CREATE, variables: { input: deliveryInput({ mode: 'NOW' }) } }),
+      });
+      const uid = ((await booked.json()) as any).data.createDelivery.data.uid as string;
+      const client = wsClient(url, KEY);
+      const sub = collect(client, 'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { status } }', { uid });
+      await sub.waitForItem((item) => item.deliveryUpdated.status === 'DROPOFF_COMPLETE', 30_000);
+      await client.dispose();
+      expect((await fetch(`${url}/metrics`)).status).toBe(404);
+      expect((await fetch(`${url}/webhooks`, { method: 'POST', body: '{}' })).status).toBe(404);
+      const scrape = await fetch(metrics, { headers: { connection: 'close' } });
+      expect(scrape.status).toBe(200);
+      // Whichever worker answers (the sender may have posted every webhook to the other one).
+      expect(await scrape.text()).toMatch(/^# TYPE delivery_graph_webhooks_total counter$/m);
+    });
+  },
+);

@@ -21,7 +21,10 @@ let uid: string;
 
 beforeAll(async () => {
   stack = await startStack();
-  const booked = await stack.gql('mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }', { input: deliveryInput() });
+  const booked = await stack.gql(
+    'mutation($input: DeliveryInput!) { createDelivery(input: $input) { ... on MutationCreateDeliverySuccess { data { uid } } } }',
+    { input: deliveryInput() },
+  );
   uid = booked.data.createDelivery.data.uid;
 });
 afterAll(async () => {
@@ -33,11 +36,19 @@ function cycle(wsUrl: string, key: string): Promise<void> {
   return new Promise((resolve, reject) => {
     const socket = new WebSocket(wsUrl, 'graphql-transport-ws');
     const timer = setTimeout(() => reject(new Error('cycle timed out')), 10_000);
-    socket.on('open', () => socket.send(JSON.stringify({ type: 'connection_init', payload: { authorization: `Bearer ${key}` } })));
+    socket.on('open', () =>
+      socket.send(JSON.stringify({ type: 'connection_init', payload: { authorization: `Bearer ${key}` } })),
+    );
     socket.on('message', (raw) => {
       const message = JSON.parse(raw.toString());
       if (message.type === 'connection_ack') {
-        socket.send(JSON.stringify({ id: '1', type: 'subscribe', payload: { query: 'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { status } }', variables: { uid } } }));
+        socket.send(
+          JSON.stringify({
+            id: '1',
+            type: 'subscribe',
+            payload: { query: 'subscription($uid: ID!) { deliveryUpdated(uid: $uid) { status } }', variables: { uid } },
+          }),
+        );
       } else if (message.type === 'next') {
         socket.close(1000);
       } else if (message.type === 'error') {
@@ -65,7 +76,10 @@ const trackSocket = (_req: IncomingMessage, socket: Duplex) => {
  * event loop between for whatever a collection lets go of (finalizers, closed handles).
  */
 async function settle(): Promise<number> {
-  await waitUntil(() => openSockets.size === 0 && stack.app.services.bus.listenerCount() === 0, 'every WebSocket and listener to go');
+  await waitUntil(
+    () => openSockets.size === 0 && stack.app.services.bus.listenerCount() === 0,
+    'every WebSocket and listener to go',
+  );
   for (let i = 0; i < 5; i += 1) {
     await new Promise((resolve) => setImmediate(resolve));
     gc();
@@ -75,36 +89,43 @@ async function settle(): Promise<number> {
 
 describe('WebSocket churn', () => {
   // About 1.5 ms a cycle here: the timeout grows with the count.
-  it(`returns listeners to zero and the heap to its baseline after ${CYCLES} cycles`, { timeout: Math.max(180_000, CYCLES * 20) }, async () => {
-    const wsUrl = `${stack.app.url.replace('http', 'ws')}/graphql`;
-    const bus = stack.app.services.bus;
-    const server = (stack.app as unknown as { server: Server }).server;
-    // The front door's upgrade logger and the WebSocket server's handler: churn must add none.
-    const upgradeListeners = server.listenerCount('upgrade');
-    server.on('upgrade', trackSocket);
-    // Warm-up: compiled operations, caches and pools reach their steady size first.
-    for (let i = 0; i < 200; i += PARALLEL) await Promise.all(Array.from({ length: PARALLEL }, () => cycle(wsUrl, stack.key)));
-    const baseline = await settle();
-    expect(bus.listenerCount()).toBe(0);
+  it(
+    `returns listeners to zero and the heap to its baseline after ${CYCLES} cycles`,
+    { timeout: Math.max(180_000, CYCLES * 20) },
+    async () => {
+      const wsUrl = `${stack.app.url.replace('http', 'ws')}/graphql`;
+      const bus = stack.app.services.bus;
+      const server = (stack.app as unknown as { server: Server }).server;
+      // The front door's upgrade logger and the WebSocket server's handler: churn must add none.
+      const upgradeListeners = server.listenerCount('upgrade');
+      server.on('upgrade', trackSocket);
+      // Warm-up: compiled operations, caches and pools reach their steady size first.
+      for (let i = 0; i < 200; i += PARALLEL)
+        await Promise.all(Array.from({ length: PARALLEL }, () => cycle(wsUrl, stack.key)));
+      const baseline = await settle();
+      expect(bus.listenerCount()).toBe(0);
 
-    let done = 0;
-    let peakListeners = 0;
-    await Promise.all(
-      Array.from({ length: PARALLEL }, async () => {
-        while (done < CYCLES) {
-          done += 1;
-          await cycle(wsUrl, stack.key);
-          peakListeners = Math.max(peakListeners, bus.listenerCount());
-        }
-      }),
-    );
-    const after = await settle();
-    server.off('upgrade', trackSocket);
+      let done = 0;
+      let peakListeners = 0;
+      await Promise.all(
+        Array.from({ length: PARALLEL }, async () => {
+          while (done < CYCLES) {
+            done += 1;
+            await cycle(wsUrl, stack.key);
+            peakListeners = Math.max(peakListeners, bus.listenerCount());
+          }
+        }),
+      );
+      const after = await settle();
+      server.off('upgrade', trackSocket);
 
-    expect(peakListeners).toBeGreaterThan(0);
-    expect(bus.listenerCount()).toBe(0);
-    expect(server.listenerCount('upgrade')).toBe(upgradeListeners);
-    console.log(`ws churn: ${CYCLES} cycles, heap ${(baseline / 2 ** 20).toFixed(1)} → ${(after / 2 ** 20).toFixed(1)} MiB, peak listeners ${peakListeners}`);
-    expect(after).toBeLessThan(baseline * 1.1);
-  });
+      expect(peakListeners).toBeGreaterThan(0);
+      expect(bus.listenerCount()).toBe(0);
+      expect(server.listenerCount('upgrade')).toBe(upgradeListeners);
+      console.log(
+        `ws churn: ${CYCLES} cycles, heap ${(baseline / 2 ** 20).toFixed(1)} → ${(after / 2 ** 20).toFixed(1)} MiB, peak listeners ${peakListeners}`,
+      );
+      expect(after).toBeLessThan(baseline * 1.1);
+    },
+  );
 });

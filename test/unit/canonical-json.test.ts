@@ -54,7 +54,26 @@ function random(seed: number) {
   };
 }
 
-const KEYS = ['uid', 'event_name', 'a', 'B', 'b', 'Z', '_', '10', '2', '1', '', 'é', 'e\u0301', '\ud83d\ude00', '__proto__', 'key with "quotes"', 'line\nbreak', 'driver_location'];
+const KEYS = [
+  'uid',
+  'event_name',
+  'a',
+  'B',
+  'b',
+  'Z',
+  '_',
+  '10',
+  '2',
+  '1',
+  '',
+  'é',
+  'e\u0301',
+  '\ud83d\ude00',
+  '__proto__',
+  'key with "quotes"',
+  'line\nbreak',
+  'driver_location',
+];
 const STRINGS = ['', 'x', 'Dropoff Enroute', 'ünïcödé', '\u2028', '"quoted"', 'back\\slash', '\ud83d\ude00', 'tab\t'];
 const NUMBERS = [0, -0, 1, -1, 37.7749, -122.4194, 1e21, 1e-7, Number.MAX_SAFE_INTEGER, NaN, Infinity, 0.1 + 0.2];
 
@@ -79,7 +98,12 @@ function value(next: () => number, depth: number): unknown {
       for (let k = 0; k < size; k += 1) {
         const key = next() < 0.8 ? pick(KEYS) : `k${Math.floor(next() * 50)}`;
         // JSON.parse makes __proto__ an own key: so does defineProperty.
-        Object.defineProperty(object, key, { value: value(next, depth + 1), enumerable: true, configurable: true, writable: true });
+        Object.defineProperty(object, key, {
+          value: value(next, depth + 1),
+          enumerable: true,
+          configurable: true,
+          writable: true,
+        });
       }
       return object;
     }
@@ -98,20 +122,31 @@ describe('canonical JSON', () => {
   });
 
   it('writes the same for events as JSON.parse gives them, sparse arrays, dates and functions', () => {
-    const event = JSON.parse('{"uid":"u1","event_name":"delivery.assigned","__proto__":{"x":1},"driver_location":{"lng":-122.4,"lat":37.7},"items":[{"b":2,"a":1}],"status":null}');
+    const event = JSON.parse(
+      '{"uid":"u1","event_name":"delivery.assigned","__proto__":{"x":1},"driver_location":{"lng":-122.4,"lat":37.7},"items":[{"b":2,"a":1}],"status":null}',
+    );
+    // eslint-disable-next-line no-sparse-arrays -- holes are what this case is about
     const odd = [[1, , 3], [, 2], { when: new Date(0), call: () => 1, gone: undefined }, [undefined, () => 1]];
     for (const v of [event, ...odd]) expect(canonicalJson(v)).toBe(reference(v));
   });
 
   it('writes values nested deeper than its recursion goes, as the iterative form did', () => {
     let deep: unknown = { leaf: [1, 2] };
-    for (let level = 0; level < 10_000; level += 1) deep = level % 2 ? { [`k${level}`]: deep, a: level } : [deep, level];
+    for (let level = 0; level < 10_000; level += 1)
+      deep = level % 2 ? { [`k${level}`]: deep, a: level } : [deep, level];
     expect(canonicalJson(deep)).toBe(reference(deep));
   });
 
   it('keeps the hash of a stored event', () => {
-    const payload = { uid: '00000000-0000-4000-9000-000000000001', event_name: 'delivery.dropoff_enroute', status: 'e1', driver_location: { lat: 37, lng: -122 } };
-    expect(canonicalJson(payload)).toBe('{"driver_location":{"lat":37,"lng":-122},"event_name":"delivery.dropoff_enroute","status":"e1","uid":"00000000-0000-4000-9000-000000000001"}');
+    const payload = {
+      uid: '00000000-0000-4000-9000-000000000001',
+      event_name: 'delivery.dropoff_enroute',
+      status: 'e1',
+      driver_location: { lat: 37, lng: -122 },
+    };
+    expect(canonicalJson(payload)).toBe(
+      '{"driver_location":{"lat":37,"lng":-122},"event_name":"delivery.dropoff_enroute","status":"e1","uid":"00000000-0000-4000-9000-000000000001"}',
+    );
     expect(fingerprint(payload)).toBe(fingerprint(JSON.parse(reference(payload))));
   });
 });

@@ -3,12 +3,20 @@
 // further; and IPv6 addresses grouped by their /64.
 import type { IncomingMessage } from 'node:http';
 import { describe, expect, it } from 'vitest';
-import { addressGroup, clientAddress, normalizeAddress, UNKNOWN_ADDRESS } from '../../src/observability/client-address.js';
+import {
+  addressGroup,
+  clientAddress,
+  normalizeAddress,
+  UNKNOWN_ADDRESS,
+} from '../../src/observability/client-address.js';
 import { loadConfig } from '../../src/config.js';
 
 /** A request as Node gives it: the peer on the socket, X-Forwarded-For as one joined header. */
 function request(peer: string | undefined, forwardedFor?: string): Pick<IncomingMessage, 'headers' | 'socket'> {
-  return { socket: { remoteAddress: peer } as IncomingMessage['socket'], headers: forwardedFor === undefined ? {} : { 'x-forwarded-for': forwardedFor } };
+  return {
+    socket: { remoteAddress: peer } as IncomingMessage['socket'],
+    headers: forwardedFor === undefined ? {} : { 'x-forwarded-for': forwardedFor },
+  };
 }
 
 describe('clientAddress', () => {
@@ -55,7 +63,8 @@ describe('clientAddress', () => {
 
   it('follows TRUST_PROXY as config parses it', () => {
     const req = request('10.0.0.3', '203.0.113.66, 198.51.100.7, 10.0.0.2');
-    const hops = (value: string | undefined) => loadConfig(value === undefined ? {} : { TRUST_PROXY: value }).server.trustProxyHops;
+    const hops = (value: string | undefined) =>
+      loadConfig(value === undefined ? {} : { TRUST_PROXY: value }).server.trustProxyHops;
     expect(clientAddress(req, hops(undefined))).toBe('10.0.0.3');
     expect(clientAddress(req, hops('false'))).toBe('10.0.0.3');
     expect(clientAddress(req, hops('true'))).toBe('10.0.0.2');

@@ -76,7 +76,14 @@ describe('defaults', () => {
   });
 
   it('blank values count as unset', () => {
-    const config = loadConfig({ PORT: '', HOST: '  ', UPSTREAM_URL: '', WEBHOOK_PATH: ' ', UPSTREAM_AMOUNT_UNIT: '', REDIS_URL: '' });
+    const config = loadConfig({
+      PORT: '',
+      HOST: '  ',
+      UPSTREAM_URL: '',
+      WEBHOOK_PATH: ' ',
+      UPSTREAM_AMOUNT_UNIT: '',
+      REDIS_URL: '',
+    });
     expect(config.port).toBe(4000);
     expect(config.host).toBe('127.0.0.1');
     expect(config.upstream.url).toBeUndefined();
@@ -133,22 +140,39 @@ describe('accepted values', () => {
   });
 
   it('accepts a plain-http upstream with a port', () => {
-    expect(loadConfig({ UPSTREAM_URL: 'http://127.0.0.1:8080/api/v1', PLATFORM_ID: 'p1' }).upstream.url).toBe('http://127.0.0.1:8080/api/v1');
+    expect(loadConfig({ UPSTREAM_URL: 'http://127.0.0.1:8080/api/v1', PLATFORM_ID: 'p1' }).upstream.url).toBe(
+      'http://127.0.0.1:8080/api/v1',
+    );
   });
 });
 
 describe('amount units and the webhook clock tolerance', () => {
   it('item prices follow UPSTREAM_AMOUNT_UNIT unless UPSTREAM_ITEM_PRICE_UNIT is set', () => {
-    expect(loadConfig({ UPSTREAM_AMOUNT_UNIT: 'major' }).upstream).toMatchObject({ amountUnit: 'major', itemPriceUnit: 'major' });
-    expect(loadConfig({ UPSTREAM_AMOUNT_UNIT: 'cents', UPSTREAM_ITEM_PRICE_UNIT: 'major' }).upstream).toMatchObject({ amountUnit: 'cents', itemPriceUnit: 'major' });
-    expect(loadConfig({ UPSTREAM_AMOUNT_UNIT: 'major', UPSTREAM_ITEM_PRICE_UNIT: 'Cents' }).upstream).toMatchObject({ amountUnit: 'major', itemPriceUnit: 'cents' });
+    expect(loadConfig({ UPSTREAM_AMOUNT_UNIT: 'major' }).upstream).toMatchObject({
+      amountUnit: 'major',
+      itemPriceUnit: 'major',
+    });
+    expect(loadConfig({ UPSTREAM_AMOUNT_UNIT: 'cents', UPSTREAM_ITEM_PRICE_UNIT: 'major' }).upstream).toMatchObject({
+      amountUnit: 'cents',
+      itemPriceUnit: 'major',
+    });
+    expect(loadConfig({ UPSTREAM_AMOUNT_UNIT: 'major', UPSTREAM_ITEM_PRICE_UNIT: 'Cents' }).upstream).toMatchObject({
+      amountUnit: 'major',
+      itemPriceUnit: 'cents',
+    });
     expect(loadConfig({ UPSTREAM_ITEM_PRICE_UNIT: ' ' }).upstream.itemPriceUnit).toBe('cents');
   });
 
   it('the quote amounts have a unit of their own, major by default whatever UPSTREAM_AMOUNT_UNIT says', () => {
     expect(loadConfig({ UPSTREAM_AMOUNT_UNIT: 'cents' }).upstream.quoteAmountUnit).toBe('major');
-    expect(loadConfig({ UPSTREAM_QUOTE_AMOUNT_UNIT: 'cents' }).upstream).toMatchObject({ quoteAmountUnit: 'cents', amountUnit: 'cents', itemPriceUnit: 'cents' });
-    expect(loadConfig({ UPSTREAM_QUOTE_AMOUNT_UNIT: 'MAJOR', UPSTREAM_AMOUNT_UNIT: 'major' }).upstream.quoteAmountUnit).toBe('major');
+    expect(loadConfig({ UPSTREAM_QUOTE_AMOUNT_UNIT: 'cents' }).upstream).toMatchObject({
+      quoteAmountUnit: 'cents',
+      amountUnit: 'cents',
+      itemPriceUnit: 'cents',
+    });
+    expect(
+      loadConfig({ UPSTREAM_QUOTE_AMOUNT_UNIT: 'MAJOR', UPSTREAM_AMOUNT_UNIT: 'major' }).upstream.quoteAmountUnit,
+    ).toBe('major');
   });
 
   it('WEBHOOK_CLOCK_TOLERANCE_SECONDS from 0 to 3600', () => {
@@ -157,13 +181,15 @@ describe('amount units and the webhook clock tolerance', () => {
     expect(loadConfig({ WEBHOOK_CLOCK_TOLERANCE_SECONDS: '3600' }).webhook.clockToleranceSeconds).toBe(3600);
   });
 
-  it('re-confirms subscriptions\' keys every RECONCILE_INTERVAL_MS by default, at most every 30 s, also when reconciliation is off', () => {
+  it("re-confirms subscriptions' keys every RECONCILE_INTERVAL_MS by default, at most every 30 s, also when reconciliation is off", () => {
     expect(loadConfig({}).realtime.keyReconfirmIntervalMs).toBe(30_000);
     expect(loadConfig({ ...UPSTREAM }).realtime.keyReconfirmIntervalMs).toBe(5_000);
     expect(loadConfig({ RECONCILE_INTERVAL_MS: '2000' }).realtime.keyReconfirmIntervalMs).toBe(2_000);
     expect(loadConfig({ RECONCILE_INTERVAL_MS: '120000' }).realtime.keyReconfirmIntervalMs).toBe(30_000);
     expect(loadConfig({ RECONCILE_INTERVAL_MS: '0' }).realtime.keyReconfirmIntervalMs).toBe(30_000);
-    expect(loadConfig({ RECONCILE_INTERVAL_MS: '0', KEY_RECONFIRM_INTERVAL_MS: '600000' }).realtime.keyReconfirmIntervalMs).toBe(600_000);
+    expect(
+      loadConfig({ RECONCILE_INTERVAL_MS: '0', KEY_RECONFIRM_INTERVAL_MS: '600000' }).realtime.keyReconfirmIntervalMs,
+    ).toBe(600_000);
   });
 
   it('remembers a refused key for 5 s by default, 0 to 60 s', () => {
@@ -206,7 +232,18 @@ describe('the upstream in production', () => {
 
 describe('settings that look like ours but are not', () => {
   it('are named with the closest known name: misspelled, shortened, or in lower case', () => {
-    expect(unknownSettings({ REDIS_ULR: 'redis://x', UPSTREM_URL: 'https://x', UPSTREAM_TIMEOUT: '5000', WEBHOOK_PUBLIC_KEY: '/k.pem', SANDBOX_STEPS_MS: '10', GRAPHQL_INTROSPECT: 'true', RECONCILE_INTERVAL: '5', redis_url: 'redis://x' })).toEqual([
+    expect(
+      unknownSettings({
+        REDIS_ULR: 'redis://x',
+        UPSTREM_URL: 'https://x',
+        UPSTREAM_TIMEOUT: '5000',
+        WEBHOOK_PUBLIC_KEY: '/k.pem',
+        SANDBOX_STEPS_MS: '10',
+        GRAPHQL_INTROSPECT: 'true',
+        RECONCILE_INTERVAL: '5',
+        redis_url: 'redis://x',
+      }),
+    ).toEqual([
       { variable: 'REDIS_ULR', closest: 'REDIS_URL' },
       { variable: 'UPSTREM_URL', closest: 'UPSTREAM_URL' },
       { variable: 'UPSTREAM_TIMEOUT', closest: 'UPSTREAM_TIMEOUT_MS' },
@@ -220,7 +257,19 @@ describe('settings that look like ours but are not', () => {
 
   it('leaves our own settings and the rest of a shared environment alone', () => {
     const ours = Object.fromEntries(CONFIG_VARIABLES.map((variable) => [variable.name, 'x']));
-    const shared = { HOME: '/root', PATH: '/usr/bin', HOSTNAME: 'box', TERM: 'xterm', NODE_OPTIONS: '--max-old-space-size=512', OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', SSH_AUTH_SOCK: '/tmp/s', LANG: 'C.UTF-8', DATA_PATH: '/srv', MAX_WORKERS: '4', npm_lifecycle_event: 'start' };
+    const shared = {
+      HOME: '/root',
+      PATH: '/usr/bin',
+      HOSTNAME: 'box',
+      TERM: 'xterm',
+      NODE_OPTIONS: '--max-old-space-size=512',
+      OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+      SSH_AUTH_SOCK: '/tmp/s',
+      LANG: 'C.UTF-8',
+      DATA_PATH: '/srv',
+      MAX_WORKERS: '4',
+      npm_lifecycle_event: 'start',
+    };
     // The project's own test and bench variables, which the processes its tests start inherit.
     const tooling = { REDIS_TEST_URL: 'redis://127.0.0.1:6379', REDIS_SERVER_DIR: '/tmp/r', WS_LEAK_CYCLES: '10' };
     expect(unknownSettings({ ...ours, ...shared, ...tooling })).toEqual([]);
@@ -235,7 +284,8 @@ describe('the result is deeply frozen', () => {
   it('freezes the config and every nested object', () => {
     const config = loadConfig({ ...UPSTREAM, WEBHOOK_PUBLIC_KEY_FILE: publicKeyFile, WEBHOOK_ISSUER: 'lastmile' });
     expect(Object.isFrozen(config)).toBe(true);
-    for (const inner of [config.upstream, config.webhook, config.graphql, config.sandbox]) expect(Object.isFrozen(inner)).toBe(true);
+    for (const inner of [config.upstream, config.webhook, config.graphql, config.sandbox])
+      expect(Object.isFrozen(inner)).toBe(true);
   });
 
   it('refuses writes at any depth', () => {
@@ -295,7 +345,10 @@ describe('bad values fail with one line naming the variable', () => {
   });
 
   it('UPSTREAM_URL with credentials is refused without repeating them', () => {
-    const error = configError({ UPSTREAM_URL: 'https://admin:hunter2secret@deliveries.example.com/api/v1', PLATFORM_ID: 'p1' });
+    const error = configError({
+      UPSTREAM_URL: 'https://admin:hunter2secret@deliveries.example.com/api/v1',
+      PLATFORM_ID: 'p1',
+    });
     expectNamed(error, 'UPSTREAM_URL');
     expect(error.message).not.toContain('hunter2secret');
   });
@@ -319,7 +372,10 @@ describe('bad values fail with one line naming the variable', () => {
   });
 
   it('WEBHOOK_PUBLIC_KEY_FILE holding no PEM at all', () => {
-    expectNamed(configError({ WEBHOOK_PUBLIC_KEY_FILE: notAKeyFile, WEBHOOK_ISSUER: 'lastmile' }), 'WEBHOOK_PUBLIC_KEY_FILE');
+    expectNamed(
+      configError({ WEBHOOK_PUBLIC_KEY_FILE: notAKeyFile, WEBHOOK_ISSUER: 'lastmile' }),
+      'WEBHOOK_PUBLIC_KEY_FILE',
+    );
   });
 
   it('WEBHOOK_PUBLIC_KEY_FILE holding a private key is refused and the key is not echoed', () => {
@@ -330,14 +386,22 @@ describe('bad values fail with one line naming the variable', () => {
   });
 
   it('WEBHOOK_PUBLIC_KEY_FILE holding a PKCS#1 "RSA PUBLIC KEY" is read as the same key (SPKI)', () => {
-    expect(loadConfig({ WEBHOOK_PUBLIC_KEY_FILE: pkcs1PublicKeyFile, WEBHOOK_ISSUER: 'lastmile' }).webhook.publicKeyPems).toEqual([publicKeyPem]);
+    expect(
+      loadConfig({ WEBHOOK_PUBLIC_KEY_FILE: pkcs1PublicKeyFile, WEBHOOK_ISSUER: 'lastmile' }).webhook.publicKeyPems,
+    ).toEqual([publicKeyPem]);
   });
 
   it('WEBHOOK_PUBLIC_KEY_FILE may hold several keys (a key change), each block in any accepted form, and names the block that is wrong', () => {
     const next = generateKeyPairSync('rsa', { modulusLength: 2048 }).publicKey;
     const bundle = path.join(dir, 'bundle.pem');
-    writeFileSync(bundle, `${readFileSync(pkcs1PublicKeyFile, 'utf8')}\n${next.export({ type: 'spki', format: 'pem' })}`);
-    expect(loadConfig({ WEBHOOK_PUBLIC_KEY_FILE: bundle, WEBHOOK_ISSUER: 'lastmile' }).webhook.publicKeyPems).toEqual([publicKeyPem, next.export({ type: 'spki', format: 'pem' }).toString()]);
+    writeFileSync(
+      bundle,
+      `${readFileSync(pkcs1PublicKeyFile, 'utf8')}\n${next.export({ type: 'spki', format: 'pem' })}`,
+    );
+    expect(loadConfig({ WEBHOOK_PUBLIC_KEY_FILE: bundle, WEBHOOK_ISSUER: 'lastmile' }).webhook.publicKeyPems).toEqual([
+      publicKeyPem,
+      next.export({ type: 'spki', format: 'pem' }).toString(),
+    ]);
     const ec = generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey.export({ type: 'spki', format: 'pem' });
     const mixed = path.join(dir, 'mixed.pem');
     writeFileSync(mixed, `${publicKeyPem}${ec}`);
@@ -347,7 +411,9 @@ describe('bad values fail with one line naming the variable', () => {
   });
 
   it('WEBHOOK_PUBLIC_KEY_FILE holding an EC key says that RS256 needs RSA', () => {
-    const ec = generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey.export({ type: 'spki', format: 'pem' }).toString();
+    const ec = generateKeyPairSync('ec', { namedCurve: 'P-256' })
+      .publicKey.export({ type: 'spki', format: 'pem' })
+      .toString();
     const file = path.join(dir, 'ec.pem');
     writeFileSync(file, ec);
     const error = configError({ WEBHOOK_PUBLIC_KEY_FILE: file, WEBHOOK_ISSUER: 'lastmile' });
@@ -356,7 +422,9 @@ describe('bad values fail with one line naming the variable', () => {
   });
 
   it('WEBHOOK_PUBLIC_KEY_FILE holding a 1024-bit RSA key is refused', () => {
-    const small = generateKeyPairSync('rsa', { modulusLength: 1024 }).publicKey.export({ type: 'spki', format: 'pem' }).toString();
+    const small = generateKeyPairSync('rsa', { modulusLength: 1024 })
+      .publicKey.export({ type: 'spki', format: 'pem' })
+      .toString();
     const file = path.join(dir, 'small.pem');
     writeFileSync(file, small);
     const error = configError({ WEBHOOK_PUBLIC_KEY_FILE: file, WEBHOOK_ISSUER: 'lastmile' });
@@ -387,13 +455,19 @@ describe('bad values fail with one line naming the variable', () => {
     expect(error.message).not.toContain('hunter2secret');
   });
 
-  it.each(['/graphql', '/health', '/ready', '/', '/graphiql/x', '/tracking/x'])('WEBHOOK_PATH=%j collides with another endpoint', (value) => {
-    expectNamed(configError({ WEBHOOK_PATH: value }), 'WEBHOOK_PATH');
-  });
+  it.each(['/graphql', '/health', '/ready', '/', '/graphiql/x', '/tracking/x'])(
+    'WEBHOOK_PATH=%j collides with another endpoint',
+    (value) => {
+      expectNamed(configError({ WEBHOOK_PATH: value }), 'WEBHOOK_PATH');
+    },
+  );
 
-  it.each(['webhooks', '/web hooks', '/hooks?x=1', 'https://example.com/webhooks'])('WEBHOOK_PATH=%j is not a path', (value) => {
-    expectNamed(configError({ WEBHOOK_PATH: value }), 'WEBHOOK_PATH');
-  });
+  it.each(['webhooks', '/web hooks', '/hooks?x=1', 'https://example.com/webhooks'])(
+    'WEBHOOK_PATH=%j is not a path',
+    (value) => {
+      expectNamed(configError({ WEBHOOK_PATH: value }), 'WEBHOOK_PATH');
+    },
+  );
 });
 
 describe('CONFIG_VARIABLES', () => {
@@ -440,7 +514,9 @@ describe('CONFIG_VARIABLES', () => {
   it('is documented in docs/configuration.md and .env.example, and nothing else is', () => {
     const read = (file: string) => readFileSync(new URL(`../../${file}`, import.meta.url), 'utf8');
     // Table rows start with the variable (or a pair of them) in backquotes.
-    const documented = [...read('docs/configuration.md').matchAll(/^\| ((?:`[A-Z0-9_]+`(?:, )?)+) \|/gm)].flatMap((row) => [...row[1]!.matchAll(/`([A-Z0-9_]+)`/g)].map((name) => name[1]!));
+    const documented = [...read('docs/configuration.md').matchAll(/^\| ((?:`[A-Z0-9_]+`(?:, )?)+) \|/gm)].flatMap(
+      (row) => [...row[1]!.matchAll(/`([A-Z0-9_]+)`/g)].map((name) => name[1]!),
+    );
     expect([...documented].sort()).toEqual([...names].sort());
     // .env.example: each variable set or shown commented out.
     const example = new Set([...read('.env.example').matchAll(/^#? ?([A-Z][A-Z0-9_]+)=/gm)].map((line) => line[1]!));
@@ -463,7 +539,7 @@ describe('CONFIG_VARIABLES', () => {
 
 describe('Redis through Sentinel', () => {
   const SECRET = { CLIENT_TOKEN_SECRET: 'a'.repeat(32) };
-  it('reads the Sentinels, the primary\'s name, passwords, TLS and the replica acknowledgements', () => {
+  it("reads the Sentinels, the primary's name, passwords, TLS and the replica acknowledgements", () => {
     const config = loadConfig({
       ...SECRET,
       REDIS_SENTINELS: 'sentinel-1:26379, 10.0.0.2:26380,[::1]:26381',

@@ -76,10 +76,12 @@ function problems(page: string, markdown = readFileSync(join(root, page), 'utf8'
       continue;
     }
     if (anchor === undefined || !file.endsWith('.md')) continue;
-    if (!anchorsOf(readFileSync(file, 'utf8')).has(anchor)) found.push(`${page}: ${target} (no heading with anchor #${anchor} in ${relative(root, file)})`);
+    if (!anchorsOf(readFileSync(file, 'utf8')).has(anchor))
+      found.push(`${page}: ${target} (no heading with anchor #${anchor} in ${relative(root, file)})`);
   }
   for (const name of namedFiles(markdown)) {
-    if (![join(here, name), join(root, name)].some((candidate) => existsSync(candidate))) found.push(`${page}: \`${name}\` (no such file in the repository)`);
+    if (![join(here, name), join(root, name)].some((candidate) => existsSync(candidate)))
+      found.push(`${page}: \`${name}\` (no such file in the repository)`);
   }
   return found;
 }
@@ -90,12 +92,17 @@ describe('relative links in the docs', () => {
     expect(githubSlug('Redis through Sentinel')).toBe('redis-through-sentinel');
     expect(githubSlug('Acknowledged means: on a replica')).toBe('acknowledged-means-on-a-replica');
     expect(githubSlug('A [link](x.md) and snake_case, 4403!')).toBe('a-link-and-snake_case-4403');
-    expect([...anchorsOf('# Limits\n## Notes\n```\n## not a heading\n```\n## Notes\n')]).toEqual(['limits', 'notes', 'notes-1']);
+    expect([...anchorsOf('# Limits\n## Notes\n```\n## not a heading\n```\n## Notes\n')]).toEqual([
+      'limits',
+      'notes',
+      'notes-1',
+    ]);
   });
 
   it('finds broken links, anchors and file names', () => {
     // The checker itself, on a page written to fail it.
-    const markdown = '[a](nope.md) [b](limits.md#no-such-heading) [c](#no-such) [d](https://example.com/x) [e](limits.md) `gone.md`';
+    const markdown =
+      '[a](nope.md) [b](limits.md#no-such-heading) [c](#no-such) [d](https://example.com/x) [e](limits.md) `gone.md`';
     expect(problems('docs/configuration.md', markdown)).toEqual([
       'docs/configuration.md: nope.md (no such file: docs/nope.md)',
       'docs/configuration.md: limits.md#no-such-heading (no heading with anchor #no-such-heading in docs/limits.md)',

@@ -25,7 +25,11 @@ describe('error registry', () => {
   });
 
   it('says in docs/errors.md where each code reaches the client', () => {
-    const surfaceWords = { 'graphql-error': 'GraphQL error', result: 'result', 'upstream-client': 'upstream client' } as const;
+    const surfaceWords = {
+      'graphql-error': 'GraphQL error',
+      result: 'result',
+      'upstream-client': 'upstream client',
+    } as const;
     for (const [code, { surface }] of readmeErrorTable()) {
       const expected = surfaceWords[ERROR_CODES[code as keyof typeof ERROR_CODES].surface];
       expect(surface.startsWith(expected), `${code}: "${surface}" should start with "${expected}"`).toBe(true);
@@ -39,7 +43,15 @@ describe('error registry', () => {
   });
 
   it('lists the codes yoga answers request errors with, and the ones of our own limits', () => {
-    for (const code of ['GRAPHQL_PARSE_FAILED', 'GRAPHQL_VALIDATION_FAILED', 'BAD_REQUEST', 'BAD_USER_INPUT', 'SUBSCRIBER_TOO_SLOW', 'TOO_MANY_SUBSCRIPTIONS', 'RESPONSE_TOO_LARGE']) {
+    for (const code of [
+      'GRAPHQL_PARSE_FAILED',
+      'GRAPHQL_VALIDATION_FAILED',
+      'BAD_REQUEST',
+      'BAD_USER_INPUT',
+      'SUBSCRIBER_TOO_SLOW',
+      'TOO_MANY_SUBSCRIPTIONS',
+      'RESPONSE_TOO_LARGE',
+    ]) {
       expect(ERROR_CODES[code as keyof typeof ERROR_CODES]?.surface, code).toBe('graphql-error');
     }
   });

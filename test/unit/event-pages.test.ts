@@ -11,7 +11,16 @@ setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
 
 function event(seq: number, uid: string, payload: Record<string, unknown> = {}): StoredEvent {
-  return { seq, uid, name: 'delivery.assigned', statusText: 'Assigned', receivedAt: '2030-05-01T10:00:00.000Z', stale: false, courierOnly: false, payload: { uid, event_name: 'delivery.assigned', ...payload } };
+  return {
+    seq,
+    uid,
+    name: 'delivery.assigned',
+    statusText: 'Assigned',
+    receivedAt: '2030-05-01T10:00:00.000Z',
+    stale: false,
+    courierOnly: false,
+    payload: { uid, event_name: 'delivery.assigned', ...payload },
+  };
 }
 
 /** A store of events in memory that counts its page reads; `fail` makes the next read fail. */
@@ -25,7 +34,9 @@ function countingStore(events: StoredEvent[]) {
         fail = false;
         throw new Error('store down');
       }
-      return events.filter((stored) => stored.seq > afterSeq && (!filter?.uids || filter.uids.includes(stored.uid))).slice(0, limit);
+      return events
+        .filter((stored) => stored.seq > afterSeq && (!filter?.uids || filter.uids.includes(stored.uid)))
+        .slice(0, limit);
     },
   } as unknown as Store;
   return { store, reads, failNext: () => (fail = true) };
@@ -76,7 +87,9 @@ describe('EventPages', () => {
   });
 
   it('keeps pages up to its bytes, by their weight, the least recently used going first', async () => {
-    const log = Array.from({ length: 40 }, (_, i) => event(i + 1, `d${String(i).padStart(2, '0')}`, { package_description: 'x'.repeat(1000) }));
+    const log = Array.from({ length: 40 }, (_, i) =>
+      event(i + 1, `d${String(i).padStart(2, '0')}`, { package_description: 'x'.repeat(1000) }),
+    );
     const { store, reads } = countingStore(log);
     const oneWeight = weighPage([log[0]!]);
     const pages = new EventPages(store, oneWeight * 10);
@@ -99,16 +112,41 @@ describe('weighPage', () => {
       price: { amount: 12.5, currency: 'USD' },
       tip: 3.5,
       pickup_name: 'Ada Shop',
-      pickup_address: { street: 'Main St', number: '1', city: 'Springfield', country: 'US', postal_code: '12345', lat: 52.1, lng: 13.2 },
-      dropoff_address: { street: 'Elm St', number: '42', city: 'Springfield', country: 'US', postal_code: '12345', lat: 52.2, lng: 13.3 },
+      pickup_address: {
+        street: 'Main St',
+        number: '1',
+        city: 'Springfield',
+        country: 'US',
+        postal_code: '12345',
+        lat: 52.1,
+        lng: 13.2,
+      },
+      dropoff_address: {
+        street: 'Elm St',
+        number: '42',
+        city: 'Springfield',
+        country: 'US',
+        postal_code: '12345',
+        lat: 52.2,
+        lng: 13.3,
+      },
       driver_id: 17,
       driver_name: 'Sam Driver',
       driver_location: { lat: 52.15, lng: 13.25 },
-      items: [{ name: 'Book', quantity: 1 }, { name: 'Other book', quantity: 1 }],
+      items: [
+        { name: 'Book', quantity: 1 },
+        { name: 'Other book', quantity: 1 },
+      ],
       platform_payload: { orderId: 'A-1', nested: { ok: true } },
     }),
-    'small objects and numbers': () => ({ items: Array.from({ length: 100 }, (_, i) => ({ a: i, b: i + 0.5, c: [1, 2] })) }),
-    'distinct keys': () => ({ platform_payload: Object.fromEntries(Array.from({ length: 200 }, (_, i) => [`k${i}x${Math.random().toString(36).slice(2, 6)}`, i])) }),
+    'small objects and numbers': () => ({
+      items: Array.from({ length: 100 }, (_, i) => ({ a: i, b: i + 0.5, c: [1, 2] })),
+    }),
+    'distinct keys': () => ({
+      platform_payload: Object.fromEntries(
+        Array.from({ length: 200 }, (_, i) => [`k${i}x${Math.random().toString(36).slice(2, 6)}`, i]),
+      ),
+    }),
     'two-byte text': () => ({ package_description: 'Ünïcödé Ω ✓ 配達 '.repeat(100) }),
     'long text': () => ({ package_description: 'x'.repeat(2000), dropoff_instructions: 'y'.repeat(2000) }),
   };

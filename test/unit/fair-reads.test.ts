@@ -13,7 +13,11 @@ const ids = (reads: Read[]) => reads.map((each) => each.id);
 
 describe('fairPick', () => {
   it('serves one read of each merchant in turn, however many one of them has due', () => {
-    const due = [...Array.from({ length: 10_000 }, (_, n) => read('a', `a${n}`, 2, 10_000 - n)), read('b', 'b0'), read('c', 'c0')];
+    const due = [
+      ...Array.from({ length: 10_000 }, (_, n) => read('a', `a${n}`, 2, 10_000 - n)),
+      read('b', 'b0'),
+      read('c', 'c0'),
+    ];
     const { picked, last } = fairPick(due, 5, undefined);
     expect(ids(picked)).toEqual(['a0', 'b0', 'c0', 'a1', 'a2']);
     expect(last).toBe('a');
@@ -24,7 +28,11 @@ describe('fairPick', () => {
     let last: string | undefined;
     const order: string[] = [];
     for (let tick = 0; tick < 4; tick += 1) {
-      const turn = fairPick(due.filter((each) => !order.includes(each.id)), 1, last);
+      const turn = fairPick(
+        due.filter((each) => !order.includes(each.id)),
+        1,
+        last,
+      );
       order.push(...ids(turn.picked));
       last = turn.last;
     }
@@ -32,8 +40,18 @@ describe('fairPick', () => {
   });
 
   it('within a merchant: a contradiction, then a confirmation, then the latest for its cadence', () => {
-    const due = [read('a', 'followed, a little late', 2, 0.2), read('a', 'unfollowed, late', 2, 1.5), read('a', 'confirmation', 1, 0), read('a', 'contradiction', 0, 0)];
-    expect(ids(fairPick(due, 4, undefined).picked)).toEqual(['contradiction', 'confirmation', 'unfollowed, late', 'followed, a little late']);
+    const due = [
+      read('a', 'followed, a little late', 2, 0.2),
+      read('a', 'unfollowed, late', 2, 1.5),
+      read('a', 'confirmation', 1, 0),
+      read('a', 'contradiction', 0, 0),
+    ];
+    expect(ids(fairPick(due, 4, undefined).picked)).toEqual([
+      'contradiction',
+      'confirmation',
+      'unfollowed, late',
+      'followed, a little late',
+    ]);
   });
 
   it('takes no more than the budget, and nothing when nothing is due', () => {

@@ -14,7 +14,11 @@ import { EventQueue } from '../../src/realtime/queue.js';
 type Event = { seq: number };
 
 /** A plan whose source is the member's own queue and whose execution is `execute`, counted. */
-function planOf(execute: (event: Event, context: GraphQLContext) => ExecutionResult | Promise<ExecutionResult> = (event) => ({ data: { seq: event.seq } })) {
+function planOf(
+  execute: (event: Event, context: GraphQLContext) => ExecutionResult | Promise<ExecutionResult> = (event) => ({
+    data: { seq: event.seq },
+  }),
+) {
   const executions: Array<{ event: Event; context: GraphQLContext; given: unknown }> = [];
   const plan = {
     variablesOf: (variables: unknown) => variables,
@@ -32,15 +36,30 @@ type Member = GraphQLContext & { queue: EventQueue<Event> };
 /** A subscriber's context: its key, its client token's scope and expiry when it has one, and its own event queue. */
 function member(key: string, token?: { uids: string[]; expiresAt?: Date }): Member {
   const queue = new EventQueue<Event>({ maxPending: 100, coalesceKey: () => undefined });
-  const clientToken = token && { key, uids: token.uids, expiresAt: token.expiresAt ?? new Date(Date.now() + 60_000), token: `token-of-${token.uids.join('-')}` };
+  const clientToken = token && {
+    key,
+    uids: token.uids,
+    expiresAt: token.expiresAt ?? new Date(Date.now() + 60_000),
+    token: `token-of-${token.uids.join('-')}`,
+  };
   return { key, clientToken, scope: token && new Set(token.uids), queue } as unknown as Member;
 }
 
 const contexts: Array<{ caller: Caller }> = [];
 const finish: MessageFinish = {
   finish: (result) => result,
-  fail: (error) => ({ errors: [{ message: `masked: ${(error as Error).message}`, toJSON: () => ({ message: `masked: ${(error as Error).message}` }) }] as never }),
-  overLimit: (text) => (text.length > 200 ? { errors: [{ message: 'too large', toJSON: () => ({ message: 'too large' }) }] as never, data: null } : undefined),
+  fail: (error) => ({
+    errors: [
+      {
+        message: `masked: ${(error as Error).message}`,
+        toJSON: () => ({ message: `masked: ${(error as Error).message}` }),
+      },
+    ] as never,
+  }),
+  overLimit: (text) =>
+    text.length > 200
+      ? { errors: [{ message: 'too large', toJSON: () => ({ message: 'too large' }) }] as never, data: null }
+      : undefined,
   contextFor: (caller) => {
     const context = { caller, key: (caller as { key: string }).key } as unknown as GraphQLContext & { caller: Caller };
     contexts.push(context);
@@ -48,7 +67,12 @@ const finish: MessageFinish = {
   },
 };
 
-async function subscribe(fanout: SubscriptionFanout, plan: OperationPlan, context: Member, variables?: Record<string, unknown>) {
+async function subscribe(
+  fanout: SubscriptionFanout,
+  plan: OperationPlan,
+  context: Member,
+  variables?: Record<string, unknown>,
+) {
   return (await fanout.subscribe(plan, context, variables, finish)) as AsyncIterableIterator<ExecutionResult>;
 }
 
@@ -100,7 +124,11 @@ describe('SubscriptionFanout', () => {
     const fanout = new SubscriptionFanout();
     const { plan, executions } = planOf();
     const soon = new Date(Date.now() + 1_000);
-    const members = [member('k1', { uids: ['u2', 'u1'], expiresAt: soon }), member('k1', { uids: ['u1', 'u2'] }), member('k1', { uids: ['u1'] })];
+    const members = [
+      member('k1', { uids: ['u2', 'u1'], expiresAt: soon }),
+      member('k1', { uids: ['u1', 'u2'] }),
+      member('k1', { uids: ['u1'] }),
+    ];
     const streams = await Promise.all(members.map((m) => subscribe(fanout, plan, m)));
     const event = { seq: 3 };
     for (const m of members) m.queue.push(event);
@@ -187,7 +215,11 @@ describe('writingSharedFrames', () => {
     const { plan } = planOf();
     const m = member('k1');
     const frames: string[] = [];
-    const stream = writingSharedFrames(await subscribe(fanout, plan, m), 'op "1"', async (frame) => void frames.push(frame));
+    const stream = writingSharedFrames(
+      await subscribe(fanout, plan, m),
+      'op "1"',
+      async (frame) => void frames.push(frame),
+    );
     m.queue.push({ seq: 1 });
     m.queue.push({ seq: 2 });
     const pulled = stream.next();
@@ -195,8 +227,13 @@ describe('writingSharedFrames', () => {
     m.queue.fail(new Error('too slow'));
     // The two messages are written here; the stream's last error is yielded for graphql-ws to write, then its end.
     expect(await pulled).toMatchObject({ done: false, value: { errors: [{ message: 'masked: too slow' }] } });
-    expect(frames).toEqual(['{"id":"op \\"1\\"","type":"next","payload":{"data":{"seq":1}}}', '{"id":"op \\"1\\"","type":"next","payload":{"data":{"seq":2}}}']);
-    expect(frames.map((frame) => JSON.parse(frame))).toEqual([1, 2].map((seq) => ({ id: 'op "1"', type: 'next', payload: { data: { seq } } })));
+    expect(frames).toEqual([
+      '{"id":"op \\"1\\"","type":"next","payload":{"data":{"seq":1}}}',
+      '{"id":"op \\"1\\"","type":"next","payload":{"data":{"seq":2}}}',
+    ]);
+    expect(frames.map((frame) => JSON.parse(frame))).toEqual(
+      [1, 2].map((seq) => ({ id: 'op "1"', type: 'next', payload: { data: { seq } } })),
+    );
     expect(await stream.next()).toEqual({ done: true, value: undefined });
   });
 

@@ -7,13 +7,25 @@
 // of the printed schema.graphql.
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { buildSchema, getNamedType, isEnumType, isInterfaceType, isLeafType, isObjectType, type GraphQLField, type GraphQLNamedType, type GraphQLSchema } from 'graphql';
+import {
+  buildSchema,
+  getNamedType,
+  isEnumType,
+  isInterfaceType,
+  isLeafType,
+  isObjectType,
+  type GraphQLField,
+  type GraphQLNamedType,
+  type GraphQLSchema,
+} from 'graphql';
 import { describe, expect, it } from 'vitest';
 import { fromPartnerOrder, fromPlatformDelivery, fromWebhookEvent } from '../../src/mapping/delivery.js';
 import type { Delivery } from '../../src/mapping/model.js';
 import type { WireDelivery, WireOrder, WireWebhookEvent } from '../../src/upstream/wire.js';
 
-const schema: GraphQLSchema = buildSchema(readFileSync(fileURLToPath(new URL('../../schema.graphql', import.meta.url)), 'utf8'));
+const schema: GraphQLSchema = buildSchema(
+  readFileSync(fileURLToPath(new URL('../../schema.graphql', import.meta.url)), 'utf8'),
+);
 
 // ------------------------------------------------------------------ the upstream's fields
 // Top-level names exactly as upstream-api.md spells them; `parent.child` for the
@@ -633,7 +645,8 @@ function schemaTypeAt(typeName: string, path: string): GraphQLNamedType | string
   let walked = typeName;
   for (const segment of path.split('.')) {
     if (/^\d+$/.test(segment)) continue;
-    if (!isObjectType(type) && !isInterfaceType(type)) return `${walked} is ${type.name}, which has no fields (wanted .${segment})`;
+    if (!isObjectType(type) && !isInterfaceType(type))
+      return `${walked} is ${type.name}, which has no fields (wanted .${segment})`;
     const field: GraphQLField<unknown, unknown> | undefined = type.getFields()[segment];
     if (!field) return `${walked} (${type.name}) has no field ${segment}`;
     type = getNamedType(field.type);
@@ -644,7 +657,8 @@ function schemaTypeAt(typeName: string, path: string): GraphQLNamedType | string
 
 function primitiveLeaves(value: unknown, path: string, into: Array<[string, unknown]>): Array<[string, unknown]> {
   if (Array.isArray(value)) value.forEach((member, index) => primitiveLeaves(member, `${path}.${index}`, into));
-  else if (value !== null && typeof value === 'object') for (const [key, member] of Object.entries(value)) primitiveLeaves(member, path ? `${path}.${key}` : key, into);
+  else if (value !== null && typeof value === 'object')
+    for (const [key, member] of Object.entries(value)) primitiveLeaves(member, path ? `${path}.${key}` : key, into);
   else into.push([path, value]);
   return into;
 }
@@ -652,9 +666,27 @@ function primitiveLeaves(value: unknown, path: string, into: Array<[string, unkn
 // ------------------------------------------------------------------ the table
 
 const SHAPES = [
-  { name: 'PLATFORM_DELIVERY', fields: PLATFORM_DELIVERY_FIELDS, fixture: platformFixture, reach: PLATFORM_REACH, map: () => fromPlatformDelivery(platformFixture) },
-  { name: 'PARTNER_ORDER', fields: PARTNER_ORDER_FIELDS, fixture: partnerFixture, reach: PARTNER_REACH, map: () => fromPartnerOrder(partnerFixture) },
-  { name: 'WEBHOOK_BODY', fields: WEBHOOK_BODY_FIELDS, fixture: webhookFixture, reach: WEBHOOK_REACH, map: () => fromWebhookEvent(webhookFixture) },
+  {
+    name: 'PLATFORM_DELIVERY',
+    fields: PLATFORM_DELIVERY_FIELDS,
+    fixture: platformFixture,
+    reach: PLATFORM_REACH,
+    map: () => fromPlatformDelivery(platformFixture),
+  },
+  {
+    name: 'PARTNER_ORDER',
+    fields: PARTNER_ORDER_FIELDS,
+    fixture: partnerFixture,
+    reach: PARTNER_REACH,
+    map: () => fromPartnerOrder(partnerFixture),
+  },
+  {
+    name: 'WEBHOOK_BODY',
+    fields: WEBHOOK_BODY_FIELDS,
+    fixture: webhookFixture,
+    reach: WEBHOOK_REACH,
+    map: () => fromWebhookEvent(webhookFixture),
+  },
 ] as const;
 
 describe.each(SHAPES)('$name: every field is reachable from GraphQL', ({ name, fields, fixture, reach, map }) => {
@@ -687,7 +719,8 @@ describe.each(SHAPES)('$name: every field is reachable from GraphQL', ({ name, f
     expect(unlisted, 'paths for fields that are not listed').toEqual([]);
     for (const field of fields) {
       const entry = reach[field]!;
-      if (!Array.isArray(entry)) expect(ALLOWED_PENDING.has(`${name}:${field}`), `${field} may not be left pending`).toBe(true);
+      if (!Array.isArray(entry))
+        expect(ALLOWED_PENDING.has(`${name}:${field}`), `${field} may not be left pending`).toBe(true);
       else expect(entry.length, `${field} has no check`).toBeGreaterThan(0);
     }
   });
@@ -701,7 +734,8 @@ describe.each(SHAPES)('$name: every field is reachable from GraphQL', ({ name, f
       expect(actual, `${field} → Delivery.${path}`).toEqual(expected);
       if (expected !== null && typeof expected !== 'object') {
         expect(isLeafType(named), `Delivery.${path} is a ${named.name}, not a scalar or enum`).toBe(true);
-        if (isEnumType(named)) expect(named.getValue(String(expected)), `${named.name} has no value ${String(expected)}`).toBeDefined();
+        if (isEnumType(named))
+          expect(named.getValue(String(expected)), `${named.name} has no value ${String(expected)}`).toBeDefined();
         if (named.name === 'Int') expect(Number.isInteger(expected)).toBe(true);
         if (named.name === 'Decimal') expect(expected).toMatch(/^-?\d+\.\d{2,}$/);
         if (named.name === 'DateTime') expect(expected).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/);
@@ -710,7 +744,9 @@ describe.each(SHAPES)('$name: every field is reachable from GraphQL', ({ name, f
     }
   });
 
-  for (const field of fields.filter((candidate) => reach[candidate] !== undefined && !Array.isArray(reach[candidate]))) {
+  for (const field of fields.filter(
+    (candidate) => reach[candidate] !== undefined && !Array.isArray(reach[candidate]),
+  )) {
     const entry = reach[field] as Pending;
     it(`${field} has a pending GraphQL home, ${entry.todo}, checked once ${entry.type} is in the schema`, (ctx) => {
       if (!schema.getType(entry.type)) {

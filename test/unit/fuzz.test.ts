@@ -31,16 +31,35 @@ const DecimalScalar = scalar('Decimal');
 
 const pad = (n: number, width: number) => String(n).padStart(width, '0');
 
-/** Text of every kind a client or the upstream may send: empty, blank, control, astral, combining, lone surrogates, huge. */
+/**
+ * Text of every kind a client or the upstream may send: empty, blank, control, astral, combining, lone surrogates,
+ * huge.
+ */
 const anyText: fc.Arbitrary<string> = fc.oneof(
   { weight: 4, arbitrary: fc.string() },
   { weight: 3, arbitrary: fc.string({ unit: 'binary' }) },
   { weight: 2, arbitrary: fc.string({ unit: 'grapheme' }) },
-  { weight: 1, arbitrary: fc.string({ unit: fc.integer({ min: 0xd800, max: 0xdfff }).map((c) => String.fromCharCode(c)) }) },
+  {
+    weight: 1,
+    arbitrary: fc.string({ unit: fc.integer({ min: 0xd800, max: 0xdfff }).map((c) => String.fromCharCode(c)) }),
+  },
   { weight: 1, arbitrary: fc.string({ minLength: 400, maxLength: 2000 }) },
   {
     weight: 2,
-    arbitrary: fc.constantFrom('', ' ', '\t\n ', '\u0000', '😀', 'e\u0301', '\u202e', 'null', 'undefined', '__proto__', 'x'.repeat(100_000), ' '.repeat(600)),
+    arbitrary: fc.constantFrom(
+      '',
+      ' ',
+      '\t\n ',
+      '\u0000',
+      '😀',
+      'e\u0301',
+      '\u202e',
+      'null',
+      'undefined',
+      '__proto__',
+      'x'.repeat(100_000),
+      ' '.repeat(600),
+    ),
   },
 );
 
@@ -48,7 +67,17 @@ const anyText: fc.Arbitrary<string> = fc.oneof(
 const anyNumber: fc.Arbitrary<number> = fc.oneof(
   fc.double(),
   fc.integer(),
-  fc.constantFrom(NaN, Infinity, -Infinity, -0, -1, Number.MAX_VALUE, Number.MIN_VALUE, Number.MAX_SAFE_INTEGER + 2, 2 ** 31),
+  fc.constantFrom(
+    NaN,
+    Infinity,
+    -Infinity,
+    -0,
+    -1,
+    Number.MAX_VALUE,
+    Number.MIN_VALUE,
+    Number.MAX_SAFE_INTEGER + 2,
+    2 ** 31,
+  ),
 );
 /** What GraphQL's Float lets through: finite doubles only. */
 const graphqlFloat = fc.double({ noNaN: true, noDefaultInfinity: true });
@@ -89,9 +118,14 @@ const dateTimeText = (years: fc.Arbitrary<number> = fc.integer({ min: 1, max: 99
       fraction: fc.option(fc.stringMatching(/^\.\d{1,9}$/), { nil: undefined }),
       offset: fc.oneof(
         fc.constantFrom('', 'Z', 'z', '+00:00', '-00:00'),
-        fc.tuple(fc.constantFrom('+', '-'), fc.integer({ min: 0, max: 23 }), fc.integer({ min: 0, max: 59 }), fc.constantFrom(':', '')).map(
-          ([sign, h, m, colon]) => `${sign}${pad(h, 2)}${colon}${pad(m, 2)}`,
-        ),
+        fc
+          .tuple(
+            fc.constantFrom('+', '-'),
+            fc.integer({ min: 0, max: 23 }),
+            fc.integer({ min: 0, max: 59 }),
+            fc.constantFrom(':', ''),
+          )
+          .map(([sign, h, m, colon]) => `${sign}${pad(h, 2)}${colon}${pad(m, 2)}`),
       ),
     })
     .map(
@@ -104,22 +138,52 @@ const dateTimeText = (years: fc.Arbitrary<number> = fc.integer({ min: 1, max: 99
 const decimalText: fc.Arbitrary<string> = fc.oneof(
   fc.stringMatching(/^-?\d{1,30}(\.\d{0,8})?$/),
   fc.stringMatching(/^\s?-?\d{1,4}\.\d{1,2}\s?$/),
-  fc.tuple(fc.stringMatching(/^-?\d{1,6}(\.\d{1,4})?$/), fc.constantFrom('e', 'E'), fc.constantFrom('', '+', '-'), fc.integer({ min: 0, max: 400 })).map(
-    ([mantissa, e, sign, exponent]) => `${mantissa}${e}${sign}${exponent}`,
-  ),
+  fc
+    .tuple(
+      fc.stringMatching(/^-?\d{1,6}(\.\d{1,4})?$/),
+      fc.constantFrom('e', 'E'),
+      fc.constantFrom('', '+', '-'),
+      fc.integer({ min: 0, max: 400 }),
+    )
+    .map(([mantissa, e, sign, exponent]) => `${mantissa}${e}${sign}${exponent}`),
   fc.double().map(String),
-  fc.constantFrom('0', '-0', '0.00', '.5', '5.', '1e21', '1e308', '1e309', '-1e-7', 'NaN', 'Infinity', '0x10', '1_000', '١٢٣'),
+  fc.constantFrom(
+    '0',
+    '-0',
+    '0.00',
+    '.5',
+    '5.',
+    '1e21',
+    '1e308',
+    '1e309',
+    '-1e-7',
+    'NaN',
+    'Infinity',
+    '0x10',
+    '1_000',
+    '١٢٣',
+  ),
   anyText,
 );
 
 /** Objects JSON.parse can build that trip code calling String() or valueOf() on them. */
-const hostileObjects = ['{"toString":false}', '{"valueOf":null,"toString":1}', '{"__proto__":{"x":1}}', '{"constructor":{"name":"GraphQLError"}}'].map((text) => JSON.parse(text) as unknown);
+const hostileObjects = [
+  '{"toString":false}',
+  '{"valueOf":null,"toString":1}',
+  '{"__proto__":{"x":1}}',
+  '{"constructor":{"name":"GraphQLError"}}',
+].map((text) => JSON.parse(text) as unknown);
 
 /** Anything at all, as JSON.parse or a GraphQL variable could hold it, plus what JSON cannot. */
-const anyValue: fc.Arbitrary<unknown> = fc.oneof(fc.jsonValue(), fc.anything(), anyNumber, anyText, fc.constantFrom(undefined, null, true, [], {}, ...hostileObjects));
+const anyValue: fc.Arbitrary<unknown> = fc.oneof(
+  fc.jsonValue(),
+  fc.anything(),
+  anyNumber,
+  anyText,
+  fc.constantFrom(undefined, null, true, [], {}, ...hostileObjects),
+);
 
 // ------------------------------------------------------------------ validateDeliveryInput / toWireRequest
-
 
 /** The scalar's answer, or null where the scalar refuses it (GraphQL never lets that value through). */
 function throughScalar(type: GraphQLScalarType, value: unknown): string | null {
@@ -139,7 +203,9 @@ interface InputArbitraries {
 }
 
 /** Whatever the Decimal scalar accepts. */
-const scalarDecimal = decimalText.map((text) => throughScalar(DecimalScalar, text)).filter((value): value is string => value !== null);
+const scalarDecimal = decimalText
+  .map((text) => throughScalar(DecimalScalar, text))
+  .filter((value): value is string => value !== null);
 
 /**
  * Values exactly as the GraphQL layer hands them to resolvers: scalars already
@@ -164,7 +230,10 @@ const raw: InputArbitraries = {
 function deliveryInputArbitrary(a: InputArbitraries): fc.Arbitrary<DeliveryInput> {
   const opt = <T>(arb: fc.Arbitrary<T>) => fc.option(arb, { nil: null, freq: 3 });
   const maybe = <T>(arb: fc.Arbitrary<T>) => fc.option(arb, { nil: undefined, freq: 3 });
-  const text = fc.oneof({ weight: 3, arbitrary: fc.constantFrom('Main St', 'Springfield', 'US', 'Ada') }, { weight: 2, arbitrary: anyText });
+  const text = fc.oneof(
+    { weight: 3, arbitrary: fc.constantFrom('Main St', 'Springfield', 'US', 'Ada') },
+    { weight: 2, arbitrary: anyText },
+  );
   const email = fc.oneof(fc.emailAddress(), anyText, fc.constantFrom('a@b', '@', 'a@', 'x y@z'));
   const address = fc.record(
     {
@@ -210,7 +279,21 @@ function deliveryInputArbitrary(a: InputArbitraries): fc.Arbitrary<DeliveryInput
       deliveryStartTime: opt(a.dateTime),
       deliveryEndTime: opt(a.dateTime),
       style: opt(fc.constantFrom(...DELIVERY_STYLES)),
-      rawStyle: opt(fc.oneof(fc.constantFrom('White Glove', 'oversize', 'SPECIAL-HANDLING', ' Standard ', 'Other', '', '   ', 'x'.repeat(65)), anyText)),
+      rawStyle: opt(
+        fc.oneof(
+          fc.constantFrom(
+            'White Glove',
+            'oversize',
+            'SPECIAL-HANDLING',
+            ' Standard ',
+            'Other',
+            '',
+            '   ',
+            'x'.repeat(65),
+          ),
+          anyText,
+        ),
+      ),
       minimumVehicleSize: opt(fc.oneof(fc.constantFrom('CAR', 'SUV', 'van', ' truck ', 'BIKE', ' '), anyText)),
       description: opt(anyText),
       requirements: opt(fc.array(anyText, { maxLength: 5 })),
@@ -241,38 +324,53 @@ function validishInput(a: InputArbitraries): fc.Arbitrary<DeliveryInput> {
       itemPrice: fc.option(amount, { nil: null }),
       quantity: fc.option(count, { nil: null }),
       itemsCount: fc.option(count, { nil: null }),
-      weight: fc.option(a.number.filter((n) => !(n < 0)), { nil: null }),
-      latitude: fc.option(a.number.filter((n) => !(n < -90 || n > 90)), { nil: null }),
+      weight: fc.option(
+        a.number.filter((n) => !(n < 0)),
+        { nil: null },
+      ),
+      latitude: fc.option(
+        a.number.filter((n) => !(n < -90 || n > 90)),
+        { nil: null },
+      ),
       windowStart: a.dateTime,
       // Within the payload bounds (16 levels, 32 KiB) most of the time.
-      payload: fc.option(fc.oneof({ weight: 4, arbitrary: fc.dictionary(anyText, fc.jsonValue({ maxDepth: 4 })) }, { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 4 }) }), { nil: null }),
+      payload: fc.option(
+        fc.oneof(
+          { weight: 4, arbitrary: fc.dictionary(anyText, fc.jsonValue({ maxDepth: 4 })) },
+          { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 4 }) },
+        ),
+        { nil: null },
+      ),
       description: fc.option(anyText, { nil: null }),
       // Around the limits: 15 characters of phone, 512 of instructions.
       phone: fc.option(fc.string({ minLength: 12, maxLength: 18 }), { nil: null }),
       instructions: fc.option(fc.string({ minLength: 508, maxLength: 516 }), { nil: null }),
     })
-    .map(
-      (r): DeliveryInput => ({
-        pickup: {
-          name: r.names[0],
-          email: 'shop@example.com',
-          phone: r.phone,
-          instructions: r.instructions,
-          address: { street: r.street, city: 'Springfield', country: 'US', latitude: r.latitude },
-        },
-        dropoff: { name: r.names[1], address: { street: r.street, city: 'Springfield', country: 'US' }, windowStart: r.windowStart },
-        // deliveryDate is the window's UTC date (a contradiction is refused); unparsed text, as the raw variant has, is never compared.
-        deliveryDate: utcDateTime(r.windowStart)?.slice(0, 10) ?? '2030-05-01',
-        currency: 'usd',
-        tip: r.tip,
-        declaredValue: r.declaredValue,
-        weight: r.weight,
-        itemsCount: r.itemsCount,
-        description: r.description,
-        payload: r.payload,
-        items: [{ name: 'book', quantity: r.quantity, price: r.itemPrice }],
-      }),
-    );
+    .map((r): DeliveryInput => ({
+      pickup: {
+        name: r.names[0],
+        email: 'shop@example.com',
+        phone: r.phone,
+        instructions: r.instructions,
+        address: { street: r.street, city: 'Springfield', country: 'US', latitude: r.latitude },
+      },
+      dropoff: {
+        name: r.names[1],
+        address: { street: r.street, city: 'Springfield', country: 'US' },
+        windowStart: r.windowStart,
+      },
+      // deliveryDate is the window's UTC date (a contradiction is refused); unparsed text, as the raw variant has, is
+      // never compared.
+      deliveryDate: utcDateTime(r.windowStart)?.slice(0, 10) ?? '2030-05-01',
+      currency: 'usd',
+      tip: r.tip,
+      declaredValue: r.declaredValue,
+      weight: r.weight,
+      itemsCount: r.itemsCount,
+      description: r.description,
+      payload: r.payload,
+      items: [{ name: 'book', quantity: r.quantity, price: r.itemPrice }],
+    }));
 }
 
 const groupArb = fc.constantFrom<ApiGroup>('PLATFORM', 'PARTNER');
@@ -282,7 +380,8 @@ const unitArb = fc.constantFrom<AmountUnit>('cents', 'major');
 function undefinedPaths(value: unknown, at = 'body'): string[] {
   if (value === undefined || typeof value === 'function') return [at];
   if (Array.isArray(value)) return value.flatMap((inner, index) => undefinedPaths(inner, `${at}[${index}]`));
-  if (value && typeof value === 'object') return Object.entries(value).flatMap(([key, inner]) => undefinedPaths(inner, `${at}.${key}`));
+  if (value && typeof value === 'object')
+    return Object.entries(value).flatMap(([key, inner]) => undefinedPaths(inner, `${at}.${key}`));
   return [];
 }
 
@@ -296,35 +395,58 @@ function bodyProblems(body: WireDeliveryRequest, input: DeliveryInput, group: Ap
   };
   const fields = body as unknown as Record<string, unknown>;
   for (const path of undefinedPaths(body)) problems.push(`${path} is undefined`);
-  check(nonBlank(body.pickup_name) && nonBlank(body.dropoff_name) && nonBlank(body.email), 'a required name or the email is blank');
+  check(
+    nonBlank(body.pickup_name) && nonBlank(body.dropoff_name) && nonBlank(body.email),
+    'a required name or the email is blank',
+  );
   check(body.pickup_name === input.pickup.name, 'pickup_name is not the input name');
   check(/^[^\s@]+@[^\s@]+$/.test(body.email), `email ${JSON.stringify(body.email)} is not an address`);
   for (const side of group === 'PLATFORM' ? ['pickup', 'dropoff'] : ['pickup']) {
-    for (const part of ['street', 'city', 'country']) check(nonBlank(fields[`${side}_address_${part}`]), `${side}_address_${part} is blank`);
+    for (const part of ['street', 'city', 'country'])
+      check(nonBlank(fields[`${side}_address_${part}`]), `${side}_address_${part} is blank`);
   }
   if (group === 'PARTNER') check(body.currency !== undefined, 'currency missing on PARTNER');
   if (body.currency !== undefined) check(/^[A-Z]{3}$/.test(body.currency), `currency ${JSON.stringify(body.currency)}`);
   const partnerOnly = ['partner_reference', 'partner_payload', 'delivery_start_time', 'delivery_end_time'];
-  for (const field of group === 'PLATFORM' ? partnerOnly : ['platform_payload']) check(!(field in body), `${field} sent on ${group}`);
-  if (body.pickup_phone_number !== undefined) check(body.pickup_phone_number.length <= 15, 'pickup_phone_number over 15 characters');
-  if (body.pickup_instructions !== undefined) check(body.pickup_instructions.length <= 512, 'pickup_instructions over 512 characters');
+  for (const field of group === 'PLATFORM' ? partnerOnly : ['platform_payload'])
+    check(!(field in body), `${field} sent on ${group}`);
+  if (body.pickup_phone_number !== undefined)
+    check(body.pickup_phone_number.length <= 15, 'pickup_phone_number over 15 characters');
+  if (body.pickup_instructions !== undefined)
+    check(body.pickup_instructions.length <= 512, 'pickup_instructions over 512 characters');
   const mode = input.mode ?? 'SCHEDULED';
   if (mode !== 'NOW') check(Boolean(body.dropoff_start_time), 'dropoff_start_time missing');
   if (mode === 'SCHEDULED') check(Boolean(body.delivery_date), 'delivery_date missing');
   // delivery_date is a UTC date: never another day than the dropoff window's start.
   const windowDay = utcDateTime(body.dropoff_start_time)?.slice(0, 10);
-  if (body.delivery_date !== undefined && windowDay !== undefined) check(body.delivery_date === windowDay, `delivery_date ${body.delivery_date} is not the UTC date of dropoff_start_time ${body.dropoff_start_time}`);
-  // A documented style in its documented spelling, or a style enabled beyond them exactly as rawStyle wrote it (trimmed).
+  if (body.delivery_date !== undefined && windowDay !== undefined)
+    check(
+      body.delivery_date === windowDay,
+      `delivery_date ${body.delivery_date} is not the UTC date of dropoff_start_time ${body.dropoff_start_time}`,
+    );
+  // A documented style in its documented spelling, or a style enabled beyond them exactly as rawStyle wrote it
+  // (trimmed).
   const documented = ['Standard', 'Hybrid', 'Special Handling', 'Oversize'];
   if (body.delivery_style !== undefined) {
-    check(documented.includes(body.delivery_style) || body.delivery_style === input.rawStyle?.trim(), `delivery_style ${JSON.stringify(body.delivery_style)}`);
-    check(body.delivery_style.trim() !== '' && body.delivery_style.length <= 64, `delivery_style ${JSON.stringify(body.delivery_style)} is blank or long`);
+    check(
+      documented.includes(body.delivery_style) || body.delivery_style === input.rawStyle?.trim(),
+      `delivery_style ${JSON.stringify(body.delivery_style)}`,
+    );
+    check(
+      body.delivery_style.trim() !== '' && body.delivery_style.length <= 64,
+      `delivery_style ${JSON.stringify(body.delivery_style)} is blank or long`,
+    );
   }
   check(input.style == null || input.rawStyle == null, 'both style and rawStyle were accepted');
-  if (body.delivery_style === 'Oversize') check(nonBlank(body.package_minimum_vehicle_size), 'Oversize without a vehicle size');
+  if (body.delivery_style === 'Oversize')
+    check(nonBlank(body.package_minimum_vehicle_size), 'Oversize without a vehicle size');
   for (const field of ['platform_payload', 'partner_payload'] as const) {
     const payload = body[field];
-    if (payload !== undefined) check(payload !== null && typeof payload === 'object' && !Array.isArray(payload), `${field} is not a JSON object`);
+    if (payload !== undefined)
+      check(
+        payload !== null && typeof payload === 'object' && !Array.isArray(payload),
+        `${field} is not a JSON object`,
+      );
   }
   const amounts: Array<[string, number | undefined]> = [
     ['tip', body.tip],
@@ -333,7 +455,10 @@ function bodyProblems(body: WireDeliveryRequest, input: DeliveryInput, group: Ap
   ];
   for (const [field, amount] of amounts) {
     if (amount === undefined) continue;
-    check(typeof amount === 'number' && Number.isFinite(amount) && amount >= 0, `${field} ${amount} is not a finite non-negative number`);
+    check(
+      typeof amount === 'number' && Number.isFinite(amount) && amount >= 0,
+      `${field} ${amount} is not a finite non-negative number`,
+    );
     if (unit === 'cents') check(Number.isInteger(amount), `${field} ${amount} is not whole cents`);
   }
   return problems;
@@ -384,11 +509,15 @@ describe('validateDeliveryInput and toWireRequest under random input', () => {
         if (result instanceof ValidationError) return;
         successes += 1;
         // Amounts go out in the configured unit: 12.34 → 1234 cents.
-        if (input.tip != null && unit === 'cents' && Math.abs(Number(input.tip)) < 1e12) expect(result.tip).toBe(Math.round(Number(input.tip) * 100));
+        if (input.tip != null && unit === 'cents' && Math.abs(Number(input.tip)) < 1e12)
+          expect(result.tip).toBe(Math.round(Number(input.tip) * 100));
         if (input.tip != null && unit === 'major') expect(result.tip).toBe(Number(input.tip));
         // Item prices the same way as the tip.
         const price = input.items?.[0]?.price;
-        if (price != null) expect(result.items![0]!.price).toBe(unit === 'cents' ? new Decimal(price).mul(100).toNumber() : Number(price));
+        if (price != null)
+          expect(result.items![0]!.price).toBe(
+            unit === 'cents' ? new Decimal(price).mul(100).toNumber() : Number(price),
+          );
       }),
       { numRuns: RUNS },
     );
@@ -398,18 +527,24 @@ describe('validateDeliveryInput and toWireRequest under random input', () => {
 
   it('never throw anything but ValidationError, even for NaN, infinities and unparsed times', () => {
     fc.assert(
-      fc.property(fc.oneof(deliveryInputArbitrary(raw), validishInput(raw)), groupArb, unitArb, (input, group, unit) => {
-        let body: WireDeliveryRequest;
-        try {
-          body = toWireRequest(input, group, unit);
-        } catch (error) {
-          expect(error).toBeInstanceOf(ValidationError);
-          return;
-        }
-        // The structure holds whatever the numbers were.
-        expect(undefinedPaths(body)).toEqual([]);
-        if (!(nonBlank(body.pickup_name) && nonBlank(body.dropoff_name) && nonBlank(body.email))) expect(body).toMatchObject({ pickup_name: expect.any(String) });
-      }),
+      fc.property(
+        fc.oneof(deliveryInputArbitrary(raw), validishInput(raw)),
+        groupArb,
+        unitArb,
+        (input, group, unit) => {
+          let body: WireDeliveryRequest;
+          try {
+            body = toWireRequest(input, group, unit);
+          } catch (error) {
+            expect(error).toBeInstanceOf(ValidationError);
+            return;
+          }
+          // The structure holds whatever the numbers were.
+          expect(undefinedPaths(body)).toEqual([]);
+          if (!(nonBlank(body.pickup_name) && nonBlank(body.dropoff_name) && nonBlank(body.email)))
+            expect(body).toMatchObject({ pickup_name: expect.any(String) });
+        },
+      ),
       { numRuns: RUNS },
     );
   });
@@ -422,18 +557,29 @@ describe('validateDeliveryInput and toWireRequest under random input', () => {
   // them; any other caller of toWireRequest can. Expected: a ValidationError.
   it('refuses non-finite numbers instead of putting them into the wire body', () => {
     const finite = (value: unknown): boolean =>
-      typeof value === 'number' ? Number.isFinite(value) : Array.isArray(value) ? value.every(finite) : value && typeof value === 'object' ? Object.values(value).every(finite) : true;
+      typeof value === 'number'
+        ? Number.isFinite(value)
+        : Array.isArray(value)
+          ? value.every(finite)
+          : value && typeof value === 'object'
+            ? Object.values(value).every(finite)
+            : true;
     fc.assert(
-      fc.property(fc.oneof(validishInput(raw), deliveryInputArbitrary(raw)), groupArb, unitArb, (input, group, unit) => {
-        let body: WireDeliveryRequest;
-        try {
-          body = toWireRequest(input, group, unit);
-        } catch (error) {
-          if (error instanceof ValidationError) return;
-          throw error;
-        }
-        expect(finite(body)).toBe(true);
-      }),
+      fc.property(
+        fc.oneof(validishInput(raw), deliveryInputArbitrary(raw)),
+        groupArb,
+        unitArb,
+        (input, group, unit) => {
+          let body: WireDeliveryRequest;
+          try {
+            body = toWireRequest(input, group, unit);
+          } catch (error) {
+            if (error instanceof ValidationError) return;
+            throw error;
+          }
+          expect(finite(body)).toBe(true);
+        },
+      ),
       { numRuns: RUNS },
     );
   });
@@ -446,7 +592,10 @@ describe('validateDeliveryInput and toWireRequest under random input', () => {
   // through GraphQL. Expected: the wire amount is exactly amount × 100, or a ValidationError.
   it('sends tip, declaredValue and item prices exactly, or refuses them', () => {
     const amount = fc
-      .oneof(fc.stringMatching(/^\d{14,40}\.\d{2}$/), fc.integer({ min: 13, max: 308 }).map((exponent) => `1e${exponent}`))
+      .oneof(
+        fc.stringMatching(/^\d{14,40}\.\d{2}$/),
+        fc.integer({ min: 13, max: 308 }).map((exponent) => `1e${exponent}`),
+      )
       .map((text) => throughScalar(DecimalScalar, text))
       .filter((value): value is string => value !== null);
     fc.assert(
@@ -477,47 +626,143 @@ describe('validateDeliveryInput and toWireRequest under random input', () => {
 
 // ------------------------------------------------------------------ REST and webhook shapes → Delivery
 
-const FLAT_ADDRESS_FIELDS = ['street', 'city', 'country', 'number', 'secondary_number', 'county', 'state', 'postal_code', 'latitude', 'longitude'].flatMap(
-  (part) => [`pickup_address_${part}`, `dropoff_address_${part}`],
-);
+const FLAT_ADDRESS_FIELDS = [
+  'street',
+  'city',
+  'country',
+  'number',
+  'secondary_number',
+  'county',
+  'state',
+  'postal_code',
+  'latitude',
+  'longitude',
+].flatMap((part) => [`pickup_address_${part}`, `dropoff_address_${part}`]);
 const COMMON_FIELDS = [
-  'status', 'price', 'distance', 'pickup_name', 'dropoff_name', 'delivery_date', 'driver_id', 'driver_name', 'driver_location',
-  'driver_pickup_phone_number', 'driver_dropoff_phone_number', 'driver_vehicle_make', 'driver_vehicle_model', 'driver_vehicle_year',
-  'dropoff_time_estimated', 'pickup_phone_number', 'dropoff_phone_number', 'pickup_instructions', 'dropoff_instructions', 'email',
-  'dropoff_email', 'package_description', 'package_minimum_vehicle_size', 'package_delivery_mode', 'package_requirements', 'items_count',
-  'items', 'weight', 'package_value', 'pickup_start_time', 'dropoff_start_time', 'delivery_start_time', 'delivery_end_time',
-  'dropoff_verification_image_url', 'dropoff_signature_image_url', 'cancellation_reason', 'tip', 'delivery_style',
+  'status',
+  'price',
+  'distance',
+  'pickup_name',
+  'dropoff_name',
+  'delivery_date',
+  'driver_id',
+  'driver_name',
+  'driver_location',
+  'driver_pickup_phone_number',
+  'driver_dropoff_phone_number',
+  'driver_vehicle_make',
+  'driver_vehicle_model',
+  'driver_vehicle_year',
+  'dropoff_time_estimated',
+  'pickup_phone_number',
+  'dropoff_phone_number',
+  'pickup_instructions',
+  'dropoff_instructions',
+  'email',
+  'dropoff_email',
+  'package_description',
+  'package_minimum_vehicle_size',
+  'package_delivery_mode',
+  'package_requirements',
+  'items_count',
+  'items',
+  'weight',
+  'package_value',
+  'pickup_start_time',
+  'dropoff_start_time',
+  'delivery_start_time',
+  'delivery_end_time',
+  'dropoff_verification_image_url',
+  'dropoff_signature_image_url',
+  'cancellation_reason',
+  'tip',
+  'delivery_style',
   // Both groups' spellings, so each reader meets the other's too.
-  'dimensions', 'dimentions', 'platform_payload', 'partner_payload', 'partner_reference', 'tracking_link', 'tracking_url',
-  'expected_cancellation_fee', 'expected_cancelation_fee',
+  'dimensions',
+  'dimentions',
+  'platform_payload',
+  'partner_payload',
+  'partner_reference',
+  'tracking_link',
+  'tracking_url',
+  'expected_cancellation_fee',
+  'expected_cancelation_fee',
 ];
 
 /** A value for any field: junk, or the shape the field should have with junk inside. */
 function fieldValue(dateTimes: fc.Arbitrary<string>): fc.Arbitrary<unknown> {
-  const amount = fc.oneof(anyNumber, decimalText, fc.stringMatching(/^-?\d{1,20}(\.\d{1,12})?$/), fc.constantFrom(0.1 + 0.2, 17.35, 1e21, 5e-324, -0));
+  const amount = fc.oneof(
+    anyNumber,
+    decimalText,
+    fc.stringMatching(/^-?\d{1,20}(\.\d{1,12})?$/),
+    fc.constantFrom(0.1 + 0.2, 17.35, 1e21, 5e-324, -0),
+  );
   const coordinate = fc.oneof(anyNumber, fc.double().map(String), anyValue);
   const address = fc.record(
-    Object.fromEntries(['street', 'number', 'secondary_number', 'city', 'county', 'state', 'postal_code', 'country', 'latitude', 'longitude'].map((k) => [k, fc.oneof(anyText, coordinate)])),
+    Object.fromEntries(
+      [
+        'street',
+        'number',
+        'secondary_number',
+        'city',
+        'county',
+        'state',
+        'postal_code',
+        'country',
+        'latitude',
+        'longitude',
+      ].map((k) => [k, fc.oneof(anyText, coordinate)]),
+    ),
     { requiredKeys: [] },
   );
   return fc.oneof(
     { weight: 3, arbitrary: anyValue },
     { weight: 2, arbitrary: amount },
     { weight: 3, arbitrary: fc.oneof(dateTimes, fc.stringMatching(/^\d{4}-\d{2}-\d{2}$/)) },
-    { weight: 2, arbitrary: fc.record({ value: fc.oneof(amount, anyValue), currency: fc.oneof(anyText, anyValue), unit: anyValue, amount: fc.oneof(amount, anyValue) }, { requiredKeys: [] }) },
+    {
+      weight: 2,
+      arbitrary: fc.record(
+        {
+          value: fc.oneof(amount, anyValue),
+          currency: fc.oneof(anyText, anyValue),
+          unit: anyValue,
+          amount: fc.oneof(amount, anyValue),
+        },
+        { requiredKeys: [] },
+      ),
+    },
     { weight: 1, arbitrary: fc.record({ lat: coordinate, lng: coordinate }, { requiredKeys: [] }) },
-    { weight: 1, arbitrary: fc.record({ height: coordinate, length: coordinate, width: coordinate }, { requiredKeys: [] }) },
-    { weight: 1, arbitrary: fc.array(fc.oneof(fc.record({ name: anyText, quantity: coordinate, price: amount, barcode: anyValue }, { requiredKeys: [] }), anyValue), { maxLength: 4 }) },
+    {
+      weight: 1,
+      arbitrary: fc.record({ height: coordinate, length: coordinate, width: coordinate }, { requiredKeys: [] }),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.array(
+        fc.oneof(
+          fc.record({ name: anyText, quantity: coordinate, price: amount, barcode: anyValue }, { requiredKeys: [] }),
+          anyValue,
+        ),
+        { maxLength: 4 },
+      ),
+    },
     { weight: 1, arbitrary: address },
   );
 }
 
 /** An object with the real field names of `fields`, each present or not, with random values; uid always there. */
-function wireObject(fields: string[], extra: Record<string, fc.Arbitrary<unknown>> = {}, dateTimes = dateTimeText()): fc.Arbitrary<Record<string, unknown>> {
+function wireObject(
+  fields: string[],
+  extra: Record<string, fc.Arbitrary<unknown>> = {},
+  dateTimes = dateTimeText(),
+): fc.Arbitrary<Record<string, unknown>> {
   const value = fieldValue(fc.oneof(dateTimes, dateTimeText()));
   return fc
     .tuple(
-      fc.oneof(fc.uuid(), anyText.filter((s) => s !== '')),
+      fc.oneof(
+        fc.uuid(),
+        anyText.filter((s) => s !== ''),
+      ),
       fc.record(Object.fromEntries(fields.map((field) => [field, value])), { requiredKeys: [] }),
       fc.record(extra, { requiredKeys: Object.keys(extra) }),
       // And now and then a field nobody documented.
@@ -548,7 +793,11 @@ function deliveryProblems(delivery: Delivery, raw: Record<string, unknown>): str
     check(UTC_TIME.test(value), `${what} is not YYYY-MM-DDTHH:MM:SSZ`, value);
     // A real instant, not a rolled-over one such as "2026-02-30T24:00:00Z".
     const date = new Date(value);
-    check(!Number.isNaN(date.getTime()) && `${date.toISOString().slice(0, 19)}Z` === value, `${what} is not a real instant`, value);
+    check(
+      !Number.isNaN(date.getTime()) && `${date.toISOString().slice(0, 19)}Z` === value,
+      `${what} is not a real instant`,
+      value,
+    );
     let serialized: unknown;
     try {
       serialized = DateTime.serialize(value);
@@ -560,7 +809,11 @@ function deliveryProblems(delivery: Delivery, raw: Record<string, unknown>): str
   check(delivery.uid === String(raw.uid), 'uid', delivery.uid);
   check(delivery.group === 'PLATFORM' || delivery.group === 'PARTNER', 'group', delivery.group);
   check((DELIVERY_STATUSES as readonly string[]).includes(delivery.status), 'status', delivery.status);
-  check(delivery.style === null || (DELIVERY_STYLES as readonly string[]).includes(delivery.style), 'style', delivery.style);
+  check(
+    delivery.style === null || (DELIVERY_STYLES as readonly string[]).includes(delivery.style),
+    'style',
+    delivery.style,
+  );
   check(delivery.mode === null || delivery.mode === 'NOW' || delivery.mode === 'SCHEDULED', 'mode', delivery.mode);
 
   money('price.amount', delivery.price?.amount);
@@ -568,7 +821,8 @@ function deliveryProblems(delivery: Delivery, raw: Record<string, unknown>): str
   money('package.declaredValue', delivery.package.declaredValue);
   money('expectedCancellationFee.amount', delivery.expectedCancellationFee?.amount);
   (delivery.package.items ?? []).forEach((item, i) => money(`items.${i}.price`, item.price));
-  for (const m of [delivery.price, delivery.expectedCancellationFee]) if (m) check(typeof m.currency === 'string', 'currency', m.currency);
+  for (const m of [delivery.price, delivery.expectedCancellationFee])
+    if (m) check(typeof m.currency === 'string', 'currency', m.currency);
 
   time('pickup.windowStart', delivery.pickup.windowStart);
   time('dropoff.windowStart', delivery.dropoff.windowStart);
@@ -578,7 +832,11 @@ function deliveryProblems(delivery: Delivery, raw: Record<string, unknown>): str
   if (delivery.deliveryDate !== null) {
     check(CALENDAR_DATE.test(delivery.deliveryDate), 'deliveryDate is not YYYY-MM-DD', delivery.deliveryDate);
     const date = new Date(`${delivery.deliveryDate}T00:00:00Z`);
-    check(!Number.isNaN(date.getTime()) && date.toISOString().slice(0, 10) === delivery.deliveryDate, 'deliveryDate is not a real day', delivery.deliveryDate);
+    check(
+      !Number.isNaN(date.getTime()) && date.toISOString().slice(0, 10) === delivery.deliveryDate,
+      'deliveryDate is not a real day',
+      delivery.deliveryDate,
+    );
   }
 
   const numbers = {
@@ -595,18 +853,40 @@ function deliveryProblems(delivery: Delivery, raw: Record<string, unknown>): str
     'dropoff.address.latitude': delivery.dropoff.address?.latitude ?? null,
     'dropoff.address.longitude': delivery.dropoff.address?.longitude ?? null,
   };
-  for (const [what, n] of Object.entries(numbers)) check(isNullableFinite(n), `${what} is not a finite number or null`, n);
-  if (delivery.package.itemsCount !== null) check(Number.isInteger(delivery.package.itemsCount), 'itemsCount is not an integer', delivery.package.itemsCount);
+  for (const [what, n] of Object.entries(numbers))
+    check(isNullableFinite(n), `${what} is not a finite number or null`, n);
+  if (delivery.package.itemsCount !== null)
+    check(Number.isInteger(delivery.package.itemsCount), 'itemsCount is not an integer', delivery.package.itemsCount);
 
   const strings = [
-    delivery.rawStatus, delivery.rawStyle, delivery.trackingUrl, delivery.partnerReference, delivery.cancellationReason,
-    delivery.package.description, delivery.package.minimumVehicleSize, delivery.distance?.unit ?? null,
+    delivery.rawStatus,
+    delivery.rawStyle,
+    delivery.trackingUrl,
+    delivery.partnerReference,
+    delivery.cancellationReason,
+    delivery.package.description,
+    delivery.package.minimumVehicleSize,
+    delivery.distance?.unit ?? null,
     ...[delivery.pickup, delivery.dropoff].flatMap((s) => [s.name, s.phone, s.email, s.instructions]),
-    ...[delivery.pickup.address, delivery.dropoff.address].flatMap((a) => (a ? [a.street, a.number, a.secondaryNumber, a.city, a.county, a.state, a.postalCode, a.country] : [])),
-    ...(delivery.courier ? [delivery.courier.name, delivery.courier.pickupPhone, delivery.courier.dropoffPhone, delivery.courier.vehicle?.make ?? null, delivery.courier.vehicle?.model ?? null] : []),
+    ...[delivery.pickup.address, delivery.dropoff.address].flatMap((a) =>
+      a ? [a.street, a.number, a.secondaryNumber, a.city, a.county, a.state, a.postalCode, a.country] : [],
+    ),
+    ...(delivery.courier
+      ? [
+          delivery.courier.name,
+          delivery.courier.pickupPhone,
+          delivery.courier.dropoffPhone,
+          delivery.courier.vehicle?.make ?? null,
+          delivery.courier.vehicle?.model ?? null,
+        ]
+      : []),
   ];
   strings.forEach((s, i) => check(isNullableString(s), `string field #${i} is not a string or null`, s));
-  check(delivery.package.requirements.every((r) => typeof r === 'string'), 'requirements', delivery.package.requirements);
+  check(
+    delivery.package.requirements.every((r) => typeof r === 'string'),
+    'requirements',
+    delivery.package.requirements,
+  );
   return problems;
 }
 
@@ -615,7 +895,11 @@ const MAPPERS = {
   fromPartnerOrder: (raw: Record<string, unknown>) => fromPartnerOrder(raw as unknown as WireOrder),
   fromWebhookEvent: (raw: Record<string, unknown>) => fromWebhookEvent(raw as unknown as WireWebhookEvent),
 };
-const WEBHOOK_EXTRA = { event_name: fc.oneof(fc.constantFrom('delivery.created', 'location.pickup_enroute'), anyText), pickup_address: fieldValue(dateTimeText()), dropoff_address: fieldValue(dateTimeText()) };
+const WEBHOOK_EXTRA = {
+  event_name: fc.oneof(fc.constantFrom('delivery.created', 'location.pickup_enroute'), anyText),
+  pickup_address: fieldValue(dateTimeText()),
+  dropoff_address: fieldValue(dateTimeText()),
+};
 
 describe('REST and webhook shapes → Delivery under random input', () => {
   for (const [name, map] of Object.entries(MAPPERS)) {
@@ -635,8 +919,13 @@ describe('REST and webhook shapes → Delivery under random input', () => {
     const shape = fc.record({
       uid: fc.uuid(),
       tip: fc.integer({ min: 0, max: 10_000_000 }).map((cents) => cents / 100),
-      price: fc.record({ value: fc.integer({ min: 0, max: 10_000_000 }).map((cents) => cents / 100), currency: fc.constantFrom('USD', 'EUR') }),
-      pickup_start_time: fc.date({ min: new Date('0001-01-01T00:00:00Z'), max: new Date('9999-12-31T23:59:59Z'), noInvalidDate: true }).map((d) => `${d.toISOString().slice(0, 19)}+00:00`),
+      price: fc.record({
+        value: fc.integer({ min: 0, max: 10_000_000 }).map((cents) => cents / 100),
+        currency: fc.constantFrom('USD', 'EUR'),
+      }),
+      pickup_start_time: fc
+        .date({ min: new Date('0001-01-01T00:00:00Z'), max: new Date('9999-12-31T23:59:59Z'), noInvalidDate: true })
+        .map((d) => `${d.toISOString().slice(0, 19)}+00:00`),
     });
     fc.assert(
       fc.property(shape, fc.constantFrom(...Object.values(MAPPERS)), (raw, map) => {
@@ -658,9 +947,12 @@ describe('REST and webhook shapes → Delivery under random input', () => {
   it('yields a UTC time or null for instants an offset pushes out of years 0000–9999', () => {
     const edge = edgeDateTimeText;
     fc.assert(
-      fc.property(wireObject(['pickup_start_time', 'dropoff_time_estimated'], { pickup_start_time: edge }, edge), (raw) => {
-        expect(deliveryProblems(fromPlatformDelivery(raw as unknown as WireDelivery), raw)).toEqual([]);
-      }),
+      fc.property(
+        wireObject(['pickup_start_time', 'dropoff_time_estimated'], { pickup_start_time: edge }, edge),
+        (raw) => {
+          expect(deliveryProblems(fromPlatformDelivery(raw as unknown as WireDelivery), raw)).toEqual([]);
+        },
+      ),
       { numRuns: RUNS },
     );
   });
@@ -684,7 +976,9 @@ function expectParsedOrGraphQLError(parse: () => unknown, shape: RegExp): void {
 const literal: fc.Arbitrary<ValueNode> = fc.oneof(
   fc.oneof(decimalText, dateTimeText(), anyText).map((value): ValueNode => ({ kind: Kind.STRING, value })),
   fc.integer().map((n): ValueNode => ({ kind: Kind.INT, value: String(n) })),
-  fc.stringMatching(/^-?\d{1,20}\.\d{1,20}([eE][+-]?\d{1,3})?$/).map((value): ValueNode => ({ kind: Kind.FLOAT, value })),
+  fc
+    .stringMatching(/^-?\d{1,20}\.\d{1,20}([eE][+-]?\d{1,3})?$/)
+    .map((value): ValueNode => ({ kind: Kind.FLOAT, value })),
   fc.boolean().map((value): ValueNode => ({ kind: Kind.BOOLEAN, value })),
   fc.constant<ValueNode>({ kind: Kind.NULL }),
   anyText.map((value): ValueNode => ({ kind: Kind.ENUM, value })),
@@ -693,7 +987,12 @@ const literal: fc.Arbitrary<ValueNode> = fc.oneof(
 );
 
 describe('GraphQL scalars under random input', () => {
-  const junk = fc.oneof(anyValue, decimalText, dateTimeText(), fc.date().map((d) => d.toString()));
+  const junk = fc.oneof(
+    anyValue,
+    decimalText,
+    dateTimeText(),
+    fc.date().map((d) => d.toString()),
+  );
 
   it('DateTime.parseValue gives "YYYY-MM-DDTHH:MM:SSZ" or a GraphQLError', () => {
     let accepted = 0;
@@ -714,7 +1013,11 @@ describe('GraphQL scalars under random input', () => {
 
   it('DateTime converts any offset to the same instant in UTC', () => {
     const instant = fc.record({
-      date: fc.date({ min: new Date('0002-01-01T00:00:00Z'), max: new Date('9998-12-31T00:00:00Z'), noInvalidDate: true }),
+      date: fc.date({
+        min: new Date('0002-01-01T00:00:00Z'),
+        max: new Date('9998-12-31T00:00:00Z'),
+        noInvalidDate: true,
+      }),
       offsetMinutes: fc.integer({ min: -(23 * 60 + 59), max: 23 * 60 + 59 }),
     });
     fc.assert(
@@ -773,7 +1076,9 @@ describe('GraphQL scalars under random input', () => {
 
   it('Decimal.parseLiteral gives an exact decimal string or a GraphQLError for literals of any kind', () => {
     fc.assert(
-      fc.property(literal, (ast) => expectParsedOrGraphQLError(() => DecimalScalar.parseLiteral(ast, undefined), MONEY)),
+      fc.property(literal, (ast) =>
+        expectParsedOrGraphQLError(() => DecimalScalar.parseLiteral(ast, undefined), MONEY),
+      ),
       { numRuns: RUNS },
     );
   });
@@ -787,7 +1092,9 @@ describe('GraphQL scalars under random input', () => {
   // limit" (observed after ~90 s at 4 GB). Expected: a GraphQLError for exponents or
   // scale beyond a sane bound, so the answer stays proportional to the input.
   it('Decimal.parseValue answers in proportion to its input (no exponent blow-up)', () => {
-    const tinyExponent = fc.tuple(fc.integer({ min: 1, max: 9 }), fc.integer({ min: 20_000, max: 200_000 })).map(([digit, exponent]) => `${digit}e-${exponent}`);
+    const tinyExponent = fc
+      .tuple(fc.integer({ min: 1, max: 9 }), fc.integer({ min: 20_000, max: 200_000 }))
+      .map(([digit, exponent]) => `${digit}e-${exponent}`);
     fc.assert(
       fc.property(tinyExponent, (text) => {
         let parsed: string;

@@ -18,16 +18,26 @@ function heldStore() {
   const releases: Array<() => void> = [];
   let seq = 0;
   const store = {
-    async appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]> {
+    async appendEvents(
+      events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>,
+    ): Promise<AppendResult[]> {
       commits.push(events.map((event) => idOf(event.payload)));
       await new Promise<void>((release) => releases.push(release));
-      return events.map((event) => ({ duplicate: false, event: { seq: ++seq, uid: idOf(event.payload) } as unknown as StoredEvent }) as AppendResult);
+      return events.map(
+        (event) =>
+          ({
+            duplicate: false,
+            event: { seq: ++seq, uid: idOf(event.payload) } as unknown as StoredEvent,
+          }) as AppendResult,
+      );
     },
   } as unknown as Store;
   return { store, commits, releaseNext: () => releases.shift()?.() };
 }
 
-/** Lets the event loop turn until `met` holds (a commit is scheduled for the turn after the one that ended the last). */
+/**
+ * Lets the event loop turn until `met` holds (a commit is scheduled for the turn after the one that ended the last).
+ */
 async function turnsUntil(met: () => boolean): Promise<void> {
   for (let turn = 0; turn < 100 && !met(); turn += 1) await nextTurn();
   expect(met()).toBe(true);

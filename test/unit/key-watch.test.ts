@@ -24,7 +24,11 @@ function fakeUpstream() {
     if (answer === 'refuse') throw new UnauthenticatedError('The delivery service refused the merchant key.');
     return { available: true };
   };
-  const upstream = { keys, platform: { availability: availability('platform') }, partner: { availability: availability('partner') } };
+  const upstream = {
+    keys,
+    platform: { availability: availability('platform') },
+    partner: { availability: availability('partner') },
+  };
   return { upstream: upstream as never as ConstructorParameters<typeof KeyWatch>[0]['upstream'], keys, calls, answers };
 }
 
@@ -85,7 +89,10 @@ describe('KeyWatch', () => {
     answers.set('sk_revoked', { platform: 'refuse', partner: 'refuse' });
     await vi.advanceTimersByTimeAsync(INTERVAL_MS);
     expect(ended).toEqual(['revoked', 'revoked', 'revoked']);
-    expect(calls.filter((call) => call.key === 'sk_revoked').map((call) => call.group)).toEqual(['platform', 'partner']);
+    expect(calls.filter((call) => call.key === 'sk_revoked').map((call) => call.group)).toEqual([
+      'platform',
+      'partner',
+    ]);
     expect(watch.counters).toMatchObject({ confirmations: { refused: 1 }, ended: 3 });
     expect(watch.keys).toBe(1);
     // Ended once: nothing more is asked of that key.

@@ -60,7 +60,16 @@ describe('a work budget', () => {
 
 describe('the work budgets of callers without an accepted key', () => {
   const limitsWith = (perAddress: number, total: number, now: () => number) =>
-    new RequestLimits(new KnownKeys(), new KeyRateLimiter(0), new KeyRateLimiter(0), undefined, undefined, new KeyRateLimiter(0), new KeyRateLimiter(perAddress, now), new KeyRateLimiter(total, now));
+    new RequestLimits(
+      new KnownKeys(),
+      new KeyRateLimiter(0),
+      new KeyRateLimiter(0),
+      undefined,
+      undefined,
+      new KeyRateLimiter(0),
+      new KeyRateLimiter(perAddress, now),
+      new KeyRateLimiter(total, now),
+    );
 
   it('refuses an address once its work passed KEYLESS_WORK_MS_PER_MINUTE, and no other', () => {
     const time = clock();

@@ -34,7 +34,9 @@ describe('LOG_FORMAT', () => {
     const lines = linesOf('pretty');
     expect(lines).toHaveLength(2);
     for (const line of lines) expect(() => JSON.parse(line)).toThrow();
-    expect(lines[0]).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: request \{"reqId":"r1","status":200,"authorization":"\[redacted\]"\}$/);
+    expect(lines[0]).toMatch(
+      /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: request \{"reqId":"r1","status":200,"authorization":"\[redacted\]"\}$/,
+    );
     expect(lines[1]).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] WARN: upstream circuit breaker$/);
     expect(lines.join('\n')).not.toContain('sk_test_secret');
   });

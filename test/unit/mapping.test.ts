@@ -5,7 +5,12 @@ import { UpstreamValidationError, ValidationError, type FieldProblem } from '../
 import { fromPartnerOrder, fromPlatformDelivery, fromWebhookEvent } from '../../src/mapping/delivery.js';
 import type { Delivery } from '../../src/mapping/model.js';
 import { quoteFromWire } from '../../src/mapping/quote.js';
-import { toWireRequest, validateDeliveryInput, validationErrorFromUpstream, type DeliveryInput } from '../../src/mapping/request.js';
+import {
+  toWireRequest,
+  validateDeliveryInput,
+  validationErrorFromUpstream,
+  type DeliveryInput,
+} from '../../src/mapping/request.js';
 import { calendarDate, decimalFrom, utcDateTime } from '../../src/mapping/scalars.js';
 import { deliveryStatus, statusOfEvent } from '../../src/domain/status.js';
 import { deliveryStyle } from '../../src/mapping/status.js';
@@ -63,7 +68,17 @@ function platformDelivery(): WireDelivery {
     package_delivery_mode: 'SCHEDULED',
     package_requirements: ['photo_proof_of_delivery'],
     items_count: 2,
-    items: [{ name: 'Atlas', quantity: 2, description: 'Hardcover', external_id: 'sku-1', external_instance_id: 'sku-1-a', price: 24.99, barcode: '9780000000001' }],
+    items: [
+      {
+        name: 'Atlas',
+        quantity: 2,
+        description: 'Hardcover',
+        external_id: 'sku-1',
+        external_instance_id: 'sku-1-a',
+        price: 24.99,
+        barcode: '9780000000001',
+      },
+    ],
     weight: 6.5,
     dimensions: { height: 20, length: 40, width: 30 },
     package_value: 49.98,
@@ -238,7 +253,16 @@ describe('fromPlatformDelivery', () => {
         requirements: ['photo_proof_of_delivery'],
         itemsCount: 2,
         items: [
-          { name: 'Atlas', quantity: 2, description: 'Hardcover', externalId: 'sku-1', externalInstanceId: 'sku-1-a', price: '24.99', barcode: '9780000000001', extra: null },
+          {
+            name: 'Atlas',
+            quantity: 2,
+            description: 'Hardcover',
+            externalId: 'sku-1',
+            externalInstanceId: 'sku-1-a',
+            price: '24.99',
+            barcode: '9780000000001',
+            extra: null,
+          },
         ],
         weight: 6.5,
         dimensions: { height: 20, length: 40, width: 30 },
@@ -252,7 +276,10 @@ describe('fromPlatformDelivery', () => {
         vehicle: { make: 'Toyota', model: 'Prius', year: 2021 },
         location: { lat: 40.7411, lng: -73.9897 },
       },
-      proofOfDelivery: { photoUrl: 'https://proof.example/photo/6f1c.jpg', signatureUrl: 'https://proof.example/signature/6f1c.png' },
+      proofOfDelivery: {
+        photoUrl: 'https://proof.example/photo/6f1c.jpg',
+        signatureUrl: 'https://proof.example/signature/6f1c.png',
+      },
       cancellationReason: null,
       expectedCancellationFee: { amount: '0.00', currency: 'USD' },
       trackingUrl: 'https://track.example/6f1c2a9e',
@@ -399,7 +426,12 @@ describe('fromWebhookEvent', () => {
   });
 
   it('carries cancellation_reason on delivery.canceled', () => {
-    const canceled = fromWebhookEvent({ ...webhookEvent(), event_name: 'delivery.canceled', status: 'Cancelled', cancellation_reason: 'Store closed' });
+    const canceled = fromWebhookEvent({
+      ...webhookEvent(),
+      event_name: 'delivery.canceled',
+      status: 'Cancelled',
+      cancellation_reason: 'Store closed',
+    });
     expect(canceled.status).toBe('CANCELED');
     expect(canceled.cancellationReason).toBe('Store closed');
   });
@@ -417,7 +449,15 @@ describe('courier, proof of delivery, absent and null', () => {
       driver_vehicle_year,
       ...rest
     } = platformDelivery();
-    void [driver_name, driver_location, driver_pickup_phone_number, driver_dropoff_phone_number, driver_vehicle_make, driver_vehicle_model, driver_vehicle_year];
+    void [
+      driver_name,
+      driver_location,
+      driver_pickup_phone_number,
+      driver_dropoff_phone_number,
+      driver_vehicle_make,
+      driver_vehicle_model,
+      driver_vehicle_year,
+    ];
     return { ...rest, status: 'CREATED' };
   };
 
@@ -428,26 +468,54 @@ describe('courier, proof of delivery, absent and null', () => {
 
   it('has a courier as soon as any courier field is set', () => {
     const courier = fromPlatformDelivery({ ...unassigned(), driver_name: 'Carla Mendes' }).courier;
-    expect(courier).toEqual({ id: null, name: 'Carla Mendes', pickupPhone: null, dropoffPhone: null, vehicle: null, location: null });
-    expect(fromWebhookEvent({ uid: 'u', event_name: 'location.assigned_driver', driver_location: { lat: 1.5, lng: 2.5 } }).courier?.location).toEqual({ lat: 1.5, lng: 2.5 });
+    expect(courier).toEqual({
+      id: null,
+      name: 'Carla Mendes',
+      pickupPhone: null,
+      dropoffPhone: null,
+      vehicle: null,
+      location: null,
+    });
+    expect(
+      fromWebhookEvent({ uid: 'u', event_name: 'location.assigned_driver', driver_location: { lat: 1.5, lng: 2.5 } })
+        .courier?.location,
+    ).toEqual({ lat: 1.5, lng: 2.5 });
   });
 
   it('has no proof of delivery without either URL', () => {
-    expect(fromPlatformDelivery({ ...platformDelivery(), dropoff_verification_image_url: null, dropoff_signature_image_url: null }).proofOfDelivery).toBeNull();
-    const signatureOnly = fromPlatformDelivery({ ...platformDelivery(), dropoff_verification_image_url: undefined, dropoff_signature_image_url: 'https://s.example/x.png' });
+    expect(
+      fromPlatformDelivery({
+        ...platformDelivery(),
+        dropoff_verification_image_url: null,
+        dropoff_signature_image_url: null,
+      }).proofOfDelivery,
+    ).toBeNull();
+    const signatureOnly = fromPlatformDelivery({
+      ...platformDelivery(),
+      dropoff_verification_image_url: undefined,
+      dropoff_signature_image_url: 'https://s.example/x.png',
+    });
     expect(signatureOnly.proofOfDelivery).toEqual({ photoUrl: null, signatureUrl: 'https://s.example/x.png' });
   });
 
   it('reads an absent field and a null field the same, for every optional field of all three shapes', () => {
     const cases: Array<[string, Record<string, unknown>, (wire: never) => Delivery]> = [
-      ['platform', platformDelivery() as unknown as Record<string, unknown>, fromPlatformDelivery as (wire: never) => Delivery],
+      [
+        'platform',
+        platformDelivery() as unknown as Record<string, unknown>,
+        fromPlatformDelivery as (wire: never) => Delivery,
+      ],
       ['partner', partnerOrder() as unknown as Record<string, unknown>, fromPartnerOrder as (wire: never) => Delivery],
       ['webhook', webhookEvent() as unknown as Record<string, unknown>, fromWebhookEvent as (wire: never) => Delivery],
     ];
     for (const [, wire, map] of cases) {
       const kept = (key: string) => key === 'uid' || key === 'event_name';
       const allNull = Object.fromEntries(Object.keys(wire).map((key) => [key, kept(key) ? wire[key] : null]));
-      const allAbsent = Object.fromEntries(Object.keys(wire).filter(kept).map((key) => [key, wire[key]]));
+      const allAbsent = Object.fromEntries(
+        Object.keys(wire)
+          .filter(kept)
+          .map((key) => [key, wire[key]]),
+      );
       const fromNull = map(allNull as never);
       expect(fromNull).toEqual(map(allAbsent as never));
       expect(fromNull.pickup.address).toBeNull();
@@ -492,7 +560,11 @@ describe('courier, proof of delivery, absent and null', () => {
   });
 
   it('reads a non-numeric string in a number field as no value', () => {
-    const mapped = fromPlatformDelivery({ ...platformDelivery(), weight: 'heavy', pickup_address_latitude: 'north' } as unknown as WireDelivery);
+    const mapped = fromPlatformDelivery({
+      ...platformDelivery(),
+      weight: 'heavy',
+      pickup_address_latitude: 'north',
+    } as unknown as WireDelivery);
     expect(mapped.package.weight).toBeNull();
     expect(mapped.pickup.address?.latitude).toBeNull();
   });
@@ -506,7 +578,8 @@ describe('courier, proof of delivery, absent and null', () => {
 // ------------------------------------------------------------------ money
 
 describe('money', () => {
-  const priced = (value: unknown) => fromPlatformDelivery({ ...platformDelivery(), price: { value, currency: 'USD' } } as WireDelivery).price;
+  const priced = (value: unknown) =>
+    fromPlatformDelivery({ ...platformDelivery(), price: { value, currency: 'USD' } } as WireDelivery).price;
 
   it('drops the 0.1 + 0.2 float artifact', () => {
     expect(0.1 + 0.2).toBe(0.30000000000000004);
@@ -528,7 +601,10 @@ describe('money', () => {
     expect(decimalFrom('2.5')).toBe('2.50');
     expect(decimalFrom('0.125')).toBe('0.125');
     expect(decimalFrom('98765432109876543.21')).toBe('98765432109876543.21');
-    const fee = fromPlatformDelivery({ ...platformDelivery(), expected_cancellation_fee: { amount: '2.50', currency: 'EUR' } }).expectedCancellationFee;
+    const fee = fromPlatformDelivery({
+      ...platformDelivery(),
+      expected_cancellation_fee: { amount: '2.50', currency: 'EUR' },
+    }).expectedCancellationFee;
     expect(fee).toEqual({ amount: '2.50', currency: 'EUR' });
   });
 
@@ -542,7 +618,8 @@ describe('money', () => {
   });
 
   it('refuses what is not an amount', () => {
-    for (const value of ['', 'abc', '1,50', '$3', null, undefined, NaN, Infinity, {}, []]) expect(decimalFrom(value)).toBeNull();
+    for (const value of ['', 'abc', '1,50', '$3', null, undefined, NaN, Infinity, {}, []])
+      expect(decimalFrom(value)).toBeNull();
   });
 
   it('maps every amount of a read through decimals: tip, declared value, item price, fees', () => {
@@ -568,7 +645,8 @@ describe('money', () => {
 // ------------------------------------------------------------------ times
 
 describe('times', () => {
-  const at = (value: string) => fromPlatformDelivery({ ...platformDelivery(), dropoff_time_estimated: value }).estimatedDropoffAt;
+  const at = (value: string) =>
+    fromPlatformDelivery({ ...platformDelivery(), dropoff_time_estimated: value }).estimatedDropoffAt;
 
   it('writes +00:00 as Z', () => {
     expect(at('2026-05-01T14:30:00+00:00')).toBe('2026-05-01T14:30:00Z');
@@ -601,15 +679,23 @@ describe('times', () => {
   });
 
   it('reads the full datetime delivery_date of a read as a calendar date', () => {
-    expect(fromPlatformDelivery({ ...platformDelivery(), delivery_date: '2026-05-01T00:00:00+00:00' }).deliveryDate).toBe('2026-05-01');
-    expect(fromPlatformDelivery({ ...platformDelivery(), delivery_date: '2026-05-01T23:30:00-02:00' }).deliveryDate).toBe('2026-05-02');
+    expect(
+      fromPlatformDelivery({ ...platformDelivery(), delivery_date: '2026-05-01T00:00:00+00:00' }).deliveryDate,
+    ).toBe('2026-05-01');
+    expect(
+      fromPlatformDelivery({ ...platformDelivery(), delivery_date: '2026-05-01T23:30:00-02:00' }).deliveryDate,
+    ).toBe('2026-05-02');
   });
 
   it('keeps the plain delivery_date of a webhook', () => {
     expect(fromWebhookEvent({ ...webhookEvent(), delivery_date: '2026-12-31' }).deliveryDate).toBe('2026-12-31');
     // The time of day a read gives is kept beside the date (a webhook's plain date has none).
-    expect(fromPlatformDelivery({ ...platformDelivery(), delivery_date: '2026-05-01T23:30:00-02:00' }).scheduledAt).toBe('2026-05-02T01:30:00Z');
-    expect(fromPlatformDelivery({ ...platformDelivery(), delivery_date: '2026-05-01T14:15:00+00:00' }).scheduledAt).toBe('2026-05-01T14:15:00Z');
+    expect(
+      fromPlatformDelivery({ ...platformDelivery(), delivery_date: '2026-05-01T23:30:00-02:00' }).scheduledAt,
+    ).toBe('2026-05-02T01:30:00Z');
+    expect(
+      fromPlatformDelivery({ ...platformDelivery(), delivery_date: '2026-05-01T14:15:00+00:00' }).scheduledAt,
+    ).toBe('2026-05-01T14:15:00Z');
     expect(fromWebhookEvent({ ...webhookEvent(), delivery_date: '2026-12-31' }).scheduledAt).toBeNull();
   });
 
@@ -722,7 +808,15 @@ function platformInput(): DeliveryInput {
       phone: '+12125550111',
       email: 'priya@shop.example',
       instructions: 'Front desk',
-      address: { street: 'Broadway', number: '1250', city: 'New York', country: 'US', postalCode: '10001', latitude: 40.7484, longitude: -73.9878 },
+      address: {
+        street: 'Broadway',
+        number: '1250',
+        city: 'New York',
+        country: 'US',
+        postalCode: '10001',
+        latitude: 40.7484,
+        longitude: -73.9878,
+      },
       windowStart: '2026-05-01T14:00:00Z',
     },
     dropoff: {
@@ -781,7 +875,14 @@ describe('validateDeliveryInput', () => {
     input.pickup = { ...input.pickup, name: ' ', email: '', address: { street: '', city: '', country: '' } };
     input.dropoff = { ...input.dropoff, name: '' };
     expect(pathsOf(input, group).sort()).toEqual(
-      ['input.dropoff.name', 'input.pickup.address.city', 'input.pickup.address.country', 'input.pickup.address.street', 'input.pickup.email', 'input.pickup.name'].sort(),
+      [
+        'input.dropoff.name',
+        'input.pickup.address.city',
+        'input.pickup.address.country',
+        'input.pickup.address.street',
+        'input.pickup.email',
+        'input.pickup.name',
+      ].sort(),
     );
     const noAddress = make();
     noAddress.pickup = { ...noAddress.pickup, address: null };
@@ -793,7 +894,11 @@ describe('validateDeliveryInput', () => {
     input.dropoff = { ...input.dropoff, address: null };
     expect(pathsOf(input, 'PLATFORM')).toEqual(['input.dropoff.address']);
     input.dropoff = { ...input.dropoff, address: { street: '', city: ' ', country: '' } };
-    expect(pathsOf(input, 'PLATFORM').sort()).toEqual(['input.dropoff.address.city', 'input.dropoff.address.country', 'input.dropoff.address.street']);
+    expect(pathsOf(input, 'PLATFORM').sort()).toEqual([
+      'input.dropoff.address.city',
+      'input.dropoff.address.country',
+      'input.dropoff.address.street',
+    ]);
   });
 
   it('leaves the dropoff address optional on PARTNER', () => {
@@ -821,7 +926,8 @@ describe('validateDeliveryInput', () => {
   });
 
   it.each(GROUPS)('takes only a three-letter currency on %s', (group, make) => {
-    for (const currency of ['US', 'USDX', 'U5D', '€€€']) expect(pathsOf({ ...make(), currency }, group)).toEqual(['input.currency']);
+    for (const currency of ['US', 'USDX', 'U5D', '€€€'])
+      expect(pathsOf({ ...make(), currency }, group)).toEqual(['input.currency']);
     for (const currency of ['USD', 'eur']) expect(problemsOf({ ...make(), currency }, group)).toEqual([]);
   });
 
@@ -844,55 +950,77 @@ describe('validateDeliveryInput', () => {
     expect(problemsOf(now, group)).toEqual([]);
   });
 
-  it.each(GROUPS)('requires deliveryDate when mode is absent or SCHEDULED and no dropoff window gives it, on %s', (group, make) => {
-    for (const mode of ['SCHEDULED', null, undefined] as const) {
-      const input = { ...make(), mode, deliveryDate: null };
-      input.dropoff = { ...input.dropoff, windowStart: null };
-      expect(pathsOf(input, group).sort()).toEqual(['input.deliveryDate', 'input.dropoff.windowStart']);
-      // With a window start, the date is taken from it (see "deliveryDate, a UTC date").
-      expect(problemsOf({ ...make(), mode, deliveryDate: null }, group)).toEqual([]);
-    }
-    expect(problemsOf({ ...make(), mode: 'NOW', deliveryDate: null }, group)).toEqual([]);
-  });
+  it.each(GROUPS)(
+    'requires deliveryDate when mode is absent or SCHEDULED and no dropoff window gives it, on %s',
+    (group, make) => {
+      for (const mode of ['SCHEDULED', null, undefined] as const) {
+        const input = { ...make(), mode, deliveryDate: null };
+        input.dropoff = { ...input.dropoff, windowStart: null };
+        expect(pathsOf(input, group).sort()).toEqual(['input.deliveryDate', 'input.dropoff.windowStart']);
+        // With a window start, the date is taken from it (see "deliveryDate, a UTC date").
+        expect(problemsOf({ ...make(), mode, deliveryDate: null }, group)).toEqual([]);
+      }
+      expect(problemsOf({ ...make(), mode: 'NOW', deliveryDate: null }, group)).toEqual([]);
+    },
+  );
 
-  it.each(GROUPS)('requires a vehicle size for OVERSIZE on %s, and takes any (the upstream judges "SUV or larger")', (group, make) => {
-    for (const size of [null, undefined, '', '   ']) {
-      expect(problemsOf({ ...make(), style: 'OVERSIZE', minimumVehicleSize: size }, group)).toEqual([
-        { path: 'input.minimumVehicleSize', message: 'is required for the OVERSIZE style' },
-      ]);
-    }
-    for (const size of ['SUV', 'VAN', 'TRUCK', 'suv', 'CAR', 'BIKE', 'SEDAN', 'Cargo van (long wheelbase)']) {
-      expect(problemsOf({ ...make(), style: 'OVERSIZE', minimumVehicleSize: size }, group)).toEqual([]);
-    }
-    expect(problemsOf({ ...make(), style: 'STANDARD', minimumVehicleSize: 'BIKE' }, group)).toEqual([]);
-  });
+  it.each(GROUPS)(
+    'requires a vehicle size for OVERSIZE on %s, and takes any (the upstream judges "SUV or larger")',
+    (group, make) => {
+      for (const size of [null, undefined, '', '   ']) {
+        expect(problemsOf({ ...make(), style: 'OVERSIZE', minimumVehicleSize: size }, group)).toEqual([
+          { path: 'input.minimumVehicleSize', message: 'is required for the OVERSIZE style' },
+        ]);
+      }
+      for (const size of ['SUV', 'VAN', 'TRUCK', 'suv', 'CAR', 'BIKE', 'SEDAN', 'Cargo van (long wheelbase)']) {
+        expect(problemsOf({ ...make(), style: 'OVERSIZE', minimumVehicleSize: size }, group)).toEqual([]);
+      }
+      expect(problemsOf({ ...make(), style: 'STANDARD', minimumVehicleSize: 'BIKE' }, group)).toEqual([]);
+    },
+  );
 
   it.each(GROUPS)('refuses the read-only OTHER style on %s', (group, make) => {
     expect(pathsOf({ ...make(), style: 'OTHER' }, group)).toEqual(['input.style']);
   });
 
-  it.each(GROUPS)('takes a rawStyle of any non-blank text up to 64 characters on %s, instead of style', (group, make) => {
-    for (const rawStyle of ['White Glove', ' Cold Chain ', 'x'.repeat(64), `  ${'y'.repeat(64)}  `]) {
-      expect(problemsOf({ ...make(), style: null, rawStyle }, group)).toEqual([]);
-    }
-    expect(problemsOf({ ...make(), style: null, rawStyle: '' }, group)).toEqual([{ path: 'input.rawStyle', message: 'must not be blank' }]);
-    expect(problemsOf({ ...make(), style: null, rawStyle: ' \t ' }, group)).toEqual([{ path: 'input.rawStyle', message: 'must not be blank' }]);
-    expect(problemsOf({ ...make(), style: null, rawStyle: 'x'.repeat(65) }, group)).toEqual([{ path: 'input.rawStyle', message: 'must be at most 64 characters' }]);
-  });
+  it.each(GROUPS)(
+    'takes a rawStyle of any non-blank text up to 64 characters on %s, instead of style',
+    (group, make) => {
+      for (const rawStyle of ['White Glove', ' Cold Chain ', 'x'.repeat(64), `  ${'y'.repeat(64)}  `]) {
+        expect(problemsOf({ ...make(), style: null, rawStyle }, group)).toEqual([]);
+      }
+      expect(problemsOf({ ...make(), style: null, rawStyle: '' }, group)).toEqual([
+        { path: 'input.rawStyle', message: 'must not be blank' },
+      ]);
+      expect(problemsOf({ ...make(), style: null, rawStyle: ' \t ' }, group)).toEqual([
+        { path: 'input.rawStyle', message: 'must not be blank' },
+      ]);
+      expect(problemsOf({ ...make(), style: null, rawStyle: 'x'.repeat(65) }, group)).toEqual([
+        { path: 'input.rawStyle', message: 'must be at most 64 characters' },
+      ]);
+    },
+  );
 
   it.each(GROUPS)('refuses style and rawStyle together on %s', (group, make) => {
     expect(pathsOf({ ...make(), style: 'STANDARD', rawStyle: 'White Glove' }, group)).toEqual(['input.rawStyle']);
     expect(pathsOf({ ...make(), style: 'HYBRID', rawStyle: 'Hybrid' }, group)).toEqual(['input.rawStyle']);
   });
 
-  it.each(GROUPS)('applies the rules of a documented style that rawStyle names, in any case or separators, on %s', (group, make) => {
-    for (const rawStyle of ['oversize', 'OVERSIZE', ' Oversize ', 'over-size']) {
-      expect(pathsOf({ ...make(), style: null, rawStyle, minimumVehicleSize: null }, group)).toEqual(['input.minimumVehicleSize']);
-      expect(problemsOf({ ...make(), style: null, rawStyle, minimumVehicleSize: 'CAR' }, group)).toEqual([]);
-    }
-    // A style the facade does not know has no rules of its own here.
-    expect(problemsOf({ ...make(), style: null, rawStyle: 'Oversize XL', minimumVehicleSize: null }, group)).toEqual([]);
-  });
+  it.each(GROUPS)(
+    'applies the rules of a documented style that rawStyle names, in any case or separators, on %s',
+    (group, make) => {
+      for (const rawStyle of ['oversize', 'OVERSIZE', ' Oversize ', 'over-size']) {
+        expect(pathsOf({ ...make(), style: null, rawStyle, minimumVehicleSize: null }, group)).toEqual([
+          'input.minimumVehicleSize',
+        ]);
+        expect(problemsOf({ ...make(), style: null, rawStyle, minimumVehicleSize: 'CAR' }, group)).toEqual([]);
+      }
+      // A style the facade does not know has no rules of its own here.
+      expect(problemsOf({ ...make(), style: null, rawStyle: 'Oversize XL', minimumVehicleSize: null }, group)).toEqual(
+        [],
+      );
+    },
+  );
 
   it.each(GROUPS)('checks item prices like the tip on %s, each at its own path', (group, make) => {
     const items = [
@@ -907,12 +1035,23 @@ describe('validateDeliveryInput', () => {
       { path: 'input.items.2.price', message: 'must have at most two decimal places (it is sent in cents)' },
       { path: 'input.items.3.price', message: 'must be at most 1000000000000.00' },
     ]);
-    expect(problemsOf({ ...make(), items: [{ price: '0' }, { price: '1000000000000' }, { price: '0.5' }] }, group)).toEqual([]);
+    expect(
+      problemsOf({ ...make(), items: [{ price: '0' }, { price: '1000000000000' }, { price: '0.5' }] }, group),
+    ).toEqual([]);
   });
 
   it('refuses the partner-only fields on PLATFORM', () => {
-    const input = { ...platformInput(), partnerReference: 'PO-1', deliveryStartTime: '2026-05-01T13:30:00Z', deliveryEndTime: '2026-05-01T16:00:00Z' };
-    expect(pathsOf(input, 'PLATFORM').sort()).toEqual(['input.deliveryEndTime', 'input.deliveryStartTime', 'input.partnerReference']);
+    const input = {
+      ...platformInput(),
+      partnerReference: 'PO-1',
+      deliveryStartTime: '2026-05-01T13:30:00Z',
+      deliveryEndTime: '2026-05-01T16:00:00Z',
+    };
+    expect(pathsOf(input, 'PLATFORM').sort()).toEqual([
+      'input.deliveryEndTime',
+      'input.deliveryStartTime',
+      'input.partnerReference',
+    ]);
     expect(problemsOf(input, 'PARTNER')).toEqual([]);
   });
 
@@ -926,7 +1065,13 @@ describe('validateDeliveryInput', () => {
     const input = make();
     input.pickup = { ...input.pickup, name: '', phone: '+1 212 555 0111 ext 9', instructions: 'y'.repeat(600) };
     input.dropoff = { ...input.dropoff, windowStart: null };
-    Object.assign(input, { currency: 'DOLLARS', deliveryDate: null, style: 'OVERSIZE', minimumVehicleSize: ' ', tip: '0.001' });
+    Object.assign(input, {
+      currency: 'DOLLARS',
+      deliveryDate: null,
+      style: 'OVERSIZE',
+      minimumVehicleSize: ' ',
+      tip: '0.001',
+    });
     const problems = problemsOf(input, group);
     expect(problems.map((p) => p.path).sort()).toEqual(
       [
@@ -1019,18 +1164,26 @@ describe('toWireRequest', () => {
   });
 
   it('sends major units as they are when the unit is major: "12.34" → 12.34', () => {
-    const body = toWireRequest({ ...platformInput(), tip: '12.34', declaredValue: '49.98', items: [{ name: 'a', price: '12.34' }] }, 'PLATFORM', 'major');
+    const body = toWireRequest(
+      { ...platformInput(), tip: '12.34', declaredValue: '49.98', items: [{ name: 'a', price: '12.34' }] },
+      'PLATFORM',
+      'major',
+    );
     expect(body.tip).toBe(12.34);
     expect(body.package_value).toBe(49.98);
     expect(body.items).toEqual([{ name: 'a', price: 12.34 }]);
   });
 
   it('converts item prices on the PARTNER group too', () => {
-    expect(toWireRequest({ ...partnerInput(), items: [{ price: '24.99' }] }, 'PARTNER', 'cents').items).toEqual([{ price: 2499 }]);
+    expect(toWireRequest({ ...partnerInput(), items: [{ price: '24.99' }] }, 'PARTNER', 'cents').items).toEqual([
+      { price: 2499 },
+    ]);
   });
 
   it('refuses an item price with three decimals instead of rounding it', () => {
-    expect(() => toWireRequest({ ...platformInput(), items: [{ price: '24.999' }] }, 'PLATFORM', 'cents')).toThrow(ValidationError);
+    expect(() => toWireRequest({ ...platformInput(), items: [{ price: '24.999' }] }, 'PLATFORM', 'cents')).toThrow(
+      ValidationError,
+    );
   });
 
   it('refuses a tip with three decimals instead of rounding it', () => {
@@ -1047,20 +1200,35 @@ describe('toWireRequest', () => {
   });
 
   it('sends OVERSIZE as "Oversize" with the vehicle size', () => {
-    const body = toWireRequest({ ...platformInput(), style: 'OVERSIZE', minimumVehicleSize: 'VAN' }, 'PLATFORM', 'cents');
+    const body = toWireRequest(
+      { ...platformInput(), style: 'OVERSIZE', minimumVehicleSize: 'VAN' },
+      'PLATFORM',
+      'cents',
+    );
     expect(body.delivery_style).toBe('Oversize');
     expect(body.package_minimum_vehicle_size).toBe('VAN');
   });
 
   it('sends OVERSIZE with any vehicle size as it was given', () => {
-    const body = toWireRequest({ ...platformInput(), style: 'OVERSIZE', minimumVehicleSize: 'Cargo bike' }, 'PLATFORM', 'cents');
+    const body = toWireRequest(
+      { ...platformInput(), style: 'OVERSIZE', minimumVehicleSize: 'Cargo bike' },
+      'PLATFORM',
+      'cents',
+    );
     expect(body).toMatchObject({ delivery_style: 'Oversize', package_minimum_vehicle_size: 'Cargo bike' });
   });
 
-  it.each(GROUPS)('sends a rawStyle the facade does not know as delivery_style, trimmed and otherwise unchanged, on %s', (group, make) => {
-    expect(toWireRequest({ ...make(), style: null, rawStyle: '  White Glove ' }, group, 'cents').delivery_style).toBe('White Glove');
-    expect(toWireRequest({ ...make(), style: null, rawStyle: 'cold_chain/2' }, group, 'cents').delivery_style).toBe('cold_chain/2');
-  });
+  it.each(GROUPS)(
+    'sends a rawStyle the facade does not know as delivery_style, trimmed and otherwise unchanged, on %s',
+    (group, make) => {
+      expect(toWireRequest({ ...make(), style: null, rawStyle: '  White Glove ' }, group, 'cents').delivery_style).toBe(
+        'White Glove',
+      );
+      expect(toWireRequest({ ...make(), style: null, rawStyle: 'cold_chain/2' }, group, 'cents').delivery_style).toBe(
+        'cold_chain/2',
+      );
+    },
+  );
 
   it.each([
     ['oversize', 'Oversize'],
@@ -1070,7 +1238,11 @@ describe('toWireRequest', () => {
     [' hybrid ', 'Hybrid'],
     ['STANDARD', 'Standard'],
   ])('sends rawStyle %j, a documented style, in its documented spelling %j', (rawStyle, wire) => {
-    const body = toWireRequest({ ...platformInput(), style: null, rawStyle, minimumVehicleSize: 'SUV' }, 'PLATFORM', 'cents');
+    const body = toWireRequest(
+      { ...platformInput(), style: null, rawStyle, minimumVehicleSize: 'SUV' },
+      'PLATFORM',
+      'cents',
+    );
     expect(body.delivery_style).toBe(wire);
   });
 
@@ -1099,29 +1271,55 @@ describe('deliveryDate, a UTC date', () => {
   // A Sydney merchant's window at 09:00 on 2 May (+10:00) is 23:00 UTC on 1 May, as the DateTime scalar hands it over.
   const sydney = (deliveryDate: string | null, mode: DeliveryInput['mode'] = 'SCHEDULED'): DeliveryInput => {
     const input = platformInput();
-    return { ...input, mode, deliveryDate, pickup: { ...input.pickup, windowStart: '2030-05-01T22:00:00Z' }, dropoff: { ...input.dropoff, windowStart: '2030-05-01T23:00:00Z' } };
+    return {
+      ...input,
+      mode,
+      deliveryDate,
+      pickup: { ...input.pickup, windowStart: '2030-05-01T22:00:00Z' },
+      dropoff: { ...input.dropoff, windowStart: '2030-05-01T23:00:00Z' },
+    };
   };
 
-  it.each(GROUPS)('refuses a deliveryDate that contradicts the UTC date of dropoff.windowStart on %s, naming both fields', (group, make) => {
-    const input = { ...make(), deliveryDate: '2030-05-02', dropoff: { ...make().dropoff, windowStart: '2030-05-01T23:00:00Z' } };
-    expect(problemsOf(input, group)).toEqual([
-      { path: 'input.deliveryDate', message: 'is 2030-05-02, but dropoff.windowStart falls on 2030-05-01 in UTC; deliveryDate is a UTC date' },
-      { path: 'input.dropoff.windowStart', message: 'falls on 2030-05-01 in UTC, not on deliveryDate 2030-05-02; send deliveryDate 2030-05-01, or leave it out' },
-    ]);
-    let thrown: unknown;
-    try {
-      toWireRequest(input, group, 'cents');
-    } catch (error) {
-      thrown = error;
-    }
-    expect(thrown).toBeInstanceOf(ValidationError);
-    expect((thrown as ValidationError).fields.map((field) => field.path)).toEqual(['input.deliveryDate', 'input.dropoff.windowStart']);
-  });
+  it.each(GROUPS)(
+    'refuses a deliveryDate that contradicts the UTC date of dropoff.windowStart on %s, naming both fields',
+    (group, make) => {
+      const input = {
+        ...make(),
+        deliveryDate: '2030-05-02',
+        dropoff: { ...make().dropoff, windowStart: '2030-05-01T23:00:00Z' },
+      };
+      expect(problemsOf(input, group)).toEqual([
+        {
+          path: 'input.deliveryDate',
+          message: 'is 2030-05-02, but dropoff.windowStart falls on 2030-05-01 in UTC; deliveryDate is a UTC date',
+        },
+        {
+          path: 'input.dropoff.windowStart',
+          message:
+            'falls on 2030-05-01 in UTC, not on deliveryDate 2030-05-02; send deliveryDate 2030-05-01, or leave it out',
+        },
+      ]);
+      let thrown: unknown;
+      try {
+        toWireRequest(input, group, 'cents');
+      } catch (error) {
+        thrown = error;
+      }
+      expect(thrown).toBeInstanceOf(ValidationError);
+      expect((thrown as ValidationError).fields.map((field) => field.path)).toEqual([
+        'input.deliveryDate',
+        'input.dropoff.windowStart',
+      ]);
+    },
+  );
 
   it('takes the UTC date, not the local one: the Sydney window of 2 May is on 1 May', () => {
     expect(pathsOf(sydney('2030-05-02'), 'PLATFORM')).toEqual(['input.deliveryDate', 'input.dropoff.windowStart']);
     expect(problemsOf(sydney('2030-05-01'), 'PLATFORM')).toEqual([]);
-    expect(toWireRequest(sydney('2030-05-01'), 'PLATFORM', 'cents')).toMatchObject({ delivery_date: '2030-05-01', dropoff_start_time: '2030-05-01T23:00:00Z' });
+    expect(toWireRequest(sydney('2030-05-01'), 'PLATFORM', 'cents')).toMatchObject({
+      delivery_date: '2030-05-01',
+      dropoff_start_time: '2030-05-01T23:00:00Z',
+    });
   });
 
   it('compares in UTC a window start given with an offset by a caller other than the DateTime scalar', () => {
@@ -1131,15 +1329,26 @@ describe('deliveryDate, a UTC date', () => {
   });
 
   it('refuses the contradiction with mode NOW too: both fields were given', () => {
-    expect(pathsOf(sydney('2030-05-02', 'NOW'), 'PLATFORM')).toEqual(['input.deliveryDate', 'input.dropoff.windowStart']);
+    expect(pathsOf(sydney('2030-05-02', 'NOW'), 'PLATFORM')).toEqual([
+      'input.deliveryDate',
+      'input.dropoff.windowStart',
+    ]);
   });
 
-  it.each(GROUPS)('sends the UTC date of dropoff.windowStart as delivery_date when it is needed and left out, on %s', (group, make) => {
-    for (const mode of ['SCHEDULED', null, undefined] as const) {
-      const input = { ...make(), mode, deliveryDate: null, dropoff: { ...make().dropoff, windowStart: '2030-05-01T23:00:00Z' } };
-      expect(toWireRequest(input, group, 'cents').delivery_date).toBe('2030-05-01');
-    }
-  });
+  it.each(GROUPS)(
+    'sends the UTC date of dropoff.windowStart as delivery_date when it is needed and left out, on %s',
+    (group, make) => {
+      for (const mode of ['SCHEDULED', null, undefined] as const) {
+        const input = {
+          ...make(),
+          mode,
+          deliveryDate: null,
+          dropoff: { ...make().dropoff, windowStart: '2030-05-01T23:00:00Z' },
+        };
+        expect(toWireRequest(input, group, 'cents').delivery_date).toBe('2030-05-01');
+      }
+    },
+  );
 
   it('derives nothing with mode NOW, where no date is needed', () => {
     const body = toWireRequest(sydney(null, 'NOW'), 'PLATFORM', 'cents');
@@ -1154,7 +1363,12 @@ describe('deliveryDate, a UTC date', () => {
 });
 
 describe('amount units, each its own setting', () => {
-  const withAmounts = (): DeliveryInput => ({ ...platformInput(), tip: '3.50', declaredValue: '45.10', items: [{ name: 'Atlas', price: '12.34' }, { name: 'Pen' }] });
+  const withAmounts = (): DeliveryInput => ({
+    ...platformInput(),
+    tip: '3.50',
+    declaredValue: '45.10',
+    items: [{ name: 'Atlas', price: '12.34' }, { name: 'Pen' }],
+  });
 
   it('sends tip and declared value in cents and item prices in major units (UPSTREAM_ITEM_PRICE_UNIT=major)', () => {
     const body = toWireRequest(withAmounts(), 'PLATFORM', { amountUnit: 'cents', itemPriceUnit: 'major' });
@@ -1164,34 +1378,57 @@ describe('amount units, each its own setting', () => {
   });
 
   it('and the other way round: tip in major units, item prices in cents', () => {
-    const body = toWireRequest({ ...withAmounts(), currency: 'USD' }, 'PARTNER', { amountUnit: 'major', itemPriceUnit: 'cents' });
+    const body = toWireRequest({ ...withAmounts(), currency: 'USD' }, 'PARTNER', {
+      amountUnit: 'major',
+      itemPriceUnit: 'cents',
+    });
     expect(body.tip).toBe(3.5);
     expect(body.package_value).toBe(45.1);
     expect(body.items).toEqual([{ name: 'Atlas', price: 1234 }, { name: 'Pen' }]);
   });
 
   it('one unit alone is both, as before', () => {
-    expect(toWireRequest(withAmounts(), 'PLATFORM', 'cents')).toMatchObject({ tip: 350, package_value: 4510, items: [{ price: 1234 }, {}] });
-    expect(toWireRequest(withAmounts(), 'PLATFORM', { amountUnit: 'major', itemPriceUnit: 'major' })).toMatchObject({ tip: 3.5, items: [{ price: 12.34 }, {}] });
+    expect(toWireRequest(withAmounts(), 'PLATFORM', 'cents')).toMatchObject({
+      tip: 350,
+      package_value: 4510,
+      items: [{ price: 1234 }, {}],
+    });
+    expect(toWireRequest(withAmounts(), 'PLATFORM', { amountUnit: 'major', itemPriceUnit: 'major' })).toMatchObject({
+      tip: 3.5,
+      items: [{ price: 12.34 }, {}],
+    });
   });
 });
 
 describe('quoteFromWire in UPSTREAM_QUOTE_AMOUNT_UNIT', () => {
-  const answer = (price: Record<string, unknown>) => ({ message: 'Quote created.', data: { price: { currency: 'USD', ...price }, distance: 4.2 } }) as never;
+  const answer = (price: Record<string, unknown>) =>
+    ({ message: 'Quote created.', data: { price: { currency: 'USD', ...price }, distance: 4.2 } }) as never;
 
   it('reads major units as they are (the default)', () => {
-    expect(quoteFromWire('PLATFORM', answer({ delivery_fee: 12.5, tip: 3.5 }), 'major')).toMatchObject({ fee: { amount: '12.50', currency: 'USD' }, tip: { amount: '3.50', currency: 'USD' } });
+    expect(quoteFromWire('PLATFORM', answer({ delivery_fee: 12.5, tip: 3.5 }), 'major')).toMatchObject({
+      fee: { amount: '12.50', currency: 'USD' },
+      tip: { amount: '3.50', currency: 'USD' },
+    });
   });
 
   it('divides cents by 100', () => {
-    expect(quoteFromWire('PLATFORM', answer({ delivery_fee: 1250, tip: 350 }), 'cents')).toMatchObject({ fee: { amount: '12.50', currency: 'USD' }, tip: { amount: '3.50', currency: 'USD' } });
-    expect(quoteFromWire('PARTNER', answer({ delivery_fee: '1999', tip: 5 }), 'cents')).toMatchObject({ fee: { amount: '19.99' }, tip: { amount: '0.05' } });
+    expect(quoteFromWire('PLATFORM', answer({ delivery_fee: 1250, tip: 350 }), 'cents')).toMatchObject({
+      fee: { amount: '12.50', currency: 'USD' },
+      tip: { amount: '3.50', currency: 'USD' },
+    });
+    expect(quoteFromWire('PARTNER', answer({ delivery_fee: '1999', tip: 5 }), 'cents')).toMatchObject({
+      fee: { amount: '19.99' },
+      tip: { amount: '0.05' },
+    });
   });
 
   it('still refuses a quote without a fee and keeps a missing tip null, in either unit', () => {
     for (const unit of ['major', 'cents'] as const) {
       expect(() => quoteFromWire('PLATFORM', answer({ tip: 350 }), unit)).toThrow(/without a delivery fee/);
-      expect(quoteFromWire('PLATFORM', answer({ delivery_fee: 0 }), unit)).toMatchObject({ fee: { amount: '0.00' }, tip: null });
+      expect(quoteFromWire('PLATFORM', answer({ delivery_fee: 0 }), unit)).toMatchObject({
+        fee: { amount: '0.00' },
+        tip: null,
+      });
     }
   });
 });
@@ -1232,12 +1469,18 @@ describe('validationErrorFromUpstream', () => {
   });
 
   it('names the field from the message when the upstream sends no errors object (partner group)', () => {
-    const error = validationErrorFromUpstream(new UpstreamValidationError('pickup_phone_number is too long', {}), 'sk_unrelated');
+    const error = validationErrorFromUpstream(
+      new UpstreamValidationError('pickup_phone_number is too long', {}),
+      'sk_unrelated',
+    );
     expect(error.fields).toEqual([{ path: 'input.pickup.phone', message: 'pickup_phone_number is too long' }]);
   });
 
   it('names each field from its message when errors is a bare list of messages', () => {
-    const error = validationErrorFromUpstream(new UpstreamValidationError('invalid', { '': ['The email field is required.', 'Something is off.'] }), 'sk_unrelated');
+    const error = validationErrorFromUpstream(
+      new UpstreamValidationError('invalid', { '': ['The email field is required.', 'Something is off.'] }),
+      'sk_unrelated',
+    );
     expect(error.fields).toEqual([
       { path: 'input.pickup.email', message: 'The email field is required.' },
       { path: 'input', message: 'Something is off.' },
@@ -1245,12 +1488,20 @@ describe('validationErrorFromUpstream', () => {
   });
 
   it('places a delivery_style problem on rawStyle when the client sent rawStyle, else on style', () => {
-    const upstream = new UpstreamValidationError('The selected delivery_style is invalid.', { delivery_style: ['The selected delivery_style is invalid.'] });
-    expect(validationErrorFromUpstream(upstream, 'k', { ...platformInput(), style: null, rawStyle: 'White Glove' }).fields[0]!.path).toBe('input.rawStyle');
+    const upstream = new UpstreamValidationError('The selected delivery_style is invalid.', {
+      delivery_style: ['The selected delivery_style is invalid.'],
+    });
+    expect(
+      validationErrorFromUpstream(upstream, 'k', { ...platformInput(), style: null, rawStyle: 'White Glove' })
+        .fields[0]!.path,
+    ).toBe('input.rawStyle');
     expect(validationErrorFromUpstream(upstream, 'k', platformInput()).fields[0]!.path).toBe('input.style');
     expect(validationErrorFromUpstream(upstream, 'k').fields[0]!.path).toBe('input.style');
     const partner = new UpstreamValidationError('The selected delivery_style is invalid.', {});
-    expect(validationErrorFromUpstream(partner, 'k', { ...partnerInput(), style: null, rawStyle: 'White Glove' }).fields[0]!.path).toBe('input.rawStyle');
+    expect(
+      validationErrorFromUpstream(partner, 'k', { ...partnerInput(), style: null, rawStyle: 'White Glove' }).fields[0]!
+        .path,
+    ).toBe('input.rawStyle');
   });
 
   it('scrubs the merchant key from messages and paths', () => {

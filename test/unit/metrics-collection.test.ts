@@ -24,7 +24,11 @@ describe('a /metrics collection', () => {
   it('holds every registered metric, in the text format prom-client writes', async () => {
     metrics = createMetrics({ upstream, bus: createEventBus(), webhooks: undefined });
     const text = await metrics.text();
-    const types = (body: string) => body.split('\n').filter((line) => line.startsWith('# TYPE ')).sort();
+    const types = (body: string) =>
+      body
+        .split('\n')
+        .filter((line) => line.startsWith('# TYPE '))
+        .sort();
     // The same registry collected all at once: the same metrics (values move, names do not).
     expect(types(text)).toEqual(types(await metrics.registry.metrics()));
     expect(types(text).length).toBe(metrics.registry.getMetricsAsArray().length);

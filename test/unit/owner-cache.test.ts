@@ -11,7 +11,9 @@ function setup(cacheBytes: number) {
   const store = {
     ownersOf: async (uids: string[]) => {
       asked.push(...uids);
-      return new Map<string, OwnerRecord>(uids.map((uid) => [uid, { owner: `owner-of-${uid}`, group: 'PLATFORM', proof: null }]));
+      return new Map<string, OwnerRecord>(
+        uids.map((uid) => [uid, { owner: `owner-of-${uid}`, group: 'PLATFORM', proof: null }]),
+      );
     },
   } as unknown as Store;
   return { owners: new Owners(store, { cacheBytes }), asked };
@@ -28,7 +30,8 @@ describe('the owner cache', () => {
     expect(owners.cached).toEqual({ entries: 10, bytes: 1_700 });
     asked.length = 0;
     // The newest ten from memory, with their records.
-    for (let n = 21; n <= 30; n += 1) expect(await owners.lookupOne(uid(n))).toEqual({ owner: `owner-of-${uid(n)}`, group: 'PLATFORM', proof: null });
+    for (let n = 21; n <= 30; n += 1)
+      expect(await owners.lookupOne(uid(n))).toEqual({ owner: `owner-of-${uid(n)}`, group: 'PLATFORM', proof: null });
     expect(asked).toEqual([]);
     // An evicted one from the store, which makes it the newest and evicts the oldest left (d0021).
     await owners.lookupOne(uid(1));

@@ -16,7 +16,16 @@ import { readKeyless } from '../../src/pipeline/guards/keyless.js';
 import { OPERATION_LIMITS } from '../../src/pipeline/limits.js';
 
 const schema = toSchema();
-const options = { schema, maxBatch: 100, hideSuggestions: false, introspection: true, federationSdl: true, cacheBytes: 1_000_000, compileMaxFields: 100, compilesPerMinute: 60 };
+const options = {
+  schema,
+  maxBatch: 100,
+  hideSuggestions: false,
+  introspection: true,
+  federationSdl: true,
+  cacheBytes: 1_000_000,
+  compileMaxFields: 100,
+  compilesPerMinute: 60,
+};
 
 const TWO_OPERATIONS = `
   query Read { delivery(uid: "u1") { uid } }
@@ -45,7 +54,10 @@ describe('the plan of a multi-operation document', () => {
   });
 
   it('says what needs a key: anything but __typename, _service and introspection', () => {
-    const entry = new Documents(options).entry(`query A { __typename _service { sdl } } query B { __typename delivery(uid: "x") { uid } }`, false);
+    const entry = new Documents(options).entry(
+      `query A { __typename _service { sdl } } query B { __typename delivery(uid: "x") { uid } }`,
+      false,
+    );
     expect(entry.plan('A')!.needsKey).toBe(false);
     expect(entry.plan('B')!.needsKey).toBe(true);
   });
@@ -82,18 +94,33 @@ describe('client-token scope', () => {
 
 describe('cost', () => {
   it('is counted on the named operation with its variables', () => {
-    const entry = new Documents(options).entry(`query Many($uids: [ID!]!) { deliveries(uids: $uids) { uid status } } query One { __typename }`, true);
+    const entry = new Documents(options).entry(
+      `query Many($uids: [ID!]!) { deliveries(uids: $uids) { uid status } } query One { __typename }`,
+      true,
+    );
     const many = entry.plan('Many')!;
     expect(entry.validation()).toEqual([]);
     const uids = Array.from({ length: 100 }, (_, i) => `u${i}`);
-    expect(costWithVariables(many.cost, 100, schema, many.document, many.operation, { uids }, 100)?.message).toMatch(/cost limit of 100 exceeded, found/);
-    expect(costWithVariables(many.cost, OPERATION_LIMITS.cost, schema, many.document, many.operation, { uids }, 100)).toBeUndefined();
+    expect(costWithVariables(many.cost, 100, schema, many.document, many.operation, { uids }, 100)?.message).toMatch(
+      /cost limit of 100 exceeded, found/,
+    );
+    expect(
+      costWithVariables(many.cost, OPERATION_LIMITS.cost, schema, many.document, many.operation, { uids }, 100),
+    ).toBeUndefined();
   });
 
   it('is not counted before validation: a fragment cycle is a validation error, not an overflow', () => {
-    const entry = new Documents(options).entry('query { ...A } fragment A on Query { ...B } fragment B on Query { ...A }', true);
+    const entry = new Documents(options).entry(
+      'query { ...A } fragment A on Query { ...B } fragment B on Query { ...A }',
+      true,
+    );
     expect(entry.plan(undefined)).not.toBeNull();
-    expect(entry.validation().map((error) => error.message).join(' ')).toMatch(/Cannot spread fragment/);
+    expect(
+      entry
+        .validation()
+        .map((error) => error.message)
+        .join(' '),
+    ).toMatch(/Cannot spread fragment/);
   });
 });
 
@@ -122,14 +149,18 @@ describe('response size', () => {
     const big = { data: { text: 'x'.repeat(5_000) } };
     expect(jsonOver(big, 1_000)).toBe(true);
     expect(boundResult(big, 1_000, false).errors?.[0]?.extensions?.code).toBe('RESPONSE_TOO_LARGE');
-    const small = boundResult({ data: { text: 'y' } }, 1_000, true) as ExecutionResult & { stringify(value: unknown): string };
+    const small = boundResult({ data: { text: 'y' } }, 1_000, true) as ExecutionResult & {
+      stringify(value: unknown): string;
+    };
     expect(small.stringify(small)).toBe('{"data":{"text":"y"}}');
   });
 });
 
 describe('variables', () => {
   it("fills a required variable's default when the request leaves it out", () => {
-    const operation = parse('mutation($ttl: Int! = 3600, $uids: [ID!]!) { createClientToken(uids: $uids, ttlSeconds: $ttl) { __typename } }').definitions[0] as OperationDefinitionNode;
+    const operation = parse(
+      'mutation($ttl: Int! = 3600, $uids: [ID!]!) { createClientToken(uids: $uids, ttlSeconds: $ttl) { __typename } }',
+    ).definitions[0] as OperationDefinitionNode;
     const defaults = requiredDefaultsOf(operation);
     expect(withRequiredDefaults(defaults, { uids: ['a'] })).toEqual({ uids: ['a'], ttl: 3600 });
     const given = { uids: ['a'], ttl: 60 };
@@ -142,8 +173,13 @@ describe('what a caller without a key may run, read from the tokens', () => {
     const text = `# a comment\nquery A { __typename a: __schema { queryType { name } } } mutation B($x: ID!) @skip(if: false) { cancelDelivery(uid: $x) { __typename } } fragment F on Query { delivery(uid: "x") { uid } }`;
     expect(readKeyless(text, 'A', 2000)).toEqual({ kind: 'query', needsKey: false });
     expect(readKeyless(text, 'B', 2000)).toEqual({ kind: 'mutation', needsKey: true });
-    expect(readKeyless('{ delivery(uid: "x") { uid events(first: 2) { edges { node { name } } } } }', undefined, 2000)).toEqual({ kind: 'query', needsKey: true });
-    expect(readKeyless('subscription { deliveryUpdated(uid: "x") { uid } }', undefined, 2000)).toEqual({ kind: 'subscription', needsKey: true });
+    expect(
+      readKeyless('{ delivery(uid: "x") { uid events(first: 2) { edges { node { name } } } } }', undefined, 2000),
+    ).toEqual({ kind: 'query', needsKey: true });
+    expect(readKeyless('subscription { deliveryUpdated(uid: "x") { uid } }', undefined, 2000)).toEqual({
+      kind: 'subscription',
+      needsKey: true,
+    });
   });
 
   it('leaves to the full parse what the tokens alone cannot tell', () => {

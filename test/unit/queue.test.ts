@@ -1,4 +1,5 @@
-// The subscriber queue: positions coalesce once a reader lags, status events never drop, and a reader too far behind is cut off.
+// The subscriber queue: positions coalesce once a reader lags, status events never drop, and a reader too far behind is
+// cut off.
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { SlowConsumerError } from '../../src/errors.js';
 import { EventQueue } from '../../src/realtime/queue.js';

@@ -32,17 +32,28 @@ interface Setup {
 /** A store of owner records only, and an upstream where `MINE` owns the partner orders of `readable`. */
 function setup(options: Setup = {}) {
   const scope = options.scope ?? 'key';
-  const records = new Map<string, OwnerRecord>(Object.entries(options.owners ?? {}).map(([uid, [key, proof]]) => [uid, { owner: hashKey(key), group: null, proof }]));
+  const records = new Map<string, OwnerRecord>(
+    Object.entries(options.owners ?? {}).map(([uid, [key, proof]]) => [
+      uid,
+      { owner: hashKey(key), group: null, proof },
+    ]),
+  );
   const store = {
-    ownersOf: async (uids: string[]) => new Map(uids.filter((uid) => records.has(uid)).map((uid) => [uid, records.get(uid)!])),
+    ownersOf: async (uids: string[]) =>
+      new Map(uids.filter((uid) => records.has(uid)).map((uid) => [uid, records.get(uid)!])),
     // The stores' rule: the first stays, but for a merchant-scoped proof over a read.
     recordOwners: async (entries: OwnerEntry[]) =>
-      entries.forEach((entry) => supersedes(entry, records.get(entry.uid)) && records.set(entry.uid, { owner: entry.owner, group: entry.group, proof: entry.proof ?? 'read' })),
+      entries.forEach(
+        (entry) =>
+          supersedes(entry, records.get(entry.uid)) &&
+          records.set(entry.uid, { owner: entry.owner, group: entry.group, proof: entry.proof ?? 'read' }),
+      ),
     merchantLinks: async () => new Map(),
   } as unknown as Store;
   const asked: string[] = [];
   // Any uid drawn by the facade (a read as an unknown uid, src/access/probe.ts) is recorded as "drawn".
-  const named = (uid: string) => (uid.length === 36 && !options.readable?.includes(uid) && !records.has(uid) ? 'drawn' : uid);
+  const named = (uid: string) =>
+    uid.length === 36 && !options.readable?.includes(uid) && !records.has(uid) ? 'drawn' : uid;
   const read = (group: string) => async (key: string, uid: string) => {
     asked.push(`${group} ${named(uid)}`);
     const mine = group === 'partner' && options.readable?.includes(uid);
@@ -55,11 +66,18 @@ function setup(options: Setup = {}) {
     if (key === MINE && options.readable?.includes(uid)) return { uid, partner_reference: reference };
     throw new NotFoundError();
   };
-  const upstream = { platform: { get: read('platform') }, partner: { getOrder: read('partner'), getOrderByReference: byReference } } as unknown as Upstream;
+  const upstream = {
+    platform: { get: read('platform') },
+    partner: { getOrder: read('partner'), getOrderByReference: byReference },
+  } as unknown as Upstream;
   const lines: Array<Record<string, unknown>> = [];
   const logger = createLogger('info', { write: (line: string) => void lines.push(JSON.parse(line)) });
   const owners = new Owners(store, { readScope: scope });
-  const access = new ReadAccess(store, upstream, { checksPerSubscription: options.checksPerSubscription, logger, owners });
+  const access = new ReadAccess(store, upstream, {
+    checksPerSubscription: options.checksPerSubscription,
+    logger,
+    owners,
+  });
   return { access, asked, lines, records };
 }
 
@@ -72,10 +90,16 @@ describe('ownerVerdict', () => {
     expect(ownerVerdict({ owner: mine, group: null, proof: null }, undefined, mine, 'platform')).toBe('own');
     // A key of the caller's merchant from before a link: its records are the merchant's.
     expect(ownerVerdict({ owner: theirs, group: null, proof: 'read' }, mine, mine, 'platform')).toBe('own');
-    expect(ownerVerdict({ owner: theirs, group: 'PARTNER', proof: 'booked' }, undefined, mine, 'platform')).toBe('other');
-    expect(ownerVerdict({ owner: theirs, group: 'PARTNER', proof: 'reference' }, undefined, mine, 'platform')).toBe('other');
+    expect(ownerVerdict({ owner: theirs, group: 'PARTNER', proof: 'booked' }, undefined, mine, 'platform')).toBe(
+      'other',
+    );
+    expect(ownerVerdict({ owner: theirs, group: 'PARTNER', proof: 'reference' }, undefined, mine, 'platform')).toBe(
+      'other',
+    );
     // A platform-scoped 200 proved nothing: another merchant may still prove it its own.
-    expect(ownerVerdict({ owner: theirs, group: 'PARTNER', proof: 'read' }, undefined, mine, 'platform')).toBe('unknown');
+    expect(ownerVerdict({ owner: theirs, group: 'PARTNER', proof: 'read' }, undefined, mine, 'platform')).toBe(
+      'unknown',
+    );
     expect(ownerVerdict({ owner: theirs, group: 'PARTNER', proof: null }, undefined, mine, 'platform')).toBe('unknown');
     // A key-scoped upstream said it: another merchant's.
     expect(ownerVerdict({ owner: theirs, group: 'PARTNER', proof: 'read' }, undefined, mine, 'key')).toBe('other');
@@ -143,7 +167,10 @@ describe('ReadAccess.canRead on a key-scoped upstream', () => {
     const allowance = access.allowance(MINE, budget, false);
     expect(await access.canRead(MINE, 'a', allowance)).toBe(true);
     expect(await access.canRead(MINE, 'b', allowance)).toEqual({ reason: 'rate_limit', retryAfterSeconds: 7 });
-    expect(await access.canRead(MINE, 'c', allowance)).toEqual({ reason: 'rate_limit', retryAfterSeconds: expect.any(Number) });
+    expect(await access.canRead(MINE, 'c', allowance)).toEqual({
+      reason: 'rate_limit',
+      retryAfterSeconds: expect.any(Number),
+    });
     expect(takes).toEqual([MINE, MINE]);
     expect(asked).toEqual(['platform a', 'partner a']);
     expect(access.counters.withheld.rate_limit).toBe(2);

@@ -30,8 +30,20 @@ describe('the reconciliation tick', () => {
       },
       partner: { getOrder: async () => ({}) },
     } as unknown as Upstream;
-    const store = { deliveryState: async () => undefined, latestEvent: async () => undefined, lastSeq: async () => 0, recordRead: async () => undefined } as unknown as Store;
-    const reconciler = new Reconciler({ store, upstream, append: async () => ({ duplicate: true }) as never, intervalMs: 1_000, maxReadsPerSecond: 20, finalityGraceMs: 120_000 });
+    const store = {
+      deliveryState: async () => undefined,
+      latestEvent: async () => undefined,
+      lastSeq: async () => 0,
+      recordRead: async () => undefined,
+    } as unknown as Store;
+    const reconciler = new Reconciler({
+      store,
+      upstream,
+      append: async () => ({ duplicate: true }) as never,
+      intervalMs: 1_000,
+      maxReadsPerSecond: 20,
+      finalityGraceMs: 120_000,
+    });
     const followed = 300;
     const start = Date.now();
     // Followed a millisecond apart, in an order that is not their uids' order: due in that order.

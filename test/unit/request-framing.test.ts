@@ -8,7 +8,10 @@ const DEFAULT = 16 * 1024;
 const WEBHOOK = 272 * 1024;
 const limitFor = (path: string | undefined) => (path === '/webhooks' ? WEBHOOK : DEFAULT);
 
-/** What the framing makes of `bytes` cut into reads of `size`: each event with the offset it was met at, over the whole stream. */
+/**
+ * What the framing makes of `bytes` cut into reads of `size`: each event with the offset it was met at, over the whole
+ * stream.
+ */
 function read(bytes: string | Buffer, size: number, framings: BodyFraming[] = []): { events: string[]; fed: string } {
   const framing = new RequestFraming(DEFAULT, limitFor);
   const input = typeof bytes === 'string' ? Buffer.from(bytes, 'latin1') : bytes;
@@ -53,7 +56,10 @@ function read(bytes: string | Buffer, size: number, framings: BodyFraming[] = []
   return { events, fed };
 }
 
-/** The same stream cut every way from one byte a read to all at once gives the same events and feeds every byte in order. */
+/**
+ * The same stream cut every way from one byte a read to all at once gives the same events and feeds every byte in
+ * order.
+ */
 function everyCut(bytes: string, framings: BodyFraming[] = []): string[] {
   const whole = read(bytes, bytes.length, framings);
   for (const size of [1, 2, 3, 7, 64]) {
@@ -106,13 +112,20 @@ describe('RequestFraming', () => {
     const token = `authorization: Bearer ${'t'.repeat(200 * 1024)}\r\n`;
     const webhook = `POST /webhooks HTTP/1.1\r\nhost: x\r\n${token}\r\n`;
     const after = `GET /health HTTP/1.1\r\nhost: x\r\n${token}\r\n`;
-    expect(read(webhook + after, 4096).events).toEqual([`line /webhooks @${'POST /webhooks HTTP/1.1\r\n'.length}`, `head @${webhook.length}`, `line /health @${webhook.length + 'GET /health HTTP/1.1\r\n'.length}`, `over ${DEFAULT}`]);
+    expect(read(webhook + after, 4096).events).toEqual([
+      `line /webhooks @${'POST /webhooks HTTP/1.1\r\n'.length}`,
+      `head @${webhook.length}`,
+      `line /health @${webhook.length + 'GET /health HTTP/1.1\r\n'.length}`,
+      `over ${DEFAULT}`,
+    ]);
     // A webhook over its own limit.
     expect(read(`POST /webhooks HTTP/1.1\r\n${token.repeat(2)}\r\n`, 4096).events.at(-1)).toBe(`over ${WEBHOOK}`);
   });
 
   it('refuses at once a request line ending in a bare LF, and bytes that cannot begin one', () => {
-    expect(read('GET /health HTTP/1.1\nhost: x\n\n', 1).events).toEqual(['malformed: a request line ending in LF without CR']);
+    expect(read('GET /health HTTP/1.1\nhost: x\n\n', 1).events).toEqual([
+      'malformed: a request line ending in LF without CR',
+    ]);
     expect(read('\x16\x03\x01\x02\x00', 5).events).toEqual(['malformed: not an HTTP request line']);
     expect(read('GEX / HTTP/1.1\r\n', 1).events).toEqual(['malformed: not an HTTP request line']);
     expect(read('GETS / HTTP/1.1\r\n', 100).events).toEqual(['malformed: not an HTTP method']);
@@ -137,7 +150,8 @@ describe('RequestFraming', () => {
     };
     try {
       const bytes = Buffer.from(line, 'latin1');
-      for (let at = 0; at < bytes.length - 1; at += 1) expect(framing.scan(bytes.subarray(at, at + 1), 0).event).toBe('more');
+      for (let at = 0; at < bytes.length - 1; at += 1)
+        expect(framing.scan(bytes.subarray(at, at + 1), 0).event).toBe('more');
       const last = framing.scan(bytes.subarray(bytes.length - 1), 0);
       expect(last).toMatchObject({ event: 'line', path: '/graphql' });
       expect((last as { held: Buffer }).held.length).toBe(bytes.length - 1);

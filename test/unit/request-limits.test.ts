@@ -48,7 +48,9 @@ describe('KeyRateLimiter', () => {
     const limiter = new KeyRateLimiter(60, time.now);
     for (let i = 0; i < 1000; i += 1) limiter.take(`sk_key_${i}`);
     expect(limiter.size).toBe(1000);
-    expect(JSON.stringify([...(limiter as unknown as { buckets: Map<string, unknown> }).buckets.keys()])).not.toContain('sk_key_');
+    expect(JSON.stringify([...(limiter as unknown as { buckets: Map<string, unknown> }).buckets.keys()])).not.toContain(
+      'sk_key_',
+    );
     time.advance(61_000);
     limiter.take('sk_fresh');
     expect(limiter.size).toBe(1);
@@ -62,17 +64,24 @@ describe('KeyRateLimiter', () => {
 });
 
 describe('PersistedOperations', () => {
-  const list = new PersistedOperations({ abc: '{ availability { group } }', def: 'subscription { deliveryEvents { uid } }' });
+  const list = new PersistedOperations({
+    abc: '{ availability { group } }',
+    def: 'subscription { deliveryEvents { uid } }',
+  });
 
   it('resolves a listed hash in Apollo’s form, and nothing when no hash is sent', () => {
-    expect(list.documentFor({ extensions: { persistedQuery: { version: 1, sha256Hash: 'abc' } } })).toBe('{ availability { group } }');
+    expect(list.documentFor({ extensions: { persistedQuery: { version: 1, sha256Hash: 'abc' } } })).toBe(
+      '{ availability { group } }',
+    );
     expect(list.documentFor({})).toBeUndefined();
     expect(list.documentFor({ extensions: null })).toBeUndefined();
     expect(list.documentFor({ extensions: { other: 1 } })).toBeUndefined();
   });
 
   it.each(['nope', '__proto__', 'constructor', 'toString', 7, null])('refuses the hash %j', (hash) => {
-    expect(() => list.documentFor({ extensions: { persistedQuery: { sha256Hash: hash } } })).toThrow(PersistedQueryNotFoundError);
+    expect(() => list.documentFor({ extensions: { persistedQuery: { sha256Hash: hash } } })).toThrow(
+      PersistedQueryNotFoundError,
+    );
   });
 
   it('allows exactly the listed texts', () => {
@@ -106,13 +115,21 @@ describe('configuration of the request limits', () => {
 
   it('has the documented defaults', () => {
     const config = loadConfig({});
-    expect(config.graphql).toMatchObject({ introspection: true, maxBodyBytes: 1_048_576, persistedOperations: undefined, rateLimitPerMinute: 6000 });
+    expect(config.graphql).toMatchObject({
+      introspection: true,
+      maxBodyBytes: 1_048_576,
+      persistedOperations: undefined,
+      rateLimitPerMinute: 6000,
+    });
     expect(config.realtime.maxSubscriptionsPerSocket).toBe(100);
   });
 
   it('turns introspection off in production unless GRAPHQL_INTROSPECTION says otherwise', () => {
     expect(loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox' }).graphql.introspection).toBe(false);
-    expect(loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', GRAPHQL_INTROSPECTION: 'true' }).graphql.introspection).toBe(true);
+    expect(
+      loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', GRAPHQL_INTROSPECTION: 'true' }).graphql
+        .introspection,
+    ).toBe(true);
     expect(loadConfig({ GRAPHQL_INTROSPECTION: 'FALSE' }).graphql.introspection).toBe(false);
     expect(problem({ GRAPHQL_INTROSPECTION: 'yes' }).variable).toBe('GRAPHQL_INTROSPECTION');
   });
@@ -121,9 +138,21 @@ describe('configuration of the request limits', () => {
     expect(loadConfig({}).graphql.federationSdl).toBe(true);
     expect(loadConfig({ GRAPHQL_INTROSPECTION: 'false' }).graphql.federationSdl).toBe(true);
     expect(loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox' }).graphql.federationSdl).toBe(false);
-    expect(loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', GRAPHQL_INTROSPECTION: 'true' }).graphql.federationSdl).toBe(true);
-    expect(loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', FEDERATION_SDL: 'TRUE' }).graphql.federationSdl).toBe(true);
-    expect(loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', GRAPHQL_INTROSPECTION: 'true', FEDERATION_SDL: 'false' }).graphql.federationSdl).toBe(false);
+    expect(
+      loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', GRAPHQL_INTROSPECTION: 'true' }).graphql
+        .federationSdl,
+    ).toBe(true);
+    expect(
+      loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox', FEDERATION_SDL: 'TRUE' }).graphql.federationSdl,
+    ).toBe(true);
+    expect(
+      loadConfig({
+        NODE_ENV: 'production',
+        UPSTREAM_URL: 'sandbox',
+        GRAPHQL_INTROSPECTION: 'true',
+        FEDERATION_SDL: 'false',
+      }).graphql.federationSdl,
+    ).toBe(false);
     expect(loadConfig({ FEDERATION_SDL: 'false' }).graphql.federationSdl).toBe(false);
     const refused = problem({ FEDERATION_SDL: 'yes' });
     expect(refused.variable).toBe('FEDERATION_SDL');
@@ -141,7 +170,10 @@ describe('configuration of the request limits', () => {
 
   it('reads the persisted operations file', () => {
     const at = file('ops.json', JSON.stringify({ abc: '{ availability { group } }' }));
-    expect(loadConfig({ PERSISTED_OPERATIONS_FILE: at }).graphql.persistedOperations).toEqual({ file: at, operations: { abc: '{ availability { group } }' } });
+    expect(loadConfig({ PERSISTED_OPERATIONS_FILE: at }).graphql.persistedOperations).toEqual({
+      file: at,
+      operations: { abc: '{ availability { group } }' },
+    });
   });
 
   it.each([

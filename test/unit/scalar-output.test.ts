@@ -66,7 +66,27 @@ describe('output scalars: the form check agrees with the full conversion', () =>
 
   it('Decimal gives what decimalFrom gives, and refuses what it cannot read', () => {
     const DecimalScalar = scalar('Decimal');
-    const texts = ['12.50', '0.00', '-0.00', '-3.10', '007.50', '12.5', '12', '12.500', '12.345', '0.1', '9999999999999.99', '10000000000000.00', ' 1.00', '1e3', '1.', '.5', 'abc', '', '-'];
+    const texts = [
+      '12.50',
+      '0.00',
+      '-0.00',
+      '-3.10',
+      '007.50',
+      '12.5',
+      '12',
+      '12.500',
+      '12.345',
+      '0.1',
+      '9999999999999.99',
+      '10000000000000.00',
+      ' 1.00',
+      '1e3',
+      '1.',
+      '.5',
+      'abc',
+      '',
+      '-',
+    ];
     for (const text of texts) {
       expect(serialized(DecimalScalar, text), text).toBe(decimalFrom(text) ?? 'refused');
     }

@@ -42,19 +42,43 @@ describe('schema.graphql', () => {
           }
           // No extra required arguments: every client of the target still works.
           for (const myArg of myFields[name].args ?? []) {
-            if (!field.args.some((a: any) => a.name === myArg.name)) expect(String(myArg.type).endsWith('!')).toBe(false);
+            if (!field.args.some((a: any) => a.name === myArg.name))
+              expect(String(myArg.type).endsWith('!')).toBe(false);
           }
         }
       }
       if (isObjectType(type)) {
-        expect((mine as typeof type).getInterfaces().map((i) => i.name).sort()).toEqual(type.getInterfaces().map((i) => i.name).sort());
+        expect(
+          (mine as typeof type)
+            .getInterfaces()
+            .map((i) => i.name)
+            .sort(),
+        ).toEqual(
+          type
+            .getInterfaces()
+            .map((i) => i.name)
+            .sort(),
+        );
       }
       if (isUnionType(type)) {
-        // Every member of the target's union, and possibly more (BookingOutcomeUnknownError): a client's fragments on the target's members still match.
-        expect((mine as typeof type).getTypes().map((t) => t.name)).toEqual(expect.arrayContaining(type.getTypes().map((t) => t.name)));
+        // Every member of the target's union, and possibly more (BookingOutcomeUnknownError): a client's fragments on
+        // the target's members still match.
+        expect((mine as typeof type).getTypes().map((t) => t.name)).toEqual(
+          expect.arrayContaining(type.getTypes().map((t) => t.name)),
+        );
       }
       if (isEnumType(type)) {
-        expect((mine as typeof type).getValues().map((v) => v.name).sort()).toEqual(type.getValues().map((v) => v.name).sort());
+        expect(
+          (mine as typeof type)
+            .getValues()
+            .map((v) => v.name)
+            .sort(),
+        ).toEqual(
+          type
+            .getValues()
+            .map((v) => v.name)
+            .sort(),
+        );
       }
     });
   }
@@ -66,10 +90,12 @@ describe('schema.graphql', () => {
       if (isObjectType(type) || isInterfaceType(type) || isInputObjectType(type)) {
         for (const field of Object.values(type.getFields() as Record<string, any>)) {
           if (!field.description) missing.push(`${type.name}.${field.name}`);
-          for (const arg of field.args ?? []) if (!arg.description) missing.push(`${type.name}.${field.name}(${arg.name})`);
+          for (const arg of field.args ?? [])
+            if (!arg.description) missing.push(`${type.name}.${field.name}(${arg.name})`);
         }
       }
-      if (isEnumType(type)) for (const value of type.getValues()) if (!value.description) missing.push(`${type.name}.${value.name}`);
+      if (isEnumType(type))
+        for (const value of type.getValues()) if (!value.description) missing.push(`${type.name}.${value.name}`);
     }
     expect(missing).toEqual([]);
   });

@@ -6,7 +6,11 @@ import { holdingSlot, SubscriptionSlots, type SubscriptionSlot } from '../../src
 import { TooManySubscriptionsError } from '../../src/errors.js';
 
 const merchant = (key: string): Caller => ({ kind: 'merchant', key });
-const token = (key: string, text: string): Caller => ({ kind: 'client-token', key, token: { key, uids: ['u1'], expiresAt: new Date(Date.now() + 60_000), token: text } });
+const token = (key: string, text: string): Caller => ({
+  kind: 'client-token',
+  key,
+  token: { key, uids: ['u1'], expiresAt: new Date(Date.now() + 60_000), token: text },
+});
 
 function held(taken: SubscriptionSlot | TooManySubscriptionsError): SubscriptionSlot {
   if (taken instanceof TooManySubscriptionsError) throw new Error(`refused: ${taken.message}`);
@@ -22,8 +26,12 @@ function refusal(taken: SubscriptionSlot | TooManySubscriptionsError): { setting
 describe('SubscriptionSlots', () => {
   it('holds an accepted key to its own cap alone, from any address', () => {
     const slots = new SubscriptionSlots({ perKey: 3, perClientToken: 1, perAddress: 1 });
-    for (const address of ['192.0.2.1', '192.0.2.1', '192.0.2.2']) held(slots.take(merchant('key-a'), address, 'earned'));
-    expect(refusal(slots.take(merchant('key-a'), '192.0.2.3', 'earned'))).toEqual({ setting: 'SUBSCRIPTIONS_PER_KEY', limit: 3 });
+    for (const address of ['192.0.2.1', '192.0.2.1', '192.0.2.2'])
+      held(slots.take(merchant('key-a'), address, 'earned'));
+    expect(refusal(slots.take(merchant('key-a'), '192.0.2.3', 'earned'))).toEqual({
+      setting: 'SUBSCRIPTIONS_PER_KEY',
+      limit: 3,
+    });
     held(slots.take(merchant('key-b'), '192.0.2.1', 'earned'));
     expect(slots.open).toBe(4);
     expect(slots.counters.refused).toEqual({ socket: 0, key: 1, client_token: 0, address: 0 });
@@ -33,20 +41,32 @@ describe('SubscriptionSlots', () => {
     const slots = new SubscriptionSlots({ perKey: 5, perClientToken: 2, perAddress: 3 });
     held(slots.take(token('key-a', 't1'), '192.0.2.1', 'earned'));
     held(slots.take(token('key-a', 't1'), '192.0.2.9', 'earned'));
-    expect(refusal(slots.take(token('key-a', 't1'), '192.0.2.7', 'earned'))).toEqual({ setting: 'SUBSCRIPTIONS_PER_CLIENT_TOKEN', limit: 2 });
+    expect(refusal(slots.take(token('key-a', 't1'), '192.0.2.7', 'earned'))).toEqual({
+      setting: 'SUBSCRIPTIONS_PER_CLIENT_TOKEN',
+      limit: 2,
+    });
     held(slots.take(token('key-a', 't2'), '192.0.2.1', 'earned'));
     // A key nobody has judged yet counts on its address: 192.0.2.1 now holds three.
     held(slots.take(merchant('key-new'), '192.0.2.1', 'trying'));
-    expect(refusal(slots.take(token('key-a', 't3'), '192.0.2.1', 'earned'))).toEqual({ setting: 'SUBSCRIPTIONS_PER_ADDRESS', limit: 3 });
+    expect(refusal(slots.take(token('key-a', 't3'), '192.0.2.1', 'earned'))).toEqual({
+      setting: 'SUBSCRIPTIONS_PER_ADDRESS',
+      limit: 3,
+    });
     // IPv6: one /64 is one address.
     held(slots.take(token('key-b', 'v1'), '2001:db8:1:2::1', 'earned'));
     held(slots.take(token('key-b', 'v2'), '2001:db8:1:2::2', 'earned'));
     held(slots.take(token('key-b', 'v3'), '2001:db8:1:2:ffff::3', 'earned'));
-    expect(refusal(slots.take(token('key-b', 'v4'), '2001:db8:1:2::4', 'earned'))).toEqual({ setting: 'SUBSCRIPTIONS_PER_ADDRESS', limit: 3 });
+    expect(refusal(slots.take(token('key-b', 'v4'), '2001:db8:1:2::4', 'earned'))).toEqual({
+      setting: 'SUBSCRIPTIONS_PER_ADDRESS',
+      limit: 3,
+    });
     // Key a's tokens hold three of its five; the key itself takes the other two.
     held(slots.take(merchant('key-a'), '198.51.100.1', 'earned'));
     held(slots.take(merchant('key-a'), '198.51.100.1', 'earned'));
-    expect(refusal(slots.take(token('key-a', 't4'), '198.51.100.2', 'earned'))).toEqual({ setting: 'SUBSCRIPTIONS_PER_KEY', limit: 5 });
+    expect(refusal(slots.take(token('key-a', 't4'), '198.51.100.2', 'earned'))).toEqual({
+      setting: 'SUBSCRIPTIONS_PER_KEY',
+      limit: 5,
+    });
   });
 
   it('takes nothing when it refuses, gives each slot back once, and forgets a caller with none left', () => {

@@ -15,12 +15,15 @@ function setup(unrecordedBytes?: number) {
   const writes = { owners: 0, claims: 0 };
   const full = () => Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
   const store = {
-    ownersOf: async (uids: string[]) => new Map(uids.filter((uid) => owners.has(uid)).map((uid) => [uid, owners.get(uid)!])),
-    recordOwner: async (uid: string, owner: string, group: OwnerRecord['group'], proof?: OwnerRecord['proof']) => store.recordOwners([{ uid, owner, group, proof }]),
+    ownersOf: async (uids: string[]) =>
+      new Map(uids.filter((uid) => owners.has(uid)).map((uid) => [uid, owners.get(uid)!])),
+    recordOwner: async (uid: string, owner: string, group: OwnerRecord['group'], proof?: OwnerRecord['proof']) =>
+      store.recordOwners([{ uid, owner, group, proof }]),
     recordOwners: async (records: OwnerEntry[]) => {
       writes.owners += records.length;
       if (refuse.owners) throw full();
-      for (const { uid, owner, group, proof } of records) if (!owners.has(uid)) owners.set(uid, { owner, group, proof: proof ?? 'read' });
+      for (const { uid, owner, group, proof } of records)
+        if (!owners.has(uid)) owners.set(uid, { owner, group, proof: proof ?? 'read' });
     },
     completeIdempotency: async (owner: string, idempotencyKey: string, result: BookingResult) => {
       writes.claims += 1;
@@ -56,7 +59,10 @@ describe('Owners.recordBooking', () => {
     await recorder.recordBooking(booking('d1', 'k1'));
     // The owner record was written; the claim waits.
     expect(owners.has('d1')).toBe(true);
-    expect(recorder.unrecordedClaim('owner-hash', 'k1')).toEqual({ result: { uid: 'd1', trackingUrl: 'https://track.example/d1' }, fingerprint: 'fp' });
+    expect(recorder.unrecordedClaim('owner-hash', 'k1')).toEqual({
+      result: { uid: 'd1', trackingUrl: 'https://track.example/d1' },
+      fingerprint: 'fp',
+    });
     expect(lines.filter((line) => line.uid === 'd1')).toHaveLength(1);
 
     refuse.owners = true;
@@ -78,7 +84,10 @@ describe('Owners.recordBooking', () => {
     expect(owners.get('d2')).toEqual({ owner: 'owner-hash', group: 'PLATFORM', proof: 'booked' });
     expect(claims.get('owner-hash:k1')?.uid).toBe('d1');
     // d1's owner record was not written again; d2 had no claim.
-    expect({ owners: writes.owners - before.owners, claims: writes.claims - before.claims }).toEqual({ owners: 1, claims: 1 });
+    expect({ owners: writes.owners - before.owners, claims: writes.claims - before.claims }).toEqual({
+      owners: 1,
+      claims: 1,
+    });
     expect(recorder.unrecordedClaim('owner-hash', 'k1')).toBeUndefined();
     // Known from memory still, now as a written record.
     expect(await recorder.lookupOne('d1')).toEqual({ owner: 'owner-hash', group: 'PLATFORM', proof: 'booked' });

@@ -12,7 +12,8 @@ import { createWebhookVerifier, type WebhookVerifier } from '../../src/webhooks/
 const ISSUER = 'lastmile';
 const TOLERANCE = 30;
 const now = () => Math.floor(Date.now() / 1000);
-const b64 = (value: unknown) => Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)).toString('base64url');
+const b64 = (value: unknown) =>
+  Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)).toString('base64url');
 const raw = (bytes: Buffer | string) => Buffer.from(bytes).toString('base64url');
 
 const pair = () => generateKeyPairSync('rsa', { modulusLength: 2048 });
@@ -22,14 +23,23 @@ const pem = (key: KeyObject) => key.export({ type: 'spki', format: 'pem' }).toSt
 const trusted = [pem(oldKey.publicKey), pem(newKey.publicKey)];
 
 const event = { uid: 'd7a0c1e2-0000-4000-8000-000000000001', event_name: 'delivery.created', status: 'Created' };
-const claims = (extra: Record<string, unknown> = {}) => ({ iss: ISSUER, iat: now(), exp: now() + 300, payload: event, ...extra });
+const claims = (extra: Record<string, unknown> = {}) => ({
+  iss: ISSUER,
+  iat: now(),
+  exp: now() + 300,
+  payload: event,
+  ...extra,
+});
 
-/** header.payload.signature, signed RS256 (whatever the header says) with `key` over the first two segments as given. */
+/**
+ * header.payload.signature, signed RS256 (whatever the header says) with `key` over the first two segments as given.
+ */
 function token(header: string, payload: string, key: KeyObject = newKey.privateKey): string {
   const input = `${header}.${payload}`;
   return `${input}.${sign('sha256', Buffer.from(input), key).toString('base64url')}`;
 }
-const jwt = (headerValue: unknown, claimsValue: unknown, key?: KeyObject) => token(b64(headerValue), b64(claimsValue), key);
+const jwt = (headerValue: unknown, claimsValue: unknown, key?: KeyObject) =>
+  token(b64(headerValue), b64(claimsValue), key);
 const good = (extra?: Record<string, unknown>) => jwt({ alg: 'RS256', typ: 'JWT' }, claims(extra));
 
 /** What jose says: the previous verifier, key after key while the signature is what failed. */
@@ -37,7 +47,12 @@ async function joseVerdict(text: string): Promise<string> {
   const keys = await Promise.all(trusted.map((key) => importSPKI(key, 'RS256')));
   for (let index = 0; ; index += 1) {
     try {
-      await jwtVerify(text, keys[index]!, { algorithms: ['RS256'], issuer: ISSUER, requiredClaims: ['exp'], clockTolerance: TOLERANCE });
+      await jwtVerify(text, keys[index]!, {
+        algorithms: ['RS256'],
+        issuer: ISSUER,
+        requiredClaims: ['exp'],
+        clockTolerance: TOLERANCE,
+      });
       return 'accepted';
     } catch (error) {
       const code = (error as { code?: string }).code;
@@ -70,11 +85,17 @@ const tokens: Array<[string, () => string]> = [
   ['a good token, old key', () => jwt({ alg: 'RS256' }, claims(), oldKey.privateKey)],
   ['a token by a key not in the file', () => jwt({ alg: 'RS256' }, claims(), strangerKey.privateKey)],
   ['alg none', () => `${b64({ alg: 'none' })}.${b64(claims())}.`],
-  ['alg none with a leftover signature', () => `${b64({ alg: 'none', typ: 'JWT' })}.${b64(claims())}.${signature(good())}`],
-  ['HS256 keyed with the public key PEM', () => {
-    const input = `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64(claims())}`;
-    return `${input}.${createHmac('sha256', trusted[1]!).update(input).digest('base64url')}`;
-  }],
+  [
+    'alg none with a leftover signature',
+    () => `${b64({ alg: 'none', typ: 'JWT' })}.${b64(claims())}.${signature(good())}`,
+  ],
+  [
+    'HS256 keyed with the public key PEM',
+    () => {
+      const input = `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64(claims())}`;
+      return `${input}.${createHmac('sha256', trusted[1]!).update(input).digest('base64url')}`;
+    },
+  ],
   ['RS512 signed with the right key', () => jwt({ alg: 'RS512' }, claims())],
   ['PS256', () => jwt({ alg: 'PS256' }, claims())],
   ['an empty alg', () => jwt({ alg: '' }, claims())],
@@ -98,34 +119,49 @@ const tokens: Array<[string, () => string]> = [
   ['crit with an empty name', () => jwt({ alg: 'RS256', b64: true, crit: ['b64', ''] }, claims())],
   ['crit with an unknown extension before a missing b64', () => jwt({ alg: 'RS256', crit: ['zip', 'b64'] }, claims())],
   ['b64 false without crit (ignored)', () => jwt({ alg: 'RS256', b64: false }, claims())],
-  ['a tampered payload', () => {
-    const [h, , s] = good().split('.');
-    return `${h}.${b64(claims({ payload: { ...event, status: 'Delivered' } }))}.${s}`;
-  }],
+  [
+    'a tampered payload',
+    () => {
+      const [h, , s] = good().split('.');
+      return `${h}.${b64(claims({ payload: { ...event, status: 'Delivered' } }))}.${s}`;
+    },
+  ],
   ['flipped signature bits', () => flip(good())],
   ['a truncated signature', () => good().slice(0, -8)],
   ['an empty signature', () => `${good().split('.').slice(0, 2).join('.')}.`],
-  ['a signature with its padding', () => {
-    const t = good();
-    return `${t}${'='.repeat((4 - (signature(t).length % 4)) % 4)}`;
-  }],
+  [
+    'a signature with its padding',
+    () => {
+      const t = good();
+      return `${t}${'='.repeat((4 - (signature(t).length % 4)) % 4)}`;
+    },
+  ],
   ['a signature of one character too many', () => `${good()}A`],
-  ['a signature with padding inside it', () => {
-    const [h, p, s] = good().split('.') as [string, string, string];
-    return `${h}.${p}.${s.slice(0, 8)}=${s.slice(9)}`;
-  }],
+  [
+    'a signature with padding inside it',
+    () => {
+      const [h, p, s] = good().split('.') as [string, string, string];
+      return `${h}.${p}.${s.slice(0, 8)}=${s.slice(9)}`;
+    },
+  ],
   ['a signature with too much padding', () => `${good()}===`],
   ['two segments', () => good().split('.').slice(0, 2).join('.')],
   ['four segments', () => `${good()}.${signature(good())}`],
-  ['a payload segment that does not decode (signed as it is)', () => {
-    const payload = b64(claims());
-    // One character past a whole group of four: no base64 decodes that.
-    return token(b64({ alg: 'RS256' }), payload + 'A'.repeat((5 - (payload.length % 4)) % 4));
-  }],
-  ['a padded header and payload', () => {
-    const pad = (s: string) => s + '='.repeat((4 - (s.length % 4)) % 4);
-    return token(pad(b64({ alg: 'RS256' })), pad(b64(claims())));
-  }],
+  [
+    'a payload segment that does not decode (signed as it is)',
+    () => {
+      const payload = b64(claims());
+      // One character past a whole group of four: no base64 decodes that.
+      return token(b64({ alg: 'RS256' }), payload + 'A'.repeat((5 - (payload.length % 4)) % 4));
+    },
+  ],
+  [
+    'a padded header and payload',
+    () => {
+      const pad = (s: string) => s + '='.repeat((4 - (s.length % 4)) % 4);
+      return token(pad(b64({ alg: 'RS256' })), pad(b64(claims())));
+    },
+  ],
   ['claims that are an array', () => jwt({ alg: 'RS256' }, [claims()])],
   ['claims that are null', () => jwt({ alg: 'RS256' }, null)],
   ['claims that are not JSON', () => token(b64({ alg: 'RS256' }), raw('iss=lastmile'))],
@@ -151,7 +187,14 @@ const tokens: Array<[string, () => string]> = [
   ['iat a day ahead (not checked without a maximum age)', () => good({ iat: now() + 86400 })],
   ['iat missing', () => jwt({ alg: 'RS256' }, { iss: ISSUER, exp: now() + 300, payload: event })],
   ['a payload claim holding JSON text', () => good({ payload: JSON.stringify(event) })],
-  ['a claims set with __proto__', () => token(b64({ alg: 'RS256' }), raw(`{"__proto__":{"iss":"${ISSUER}"},"exp":${now() + 300},"payload":${JSON.stringify(event)}}`))],
+  [
+    'a claims set with __proto__',
+    () =>
+      token(
+        b64({ alg: 'RS256' }),
+        raw(`{"__proto__":{"iss":"${ISSUER}"},"exp":${now() + 300},"payload":${JSON.stringify(event)}}`),
+      ),
+  ],
 ];
 
 describe('the webhook verifier refuses what jose refuses, for the same reason', () => {

@@ -15,7 +15,8 @@ import type { DeliveryStatus, TypedDocumentString } from './gql/graphql.js';
 const url = process.env.DG_URL ?? 'http://127.0.0.1:4000/graphql';
 const key = process.env.DG_KEY ?? 'sk_test_demo_merchant';
 const timeoutMs = Number(process.env.DG_TIMEOUT_MS ?? 120_000);
-if (!Number.isInteger(timeoutMs) || timeoutMs <= 0) fail(`DG_TIMEOUT_MS must be a positive whole number of milliseconds, got "${process.env.DG_TIMEOUT_MS}"`);
+if (!Number.isInteger(timeoutMs) || timeoutMs <= 0)
+  fail(`DG_TIMEOUT_MS must be a positive whole number of milliseconds, got "${process.env.DG_TIMEOUT_MS}"`);
 
 // --- The operations -----------------------------------------------------------
 
@@ -89,7 +90,10 @@ interface GraphQLErrorBody {
 }
 
 /** One query or mutation over HTTP: the result type comes from the document. */
-async function execute<TResult, TVariables>(document: TypedDocumentString<TResult, TVariables>, variables: TVariables): Promise<TResult> {
+async function execute<TResult, TVariables>(
+  document: TypedDocumentString<TResult, TVariables>,
+  variables: TVariables,
+): Promise<TResult> {
   const response = await fetch(url, {
     method: 'POST',
     headers: {
@@ -121,7 +125,10 @@ const ws = createClient({
 });
 
 /** One subscription over WebSocket: each result is typed from the document. */
-function subscribe<TResult, TVariables extends Record<string, unknown>>(document: TypedDocumentString<TResult, TVariables>, variables: TVariables) {
+function subscribe<TResult, TVariables extends Record<string, unknown>>(
+  document: TypedDocumentString<TResult, TVariables>,
+  variables: TVariables,
+) {
   return ws.iterate<TResult>({ query: document.toString(), variables });
 }
 
@@ -160,7 +167,9 @@ async function main(): Promise<void> {
       console.log(`booked ${uid} (${booking.data.status}); tracking page: ${booking.data.trackingUrl ?? 'none'}`);
       break;
     case 'ValidationError':
-      return fail(`not booked, ${booking.code}: ${booking.message}\n${booking.fields.map((f) => `  ${f.path}: ${f.message}`).join('\n')}`);
+      return fail(
+        `not booked, ${booking.code}: ${booking.message}\n${booking.fields.map((f) => `  ${f.path}: ${f.message}`).join('\n')}`,
+      );
     case 'IdempotencyConflictError':
     case 'BookingOutcomeUnknownError':
       return fail(`not booked, ${booking.code}: ${booking.message}`);
@@ -176,7 +185,9 @@ async function main(): Promise<void> {
     if (result.errors?.length) fail(describeErrors(result.errors));
     if (!result.data) continue;
     const { status, name, receivedAt, courierLocation } = result.data.deliveryUpdated;
-    const where = courierLocation ? `courier at ${courierLocation.lat.toFixed(5)},${courierLocation.lng.toFixed(5)}` : '';
+    const where = courierLocation
+      ? `courier at ${courierLocation.lat.toFixed(5)},${courierLocation.lng.toFixed(5)}`
+      : '';
     console.log(`${receivedAt}  ${status.padEnd(18)} ${name.padEnd(28)} ${where}`.trimEnd());
     last = status;
     // No break: the server completes the stream after the final event. A cancel or a
@@ -198,7 +209,8 @@ function describeErrors(errors: readonly GraphQLErrorBody[]): string {
 
 /** graphql-ws rejects with an Error, a list of GraphQL errors, or a socket close event. */
 function describe(error: unknown): string {
-  if (error instanceof Error) return error.cause instanceof Error ? `${error.message} (${error.cause.message})` : error.message;
+  if (error instanceof Error)
+    return error.cause instanceof Error ? `${error.message} (${error.cause.message})` : error.message;
   if (Array.isArray(error)) return describeErrors(error as GraphQLErrorBody[]);
   if (error && typeof error === 'object' && 'code' in error) {
     const { code, reason } = error as { code: unknown; reason?: unknown };

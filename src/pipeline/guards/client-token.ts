@@ -7,14 +7,19 @@ import { toGraphQLError } from '../limits.js';
 
 const EXPIRED = Symbol('expired');
 
-const expiredResult = (): ExecutionResult => ({ errors: [toGraphQLError(new UnauthenticatedError('The client token has expired; ask the merchant for a new one.'))] });
+const expiredResult = (): ExecutionResult => ({
+  errors: [toGraphQLError(new UnauthenticatedError('The client token has expired; ask the merchant for a new one.'))],
+});
 
 /**
  * The stream until `expiresAt`, then one last message saying the token expired,
  * then done. An iterator object rather than an async generator, so that a client
  * that unsubscribes ends the source at once, not after its next event.
  */
-export function untilExpiry(source: AsyncIterableIterator<ExecutionResult>, expiresAt: Date): AsyncIterableIterator<ExecutionResult> {
+export function untilExpiry(
+  source: AsyncIterableIterator<ExecutionResult>,
+  expiresAt: Date,
+): AsyncIterableIterator<ExecutionResult> {
   const iterator = source;
   let finished = false;
   let timer: NodeJS.Timeout | undefined;

@@ -9,7 +9,17 @@
 // schema (every type, every field of each, …), and federation's `_service { sdl }`
 // by the definitions the SDL writes, once per alias: what needs no key is
 // counted like what does.
-import { Kind, type DocumentNode, type FieldNode, type FragmentDefinitionNode, type GraphQLError, type GraphQLSchema, type OperationDefinitionNode, type SelectionSetNode, type ValueNode } from 'graphql';
+import {
+  Kind,
+  type DocumentNode,
+  type FieldNode,
+  type FragmentDefinitionNode,
+  type GraphQLError,
+  type GraphQLSchema,
+  type OperationDefinitionNode,
+  type SelectionSetNode,
+  type ValueNode,
+} from 'graphql';
 import { createGraphQLError } from 'graphql-yoga';
 import { OPERATION_LIMITS } from '../limits.js';
 
@@ -25,7 +35,12 @@ interface FieldLike {
   type: TypeLike;
   args: ReadonlyArray<{ name: string; type: TypeLike }>;
   /** Introspection's fields resolve from the schema's own objects. */
-  resolve?: (source: unknown, args: Record<string, unknown>, context: unknown, info: { schema: GraphQLSchema }) => unknown;
+  resolve?: (
+    source: unknown,
+    args: Record<string, unknown>,
+    context: unknown,
+    info: { schema: GraphQLSchema },
+  ) => unknown;
 }
 
 /** Whether a type is a list (under any non-null), and the named type inside. */
@@ -125,7 +140,10 @@ function fieldCost(node: FieldNode, parent: TypeLike | undefined, page: number, 
   return times * (1 + inner);
 }
 
-/** What introspection's resolvers are asked with: deprecated fields, arguments and values included (counting more is safe). */
+/**
+ * What introspection's resolvers are asked with: deprecated fields, arguments and values included (counting more is
+ * safe).
+ */
 const INCLUDE_DEPRECATED = Object.freeze({ includeDeprecated: true });
 
 /**
@@ -142,13 +160,15 @@ function introspectionRootCost(node: FieldNode, walk: CostWalk): number {
   const argument = node.arguments?.find((arg) => arg.name.value === 'name')?.value;
   let name: unknown;
   if (argument?.kind === Kind.STRING) name = argument.value;
-  else if (argument?.kind === Kind.VARIABLE && typeof walk.variables === 'object') name = walk.variables[argument.name.value];
+  else if (argument?.kind === Kind.VARIABLE && typeof walk.variables === 'object')
+    name = walk.variables[argument.name.value];
   if (typeof name === 'string') {
     const type = schema.getType(name);
     return type ? introspectionValues(set, '__Type', type, walk) : 0;
   }
   let most = 0;
-  for (const type of Object.values(schema.getTypeMap())) most = Math.max(most, introspectionValues(set, '__Type', type, walk));
+  for (const type of Object.values(schema.getTypeMap()))
+    most = Math.max(most, introspectionValues(set, '__Type', type, walk));
   return most;
 }
 
@@ -183,7 +203,9 @@ function introspectionValues(set: SelectionSetNode, typeName: string, source: un
       cost += 1;
       continue;
     }
-    const value = field.resolve ? field.resolve(source, INCLUDE_DEPRECATED, undefined, info) : (source as Record<string, unknown>)[selection.name.value];
+    const value = field.resolve
+      ? field.resolve(source, INCLUDE_DEPRECATED, undefined, info)
+      : (source as Record<string, unknown>)[selection.name.value];
     const inner = unwrap(field.type).named.name ?? '';
     const items = Array.isArray(value) ? value : value == null ? [] : [value];
     if (!selection.selectionSet) cost += Math.max(1, items.length);
@@ -201,7 +223,10 @@ function introspectionValues(set: SelectionSetNode, typeName: string, source: un
 
 const SDL_VALUES = new WeakMap<GraphQLSchema, number>();
 
-/** The definitions the schema's SDL writes: its types, and their fields, arguments, input fields and enum values, and the directives. */
+/**
+ * The definitions the schema's SDL writes: its types, and their fields, arguments, input fields and enum values, and
+ * the directives.
+ */
 function sdlValues(schema: GraphQLSchema): number {
   let count = SDL_VALUES.get(schema);
   if (count !== undefined) return count;
@@ -210,7 +235,10 @@ function sdlValues(schema: GraphQLSchema): number {
     // Introspection's own types are not written.
     if (type.name.startsWith('__')) continue;
     count += 1;
-    const members = type as { getFields?: () => Record<string, { args?: readonly unknown[] }>; getValues?: () => readonly unknown[] };
+    const members = type as {
+      getFields?: () => Record<string, { args?: readonly unknown[] }>;
+      getValues?: () => readonly unknown[];
+    };
     for (const field of Object.values(members.getFields?.() ?? {})) count += 1 + (field.args?.length ?? 0);
     count += members.getValues?.().length ?? 0;
   }
@@ -224,7 +252,9 @@ function selectionCost(set: SelectionSetNode, type: TypeLike | undefined, page: 
     if (selection.kind === Kind.FIELD) {
       cost += fieldCost(selection, type, page, walk);
     } else if (selection.kind === Kind.INLINE_FRAGMENT) {
-      const on = selection.typeCondition ? (walk.schema.getType(selection.typeCondition.name.value) as TypeLike | undefined) : type;
+      const on = selection.typeCondition
+        ? (walk.schema.getType(selection.typeCondition.name.value) as TypeLike | undefined)
+        : type;
       cost += selectionCost(selection.selectionSet, on, page, walk);
     } else {
       const fragment = walk.fragments.get(selection.name.value);
@@ -232,7 +262,12 @@ function selectionCost(set: SelectionSetNode, type: TypeLike | undefined, page: 
       const key = `${fragment.name.value} ${page}`;
       let fragmentCost = walk.memo.get(key);
       if (fragmentCost === undefined) {
-        fragmentCost = selectionCost(fragment.selectionSet, walk.schema.getType(fragment.typeCondition.name.value) as TypeLike | undefined, page, walk);
+        fragmentCost = selectionCost(
+          fragment.selectionSet,
+          walk.schema.getType(fragment.typeCondition.name.value) as TypeLike | undefined,
+          page,
+          walk,
+        );
         walk.memo.set(key, fragmentCost);
       }
       cost += fragmentCost;
@@ -254,11 +289,27 @@ export function operationCost(
   maxBatch: number,
 ): { cost: number; usesVariables: boolean } {
   const fragments = new Map<string, FragmentDefinitionNode>();
-  for (const definition of document.definitions) if (definition.kind === Kind.FRAGMENT_DEFINITION) fragments.set(definition.name.value, definition);
+  for (const definition of document.definitions)
+    if (definition.kind === Kind.FRAGMENT_DEFINITION) fragments.set(definition.name.value, definition);
   const defaults = new Map<string, ValueNode>();
-  for (const definition of operation.variableDefinitions ?? []) if (definition.defaultValue) defaults.set(definition.variable.name.value, definition.defaultValue);
-  const walk: CostWalk = { schema, fragments, defaults, variables, maxBatch, memo: new Map(), usesVariables: false, introspected: new Map() };
-  const root = operation.operation === 'query' ? schema.getQueryType() : operation.operation === 'mutation' ? schema.getMutationType() : schema.getSubscriptionType();
+  for (const definition of operation.variableDefinitions ?? [])
+    if (definition.defaultValue) defaults.set(definition.variable.name.value, definition.defaultValue);
+  const walk: CostWalk = {
+    schema,
+    fragments,
+    defaults,
+    variables,
+    maxBatch,
+    memo: new Map(),
+    usesVariables: false,
+    introspected: new Map(),
+  };
+  const root =
+    operation.operation === 'query'
+      ? schema.getQueryType()
+      : operation.operation === 'mutation'
+        ? schema.getMutationType()
+        : schema.getSubscriptionType();
   const cost = selectionCost(operation.selectionSet, (root ?? undefined) as TypeLike | undefined, 1, walk);
   return { cost, usesVariables: walk.usesVariables };
 }
@@ -273,26 +324,45 @@ export interface CostPlan {
   most: number;
 }
 
-export function costRefusal(cost: number, limit: number, validation: boolean, node?: OperationDefinitionNode, atLeast = false): GraphQLError {
+export function costRefusal(
+  cost: number,
+  limit: number,
+  validation: boolean,
+  node?: OperationDefinitionNode,
+  atLeast = false,
+): GraphQLError {
   const message =
     `Operation cost limit of ${limit} exceeded, found ${atLeast ? 'at least ' : ''}${cost}: every field counts once per value the answer can hold, ` +
     `deliveries(uids:) once per uid, _entities(representations:) once per representation and Delivery.events once per event of its page (first, or ${OPERATION_LIMITS.eventsPage} without it). ` +
     'Ask for fewer uids, fields or events.';
   // The same marks yoga gives every validation error (HTTP 400), which an HTTP answer keeps to itself;
   // refused once the variables are known, the answer is an execution result and carries only the code.
-  const extensions = validation ? { code: 'GRAPHQL_VALIDATION_FAILED', http: { spec: true, status: 400 } } : { code: 'GRAPHQL_VALIDATION_FAILED' };
+  const extensions = validation
+    ? { code: 'GRAPHQL_VALIDATION_FAILED', http: { spec: true, status: 400 } }
+    : { code: 'GRAPHQL_VALIDATION_FAILED' };
   return createGraphQLError(message, { nodes: node, extensions });
 }
 
 /** The cost plan of one operation of a valid document. */
-export function costPlanOf(schema: GraphQLSchema, document: DocumentNode, operation: OperationDefinitionNode, maxBatch: number): CostPlan {
+export function costPlanOf(
+  schema: GraphQLSchema,
+  document: DocumentNode,
+  operation: OperationDefinitionNode,
+  maxBatch: number,
+): CostPlan {
   const least = operationCost(schema, document, operation, 'least', maxBatch);
   const most = least.usesVariables ? operationCost(schema, document, operation, 'most', maxBatch).cost : least.cost;
   return { least: least.cost, usesVariables: least.usesVariables, most };
 }
 
-/** Why an operation is over the limit before its variables are known (a validation error); undefined when it may run. */
-export function costBeforeVariables(plan: CostPlan, limit: number, operation: OperationDefinitionNode): GraphQLError | undefined {
+/**
+ * Why an operation is over the limit before its variables are known (a validation error); undefined when it may run.
+ */
+export function costBeforeVariables(
+  plan: CostPlan,
+  limit: number,
+  operation: OperationDefinitionNode,
+): GraphQLError | undefined {
   return plan.least > limit ? costRefusal(plan.least, limit, true, operation, plan.usesVariables) : undefined;
 }
 

@@ -12,7 +12,12 @@ export function noFederationSdlRule(context: ValidationContext): ASTVisitor {
       if (node.name.value !== '_service') return;
       // By name, not by type identity: under vitest graphql may be loaded twice (see guards/introspection.ts).
       if (context.getParentType()?.name !== context.getSchema().getQueryType()?.name) return;
-      context.reportError(createGraphQLError('The federation SDL has been disabled, but the requested query contained the field "_service".', { nodes: node }));
+      context.reportError(
+        createGraphQLError(
+          'The federation SDL has been disabled, but the requested query contained the field "_service".',
+          { nodes: node },
+        ),
+      );
     },
   };
 }

@@ -27,10 +27,15 @@ function overRepeatedField(document: DocumentNode, limit: number): FieldNode | u
   return undefined;
 }
 
-/** The refusal of a document that repeats a field more than `limit` times in one selection set; undefined when none does. */
+/**
+ * The refusal of a document that repeats a field more than `limit` times in one selection set; undefined when none
+ * does.
+ */
 export function fieldRepeatRefusal(document: DocumentNode, limit: number): GraphQLError | undefined {
   const field = overRepeatedField(document, limit);
   if (!field) return undefined;
   const key = field.alias?.value ?? field.name.value;
-  return createGraphQLError(`Field "${key}" is selected more than ${limit} times in one selection set.`, { nodes: field });
+  return createGraphQLError(`Field "${key}" is selected more than ${limit} times in one selection set.`, {
+    nodes: field,
+  });
 }

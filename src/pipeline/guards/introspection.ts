@@ -15,14 +15,22 @@ export function noIntrospectionRule(context: ValidationContext): ASTVisitor {
     Field(node) {
       const name = node.name.value;
       if (name !== '__schema' && name !== '__type') return;
-      context.reportError(createGraphQLError(`GraphQL introspection has been disabled, but the requested query contained the field "${name}".`, { nodes: node }));
+      context.reportError(
+        createGraphQLError(
+          `GraphQL introspection has been disabled, but the requested query contained the field "${name}".`,
+          { nodes: node },
+        ),
+      );
     },
   };
 }
 
 const SUGGESTION = /\s*Did you mean [^?]*\?/g;
 
-/** The errors without their suggestions (armor misses "Did you mean the enum value …?"; variable errors leave them out themselves). */
+/**
+ * The errors without their suggestions (armor misses "Did you mean the enum value …?"; variable errors leave them out
+ * themselves).
+ */
 export function withoutSuggestions(errors: readonly GraphQLError[]): readonly GraphQLError[] {
   for (const error of errors) {
     if (error.message.includes('Did you mean')) error.message = error.message.replace(SUGGESTION, '');

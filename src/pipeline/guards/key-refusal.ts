@@ -12,7 +12,12 @@ import { toGraphQLError } from '../limits.js';
  * may never settle (each race would leave a reaction on it for the stream's
  * life): a refusal answers the pending next() itself.
  */
-export function untilKeyRefused(source: AsyncIterableIterator<ExecutionResult>, watch: KeyWatch, key: string, clientToken: boolean): AsyncIterableIterator<ExecutionResult> {
+export function untilKeyRefused(
+  source: AsyncIterableIterator<ExecutionResult>,
+  watch: KeyWatch,
+  key: string,
+  clientToken: boolean,
+): AsyncIterableIterator<ExecutionResult> {
   let finished = false;
   let refused = false;
   let waiting: ((step: IteratorResult<ExecutionResult>) => void) | undefined;

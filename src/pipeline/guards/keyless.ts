@@ -6,7 +6,16 @@
 // operation name) is left to the full parse, which judges the same thing.
 // Whatever such a caller does run is timed (KeylessWork) and charged to its
 // address (access/rate-limit.ts).
-import { Kind, Lexer, Source, TokenKind, type DocumentNode, type GraphQLError, type OperationDefinitionNode, type Token } from 'graphql';
+import {
+  Kind,
+  Lexer,
+  Source,
+  TokenKind,
+  type DocumentNode,
+  type GraphQLError,
+  type OperationDefinitionNode,
+  type Token,
+} from 'graphql';
 import { createGraphQLError } from 'graphql-yoga';
 import type { OperationKind } from '../../access/client-token-scope.js';
 
@@ -32,17 +41,27 @@ const SEND_A_KEY = 'Send a merchant key or client token, or ask for less.';
 
 /** The validation refusal's marks (HTTP 400; 200 under application/json, as every validation error). */
 const refusedAsInvalid = (message: string, node?: OperationDefinitionNode): GraphQLError =>
-  createGraphQLError(message, { nodes: node, extensions: { code: 'GRAPHQL_VALIDATION_FAILED', http: { spec: true, status: 400 } } });
+  createGraphQLError(message, {
+    nodes: node,
+    extensions: { code: 'GRAPHQL_VALIDATION_FAILED', http: { spec: true, status: 400 } },
+  });
 
-/** Why a document that needs no key has too many fragments for a caller without one; undefined when it has few enough. */
+/**
+ * Why a document that needs no key has too many fragments for a caller without one; undefined when it has few enough.
+ */
 export function keylessFragmentsRefusal(document: DocumentNode): GraphQLError | undefined {
   let fragments = 0;
   for (const definition of document.definitions) if (definition.kind === Kind.FRAGMENT_DEFINITION) fragments += 1;
   if (fragments <= KEYLESS_LIMITS.fragments) return undefined;
-  return refusedAsInvalid(`Without an accepted key, a document may hold at most ${KEYLESS_LIMITS.fragments} fragments; found ${fragments}. ${SEND_A_KEY}`);
+  return refusedAsInvalid(
+    `Without an accepted key, a document may hold at most ${KEYLESS_LIMITS.fragments} fragments; found ${fragments}. ${SEND_A_KEY}`,
+  );
 }
 
-/** Why an operation that needs no key costs too much for a caller without one (its cost before variables); undefined when it may run. */
+/**
+ * Why an operation that needs no key costs too much for a caller without one (its cost before variables); undefined
+ * when it may run.
+ */
 export function keylessCostRefusal(cost: number, operation: OperationDefinitionNode): GraphQLError | undefined {
   if (cost <= KEYLESS_LIMITS.cost) return undefined;
   return refusedAsInvalid(
@@ -60,7 +79,11 @@ export interface KeylessReading {
 class Unreadable extends Error {}
 
 /** The named operation's kind and whether it needs a key; undefined when the tokens alone cannot tell. */
-export function readKeyless(text: string, operationName: string | undefined, maxTokens: number): KeylessReading | undefined {
+export function readKeyless(
+  text: string,
+  operationName: string | undefined,
+  maxTokens: number,
+): KeylessReading | undefined {
   let lexer: Lexer;
   let count = 0;
   const next = (): Token => {
@@ -82,7 +105,7 @@ export function readKeyless(text: string, operationName: string | undefined, max
   /** Directives and their arguments, from `token` on; returns the first token after them. */
   const directives = (token: Token): Token => {
     while (token.kind === TokenKind.AT) {
-      token = next(); // name
+      next(); // name
       token = next();
       if (token.kind === TokenKind.PAREN_L) token = skip(TokenKind.PAREN_L, TokenKind.PAREN_R);
     }
@@ -103,7 +126,8 @@ export function readKeyless(text: string, operationName: string | undefined, max
           token = skip(TokenKind.BRACE_L, TokenKind.BRACE_R);
           continue;
         }
-        if (token.value !== 'query' && token.value !== 'mutation' && token.value !== 'subscription') throw new Unreadable();
+        if (token.value !== 'query' && token.value !== 'mutation' && token.value !== 'subscription')
+          throw new Unreadable();
         kind = token.value as OperationKind;
         token = next();
         if (token.kind === TokenKind.NAME) {
@@ -135,7 +159,12 @@ export function readKeyless(text: string, operationName: string | undefined, max
       operations.push({ name, kind, fields });
       token = next();
     }
-    const chosen = operationName === undefined ? (operations.length === 1 ? operations[0] : undefined) : operations.find((operation) => operation.name === operationName);
+    const chosen =
+      operationName === undefined
+        ? operations.length === 1
+          ? operations[0]
+          : undefined
+        : operations.find((operation) => operation.name === operationName);
     if (!chosen) return undefined;
     return { kind: chosen.kind, needsKey: chosen.fields.some((field) => !KEYLESS_ROOT_FIELDS.has(field)) };
   } catch {

@@ -33,7 +33,9 @@ export function jsonOver(value: unknown, maxBytes: number): boolean {
   return jsonBytes(value, maxBytes) > maxBytes;
 }
 
-/** The bytes `value` takes written as JSON, counted as jsonOver counts them: the count stops once it passes `maxBytes`. */
+/**
+ * The bytes `value` takes written as JSON, counted as jsonOver counts them: the count stops once it passes `maxBytes`.
+ */
 export function jsonBytes(value: unknown, maxBytes: number): number {
   let bytes = 0;
   const pending: unknown[] = [value];
@@ -79,7 +81,12 @@ type Written = ExecutionResult & { stringify?: (result: ExecutionResult) => stri
  * writes (yoga's handler and SSE write with it). `counted` hears the count (the
  * work an answer costs, for callers charged by it).
  */
-export function boundResult(result: Written, maxBytes: number, checkText: boolean, counted?: (bytes: number) => void): ExecutionResult {
+export function boundResult(
+  result: Written,
+  maxBytes: number,
+  checkText: boolean,
+  counted?: (bytes: number) => void,
+): ExecutionResult {
   const bytes = jsonBytes(result, maxBytes);
   counted?.(Math.min(bytes, maxBytes));
   if (bytes > maxBytes) return responseTooLarge(maxBytes);
@@ -91,7 +98,8 @@ export function boundResult(result: Written, maxBytes: number, checkText: boolea
       text = write(value);
     } catch (error) {
       // Longer than the longest string V8 can make: far over any limit.
-      if (error instanceof RangeError && /string length/i.test(error.message)) return JSON.stringify(responseTooLarge(maxBytes));
+      if (error instanceof RangeError && /string length/i.test(error.message))
+        return JSON.stringify(responseTooLarge(maxBytes));
       throw error;
     }
     return textOver(text, maxBytes) ? JSON.stringify(responseTooLarge(maxBytes)) : text;

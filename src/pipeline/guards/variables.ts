@@ -6,7 +6,14 @@
 // BAD_USER_INPUT. It also mends one place where jit's coercion differs from the
 // spec: a required variable with a default (`$ttlSeconds: Int! = 3600`) left out
 // of the request must take its default, and jit refuses it as "not provided".
-import { getVariableValues, Kind, valueFromASTUntyped, type ExecutionResult, type GraphQLSchema, type OperationDefinitionNode } from 'graphql';
+import {
+  getVariableValues,
+  Kind,
+  valueFromASTUntyped,
+  type ExecutionResult,
+  type GraphQLSchema,
+  type OperationDefinitionNode,
+} from 'graphql';
 import { createGraphQLError } from 'graphql-yoga';
 import type { ErrorCode } from '../../errors.js';
 
@@ -15,9 +22,17 @@ const MAX_VARIABLE_ERRORS = 50;
 
 const BAD_USER_INPUT: ErrorCode = 'BAD_USER_INPUT';
 
-/** Whether a result is a refusal before anything ran: errors and no data at all (field errors come with data, even null). */
+/**
+ * Whether a result is a refusal before anything ran: errors and no data at all (field errors come with data, even
+ * null).
+ */
 export function refusedBeforeRunning(result: unknown): result is ExecutionResult {
-  return typeof result === 'object' && result !== null && !('data' in result) && Array.isArray((result as ExecutionResult).errors);
+  return (
+    typeof result === 'object' &&
+    result !== null &&
+    !('data' in result) &&
+    Array.isArray((result as ExecutionResult).errors)
+  );
 }
 
 /** An operation's required variables that have a default, with the default as a client would have sent it. */
@@ -25,7 +40,8 @@ export function requiredDefaultsOf(operation: OperationDefinitionNode): Readonly
   const found: Array<readonly [string, unknown]> = [];
   for (const variable of operation.variableDefinitions ?? []) {
     // Only `Type! = default`: jit applies the default of a nullable variable itself.
-    if (variable.defaultValue && variable.type.kind === Kind.NON_NULL_TYPE) found.push([variable.variable.name.value, valueFromASTUntyped(variable.defaultValue)]);
+    if (variable.defaultValue && variable.type.kind === Kind.NON_NULL_TYPE)
+      found.push([variable.variable.name.value, valueFromASTUntyped(variable.defaultValue)]);
   }
   return found;
 }
@@ -56,9 +72,16 @@ export function variableErrors(
 ): ExecutionResult | undefined {
   const definitions = operation.variableDefinitions;
   if (!definitions || definitions.length === 0) return undefined;
-  const { errors } = getVariableValues(schema, definitions, (variables ?? {}) as Record<string, unknown>, { maxErrors: MAX_VARIABLE_ERRORS, hideSuggestions });
+  const { errors } = getVariableValues(schema, definitions, (variables ?? {}) as Record<string, unknown>, {
+    maxErrors: MAX_VARIABLE_ERRORS,
+    hideSuggestions,
+  });
   if (!errors) return undefined;
   // New errors with our code and without graphql-js's originalError, which would be masked
   // as an unexpected error when a scalar threw anything but a GraphQLError.
-  return { errors: errors.map((error) => createGraphQLError(error.message, { nodes: error.nodes, extensions: { code: BAD_USER_INPUT } })) };
+  return {
+    errors: errors.map((error) =>
+      createGraphQLError(error.message, { nodes: error.nodes, extensions: { code: BAD_USER_INPUT } }),
+    ),
+  };
 }

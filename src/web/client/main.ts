@@ -16,29 +16,92 @@ const TRACK = /* GraphQL */ `
       group
       status
       estimatedDropoffAt
-      pickup { name address { street number city latitude longitude } }
-      dropoff { name address { street number city latitude longitude } }
-      courier { name location { lat lng } vehicle { make model } }
-      events(first: 100) { edges { node { name status statusText stale receivedAt courierLocation { lat lng } } } }
+      pickup {
+        name
+        address {
+          street
+          number
+          city
+          latitude
+          longitude
+        }
+      }
+      dropoff {
+        name
+        address {
+          street
+          number
+          city
+          latitude
+          longitude
+        }
+      }
+      courier {
+        name
+        location {
+          lat
+          lng
+        }
+        vehicle {
+          make
+          model
+        }
+      }
+      events(first: 100) {
+        edges {
+          node {
+            name
+            status
+            statusText
+            stale
+            receivedAt
+            courierLocation {
+              lat
+              lng
+            }
+          }
+        }
+      }
     }
   }
 `;
 
 const FOLLOW = /* GraphQL */ `
   subscription Follow($uid: ID!) {
-    deliveryUpdated(uid: $uid) { name status statusText receivedAt courierLocation { lat lng } }
+    deliveryUpdated(uid: $uid) {
+      name
+      status
+      statusText
+      receivedAt
+      courierLocation {
+        lat
+        lng
+      }
+    }
   }
 `;
 
 const PIN = /* GraphQL */ `
   subscription Pin($uid: ID!) {
-    courierLocation(uid: $uid) { milestone location { lat lng } courier { name } }
+    courierLocation(uid: $uid) {
+      milestone
+      location {
+        lat
+        lng
+      }
+      courier {
+        name
+      }
+    }
   }
 `;
 
 const TOKEN_SCOPE = /* GraphQL */ `
   query TokenScope {
-    clientToken { uids expiresAt }
+    clientToken {
+      uids
+      expiresAt
+    }
   }
 `;
 
@@ -46,9 +109,21 @@ const BOOK = /* GraphQL */ `
   mutation Book($input: DeliveryInput!, $idempotencyKey: String) {
     createDelivery(input: $input, idempotencyKey: $idempotencyKey) {
       __typename
-      ... on MutationCreateDeliverySuccess { data { uid } }
-      ... on ValidationError { fields { path message } }
-      ... on Error { code message }
+      ... on MutationCreateDeliverySuccess {
+        data {
+          uid
+        }
+      }
+      ... on ValidationError {
+        fields {
+          path
+          message
+        }
+      }
+      ... on Error {
+        code
+        message
+      }
     }
   }
 `;
@@ -67,7 +142,11 @@ interface TrackedDelivery {
   estimatedDropoffAt: string | null;
   pickup: { name: string | null; address: Address | null };
   dropoff: { name: string | null; address: Address | null };
-  courier: { name: string | null; location: Point | null; vehicle: { make: string | null; model: string | null } | null } | null;
+  courier: {
+    name: string | null;
+    location: Point | null;
+    vehicle: { make: string | null; model: string | null } | null;
+  } | null;
   events: { edges: Array<{ node: DeliveryEvent }> };
 }
 interface DeliveryEvent {
@@ -154,7 +233,13 @@ function say(text: string, tone: 'info' | 'error' | 'done' = 'info'): void {
  * The socket's state, top right. "offline" only once a connection was tried and is down: before
  * anything is followed (or after the key changed) the page is simply not following anything.
  */
-const CONNECTION_TEXT = { none: 'not following', connecting: 'connecting…', live: 'live', idle: 'idle', closed: 'offline' } as const;
+const CONNECTION_TEXT = {
+  none: 'not following',
+  connecting: 'connecting…',
+  live: 'live',
+  idle: 'idle',
+  closed: 'offline',
+} as const;
 
 function setConnection(state: keyof typeof CONNECTION_TEXT, detail = ''): void {
   ui.connection.dataset.state = state;
@@ -209,14 +294,16 @@ function isCloseEvent(value: unknown): value is CloseEvent {
 }
 
 function closeReason(event: CloseEvent): string {
-  if (event.code === 4403) return clientToken ? 'this tracking link has expired or is not valid' : 'the merchant key was refused';
+  if (event.code === 4403)
+    return clientToken ? 'this tracking link has expired or is not valid' : 'the merchant key was refused';
   if (event.code === 4008) return 'too slow, reconnect to catch up';
   return event.reason || `code ${event.code}`;
 }
 
 /** Words for whatever a graphql-ws sink was handed: GraphQL errors, a close event, or an Error. */
 function describe(error: unknown): string {
-  if (Array.isArray(error)) return error.map((e: { message?: string; extensions?: { code?: string } }) => withCode(e)).join('; ');
+  if (Array.isArray(error))
+    return error.map((e: { message?: string; extensions?: { code?: string } }) => withCode(e)).join('; ');
   if (isCloseEvent(error)) return `The connection closed: ${closeReason(error)}.`;
   if (error instanceof Error) return error.message;
   return 'The connection to the facade failed.';
@@ -271,7 +358,9 @@ interface Tracking {
 let tracking: Tracking | undefined;
 
 function pointOf(address: Address | null): Point | undefined {
-  return address && address.latitude !== null && address.longitude !== null ? { lat: address.latitude, lng: address.longitude } : undefined;
+  return address && address.latitude !== null && address.longitude !== null
+    ? { lat: address.latitude, lng: address.longitude }
+    : undefined;
 }
 
 function stopTracking(): void {
@@ -291,7 +380,11 @@ async function open(uid: string): Promise<void> {
   } catch (error) {
     return say(`Could not read ${uid}: ${(error as Error).message}`, 'error');
   }
-  if (!delivery) return say(clientToken ? `Delivery ${uid} is not part of this tracking link.` : `No delivery ${uid} is visible to this key.`, 'error');
+  if (!delivery)
+    return say(
+      clientToken ? `Delivery ${uid} is not part of this tracking link.` : `No delivery ${uid} is visible to this key.`,
+      'error',
+    );
 
   const state: Tracking = {
     uid,
@@ -315,7 +408,10 @@ async function open(uid: string): Promise<void> {
   ui.uidInput.value = uid;
   drawMap(state);
   render(state);
-  say(TERMINAL.has(state.status) ? `${LABELS[state.status] ?? state.status}.` : `Following ${uid} live.`, TERMINAL.has(state.status) ? 'done' : 'info');
+  say(
+    TERMINAL.has(state.status) ? `${LABELS[state.status] ?? state.status}.` : `Following ${uid} live.`,
+    TERMINAL.has(state.status) ? 'done' : 'info',
+  );
 
   const socket = clientFor(key);
   state.stops.push(
@@ -328,15 +424,19 @@ async function open(uid: string): Promise<void> {
           record(state, data.deliveryUpdated);
           if (data.deliveryUpdated.courierLocation) moveCourier(state, data.deliveryUpdated.courierLocation);
           render(state);
-          if (TERMINAL.has(state.status)) say(`${LABELS[state.status] ?? state.status} at ${clock(data.deliveryUpdated.receivedAt)}.`, 'done');
+          if (TERMINAL.has(state.status))
+            say(`${LABELS[state.status] ?? state.status} at ${clock(data.deliveryUpdated.receivedAt)}.`, 'done');
         },
         error: (error) => tracking === state && say(describe(error), 'error'),
         // The server completes the stream after the delivery's final event (a cancel before pickup included).
         // (After DROPOFF_COMPLETE or RETURNED the message with its time is already shown.)
-        complete: () => tracking === state && !TERMINAL.has(state.status) && say(`${LABELS[state.status] ?? state.status}.`, 'done'),
+        complete: () =>
+          tracking === state && !TERMINAL.has(state.status) && say(`${LABELS[state.status] ?? state.status}.`, 'done'),
       },
     ),
-    socket.subscribe<{ courierLocation: { milestone: string; location: Point; courier: { name: string | null } | null } }>(
+    socket.subscribe<{
+      courierLocation: { milestone: string; location: Point; courier: { name: string | null } | null };
+    }>(
       { query: PIN, variables: { uid } },
       {
         next: ({ data }) => {
@@ -361,7 +461,8 @@ function describeCourier(courier: TrackedDelivery['courier']): string | null {
 /** Takes one event into the state: the status moves forward only; "snapshot" carries no time of its own. */
 function record(state: Tracking, event: DeliveryEvent): void {
   if (event.stale) return;
-  if (rank(event.status) >= rank(state.status) || !MILESTONES.includes(event.status as never)) state.status = event.status;
+  if (rank(event.status) >= rank(state.status) || !MILESTONES.includes(event.status as never))
+    state.status = event.status;
   if (event.name !== 'snapshot' && !event.name.startsWith('location.') && !state.reached.has(event.status)) {
     state.reached.set(event.status, { at: event.receivedAt, text: event.statusText });
   }
@@ -386,7 +487,11 @@ function moveCourier(state: Tracking, point: Point): void {
 
 // ---------------------------------------------------------------- drawing
 
-function svg<K extends keyof SVGElementTagNameMap>(name: K, attributes: Record<string, string | number>, parent: Element): SVGElementTagNameMap[K] {
+function svg<K extends keyof SVGElementTagNameMap>(
+  name: K,
+  attributes: Record<string, string | number>,
+  parent: Element,
+): SVGElementTagNameMap[K] {
   const node = document.createElementNS(SVG_NS, name);
   for (const [attribute, value] of Object.entries(attributes)) node.setAttribute(attribute, String(value));
   parent.append(node);
@@ -440,7 +545,9 @@ function drawMap(state: Tracking): void {
   svg('text', { x: 0, y: -6 }, bar).textContent = scale.label;
   svg('text', { class: 'north', x: VIEW.width - 20, y: 26, 'text-anchor': 'middle' }, map).textContent = 'N ↑';
 
-  if (!points.length) svg('text', { class: 'empty', x: VIEW.width / 2, y: VIEW.height / 2, 'text-anchor': 'middle' }, map).textContent = 'No coordinates yet: the pin appears with the first courier position.';
+  if (!points.length)
+    svg('text', { class: 'empty', x: VIEW.width / 2, y: VIEW.height / 2, 'text-anchor': 'middle' }, map).textContent =
+      'No coordinates yet: the pin appears with the first courier position.';
   placeCourier(state, false);
 }
 
@@ -450,7 +557,13 @@ function placeCourier(state: Tracking, animate = true): void {
   const courier = ui.map.querySelector<SVGGElement>('#courier');
   const trail = ui.map.querySelector<SVGPolylineElement>('#trail');
   if (!projection || !courier || !trail) return;
-  trail.setAttribute('points', state.trail.map((p) => projection.project(p)).map(({ x, y }) => `${x.toFixed(1)},${y.toFixed(1)}`).join(' '));
+  trail.setAttribute(
+    'points',
+    state.trail
+      .map((p) => projection.project(p))
+      .map(({ x, y }) => `${x.toFixed(1)},${y.toFixed(1)}`)
+      .join(' '),
+  );
   if (!state.courier) return;
   const { x, y } = projection.project(state.courier);
   courier.classList.toggle('still', !animate);
@@ -467,11 +580,16 @@ function render(state: Tracking): void {
   ui.facts.status.dataset.status = state.status;
   ui.facts.courier.textContent = state.courierName ?? '—';
   ui.facts.left.textContent =
-    state.status === 'DROPOFF_COMPLETE' ? 'arrived' : state.courier && state.dropoff ? formatDistance(distanceMeters(state.courier, state.dropoff)) : '—';
+    state.status === 'DROPOFF_COMPLETE'
+      ? 'arrived'
+      : state.courier && state.dropoff
+        ? formatDistance(distanceMeters(state.courier, state.dropoff))
+        : '—';
   const current = rank(state.status);
   const offPath = !MILESTONES.includes(state.status as never);
   // No dropoff time once the delivery is over or has left the way to the dropoff (a failure, a return).
-  ui.facts.eta.textContent = state.estimatedDropoffAt && !TERMINAL.has(state.status) && !offPath ? clock(state.estimatedDropoffAt) : '—';
+  ui.facts.eta.textContent =
+    state.estimatedDropoffAt && !TERMINAL.has(state.status) && !offPath ? clock(state.estimatedDropoffAt) : '—';
   // Off the way to the dropoff, every step taken is shown in order: e.g. failed, being returned, returned.
   const detour = [...state.reached.keys()].filter((status) => !MILESTONES.includes(status as never));
   if (offPath && !detour.includes(state.status)) detour.push(state.status);
@@ -524,11 +642,25 @@ function sampleInput(): Record<string, unknown> {
     pickup: {
       name: 'Ada Shop',
       email: 'shop@example.com',
-      address: { street: 'Market St', number: '1455', city: 'San Francisco', country: 'US', latitude: 37.7763, longitude: -122.4172 },
+      address: {
+        street: 'Market St',
+        number: '1455',
+        city: 'San Francisco',
+        country: 'US',
+        latitude: 37.7763,
+        longitude: -122.4172,
+      },
     },
     dropoff: {
       name: 'Grace',
-      address: { street: 'Valencia St', number: '900', city: 'San Francisco', country: 'US', latitude: 37.7572 + jitter(), longitude: -122.4211 + jitter() },
+      address: {
+        street: 'Valencia St',
+        number: '900',
+        city: 'San Francisco',
+        country: 'US',
+        latitude: 37.7572 + jitter(),
+        longitude: -122.4211 + jitter(),
+      },
     },
     mode: 'NOW',
     payload: { source: 'tracking-page' },
@@ -631,5 +763,10 @@ if (clientToken) {
   if (location.search.includes('token=')) history.replaceState(null, '', `${location.pathname}#token=${clientToken}`);
   void openWithToken();
 } else if (uidFromHash()) void open(uidFromHash());
-else say(sandboxKey ? 'Book a sandbox delivery, or enter the uid of one to follow.' : 'Enter your merchant key and the uid of a delivery to follow.');
+else
+  say(
+    sandboxKey
+      ? 'Book a sandbox delivery, or enter the uid of one to follow.'
+      : 'Enter your merchant key and the uid of a delivery to follow.',
+  );
 document.body.dataset.ready = 'true';

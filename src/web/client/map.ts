@@ -29,7 +29,9 @@ export interface Projection {
 
 const EARTH_RADIUS_M = 6_371_008.8;
 const RAD = Math.PI / 180;
-/** The smallest span a view shows, in degrees of latitude (about 220 m), so one point alone is not infinitely zoomed. */
+/**
+ * The smallest span a view shows, in degrees of latitude (about 220 m), so one point alone is not infinitely zoomed.
+ */
 const MIN_SPAN_DEG = 0.002;
 
 /** A projection that shows every point, north up, at one scale on both axes. */
@@ -57,7 +59,12 @@ export function fitProjection(points: readonly Point[], view: Viewport): Project
     metersPerPixel: (EARTH_RADIUS_M * RAD) / pxPerDeg,
     fits(point) {
       const { x, y } = project(point);
-      return x >= view.padding - 0.5 && x <= view.width - view.padding + 0.5 && y >= view.padding - 0.5 && y <= view.height - view.padding + 0.5;
+      return (
+        x >= view.padding - 0.5 &&
+        x <= view.width - view.padding + 0.5 &&
+        y >= view.padding - 0.5 &&
+        y <= view.height - view.padding + 0.5
+      );
     },
   };
 }
