@@ -5,7 +5,7 @@ import { createPublicKey, X509Certificate, type KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { normalizeOrigin, type CorsOrigins } from './http/cors.js';
-import { DEFAULT_STEP_MS } from './sandbox/knobs.js';
+import { DEFAULT_STEP_MS } from '@delivery-graph/sandbox';
 import { DEFAULT_REFUSAL_MEMORY_MS } from './upstream/known-keys.js';
 
 export const AMOUNT_UNITS = ['cents', 'major'] as const;

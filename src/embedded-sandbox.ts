@@ -6,7 +6,7 @@
 import path from 'node:path';
 import { SIMULATOR_IN_PRODUCTION, type Config } from './config.js';
 import type { Logger } from './logger.js';
-import { DEMO_MERCHANTS, startSandbox, type Sandbox } from './sandbox/index.js';
+import { DEMO_MERCHANTS, startSandbox, type Sandbox } from '@delivery-graph/sandbox';
 
 export async function startEmbeddedSandbox(config: Config, logger: Logger): Promise<Sandbox> {
   const sandbox = await startSandbox({

@@ -13,8 +13,12 @@ import {
   type Outcome,
   type Sandbox,
   type SandboxKnobs,
-} from '../../src/sandbox/index.js';
-import { startWebhookReceiver, type ReceivedEvent, type WebhookReceiver } from '../helpers/webhook-receiver.js';
+} from '../src/index.js';
+import {
+  startWebhookReceiver,
+  type ReceivedEvent,
+  type WebhookReceiver,
+} from '../../../test/helpers/webhook-receiver.js';
 
 const QUIET: Partial<SandboxKnobs> = {
   stepMs: 0,

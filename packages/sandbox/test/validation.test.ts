@@ -1,7 +1,7 @@
 // The sandbox applies upstream-api.md's request rules on both groups, with each
 // group's error shape, over real HTTP.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { startSandbox, type Sandbox } from '../src/index.js';
 
 let sandbox: Sandbox;
 let key: string;

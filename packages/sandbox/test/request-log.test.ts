@@ -2,7 +2,7 @@
 // sandbox does not keep every request, with a counter that never goes back so a
 // test can count the requests after a mark however many came before.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_REQUEST_LOG_SIZE, startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { DEFAULT_REQUEST_LOG_SIZE, startSandbox, type Sandbox } from '../src/index.js';
 
 let sandbox: Sandbox;
 

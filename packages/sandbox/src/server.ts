@@ -3,7 +3,7 @@
 // tests), and the public tracking page.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { JsonObject } from '../upstream/wire.js';
+import type { JsonObject } from './wire.js';
 import { LifecycleError, type LifecycleSimulator } from './lifecycle.js';
 import type { RequestLog } from './request-log.js';
 import { PARTNER_ROOTS, PARTNER_ROUTES, seedOrder } from './partner-routes.js';

@@ -1,9 +1,13 @@
 // The simulated lifecycle as a webhook receiver sees it: signed events for every
 // milestone in order, a moving courier, retries, duplicates and reordering.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startSandbox, type Sandbox, type SandboxKnobs } from '../../src/sandbox/index.js';
-import { DELIVERY_EVENT_NAMES } from '../../src/upstream/wire.js';
-import { startWebhookReceiver, type ReceivedEvent, type WebhookReceiver } from '../helpers/webhook-receiver.js';
+import { startSandbox, type Sandbox, type SandboxKnobs } from '../src/index.js';
+import { DELIVERY_EVENT_NAMES } from '../src/wire.js';
+import {
+  startWebhookReceiver,
+  type ReceivedEvent,
+  type WebhookReceiver,
+} from '../../../test/helpers/webhook-receiver.js';
 
 const MILESTONE_EVENTS = DELIVERY_EVENT_NAMES.slice(0, 8);
 const QUIET: Partial<SandboxKnobs> = {

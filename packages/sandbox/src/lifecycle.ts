@@ -3,7 +3,7 @@
 // before or after pickup, then maybe back to the pickup or a second attempt),
 // one milestone every `stepMs` (or on advance()), moves its courier between the
 // coordinates, and announces each step as events.
-import type { LocationEventName, WireLatLng } from '../upstream/wire.js';
+import type { LocationEventName, WireLatLng } from './wire.js';
 import type { Outcome, SandboxKnobs } from './types.js';
 import {
   MILESTONE,

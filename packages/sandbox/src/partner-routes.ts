@@ -1,7 +1,7 @@
 // The second ("partner") group, directly under {base_url}: quote, order reads by
 // uid and by partner reference, cancel, availability. It has no create endpoint;
 // orders are seeded through the sandbox (seedPartnerOrder, POST /sandbox/orders).
-import type { JsonObject, WireAvailability, WireOrder, WirePartnerCancellation } from '../upstream/wire.js';
+import type { JsonObject, WireAvailability, WireOrder, WirePartnerCancellation } from './wire.js';
 import type { LifecycleSimulator } from './lifecycle.js';
 import { quoteResult } from './platform-routes.js';
 import { toPartnerOrder } from './representations.js';

@@ -4,8 +4,8 @@
 // of an order in the city they name. A partner order picked up in Springfield
 // once came back with San Francisco coordinates.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
-import { haversineKm } from '../../src/sandbox/state.js';
+import { startSandbox, type Sandbox } from '../src/index.js';
+import { haversineKm } from '../src/state.js';
 
 let sandbox: Sandbox;
 let key: string;

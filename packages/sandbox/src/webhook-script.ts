@@ -4,7 +4,7 @@
 // arrive more than once and status events can arrive out of order", "at most
 // five" retries), so tests script it exactly; the seeded draws live here too.
 import { createHash, randomInt } from 'node:crypto';
-import { DELIVERY_EVENT_NAMES, LOCATION_EVENT_NAMES } from '../upstream/wire.js';
+import { DELIVERY_EVENT_NAMES, LOCATION_EVENT_NAMES } from './wire.js';
 import type { Selector, WebhookOrderName, WebhookScript } from './types.js';
 
 /**

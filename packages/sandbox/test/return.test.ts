@@ -3,8 +3,12 @@
 // Forced per delivery with `sandbox_outcome` in the payload, or drawn with the
 // returnRate knob; seen through reads, webhooks and the fault knobs.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startSandbox, type Sandbox, type SandboxKnobs } from '../../src/sandbox/index.js';
-import { startWebhookReceiver, type ReceivedEvent, type WebhookReceiver } from '../helpers/webhook-receiver.js';
+import { startSandbox, type Sandbox, type SandboxKnobs } from '../src/index.js';
+import {
+  startWebhookReceiver,
+  type ReceivedEvent,
+  type WebhookReceiver,
+} from '../../../test/helpers/webhook-receiver.js';
 
 const QUIET: Partial<SandboxKnobs> = {
   stepMs: 0,

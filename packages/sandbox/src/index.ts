@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import type { JsonObject } from '../upstream/wire.js';
+import type { JsonObject } from './wire.js';
 import { applyKnobs, DEFAULT_KNOBS } from './knobs.js';
 import { LifecycleSimulator } from './lifecycle.js';
 import { RequestLog } from './request-log.js';

@@ -1,6 +1,6 @@
 // The small vocabulary the two route tables and the server share: a route, what
 // a handler sees, and each group's error shape.
-import type { JsonObject } from '../upstream/wire.js';
+import type { JsonObject } from './wire.js';
 import type { LifecycleSimulator } from './lifecycle.js';
 import type { Group, SandboxState } from './state.js';
 import type { SandboxMerchant } from './types.js';

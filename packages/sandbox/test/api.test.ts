@@ -1,7 +1,7 @@
 // What a client of the sandbox sees over real HTTP: auth, error shapes, the
 // create/read/cancel round trip on both groups, tenancy, and the API knobs.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { startSandbox, type Sandbox } from '../src/index.js';
 
 let sandbox: Sandbox;
 let keyA: string;

@@ -1,7 +1,7 @@
 // The sandbox's vocabulary: the types every part of it shares (knobs, merchants,
 // outcomes, webhook scripts and histories). It imports nothing of the sandbox, so
 // the files that use these types form no import circle; index.ts re-exports them.
-import type { WireDeliveryRequest, WireOrder } from '../upstream/wire.js';
+import type { WireDeliveryRequest, WireOrder } from './wire.js';
 
 /**
  * How a delivery ends (state.ts has each outcome's milestones, and OUTCOMES lists

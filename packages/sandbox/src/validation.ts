@@ -1,7 +1,7 @@
 // The request rules of upstream-api.md for quote and create, per group. Every
 // problem is collected (the platform group reports them all in `errors`); the
 // order of FIELDS decides which problem the top-level message names.
-import type { JsonObject, WireDeliveryRequest } from '../upstream/wire.js';
+import type { JsonObject, WireDeliveryRequest } from './wire.js';
 import { OUTCOME_PAYLOAD_FIELD, OUTCOMES, outcomeInPayload, type Group } from './state.js';
 import { WEBHOOKS_PAYLOAD_FIELD, webhookScriptInPayload, webhookScriptProblems } from './webhook-script.js';
 

@@ -11,7 +11,7 @@ import type {
   WirePrice,
   WireWebhookAddress,
   WireWebhookEvent,
-} from '../upstream/wire.js';
+} from './wire.js';
 import {
   cancellationFeeCents,
   cancellationReason,

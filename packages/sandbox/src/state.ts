@@ -1,7 +1,7 @@
 // What the sandbox remembers: merchants, deliveries (platform group) and orders
 // (partner group), and the pure rules that price and place them.
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import type { DeliveryEventName, LocationEventName, WireDeliveryRequest, WireLatLng } from '../upstream/wire.js';
+import type { DeliveryEventName, LocationEventName, WireDeliveryRequest, WireLatLng } from './wire.js';
 import type { Outcome, SandboxMerchant, WebhookScript } from './types.js';
 import { deriveSeed, freshSeed, seededRandom, webhookScriptOf } from './webhook-script.js';
 

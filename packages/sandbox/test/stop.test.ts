@@ -1,8 +1,8 @@
 // stop() must leave nothing running, or vitest and `npm start` would hang on exit.
 // Its own file, so the process holds no other sockets or timers to blur the count.
 import { expect, it } from 'vitest';
-import { startSandbox } from '../../src/sandbox/index.js';
-import { startWebhookReceiver } from '../helpers/webhook-receiver.js';
+import { startSandbox } from '../src/index.js';
+import { startWebhookReceiver } from '../../../test/helpers/webhook-receiver.js';
 
 const live = () =>
   process

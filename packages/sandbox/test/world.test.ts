@@ -14,8 +14,8 @@ import {
   startSandbox,
   type Sandbox,
   type SandboxOptions,
-} from '../../src/sandbox/index.js';
-import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.js';
+} from '../src/index.js';
+import { startWebhookReceiver, type WebhookReceiver } from '../../../test/helpers/webhook-receiver.js';
 
 const scratch = mkdtempSync(path.join(tmpdir(), 'sandbox-world-'));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));

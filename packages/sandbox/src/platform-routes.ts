@@ -1,6 +1,6 @@
 // The platform group, under {base_url}/{platform}: quote, create, read, cancel,
 // availability. Keys and the platform id are checked before these run.
-import type { WireAvailability, WirePlatformCancellation, WireQuoteResult } from '../upstream/wire.js';
+import type { WireAvailability, WirePlatformCancellation, WireQuoteResult } from './wire.js';
 import { apiError, SERVICE_NAME, type ApiContext, type ApiResult, type ApiRoute } from './routing.js';
 import { toPlatformDelivery, trackingUrl } from './representations.js';
 import { centsToDecimal, centsToMajor, priceDelivery, type Quote } from './state.js';

@@ -75,7 +75,7 @@ ${OUTCOMES.map(
 
 To script one delivery's webhooks, put "${WEBHOOKS_PAYLOAD_FIELD}" in the same payload, e.g.
 {"${WEBHOOKS_PAYLOAD_FIELD}": {"order": "shuffled", "seed": 7, "drop": ["delivery.pickup_complete"],
-"duplicate": [3], "hold": ["location.*"]}}; see src/sandbox/README.md.
+"duplicate": [3], "hold": ["location.*"]}}; see packages/sandbox/README.md.
 GET /sandbox/deliveries/<uid>/history shows every event in true order and what became of it.
 
 Knobs can also be changed while it runs: POST /sandbox/knobs {"returnRate": 0.2}.
