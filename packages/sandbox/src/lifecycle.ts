@@ -10,7 +10,6 @@ import {
   OUTCOMES,
   cancellationFeeCents,
   STEP,
-  interpolate,
   isFinished,
   isPickedUp,
   milestoneOf,
@@ -22,6 +21,7 @@ import {
   type MilestoneKey,
   type SandboxState,
 } from './state.js';
+import { interpolate } from './geography.js';
 
 /** Where the courier is when an en-route milestone fires: a tenth of the way along. */
 const ENROUTE_START = 0.1;

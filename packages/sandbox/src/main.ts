@@ -1,14 +1,17 @@
 // `npm run sandbox`: the sandbox upstream on its own, for demos and manual
-// testing. Configured by flags only (the facade's config owns the environment).
+// testing. Configured by flags, but for two variables: SANDBOX_CONTROL_TOKEN (a
+// secret stays out of the process list) and NODE_ENV (production locks the controls).
 // The same identity on every start: the demo merchants, and its world and
 // signing key kept in --data-dir, as `npm start` keeps the embedded one's.
 import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import {
+  CONTROL_TOKEN_HEADER,
   DEFAULT_REQUEST_LOG_SIZE,
   DEFAULT_WEBHOOK_HISTORY_SIZE,
   DEMO_MERCHANTS,
+  isLoopbackHost,
   SandboxWorldInUseError,
   SIGNING_KEY_FILE,
   startSandbox,
@@ -21,7 +24,8 @@ import { WEBHOOKS_PAYLOAD_FIELD } from './webhook-script.js';
 const USAGE = `Usage: npm run sandbox -- [options]
 
   --port <n>             listen port (default 4010; 0 = any free port)
-  --host <addr>          listen address (default 127.0.0.1)
+  --host <addr>          listen address (default 127.0.0.1); beyond loopback the /sandbox
+                         control routes need SANDBOX_CONTROL_TOKEN, set in the environment
   --webhook-url <url>    where to POST signed webhooks (default: none, poll instead); change
                          it while it runs: PUT /sandbox/webhook-url {"url": "<url>"}
                          ({"url": null}: none)
@@ -79,6 +83,10 @@ To script one delivery's webhooks, put "${WEBHOOKS_PAYLOAD_FIELD}" in the same p
 GET /sandbox/deliveries/<uid>/history shows every event in true order and what became of it.
 
 Knobs can also be changed while it runs: POST /sandbox/knobs {"returnRate": 0.2}.
+
+Control routes (/sandbox/...): open on loopback; with SANDBOX_CONTROL_TOKEN set (16 characters
+or more; required beyond loopback) each needs it as the ${CONTROL_TOKEN_HEADER} header. With
+NODE_ENV=production they change nothing and /sandbox/info is refused (403).
 `;
 
 const NUMERIC_KNOBS: Record<string, keyof SandboxKnobs> = {
@@ -126,15 +134,7 @@ async function main(): Promise<void> {
     return;
   }
 
-  const knobs: Partial<SandboxKnobs> = {};
-  for (const [flag, knob] of Object.entries(NUMERIC_KNOBS)) {
-    const raw = values[flag as keyof typeof values];
-    if (typeof raw === 'string') (knobs as Record<string, unknown>)[knob] = parseNumber(flag, raw);
-  }
-  // Checked with the other knobs by startSandbox (applyKnobs).
-  if (values['read-scope'] !== undefined) (knobs as Record<string, unknown>).readScope = values['read-scope'];
-  if (values['webhook-order'] !== undefined) (knobs as Record<string, unknown>).webhookOrder = values['webhook-order'];
-  if (values.outcomes !== undefined) knobs.outcomeWeights = parseWeights(values.outcomes);
+  const knobs = knobsFrom(values);
   const port = values.port === undefined ? 4010 : parseNumber('port', values.port);
   const webhookUrl = values['webhook-url'];
   if (webhookUrl !== undefined && !URL.canParse(webhookUrl))
@@ -150,9 +150,17 @@ async function main(): Promise<void> {
   const keyFile =
     values['key-file'] === undefined ? dataDir && join(dataDir, SIGNING_KEY_FILE) : resolve(values['key-file']);
 
+  const host = values.host ?? '127.0.0.1';
+  const controlToken = process.env.SANDBOX_CONTROL_TOKEN || undefined;
+  if (controlToken === undefined && !isLoopbackHost(host))
+    throw new UsageError(
+      `--host ${host} is beyond loopback: set SANDBOX_CONTROL_TOKEN for the /sandbox control routes`,
+    );
   const sandbox = await startSandbox({
     port,
-    host: values.host ?? '127.0.0.1',
+    host,
+    controlToken,
+    production: process.env.NODE_ENV === 'production',
     webhookUrl,
     knobs,
     requestLogSize,
@@ -175,7 +183,9 @@ async function main(): Promise<void> {
     `webhooks:        ${webhookUrl ?? 'off (no --webhook-url)'}   (change: PUT ${sandbox.origin}/sandbox/webhook-url)`,
     'merchant keys:',
     ...sandbox.merchants.map((m) => `  ${m.key}  ${m.name} (platform ${m.platformId})`),
-    `control:         ${sandbox.origin}/sandbox/info`,
+    process.env.NODE_ENV === 'production'
+      ? 'control:         locked (NODE_ENV=production): the /sandbox routes change nothing'
+      : `control:         ${sandbox.origin}/sandbox/info${controlToken ? `   (with the ${CONTROL_TOKEN_HEADER} header)` : ''}`,
   ];
   process.stdout.write(`${lines.join('\n')}\n`);
 
@@ -191,6 +201,19 @@ async function main(): Promise<void> {
 }
 
 class UsageError extends Error {}
+
+/** The knobs the flags set; startSandbox checks them with every other way of setting them (applyKnobs). */
+function knobsFrom(values: Record<string, string | boolean | undefined>): Partial<SandboxKnobs> {
+  const knobs: Record<string, unknown> = {};
+  for (const [flag, knob] of Object.entries(NUMERIC_KNOBS)) {
+    const raw = values[flag];
+    if (typeof raw === 'string') knobs[knob] = parseNumber(flag, raw);
+  }
+  if (values['read-scope'] !== undefined) knobs.readScope = values['read-scope'];
+  if (values['webhook-order'] !== undefined) knobs.webhookOrder = values['webhook-order'];
+  if (typeof values.outcomes === 'string') knobs.outcomeWeights = parseWeights(values.outcomes);
+  return knobs as Partial<SandboxKnobs>;
+}
 
 /** `delivered=6,failed_then_delivered=1`: outcome=weight pairs (the knob checks names and weights). */
 function parseWeights(raw: string): Record<string, number> {

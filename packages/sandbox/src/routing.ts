@@ -1,9 +1,33 @@
-// The small vocabulary the two route tables and the server share: a route, what
-// a handler sees, and each group's error shape.
+// The small vocabulary the route tables and the server share: what the server is
+// given, a route, what a handler sees, and each group's error shape.
 import type { JsonObject } from './wire.js';
 import type { LifecycleSimulator } from './lifecycle.js';
+import type { RequestLog } from './request-log.js';
 import type { Group, SandboxState } from './state.js';
-import type { SandboxMerchant } from './types.js';
+import type { DeliveryHistory, SandboxKnobs, SandboxMerchant, Selector } from './types.js';
+
+/** What the HTTP front is given by startSandbox. */
+export interface ServerDeps {
+  state: SandboxState;
+  /** Another key of the merchant holding `key`; undefined for a key the sandbox does not know. */
+  addMerchantKey(key: string): string | undefined;
+  lifecycle: LifecycleSimulator;
+  knobs: SandboxKnobs;
+  requests: RequestLog;
+  publicKeyPem: string;
+  /** Aborted by stop(): cuts short any latency wait still running. */
+  lifetime: AbortSignal;
+  /** Who may use the control routes: the token they need (when set), and whether they may change anything. */
+  control: { token: string | undefined; production: boolean };
+  info(): JsonObject;
+  setKnobs(patch: unknown): void;
+  setWebhookUrl(url: string | undefined): void;
+  revokeKey(key: string): void;
+  history(uid: string): DeliveryHistory | undefined;
+  /** How many finished deliveries' histories are kept: named when one is no longer. */
+  historySize: number;
+  releaseWebhooks(uid: string, selectors?: readonly Selector[]): Promise<number[]>;
+}
 
 /** `service` of the availability result. */
 export const SERVICE_NAME = 'lastmile';

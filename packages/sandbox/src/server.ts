@@ -4,39 +4,17 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { JsonObject } from './wire.js';
-import { LifecycleError, type LifecycleSimulator } from './lifecycle.js';
-import type { RequestLog } from './request-log.js';
-import { PARTNER_ROOTS, PARTNER_ROUTES, seedOrder } from './partner-routes.js';
+import { handleControl, type Page } from './control-routes.js';
+import { bearerToken, decodeSegment, escapeHtml, parseJson, readBody, splitPath } from './http-util.js';
+import { PARTNER_ROOTS, PARTNER_ROUTES } from './partner-routes.js';
 import { PLATFORM_ROUTES } from './platform-routes.js';
 import { toPlatformDelivery } from './representations.js';
-import { errorBody, matchRoute, type ApiResult } from './routing.js';
-import { readStatus, type Group, type SandboxState } from './state.js';
+import { errorBody, matchRoute, type ApiResult, type ServerDeps } from './routing.js';
+import type { Group, SandboxState } from './state.js';
 import { isPlainObject } from './validation.js';
-import type { DeliveryHistory, SandboxKnobs, SandboxMerchant, SandboxRequestRecord, Selector } from './types.js';
-import { selectorListProblems } from './webhook-script.js';
+import type { SandboxMerchant, SandboxRequestRecord } from './types.js';
 
 const API_PREFIX = '/api/v1';
-const MAX_BODY_BYTES = 1024 * 1024;
-
-export interface ServerDeps {
-  state: SandboxState;
-  /** Another key of the merchant holding `key`; undefined for a key the sandbox does not know. */
-  addMerchantKey(key: string): string | undefined;
-  lifecycle: LifecycleSimulator;
-  knobs: SandboxKnobs;
-  requests: RequestLog;
-  publicKeyPem: string;
-  /** Aborted by stop(): cuts short any latency wait still running. */
-  lifetime: AbortSignal;
-  info(): JsonObject;
-  setKnobs(patch: unknown): void;
-  setWebhookUrl(url: string | undefined): void;
-  revokeKey(key: string): void;
-  history(uid: string): DeliveryHistory | undefined;
-  /** How many finished deliveries' histories are kept: named when one is no longer. */
-  historySize: number;
-  releaseWebhooks(uid: string, selectors?: readonly Selector[]): Promise<number[]>;
-}
 
 type RecordGroup = SandboxRequestRecord['group'];
 
@@ -167,163 +145,8 @@ function authenticate(
   return { merchant };
 }
 
-function bearerToken(header: string | undefined): string | null {
-  const match = /^Bearer\s+(\S+)\s*$/i.exec(header ?? '');
-  return match ? match[1]! : null;
-}
-
 // ---------------------------------------------------------------------------
-// /sandbox control routes and the tracking page
-
-interface Page {
-  status: number;
-  contentType: string;
-  body: string;
-}
-
-const jsonPage = (status: number, body: unknown): Page => ({
-  status,
-  contentType: 'application/json',
-  body: JSON.stringify(body),
-});
-const controlError = (status: number, error: string, message: string) => jsonPage(status, { error, message });
-
-async function handleControl(deps: ServerDeps, req: IncomingMessage, method: string, path: string): Promise<Page> {
-  if (method === 'GET' && path === '/sandbox/public-key.pem') {
-    return { status: 200, contentType: 'application/x-pem-file', body: deps.publicKeyPem };
-  }
-  if (method === 'GET' && path === '/sandbox/info') return jsonPage(200, deps.info());
-
-  if (method === 'POST' && path === '/sandbox/knobs') {
-    try {
-      deps.setKnobs(parseJson(await readBody(req)) ?? null);
-    } catch (error) {
-      return controlError(400, 'invalid_knobs', (error as Error).message);
-    }
-    return jsonPage(200, { knobs: deps.knobs });
-  }
-
-  // Where webhooks go, changed while it runs: {"url": "http://…"}, or {"url": null} for nowhere (polling only).
-  if (method === 'PUT' && path === '/sandbox/webhook-url') {
-    const body = parseJson(await readBody(req));
-    const url = isPlainObject(body) ? body.url : undefined;
-    if (url !== null && !(typeof url === 'string' && isHttpUrl(url))) {
-      return controlError(
-        400,
-        'bad_request',
-        'Send {"url": "<absolute http or https URL>"}, or {"url": null} to send no webhooks.',
-      );
-    }
-    deps.setWebhookUrl(url ?? undefined);
-    return jsonPage(200, { webhookUrl: url });
-  }
-
-  const advance = /^\/sandbox\/deliveries\/([^/]+)\/advance$/.exec(path);
-  if (method === 'POST' && advance) {
-    const uid = decodeSegment(advance[1]!) ?? '';
-    try {
-      await deps.lifecycle.advance(uid);
-    } catch (error) {
-      if (!(error instanceof LifecycleError)) throw error;
-      return controlError(error.code === 'not_found' ? 404 : 409, error.code, error.message);
-    }
-    return jsonPage(200, { uid, status: readStatus(deps.state.deliveries.get(uid)!) });
-  }
-
-  const history = /^\/sandbox\/deliveries\/([^/]+)\/history$/.exec(path);
-  if (method === 'GET' && history) {
-    const uid = decodeSegment(history[1]!) ?? '';
-    const found = deps.history(uid);
-    if (found) return jsonPage(200, found);
-    if (deps.state.deliveries.has(uid)) {
-      return controlError(
-        410,
-        'history_not_kept',
-        `The webhook history of ${uid} is no longer kept: the sandbox keeps those of the ${deps.historySize} deliveries that finished last (webhookHistorySize).`,
-      );
-    }
-    return controlError(404, 'not_found', `No delivery ${uid}.`);
-  }
-
-  // Sends what a delivery's script kept back; answers once the receiver has acknowledged it.
-  const release = /^\/sandbox\/deliveries\/([^/]+)\/webhooks\/release$/.exec(path);
-  if (method === 'POST' && release) {
-    const uid = decodeSegment(release[1]!) ?? '';
-    const text = await readBody(req);
-    const body = text === '' ? {} : parseJson(text);
-    if (!isPlainObject(body))
-      return controlError(
-        400,
-        'bad_request',
-        'The request body must be empty or a JSON object {"events": [selectors]}.',
-      );
-    const events = body.events;
-    const problems = events === undefined ? [] : selectorListProblems(events, 'events');
-    if (problems.length > 0) return controlError(400, 'bad_request', problems.join(' '));
-    if (!deps.state.deliveries.has(uid)) return controlError(404, 'not_found', `No delivery ${uid}.`);
-    const released = await deps.releaseWebhooks(uid, events as Selector[] | undefined);
-    return jsonPage(200, { uid, released });
-  }
-
-  const reassign = /^\/sandbox\/deliveries\/([^/]+)\/reassign$/.exec(path);
-  if (method === 'POST' && reassign) {
-    const uid = decodeSegment(reassign[1]!) ?? '';
-    try {
-      deps.lifecycle.reassign(uid);
-    } catch (error) {
-      if (!(error instanceof LifecycleError)) throw error;
-      return controlError(error.code === 'not_found' ? 404 : 409, error.code, error.message);
-    }
-    const courier = deps.state.deliveries.get(uid)!.courier!;
-    return jsonPage(200, { uid, driver_id: courier.id, driver_name: courier.name });
-  }
-  // The key travels as the bearer token, as on /api/v1, never in the path (paths get logged).
-  if (method === 'POST' && path === '/sandbox/revoke-key') {
-    const key = bearerToken(req.headers.authorization);
-    if (key === null || !deps.state.merchantByKey(key))
-      return controlError(
-        404,
-        'not_found',
-        'Send the key to revoke as Authorization: Bearer <key>; it must be a sandbox merchant key.',
-      );
-    deps.revokeKey(key);
-    return jsonPage(200, { revoked: true });
-  }
-
-  // A merchant rotating its key: a new one for the same merchant, both accepted until one is revoked.
-  if (method === 'POST' && path === '/sandbox/merchant-keys') {
-    const key = bearerToken(req.headers.authorization);
-    const added = key === null ? undefined : deps.addMerchantKey(key);
-    if (added === undefined)
-      return controlError(
-        404,
-        'not_found',
-        'Send a key of the merchant as Authorization: Bearer <key>; it must be a sandbox merchant key.',
-      );
-    return jsonPage(201, { key: added });
-  }
-
-  if (method === 'POST' && path === '/sandbox/orders') {
-    const key = bearerToken(req.headers.authorization);
-    if (key === null) return controlError(401, 'invalid_api_key', 'Missing API key: send Authorization: Bearer <key>.');
-    const body = parseJson(await readBody(req));
-    if (!isPlainObject(body)) return controlError(400, 'bad_request', 'The request body must be a JSON object.');
-    const outcome = seedOrder(deps.state, deps.lifecycle, key, body);
-    if (outcome.ok) return jsonPage(201, { data: outcome.order });
-    const status = { invalid_api_key: 401, validation_error: 422, duplicate_reference: 409 }[outcome.reason];
-    return controlError(status, outcome.reason, outcome.message);
-  }
-
-  const proof = /^\/sandbox\/proofs\/[^/]+\/(photo|signature)\.svg$/.exec(path);
-  if (method === 'GET' && proof) {
-    return {
-      status: 200,
-      contentType: 'image/svg+xml',
-      body: proofSvg(proof[1] === 'photo' ? 'Proof of delivery' : 'Signed: recipient'),
-    };
-  }
-  return controlError(404, 'not_found', 'Unknown sandbox route.');
-}
+// The tracking page
 
 /** The public, login-free tracking page the `tracking_link` points at. */
 function handleTrackingPage(deps: ServerDeps, method: string, path: string): Page {
@@ -349,59 +172,8 @@ function handleTrackingPage(deps: ServerDeps, method: string, path: string): Pag
   return { status: 200, contentType: 'text/html; charset=utf-8', body };
 }
 
-function proofSvg(text: string): string {
-  return `<svg xmlns="http://www.w3.org/2000/svg" width="320" height="120"><rect width="100%" height="100%" fill="#eee"/><text x="20" y="65" font-family="sans-serif" font-size="20">${escapeHtml(text)}</text></svg>`;
-}
-
-function escapeHtml(text: string): string {
-  return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
-}
-
 // ---------------------------------------------------------------------------
 // Plumbing
-
-/** Path segments, URL-decoded; null when a segment is not valid percent-encoding. */
-function splitPath(path: string): string[] | null {
-  const segments = path
-    .split('/')
-    .filter((s) => s !== '')
-    .map(decodeSegment);
-  return segments.every((s): s is string => s !== null) ? segments : null;
-}
-
-function isHttpUrl(text: string): boolean {
-  return URL.canParse(text) && ['http:', 'https:'].includes(new URL(text).protocol);
-}
-
-function decodeSegment(segment: string): string | null {
-  try {
-    return decodeURIComponent(segment);
-  } catch {
-    return null;
-  }
-}
-
-/** The whole request body as text, or 'too_large' past 1 MiB (the rest is discarded). */
-async function readBody(req: IncomingMessage): Promise<string | 'too_large'> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  let tooLarge = false;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_BODY_BYTES) tooLarge = true;
-    else chunks.push(chunk);
-  }
-  return tooLarge ? 'too_large' : Buffer.concat(chunks).toString('utf8');
-}
-
-function parseJson(body: string): unknown {
-  if (body === 'too_large') return undefined;
-  try {
-    return JSON.parse(body);
-  } catch {
-    return undefined;
-  }
-}
 
 function sendJson(res: ServerResponse, result: ApiResult, headers: Record<string, string>): void {
   if (res.destroyed) return;

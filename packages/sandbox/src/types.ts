@@ -222,8 +222,19 @@ export interface WebhookStats {
 export interface SandboxOptions {
   /** Default 0: any free port. */
   port?: number;
-  /** Default 127.0.0.1. */
+  /** Default 127.0.0.1. Any address beyond loopback needs a `controlToken`. */
   host?: string;
+  /**
+   * When set, every `/sandbox/*` control route but the public key and the proof images needs it, sent as the
+   * `Sandbox-Control-Token` header (16 characters or more). Required to listen beyond loopback.
+   */
+  controlToken?: string;
+  /**
+   * In production the control routes change nothing: every one that would (knobs, the webhook URL, advancing,
+   * releasing, reassigning, keys, seeded orders) and `/sandbox/info` (the merchant keys) answer 403, whatever the
+   * token. The host still changes it in process (setKnobs, setWebhookUrl …).
+   */
+  production?: boolean;
   platformId?: string;
   merchants?: SandboxMerchant[];
   webhookUrl?: string;

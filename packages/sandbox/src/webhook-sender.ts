@@ -2,4 +2,5 @@
 // without a sandbox around them.
 export { DEFAULT_KNOBS } from './knobs.js';
 export type { SandboxWebhookEvent } from './representations.js';
-export { loadSigningKeys, WebhookSender, type SigningKeys } from './webhooks.js';
+export { loadSigningKeys, type SigningKeys } from './signing.js';
+export { WebhookSender } from './webhooks.js';

@@ -6,14 +6,11 @@
 // delivery's history with what became of it, until the delivery has finished and
 // more than `historySize` others have finished after it.
 import { setMaxListeners } from 'node:events';
-import { createPrivateKey, createPublicKey, generateKeyPair, type KeyObject } from 'node:crypto';
-import { linkSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import path from 'node:path';
-import { promisify } from 'node:util';
+import type { KeyObject } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { SignJWT } from 'jose';
 import { Agent, request } from 'undici';
 import type { SandboxWebhookEvent } from './representations.js';
+import { signWebhook } from './signing.js';
 import type {
   SandboxKnobs,
   Selector,
@@ -25,51 +22,6 @@ import type {
 import { arrange, deriveSeed, matchesAny, pick, seededRandom, type ScriptedEvent } from './webhook-script.js';
 
 export const MAX_RETRIES = 5;
-/** The JWT outlives the slowest retry schedule a receiver could see. */
-const JWT_LIFETIME_S = 300;
-
-export interface SigningKeys {
-  privateKey: KeyObject;
-  publicKeyPem: string;
-}
-
-/** Imports the given PKCS8 PEM, or generates a fresh 2048-bit RSA pair for this run. */
-export async function loadSigningKeys(privateKeyPem?: string): Promise<SigningKeys> {
-  const privateKey = privateKeyPem
-    ? createPrivateKey({ key: privateKeyPem, format: 'pem' })
-    : (await promisify(generateKeyPair)('rsa', { modulusLength: 2048 })).privateKey;
-  if (privateKey.asymmetricKeyType !== 'rsa') throw new Error('the webhook signing key must be an RSA key');
-  const publicKeyPem = createPublicKey(privateKey).export({ type: 'spki', format: 'pem' }).toString();
-  return { privateKey, publicKeyPem };
-}
-
-/**
- * The PKCS#8 PEM private key kept in `file`, made (2048-bit RSA) and written the
- * first time: a sandbox restarted on the same file signs with the same key, so a
- * facade that verifies with its public key keeps accepting its webhooks.
- */
-export async function keptSigningKeyPem(file: string): Promise<string> {
-  try {
-    return readFileSync(file, 'utf8');
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
-  }
-  const { privateKey } = await promisify(generateKeyPair)('rsa', { modulusLength: 2048 });
-  const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
-  mkdirSync(path.dirname(file), { recursive: true });
-  // Written aside, then linked into place: two sandboxes starting at once agree on whichever link lands first.
-  const aside = `${file}.${process.pid}.tmp`;
-  writeFileSync(aside, pem, { mode: 0o600 });
-  try {
-    linkSync(aside, file);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'EEXIST') return readFileSync(file, 'utf8');
-    throw error;
-  } finally {
-    rmSync(aside, { force: true });
-  }
-  return pem;
-}
 
 /** How many finished deliveries' webhook histories are kept unless told otherwise: a few kB each. */
 export const DEFAULT_WEBHOOK_HISTORY_SIZE = 1_000;
@@ -589,12 +541,7 @@ export class WebhookSender {
   }
 
   private sign(event: SandboxWebhookEvent): Promise<string> {
-    return new SignJWT({ payload: event })
-      .setProtectedHeader({ alg: 'RS256', typ: 'JWT' })
-      .setIssuer(this.options.issuer)
-      .setIssuedAt()
-      .setExpirationTime(`${JWT_LIFETIME_S}s`)
-      .sign(this.signingKey ?? this.options.privateKey);
+    return signWebhook(event, this.options.issuer, this.signingKey ?? this.options.privateKey);
   }
 
   /** The key set by useKey, once the upstream has changed keys (the options' key until then). */

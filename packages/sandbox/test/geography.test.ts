@@ -5,7 +5,7 @@
 // once came back with San Francisco coordinates.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../src/index.js';
-import { haversineKm } from '../src/state.js';
+import { haversineKm } from '../src/geography.js';
 
 let sandbox: Sandbox;
 let key: string;
