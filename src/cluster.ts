@@ -56,8 +56,8 @@ export async function runPrimary(
     Object.assign(env, {
       UPSTREAM_URL: sandbox.url,
       PLATFORM_ID: sandbox.platformId,
-      WEBHOOK_PUBLIC_KEY_FILE: keyFile,
-      WEBHOOK_ISSUER: sandbox.issuer,
+      // WEBHOOKS=off: the workers poll the sandbox, which sends them nothing.
+      ...(config.webhooksOff ? {} : { WEBHOOK_PUBLIC_KEY_FILE: keyFile, WEBHOOK_ISSUER: sandbox.issuer }),
     });
   }
 
@@ -74,7 +74,7 @@ export async function runPrimary(
       listening.add(worker.id);
       if (listening.size < config.workers) return;
       announced = true;
-      sandbox?.setWebhookUrl(message.webhookUrl);
+      if (!config.webhooksOff) sandbox?.setWebhookUrl(message.webhookUrl);
       banner(message, sandbox);
       logger.info({ workers: config.workers }, 'workers listening');
     });
