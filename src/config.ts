@@ -552,7 +552,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'KEYLESS_TOTAL_WORK_MS_PER_MINUTE',
-    help: 'the same work for every caller without an accepted key together, per minute, in this process: the most of it they can take whatever their number of addresses (0: no limit)',
+    help: 'the same work for every caller without an accepted key together, per minute, in this process: the most of it they can take whatever their number of addresses; a key nobody has judged yet is neither charged to it nor refused by it (0: no limit)',
     default: '3000',
   },
   {

@@ -6,7 +6,7 @@
 // request and hands it to the same pipeline.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ExecutionResult, GraphQLError } from 'graphql';
-import { readCaller, trustOf, type Caller } from '../access/caller.js';
+import { readCaller, trustOf, type Caller, type Trust } from '../access/caller.js';
 import { KEYLESS_LIMITED, keylessWorkUnits, type RequestLimits } from '../access/rate-limit.js';
 import { clientAddress } from '../observability/client-address.js';
 import { noteErrorCodes, requestInfoOf } from '../observability/request.js';
@@ -202,6 +202,30 @@ const JUDGE_KEY_MS = 3_000;
  */
 const REFUSAL_PAUSE_MS = 500;
 
+/**
+ * The 429 for an address over its keyless budgets, after a pause: a client that loops on its refusals then sends two a
+ * second a connection. Nothing of the request is read.
+ */
+function refuseKeyless(req: IncomingMessage, res: ServerResponse, wait: number): void {
+  const errors = [{ message: KEYLESS_LIMITED, extensions: { code: 'RATE_LIMITED', retryAfterSeconds: wait } }];
+  noteErrorCodes(requestInfoOf(req), errors);
+  const text = JSON.stringify({ errors });
+  const refuse = () => {
+    if (res.destroyed) return;
+    res.setHeader('connection', 'close');
+    res
+      .writeHead(429, {
+        'content-type': 'application/json; charset=utf-8',
+        'retry-after': String(wait),
+        'content-length': Buffer.byteLength(text),
+      })
+      .end(text);
+    req.resume();
+  };
+  const paused = setTimeout(refuse, REFUSAL_PAUSE_MS);
+  res.once('close', () => clearTimeout(paused));
+}
+
 export function createGraphQLHttpHandler(
   { yoga, pipeline, clientTokens, limits, upstream, trustProxyHops }: GraphQLHttpParts,
   options: GraphQLHttpOptions,
@@ -346,33 +370,31 @@ export function createGraphQLHttpHandler(
     // Trust, as the pipeline decides it: anything but a client token this server made or a key the upstream accepted
     // (no Authorization, one that is not a Bearer credential, a refused or made-up key) is held to keyless bounds.
     const trust = trustOf(caller, limits.keys);
+    if (trust === 'earned') return serve(req, res, caller, trust, '');
     // Only budgets without an accepted key are kept per address.
-    const address = trust === 'earned' ? '' : clientAddress(req, trustProxyHops);
-    if (trust !== 'earned') {
-      // An address whose requests without an accepted credential cost or were refused too much this minute gets nothing
-      // read.
-      const wait = limits.keylessWait(address);
-      if (wait > 0) {
-        const errors = [{ message: KEYLESS_LIMITED, extensions: { code: 'RATE_LIMITED', retryAfterSeconds: wait } }];
-        noteErrorCodes(requestInfoOf(req), errors);
-        const text = JSON.stringify({ errors });
-        const refuse = () => {
-          if (res.destroyed) return;
-          res.setHeader('connection', 'close');
-          res
-            .writeHead(429, {
-              'content-type': 'application/json; charset=utf-8',
-              'retry-after': String(wait),
-              'content-length': Buffer.byteLength(text),
-            })
-            .end(text);
-          req.resume();
-        };
-        const paused = setTimeout(refuse, REFUSAL_PAUSE_MS);
-        res.once('close', () => clearTimeout(paused));
-        return;
-      }
-    }
+    const address = clientAddress(req, trustProxyHops);
+    // An address whose requests without an accepted credential cost or were refused too much this minute gets nothing
+    // read.
+    const wait = limits.keylessWait(address);
+    if (wait === 0) return serve(req, res, caller, trust, address);
+    if (trust !== 'trying' || caller.kind !== 'merchant') return refuseKeyless(req, res, wait);
+    // A key nobody has judged yet is not refused for what other callers spent, nor before the upstream has judged it
+    // (the try is one of its address's AUTH_FAILURES_PER_MINUTE).
+    void raiseForKey(caller.key, address, req)().then(
+      () => {
+        const now = trustOf(caller, limits.keys);
+        if (now === 'earned') return serve(req, res, caller, now, '');
+        const own = limits.keylessWait(address, now);
+        if (own > 0) return refuseKeyless(req, res, own);
+        serve(req, res, caller, now, address);
+      },
+      () => refuseKeyless(req, res, wait),
+    );
+  };
+
+  /** Reads the request (a body within what its trust allows) and runs it. */
+  const serve = (req: IncomingMessage, res: ServerResponse, caller: Caller, trust: Trust, address: string): void => {
+    if (res.destroyed) return;
     // Streams go through viaYoga, whose writes limitEventStream can watch.
     const stream = asksForEventStream(req);
     // Yoga reads the bodies of the rest itself, up to GRAPHQL_MAX_BODY_BYTES: only for a caller who earned that.
@@ -382,7 +404,7 @@ export function createGraphQLHttpHandler(
     readBody(req, trust === 'earned' ? options.maxBodyBytes : keylessBodyBytes, raise)
       .then(async (body) => {
         // The bytes read are work too (the operation's own is charged by the pipeline).
-        if (trust !== 'earned') limits.chargeKeylessWork(address, keylessWorkUnits(0, body.length));
+        if (trust !== 'earned') limits.chargeKeylessWork(address, keylessWorkUnits(0, body.length), trust);
         if (stream || options.direct === false || !isPlainJsonPost(req) || !(await direct(req, res, body, caller)))
           await viaYoga(req, res, body);
       })
