@@ -9,7 +9,7 @@ import type { ExecutionResult, GraphQLError } from 'graphql';
 import { readCaller, trustOf, type Caller, type Trust } from '../access/caller.js';
 import { KEYLESS_LIMITED, keylessWorkUnits, type RequestLimits } from '../access/rate-limit.js';
 import { clientAddress } from '../observability/client-address.js';
-import { noteErrorCodes, requestInfoOf } from '../observability/request.js';
+import { noteErrorCodes, requestInfoOf, type RequestInfo } from '../observability/request.js';
 import type { ClientTokens } from '../access/client-tokens.js';
 import { responseTooLarge, textOver } from '../pipeline/guards/response-size.js';
 import { namesPersistedQuery } from '../pipeline/persisted-operations.js';
@@ -56,10 +56,27 @@ function limitEventStream(res: ServerResponse, maxBytes: number): void {
         extensions: { code: 'SUBSCRIBER_TOO_SLOW' },
       };
       write(`event: next\ndata: ${JSON.stringify({ errors: [error] })}\n\nevent: complete\ndata:\n\n`);
+      const info = requestInfoOf(res.req);
+      noteErrorCodes(info, [error]);
+      if (info) info.result = 'error';
       res.end();
     }
     return ok;
   }) as ServerResponse['write'];
+}
+
+const ERRORS_MARK = Buffer.from('"errors":[');
+
+/** The codes of the errors in a chunk of a stream of server-sent events, for its access-log line. */
+function noteStreamErrors(info: RequestInfo, chunk: Uint8Array): void {
+  const bytes = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  const at = bytes.indexOf(ERRORS_MARK);
+  if (at < 0) return;
+  const codes = bytes.toString('utf8', at).matchAll(/"code":"([A-Z_]+)"/g);
+  noteErrorCodes(
+    info,
+    [...codes].map((match) => ({ extensions: { code: match[1] } })),
+  );
 }
 
 function asksForEventStream(req: IncomingMessage): boolean {
@@ -265,8 +282,8 @@ export function createGraphQLHttpHandler(
     );
     const outgoing: Record<string, string> = {};
     response.headers.forEach((value, name) => (outgoing[name] = value));
-    if (/^text\/event-stream/i.test(response.headers.get('content-type') ?? ''))
-      limitEventStream(res, options.maxSseBufferedBytes);
+    const events = /^text\/event-stream/i.test(response.headers.get('content-type') ?? '');
+    if (events) limitEventStream(res, options.maxSseBufferedBytes);
     res.writeHead(response.status, outgoing);
     if (!response.body) return void res.end();
     // Streams (SSE subscriptions) are passed on as they come (bounded by limitEventStream).
@@ -281,11 +298,18 @@ export function createGraphQLHttpHandler(
         .then(() => stream.cancel())
         .catch(() => reader.cancel())
         .catch(() => undefined);
+    const info = events ? requestInfoOf(req) : undefined;
+    // Before the access log's own 'close' listener: a stream the server has not ended was closed by the client.
+    if (info) res.prependOnceListener('close', () => (info.result ??= 'closed'));
     if (res.destroyed) cancel();
     else res.on('close', cancel);
     while (!res.writableEnded && !res.destroyed) {
       const { done, value } = await reader.read();
-      if (done) break;
+      if (done) {
+        if (info) info.result ??= 'complete';
+        break;
+      }
+      if (info) noteStreamErrors(info, value);
       res.write(value);
     }
     if (!res.writableEnded) res.end();
