@@ -243,6 +243,44 @@ function refuseKeyless(req: IncomingMessage, res: ServerResponse, wait: number):
   res.once('close', () => clearTimeout(paused));
 }
 
+/**
+ * Passes a response's body on as it comes: streams (SSE subscriptions) bounded by limitEventStream; an event stream's
+ * end (and the codes of its errors) noted for the access log.
+ */
+async function passBody(
+  req: IncomingMessage,
+  res: ServerResponse,
+  stream: ReadableStream<Uint8Array>,
+  events: boolean,
+): Promise<void> {
+  const reader = stream.getReader();
+  // Cancelling ends the subscription and gives back its slots (src/access/subscription-slots.ts). The stream is
+  // cancelled itself: yoga's (a Node stream inside) cancels a reader only after its pending read, which waits
+  // for the next ping (12 s). Where a locked stream cannot be, the reader is. A client gone while the
+  // subscription started has closed already: its 'close' will not come again.
+  const cancel = () =>
+    void Promise.resolve()
+      .then(() => stream.cancel())
+      .catch(() => reader.cancel())
+      .catch(() => undefined);
+  const info = events ? requestInfoOf(req) : undefined;
+  // Before the access log's own 'close' listener: a stream the server has not ended was closed by the client.
+  if (info) res.prependOnceListener('close', () => (info.result ??= 'closed'));
+  if (res.destroyed) cancel();
+  else res.on('close', cancel);
+  while (!res.writableEnded && !res.destroyed) {
+    const { done, value } = await reader.read();
+    if (done) {
+      if (info) info.result ??= 'complete';
+      break;
+    }
+    if (info) noteStreamErrors(info, value);
+    res.write(value);
+  }
+  if (!res.writableEnded) res.end();
+  else void reader.cancel().catch(() => undefined);
+}
+
 export function createGraphQLHttpHandler(
   { yoga, pipeline, clientTokens, limits, upstream, trustProxyHops }: GraphQLHttpParts,
   options: GraphQLHttpOptions,
@@ -286,34 +324,7 @@ export function createGraphQLHttpHandler(
     if (events) limitEventStream(res, options.maxSseBufferedBytes);
     res.writeHead(response.status, outgoing);
     if (!response.body) return void res.end();
-    // Streams (SSE subscriptions) are passed on as they come (bounded by limitEventStream).
-    const stream = response.body;
-    const reader = stream.getReader();
-    // Cancelling ends the subscription and gives back its slots (src/access/subscription-slots.ts). The stream is
-    // cancelled itself: yoga's (a Node stream inside) cancels a reader only after its pending read, which waits
-    // for the next ping (12 s). Where a locked stream cannot be, the reader is. A client gone while the
-    // subscription started has closed already: its 'close' will not come again.
-    const cancel = () =>
-      void Promise.resolve()
-        .then(() => stream.cancel())
-        .catch(() => reader.cancel())
-        .catch(() => undefined);
-    const info = events ? requestInfoOf(req) : undefined;
-    // Before the access log's own 'close' listener: a stream the server has not ended was closed by the client.
-    if (info) res.prependOnceListener('close', () => (info.result ??= 'closed'));
-    if (res.destroyed) cancel();
-    else res.on('close', cancel);
-    while (!res.writableEnded && !res.destroyed) {
-      const { done, value } = await reader.read();
-      if (done) {
-        if (info) info.result ??= 'complete';
-        break;
-      }
-      if (info) noteStreamErrors(info, value);
-      res.write(value);
-    }
-    if (!res.writableEnded) res.end();
-    else void reader.cancel().catch(() => undefined);
+    await passBody(req, res, response.body, events);
   };
 
   /**
