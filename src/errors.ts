@@ -121,7 +121,7 @@ export const ERROR_CODES = {
   CANCEL_REFUSED: {
     surface: 'result',
     meaning:
-      'The upstream refused to cancel this delivery with a 4xx the table above does not name (400, 403, 410, 422, …, e.g. already_canceled): its answer about the delivery, not a fault. upstream holds its status, its code (upstream.error) and its message; nothing was canceled by this call. A 401 stays UNAUTHENTICATED, a 404 NOT_FOUND, a 409 or not_cancelable NOT_CANCELABLE, a 408 UPSTREAM_ERROR and a 429 UPSTREAM_UNAVAILABLE.',
+      'The upstream refused to cancel this delivery with a 4xx of its own (already_canceled, a 403, a 422, …): its answer about the delivery, not a fault. upstream holds its status, its code (upstream.error) and its message; nothing was canceled by this call. Still typed as before: UNAUTHENTICATED for its 401; NOT_FOUND for its 404; NOT_CANCELABLE for its 409 or not_cancelable; UPSTREAM_ERROR for its 408 and UPSTREAM_UNAVAILABLE for its 429.',
   },
   IDEMPOTENCY_CONFLICT: { surface: 'result', meaning: 'The idempotency key was used before with different input.' },
   KEY_LINK_REFUSED: {
