@@ -220,7 +220,8 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     trackingPage,
     directHttpPath: options.directHttpPath ?? true,
   });
-  sandbox?.setWebhookUrl(http.webhookUrl);
+  // With WEBHOOKS=off the sandbox sends none: the facade polls it, as it would an upstream with no URL on file.
+  sandbox?.setWebhookUrl(receiver ? http.webhookUrl : undefined);
 
   // Graceful stop: readiness fails first so a load balancer drains us, then the
   // front door closes (see FrontDoor.close); then the rest, newest first.

@@ -3,6 +3,7 @@
 import {
   DeliveryGraphError,
   BookingOutcomeUnknownError,
+  CancelRefusedError,
   IdempotencyConflictError,
   KeyLinkRefusedError,
   NotCancelableError,
@@ -77,6 +78,21 @@ builder.objectType(NotCancelableError, {
   description: 'The upstream refused to cancel: the delivery is past pickup or already finished.',
   interfaces: [ErrorInterface],
   isTypeOf: (value) => value instanceof NotCancelableError,
+});
+
+builder.objectType(CancelRefusedError, {
+  name: 'CancelRefusedError',
+  description:
+    'The upstream refused to cancel this delivery with an answer of its own (e.g. already_canceled, a 403, a 422): its status, code and message are in upstream. Nothing was canceled by this call. (not_cancelable and 409 are NotCancelableError; 404 NotFoundError.)',
+  interfaces: [ErrorInterface],
+  isTypeOf: (value) => value instanceof CancelRefusedError,
+  fields: (t) => ({
+    upstream: t.field({
+      type: UpstreamRefusalRef,
+      description: "The delivery service's status, error code (e.g. already_canceled) and message.",
+      resolve: (error) => error.upstream!,
+    }),
+  }),
 });
 
 builder.objectType(IdempotencyConflictError, {

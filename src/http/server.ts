@@ -212,6 +212,7 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
             : {}),
           // A GraphQL refusal is often HTTP 200: its codes say what the status does not.
           ...(info.errorCodes ? { errorCodes: info.errorCodes } : {}),
+          ...(info.result ? { result: info.result } : {}),
           ...(res.writableFinished ? {} : { aborted: true }),
         },
         'request',
@@ -344,6 +345,7 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
       limits: options.limits,
       upstream: options.upstream,
       trustProxyHops: config.server.trustProxyHops,
+      logger,
     },
     { maxSubscriptions: config.realtime.maxSubscriptionsPerSocket, allowOrigin: cors.allows },
   );
