@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildSchema, type GraphQLInterfaceType } from 'graphql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEMO_MERCHANTS } from '../../src/sandbox/index.js';
+import { DEMO_MERCHANTS } from '@delivery-graph/sandbox';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 
 const root = new URL('../..', import.meta.url).pathname;
