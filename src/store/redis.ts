@@ -5,7 +5,8 @@
 //   delivery:<uid>             hash: rank, terminal, seq, pickedUp (the milestone state), courier and
 //                              formers (JSON, see courierJson), delivery, location (seq of the
 //                              latest non-stale event of each kind), and the delivery's view as
-//                              fields "v:<key>" (JSON values, src/domain/delivery-view.ts)
+//                              fields "v:<key>" (JSON values, src/domain/delivery-view.ts); a read before
+//                              any event leaves the view alone, with the retention as its TTL
 //   delivery:<uid>:events      sorted set of the delivery's seqs (eventsAfter with uids)
 //   delivery:<uid>:dedup       hash "<sha256 of canonical payload> <event name>" → "<seq> <append token>"
 //   idem:<owner>:<key>         hash: fingerprint, state (pending|done|unknown), uid, trackingUrl, updatedAt, token, owner
@@ -35,7 +36,7 @@ import { connectRedis, logConnection, redisFailure, type RedisConnection } from 
 import type { Logger } from '../logger.js';
 import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
 import { DELIVERED_RANK, factsOf, NOT_DELIVERED_RANK } from '../domain/milestones.js';
-import { moverFields, viewFields } from '../domain/delivery-view.js';
+import { moverFields, viewBody, viewFields, type StoredView } from '../domain/delivery-view.js';
 import { TRIM_BATCH, TrimSchedule, trimIntervalMs, yieldToEventLoop, type Retention } from './retention.js';
 import {
   PartialAppendError,
@@ -81,7 +82,13 @@ declare module 'ioredis' {
     dgAppend(
       ...args: string[]
     ): Result<Array<[0, string, number, string] | [1 | 2, StreamEntry] | [-1, string]>, Context>;
-    dgMergeRead(delivery: string, basis: string, ...fields: string[]): Result<number, Context>;
+    dgMergeRead(
+      delivery: string,
+      events: string,
+      basis: string,
+      ttlMs: string,
+      ...fields: string[]
+    ): Result<number, Context>;
     dgLatest(delivery: string, log: string, kind: string): Result<StreamEntry | null, Context>;
     dgEventsOf(...args: string[]): Result<StreamEntry[], Context>;
     dgClaim(
@@ -342,6 +349,8 @@ local function append(state, events, dedup, a)
   redis.call('XADD', KEYS[2], seq .. '-0', unpack(fields))
   redis.call('HSET', dedup, arg(1), seq .. ' ' .. arg(2))
   redis.call('ZADD', events, seq, seq)
+  -- Kept by a read before any event, it lives by its events from now on (FORGET).
+  redis.call('PERSIST', state)
   return {0, seq, mark, carried}
 end
 local results = {}
@@ -355,19 +364,24 @@ end
 return results
 `;
 
-/** Merges a read into a delivery's view (Store.recordRead), as mergeRead on SQLite's writer thread does. */
+/**
+ * Merges a read into a delivery's view (Store.recordRead), as mergeRead on SQLite's writer thread does. Before any state
+ * the read overwrites, and the hash lives by the retention until an event is stored for it (APPEND persists it).
+ */
 const MERGE_READ = `
--- KEYS: 1 delivery hash; ARGV: 1 the read's basis, then view fields as key, JSON value
+-- KEYS: 1 delivery hash, 2 delivery events; ARGV: 1 the read's basis, 2 time to live (ms; '' for ever), then view
+-- fields as key, JSON value
 local seq = redis.call('HGET', KEYS[1], 'seq')
-if not redis.call('HGET', KEYS[1], 'rank') then return 0 end
-local overwrite = (tonumber(seq) or 0) <= tonumber(ARGV[1])
-for i = 2, #ARGV, 2 do
+local stated = redis.call('HEXISTS', KEYS[1], 'rank') == 1
+local overwrite = not stated or (tonumber(seq) or 0) <= tonumber(ARGV[1])
+for i = 3, #ARGV, 2 do
   if overwrite then
     redis.call('HSET', KEYS[1], 'v:' .. ARGV[i], ARGV[i + 1])
   else
     redis.call('HSETNX', KEYS[1], 'v:' .. ARGV[i], ARGV[i + 1])
   end
 end
+if not stated and ARGV[2] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 1
 `;
 
@@ -869,7 +883,7 @@ export class RedisStore implements Store {
       new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
     defineAppend(client);
     client.defineCommand('dgLatest', { numberOfKeys: 2, lua: LATEST });
-    client.defineCommand('dgMergeRead', { numberOfKeys: 1, lua: MERGE_READ });
+    client.defineCommand('dgMergeRead', { numberOfKeys: 2, lua: MERGE_READ });
     client.defineCommand('dgEventsOf', { lua: EVENTS_OF });
     client.defineCommand('dgClaim', { numberOfKeys: 3, lua: CLAIM });
     client.defineCommand('dgUnknown', { numberOfKeys: 2, lua: UNKNOWN });
@@ -1121,18 +1135,18 @@ export class RedisStore implements Store {
   async deliveryView(uid: string): Promise<JsonObject | undefined> {
     const hash = await this.client.hgetall(this.#delivery(uid).state);
     if (hash.rank === undefined) return undefined;
-    const view: JsonObject = { uid };
-    for (const [field, json] of Object.entries(hash))
-      if (field.startsWith('v:')) view[field.slice(2)] = JSON.parse(json) as unknown;
-    return view;
+    const view: StoredView = {};
+    for (const [field, json] of Object.entries(hash)) if (field.startsWith('v:')) view[field.slice(2)] = json;
+    return viewBody(uid, view);
   }
 
   async recordRead({ uid, body, basis }: ReadRecord): Promise<void> {
     const fields = viewFields(body);
-    const state = this.#delivery(uid).state;
+    const { state, events } = this.#delivery(uid);
+    const ttl = this.#retention ? String(this.#retention.eventRetentionMs) : '';
     const [, [, terminal], [, record]] = (await this.client
       .pipeline()
-      .dgMergeRead(state, String(basis), ...(fields.length > 0 ? fields.flat() : []))
+      .dgMergeRead(state, events, String(basis), ttl, ...(fields.length > 0 ? fields.flat() : []))
       .hget(state, 'terminal')
       .get(this.#owner(uid))
       .exec())! as [unknown, [unknown, string | null], [unknown, string | null]];

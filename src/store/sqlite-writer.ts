@@ -242,6 +242,9 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
       'INSERT INTO delivery_state (uid, rank, terminal, seq, courier, former_couriers, picked_up, view) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET rank = excluded.rank, terminal = excluded.terminal, seq = excluded.seq, courier = excluded.courier, former_couriers = excluded.former_couriers, picked_up = excluded.picked_up, view = excluded.view',
     ),
     putView: db.prepare('UPDATE delivery_state SET view = ? WHERE uid = ?'),
+    getReadView: db.prepare<[string], { view: string }>('SELECT view FROM read_views WHERE uid = ?'),
+    putReadView: db.prepare('INSERT OR REPLACE INTO read_views (uid, view, read_at) VALUES (?, ?, ?)'),
+    dropReadView: db.prepare('DELETE FROM read_views WHERE uid = ?'),
     getMeta: db.prepare<[string], { value: Buffer }>('SELECT value FROM meta WHERE name = ?'),
     putMetaOnce: db.prepare('INSERT OR IGNORE INTO meta (name, value) VALUES (?, ?)'),
     ping: db.prepare(
@@ -255,6 +258,9 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     // A delivery's state goes with its last event.
     forgetState: db.prepare(
       'DELETE FROM delivery_state WHERE uid = ? AND NOT EXISTS (SELECT 1 FROM events WHERE uid = ?)',
+    ),
+    trimReadViews: db.prepare(
+      'DELETE FROM read_views WHERE rowid IN (SELECT rowid FROM read_views WHERE read_at < ? LIMIT ?)',
     ),
     trimOwners: db.prepare(
       'DELETE FROM ownership WHERE rowid IN (SELECT rowid FROM ownership WHERE created_at < ? LIMIT ?)',
@@ -287,6 +293,9 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     );
   };
 
+  /** What reads showed of a delivery before it had a state: the view its first event is merged over. */
+  const readView = (uid: string) => JSON.parse(s.getReadView.get(uid)?.view ?? '{}') as StoredView;
+
   const idemExpired = (state: string, updatedAt: number, now: number) => {
     const age = now - updatedAt;
     return age > retention!.idempotencyRetentionMs && (state !== 'pending' || age > PENDING_EXPIRY_MS);
@@ -310,7 +319,7 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     if (next) {
       const own = viewFields(payload as unknown as JsonObject);
       const mover = moverFields(payload.event_name, statusText);
-      view = mergeView(viewOf(row), own, !step.stale, step.moved ? mover : undefined);
+      view = mergeView(row ? viewOf(row) : readView(payload.uid), own, !step.stale, step.moved ? mover : undefined);
       const over = carriedOver(view, own, mover);
       if (over) carried = JSON.stringify(over);
     }
@@ -340,6 +349,7 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
         next.pickedUp ? 1 : 0,
         JSON.stringify(view),
       );
+      if (!row) s.dropReadView.run(payload.uid);
     }
     return { duplicate: false, seq, mark: markOf(step), statusText, carried };
   };
@@ -370,10 +380,12 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
       });
     },
 
-    // A read newer than the state overwrites; one older than the state's last move only fills.
-    mergeRead: (_now, { uid, body, basis }) => {
+    // A read newer than the state overwrites; one older than the state's last move only fills. Before any state, the
+    // read is kept apart (a later read overwrites it) for the first event to be merged over.
+    mergeRead: (now, { uid, body, basis }) => {
       const row = s.getState.get(uid);
-      if (!row) return;
+      if (!row)
+        return void s.putReadView.run(uid, JSON.stringify(mergeView(readView(uid), viewFields(body), true)), now);
       const view = mergeView(viewOf(row), viewFields(body), row.seq <= basis);
       const json = JSON.stringify(view);
       if (json !== row.view) s.putView.run(json, uid);
@@ -489,13 +501,14 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
         return true;
       }
       if (phase === 'records') {
-        const [owners, idem] = db
+        const [owners, idem, reads] = db
           .transaction(() => [
             s.trimOwners.run(now - retention!.eventRetentionMs, TRIM_BATCH).changes,
             s.trimIdem.run(now - retention!.idempotencyRetentionMs, now - PENDING_EXPIRY_MS, TRIM_BATCH).changes,
+            s.trimReadViews.run(now - retention!.eventRetentionMs, TRIM_BATCH).changes,
           ])
           .immediate();
-        return owners! >= TRIM_BATCH || idem! >= TRIM_BATCH;
+        return owners! >= TRIM_BATCH || idem! >= TRIM_BATCH || reads! >= TRIM_BATCH;
       }
       // Freed pages beyond what the next inserts will want go back to the file system, a step at a time.
       if (db.pragma('auto_vacuum', { simple: true }) !== INCREMENTAL_VACUUM) return false;

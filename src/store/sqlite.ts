@@ -365,6 +365,8 @@ export class SqliteStore implements Store {
         picked_up INTEGER,
         view TEXT
       );
+      -- A read of a delivery that has no state yet, kept for its first event to be merged over (delivery-view.ts).
+      CREATE TABLE IF NOT EXISTS read_views (uid TEXT PRIMARY KEY, view TEXT NOT NULL, read_at INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS ownership (
         uid TEXT PRIMARY KEY,
         owner_hash TEXT NOT NULL,
@@ -384,6 +386,7 @@ export class SqliteStore implements Store {
       -- A webhook's booking marker finds its claim.
       CREATE INDEX IF NOT EXISTS idempotency_by_marker ON idempotency (marker);
       CREATE INDEX IF NOT EXISTS ownership_by_time ON ownership (created_at);
+      CREATE INDEX IF NOT EXISTS read_views_by_time ON read_views (read_at);
       -- Reconciliation pages through each owner's recent records (unfinishedDeliveries).
       CREATE INDEX IF NOT EXISTS ownership_by_owner ON ownership (owner_hash, created_at, uid);
       -- Whether ids are linked to a merchant (its history: linkMerchant), and which (mergeMerchant).

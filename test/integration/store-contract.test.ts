@@ -506,13 +506,14 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
   test("keeps each delivery's view: merged over events and reads, never erased, filled only by a stale event; each event keeps what was carried over", async () => {
     fresh();
     const uid = 'view';
-    // No state yet: a read has nothing to be kept by.
+    // No state yet: the read is kept apart (a later one overwrites it), and the first event is merged over it.
+    await store.recordRead({ uid, body: { uid, tracking_link: 'https://t.example/first', weight: 2 }, basis: 0 });
     await store.recordRead({ uid, body: { uid, tracking_link: 'https://t.example/early' }, basis: 0 });
     expect(await store.deliveryView(uid)).toBeUndefined();
     const [created] = await store.appendEvents([
-      event(uid, 'delivery.created', { price: { value: 10, currency: 'USD' }, driver_name: null }),
+      event(uid, 'delivery.created', { price: { value: 10, currency: 'USD' }, driver_name: null, weight: 2.5 }),
     ]);
-    expect(created!.event.carried).toBeUndefined();
+    expect(created!.event.carried).toEqual({ tracking_link: 'https://t.example/early' });
     // A read newer than the state overwrites; what only reads carry comes with it; its datetime is kept as
     // scheduled_at.
     await store.recordRead({
@@ -532,6 +533,7 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       uid,
       event_name: 'delivery.created',
       status: 'created',
+      weight: 2.5,
       price: { value: 12, currency: 'USD' },
       tracking_link: 'https://t.example/1',
       delivery_style: 'STANDARD',
@@ -552,8 +554,11 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     ]);
     expect(results.map((r) => r.event.stale)).toEqual([false, false, true, false]);
     const [, arrived, late, complete] = results.map((r) => r.event);
+    // Each member of a documented object is a field of its own.
     expect(complete!.carried).toEqual({
-      price: { value: 12, currency: 'USD' },
+      'price.value': 12,
+      'price.currency': 'USD',
+      weight: 2.5,
       tracking_link: 'https://t.example/1',
       delivery_style: 'STANDARD',
       delivery_date: '2030-05-01',
@@ -566,12 +571,12 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     expect(late!.carried).toMatchObject({
       event_name: 'delivery.dropoff_arrived',
       status: 'dropoff_arrived',
-      price: { value: 12, currency: 'USD' },
+      'price.value': 12,
     });
     expect(arrived!.carried).not.toHaveProperty('dropoff_verification_image_url');
     // Read back from the log as it was answered.
     expect((await store.eventsAfter(0, 10, { uids: [uid] })).map((e) => e.carried)).toEqual([
-      undefined,
+      created!.event.carried,
       ...results.map((r) => r.event.carried),
     ]);
     // As the GraphQL Delivery of the completing message sees it.
@@ -586,13 +591,61 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       price: { amount: '12.00', currency: 'USD' },
       courier: { name: 'Ana Costa' },
     });
-    expect(fromDeliveryView(knownAfter(late!)).status).toBe('DROPOFF_ARRIVED');
+    expect(fromDeliveryView(knownAfter(late!))).toMatchObject({
+      status: 'DROPOFF_ARRIVED',
+      price: { amount: '12.00', currency: 'USD' },
+    });
     // A read older than the state's last move only fills.
-    await store.recordRead({ uid, body: { uid, tracking_link: 'https://t.example/old', weight: 3 }, basis: 0 });
+    await store.recordRead({ uid, body: { uid, tracking_link: 'https://t.example/old', items_count: 3 }, basis: 0 });
     expect(await store.deliveryView(uid)).toMatchObject({
       tracking_link: 'https://t.example/1',
-      weight: 3,
+      items_count: 3,
       event_name: 'delivery.dropoff_complete',
+    });
+  });
+
+  test('merges the documented objects member by member: a null or absent member never erases a known one; half a position is none', async () => {
+    fresh();
+    const uid = 'members';
+    const position = { lat: 40.7, lng: -73.9 };
+    await store.recordRead({
+      uid,
+      body: {
+        uid,
+        price: { value: 12.5, currency: 'USD' },
+        pickup_address: { street: 'Main St', city: 'Springfield', latitude: 1.5 },
+        expected_cancellation_fee: { amount: '1.00', currency: 'USD' },
+      },
+      basis: 0,
+    });
+    const results = await store.appendEvents([
+      // "null until pricing settles": no value, so the price read stays; the address is merged into.
+      event(uid, 'delivery.assigned', {
+        price: { value: null, currency: 'USD' },
+        pickup_address: { street: 'Main Street', city: null },
+        driver_location: position,
+      }),
+      // A value without a currency keeps the currency known; half a position keeps the whole one known.
+      event(uid, 'delivery.pickup_enroute', { price: { value: 20 }, driver_location: { lat: 41, lng: null } }),
+    ]);
+    const [assigned, enroute] = results.map((result) => result.event);
+    expect(fromDeliveryView(knownAfter(assigned!))).toMatchObject({
+      price: { amount: '12.50', currency: 'USD' },
+      pickup: { address: { street: 'Main Street', city: 'Springfield', latitude: 1.5 } },
+      expectedCancellationFee: { amount: '1.00', currency: 'USD' },
+    });
+    expect(fromDeliveryView(knownAfter(enroute!))).toMatchObject({
+      price: { amount: '20.00', currency: 'USD' },
+      courier: { location: position },
+    });
+    expect(await store.deliveryView(uid)).toEqual({
+      uid,
+      event_name: 'delivery.pickup_enroute',
+      status: 'pickup_enroute',
+      price: { value: 20, currency: 'USD' },
+      pickup_address: { street: 'Main Street', city: 'Springfield', latitude: 1.5 },
+      expected_cancellation_fee: { amount: '1.00', currency: 'USD' },
+      driver_location: position,
     });
   });
 
@@ -1475,6 +1528,8 @@ describe.skipIf(!withRedis)('RedisStore against SqliteStore', () => {
       { tracking_link: 'a' },
       { tracking_link: 'b', price: { value: 1 } },
       { price: null },
+      { price: { value: null, currency: 'EUR' }, pickup_address: { street: 's', city: null } },
+      { pickup_address: { city: 'c' }, dimensions: { height: 1, 'odd member': 2 } },
       { dropoff_verification_image_url: 'p', 'odd key': 1 },
     ),
   });
@@ -1518,7 +1573,13 @@ describe.skipIf(!withRedis)('RedisStore against SqliteStore', () => {
               if (read) {
                 const record = {
                   uid: read.uid,
-                  body: { uid: read.uid, tracking_link: read.tracking, delivery_date: '2030-05-01T10:00:00Z' },
+                  body: {
+                    uid: read.uid,
+                    tracking_link: read.tracking,
+                    delivery_date: '2030-05-01T10:00:00Z',
+                    price: { value: 3, currency: 'USD' },
+                    pickup_address: { street: read.tracking, country: 'US' },
+                  },
                   basis: read.basis,
                 };
                 await Promise.all([redis.recordRead(record), sqlite.recordRead(record)]);
