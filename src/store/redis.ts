@@ -37,7 +37,14 @@ import type { Logger } from '../logger.js';
 import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
 import { DELIVERED_RANK, factsOf, NOT_DELIVERED_RANK } from '../domain/milestones.js';
 import { moverFields, viewBody, viewFields, type StoredView } from '../domain/delivery-view.js';
-import { TRIM_BATCH, TrimSchedule, trimIntervalMs, yieldToEventLoop, type Retention } from './retention.js';
+import {
+  TRIM_BATCH,
+  TrimSchedule,
+  proofRefreshMs,
+  trimIntervalMs,
+  yieldToEventLoop,
+  type Retention,
+} from './retention.js';
 import {
   PartialAppendError,
   PENDING_EXPIRY_MS,
@@ -82,6 +89,7 @@ declare module 'ioredis' {
     dgAppend(
       ...args: string[]
     ): Result<Array<[0, string, number, string] | [1 | 2, StreamEntry] | [-1, string]>, Context>;
+    dgProve(owner: string, ttlMs: string, stepMs: string, prefix: string): Result<number, Context>;
     dgMergeRead(
       delivery: string,
       events: string,
@@ -434,6 +442,28 @@ local function drop_claim(key)
 end
 `;
 
+/**
+ * An owner record proved again (an event of its delivery, or its own merchant's proof): its retention starts anew, and
+ * its merchant's unfinished set and history live at least as long.
+ */
+const PROVE_RECORD = `${HISTORY}
+local function prove(record, unfinished, history, ttl)
+  redis.call('PEXPIRE', record, ttl)
+  keep_for(unfinished, true, ttl)
+  keep_history(history, 'records', nil, ttl)
+end
+`;
+
+/** An event proves its delivery's owner record, if it has one not proved within the last step (proofRefreshMs). */
+const PROVE = `${PROVE_RECORD}
+-- KEYS: 1 owner:<uid>. ARGV: 1 time to live (ms), 2 step (ms), 3 prefix
+local left = redis.call('PTTL', KEYS[1])
+if left < 0 or left > tonumber(ARGV[1]) - tonumber(ARGV[2]) then return 0 end
+local owner = string.match(redis.call('GET', KEYS[1]), '^(%S+)')
+prove(KEYS[1], ARGV[3] .. 'unfinished:' .. owner, ARGV[3] .. 'merchant-history:' .. owner, ARGV[1])
+return 1
+`;
+
 /** A resend of the same claim (same token) is still this caller's claim. */
 const CLAIM = `${HISTORY}
 -- KEYS: 1 idem key, 2 its marker key, 3 the owner's history
@@ -578,15 +608,19 @@ return 0
  * read (proof `read`, or none: written before proofs were kept), and a replace
  * replaces anything. A record written puts the delivery in its owner's set of
  * deliveries reconciliation may read (a former owner's set drops it when paged).
+ * A record kept is proved again when the proof is its own merchant's.
  */
-const OWN = `${HISTORY}
+const OWN = `${PROVE_RECORD}
 -- KEYS: 1 owner:<uid>, 2 unfinished:<owner>, 3 the owner's history, 4 owner-claims, 5 owner-claims:version
 -- ARGV: 1 value, 2 merchant-scoped, 3 replace, 4 time to live (ms; '' for ever), 5 uid, 6 claims kept
 local current = redis.call('GET', KEYS[1])
 if current and ARGV[3] ~= '1' then
-  if ARGV[2] ~= '1' then return 0 end
   local proof = string.match(current, '^%S+ %S+ (%S+)')
-  if proof and proof ~= 'read' then return 0 end
+  if ARGV[2] ~= '1' or (proof and proof ~= 'read') then
+    local same = string.match(current, '^(%S+)') == string.match(ARGV[1], '^(%S+)')
+    if same and ARGV[4] ~= '' then prove(KEYS[1], KEYS[2], KEYS[3], ARGV[4]) end
+    return 0
+  end
 end
 if ARGV[4] ~= '' then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4]) else redis.call('SET', KEYS[1], ARGV[1]) end
 redis.call('ZADD', KEYS[2], 0, ARGV[5])
@@ -846,6 +880,7 @@ const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, '\\$&');
 
 function defineAppend(client: Redis): void {
   client.defineCommand('dgAppend', { lua: APPEND });
+  client.defineCommand('dgProve', { numberOfKeys: 1, lua: PROVE });
 }
 
 export class RedisStore implements Store {
@@ -994,15 +1029,16 @@ export class RedisStore implements Store {
     if (sent.length > 0) {
       const required = await this.#requiredReplicas();
       const writer = required > 0 ? this.#writerClient() : this.client;
-      const answers = await writer.dgAppend(
-        String(keys.length + 2),
-        `${this.prefix}seq`,
-        this.#log,
-        ...keys,
-        String(DELIVERED_RANK),
-        String(NOT_DELIVERED_RANK),
-        ...args,
-      );
+      const [seqKey, ranks] = [`${this.prefix}seq`, [String(DELIVERED_RANK), String(NOT_DELIVERED_RANK)]];
+      const pipeline = writer
+        .pipeline()
+        .dgAppend(String(keys.length + 2), seqKey, this.#log, ...keys, ...ranks, ...args);
+      const uids = new Set(sent.map((index) => events[index]!.payload.uid));
+      const [appended, ...proofs] = (await this.#prove(pipeline, uids).exec())!;
+      if (appended![0]) throw appended![0];
+      const answers = appended![1] as Awaited<ReturnType<Redis['dgAppend']>>;
+      const unproved = proofs.find(([error]) => error)?.[0];
+      if (unproved) this.#logger?.warn({ err: unproved }, 'could not prove the owner records of stored events');
       if (required > 0)
         await this.#confirmed(
           writer,
@@ -1038,6 +1074,18 @@ export class RedisStore implements Store {
       throw new PartialAppendError(outcomes);
     }
     return outcomes as AppendResult[];
+  }
+
+  /**
+   * Each delivery's events prove its owner record (it lives on from now), in the append's round trip. A proof that
+   * fails fails no event: the record then counts from its last proof.
+   */
+  #prove(pipeline: ReturnType<Redis['pipeline']>, uids: ReadonlySet<string>): ReturnType<Redis['pipeline']> {
+    const retention = this.#retention;
+    if (!retention) return pipeline;
+    const [ttl, step] = [String(retention.eventRetentionMs), String(proofRefreshMs(retention))];
+    for (const uid of uids) pipeline.dgProve(this.#owner(uid), ttl, step, this.prefix);
+    return pipeline;
   }
 
   /**

@@ -96,7 +96,7 @@ async function footprint(store: Store): Promise<{
       events,
       dedup: events,
       indexed: events,
-      deliveries: count('delivery_state'),
+      deliveries: count('delivery_state') + count('read_views'),
       owners: count('ownership'),
       idempotency: count('idempotency'),
     };
@@ -1457,6 +1457,44 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     // Gone from the store, not only hidden: the two claims left are the new one and the one in flight.
     expect(await footprint(store)).toMatchObject({ owners: 0, idempotency: 2 });
   });
+
+  test("with a retention: an owner record's retention counts from its last proof (an event of its delivery, its own merchant's proof), not from its making", async () => {
+    const retentionMs = 1_500;
+    store = open({ eventRetentionMs: retentionMs, idempotencyRetentionMs: 60_000 });
+    await store.recordOwners([
+      { uid: 'by-events', owner: 'owner', group: 'PLATFORM', proof: 'booked' },
+      { uid: 'by-owner', owner: 'owner', group: 'PARTNER', proof: 'reference' },
+      { uid: 'by-another', owner: 'owner', group: 'PLATFORM', proof: 'booked' },
+      { uid: 'unproved', owner: 'owner', group: 'PLATFORM', proof: 'booked' },
+    ]);
+    const made = Date.now();
+    // Proofs for twice the retention, a few per retention: part of the schedule, not a wait for a result.
+    for (let n = 0; Date.now() - made < 2 * retentionMs; n += 1) {
+      const position = { driver_location: { lat: n, lng: 1 } };
+      await store.appendEvents([event('by-events', 'location.pickup_enroute', position)]);
+      await store.recordOwner('by-owner', 'owner', 'PARTNER', 'reference');
+      // Another merchant's proof proves nothing of this record (once it expired, it makes one of its own).
+      await store.recordOwner('by-another', 'another', 'PLATFORM', 'booked');
+      await new Promise((resolve) => setTimeout(resolve, 150));
+    }
+    const owners = await store.ownersOf(['by-events', 'by-owner', 'by-another', 'unproved']);
+    expect(Object.fromEntries(owners)).toEqual({
+      'by-events': { owner: 'owner', group: 'PLATFORM', proof: 'booked' },
+      'by-owner': { owner: 'owner', group: 'PARTNER', proof: 'reference' },
+      'by-another': { owner: 'another', group: 'PLATFORM', proof: 'booked' },
+    });
+    // Reconciliation still finds them (on Redis, the owner's set lives as long as its records).
+    await trim(store);
+    const page = await store.unfinishedDeliveries('owner', undefined, { limit: 10, since: 0 });
+    expect(page.deliveries.map((delivery) => delivery.uid).sort()).toEqual(['by-events', 'by-owner']);
+    // Once the proofs stop, a record goes a retention after the last one.
+    const lastProof = Date.now();
+    await vi.waitFor(async () => expect(await store.ownerOf('by-events')).toBeUndefined(), {
+      timeout: 10_000,
+      interval: 100,
+    });
+    expect(Date.now() - lastProof).toBeGreaterThanOrEqual(retentionMs - 200);
+  });
 });
 
 describe('SqliteStore on a file from before the unknown state', () => {
@@ -1486,6 +1524,33 @@ describe('SqliteStore on a file from before the unknown state', () => {
         state: 'done',
         result: { uid: 'u2', trackingUrl: null },
       });
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe('SqliteStore on a file from before proofs were timed', () => {
+  it('counts a record from its making until it is proved again, and then from the proof', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'delivery-graph-upgrade-'));
+    dirs.push(dir);
+    const old = new Database(path.join(dir, 'delivery-graph.sqlite'));
+    old.exec(`CREATE TABLE ownership (uid TEXT PRIMARY KEY, owner_hash TEXT NOT NULL, created_at INTEGER NOT NULL,
+      api_group TEXT, proof TEXT); CREATE INDEX ownership_by_time ON ownership (created_at);`);
+    const insert = old.prepare("INSERT INTO ownership VALUES (?, 'owner', ?, 'PLATFORM', 'booked')");
+    insert.run('recent', Date.now());
+    insert.run('old', Date.now() - 5_000);
+    old.close();
+    const store = new SqliteStore(dir, { retention: { eventRetentionMs: 3_000, idempotencyRetentionMs: 3_000 } });
+    try {
+      expect([...(await store.ownersOf(['recent', 'old'])).keys()]).toEqual(['recent']);
+      // Proved again by its delivery's event: counted from now.
+      await store.appendEvents([event('recent', 'delivery.assigned')]);
+      const row = store.db.prepare('SELECT created_at, proved_at FROM ownership WHERE uid = ?').get('recent') as {
+        created_at: number;
+        proved_at: number;
+      };
+      expect(row.proved_at).toBeGreaterThan(row.created_at);
     } finally {
       await store.close();
     }
