@@ -12,7 +12,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { DEMO_MERCHANTS, startSandbox } from '../src/sandbox/index.js';
+import { DEMO_MERCHANTS, startSandbox } from '@delivery-graph/sandbox';
 import { startSentinelSet } from './sentinel-set.js';
 
 const USAGE = `Usage: npm run cluster [-- --instances=N --port=P]

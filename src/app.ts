@@ -24,7 +24,7 @@ import { requestScope } from './observability/request.js';
 import { startMetrics } from './observability/start.js';
 import type { SpanExporterLike } from './observability/tracing.js';
 import { openEventBus, startRealtime } from './realtime/start.js';
-import type { Sandbox } from './sandbox/index.js';
+import type { Sandbox } from '@delivery-graph/sandbox';
 import { openStore } from './store/open.js';
 import { proofRefreshMs } from './store/retention.js';
 import { RedisStore } from './store/redis.js';

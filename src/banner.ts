@@ -3,7 +3,7 @@
 // every worker does).
 import { CONFIG_VARIABLES, SANDBOX_UPSTREAM, type Config } from './config.js';
 import type { Logger } from './logger.js';
-import type { Sandbox } from './sandbox/index.js';
+import type { Sandbox } from '@delivery-graph/sandbox';
 
 /** What `--help` prints: every setting with its help and default. */
 export function help(): string {

@@ -10,7 +10,7 @@ import path from 'node:path';
 import type { Config } from './config.js';
 import { startEmbeddedSandbox } from './embedded-sandbox.js';
 import { createLogger } from './logger.js';
-import type { Sandbox } from './sandbox/index.js';
+import type { Sandbox } from '@delivery-graph/sandbox';
 
 /** What a worker tells the primary once it listens. */
 export interface WorkerListening {

@@ -5,7 +5,12 @@ import { createPublicKey, X509Certificate, type KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { normalizeOrigin, type CorsOrigins } from './http/cors.js';
-import { DEFAULT_STEP_MS } from './sandbox/knobs.js';
+import {
+  CONTROL_TOKEN_HEADER,
+  DEFAULT_STEP_MS,
+  isLoopbackHost,
+  MIN_CONTROL_TOKEN_LENGTH,
+} from '@delivery-graph/sandbox';
 import { DEFAULT_REFUSAL_MEMORY_MS } from './upstream/known-keys.js';
 
 export const AMOUNT_UNITS = ['cents', 'major'] as const;
@@ -313,6 +318,10 @@ export interface Config {
   readonly sandbox: {
     /** Port of the embedded sandbox when UPSTREAM_URL is unset (0: any free port). */
     readonly port: number;
+    /** SANDBOX_HOST: the address it listens on, loopback unless told. */
+    readonly host: string;
+    /** SANDBOX_CONTROL_TOKEN: what its /sandbox control routes need (required beyond loopback). Never logged. */
+    readonly controlToken: string | undefined;
     /** Time between simulated lifecycle milestones. */
     readonly stepMs: number;
     /** Share of deliveries that fail or are canceled by the provider after pickup, then come back. */
@@ -688,6 +697,16 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   { name: 'SANDBOX_PORT', help: 'port of the embedded sandbox (0: any free port)', default: '4010' },
   {
+    name: 'SANDBOX_HOST',
+    help: 'address the embedded sandbox listens on; beyond loopback (0.0.0.0) it needs SANDBOX_CONTROL_TOKEN',
+    default: '127.0.0.1',
+  },
+  {
+    name: 'SANDBOX_CONTROL_TOKEN',
+    help: `token (${MIN_CONTROL_TOKEN_LENGTH} characters or more) every /sandbox control route of the embedded sandbox then needs, as the ${CONTROL_TOKEN_HEADER} header; required with SANDBOX_HOST beyond loopback. In production those routes change nothing and /sandbox/info is refused, token or not`,
+    default: 'unset: the control routes are open, on loopback only',
+  },
+  {
     name: 'SANDBOX_STEP_MS',
     help: 'time between simulated milestones in the embedded sandbox',
     default: String(DEFAULT_STEP_MS),
@@ -1051,6 +1070,24 @@ function metricsToken(env: Env, name: string): string | undefined {
       `is ${token.length} characters; at least ${MIN_METRICS_TOKEN_LENGTH} are required (e.g. openssl rand -hex 24)`,
     );
   return token;
+}
+
+/** Where the embedded sandbox listens, and the token its control routes need: one is required beyond loopback. */
+function sandboxControl(env: Env, embedded: boolean): { host: string; controlToken: string | undefined } {
+  const host = text(env, 'SANDBOX_HOST') ?? '127.0.0.1';
+  const controlToken = text(env, 'SANDBOX_CONTROL_TOKEN');
+  // The token itself is never echoed.
+  if (controlToken !== undefined && (/\s/.test(controlToken) || controlToken.length < MIN_CONTROL_TOKEN_LENGTH))
+    throw new ConfigError(
+      'SANDBOX_CONTROL_TOKEN',
+      `must be ${MIN_CONTROL_TOKEN_LENGTH} characters or more, without whitespace (e.g. openssl rand -hex 24)`,
+    );
+  if (embedded && controlToken === undefined && !isLoopbackHost(host))
+    throw new ConfigError(
+      'SANDBOX_CONTROL_TOKEN',
+      `required with SANDBOX_HOST=${host}: beyond loopback the embedded sandbox's control routes (its knobs, where its webhooks go, its merchant keys) need a token`,
+    );
+  return { host, controlToken };
 }
 
 /** An optional listen port that must not be one the facade already uses (0: any free port, never a clash). */
@@ -1422,6 +1459,7 @@ export function loadConfig(env: Env = process.env): Config {
     tracing: tracingConfig(env),
     sandbox: {
       port: integer(env, 'SANDBOX_PORT', 4010, 0, 65535),
+      ...sandboxControl(env, upstreamUrl === undefined),
       stepMs: integer(env, 'SANDBOX_STEP_MS', DEFAULT_STEP_MS, 0, 3_600_000),
       returnRate: fraction(env, 'SANDBOX_RETURN_RATE', 0.1),
     },

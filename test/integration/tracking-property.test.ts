@@ -28,7 +28,7 @@
 import fc from 'fast-check';
 import type { Client } from 'graphql-ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { OUTCOMES, plannedWebhooks, type Outcome } from '../../src/sandbox/index.js';
+import { OUTCOMES, plannedWebhooks, type Outcome } from '@delivery-graph/sandbox';
 import type { Stack } from '../helpers/stack.js';
 import {
   asStatus,

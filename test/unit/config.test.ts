@@ -213,6 +213,37 @@ describe('amount units and the webhook clock tolerance', () => {
   });
 });
 
+describe('the embedded sandbox', () => {
+  const TOKEN = 'Qm2Vx7Lp0Rt5Wz9Kd4Nh8Bs1';
+
+  it('listens on loopback unless told, whatever HOST says, and takes its milestone pace from the sandbox', () => {
+    const config = loadConfig({ HOST: '0.0.0.0' });
+    expect(config.sandbox.host).toBe('127.0.0.1');
+    expect(config.sandbox.controlToken).toBeUndefined();
+    expect(config.sandbox.stepMs).toBe(3000);
+  });
+
+  it('beyond loopback needs SANDBOX_CONTROL_TOKEN, and takes it', () => {
+    for (const host of ['0.0.0.0', '::', '192.168.1.20']) {
+      const error = configError({ SANDBOX_HOST: host });
+      expectNamed(error, 'SANDBOX_CONTROL_TOKEN');
+      expect(error.message).toContain(`SANDBOX_HOST=${host}`);
+    }
+    const config = loadConfig({ SANDBOX_HOST: '0.0.0.0', SANDBOX_CONTROL_TOKEN: TOKEN });
+    expect(config.sandbox).toMatchObject({ host: '0.0.0.0', controlToken: TOKEN });
+    // A real upstream starts no sandbox: nothing to guard.
+    expect(loadConfig({ SANDBOX_HOST: '0.0.0.0', ...UPSTREAM }).sandbox.host).toBe('0.0.0.0');
+  });
+
+  it('refuses a short control token, or one with whitespace, without echoing it', () => {
+    for (const token of ['Zq7Vd93LmZ0pX4t', 'Zq7Vd93L mZ0pX4t8wKc2']) {
+      const error = configError({ SANDBOX_CONTROL_TOKEN: token });
+      expectNamed(error, 'SANDBOX_CONTROL_TOKEN');
+      expect(error.message).not.toContain(token.slice(0, 8));
+    }
+  });
+});
+
 describe('the upstream in production', () => {
   it('is required: a production start without UPSTREAM_URL is refused, naming it and the simulator setting', () => {
     const error = configError({ NODE_ENV: 'production' });
