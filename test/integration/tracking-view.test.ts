@@ -8,7 +8,7 @@
 import type { KeyObject } from 'node:crypto';
 import { SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadSigningKeys } from '../../src/sandbox/webhooks.js';
+import { loadSigningKeys } from '@delivery-graph/sandbox/webhook-sender';
 import { deliveryInput, partnerOrderBody, type Stack } from '../helpers/stack.js';
 import { trackingStores } from '../helpers/tracking.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
