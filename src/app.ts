@@ -26,6 +26,7 @@ import type { SpanExporterLike } from './observability/tracing.js';
 import { openEventBus, startRealtime } from './realtime/start.js';
 import type { Sandbox } from '@delivery-graph/sandbox';
 import { openStore } from './store/open.js';
+import { proofRefreshMs } from './store/retention.js';
 import { RedisStore } from './store/redis.js';
 import { SqliteStore } from './store/sqlite.js';
 import type { Store } from './store/store.js';
@@ -121,7 +122,12 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   const bus = await openEventBus(redis, logger, teardown);
   // Who may see which delivery: one set of merchants and owner records for every path (src/access/owners.ts).
   const merchants = new Merchants(store);
-  const owners = new Owners(store, { logger, merchants, readScope: config.upstream.readScope });
+  const owners = new Owners(store, {
+    logger,
+    merchants,
+    readScope: config.upstream.readScope,
+    proofRefreshMs: proofRefreshMs(config),
+  });
   teardown.add('owner records', () => owners.flush());
   // Webhooks and reconciliation store events through one batcher: one log order, publications in it.
   const batcher = new AppendBatcher(store, bus, (error) => logger.error({ err: error }, 'stored event not published'));

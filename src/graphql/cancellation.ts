@@ -43,7 +43,7 @@ const CancellationRef = builder.objectRef<Cancellation>('Cancellation').implemen
       type: MoneyRef,
       nullable: true,
       description:
-        "The cancellation fee the upstream stated in its answer (cancellation_fee, or cancelation_fee on the PARTNER group); what is billed is the upstream's to say. Null when it stated none.",
+        "The cancellation fee the upstream stated in its answer (cancellation_fee, or cancelation_fee on the PARTNER group); what is billed is the upstream's to say. Null when it stated none, or stated it without a currency.",
     }),
     partnerReference: t.exposeString('partnerReference', {
       nullable: true,

@@ -13,6 +13,7 @@ import {
 } from '../errors.js';
 import type { UpstreamRefusal } from '../upstream/refusal.js';
 import { builder } from './builder.js';
+import { utcSeconds } from '../mapping/scalars.js';
 
 const UpstreamRefusalRef = builder.objectRef<UpstreamRefusal>('UpstreamRefusal').implement({
   description:
@@ -120,7 +121,7 @@ builder.objectType(BookingOutcomeUnknownError, {
     since: t.field({
       type: 'DateTime',
       description: "When the earlier request's answer was lost.",
-      resolve: (error) => error.since,
+      resolve: (error) => utcSeconds(error.since),
     }),
   }),
 });

@@ -1,12 +1,9 @@
-// The SQLite store's writer thread: a worker_threads Worker that owns the one
-// connection that writes the file (opened by the first request; a thread whose
-// store closed may serve the process's next store, see sqlite.ts). Every write
-// (events, idempotency claims, owner records, the cursor secret, readiness,
-// retention trims) happens here, so a commit and its fsync never hold the main
-// thread's event loop. Requests
-// that arrive while a commit runs wait in the port and go together in the next
-// transaction (one fsync), each in a savepoint of its own; a request is answered
-// only after the transaction that holds it has committed.
+// The SQLite store's writer thread: a worker_threads Worker that owns the one connection that writes the file (opened
+// by the first request; a thread whose store closed may serve the process's next store, see sqlite.ts). Every write
+// (events, idempotency claims, owner records, the cursor secret, readiness, retention trims) happens here, so a commit
+// and its fsync never hold the main thread's event loop. Requests that arrive while a commit runs wait in the port and
+// go together in the next transaction (one fsync), each in a savepoint of its own; a request is answered only after the
+// transaction that holds it has committed.
 import { randomBytes } from 'node:crypto';
 import { type MessagePort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
@@ -15,7 +12,7 @@ import { factsOf, judge, type MilestoneState } from '../domain/milestones.js';
 import { carriedOver, mergeView, moverFields, viewFields, type StoredView } from '../domain/delivery-view.js';
 import { bookingMarker } from '../domain/booking-marker.js';
 import { fingerprint } from '../domain/canonical-json.js';
-import { TRIM_BATCH, type Retention } from './retention.js';
+import { TRIM_BATCH, proofRefreshMs, type Retention } from './retention.js';
 import {
   PENDING_EXPIRY_MS,
   courierJson,
@@ -160,12 +157,8 @@ const stateOf = (row: StateRow): MilestoneState => ({
 
 const viewOf = (row: StateRow | undefined): StoredView => (row?.view ? (JSON.parse(row.view) as StoredView) : {});
 
-function claimOf(row: {
-  state: string;
-  uid: string | null;
-  tracking_url: string | null;
-  updated_at: number;
-}): IdempotencyClaim {
+type ClaimRow = { state: string; uid: string | null; tracking_url: string | null; updated_at: number };
+function claimOf(row: ClaimRow): IdempotencyClaim {
   if (row.state === 'done') return { state: 'done', result: { uid: row.uid!, trackingUrl: row.tracking_url } };
   if (row.state === 'unknown') return { state: 'unknown', since: new Date(row.updated_at) };
   return { state: 'pending' };
@@ -202,11 +195,11 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
       "DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ? AND state IN ('pending', 'unknown')",
     ),
     forgetIdem: db.prepare('DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?'),
-    getOwner: db.prepare<[string], { proof: OwnerProof | null; created_at: number }>(
-      'SELECT proof, created_at FROM ownership WHERE uid = ?',
+    getOwner: db.prepare<[string], { owner_hash: string; proof: OwnerProof | null; proved_at: number }>(
+      'SELECT owner_hash, proof, proved_at FROM ownership WHERE uid = ?',
     ),
     putOwner: db.prepare(
-      'INSERT INTO ownership (uid, owner_hash, created_at, api_group, proof) VALUES (?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET owner_hash = excluded.owner_hash, created_at = excluded.created_at, api_group = excluded.api_group, proof = excluded.proof',
+      'INSERT INTO ownership (uid, owner_hash, created_at, proved_at, api_group, proof) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET owner_hash = excluded.owner_hash, created_at = excluded.created_at, proved_at = excluded.proved_at, api_group = excluded.api_group, proof = excluded.proof',
     ),
     getLink: db.prepare<[string], { merchant: string }>('SELECT merchant FROM merchant_links WHERE id = ?'),
     putLink: db.prepare('INSERT INTO merchant_links (id, merchant, created_at) VALUES (?, ?, ?)'),
@@ -215,7 +208,7 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     // expired.
     linkedTo: db.prepare<[string], unknown>('SELECT 1 FROM merchant_links WHERE merchant = ? LIMIT 1'),
     ownsAny: db.prepare<[string, number], unknown>(
-      'SELECT 1 FROM ownership WHERE owner_hash = ? AND created_at >= ? LIMIT 1',
+      'SELECT 1 FROM ownership WHERE owner_hash = ? AND proved_at >= ? LIMIT 1',
     ),
     claimsAny: db.prepare<[string, number, number], unknown>(
       "SELECT 1 FROM idempotency WHERE owner_hash = ? AND (updated_at >= ? OR (state = 'pending' AND updated_at >= ?)) LIMIT 1",
@@ -242,6 +235,9 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
       'INSERT INTO delivery_state (uid, rank, terminal, seq, courier, former_couriers, picked_up, view) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET rank = excluded.rank, terminal = excluded.terminal, seq = excluded.seq, courier = excluded.courier, former_couriers = excluded.former_couriers, picked_up = excluded.picked_up, view = excluded.view',
     ),
     putView: db.prepare('UPDATE delivery_state SET view = ? WHERE uid = ?'),
+    getReadView: db.prepare<[string], { view: string }>('SELECT view FROM read_views WHERE uid = ?'),
+    putReadView: db.prepare('INSERT OR REPLACE INTO read_views (uid, view, read_at) VALUES (?, ?, ?)'),
+    dropReadView: db.prepare('DELETE FROM read_views WHERE uid = ?'),
     getMeta: db.prepare<[string], { value: Buffer }>('SELECT value FROM meta WHERE name = ?'),
     putMetaOnce: db.prepare('INSERT OR IGNORE INTO meta (name, value) VALUES (?, ?)'),
     ping: db.prepare(
@@ -256,9 +252,14 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     forgetState: db.prepare(
       'DELETE FROM delivery_state WHERE uid = ? AND NOT EXISTS (SELECT 1 FROM events WHERE uid = ?)',
     ),
-    trimOwners: db.prepare(
-      'DELETE FROM ownership WHERE rowid IN (SELECT rowid FROM ownership WHERE created_at < ? LIMIT ?)',
+    trimReadViews: db.prepare(
+      'DELETE FROM read_views WHERE rowid IN (SELECT rowid FROM read_views WHERE read_at < ? LIMIT ?)',
     ),
+    trimOwners: db.prepare(
+      'DELETE FROM ownership WHERE rowid IN (SELECT rowid FROM ownership WHERE proved_at < ? LIMIT ?)',
+    ),
+    // A record still kept (proved since the third) and not proved since the fourth is proved at the first.
+    proveOwner: db.prepare('UPDATE ownership SET proved_at = ? WHERE uid = ? AND proved_at >= ? AND proved_at < ?'),
     // A pending claim is its booking in flight: it goes only once it would have turned unknown anyway.
     trimIdem: db.prepare(
       "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency WHERE updated_at < ? AND (state != 'pending' OR updated_at < ?) LIMIT ?)",
@@ -287,6 +288,9 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     );
   };
 
+  /** What reads showed of a delivery before it had a state: the view its first event is merged over. */
+  const readView = (uid: string) => JSON.parse(s.getReadView.get(uid)?.view ?? '{}') as StoredView;
+
   const idemExpired = (state: string, updatedAt: number, now: number) => {
     const age = now - updatedAt;
     return age > retention!.idempotencyRetentionMs && (state !== 'pending' || age > PENDING_EXPIRY_MS);
@@ -294,8 +298,11 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
 
   // One event, ranked against what the batch already wrote.
   // The same steps as the Redis APPEND script: judge, merge the view, keep what was carried over.
-  const appendEvent = ({ json, receivedAt }: { json: string; receivedAt: string }): AppendOutcome => {
+  const appendEvent = ({ json, receivedAt }: { json: string; receivedAt: string }, now: number): AppendOutcome => {
     const payload = JSON.parse(json) as WireWebhookEvent;
+    // An event of the delivery proves its owner record: it lives on from now.
+    if (retention)
+      s.proveOwner.run(now, payload.uid, now - retention.eventRetentionMs, now - proofRefreshMs(retention));
     const hash = fingerprint(payload);
     const existing = s.findEvent.get(payload.uid, payload.event_name, hash);
     if (existing) return { duplicate: true, row: existing };
@@ -310,7 +317,7 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
     if (next) {
       const own = viewFields(payload as unknown as JsonObject);
       const mover = moverFields(payload.event_name, statusText);
-      view = mergeView(viewOf(row), own, !step.stale, step.moved ? mover : undefined);
+      view = mergeView(row ? viewOf(row) : readView(payload.uid), own, !step.stale, step.moved ? mover : undefined);
       const over = carriedOver(view, own, mover);
       if (over) carried = JSON.stringify(over);
     }
@@ -340,21 +347,22 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
         next.pickedUp ? 1 : 0,
         JSON.stringify(view),
       );
+      if (!row) s.dropReadView.run(payload.uid);
     }
     return { duplicate: false, seq, mark: markOf(step), statusText, carried };
   };
   // The batch's events in one savepoint (a nested better-sqlite3 transaction): two statements for the batch, not per
   // event.
-  const appendAll = db.transaction((events: ReadonlyArray<{ json: string; receivedAt: string }>) =>
-    events.map(appendEvent),
+  const appendAll = db.transaction((events: ReadonlyArray<{ json: string; receivedAt: string }>, now: number) =>
+    events.map((event) => appendEvent(event, now)),
   );
   // Each event in a savepoint of its own: one that fails is undone alone and fails only itself.
   const appendOne = db.transaction(appendEvent);
 
   return {
-    append: (_now, events) => {
+    append: (now, events) => {
       try {
-        return appendAll(events);
+        return appendAll(events, now);
       } catch (error) {
         // A failure of the transaction itself (disk full, I/O) is every event's: let it end the batch.
         if (!db.inTransaction) throw error;
@@ -362,7 +370,7 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
       // An event failed, and the batch's savepoint was undone: again, each in a savepoint of its own.
       return events.map((event) => {
         try {
-          return appendOne(event);
+          return appendOne(event, now);
         } catch (error) {
           if (!db.inTransaction) throw error;
           return { error: asWriterError(error) };
@@ -370,10 +378,12 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
       });
     },
 
-    // A read newer than the state overwrites; one older than the state's last move only fills.
-    mergeRead: (_now, { uid, body, basis }) => {
+    // A read newer than the state overwrites; one older than the state's last move only fills. Before any state, the
+    // read is kept apart (a later read overwrites it) for the first event to be merged over.
+    mergeRead: (now, { uid, body, basis }) => {
       const row = s.getState.get(uid);
-      if (!row) return;
+      if (!row)
+        return void s.putReadView.run(uid, JSON.stringify(mergeView(readView(uid), viewFields(body), true)), now);
       const view = mergeView(viewOf(row), viewFields(body), row.seq <= basis);
       const json = JSON.stringify(view);
       if (json !== row.view) s.putView.run(json, uid);
@@ -423,9 +433,11 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
       const since = retention ? now - retention.eventRetentionMs : -Infinity;
       for (const record of records) {
         const row = s.getOwner.get(record.uid);
-        const current = row && row.created_at >= since ? row : undefined;
+        const current = row && row.proved_at >= since ? row : undefined;
         if (supersedes(record, current))
-          s.putOwner.run(record.uid, record.owner, now, record.group, record.proof ?? 'read');
+          s.putOwner.run(record.uid, record.owner, now, now, record.group, record.proof ?? 'read');
+        // Its own merchant proved it again: it lives on from now.
+        else if (retention && current!.owner_hash === record.owner) s.proveOwner.run(now, record.uid, since, now);
       }
     },
 
@@ -489,13 +501,14 @@ function writeOps(db: Database.Database, retention: Retention | undefined): Omit
         return true;
       }
       if (phase === 'records') {
-        const [owners, idem] = db
+        const [owners, idem, reads] = db
           .transaction(() => [
             s.trimOwners.run(now - retention!.eventRetentionMs, TRIM_BATCH).changes,
             s.trimIdem.run(now - retention!.idempotencyRetentionMs, now - PENDING_EXPIRY_MS, TRIM_BATCH).changes,
+            s.trimReadViews.run(now - retention!.eventRetentionMs, TRIM_BATCH).changes,
           ])
           .immediate();
-        return owners! >= TRIM_BATCH || idem! >= TRIM_BATCH;
+        return owners! >= TRIM_BATCH || idem! >= TRIM_BATCH || reads! >= TRIM_BATCH;
       }
       // Freed pages beyond what the next inserts will want go back to the file system, a step at a time.
       if (db.pragma('auto_vacuum', { simple: true }) !== INCREMENTAL_VACUUM) return false;
