@@ -229,6 +229,9 @@ async function provenElsewhere(
   }
 }
 
+/** Where stand-in uids come from: a secret of this process, so nobody can tell one from its uid. */
+const STAND_IN_SECRET = randomBytes(32);
+
 /** A uid in the upstream's format (a UUID, version 4 bits set), derived from `uid`: one no delivery has. */
 export function standIn(uid: string): string {
   const bytes = createHmac('sha256', STAND_IN_SECRET).update(uid).digest().subarray(0, 16);
@@ -237,9 +240,6 @@ export function standIn(uid: string): string {
   const hex = bytes.toString('hex');
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
-
-/** Where stand-in uids come from: a secret of this process, so nobody can tell one from its uid. */
-const STAND_IN_SECRET = randomBytes(32);
 
 /**
  * The caller's read of `uid` in `group`; `asUnknown`: of its stand-in, refused as an unknown uid is (the upstream's
