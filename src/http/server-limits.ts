@@ -223,8 +223,9 @@ export function applyServerLimits(
     const [status, text] = STATUS_OF_PARSER_ERROR[error.code ?? ''] ?? [400, 'Bad Request'];
     // A client that reset the connection sent no request to refuse.
     if (error.code === 'ECONNRESET') return void socket.destroy();
-    // Refused already: its refusal is written once the answers before it are (the parser refuses every later read).
-    if (refused.has(socket)) return;
+    // Refused already (the parser refuses every later read, the client's end included): once the refusal is written,
+    // the connection is only closing; until then it waits for the answers before it.
+    if (refused.has(socket)) return void (socket.writableEnded && socket.destroySoon());
     refused.add(socket);
     onRefusal(status, pathOf(error.rawPacket), error.code ?? error.message);
     afterAnswers(socket, () => refuseConnection(socket, { status, text }));
