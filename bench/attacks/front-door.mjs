@@ -11,7 +11,8 @@
 //   connection, round after round. Goal: every webhook stored (200).
 // idle-headers: bench/attacks/large-headers.mjs for each build (3,000
 //   connections to /graphql holding 12 KiB of headers until the deadline, then
-//   trickling 200 KiB, with WEBHOOK_PORT and on a shared port): RSS side by side.
+//   trickling 200 KiB, with WEBHOOK_PORT and on a shared port, and to /webhooks
+//   on a shared port): RSS side by side.
 //   Goal (issue 37): 12 KiB held, peak RSS at most the older build's.
 //
 //   npm run bench -- connection-caps keepalive-webhook idle-headers [--quick] [--baseline=<checkout>] [--seconds=15]
@@ -390,6 +391,8 @@ export async function idleHeaders({ quick, command, flags = {} }) {
     ['12 KiB held until the deadline', ['--header-kib', '12']],
     ['200 KiB trickled, WEBHOOK_PORT', ['--header-kib', '200', '--webhook-port']],
     ['200 KiB trickled, shared port', ['--header-kib', '200']],
+    // What a shared port held on the older build too, for its webhook path: the most a connection may hold there.
+    ['200 KiB trickled to /webhooks, shared port', ['--header-kib', '200', '--path', '/webhooks']],
   ];
   // Issue 37's goal: an idle connection costs no more than on the older build.
   const GOAL_VARIANT = variants[0][0];
@@ -426,9 +429,9 @@ export async function idleHeaders({ quick, command, flags = {} }) {
     return `${fmt(ratio, 2)}×${over}`;
   };
   const body = [
-    `bench/attacks/large-headers.mjs for each build (compiled, embedded sandbox): ${thousands(connections)} connections to /graphql trickle headers in 8 KiB lines every 200 ms for ${seconds} s, never ending them, while a prober asks GET /health on fresh connections. ` +
+    `bench/attacks/large-headers.mjs for each build (compiled, embedded sandbox): ${thousands(connections)} connections to /graphql (or /webhooks) trickle headers in 8 KiB lines every 200 ms for ${seconds} s, never ending them, while a prober asks GET /health on fresh connections. ` +
       'With 12 KiB each connection is held until HEADERS_TIMEOUT_MS (10 s): what an idle connection costs. With 200 KiB and WEBHOOK_PORT the main port refuses each head as it passes 16 KiB; ' +
-      "on a shared port this checkout's parser takes webhook-sized heads (the 16 KiB of /graphql is checked on the parsed head), so each is held until the deadline, where the older build refused it at 16 KiB. " +
+      "on a shared port this checkout's parser takes webhook-sized heads (the 16 KiB of /graphql is checked on the parsed head), so each is held until the deadline, where the older build refused it at 16 KiB; both builds hold such heads to the webhook path of a shared port. " +
       `Goal (issue 37): ${GOAL_VARIANT}, peak RSS at most ${fmt(GOAL_RATIO, 1)}× the other build's (on a shared machine a single run moves by several %).`,
     '',
     table(
