@@ -402,11 +402,18 @@ describe('WEBHOOK_PORT', () => {
     expect(performance.now() - started).toBeLessThan(1_500);
   });
 
-  it("counts whitespace after a value on the main port, as Node's parser does, but not before it", async () => {
+  it("counts a head on the main port as Node's parser does: whitespace inside and after a value, not before it nor blank lines before the request line", async () => {
     const blanks = ' '.repeat(20 * 1024);
     const get = (header: string) => `GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n${header}\r\n`;
+    expect(statuses(await exchange(stack.app.url, [get(`x-padding: a\t${'\t'.repeat(20 * 1024)}b\r\n`)]))).toEqual([
+      431,
+    ]);
     expect(statuses(await exchange(stack.app.url, [get(`x-padding: a${blanks}\r\n`)]))).toEqual([431]);
     expect(statuses(await exchange(stack.app.url, [get(`x-padding:${blanks}a\r\n`)]))).toEqual([200]);
+    expect(statuses(await exchange(stack.app.url, [`${'\r\n'.repeat(10 * 1024)}${get('')}`]))).toEqual([200]);
+    // Node keeps 1,000 headers: the main port's parser counts them all, and they are under its limit.
+    const many = Array.from({ length: 1_000 }, (_, i) => `x-${i}: a\r\n`).join('');
+    expect(statuses(await exchange(stack.app.url, [get(many)]))).toEqual([200]);
   });
 });
 

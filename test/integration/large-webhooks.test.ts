@@ -364,7 +364,7 @@ describe('connections held open', () => {
       // The slow ones are cut off by the headers deadline (the server answers 408 or closes)...
       await Promise.all(slow.map((socket) => once(socket, 'close')));
       // ...and the server serves again, once it has seen each of them go (its side closes a moment after the client's).
-      for (let status = 0; status !== 200; ) {
+      for (let status = 0; status !== 200;) {
         status = (await fetch(`${stack.app.url}/health`)).status;
         expect([200, 503]).toContain(status);
       }
