@@ -236,6 +236,17 @@ function logWhenDone(
 }
 
 const HEAD_TOO_LARGE: Refusal = { status: 431, text: 'Request Header Fields Too Large' };
+/** For a request behind an answer that closes its connection: never written, since the connection closes first. */
+const AFTER_CLOSE: Refusal = {
+  status: 503,
+  text: 'Service Unavailable',
+  body: { error: 'connection_closing', message: 'An earlier answer closed this connection: send the request again.' },
+};
+
+/** node:http's answer being written on a socket, and whether the connection closes after it. */
+interface ServedSocket extends Socket {
+  _httpMessage?: { _last?: boolean } | null;
+}
 
 /**
  * What every request and upgrade of every server goes through before its route: the limits of its slot and of its
@@ -268,6 +279,9 @@ function createDoor(
     const socket = req.socket;
     const earlier = refusedSockets.get(socket);
     if (earlier) return earlier;
+    // An earlier answer closes the connection (node:http's own 400 to a request without Host): this request, pipelined
+    // behind it, would never be answered, so it never runs.
+    if (!socket.writable || (socket as ServedSocket)._httpMessage?._last) return AFTER_CLOSE;
     const verdict = fronts.slotVerdict(socket, pathname);
     if (verdict === 'serve-once') return verdict;
     let refusal = verdict === 'serve' ? undefined : verdict;
@@ -279,26 +293,30 @@ function createDoor(
     return refusal;
   };
 
-  const handler = (route: Route, server: ServerSpec) => (req: IncomingMessage, res: ServerResponse) => {
-    const pathname = (req.url ?? '/').split('?', 1)[0]!;
-    const refusal = refusalOf(req, pathname, server);
-    if (refusal === 'serve-once') res.setHeader('connection', 'close');
-    else if (refusal) return answerRefusal(res, refusal);
-    // Every request gets an id (the caller's x-request-id when it is a plain token), echoed in the response.
-    const info: RequestInfo = { id: requestId(req.headers['x-request-id']) };
-    attachRequestInfo(req, info);
-    res.setHeader('x-request-id', info.id);
-    // While stopping, each keep-alive connection closes after its answer: the upstream's
-    // webhook sender (and any client) would otherwise keep it busy until the grace period ends.
-    if (draining()) res.setHeader('connection', 'close');
-    // CORS before any path is chosen, so every answer carries it (a preflight is answered here); never /metrics, which
-    // no page may read.
-    const preflight = pathname !== '/metrics' && cors.handle(req, res);
-    if (logRequests) logWhenDone(logger, quiet, req, res, pathname, info);
-    if (preflight) return;
-    if (debug) return requestScope.run(info, route, req, res, pathname);
-    route(req, res, pathname);
-  };
+  /** Each request of a server; with `Expect: 100-continue` (node:http's checkContinue), the body is asked for once it passed. */
+  const handler =
+    (route: Route, server: ServerSpec, continued = false) =>
+    (req: IncomingMessage, res: ServerResponse) => {
+      const pathname = (req.url ?? '/').split('?', 1)[0]!;
+      const refusal = refusalOf(req, pathname, server);
+      if (refusal === 'serve-once') res.setHeader('connection', 'close');
+      else if (refusal) return answerRefusal(res, refusal);
+      if (continued) res.writeContinue();
+      // Every request gets an id (the caller's x-request-id when it is a plain token), echoed in the response.
+      const info: RequestInfo = { id: requestId(req.headers['x-request-id']) };
+      attachRequestInfo(req, info);
+      res.setHeader('x-request-id', info.id);
+      // While stopping, each keep-alive connection closes after its answer: the upstream's
+      // webhook sender (and any client) would otherwise keep it busy until the grace period ends.
+      if (draining()) res.setHeader('connection', 'close');
+      // CORS before any path is chosen, so every answer carries it (a preflight is answered here); never /metrics, which
+      // no page may read.
+      const preflight = pathname !== '/metrics' && cors.handle(req, res);
+      if (logRequests) logWhenDone(logger, quiet, req, res, pathname, info);
+      if (preflight) return;
+      if (debug) return requestScope.run(info, route, req, res, pathname);
+      route(req, res, pathname);
+    };
 
   /**
    * WebSocket upgrades come through the same door: the limits of their slot and head, an id and a log line (CORS is
@@ -326,7 +344,11 @@ function createDoor(
 function createServers(
   options: FrontDoorOptions,
   limits: ServerLimits,
-  handler: (route: Route, server: ServerSpec) => (req: IncomingMessage, res: ServerResponse) => void,
+  handler: (
+    route: Route,
+    server: ServerSpec,
+    continued?: boolean,
+  ) => (req: IncomingMessage, res: ServerResponse) => void,
   routes: ReturnType<typeof createRoutes>,
   refused: (status: number, path: string | undefined, reason: string, listener: string) => void,
 ) {
@@ -343,6 +365,8 @@ function createServers(
   for (const [name, maxHeaderSize, route] of specs) {
     const spec: ServerSpec = { name, boundsHeads: maxHeaderSize > DEFAULT_HEADER_BYTES };
     const server = createServer(serverOptions(limits, maxHeaderSize), handler(route, spec));
+    // A refused request is answered before its client is told to send the body.
+    server.on('checkContinue', handler(route, spec, true));
     takeHandedConnections(server);
     applyServerLimits(server, limits, (status, path, reason) => refused(status, path, reason, name));
     named.set(name, { server, spec });

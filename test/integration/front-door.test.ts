@@ -92,6 +92,17 @@ describe('header limits on the shared port (default setup)', () => {
     expect(statuses(await exchange(stack.app.url, parts, { gapMs: 5, waitMs: 1_500 }))).toEqual([431]);
   });
 
+  it('answers a head over 16 KiB that expects 100-continue with 431 alone, and asks for the body of one within it', async () => {
+    const post = (extra: string) =>
+      `POST /graphql HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\nexpect: 100-continue\r\ncontent-length: 26\r\n${extra}\r\n`;
+    expect(statuses(await exchange(stack.app.url, [post(padding(20 * 1024))]))).toEqual([431]);
+    const small = await exchange(stack.app.url, [post(''), '{"query":"{ __typename }"}'], {
+      gapMs: 100,
+      pastAnswers: true,
+    });
+    expect(statuses(small)).toEqual([100, 200]);
+  });
+
   it('answers 431 to a /graphql request of more headers than Node keeps (1,000), however short', async () => {
     const many = Array.from({ length: 1_000 }, (_, i) => `x-${i}: a\r\n`).join('');
     expect(statuses(await exchange(stack.app.url, [`GET /health HTTP/1.1\r\nhost: x\r\n${many}\r\n`]))).toEqual([431]);

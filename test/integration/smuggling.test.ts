@@ -147,6 +147,13 @@ const CASES: Array<{ name: string; first: string; answers: number[]; booked: boo
     booked: false,
   },
   {
+    // Node answers it 400 itself and closes the connection after it.
+    name: 'no Host',
+    first: `POST /graphql HTTP/1.1\r\ncontent-type: application/json\r\ncontent-length: ${QUERY.length}\r\n\r\n${QUERY}`,
+    answers: [400],
+    booked: false,
+  },
+  {
     name: 'two different Content-Lengths',
     first: `${head(`content-length: ${QUERY.length}\r\ncontent-length: 4\r\n`)}\r\n${QUERY}`,
     answers: [400],
@@ -175,7 +182,8 @@ describe('ambiguous framings, each with two bookings pipelined behind it', () =>
       expect(received).toMatch(/"createDelivery":\{"data":\{"uid":"[^"]+"\}\}/);
     } else {
       expect(statuses(received)).toEqual(answers);
-      expect(received).toMatch(/"error":"bad_request"/);
+      // The parser's refusal says what was wrong (Node's own 400 to a request without Host has no body).
+      if (first.includes('host: x')) expect(received).toMatch(/"error":"bad_request"/);
     }
     // A booking answered is one the upstream made; one never answered never reached it.
     expect(bookingsSince(stack, mark)).toBe(booked ? 1 : 0);
