@@ -157,18 +157,6 @@ const REFUSAL_BODY: Record<number, { error: string; message: string }> = {
 const bodyOf = (refusal: Refusal) => JSON.stringify(refusal.body ?? REFUSAL_BODY[refusal.status] ?? REFUSAL_BODY[400]);
 const retries = (status: number) => status === 429 || status === 503;
 
-/** Answers a parsed request with a refusal, instead of running it; the connection closes after the answer. */
-export function answerRefusal(res: ServerResponse, refusal: Refusal): void {
-  const body = bodyOf(refusal);
-  res.writeHead(refusal.status, {
-    connection: 'close',
-    ...(retries(refusal.status) ? { 'retry-after': '1' } : {}),
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(body),
-  });
-  res.end(body);
-}
-
 /** Closes a connection with a refusal whose body says why, written straight to the socket. */
 export function refuseConnection(socket: Socket, refusal: Refusal): void {
   // After a timeout Node may have stopped writing to the socket: it can only be closed.
@@ -196,12 +184,13 @@ interface ServedSocket extends Socket {
  * refused (its body too slow, or malformed) is the one refused: the refusal is its answer, unless that answer has begun,
  * and then the connection can only be closed.
  */
-export function afterAnswers(socket: Socket, refuse: () => void): void {
+export function afterAnswers(socket: Socket, refuse: () => void, own?: ServerResponse): void {
   const answering = (socket as ServedSocket)._httpMessage;
-  if (!answering) return refuse();
+  // `own`: the refused request's own answer, which is never written (the refusal is).
+  if (!answering || answering === own) return refuse();
   if (!answering.req.complete) return answering.headersSent ? void socket.destroy() : refuse();
   // node:http hands the socket to the next answer when one finishes, before this listener runs.
-  answering.once('close', () => afterAnswers(socket, refuse));
+  answering.once('close', () => afterAnswers(socket, refuse, own));
 }
 
 /**

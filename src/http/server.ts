@@ -29,7 +29,6 @@ import type { Readiness } from './readiness.js';
 import { createFronts, takeHandedConnections, type ConnectionRefusal, type Fronts } from './front.js';
 import {
   afterAnswers,
-  answerRefusal,
   applyServerLimits,
   connectionCaps,
   DEFAULT_HEADER_BYTES,
@@ -236,17 +235,18 @@ function logWhenDone(
 }
 
 const HEAD_TOO_LARGE: Refusal = { status: 431, text: 'Request Header Fields Too Large' };
-/** For a request behind an answer that closes its connection: never written, since the connection closes first. */
-const AFTER_CLOSE: Refusal = {
-  status: 503,
-  text: 'Service Unavailable',
-  body: { error: 'connection_closing', message: 'An earlier answer closed this connection: send the request again.' },
-};
 
 /** node:http's answer being written on a socket, and whether the connection closes after it. */
 interface ServedSocket extends Socket {
   _httpMessage?: { _last?: boolean } | null;
 }
+
+/**
+ * What the door makes of a request before it runs: nothing (it runs), 'serve-once' (it runs, then its connection
+ * closes), a refusal (the first on its connection), or 'unanswered' (behind a refusal, or an answer that closes the
+ * connection: it would never be answered, so it never runs).
+ */
+type Verdict = undefined | 'serve-once' | Refusal | 'unanswered';
 
 /**
  * What every request and upgrade of every server goes through before its route: the limits of its slot and of its
@@ -267,21 +267,14 @@ function createDoor(
   const quiet = (pathname: string) =>
     QUIET_PATHS.has(pathname) || (!config.production && pathname === config.webhook.path);
   // Once a request on a connection is refused, the connection closes after its answer: the requests pipelined behind
-  // it are answered the same, and never run.
-  const refusedSockets = new WeakMap<Socket, Refusal>();
+  // it never run.
+  const refusedSockets = new WeakSet<Socket>();
 
-  /** The refusal a request gets instead of running, if any; `serveOnce` when its connection must close after it. */
-  const refusalOf = (
-    req: IncomingMessage,
-    pathname: string,
-    server: ServerSpec,
-  ): Refusal | 'serve-once' | undefined => {
+  const verdictOf = (req: IncomingMessage, pathname: string, server: ServerSpec): Verdict => {
     const socket = req.socket;
-    const earlier = refusedSockets.get(socket);
-    if (earlier) return earlier;
-    // An earlier answer closes the connection (node:http's own 400 to a request without Host): this request, pipelined
-    // behind it, would never be answered, so it never runs.
-    if (!socket.writable || (socket as ServedSocket)._httpMessage?._last) return AFTER_CLOSE;
+    // An earlier answer closes the connection (a refusal, or node:http's own 400 to a request without Host).
+    if (refusedSockets.has(socket) || !socket.writable || (socket as ServedSocket)._httpMessage?._last)
+      return 'unanswered';
     const verdict = fronts.slotVerdict(socket, pathname);
     if (verdict === 'serve-once') return verdict;
     let refusal = verdict === 'serve' ? undefined : verdict;
@@ -289,7 +282,7 @@ function createDoor(
       refusal = HEAD_TOO_LARGE;
       refused(431, pathname, `headers over ${DEFAULT_HEADER_BYTES} bytes`, server.name);
     }
-    if (refusal) refusedSockets.set(socket, refusal);
+    if (refusal) refusedSockets.add(socket);
     return refusal;
   };
 
@@ -298,9 +291,14 @@ function createDoor(
     (route: Route, server: ServerSpec, continued = false) =>
     (req: IncomingMessage, res: ServerResponse) => {
       const pathname = (req.url ?? '/').split('?', 1)[0]!;
-      const refusal = refusalOf(req, pathname, server);
-      if (refusal === 'serve-once') res.setHeader('connection', 'close');
-      else if (refusal) return answerRefusal(res, refusal);
+      const verdict = verdictOf(req, pathname, server);
+      if (verdict === 'serve-once') res.setHeader('connection', 'close');
+      else if (verdict) {
+        // Its body is read and dropped; the refusal is written once the answers before it are, then the connection ends.
+        req.resume();
+        if (verdict !== 'unanswered') afterAnswers(req.socket, () => refuseConnection(req.socket, verdict), res);
+        return;
+      }
       if (continued) res.writeContinue();
       // Every request gets an id (the caller's x-request-id when it is a plain token), echoed in the response.
       const info: RequestInfo = { id: requestId(req.headers['x-request-id']) };
@@ -327,8 +325,9 @@ function createDoor(
     server.removeAllListeners('upgrade');
     server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
       const pathname = (req.url ?? '/').split('?', 1)[0]!;
-      const refusal = refusalOf(req, pathname, spec);
-      if (refusal && refusal !== 'serve-once') return afterAnswers(socket, () => refuseConnection(socket, refusal));
+      const verdict = verdictOf(req, pathname, spec);
+      if (verdict === 'unanswered') return afterAnswers(socket, () => socket.destroy());
+      if (verdict && verdict !== 'serve-once') return afterAnswers(socket, () => refuseConnection(socket, verdict));
       const info: RequestInfo = { id: requestId(req.headers['x-request-id']) };
       attachRequestInfo(req, info);
       if (logRequests)

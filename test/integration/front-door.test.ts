@@ -103,6 +103,15 @@ describe('header limits on the shared port (default setup)', () => {
     expect(statuses(small)).toEqual([100, 200]);
   });
 
+  it('reads and drops the body of a request refused for its head, so that the client reads the 431', async () => {
+    const body = 'x'.repeat(4 * 1024 * 1024);
+    const raw = await exchange(stack.app.url, [
+      `POST /graphql HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n${padding(20 * 1024)}content-length: ${body.length}\r\n\r\n${body}`,
+    ]);
+    expect(statuses(raw)).toEqual([431]);
+    expect(raw).toMatch(/"error":"headers_too_large"/);
+  });
+
   it('answers 431 to a /graphql request of more headers than Node keeps (1,000), however short', async () => {
     const many = Array.from({ length: 1_000 }, (_, i) => `x-${i}: a\r\n`).join('');
     expect(statuses(await exchange(stack.app.url, [`GET /health HTTP/1.1\r\nhost: x\r\n${many}\r\n`]))).toEqual([431]);
