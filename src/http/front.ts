@@ -119,7 +119,7 @@ interface Slot {
   requests: number;
 }
 
-/** What HTTP keeps on a socket it serves: the answer being written, and its parser until an upgrade takes the socket. */
+/** What node:http keeps on a socket it serves: the answer being written, and its parser until an upgrade. */
 interface ServedSocket extends Socket {
   _httpMessage?: unknown;
   parser?: unknown;

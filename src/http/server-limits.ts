@@ -124,7 +124,7 @@ const STATUS_OF_PARSER_ERROR: Record<string, [number, string]> = {
   ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout'],
 };
 
-/** The path of the request line (origin form) at the start of `raw`, or undefined when the bytes do not start with one. */
+/** The path of the request line (origin form) at the start of `raw`, or undefined when they do not start with one. */
 export function pathOf(raw: Buffer | undefined): string | undefined {
   const line = raw?.subarray(0, 2048).toString('latin1').split('\r\n', 1)[0];
   return line ? /^[A-Z]+ (\/[^ ?]*)/.exec(line)?.[1] : undefined;
@@ -181,8 +181,8 @@ interface ServedSocket extends Socket {
 /**
  * Runs a refusal once the answers to the requests read whole before it on the connection are written (at once when
  * there are none): written before them, it would be read as their answer. A request still being read when it is
- * refused (its body too slow, or malformed) is the one refused: the refusal is its answer, unless that answer has begun,
- * and then the connection can only be closed.
+ * refused (its body too slow, or malformed) is the one refused: the refusal is its answer, unless that answer has
+ * begun, and then the connection can only be closed.
  */
 export function afterAnswers(socket: Socket, refuse: () => void, own?: ServerResponse): void {
   const answering = (socket as ServedSocket)._httpMessage;

@@ -286,7 +286,7 @@ function createDoor(
     return refusal;
   };
 
-  /** Each request of a server; with `Expect: 100-continue` (node:http's checkContinue), the body is asked for once it passed. */
+  /** Each request of a server; one that expects 100-continue (checkContinue) is asked for its body once it passed. */
   const handler =
     (route: Route, server: ServerSpec, continued = false) =>
     (req: IncomingMessage, res: ServerResponse) => {
@@ -294,7 +294,7 @@ function createDoor(
       const verdict = verdictOf(req, pathname, server);
       if (verdict === 'serve-once') res.setHeader('connection', 'close');
       else if (verdict) {
-        // Its body is read and dropped; the refusal is written once the answers before it are, then the connection ends.
+        // Its body is read and dropped; its refusal is written after the answers before it, and the connection ends.
         req.resume();
         if (verdict !== 'unanswered') afterAnswers(req.socket, () => refuseConnection(req.socket, verdict), res);
         return;
@@ -307,8 +307,8 @@ function createDoor(
       // While stopping, each keep-alive connection closes after its answer: the upstream's
       // webhook sender (and any client) would otherwise keep it busy until the grace period ends.
       if (draining()) res.setHeader('connection', 'close');
-      // CORS before any path is chosen, so every answer carries it (a preflight is answered here); never /metrics, which
-      // no page may read.
+      // CORS before any path is chosen, so every answer carries it (a preflight is answered here); never /metrics,
+      // which no page may read.
       const preflight = pathname !== '/metrics' && cors.handle(req, res);
       if (logRequests) logWhenDone(logger, quiet, req, res, pathname, info);
       if (preflight) return;
@@ -527,7 +527,7 @@ function registerConnectionMetrics(registry: Metrics['registry'], fronts: Fronts
   });
   new Counter({
     name: 'delivery_graph_connection_refusals_total',
-    help: 'Connections refused before a request was read, by reason: per_address (MAX_CONNECTIONS_PER_ADDRESS, 429), max_connections (every slot taken, 503), webhook_slots (a request other than a webhook on a slot kept for webhooks, 503)',
+    help: 'Connections refused, by reason: per_address (MAX_CONNECTIONS_PER_ADDRESS, 429), max_connections (every slot taken, 503), webhook_slots (on a slot kept for webhooks, a request that is not its one webhook request, 503)',
     labelNames: ['reason'] as const,
     registers: [registry],
     collect() {
