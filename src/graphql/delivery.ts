@@ -2,6 +2,7 @@
 // queries that read deliveries.
 import { BadUserInputError, NotFoundError, UpstreamProtocolError } from '../errors.js';
 import { fromPartnerOrder } from '../mapping/delivery.js';
+import { recordProof } from '../access/prove.js';
 import { isStub, type ApiGroup, type Delivery, type DeliveryParent } from '../mapping/model.js';
 import { builder } from './builder.js';
 import type { GraphQLContext } from './context.js';
@@ -282,8 +283,8 @@ builder.queryFields((t) => ({
         );
         // The upstream answers this read for the caller's merchant alone, whatever its read scope: the order is the
         // caller's, and the answer a merchant-scoped proof, which replaces a record learned from a read
-        // (src/access/owners.ts).
-        ctx.services.owners.learn(order.uid, await ctx.merchant(), 'PARTNER', 'reference');
+        // (src/access/prove.ts).
+        recordProof(ctx.services.owners, await ctx.merchant(), order.uid, 'PARTNER', 'reference');
         // Prime the loader so a later read of the same uid in this request is free.
         ctx.deliveryLoader('PARTNER').prime(order.uid, order);
         return order;
