@@ -8,6 +8,11 @@ export interface GraphQLConfig {
   readonly maxBatchSize: number;
   /** Upstream reads one request runs at once. */
   readonly batchConcurrency: number;
+  /**
+   * The oldest confirmation by the upstream a delivery read accepts from the stored view, in seconds, when the query
+   * names no `maxAge` (READ_MAX_AGE); 0: every read goes to the upstream.
+   */
+  readonly readMaxAgeSeconds: number;
   /** Introspection and GraphiQL: off in production unless GRAPHQL_INTROSPECTION=true. */
   readonly introspection: boolean;
   /**
@@ -57,6 +62,7 @@ export function graphqlSettings(env: Env, production: boolean): GraphQLSettings 
   const graphql: GraphQLConfig = {
     maxBatchSize: integer(env, 'MAX_BATCH_SIZE', 100, 1, 10_000),
     batchConcurrency: integer(env, 'BATCH_CONCURRENCY', 64, 1, 1_000),
+    readMaxAgeSeconds: integer(env, 'READ_MAX_AGE', 30, 0, 86_400),
     introspection,
     // The SDL tells what introspection does: in production it is closed with it unless a gateway needs it
     // (docs/federation.md).

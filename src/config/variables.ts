@@ -146,6 +146,11 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'MAX_BATCH_SIZE', help: 'longest deliveries(uids:) list', default: '100' },
   { name: 'BATCH_CONCURRENCY', help: 'upstream reads one GraphQL request runs at once', default: '64' },
   {
+    name: 'READ_MAX_AGE',
+    help: 'seconds: a delivery read is answered from the stored view when the upstream confirmed it (a read, or webhooks carrying its fields) this recently; a query may ask for less with maxAge (0: always read the upstream)',
+    default: '30',
+  },
+  {
     name: 'MAX_CONNECTIONS',
     help: 'most open connections over every port, WebSockets included (the next are refused 503 at once)',
     default: "80 % of the process's file-descriptor limit",
