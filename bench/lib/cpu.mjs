@@ -3,7 +3,7 @@
 // so a table can say how much was the contender, how much the load processes,
 // and how much something else on the machine (CI, other work) took.
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 
 const TICK_MS = 1000 / (Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100);
 
@@ -55,4 +55,48 @@ export function cpuMeter(processes) {
 export function describeCpu({ byName, machine, others }, cores) {
   const each = Object.entries(byName).map(([name, pct]) => `${name} ${Math.round(pct)} %`);
   return `${each.join(', ')}; machine ${Math.round(machine)} % of ${cores * 100} %, of which ${Math.round(others)} % not ours`;
+}
+
+/** CPU time each thread of the process has used so far, in ms, by thread id. */
+function threadCpuMs(pid) {
+  const used = new Map();
+  let tids = [];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return used;
+  }
+  for (const tid of tids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      used.set(Number(tid), (Number(fields[11]) + Number(fields[12])) * TICK_MS);
+    } catch {
+      // The thread ended meanwhile.
+    }
+  }
+  return used;
+}
+
+/**
+ * Starts counting one process's CPU by thread; `stop()` returns the ms its main
+ * thread used, the ms of its busiest other thread (on the embedded store, the
+ * SQLite writer: every other thread of Node is a helper that works in short
+ * turns), and the ms of all the rest (V8's helpers: GC marking, compiling;
+ * libuv's pool).
+ */
+export function threadMeter(pid) {
+  const start = threadCpuMs(pid);
+  return {
+    stop() {
+      const end = threadCpuMs(pid);
+      const used = [...end].map(([tid, ms]) => [tid, ms - (start.get(tid) ?? 0)]);
+      const main = used.find(([tid]) => tid === pid)?.[1] ?? 0;
+      const others = used
+        .filter(([tid]) => tid !== pid)
+        .map(([, ms]) => ms)
+        .sort((a, b) => b - a);
+      return { main, busiest: others[0] ?? 0, rest: others.slice(1).reduce((sum, ms) => sum + ms, 0) };
+    },
+  };
 }

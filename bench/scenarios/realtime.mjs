@@ -24,7 +24,7 @@ import os from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { describeAgreement } from '../lib/clock.mjs';
 import { startFacade, startRedis, startReplica, startUpstream } from '../lib/contenders.mjs';
-import { cpuMeter, describeCpu } from '../lib/cpu.mjs';
+import { cpuMeter, describeCpu, threadMeter } from '../lib/cpu.mjs';
 import { startFleet } from '../lib/fleet.mjs';
 import { describeLoopDelay, describeLoopDelays, loopDelayWindow, worstLoopDelay } from '../lib/loop-delay.mjs';
 import { sleep } from '../lib/proc.mjs';
@@ -226,9 +226,11 @@ async function measureDelivery({ options, contender, poster, uids, round, p99Goa
 
     const loop = await loopDelayWindow(contender.facades);
     const cpu = cpuMeter([...contender.servers, ...fleet.processes, { name: 'poster', pid: poster.pid }]);
+    const threads = contender.facades.map(({ pid }) => threadMeter(pid));
     const run = await poster.call('openLoop', { name: `run-${round}`, rate: options.rate });
     const arrived = await fleet.waitForEvents({ acked: run.acked, before, timeoutMs: 60_000 });
     const cpuUsed = cpu.stop();
+    const byThread = threads.map((meter) => meter.stop());
     const loopDelay = await loop.stop();
     // A moment more, so that a duplicate or a stray message after the last expected one is counted too.
     await sleep(200);
@@ -241,7 +243,14 @@ async function measureDelivery({ options, contender, poster, uids, round, p99Goa
     // The facades' CPU (all their threads: the SQLite writer, libuv's pool, V8's helpers) per message delivered.
     const facadeMs = contender.facades.reduce((sum, { name }) => sum + cpuUsed.msByName[name], 0);
     const usPerMessage = (facadeMs * 1000) / Math.max(1, delivery.delivered);
+    const perMessage = (pick) =>
+      (byThread.reduce((sum, t) => sum + pick(t), 0) * 1000) / Math.max(1, delivery.delivered);
     return {
+      threads: {
+        main: perMessage((t) => t.main),
+        busiest: perMessage((t) => t.busiest),
+        rest: perMessage((t) => t.rest),
+      },
       run,
       delivery,
       clocks,
@@ -268,7 +277,7 @@ async function measureRounds({ options, contenders, privateKeyPem, p99Goal }) {
         const m = await measureDelivery({ options, contender, poster, uids, round, p99Goal });
         runs[contender.name].push(m);
         console.log(
-          `  ${contender.name}, round ${round + 1}: p50 ${fmt(m.delivery.p50, 2)} / p99 ${fmt(m.delivery.p99, 2)} ms, ${m.delivery.lost} lost, ${fmt(m.usPerMessage, 1)} µs per message, loop ${describeLoopDelay(m.worstLoop)}`,
+          `  ${contender.name}, round ${round + 1}: p50 ${fmt(m.delivery.p50, 2)} / p99 ${fmt(m.delivery.p99, 2)} ms, ${m.delivery.lost} lost, ${fmt(m.usPerMessage, 1)} µs per message (threads ${fmt(m.threads.main, 0)} / ${fmt(m.threads.busiest, 0)} / ${fmt(m.threads.rest, 0)}), loop ${describeLoopDelay(m.worstLoop)}, other load ${fmt(m.cpu.others, 0)} %`,
         );
       }
     }
@@ -352,6 +361,23 @@ function realtimeRows(contenders, runs, ingest, { p99Goal, ingestGoal, cpuGoal, 
           }`,
       ),
       cpuGoal ? `≤ ${cpuGoal} µs` : '',
+    ],
+    [
+      `of which, by thread: main / busiest other (${contenders[0].facades.length > 1 ? 'the Redis client has none: a helper' : 'the SQLite writer'}) / V8's and libuv's helpers (median)`,
+      ...col(
+        (ms) =>
+          `${fmt(
+            med(ms, (m) => m.threads.main),
+            1,
+          )} / ${fmt(
+            med(ms, (m) => m.threads.busiest),
+            1,
+          )} / ${fmt(
+            med(ms, (m) => m.threads.rest),
+            1,
+          )} µs`,
+      ),
+      '',
     ],
     [
       `event-loop delay during the run, max / p99 (from /metrics${contenders[0].facades.length > 1 ? '; per instance' : ''}; the worst round)`,
