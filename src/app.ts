@@ -135,7 +135,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       bus,
       merchants,
       owners,
-      append: (payload, receivedAt) => batcher.append(payload, receivedAt),
+      append: (payload, receivedAt, onlyIf) => batcher.appendIf(payload, receivedAt, onlyIf),
       onRead: (kind, delayMs) => metrics?.reconcileRead(kind, delayMs / 1000),
       logger,
     },

@@ -3,13 +3,20 @@
 // publications keep one order, and events that arrive close together share one
 // transaction, one fsync and one trip to the store's writer.
 import type { EventBus } from '../realtime/bus.js';
-import { PartialAppendError, type AppendResult, type Store } from '../store/store.js';
+import {
+  PartialAppendError,
+  type AppendCondition,
+  type AppendResult,
+  type NotStored,
+  type Store,
+} from '../store/store.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 
 interface Pending {
   payload: WireWebhookEvent;
   receivedAt: string;
-  resolve(result: AppendResult): void;
+  onlyIf?: AppendCondition;
+  resolve(result: AppendResult | NotStored): void;
   reject(error: unknown): void;
 }
 
@@ -71,14 +78,30 @@ export class AppendBatcher {
     private readonly window: CommitWindow = COMMIT_WINDOW,
   ) {}
 
+  /** Stores an event (whatever the store judges of it), then publishes it unless it is a duplicate. */
   append(payload: WireWebhookEvent, receivedAt: string): Promise<AppendResult> {
+    return this.#enqueue(payload, receivedAt, undefined) as Promise<AppendResult>;
+  }
+
+  /** An event made from a read: stored (and published) only when the store finds its condition holds. */
+  appendIf(payload: WireWebhookEvent, receivedAt: string, onlyIf: AppendCondition): Promise<AppendResult | NotStored> {
+    return this.#enqueue(payload, receivedAt, onlyIf);
+  }
+
+  #enqueue(
+    payload: WireWebhookEvent,
+    receivedAt: string,
+    onlyIf: AppendCondition | undefined,
+  ): Promise<AppendResult | NotStored> {
     const now = performance.now();
     const gap = now - this.#lastAt;
     this.#gap = this.#gap === Infinity ? gap : this.#gap + GAP_WEIGHT * (Math.min(gap, 1_000) - this.#gap);
     this.#lastAt = now;
     if (this.#waiting.length === 0) this.#firstAt = now;
     return new Promise((resolve, reject) => {
-      this.#waiting.push({ payload, receivedAt, resolve, reject });
+      this.#waiting.push(
+        onlyIf ? { payload, receivedAt, onlyIf, resolve, reject } : { payload, receivedAt, resolve, reject },
+      );
       this.#schedule();
     });
   }
@@ -121,7 +144,7 @@ export class AppendBatcher {
   }
 
   async #store(batch: Pending[]): Promise<void> {
-    let results: ReadonlyArray<AppendResult | Error>;
+    let results: ReadonlyArray<AppendResult | NotStored | Error>;
     try {
       results = await this.store.appendEvents(batch);
     } catch (error) {
@@ -151,9 +174,9 @@ export class AppendBatcher {
   }
 
   /** Stored is stored: the sender gets its 200 even if publishing the event fails. */
-  #publish(result: AppendResult | Error, pending: Pending): void {
+  #publish(result: AppendResult | NotStored | Error, pending: Pending): void {
     if (result instanceof Error) return pending.reject(result);
-    if (!result.duplicate) {
+    if ('event' in result && !result.duplicate) {
       try {
         this.bus.publish(result.event);
       } catch (error) {
