@@ -63,6 +63,8 @@ const quick = args.includes('--quick');
 const flags = Object.fromEntries(
   args.filter((arg) => /^--[\w-]+=/.test(arg)).map((arg) => arg.slice(2).split(/=(.*)/s, 2)),
 );
+// --perf (the realtime scenarios): where each facade's CPU goes, sampled by Linux perf (bench/lib/perf.mjs).
+if (args.includes('--perf')) flags.perf = 'on';
 const chosen = args.filter((arg) => !arg.startsWith('--'));
 const unknown = chosen.filter((name) => !(name in SCENARIOS) && !(name in ON_DEMAND));
 if (unknown.length > 0) {

@@ -57,8 +57,8 @@ export function describeCpu({ byName, machine, others }, cores) {
   return `${each.join(', ')}; machine ${Math.round(machine)} % of ${cores * 100} %, of which ${Math.round(others)} % not ours`;
 }
 
-/** CPU time each thread of the process has used so far, in ms, by thread id. */
-function threadCpuMs(pid) {
+/** CPU time (ms) and file writes (bytes handed to storage, write syscalls) of each thread of the process so far. */
+function threadUsage(pid) {
   const used = new Map();
   let tids = [];
   try {
@@ -70,7 +70,12 @@ function threadCpuMs(pid) {
     try {
       const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
       const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      used.set(Number(tid), (Number(fields[11]) + Number(fields[12])) * TICK_MS);
+      const io = readFileSync(`/proc/${pid}/task/${tid}/io`, 'utf8');
+      const count = (name) => Number(new RegExp(`^${name}: (\\d+)`, 'm').exec(io)?.[1] ?? 0);
+      used.set(Number(tid), {
+        ms: (Number(fields[11]) + Number(fields[12])) * TICK_MS,
+        writes: count('write_bytes') + count('syscw'),
+      });
     } catch {
       // The thread ended meanwhile.
     }
@@ -80,23 +85,24 @@ function threadCpuMs(pid) {
 
 /**
  * Starts counting one process's CPU by thread; `stop()` returns the ms its main
- * thread used, the ms of its busiest other thread (on the embedded store, the
- * SQLite writer: every other thread of Node is a helper that works in short
- * turns), and the ms of all the rest (V8's helpers: GC marking, compiling;
+ * thread used, the ms of the SQLite writer thread (the thread other than the
+ * main one that wrote most to files meanwhile; 0 when none did: on Redis there
+ * is none), and the ms of all the rest (V8's helpers: GC marking, compiling;
  * libuv's pool).
  */
 export function threadMeter(pid) {
-  const start = threadCpuMs(pid);
+  const start = threadUsage(pid);
   return {
     stop() {
-      const end = threadCpuMs(pid);
-      const used = [...end].map(([tid, ms]) => [tid, ms - (start.get(tid) ?? 0)]);
-      const main = used.find(([tid]) => tid === pid)?.[1] ?? 0;
-      const others = used
-        .filter(([tid]) => tid !== pid)
-        .map(([, ms]) => ms)
-        .sort((a, b) => b - a);
-      return { main, busiest: others[0] ?? 0, rest: others.slice(1).reduce((sum, ms) => sum + ms, 0) };
+      const used = [...threadUsage(pid)].map(([tid, { ms, writes }]) => {
+        const before = start.get(tid) ?? { ms: 0, writes: 0 };
+        return { tid, ms: ms - before.ms, writes: writes - before.writes };
+      });
+      const main = used.find(({ tid }) => tid === pid)?.ms ?? 0;
+      const others = used.filter(({ tid }) => tid !== pid).sort((a, b) => b.writes - a.writes);
+      const writer = others[0]?.writes > 0 ? others[0] : undefined;
+      const rest = others.filter((t) => t !== writer).reduce((sum, t) => sum + t.ms, 0);
+      return { main, writer: writer?.ms ?? 0, writerTid: writer?.tid, rest };
     },
   };
 }

@@ -151,14 +151,19 @@ function accessKept(
   deps: RealtimeDeps,
   subscriber: Subscriber,
   uids: readonly string[],
-): (uid: string) => Promise<void> {
+): (uid: string) => Promise<void> | undefined {
   const started = Date.now();
   const checkedAt = new Map(uids.map((uid) => [uid, started]));
-  return async (uid) => {
+  const checkAgain = async (uid: string, since: number) => {
     const at = Date.now();
-    if (!(await deps.access.stillReadable(subscriber.key, uid, checkedAt.get(uid) ?? started)))
+    if (!(await deps.access.stillReadable(subscriber.key, uid, since)))
       throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
     checkedAt.set(uid, at);
+  };
+  // Nothing learned since the last check: answered at once, with no promise (every event of every stream asks).
+  return (uid) => {
+    const since = checkedAt.get(uid) ?? started;
+    return deps.access.stillReadableNow(uid, since) ? undefined : checkAgain(uid, since);
   };
 }
 
@@ -336,7 +341,8 @@ async function* deliveryUpdatedStream(
       lastSeq = event.seq;
       if (view) {
         status = statusOfView(view);
-        await stillReadable(uid);
+        const checking = stillReadable(uid);
+        if (checking) await checking;
         yield view;
       }
       if (event.final) return;
@@ -394,7 +400,8 @@ async function* courierLocationStream(
       if (rank < lastRank) continue;
       lastSeq = event.seq;
       lastRank = rank;
-      await stillReadable(uid);
+      const checking = stillReadable(uid);
+      if (checking) await checking;
       yield event;
     }
   } finally {
@@ -485,11 +492,14 @@ async function* deliveryEventsStream(
   // key's own through for free; a delivery with no record is asked of the upstream within SUBSCRIPTION_ACCESS_CHECKS
   // a minute and the key's budget, and past them its event is skipped, undelivered (counted, logged once).
   const allowance = uids ? undefined : deps.access.allowance(subscriber.key, deps.budget, true);
-  const visible = async (event: StoredEvent) => {
+  // At once when it can be (every event of every stream asks): false, true, or a promise of the answer.
+  const visible = (event: StoredEvent): boolean | Promise<boolean> => {
     if (names && !names.has(event.name)) return false;
-    if (stillReadable) await stillReadable(event.uid);
-    if (!allowance) return true;
-    return (await canReadPatiently(deps.access, subscriber.key, event.uid, allowance)) === true;
+    const checking = stillReadable?.(event.uid);
+    if (!allowance) return checking ? checking.then(() => true) : true;
+    const asked = () =>
+      canReadPatiently(deps.access, subscriber.key, event.uid, allowance).then((readable) => readable === true);
+    return checking ? checking.then(asked) : asked();
   };
 
   try {
@@ -500,7 +510,8 @@ async function* deliveryEventsStream(
         const page = await deps.store.eventsAfter(position, REPLAY_PAGE, uids ? { uids } : undefined);
         for (const event of page) {
           position = event.seq;
-          if (await visible(event)) yield event;
+          const shown = visible(event);
+          if (shown === true || (shown !== false && (await shown))) yield event;
         }
         if (page.length < REPLAY_PAGE) break;
       }
@@ -508,7 +519,8 @@ async function* deliveryEventsStream(
     for await (const event of queue) {
       if (event.seq <= position) continue;
       position = event.seq;
-      if (await visible(event)) yield event;
+      const shown = visible(event);
+      if (shown === true || (shown !== false && (await shown))) yield event;
     }
   } finally {
     for (const unfollow of unfollows) unfollow();
