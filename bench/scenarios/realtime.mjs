@@ -18,7 +18,9 @@
 //   --subscriber-processes=N   processes holding the fleet (one per 5,000 subscribers)
 //   realtime-redis only: --subscribers-on=B|both   the fleet on instance B, or half on each
 // `realtime-scale` and `realtime-redis-scale` are the 10,000 (one instance) and 20,000
-// (two instances on Redis, half on each) variants: 100 per delivery at 100 events/s.
+// (two instances on Redis, half on each) variants: 100 per delivery at 100 events/s;
+// `realtime-one` is the common case: 1,000 deliveries, one subscriber each, 1,000 events/s.
+// --perf: where each facade's CPU goes, by thread and part of the path (bench/lib/perf.mjs).
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import os from 'node:os';
@@ -77,6 +79,8 @@ function runOptions(flags, quick, defaults = {}) {
     baselineDir,
     /** The recorded goals' shape: 1,000 subscribers, 10 per delivery, 500/s. */
     standard: subscribers === 1000 && perDelivery === 10 && positiveInteger(merged, 'rate', 500) === 500,
+    /** The common case: 1,000 deliveries, one subscriber each (a tracking page), 1,000/s. */
+    one: subscribers === 1000 && perDelivery === 1 && positiveInteger(merged, 'rate', 500) === 1000,
     scale:
       subscribers === (defaults.scaleSubscribers ?? 10_000) &&
       perDelivery === 100 &&
@@ -608,9 +612,11 @@ export async function realtime({ quick, command, flags = {}, defaults }) {
           ids: { realtime: 'realtime', cpu: 'realtime-cpu', loop: 'loop-realtime', ingest: 'ingest' },
           p99Goal: 10,
           cpuGoal: 80,
-          ingestGoal: 5_000,
+          ingestGoal: 8_000,
         }
-      : { ids: {}, p99Goal: 10 };
+      : options.one
+        ? { ids: { realtime: 'realtime-one', loop: 'loop-realtime-one' }, p99Goal: 20, cpuGoal: 200 }
+        : { ids: {}, p99Goal: 10 };
   // The ingest only in the standard shape (its goal is the same whatever the fleet).
   const ingest = options.standard ? prepareIngest({ quick, privateKeyPem }) : undefined;
   try {
@@ -620,12 +626,16 @@ export async function realtime({ quick, command, flags = {}, defaults }) {
       ? 'realtime-scale'
       : options.standard
         ? 'realtime'
-        : `realtime-${options.subscribers}x${options.perDelivery}-at-${options.rate}`;
+        : options.one
+          ? 'realtime-one'
+          : `realtime-${options.subscribers}x${options.perDelivery}-at-${options.rate}`;
     const title = options.scale
       ? 'Realtime at scale: 10,000 subscribers on one instance'
       : options.standard
         ? 'Realtime: webhooks to subscribers'
-        : `Realtime: ${thousands(options.subscribers)} subscribers, ${options.perDelivery} per delivery, ${options.rate} events/s`;
+        : options.one
+          ? 'Realtime, the common case: one watcher per delivery'
+          : `Realtime: ${thousands(options.subscribers)} subscribers, ${options.perDelivery} per delivery, ${options.rate} events/s`;
     const rss = contenders.map((c) => `${c.name} ${fmt(c.process.rssKb() / 1024, 0)} MiB`).join(', ');
     const body = [
       `One instance on the embedded SQLite store. ${method(options, i, 'on it')}${buildsNote(contenders)} Resident memory of the facade after the runs (the fleet closed): ${rss}.`,
@@ -649,6 +659,10 @@ export async function realtime({ quick, command, flags = {}, defaults }) {
 
 export const realtimeScale = (args) =>
   realtime({ ...args, defaults: { subscribers: '10000', 'per-delivery': '100', rate: '100' } });
+
+/** The common case: 1,000 deliveries, each followed by one subscriber (a tracking page), 1,000 webhooks/s. */
+export const realtimeOne = (args) =>
+  realtime({ ...args, defaults: { subscribers: '1000', 'per-delivery': '1', rate: '1000' } });
 
 /**
  * The same measurement across two instances sharing Redis, per build (each its
