@@ -316,36 +316,43 @@ async function* deliveryUpdatedStream(
         : { rank: snapshotRank, courier: snapshotCourier(current.snapshot!.delivery) };
     let lastSeq = current.seq;
     let status = statusOfView(current);
+    // What a new event shows this subscriber, if anything.
+    const viewOf = (event: StoredEvent, rank: number): EventView | undefined => {
+      if (event.moved) {
+        if (lateForRead(shown, event, rank))
+          return namesAnotherCourier(shown!, event) ? { ...event, heldStatus: status } : undefined;
+        // A read that only confirms the milestone sent last as final is not sent again: it ends the stream.
+        if (event.final && statusRank(status) === rank) return undefined;
+        shown = undefined;
+        return event;
+      }
+      // A new courier on a late milestone: sent with the status the delivery has, which does not go back.
+      return event.courierOnly ? { ...event, heldStatus: status } : undefined;
+    };
     yield current;
-    const ended = current.snapshot
+    // Whether the delivery is final, as of the last event folded in: each queued event after the state read (or the
+    // snapshot) carries the store's word on it.
+    let final = current.snapshot
       ? stateOfStatus(current.snapshot.status)?.terminal === true
       : stored?.terminal === true;
-    if (ended) return;
+    let foldedSeq = current.snapshot ? current.seq : (stored?.seq ?? 0);
+    if (final) return;
     for await (const event of queue) {
+      if (event.seq > foldedSeq) {
+        foldedSeq = event.seq;
+        final = event.final === true;
+      }
       // Sent once, in log order, as the store judged it; an unknown milestone moves nothing and is not sent.
       const rank = milestoneRank(event.name);
-      if (event.seq <= lastSeq || rank === undefined) continue;
-      let view: EventView | undefined;
-      if (event.moved) {
-        if (lateForRead(shown, event, rank)) {
-          if (namesAnotherCourier(shown!, event)) view = { ...event, heldStatus: status };
-        } else if (!(event.final && statusRank(status) === rank)) {
-          // (A read that only confirms the milestone sent last as final is not sent again: it ends the stream.)
-          view = event;
-          shown = undefined;
-        }
-      } else if (event.courierOnly) {
-        // A new courier on a late milestone: sent with the status the delivery has, which does not go back.
-        view = { ...event, heldStatus: status };
-      }
-      lastSeq = event.seq;
+      const view = event.seq > lastSeq && rank !== undefined ? viewOf(event, rank) : undefined;
+      if (event.seq > lastSeq) lastSeq = event.seq;
       if (view) {
         status = statusOfView(view);
         const checking = stillReadable(uid);
         if (checking) await checking;
         yield view;
       }
-      if (event.final) return;
+      if (final) return;
     }
   } finally {
     unfollow();
@@ -391,9 +398,14 @@ async function* courierLocationStream(
       yield latest;
     }
     if (stored?.terminal) return;
+    // Events up to the state read are in it; each later one carries the store's word on whether the delivery is final.
+    let foldedSeq = stored?.seq ?? 0;
     for await (const event of queue) {
-      // The final event's own position is not sent.
-      if (event.final) return;
+      if (event.seq > foldedSeq) {
+        foldedSeq = event.seq;
+        // The final event's own position is not sent.
+        if (event.final) return;
+      }
       if (event.seq <= lastSeq || !geoPoint(event.payload.driver_location)) continue;
       // A new courier's first position counts whatever its milestone; the rank the pin reached stays.
       const rank = event.courierOnly ? lastRank : (milestoneRank(event.name) ?? lastRank);
