@@ -7,13 +7,21 @@ import { defineConfig } from 'vitest/config';
 // second copy whose classes fail instanceof and schema checks against the first.
 const graphqlMain = createRequire(import.meta.url).resolve('graphql');
 
+// The sandbox package from its TypeScript source, as tsx resolves it through tsconfig.json's paths (its
+// package.json points at the dist/ that `npm run build` writes, for node alone).
+const sandboxSource = (entry: string) => new URL(`packages/sandbox/src/${entry}.ts`, import.meta.url).pathname;
+
 // The soak tier exists only when asked for (npm run test:soak sets SOAK=1), so a
 // plain `vitest run`, or one naming a file, never starts the long runs.
 const soak = ['1', 'true'].includes(process.env.SOAK ?? '');
 
 export default defineConfig({
   resolve: {
-    alias: [{ find: /^graphql$/, replacement: graphqlMain }],
+    alias: [
+      { find: /^graphql$/, replacement: graphqlMain },
+      { find: /^@delivery-graph\/sandbox$/, replacement: sandboxSource('index') },
+      { find: /^@delivery-graph\/sandbox\/webhook-sender$/, replacement: sandboxSource('webhook-sender') },
+    ],
   },
   test: {
     testTimeout: 20_000,
@@ -42,6 +50,15 @@ export default defineConfig({
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
           globalSetup: ['test/global-setup.ts'],
+          setupFiles: ['test/setup/no-warnings.ts'],
+        },
+      },
+      {
+        extends: true,
+        // The sandbox package's own tests: real HTTP on port 0, its world files, its command in a child process.
+        test: {
+          name: 'sandbox',
+          include: ['packages/sandbox/test/**/*.test.ts'],
           setupFiles: ['test/setup/no-warnings.ts'],
         },
       },

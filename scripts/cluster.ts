@@ -4,15 +4,17 @@
 // primary, a replica and three Sentinels (scripts/sentinel-set.ts), the sandbox,
 // and N facade instances, each its own process on the Sentinels. Everything it
 // starts listens on a port counted from --port (0: any free ports), so a second
-// set, or anything else, can be kept clear of it. Prints where everything is;
-// Ctrl-C (or SIGTERM) stops all of it and removes what it wrote.
+// set, or anything else, can be kept clear of it. Prints where everything is and
+// the Redis primary's process id to kill for a failover, then how long each
+// failover it sees took; Ctrl-C (or SIGTERM) stops all of it and removes what it
+// wrote.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { DEMO_MERCHANTS, startSandbox } from '../src/sandbox/index.js';
+import { DEMO_MERCHANTS, startSandbox } from '@delivery-graph/sandbox';
 import { startSentinelSet } from './sentinel-set.js';
 
 const USAGE = `Usage: npm run cluster [-- --instances=N --port=P]
@@ -24,8 +26,10 @@ const USAGE = `Usage: npm run cluster [-- --instances=N --port=P]
   --help         show this text
 
 Every instance uses Redis through the Sentinels, the sandbox upstream (the demo
-merchant keys) and a folder of its own under a temporary directory; Ctrl-C stops
-everything and removes that directory. See docs/scale-out.md.
+merchant keys) and a folder of its own under a temporary directory. It names the
+Redis primary's process id: kill -9 it to try a failover, and it prints how long
+the Sentinels took. Ctrl-C stops everything and removes that directory. See
+docs/scale-out.md.
 `;
 
 const args = process.argv.slice(2);
@@ -187,8 +191,41 @@ const lines = [
   `  sandbox upstream    ${sandbox.url}   (webhooks to instance 1)`,
   `  merchant key        ${sandbox.merchants[0]!.key}`,
   '',
-  `Try a failover: pkill -9 -f "redis-server 127.0.0.1:${primary}", and watch`,
-  `a subscription on one instance keep going while the Sentinels promote the replica (about 2 s).`,
+  tryFailover(primary),
   'ready; Ctrl-C stops everything.',
 ];
 console.log(lines.join('\n'));
+void watchFailovers(primary);
+
+/** How to try a failover on the primary now: the process id to kill. */
+function tryFailover(port: number): string {
+  return `Try a failover: kill -9 ${set.pidOf(port)}   (the Redis primary, 127.0.0.1:${port}), and watch a subscription on any instance go on while the Sentinels promote the replica; the time it took is printed here.`;
+}
+
+/**
+ * Each time the primary's process ends (a kill -9 from a shell, a crash), measures how long the Sentinels take to
+ * promote the replica until it accepts writes, says so, and brings the old primary back as the new one's replica.
+ */
+async function watchFailovers(port: number): Promise<void> {
+  for (;;) {
+    const pid = set.pidOf(port);
+    await set.exited(port);
+    if (stopping) return;
+    const started = performance.now();
+    let promoted: number;
+    try {
+      promoted = await set.failedOverFrom(port, 60_000);
+    } catch (error) {
+      console.error(`cluster: no failover: ${error instanceof Error ? error.message : String(error)}`);
+      return;
+    }
+    const seconds = ((performance.now() - started) / 1000).toFixed(1);
+    console.log(
+      `failover: the Redis primary 127.0.0.1:${port} (pid ${pid}) stopped; the Sentinels promoted 127.0.0.1:${promoted}, which took writes ${seconds} s later.`,
+    );
+    if (stopping) return;
+    await set.restartAsReplica(port);
+    console.log(`127.0.0.1:${port} is back, as the replica of 127.0.0.1:${promoted}. ${tryFailover(promoted)}`);
+    port = promoted;
+  }
+}

@@ -25,6 +25,10 @@ export interface SentinelSet {
   primaryPort(): Promise<number>;
   /** SIGKILL of whichever server is the primary now; resolves with its port. */
   killPrimary(): Promise<number>;
+  /** The process id of the data server on `port` (undefined when none of ours runs there). */
+  pidOf(port: number): number | undefined;
+  /** Resolves when the data server on `port` exits, however it was stopped (a `kill -9` from a shell included). */
+  exited(port: number): Promise<void>;
   /** SIGSTOP / SIGCONT of the server on `port` (a replica that stops answering, then catches up). */
   pause(port: number): void;
   resume(port: number): void;
@@ -227,6 +231,14 @@ export async function startSentinelSet(options: SentinelSetOptions = {}): Promis
       );
       children.delete(port);
       return port;
+    },
+    pidOf(port) {
+      return children.get(port)?.pid;
+    },
+    exited(port) {
+      const child = children.get(port);
+      if (!child || child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+      return new Promise((resolve) => child.once('exit', () => resolve()));
     },
     pause(port) {
       children.get(port)?.kill('SIGSTOP');

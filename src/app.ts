@@ -24,8 +24,9 @@ import { requestScope } from './observability/request.js';
 import { startMetrics } from './observability/start.js';
 import type { SpanExporterLike } from './observability/tracing.js';
 import { openEventBus, startRealtime } from './realtime/start.js';
-import type { Sandbox } from './sandbox/index.js';
+import type { Sandbox } from '@delivery-graph/sandbox';
 import { openStore } from './store/open.js';
+import { proofRefreshMs } from './store/retention.js';
 import { RedisStore } from './store/redis.js';
 import { SqliteStore } from './store/sqlite.js';
 import type { Store } from './store/store.js';
@@ -122,7 +123,12 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   const bus = await openEventBus(redis, logger, teardown);
   // Who may see which delivery: one set of merchants and owner records for every path (src/access/owners.ts).
   const merchants = new Merchants(store);
-  const owners = new Owners(store, { logger, merchants, readScope: config.upstream.readScope });
+  const owners = new Owners(store, {
+    logger,
+    merchants,
+    readScope: config.upstream.readScope,
+    proofRefreshMs: proofRefreshMs(config),
+  });
   teardown.add('owner records', () => owners.flush());
   // Webhooks and reconciliation store events through one batcher: one log order, publications in it.
   const batcher = new AppendBatcher(store, bus, (error) => logger.error({ err: error }, 'stored event not published'));
@@ -221,7 +227,8 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     trackingPage,
     directHttpPath: options.directHttpPath ?? true,
   });
-  sandbox?.setWebhookUrl(http.webhookUrl);
+  // With WEBHOOKS=off the sandbox sends none: the facade polls it, as it would an upstream with no URL on file.
+  sandbox?.setWebhookUrl(receiver ? http.webhookUrl : undefined);
 
   // Graceful stop: readiness fails first so a load balancer drains us, then the
   // front door closes (see FrontDoor.close); then the rest, newest first.

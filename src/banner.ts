@@ -3,7 +3,7 @@
 // every worker does).
 import { CONFIG_VARIABLES, SANDBOX_UPSTREAM, type Config } from './config.js';
 import type { Logger } from './logger.js';
-import type { Sandbox } from './sandbox/index.js';
+import type { Sandbox } from '@delivery-graph/sandbox';
 
 /** What `--help` prints: every setting with its help and default. */
 export function help(): string {
@@ -44,8 +44,8 @@ function banner(config: Config, { url, webhookUrl, metricsUrl }: Where, sandbox:
     config.webhooksEnabled
       ? `  webhooks            ${webhookUrl}`
       : config.realtime.reconcileIntervalMs > 0
-        ? `  webhooks            off (no WEBHOOK_PUBLIC_KEY_FILE): polling alone, followed deliveries are read every ${config.realtime.reconcileIntervalMs} ms (RECONCILE_INTERVAL_MS)`
-        : '  webhooks            off (no WEBHOOK_PUBLIC_KEY_FILE) and RECONCILE_INTERVAL_MS=0: subscribers see only their first state',
+        ? `  webhooks            off (${config.webhooksOff ? 'WEBHOOKS=off' : 'no WEBHOOK_PUBLIC_KEY_FILE'}): polling alone, followed deliveries are read every ${config.realtime.reconcileIntervalMs} ms (RECONCILE_INTERVAL_MS)`
+        : `  webhooks            off (${config.webhooksOff ? 'WEBHOOKS=off' : 'no WEBHOOK_PUBLIC_KEY_FILE'}) and RECONCILE_INTERVAL_MS=0: subscribers see only their first state`,
     `  health / ready      ${url}/health   ${url}/ready`,
     ...(metricsUrl
       ? [

@@ -10,7 +10,7 @@ import path from 'node:path';
 import type { Config } from './config.js';
 import { startEmbeddedSandbox } from './embedded-sandbox.js';
 import { createLogger } from './logger.js';
-import type { Sandbox } from './sandbox/index.js';
+import type { Sandbox } from '@delivery-graph/sandbox';
 
 /** What a worker tells the primary once it listens. */
 export interface WorkerListening {
@@ -56,8 +56,8 @@ export async function runPrimary(
     Object.assign(env, {
       UPSTREAM_URL: sandbox.url,
       PLATFORM_ID: sandbox.platformId,
-      WEBHOOK_PUBLIC_KEY_FILE: keyFile,
-      WEBHOOK_ISSUER: sandbox.issuer,
+      // WEBHOOKS=off: the workers poll the sandbox, which sends them nothing.
+      ...(config.webhooksOff ? {} : { WEBHOOK_PUBLIC_KEY_FILE: keyFile, WEBHOOK_ISSUER: sandbox.issuer }),
     });
   }
 
@@ -74,7 +74,7 @@ export async function runPrimary(
       listening.add(worker.id);
       if (listening.size < config.workers) return;
       announced = true;
-      sandbox?.setWebhookUrl(message.webhookUrl);
+      if (!config.webhooksOff) sandbox?.setWebhookUrl(message.webhookUrl);
       banner(message, sandbox);
       logger.info({ workers: config.workers }, 'workers listening');
     });
@@ -96,7 +96,12 @@ export async function runPrimary(
   const shutdown = (signal: string) => {
     if (stopping) return;
     stopping = true;
+    const started = performance.now();
     logger.info({ signal }, 'stopping the workers');
+    const stopped = (exitCode: number) => {
+      logger.info({ signal, exitCode, durationMs: Math.round(performance.now() - started) }, 'stopped');
+      process.exit(exitCode);
+    };
     const workers = Object.values(cluster.workers ?? {}).filter((worker): worker is Worker => worker !== undefined);
     let failed = false;
     Promise.all(
@@ -113,8 +118,8 @@ export async function runPrimary(
     )
       .then(() => sandbox?.stop())
       .then(
-        () => process.exit(failed ? 1 : 0),
-        () => process.exit(1),
+        () => stopped(failed ? 1 : 0),
+        () => stopped(1),
       );
   };
   process.on('SIGTERM', () => shutdown('SIGTERM'));

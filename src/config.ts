@@ -5,7 +5,12 @@ import { createPublicKey, X509Certificate, type KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { normalizeOrigin, type CorsOrigins } from './http/cors.js';
-import { DEFAULT_STEP_MS } from './sandbox/knobs.js';
+import {
+  CONTROL_TOKEN_HEADER,
+  DEFAULT_STEP_MS,
+  isLoopbackHost,
+  MIN_CONTROL_TOKEN_LENGTH,
+} from '@delivery-graph/sandbox';
 import { DEFAULT_REFUSAL_MEMORY_MS } from './upstream/known-keys.js';
 
 export const AMOUNT_UNITS = ['cents', 'major'] as const;
@@ -270,6 +275,8 @@ export interface Config {
    * polling alone.
    */
   readonly webhooksEnabled: boolean;
+  /** WEBHOOKS=off: polling alone was chosen in so many words (no receiver, even for the embedded sandbox). */
+  readonly webhooksOff: boolean;
   /** GET /metrics (Prometheus text format). */
   readonly metrics: boolean;
   /** Where GET /metrics is answered, and who may read it. */
@@ -313,6 +320,10 @@ export interface Config {
   readonly sandbox: {
     /** Port of the embedded sandbox when UPSTREAM_URL is unset (0: any free port). */
     readonly port: number;
+    /** SANDBOX_HOST: the address it listens on, loopback unless told. */
+    readonly host: string;
+    /** SANDBOX_CONTROL_TOKEN: what its /sandbox control routes need (required beyond loopback). Never logged. */
+    readonly controlToken: string | undefined;
     /** Time between simulated lifecycle milestones. */
     readonly stepMs: number;
     /** Share of deliveries that fail or are canceled by the provider after pickup, then come back. */
@@ -379,6 +390,11 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
     default: "the sandbox's",
   },
   { name: 'WEBHOOK_ISSUER', help: 'required iss claim of webhook JWTs', default: "the sandbox's" },
+  {
+    name: 'WEBHOOKS',
+    help: 'off: no webhook receiver, subscriptions follow the upstream by polling alone (every RECONCILE_INTERVAL_MS), said on purpose; on: webhooks, so WEBHOOK_PUBLIC_KEY_FILE is required with UPSTREAM_URL. Unset: on in production; elsewhere on when a key is known, else polling alone with a warning',
+    default: 'unset',
+  },
   { name: 'WEBHOOK_PATH', help: 'path of the webhook receiver', default: '/webhooks' },
   {
     name: 'WEBHOOK_PORT',
@@ -545,7 +561,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'KEYLESS_TOTAL_WORK_MS_PER_MINUTE',
-    help: 'the same work for every caller without an accepted key together, per minute, in this process: the most of it they can take whatever their number of addresses (0: no limit)',
+    help: 'the same work for every caller without an accepted key together, per minute, in this process: the most of it they can take whatever their number of addresses; a key nobody has judged yet is neither charged to it nor refused by it (0: no limit)',
     default: '3000',
   },
   {
@@ -688,6 +704,16 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   { name: 'SANDBOX_PORT', help: 'port of the embedded sandbox (0: any free port)', default: '4010' },
   {
+    name: 'SANDBOX_HOST',
+    help: 'address the embedded sandbox listens on; beyond loopback (0.0.0.0) it needs SANDBOX_CONTROL_TOKEN',
+    default: '127.0.0.1',
+  },
+  {
+    name: 'SANDBOX_CONTROL_TOKEN',
+    help: `token (${MIN_CONTROL_TOKEN_LENGTH} characters or more) every /sandbox control route of the embedded sandbox then needs, as the ${CONTROL_TOKEN_HEADER} header; required with SANDBOX_HOST beyond loopback. In production those routes change nothing and /sandbox/info is refused, token or not`,
+    default: 'unset: the control routes are open, on loopback only',
+  },
+  {
     name: 'SANDBOX_STEP_MS',
     help: 'time between simulated milestones in the embedded sandbox',
     default: String(DEFAULT_STEP_MS),
@@ -765,7 +791,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'OTEL_TRACING', help: 'deprecated: true is OTEL_TRACES_EXPORTER=otlp', default: 'false' },
   {
     name: 'NODE_ENV',
-    help: 'production turns off GraphiQL, introspection and the federation SDL (see GRAPHQL_INTROSPECTION, FEDERATION_SDL), and /metrics on the main port unless METRICS_TOKEN is set',
+    help: 'production, development or test (anything else stops the start): production turns off GraphiQL, introspection and the federation SDL (see GRAPHQL_INTROSPECTION, FEDERATION_SDL), and /metrics on the main port unless METRICS_TOKEN is set, and requires UPSTREAM_URL and (with it) WEBHOOK_PUBLIC_KEY_FILE unless chosen otherwise in so many words (UPSTREAM_URL=sandbox, WEBHOOKS=off)',
     default: 'development',
   },
 ];
@@ -1053,6 +1079,24 @@ function metricsToken(env: Env, name: string): string | undefined {
   return token;
 }
 
+/** Where the embedded sandbox listens, and the token its control routes need: one is required beyond loopback. */
+function sandboxControl(env: Env, embedded: boolean): { host: string; controlToken: string | undefined } {
+  const host = text(env, 'SANDBOX_HOST') ?? '127.0.0.1';
+  const controlToken = text(env, 'SANDBOX_CONTROL_TOKEN');
+  // The token itself is never echoed.
+  if (controlToken !== undefined && (/\s/.test(controlToken) || controlToken.length < MIN_CONTROL_TOKEN_LENGTH))
+    throw new ConfigError(
+      'SANDBOX_CONTROL_TOKEN',
+      `must be ${MIN_CONTROL_TOKEN_LENGTH} characters or more, without whitespace (e.g. openssl rand -hex 24)`,
+    );
+  if (embedded && controlToken === undefined && !isLoopbackHost(host))
+    throw new ConfigError(
+      'SANDBOX_CONTROL_TOKEN',
+      `required with SANDBOX_HOST=${host}: beyond loopback the embedded sandbox's control routes (its knobs, where its webhooks go, its merchant keys) need a token`,
+    );
+  return { host, controlToken };
+}
+
 /** An optional listen port that must not be one the facade already uses (0: any free port, never a clash). */
 function extraPort(env: Env, name: string, taken: ReadonlyArray<[string, number | undefined]>): number | undefined {
   if (text(env, name) === undefined) return undefined;
@@ -1213,9 +1257,67 @@ function persistedOperations(env: Env, name: string): { file: string; operations
   return { file, operations: Object.fromEntries(entries) as Record<string, string> };
 }
 
+const NODE_ENVS = ['production', 'development', 'test'] as const;
+/** Values seen in the wild for each of NODE_ENVS, to name the one meant. */
+const NODE_ENV_ALIASES: Record<string, (typeof NODE_ENVS)[number]> = {
+  prod: 'production',
+  prd: 'production',
+  live: 'production',
+  stage: 'production',
+  staging: 'production',
+  dev: 'development',
+  develop: 'development',
+  local: 'development',
+  testing: 'test',
+  ci: 'test',
+};
+
+/**
+ * NODE_ENV, one of NODE_ENVS (unset: development). Any other value stops the start naming the closest: a misspelled
+ * production would otherwise serve GraphiQL, introspection and /metrics, with none of production's checks.
+ */
+function nodeEnv(env: Env): (typeof NODE_ENVS)[number] {
+  const raw = text(env, 'NODE_ENV');
+  if (raw === undefined) return 'development';
+  if ((NODE_ENVS as readonly string[]).includes(raw)) return raw as (typeof NODE_ENVS)[number];
+  const lower = raw.toLowerCase();
+  const closest =
+    NODE_ENVS.find((name) => name === lower) ??
+    NODE_ENV_ALIASES[lower] ??
+    NODE_ENVS.find((name) => name.startsWith(lower) || lower.startsWith(name)) ??
+    [...NODE_ENVS].sort((a, b) => editDistance(lower, a) - editDistance(lower, b))[0]!;
+  throw new ConfigError(
+    'NODE_ENV',
+    `expected production, development or test, got "${raw}"; did you mean NODE_ENV=${closest}?`,
+  );
+}
+
+/** WEBHOOKS: off (polling alone, on purpose), on, or unset. */
+function webhooksChoice(env: Env): 'on' | 'off' | undefined {
+  return text(env, 'WEBHOOKS') === undefined ? undefined : oneOf(env, 'WEBHOOKS', ['on', 'off'] as const, 'on');
+}
+
+/**
+ * Whether webhooks arrive: a key verifies them (WEBHOOK_PUBLIC_KEY_FILE, or the embedded sandbox's), unless WEBHOOKS=off.
+ * A real upstream without a key in production (or with WEBHOOKS=on) stops the start: a secret forgotten in a deploy
+ * would otherwise turn live tracking into polling.
+ */
+function webhooksOn(env: Env, production: boolean, hasKey: boolean, upstreamUrl: string | undefined): boolean {
+  const choice = webhooksChoice(env);
+  if (choice === 'off' && hasKey)
+    throw new ConfigError('WEBHOOKS', 'off (polling alone) while WEBHOOK_PUBLIC_KEY_FILE is set: unset one of them');
+  if (choice === 'off') return false;
+  if (!hasKey && upstreamUrl !== undefined && (production || choice === 'on'))
+    throw new ConfigError(
+      'WEBHOOK_PUBLIC_KEY_FILE',
+      `required ${choice === 'on' ? 'with WEBHOOKS=on' : 'in production (NODE_ENV=production)'} when UPSTREAM_URL is set: the PEM file of the upstream's webhook signing key (with WEBHOOK_ISSUER), or WEBHOOKS=off to follow deliveries by polling alone on purpose`,
+    );
+  return hasKey || upstreamUrl === undefined;
+}
+
 /** Parses and checks the environment once; the result is deeply frozen. */
 export function loadConfig(env: Env = process.env): Config {
-  const production = text(env, 'NODE_ENV') === 'production';
+  const production = nodeEnv(env) === 'production';
   // The simulator by choice (UPSTREAM_URL=sandbox), or by default outside production only: a production
   // start without an upstream would book on a simulator while every probe stays green.
   const sandboxAsked = text(env, 'UPSTREAM_URL')?.toLowerCase() === SANDBOX_UPSTREAM;
@@ -1235,7 +1337,7 @@ export function loadConfig(env: Env = process.env): Config {
   const issuer = text(env, 'WEBHOOK_ISSUER');
   if (key && !issuer) throw new ConfigError('WEBHOOK_ISSUER', 'required when WEBHOOK_PUBLIC_KEY_FILE is set');
   // The embedded sandbox signs with a key the facade knows; a real upstream's key must be given.
-  const webhooksEnabled = key !== undefined || upstreamUrl === undefined;
+  const webhooksEnabled = webhooksOn(env, production, key !== undefined, upstreamUrl);
   const eventRetentionMs = duration(env, 'EVENT_RETENTION', '30d', 1_000);
   // Without webhooks, reads are all a subscriber gets: poll more often.
   const reconcileIntervalMs = integer(env, 'RECONCILE_INTERVAL_MS', webhooksEnabled ? 30_000 : 5_000, 0, 86_400_000);
@@ -1409,6 +1511,7 @@ export function loadConfig(env: Env = process.env): Config {
       ),
     },
     webhooksEnabled,
+    webhooksOff: webhooksChoice(env) === 'off',
     metrics: oneOf(env, 'METRICS', ['true', 'false'] as const, 'true') === 'true',
     metricsAccess: {
       port: metricsPort,
@@ -1422,6 +1525,7 @@ export function loadConfig(env: Env = process.env): Config {
     tracing: tracingConfig(env),
     sandbox: {
       port: integer(env, 'SANDBOX_PORT', 4010, 0, 65535),
+      ...sandboxControl(env, upstreamUrl === undefined),
       stepMs: integer(env, 'SANDBOX_STEP_MS', DEFAULT_STEP_MS, 0, 3_600_000),
       returnRate: fraction(env, 'SANDBOX_RETURN_RATE', 0.1),
     },

@@ -67,7 +67,7 @@ export const ERROR_CODES = {
   UPSTREAM_ERROR: {
     surface: 'graphql-error',
     meaning:
-      'The upstream answered something the facade does not understand (non-JSON, unexpected status such as 403), or refused a read or cancel as invalid ("The delivery service refused the request: <its message>"); extensions.upstream holds its status, code and message.',
+      'The upstream answered something the facade does not understand (non-JSON, an unexpected status such as a 403 to a read), or refused a read as invalid ("The delivery service refused the request: <its message>"); extensions.upstream holds its status, code and message.',
   },
   INTERNAL_SERVER_ERROR: {
     surface: 'graphql-error',
@@ -118,6 +118,11 @@ export const ERROR_CODES = {
       'No delivery with this uid belongs to the caller in the group asked (cancel); when the caller has it in the other group, the message says which group to pass. Reads return null instead.',
   },
   NOT_CANCELABLE: { surface: 'result', meaning: 'The delivery is past pickup or already finished.' },
+  CANCEL_REFUSED: {
+    surface: 'result',
+    meaning:
+      'The upstream refused to cancel this delivery with a 4xx of its own (already_canceled, a 403, a 422, …): its answer about the delivery, not a fault. upstream holds its status, its code (upstream.error) and its message; nothing was canceled by this call. Still typed as before: UNAUTHENTICATED for its 401; NOT_FOUND for its 404; NOT_CANCELABLE for its 409 or not_cancelable; UPSTREAM_ERROR for its 408 and UPSTREAM_UNAVAILABLE for its 429.',
+  },
   IDEMPOTENCY_CONFLICT: { surface: 'result', meaning: 'The idempotency key was used before with different input.' },
   KEY_LINK_REFUSED: {
     surface: 'result',
@@ -228,6 +233,24 @@ export class NotCancelableError extends DeliveryGraphError {
   override name = 'NotCancelableError';
   constructor(message = 'The delivery can no longer be canceled.') {
     super('NOT_CANCELABLE', message);
+  }
+}
+
+/**
+ * The upstream refused a cancel with a 4xx of its own (already_canceled, forbidden, unprocessable, …): its answer
+ * about this delivery, typed, with its words in `upstream`.
+ */
+export class CancelRefusedError extends DeliveryGraphError {
+  override name = 'CancelRefusedError';
+  constructor(refusal: UpstreamRefusal) {
+    const said = refusal.message ?? refusal.error;
+    super(
+      'CANCEL_REFUSED',
+      said
+        ? `The delivery service refused to cancel the delivery: ${said}`
+        : `The delivery service refused to cancel the delivery (HTTP ${refusal.status}).`,
+    );
+    this.upstream = refusal;
   }
 }
 

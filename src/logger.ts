@@ -40,6 +40,8 @@ export function createLogger(level: LogLevel, destination?: DestinationStream, f
           '*.headers.authorization',
           'token',
           '*.token',
+          'controlToken',
+          '*.controlToken',
         ],
         censor: '[redacted]',
       },

@@ -52,28 +52,34 @@ async function main(): Promise<void> {
     console.error(`delivery-graph: ${line}`);
     process.exit(1);
   }
+  // Stopping is in place before the banner says the server is there: a signal that follows it is a graceful stop.
+  let stopping = false;
+  const shutdown = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    const started = performance.now();
+    app.logger.info({ signal }, 'stopping');
+    // The last line says the process has stopped and how: a collector then knows no line is missing.
+    const stopped = (exitCode: number) => {
+      app.logger.info({ signal, exitCode, durationMs: Math.round(performance.now() - started) }, 'stopped');
+      process.exit(exitCode);
+    };
+    app.stop().then(
+      () => stopped(0),
+      (error: unknown) => {
+        app.logger.error({ err: error }, 'stop failed');
+        stopped(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
   if (cluster.isWorker) {
     // One of WORKERS: the primary prints the banner; this one says where it serves.
     reportListening(app);
   } else {
     announce(config, logger, app, app.sandbox);
   }
-
-  let stopping = false;
-  const shutdown = (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    app.logger.info({ signal }, 'stopping');
-    app.stop().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        app.logger.error({ err: error }, 'stop failed');
-        process.exit(1);
-      },
-    );
-  };
-  process.on('SIGTERM', () => shutdown('SIGTERM'));
-  process.on('SIGINT', () => shutdown('SIGINT'));
 }
 
 main().catch((error: unknown) => {

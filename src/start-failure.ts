@@ -3,7 +3,7 @@
 // emptied, a port that is taken or not allowed. main.ts writes it and exits 1.
 import { createServer } from 'node:net';
 import type { Config } from './config.js';
-import { SandboxWorldInUseError } from './sandbox/index.js';
+import { SandboxWorldInUseError } from '@delivery-graph/sandbox';
 import { DataDirInUseError } from './store/data-dir-lock.js';
 import { StoreFileError } from './store/sqlite-file.js';
 

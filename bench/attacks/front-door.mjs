@@ -10,8 +10,10 @@
 //   /health or POST /graphql, then a webhook whose token is 40 KB, on the same
 //   connection, round after round. Goal: every webhook stored (200).
 // idle-headers: bench/attacks/large-headers.mjs for each build (3,000
-//   connections to /graphql trickling 200 KiB of headers, then holding 12 KiB):
-//   RSS side by side. Goal: peak RSS within 10 % of the older build's.
+//   connections to /graphql holding 12 KiB of headers until the deadline, then
+//   trickling 200 KiB, with WEBHOOK_PORT and on a shared port, and to /webhooks
+//   on a shared port): RSS side by side.
+//   Goal (issue 37): 12 KiB held, peak RSS at most the older build's.
 //
 //   npm run bench -- connection-caps keepalive-webhook idle-headers [--quick] [--baseline=<checkout>] [--seconds=15]
 //
@@ -386,9 +388,15 @@ export async function idleHeaders({ quick, command, flags = {} }) {
   const seconds = quick ? 3 : 15;
   const builds = buildsOf(flags);
   const variants = [
-    ['200 KiB trickled (refused past the limit)', ['--header-kib', '200']],
-    ['12 KiB trickled (held until the deadline)', ['--header-kib', '12']],
+    ['12 KiB held until the deadline', ['--header-kib', '12']],
+    ['200 KiB trickled, WEBHOOK_PORT', ['--header-kib', '200', '--webhook-port']],
+    ['200 KiB trickled, shared port', ['--header-kib', '200']],
+    // What a shared port held on the older build too, for its webhook path: the most a connection may hold there.
+    ['200 KiB trickled to /webhooks, shared port', ['--header-kib', '200', '--path', '/webhooks']],
   ];
+  // Issue 37's goal: an idle connection costs no more than on the older build.
+  const GOAL_VARIANT = variants[0][0];
+  const GOAL_RATIO = 1.0;
   const results = [];
   for (const [variant, args] of variants) {
     for (const build of builds) {
@@ -409,16 +417,22 @@ export async function idleHeaders({ quick, command, flags = {} }) {
       );
     }
   }
-  // The goal compares peak RSS (the process with its idle connections), as issue 29 asks; growth is shown beside it.
-  const withinGoal = (result) => {
+  // Peak RSS (the process with its idle connections) against the other build's, in the same variant.
+  const ratioOf = (result) => {
     const baseline = results.find((other) => other.variant === result.variant && other.build !== result.build);
-    if (!baseline || result.build.root !== ROOT) return '—';
-    const ratio = result.result.rssMiB.peak / baseline.result.rssMiB.peak;
-    return `${fmt(ratio, 2)}× the other build's peak${ratio <= 1.1 ? '' : ' (**over 1.1×**)'}`;
+    return baseline && result.build.root === ROOT ? result.result.rssMiB.peak / baseline.result.rssMiB.peak : undefined;
+  };
+  const shownRatio = (result) => {
+    const ratio = ratioOf(result);
+    if (ratio === undefined) return '—';
+    const over = result.variant === GOAL_VARIANT && ratio > GOAL_RATIO ? ` (**over ${fmt(GOAL_RATIO, 1)}×**)` : '';
+    return `${fmt(ratio, 2)}×${over}`;
   };
   const body = [
-    `bench/attacks/large-headers.mjs for each build (compiled, embedded sandbox): ${thousands(connections)} connections to /graphql trickle headers in 8 KiB lines every 200 ms for ${seconds} s, never ending them, while a prober asks GET /health on fresh connections. ` +
-      "With 200 KiB the head passes 16 KiB and is refused; with 12 KiB each connection is held until HEADERS_TIMEOUT_MS (10 s): what an idle connection costs. Goal: peak RSS within 10 % of the other build's (on a shared machine, run it a few times: a single run moves by more than that).",
+    `bench/attacks/large-headers.mjs for each build (compiled, embedded sandbox): ${thousands(connections)} connections to /graphql (or /webhooks) trickle headers in 8 KiB lines every 200 ms for ${seconds} s, never ending them, while a prober asks GET /health on fresh connections. ` +
+      'With 12 KiB each connection is held until HEADERS_TIMEOUT_MS (10 s): what an idle connection costs. With 200 KiB and WEBHOOK_PORT the main port refuses each head as it passes 16 KiB; ' +
+      "on a shared port this checkout's parser takes webhook-sized heads (the 16 KiB of /graphql is checked on the parsed head), so each is held until the deadline, where the older build refused it at 16 KiB; both builds hold such heads to the webhook path of a shared port. " +
+      `Goal (issue 37): ${GOAL_VARIANT}, peak RSS at most ${fmt(GOAL_RATIO, 1)}× the other build's (on a shared machine a single run moves by several %).`,
     '',
     table(
       ['', ...results.map((each) => `${each.build.label}: ${each.variant}`)],
@@ -463,27 +477,30 @@ export async function idleHeaders({ quick, command, flags = {} }) {
               `${result.prober.answered} / ${JSON.stringify(result.prober.failed)}, ${result.prober.p99Ms}`,
           ),
         ],
-        ["goal: peak RSS within 1.1× the other build's", ...results.map(withinGoal)],
+        ["peak RSS against the other build's", ...results.map(shownRatio)],
       ],
     ),
   ].join('\n');
   // The goal needs the other build beside this one, and the full 3,000 connections.
-  const own = results.filter((each) => each.build.root === ROOT);
-  const ratios = own.map((each) => {
-    const other = results.find((candidate) => candidate.variant === each.variant && candidate.build !== each.build);
-    return other ? { variant: each.variant, ratio: each.result.rssMiB.peak / other.result.rssMiB.peak } : undefined;
-  });
+  const goalRatio = results
+    .filter((each) => each.variant === GOAL_VARIANT)
+    .map(ratioOf)
+    .find((ratio) => ratio !== undefined);
   const goals =
-    quick || ratios.some((ratio) => !ratio) || connections < 3000
+    quick || goalRatio === undefined || connections < 3000
       ? []
       : [
           {
             id: 'idle-headers',
-            measured: ratios.map(({ variant, ratio }) => `${variant.split(' (')[0]}: ${fmt(ratio, 2)}×`).join('; '),
-            met: ratios.every(({ ratio }) => ratio <= 1.1),
+            measured: results
+              .map((each) => [each.variant, ratioOf(each)])
+              .filter(([, ratio]) => ratio !== undefined)
+              .map(([variant, ratio]) => `${variant}: ${fmt(ratio, 2)}×`)
+              .join('; '),
+            met: goalRatio <= GOAL_RATIO,
           },
         ];
-  writeSection('idle-headers', 'Idle connections with large headers, side by side (issue 29)', body, {
+  writeSection('idle-headers', 'Idle connections with large headers, side by side (issues 29, 37)', body, {
     command,
     quick,
     goals,

@@ -10,10 +10,14 @@
 // what became of the attacker's connections, and the prober's answers and
 // latency during the attack. With headers under the server's limit (e.g.
 // --header-kib 12) every connection is held until the headers deadline, which
-// measures what one idle connection costs.
+// measures what one idle connection costs. --webhook-port starts the facade with
+// WEBHOOK_PORT (webhooks on a port of their own, the main port at Node's 16 KiB);
+// by default webhooks share the main port, whose parser then takes webhook-sized
+// heads.
 //
 //   node bench/attacks/large-headers.mjs [--connections 3000] [--header-kib 200] [--trickle-ms 200]
-//                                        [--path /graphql] [--seconds 15] [--after 5] [--dist] [--root <checkout>]
+//                                        [--path /graphql] [--seconds 15] [--after 5] [--webhook-port]
+//                                        [--dist] [--root <checkout>]
 //
 // --dist runs the compiled dist/main.js (npm run build first); by default the
 // sources run through tsx. --root runs another checkout's facade (e.g. a
@@ -36,6 +40,7 @@ const { values: options } = parseArgs({
     'trickle-ms': { type: 'string', default: '200' },
     seconds: { type: 'string', default: '15' },
     after: { type: 'string', default: '5' },
+    'webhook-port': { type: 'boolean', default: false },
     dist: { type: 'boolean', default: false },
     root: { type: 'string', default: ROOT },
   },
@@ -66,6 +71,7 @@ const facade = await spawnReady(process.execPath, entry, {
     SANDBOX_PORT: '0',
     UPSTREAM_URL: '',
     MAX_CONNECTIONS_PER_ADDRESS: '0',
+    ...(options['webhook-port'] ? { WEBHOOK_PORT: '0' } : {}),
   },
   ready: /serving on (http:\/\/\S+)/,
   timeoutMs: 120_000,
@@ -159,6 +165,7 @@ console.log(
     {
       command: `node bench/attacks/large-headers.mjs ${process.argv.slice(2).join(' ')}`.trim(),
       path: options.path,
+      webhookPort: options['webhook-port'],
       headerKiB: HEADER_BYTES / 1024,
       attackerConnections: CONNECTIONS,
       opened,

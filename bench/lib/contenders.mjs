@@ -87,6 +87,9 @@ export function startFacade(
     const file = path.join(dataDir, 'webhook.pem');
     writeFileSync(file, publicKeyPem);
     Object.assign(extra, { WEBHOOK_PUBLIC_KEY_FILE: file, WEBHOOK_ISSUER: issuer });
+  } else if (!env.WEBHOOK_PUBLIC_KEY_FILE) {
+    // Production without the webhook key must say that polling alone is meant (builds before it ignore the setting).
+    extra.WEBHOOKS = 'off';
   }
   const profile = profileArgs(label);
   const [command, ...args] = [...wrap, process.execPath, ...profile.args, ...execArgv, entry];

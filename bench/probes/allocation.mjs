@@ -30,6 +30,7 @@ function startTraced(upstreamUrl, checkout) {
       DATA_DIR: mkdtempSync(path.join(tmpdir(), 'dg-bench-')),
       LOG_LEVEL: 'silent',
       NODE_ENV: 'production',
+      WEBHOOKS: 'off',
       RATE_LIMIT_PER_MINUTE: '0',
       UPSTREAM_READ_SCOPE: 'key',
       LOG_FORMAT: 'pretty',

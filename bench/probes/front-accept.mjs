@@ -1,7 +1,6 @@
 // What the front (src/http/front.ts) costs per new connection: it admits each
-// connection (its caps) and reads its request lines in JavaScript on their way
-// to the HTTP server's parser, where node:http alone hands the socket to its
-// parser at once. A server process of its own (node:http listening itself, or behind the
+// connection (its caps) before handing the socket to the HTTP server's parser,
+// where node:http alone hands it to its parser at once. A server process of its own (node:http listening itself, or behind the
 // front) takes bursts of connections that each send a request line; this prints
 // the server's CPU time per connection for each, rounds alternating.
 //
@@ -32,16 +31,8 @@ if (values.serve) {
     address = http.address();
   } else {
     takeHandedConnections(http);
-    const fronts = createFronts({
-      maxConnections: 1_000_000,
-      headersTimeoutMs: 60_000,
-      defaultHeadBytes: 16_384,
-      onRefusal() {},
-      onConnectionRefused() {},
-      onListenerError() {},
-      onFault() {},
-    });
-    address = (await fronts.listen(0, '127.0.0.1', { name: 'main', server: http, headLimit: () => 16_384 })).address();
+    const fronts = createFronts({ maxConnections: 1_000_000, onConnectionRefused() {}, onListenerError() {} });
+    address = (await fronts.listen(0, '127.0.0.1', { name: 'main', server: http })).address();
   }
   const before = process.cpuUsage();
   process.send({ port: address.port });

@@ -1,11 +1,12 @@
-// What the front (src/http/front.ts) costs per request on a kept-alive
-// connection: every byte passes its gate in JavaScript on the way to the HTTP
-// parser (which reads each request line, counts each head against its path's
-// limit and skips each body), where node:http alone parses straight from the
-// socket. A server process of its own (node:http listening itself, or behind the
-// front with the caps of the main port) answers POSTs of a small GraphQL body
-// over 8 kept-alive connections; this prints its CPU time per request for each,
-// rounds alternating.
+// What the front door costs per request on a kept-alive connection, against
+// node:http alone: the front (src/http/front.ts) hands each admitted connection to
+// the server, whose parser reads it straight from the socket, and the door asks
+// two things of each parsed request on a shared port (its slot's verdict, and its
+// head against 16 KiB: headOver in src/http/server-limits.ts). A server process
+// of its own (node:http listening itself, or behind the front with the caps of a
+// shared port and the parser limit of webhooks) answers POSTs of a small GraphQL
+// body over 8 kept-alive connections; this prints its CPU time per request for
+// each, rounds alternating.
 //
 //   npm run build && node bench/probes/front-requests.mjs [--requests=32000] [--rounds=3]
 import { fork } from 'node:child_process';
@@ -25,32 +26,36 @@ const CONNECTIONS = 8;
 const BODY = JSON.stringify({ query: '{ delivery(uid: "00000000-0000-4000-b000-000000000001") { uid status } }' });
 
 if (values.serve) {
-  const http = createServer({ connectionsCheckingInterval: 1_000 }, (req, res) => {
+  const front = values.serve === 'front';
+  const { createFronts, takeHandedConnections } = await import(
+    new URL('../../dist/http/front.js', import.meta.url).href
+  );
+  const { headOver } = await import(new URL('../../dist/http/server-limits.js', import.meta.url).href);
+  const fronts = createFronts({ maxConnections: 100_000, onConnectionRefused() {}, onListenerError() {} });
+  const answer = (req, res) => {
     req.resume();
     req.on('end', () => res.end('{"data":{"delivery":null}}'));
-  });
+  };
+  const http = createServer(
+    { connectionsCheckingInterval: 1_000, maxHeaderSize: front ? 278_528 : 16_384 },
+    front
+      ? (req, res) => {
+          // The door's checks on a shared port, as src/http/server.ts asks them.
+          const path = (req.url ?? '/').split('?', 1)[0];
+          if (fronts.slotVerdict(req.socket, path) !== 'serve' || headOver(req, 16_384)) throw new Error('refused');
+          answer(req, res);
+        }
+      : answer,
+  );
   let port;
   if (values.serve === 'plain') {
     await new Promise((resolve) => http.listen(0, '127.0.0.1', resolve));
     port = http.address().port;
   } else {
-    const { createFronts, takeHandedConnections } = await import(
-      new URL('../../dist/http/front.js', import.meta.url).href
-    );
     takeHandedConnections(http);
-    const fronts = createFronts({
-      maxConnections: 100_000,
-      headersTimeoutMs: 10_000,
-      defaultHeadBytes: 16_384,
-      onRefusal() {},
-      onConnectionRefused() {},
-      onListenerError() {},
-      onFault() {},
-    });
     const listener = await fronts.listen(0, '127.0.0.1', {
       name: 'main',
       server: http,
-      headLimit: (path) => (path === '/webhooks' ? 278_528 : 16_384),
       perAddress: 25_000,
       reservedSlots: 64,
       reservedFor: '/webhooks',

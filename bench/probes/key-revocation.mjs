@@ -23,7 +23,7 @@ import { createClient } from 'graphql-ws';
 import WebSocket from 'ws';
 import { startApp } from '../../dist/app.js';
 import { loadConfig } from '../../dist/config.js';
-import { DEFAULT_PLATFORM_ID, startSandbox } from '../../dist/sandbox/index.js';
+import { DEFAULT_PLATFORM_ID, startSandbox } from '@delivery-graph/sandbox';
 
 const { values } = parseArgs({
   options: {

@@ -118,8 +118,10 @@ async function prefilledDir({ owners = 0, events = 0, ageMs = 0 }) {
   const createdAt = Date.now() - ageMs;
   const receivedAt = new Date(createdAt).toISOString();
   db.transaction(() => {
-    const owner = db.prepare('INSERT INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)');
-    for (let n = 0; n < owners; n += 1) owner.run(randomUUID(), 'a'.repeat(64), createdAt, 'PLATFORM');
+    const owner = db.prepare(
+      'INSERT INTO ownership (uid, owner_hash, created_at, proved_at, api_group) VALUES (?, ?, ?, ?, ?)',
+    );
+    for (let n = 0; n < owners; n += 1) owner.run(randomUUID(), 'a'.repeat(64), createdAt, createdAt, 'PLATFORM');
     const event = db.prepare(
       'INSERT INTO events (uid, name, hash, status_text, received_at, stale, payload) VALUES (?, ?, ?, ?, ?, 0, ?)',
     );

@@ -136,6 +136,8 @@ interface Cached {
   record: OwnerRecord;
   bytes: number;
   expires: number;
+  /** When this instance last wrote the record, or a proof of it (ms since the epoch). */
+  provedAt: number;
 }
 
 export interface OwnersOptions {
@@ -147,6 +149,8 @@ export interface OwnersOptions {
   readScope?: ReadScope;
   /** The app's merchants; a private set on the store when not given. */
   merchants?: Merchants;
+  /** How often a kept record's own merchant proving it again is written (the store's proofRefreshMs); a minute when not given. */
+  proofRefreshMs?: number;
 }
 
 export class Owners {
@@ -176,6 +180,7 @@ export class Owners {
   readonly #unrecordedLimit: number;
   readonly scope: ReadScope;
   readonly merchants: Merchants;
+  readonly #proofRefreshMs: number;
   /**
    * The store's claims version this instance has seen (undefined before it first asked), when it last asked, and the
    * check under way.
@@ -198,6 +203,7 @@ export class Owners {
     this.#unrecordedLimit = options.unrecordedBytes ?? UNRECORDED_BOOKING_BYTES;
     this.scope = options.readScope ?? 'platform';
     this.merchants = options.merchants ?? new Merchants(store);
+    this.#proofRefreshMs = options.proofRefreshMs ?? 60_000;
   }
 
   /**
@@ -263,14 +269,28 @@ export class Owners {
    * when it is a merchant-scoped proof and the record is not (supersedes()).
    * Kept in memory at once, so this instance decides with it right away;
    * written to the store within LEARN_FLUSH_MS, with whatever else was learned by then.
+   * A proof by the merchant a kept record names proves that record again: it is
+   * written again (at most once per proofRefreshMs), so its retention counts from now.
    */
   learn(uid: string, owner: string, group: OwnerGroup, proof: OwnerProof): void {
     const entry = { uid, owner, group, proof };
-    const known = this.#known(uid, Date.now());
-    if (known && !supersedes(entry, known)) return;
+    const now = Date.now();
+    const known = this.#known(uid, now);
+    if (known && !supersedes(entry, known)) {
+      const cached = this.#cache.get(uid);
+      if (!cached || cached.record.owner !== owner || now - cached.provedAt < this.#proofRefreshMs) return;
+      cached.provedAt = now;
+      this.#pend({ uid, ...cached.record });
+      return;
+    }
     const pending = this.#pending.get(uid);
     if (pending && !supersedes(entry, { proof: pending.proof ?? 'read' })) return;
-    this.#pending.set(uid, entry);
+    this.#pend(entry);
+  }
+
+  /** Writes a record within LEARN_FLUSH_MS, with whatever else was learned by then. */
+  #pend(entry: OwnerEntry): void {
+    this.#pending.set(entry.uid, entry);
     if (this.#scheduled) return;
     this.#scheduled = true;
     setTimeout(() => {
@@ -550,7 +570,8 @@ export class Owners {
     }
     // On a platform-scoped upstream a record learned from a read may be replaced by a proof anywhere.
     const replaceable = this.scope === 'platform' && !merchantScoped(record.proof);
-    this.#cache.set(uid, { record, bytes, expires: now + (replaceable ? REPLACEABLE_FOR_MS : CACHED_FOR_MS) });
+    const expires = now + (replaceable ? REPLACEABLE_FOR_MS : CACHED_FOR_MS);
+    this.#cache.set(uid, { record, bytes, expires, provedAt: now });
     this.#bytes += bytes;
   }
 

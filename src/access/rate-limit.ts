@@ -14,7 +14,9 @@
 //   (KEYLESS_WORK_MS_PER_MINUTE) and for all such callers together
 //   (KEYLESS_TOTAL_WORK_MS_PER_MINUTE), and its refusals for needing a key
 //   (KEYLESS_REFUSALS_PER_MINUTE). These are this process's own: its CPU is
-//   what they protect, and they are asked before a body is read.
+//   what they protect, and they are asked before a body is read. A key nobody
+//   has judged yet answers to its own address's budgets only, never to the
+//   total, and is put to the upstream before any budget refuses it.
 // In one process both are token buckets, refilled continuously, so a key may
 // burst up to a minute's worth and then runs at the steady rate. With Redis
 // (REDIS_URL) every instance draws on the same budgets: one fixed one-minute
@@ -31,7 +33,7 @@ import { type DeliveryGraphError, RateLimitedError, UnauthenticatedError } from 
 import { addressGroup } from '../observability/client-address.js';
 import type { Logger } from '../logger.js';
 import type { KnownKeys } from '../upstream/known-keys.js';
-import type { Caller } from './caller.js';
+import type { Caller, Trust } from './caller.js';
 
 /** Per minute for one id (a key, an address): 0 when one unit is taken, else whole seconds until one is there. */
 export interface Budget {
@@ -208,6 +210,9 @@ export type ConnectionAdmission =
 
 const ADMITTED: Admission = {};
 
+/** A caller without an accepted key: with a key nobody has judged yet (trying), or with none that works. */
+type KeylessTrust = Exclude<Trust, 'earned'>;
+
 export const UNKNOWN_KEYS_MESSAGE = 'Too many unknown merchant keys from this address; slow down.';
 
 /** How long a key that took a try from an address is not charged to it again. */
@@ -254,15 +259,14 @@ export class RequestLimits {
    * credential again: 0 while it has refusals left in KEYLESS_REFUSALS_PER_MINUTE
    * and work left in KEYLESS_WORK_MS_PER_MINUTE, and all such callers together
    * in KEYLESS_TOTAL_WORK_MS_PER_MINUTE. Asked before anything of such a request
-   * is read, and again before its operation runs.
+   * is read, and again before its operation runs. A key nobody has judged yet
+   * (`trying`: a first request, after a restart or an idle spell) answers to its
+   * own address's budgets alone: what other callers spent is not its doing.
    */
-  keylessWait(address: string): number {
+  keylessWait(address: string, trust: KeylessTrust = 'keyless'): number {
     const group = addressGroup(address);
-    return Math.max(
-      this.keylessRefusals.wait(`keyless\n${group}`),
-      this.keylessWork.wait(`work\n${group}`),
-      this.keylessTotalWork.wait(TOTAL_WORK),
-    );
+    const own = Math.max(this.keylessRefusals.wait(`keyless\n${group}`), this.keylessWork.wait(`work\n${group}`));
+    return trust === 'trying' ? own : Math.max(own, this.keylessTotalWork.wait(TOTAL_WORK));
   }
 
   /** One refusal of a request that needed a credential it did not have, charged to its address. */
@@ -272,12 +276,13 @@ export class RequestLimits {
 
   /**
    * Work done for a caller without an accepted key, once it is done (work units:
-   * see keylessWorkUnits), charged to its address and to the total of all such
-   * callers; past either budget, its next requests wait (keylessWait).
+   * see keylessWorkUnits), charged to its address and, unless it carried a key
+   * nobody had judged yet, to the total of all such callers; past either budget,
+   * its next requests wait (keylessWait).
    */
-  chargeKeylessWork(address: string, units: number): void {
+  chargeKeylessWork(address: string, units: number, trust: Trust = 'keyless'): void {
     this.keylessWork.charge(`work\n${addressGroup(address)}`, units);
-    this.keylessTotalWork.charge(TOTAL_WORK, units);
+    if (trust !== 'trying') this.keylessTotalWork.charge(TOTAL_WORK, units);
   }
 
   /**

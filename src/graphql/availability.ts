@@ -3,6 +3,7 @@ import { DeliveryGraphError, UnauthenticatedError } from '../errors.js';
 import type { ApiGroup } from '../mapping/model.js';
 import { builder } from './builder.js';
 import { ApiGroupEnum } from './enums.js';
+import { utcSeconds } from '../mapping/scalars.js';
 
 interface ServiceAvailability {
   group: ApiGroup;
@@ -43,7 +44,7 @@ builder.queryField('availability', (t) =>
         ['PARTNER', () => upstream.partner.availability(key, { signal: ctx.clientGone() })],
       ];
       const results = await Promise.allSettled(checks.map(([, check]) => check()));
-      const checkedAt = new Date().toISOString();
+      const checkedAt = utcSeconds(new Date());
       // A key neither group accepts is the caller's problem, not the services': say so as an error.
       // A key only one group refuses (a merchant onboarded on one group) is that group's entry.
       const refused = results.filter(

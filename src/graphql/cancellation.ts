@@ -1,5 +1,5 @@
 // Cancellation type and the cancelDelivery mutation (both groups).
-import { NotCancelableError, NotFoundError } from '../errors.js';
+import { CancelRefusedError, NotCancelableError, NotFoundError } from '../errors.js';
 import { amountMoney, fromPartnerOrder, valueMoney } from '../mapping/delivery.js';
 import type { ApiGroup, DeliveryStatus, Money } from '../mapping/model.js';
 import { str } from '../mapping/scalars.js';
@@ -43,7 +43,7 @@ const CancellationRef = builder.objectRef<Cancellation>('Cancellation').implemen
       type: MoneyRef,
       nullable: true,
       description:
-        "The cancellation fee the upstream stated in its answer (cancellation_fee, or cancelation_fee on the PARTNER group); what is billed is the upstream's to say. Null when it stated none.",
+        "The cancellation fee the upstream stated in its answer (cancellation_fee, or cancelation_fee on the PARTNER group); what is billed is the upstream's to say. Null when it stated none, or stated it without a currency.",
     }),
     partnerReference: t.exposeString('partnerReference', {
       nullable: true,
@@ -60,7 +60,7 @@ builder.mutationField('cancelDelivery', (t) =>
       "Cancels a delivery before pickup, on either group; the result states the fee. A delivery recorded as another merchant's is a NotFoundError exactly like a uid that does not exist (the facade reads it as one, and never sends its cancel).",
     nullable: false,
     errors: {
-      types: [NotFoundError, NotCancelableError],
+      types: [NotFoundError, NotCancelableError, CancelRefusedError],
       result: { description: 'The cancellation.' },
       union: { description: 'The cancellation, or why it could not be done.' },
       dataField: { description: 'The cancellation.' },

@@ -4,6 +4,7 @@ import { NotFoundError, ValidationError, type FieldProblem } from '../errors.js'
 import { builder } from './builder.js';
 import { CLIENT_TOKEN_LIMITS, type IssuedClientToken } from '../access/client-tokens.js';
 import { checkUid } from './uid-arguments.js';
+import { utcSeconds } from '../mapping/scalars.js';
 
 const ClientTokenRef = builder.objectRef<IssuedClientToken>('ClientToken').implement({
   description:
@@ -16,7 +17,7 @@ const ClientTokenRef = builder.objectRef<IssuedClientToken>('ClientToken').imple
     expiresAt: t.field({
       type: 'DateTime',
       description: 'When the token stops being accepted; its open subscriptions end then.',
-      resolve: (issued) => issued.expiresAt.toISOString(),
+      resolve: (issued) => utcSeconds(issued.expiresAt),
     }),
     uids: t.exposeIDList('uids', {
       description: 'The deliveries the token may read and follow; others read as not found.',

@@ -205,15 +205,14 @@ export function createContext(services: Services, options: ContextOptions): Grap
               // The caller's own, recorded in the other group: not found here, unasked.
               if (verdict === 'own' && record?.group && record.group !== group) return null;
               // Another merchant's: read as an unknown uid would be (src/access/probe.ts); a key-scoped upstream may
-              // still say yes.
-              const delivery = await readAsCaller(upstream, owners.scope, verdict, key, uid, group, options);
-              if (verdict !== 'unknown') return delivery;
-              // No record that decides: on a key-scoped upstream its 200 is the answer, recorded; on a
+              // still say yes. There its 200 is the answer: recorded, or the owner's record proved again; on a
               // platform-scoped one it proves nothing, but a partner order proves itself by its reference.
-              if (owners.scope === 'key') owners.learn(uid, caller, group, 'read');
-              else if (await ownedByReference(delivery, (reference) => this.orderByReferenceLoader().load(reference)))
-                owners.learn(uid, caller, group, 'reference');
-              else return null;
+              const delivery = await readAsCaller(upstream, owners.scope, verdict, key, uid, group, options);
+              if (verdict !== 'other' && owners.scope === 'key') owners.learn(uid, caller, group, 'read');
+              if (verdict !== 'unknown' || owners.scope === 'key') return delivery;
+              if (!(await ownedByReference(delivery, (reference) => this.orderByReferenceLoader().load(reference))))
+                return null;
+              owners.learn(uid, caller, group, 'reference');
               return delivery;
             };
             return readEach(services, uids, uids.length > 1 ? this.clientGone() : undefined, read);

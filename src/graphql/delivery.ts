@@ -89,7 +89,7 @@ builder.node(DeliveryRef, {
     price: t.field({
       type: MoneyRef,
       nullable: true,
-      description: 'Cost of the delivery; null until pricing settles.',
+      description: 'Cost of the delivery; null until pricing settles, and while no currency is known for it.',
       resolve: read('price'),
     }),
     tip: t.field({ type: 'Decimal', nullable: true, description: 'Courier tip in major units.', resolve: read('tip') }),
@@ -172,7 +172,7 @@ builder.node(DeliveryRef, {
     expectedCancellationFee: t.field({
       type: MoneyRef,
       nullable: true,
-      description: 'Fee expected if the delivery were canceled now.',
+      description: 'Fee expected if the delivery were canceled now; null when none is known, or no currency for it.',
       resolve: read('expectedCancellationFee'),
     }),
     trackingUrl: t.string({

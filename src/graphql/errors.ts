@@ -3,6 +3,7 @@
 import {
   DeliveryGraphError,
   BookingOutcomeUnknownError,
+  CancelRefusedError,
   IdempotencyConflictError,
   KeyLinkRefusedError,
   NotCancelableError,
@@ -12,6 +13,7 @@ import {
 } from '../errors.js';
 import type { UpstreamRefusal } from '../upstream/refusal.js';
 import { builder } from './builder.js';
+import { utcSeconds } from '../mapping/scalars.js';
 
 const UpstreamRefusalRef = builder.objectRef<UpstreamRefusal>('UpstreamRefusal').implement({
   description:
@@ -79,6 +81,21 @@ builder.objectType(NotCancelableError, {
   isTypeOf: (value) => value instanceof NotCancelableError,
 });
 
+builder.objectType(CancelRefusedError, {
+  name: 'CancelRefusedError',
+  description:
+    'The upstream refused to cancel this delivery with an answer of its own (e.g. already_canceled, a 403, a 422): its status, code and message are in upstream. Nothing was canceled by this call. (not_cancelable and 409 are NotCancelableError; 404 NotFoundError.)',
+  interfaces: [ErrorInterface],
+  isTypeOf: (value) => value instanceof CancelRefusedError,
+  fields: (t) => ({
+    upstream: t.field({
+      type: UpstreamRefusalRef,
+      description: "The delivery service's status, error code (e.g. already_canceled) and message.",
+      resolve: (error) => error.upstream!,
+    }),
+  }),
+});
+
 builder.objectType(IdempotencyConflictError, {
   name: 'IdempotencyConflictError',
   description: 'The idempotency key was already used by this merchant with different input; nothing was booked.',
@@ -104,7 +121,7 @@ builder.objectType(BookingOutcomeUnknownError, {
     since: t.field({
       type: 'DateTime',
       description: "When the earlier request's answer was lost.",
-      resolve: (error) => error.since,
+      resolve: (error) => utcSeconds(error.since),
     }),
   }),
 });

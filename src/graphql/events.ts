@@ -3,6 +3,7 @@
 import { getArgumentValues, type GraphQLResolveInfo } from 'graphql';
 import { BadUserInputError } from '../errors.js';
 import { fromDeliveryView, fromWebhookEvent, geoPoint } from '../mapping/delivery.js';
+import { utcSeconds } from '../mapping/scalars.js';
 import { knownAfter } from '../domain/delivery-view.js';
 import type { ApiGroup, Courier, Delivery, DeliveryStatus, GeoPoint } from '../mapping/model.js';
 import { statusOfWebhook } from '../domain/status.js';
@@ -130,7 +131,7 @@ export const DeliveryEventRef = builder.objectRef<EventView>('DeliveryEvent').im
     receivedAt: t.field({
       type: 'DateTime',
       description: 'When the facade received the event.',
-      resolve: (event) => event.receivedAt,
+      resolve: (event) => utcSeconds(event.receivedAt),
     }),
     courierLocation: t.field({
       type: GeoPointRef,
@@ -193,7 +194,7 @@ const CourierLocationRef = builder.objectRef<CourierPosition>('CourierLocation')
     receivedAt: t.field({
       type: 'DateTime',
       description: 'When the facade received the position.',
-      resolve: (position) => position.receivedAt,
+      resolve: (position) => utcSeconds(position.receivedAt),
     }),
   }),
 });

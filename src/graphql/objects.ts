@@ -5,7 +5,8 @@ import { amountFromUpstream } from '../mapping/scalars.js';
 import { builder } from './builder.js';
 
 export const MoneyRef = builder.objectRef<Money>('Money').implement({
-  description: 'An exact amount in major units with its currency.',
+  description:
+    'An exact amount in major units with its currency. An amount the upstream gives without a currency is no Money: the field that would hold it is null (an UPSTREAM_ERROR where it cannot be).',
   fields: (t) => ({
     amount: t.expose('amount', { type: 'Decimal', description: 'The amount in major units, e.g. "12.50".' }),
     currency: t.exposeString('currency', {

@@ -14,7 +14,7 @@ const QuoteRef = builder.objectRef<Quote>('Quote').implement({
     fee: t.expose('fee', {
       type: MoneyRef,
       description:
-        "The delivery fee in major units (the upstream's delivery_fee, read in UPSTREAM_QUOTE_AMOUNT_UNIT, major by default). A quote the upstream answers without one is an UPSTREAM_ERROR, never a free 0.00.",
+        'The delivery fee in major units (the upstream\'s delivery_fee, read in UPSTREAM_QUOTE_AMOUNT_UNIT, major by default). A quote the upstream answers without one, or without a currency, is an UPSTREAM_ERROR, never a free 0.00 or a currency of "".',
     }),
     tip: t.expose('tip', {
       type: MoneyRef,

@@ -15,23 +15,26 @@ import { builder } from './builder.js';
 
 const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
 
-/** An input instant with any offset → UTC "YYYY-MM-DDTHH:MM:SSZ" (the upstream rejects numeric offsets). */
+/**
+ * An input instant with any offset → UTC "YYYY-MM-DDTHH:MM:SSZ", the form the upstream takes (it rejects numeric offsets
+ * and shows no fraction).
+ */
 function parseDateTime(value: unknown): string {
   if (typeof value !== 'string' || !RFC3339.test(value)) {
     throw new GraphQLError(
       `DateTime must be an RFC 3339 date-time with an offset, e.g. "2026-05-01T14:30:00+02:00"; got ${JSON.stringify(value)}.`,
     );
   }
-  const utc = utcDateTime(value);
+  const utc = utcDateTime(value, { fraction: false });
   if (!utc) throw new GraphQLError(`DateTime ${JSON.stringify(value)} is not a real instant.`);
   return utc;
 }
 
 builder.scalarType('DateTime', {
   description:
-    'An instant. Output: always UTC with seconds precision, "YYYY-MM-DDTHH:MM:SSZ". Input: any RFC 3339 date-time with an offset (Z or +hh:mm); the facade converts it to UTC before calling the upstream.',
+    'An instant. Output: always UTC, "YYYY-MM-DDTHH:MM:SSZ", with the fraction of a second where the upstream gave one ("…:SS.125Z"); the facade\'s own times (receipts, checks, expiries) are to the second. Input: any RFC 3339 date-time with an offset (Z or +hh:mm); the facade converts it to UTC, to the second, before calling the upstream.',
   serialize: (value) => {
-    // What the mapping made is already the output form: checked, not parsed again.
+    // What the mapping made is already the output form: checked, not parsed again. A fraction the upstream gave stays.
     if (typeof value === 'string' && value.length === 20 && isUtcSecondsText(value)) return value;
     const utc = utcDateTime(value);
     if (!utc) throw new GraphQLError('DateTime cannot represent this value.');

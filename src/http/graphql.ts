@@ -6,10 +6,10 @@
 // request and hands it to the same pipeline.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ExecutionResult, GraphQLError } from 'graphql';
-import { readCaller, trustOf, type Caller } from '../access/caller.js';
+import { readCaller, trustOf, type Caller, type Trust } from '../access/caller.js';
 import { KEYLESS_LIMITED, keylessWorkUnits, type RequestLimits } from '../access/rate-limit.js';
 import { clientAddress } from '../observability/client-address.js';
-import { noteErrorCodes, requestInfoOf } from '../observability/request.js';
+import { noteErrorCodes, requestInfoOf, type RequestInfo } from '../observability/request.js';
 import type { ClientTokens } from '../access/client-tokens.js';
 import { responseTooLarge, textOver } from '../pipeline/guards/response-size.js';
 import { namesPersistedQuery } from '../pipeline/persisted-operations.js';
@@ -56,10 +56,27 @@ function limitEventStream(res: ServerResponse, maxBytes: number): void {
         extensions: { code: 'SUBSCRIBER_TOO_SLOW' },
       };
       write(`event: next\ndata: ${JSON.stringify({ errors: [error] })}\n\nevent: complete\ndata:\n\n`);
+      const info = requestInfoOf(res.req);
+      noteErrorCodes(info, [error]);
+      if (info) info.result = 'error';
       res.end();
     }
     return ok;
   }) as ServerResponse['write'];
+}
+
+const ERRORS_MARK = Buffer.from('"errors":[');
+
+/** The codes of the errors in a chunk of a stream of server-sent events, for its access-log line. */
+function noteStreamErrors(info: RequestInfo, chunk: Uint8Array): void {
+  const bytes = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  const at = bytes.indexOf(ERRORS_MARK);
+  if (at < 0) return;
+  const codes = bytes.toString('utf8', at).matchAll(/"code":"([A-Z_]+)"/g);
+  noteErrorCodes(
+    info,
+    [...codes].map((match) => ({ extensions: { code: match[1] } })),
+  );
 }
 
 function asksForEventStream(req: IncomingMessage): boolean {
@@ -202,6 +219,68 @@ const JUDGE_KEY_MS = 3_000;
  */
 const REFUSAL_PAUSE_MS = 500;
 
+/**
+ * The 429 for an address over its keyless budgets, after a pause: a client that loops on its refusals then sends two a
+ * second a connection. Nothing of the request is read.
+ */
+function refuseKeyless(req: IncomingMessage, res: ServerResponse, wait: number): void {
+  const errors = [{ message: KEYLESS_LIMITED, extensions: { code: 'RATE_LIMITED', retryAfterSeconds: wait } }];
+  noteErrorCodes(requestInfoOf(req), errors);
+  const text = JSON.stringify({ errors });
+  const refuse = () => {
+    if (res.destroyed) return;
+    res.setHeader('connection', 'close');
+    res
+      .writeHead(429, {
+        'content-type': 'application/json; charset=utf-8',
+        'retry-after': String(wait),
+        'content-length': Buffer.byteLength(text),
+      })
+      .end(text);
+    req.resume();
+  };
+  const paused = setTimeout(refuse, REFUSAL_PAUSE_MS);
+  res.once('close', () => clearTimeout(paused));
+}
+
+/**
+ * Passes a response's body on as it comes: streams (SSE subscriptions) bounded by limitEventStream; an event stream's
+ * end (and the codes of its errors) noted for the access log.
+ */
+async function passBody(
+  req: IncomingMessage,
+  res: ServerResponse,
+  stream: ReadableStream<Uint8Array>,
+  events: boolean,
+): Promise<void> {
+  const reader = stream.getReader();
+  // Cancelling ends the subscription and gives back its slots (src/access/subscription-slots.ts). The stream is
+  // cancelled itself: yoga's (a Node stream inside) cancels a reader only after its pending read, which waits
+  // for the next ping (12 s). Where a locked stream cannot be, the reader is. A client gone while the
+  // subscription started has closed already: its 'close' will not come again.
+  const cancel = () =>
+    void Promise.resolve()
+      .then(() => stream.cancel())
+      .catch(() => reader.cancel())
+      .catch(() => undefined);
+  const info = events ? requestInfoOf(req) : undefined;
+  // Before the access log's own 'close' listener: a stream the server has not ended was closed by the client.
+  if (info) res.prependOnceListener('close', () => (info.result ??= 'closed'));
+  if (res.destroyed) cancel();
+  else res.on('close', cancel);
+  while (!res.writableEnded && !res.destroyed) {
+    const { done, value } = await reader.read();
+    if (done) {
+      if (info) info.result ??= 'complete';
+      break;
+    }
+    if (info) noteStreamErrors(info, value);
+    res.write(value);
+  }
+  if (!res.writableEnded) res.end();
+  else void reader.cancel().catch(() => undefined);
+}
+
 export function createGraphQLHttpHandler(
   { yoga, pipeline, clientTokens, limits, upstream, trustProxyHops }: GraphQLHttpParts,
   options: GraphQLHttpOptions,
@@ -241,31 +320,11 @@ export function createGraphQLHttpHandler(
     );
     const outgoing: Record<string, string> = {};
     response.headers.forEach((value, name) => (outgoing[name] = value));
-    if (/^text\/event-stream/i.test(response.headers.get('content-type') ?? ''))
-      limitEventStream(res, options.maxSseBufferedBytes);
+    const events = /^text\/event-stream/i.test(response.headers.get('content-type') ?? '');
+    if (events) limitEventStream(res, options.maxSseBufferedBytes);
     res.writeHead(response.status, outgoing);
     if (!response.body) return void res.end();
-    // Streams (SSE subscriptions) are passed on as they come (bounded by limitEventStream).
-    const stream = response.body;
-    const reader = stream.getReader();
-    // Cancelling ends the subscription and gives back its slots (src/access/subscription-slots.ts). The stream is
-    // cancelled itself: yoga's (a Node stream inside) cancels a reader only after its pending read, which waits
-    // for the next ping (12 s). Where a locked stream cannot be, the reader is. A client gone while the
-    // subscription started has closed already: its 'close' will not come again.
-    const cancel = () =>
-      void Promise.resolve()
-        .then(() => stream.cancel())
-        .catch(() => reader.cancel())
-        .catch(() => undefined);
-    if (res.destroyed) cancel();
-    else res.on('close', cancel);
-    while (!res.writableEnded && !res.destroyed) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      res.write(value);
-    }
-    if (!res.writableEnded) res.end();
-    else void reader.cancel().catch(() => undefined);
+    await passBody(req, res, response.body, events);
   };
 
   /**
@@ -346,33 +405,31 @@ export function createGraphQLHttpHandler(
     // Trust, as the pipeline decides it: anything but a client token this server made or a key the upstream accepted
     // (no Authorization, one that is not a Bearer credential, a refused or made-up key) is held to keyless bounds.
     const trust = trustOf(caller, limits.keys);
+    if (trust === 'earned') return serve(req, res, caller, trust, '');
     // Only budgets without an accepted key are kept per address.
-    const address = trust === 'earned' ? '' : clientAddress(req, trustProxyHops);
-    if (trust !== 'earned') {
-      // An address whose requests without an accepted credential cost or were refused too much this minute gets nothing
-      // read.
-      const wait = limits.keylessWait(address);
-      if (wait > 0) {
-        const errors = [{ message: KEYLESS_LIMITED, extensions: { code: 'RATE_LIMITED', retryAfterSeconds: wait } }];
-        noteErrorCodes(requestInfoOf(req), errors);
-        const text = JSON.stringify({ errors });
-        const refuse = () => {
-          if (res.destroyed) return;
-          res.setHeader('connection', 'close');
-          res
-            .writeHead(429, {
-              'content-type': 'application/json; charset=utf-8',
-              'retry-after': String(wait),
-              'content-length': Buffer.byteLength(text),
-            })
-            .end(text);
-          req.resume();
-        };
-        const paused = setTimeout(refuse, REFUSAL_PAUSE_MS);
-        res.once('close', () => clearTimeout(paused));
-        return;
-      }
-    }
+    const address = clientAddress(req, trustProxyHops);
+    // An address whose requests without an accepted credential cost or were refused too much this minute gets nothing
+    // read.
+    const wait = limits.keylessWait(address);
+    if (wait === 0) return serve(req, res, caller, trust, address);
+    if (trust !== 'trying' || caller.kind !== 'merchant') return refuseKeyless(req, res, wait);
+    // A key nobody has judged yet is not refused for what other callers spent, nor before the upstream has judged it
+    // (the try is one of its address's AUTH_FAILURES_PER_MINUTE).
+    void raiseForKey(caller.key, address, req)().then(
+      () => {
+        const now = trustOf(caller, limits.keys);
+        if (now === 'earned') return serve(req, res, caller, now, '');
+        const own = limits.keylessWait(address, now);
+        if (own > 0) return refuseKeyless(req, res, own);
+        serve(req, res, caller, now, address);
+      },
+      () => refuseKeyless(req, res, wait),
+    );
+  };
+
+  /** Reads the request (a body within what its trust allows) and runs it. */
+  const serve = (req: IncomingMessage, res: ServerResponse, caller: Caller, trust: Trust, address: string): void => {
+    if (res.destroyed) return;
     // Streams go through viaYoga, whose writes limitEventStream can watch.
     const stream = asksForEventStream(req);
     // Yoga reads the bodies of the rest itself, up to GRAPHQL_MAX_BODY_BYTES: only for a caller who earned that.
@@ -382,7 +439,7 @@ export function createGraphQLHttpHandler(
     readBody(req, trust === 'earned' ? options.maxBodyBytes : keylessBodyBytes, raise)
       .then(async (body) => {
         // The bytes read are work too (the operation's own is charged by the pipeline).
-        if (trust !== 'earned') limits.chargeKeylessWork(address, keylessWorkUnits(0, body.length));
+        if (trust !== 'earned') limits.chargeKeylessWork(address, keylessWorkUnits(0, body.length), trust);
         if (stream || options.direct === false || !isPlainJsonPost(req) || !(await direct(req, res, body, caller)))
           await viaYoga(req, res, body);
       })

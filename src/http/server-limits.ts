@@ -1,18 +1,26 @@
 // Limits of the HTTP servers against clients that hold connections open or
-// send oversized headers: deadlines for headers and for whole requests, Node's
-// 16 KiB header limit on every request but webhooks (raised there to fit the
-// largest webhook token: the front counts each head against its path's limit),
-// and a count and a log line for every request a server itself refuses (431,
-// 400, 408). The connection caps are the front's (front.ts).
+// send oversized heads: Node's own deadlines (headers, whole request, idle
+// keep-alive) and header limit per server, the 16 KiB bound of every request
+// but webhooks checked on each parsed head where a server's parser takes
+// webhook-sized heads, and an answer and a count for every request a parser
+// refuses itself (431, 400, 408). The connection caps are the front's (front.ts).
 import { readFileSync } from 'node:fs';
-import { maxHeaderSize as defaultMaxHeaderSize, type Server } from 'node:http';
+import {
+  maxHeaderSize as defaultMaxHeaderSize,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { Socket } from 'node:net';
-import { pathOfLine } from './request-framing.js';
 
 /** Room beside the webhook token in the header block: the request line and the other headers. */
 export const HEADER_SLACK_BYTES = 16 * 1024;
 /** Connections allowed when the file-descriptor limit cannot be read. */
 const FALLBACK_MAX_CONNECTIONS = 10_000;
+/** Headers Node keeps of one request (server.maxHeadersCount); it drops the rest. */
+export const MAX_HEADERS_KEPT = 1_000;
+/** How long an idle kept-alive connection stays open (longer than the usual load balancer's 60 s). */
+export const KEEP_ALIVE_TIMEOUT_MS = 65_000;
 
 export interface ServerLimits {
   maxConnections: number | undefined;
@@ -62,17 +70,15 @@ export function webhookHeaderBytes(limits: ServerLimits): number {
 }
 
 /**
- * What a server must be created with: a parser header limit above the largest
- * head the front lets through to it (the front counts every byte, the parser
- * fewer: the front refuses first, with the path known), and deadlines checked
- * often enough to hold (Node checks them every 30 s by default).
+ * What a server must be created with: its parser's header limit, and deadlines
+ * checked often enough to hold (Node checks them every 30 s by default).
  */
 export function serverOptions(
   limits: ServerLimits,
-  largestHead: number,
+  maxHeaderSize: number,
 ): { maxHeaderSize: number; connectionsCheckingInterval: number } {
   return {
-    maxHeaderSize: largestHead + 1024,
+    maxHeaderSize,
     connectionsCheckingInterval: Math.max(100, Math.min(1_000, Math.floor(limits.headersTimeoutMs / 4))),
   };
 }
@@ -92,20 +98,39 @@ export function defaultMaxConnections(): number {
   return FALLBACK_MAX_CONNECTIONS;
 }
 
+/**
+ * The bytes of a parsed head as Node's parser counts them against its header
+ * limit: the request target, and each header's name and value (without the
+ * whitespace around it, which Node drops; it counts a value's trailing whitespace
+ * as it parses).
+ */
+export function headBytes(req: IncomingMessage): number {
+  let bytes = req.url?.length ?? 0;
+  const raw = req.rawHeaders;
+  for (let i = 0; i < raw.length; i += 1) bytes += raw[i]!.length;
+  return bytes;
+}
+
+/**
+ * Whether a parsed head is past `limit` (Node's parser refuses a head whose count reaches its limit): a request with
+ * more headers than Node keeps is, since the ones it dropped were not counted here.
+ */
+export function headOver(req: IncomingMessage, limit: number): boolean {
+  return req.rawHeaders.length >= 2 * MAX_HEADERS_KEPT || headBytes(req) >= limit;
+}
+
 const STATUS_OF_PARSER_ERROR: Record<string, [number, string]> = {
   HPE_HEADER_OVERFLOW: [431, 'Request Header Fields Too Large'],
   ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout'],
 };
 
-/**
- * The path of a request line (origin form) at the start of `raw`, or undefined when the bytes do not start with one.
- */
+/** The path of the request line (origin form) at the start of `raw`, or undefined when they do not start with one. */
 export function pathOf(raw: Buffer | undefined): string | undefined {
   const line = raw?.subarray(0, 2048).toString('latin1').split('\r\n', 1)[0];
-  return line ? pathOfLine(line) : undefined;
+  return line ? /^[A-Z]+ (\/[^ ?]*)/.exec(line)?.[1] : undefined;
 }
 
-/** A refusal written straight to a socket: its status, and a body that says what to do (by default, the status's). */
+/** A refusal: its status, and a body that says what to do (by default, the status's). */
 export interface Refusal {
   status: number;
   text: string;
@@ -129,12 +154,15 @@ const REFUSAL_BODY: Record<number, { error: string; message: string }> = {
   },
 };
 
-/** Closes a connection with a refusal whose body says why. */
+const bodyOf = (refusal: Refusal) => JSON.stringify(refusal.body ?? REFUSAL_BODY[refusal.status] ?? REFUSAL_BODY[400]);
+const retries = (status: number) => status === 429 || status === 503;
+
+/** Closes a connection with a refusal whose body says why, written straight to the socket. */
 export function refuseConnection(socket: Socket, refusal: Refusal): void {
-  // After a timeout Node has already stopped writing to the socket: it can only be closed.
+  // After a timeout Node may have stopped writing to the socket: it can only be closed.
   if (!socket.writable) return void socket.destroy();
-  const body = JSON.stringify(refusal.body ?? REFUSAL_BODY[refusal.status] ?? REFUSAL_BODY[400]);
-  const retry = refusal.status === 429 || refusal.status === 503 ? 'retry-after: 1\r\n' : '';
+  const body = bodyOf(refusal);
+  const retry = retries(refusal.status) ? 'retry-after: 1\r\n' : '';
   socket.end(
     `HTTP/1.1 ${refusal.status} ${refusal.text}\r\nconnection: close\r\n${retry}content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
   );
@@ -145,34 +173,50 @@ export function refuseConnection(socket: Socket, refusal: Refusal): void {
   setTimeout(() => socket.destroy(), 1_000).unref();
 }
 
+/** A socket as node:http serves it: the answer being written now, until it is finished. */
+interface ServedSocket extends Socket {
+  _httpMessage?: ServerResponse | null;
+}
+
 /**
- * Applies the deadlines, and answers the requests the HTTP parser refuses itself:
- * `onRefusal` hears each one (status, the request's path when known, why).
- * `headOf` is the front's view of the connection's current request.
+ * Runs a refusal once the answers to the requests read whole before it on the connection are written (at once when
+ * there are none): written before them, it would be read as their answer. A request still being read when it is
+ * refused (its body too slow, or malformed) is the one refused: the refusal is its answer, unless that answer has
+ * begun, and then the connection can only be closed.
+ */
+export function afterAnswers(socket: Socket, refuse: () => void, own?: ServerResponse): void {
+  const answering = (socket as ServedSocket)._httpMessage;
+  // `own`: the refused request's own answer, which is never written (the refusal is).
+  if (!answering || answering === own) return refuse();
+  if (!answering.req.complete) return answering.headersSent ? void socket.destroy() : refuse();
+  // node:http hands the socket to the next answer when one finishes, before this listener runs.
+  answering.once('close', () => afterAnswers(socket, refuse, own));
+}
+
+/**
+ * Applies Node's deadlines and header count, and answers the requests the HTTP
+ * parser refuses itself: `onRefusal` hears each one (status, the path when the
+ * refused bytes begin with its request line, why).
  */
 export function applyServerLimits(
   server: Server,
   limits: ServerLimits,
   onRefusal: (status: number, path: string | undefined, reason: string) => void,
-  headOf: (
-    socket: Socket,
-  ) => { path: string | undefined; refused: boolean; whenAnswered(refusal: () => void): void } | undefined,
 ): void {
   server.headersTimeout = limits.headersTimeoutMs;
   server.requestTimeout = limits.requestTimeoutMs;
+  server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
+  server.maxHeadersCount = MAX_HEADERS_KEPT;
   const refused = new WeakSet<Socket>();
   server.on('clientError', (error: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Socket) => {
     const [status, text] = STATUS_OF_PARSER_ERROR[error.code ?? ''] ?? [400, 'Bad Request'];
-    // A client that reset the connection sent no request to refuse; one already refused is only closing.
-    if (error.code === 'ECONNRESET' || refused.has(socket)) return void socket.destroy();
+    // A client that reset the connection sent no request to refuse.
+    if (error.code === 'ECONNRESET') return void socket.destroy();
+    // Refused already (the parser refuses every later read, the client's end included): once the refusal is written,
+    // the connection is only closing; until then it waits for the answers before it.
+    if (refused.has(socket)) return void (socket.writableEnded && socket.destroySoon());
     refused.add(socket);
-    const head = headOf(socket);
-    // The front refused it first (its deadline and the parser's run side by side): one refusal, already counted and
-    // answered.
-    if (head?.refused) return;
-    onRefusal(status, head?.path ?? pathOf(error.rawPacket), error.code ?? error.message);
-    const refuse = () => refuseConnection(socket, { status, text });
-    if (head) head.whenAnswered(refuse);
-    else refuse();
+    onRefusal(status, pathOf(error.rawPacket), error.code ?? error.message);
+    afterAnswers(socket, () => refuseConnection(socket, { status, text }));
   });
 }

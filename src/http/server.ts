@@ -2,14 +2,15 @@
 // yoga's handler, SSE, WebSocket upgrades, webhooks, probes, metrics, GraphiQL
 // and the tracking page). Here, and only here, each request gets its id, its
 // CORS headers, its access-log line and the servers' limits, before a path is
-// chosen. Behind the listening sockets (front.ts, which caps connections and
-// holds each request's head to its path's limit: Node's 16 KiB, or for webhooks
-// one that fits the largest token) are up to three HTTP servers: the public one,
-// with WEBHOOK_PORT one for webhooks alone, and with METRICS_PORT one for /metrics.
+// chosen. Behind the listening sockets (front.ts: the connection caps, decided
+// before a byte is read) are up to three HTTP servers, each reading its sockets
+// with Node's own parser: the public one, with WEBHOOK_PORT one for webhooks
+// alone, and with METRICS_PORT one for /metrics. A server whose parser takes
+// webhook-sized heads holds every other path to 16 KiB on each parsed request.
 import cluster from 'node:cluster';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Server as NetServer } from 'node:net';
+import type { AddressInfo, Server as NetServer, Socket } from 'node:net';
 import { Counter, Gauge } from 'prom-client';
 import { bearerCredential } from '../access/caller.js';
 import type { Config } from '../config.js';
@@ -22,16 +23,22 @@ import type { Logger } from '../logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import { attachRequestInfo, requestId, requestScope, type RequestInfo } from '../observability/request.js';
 import type { WebhookReceiver } from '../webhooks/receiver.js';
-import { createCors } from './cors.js';
+import { createCors, type Cors } from './cors.js';
 import { createGraphQLHttpHandler } from './graphql.js';
 import type { Readiness } from './readiness.js';
 import { createFronts, takeHandedConnections, type ConnectionRefusal, type Fronts } from './front.js';
 import {
+  afterAnswers,
   applyServerLimits,
   connectionCaps,
   DEFAULT_HEADER_BYTES,
+  headOver,
+  refuseConnection,
   serverOptions,
   webhookHeaderBytes,
+  type ConnectionCaps,
+  type Refusal,
+  type ServerLimits,
 } from './server-limits.js';
 import { attachGraphQLWebSocket } from './ws.js';
 
@@ -85,6 +92,14 @@ const QUIET_PATHS = new Set(['/health', '/ready', '/metrics']);
 
 type Route = (req: IncomingMessage, res: ServerResponse, pathname: string) => void;
 
+/** What the request handler of each server knows of it. */
+interface ServerSpec {
+  /** The listener in front of it: main, webhook, metrics. */
+  name: string;
+  /** Its parser takes webhook-sized heads: every other path is held to Node's default on each parsed head. */
+  boundsHeads: boolean;
+}
+
 /** Checks `Authorization: Bearer <token>` against METRICS_TOKEN in the same time whatever was sent. */
 function bearerCheck(token: string): (authorization: string | undefined) => boolean {
   const expected = createHash('sha256').update(token).digest();
@@ -105,13 +120,17 @@ function urlOf(listener: NetServer, host: string): string {
   return `http://${shown === '0.0.0.0' ? '127.0.0.1' : shown}:${port}`;
 }
 
-export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoor> {
-  const { config, logger, yoga, readiness, receiver, metrics } = options;
-  const cors = createCors(config.corsOrigins);
+const json = (res: ServerResponse, status: number, body: unknown) => {
+  res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+};
+
+/** The paths of each port: the main one, WEBHOOK_PORT's and METRICS_PORT's. */
+function createRoutes(options: FrontDoorOptions, draining: () => boolean) {
+  const { config, readiness, receiver, metrics } = options;
   // Over SSE a subscriber may leave about 1 KiB per allowed pending event unread before it is cut off.
   const graphqlHttp = createGraphQLHttpHandler(
     {
-      yoga,
+      yoga: options.yoga,
       pipeline: options.pipeline,
       clientTokens: options.clientTokens,
       limits: options.limits,
@@ -126,20 +145,12 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
       direct: options.directHttpPath,
     },
   );
-  // The request id reaches upstream-call logs through an AsyncLocalStorage, entered only when those logs are on.
-  const debug = logger.isLevelEnabled('debug');
-  const logRequests = logger.isLevelEnabled('info');
   // Without WEBHOOK_PORT, webhooks come in on the main port.
   const webhooksOnMainPort = config.webhook.port === undefined;
-  let draining = false;
   // How subscriptions learn of changes: webhooks (with reads when none come), or reads of the upstream alone.
   const events = {
     source: receiver ? 'webhooks' : 'polling',
     reconcileIntervalMs: config.realtime.reconcileIntervalMs,
-  };
-
-  const json = (res: ServerResponse, status: number, body: unknown) => {
-    res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
   };
 
   const receive = (req: IncomingMessage, res: ServerResponse) => {
@@ -161,11 +172,8 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     served.handle(req, res);
   };
 
-  const notFound = (res: ServerResponse, pathname: string) =>
-    json(res, 404, { error: 'not_found', message: `Nothing at ${pathname}. GraphQL is at /graphql.` });
-
   /** Every path of the main port. */
-  const routePublic: Route = (req, res, pathname) => {
+  const main: Route = (req, res, pathname) => {
     if (options.graphiql?.handle(req, res, pathname)) return;
     if (pathname === '/graphql') return graphqlHttp(req, res);
     if (pathname === config.webhook.path) {
@@ -175,166 +183,277 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     // With WORKERS, which worker answered (the cluster hands each connection to one).
     if (pathname === '/health')
       return json(res, 200, { status: 'ok', ...(cluster.worker ? { worker: cluster.worker.id } : {}), events });
-    if (pathname === '/ready') return readiness.handle(res, draining);
+    if (pathname === '/ready') return readiness.handle(res, draining());
     if (pathname === '/metrics' && metrics && config.metricsAccess.onMainPort) return serveMetrics(req, res, metrics);
     if (options.trackingPage?.handle(req, res, pathname)) return;
-    notFound(res, pathname);
+    json(res, 404, { error: 'not_found', message: `Nothing at ${pathname}. GraphQL is at /graphql.` });
   };
 
   /** WEBHOOK_PORT: the webhook path alone. */
-  const routeWebhookPort: Route = (req, res, pathname) => {
+  const webhook: Route = (req, res, pathname) => {
     if (pathname === config.webhook.path) return receive(req, res);
     json(res, 404, { error: 'not_found', message: `This port receives webhooks only, at ${config.webhook.path}.` });
   };
 
   /** METRICS_PORT: /metrics alone. */
-  const routeMetricsPort: Route = (req, res, pathname) => {
+  const metricsPort: Route = (req, res, pathname) => {
     if (pathname === '/metrics' && metrics) return serveMetrics(req, res, metrics);
     json(res, 404, { error: 'not_found', message: 'This port serves /metrics only.' });
   };
 
+  return { main, webhook, metrics: metricsPort };
+}
+
+/** Logs a request's line once its answer is done (or the client went away). */
+function logWhenDone(
+  logger: Logger,
+  quiet: (pathname: string) => boolean,
+  req: IncomingMessage,
+  res: ServerResponse,
+  pathname: string,
+  info: RequestInfo,
+): void {
+  const started = performance.now();
+  res.once('close', () => {
+    logger[quiet(pathname) ? 'debug' : 'info'](
+      {
+        reqId: info.id,
+        method: req.method,
+        path: pathname,
+        status: res.statusCode,
+        durationMs: Math.round((performance.now() - started) * 1000) / 1000,
+        ...(info.operationName !== undefined || info.operationType !== undefined
+          ? { operation: info.operationName ?? null, operationType: info.operationType }
+          : {}),
+        // A GraphQL refusal is often HTTP 200: its codes say what the status does not.
+        ...(info.errorCodes ? { errorCodes: info.errorCodes } : {}),
+        ...(info.result ? { result: info.result } : {}),
+        ...(res.writableFinished ? {} : { aborted: true }),
+      },
+      'request',
+    );
+  });
+}
+
+const HEAD_TOO_LARGE: Refusal = { status: 431, text: 'Request Header Fields Too Large' };
+
+/** node:http's answer being written on a socket, and whether the connection closes after it. */
+interface ServedSocket extends Socket {
+  _httpMessage?: { _last?: boolean } | null;
+}
+
+/**
+ * What the door makes of a request before it runs: nothing (it runs), 'serve-once' (it runs, then its connection
+ * closes), a refusal (the first on its connection), or 'unanswered' (behind a refusal, or an answer that closes the
+ * connection: it would never be answered, so it never runs).
+ */
+type Verdict = undefined | 'serve-once' | Refusal | 'unanswered';
+
+/**
+ * What every request and upgrade of every server goes through before its route: the limits of its slot and of its
+ * head, then its id, CORS and access-log line.
+ */
+function createDoor(
+  { config, logger }: FrontDoorOptions,
+  cors: Cors,
+  fronts: Fronts,
+  refused: (status: number, path: string | undefined, reason: string, listener: string) => void,
+  draining: () => boolean,
+) {
+  // The request id reaches upstream-call logs through an AsyncLocalStorage, entered only when those logs are on.
+  const debug = logger.isLevelEnabled('debug');
+  const logRequests = logger.isLevelEnabled('info');
   // Each webhook's line is at debug outside production: a delivery sends dozens, and a terminal's banner should stay on
   // screen.
   const quiet = (pathname: string) =>
     QUIET_PATHS.has(pathname) || (!config.production && pathname === config.webhook.path);
-  const logWhenDone = (req: IncomingMessage, res: ServerResponse, pathname: string, info: RequestInfo) => {
-    const started = performance.now();
-    res.once('close', () => {
-      logger[quiet(pathname) ? 'debug' : 'info'](
-        {
-          reqId: info.id,
-          method: req.method,
-          path: pathname,
-          status: res.statusCode,
-          durationMs: Math.round((performance.now() - started) * 1000) / 1000,
-          ...(info.operationName !== undefined || info.operationType !== undefined
-            ? { operation: info.operationName ?? null, operationType: info.operationType }
-            : {}),
-          // A GraphQL refusal is often HTTP 200: its codes say what the status does not.
-          ...(info.errorCodes ? { errorCodes: info.errorCodes } : {}),
-          ...(res.writableFinished ? {} : { aborted: true }),
-        },
-        'request',
-      );
+  // Once a request on a connection is refused, the connection closes after its answer: the requests pipelined behind
+  // it never run.
+  const refusedSockets = new WeakSet<Socket>();
+
+  const verdictOf = (req: IncomingMessage, pathname: string, server: ServerSpec): Verdict => {
+    const socket = req.socket;
+    // An earlier answer closes the connection (a refusal, or node:http's own 400 to a request without Host).
+    if (refusedSockets.has(socket) || !socket.writable || (socket as ServedSocket)._httpMessage?._last)
+      return 'unanswered';
+    const verdict = fronts.slotVerdict(socket, pathname);
+    if (verdict === 'serve-once') return verdict;
+    let refusal = verdict === 'serve' ? undefined : verdict;
+    if (!refusal && server.boundsHeads && pathname !== config.webhook.path && headOver(req, DEFAULT_HEADER_BYTES)) {
+      refusal = HEAD_TOO_LARGE;
+      refused(431, pathname, `headers over ${DEFAULT_HEADER_BYTES} bytes`, server.name);
+    }
+    if (refusal) refusedSockets.add(socket);
+    return refusal;
+  };
+
+  /** Each request of a server; one that expects 100-continue (checkContinue) is asked for its body once it passed. */
+  const handler =
+    (route: Route, server: ServerSpec, continued = false) =>
+    (req: IncomingMessage, res: ServerResponse) => {
+      const pathname = (req.url ?? '/').split('?', 1)[0]!;
+      const verdict = verdictOf(req, pathname, server);
+      if (verdict === 'serve-once') res.setHeader('connection', 'close');
+      else if (verdict) {
+        // Its body is read and dropped; its refusal is written after the answers before it, and the connection ends.
+        req.resume();
+        if (verdict !== 'unanswered') afterAnswers(req.socket, () => refuseConnection(req.socket, verdict), res);
+        return;
+      }
+      if (continued) res.writeContinue();
+      // Every request gets an id (the caller's x-request-id when it is a plain token), echoed in the response.
+      const info: RequestInfo = { id: requestId(req.headers['x-request-id']) };
+      attachRequestInfo(req, info);
+      res.setHeader('x-request-id', info.id);
+      // While stopping, each keep-alive connection closes after its answer: the upstream's
+      // webhook sender (and any client) would otherwise keep it busy until the grace period ends.
+      if (draining()) res.setHeader('connection', 'close');
+      // CORS before any path is chosen, so every answer carries it (a preflight is answered here); never /metrics,
+      // which no page may read.
+      const preflight = pathname !== '/metrics' && cors.handle(req, res);
+      if (logRequests) logWhenDone(logger, quiet, req, res, pathname, info);
+      if (preflight) return;
+      if (debug) return requestScope.run(info, route, req, res, pathname);
+      route(req, res, pathname);
+    };
+
+  /**
+   * WebSocket upgrades come through the same door: the limits of their slot and head, an id and a log line (CORS is
+   * the socket's allowOrigin). The WebSocket server's own upgrade listeners are called here, once those pass.
+   */
+  const guardUpgrades = (server: Server, spec: ServerSpec) => {
+    const accepted = server.listeners('upgrade') as Array<(req: IncomingMessage, socket: Socket, head: Buffer) => void>;
+    server.removeAllListeners('upgrade');
+    server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      const pathname = (req.url ?? '/').split('?', 1)[0]!;
+      const verdict = verdictOf(req, pathname, spec);
+      if (verdict === 'unanswered') return afterAnswers(socket, () => socket.destroy());
+      if (verdict && verdict !== 'serve-once') return afterAnswers(socket, () => refuseConnection(socket, verdict));
+      const info: RequestInfo = { id: requestId(req.headers['x-request-id']) };
+      attachRequestInfo(req, info);
+      if (logRequests)
+        logger.info({ reqId: info.id, method: req.method, path: pathname, upgrade: req.headers.upgrade }, 'upgrade');
+      for (const listener of accepted) listener.call(server, req, socket, head);
     });
   };
 
-  /** What every request of every server goes through before its route. */
-  const handler = (route: Route) => (req: IncomingMessage, res: ServerResponse) => {
-    const pathname = (req.url ?? '/').split('?', 1)[0]!;
-    // Every request gets an id (the caller's x-request-id when it is a plain token), echoed in the response.
-    const info: RequestInfo = { id: requestId(req.headers['x-request-id']) };
-    attachRequestInfo(req, info);
-    res.setHeader('x-request-id', info.id);
-    // While stopping, each keep-alive connection closes after its answer: the upstream's
-    // webhook sender (and any client) would otherwise keep it busy until the grace period ends.
-    if (draining) res.setHeader('connection', 'close');
-    // CORS before any path is chosen, so every answer carries it (a preflight is answered here); never /metrics, which
-    // no page may read.
-    const preflight = pathname !== '/metrics' && cors.handle(req, res);
-    if (logRequests) logWhenDone(req, res, pathname, info);
-    if (preflight) return;
-    if (debug) return requestScope.run(info, route, req, res, pathname);
-    route(req, res, pathname);
-  };
+  return { handler, guardUpgrades };
+}
 
-  /**
-   * A request refused before it was answered (by the front or a server's parser): a webhook's, where webhooks are
-   * received, is counted as the receiver's refusals are.
-   */
-  const refused = (status: number, path: string | undefined, reason: string, listener: string) => {
-    const receiving = listener === (webhooksOnMainPort ? 'main' : 'webhook');
-    if (path === config.webhook.path && receiving && receiver) return receiver.countRefusal(status, reason);
-    logger.warn({ status, path, reason, listener }, 'request refused by the HTTP server');
-  };
-
-  // Every head is held to its path's limit by the front: 16 KiB, the webhook path's (where webhooks are received) the
-  // largest token's.
-  const limits = { ...config.server, maxTokenBytes: config.webhook.maxTokenBytes };
+/** The HTTP servers behind the listeners, each with its parser's header limit, deadlines and refusals. */
+function createServers(
+  options: FrontDoorOptions,
+  limits: ServerLimits,
+  handler: (
+    route: Route,
+    server: ServerSpec,
+    continued?: boolean,
+  ) => (req: IncomingMessage, res: ServerResponse) => void,
+  routes: ReturnType<typeof createRoutes>,
+  refused: (status: number, path: string | undefined, reason: string, listener: string) => void,
+) {
+  const { config, metrics } = options;
+  const webhooksOnMainPort = config.webhook.port === undefined;
   const webhookHead = webhookHeaderBytes(limits);
-  const headLimit = (path: string | undefined) => (path === config.webhook.path ? webhookHead : DEFAULT_HEADER_BYTES);
-  const defaultHead = () => DEFAULT_HEADER_BYTES;
-  const server = createServer(
-    serverOptions(limits, webhooksOnMainPort ? webhookHead : DEFAULT_HEADER_BYTES),
-    handler(routePublic),
-  );
-  const webhookServer = webhooksOnMainPort
-    ? undefined
-    : createServer(serverOptions(limits, webhookHead), handler(routeWebhookPort));
-  const metricsServer =
-    metrics && config.metricsAccess.port !== undefined
-      ? createServer(serverOptions(limits, DEFAULT_HEADER_BYTES), handler(routeMetricsPort))
-      : undefined;
-  // Each server by the name of the listener in front of it.
-  const named = new Map<string, Server>([['main', server]]);
-  if (webhookServer) named.set('webhook', webhookServer);
-  if (metricsServer) named.set('metrics', metricsServer);
-  const servers = [...named.values()];
-  const caps = connectionCaps(limits);
-  const fronts = createFronts({
-    maxConnections: caps.maxConnections,
-    headersTimeoutMs: limits.headersTimeoutMs,
-    defaultHeadBytes: DEFAULT_HEADER_BYTES,
-    onRefusal: refused,
-    onConnectionRefused: connectionRefusalLog(logger),
-    onListenerError: (error) => logger.error({ err: error }, 'a listener could not accept a connection'),
-    onFault: (error) => logger.error({ err: error }, "a connection's requests could not be read; it was closed"),
-  });
-  for (const [name, each] of named) {
-    each.keepAliveTimeout = 65_000;
-    takeHandedConnections(each);
-    applyServerLimits(
-      each,
-      limits,
-      (status, path, reason) => refused(status, path, reason, name),
-      (socket) => fronts.headOf(socket),
-    );
+  // Each server by the name of the listener in front of it, with its parser's header limit and its routes.
+  const specs: Array<[string, number, Route]> = [
+    ['main', webhooksOnMainPort ? webhookHead : DEFAULT_HEADER_BYTES, routes.main],
+  ];
+  if (!webhooksOnMainPort) specs.push(['webhook', webhookHead, routes.webhook]);
+  if (metrics && config.metricsAccess.port !== undefined) specs.push(['metrics', DEFAULT_HEADER_BYTES, routes.metrics]);
+  const named = new Map<string, { server: Server; spec: ServerSpec }>();
+  for (const [name, maxHeaderSize, route] of specs) {
+    const spec: ServerSpec = { name, boundsHeads: maxHeaderSize > DEFAULT_HEADER_BYTES };
+    const server = createServer(serverOptions(limits, maxHeaderSize), handler(route, spec));
+    // A refused request is answered before its client is told to send the body.
+    server.on('checkContinue', handler(route, spec, true));
+    takeHandedConnections(server);
+    applyServerLimits(server, limits, (status, path, reason) => refused(status, path, reason, name));
+    named.set(name, { server, spec });
   }
-  if (metrics) registerConnectionMetrics(metrics.registry, fronts);
+  return named;
+}
 
-  let main: NetServer;
-  let webhookListener: NetServer | undefined;
-  let metricsListener: NetServer | undefined;
+/** Listens on every port; one port busy: the ones already listening close, so a failed start holds none. */
+async function listenAll(
+  config: Config,
+  fronts: Fronts,
+  servers: Map<string, { server: Server }>,
+  caps: ConnectionCaps,
+) {
+  const webhooksOnMainPort = config.webhook.port === undefined;
+  const main = servers.get('main')!.server;
+  const webhook = servers.get('webhook')?.server;
+  const metrics = servers.get('metrics')?.server;
   try {
     // Webhooks get slots no other client takes: WEBHOOK_PORT's own, or on a shared port those past the rest, for the
     // webhook path only.
-    main = await fronts.listen(config.port, config.host, {
+    const mainListener = await fronts.listen(config.port, config.host, {
       name: 'main',
-      server,
-      headLimit: webhooksOnMainPort ? headLimit : defaultHead,
+      server: main,
       perAddress: caps.perAddress,
       ...(webhooksOnMainPort ? { reservedSlots: caps.webhookSlots, reservedFor: config.webhook.path } : {}),
     });
-    if (webhookServer)
-      webhookListener = await fronts.listen(config.webhook.port!, config.host, {
-        name: 'webhook',
-        server: webhookServer,
-        headLimit,
-        reservedSlots: caps.webhookSlots,
-      });
-    if (metricsServer)
-      metricsListener = await fronts.listen(config.metricsAccess.port!, config.metricsAccess.host, {
-        name: 'metrics',
-        server: metricsServer,
-        headLimit: defaultHead,
-      });
+    const webhookListener = webhook
+      ? await fronts.listen(config.webhook.port!, config.host, {
+          name: 'webhook',
+          server: webhook,
+          reservedSlots: caps.webhookSlots,
+        })
+      : undefined;
+    const metricsListener = metrics
+      ? await fronts.listen(config.metricsAccess.port!, config.metricsAccess.host, { name: 'metrics', server: metrics })
+      : undefined;
+    return { mainListener, webhookListener, metricsListener };
   } catch (error) {
-    // One port busy: the ones already listening close, so a failed start holds none.
     await fronts.close();
-    for (const each of servers) each.close();
+    for (const { server } of servers.values()) server.close();
     throw error;
   }
-  // WebSocket upgrades come through the same door: an id and a log line like any request (CORS is the socket's
-  // allowOrigin).
-  server.on('upgrade', (req: IncomingMessage) => {
-    const info: RequestInfo = { id: requestId(req.headers['x-request-id']) };
-    attachRequestInfo(req, info);
-    if (logRequests)
-      logger.info(
-        { reqId: info.id, method: req.method, path: (req.url ?? '/').split('?', 1)[0], upgrade: req.headers.upgrade },
-        'upgrade',
-      );
+}
+
+/** The limits of the HTTP servers, from the configuration. */
+function serverLimitsOf(config: Config): ServerLimits {
+  return { ...config.server, maxTokenBytes: config.webhook.maxTokenBytes };
+}
+
+/**
+ * A request refused by a server's parser or by the door: a webhook's, where webhooks are received, is counted as the
+ * receiver's refusals are. A refusal whose path is unknown (the parser read its request line in an earlier read) is a
+ * webhook's on WEBHOOK_PORT, and on a shared port when its head passed the parser's webhook-sized limit (431).
+ */
+function refusalCounter(config: Config, logger: Logger, receiver: WebhookReceiver | undefined) {
+  const receivingOn = config.webhook.port === undefined ? 'main' : 'webhook';
+  return (status: number, path: string | undefined, reason: string, listener: string) => {
+    const webhooks =
+      listener === receivingOn &&
+      (path === config.webhook.path || (path === undefined && (listener === 'webhook' || status === 431)));
+    if (webhooks && receiver) return receiver.countRefusal(status, reason);
+    logger.warn({ status, path, reason, listener }, 'request refused by the HTTP server');
+  };
+}
+
+export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoor> {
+  const { config, logger, metrics } = options;
+  let draining = false;
+  const isDraining = () => draining;
+  const cors = createCors(config.corsOrigins);
+  const limits = serverLimitsOf(config);
+  const caps = connectionCaps(limits);
+  const refused = refusalCounter(config, logger, options.receiver);
+  const fronts = createFronts({
+    maxConnections: caps.maxConnections,
+    onConnectionRefused: connectionRefusalLog(logger),
+    onListenerError: (error) => logger.error({ err: error }, 'a listener could not accept a connection'),
   });
+  const door = createDoor(options, cors, fronts, refused, isDraining);
+  const routes = createRoutes(options, isDraining);
+  const named = createServers(options, limits, door.handler, routes, refused);
+  const servers = [...named.values()].map(({ server }) => server);
+  if (metrics) registerConnectionMetrics(metrics.registry, fronts);
+  const { mainListener, webhookListener, metricsListener } = await listenAll(config, fronts, named, caps);
+
+  const { server, spec } = named.get('main')!;
   const ws = attachGraphQLWebSocket(
     server,
     {
@@ -344,10 +463,12 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
       limits: options.limits,
       upstream: options.upstream,
       trustProxyHops: config.server.trustProxyHops,
+      logger,
     },
     { maxSubscriptions: config.realtime.maxSubscriptionsPerSocket, allowOrigin: cors.allows },
   );
-  const url = urlOf(main, config.host);
+  door.guardUpgrades(server, spec);
+  const url = urlOf(mainListener, config.host);
   const webhookUrl = `${webhookListener ? urlOf(webhookListener, config.host) : url}${config.webhook.path}`;
   const metricsUrl = metricsListener
     ? `${urlOf(metricsListener, config.metricsAccess.host)}/metrics`
@@ -371,7 +492,7 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
       for (const each of servers) each.close();
     })());
 
-  return { server, url, port: (main.address() as AddressInfo).port, webhookUrl, metricsUrl, close };
+  return { server, url, port: (mainListener.address() as AddressInfo).port, webhookUrl, metricsUrl, close };
 }
 
 /**
@@ -408,7 +529,7 @@ function registerConnectionMetrics(registry: Metrics['registry'], fronts: Fronts
   });
   new Counter({
     name: 'delivery_graph_connection_refusals_total',
-    help: 'Connections refused before a request was read, by reason: per_address (MAX_CONNECTIONS_PER_ADDRESS, 429), max_connections (every slot taken, 503), webhook_slots (a request other than a webhook on a slot kept for webhooks, 503)',
+    help: 'Connections refused, by reason: per_address (MAX_CONNECTIONS_PER_ADDRESS, 429), max_connections (every slot taken, 503), webhook_slots (on a slot kept for webhooks, a request that is not its one webhook request, 503)',
     labelNames: ['reason'] as const,
     registers: [registry],
     collect() {

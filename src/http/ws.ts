@@ -6,7 +6,8 @@
 // the caps per key, client token and address are the pipeline's, for every transport.
 import type { Server } from 'node:http';
 import { Kind, parse, type ExecutionArgs, type GraphQLError, type GraphQLSchema } from 'graphql';
-import { useServer } from 'graphql-ws/use/ws';
+import type { Context } from 'graphql-ws';
+import { useServer, type Extra } from 'graphql-ws/use/ws';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { readCaller, type Caller } from '../access/caller.js';
 import type { ClientTokens } from '../access/client-tokens.js';
@@ -18,6 +19,8 @@ import { namesPersistedQuery } from '../pipeline/persisted-operations.js';
 import type { Pipeline } from '../pipeline/pipeline.js';
 import { writingSharedFrames } from '../realtime/frames.js';
 import type { Upstream } from '../upstream/clients.js';
+import type { Logger } from '../logger.js';
+import { SocketLog } from './ws-log.js';
 
 export const WS_MAX_PAYLOAD_BYTES = 64 * 1024;
 
@@ -59,6 +62,8 @@ export interface GraphQLWebSocketParts {
   upstream: Upstream;
   /** TRUST_PROXY's hops, for the client address of the upgrade request. */
   trustProxyHops: number;
+  /** Where each operation's and each socket's access-log line goes (at info). */
+  logger?: Logger;
 }
 
 export interface GraphQLWebSocketOptions {
@@ -158,12 +163,49 @@ function sendFrame(socket: WebSocket, frame: string): Promise<void> {
 /** The caller of each socket, read once at connection_init. */
 const callers = new WeakMap<WebSocket, Caller>();
 
+/**
+ * graphql-ws's onConnect: the key is judged once, here. A socket that is let in has a key the upstream accepted, or one
+ * it could not judge now (each operation is still checked as over HTTP).
+ */
+async function admitSocket(
+  ctx: Context<Record<string, unknown> | undefined, Extra>,
+  { clientTokens, limits, upstream, trustProxyHops }: GraphQLWebSocketParts,
+): Promise<boolean> {
+  const socket = ctx.extra.socket;
+  // graphql-ws would close with 4403 "Forbidden"; the reason here says which refusal it is.
+  const refuse = (code: number, reason: string) => {
+    socket.close(code, reason);
+    return false;
+  };
+  const caller = await readCaller(authorizationOf(ctx.connectionParams), clientTokens);
+  if (caller.kind === 'anonymous') return refuse(WS_CLOSE.noKey.code, WS_CLOSE.noKey.reason);
+  // A client token is judged by its own encryption: the upstream accepted its key when it was made.
+  if (caller.kind === 'refused-token') return refuse(WS_CLOSE.refusedToken.code, WS_CLOSE.refusedToken.reason);
+  callers.set(socket, caller);
+  if (caller.kind === 'client-token') return true;
+  const { key } = caller;
+  // The upstream is asked only about a key it has not judged; the call stops when the socket goes or takes too
+  // long.
+  const ask = () =>
+    askUpstream(upstream, key, AbortSignal.any([AbortSignal.timeout(CONNECT_CHECK_MS), goneSignal(socket)]));
+  const admission = await limits.admitConnection(key, clientAddress(ctx.extra.request, trustProxyHops), ask);
+  if (admission.verdict === 'refused') return refuse(WS_CLOSE.refused.code, WS_CLOSE.refused.reason);
+  if (admission.verdict === 'too-many-unknown-keys') {
+    return refuse(
+      WS_CLOSE.tooManyUnknownKeys.code,
+      `${WS_CLOSE.tooManyUnknownKeys.reason}; retry in ${admission.retryAfterSeconds} s`,
+    );
+  }
+  return true;
+}
+
 export function attachGraphQLWebSocket(
   server: Server,
   parts: GraphQLWebSocketParts,
   { path = '/graphql', maxSubscriptions, allowOrigin }: GraphQLWebSocketOptions,
 ): GraphQLWebSocket {
-  const { pipeline, schema, clientTokens, limits, upstream, trustProxyHops } = parts;
+  const { pipeline, schema } = parts;
+  const log = SocketLog.for(parts.logger);
   const wss = new WebSocketServer({
     server,
     path,
@@ -184,36 +226,9 @@ export function attachGraphQLWebSocket(
       // graphql-ws refuses a subscribe without a query string (4400); one named by persisted hash alone gets an empty
       // one.
       jsonMessageReviver: (key, value) => (key === '' ? withPersistedQueryText(value) : value),
-      // The key is judged once, here: a socket that is let in has a key the upstream accepted,
-      // or one it could not judge now (each operation is still checked as over HTTP).
-      onConnect: async (ctx) => {
-        const socket = ctx.extra.socket;
-        // graphql-ws would close with 4403 "Forbidden"; the reason here says which refusal it is.
-        const refuse = (code: number, reason: string) => {
-          socket.close(code, reason);
-          return false;
-        };
-        const caller = await readCaller(authorizationOf(ctx.connectionParams), clientTokens);
-        if (caller.kind === 'anonymous') return refuse(WS_CLOSE.noKey.code, WS_CLOSE.noKey.reason);
-        // A client token is judged by its own encryption: the upstream accepted its key when it was made.
-        if (caller.kind === 'refused-token') return refuse(WS_CLOSE.refusedToken.code, WS_CLOSE.refusedToken.reason);
-        callers.set(socket, caller);
-        if (caller.kind === 'client-token') return true;
-        const { key } = caller;
-        // The upstream is asked only about a key it has not judged; the call stops when the socket goes or takes too
-        // long.
-        const ask = () =>
-          askUpstream(upstream, key, AbortSignal.any([AbortSignal.timeout(CONNECT_CHECK_MS), goneSignal(socket)]));
-        const admission = await limits.admitConnection(key, clientAddress(ctx.extra.request, trustProxyHops), ask);
-        if (admission.verdict === 'refused') return refuse(WS_CLOSE.refused.code, WS_CLOSE.refused.reason);
-        if (admission.verdict === 'too-many-unknown-keys') {
-          return refuse(
-            WS_CLOSE.tooManyUnknownKeys.code,
-            `${WS_CLOSE.tooManyUnknownKeys.reason}; retry in ${admission.retryAfterSeconds} s`,
-          );
-        }
-        return true;
-      },
+      onConnect: (ctx) => admitSocket(ctx, parts),
+      // The access log's lines: what each operation's results and end say, and the socket's close.
+      ...log?.hooks(),
       // The pipeline has already run the operation (onSubscribe): graphql-ws only delivers its outcome.
       execute: (args) => (args.rootValue as Ran).outcome as never,
       subscribe: (args) => (args.rootValue as Ran).outcome as never,
@@ -223,6 +238,7 @@ export function attachGraphQLWebSocket(
         // takes them.
         if (Object.keys(ctx.subscriptions).length > maxSubscriptions) {
           const refusal = pipeline.subscriptions.refuse('socket', maxSubscriptions);
+          // Logged by onError, as every refusal before the operation runs.
           return [toGraphQLError(refusal, { setting: refusal.setting, limit: refusal.limit })];
         }
         const socket = ctx.extra.socket;
@@ -243,6 +259,7 @@ export function attachGraphQLWebSocket(
         const { plan, outcome } = answer;
         const document = plan ? plan.runnable : REFUSAL_DOCUMENT;
         const operation = document.definitions.find((definition) => definition.kind === Kind.OPERATION_DEFINITION);
+        log?.started(socket, id, plan?.kind, operation && 'name' in operation ? operation.name?.value : undefined);
         // A stream's shared messages are written here, each its shared text with this operation's id
         // (src/realtime/frames.ts).
         const ran =
@@ -260,6 +277,7 @@ export function attachGraphQLWebSocket(
     wss,
     15_000,
   );
+  if (log) wss.on('connection', (socket) => log.opened(socket));
   return {
     wss,
     async close() {

@@ -162,8 +162,6 @@ interface Differences {
 
 /** One object literal for all three, so every Delivery has the same shape. */
 function deliveryOf(raw: Loose, group: ApiGroup, differences: Differences): Delivery {
-  const price = isJsonObject(raw.price) ? raw.price : undefined;
-  const priceAmount = decimalFrom(price?.value);
   const distance = isJsonObject(raw.distance) ? raw.distance : undefined;
   const distanceValue = num(distance?.value);
   const photoUrl = str(raw.dropoff_verification_image_url);
@@ -178,7 +176,7 @@ function deliveryOf(raw: Loose, group: ApiGroup, differences: Differences): Deli
     status: differences.status,
     rawStatus: str(raw.status),
     // `price.value` is null until pricing settles.
-    price: priceAmount !== null ? { amount: priceAmount, currency: str(price?.currency) ?? '' } : null,
+    price: valueMoney(raw.price),
     tip: decimalFrom(raw.tip),
     distance: distanceValue !== null ? { value: distanceValue, unit: str(distance?.unit) } : null,
     pickup: stop(raw, PICKUP, differences.pickupAddress),
@@ -331,14 +329,17 @@ function item(raw: Loose): Item {
 
 /** `{amount: "2.50", currency}` (decimal string) → Money. */
 export function amountMoney(value: unknown): Money | null {
-  if (!isJsonObject(value)) return null;
-  const amount = decimalFrom(value.amount);
-  return amount === null ? null : { amount, currency: str(value.currency) ?? '' };
+  return isJsonObject(value) ? money(value.amount, value.currency) : null;
 }
 
 /** `{value: 2.5, currency}` (number) → Money. */
 export function valueMoney(value: unknown): Money | null {
-  if (!isJsonObject(value)) return null;
-  const amount = decimalFrom(value.value);
-  return amount === null ? null : { amount, currency: str(value.currency) ?? '' };
+  return isJsonObject(value) ? money(value.value, value.currency) : null;
+}
+
+/** An amount is Money only with its currency: without one it is no amount a client can show (null, never ""). */
+function money(amount: unknown, currency: unknown): Money | null {
+  const decimal = decimalFrom(amount);
+  const code = str(currency);
+  return decimal === null || code === null ? null : { amount: decimal, currency: code };
 }

@@ -19,12 +19,12 @@ export interface Quote {
  */
 export function quoteFromWire(group: ApiGroup, wire: WireQuoteResult, amountUnit: AmountUnit): Quote {
   const price = wire.data?.price ?? ({} as Partial<WireQuoteResult['data']['price']>);
-  const currency = str(price.currency) ?? '';
+  const currency = str(price.currency);
   const fee = amountFromUpstream(price.delivery_fee, amountUnit);
-  // fee is Money!: a price the upstream left out must not read as a free delivery.
-  if (fee === null)
+  // fee is Money!: a price the upstream left out must not read as a free delivery, nor one in no currency as "".
+  if (fee === null || currency === null)
     throw new UpstreamProtocolError(
-      `The delivery service answered a ${group === 'PLATFORM' ? 'platform' : 'partner'} quote without a delivery fee.`,
+      `The delivery service answered a ${group === 'PLATFORM' ? 'platform' : 'partner'} quote without a ${fee === null ? 'delivery fee' : 'currency'}.`,
     );
   const tip = amountFromUpstream(price.tip, amountUnit);
   const distance = num(wire.data?.distance);

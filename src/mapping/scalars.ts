@@ -87,28 +87,38 @@ export function formatDecimal(decimal: Decimal): string {
 const ISO_WITH_OFFSET = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2})(?::(\d{2})(\.\d+)?)?([Zz]|[+-]\d{2}:?\d{2})?$/;
 
 /**
- * Any ISO 8601 datetime the upstream sends (`+00:00`, `Z`, fractions) as UTC
- * with seconds precision, "YYYY-MM-DDTHH:MM:SSZ". A datetime without an offset
- * is taken as UTC, since the upstream speaks UTC only. Unreadable: null.
+ * Any ISO 8601 datetime the upstream sends (`+00:00`, `Z`, fractions) as UTC,
+ * "YYYY-MM-DDTHH:MM:SSZ", with the fraction of a second as given when there is
+ * one ("…:SS.125Z"): an offset is whole minutes, so it never changes the
+ * fraction. A datetime without an offset is taken as UTC, since the upstream
+ * speaks UTC only. Unreadable: null. `fraction: false` drops it (what the
+ * upstream accepts in requests).
  */
-export function utcDateTime(value: unknown): string | null {
+export function utcDateTime(value: unknown, { fraction = true }: { fraction?: boolean } = {}): string | null {
   if (typeof value !== 'string') return null;
   // Already the output form: itself, no copy.
   if (value.length === 20 && isUtcSecondsText(value)) return value;
   // The upstream's own form, already UTC: "YYYY-MM-DDTHH:MM:SS+00:00".
   if (value.length === 25 && isUtcSecondsText(value)) return `${value.slice(0, 19)}Z`;
   const text = value.trim();
-  if (!ISO_WITH_OFFSET.test(text)) return null;
-  const hasOffset = /([Zz]|[+-]\d{2}:?\d{2})$/.test(text);
-  const [, year, month, day, hour, minute, second] = ISO_WITH_OFFSET.exec(text)!;
+  const match = ISO_WITH_OFFSET.exec(text);
+  if (!match) return null;
+  const [, year, month, day, hour, minute, second, part, offset] = match;
   // Date.parse rolls impossible values over (2026-02-30 → 2026-03-02, 24:00 → next day).
   if (!isCalendarDay(year!, month!, day!) || !isClockTime(hour!, minute!, second ?? '0')) return null;
-  const millis = Date.parse(hasOffset ? text : `${text}Z`);
+  const seconds = part === undefined ? text : text.replace(part, '');
+  const millis = Date.parse(offset ? seconds : `${seconds}Z`);
   if (Number.isNaN(millis)) return null;
   const iso = new Date(millis).toISOString();
   // An offset can push an instant out of years 0000–9999 ("+010000-…", "-000001-…"): not representable.
   if (iso.length !== 24) return null;
-  return `${iso.slice(0, 19)}Z`;
+  return `${iso.slice(0, 19)}${fraction && part !== undefined ? part : ''}Z`;
+}
+
+/** An instant the facade itself makes (a receipt, a check, an expiry), to the second: "YYYY-MM-DDTHH:MM:SSZ". */
+export function utcSeconds(instant: Date | string): string {
+  const iso = typeof instant === 'string' ? instant : instant.toISOString();
+  return iso.length === 20 ? iso : `${iso.slice(0, 19)}Z`;
 }
 
 /** A calendar date from `YYYY-MM-DD` or from a full datetime (the read's `delivery_date`). */

@@ -14,6 +14,11 @@ export interface RequestInfo {
   operationName?: string;
   /** The error codes the request was answered with (GraphQL errors, a webhook's refusal), for its access-log line. */
   errorCodes?: string[];
+  /**
+   * How a stream of server-sent events ended: `complete` (the server ended it), `error` (an error ended it: too slow a
+   * reader), `closed` (the client went first).
+   */
+  result?: 'complete' | 'error' | 'closed';
 }
 
 /** Most distinct codes one access-log line names: a partial result may hold an error per uid. */
@@ -21,7 +26,7 @@ const MAX_LOGGED_CODES = 5;
 
 /** Notes the codes of the errors a request is answered with, each once, for its access-log line. */
 export function noteErrorCodes(
-  info: RequestInfo | undefined,
+  info: Pick<RequestInfo, 'errorCodes'> | undefined,
   errors: ReadonlyArray<{ readonly extensions?: Readonly<Record<string, unknown>> }> | undefined,
 ): void {
   if (!info || !errors) return;

@@ -211,7 +211,7 @@ export class Pipeline {
     // Budgets before anything costly (a persisted query's lookup included): a caller over them gets nothing looked up
     // or parsed.
     if (trust !== 'earned') {
-      const wait = limits.keylessWait(context.clientAddress);
+      const wait = limits.keylessWait(context.clientAddress, trust);
       if (wait > 0) return refused(refusal(new RateLimitedError(wait, KEYLESS_LIMITED)));
     }
     const admission = await limits.admit(caller, context.clientAddress);
@@ -225,7 +225,7 @@ export class Pipeline {
       admission.done?.();
       if (work) {
         work.lap();
-        limits.chargeKeylessWork(context.clientAddress, keylessWorkUnits(work.ms, work.bytes));
+        limits.chargeKeylessWork(context.clientAddress, keylessWorkUnits(work.ms, work.bytes), trust);
       }
     }
   }

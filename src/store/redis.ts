@@ -5,7 +5,8 @@
 //   delivery:<uid>             hash: rank, terminal, seq, pickedUp (the milestone state), courier and
 //                              formers (JSON, see courierJson), delivery, location (seq of the
 //                              latest non-stale event of each kind), and the delivery's view as
-//                              fields "v:<key>" (JSON values, src/domain/delivery-view.ts)
+//                              fields "v:<key>" (JSON values, src/domain/delivery-view.ts); a read before
+//                              any event leaves the view alone, with the retention as its TTL
 //   delivery:<uid>:events      sorted set of the delivery's seqs (eventsAfter with uids)
 //   delivery:<uid>:dedup       hash "<sha256 of canonical payload> <event name>" → "<seq> <append token>"
 //   idem:<owner>:<key>         hash: fingerprint, state (pending|done|unknown), uid, trackingUrl, updatedAt, token, owner
@@ -35,8 +36,15 @@ import { connectRedis, logConnection, redisFailure, type RedisConnection } from 
 import type { Logger } from '../logger.js';
 import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
 import { DELIVERED_RANK, factsOf, NOT_DELIVERED_RANK } from '../domain/milestones.js';
-import { moverFields, viewFields } from '../domain/delivery-view.js';
-import { TRIM_BATCH, TrimSchedule, trimIntervalMs, yieldToEventLoop, type Retention } from './retention.js';
+import { moverFields, viewBody, viewFields, type StoredView } from '../domain/delivery-view.js';
+import {
+  TRIM_BATCH,
+  TrimSchedule,
+  proofRefreshMs,
+  trimIntervalMs,
+  yieldToEventLoop,
+  type Retention,
+} from './retention.js';
 import {
   PartialAppendError,
   PENDING_EXPIRY_MS,
@@ -85,7 +93,14 @@ declare module 'ioredis' {
     dgAppend(
       ...args: string[]
     ): Result<Array<[0, string, number, string] | [1 | 2, StreamEntry] | [3] | [-1, string]>, Context>;
-    dgMergeRead(delivery: string, basis: string, ...fields: string[]): Result<number, Context>;
+    dgProve(owner: string, ttlMs: string, stepMs: string, prefix: string): Result<number, Context>;
+    dgMergeRead(
+      delivery: string,
+      events: string,
+      basis: string,
+      ttlMs: string,
+      ...fields: string[]
+    ): Result<number, Context>;
     dgLatest(delivery: string, log: string, kind: string): Result<StreamEntry | null, Context>;
     dgEventsOf(...args: string[]): Result<StreamEntry[], Context>;
     dgClaim(
@@ -354,6 +369,8 @@ local function append(state, events, dedup, a)
   redis.call('XADD', KEYS[2], seq .. '-0', unpack(fields))
   redis.call('HSET', dedup, arg(1), seq .. ' ' .. arg(2))
   redis.call('ZADD', events, seq, seq)
+  -- Kept by a read before any event, it lives by its events from now on (FORGET).
+  redis.call('PERSIST', state)
   return {0, seq, mark, carried}
 end
 local results = {}
@@ -367,19 +384,24 @@ end
 return results
 `;
 
-/** Merges a read into a delivery's view (Store.recordRead), as mergeRead on SQLite's writer thread does. */
+/**
+ * Merges a read into a delivery's view (Store.recordRead), as mergeRead on SQLite's writer thread does. Before any state
+ * the read overwrites, and the hash lives by the retention until an event is stored for it (APPEND persists it).
+ */
 const MERGE_READ = `
--- KEYS: 1 delivery hash; ARGV: 1 the read's basis, then view fields as key, JSON value
+-- KEYS: 1 delivery hash, 2 delivery events; ARGV: 1 the read's basis, 2 time to live (ms; '' for ever), then view
+-- fields as key, JSON value
 local seq = redis.call('HGET', KEYS[1], 'seq')
-if not redis.call('HGET', KEYS[1], 'rank') then return 0 end
-local overwrite = (tonumber(seq) or 0) <= tonumber(ARGV[1])
-for i = 2, #ARGV, 2 do
+local stated = redis.call('HEXISTS', KEYS[1], 'rank') == 1
+local overwrite = not stated or (tonumber(seq) or 0) <= tonumber(ARGV[1])
+for i = 3, #ARGV, 2 do
   if overwrite then
     redis.call('HSET', KEYS[1], 'v:' .. ARGV[i], ARGV[i + 1])
   else
     redis.call('HSETNX', KEYS[1], 'v:' .. ARGV[i], ARGV[i + 1])
   end
 end
+if not stated and ARGV[2] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 1
 `;
 
@@ -430,6 +452,28 @@ end
 local function drop_claim(key)
   if tonumber(redis.call('HGET', key, 'claims') or '0') > 0 then redis.call('HINCRBY', key, 'claims', -1) end
 end
+`;
+
+/**
+ * An owner record proved again (an event of its delivery, or its own merchant's proof): its retention starts anew, and
+ * its merchant's unfinished set and history live at least as long.
+ */
+const PROVE_RECORD = `${HISTORY}
+local function prove(record, unfinished, history, ttl)
+  redis.call('PEXPIRE', record, ttl)
+  keep_for(unfinished, true, ttl)
+  keep_history(history, 'records', nil, ttl)
+end
+`;
+
+/** An event proves its delivery's owner record, if it has one not proved within the last step (proofRefreshMs). */
+const PROVE = `${PROVE_RECORD}
+-- KEYS: 1 owner:<uid>. ARGV: 1 time to live (ms), 2 step (ms), 3 prefix
+local left = redis.call('PTTL', KEYS[1])
+if left < 0 or left > tonumber(ARGV[1]) - tonumber(ARGV[2]) then return 0 end
+local owner = string.match(redis.call('GET', KEYS[1]), '^(%S+)')
+prove(KEYS[1], ARGV[3] .. 'unfinished:' .. owner, ARGV[3] .. 'merchant-history:' .. owner, ARGV[1])
+return 1
 `;
 
 /** A resend of the same claim (same token) is still this caller's claim. */
@@ -576,15 +620,19 @@ return 0
  * read (proof `read`, or none: written before proofs were kept), and a replace
  * replaces anything. A record written puts the delivery in its owner's set of
  * deliveries reconciliation may read (a former owner's set drops it when paged).
+ * A record kept is proved again when the proof is its own merchant's.
  */
-const OWN = `${HISTORY}
+const OWN = `${PROVE_RECORD}
 -- KEYS: 1 owner:<uid>, 2 unfinished:<owner>, 3 the owner's history, 4 owner-claims, 5 owner-claims:version
 -- ARGV: 1 value, 2 merchant-scoped, 3 replace, 4 time to live (ms; '' for ever), 5 uid, 6 claims kept
 local current = redis.call('GET', KEYS[1])
 if current and ARGV[3] ~= '1' then
-  if ARGV[2] ~= '1' then return 0 end
   local proof = string.match(current, '^%S+ %S+ (%S+)')
-  if proof and proof ~= 'read' then return 0 end
+  if ARGV[2] ~= '1' or (proof and proof ~= 'read') then
+    local same = string.match(current, '^(%S+)') == string.match(ARGV[1], '^(%S+)')
+    if same and ARGV[4] ~= '' then prove(KEYS[1], KEYS[2], KEYS[3], ARGV[4]) end
+    return 0
+  end
 end
 if ARGV[4] ~= '' then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4]) else redis.call('SET', KEYS[1], ARGV[1]) end
 redis.call('ZADD', KEYS[2], 0, ARGV[5])
@@ -890,6 +938,7 @@ function appendArgs(
 
 function defineAppend(client: Redis): void {
   client.defineCommand('dgAppend', { lua: APPEND });
+  client.defineCommand('dgProve', { numberOfKeys: 1, lua: PROVE });
 }
 
 export class RedisStore implements Store {
@@ -927,7 +976,7 @@ export class RedisStore implements Store {
       new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
     defineAppend(client);
     client.defineCommand('dgLatest', { numberOfKeys: 2, lua: LATEST });
-    client.defineCommand('dgMergeRead', { numberOfKeys: 1, lua: MERGE_READ });
+    client.defineCommand('dgMergeRead', { numberOfKeys: 2, lua: MERGE_READ });
     client.defineCommand('dgEventsOf', { lua: EVENTS_OF });
     client.defineCommand('dgClaim', { numberOfKeys: 3, lua: CLAIM });
     client.defineCommand('dgUnknown', { numberOfKeys: 2, lua: UNKNOWN });
@@ -1004,15 +1053,16 @@ export class RedisStore implements Store {
     if (sent.length > 0) {
       const required = await this.#requiredReplicas();
       const writer = required > 0 ? this.#writerClient() : this.client;
-      const answers = await writer.dgAppend(
-        String(keys.length + 2),
-        `${this.prefix}seq`,
-        this.#log,
-        ...keys,
-        String(DELIVERED_RANK),
-        String(NOT_DELIVERED_RANK),
-        ...args,
-      );
+      const [seqKey, ranks] = [`${this.prefix}seq`, [String(DELIVERED_RANK), String(NOT_DELIVERED_RANK)]];
+      const pipeline = writer
+        .pipeline()
+        .dgAppend(String(keys.length + 2), seqKey, this.#log, ...keys, ...ranks, ...args);
+      const uids = new Set(sent.map((index) => events[index]!.payload.uid));
+      const [appended, ...proofs] = (await this.#prove(pipeline, uids).exec())!;
+      if (appended![0]) throw appended![0];
+      const answers = appended![1] as Awaited<ReturnType<Redis['dgAppend']>>;
+      const unproved = proofs.find(([error]) => error)?.[0];
+      if (unproved) this.#logger?.warn({ err: unproved }, 'could not prove the owner records of stored events');
       if (required > 0)
         await this.#confirmed(
           writer,
@@ -1050,6 +1100,18 @@ export class RedisStore implements Store {
       throw new PartialAppendError(outcomes);
     }
     return outcomes as Array<AppendResult | NotStored>;
+  }
+
+  /**
+   * Each delivery's events prove its owner record (it lives on from now), in the append's round trip. A proof that
+   * fails fails no event: the record then counts from its last proof.
+   */
+  #prove(pipeline: ReturnType<Redis['pipeline']>, uids: ReadonlySet<string>): ReturnType<Redis['pipeline']> {
+    const retention = this.#retention;
+    if (!retention) return pipeline;
+    const [ttl, step] = [String(retention.eventRetentionMs), String(proofRefreshMs(retention))];
+    for (const uid of uids) pipeline.dgProve(this.#owner(uid), ttl, step, this.prefix);
+    return pipeline;
   }
 
   /**
@@ -1147,18 +1209,18 @@ export class RedisStore implements Store {
   async deliveryView(uid: string): Promise<JsonObject | undefined> {
     const hash = await this.client.hgetall(this.#delivery(uid).state);
     if (hash.rank === undefined) return undefined;
-    const view: JsonObject = { uid };
-    for (const [field, json] of Object.entries(hash))
-      if (field.startsWith('v:')) view[field.slice(2)] = JSON.parse(json) as unknown;
-    return view;
+    const view: StoredView = {};
+    for (const [field, json] of Object.entries(hash)) if (field.startsWith('v:')) view[field.slice(2)] = json;
+    return viewBody(uid, view);
   }
 
   async recordRead({ uid, body, basis }: ReadRecord): Promise<void> {
     const fields = viewFields(body);
-    const state = this.#delivery(uid).state;
+    const { state, events } = this.#delivery(uid);
+    const ttl = this.#retention ? String(this.#retention.eventRetentionMs) : '';
     const [, [, terminal], [, record]] = (await this.client
       .pipeline()
-      .dgMergeRead(state, String(basis), ...(fields.length > 0 ? fields.flat() : []))
+      .dgMergeRead(state, events, String(basis), ttl, ...(fields.length > 0 ? fields.flat() : []))
       .hget(state, 'terminal')
       .get(this.#owner(uid))
       .exec())! as [unknown, [unknown, string | null], [unknown, string | null]];

@@ -5,7 +5,10 @@
 import type { Logger } from '../logger.js';
 
 export interface Retention {
-  /** Events, their de-duplication entries, delivery state and ownership records older than this are deleted. */
+  /**
+   * Events, their de-duplication entries, delivery state and ownership records older than this are deleted; an
+   * ownership record's age counts from the last event or read that proved it (proofRefreshMs).
+   */
   eventRetentionMs: number;
   /** Idempotency keys older than this (since their booking completed) are deleted. */
   idempotencyRetentionMs: number;
@@ -24,6 +27,15 @@ export const TRIM_BATCH = 200;
 export function trimIntervalMs(retention: Retention): number {
   const shorter = Math.min(retention.eventRetentionMs, retention.idempotencyRetentionMs);
   return Math.min(60_000, Math.max(250, Math.floor(shorter / 4)));
+}
+
+/**
+ * How old the last proof of an owner record may be before a new one is written (an event, or its merchant's proof):
+ * a hundredth of the retention, at most a minute. A record's retention counts from its last proof to within this,
+ * and a delivery's stream of events rewrites its record once per this at most.
+ */
+export function proofRefreshMs(retention: Pick<Retention, 'eventRetentionMs'>): number {
+  return Math.min(60_000, Math.floor(retention.eventRetentionMs / 100));
 }
 
 /** Lets other work (requests, webhooks) run between two trim steps. */

@@ -19,6 +19,7 @@ import {
   type AppendCondition,
   type ReadRecord,
 } from './store.js';
+import { proofRefreshMs, type Retention } from './retention.js';
 import type { AppendOutcome, EventRow } from './sqlite-writer.js';
 
 /** An event as it crosses to the writer thread: its payload's JSON (what is stored), and its condition, if any. */
@@ -67,10 +68,13 @@ function holds(condition: AppendCondition | undefined, current: MilestoneState |
 export class EventAppender {
   readonly #s;
   readonly #known = new Map<string, KnownState>();
-  readonly #all: (events: readonly EventToWrite[]) => AppendOutcome[];
-  readonly #one: (event: EventToWrite) => AppendOutcome;
+  readonly #all: (events: readonly EventToWrite[], now: number) => AppendOutcome[];
+  readonly #one: (event: EventToWrite, now: number) => AppendOutcome;
 
-  constructor(private readonly db: Database.Database) {
+  constructor(
+    private readonly db: Database.Database,
+    private readonly retention?: Retention,
+  ) {
     this.#s = {
       // The unique index answers alone: the row is read only for a duplicate.
       findEvent: db
@@ -87,18 +91,25 @@ export class EventAppender {
         'INSERT INTO delivery_state (uid, rank, terminal, seq, courier, former_couriers, picked_up, view) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET rank = excluded.rank, terminal = excluded.terminal, seq = excluded.seq, courier = excluded.courier, former_couriers = excluded.former_couriers, picked_up = excluded.picked_up, view = excluded.view',
       ),
       putView: db.prepare('UPDATE delivery_state SET view = ? WHERE uid = ?'),
+      getReadView: db.prepare<[string], { view: string }>('SELECT view FROM read_views WHERE uid = ?'),
+      putReadView: db.prepare('INSERT OR REPLACE INTO read_views (uid, view, read_at) VALUES (?, ?, ?)'),
+      dropReadView: db.prepare('DELETE FROM read_views WHERE uid = ?'),
+      // A record still kept (proved since the third) and not proved since the fourth is proved at the first.
+      proveOwner: db.prepare('UPDATE ownership SET proved_at = ? WHERE uid = ? AND proved_at >= ? AND proved_at < ?'),
     };
     // The batch's events in one savepoint (a nested better-sqlite3 transaction): two statements for the batch, not per
     // event.
-    this.#all = db.transaction((events: readonly EventToWrite[]) => events.map((event) => this.#append(event)));
+    this.#all = db.transaction((events: readonly EventToWrite[], now: number) =>
+      events.map((event) => this.#append(event, now)),
+    );
     // Each event in a savepoint of its own: one that fails is undone alone and fails only itself.
-    this.#one = db.transaction((event: EventToWrite) => this.#append(event));
+    this.#one = db.transaction((event: EventToWrite, now: number) => this.#append(event, now));
   }
 
-  /** A batch of events, each judged against what the ones before it wrote. */
-  append(events: readonly EventToWrite[]): AppendOutcome[] {
+  /** A batch of events, each judged against what the ones before it wrote; `now` proves their owner records. */
+  append(events: readonly EventToWrite[], now: number): AppendOutcome[] {
     try {
-      return this.#all(events);
+      return this.#all(events, now);
     } catch (error) {
       this.forget();
       // A failure of the transaction itself (disk full, I/O) is every event's: let it end the batch.
@@ -107,7 +118,7 @@ export class EventAppender {
     // An event failed, and the batch's savepoint was undone: again, each in a savepoint of its own.
     return events.map((event) => {
       try {
-        return this.#one(event);
+        return this.#one(event, now);
       } catch (error) {
         this.forget();
         if (!this.db.inTransaction) throw error;
@@ -137,9 +148,13 @@ export class EventAppender {
 
   // One event, ranked against what the batch already wrote.
   // The same steps as the Redis APPEND script: judge, merge the view, keep what was carried over.
-  #append({ json, receivedAt, onlyIf }: EventToWrite): AppendOutcome {
+  #append({ json, receivedAt, onlyIf }: EventToWrite, now: number): AppendOutcome {
     const s = this.#s;
     const payload = JSON.parse(json) as WireWebhookEvent;
+    // An event of the delivery proves its owner record: it lives on from now.
+    const retention = this.retention;
+    if (retention)
+      s.proveOwner.run(now, payload.uid, now - retention.eventRetentionMs, now - proofRefreshMs(retention));
     const hash = fingerprint(payload);
     const existing = s.findEvent.get(payload.uid, payload.event_name, hash);
     if (existing !== undefined) return { duplicate: true, row: s.eventAt.get(existing)! };
@@ -155,7 +170,12 @@ export class EventAppender {
     if (next) {
       const own = viewFields(payload as unknown as JsonObject);
       const mover = moverFields(payload.event_name, statusText);
-      view = mergeView(known?.view ?? {}, own, !step.stale, step.moved ? mover : undefined);
+      view = mergeView(
+        known ? known.view : this.#readView(payload.uid),
+        own,
+        !step.stale,
+        step.moved ? mover : undefined,
+      );
       const over = carriedOver(view, own, mover);
       if (over) carried = JSON.stringify(over);
     }
@@ -175,16 +195,28 @@ export class EventAppender {
         state.pickedUp ? 1 : 0,
         JSON.stringify(view),
       );
+      if (!known) s.dropReadView.run(payload.uid);
       this.#remember(payload.uid, { state, view: view! });
     }
     return { duplicate: false, seq, mark, statusText, carried };
   }
 
-  // A read newer than the state overwrites; one older than the state's last move only fills.
-  mergeRead({ uid, body, basis }: ReadRecord): void {
+  /** What reads showed of a delivery before it had a state: the view its first event is merged over. */
+  #readView(uid: string): StoredView {
+    return JSON.parse(this.#s.getReadView.get(uid)?.view ?? '{}') as StoredView;
+  }
+
+  // A read newer than the state overwrites; one older than the state's last move only fills. Before any state, the
+  // read is kept apart (a later read overwrites it) for the first event to be merged over.
+  mergeRead({ uid, body, basis }: ReadRecord, now: number): void {
     this.#known.delete(uid);
     const row = this.#s.getState.get(uid);
-    if (!row) return;
+    if (!row)
+      return void this.#s.putReadView.run(
+        uid,
+        JSON.stringify(mergeView(this.#readView(uid), viewFields(body), true)),
+        now,
+      );
     const view = mergeView(viewOf(row), viewFields(body), row.seq <= basis);
     const json = JSON.stringify(view);
     if (json !== row.view) this.#s.putView.run(json, uid);

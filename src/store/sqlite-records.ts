@@ -24,12 +24,8 @@ const freePagesKept = (pages: number) => Math.max(1024, Math.floor(pages / 4));
  */
 const MAX_LINK_DEPTH = 16;
 
-function claimOf(row: {
-  state: string;
-  uid: string | null;
-  tracking_url: string | null;
-  updated_at: number;
-}): IdempotencyClaim {
+type ClaimRow = { state: string; uid: string | null; tracking_url: string | null; updated_at: number };
+function claimOf(row: ClaimRow): IdempotencyClaim {
   if (row.state === 'done') return { state: 'done', result: { uid: row.uid!, trackingUrl: row.tracking_url } };
   if (row.state === 'unknown') return { state: 'unknown', since: new Date(row.updated_at) };
   return { state: 'pending' };
@@ -59,11 +55,11 @@ function prepare(db: Database.Database) {
       "DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ? AND state IN ('pending', 'unknown')",
     ),
     forgetIdem: db.prepare('DELETE FROM idempotency WHERE owner_hash = ? AND idempotency_key = ?'),
-    getOwner: db.prepare<[string], { proof: OwnerProof | null; created_at: number }>(
-      'SELECT proof, created_at FROM ownership WHERE uid = ?',
+    getOwner: db.prepare<[string], { owner_hash: string; proof: OwnerProof | null; proved_at: number }>(
+      'SELECT owner_hash, proof, proved_at FROM ownership WHERE uid = ?',
     ),
     putOwner: db.prepare(
-      'INSERT INTO ownership (uid, owner_hash, created_at, api_group, proof) VALUES (?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET owner_hash = excluded.owner_hash, created_at = excluded.created_at, api_group = excluded.api_group, proof = excluded.proof',
+      'INSERT INTO ownership (uid, owner_hash, created_at, proved_at, api_group, proof) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO UPDATE SET owner_hash = excluded.owner_hash, created_at = excluded.created_at, proved_at = excluded.proved_at, api_group = excluded.api_group, proof = excluded.proof',
     ),
     getLink: db.prepare<[string], { merchant: string }>('SELECT merchant FROM merchant_links WHERE id = ?'),
     putLink: db.prepare('INSERT INTO merchant_links (id, merchant, created_at) VALUES (?, ?, ?)'),
@@ -72,7 +68,7 @@ function prepare(db: Database.Database) {
     // expired.
     linkedTo: db.prepare<[string], unknown>('SELECT 1 FROM merchant_links WHERE merchant = ? LIMIT 1'),
     ownsAny: db.prepare<[string, number], unknown>(
-      'SELECT 1 FROM ownership WHERE owner_hash = ? AND created_at >= ? LIMIT 1',
+      'SELECT 1 FROM ownership WHERE owner_hash = ? AND proved_at >= ? LIMIT 1',
     ),
     claimsAny: db.prepare<[string, number, number], unknown>(
       "SELECT 1 FROM idempotency WHERE owner_hash = ? AND (updated_at >= ? OR (state = 'pending' AND updated_at >= ?)) LIMIT 1",
@@ -100,9 +96,14 @@ function prepare(db: Database.Database) {
     forgetState: db.prepare(
       'DELETE FROM delivery_state WHERE uid = ? AND NOT EXISTS (SELECT 1 FROM events WHERE uid = ?)',
     ),
-    trimOwners: db.prepare(
-      'DELETE FROM ownership WHERE rowid IN (SELECT rowid FROM ownership WHERE created_at < ? LIMIT ?)',
+    trimReadViews: db.prepare(
+      'DELETE FROM read_views WHERE rowid IN (SELECT rowid FROM read_views WHERE read_at < ? LIMIT ?)',
     ),
+    trimOwners: db.prepare(
+      'DELETE FROM ownership WHERE rowid IN (SELECT rowid FROM ownership WHERE proved_at < ? LIMIT ?)',
+    ),
+    // A record still kept (proved since the third) and not proved since the fourth is proved at the first.
+    proveOwner: db.prepare('UPDATE ownership SET proved_at = ? WHERE uid = ? AND proved_at >= ? AND proved_at < ?'),
     // A pending claim is its booking in flight: it goes only once it would have turned unknown anyway.
     trimIdem: db.prepare(
       "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency WHERE updated_at < ? AND (state != 'pending' OR updated_at < ?) LIMIT ?)",
@@ -216,9 +217,11 @@ function ownerOps(
       const since = retention ? now - retention.eventRetentionMs : -Infinity;
       for (const record of records) {
         const row = s.getOwner.get(record.uid);
-        const current = row && row.created_at >= since ? row : undefined;
+        const current = row && row.proved_at >= since ? row : undefined;
         if (supersedes(record, current))
-          s.putOwner.run(record.uid, record.owner, now, record.group, record.proof ?? 'read');
+          s.putOwner.run(record.uid, record.owner, now, now, record.group, record.proof ?? 'read');
+        // Its own merchant proved it again: it lives on from now.
+        else if (retention && current!.owner_hash === record.owner) s.proveOwner.run(now, record.uid, since, now);
       }
     },
 
@@ -282,13 +285,14 @@ function trimStep(
       return true;
     }
     if (phase === 'records') {
-      const [owners, idem] = db
+      const [owners, idem, reads] = db
         .transaction(() => [
           s.trimOwners.run(now - retention!.eventRetentionMs, TRIM_BATCH).changes,
           s.trimIdem.run(now - retention!.idempotencyRetentionMs, now - PENDING_EXPIRY_MS, TRIM_BATCH).changes,
+          s.trimReadViews.run(now - retention!.eventRetentionMs, TRIM_BATCH).changes,
         ])
         .immediate();
-      return owners! >= TRIM_BATCH || idem! >= TRIM_BATCH;
+      return owners! >= TRIM_BATCH || idem! >= TRIM_BATCH || reads! >= TRIM_BATCH;
     }
     // Freed pages beyond what the next inserts will want go back to the file system, a step at a time.
     if (db.pragma('auto_vacuum', { simple: true }) !== INCREMENTAL_VACUUM) return false;

@@ -118,10 +118,10 @@ function writeOps(
   db: Database.Database,
   retention: Retention | undefined,
 ): Omit<WriterOps, 'open'> & { forget(): void } {
-  const events = new EventAppender(db);
+  const events = new EventAppender(db, retention);
   return {
-    append: (_now, batch) => events.append(batch),
-    mergeRead: (_now, read) => events.mergeRead(read),
+    append: (now, batch) => events.append(batch, now),
+    mergeRead: (now, read) => events.mergeRead(read, now),
     ...recordOps(db, retention, () => events.forget()),
     close: () => db.close(),
     forget: () => events.forget(),

@@ -369,6 +369,8 @@ export class SqliteStore implements Store {
         picked_up INTEGER,
         view TEXT
       );
+      -- A read of a delivery that has no state yet, kept for its first event to be merged over (delivery-view.ts).
+      CREATE TABLE IF NOT EXISTS read_views (uid TEXT PRIMARY KEY, view TEXT NOT NULL, read_at INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS ownership (
         uid TEXT PRIMARY KEY,
         owner_hash TEXT NOT NULL,
@@ -387,7 +389,7 @@ export class SqliteStore implements Store {
       CREATE INDEX IF NOT EXISTS idempotency_by_time ON idempotency (updated_at);
       -- A webhook's booking marker finds its claim.
       CREATE INDEX IF NOT EXISTS idempotency_by_marker ON idempotency (marker);
-      CREATE INDEX IF NOT EXISTS ownership_by_time ON ownership (created_at);
+      CREATE INDEX IF NOT EXISTS read_views_by_time ON read_views (read_at);
       -- Reconciliation pages through each owner's recent records (unfinishedDeliveries).
       CREATE INDEX IF NOT EXISTS ownership_by_owner ON ownership (owner_hash, created_at, uid);
       -- Whether ids are linked to a merchant (its history: linkMerchant), and which (mergeMerchant).
@@ -403,6 +405,13 @@ export class SqliteStore implements Store {
     // OwnerProof).
     if (!ownershipColumns.some((column) => column.name === 'proof'))
       this.db.exec('ALTER TABLE ownership ADD COLUMN proof TEXT');
+    // A record's retention counts from its last proof (proved_at; created_at stays when it was made): a file from
+    // before counts from the making. The retention finds expired records by it.
+    if (!ownershipColumns.some((column) => column.name === 'proved_at'))
+      this.db.exec('ALTER TABLE ownership ADD COLUMN proved_at INTEGER; UPDATE ownership SET proved_at = created_at;');
+    this.db.exec(
+      'CREATE INDEX IF NOT EXISTS ownership_by_proof ON ownership (proved_at); DROP INDEX IF EXISTS ownership_by_time;',
+    );
     // A file made before couriers were kept: its states gain the columns, empty (no courier known yet).
     const stateColumns = new Set(
       this.db
@@ -442,7 +451,7 @@ export class SqliteStore implements Store {
       getOwner: this.db.prepare<
         [string, number],
         { owner_hash: string; api_group: string | null; proof: string | null }
-      >('SELECT owner_hash, api_group, proof FROM ownership WHERE uid = ? AND created_at >= ?'),
+      >('SELECT owner_hash, api_group, proof FROM ownership WHERE uid = ? AND proved_at >= ?'),
       getLink: this.db.prepare<[string], { merchant: string }>('SELECT merchant FROM merchant_links WHERE id = ?'),
       getState: this.db.prepare<[string], StateRow>(
         'SELECT rank, terminal, seq, courier, former_couriers, picked_up FROM delivery_state WHERE uid = ?',

@@ -320,7 +320,8 @@ export interface Store {
    */
   deliveryView(uid: string): Promise<JsonObject | undefined>;
   /**
-   * Merges a read into the delivery's view; nothing for a delivery with no state yet (there is nothing to keep it by).
+   * Merges a read into the delivery's view; for a delivery with no state yet it is kept apart, for the retention, and
+   * its first event is merged over it.
    */
   recordRead(read: ReadRecord): Promise<void>;
   /** The seq of the newest event stored (0 when none). */
@@ -348,7 +349,9 @@ export interface Store {
   /**
    * Records that `uid` belongs to the merchant `owner`, in `group` when it is
    * known, and how that is known (`read` when not given). The first record
-   * stays but for what supersedes() lets replace it.
+   * stays but for what supersedes() lets replace it; one it keeps is proved
+   * again by `owner` when it is the record's (its retention counts from now),
+   * as it is by every event of its delivery (appendEvents).
    */
   recordOwner(uid: string, owner: string, group?: OwnerGroup, proof?: OwnerProof): Promise<void>;
   /** The same for many at once, in one write. */

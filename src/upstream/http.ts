@@ -16,6 +16,7 @@ import type { KnownKeys } from './known-keys.js';
 import { callerAborted, Flight, SharedReads } from './shared-reads.js';
 import { upstreamRefusal } from './refusal.js';
 import {
+  CancelRefusedError,
   DeliveryGraphError,
   NotCancelableError,
   NotFoundError,
@@ -545,21 +546,26 @@ export function classifyStatus(
   response: { status: number; text: string; retryAfter?: string },
   request: Pick<UpstreamRequest, 'method' | 'route' | 'cancel'> & { key?: string },
 ): DeliveryGraphError {
-  const error = classifyRefusal(response, request);
-  // Whatever it became, the client is told what the upstream said (scrubbed, bounded), never the raw body.
+  // Whatever it becomes, the client is told what the upstream said (scrubbed, bounded), never the raw body.
   const body = parseJson(response.text);
-  error.upstream = upstreamRefusal(
+  const refusal = upstreamRefusal(
     response.status,
     body && typeof body === 'object' ? (body as Record<string, unknown>) : {},
     request.key,
   );
+  const error = classifyRefusal(response, request) ?? new CancelRefusedError(refusal);
+  error.upstream = refusal;
   return error;
 }
 
+/** Statuses that say nothing about the delivery a cancel named: they stay what they are for any call. */
+const NOT_ABOUT_THE_DELIVERY = new Set([408, 429]);
+
+/** What a non-2xx answer is; undefined for a cancel's refusal about the delivery (a CancelRefusedError). */
 function classifyRefusal(
   response: { status: number; text: string; retryAfter?: string },
   request: Pick<UpstreamRequest, 'method' | 'route' | 'cancel'>,
-): DeliveryGraphError {
+): DeliveryGraphError | undefined {
   const body = parseJson(response.text);
   const fields = body && typeof body === 'object' ? (body as Record<string, unknown>) : {};
   const code =
@@ -574,6 +580,9 @@ function classifyRefusal(
   }
   if (code === 'not_cancelable') return new NotCancelableError();
   if (code === 'not_found' || response.status === 404) return new NotFoundError();
+  // Any other 4xx to a cancel (already_canceled, 403, 422, …) is the upstream's answer about that delivery.
+  if (request.cancel && response.status >= 400 && response.status < 500 && !NOT_ABOUT_THE_DELIVERY.has(response.status))
+    return undefined;
   const errors = fields.errors;
   if ((errors && typeof errors === 'object') || response.status === 400 || response.status === 422) {
     // The upstream's validation message names a request field; it carries no secret.

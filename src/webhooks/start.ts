@@ -1,7 +1,7 @@
 // The webhook receiver, when a key is known to verify webhooks with: the
 // configured one (WEBHOOK_PUBLIC_KEY_FILE, WEBHOOK_ISSUER), or the embedded
-// sandbox's when it is the upstream. Without one it says so at start: the front
-// door answers webhooks 503 and subscriptions rely on polling.
+// sandbox's when it is the upstream. Without one (or with WEBHOOKS=off) it says so at start: the front
+// door answers webhooks 503 and subscriptions rely on polling. Production without a key stops in loadConfig.
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
 import type { EventBus } from '../realtime/bus.js';
@@ -23,6 +23,12 @@ export async function startWebhooks(
   sandbox: { publicKeyPem: string; issuer: string } | undefined,
   { store, bus, logger, batcher }: WebhookDeps,
 ): Promise<WebhookReceiver | undefined> {
+  if (config.webhooksOff) {
+    logger.info(
+      `WEBHOOKS=off: polling alone, subscriptions see what reads of the upstream show every ${config.realtime.reconcileIntervalMs} ms (RECONCILE_INTERVAL_MS); the webhook receiver answers 503`,
+    );
+    return undefined;
+  }
   // Webhooks verify against the configured key, or the sandbox's when it is the upstream.
   const publicKeyPem = config.webhook.publicKeyPems ?? (sandbox ? [sandbox.publicKeyPem] : undefined);
   const issuer = config.webhook.issuer ?? sandbox?.issuer;
@@ -38,7 +44,7 @@ export async function startWebhooks(
   if (!receiver) {
     logger.warn(
       config.realtime.reconcileIntervalMs > 0
-        ? `no WEBHOOK_PUBLIC_KEY_FILE: polling alone, subscriptions see what reads of the upstream show every ${config.realtime.reconcileIntervalMs} ms (RECONCILE_INTERVAL_MS); the webhook receiver answers 503`
+        ? `no WEBHOOK_PUBLIC_KEY_FILE (WEBHOOKS=off says polling alone is meant): polling alone, subscriptions see what reads of the upstream show every ${config.realtime.reconcileIntervalMs} ms (RECONCILE_INTERVAL_MS); the webhook receiver answers 503`
         : 'no WEBHOOK_PUBLIC_KEY_FILE and RECONCILE_INTERVAL_MS=0: subscriptions see no change after their first state; the webhook receiver answers 503',
     );
   }

@@ -7,7 +7,7 @@ import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
 import type { Logger } from '../../src/logger.js';
 import type { Store } from '../../src/store/store.js';
-import { startSandbox, type Sandbox, type SandboxOptions } from '../../src/sandbox/index.js';
+import { startSandbox, type Sandbox, type SandboxOptions } from '@delivery-graph/sandbox';
 import { startFaultProxy, type FaultProxy } from './fault-proxy.js';
 
 export interface GraphQLResponse<T = any> {

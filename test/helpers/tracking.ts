@@ -10,7 +10,7 @@ import type { Client } from 'graphql-ws';
 import { Redis } from 'ioredis';
 import { expect } from 'vitest';
 import { RedisStore } from '../../src/store/redis.js';
-import type { DeliveryHistory } from '../../src/sandbox/index.js';
+import type { DeliveryHistory } from '@delivery-graph/sandbox';
 import { redisAvailable, startRedisServer, type RedisServer } from './redis.js';
 import { deliveryInput, startStack, type Stack, type StackOptions } from './stack.js';
 import { collect, type Collected } from './ws-client.js';

@@ -16,7 +16,7 @@ import WebSocket from 'ws';
 import { startApp, type App } from '../../src/app.js';
 import type { RedisStore } from '../../src/store/redis.js';
 import { loadConfig } from '../../src/config.js';
-import { DEFAULT_PLATFORM_ID, startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { DEFAULT_PLATFORM_ID, startSandbox, type Sandbox } from '@delivery-graph/sandbox';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import {
   deliveryInput,

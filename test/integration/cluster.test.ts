@@ -1,6 +1,7 @@
 // `npm run cluster` as an operator runs it: a Redis primary, a replica, three
 // Sentinels, the sandbox and two instances, each on a port counted from --port;
-// both instances serve the same data, and Ctrl-C (SIGINT) stops every process it
+// both instances serve the same data, a failover tried with the process id it
+// names is measured and said, and Ctrl-C (SIGINT) stops every process it
 // started. `-- --help` answers with the usage.
 import { spawn, spawnSync } from 'node:child_process';
 import { createServer } from 'node:net';
@@ -84,6 +85,40 @@ describe.skipIf(!redisAvailable('cluster.test.ts'))('npm run cluster', () => {
       const uid = booked.data.createDelivery.data.uid as string;
       expect((await gql(urls[1]!, READ, { uid })).data.delivery.uid).toBe(uid);
       for (const url of urls) expect((await fetch(`${url}/ready`)).status).toBe(200);
+
+      // The failover it offers: a process id to kill, as a shell would; it says how long the Sentinels took.
+      const offered = /Try a failover: kill -9 (\d+) {3}\(the Redis primary, 127\.0\.0\.1:(\d+)\)/.exec(output);
+      expect(offered, output).not.toBeNull();
+      expect(Number(offered![2])).toBe(base + 3);
+      process.kill(Number(offered![1]), 'SIGKILL');
+      const failover = await new Promise<RegExpExecArray>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no failover line within 60 s:\n${output}`)), 60_000);
+        const look = () => {
+          const found =
+            /failover: the Redis primary 127\.0\.0\.1:(\d+) \(pid (\d+)\) stopped; the Sentinels promoted 127\.0\.0\.1:(\d+), which took writes (\d+\.\d) s later\./.exec(
+              output,
+            );
+          if (found && output.includes('is back, as the replica of')) {
+            clearTimeout(timer);
+            resolve(found);
+          } else setTimeout(look, 50);
+        };
+        look();
+      });
+      expect(failover.slice(1, 4).map(Number)).toEqual([base + 3, Number(offered![1]), base + 4]);
+      const seconds = Number(failover[4]);
+      // The Sentinels call a primary down after a second of silence, then agree and promote.
+      expect(seconds).toBeGreaterThanOrEqual(1);
+      expect(seconds).toBeLessThan(60);
+      console.log(`failover measured by npm run cluster: ${seconds} s`);
+      // And the next one is offered, on the new primary.
+      expect(output).toMatch(
+        new RegExp(`Try a failover: kill -9 \\d+ {3}\\(the Redis primary, 127\\.0\\.0\\.1:${base + 4}\\)`),
+      );
+      // The instances serve on the promoted primary: booked on one, read on the other.
+      const after = await gql(urls[1]!, CREATE, { input: deliveryInput() });
+      const second = after.data.createDelivery.data.uid as string;
+      expect((await gql(urls[0]!, READ, { uid: second })).data.delivery.uid).toBe(second);
 
       const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
       // npm passes the signal on to the script, as a terminal's Ctrl-C would reach it.

@@ -7,7 +7,7 @@
 import type { KeyObject } from 'node:crypto';
 import { SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadSigningKeys } from '../../src/sandbox/webhooks.js';
+import { loadSigningKeys } from '@delivery-graph/sandbox/webhook-sender';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 import { waitUntil } from '../helpers/wait.js';

@@ -8,7 +8,7 @@ import { exportPKCS8, exportSPKI, generateKeyPair, SignJWT, type CryptoKey } fro
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
-import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { startSandbox, type Sandbox } from '@delivery-graph/sandbox';
 import { countExecutions } from '../helpers/executions.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import { deliveryInput, TEST_CLIENT_TOKEN_SECRET } from '../helpers/stack.js';

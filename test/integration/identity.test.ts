@@ -24,7 +24,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { merchantCommand } from '../../src/access/merchant-admin.js';
 import { MERCHANT_CACHE_MS } from '../../src/access/merchants.js';
 import { hashKey } from '../../src/domain/merchant-key.js';
-import { DEFAULT_PLATFORM_ID } from '../../src/sandbox/index.js';
+import { DEFAULT_PLATFORM_ID } from '@delivery-graph/sandbox';
 import { SqliteStore } from '../../src/store/sqlite.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import { deliveryInput, partnerOrderBody, startStack, type GraphQLResponse, type Stack } from '../helpers/stack.js';

@@ -9,7 +9,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_PLATFORM_ID } from '../../src/sandbox/index.js';
+import { DEFAULT_PLATFORM_ID } from '@delivery-graph/sandbox';
 import { RedisStore } from '../../src/store/redis.js';
 import { deliveryInput, startStack, type GraphQLResponse, type Stack } from '../helpers/stack.js';
 import { listenersAttached, waitUntil } from '../helpers/wait.js';

@@ -167,6 +167,86 @@ describe('the work of callers without an accepted key, charged to their address 
   });
 });
 
+describe('a key nobody has judged yet, during a flood without keys', () => {
+  let stack: Stack;
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  it('is never refused for what other addresses spent (KEYLESS_TOTAL_WORK_MS_PER_MINUTE)', async () => {
+    stack = await startStack({
+      env: { KEYLESS_TOTAL_WORK_MS_PER_MINUTE: '100', KEYLESS_WORK_MS_PER_MINUTE: '6000', TRUST_PROXY: '1' },
+    });
+    // Forty addresses introspect at once: each is charged once done, so together they spend the total many times over
+    // (those that arrive after the first is done are refused already).
+    const flood = await Promise.all(
+      Array.from({ length: 40 }, (_, n) => post(stack, { query: FULL_INTROSPECTION }, from(`198.18.0.${n + 1}`))),
+    );
+    expect(flood.filter((answer) => answer.status === 200).length).toBeGreaterThan(0);
+    expect(flood.filter((answer) => answer.status === 429).length).toBeGreaterThan(0);
+    // The total is spent: an address that sent nothing before, without a key, is refused.
+    expect(codes(await post(stack, { query: '{ __typename }' }, from('198.18.1.1')))).toEqual(['RATE_LIMITED']);
+    // Thirty merchant keys this process has never seen (as after a restart), each from an address of its own: the
+    // upstream judges them, and every first request runs.
+    const keys = Array.from({ length: 30 }, () => stack.sandbox.addMerchantKey(stack.key));
+    const firsts = await Promise.all(
+      keys.map((key, n) =>
+        post(
+          stack,
+          { query: '{ availability { group } }' },
+          { authorization: `Bearer ${key}`, ...from(`198.18.2.${n + 1}`) },
+        ),
+      ),
+    );
+    for (const answer of firsts) {
+      expect(answer.status, JSON.stringify(answer.body)).toBe(200);
+      expect(answer.body.errors).toBeUndefined();
+      expect(answer.body.data?.availability).toHaveLength(2);
+    }
+    // A made-up key is judged too, refused by the upstream, and then held to the budgets of callers without one.
+    const madeUp = await post(
+      stack,
+      { query: '{ __typename }' },
+      { authorization: 'Bearer sk_made_up_during_the_flood', ...from('198.18.3.1') },
+    );
+    expect(codes(madeUp)).toEqual(['RATE_LIMITED']);
+  }, 60_000);
+});
+
+describe('a key nobody has judged yet, from an address that spent its own budget', () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack({ env: { KEYLESS_WORK_MS_PER_MINUTE: '100', TRUST_PROXY: '1' } });
+  });
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  it('is put to the upstream before that budget refuses it: a real key runs, a made-up one is refused', async () => {
+    const limited = await untilLimited(stack, () => ({ query: FULL_INTROSPECTION }), from('198.19.0.1'), 80);
+    expect(limited, 'never refused').toBeDefined();
+    const key = stack.sandbox.addMerchantKey(stack.key);
+    const asked = stack.sandbox.requests.length;
+    const first = await post(
+      stack,
+      { query: '{ availability { group } }' },
+      { authorization: `Bearer ${key}`, ...from('198.19.0.1') },
+    );
+    expect(first.status, JSON.stringify(first.body)).toBe(200);
+    expect(first.body.data?.availability).toHaveLength(2);
+    expect(stack.sandbox.requests.length).toBeGreaterThan(asked);
+    // A made-up key from the same address is judged, refused, and held to the address's spent budget.
+    const madeUp = await post(
+      stack,
+      { query: '{ __typename }' },
+      { authorization: 'Bearer sk_made_up_from_a_spent_address', ...from('198.19.0.1') },
+    );
+    expect(codes(madeUp)).toEqual(['RATE_LIMITED']);
+    // And without a key that address still waits.
+    expect(codes(await post(stack, { query: '{ __typename }' }, from('198.19.0.1')))).toEqual(['RATE_LIMITED']);
+  }, 60_000);
+});
+
 describe('fragment-heavy documents in production', () => {
   let stack: Stack;
   beforeAll(async () => {

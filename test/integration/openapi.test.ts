@@ -13,7 +13,7 @@ import addFormatsModule from 'ajv-formats';
 import { decodeJwt } from 'jose';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { startSandbox, type Sandbox } from '@delivery-graph/sandbox';
 
 const SPEC_PATH = new URL('../../openapi/upstream.yaml', import.meta.url);
 const SPEC_ID = 'upstream.yaml';

@@ -44,8 +44,8 @@ describe('the owner filter of the embedded store', () => {
     // Written behind the store's back (no other process can: data-dir-lock.ts): the filter says never recorded, so the
     // file is not asked.
     store.db
-      .prepare('INSERT INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)')
-      .run('behind', 'hash-x', Date.now(), 'PLATFORM');
+      .prepare('INSERT INTO ownership (uid, owner_hash, created_at, proved_at, api_group) VALUES (?, ?, ?, ?, ?)')
+      .run('behind', 'hash-x', Date.now(), Date.now(), 'PLATFORM');
     const found = await store.ownersOf(['a', 'b', 'c', 'behind', 'never']);
     expect(Object.fromEntries(found)).toEqual({
       a: { owner: 'hash-a', group: 'PLATFORM', proof: 'read' },
@@ -75,10 +75,12 @@ describe('the owner filter of the embedded store', () => {
     // 50,000 records written straight into the file, as a long-running instance leaves it.
     const records = 50_000;
     const db = new Database(path.join(dir, 'delivery-graph.sqlite'));
-    const insert = db.prepare('INSERT INTO ownership (uid, owner_hash, created_at, api_group) VALUES (?, ?, ?, ?)');
+    const insert = db.prepare(
+      'INSERT INTO ownership (uid, owner_hash, created_at, proved_at, api_group) VALUES (?, ?, ?, ?, ?)',
+    );
     db.transaction(() => {
       for (let index = 0; index < records; index += 1)
-        insert.run(`filled-${index}`, `hash-${index % 7}`, Date.now(), 'PLATFORM');
+        insert.run(`filled-${index}`, `hash-${index % 7}`, Date.now(), Date.now(), 'PLATFORM');
     })();
     db.close();
 

@@ -17,7 +17,7 @@ import { callerCursors, type CallerCursors } from '../../src/domain/cursor.js';
 import { connectRedis } from '../../src/redis/connection.js';
 import { RedisStore } from '../../src/store/redis.js';
 import type { StoredEvent } from '../../src/store/store.js';
-import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { startSandbox, type Sandbox } from '@delivery-graph/sandbox';
 import { redisCommand, startSentinelSet, type SentinelSet } from '../../scripts/sentinel-set.js';
 import { redisAvailable } from '../helpers/redis.js';
 import { deliveryInput, type GraphQLResponse, TEST_CLIENT_TOKEN_SECRET } from '../helpers/stack.js';

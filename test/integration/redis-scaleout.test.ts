@@ -18,7 +18,7 @@ import type { RedisEventBus } from '../../src/realtime/redis-bus.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { type StoredEvent } from '../../src/store/store.js';
 import { canonicalJson } from '../../src/domain/canonical-json.js';
-import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { startSandbox, type Sandbox } from '@delivery-graph/sandbox';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import { deliveryInput, type GraphQLResponse, TEST_CLIENT_TOKEN_SECRET } from '../helpers/stack.js';
 import { waitUntil } from '../helpers/wait.js';

@@ -13,7 +13,7 @@ import { randomBytes } from 'node:crypto';
 import { exportPKCS8, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callerCursors } from '../../src/domain/cursor.js';
-import { DEFAULT_PLATFORM_ID } from '../../src/sandbox/index.js';
+import { DEFAULT_PLATFORM_ID } from '@delivery-graph/sandbox';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import { deliveryInput, partnerOrderBody, startStack, type Stack } from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';

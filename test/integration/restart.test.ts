@@ -140,7 +140,7 @@ it('stops at start with one line when another process holds its sandbox world (a
     [
       '--import',
       'tsx',
-      'src/sandbox/main.ts',
+      'packages/sandbox/src/main.ts',
       '--port',
       '0',
       '--data-dir',

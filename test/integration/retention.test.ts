@@ -10,7 +10,7 @@ import { TrimSchedule } from '../../src/store/retention.js';
 import type { SqliteStore } from '../../src/store/sqlite.js';
 import { hashKey } from '../../src/domain/merchant-key.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
-import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
+import { deliveryInput, partnerOrderBody, startStack, type Stack } from '../helpers/stack.js';
 import { collect, wsClient } from '../helpers/ws-client.js';
 
 const withRedis = redisAvailable('retention.test.ts');
@@ -20,6 +20,8 @@ const CREATE = `mutation($input: DeliveryInput!, $key: String) {
 }`;
 const HISTORY = `query($uid: ID!) { delivery(uid: $uid) { events { edges { cursor node { name receivedAt } } } } }`;
 const EVENTS = `subscription($uids: [ID!], $after: String) { deliveryEvents(uids: $uids, after: $after) { cursor name } }`;
+const READ = `query($uid: ID!) { delivery(uid: $uid) { uid } }`;
+const BY_REFERENCE = `query($reference: String!) { deliveryByReference(partnerReference: $reference) { uid } }`;
 
 const RETENTION_MS = 2_000;
 /** Long enough for the store's timer (every 250 ms at these retentions) to pass over what expired. */
@@ -49,7 +51,7 @@ async function footprint(
       ((store as SqliteStore).db.prepare(`SELECT COUNT(*) AS n FROM ${table}`).get() as { n: number }).n;
     return {
       events: count('events'),
-      deliveries: count('delivery_state'),
+      deliveries: count('delivery_state') + count('read_views'),
       owners: count('ownership'),
       idempotency: count('idempotency'),
     };
@@ -177,6 +179,35 @@ describe.each(stores)('with EVENT_RETENTION=2s on %s', (_name, enabled, storeEnv
     const store = stack.app.services.store;
     expect(await store.ownerOf(uid)).toBe(hashKey(stack.key));
     await vi.waitFor(async () => expect(await store.ownerOf(uid)).toBeUndefined(), WAIT);
+  });
+
+  test('an owner record lives while what proves it keeps coming: its webhooks, its merchant reading it by reference', async () => {
+    const uid = await book();
+    const reference = `R-retention-${Date.now()}`;
+    const order = stack.sandbox.seedPartnerOrder(stack.key, partnerOrderBody(reference));
+    const byReference = async () => (await stack.gql(BY_REFERENCE, { reference })).data?.deliveryByReference?.uid;
+    expect(await byReference()).toBe(order.uid);
+    const store = stack.app.services.store;
+    const owner = hashKey(stack.key);
+    const started = Date.now();
+    // Proofs for more than twice the retention, a few per retention: part of the schedule, not a wait for a result.
+    for (let n = 0; Date.now() - started < 2.5 * RETENTION_MS; n += 1) {
+      await post({
+        uid,
+        event_name: 'location.pickup_enroute',
+        status: `tick ${n}`,
+        driver_location: { lat: n, lng: 1 },
+      });
+      expect(await byReference()).toBe(order.uid);
+      // The delivery whose webhooks keep coming stays its merchant's, and readable, all along.
+      expect((await stack.gql(READ, { uid })).data?.delivery, `after ${Date.now() - started} ms`).toEqual({ uid });
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+    expect(await store.ownerOf(uid)).toBe(owner);
+    expect(await store.ownerOf(order.uid)).toBe(owner);
+    // Once the proofs stop, each goes a retention after its last.
+    await vi.waitFor(async () => expect(await store.ownerOf(uid)).toBeUndefined(), WAIT);
+    await vi.waitFor(async () => expect(await store.ownerOf(order.uid)).toBeUndefined(), WAIT);
   });
 
   test('the data stays bounded under a stream of events, and nothing is left once it stops', async () => {

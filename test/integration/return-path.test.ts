@@ -10,9 +10,13 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
-import { DEFAULT_KNOBS } from '../../src/sandbox/knobs.js';
-import type { SandboxWebhookEvent } from '../../src/sandbox/representations.js';
-import { loadSigningKeys, WebhookSender, type SigningKeys } from '../../src/sandbox/webhooks.js';
+import {
+  DEFAULT_KNOBS,
+  loadSigningKeys,
+  WebhookSender,
+  type SandboxWebhookEvent,
+  type SigningKeys,
+} from '@delivery-graph/sandbox/webhook-sender';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import {
   deliveryInput,

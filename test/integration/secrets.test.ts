@@ -15,7 +15,7 @@ import WebSocket from 'ws';
 import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
 import { createLogger } from '../../src/logger.js';
-import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { startSandbox, type Sandbox } from '@delivery-graph/sandbox';
 import { hashKey } from '../../src/domain/merchant-key.js';
 import { startFaultProxy, type FaultProxy } from '../helpers/fault-proxy.js';
 import { deliveryInput, partnerOrderBody } from '../helpers/stack.js';

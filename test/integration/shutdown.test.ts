@@ -6,7 +6,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { exportPKCS8, exportSPKI, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { startSandbox, type Sandbox } from '@delivery-graph/sandbox';
 import { startFaultProxy, type FaultProxy } from '../helpers/fault-proxy.js';
 import { deliveryInput, makeDataDir, startStack } from '../helpers/stack.js';
 import { waitUntil } from '../helpers/wait.js';

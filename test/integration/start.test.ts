@@ -211,8 +211,10 @@ describe('npm start with default logging, stdout not a terminal', () => {
     const lines = logLines(stdout).map((line) => JSON.parse(line) as { level: number; msg: string; path?: string });
     expect(lines.filter((line) => line.msg === 'request' && line.path === '/graphql')).toHaveLength(1);
     expect(lines.filter((line) => line.path === '/webhooks')).toEqual([]);
-    // Where it serves, the mutation's line, the socket's upgrade and the stop: a handful, however many webhooks came.
-    expect(lines.length).toBeLessThanOrEqual(5);
+    // Where it serves, the mutation's line, the socket's upgrade, its operation and its close, and the stop with its last
+    // line: a handful, however many webhooks came.
+    expect(lines.length).toBeLessThanOrEqual(7);
+    expect(lines.at(-1)).toMatchObject({ msg: 'stopped' });
     expect(stderr).not.toMatch(/warning/i);
   });
 
@@ -344,6 +346,83 @@ describe('a production start', () => {
           msg: 'the upstream is the embedded sandbox (UPSTREAM_URL=sandbox), a simulator: nothing is really booked or delivered',
         }),
       );
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) {
+        const done = exited(child);
+        child.kill('SIGTERM');
+        await done;
+      }
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  /** Runs a start that must stop at once; its stderr lines and stdout. */
+  async function refusedStart(env: Record<string, string>): Promise<{ lines: string[]; stdout: string }> {
+    const dataDir = makeDataDir();
+    const child = run({ PORT: '0', SANDBOX_PORT: '0', DATA_DIR: dataDir, ...env });
+    let stderr = '';
+    let stdout = '';
+    child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    try {
+      // A start that serves instead is reported as such, within the test's time.
+      const code = await Promise.race([
+        exited(child),
+        new Promise<string>((resolve) => setTimeout(() => resolve('still running after 15 s'), 15_000)),
+      ]);
+      expect(code, stderr).toBe(1);
+      return { lines: stderr.trim().split('\n'), stdout };
+    } finally {
+      // A start that did not stop (it served) is not left running.
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }
+
+  it('with an UPSTREAM_URL and no WEBHOOK_PUBLIC_KEY_FILE stops with one line naming it and WEBHOOKS=off', async () => {
+    const { lines, stdout } = await refusedStart({
+      NODE_ENV: 'production',
+      UPSTREAM_URL: 'http://127.0.0.1:9/api/v1',
+      PLATFORM_ID: 'acme',
+    });
+    expect(lines).toEqual([
+      "delivery-graph: bad configuration: WEBHOOK_PUBLIC_KEY_FILE: required in production (NODE_ENV=production) when UPSTREAM_URL is set: the PEM file of the upstream's webhook signing key (with WEBHOOK_ISSUER), or WEBHOOKS=off to follow deliveries by polling alone on purpose",
+    ]);
+    expect(stdout).toBe('');
+  });
+
+  it.each([
+    ['prod', 'production'],
+    ['Production', 'production'],
+    ['dev', 'development'],
+  ])('NODE_ENV=%s stops the start with one line naming NODE_ENV=%s', async (value, closest) => {
+    const { lines } = await refusedStart({ NODE_ENV: value, UPSTREAM_URL: 'sandbox' });
+    expect(lines).toEqual([
+      `delivery-graph: bad configuration: NODE_ENV: expected production, development or test, got "${value}"; did you mean NODE_ENV=${closest}?`,
+    ]);
+  });
+
+  it('with WEBHOOKS=off polls on purpose: the banner says so and the webhook path answers 503', async () => {
+    const dataDir = makeDataDir();
+    const child = run({
+      NODE_ENV: 'production',
+      UPSTREAM_URL: 'sandbox',
+      WEBHOOKS: 'off',
+      PORT: '0',
+      SANDBOX_PORT: '0',
+      DATA_DIR: dataDir,
+    });
+    let stderr = '';
+    child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    try {
+      const [[, url]] = await Promise.all([waitFor(child, /serving on (http:\/\/\S+)/), waitFor(child, /Milestones/)]);
+      expect(stderr).toMatch(
+        /^ {2}webhooks {12}off \(WEBHOOKS=off\): polling alone, followed deliveries are read every 5000 ms/m,
+      );
+      expect((await fetch(`${url}/webhooks`, { method: 'POST', body: '{}' })).status).toBe(503);
+      expect(await (await fetch(`${url}/health`)).json()).toMatchObject({
+        events: { source: 'polling', reconcileIntervalMs: 5000 },
+      });
     } finally {
       if (child.exitCode === null && child.signalCode === null) {
         const done = exited(child);

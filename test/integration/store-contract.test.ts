@@ -96,7 +96,7 @@ async function footprint(store: Store): Promise<{
       events,
       dedup: events,
       indexed: events,
-      deliveries: count('delivery_state'),
+      deliveries: count('delivery_state') + count('read_views'),
       owners: count('ownership'),
       idempotency: count('idempotency'),
     };
@@ -508,13 +508,14 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
   test("keeps each delivery's view: merged over events and reads, never erased, filled only by a stale event; each event keeps what was carried over", async () => {
     fresh();
     const uid = 'view';
-    // No state yet: a read has nothing to be kept by.
+    // No state yet: the read is kept apart (a later one overwrites it), and the first event is merged over it.
+    await store.recordRead({ uid, body: { uid, tracking_link: 'https://t.example/first', weight: 2 }, basis: 0 });
     await store.recordRead({ uid, body: { uid, tracking_link: 'https://t.example/early' }, basis: 0 });
     expect(await store.deliveryView(uid)).toBeUndefined();
     const [created] = await store.appendEvents([
-      event(uid, 'delivery.created', { price: { value: 10, currency: 'USD' }, driver_name: null }),
+      event(uid, 'delivery.created', { price: { value: 10, currency: 'USD' }, driver_name: null, weight: 2.5 }),
     ]);
-    expect(created!.event.carried).toBeUndefined();
+    expect(created!.event.carried).toEqual({ tracking_link: 'https://t.example/early' });
     // A read newer than the state overwrites; what only reads carry comes with it; its datetime is kept as
     // scheduled_at.
     await store.recordRead({
@@ -534,6 +535,7 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       uid,
       event_name: 'delivery.created',
       status: 'created',
+      weight: 2.5,
       price: { value: 12, currency: 'USD' },
       tracking_link: 'https://t.example/1',
       delivery_style: 'STANDARD',
@@ -554,8 +556,11 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     ]);
     expect(results.map((r) => r.event.stale)).toEqual([false, false, true, false]);
     const [, arrived, late, complete] = results.map((r) => r.event);
+    // Each member of a documented object is a field of its own.
     expect(complete!.carried).toEqual({
-      price: { value: 12, currency: 'USD' },
+      'price.value': 12,
+      'price.currency': 'USD',
+      weight: 2.5,
       tracking_link: 'https://t.example/1',
       delivery_style: 'STANDARD',
       delivery_date: '2030-05-01',
@@ -568,12 +573,12 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     expect(late!.carried).toMatchObject({
       event_name: 'delivery.dropoff_arrived',
       status: 'dropoff_arrived',
-      price: { value: 12, currency: 'USD' },
+      'price.value': 12,
     });
     expect(arrived!.carried).not.toHaveProperty('dropoff_verification_image_url');
     // Read back from the log as it was answered.
     expect((await store.eventsAfter(0, 10, { uids: [uid] })).map((e) => e.carried)).toEqual([
-      undefined,
+      created!.event.carried,
       ...results.map((r) => r.event.carried),
     ]);
     // As the GraphQL Delivery of the completing message sees it.
@@ -588,13 +593,61 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
       price: { amount: '12.00', currency: 'USD' },
       courier: { name: 'Ana Costa' },
     });
-    expect(fromDeliveryView(knownAfter(late!)).status).toBe('DROPOFF_ARRIVED');
+    expect(fromDeliveryView(knownAfter(late!))).toMatchObject({
+      status: 'DROPOFF_ARRIVED',
+      price: { amount: '12.00', currency: 'USD' },
+    });
     // A read older than the state's last move only fills.
-    await store.recordRead({ uid, body: { uid, tracking_link: 'https://t.example/old', weight: 3 }, basis: 0 });
+    await store.recordRead({ uid, body: { uid, tracking_link: 'https://t.example/old', items_count: 3 }, basis: 0 });
     expect(await store.deliveryView(uid)).toMatchObject({
       tracking_link: 'https://t.example/1',
-      weight: 3,
+      items_count: 3,
       event_name: 'delivery.dropoff_complete',
+    });
+  });
+
+  test('merges the documented objects member by member: a null or absent member never erases a known one; half a position is none', async () => {
+    fresh();
+    const uid = 'members';
+    const position = { lat: 40.7, lng: -73.9 };
+    await store.recordRead({
+      uid,
+      body: {
+        uid,
+        price: { value: 12.5, currency: 'USD' },
+        pickup_address: { street: 'Main St', city: 'Springfield', latitude: 1.5 },
+        expected_cancellation_fee: { amount: '1.00', currency: 'USD' },
+      },
+      basis: 0,
+    });
+    const results = await store.appendEvents([
+      // "null until pricing settles": no value, so the price read stays; the address is merged into.
+      event(uid, 'delivery.assigned', {
+        price: { value: null, currency: 'USD' },
+        pickup_address: { street: 'Main Street', city: null },
+        driver_location: position,
+      }),
+      // A value without a currency keeps the currency known; half a position keeps the whole one known.
+      event(uid, 'delivery.pickup_enroute', { price: { value: 20 }, driver_location: { lat: 41, lng: null } }),
+    ]);
+    const [assigned, enroute] = results.map((result) => result.event);
+    expect(fromDeliveryView(knownAfter(assigned!))).toMatchObject({
+      price: { amount: '12.50', currency: 'USD' },
+      pickup: { address: { street: 'Main Street', city: 'Springfield', latitude: 1.5 } },
+      expectedCancellationFee: { amount: '1.00', currency: 'USD' },
+    });
+    expect(fromDeliveryView(knownAfter(enroute!))).toMatchObject({
+      price: { amount: '20.00', currency: 'USD' },
+      courier: { location: position },
+    });
+    expect(await store.deliveryView(uid)).toEqual({
+      uid,
+      event_name: 'delivery.pickup_enroute',
+      status: 'pickup_enroute',
+      price: { value: 20, currency: 'USD' },
+      pickup_address: { street: 'Main Street', city: 'Springfield', latitude: 1.5 },
+      expected_cancellation_fee: { amount: '1.00', currency: 'USD' },
+      driver_location: position,
     });
   });
 
@@ -1454,6 +1507,44 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
     // Gone from the store, not only hidden: the two claims left are the new one and the one in flight.
     expect(await footprint(store)).toMatchObject({ owners: 0, idempotency: 2 });
   });
+
+  test("with a retention: an owner record's retention counts from its last proof (an event of its delivery, its own merchant's proof), not from its making", async () => {
+    const retentionMs = 1_500;
+    store = open({ eventRetentionMs: retentionMs, idempotencyRetentionMs: 60_000 });
+    await store.recordOwners([
+      { uid: 'by-events', owner: 'owner', group: 'PLATFORM', proof: 'booked' },
+      { uid: 'by-owner', owner: 'owner', group: 'PARTNER', proof: 'reference' },
+      { uid: 'by-another', owner: 'owner', group: 'PLATFORM', proof: 'booked' },
+      { uid: 'unproved', owner: 'owner', group: 'PLATFORM', proof: 'booked' },
+    ]);
+    const made = Date.now();
+    // Proofs for twice the retention, a few per retention: part of the schedule, not a wait for a result.
+    for (let n = 0; Date.now() - made < 2 * retentionMs; n += 1) {
+      const position = { driver_location: { lat: n, lng: 1 } };
+      await store.appendEvents([event('by-events', 'location.pickup_enroute', position)]);
+      await store.recordOwner('by-owner', 'owner', 'PARTNER', 'reference');
+      // Another merchant's proof proves nothing of this record (once it expired, it makes one of its own).
+      await store.recordOwner('by-another', 'another', 'PLATFORM', 'booked');
+      await new Promise((resolve) => setTimeout(resolve, 150));
+    }
+    const owners = await store.ownersOf(['by-events', 'by-owner', 'by-another', 'unproved']);
+    expect(Object.fromEntries(owners)).toEqual({
+      'by-events': { owner: 'owner', group: 'PLATFORM', proof: 'booked' },
+      'by-owner': { owner: 'owner', group: 'PARTNER', proof: 'reference' },
+      'by-another': { owner: 'another', group: 'PLATFORM', proof: 'booked' },
+    });
+    // Reconciliation still finds them (on Redis, the owner's set lives as long as its records).
+    await trim(store);
+    const page = await store.unfinishedDeliveries('owner', undefined, { limit: 10, since: 0 });
+    expect(page.deliveries.map((delivery) => delivery.uid).sort()).toEqual(['by-events', 'by-owner']);
+    // Once the proofs stop, a record goes a retention after the last one.
+    const lastProof = Date.now();
+    await vi.waitFor(async () => expect(await store.ownerOf('by-events')).toBeUndefined(), {
+      timeout: 10_000,
+      interval: 100,
+    });
+    expect(Date.now() - lastProof).toBeGreaterThanOrEqual(retentionMs - 200);
+  });
 });
 
 describe('SqliteStore on a file from before the unknown state', () => {
@@ -1483,6 +1574,33 @@ describe('SqliteStore on a file from before the unknown state', () => {
         state: 'done',
         result: { uid: 'u2', trackingUrl: null },
       });
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe('SqliteStore on a file from before proofs were timed', () => {
+  it('counts a record from its making until it is proved again, and then from the proof', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'delivery-graph-upgrade-'));
+    dirs.push(dir);
+    const old = new Database(path.join(dir, 'delivery-graph.sqlite'));
+    old.exec(`CREATE TABLE ownership (uid TEXT PRIMARY KEY, owner_hash TEXT NOT NULL, created_at INTEGER NOT NULL,
+      api_group TEXT, proof TEXT); CREATE INDEX ownership_by_time ON ownership (created_at);`);
+    const insert = old.prepare("INSERT INTO ownership VALUES (?, 'owner', ?, 'PLATFORM', 'booked')");
+    insert.run('recent', Date.now());
+    insert.run('old', Date.now() - 5_000);
+    old.close();
+    const store = new SqliteStore(dir, { retention: { eventRetentionMs: 3_000, idempotencyRetentionMs: 3_000 } });
+    try {
+      expect([...(await store.ownersOf(['recent', 'old'])).keys()]).toEqual(['recent']);
+      // Proved again by its delivery's event: counted from now.
+      await store.appendEvents([event('recent', 'delivery.assigned')]);
+      const row = store.db.prepare('SELECT created_at, proved_at FROM ownership WHERE uid = ?').get('recent') as {
+        created_at: number;
+        proved_at: number;
+      };
+      expect(row.proved_at).toBeGreaterThan(row.created_at);
     } finally {
       await store.close();
     }
@@ -1525,6 +1643,8 @@ describe.skipIf(!withRedis)('RedisStore against SqliteStore', () => {
       { tracking_link: 'a' },
       { tracking_link: 'b', price: { value: 1 } },
       { price: null },
+      { price: { value: null, currency: 'EUR' }, pickup_address: { street: 's', city: null } },
+      { pickup_address: { city: 'c' }, dimensions: { height: 1, 'odd member': 2 } },
       { dropoff_verification_image_url: 'p', 'odd key': 1 },
     ),
   });
@@ -1568,7 +1688,13 @@ describe.skipIf(!withRedis)('RedisStore against SqliteStore', () => {
               if (read) {
                 const record = {
                   uid: read.uid,
-                  body: { uid: read.uid, tracking_link: read.tracking, delivery_date: '2030-05-01T10:00:00Z' },
+                  body: {
+                    uid: read.uid,
+                    tracking_link: read.tracking,
+                    delivery_date: '2030-05-01T10:00:00Z',
+                    price: { value: 3, currency: 'USD' },
+                    pickup_address: { street: read.tracking, country: 'US' },
+                  },
                   basis: read.basis,
                 };
                 await Promise.all([redis.recordRead(record), sqlite.recordRead(record)]);

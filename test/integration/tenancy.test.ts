@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Client } from 'graphql-ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_PLATFORM_ID } from '../../src/sandbox/index.js';
+import { DEFAULT_PLATFORM_ID } from '@delivery-graph/sandbox';
 import { deliveryInput, partnerOrderBody, startStack, type Stack } from '../helpers/stack.js';
 import { listenersAttached } from '../helpers/wait.js';
 import { collect, wsClient, type Collected } from '../helpers/ws-client.js';

@@ -1,6 +1,6 @@
 // Issue 30's findings, each as a user meets it: the sandbox sends its own
 // webhooks, out of order, held back, lost, or none at all, as its per-delivery
-// scripts say (src/sandbox/README.md, "Scripting a delivery's webhooks"), and
+// scripts say (packages/sandbox/README.md, "Scripting a delivery's webhooks"), and
 // real graphql-ws subscribers follow the deliveries through the facade. The same
 // findings with webhooks the test signs and posts itself are in
 // delivery-state.test.ts. The last two tests pin what tracking-property.test.ts

@@ -14,7 +14,10 @@
 // - courierLocation completes, and only once the upstream has settled;
 // - a new subscriber's first message is that state, and it completes;
 // - a read (`delivery(uid)`) says it, and so does the log (its last event that
-//   is not stale).
+//   is not stale);
+// - every message's delivery is the delivery as known after it (issue 38): the
+//   tracking URL and payload from the first message on, and nothing a message
+//   showed (price, ETA, addresses, courier) is gone from a later one.
 // Over real HTTP and graphql-ws, on the embedded SQLite store and on Redis.
 //
 // Replaying: the seed is printed (and fast-check names it, with the path, on a
@@ -25,7 +28,7 @@
 import fc from 'fast-check';
 import type { Client } from 'graphql-ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { OUTCOMES, plannedWebhooks, type Outcome } from '../../src/sandbox/index.js';
+import { OUTCOMES, plannedWebhooks, type Outcome } from '@delivery-graph/sandbox';
 import type { Stack } from '../helpers/stack.js';
 import {
   asStatus,
@@ -63,7 +66,9 @@ const FINALITY_GRACE_MS = 1_000;
 /** How long a subscription may take to complete once the upstream has settled (a safety net, not a wait). */
 const SETTLE_MS = FINALITY_GRACE_MS + 9_000;
 
-const UPDATED = `subscription($uid: ID!) { deliveryUpdated(uid: $uid) { name status source stale } }`;
+const UPDATED = `subscription($uid: ID!) { deliveryUpdated(uid: $uid) { name status source stale delivery {
+  trackingUrl payload estimatedDropoffAt price { amount currency } pickup { address { street } }
+  dropoff { address { street } } courier { name } } } }`;
 const LOCATION = `subscription($uid: ID!) { courierLocation(uid: $uid) { milestone } }`;
 const READ = `query($uid: ID!) { delivery(uid: $uid) { status events { edges { node { name status source stale } } } } }`;
 
@@ -131,6 +136,29 @@ function inUpstreamOrder(seen: readonly string[], path: readonly string[]): bool
   return true;
 }
 
+/** What a message's delivery must keep once known (the fee "if cancelled now" is not: it ends at pickup). */
+const KEPT = ['trackingUrl', 'payload', 'estimatedDropoffAt', 'price', 'pickup', 'dropoff', 'courier'] as const;
+
+/**
+ * Where a subscription's messages lose what the delivery was known to have: the tracking URL or payload missing from
+ * the first, or a field an earlier message showed missing from a later one. Empty when none.
+ */
+function forgotten(messages: ReadonlyArray<{ name: string; delivery: Record<string, any> }>): string[] {
+  const problems: string[] = [];
+  const known = new Set<string>();
+  const has = (delivery: Record<string, any>, field: (typeof KEPT)[number]) =>
+    field === 'pickup' || field === 'dropoff' ? delivery[field]?.address != null : delivery[field] != null;
+  messages.forEach(({ name, delivery }, index) => {
+    if (index === 0 && (delivery.trackingUrl == null || delivery.payload == null))
+      problems.push(`message 0 (${name}) has no tracking URL or payload`);
+    for (const field of KEPT) {
+      if (has(delivery, field)) known.add(field);
+      else if (known.has(field)) problems.push(`message ${index} (${name}) lost ${field}`);
+    }
+  });
+  return problems;
+}
+
 /** Drives one delivery through its lifecycle and checks what the facade says of it. */
 async function track(stack: Stack, client: Client, plan: Lifecycle): Promise<void> {
   const uid = await bookScripted(stack, {
@@ -189,6 +217,7 @@ async function track(stack: Stack, client: Client, plan: Lifecycle): Promise<voi
       expect(statuses.at(-1), said).toBe(expected);
       expect(updates.atCompletion, said).toEqual({ status: expected, finished: true });
       expect(inUpstreamOrder(statuses, path), `${said}; upstream path ${JSON.stringify(path)}`).toBe(true);
+      expect(forgotten(seen), said).toEqual([]);
     }
     await settled(pins, SETTLE_MS, `courierLocation, ${story}`);
     expect(pins.errors, `courierLocation; ${story}`).toEqual([]);
@@ -201,6 +230,7 @@ async function track(stack: Stack, client: Client, plan: Lifecycle): Promise<voi
       `a new subscriber saw ${JSON.stringify(fresh.items)}; ${story}`,
     ).toBe(expected);
     expect(fresh.completed, story).toBe(true);
+    expect(forgotten(fresh.items.map((item) => item.deliveryUpdated)), story).toEqual([]);
 
     const read = (await stack.gql(READ, { uid })).data.delivery;
     const log = read.events.edges.map((edge: any) => edge.node);

@@ -13,6 +13,7 @@ import { inspect } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   BadUserInputError,
+  CancelRefusedError,
   DeliveryGraphError,
   NotCancelableError,
   NotFoundError,
@@ -306,6 +307,46 @@ describe('error answers are classified by status and body code', () => {
   it('a 401 to a cancel stays UNAUTHENTICATED', async () => {
     const fake = await fakeUpstream(always(401, { error: 'not_cancelable', message: 'no' }));
     await failure(upstreamFor(fake).partner.cancel(KEY, UID), UnauthenticatedError, 'UNAUTHENTICATED');
+  });
+
+  // The document gives cancel "three error responses of Error shape" and names no more codes: any other 4xx is the
+  // upstream's answer about the delivery, typed, with its words.
+  it.each([
+    [400, { code: 'already_canceled', message: 'The delivery was already canceled.' }, 'already_canceled'],
+    [403, { code: 'forbidden', message: 'Deliveries of this merchant cannot be canceled here.' }, 'forbidden'],
+    [422, { error: 'unprocessable', message: 'The order is locked.' }, 'unprocessable'],
+    [422, { message: 'Cannot cancel.', errors: { status: ['is locked'] } }, null],
+    [410, '', null],
+  ])('a %i to a cancel → CANCEL_REFUSED with its words, on both groups, sent once', async (status, body, code) => {
+    const fake = await fakeUpstream((_req, res) =>
+      typeof body === 'string' ? res.writeHead(status).end(body) : json(res, status, body),
+    );
+    const upstream = upstreamFor(fake);
+    for (const call of [upstream.platform.cancel(KEY, UID), upstream.partner.cancel(KEY, UID)]) {
+      const error = await failure(call, CancelRefusedError, 'CANCEL_REFUSED');
+      const message = typeof body === 'string' ? null : body.message;
+      expect(error.upstream).toEqual({ status, error: code, message });
+      expect(error.message).toBe(
+        message
+          ? `The delivery service refused to cancel the delivery: ${message}`
+          : `The delivery service refused to cancel the delivery (HTTP ${status}).`,
+      );
+    }
+    expect(fake.seen).toHaveLength(2);
+  });
+
+  it('a 408 or 429 to a cancel is not about the delivery: it stays an error', async () => {
+    const fake408 = await fakeUpstream(always(408, { code: 'timeout', message: 'Request timeout.' }));
+    await failure(upstreamFor(fake408).platform.cancel(KEY, UID), UpstreamProtocolError, 'UPSTREAM_ERROR');
+    const fake429 = await fakeUpstream(always(429, { code: 'rate_limited', message: 'Slow down.' }));
+    await failure(upstreamFor(fake429).platform.cancel(KEY, UID), UpstreamUnavailableError, 'UPSTREAM_UNAVAILABLE');
+  });
+
+  it('a 403 or 400 to a read or a quote is not a cancel refusal', async () => {
+    const fake = await fakeUpstream(always(403, { code: 'forbidden', message: 'no' }));
+    await failure(upstreamFor(fake).platform.get(KEY, UID), UpstreamProtocolError, 'UPSTREAM_ERROR');
+    const fake400 = await fakeUpstream(always(400, { code: 'already_canceled', message: 'no' }));
+    await failure(upstreamFor(fake400).platform.quote(KEY, REQUEST), UpstreamValidationError, 'VALIDATION');
   });
 
   it('partner {error: not_cancelable} → NOT_CANCELABLE', async () => {

@@ -189,6 +189,79 @@ describe('a 409 to a cancel is NotCancelableError, whatever its code or body', (
   });
 });
 
+describe('any other refusal of a cancel is a typed CancelRefusedError, with the upstream’s code and words', () => {
+  const CANCEL_REFUSAL = /* GraphQL */ `
+    mutation Cancel($uid: ID!, $group: ApiGroup!) {
+      cancelDelivery(uid: $uid, group: $group) {
+        __typename
+        ... on Error {
+          code
+          message
+          upstream {
+            status
+            error
+            message
+          }
+        }
+      }
+    }
+  `;
+  const refusals: Array<[number, string, Record<string, string>]> = [
+    [400, 'PLATFORM', { code: 'already_canceled', message: 'The delivery was already canceled.' }],
+    [403, 'PLATFORM', { code: 'forbidden', message: 'This key may not cancel deliveries.' }],
+    [422, 'PLATFORM', { code: 'unprocessable', message: 'The delivery cannot be canceled in this state.' }],
+    [400, 'PARTNER', { error: 'already_canceled', message: 'The order was already canceled.' }],
+    [403, 'PARTNER', { error: 'forbidden', message: 'Key ${key} may not cancel.' }],
+    [422, 'PARTNER', { error: 'unprocessable', message: 'The order is locked.' }],
+  ];
+
+  it.each(refusals)(
+    'a %i to a %s cancel, selected as the README teaches (... on Error)',
+    async (status, group, body) => {
+      const cancelPath =
+        group === 'PLATFORM' ? `${platformPath}/deliveries/${UID}/cancel` : `/api/v1/orders/${UID}/cancel`;
+      const readPath = group === 'PLATFORM' ? `${platformPath}/deliveries/${UID}` : `/api/v1/orders/${UID}`;
+      answer('GET', readPath, 200, { data: { uid: UID } });
+      const sent = answer('POST', cancelPath, status, (key: string) =>
+        Object.fromEntries(Object.entries(body).map(([name, text]) => [name, text.replace('${key}', key)])),
+      );
+      const result = await stack.gql(CANCEL_REFUSAL, { uid: UID, group });
+      // Data, not a fault: no top-level error.
+      expect(result.errors).toBeUndefined();
+      const code = body.code ?? body.error;
+      const words = body.message!.replace('${key}', '[redacted]');
+      expect(result.data.cancelDelivery).toEqual({
+        __typename: 'CancelRefusedError',
+        code: 'CANCEL_REFUSED',
+        message: `The delivery service refused to cancel the delivery: ${words}`,
+        upstream: { status, error: code, message: words },
+      });
+      expect(JSON.stringify(result)).not.toContain(stack.key);
+      // Sent once: a refusal is not retried.
+      expect(sent).toHaveLength(1);
+    },
+  );
+
+  it('a 401, 404 and 409 keep their own types', async () => {
+    answer('GET', `${platformPath}/deliveries/${UID}`, 200, { data: { uid: UID } });
+    answer('POST', `${platformPath}/deliveries/${UID}/cancel`, 404, {
+      code: 'not_found',
+      message: 'No such delivery.',
+    });
+    expect((await stack.gql(CANCEL_REFUSAL, { uid: UID, group: 'PLATFORM' })).data.cancelDelivery).toMatchObject({
+      __typename: 'NotFoundError',
+      upstream: { status: 404, error: 'not_found' },
+    });
+    proxy.fault = undefined;
+    answer('GET', `${platformPath}/deliveries/${UID}`, 200, { data: { uid: UID } });
+    answer('POST', `${platformPath}/deliveries/${UID}/cancel`, 409, { code: 'already_canceled', message: 'Canceled.' });
+    expect((await stack.gql(CANCEL_REFUSAL, { uid: UID, group: 'PLATFORM' })).data.cancelDelivery).toMatchObject({
+      __typename: 'NotCancelableError',
+      upstream: { status: 409, error: 'already_canceled' },
+    });
+  });
+});
+
 describe('a 400/422 to a quote or a create is a ValidationError with the upstream’s message, scrubbed of the key', () => {
   // Each shape the upstream document gives, plus the platform shape under a validation status.
   const shapes: Array<[string, (key: string) => unknown, string]> = [

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startSandbox } from '../../src/sandbox/index.js';
+import { startSandbox } from '@delivery-graph/sandbox';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 
 const fixtures = new URL('../fixtures/webhook-keys/', import.meta.url);

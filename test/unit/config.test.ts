@@ -213,6 +213,37 @@ describe('amount units and the webhook clock tolerance', () => {
   });
 });
 
+describe('the embedded sandbox', () => {
+  const TOKEN = 'Qm2Vx7Lp0Rt5Wz9Kd4Nh8Bs1';
+
+  it('listens on loopback unless told, whatever HOST says, and takes its milestone pace from the sandbox', () => {
+    const config = loadConfig({ HOST: '0.0.0.0' });
+    expect(config.sandbox.host).toBe('127.0.0.1');
+    expect(config.sandbox.controlToken).toBeUndefined();
+    expect(config.sandbox.stepMs).toBe(3000);
+  });
+
+  it('beyond loopback needs SANDBOX_CONTROL_TOKEN, and takes it', () => {
+    for (const host of ['0.0.0.0', '::', '192.168.1.20']) {
+      const error = configError({ SANDBOX_HOST: host });
+      expectNamed(error, 'SANDBOX_CONTROL_TOKEN');
+      expect(error.message).toContain(`SANDBOX_HOST=${host}`);
+    }
+    const config = loadConfig({ SANDBOX_HOST: '0.0.0.0', SANDBOX_CONTROL_TOKEN: TOKEN });
+    expect(config.sandbox).toMatchObject({ host: '0.0.0.0', controlToken: TOKEN });
+    // A real upstream starts no sandbox: nothing to guard.
+    expect(loadConfig({ SANDBOX_HOST: '0.0.0.0', ...UPSTREAM }).sandbox.host).toBe('0.0.0.0');
+  });
+
+  it('refuses a short control token, or one with whitespace, without echoing it', () => {
+    for (const token of ['Zq7Vd93LmZ0pX4t', 'Zq7Vd93L mZ0pX4t8wKc2']) {
+      const error = configError({ SANDBOX_CONTROL_TOKEN: token });
+      expectNamed(error, 'SANDBOX_CONTROL_TOKEN');
+      expect(error.message).not.toContain(token.slice(0, 8));
+    }
+  });
+});
+
 describe('the upstream in production', () => {
   it('is required: a production start without UPSTREAM_URL is refused, naming it and the simulator setting', () => {
     const error = configError({ NODE_ENV: 'production' });
@@ -226,7 +257,80 @@ describe('the upstream in production', () => {
       expect(config.upstream.url, JSON.stringify(env)).toBeUndefined();
       expect(config.webhooksEnabled).toBe(true);
     }
-    expect(loadConfig({ NODE_ENV: 'production', ...UPSTREAM }).upstream.url).toBe(UPSTREAM.UPSTREAM_URL);
+    expect(
+      loadConfig({ NODE_ENV: 'production', ...UPSTREAM, WEBHOOK_PUBLIC_KEY_FILE: publicKeyFile, WEBHOOK_ISSUER: 'x' })
+        .upstream.url,
+    ).toBe(UPSTREAM.UPSTREAM_URL);
+  });
+});
+
+describe('NODE_ENV', () => {
+  it('takes production, development or test; unset is development', () => {
+    expect(loadConfig({}).production).toBe(false);
+    expect(loadConfig({ NODE_ENV: 'development' }).production).toBe(false);
+    expect(loadConfig({ NODE_ENV: 'test' }).production).toBe(false);
+    expect(loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox' }).production).toBe(true);
+  });
+
+  it.each([
+    ['prod', 'production'],
+    ['Production', 'production'],
+    ['PRODUCTION', 'production'],
+    ['produciton', 'production'],
+    ['staging', 'production'],
+    ['live', 'production'],
+    ['dev', 'development'],
+    ['develpment', 'development'],
+    ['local', 'development'],
+    ['testing', 'test'],
+    ['tset', 'test'],
+  ])('stops the start on NODE_ENV=%s, naming %s as the closest', (value, closest) => {
+    const error = configError({ NODE_ENV: value, UPSTREAM_URL: 'sandbox' });
+    expectNamed(error, 'NODE_ENV');
+    expect(error.message).toBe(
+      `NODE_ENV: expected production, development or test, got "${value}"; did you mean NODE_ENV=${closest}?`,
+    );
+  });
+});
+
+describe('webhooks in production', () => {
+  const KEYED = { WEBHOOK_PUBLIC_KEY_FILE: '', WEBHOOK_ISSUER: 'lastmile' };
+  beforeAll(() => (KEYED.WEBHOOK_PUBLIC_KEY_FILE = publicKeyFile));
+
+  it('an UPSTREAM_URL without WEBHOOK_PUBLIC_KEY_FILE stops the start, naming it and WEBHOOKS=off', () => {
+    const error = configError({ NODE_ENV: 'production', ...UPSTREAM });
+    expectNamed(error, 'WEBHOOK_PUBLIC_KEY_FILE');
+    expect(error.message).toBe(
+      "WEBHOOK_PUBLIC_KEY_FILE: required in production (NODE_ENV=production) when UPSTREAM_URL is set: the PEM file of the upstream's webhook signing key (with WEBHOOK_ISSUER), or WEBHOOKS=off to follow deliveries by polling alone on purpose",
+    );
+  });
+
+  it('WEBHOOKS=off chooses polling alone in so many words: no webhooks, reads every 5 s', () => {
+    const config = loadConfig({ NODE_ENV: 'production', ...UPSTREAM, WEBHOOKS: 'off' });
+    expect(config.webhooksEnabled).toBe(false);
+    expect(config.webhooksOff).toBe(true);
+    expect(config.realtime.reconcileIntervalMs).toBe(5_000);
+  });
+
+  it('with the key, webhooks are on; WEBHOOKS=off beside a key is a contradiction that stops the start', () => {
+    expect(loadConfig({ NODE_ENV: 'production', ...UPSTREAM, ...KEYED }).webhooksEnabled).toBe(true);
+    expect(loadConfig({ NODE_ENV: 'production', ...UPSTREAM, ...KEYED, WEBHOOKS: 'on' }).webhooksEnabled).toBe(true);
+    expectNamed(configError({ ...UPSTREAM, ...KEYED, WEBHOOKS: 'off' }), 'WEBHOOKS');
+  });
+
+  it('outside production a missing key still means polling alone (with a warning at start), unless WEBHOOKS=on', () => {
+    const config = loadConfig({ ...UPSTREAM });
+    expect(config.webhooksEnabled).toBe(false);
+    expect(config.webhooksOff).toBe(false);
+    expect(configError({ ...UPSTREAM, WEBHOOKS: 'on' }).message).toMatch(
+      /^WEBHOOK_PUBLIC_KEY_FILE: required with WEBHOOKS=on when UPSTREAM_URL is set/,
+    );
+    expectNamed(configError({ WEBHOOKS: 'no' }), 'WEBHOOKS');
+  });
+
+  it('the embedded sandbox signs with a key the facade knows; WEBHOOKS=off turns even those off', () => {
+    expect(loadConfig({ NODE_ENV: 'production', UPSTREAM_URL: 'sandbox' }).webhooksEnabled).toBe(true);
+    expect(loadConfig({ UPSTREAM_URL: 'sandbox', WEBHOOKS: 'off' }).webhooksEnabled).toBe(false);
   });
 });
 

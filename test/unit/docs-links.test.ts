@@ -16,7 +16,7 @@ function pages(): string[] {
   const examples = readdirSync(join(root, 'examples'))
     .map((name) => `examples/${name}/README.md`)
     .filter((path) => existsSync(join(root, path)));
-  return ['README.md', ...docs, 'src/sandbox/README.md', ...examples];
+  return ['README.md', ...docs, 'packages/sandbox/README.md', ...examples];
 }
 
 /** The text outside fenced code blocks, with inline code spans kept (they may name files). */

@@ -33,7 +33,10 @@ function sourceFiles(dir: string): string[] {
     return /\.(ts|mjs|sh)$/.test(entry.name) ? [file] : [];
   });
 }
-const sources = new Map(sourceFiles('src').map((file) => [file, read(file)]));
+// The facade and the sandbox package it embeds: a page may quote either.
+const sources = new Map(
+  [...sourceFiles('src'), ...sourceFiles('packages/sandbox/src')].map((file) => [file, read(file)]),
+);
 const settings = new Map(CONFIG_VARIABLES.map((variable) => [variable.name, variable]));
 
 /** `export const NAME = 8 * 1024 * 1024;` in src/: the constants a page may quote, with their values. */
@@ -52,7 +55,7 @@ for (const text of sources.values()) {
 describe('names in the docs', () => {
   /** Variables the test suite, CI, scripts and the example read (CRASH_TRIALS, DG_URL): not settings of the service. */
   const harness = new Set([
-    ...['test', 'scripts', '.ci', 'examples']
+    ...['test', 'packages/sandbox/test', 'scripts', '.ci', 'examples']
       .flatMap((dir) => sourceFiles(dir))
       .flatMap((file) =>
         [...read(file).matchAll(/process\.env\.([A-Z][A-Z0-9_]+)|\$\{?([A-Z][A-Z0-9_]+)/g)].map(
@@ -250,7 +253,7 @@ describe('values in the docs', () => {
 
 describe('HTTP statuses and close codes in the docs', () => {
   /**
-   * Statuses src/ writes or reads (its own answers, the upstream's and the sandbox's), and those the upstream's
+   * Statuses the sources write or read (the facade's answers, the upstream's and the sandbox's), and those the upstream's
    * document defines.
    */
   const known = new Set([

@@ -92,6 +92,22 @@ describe('the work budgets of callers without an accepted key', () => {
     expect(limits.keylessWait('203.0.113.9')).toBeGreaterThan(0);
   });
 
+  it('holds a key nobody has judged yet to its own address only: never to the total, and never charged to it', () => {
+    const limits = limitsWith(1_000, 3_000, clock().now);
+    for (let n = 1; n <= 4; n += 1) limits.chargeKeylessWork(`198.51.100.${n}`, 900);
+    // The total is spent: a keyless caller from a fresh address waits, a first try of a key from it does not.
+    expect(limits.keylessWait('203.0.113.9')).toBeGreaterThan(0);
+    expect(limits.keylessWait('203.0.113.9', 'trying')).toBe(0);
+    // Its own address's budget still holds it.
+    expect(limits.keylessWait('198.51.100.1', 'trying')).toBe(0);
+    limits.chargeKeylessWork('198.51.100.1', 200, 'trying');
+    expect(limits.keylessWait('198.51.100.1', 'trying')).toBeGreaterThan(0);
+    // What such a key cost went to its address alone: a second process-wide spend is not charged by it.
+    const fresh = limitsWith(1_000, 1_000, clock().now);
+    for (let n = 1; n <= 5; n += 1) fresh.chargeKeylessWork(`192.0.2.${n}`, 900, 'trying');
+    expect(fresh.keylessWait('203.0.113.9')).toBe(0);
+  });
+
   it('counts a byte read or answered at 1/65,536 of a unit', () => {
     expect(keylessWorkUnits(2.5, 128 * 1024)).toBe(4.5);
   });

@@ -3,15 +3,20 @@
 // not count (they vanish at run time); a file directly under src/ (errors.ts,
 // config.ts, app.ts …) is a node of its own. docs/architecture.md says what each
 // folder may import. The domain rules import nothing outside src/domain, types
-// included, so no folder (the store above all) is in a circle with them. Inside
-// src/sandbox no file imports one that imports it back, types included: its
-// shared types live in types.ts, which imports none of it. The composition roots
-// (app.ts, main.ts) only wire, and stay under 160 lines.
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+// included, so no folder (the store above all) is in a circle with them. The
+// sandbox is a package of its own (packages/sandbox): src/ reaches it only
+// through the package's main entry, and it imports nothing of src/; inside it no
+// file imports one that imports it back, types included: its shared types live
+// in types.ts, which imports only the wire shapes (wire.ts, which imports
+// nothing). The composition roots (app.ts, main.ts) only wire, and stay under
+// 260 lines.
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 
 const SRC = new URL('../../src/', import.meta.url).pathname;
+const SANDBOX = new URL('../../packages/sandbox/', import.meta.url).pathname;
+const SANDBOX_SRC = path.join(SANDBOX, 'src');
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {
@@ -74,9 +79,19 @@ function folderGraph({ types = false } = {}): Map<string, Map<string, string[]>>
   return graph;
 }
 
-/** The files of src/sandbox and the sandbox files each one imports, type-only imports included. */
+/** Every module a file names: static imports and re-exports (type-only ones too), bare imports, dynamic imports. */
+function specifiers(file: string): string[] {
+  const text = readFileSync(file, 'utf8');
+  return [
+    ...text.matchAll(/^(?:import|export)\s[^;]*?\sfrom\s*'([^']+)'/gm),
+    ...text.matchAll(/^import\s+'([^']+)'/gm),
+    ...text.matchAll(/\bimport\(\s*'([^']+)'\s*\)/g),
+  ].map((match) => match[1]!);
+}
+
+/** The files of the sandbox package's source and the sandbox files each one imports, type-only imports included. */
 function sandboxGraph(): Map<string, Map<string, string[]>> {
-  const dir = path.join(SRC, 'sandbox');
+  const dir = SANDBOX_SRC;
   const graph = new Map<string, Map<string, string[]>>();
   for (const file of sourceFiles(dir)) {
     const from = path.relative(dir, file);
@@ -164,13 +179,55 @@ describe('composition roots', () => {
   });
 });
 
-describe('src/sandbox layout', () => {
+describe('the sandbox, a package of its own', () => {
+  const dependencies = Object.keys(
+    (JSON.parse(readFileSync(path.join(SANDBOX, 'package.json'), 'utf8')) as { dependencies: object }).dependencies,
+  );
+
+  it('lives outside src/, which holds what ships as the facade', () => {
+    expect(existsSync(SANDBOX_SRC)).toBe(true);
+    expect(existsSync(path.join(SRC, 'sandbox'))).toBe(false);
+  });
+
+  it('is reached from src/ only through its main entry, never by a path into it', () => {
+    const reaching = sourceFiles(SRC).flatMap((file) =>
+      specifiers(file)
+        .filter((target) => {
+          if (target.startsWith('.')) return !path.resolve(path.dirname(file), target).startsWith(SRC);
+          return target.includes('sandbox') && target !== '@delivery-graph/sandbox';
+        })
+        .map((target) => `${path.relative(SRC, file)} → ${target}`),
+    );
+    expect(reaching).toEqual([]);
+  });
+
+  it('imports nothing of the facade: only its own files, node: modules and its dependencies', () => {
+    const outside = sourceFiles(SANDBOX_SRC).flatMap((file) =>
+      specifiers(file)
+        .filter((target) => {
+          if (target.startsWith('.')) return !path.resolve(path.dirname(file), target).startsWith(SANDBOX_SRC);
+          return !target.startsWith('node:') && !dependencies.includes(target);
+        })
+        .map((target) => `${path.relative(SANDBOX, file)} → ${target}`),
+    );
+    expect(outside).toEqual([]);
+  });
+
+  it('sees the imports it checks (the facade names the package; the package names its dependencies)', () => {
+    expect(specifiers(path.join(SRC, 'embedded-sandbox.ts'))).toContain('@delivery-graph/sandbox');
+    expect(specifiers(path.join(SANDBOX_SRC, 'world-file.ts'))).toContain('better-sqlite3');
+    expect(specifiers(path.join(SANDBOX_SRC, 'index.ts'))).toContain('./server.js');
+  });
+});
+
+describe('the sandbox package inside', () => {
   it('has no import circle between its files, type-only imports included', () => {
     expect(cycles(sandboxGraph())).toEqual([]);
   });
 
-  it('keeps its shared types in a module that imports nothing of the sandbox', () => {
-    expect([...(sandboxGraph().get('types.ts')?.keys() ?? [])]).toEqual([]);
+  it('keeps its shared types in a module that imports nothing of the sandbox but the wire shapes', () => {
+    expect([...(sandboxGraph().get('types.ts')?.keys() ?? [])]).toEqual(['wire.ts']);
+    expect([...(sandboxGraph().get('wire.ts')?.keys() ?? [])]).toEqual([]);
   });
 
   it('sees the imports it checks (type-only ones too, and a planted circle is found)', () => {

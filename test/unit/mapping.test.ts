@@ -425,6 +425,19 @@ describe('fromWebhookEvent', () => {
     expect(fromWebhookEvent({ ...webhookEvent(), price: { value: null, currency: 'USD' } }).price).toBeNull();
   });
 
+  it('has no price, never a currency of "", while no currency is given for it', () => {
+    for (const currency of [undefined, null, ''])
+      expect(fromWebhookEvent({ ...webhookEvent(), price: { value: 12.5, currency } as never }).price).toBeNull();
+    const fee = { amount: '2.50' };
+    expect(fromPlatformDelivery({ ...platformDelivery(), expected_cancellation_fee: fee as never })).toMatchObject({
+      expectedCancellationFee: null,
+    });
+    expect(fromWebhookEvent({ ...webhookEvent(), price: { value: 12.5, currency: 'EUR' } }).price).toEqual({
+      amount: '12.50',
+      currency: 'EUR',
+    });
+  });
+
   it('carries cancellation_reason on delivery.canceled', () => {
     const canceled = fromWebhookEvent({
       ...webhookEvent(),
@@ -659,12 +672,16 @@ describe('times', () => {
     expect(at('2026-05-01T23:30:00-05:30')).toBe('2026-05-02T05:00:00Z');
   });
 
-  it('drops fractions of a second', () => {
-    expect(at('2026-05-01T14:30:00.987654+00:00')).toBe('2026-05-01T14:30:00Z');
-    expect(at('2026-05-01T14:30:59.999Z')).toBe('2026-05-01T14:30:59Z');
+  it('keeps a fraction of a second as the upstream gave it, and gives none where it gave none', () => {
+    expect(at('2026-05-01T14:30:00.987654+00:00')).toBe('2026-05-01T14:30:00.987654Z');
+    expect(at('2026-05-01T14:30:59.999Z')).toBe('2026-05-01T14:30:59.999Z');
+    // An offset moves the seconds, never the fraction.
+    expect(at('2026-05-01T00:00:00.5+02:00')).toBe('2026-04-30T22:00:00.5Z');
+    expect(at('2026-05-01T14:30:00.000+00:00')).toBe('2026-05-01T14:30:00.000Z');
+    expect(at('2026-05-01T14:30:00+00:00')).toBe('2026-05-01T14:30:00Z');
   });
 
-  it('writes every time field of a read as YYYY-MM-DDTHH:MM:SSZ', () => {
+  it('writes every time field of a read as YYYY-MM-DDTHH:MM:SSZ, with its fraction', () => {
     const mapped = fromPartnerOrder({
       ...partnerOrder(),
       pickup_start_time: '2026-05-01T16:00:00+02:00',
@@ -673,7 +690,7 @@ describe('times', () => {
       delivery_end_time: '2026-05-01T13:00:00-05:00',
     });
     expect(mapped.pickup.windowStart).toBe('2026-05-01T14:00:00Z');
-    expect(mapped.dropoff.windowStart).toBe('2026-05-01T15:00:00Z');
+    expect(mapped.dropoff.windowStart).toBe('2026-05-01T15:00:00.5Z');
     expect(mapped.deliveryStartTime).toBe('2026-05-01T13:30:00Z');
     expect(mapped.deliveryEndTime).toBe('2026-05-01T18:00:00Z');
   });
@@ -1425,6 +1442,10 @@ describe('quoteFromWire in UPSTREAM_QUOTE_AMOUNT_UNIT', () => {
   it('still refuses a quote without a fee and keeps a missing tip null, in either unit', () => {
     for (const unit of ['major', 'cents'] as const) {
       expect(() => quoteFromWire('PLATFORM', answer({ tip: 350 }), unit)).toThrow(/without a delivery fee/);
+      // A fee in no currency is no fee a client can show: never a currency of "".
+      expect(() => quoteFromWire('PLATFORM', answer({ delivery_fee: 5, currency: null }), unit)).toThrow(
+        /without a currency/,
+      );
       expect(quoteFromWire('PLATFORM', answer({ delivery_fee: 0 }), unit)).toMatchObject({
         fee: { amount: '0.00' },
         tip: null,
