@@ -1,5 +1,5 @@
 import { createRequire } from 'node:module';
-import { defineConfig } from 'vitest/config';
+import { configDefaults, defineConfig } from 'vitest/config';
 
 // One graphql for everything. Node (npm start, and every dependency vitest leaves
 // to Node: graphql-yoga, graphql-jit, graphql-ws, Pothos) loads graphql's
@@ -10,6 +10,25 @@ const graphqlMain = createRequire(import.meta.url).resolve('graphql');
 // The sandbox package from its TypeScript source, as tsx resolves it through tsconfig.json's paths (its
 // package.json points at the dist/ that `npm run build` writes, for node alone).
 const sandboxSource = (entry: string) => new URL(`packages/sandbox/src/${entry}.ts`, import.meta.url).pathname;
+
+// The slow tier: whole processes (the entry point and the built server in child processes, the cluster, Redis
+// failover, crashes and restarts) and churn or heap measurements that take seconds each. `npm test` leaves it out;
+// `npm run test:slow` runs it, and so does .ci/run after `npm test`.
+const slow = [
+  'test/integration/start.test.ts',
+  'test/integration/restart.test.ts',
+  'test/integration/crash.test.ts',
+  'test/integration/store-file.test.ts',
+  'test/integration/built-server.test.ts',
+  'test/integration/workers.test.ts',
+  'test/integration/cluster.test.ts',
+  'test/integration/redis-failover.test.ts',
+  'test/integration/redis-scaleout.test.ts',
+  'test/integration/clients-doc.test.ts',
+  'test/integration/ws-leak.test.ts',
+  'test/integration/document-weights.test.ts',
+  'packages/sandbox/test/cli.test.ts',
+];
 
 // The soak tier exists only when asked for (npm run test:soak sets SOAK=1), so a
 // plain `vitest run`, or one naming a file, never starts the long runs.
@@ -49,6 +68,7 @@ export default defineConfig({
         test: {
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
+          exclude: [...configDefaults.exclude, ...slow],
           globalSetup: ['test/global-setup.ts'],
           setupFiles: ['test/setup/no-warnings.ts'],
         },
@@ -59,6 +79,17 @@ export default defineConfig({
         test: {
           name: 'sandbox',
           include: ['packages/sandbox/test/**/*.test.ts'],
+          exclude: [...configDefaults.exclude, ...slow],
+          setupFiles: ['test/setup/no-warnings.ts'],
+        },
+      },
+      {
+        extends: true,
+        // The slow tier (above): what the integration and sandbox tiers need, for whole processes.
+        test: {
+          name: 'slow',
+          include: slow,
+          globalSetup: ['test/global-setup.ts'],
           setupFiles: ['test/setup/no-warnings.ts'],
         },
       },

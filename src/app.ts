@@ -13,17 +13,17 @@ import { createRequestLimits } from './access/rate-limit.js';
 import { Owners } from './access/owners.js';
 import { Merchants } from './access/merchants.js';
 import type { Pipeline } from './pipeline/pipeline.js';
-import { createGraphQLServer, type GraphQLServer } from './pipeline/yoga.js';
-import { createReadiness } from './http/readiness.js';
+import { createGraphQLServer, type GraphQLServer, type GraphQLServerOptions } from './pipeline/yoga.js';
+import { createReadiness, type Readiness, type ReadinessOptions } from './http/readiness.js';
 import { openFrontDoor } from './http/server.js';
 import { Teardown } from './lifecycle.js';
 import { createLogger, type Logger } from './logger.js';
 import type { Metrics } from './observability/metrics.js';
 import { operationMetrics } from './observability/operation-metrics.js';
 import { requestScope } from './observability/request.js';
-import { startMetrics } from './observability/start.js';
+import { startConfiguredTracing, startMetrics } from './observability/start.js';
 import type { SpanExporterLike } from './observability/tracing.js';
-import { openEventBus, startRealtime } from './realtime/start.js';
+import { openEventBus, startRealtime, type Realtime, type RealtimeDeps } from './realtime/start.js';
 import type { Sandbox } from '@delivery-graph/sandbox';
 import { openStore } from './store/open.js';
 import { proofRefreshMs } from './store/retention.js';
@@ -96,11 +96,7 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
   const sandbox = config.upstream.url ? undefined : await startEmbeddedSandbox(config, logger);
   if (sandbox) teardown.add('sandbox', () => sandbox.stop());
 
-  // Tracing first, so its context manager is in place before anything runs; nothing of it loads when it is off.
-  const tracing = config.tracing.enabled
-    ? await (await import('./observability/tracing.js')).startTracing(config.tracing, options.spanExporter)
-    : undefined;
-  if (tracing) teardown.add('tracing', () => tracing.shutdown());
+  const tracing = await startConfiguredTracing(config, teardown, options.spanExporter);
   let metrics: Metrics | undefined;
   const debug = logger.isLevelEnabled('debug');
   const upstream = createUpstream(
@@ -119,60 +115,13 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     logger[state === 'open' ? 'warn' : 'info']({ group, state }, 'upstream circuit breaker'),
   );
 
-  const redis = store instanceof RedisStore ? store : undefined;
-  const bus = await openEventBus(redis, logger, teardown);
-  // Who may see which delivery: one set of merchants and owner records for every path (src/access/owners.ts).
-  const merchants = new Merchants(store);
-  const owners = new Owners(store, {
-    logger,
-    merchants,
-    readScope: config.upstream.readScope,
-    proofRefreshMs: proofRefreshMs(config),
-  });
-  teardown.add('owner records', () => owners.flush());
-  // Webhooks and reconciliation store events through one batcher: one log order, publications in it.
-  const batcher = new AppendBatcher(store, bus, (error) => logger.error({ err: error }, 'stored event not published'));
-  // Reconciliation, key re-confirmation, read access, subscription caps, event pages, fan-out (realtime/start.ts).
-  const realtime = startRealtime(
-    {
-      config,
-      store,
-      upstream,
-      bus,
-      merchants,
-      owners,
-      append: (payload, receivedAt, onlyIf) => batcher.appendIf(payload, receivedAt, onlyIf),
-      onRead: (kind, delayMs) => metrics?.reconcileRead(kind, delayMs / 1000),
-      logger,
-    },
-    teardown,
-  );
-  const clientTokens = new ClientTokens(clientTokenSecrets(config.clientTokenSecrets, config.dataDir));
-  const services: Services = {
-    config,
-    upstream,
-    store,
-    bus,
-    owners,
-    merchants,
-    maxPendingEvents: config.realtime.maxPendingEvents,
-    bookingsInFlight: new Map(),
-    clientTokens,
-    ...realtime,
-  };
+  const onRead: RealtimeDeps['onRead'] = (kind, delayMs) => metrics?.reconcileRead(kind, delayMs / 1000);
+  const { services, realtime, batcher } = await startServices(config, { store, upstream, onRead, logger }, teardown);
+  const { bus, owners } = services;
   const receiver = await startWebhooks(config, sandbox, { store, bus, logger, batcher });
 
-  const readiness = createReadiness({
-    upstream,
-    logger,
-    upstreamCheckMs: config.upstream.healthCheckMs,
-    checkStore: () => store.ping(),
-  });
-  teardown.add('readiness', () => readiness.stop());
-  // The first answer about the upstream before serving, unless it takes longer than a second (then it is reported when
-  // it comes).
-  await readiness.firstCheck(1_000);
-  const persisted = configuredPersistedOperations(config.graphql, redis, logger);
+  const readiness = await startReadiness(config, { upstream, store, logger }, teardown);
+  const persisted = configuredPersistedOperations(config.graphql, redisOf(store), logger);
   // What /metrics reports on (observability/start.ts); the pipeline is made below, until then its document cache is
   // empty.
   metrics = startMetrics(config, logger, teardown, {
@@ -186,45 +135,19 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     ownerFilter: () => (store instanceof SqliteStore ? store.ownerFilter : undefined),
     pipeline: () => served?.pipeline,
   });
-
-  const sandboxKey = sandbox?.merchants[0]?.key;
-  const graphiql = config.graphql.introspection
-    ? createGraphiQL({ graphqlPath: '/graphql', sandboxKey, logger })
-    : undefined;
-  // Per key, per client token and per client address; shared by every instance through the store's Redis when there is
-  // one.
-  const limits = createRequestLimits(
-    config,
-    upstream.keys,
-    redis && { client: redis.client, prefix: redis.prefix },
-    logger,
-  );
-  const served = createGraphQLServer({
-    services,
-    logger,
-    observers: [...(metrics ? [operationMetrics(metrics)] : []), ...(tracing ? [tracing.observer] : [])],
-    limits,
-    persisted,
-    graphiql: { renderGraphiQL: renderGraphiQLPage, graphiql: graphiql?.options ?? false },
-  });
+  const observers = [...(metrics ? [operationMetrics(metrics)] : []), ...(tracing ? [tracing.observer] : [])];
+  const served = serveGraphQL(config, { services, persisted, observers, logger }, sandbox?.merchants[0]?.key);
   const { yoga, pipeline } = served;
 
-  const trackingPage = config.trackingPage
-    ? createTrackingPage({ graphqlPath: '/graphql', sandboxKey, graphiql: config.graphql.introspection, logger })
-    : undefined;
   const http = await openFrontDoor({
+    ...served,
     config,
     logger,
-    yoga,
-    pipeline,
-    clientTokens,
-    limits,
+    clientTokens: services.clientTokens,
     upstream,
     readiness,
     receiver,
     metrics,
-    graphiql,
-    trackingPage,
     directHttpPath: options.directHttpPath ?? true,
   });
   // With WEBHOOKS=off the sandbox sends none: the facade polls it, as it would an upstream with no URL on file.
@@ -240,12 +163,13 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
       await teardown.run(logger);
     })());
 
+  const { url, port, webhookUrl, metricsUrl, server } = http;
   return {
-    url: http.url,
-    port: http.port,
-    webhookUrl: http.webhookUrl,
-    metricsUrl: http.metricsUrl,
-    server: http.server,
+    url,
+    port,
+    webhookUrl,
+    metricsUrl,
+    server,
     services,
     yoga,
     pipeline,
@@ -255,4 +179,75 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     metrics,
     stop,
   };
+}
+
+const redisOf = (store: Store) => (store instanceof RedisStore ? store : undefined);
+
+/** What every resolver and stream shares: the event bus, merchants and owner records, realtime, client tokens. */
+async function startServices(
+  config: Config,
+  { store, upstream, onRead, logger }: Pick<RealtimeDeps, 'store' | 'upstream' | 'onRead' | 'logger'>,
+  teardown: Teardown,
+): Promise<{ services: Services; realtime: Realtime; batcher: AppendBatcher }> {
+  const bus = await openEventBus(redisOf(store), logger, teardown);
+  // Who may see which delivery: one set of merchants and owner records for every path (src/access/owners.ts).
+  const merchants = new Merchants(store);
+  const readScope = config.upstream.readScope;
+  const owners = new Owners(store, { logger, merchants, readScope, proofRefreshMs: proofRefreshMs(config) });
+  teardown.add('owner records', () => owners.flush());
+  // Webhooks and reconciliation store events through one batcher: one log order, publications in it.
+  const batcher = new AppendBatcher(store, bus, (error) => logger.error({ err: error }, 'stored event not published'));
+  const append: RealtimeDeps['append'] = (payload, receivedAt, onlyIf) => batcher.appendIf(payload, receivedAt, onlyIf);
+  // Reconciliation, key re-confirmation, read access, subscription caps, event pages, fan-out (realtime/start.ts).
+  const realtime = startRealtime({ config, store, upstream, bus, merchants, owners, append, onRead, logger }, teardown);
+  const clientTokens = new ClientTokens(clientTokenSecrets(config.clientTokenSecrets, config.dataDir));
+  const { maxPendingEvents } = config.realtime;
+  const shared = { config, upstream, store, bus, owners, merchants, maxPendingEvents, clientTokens };
+  return { services: { ...shared, bookingsInFlight: new Map(), ...realtime }, realtime, batcher };
+}
+
+/** Readiness, with its first answer about the upstream before serving. */
+async function startReadiness(
+  config: Config,
+  { upstream, store, logger }: Pick<ReadinessOptions, 'upstream' | 'logger'> & { store: Store },
+  teardown: Teardown,
+): Promise<Readiness> {
+  const upstreamCheckMs = config.upstream.healthCheckMs;
+  const readiness = createReadiness({ upstream, logger, upstreamCheckMs, checkStore: () => store.ping() });
+  teardown.add('readiness', () => readiness.stop());
+  // Unless that takes longer than a second: then it is reported when it comes.
+  await readiness.firstCheck(1_000);
+  return readiness;
+}
+
+/** The GraphQL server and its request limits, and the pages that call it (GraphiQL, the tracking page). */
+function serveGraphQL(
+  config: Config,
+  {
+    services,
+    persisted,
+    observers,
+    logger,
+  }: Pick<GraphQLServerOptions, 'services' | 'persisted' | 'observers' | 'logger'>,
+  sandboxKey: string | undefined,
+) {
+  const introspection = config.graphql.introspection;
+  const graphiql = introspection ? createGraphiQL({ graphqlPath: '/graphql', sandboxKey, logger }) : undefined;
+  // Per key, per client token and per client address; shared by every instance through the store's Redis when there is
+  // one.
+  const redis = redisOf(services.store);
+  const shared = redis && { client: redis.client, prefix: redis.prefix };
+  const limits = createRequestLimits(config, services.upstream.keys, shared, logger);
+  const { yoga, pipeline } = createGraphQLServer({
+    services,
+    logger,
+    observers,
+    limits,
+    persisted,
+    graphiql: { renderGraphiQL: renderGraphiQLPage, graphiql: graphiql?.options ?? false },
+  });
+  const trackingPage = config.trackingPage
+    ? createTrackingPage({ graphqlPath: '/graphql', sandboxKey, graphiql: introspection, logger })
+    : undefined;
+  return { yoga, pipeline, graphiql, limits, trackingPage };
 }

@@ -28,7 +28,7 @@ const CHROMIUM: Program = {
 };
 
 /** What each tier's tests start; a tier not listed here needs nothing installed. */
-const NEEDS: Record<string, Program[]> = { integration: [REDIS], browser: [CHROMIUM] };
+const NEEDS: Record<string, Program[]> = { integration: [REDIS], slow: [REDIS], browser: [CHROMIUM] };
 
 function canInstall(): boolean {
   if (spawnSync('sh', ['-c', 'command -v apt-get'], { stdio: 'ignore' }).status !== 0) return false;

@@ -50,6 +50,16 @@ export interface MerchantAdminResult {
 
 const HASH = /^[0-9a-f]{64}$/;
 
+/** One command's call: its flags, the keys read from standard input, and the merchants it works on. */
+interface Invocation {
+  flags: ReadonlyMap<string, string>;
+  keys: readonly string[];
+  merchants: Merchants;
+  deps: MerchantAdminDeps;
+}
+
+type Command = (call: Invocation) => MerchantAdminResult | Promise<MerchantAdminResult>;
+
 /** Runs one command with its flags and the text of standard input. */
 export async function merchantCommand(
   argv: readonly string[],
@@ -69,117 +79,134 @@ export async function merchantCommand(
     .map((line) => line.trim())
     .filter((line) => line !== '');
   const merchants = new Merchants(deps.store, { cacheMs: 0 });
-  const hashFlag = (name: string): string | undefined | Error => {
-    const value = flags.get(name);
-    if (value === undefined) return undefined;
-    return HASH.test(value)
-      ? value
-      : new Error(`--${name} takes 64 lowercase hex characters (npm run merchant -- hash prints one)`);
-  };
-
-  switch (command) {
-    case 'hash': {
-      if (keys.length !== 1) return misuse('hash reads one key from standard input');
-      return done(hashKey(keys[0]!));
-    }
-    case 'link': {
-      const oldHash = hashFlag('old-key-hash');
-      if (oldHash instanceof Error) return misuse(oldHash.message);
-      const expected = oldHash ? 1 : 2;
-      if (keys.length !== expected)
-        return misuse(
-          oldHash
-            ? 'link reads the new key from standard input'
-            : 'link reads two keys from standard input: the old one, then the new one',
-        );
-      const newKey = keys[expected - 1]!;
-      const from = oldHash ?? hashKey(keys[0]!);
-      if (from === hashKey(newKey)) return refused('the old and the new key are the same key');
-      if (!deps.accepts) {
-        if (!flags.has('unverified'))
-          return refused('no UPSTREAM_URL to check the new key with; pass --unverified to link it unchecked');
-      } else if (!(await deps.accepts(newKey)))
-        return refused('the upstream does not accept the new key: nothing was linked');
-      const link = await merchants.link(hashKey(newKey), from);
-      if (link.outcome === 'refused') {
-        return refused(
-          `both keys have deliveries or idempotency keys of their own, and a link moves nothing: if they are one merchant's, merge them (npm run merchant -- merge --key-hash=${hashKey(newKey)} --into-key-hash=${from})`,
-        );
-      }
-      return done(
-        link.outcome === 'linked'
-          ? `linked: the new key is a key of merchant ${link.merchant}`
-          : `nothing to do: the keys are merchant ${link.merchant}'s already`,
-      );
-    }
-    case 'merge': {
-      const from = hashFlag('key-hash');
-      const into = hashFlag('into-key-hash');
-      if (from instanceof Error) return misuse(from.message);
-      if (into instanceof Error) return misuse(into.message);
-      if (!from || !into) return misuse('merge needs --key-hash and --into-key-hash');
-      const merge = await merchants.merge(from, into);
-      const moved = `moved ${merge.records} owner records and ${merge.claims} idempotency claims${merge.conflicts > 0 ? ` (${merge.conflicts} idempotency keys both had used: merchant ${merge.merchant}'s claims kept, the others dropped)` : ''}`;
-      if (!merge.merged)
-        return done(
-          `nothing to link: the keys are merchant ${merge.merchant}'s already; ${moved} recorded under its linked ids`,
-        );
-      return {
-        code: 0,
-        lines: [
-          `merged: merchant ${merge.merged} is part of merchant ${merge.merchant} now; ${moved}`,
-          `cursors given to its keys are not valid any more; run the same command again in ${MERCHANT_CACHE_MS / 1000} s to move what running instances recorded under its id meanwhile`,
-        ],
-      };
-    }
-    case 'unlink': {
-      const hash = hashFlag('key-hash');
-      if (hash instanceof Error) return misuse(hash.message);
-      if (!hash) return misuse('unlink needs --key-hash');
-      return (await merchants.unlink(hash))
-        ? done(
-            `unlinked: ${hash} is a merchant of its own again; what it booked while linked stays with the merchant it was linked to (claim hands a delivery back)`,
-          )
-        : refused(`${hash} has no link`);
-    }
-    case 'show': {
-      const hash = keyHashOf(hashFlag('key-hash'), keys);
-      if (hash instanceof Error) return misuse(hash.message);
-      return done(`merchant ${await merchants.rootOf(hash)}`);
-    }
-    case 'owner': {
-      const uid = flags.get('uid');
-      const refusal = uid === undefined ? 'owner needs --uid' : uidRefusal(uid, '--uid');
-      if (refusal) return misuse(refusal);
-      const record = (await deps.store.ownersOf([uid!])).get(uid!);
-      if (!record) return refused(`no owner is recorded for ${uid}`);
-      return done(
-        `merchant ${await merchants.rootOf(record.owner)} (recorded as ${record.owner}; group ${record.group ?? 'unknown'}; proof ${record.proof ?? 'none: recorded before proofs were kept'})`,
-      );
-    }
-    case 'claim': {
-      const uid = flags.get('uid');
-      const refusal = uid === undefined ? 'claim needs --uid' : uidRefusal(uid, '--uid');
-      if (refusal) return misuse(refusal);
-      const group = flags.get('group') ?? 'PLATFORM';
-      if (group !== 'PLATFORM' && group !== 'PARTNER') return misuse('--group is PLATFORM or PARTNER');
-      const hash = keyHashOf(hashFlag('key-hash'), keys);
-      if (hash instanceof Error) return misuse(hash.message);
-      const merchant = await merchants.rootOf(hash);
-      const before = (await deps.store.ownersOf([uid!])).get(uid!);
-      await deps.store.recordOwners([
-        { uid: uid!, owner: merchant, group: group as OwnerGroup, proof: 'claimed', replace: true },
-      ]);
-      const replaced =
-        before && (await merchants.rootOf(before.owner)) !== merchant
-          ? ` (it was merchant ${await merchants.rootOf(before.owner)}'s)`
-          : '';
-      return done(`claimed: ${uid} is merchant ${merchant}'s${replaced}`);
-    }
-    default:
-      return misuse(command === undefined ? 'no command' : `unknown command: ${command}`);
-  }
+  const run = command === undefined ? undefined : COMMANDS.get(command);
+  if (!run) return misuse(command === undefined ? 'no command' : `unknown command: ${command}`);
+  return run({ flags, keys, merchants, deps });
 }
+
+/** --name's key hash: undefined when not given, an Error when it is not one. */
+function hashFlag(flags: ReadonlyMap<string, string>, name: string): string | undefined | Error {
+  const value = flags.get(name);
+  if (value === undefined) return undefined;
+  return HASH.test(value)
+    ? value
+    : new Error(`--${name} takes 64 lowercase hex characters (npm run merchant -- hash prints one)`);
+}
+
+function printHash({ keys }: Invocation): MerchantAdminResult {
+  if (keys.length !== 1) return misuse('hash reads one key from standard input');
+  return done(hashKey(keys[0]!));
+}
+
+async function linkKey({ flags, keys, merchants, deps }: Invocation): Promise<MerchantAdminResult> {
+  const oldHash = hashFlag(flags, 'old-key-hash');
+  if (oldHash instanceof Error) return misuse(oldHash.message);
+  const expected = oldHash ? 1 : 2;
+  if (keys.length !== expected)
+    return misuse(
+      oldHash
+        ? 'link reads the new key from standard input'
+        : 'link reads two keys from standard input: the old one, then the new one',
+    );
+  const newKey = keys[expected - 1]!;
+  const from = oldHash ?? hashKey(keys[0]!);
+  if (from === hashKey(newKey)) return refused('the old and the new key are the same key');
+  if (!deps.accepts) {
+    if (!flags.has('unverified'))
+      return refused('no UPSTREAM_URL to check the new key with; pass --unverified to link it unchecked');
+  } else if (!(await deps.accepts(newKey)))
+    return refused('the upstream does not accept the new key: nothing was linked');
+  const link = await merchants.link(hashKey(newKey), from);
+  if (link.outcome === 'refused') {
+    return refused(
+      `both keys have deliveries or idempotency keys of their own, and a link moves nothing: if they are one merchant's, merge them (npm run merchant -- merge --key-hash=${hashKey(newKey)} --into-key-hash=${from})`,
+    );
+  }
+  return done(
+    link.outcome === 'linked'
+      ? `linked: the new key is a key of merchant ${link.merchant}`
+      : `nothing to do: the keys are merchant ${link.merchant}'s already`,
+  );
+}
+
+async function mergeMerchants({ flags, merchants }: Invocation): Promise<MerchantAdminResult> {
+  const from = hashFlag(flags, 'key-hash');
+  const into = hashFlag(flags, 'into-key-hash');
+  if (from instanceof Error) return misuse(from.message);
+  if (into instanceof Error) return misuse(into.message);
+  if (!from || !into) return misuse('merge needs --key-hash and --into-key-hash');
+  const merge = await merchants.merge(from, into);
+  const moved = `moved ${merge.records} owner records and ${merge.claims} idempotency claims${merge.conflicts > 0 ? ` (${merge.conflicts} idempotency keys both had used: merchant ${merge.merchant}'s claims kept, the others dropped)` : ''}`;
+  if (!merge.merged)
+    return done(
+      `nothing to link: the keys are merchant ${merge.merchant}'s already; ${moved} recorded under its linked ids`,
+    );
+  return {
+    code: 0,
+    lines: [
+      `merged: merchant ${merge.merged} is part of merchant ${merge.merchant} now; ${moved}`,
+      `cursors given to its keys are not valid any more; run the same command again in ${MERCHANT_CACHE_MS / 1000} s to move what running instances recorded under its id meanwhile`,
+    ],
+  };
+}
+
+async function unlinkKey({ flags, merchants }: Invocation): Promise<MerchantAdminResult> {
+  const hash = hashFlag(flags, 'key-hash');
+  if (hash instanceof Error) return misuse(hash.message);
+  if (!hash) return misuse('unlink needs --key-hash');
+  return (await merchants.unlink(hash))
+    ? done(
+        `unlinked: ${hash} is a merchant of its own again; what it booked while linked stays with the merchant it was linked to (claim hands a delivery back)`,
+      )
+    : refused(`${hash} has no link`);
+}
+
+async function showMerchant({ flags, keys, merchants }: Invocation): Promise<MerchantAdminResult> {
+  const hash = keyHashOf(hashFlag(flags, 'key-hash'), keys);
+  if (hash instanceof Error) return misuse(hash.message);
+  return done(`merchant ${await merchants.rootOf(hash)}`);
+}
+
+async function showOwner({ flags, merchants, deps }: Invocation): Promise<MerchantAdminResult> {
+  const uid = flags.get('uid');
+  const refusal = uid === undefined ? 'owner needs --uid' : uidRefusal(uid, '--uid');
+  if (refusal) return misuse(refusal);
+  const record = (await deps.store.ownersOf([uid!])).get(uid!);
+  if (!record) return refused(`no owner is recorded for ${uid}`);
+  return done(
+    `merchant ${await merchants.rootOf(record.owner)} (recorded as ${record.owner}; group ${record.group ?? 'unknown'}; proof ${record.proof ?? 'none: recorded before proofs were kept'})`,
+  );
+}
+
+async function claimDelivery({ flags, keys, merchants, deps }: Invocation): Promise<MerchantAdminResult> {
+  const uid = flags.get('uid');
+  const refusal = uid === undefined ? 'claim needs --uid' : uidRefusal(uid, '--uid');
+  if (refusal) return misuse(refusal);
+  const group = flags.get('group') ?? 'PLATFORM';
+  if (group !== 'PLATFORM' && group !== 'PARTNER') return misuse('--group is PLATFORM or PARTNER');
+  const hash = keyHashOf(hashFlag(flags, 'key-hash'), keys);
+  if (hash instanceof Error) return misuse(hash.message);
+  const merchant = await merchants.rootOf(hash);
+  const before = (await deps.store.ownersOf([uid!])).get(uid!);
+  await deps.store.recordOwners([
+    { uid: uid!, owner: merchant, group: group as OwnerGroup, proof: 'claimed', replace: true },
+  ]);
+  const replaced =
+    before && (await merchants.rootOf(before.owner)) !== merchant
+      ? ` (it was merchant ${await merchants.rootOf(before.owner)}'s)`
+      : '';
+  return done(`claimed: ${uid} is merchant ${merchant}'s${replaced}`);
+}
+
+const COMMANDS: ReadonlyMap<string, Command> = new Map<string, Command>([
+  ['hash', printHash],
+  ['link', linkKey],
+  ['merge', mergeMerchants],
+  ['unlink', unlinkKey],
+  ['show', showMerchant],
+  ['owner', showOwner],
+  ['claim', claimDelivery],
+]);
 
 /** The key hash of --key-hash, or of the one key on standard input. */
 function keyHashOf(flag: string | undefined | Error, keys: readonly string[]): string | Error {

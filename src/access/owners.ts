@@ -1,7 +1,8 @@
-// Who may see a delivery, decided here and nowhere else (docs/architecture.md,
-// "Who may see a delivery"). A merchant, not a key, owns a delivery
-// (src/access/merchants.ts), and what proves it depends on the upstream's read
-// scope (UPSTREAM_READ_SCOPE):
+// Owner records and their rule (docs/architecture.md, "Who may see a delivery"):
+// what a record says of a caller (ownerVerdict); src/access/prove.ts proves what
+// it leaves open and learns what proved it. A merchant, not a key, owns a
+// delivery (src/access/merchants.ts), and what proves it depends on the
+// upstream's read scope (UPSTREAM_READ_SCOPE):
 // - `platform`, as the document reads ("no delivery with this uid belongs to the
 //   platform"): a read's 200 proves nothing. Only merchant-scoped proofs make a
 //   record (a booking through the facade, a read by partner reference with the
@@ -10,9 +11,6 @@
 //   delivery nobody has proven to own is nobody's: not found for every caller.
 // - `key`: the upstream answers each key for its own merchant's deliveries only,
 //   so it decides; records are a cache of what it said (a read's 200 is recorded).
-// A delivery recorded as another merchant's answers exactly like one that does
-// not exist, in shape and time: the caller costs the upstream what an unknown
-// uid would, and nothing that changes anything (src/access/probe.ts).
 // A booking is recorded here too (recordBooking): the upstream made it, so its
 // caller gets it even when the store cannot write; the record then waits in
 // memory, answers lookups from there, and is written when the store writes again.

@@ -1,6 +1,6 @@
 // Cancellation type and the cancelDelivery mutation (both groups).
 import { CancelRefusedError, NotCancelableError, NotFoundError } from '../errors.js';
-import { amountMoney, fromPartnerOrder, valueMoney } from '../mapping/delivery.js';
+import { amountMoney, valueMoney } from '../mapping/delivery.js';
 import type { ApiGroup, DeliveryStatus, Money } from '../mapping/model.js';
 import { str } from '../mapping/scalars.js';
 import { deliveryStatus } from '../domain/status.js';
@@ -8,8 +8,7 @@ import { builder } from './builder.js';
 import { ApiGroupEnum, DeliveryStatusEnum } from './enums.js';
 import { MoneyRef } from './objects.js';
 import type { Upstream } from '../upstream/clients.js';
-import type { Owners, OwnerVerdict } from '../access/owners.js';
-import { ownedByReference, readAsCaller } from '../access/probe.js';
+import { proveAccess, recordProof } from '../access/prove.js';
 
 interface Cancellation {
   uid: string;
@@ -78,27 +77,19 @@ builder.mutationField('cancelDelivery', (t) =>
       const key = ctx.requireMerchantKey();
       const uid = String(id);
       const { upstream, owners } = ctx.services;
-      const caller = await ctx.merchant();
-      // The owner record decides first (src/access/owners.ts).
-      const { record, verdict } = await owners.judgeOne(uid, caller);
-      if (verdict === 'own') {
-        if (record?.group && record.group !== group) throw notInGroup(uid, group, record.group);
-        return cancelOwn(upstream, key, uid, group);
+      const merchant = await ctx.merchant();
+      // Proven first (src/access/prove.ts): the caller's own is canceled at once; anything else is read first, with the
+      // caller's key, as an unknown uid would be, and canceled only when that read finds it.
+      const access = await proveAccess(owners, upstream, { key, merchant, uid, group, purpose: 'cancel' });
+      if (!access.allowed) {
+        const refusal = access.elsewhere ? notInGroup(uid, group, access.elsewhere) : new NotFoundError();
+        // A 404 is the answer, with the read's words.
+        if (access.notFound) refusal.upstream = access.notFound.upstream;
+        throw refusal;
       }
-      // Anything else is read first, with the caller's key, as an unknown uid would be (another merchant's:
-      // src/access/probe.ts), and canceled only when that read finds it: a 404 is the answer, with the read's words.
-      try {
-        await readAsCaller(upstream, owners.scope, verdict, key, uid, group);
-      } catch (error) {
-        if (!(error instanceof NotFoundError)) throw error;
-        const notFound = await notFoundIn(owners, upstream, key, caller, verdict, uid, group);
-        notFound.upstream = error.upstream;
-        throw notFound;
-      }
-      // Found: the upstream cancels only its caller's own (its document: "belongs to the caller"), so a cancel it makes
-      // proves it.
       const cancellation = await cancelOwn(upstream, key, uid, group);
-      owners.learn(uid, caller, group, 'canceled');
+      // The upstream cancels only its caller's own (its document: "belongs to the caller"): its cancel proves it.
+      recordProof(owners, merchant, uid, group, 'canceled');
       return cancellation;
     },
   }),
@@ -118,40 +109,6 @@ async function cancelOwn(upstream: Upstream, key: string, uid: string, group: Ap
 
 const notInGroup = (uid: string, group: ApiGroup, other: ApiGroup) =>
   new NotFoundError(`No delivery ${uid} in the ${group} group: it exists in the ${other} group; pass group: ${other}`);
-
-/**
- * For a delivery the caller's own records do not place: a NotFoundError that
- * says where the delivery is when the caller's merchant owns it in the other
- * group, the plain one otherwise. One read there, with the same key (as an
- * unknown uid for another merchant's: src/access/probe.ts): on a key-scoped
- * upstream its 200 says so; on a platform-scoped one only a partner order's
- * read by reference does. What proved it is recorded.
- */
-async function notFoundIn(
-  owners: Owners,
-  upstream: Upstream,
-  key: string,
-  caller: string,
-  verdict: OwnerVerdict,
-  uid: string,
-  group: ApiGroup,
-): Promise<NotFoundError> {
-  const other: ApiGroup = group === 'PLATFORM' ? 'PARTNER' : 'PLATFORM';
-  try {
-    const delivery = await readAsCaller(upstream, owners.scope, verdict, key, uid, other);
-    if (owners.scope === 'key') owners.learn(uid, caller, other, 'read');
-    else if (
-      await ownedByReference(delivery, async (reference) =>
-        fromPartnerOrder(await upstream.partner.getOrderByReference(key, reference)),
-      )
-    )
-      owners.learn(uid, caller, other, 'reference');
-    else return new NotFoundError();
-  } catch {
-    return new NotFoundError();
-  }
-  return notInGroup(uid, group, other);
-}
 
 /** One cancel in the group asked, read into a Cancellation. */
 async function cancelIn(upstream: Upstream, key: string, uid: string, group: ApiGroup): Promise<Cancellation> {

@@ -19,7 +19,7 @@ import { MERCHANT_ONLY } from '../access/client-token-scope.js';
 import type { ClientTokens } from '../access/client-tokens.js';
 import type { Judged, Owners } from '../access/owners.js';
 import type { Merchants } from '../access/merchants.js';
-import { ownedByReference, readAsCaller } from '../access/probe.js';
+import { proveAccess } from '../access/prove.js';
 import type { RequestLimits } from '../access/rate-limit.js';
 import type { SubscriptionSlots } from '../access/subscription-slots.js';
 import type { KeyWatch } from '../access/key-watch.js';
@@ -104,7 +104,7 @@ export interface GraphQLContext {
    * (src/access/merchants.ts): what owns deliveries, idempotency keys and cursors.
    */
   merchant(): Promise<string>;
-  /** One read per (group, uid) per request; null for a uid the caller may not see (src/access/owners.ts decides). */
+  /** One read per (group, uid) per request; null for a uid the caller may not see (src/access/prove.ts decides). */
   deliveryLoader(group: ApiGroup): DataLoader<string, Delivery | null>;
   /**
    * One partner-group read by partner reference per reference per request; null
@@ -186,7 +186,7 @@ export function createContext(services: Services, options: ContextOptions): Grap
           async (uids) => {
             const key = this.requireKey();
             const { upstream, owners } = services;
-            // The owner records decide first (src/access/owners.ts), for the whole batch in one lookup.
+            // The owner records for the whole batch in one lookup; each uid is proven (or not) by src/access/prove.ts.
             let caller: string;
             let judged: Map<string, Judged>;
             try {
@@ -198,22 +198,17 @@ export function createContext(services: Services, options: ContextOptions): Grap
                 error instanceof DeliveryGraphError ? error : new Error('The owner records could not be read.');
               return uids.map(() => failure);
             }
+            const byReference = (reference: string) => this.orderByReferenceLoader().load(reference);
             const read = async (uid: string, options: { signal: AbortSignal } | undefined) => {
               // A client token's other uids read as not found, without asking the upstream.
               if (scope && !scope.has(uid)) return null;
-              const { record, verdict } = judged.get(uid)!;
-              // The caller's own, recorded in the other group: not found here, unasked.
-              if (verdict === 'own' && record?.group && record.group !== group) return null;
-              // Another merchant's: read as an unknown uid would be (src/access/probe.ts); a key-scoped upstream may
-              // still say yes. There its 200 is the answer: recorded, or the owner's record proved again; on a
-              // platform-scoped one it proves nothing, but a partner order proves itself by its reference.
-              const delivery = await readAsCaller(upstream, owners.scope, verdict, key, uid, group, options);
-              if (verdict !== 'other' && owners.scope === 'key') owners.learn(uid, caller, group, 'read');
-              if (verdict !== 'unknown' || owners.scope === 'key') return delivery;
-              if (!(await ownedByReference(delivery, (reference) => this.orderByReferenceLoader().load(reference))))
-                return null;
-              owners.learn(uid, caller, group, 'reference');
-              return delivery;
+              const claim = { key, merchant: caller, uid, group, purpose: 'read' } as const;
+              const answer = await proveAccess(owners, upstream, claim, {
+                judged: judged.get(uid),
+                signal: options?.signal,
+                byReference,
+              });
+              return answer.allowed ? answer.delivery! : null;
             };
             return readEach(services, uids, uids.length > 1 ? this.clientGone() : undefined, read);
           },

@@ -2,6 +2,7 @@
 // queries that read deliveries.
 import { BadUserInputError, NotFoundError, UpstreamProtocolError } from '../errors.js';
 import { fromPartnerOrder } from '../mapping/delivery.js';
+import { recordProof } from '../access/prove.js';
 import { isStub, type ApiGroup, type Delivery, type DeliveryParent } from '../mapping/model.js';
 import { builder } from './builder.js';
 import type { GraphQLContext } from './context.js';
@@ -101,102 +102,110 @@ builder.node(DeliveryRef, {
     }),
     pickup: t.field({ type: StopRef, description: 'Where the package is collected.', resolve: read('pickup') }),
     dropoff: t.field({ type: StopRef, description: 'Where the package goes.', resolve: read('dropoff') }),
-    deliveryDate: t.field({
-      type: 'Date',
-      nullable: true,
-      description: 'Scheduled date, a UTC date (the upstream reads and writes every date in UTC).',
-      resolve: read('deliveryDate'),
-    }),
-    scheduledAt: t.field({
-      type: 'DateTime',
-      nullable: true,
-      description:
-        'The scheduled date with its time of day, in UTC, as a read of the delivery gives it (the upstream sends a full datetime there); null where only the date is known, as in a webhook event.',
-      resolve: read('scheduledAt'),
-    }),
-    deliveryStartTime: t.field({
-      type: 'DateTime',
-      nullable: true,
-      description: 'Start of the delivery window (partner group).',
-      resolve: read('deliveryStartTime'),
-    }),
-    deliveryEndTime: t.field({
-      type: 'DateTime',
-      nullable: true,
-      description: 'End of the dropoff window.',
-      resolve: read('deliveryEndTime'),
-    }),
-    estimatedDropoffAt: t.field({
-      type: 'DateTime',
-      nullable: true,
-      description: 'Estimated arrival at the dropoff (dropoff_time_estimated).',
-      resolve: read('estimatedDropoffAt'),
-    }),
-    mode: t.field({
-      type: DeliveryModeEnum,
-      nullable: true,
-      description: 'On demand (NOW) or SCHEDULED.',
-      resolve: read('mode'),
-    }),
-    style: t.field({
-      type: DeliveryStyleEnum,
-      nullable: true,
-      description:
-        "Handling style; OTHER for styles the facade does not know. A partner order's read by uid has no style upstream, so for a partner order with a partnerReference selecting this costs one more upstream read (by reference), once per order per request.",
-      resolve: async (parent, _args, ctx) => (await styleSource(parent, ctx)).style,
-    }),
-    rawStyle: t.string({
-      nullable: true,
-      description:
-        'The style string exactly as the upstream sent it (for a partner order, from its read by partner reference, as `style`).',
-      resolve: async (parent, _args, ctx) => (await styleSource(parent, ctx)).rawStyle,
-    }),
-    package: t.field({ type: PackageRef, description: 'What is being delivered.', resolve: read('package') }),
-    courier: t.field({
-      type: CourierRef,
-      nullable: true,
-      description: 'The courier; null until one is assigned.',
-      resolve: read('courier'),
-    }),
-    proofOfDelivery: t.field({
-      type: ProofOfDeliveryRef,
-      nullable: true,
-      description: 'Photo and signature collected at the dropoff.',
-      resolve: read('proofOfDelivery'),
-    }),
-    cancellationReason: t.string({
-      nullable: true,
-      description: 'Why the delivery was canceled.',
-      resolve: read('cancellationReason'),
-    }),
-    expectedCancellationFee: t.field({
-      type: MoneyRef,
-      nullable: true,
-      description: 'Fee expected if the delivery were canceled now; null when none is known, or no currency for it.',
-      resolve: read('expectedCancellationFee'),
-    }),
-    trackingUrl: t.string({
-      nullable: true,
-      description:
-        "The upstream's own public tracking page for this delivery, no login needed (tracking_link / tracking_url), on the upstream's site (with the embedded sandbox, the sandbox's port). Not this service's live page, which is `/#uid=<uid>` on the facade (for a customer, `/#token=<client token>`: see createClientToken).",
-      // A booking known from its webhook (a lost create answer) has no tracking link yet: read it.
-      resolve: (d, args, ctx) =>
-        isStub(d) && d.trackingUrl === null ? read('trackingUrl')(d, args, ctx) : d.trackingUrl,
-    }),
-    payload: t.field({
-      type: 'JSON',
-      nullable: true,
-      description:
-        "platform_payload or partner_payload, exactly as supplied (without the facade's idempotency marker, see createDelivery.idempotencyKey).",
-      resolve: read('payload'),
-    }),
-    partnerReference: t.string({
-      nullable: true,
-      description: "The partner group's own reference of the order.",
-      resolve: read('partnerReference'),
-    }),
   }),
 });
+
+// When: the scheduled date and windows, the estimate, on demand or scheduled.
+builder.objectFields(DeliveryRef, (t) => ({
+  deliveryDate: t.field({
+    type: 'Date',
+    nullable: true,
+    description: 'Scheduled date, a UTC date (the upstream reads and writes every date in UTC).',
+    resolve: read('deliveryDate'),
+  }),
+  scheduledAt: t.field({
+    type: 'DateTime',
+    nullable: true,
+    description:
+      'The scheduled date with its time of day, in UTC, as a read of the delivery gives it (the upstream sends a full datetime there); null where only the date is known, as in a webhook event.',
+    resolve: read('scheduledAt'),
+  }),
+  deliveryStartTime: t.field({
+    type: 'DateTime',
+    nullable: true,
+    description: 'Start of the delivery window (partner group).',
+    resolve: read('deliveryStartTime'),
+  }),
+  deliveryEndTime: t.field({
+    type: 'DateTime',
+    nullable: true,
+    description: 'End of the dropoff window.',
+    resolve: read('deliveryEndTime'),
+  }),
+  estimatedDropoffAt: t.field({
+    type: 'DateTime',
+    nullable: true,
+    description: 'Estimated arrival at the dropoff (dropoff_time_estimated).',
+    resolve: read('estimatedDropoffAt'),
+  }),
+  mode: t.field({
+    type: DeliveryModeEnum,
+    nullable: true,
+    description: 'On demand (NOW) or SCHEDULED.',
+    resolve: read('mode'),
+  }),
+}));
+
+// How it is handled and by whom, how it ended, and the links and references that come with it.
+builder.objectFields(DeliveryRef, (t) => ({
+  style: t.field({
+    type: DeliveryStyleEnum,
+    nullable: true,
+    description:
+      "Handling style; OTHER for styles the facade does not know. A partner order's read by uid has no style upstream, so for a partner order with a partnerReference selecting this costs one more upstream read (by reference), once per order per request.",
+    resolve: async (parent, _args, ctx) => (await styleSource(parent, ctx)).style,
+  }),
+  rawStyle: t.string({
+    nullable: true,
+    description:
+      'The style string exactly as the upstream sent it (for a partner order, from its read by partner reference, as `style`).',
+    resolve: async (parent, _args, ctx) => (await styleSource(parent, ctx)).rawStyle,
+  }),
+  package: t.field({ type: PackageRef, description: 'What is being delivered.', resolve: read('package') }),
+  courier: t.field({
+    type: CourierRef,
+    nullable: true,
+    description: 'The courier; null until one is assigned.',
+    resolve: read('courier'),
+  }),
+  proofOfDelivery: t.field({
+    type: ProofOfDeliveryRef,
+    nullable: true,
+    description: 'Photo and signature collected at the dropoff.',
+    resolve: read('proofOfDelivery'),
+  }),
+  cancellationReason: t.string({
+    nullable: true,
+    description: 'Why the delivery was canceled.',
+    resolve: read('cancellationReason'),
+  }),
+  expectedCancellationFee: t.field({
+    type: MoneyRef,
+    nullable: true,
+    description: 'Fee expected if the delivery were canceled now; null when none is known, or no currency for it.',
+    resolve: read('expectedCancellationFee'),
+  }),
+  trackingUrl: t.string({
+    nullable: true,
+    description:
+      "The upstream's own public tracking page for this delivery, no login needed (tracking_link / tracking_url), on the upstream's site (with the embedded sandbox, the sandbox's port). Not this service's live page, which is `/#uid=<uid>` on the facade (for a customer, `/#token=<client token>`: see createClientToken).",
+    // A booking known from its webhook (a lost create answer) has no tracking link yet: read it.
+    resolve: (d, args, ctx) =>
+      isStub(d) && d.trackingUrl === null ? read('trackingUrl')(d, args, ctx) : d.trackingUrl,
+  }),
+  payload: t.field({
+    type: 'JSON',
+    nullable: true,
+    description:
+      "platform_payload or partner_payload, exactly as supplied (without the facade's idempotency marker, see createDelivery.idempotencyKey).",
+    resolve: read('payload'),
+  }),
+  partnerReference: t.string({
+    nullable: true,
+    description: "The partner group's own reference of the order.",
+    resolve: read('partnerReference'),
+  }),
+}));
 
 builder.queryFields((t) => ({
   delivery: t.field({
@@ -282,8 +291,8 @@ builder.queryFields((t) => ({
         );
         // The upstream answers this read for the caller's merchant alone, whatever its read scope: the order is the
         // caller's, and the answer a merchant-scoped proof, which replaces a record learned from a read
-        // (src/access/owners.ts).
-        ctx.services.owners.learn(order.uid, await ctx.merchant(), 'PARTNER', 'reference');
+        // (src/access/prove.ts).
+        recordProof(ctx.services.owners, await ctx.merchant(), order.uid, 'PARTNER', 'reference');
         // Prime the loader so a later read of the same uid in this request is free.
         ctx.deliveryLoader('PARTNER').prime(order.uid, order);
         return order;

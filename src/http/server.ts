@@ -482,7 +482,11 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
       draining = true;
       await ws.close();
       const closed = fronts.close();
-      for (const each of servers) each.closeIdleConnections();
+      for (const each of servers) {
+        each.closeIdleConnections();
+        // An answer begun before the stop carries no `connection: close`: its connection ends as soon as it is sent.
+        each.keepAliveTimeout = 1;
+      }
       const grace = setTimeout(() => {
         for (const each of servers) each.closeAllConnections();
       }, config.shutdownGraceMs);

@@ -196,45 +196,52 @@ function blank(value: string | null | undefined): boolean {
   return value === undefined || value === null || value.trim() === '';
 }
 
+/** Where a check reports a problem: its input path below `input.`, and what is wrong. */
+type Report = (path: string, message: string) => void;
+
 /** Checks the input against the rules of `group`; returns every problem found. */
 export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): FieldProblem[] {
   const problems: FieldProblem[] = [];
-  const problem = (path: string, message: string) => problems.push({ path: `input.${path}`, message });
-  const required = (path: string, value: string | null | undefined) => {
-    if (blank(value)) problem(path, 'is required');
-  };
-
-  // `at` is the input path of the address given: `address`, or the dropoff's `addressParts`.
-  const checkAddress = (at: string, address: AddressPartsInput, streetCityCountry: string | null) => {
-    for (const part of ['street', 'city', 'country'] as const) {
-      if (streetCityCountry !== null) {
-        if (blank(address[part])) problem(`${at}.${part}`, streetCityCountry);
-      } else if (address[part] != null && blank(address[part])) {
-        problem(`${at}.${part}`, 'must not be blank (leave it out instead)');
-      }
+  const problem: Report = (path, message) => problems.push({ path: `input.${path}`, message });
+  checkStops(input, group, problem);
+  if (group === 'PARTNER' && blank(input.currency)) problem('currency', 'is required');
+  if (!blank(input.currency) && !/^[A-Za-z]{3}$/.test(input.currency!))
+    problem('currency', 'must be a three-letter ISO 4217 code');
+  checkSchedule(input, problem);
+  checkStyle(input, problem);
+  if (group === 'PLATFORM') {
+    for (const field of ['deliveryStartTime', 'deliveryEndTime', 'partnerReference'] as const) {
+      if (input[field] != null) problem(field, 'is only accepted on the PARTNER group');
     }
-    if (address.latitude != null && !(address.latitude >= -90 && address.latitude <= 90))
-      problem(`${at}.latitude`, 'must be between -90 and 90');
-    if (address.longitude != null && !(address.longitude >= -180 && address.longitude <= 180))
-      problem(`${at}.longitude`, 'must be between -180 and 180');
-  };
+  }
+  if (input.payload != null && !isJsonObject(input.payload)) problem('payload', 'must be a JSON object');
+  // The facade marks bookings there (src/domain/booking-marker.ts); a client's own mark would pass for one.
+  else if (input.payload != null && BOOKING_MARKER_FIELD in input.payload)
+    problem('payload', `may not use the key ${BOOKING_MARKER_FIELD}: the facade reserves it`);
+  checkAmounts(input, problem);
+  checkCounts(input, problem);
+  checkSizes(input, problem);
+  return problems;
+}
 
-  const { pickup, dropoff } = input;
-  required('pickup.name', pickup.name);
-  required('dropoff.name', dropoff.name);
-  if (pickup.address) checkAddress('pickup.address', pickup.address, 'is required');
+/** The pickup and the dropoff: names, addresses (or the dropoff's address parts), emails, the pickup's own bounds. */
+function checkStops({ pickup, dropoff }: DeliveryInput, group: ApiGroup, problem: Report): void {
+  if (blank(pickup.name)) problem('pickup.name', 'is required');
+  if (blank(dropoff.name)) problem('dropoff.name', 'is required');
+  if (pickup.address) checkAddress('pickup.address', pickup.address, 'is required', problem);
   else problem('pickup.address', 'is required');
   if (pickup.addressParts != null)
     problem('pickup.addressParts', 'is only for the dropoff; the pickup needs address (street, city and country)');
   if (dropoff.address && dropoff.addressParts)
     problem('dropoff.addressParts', 'must not be given together with address; send one of them');
-  else if (dropoff.address) checkAddress('dropoff.address', dropoff.address, 'is required');
+  else if (dropoff.address) checkAddress('dropoff.address', dropoff.address, 'is required', problem);
   // The partner group's dropoff address fields are all optional; the platform group's street, city and country are not.
   else if (dropoff.addressParts)
     checkAddress(
       'dropoff.addressParts',
       dropoff.addressParts,
       group === 'PLATFORM' ? 'is required on the PLATFORM group' : null,
+      problem,
     );
   else if (group === 'PLATFORM') problem('dropoff.address', 'is required on the PLATFORM group');
   if (blank(pickup.email)) problem('pickup.email', 'is required (the contact email of the pickup)');
@@ -249,11 +256,29 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
   if (pickup.instructions != null && pickup.instructions.length > PICKUP_INSTRUCTIONS_MAX) {
     problem('pickup.instructions', `must be at most ${PICKUP_INSTRUCTIONS_MAX} characters`);
   }
+}
 
-  if (group === 'PARTNER') required('currency', input.currency);
-  if (!blank(input.currency) && !/^[A-Za-z]{3}$/.test(input.currency!))
-    problem('currency', 'must be a three-letter ISO 4217 code');
+/**
+ * One address; `at` is its input path (`address`, or the dropoff's `addressParts`). `streetCityCountry` is the problem
+ * when one of those is missing, or null where each may be left out (but not sent blank).
+ */
+function checkAddress(at: string, address: AddressPartsInput, streetCityCountry: string | null, problem: Report): void {
+  for (const part of ['street', 'city', 'country'] as const) {
+    if (streetCityCountry !== null) {
+      if (blank(address[part])) problem(`${at}.${part}`, streetCityCountry);
+    } else if (address[part] != null && blank(address[part])) {
+      problem(`${at}.${part}`, 'must not be blank (leave it out instead)');
+    }
+  }
+  if (address.latitude != null && !(address.latitude >= -90 && address.latitude <= 90))
+    problem(`${at}.latitude`, 'must be between -90 and 90');
+  if (address.longitude != null && !(address.longitude >= -180 && address.longitude <= 180))
+    problem(`${at}.longitude`, 'must be between -180 and 180');
+}
 
+/** When: the dropoff window a scheduled delivery needs, and a delivery date that agrees with it. */
+function checkSchedule(input: DeliveryInput, problem: Report): void {
+  const { dropoff } = input;
   const mode = input.mode ?? 'SCHEDULED';
   if (mode !== 'NOW' && !dropoff.windowStart) problem('dropoff.windowStart', 'is required unless mode is NOW');
   // Without a window start there is nothing to take the date from (see deliveryDateOf).
@@ -276,7 +301,10 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
       `falls on ${windowDate} in UTC, not on deliveryDate ${input.deliveryDate}; send deliveryDate ${windowDate}, or leave it out`,
     );
   }
+}
 
+/** The style asked for: `style` or `rawStyle`, never both, and the vehicle size OVERSIZE needs. */
+function checkStyle(input: DeliveryInput, problem: Report): void {
   if (input.style === 'OTHER')
     problem('style', 'OTHER is only read, never requested; send a style enabled for your platform as rawStyle');
   if (input.rawStyle != null) {
@@ -288,19 +316,13 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
   // Which sizes are "an SUV or larger" is the upstream's to judge: the document names no list.
   if (requestedStyle(input).style === 'OVERSIZE' && blank(input.minimumVehicleSize))
     problem('minimumVehicleSize', 'is required for the OVERSIZE style');
+}
 
-  if (group === 'PLATFORM') {
-    for (const field of ['deliveryStartTime', 'deliveryEndTime', 'partnerReference'] as const) {
-      if (input[field] != null) problem(field, 'is only accepted on the PARTNER group');
-    }
-  }
-  if (input.payload != null && !isJsonObject(input.payload)) problem('payload', 'must be a JSON object');
-  // The facade marks bookings there (src/domain/booking-marker.ts); a client's own mark would pass for one.
-  else if (input.payload != null && BOOKING_MARKER_FIELD in input.payload)
-    problem('payload', `may not use the key ${BOOKING_MARKER_FIELD}: the facade reserves it`);
-
-  // Every request amount may go out in cents (UPSTREAM_AMOUNT_UNIT, UPSTREAM_ITEM_PRICE_UNIT), so each obeys the same
-  // rules.
+/**
+ * The tip, the declared value and item prices. Every request amount may go out in cents (UPSTREAM_AMOUNT_UNIT,
+ * UPSTREAM_ITEM_PRICE_UNIT), so each obeys the same rules.
+ */
+function checkAmounts(input: DeliveryInput, problem: Report): void {
   const amounts: Array<[string, string | null | undefined]> = [
     ['tip', input.tip],
     ['declaredValue', input.declaredValue],
@@ -323,6 +345,10 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
     // Cents must stay an exact JSON integer.
     if (amount.abs().greaterThan(MAX_AMOUNT)) problem(path, `must be at most ${MAX_AMOUNT.toFixed(2)}`);
   }
+}
+
+/** The item count, the weight and each item's quantity: finite, not negative. */
+function checkCounts(input: DeliveryInput, problem: Report): void {
   const finite = (path: string, value: number | null | undefined, nonNegative = true) => {
     if (value == null) return;
     if (!Number.isFinite(value)) problem(path, 'must be a finite number');
@@ -331,8 +357,6 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
   finite('itemsCount', input.itemsCount);
   finite('weight', input.weight);
   input.items?.forEach((item, index) => finite(`items.${index}.quantity`, item.quantity));
-  checkSizes(input, problem);
-  return problems;
 }
 
 /**
@@ -340,7 +364,7 @@ export function validateDeliveryInput(input: DeliveryInput, group: ApiGroup): Fi
  * fields in every webhook, whose token travels in one HTTP header, and the facade
  * stores each event. Each oversized field is named; nothing is truncated.
  */
-function checkSizes(input: DeliveryInput, problem: (path: string, message: string) => void): void {
+function checkSizes(input: DeliveryInput, problem: Report): void {
   const text = (path: string, value: string | null | undefined, max: number) => {
     if (value != null && value.length > max) problem(path, `must be at most ${max} characters (got ${value.length})`);
   };

@@ -1,4 +1,4 @@
-// GET /metrics for a running app: which part feeds which counters and gauges.
+// GET /metrics for a running app: which part feeds which counters and gauges; and tracing, when it is on.
 // In production /metrics is served only where asked for (METRICS_PORT,
 // METRICS_TOKEN): otherwise nothing is collected, and start-up says so.
 import type { Config } from '../config.js';
@@ -13,6 +13,7 @@ import type { Realtime } from '../realtime/start.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { WebhookReceiver } from '../webhooks/receiver.js';
 import { createMetrics, type Metrics } from './metrics.js';
+import type { SpanExporterLike, Tracing } from './tracing.js';
 
 /** The parts of the app /metrics reports on. */
 export interface MeteredParts {
@@ -67,4 +68,19 @@ export function startMetrics(
   // Its event-loop sampler runs until the app stops.
   teardown.add('metrics', () => metrics.stop());
   return metrics;
+}
+
+/**
+ * OpenTelemetry tracing when it is on, started before anything runs so that its context manager is in place; nothing of
+ * it loads when it is off.
+ */
+export async function startConfiguredTracing(
+  config: Config,
+  teardown: Teardown,
+  spanExporter?: SpanExporterLike,
+): Promise<Tracing | undefined> {
+  if (!config.tracing.enabled) return undefined;
+  const tracing = await (await import('./tracing.js')).startTracing(config.tracing, spanExporter);
+  teardown.add('tracing', () => tracing.shutdown());
+  return tracing;
 }

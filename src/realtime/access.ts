@@ -1,22 +1,15 @@
-// Who may see which delivery's events, by the one rule of src/access/owners.ts:
-// a merchant may see a delivery recorded as its own at no upstream cost. A
-// delivery recorded as another merchant's costs what an unknown one does when
-// the client named it (src/access/probe.ts: nothing tells the two apart), and
-// nothing when it merely passes an unfiltered deliveryEvents. A delivery with no
-// record that decides is asked of the upstream: on a key-scoped upstream a read
-// (platform, then partner) decides; on a platform-scoped one no read by uid
-// proves anything, so only a partner order can be proven, by its reference read
-// with the caller's key. A subscription pays for each such check from its allowance.
-// Answers are cached per (merchant, uid); nothing is shared across merchants.
-// An operator's claim of a uid, once this instance has learned it (Owners
-// noticeClaims, within CLAIM_CHECK_MS), makes every answer cached about that uid
-// before then out of date: it is asked again, and a stream that named the uid
-// asks again before its next event (stillReadable).
-import { fromPartnerOrder } from '../mapping/delivery.js';
-import { NotFoundError } from '../errors.js';
-import { type OwnerGroup, type Store } from '../store/store.js';
-import { Owners, type OwnerVerdict } from '../access/owners.js';
-import { ownedByReference, readAsCaller } from '../access/probe.js';
+// Who may see which delivery's events: proven by src/access/prove.ts (a
+// subscription's uid as a `check`, an event an unfiltered deliveryEvents meets as
+// a `pass`). What is this caller's alone stays here: answers cached per
+// (merchant, uid), nothing shared across merchants; concurrent checks of one
+// claim shared; and what a subscription may spend on upstream checks (its
+// allowance). An operator's claim of a uid, once this instance has learned it
+// (Owners noticeClaims, within CLAIM_CHECK_MS), makes every answer cached about
+// that uid before then out of date: it is asked again, and a stream that named
+// the uid asks again before its next event (stillReadable).
+import type { Store } from '../store/store.js';
+import { Owners } from '../access/owners.js';
+import { proveAccess, type AccessAnswer, type AccessClaim } from '../access/prove.js';
 import type { Logger } from '../logger.js';
 import type { Upstream } from '../upstream/clients.js';
 
@@ -136,7 +129,8 @@ export class ReadAccess {
   readonly #logger: Logger | undefined;
   /** Answers by `<merchant>:<uid>`: when each was cached, and until when it holds. */
   readonly #cache = new Map<string, { allowed: boolean; at: number; expires: number }>();
-  readonly #pending = new Map<string, Promise<OwnerGroup | undefined>>();
+  /** Checks under way, by purpose, merchant and uid. */
+  readonly #checks = new Map<string, Promise<AccessAnswer>>();
   readonly counters: AccessCounters = {
     checks: { allowed: 0, denied: 0, failed: 0 },
     withheld: { subscription: 0, rate_limit: 0 },
@@ -181,53 +175,36 @@ export class ReadAccess {
   }
 
   /**
-   * Whether the key may see the delivery's events. Cached answers, the caller's
-   * own records, and another merchant's met in passing cost nothing; anything
-   * else is asked of the upstream, after taking one check from `allowance` (when
-   * given): if it has none left, nothing is asked and the answer is why.
+   * Whether the key may see the delivery's events, as src/access/prove.ts proves it. Cached answers, the caller's own
+   * records, and another merchant's met in passing cost nothing; anything else is asked of the upstream, after taking
+   * one check from `allowance` (when given): if it has none left, nothing is asked and the answer is why.
    */
   canRead(key: string, uid: string): Promise<boolean>;
   canRead(key: string, uid: string, allowance: CheckAllowance | undefined): Promise<boolean | Withheld>;
   async canRead(key: string, uid: string, allowance?: CheckAllowance): Promise<boolean | Withheld> {
-    const owner = await this.merchantOf(key);
-    const entry = `${owner}:${uid}`;
+    const merchant = await this.merchantOf(key);
+    const entry = `${merchant}:${uid}`;
     const claims = this.#owners.noticeClaims();
     if (claims) await claims;
     // An answer is as old as the records it was judged by: a claim learned while it is made makes it out of date too.
     const judgedAt = Date.now();
     const cached = this.#cache.get(entry);
     if (cached && cached.expires > judgedAt && cached.at > this.#owners.claimedAt(uid)) return cached.allowed;
-    const { verdict } = await this.#owners.judgeOne(uid, owner);
-    // An event passing an unfiltered deliveryEvents: no client picked its uid, so nothing is told by skipping it
-    // unasked.
-    const passing = allowance !== undefined && !allowance.records;
-    if (verdict === 'own') {
-      this.#put(entry, true, RECORDED_TTL_MS, judgedAt);
-      return true;
+    // An event passing an unfiltered deliveryEvents: no client picked its uid.
+    const purpose = allowance !== undefined && !allowance.records ? 'pass' : 'check';
+    const claim = { key, merchant, uid, purpose } as const;
+    // A check under way for the same claim is shared at no cost; one another's allowance withheld is no answer.
+    let answer = await this.#checks.get(`${purpose}:${entry}`);
+    let withheld: Withheld | undefined;
+    if (!answer || (!answer.allowed && answer.withheld)) [answer, withheld] = await this.#check(claim, allowance);
+    if (withheld) return withheld;
+    // Refused unasked (another merchant's, met in passing) is not cached: a client naming the uid later must pay what
+    // an unknown uid does, not find a quick answer here.
+    if (answer.allowed || answer.upstreamRead) {
+      const ttl = !answer.allowed ? DENIED_TTL_MS : answer.upstreamRead ? ALLOWED_TTL_MS : RECORDED_TTL_MS;
+      this.#put(entry, answer.allowed, ttl, judgedAt);
     }
-    // Not cached: a client naming the uid later must pay what an unknown uid does, not find a quick answer here.
-    if (verdict === 'other' && passing) return false;
-    let pending = this.#pending.get(entry);
-    if (!pending) {
-      const withheld = await allowance?.take();
-      if (withheld) return withheld;
-      // Another caller may have started the same check meanwhile: share it (the check taken is spent all the same).
-      pending = this.#pending.get(entry);
-    }
-    if (!pending) {
-      pending = this.#ask(key, owner, uid, verdict).finally(() => this.#pending.delete(entry));
-      this.#pending.set(entry, pending);
-    }
-    const group = await pending;
-    // On a key-scoped upstream, a merchant it lets read the delivery is recorded as its owner (no instance asks
-    // again), unless the check was only for an event passing an unfiltered deliveryEvents; a partner order proven
-    // by its reference was recorded by the check. The answer stands without the record: a store that cannot write
-    // it only costs a later check.
-    if (group && verdict === 'unknown' && this.#owners.scope === 'key' && !passing)
-      this.#owners.learn(uid, owner, group, 'read');
-    const allowed = group !== undefined;
-    this.#put(entry, allowed, allowed ? ALLOWED_TTL_MS : DENIED_TTL_MS, judgedAt);
-    return allowed;
+    return answer.allowed;
   }
 
   /**
@@ -256,46 +233,38 @@ export class ReadAccess {
   }
 
   /**
-   * One upstream check, for a delivery no record decides for this merchant, counted by what it found: the group it was
-   * found in.
+   * One claim proven, shared with concurrent askers of the same; an upstream check it makes is paid from `allowance`
+   * and counted by what it found.
    */
-  async #ask(key: string, owner: string, uid: string, verdict: OwnerVerdict): Promise<OwnerGroup | undefined> {
+  async #check(
+    claim: AccessClaim,
+    allowance: CheckAllowance | undefined,
+  ): Promise<[AccessAnswer, Withheld | undefined]> {
+    const shared = `${claim.purpose}:${claim.merchant}:${claim.uid}`;
+    let withheld: Withheld | undefined;
+    let asked = false;
+    const mayAsk = async () => {
+      withheld = await allowance?.take();
+      asked = withheld === undefined;
+      return asked;
+    };
+    const check = proveAccess(this.#owners, this.#upstream, claim, { mayAsk }).then(
+      (answer) => {
+        if (answer.upstreamRead) this.counters.checks[answer.allowed ? 'allowed' : 'denied'] += 1;
+        return answer;
+      },
+      (error: unknown) => {
+        // The upstream could not say (down, timing out, the key refused).
+        if (asked) this.counters.checks.failed += 1;
+        throw error;
+      },
+    );
+    this.#checks.set(shared, check);
     try {
-      const group = await this.#readable(key, owner, uid, verdict);
-      this.counters.checks[group ? 'allowed' : 'denied'] += 1;
-      return group;
-    } catch (error) {
-      this.counters.checks.failed += 1;
-      throw error;
+      return [await check, withheld];
+    } finally {
+      if (this.#checks.get(shared) === check) this.#checks.delete(shared);
     }
-  }
-
-  /**
-   * The group in which the merchant may read the uid, undefined when in none.
-   * Key scope: where the key's read succeeds, platform then partner. Platform
-   * scope: a read by uid proves nothing, so only a partner order can be the
-   * caller's, proven by its reference (and recorded); the platform group is not
-   * asked. Another merchant's uid is read as an unknown one (src/access/probe.ts).
-   */
-  async #readable(key: string, owner: string, uid: string, verdict: OwnerVerdict): Promise<OwnerGroup | undefined> {
-    const scope = this.#owners.scope;
-    for (const group of scope === 'key' ? (['PLATFORM', 'PARTNER'] as const) : (['PARTNER'] as const)) {
-      let delivery;
-      try {
-        delivery = await readAsCaller(this.#upstream, scope, verdict, key, uid, group);
-      } catch (error) {
-        // Not found in one group: try the other. Anything else is not an answer.
-        if (!(error instanceof NotFoundError)) throw error;
-        continue;
-      }
-      if (scope === 'key') return group;
-      const byReference = async (reference: string) =>
-        fromPartnerOrder(await this.#upstream.partner.getOrderByReference(key, reference));
-      if (!(await ownedByReference(delivery, byReference))) return undefined;
-      this.#owners.learn(uid, owner, group, 'reference');
-      return group;
-    }
-    return undefined;
   }
 
   #put(entry: string, allowed: boolean, ttlMs: number, at: number): void {

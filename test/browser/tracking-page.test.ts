@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
 import { chromiumAvailable, launchBrowser } from '../helpers/browser.js';
-import { deliveryInput, makeDataDir } from '../helpers/stack.js';
+import { deliveryInput, KEYLESS_BUDGETS_OFF, makeDataDir } from '../helpers/stack.js';
 
 const STEP_MS = 250;
 const SCREENSHOT = path.resolve('test-results/tracking-page.png');
@@ -35,6 +35,7 @@ describe.runIf(chromiumAvailable('tracking-page.test.ts'))('live tracking page i
         SANDBOX_PORT: '0',
         SANDBOX_STEP_MS: String(STEP_MS),
         SANDBOX_RETURN_RATE: '0',
+        ...KEYLESS_BUDGETS_OFF,
         DATA_DIR: dataDir,
         LOG_LEVEL: 'silent',
       }),

@@ -391,7 +391,7 @@ describe('amplification: the cost limit', () => {
     it("the tracking page's read and GraphiQL's examples", async () => {
       const track = await post(
         stack.app.url,
-        { query: operationIn('src/web/client/main.ts', 'TRACK'), variables: { uid } },
+        { query: operationIn('src/web/client/operations.ts', 'TRACK'), variables: { uid } },
         stack.key,
       );
       expect(track.body.errors).toBeUndefined();

@@ -20,6 +20,7 @@ import { DEFAULT_PLATFORM_ID, startSandbox, type Sandbox } from '@delivery-graph
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
 import {
   deliveryInput,
+  KEYLESS_BUDGETS_OFF,
   partnerOrderBody,
   startStack,
   type GraphQLResponse,
@@ -459,6 +460,7 @@ describe.runIf(withRedis)('with REDIS_URL, two instances share one budget per ke
             UPSTREAM_CHECK_INTERVAL_MS: '3600000',
             RATE_LIMIT_PER_MINUTE: String(PER_KEY),
             AUTH_FAILURES_PER_MINUTE: String(PER_ADDRESS),
+            ...KEYLESS_BUDGETS_OFF,
             TRUST_PROXY: '1',
           }),
         ),

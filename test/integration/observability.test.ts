@@ -11,7 +11,7 @@ import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
 import { createLogger } from '../../src/logger.js';
 import { startSandbox, type Sandbox } from '@delivery-graph/sandbox';
-import { deliveryInput, makeDataDir } from '../helpers/stack.js';
+import { deliveryInput, KEYLESS_BUDGETS_OFF, makeDataDir } from '../helpers/stack.js';
 
 let sandbox: Sandbox;
 let app: App;
@@ -33,6 +33,7 @@ beforeAll(async () => {
     WEBHOOK_ISSUER: sandbox.issuer,
     DATA_DIR: dataDir,
     LOG_LEVEL: 'debug',
+    ...KEYLESS_BUDGETS_OFF,
   });
   // An in-memory destination: every line pino writes.
   app = await startApp(config, { logger: createLogger('debug', { write: (line: string) => void lines.push(line) }) });

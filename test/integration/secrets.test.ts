@@ -18,7 +18,7 @@ import { createLogger } from '../../src/logger.js';
 import { startSandbox, type Sandbox } from '@delivery-graph/sandbox';
 import { hashKey } from '../../src/domain/merchant-key.js';
 import { startFaultProxy, type FaultProxy } from '../helpers/fault-proxy.js';
-import { deliveryInput, partnerOrderBody } from '../helpers/stack.js';
+import { deliveryInput, KEYLESS_BUDGETS_OFF, partnerOrderBody } from '../helpers/stack.js';
 import { listenersAttached } from '../helpers/wait.js';
 
 const secret = (prefix: string) => `${prefix}_${randomBytes(16).toString('hex')}`;
@@ -76,6 +76,7 @@ beforeAll(async () => {
     WEBHOOK_ISSUER: sandbox.issuer,
     DATA_DIR: dataDir,
     UPSTREAM_TIMEOUT_MS: '1500',
+    ...KEYLESS_BUDGETS_OFF,
     LOG_LEVEL: 'trace',
   });
   const logger = createLogger('trace', { write: (line: string) => void logLines.push(line) });

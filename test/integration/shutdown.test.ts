@@ -176,4 +176,29 @@ describe('a graceful stop while webhooks keep coming', () => {
       await stack.stop();
     }
   });
+
+  it('does not wait out SHUTDOWN_GRACE_MS for an answer that was under way when the stop began', async () => {
+    // Begun before the stop, its answer carries no `connection: close`: its keep-alive connection must still end once
+    // the answer is sent, like the webhook the sandbox posts just as an operator restarts the facade.
+    const stack = await startStack({ env: { SHUTDOWN_GRACE_MS: '600000' }, faultProxy: true });
+    try {
+      let release!: () => void;
+      const released = new Promise<void>((resolve) => (release = resolve));
+      let reached!: () => void;
+      const atUpstream = new Promise<void>((resolve) => (reached = resolve));
+      stack.proxy!.fault = async () => {
+        reached();
+        await released;
+        return false;
+      };
+      const read = stack.gql('{ availability { group available } }');
+      await atUpstream;
+      const stopped = stack.app.stop();
+      release();
+      expect((await read).data.availability).toHaveLength(2);
+      await stopped;
+    } finally {
+      await stack.stop();
+    }
+  });
 });

@@ -1588,7 +1588,8 @@ describe('SqliteStore on a file from before proofs were timed', () => {
     old.exec(`CREATE TABLE ownership (uid TEXT PRIMARY KEY, owner_hash TEXT NOT NULL, created_at INTEGER NOT NULL,
       api_group TEXT, proof TEXT); CREATE INDEX ownership_by_time ON ownership (created_at);`);
     const insert = old.prepare("INSERT INTO ownership VALUES (?, 'owner', ?, 'PLATFORM', 'booked')");
-    insert.run('recent', Date.now());
+    // Made a second ago, so that a proof now is later by more than the clock's millisecond.
+    insert.run('recent', Date.now() - 1_000);
     insert.run('old', Date.now() - 5_000);
     old.close();
     const store = new SqliteStore(dir, { retention: { eventRetentionMs: 3_000, idempotencyRetentionMs: 3_000 } });

@@ -179,6 +179,35 @@ describe('composition roots', () => {
   });
 });
 
+describe('who owns a delivery', () => {
+  // Proven in one place (docs/architecture.md, "Who may see a delivery"): every way in asks proveAccess
+  // (src/access/prove.ts), and no other file learns an owner or judges a caller's claim to one uid.
+  const PROVER = path.join('access', 'prove.ts');
+  const calling = (pattern: RegExp) =>
+    sourceFiles(SRC)
+      .filter((file) => pattern.test(readFileSync(file, 'utf8')))
+      .map((file) => path.relative(SRC, file))
+      .sort();
+
+  it('is learned and judged for one uid by the proving path alone', () => {
+    expect(calling(/\bowners\.learn\(/)).toEqual([PROVER]);
+    expect(calling(/\.judgeOne\(/)).toEqual([PROVER]);
+    // The request's DataLoader judges its whole batch in one lookup, and hands each verdict to proveAccess.
+    expect(calling(/\bowners\.judge\(/)).toEqual([path.join('graphql', 'context.ts')]);
+  });
+
+  it('is asked of proveAccess by the DataLoader, ReadAccess and cancelDelivery', () => {
+    expect(calling(/\bproveAccess\(/)).toEqual(
+      [
+        PROVER,
+        path.join('graphql', 'context.ts'),
+        path.join('graphql', 'cancellation.ts'),
+        path.join('realtime', 'access.ts'),
+      ].sort(),
+    );
+  });
+});
+
 describe('the sandbox, a package of its own', () => {
   const dependencies = Object.keys(
     (JSON.parse(readFileSync(path.join(SANDBOX, 'package.json'), 'utf8')) as { dependencies: object }).dependencies,

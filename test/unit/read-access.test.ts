@@ -51,7 +51,7 @@ function setup(options: Setup = {}) {
     merchantLinks: async () => new Map(),
   } as unknown as Store;
   const asked: string[] = [];
-  // Any uid drawn by the facade (a read as an unknown uid, src/access/probe.ts) is recorded as "drawn".
+  // Any uid drawn by the facade (a read as an unknown uid, src/access/prove.ts) is recorded as "drawn".
   const named = (uid: string) =>
     uid.length === 36 && !options.readable?.includes(uid) && !records.has(uid) ? 'drawn' : uid;
   const read = (group: string) => async (key: string, uid: string) => {
