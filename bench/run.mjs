@@ -9,7 +9,8 @@
 // beside this one, in the same table (see attacks/front-door.mjs).
 // single-read, realtime, realtime-redis and fan-out take --baseline=<checkout> (its build side by side); the realtime
 // ones take --subscribers, --per-delivery, --rate and more (see scenarios/realtime.mjs); realtime-scale and
-// realtime-redis-scale are their 10,000- and 20,000-subscriber variants.
+// realtime-redis-scale are their 10,000- and 20,000-subscriber variants, realtime-one the common case (one
+// subscriber per delivery, 1,000 webhooks/s); --perf writes where their CPU goes (Linux perf).
 // --profile (or BENCH_PROFILE=<dir>): every facade started runs under --cpu-prof and
 // writes a .cpuprofile into the directory (bench/profiles/ by default, not committed) when it stops.
 import path from 'node:path';
@@ -17,6 +18,7 @@ import { singleRead } from './scenarios/single-read.mjs';
 import { batchRead } from './scenarios/batch-read.mjs';
 import {
   realtime,
+  realtimeOne,
   realtimeScale,
   realtimeRedis,
   realtimeRedisScale,
@@ -38,6 +40,7 @@ const SCENARIOS = {
   'single-read': singleRead,
   'batch-read': batchRead,
   realtime,
+  'realtime-one': realtimeOne,
   'realtime-redis': realtimeRedis,
   'fan-out': fanOut,
   startup,
@@ -63,6 +66,8 @@ const quick = args.includes('--quick');
 const flags = Object.fromEntries(
   args.filter((arg) => /^--[\w-]+=/.test(arg)).map((arg) => arg.slice(2).split(/=(.*)/s, 2)),
 );
+// --perf (the realtime scenarios): where each facade's CPU goes, sampled by Linux perf (bench/lib/perf.mjs).
+if (args.includes('--perf')) flags.perf = 'on';
 const chosen = args.filter((arg) => !arg.startsWith('--'));
 const unknown = chosen.filter((name) => !(name in SCENARIOS) && !(name in ON_DEMAND));
 if (unknown.length > 0) {

@@ -31,7 +31,8 @@ import { RedisStore } from './store/redis.js';
 import { SqliteStore } from './store/sqlite.js';
 import type { Store } from './store/store.js';
 import { createUpstream } from './upstream/clients.js';
-import { AppendBatcher, type WebhookReceiver } from './webhooks/receiver.js';
+import { AppendBatcher } from './webhooks/group-commit.js';
+import type { WebhookReceiver } from './webhooks/receiver.js';
 import { startWebhooks } from './webhooks/start.js';
 import { createGraphiQL, renderGraphiQLPage } from './web/graphiql.js';
 import { createTrackingPage } from './web/page.js';
@@ -196,7 +197,7 @@ async function startServices(
   teardown.add('owner records', () => owners.flush());
   // Webhooks and reconciliation store events through one batcher: one log order, publications in it.
   const batcher = new AppendBatcher(store, bus, (error) => logger.error({ err: error }, 'stored event not published'));
-  const append: RealtimeDeps['append'] = (payload, receivedAt) => batcher.append(payload, receivedAt);
+  const append: RealtimeDeps['append'] = (payload, receivedAt, onlyIf) => batcher.appendIf(payload, receivedAt, onlyIf);
   // Reconciliation, key re-confirmation, read access, subscription caps, event pages, fan-out (realtime/start.ts).
   const realtime = startRealtime({ config, store, upstream, bus, merchants, owners, append, onRead, logger }, teardown);
   const clientTokens = new ClientTokens(clientTokenSecrets(config.clientTokenSecrets, config.dataDir));

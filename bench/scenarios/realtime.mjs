@@ -18,13 +18,17 @@
 //   --subscriber-processes=N   processes holding the fleet (one per 5,000 subscribers)
 //   realtime-redis only: --subscribers-on=B|both   the fleet on instance B, or half on each
 // `realtime-scale` and `realtime-redis-scale` are the 10,000 (one instance) and 20,000
-// (two instances on Redis, half on each) variants: 100 per delivery at 100 events/s.
+// (two instances on Redis, half on each) variants: 100 per delivery at 100 events/s;
+// `realtime-one` is the common case: 1,000 deliveries, one subscriber each, 1,000 events/s.
+// --perf: where each facade's CPU goes, by thread and part of the path (bench/lib/perf.mjs).
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
 import os from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { describeAgreement } from '../lib/clock.mjs';
 import { startFacade, startRedis, startReplica, startUpstream } from '../lib/contenders.mjs';
-import { cpuMeter, describeCpu } from '../lib/cpu.mjs';
+import { cpuMeter, describeCpu, threadMeter } from '../lib/cpu.mjs';
+import { microsecondsByPart, OTHER, PARTS, perfAvailable, splitPerf, startPerf } from '../lib/perf.mjs';
 import { startFleet } from '../lib/fleet.mjs';
 import { describeLoopDelay, describeLoopDelays, loopDelayWindow, worstLoopDelay } from '../lib/loop-delay.mjs';
 import { sleep } from '../lib/proc.mjs';
@@ -70,9 +74,13 @@ function runOptions(flags, quick, defaults = {}) {
     processes:
       merged['subscriber-processes'] === undefined ? undefined : positiveInteger(merged, 'subscriber-processes', 1),
     subscribersOn: merged['subscribers-on'] ?? 'B',
+    /** --perf: each facade sampled by Linux perf during each measured run (bench/lib/perf.mjs). */
+    perf: merged.perf !== undefined,
     baselineDir,
     /** The recorded goals' shape: 1,000 subscribers, 10 per delivery, 500/s. */
     standard: subscribers === 1000 && perDelivery === 10 && positiveInteger(merged, 'rate', 500) === 500,
+    /** The common case: 1,000 deliveries, one subscriber each (a tracking page), 1,000/s. */
+    one: subscribers === 1000 && perDelivery === 1 && positiveInteger(merged, 'rate', 500) === 1000,
     scale:
       subscribers === (defaults.scaleSubscribers ?? 10_000) &&
       perDelivery === 100 &&
@@ -82,13 +90,15 @@ function runOptions(flags, quick, defaults = {}) {
 
 /** This checkout's build, and the baseline's when asked for: what startFacade needs to run each. */
 function builds(options) {
-  const own = [{ name: 'this checkout', start: {} }];
+  // With --perf, JIT frames get their names in perf's samples.
+  const execArgv = options.perf ? ['--perf-basic-prof'] : [];
+  const own = [{ name: 'this checkout', start: { execArgv } }];
   if (!options.baselineDir) return own;
   return [
     ...own,
     {
       name: basename(options.baselineDir),
-      start: { entry: join(options.baselineDir, 'dist/main.js'), cwd: options.baselineDir },
+      start: { entry: join(options.baselineDir, 'dist/main.js'), cwd: options.baselineDir, execArgv },
     },
   ];
 }
@@ -226,9 +236,17 @@ async function measureDelivery({ options, contender, poster, uids, round, p99Goa
 
     const loop = await loopDelayWindow(contender.facades);
     const cpu = cpuMeter([...contender.servers, ...fleet.processes, { name: 'poster', pid: poster.pid }]);
+    const threads = contender.facades.map(({ pid }) => threadMeter(pid));
+    const perfDir = options.perf ? mkdtempSync(join(os.tmpdir(), 'dg-perf-')) : undefined;
+    const perfs = perfDir
+      ? contender.facades.map(({ pid, name }) => ({ pid, file: join(perfDir, `${name}.data`) }))
+      : [];
+    const samplers = perfs.map(({ pid, file }) => startPerf(pid, file));
     const run = await poster.call('openLoop', { name: `run-${round}`, rate: options.rate });
     const arrived = await fleet.waitForEvents({ acked: run.acked, before, timeoutMs: 60_000 });
     const cpuUsed = cpu.stop();
+    const byThread = threads.map((meter) => meter.stop());
+    await Promise.all(samplers.map((sampler) => sampler.stop()));
     const loopDelay = await loop.stop();
     // A moment more, so that a duplicate or a stray message after the last expected one is counted too.
     await sleep(200);
@@ -241,7 +259,30 @@ async function measureDelivery({ options, contender, poster, uids, round, p99Goa
     // The facades' CPU (all their threads: the SQLite writer, libuv's pool, V8's helpers) per message delivered.
     const facadeMs = contender.facades.reduce((sum, { name }) => sum + cpuUsed.msByName[name], 0);
     const usPerMessage = (facadeMs * 1000) / Math.max(1, delivery.delivered);
+    const perMessage = (pick) =>
+      (byThread.reduce((sum, t) => sum + pick(t), 0) * 1000) / Math.max(1, delivery.delivered);
+    // Each facade's samples, scaled to what each of its threads used per message; summed over the facades.
+    const where = {};
+    perfs.forEach(({ pid, file }, k) => {
+      const t = byThread[k];
+      const us = (ms) => (ms * 1000) / Math.max(1, delivery.delivered);
+      const parts = microsecondsByPart(splitPerf(file, pid, t.writerTid), {
+        main: us(t.main),
+        writer: us(t.writer),
+        rest: us(t.rest),
+      });
+      for (const [thread, byPart] of Object.entries(parts)) {
+        where[thread] ??= {};
+        for (const [part, value] of Object.entries(byPart)) where[thread][part] = (where[thread][part] ?? 0) + value;
+      }
+    });
     return {
+      where: perfs.length > 0 ? where : undefined,
+      threads: {
+        main: perMessage((t) => t.main),
+        writer: perMessage((t) => t.writer),
+        rest: perMessage((t) => t.rest),
+      },
       run,
       delivery,
       clocks,
@@ -268,7 +309,7 @@ async function measureRounds({ options, contenders, privateKeyPem, p99Goal }) {
         const m = await measureDelivery({ options, contender, poster, uids, round, p99Goal });
         runs[contender.name].push(m);
         console.log(
-          `  ${contender.name}, round ${round + 1}: p50 ${fmt(m.delivery.p50, 2)} / p99 ${fmt(m.delivery.p99, 2)} ms, ${m.delivery.lost} lost, ${fmt(m.usPerMessage, 1)} µs per message, loop ${describeLoopDelay(m.worstLoop)}`,
+          `  ${contender.name}, round ${round + 1}: p50 ${fmt(m.delivery.p50, 2)} / p99 ${fmt(m.delivery.p99, 2)} ms, ${m.delivery.lost} lost, ${fmt(m.usPerMessage, 1)} µs per message (threads ${fmt(m.threads.main, 0)} / ${fmt(m.threads.writer, 0)} / ${fmt(m.threads.rest, 0)}), loop ${describeLoopDelay(m.worstLoop)}, other load ${fmt(m.cpu.others, 0)} %`,
         );
       }
     }
@@ -352,6 +393,23 @@ function realtimeRows(contenders, runs, ingest, { p99Goal, ingestGoal, cpuGoal, 
           }`,
       ),
       cpuGoal ? `≤ ${cpuGoal} µs` : '',
+    ],
+    [
+      `of which, by thread: main / the SQLite writer${contenders[0].facades.length > 1 ? ' (none on Redis)' : ''} / V8's and libuv's helpers (median)`,
+      ...col(
+        (ms) =>
+          `${fmt(
+            med(ms, (m) => m.threads.main),
+            1,
+          )} / ${fmt(
+            med(ms, (m) => m.threads.writer),
+            1,
+          )} / ${fmt(
+            med(ms, (m) => m.threads.rest),
+            1,
+          )} µs`,
+      ),
+      '',
     ],
     [
       `event-loop delay during the run, max / p99 (from /metrics${contenders[0].facades.length > 1 ? '; per instance' : ''}; the worst round)`,
@@ -486,8 +544,52 @@ const buildsNote = (contenders) =>
     ? ` Builds: ${contenders.map((c) => `${c.name} (\`${c.entry}\`)`).join(' and ')}, started once each and measured alternately.`
     : '';
 
+const THREAD_NAMES = {
+  main: 'main thread',
+  writer: 'the SQLite writer thread',
+  rest: "V8's and libuv's helper threads",
+};
+
+/**
+ * With --perf: where each build's CPU per message went, by thread and part of the path (bench/lib/perf.mjs), the mean
+ * of its rounds. Written as a section of its own; the run's own table is not recorded (sampling costs a little).
+ */
+function writeWhere({ contenders, runs, options, id, title, command, quick }) {
+  const mean = (name, pick) => {
+    const values = runs[name].map((m) => pick(m) ?? 0);
+    return values.reduce((sum, v) => sum + v, 0) / Math.max(1, values.length);
+  };
+  const rows = [];
+  for (const [thread, label] of Object.entries(THREAD_NAMES)) {
+    const totals = contenders.map((c) => mean(c.name, (m) => m.threads[thread]));
+    rows.push([`**${label}**`, ...totals.map((v) => `**${fmt(v, 1)}**`)]);
+    for (const part of [...PARTS.map(([name]) => name), OTHER]) {
+      const values = contenders.map((c) => mean(c.name, (m) => m.where?.[thread]?.[part]));
+      if (values.every((v) => v < 0.5)) continue;
+      rows.push([`  ${part}`, ...values.map((v) => fmt(v, 1))]);
+    }
+  }
+  rows.push([
+    '**all threads (CPU per delivered message)**',
+    ...contenders.map(
+      (c) =>
+        `**${fmt(
+          mean(c.name, (m) => m.usPerMessage),
+          1,
+        )}**`,
+    ),
+  ]);
+  const body = [
+    `µs of CPU per delivered message, by thread (from \`/proc/<pid>/task/*/stat\` over the measured run) and, within each thread, by part of the path: Linux \`perf record -e cpu-clock -g\` samples of the facade${contenders[0].facades.length > 1 ? 's' : ''} over the same run (on-CPU time only; JIT frames named by \`--perf-basic-prof\`), each sample given to the first part one of its frames belongs to, innermost first (bench/lib/perf.mjs), and each thread's shares scaled to its µs. Mean of ${options.rounds} round(s) per build; the shape and method are the section's above.`,
+    '',
+    table(['where', ...contenders.map((c) => c.name)], rows),
+  ].join('\n');
+  writeSection(`where-${id}`, `Where the microseconds go: ${title}`, body, { command, quick });
+}
+
 export async function realtime({ quick, command, flags = {}, defaults }) {
   const options = runOptions(flags, quick, defaults);
+  if (options.perf && !perfAvailable()) throw new Error('--perf: `perf record` does not work here');
   const { publicKeyPem, privateKeyPem } = keyPair();
   const upstream = await startUpstream();
   const contenders = [];
@@ -510,9 +612,11 @@ export async function realtime({ quick, command, flags = {}, defaults }) {
           ids: { realtime: 'realtime', cpu: 'realtime-cpu', loop: 'loop-realtime', ingest: 'ingest' },
           p99Goal: 10,
           cpuGoal: 80,
-          ingestGoal: 5_000,
+          ingestGoal: 8_000,
         }
-      : { ids: {}, p99Goal: 10 };
+      : options.one
+        ? { ids: { realtime: 'realtime-one', loop: 'loop-realtime-one' }, p99Goal: 20, cpuGoal: 200 }
+        : { ids: {}, p99Goal: 10 };
   // The ingest only in the standard shape (its goal is the same whatever the fleet).
   const ingest = options.standard ? prepareIngest({ quick, privateKeyPem }) : undefined;
   try {
@@ -522,12 +626,16 @@ export async function realtime({ quick, command, flags = {}, defaults }) {
       ? 'realtime-scale'
       : options.standard
         ? 'realtime'
-        : `realtime-${options.subscribers}x${options.perDelivery}-at-${options.rate}`;
+        : options.one
+          ? 'realtime-one'
+          : `realtime-${options.subscribers}x${options.perDelivery}-at-${options.rate}`;
     const title = options.scale
       ? 'Realtime at scale: 10,000 subscribers on one instance'
       : options.standard
         ? 'Realtime: webhooks to subscribers'
-        : `Realtime: ${thousands(options.subscribers)} subscribers, ${options.perDelivery} per delivery, ${options.rate} events/s`;
+        : options.one
+          ? 'Realtime, the common case: one watcher per delivery'
+          : `Realtime: ${thousands(options.subscribers)} subscribers, ${options.perDelivery} per delivery, ${options.rate} events/s`;
     const rss = contenders.map((c) => `${c.name} ${fmt(c.process.rssKb() / 1024, 0)} MiB`).join(', ');
     const body = [
       `One instance on the embedded SQLite store. ${method(options, i, 'on it')}${buildsNote(contenders)} Resident memory of the facade after the runs (the fleet closed): ${rss}.`,
@@ -537,11 +645,13 @@ export async function realtime({ quick, command, flags = {}, defaults }) {
         realtimeRows(contenders, runs, i, { ...targets, options }),
       ),
     ].join('\n');
-    writeSection(id, title, body, {
-      command,
-      quick,
-      goals: realtimeGoals(runs[contenders[0].name], i?.[contenders[0].name], targets),
-    });
+    if (options.perf) writeWhere({ contenders, runs, options, id, title, command, quick });
+    else
+      writeSection(id, title, body, {
+        command,
+        quick,
+        goals: realtimeGoals(runs[contenders[0].name], i?.[contenders[0].name], targets),
+      });
   } finally {
     await Promise.all([upstream.stop(), ...contenders.map((c) => c.process.stop())]);
   }
@@ -550,6 +660,10 @@ export async function realtime({ quick, command, flags = {}, defaults }) {
 export const realtimeScale = (args) =>
   realtime({ ...args, defaults: { subscribers: '10000', 'per-delivery': '100', rate: '100' } });
 
+/** The common case: 1,000 deliveries, each followed by one subscriber (a tracking page), 1,000 webhooks/s. */
+export const realtimeOne = (args) =>
+  realtime({ ...args, defaults: { subscribers: '1000', 'per-delivery': '1', rate: '1000' } });
+
 /**
  * The same measurement across two instances sharing Redis, per build (each its
  * own redis-server): webhooks to A, the subscribers on B (or half on each,
@@ -557,6 +671,7 @@ export const realtimeScale = (args) =>
  */
 export async function realtimeRedis({ quick, command, flags = {}, defaults }) {
   const options = runOptions(flags, quick, { scaleSubscribers: 20_000, ...defaults });
+  if (options.perf && !perfAvailable()) throw new Error('--perf: `perf record` does not work here');
   const { publicKeyPem, privateKeyPem } = keyPair();
   const upstream = await startUpstream();
   const contenders = [];
@@ -632,11 +747,13 @@ export async function realtimeRedis({ quick, command, flags = {}, defaults }) {
       ),
     ].join('\n');
     // The per-message goal is part of the realtime cell here (one id for both, as the goals table has it).
-    writeSection(id, title, body, {
-      command,
-      quick,
-      goals: realtimeGoals(runs[contenders[0].name], i?.[contenders[0].name], targets),
-    });
+    if (options.perf) writeWhere({ contenders, runs, options, id, title, command, quick });
+    else
+      writeSection(id, title, body, {
+        command,
+        quick,
+        goals: realtimeGoals(runs[contenders[0].name], i?.[contenders[0].name], targets),
+      });
   } finally {
     await Promise.all([upstream.stop(), ...contenders.flatMap((c) => [c.a.stop(), c.b.stop()])]);
     for (const redis of redises) await redis.stop();

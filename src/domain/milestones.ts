@@ -4,10 +4,12 @@
 // at most five times, so the state is judged on all the evidence so far and
 // revised when later evidence comes: "final" is a decision taken with a reason
 // (a final milestone, or a read confirming a cancel or failure), not a rank reached.
-// One rule in one place: the SQLite store calls judge() through transitionOf(),
-// the Redis append script receives factsOf() and mirrors judge() line for line
-// (a test runs every case through both), and reconciliation and the
-// subscription streams call it too. A pure function over facts: stateAfter()
+// One rule in one place, applied once per event, where it is stored: the SQLite
+// store calls judge() (src/store/sqlite-append.ts), the Redis append script
+// receives factsOf() and mirrors judge() line for line (a test runs every case
+// through both), and the verdict is stored with the event (StoredEvent's
+// stale, courierOnly, contradicts, moved, final), which the subscription
+// streams and reconciliation follow. A pure function over facts: stateAfter()
 // folds a sequence of them.
 import { statusOfEvent, type DeliveryStatus } from './status.js';
 
@@ -136,9 +138,22 @@ export function isLocationEvent(eventName: string): boolean {
   return /^location\./i.test(eventName);
 }
 
+/** Each event name's milestone: names are few, and every event (and every subscriber's stream) asks. */
+const milestonesByName = new Map<string, Milestone | undefined>();
+/** Names kept at most (the documented ones are two dozen; any signed name is read, the rest are not kept). */
+const MAX_NAMES = 256;
+
+function milestoneOf(eventName: string): Milestone | undefined {
+  const known = milestonesByName.get(eventName);
+  if (known !== undefined || milestonesByName.has(eventName)) return known;
+  const milestone = MILESTONES[statusOfEvent(eventName)];
+  if (milestonesByName.size < MAX_NAMES) milestonesByName.set(eventName, milestone);
+  return milestone;
+}
+
 /** Rank of an event's milestone (`delivery.*` or `location.*`); undefined for names the facade does not know. */
 export function milestoneRank(eventName: string): number | undefined {
-  return MILESTONES[statusOfEvent(eventName)]?.rank;
+  return milestoneOf(eventName)?.rank;
 }
 
 /** Rank of a status; undefined for UNKNOWN. */
@@ -191,7 +206,7 @@ export function readFactsOf(payload: ReadMarkers): ReadFacts | undefined {
 }
 
 export function eventFacts(eventName: string, courier?: CourierIdentity, read?: ReadFacts): EventFacts {
-  const milestone = MILESTONES[statusOfEvent(eventName)];
+  const milestone = milestoneOf(eventName);
   const facts: EventFacts = {
     rank: milestone?.rank,
     moves: isDeliveryEvent(eventName),
@@ -333,11 +348,6 @@ export function transition(
   read?: ReadFacts,
 ): Transition {
   return judge(current, eventFacts(eventName, courier, read));
-}
-
-/** The same for an event as stored or received: its facts come from its payload. */
-export function transitionOf(current: MilestoneState | undefined, payload: Parameters<typeof factsOf>[0]): Transition {
-  return judge(current, factsOf(payload));
 }
 
 /**

@@ -213,6 +213,19 @@ export class ReadAccess {
    * since; then the key is checked again as a new subscription would be.
    */
   async stillReadable(key: string, uid: string, since: number): Promise<boolean> {
+    return this.stillReadableNow(uid, since) ?? this.#stillReadable(key, uid, since);
+  }
+
+  /**
+   * The same answered at once when it can be (no claim check is under way, and no claim of the uid was learned since):
+   * true; undefined when stillReadable has to wait or ask.
+   */
+  stillReadableNow(uid: string, since: number): true | undefined {
+    if (this.#owners.noticeClaims() !== undefined) return undefined;
+    return this.#owners.claimedAt(uid) < since ? true : undefined;
+  }
+
+  async #stillReadable(key: string, uid: string, since: number): Promise<boolean> {
     const claims = this.#owners.noticeClaims();
     if (claims) await claims;
     if (this.#owners.claimedAt(uid) < since) return true;

@@ -1,11 +1,8 @@
-// Fan-out of stored events on graphql-yoga's pubsub. Each event goes to the
-// topic of its delivery ("delivery:<uid>") and to "events". The EventTarget holds
-// one listener per topic, which hands the event to that topic's subscribers: a
-// topic may have any number of them (every deliveryEvents subscriber shares
-// "events"), and Node warns of a leak past ten listeners of one type on an
-// EventTarget. A Redis event target can replace the target so that every
-// instance hears every event.
-import { createPubSub } from 'graphql-yoga';
+// Fan-out of stored events within this process. Each event goes to the
+// listeners of its delivery's topic and to those of every event; a topic may
+// have any number of them (every deliveryEvents subscription without uids
+// shares the one of every event). With Redis, redis-bus.ts brings every
+// instance's events here in log order.
 import type { StoredEvent } from '../store/store.js';
 
 export interface EventBus {
@@ -22,24 +19,21 @@ export interface EventBus {
 
 type Listener = (event: StoredEvent) => void;
 
-export function createEventBus(target: EventTarget = new EventTarget()): EventBus {
-  const pubsub = createPubSub<{ delivery: [uid: string, event: StoredEvent]; events: [event: StoredEvent] }>({
-    eventTarget: target,
-  });
-  /** Each topic's subscribers, and the one listener on the target that calls them. */
-  const topics = new Map<string, { listeners: Set<Listener>; handler: (event: Event) => void }>();
-  let listeners = 0;
+/** A topic's listeners, in the order they came; one listening twice is two entries. */
+class Topic {
+  listeners: Listener[] = [];
+  /** Rounds running (a listener may publish): a listener removed meanwhile is not called, one added waits. */
+  dispatching = 0;
 
-  const attach = (topic: string) => {
-    const listeners = new Set<Listener>();
-    const handler = (event: Event) => {
-      const detail = (event as CustomEvent<StoredEvent>).detail;
-      // A copy, so a listener that unsubscribes or subscribes another meanwhile does not disturb this event's round;
-      // one removed during the round is not called, as with listeners on the target itself.
-      for (const listener of [...listeners]) {
-        if (!listeners.has(listener)) continue;
+  dispatch(event: StoredEvent): void {
+    // The array is replaced, not changed, while a round runs over it.
+    const round = this.listeners;
+    this.dispatching += 1;
+    try {
+      for (const listener of round) {
+        if (round !== this.listeners && !this.listeners.includes(listener)) continue;
         try {
-          listener(detail);
+          listener(event);
         } catch (error) {
           // As an EventTarget does: the others still get the event, and the error is still uncaught.
           process.nextTick(() => {
@@ -47,38 +41,53 @@ export function createEventBus(target: EventTarget = new EventTarget()): EventBu
           });
         }
       }
-    };
-    const entry = { listeners, handler };
-    topics.set(topic, entry);
-    target.addEventListener(topic, handler);
-    return entry;
-  };
+    } finally {
+      this.dispatching -= 1;
+    }
+  }
+
+  add(listener: Listener): void {
+    if (this.dispatching > 0) this.listeners = [...this.listeners, listener];
+    else this.listeners.push(listener);
+  }
+
+  remove(listener: Listener): void {
+    const index = this.listeners.indexOf(listener);
+    if (index < 0) return;
+    if (this.dispatching > 0) this.listeners = this.listeners.filter((_, k) => k !== index);
+    else this.listeners.splice(index, 1);
+  }
+}
+
+export function createEventBus(): EventBus {
+  const topics = new Map<string, Topic>();
+  const all = new Topic();
+  let counted = 0;
 
   return {
     publish(event) {
-      pubsub.publish('delivery', event.uid, event);
-      pubsub.publish('events', event);
+      topics.get(event.uid)?.dispatch(event);
+      all.dispatch(event);
     },
     listen(uid, listener, options) {
-      const topic = uid === undefined ? 'events' : `delivery:${uid}`;
-      const entry = topics.get(topic) ?? attach(topic);
-      // Each listen is a subscription of its own, even of a function given before (a Set would merge them).
+      let topic = uid === undefined ? all : topics.get(uid);
+      if (!topic) topics.set(uid!, (topic = new Topic()));
+      // Each listen is a subscription of its own, even of a function given before.
       const own: Listener = (event) => listener(event);
-      entry.listeners.add(own);
-      const counted = options?.internal !== true;
-      if (counted) listeners += 1;
+      topic.add(own);
+      const isCounted = options?.internal !== true;
+      if (isCounted) counted += 1;
       let attached = true;
+      const listening = topic;
       return () => {
         if (!attached) return;
         attached = false;
-        if (counted) listeners -= 1;
-        entry.listeners.delete(own);
-        if (entry.listeners.size === 0 && topics.get(topic) === entry) {
-          topics.delete(topic);
-          target.removeEventListener(topic, entry.handler);
-        }
+        if (isCounted) counted -= 1;
+        listening.remove(own);
+        if (listening !== all && listening.listeners.length === 0 && topics.get(uid!) === listening)
+          topics.delete(uid!);
       };
     },
-    listenerCount: () => listeners,
+    listenerCount: () => counted,
   };
 }

@@ -32,13 +32,20 @@ import {
   NOT_DELIVERED_RANK,
   POLL_SOURCE,
   statusRank,
-  transitionOf,
-  type MilestoneState,
 } from '../domain/milestones.js';
 import type { Logger } from '../logger.js';
 import { geoPoint } from '../mapping/delivery.js';
 import type { DeliveryStatus } from '../mapping/model.js';
-import type { AppendResult, OwnerGroup, OwnerRecord, Store, StoredEvent, UnfinishedDelivery } from '../store/store.js';
+import type {
+  AppendCondition,
+  AppendResult,
+  NotStored,
+  OwnerGroup,
+  OwnerRecord,
+  Store,
+  StoredEvent,
+  UnfinishedDelivery,
+} from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { JsonObject, WireDelivery, WireOrder, WireWebhookEvent, WireWebhookAddress } from '../upstream/wire.js';
 import type { EventBus } from './bus.js';
@@ -61,8 +68,11 @@ export interface Follower {
 export interface ReconcilerOptions {
   store: Store;
   upstream: Upstream;
-  /** Stores events in log order and publishes the new ones (the webhook receiver's AppendBatcher). */
-  append(payload: WireWebhookEvent, receivedAt: string): Promise<AppendResult>;
+  /**
+   * Stores an event made from a read in log order, only when the store finds its condition holds, and publishes it (the
+   * webhook receiver's AppendBatcher).
+   */
+  append(payload: WireWebhookEvent, receivedAt: string, onlyIf: AppendCondition): Promise<AppendResult | NotStored>;
   /** How long without an event before a followed delivery is read; 0: never. */
   intervalMs: number;
   /** Most reads per second for this instance. */
@@ -793,30 +803,30 @@ export class Reconciler {
   ): Promise<ReadOutcome> {
     const { store } = this.#options;
     const status = deliveryStatus(read.wire.status);
-    const events: WireWebhookEvent[] = [];
     const state = await store.deliveryState(uid);
     const outcome: ReadOutcome = {};
+    const receivedAt = new Date().toISOString();
     const name = DELIVERY_EVENT[status];
-    let after: MilestoneState | undefined = state;
+    let stored = false;
     if (name) {
       let confirm = false;
       if (awaitsConfirmation(state) && statusRank(status) === state!.rank) {
         outcome.confirmAt = (await this.#movedAt(uid, state!.seq!)) + this.#options.finalityGraceMs;
         confirm = Date.now() >= outcome.confirmAt;
       }
+      // The store judges the read as it judges any event; at a subscription's start only what it decides is stored.
       const event = eventFromRead(read, name, { basis, confirm });
-      const step = transitionOf(state, event);
-      const decides = !options.atStart || state?.terminal === true || confirm;
-      if (!step.stale && (step.moved || step.courierOnly) && decides) {
-        events.push(event);
-        after = step.state;
-        if (step.moved && awaitsConfirmation(after)) outcome.confirmAt = Date.now() + this.#options.finalityGraceMs;
+      const result = await this.#options.append(event, receivedAt, options.atStart ? 'decisive' : 'accepted');
+      stored = this.#changed(result);
+      if (stored && 'event' in result && result.event.moved) {
+        const after = await store.deliveryState(uid);
+        if (awaitsConfirmation(after)) outcome.confirmAt = Date.now() + this.#options.finalityGraceMs;
         if (after?.terminal) delete outcome.confirmAt;
       }
     }
     const locationName = LOCATION_EVENT[status];
     const position = geoPoint(read.wire.driver_location);
-    if (!options.atStart && !after?.terminal && locationName && position && events.length === 0) {
+    if (!options.atStart && !stored && !state?.terminal && locationName && position) {
       const latest = await store.latestEvent(uid, 'location');
       const last = latest && geoPoint(latest.payload.driver_location);
       const moved =
@@ -824,14 +834,24 @@ export class Reconciler {
         last.lat !== position.lat ||
         last.lng !== position.lng ||
         latest.payload.driver_id !== read.wire.driver_id;
-      const event = eventFromRead(read, locationName, { basis, confirm: false });
-      if (moved && !transitionOf(state, event).stale) events.push(event);
+      if (moved)
+        this.#changed(
+          await this.#options.append(
+            eventFromRead(read, locationName, { basis, confirm: false }),
+            receivedAt,
+            'accepted',
+          ),
+        );
     }
-    const receivedAt = new Date().toISOString();
-    const results = await Promise.all(events.map((event) => this.#options.append(event, receivedAt)));
-    for (const result of results) if (!result.duplicate && !result.event.stale) this.counters.changes += 1;
     await store.recordRead({ uid, body: readBody(read), basis });
     return outcome;
+  }
+
+  /** Whether a read's event was stored as a change (not skipped, not a duplicate, not stale); counted. */
+  #changed(result: AppendResult | NotStored): boolean {
+    if (!('event' in result) || result.duplicate || result.event.stale) return false;
+    this.counters.changes += 1;
+    return true;
   }
 
   /** When the event that last moved the state was received (ms since the epoch); 0 when it is no longer stored. */

@@ -11,7 +11,7 @@ import type { Merchants } from '../access/merchants.js';
 import type { Owners } from '../access/owners.js';
 import { SubscriptionSlots } from '../access/subscription-slots.js';
 import type { RedisStore } from '../store/redis.js';
-import type { AppendResult, Store } from '../store/store.js';
+import type { AppendCondition, AppendResult, NotStored, Store } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 import { ReadAccess } from './access.js';
@@ -40,8 +40,8 @@ export interface RealtimeDeps {
   bus: EventBus;
   merchants: Merchants;
   owners: Owners;
-  /** Stores events in log order and publishes the new ones (the webhook receiver's AppendBatcher). */
-  append(payload: WireWebhookEvent, receivedAt: string): Promise<AppendResult>;
+  /** Stores events made from reads in log order, on their condition, and publishes them (the webhooks' AppendBatcher). */
+  append(payload: WireWebhookEvent, receivedAt: string, onlyIf: AppendCondition): Promise<AppendResult | NotStored>;
   /** Told of each reconciliation read (a metric). */
   onRead(kind: ReadKind, delayMs: number): void;
   logger: Logger;

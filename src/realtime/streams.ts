@@ -1,18 +1,20 @@
 // The three subscription streams. Each attaches its listener before it reads
 // the store, so nothing published in between is missed, and then skips what it
-// already yielded by seq: no gap, no repeat.
+// already yielded by seq: no gap, no repeat. What an event did to its delivery
+// (stale, moved, changed the courier, made it final) was judged once, by the
+// store as it stored it (StoredEvent); the streams follow that verdict.
 import { BadUserInputError, ForbiddenError, NotFoundError, RateLimitedError } from '../errors.js';
 import { fromPartnerOrder, fromPlatformDelivery, geoPoint } from '../mapping/delivery.js';
 import type { Delivery, DeliveryStatus } from '../mapping/model.js';
 import {
   courierIdentity,
-  factsOf,
   isDeliveryEvent,
   isLocationEvent,
   milestoneRank,
   sameCourier,
   stateOfStatus,
-  transitionOf,
+  statusRank,
+  type CourierIdentity,
   type MilestoneState,
 } from '../domain/milestones.js';
 import { statusOfWebhook } from '../domain/status.js';
@@ -149,14 +151,19 @@ function accessKept(
   deps: RealtimeDeps,
   subscriber: Subscriber,
   uids: readonly string[],
-): (uid: string) => Promise<void> {
+): (uid: string) => Promise<void> | undefined {
   const started = Date.now();
   const checkedAt = new Map(uids.map((uid) => [uid, started]));
-  return async (uid) => {
+  const checkAgain = async (uid: string, since: number) => {
     const at = Date.now();
-    if (!(await deps.access.stillReadable(subscriber.key, uid, checkedAt.get(uid) ?? started)))
+    if (!(await deps.access.stillReadable(subscriber.key, uid, since)))
       throw new NotFoundError(`No delivery ${uid} belongs to the caller.`);
     checkedAt.set(uid, at);
+  };
+  // Nothing learned since the last check: answered at once, with no promise (every event of every stream asks).
+  return (uid) => {
+    const since = checkedAt.get(uid) ?? started;
+    return deps.access.stillReadableNow(uid, since) ? undefined : checkAgain(uid, since);
   };
 }
 
@@ -218,6 +225,12 @@ async function snapshotOf(
   };
 }
 
+/** Whether a position belongs to the delivery's current courier (or no courier is known to tell). */
+function isCurrentCourier(state: MilestoneState | undefined, event: StoredEvent): boolean {
+  const named = courierIdentity(event.payload);
+  return !named || !state?.courier || sameCourier(state.courier, named);
+}
+
 /** The courier a read names (reads keep driver_id null: the name is all there is). */
 function snapshotCourier(delivery: Delivery) {
   return delivery.courier
@@ -226,54 +239,28 @@ function snapshotCourier(delivery: Delivery) {
 }
 
 /**
- * A stream's own copy of its delivery's state, kept with the stores' rule
- * (transition in src/domain/milestones.ts). It starts from the stored state and
- * folds in every event after the one that last moved it: the stream listens
- * before it reads, so each of those comes through its queue.
+ * What a stream that began from a read (a `snapshot`: no event stored yet) has
+ * shown: the log may still bring events the read was ahead of. The store judged
+ * them without the read (it never stored it), so they are weighed against what
+ * was shown: a milestone behind it, or the same, is late for this subscriber,
+ * unless it ends the delivery (the store's end is every subscriber's end) or
+ * names another courier (sent with the status shown). Once an event beyond it
+ * is sent, the store's verdicts alone decide.
  */
-class FollowedState {
-  constructor(
-    public state: MilestoneState | undefined,
-    /** The seq up to which events are folded in. */
-    private seq: number,
-  ) {}
+interface ReadShown {
+  rank: number;
+  courier: CourierIdentity | undefined;
+}
 
-  /**
-   * Folds in one event: 'stale' when, judged against this state, it moves
-   * nothing (or was already folded in); 'courier' when it changed only the
-   * courier; 'confirmed' when a read made the state final without moving it.
-   * An end the store took stands even where it contradicts this state.
-   */
-  accept(event: StoredEvent): 'stale' | 'courier' | 'confirmed' | 'accepted' {
-    if (event.seq <= this.seq) return 'stale';
-    this.seq = event.seq;
-    const before = this.state;
-    const step = transitionOf(before, event.payload);
-    // Evidence of pickup counts, stale or not: it decides whether a cancel may end the delivery.
-    this.state = step.moved ? { ...step.state!, seq: event.seq } : step.state;
-    if (step.stale) {
-      // The store took this end (only events it did not find stale are queued), and it contradicts this state: only a
-      // state the store never had differs so, a subscription's own first read (say FAILED, while the store, which never
-      // saw the failure, took the second attempt's DROPOFF_COMPLETE). The store's end is every subscriber's end.
-      if (!step.contradicts || event.stale || factsOf(event.payload).final !== 'always') return 'stale';
-      const end = stateOfStatus(statusOfWebhook(event.name, null), courierIdentity(event.payload) ?? before?.courier);
-      this.state = end && { ...end, seq: event.seq };
-    }
-    if (step.courierOnly) return 'courier';
-    return step.moved && before?.rank === this.state!.rank && !before.terminal && this.state!.terminal
-      ? 'confirmed'
-      : 'accepted';
-  }
+/** Whether an event the store moved is late for a stream whose first message was a read. */
+function lateForRead(shown: ReadShown | undefined, event: StoredEvent, rank: number): boolean {
+  return shown !== undefined && !event.final && rank <= shown.rank;
+}
 
-  /** Whether a position belongs to the current courier (or no courier is known to tell). */
-  isCurrentCourier(event: StoredEvent): boolean {
-    const named = courierIdentity(event.payload);
-    return !named || !this.state?.courier || sameCourier(this.state.courier, named);
-  }
-
-  get final(): boolean {
-    return this.state?.terminal ?? false;
-  }
+/** Whether a late event names a courier other than the one the read showed (a reassignment). */
+function namesAnotherCourier(shown: ReadShown, event: StoredEvent): boolean {
+  const named = courierIdentity(event.payload);
+  return named !== undefined && shown.courier !== undefined && !sameCourier(shown.courier, named);
 }
 
 /**
@@ -321,32 +308,51 @@ async function* deliveryUpdatedStream(
       const [mover] = await deps.store.eventsAfter(stored.seq - 1, 1, { uids: [uid] });
       if (mover?.seq === stored.seq) current = { ...current, heldStatus: statusOfView(mover) };
     }
-    // A snapshot may be ahead of events still on their way: judged against it, they are late. It is a read, not
-    // a state the log moved (no seq): a reconciliation read made before it at a lower log position may answer after
-    // it, and is judged as the store judged it, as a read (never back, an end over another end).
-    const snapshotState =
-      current.snapshot && stateOfStatus(current.snapshot.status, snapshotCourier(current.snapshot.delivery));
-    const followed = current.snapshot
-      ? new FollowedState(snapshotState, current.seq)
-      : new FollowedState(stored, stored?.seq ?? 0);
+    // A snapshot is a read the store never kept: events on their way that it was ahead of are late here.
+    const snapshotRank = current.snapshot && statusRank(current.snapshot.status);
+    let shown: ReadShown | undefined =
+      snapshotRank === undefined
+        ? undefined
+        : { rank: snapshotRank, courier: snapshotCourier(current.snapshot!.delivery) };
     let lastSeq = current.seq;
     let status = statusOfView(current);
+    // What a new event shows this subscriber, if anything.
+    const viewOf = (event: StoredEvent, rank: number): EventView | undefined => {
+      if (event.moved) {
+        if (lateForRead(shown, event, rank))
+          return namesAnotherCourier(shown!, event) ? { ...event, heldStatus: status } : undefined;
+        // A read that only confirms the milestone sent last as final is not sent again: it ends the stream.
+        if (event.final && statusRank(status) === rank) return undefined;
+        shown = undefined;
+        return event;
+      }
+      // A new courier on a late milestone: sent with the status the delivery has, which does not go back.
+      return event.courierOnly ? { ...event, heldStatus: status } : undefined;
+    };
     yield current;
-    if (followed.final) return;
+    // Whether the delivery is final, as of the last event folded in: each queued event after the state read (or the
+    // snapshot) carries the store's word on it.
+    let final = current.snapshot
+      ? stateOfStatus(current.snapshot.status)?.terminal === true
+      : stored?.terminal === true;
+    let foldedSeq = current.snapshot ? current.seq : (stored?.seq ?? 0);
+    if (final) return;
     for await (const event of queue) {
-      const outcome = followed.accept(event);
-      if (outcome === 'stale') continue;
-      // Sent once, in log order; an unknown milestone moves nothing and is not sent, nor is a read that only confirms
-      // the status sent last.
-      if (outcome !== 'confirmed' && event.seq > lastSeq && milestoneRank(event.name) !== undefined) {
-        lastSeq = event.seq;
-        // A new courier on a late milestone: sent with the status the delivery has, which does not go back.
-        const view: EventView = outcome === 'courier' ? { ...event, heldStatus: status } : event;
+      if (event.seq > foldedSeq) {
+        foldedSeq = event.seq;
+        final = event.final === true;
+      }
+      // Sent once, in log order, as the store judged it; an unknown milestone moves nothing and is not sent.
+      const rank = milestoneRank(event.name);
+      const view = event.seq > lastSeq && rank !== undefined ? viewOf(event, rank) : undefined;
+      if (event.seq > lastSeq) lastSeq = event.seq;
+      if (view) {
         status = statusOfView(view);
-        await stillReadable(uid);
+        const checking = stillReadable(uid);
+        if (checking) await checking;
         yield view;
       }
-      if (followed.final) return;
+      if (final) return;
     }
   } finally {
     unfollow();
@@ -380,36 +386,34 @@ async function* courierLocationStream(
   const confirming = confirmed(deps, subscriber, uid);
   try {
     const stored = await deps.store.deliveryState(uid);
-    const followed = new FollowedState(stored, stored?.seq ?? 0);
     let lastSeq = 0;
     let lastRank = -1;
     const latest = await deps.store.latestEvent(uid, 'location');
     await confirming;
     unfollow = follow(deps, subscriber, uid, queue);
     // A position of a courier since replaced is no pin of the current one.
-    if (latest && geoPoint(latest.payload.driver_location) && followed.isCurrentCourier(latest)) {
+    if (latest && geoPoint(latest.payload.driver_location) && isCurrentCourier(stored, latest)) {
       lastSeq = latest.seq;
       lastRank = milestoneRank(latest.name) ?? -1;
       yield latest;
     }
-    if (followed.final) return;
+    if (stored?.terminal) return;
+    // Events up to the state read are in it; each later one carries the store's word on whether the delivery is final.
+    let foldedSeq = stored?.seq ?? 0;
     for await (const event of queue) {
-      const outcome = followed.accept(event);
-      // The final event's own position is not sent.
-      if (followed.final) return;
-      if (!geoPoint(event.payload.driver_location)) continue;
-      // A new courier's first position counts whatever its milestone; the rank the pin reached stays.
-      if (outcome === 'courier' && event.seq > lastSeq) {
-        lastSeq = event.seq;
-        await stillReadable(uid);
-        yield event;
-        continue;
+      if (event.seq > foldedSeq) {
+        foldedSeq = event.seq;
+        // The final event's own position is not sent.
+        if (event.final) return;
       }
-      const rank = milestoneRank(event.name) ?? lastRank;
-      if (event.seq <= lastSeq || rank < lastRank) continue;
+      if (event.seq <= lastSeq || !geoPoint(event.payload.driver_location)) continue;
+      // A new courier's first position counts whatever its milestone; the rank the pin reached stays.
+      const rank = event.courierOnly ? lastRank : (milestoneRank(event.name) ?? lastRank);
+      if (rank < lastRank) continue;
       lastSeq = event.seq;
       lastRank = rank;
-      await stillReadable(uid);
+      const checking = stillReadable(uid);
+      if (checking) await checking;
       yield event;
     }
   } finally {
@@ -500,11 +504,14 @@ async function* deliveryEventsStream(
   // key's own through for free; a delivery with no record is asked of the upstream within SUBSCRIPTION_ACCESS_CHECKS
   // a minute and the key's budget, and past them its event is skipped, undelivered (counted, logged once).
   const allowance = uids ? undefined : deps.access.allowance(subscriber.key, deps.budget, true);
-  const visible = async (event: StoredEvent) => {
+  // At once when it can be (every event of every stream asks): false, true, or a promise of the answer.
+  const visible = (event: StoredEvent): boolean | Promise<boolean> => {
     if (names && !names.has(event.name)) return false;
-    if (stillReadable) await stillReadable(event.uid);
-    if (!allowance) return true;
-    return (await canReadPatiently(deps.access, subscriber.key, event.uid, allowance)) === true;
+    const checking = stillReadable?.(event.uid);
+    if (!allowance) return checking ? checking.then(() => true) : true;
+    const asked = () =>
+      canReadPatiently(deps.access, subscriber.key, event.uid, allowance).then((readable) => readable === true);
+    return checking ? checking.then(asked) : asked();
   };
 
   try {
@@ -515,7 +522,8 @@ async function* deliveryEventsStream(
         const page = await deps.store.eventsAfter(position, REPLAY_PAGE, uids ? { uids } : undefined);
         for (const event of page) {
           position = event.seq;
-          if (await visible(event)) yield event;
+          const shown = visible(event);
+          if (shown === true || (shown !== false && (await shown))) yield event;
         }
         if (page.length < REPLAY_PAGE) break;
       }
@@ -523,7 +531,8 @@ async function* deliveryEventsStream(
     for await (const event of queue) {
       if (event.seq <= position) continue;
       position = event.seq;
-      if (await visible(event)) yield event;
+      const shown = visible(event);
+      if (shown === true || (shown !== false && (await shown))) yield event;
     }
   } finally {
     for (const unfollow of unfollows) unfollow();

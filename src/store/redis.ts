@@ -55,9 +55,12 @@ import {
   type BookingResult,
   type DeliveryState,
   type EventFilter,
+  type AppendCondition,
+  type EventInput,
   type IdempotencyClaim,
   type MerchantLink,
   type MerchantMerge,
+  type NotStored,
   OWNER_CLAIMS_KEPT,
   type OwnerClaims,
   type OwnerEntry,
@@ -65,6 +68,7 @@ import {
   type OwnerProof,
   type OwnerRecord,
   type ReadRecord,
+  type ReceivedEvent,
   type Store,
   type StoredEvent,
   merchantScoped,
@@ -88,7 +92,7 @@ declare module 'ioredis' {
   interface RedisCommander<Context> {
     dgAppend(
       ...args: string[]
-    ): Result<Array<[0, string, number, string] | [1 | 2, StreamEntry] | [-1, string]>, Context>;
+    ): Result<Array<[0, string, number, string] | [1 | 2, StreamEntry] | [3] | [-1, string]>, Context>;
     dgProve(owner: string, ttlMs: string, stepMs: string, prefix: string): Result<number, Context>;
     dgMergeRead(
       delivery: string,
@@ -193,7 +197,7 @@ declare module 'ioredis' {
  * append (ioredis resends unanswered commands after a reconnect): not a duplicate.
  */
 /** Fixed arguments per event in the APPEND script (keep in step with its ARGV list); its view fields follow. */
-const APPEND_FIELDS = 21;
+const APPEND_FIELDS = 22;
 
 const APPEND = `
 -- KEYS: 1 seq, 2 log, then per event: delivery hash, delivery events, delivery dedup
@@ -204,9 +208,11 @@ const APPEND = `
 --       10 counts for latestEvent 'delivery', 11 carries a position,
 --       12 uid, 13 name, 14 has status text, 15 status text, 16 received at, 17 payload JSON,
 --       18 the courier it names (JSON {id, name}, '' when none),
---       19 its name as JSON, 20 its label as JSON ('' when none), 21 n;
+--       19 its name as JSON, 20 its label as JSON ('' when none), 21 n,
+--       22 the condition it is stored on ('' none, 'accepted', 'decisive': AppendCondition in store.ts);
 --       then n view fields as key, JSON value.
--- The stale field of an entry is its mark: 0 accepted; bits 1 stale, 2 courier only, 4 contradicts.
+-- The stale field of an entry is its mark, the verdict: bits 1 stale, 2 courier only, 4 contradicts, 8 moved the
+-- milestone (or made it final), 16 the delivery is final after it. An event whose condition does not hold: {3}.
 -- The view lives in the delivery hash as fields 'v:<key>'.
 local delivered = tonumber(ARGV[1])
 local ended = tonumber(ARGV[2])
@@ -282,8 +288,14 @@ local function append(state, events, dedup, a)
     end
     if moved == 1 and terminal == '0' and arg(5) == 'always' then terminal = '1' end
   end
+  local condition = arg(22)
+  if condition == 'accepted' and stale == 1 then return {3} end
+  if condition == 'decisive' and not (moved == 1 and (final or settled)) then return {3} end
+  local finalAfter = final
+  if moved == 1 then finalAfter = terminal == '1' end
   local seq = string.format('%d', redis.call('INCR', KEYS[1]))
-  local mark = stale + 2 * courierOnly + 4 * contradicts
+  local mark = stale + 2 * courierOnly + 4 * contradicts + 8 * moved
+  if finalAfter then mark = mark + 16 end
   if moved == 1 then
     local newRank = arg(3)
     if terminal == '1' and rank == current then newRank = now[1] end
@@ -312,7 +324,7 @@ local function append(state, events, dedup, a)
     local own = {}
     local writes = {}
     for i = 1, count do
-      local key, value = ARGV[a + 20 + 2 * i], ARGV[a + 21 + 2 * i]
+      local key, value = ARGV[a + 21 + 2 * i], ARGV[a + 22 + 2 * i]
       own[key] = value
       if stale == 0 then
         writes[#writes + 1] = 'v:' .. key
@@ -367,7 +379,7 @@ for i = 1, (#KEYS - 2) / 3 do
   local k = 3 + (i - 1) * 3
   local ok, result = pcall(append, KEYS[k], KEYS[k + 1], KEYS[k + 2], a)
   if ok then results[i] = result else results[i] = {-1, tostring(result)} end
-  a = a + 21 + 2 * tonumber(ARGV[a + 21])
+  a = a + 22 + 2 * tonumber(ARGV[a + 21])
 end
 return results
 `;
@@ -878,6 +890,52 @@ const flag = (value: boolean) => (value ? '1' : '0');
 /** A literal for a SCAN MATCH pattern: its glob characters escaped. */
 const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, '\\$&');
 
+/** One event's fixed arguments to the APPEND script, then its view fields (see the script's ARGV list). */
+function appendArgs(
+  payload: WireWebhookEvent,
+  receivedAt: string,
+  onlyIf: AppendCondition | undefined,
+  token: string,
+): string[] {
+  const name = payload.event_name;
+  const facts = factsOf(payload);
+  const statusText = typeof payload.status === 'string' ? payload.status : null;
+  const mover = moverFields(name, statusText);
+  const view = viewFields(payload as unknown as JsonObject);
+  const args = [
+    `${fingerprint(payload)} ${name}`,
+    token,
+    facts.rank === undefined ? '' : String(facts.rank),
+    flag(facts.moves),
+    facts.final,
+    flag(facts.provesPickup),
+    flag(facts.dropoff),
+    facts.read ? String(facts.read.basis) : '',
+    flag(facts.read?.confirm === true),
+    // SQLite's `name LIKE 'delivery.%'` ignores ASCII case.
+    flag(name.toLowerCase().startsWith('delivery.')),
+    flag(carriesPosition(payload)),
+    payload.uid,
+    name,
+    flag(statusText !== null),
+    statusText ?? '',
+    receivedAt,
+    JSON.stringify(payload),
+    facts.courier ? courierJson(facts.courier) : '',
+    mover.eventName,
+    mover.label,
+    String(view.length),
+    onlyIf ?? '',
+    ...view.flat(),
+  ];
+  // Out of step with the script, these arguments would be read shifted, and so would every later event's.
+  if (args.length !== APPEND_FIELDS + 2 * view.length)
+    throw new Error(
+      `APPEND takes ${APPEND_FIELDS} fixed arguments per event, ${args.length - 2 * view.length} were built`,
+    );
+  return args;
+}
+
 function defineAppend(client: Redis): void {
   client.defineCommand('dgAppend', { lua: APPEND });
   client.defineCommand('dgProve', { numberOfKeys: 1, lua: PROVE });
@@ -965,59 +1023,25 @@ export class RedisStore implements Store {
     return `${this.prefix}idem:${ownerHash}:${idempotencyKey}`;
   }
 
-  async appendEvents(
-    events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>,
-  ): Promise<AppendResult[]> {
+  appendEvents(events: ReadonlyArray<ReceivedEvent>): Promise<AppendResult[]>;
+  appendEvents(events: ReadonlyArray<EventInput>): Promise<Array<AppendResult | NotStored>>;
+  async appendEvents(events: ReadonlyArray<EventInput>): Promise<Array<AppendResult | NotStored>> {
     if (events.length === 0) return [];
     // The whole batch in one script call, in order: one round trip, and ranks compared
     // against what the same batch already wrote. Resolves once Redis answered.
     const token = randomBytes(9).toString('base64url');
     // An event whose arguments cannot even be built fails alone; the others still go.
-    const outcomes = new Array<AppendResult | Error>(events.length);
+    const outcomes = new Array<AppendResult | NotStored | Error>(events.length);
     const sent: number[] = [];
     const keys: string[] = [];
     const args: string[] = [];
-    for (const [index, { payload, receivedAt }] of events.entries()) {
+    for (const [index, { payload, receivedAt, onlyIf }] of events.entries()) {
       let eventKeys: string[];
       let eventArgs: string[];
       try {
-        const name = payload.event_name;
         const delivery = this.#delivery(payload.uid);
-        const facts = factsOf(payload);
-        const statusText = typeof payload.status === 'string' ? payload.status : null;
-        const mover = moverFields(name, statusText);
-        const view = viewFields(payload as unknown as JsonObject);
         eventKeys = [delivery.state, delivery.events, delivery.dedup];
-        eventArgs = [
-          `${fingerprint(payload)} ${name}`,
-          `${token}.${index}`,
-          facts.rank === undefined ? '' : String(facts.rank),
-          flag(facts.moves),
-          facts.final,
-          flag(facts.provesPickup),
-          flag(facts.dropoff),
-          facts.read ? String(facts.read.basis) : '',
-          flag(facts.read?.confirm === true),
-          // SQLite's `name LIKE 'delivery.%'` ignores ASCII case.
-          flag(name.toLowerCase().startsWith('delivery.')),
-          flag(carriesPosition(payload)),
-          payload.uid,
-          name,
-          flag(statusText !== null),
-          statusText ?? '',
-          receivedAt,
-          JSON.stringify(payload),
-          facts.courier ? courierJson(facts.courier) : '',
-          mover.eventName,
-          mover.label,
-          String(view.length),
-          ...view.flat(),
-        ];
-        // Out of step with the script, these arguments would be read shifted, and so would every later event's.
-        if (eventArgs.length !== APPEND_FIELDS + 2 * view.length)
-          throw new Error(
-            `APPEND takes ${APPEND_FIELDS} fixed arguments per event, ${eventArgs.length - 2 * view.length} were built`,
-          );
+        eventArgs = appendArgs(payload, receivedAt, onlyIf, `${token}.${index}`);
       } catch (error) {
         outcomes[index] = error instanceof Error ? error : new Error(String(error));
         continue;
@@ -1063,6 +1087,8 @@ export class RedisStore implements Store {
           };
           if (answer[3]) event.carried = JSON.parse(answer[3]) as JsonObject;
           outcomes[index] = { event, duplicate: false };
+        } else if (answer[0] === 3) {
+          outcomes[index] = { skipped: true };
         } else {
           outcomes[index] = { event: toStored(answer[1]), duplicate: answer[0] === 1 };
         }
@@ -1073,7 +1099,7 @@ export class RedisStore implements Store {
       if (outcomes.every((outcome) => outcome instanceof Error)) throw outcomes[0];
       throw new PartialAppendError(outcomes);
     }
-    return outcomes as AppendResult[];
+    return outcomes as Array<AppendResult | NotStored>;
   }
 
   /**

@@ -27,6 +27,9 @@ import {
   type BookingResult,
   type DeliveryState,
   type EventFilter,
+  type EventInput,
+  type NotStored,
+  type ReceivedEvent,
   type IdempotencyClaim,
   type OwnerEntry,
   type OwnerGroup,
@@ -46,6 +49,7 @@ import { bookingMarker } from '../domain/booking-marker.js';
 import { lockDataDir, type DataDirLock } from './data-dir-lock.js';
 import { checkStoreFile, damagedFileMessage, isDamage } from './sqlite-file.js';
 import { UidFilter } from './uid-filter.js';
+import type { EventToWrite } from './sqlite-append.js';
 import type {
   AppendOutcome,
   EventRow,
@@ -609,17 +613,21 @@ export class SqliteStore implements Store {
     });
   }
 
-  async appendEvents(
-    events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>,
-  ): Promise<AppendResult[]> {
+  appendEvents(events: ReadonlyArray<ReceivedEvent>): Promise<AppendResult[]>;
+  appendEvents(events: ReadonlyArray<EventInput>): Promise<Array<AppendResult | NotStored>>;
+  async appendEvents(events: ReadonlyArray<EventInput>): Promise<Array<AppendResult | NotStored>> {
     // One transaction for the batch (one fsync) on the writer thread; each event in a savepoint of its own.
     // Each payload crosses to the thread as its JSON, which is what is stored; one that cannot be written fails alone.
-    const outcomes: Array<AppendResult | Error | undefined> = [];
-    const sent: Array<{ json: string; receivedAt: string }> = [];
+    const outcomes: Array<AppendResult | NotStored | Error | undefined> = [];
+    const sent: EventToWrite[] = [];
     const sentIndex: number[] = [];
-    events.forEach(({ payload, receivedAt }, index) => {
+    events.forEach(({ payload, receivedAt, onlyIf }, index) => {
       try {
-        sent.push({ json: JSON.stringify(payload), receivedAt });
+        sent.push(
+          onlyIf
+            ? { json: JSON.stringify(payload), receivedAt, onlyIf }
+            : { json: JSON.stringify(payload), receivedAt },
+        );
         sentIndex.push(index);
       } catch (error) {
         outcomes[index] = error instanceof Error ? error : new Error(String(error));
@@ -631,20 +639,18 @@ export class SqliteStore implements Store {
       outcomes[index] = this.#appended(answer, events[index]!);
     });
     if (outcomes.some((outcome) => outcome instanceof Error))
-      throw new PartialAppendError(outcomes as Array<AppendResult | Error>);
-    return outcomes as AppendResult[];
+      throw new PartialAppendError(outcomes as Array<AppendResult | NotStored | Error>);
+    return outcomes as Array<AppendResult | NotStored>;
   }
 
   /** One event's answer from the thread, as the store's caller gets it. */
-  #appended(
-    answer: AppendOutcome,
-    { payload, receivedAt }: { payload: WireWebhookEvent; receivedAt: string },
-  ): AppendResult | Error {
+  #appended(answer: AppendOutcome, { payload, receivedAt }: EventInput): AppendResult | NotStored | Error {
     if ('error' in answer) {
       const error = writerError(answer.error);
       this.#noticeDamage(error);
       return error;
     }
+    if ('skipped' in answer) return answer;
     if (answer.duplicate) return { event: toStored(answer.row), duplicate: true };
     const { seq, mark, statusText, carried } = answer;
     const event: StoredEvent = {

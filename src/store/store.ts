@@ -53,6 +53,13 @@ export interface StoredEvent {
   courierOnly: boolean;
   /** Present (true) when it contradicted where the delivery stood: a read of the upstream settles it. */
   contradicts?: true;
+  /**
+   * Present (true) when it moved the delivery's milestone, or (a confirming read) made it final: it is the state's last
+   * mover. Judged once, as the event was stored; the subscription streams and reconciliation follow it.
+   */
+  moved?: true;
+  /** Present (true) when the delivery was final after it: nothing later moves it. */
+  final?: true;
   /** The event exactly as received (or, `facade_source: "poll"`, as made from a read). */
   payload: WireWebhookEvent;
   /**
@@ -62,24 +69,39 @@ export interface StoredEvent {
   carried?: JsonObject;
 }
 
-/** The bits of an event's stored mark (SQLite's `stale` column, the Redis entry's `stale` field): 0 accepted. */
-export const MARK = Object.freeze({ stale: 1, courierOnly: 2, contradicts: 4 });
+/**
+ * The bits of an event's stored mark (SQLite's `stale` column, the Redis entry's `stale` field), the store's verdict on
+ * it: 0 accepted, moving nothing; the Redis append script writes the same bits.
+ */
+export const MARK = Object.freeze({ stale: 1, courierOnly: 2, contradicts: 4, moved: 8, final: 16 });
 
-export function markOf(event: { stale: boolean; courierOnly: boolean; contradicts?: boolean }): number {
+/** The mark of a judged event: its transition (src/domain/milestones.ts), and whether the delivery is final after it. */
+export function markOf(step: {
+  stale: boolean;
+  courierOnly: boolean;
+  contradicts?: boolean;
+  moved?: boolean;
+  state?: { terminal: boolean } | undefined;
+}): number {
   return (
-    (event.stale ? MARK.stale : 0) |
-    (event.courierOnly ? MARK.courierOnly : 0) |
-    (event.contradicts ? MARK.contradicts : 0)
+    (step.stale ? MARK.stale : 0) |
+    (step.courierOnly ? MARK.courierOnly : 0) |
+    (step.contradicts ? MARK.contradicts : 0) |
+    (step.moved ? MARK.moved : 0) |
+    (step.state?.terminal ? MARK.final : 0)
   );
 }
 
 /** The flags of a stored mark, as StoredEvent has them. */
-export function flagsOf(mark: number): Pick<StoredEvent, 'stale' | 'courierOnly' | 'contradicts'> {
-  return {
+export function flagsOf(mark: number): Pick<StoredEvent, 'stale' | 'courierOnly' | 'contradicts' | 'moved' | 'final'> {
+  const flags: Pick<StoredEvent, 'stale' | 'courierOnly' | 'contradicts' | 'moved' | 'final'> = {
     stale: (mark & MARK.stale) !== 0,
     courierOnly: (mark & MARK.courierOnly) !== 0,
-    ...((mark & MARK.contradicts) !== 0 ? { contradicts: true as const } : {}),
   };
+  if (mark & MARK.contradicts) flags.contradicts = true;
+  if (mark & MARK.moved) flags.moved = true;
+  if (mark & MARK.final) flags.final = true;
+  return flags;
 }
 
 /** The endpoint group a delivery lives in, as the owner record knows it. */
@@ -141,6 +163,29 @@ export interface AppendResult {
   event: StoredEvent;
   /** Same uid, event name and canonical payload as an event already stored: nothing new was written. */
   duplicate: boolean;
+}
+
+/**
+ * When an event made from a read is worth storing, judged by the store as it judges the event: `accepted`, unless it
+ * is stale; `decisive`, only when it moves a final state (the read contradicts an end and wins) or confirms the
+ * delivery's milestone as final (reconciliation at a subscription's start: a read merely ahead of the log may have
+ * webhooks on their way, which it would make stale).
+ */
+export type AppendCondition = 'accepted' | 'decisive';
+
+/** An event to store: received, or made from a read and stored only on its condition. */
+export interface EventInput {
+  payload: WireWebhookEvent;
+  receivedAt: string;
+  onlyIf?: AppendCondition;
+}
+
+/** An event received: stored whatever the store judges of it. */
+export type ReceivedEvent = EventInput & { onlyIf?: undefined };
+
+/** A conditional event whose condition did not hold: nothing was stored, nothing changed. */
+export interface NotStored {
+  skipped: true;
 }
 
 /** A delivery's milestone state (see src/domain/milestones.ts) and the event that last moved its milestone. */
@@ -257,7 +302,9 @@ export interface Store {
    * Stores events durably, in order, with de-duplication and milestone ranking; resolves once they are on disk.
    * When only some events fail, the others are still stored and a PartialAppendError carries every outcome.
    */
-  appendEvents(events: ReadonlyArray<{ payload: WireWebhookEvent; receivedAt: string }>): Promise<AppendResult[]>;
+  appendEvents(events: ReadonlyArray<ReceivedEvent>): Promise<AppendResult[]>;
+  /** The same, with events made from reads that are stored only on their condition. */
+  appendEvents(events: ReadonlyArray<EventInput>): Promise<Array<AppendResult | NotStored>>;
   /** Events after `afterSeq` (exclusive), oldest first. */
   eventsAfter(afterSeq: number, limit: number, filter?: EventFilter): Promise<StoredEvent[]>;
   /**
@@ -391,7 +438,7 @@ export interface Store {
  */
 export class PartialAppendError extends Error {
   override name = 'PartialAppendError';
-  constructor(readonly outcomes: ReadonlyArray<AppendResult | Error>) {
+  constructor(readonly outcomes: ReadonlyArray<AppendResult | NotStored | Error>) {
     const failed = outcomes.filter((outcome) => outcome instanceof Error).length;
     super(`${failed} of ${outcomes.length} events could not be stored`);
   }

@@ -6,7 +6,8 @@ import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
 import type { EventBus } from '../realtime/bus.js';
 import type { Store } from '../store/store.js';
-import { createWebhookReceiver, type AppendBatcher, type WebhookReceiver } from './receiver.js';
+import type { AppendBatcher } from './group-commit.js';
+import { createWebhookReceiver, type WebhookReceiver } from './receiver.js';
 import { createWebhookVerifier } from './verify.js';
 
 export interface WebhookDeps {

@@ -1,14 +1,15 @@
 // Webhook JWT verification: RS256 only, the configured issuer, exp required.
 // The event is the signed `payload` claim, never the unsigned body.
-// The keys are imported with jose (its key rules: RSA, 2048 bits or more); the
-// token is checked here, synchronously with node:crypto and the cached key,
-// step for step as jose's jwtVerify checks it (the same refusals, with jose's
-// error codes as reasons): jose's own verify goes through WebCrypto, which
-// hands every signature to libuv's thread pool and back, costing about half as
-// much again as the check itself (bench/probes/verify.mjs measures both).
+// jose imports the keys (its key rules: RSA, 2048 bits or more) and decodes the
+// header and the claims (decodeProtectedHeader, decodeJwt); the signature is
+// checked here, synchronously with node:crypto and the cached key, and jose's
+// rules for crit, alg and the claims are applied in jwtVerify's order, with its
+// error codes as reasons: jose's own verify goes through WebCrypto and libuv's
+// thread pool, which costs several times the check itself (docs/architecture.md,
+// "Mechanisms beside a library's own"; bench/probes/verify.mjs measures both).
 // test/unit/webhook-verify.test.ts holds the two side by side on every kind of bad token.
 import { KeyObject, verify as verifySignature } from 'node:crypto';
-import { importSPKI } from 'jose';
+import { decodeJwt, decodeProtectedHeader, importSPKI } from 'jose';
 import { MAX_EVENT_DEPTH, nestsDeeperThan } from '../domain/limits.js';
 import type { WireWebhookEvent } from '../upstream/wire.js';
 
@@ -39,8 +40,6 @@ class TokenRefused extends Error {
 }
 
 const INVALID = 'ERR_JWS_INVALID';
-/** A JSON text decoded as jose decodes it: UTF-8 that must be well formed (a BOM dropped). */
-const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 
 /**
  * A segment's bytes, decoded as jose does on Node (atob's forgiving base64 after
@@ -65,17 +64,13 @@ function signedBy(key: KeyObject, signed: Buffer, signature: Buffer): boolean {
   }
 }
 
-/** A JSON object (not an array, not null) from a segment's bytes, or undefined. */
-function jsonObject(bytes: Buffer): Record<string, unknown> | undefined {
-  let parsed: unknown;
+/** jose's decoding, with its refusal as `code` (a header it cannot read is a JWS fault, as jwtVerify says). */
+function decoded<T>(decode: () => T, code: string): T {
   try {
-    parsed = JSON.parse(strictUtf8.decode(bytes));
+    return decode();
   } catch {
-    return undefined;
+    throw new TokenRefused(code);
   }
-  return parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)
-    ? (parsed as Record<string, unknown>)
-    : undefined;
 }
 
 /**
@@ -83,10 +78,8 @@ function jsonObject(bytes: Buffer): Record<string, unknown> | undefined {
  * only `b64` (present, a boolean), `alg` RS256. Returns whether the payload is
  * base64url-encoded (b64), which a JWT must be.
  */
-function checkHeader(segment: string): boolean {
-  const bytes = base64urlBytes(segment);
-  const header = bytes && jsonObject(bytes);
-  if (!header) throw new TokenRefused(INVALID);
+function checkHeader(token: string): boolean {
+  const header = decoded(() => decodeProtectedHeader(token) as Record<string, unknown>, INVALID);
   let b64 = true;
   if (header.crit !== undefined) {
     const { crit } = header;
@@ -147,7 +140,7 @@ export async function createWebhookVerifier(
     const parts = token.split('.');
     if (parts.length !== 3) throw new TokenRefused(INVALID);
     const [header, payload, signature] = parts as [string, string, string];
-    const b64 = checkHeader(header);
+    const b64 = checkHeader(token);
     const signatureBytes = base64urlBytes(signature);
     if (!signatureBytes) throw new TokenRefused(INVALID);
     // The signed input is the token's first two segments as they were sent (ASCII: the bearer pattern admits nothing
@@ -155,12 +148,10 @@ export async function createWebhookVerifier(
     const signed = Buffer.from(token.slice(0, header.length + 1 + payload.length), 'latin1');
     if (!keys.some((key) => signedBy(key, signed, signatureBytes)))
       throw new TokenRefused('ERR_JWS_SIGNATURE_VERIFICATION_FAILED');
-    const payloadBytes = b64 ? base64urlBytes(payload) : undefined;
-    if (b64 && !payloadBytes) throw new TokenRefused(INVALID);
+    if (b64 && !base64urlBytes(payload)) throw new TokenRefused(INVALID);
     // A JWT's payload is always encoded (RFC 7797's unencoded form is for other JWS).
-    if (!payloadBytes) throw new TokenRefused('ERR_JWT_INVALID');
-    const claims = jsonObject(payloadBytes);
-    if (!claims) throw new TokenRefused('ERR_JWT_INVALID');
+    if (!b64) throw new TokenRefused('ERR_JWT_INVALID');
+    const claims = decoded(() => decodeJwt(token) as Record<string, unknown>, 'ERR_JWT_INVALID');
     checkClaims(claims, issuer, clockToleranceSeconds);
     return claims;
   };

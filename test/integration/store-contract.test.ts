@@ -313,6 +313,8 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
         receivedAt: AT,
         stale: false,
         courierOnly: false,
+        // The verdict: it moved the milestone (the delivery's first).
+        moved: true,
         payload: created.payload,
       },
     });
@@ -671,13 +673,61 @@ describe.each(kinds)('%s', (_name, makeStore, enabled) => {
         expected = judged.state;
         if (n < path.length) continue;
         const label = `${path.map(stepLabel).join(' → ') || '(none)'} then ${stepLabel(step)}`;
-        expect([appended.stale, appended.courierOnly, appended.contradicts ?? false], label).toEqual([
+        // The verdict the streams and reconciliation follow: as appended, and as read back from the log.
+        const verdict = (event: StoredEvent) => [
+          event.stale,
+          event.courierOnly,
+          event.contradicts ?? false,
+          event.moved ?? false,
+          event.final ?? false,
+        ];
+        const rule = [
           judged.stale,
           judged.courierOnly,
           judged.contradicts,
-        ]);
+          judged.moved,
+          judged.state?.terminal === true,
+        ];
+        expect(verdict(appended), label).toEqual(rule);
+        const [logged] = await store.eventsAfter(appended.seq - 1, 1, { uids: [uid] });
+        expect(verdict(logged!), label).toEqual(rule);
         expect(await store.deliveryState(uid), label).toEqual(expected);
       }
+    }
+  });
+
+  test('stores an event made from a read only when its condition holds, judged as any event: accepted, decisive', async () => {
+    fresh();
+    const judgedSteps: PathStep[] = [...JUDGED_NAMES, ...JUDGED_READS];
+    for (const condition of ['accepted', 'decisive'] as const) {
+      const cases = STATE_PATHS.flatMap((path, i) =>
+        judgedSteps.map((step, j) => ({ uid: `${condition}:${i}:${j}`, path, step })),
+      );
+      const paths = await store.appendEvents(cases.flatMap(({ uid, path }) => path.map((p) => stepEvent(uid, p))));
+      const seqAfterPaths = await store.lastSeq();
+      const states = new Map<string, MilestoneState | undefined>();
+      for (const { uid } of cases) states.set(uid, await store.deliveryState(uid));
+      const inputs = cases.map(({ uid, step }) => ({ ...stepEvent(uid, step, { judged: true }), onlyIf: condition }));
+      const results = await store.appendEvents(inputs);
+      let stored = 0;
+      for (const [k, { uid, path, step }] of cases.entries()) {
+        const before = states.get(uid);
+        const judged = advance(before, factsOf(inputs[k]!.payload), 0);
+        const holds =
+          condition === 'accepted'
+            ? !judged.stale
+            : judged.moved &&
+              (before?.terminal === true || (judged.state!.terminal && judged.state!.rank === before?.rank));
+        const label = `${condition}: ${path.map(stepLabel).join(' → ') || '(none)'} then ${stepLabel(step)}`;
+        const result = results[k]!;
+        expect('skipped' in result, label).toBe(!holds);
+        if (holds) stored += 1;
+        // Skipped: nothing changed.
+        else expect(await store.deliveryState(uid), label).toEqual(before);
+      }
+      expect(paths.length).toBeGreaterThan(0);
+      // A skipped event takes no place in the log.
+      expect(await store.lastSeq()).toBe(seqAfterPaths + stored);
     }
   });
 

@@ -21,7 +21,7 @@ import { OwnerKeys } from '../../src/realtime/owner-keys.js';
 import { Reconciler } from '../../src/realtime/reconcile.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { SqliteStore } from '../../src/store/sqlite.js';
-import type { Store } from '../../src/store/store.js';
+import type { AppendCondition, AppendResult, Store } from '../../src/store/store.js';
 import type { Upstream } from '../../src/upstream/clients.js';
 import type { WireWebhookEvent } from '../../src/upstream/wire.js';
 import { redisAvailable, startRedisServer, type RedisServer } from '../helpers/redis.js';
@@ -476,11 +476,14 @@ describe.each(stores)('a contradiction heard while its read is under way, on %s'
     } as unknown as Upstream;
     const keys = new OwnerKeys({ ownerOf: () => 'merchant' });
     keys.remember('sk_test_merchant');
-    const append = async (payload: WireWebhookEvent, receivedAt: string) => {
-      const [result] = await store.appendEvents([{ payload, receivedAt }]);
-      bus.publish(result!.event);
+    const append = async (payload: WireWebhookEvent, receivedAt: string, onlyIf?: AppendCondition) => {
+      const [result] = await store.appendEvents([{ payload, receivedAt, onlyIf }]);
+      if ('event' in result!) bus.publish(result.event);
       return result!;
     };
+    /** A webhook: stored whatever the store judges of it. */
+    const receive = async (payload: WireWebhookEvent, receivedAt: string) =>
+      (await append(payload, receivedAt)) as AppendResult;
     const reconciler = new Reconciler({
       store,
       upstream,
@@ -494,12 +497,12 @@ describe.each(stores)('a contradiction heard while its read is under way, on %s'
     });
     try {
       // A failure after dropoff_complete contradicts it: read at once.
-      const first = await append(event('delivery.failed').payload, new Date().toISOString());
+      const first = await receive(event('delivery.failed').payload, new Date().toISOString());
       expect(first.event.contradicts).toBe(true);
       await expect.poll(() => reads, { timeout: 5_000 }).toBe(1);
       // Another contradiction while that read is held.
       expect(
-        (await append(event('delivery.return_in_progress').payload, new Date().toISOString())).event.contradicts,
+        (await receive(event('delivery.return_in_progress').payload, new Date().toISOString())).event.contradicts,
       ).toBe(true);
       release();
       // The first read answers the old dropoff_complete; the second, asked for by the return, says failed and wins.

@@ -20,7 +20,7 @@ import { startApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
 import { callerCursors } from '../../src/domain/cursor.js';
 import { SqliteStore } from '../../src/store/sqlite.js';
-import type { Store } from '../../src/store/store.js';
+import type { EventInput, Store } from '../../src/store/store.js';
 import { deliveryInput, startStack, type Stack } from '../helpers/stack.js';
 
 const CREATE = /* GraphQL */ `
@@ -550,7 +550,7 @@ describe('a store that fails', () => {
     mode: 'ok' | 'reject' | 'throw' | 'stall' = 'reject';
     appendCalls = 0;
     constructor(readonly inner: SqliteStore) {}
-    appendEvents(events: Parameters<Store['appendEvents']>[0]) {
+    appendEvents = ((events: ReadonlyArray<EventInput>) => {
       this.appendCalls += 1;
       if (this.mode === 'throw') throw new Error('SQLITE_IOERR: disk I/O error');
       if (this.mode === 'reject') return Promise.reject(new Error('SQLITE_FULL: database or disk is full'));
@@ -559,7 +559,7 @@ describe('a store that fails', () => {
           setTimeout(() => reject(new Error('SQLITE_BUSY: database is locked')), 300),
         );
       return this.inner.appendEvents(events);
-    }
+    }) as Store['appendEvents'];
     eventsAfter: Store['eventsAfter'] = (...args) => this.inner.eventsAfter(...args);
     latestEvent: Store['latestEvent'] = (...args) => this.inner.latestEvent(...args);
     lastSeq: Store['lastSeq'] = () => this.inner.lastSeq();

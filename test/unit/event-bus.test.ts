@@ -1,6 +1,5 @@
 // The in-process event bus: any number of subscribers of one topic (every
-// deliveryEvents subscription shares "events"), with one listener on its
-// EventTarget per topic, so Node never warns of a leak.
+// deliveryEvents subscription shares "events"), with no warning of a leak.
 import { describe, expect, it } from 'vitest';
 import { createEventBus } from '../../src/realtime/bus.js';
 import type { StoredEvent } from '../../src/store/store.js';

@@ -1,13 +1,14 @@
 // The webhook receiver's group commit (AppendBatcher), against a store whose
 // commit is held open: events that arrive while a commit waits on its fsync go
 // together in the next commit, not one commit per turn of the event loop; the
-// log and the publications keep arrival order.
+// log and the publications keep arrival order. While events come fast, a batch
+// waits for the commit window (or its target) before it goes.
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import type { EventBus } from '../../src/realtime/bus.js';
 import type { AppendResult, Store, StoredEvent } from '../../src/store/store.js';
 import type { WireWebhookEvent } from '../../src/upstream/wire.js';
-import { AppendBatcher } from '../../src/webhooks/receiver.js';
+import { AppendBatcher } from '../../src/webhooks/group-commit.js';
 
 /** The test's own marker on each event (the receiver never reads it). */
 const idOf = (payload: WireWebhookEvent) => (payload as unknown as { event_id: string }).event_id;
@@ -43,6 +44,9 @@ async function turnsUntil(met: () => boolean): Promise<void> {
   expect(met()).toBe(true);
 }
 
+/** The gathering alone, without the commit window (the last two tests hold that). */
+const NO_WINDOW = { ms: 0, target: 1 };
+
 const event = (id: number) => ({ event_id: `e${id}`, event_name: 'delivery.assigned' }) as unknown as WireWebhookEvent;
 
 describe('AppendBatcher', () => {
@@ -50,7 +54,7 @@ describe('AppendBatcher', () => {
     const { store, commits, releaseNext } = heldStore();
     const published: string[] = [];
     const bus = { publish: (stored: StoredEvent) => published.push(stored.uid) } as unknown as EventBus;
-    const batcher = new AppendBatcher(store, bus, () => undefined);
+    const batcher = new AppendBatcher(store, bus, () => undefined, NO_WINDOW);
 
     const first = batcher.append(event(0), 'now');
     await nextTurn();
@@ -73,7 +77,12 @@ describe('AppendBatcher', () => {
 
   it('commits at most 512 events at once, the rest next', async () => {
     const { store, commits, releaseNext } = heldStore();
-    const batcher = new AppendBatcher(store, { publish: () => undefined } as unknown as EventBus, () => undefined);
+    const batcher = new AppendBatcher(
+      store,
+      { publish: () => undefined } as unknown as EventBus,
+      () => undefined,
+      NO_WINDOW,
+    );
     const all = Array.from({ length: 600 }, (_, id) => batcher.append(event(id), 'now'));
     await turnsUntil(() => commits.length === 1);
     releaseNext();
@@ -96,7 +105,7 @@ describe('AppendBatcher', () => {
         published.push({ uid: stored.uid, turn });
       },
     } as unknown as EventBus;
-    const batcher = new AppendBatcher(store, bus, () => undefined);
+    const batcher = new AppendBatcher(store, bus, () => undefined, NO_WINDOW);
     const all = Array.from({ length: 300 }, (_, id) => batcher.append(event(id), 'now'));
     await turnsUntil(() => commits.length === 1);
     // A ticker of other work: one turn of the loop each.
@@ -114,5 +123,48 @@ describe('AppendBatcher', () => {
     expect(answers.map((answer) => answer.event.uid)).toEqual(published.map((p) => p.uid));
     // Spread over turns other work had between them (all 300 went out in one turn before: 60 ms of the loop).
     expect(new Set(published.map((p) => p.turn)).size).toBeGreaterThan(5);
+  });
+
+  it('while events come faster than two per window, a batch waits for the window or its target', async () => {
+    const { store, commits, releaseNext } = heldStore();
+    const batcher = new AppendBatcher(store, { publish: () => undefined } as unknown as EventBus, () => undefined, {
+      ms: 60_000,
+      target: 3,
+    });
+    // The first event has no rate to judge by: it goes at the next turn, with what came in the same turn.
+    const first = [batcher.append(event(0), 'now'), batcher.append(event(1), 'now')];
+    await turnsUntil(() => commits.length === 1);
+    releaseNext();
+    await Promise.all(first);
+    // Events now come microseconds apart: the next batch waits, though no commit is under way.
+    const next = [batcher.append(event(2), 'now'), batcher.append(event(3), 'now')];
+    for (let turn = 0; turn < 20; turn += 1) await nextTurn();
+    expect(commits).toEqual([['e0', 'e1']]);
+    // Its target: it goes at once.
+    next.push(batcher.append(event(4), 'now'));
+    await turnsUntil(() => commits.length === 2);
+    expect(commits[1]).toEqual(['e2', 'e3', 'e4']);
+    releaseNext();
+    await Promise.all(next);
+  });
+
+  it('a batch held for its window goes when the window ends', async () => {
+    const { store, commits, releaseNext } = heldStore();
+    const batcher = new AppendBatcher(store, { publish: () => undefined } as unknown as EventBus, () => undefined, {
+      ms: 30,
+      target: 100,
+    });
+    const first = [batcher.append(event(0), 'now'), batcher.append(event(1), 'now')];
+    await turnsUntil(() => commits.length === 1);
+    releaseNext();
+    await Promise.all(first);
+    const held = batcher.append(event(2), 'now');
+    await nextTurn();
+    expect(commits).toHaveLength(1);
+    // Nothing else arrives: its timer sends it.
+    for (let wait = 0; wait < 200 && commits.length === 1; wait += 1) await new Promise((ok) => setTimeout(ok, 5));
+    expect(commits[1]).toEqual(['e2']);
+    releaseNext();
+    await held;
   });
 });
