@@ -35,7 +35,8 @@ import { Redis, type Result } from 'ioredis';
 import { connectRedis, logConnection, redisFailure, type RedisConnection } from '../redis/connection.js';
 import type { Logger } from '../logger.js';
 import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
-import { DELIVERED_RANK, factsOf, NOT_DELIVERED_RANK } from '../domain/milestones.js';
+import { DELIVERED_RANK, factsOf, NOT_DELIVERED_RANK, statusRank } from '../domain/milestones.js';
+import { deliveryStatus } from '../domain/status.js';
 import { moverFields, viewBody, viewFields, type StoredView } from '../domain/delivery-view.js';
 import {
   TRIM_BATCH,
@@ -68,6 +69,8 @@ import {
   type OwnerProof,
   type OwnerRecord,
   type ReadRecord,
+  type ConfirmedView,
+  readSettles,
   type ReceivedEvent,
   type Store,
   type StoredEvent,
@@ -102,6 +105,7 @@ declare module 'ioredis' {
       ...fields: string[]
     ): Result<number, Context>;
     dgLatest(delivery: string, log: string, kind: string): Result<StreamEntry | null, Context>;
+    dgConfirmed(...args: string[]): Result<Array<[string[], string, string]>, Context>;
     dgEventsOf(...args: string[]): Result<StreamEntry[], Context>;
     dgClaim(
       key: string,
@@ -389,12 +393,20 @@ return results
  * the read overwrites, and the hash lives by the retention until an event is stored for it (APPEND persists it).
  */
 const MERGE_READ = `
--- KEYS: 1 delivery hash, 2 delivery events; ARGV: 1 the read's basis, 2 time to live (ms; '' for ever), then view
--- fields as key, JSON value
+-- KEYS: 1 delivery hash, 2 delivery events; ARGV: 1 the read's basis, 2 time to live (ms; '' for ever), 3 when the
+-- read was made (ms), 4 '1' when its status is final on arrival, 5 its status's rank ('' for none), then view fields
+-- as key, JSON value
 local seq = redis.call('HGET', KEYS[1], 'seq')
 local stated = redis.call('HEXISTS', KEYS[1], 'rank') == 1
 local overwrite = not stated or (tonumber(seq) or 0) <= tonumber(ARGV[1])
-for i = 3, #ARGV, 2 do
+-- What it confirms (readSettles in store.ts): a newer read replaces an older one's confirmation, never the reverse.
+local at = tonumber(redis.call('HGET', KEYS[1], 'r:at') or '0')
+if tonumber(ARGV[3]) >= at then
+  local settled = ARGV[4] == '1' or (overwrite and stated and redis.call('HGET', KEYS[1], 'terminal') == '1'
+    and ARGV[5] ~= '' and tonumber(redis.call('HGET', KEYS[1], 'rank')) == tonumber(ARGV[5]))
+  redis.call('HSET', KEYS[1], 'r:at', ARGV[3], 'r:settled', settled and '1' or '0')
+end
+for i = 6, #ARGV, 2 do
   if overwrite then
     redis.call('HSET', KEYS[1], 'v:' .. ARGV[i], ARGV[i + 1])
   else
@@ -403,6 +415,29 @@ for i = 3, #ARGV, 2 do
 end
 if not stated and ARGV[2] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 1
+`;
+
+/**
+ * Views with their confirmations (Store.confirmedViews): each delivery hash whole, and when its latest accepted
+ * delivery event and its latest accepted position were received (the log entries' 'at').
+ */
+const CONFIRMED = `
+-- KEYS: 1 log, then delivery hashes
+local out = {}
+for i = 2, #KEYS do
+  local stamps = {}
+  for _, kind in ipairs({'delivery', 'location'}) do
+    local seq = redis.call('HGET', KEYS[i], kind)
+    local entry = seq and redis.call('XRANGE', KEYS[1], seq .. '-0', seq .. '-0')[1]
+    local stamp = ''
+    if entry then
+      for j = 1, #entry[2], 2 do if entry[2][j] == 'at' then stamp = entry[2][j + 1] end end
+    end
+    stamps[#stamps + 1] = stamp
+  end
+  out[#out + 1] = {redis.call('HGETALL', KEYS[i]), stamps[1], stamps[2]}
+end
+return out
 `;
 
 const LATEST = `
@@ -976,6 +1011,7 @@ export class RedisStore implements Store {
       new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
     defineAppend(client);
     client.defineCommand('dgLatest', { numberOfKeys: 2, lua: LATEST });
+    client.defineCommand('dgConfirmed', { lua: CONFIRMED });
     client.defineCommand('dgMergeRead', { numberOfKeys: 2, lua: MERGE_READ });
     client.defineCommand('dgEventsOf', { lua: EVENTS_OF });
     client.defineCommand('dgClaim', { numberOfKeys: 3, lua: CLAIM });
@@ -1214,18 +1250,55 @@ export class RedisStore implements Store {
     return viewBody(uid, view);
   }
 
-  async recordRead({ uid, body, basis }: ReadRecord): Promise<void> {
+  async recordRead({ uid, body, basis, readAt }: ReadRecord): Promise<void> {
     const fields = viewFields(body);
     const { state, events } = this.#delivery(uid);
     const ttl = this.#retention ? String(this.#retention.eventRetentionMs) : '';
+    const status = deliveryStatus(body.status);
     const [, [, terminal], [, record]] = (await this.client
       .pipeline()
-      .dgMergeRead(state, events, String(basis), ttl, ...(fields.length > 0 ? fields.flat() : []))
+      .dgMergeRead(
+        state,
+        events,
+        String(basis),
+        ttl,
+        String(readAt ?? Date.now()),
+        readSettles(status, undefined, basis) ? '1' : '0',
+        String(statusRank(status) ?? ''),
+        ...(fields.length > 0 ? fields.flat() : []),
+      )
       .hget(state, 'terminal')
       .get(this.#owner(uid))
       .exec())! as [unknown, [unknown, string | null], [unknown, string | null]];
     // A read may take a final state back (it settles a contradiction): the delivery is unfinished again.
     if (terminal !== '1' && record) await this.client.zadd(this.#unfinished(record.split(' ')[0]!), 'NX', 0, uid);
+  }
+
+  async confirmedViews(uids: readonly string[]): Promise<Map<string, ConfirmedView>> {
+    const views = new Map<string, ConfirmedView>();
+    if (uids.length === 0) return views;
+    const keys = uids.map((uid) => this.#delivery(uid).state);
+    const rows = await this.client.dgConfirmed(String(keys.length + 1), this.#log, ...keys);
+    rows.forEach(([flat, deliveryAt, locationAt], index) => {
+      const view: StoredView = {};
+      let readAt: number | undefined;
+      let settled = false;
+      for (let at = 0; at < flat.length; at += 2) {
+        const field = flat[at]!;
+        if (field.startsWith('v:')) view[field.slice(2)] = flat[at + 1]!;
+        else if (field === 'r:at') readAt = Number(flat[at + 1]);
+        else if (field === 'r:settled') settled = flat[at + 1] === '1';
+      }
+      if (Object.keys(view).length === 0) return;
+      const stamps = [deliveryAt, locationAt].filter((stamp) => stamp !== '').map((stamp) => Date.parse(stamp));
+      views.set(uids[index]!, {
+        body: viewBody(uids[index]!, view),
+        readAt,
+        eventAt: stamps.length > 0 ? Math.max(...stamps) : undefined,
+        settled,
+      });
+    });
+    return views;
   }
 
   /** The counter the append script INCRs with each XADD: trimming the log does not lower it. */

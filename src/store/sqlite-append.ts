@@ -16,6 +16,7 @@ import {
   courierPart,
   formerCouriersJson,
   markOf,
+  readSettles,
   type AppendCondition,
   type ReadRecord,
 } from './store.js';
@@ -94,6 +95,10 @@ export class EventAppender {
       getReadView: db.prepare<[string], { view: string }>('SELECT view FROM read_views WHERE uid = ?'),
       putReadView: db.prepare('INSERT OR REPLACE INTO read_views (uid, view, read_at) VALUES (?, ?, ?)'),
       dropReadView: db.prepare('DELETE FROM read_views WHERE uid = ?'),
+      // A newer read replaces what an older one confirmed; an older one arriving late changes nothing.
+      confirmRead: db.prepare(
+        'INSERT INTO read_confirmations (uid, read_at, settled) VALUES (?, ?, ?) ON CONFLICT (uid) DO UPDATE SET settled = CASE WHEN excluded.read_at >= read_at THEN excluded.settled ELSE settled END, read_at = max(read_at, excluded.read_at)',
+      ),
       // A record still kept (proved since the third) and not proved since the fourth is proved at the first.
       proveOwner: db.prepare('UPDATE ownership SET proved_at = ? WHERE uid = ? AND proved_at >= ? AND proved_at < ?'),
     };
@@ -208,9 +213,11 @@ export class EventAppender {
 
   // A read newer than the state overwrites; one older than the state's last move only fills. Before any state, the
   // read is kept apart (a later read overwrites it) for the first event to be merged over.
-  mergeRead({ uid, body, basis }: ReadRecord, now: number): void {
+  mergeRead({ uid, body, basis, readAt }: ReadRecord, now: number): void {
     this.#known.delete(uid);
     const row = this.#s.getState.get(uid);
+    const settled = readSettles(body.status, row && { ...row, terminal: row.terminal === 1 }, basis);
+    this.#s.confirmRead.run(uid, readAt ?? now, settled ? 1 : 0);
     if (!row)
       return void this.#s.putReadView.run(
         uid,

@@ -99,6 +99,9 @@ function prepare(db: Database.Database) {
     trimReadViews: db.prepare(
       'DELETE FROM read_views WHERE rowid IN (SELECT rowid FROM read_views WHERE read_at < ? LIMIT ?)',
     ),
+    trimReadConfirmations: db.prepare(
+      'DELETE FROM read_confirmations WHERE rowid IN (SELECT rowid FROM read_confirmations WHERE read_at < ? LIMIT ?)',
+    ),
     trimOwners: db.prepare(
       'DELETE FROM ownership WHERE rowid IN (SELECT rowid FROM ownership WHERE proved_at < ? LIMIT ?)',
     ),
@@ -285,14 +288,15 @@ function trimStep(
       return true;
     }
     if (phase === 'records') {
-      const [owners, idem, reads] = db
+      const counts = db
         .transaction(() => [
           s.trimOwners.run(now - retention!.eventRetentionMs, TRIM_BATCH).changes,
           s.trimIdem.run(now - retention!.idempotencyRetentionMs, now - PENDING_EXPIRY_MS, TRIM_BATCH).changes,
           s.trimReadViews.run(now - retention!.eventRetentionMs, TRIM_BATCH).changes,
+          s.trimReadConfirmations.run(now - retention!.eventRetentionMs, TRIM_BATCH).changes,
         ])
         .immediate();
-      return owners! >= TRIM_BATCH || idem! >= TRIM_BATCH || reads! >= TRIM_BATCH;
+      return counts.some((count) => count >= TRIM_BATCH);
     }
     // Freed pages beyond what the next inserts will want go back to the file system, a step at a time.
     if (db.pragma('auto_vacuum', { simple: true }) !== INCREMENTAL_VACUUM) return false;

@@ -25,6 +25,7 @@ import {
   flagsOf,
   type AppendResult,
   type BookingResult,
+  type ConfirmedView,
   type DeliveryState,
   type EventFilter,
   type EventInput,
@@ -371,6 +372,8 @@ export class SqliteStore implements Store {
       );
       -- A read of a delivery that has no state yet, kept for its first event to be merged over (delivery-view.ts).
       CREATE TABLE IF NOT EXISTS read_views (uid TEXT PRIMARY KEY, view TEXT NOT NULL, read_at INTEGER NOT NULL);
+      -- When a read last confirmed each delivery's view, and whether it settled it (a final state): reads from the view.
+      CREATE TABLE IF NOT EXISTS read_confirmations (uid TEXT PRIMARY KEY, read_at INTEGER NOT NULL, settled INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS ownership (
         uid TEXT PRIMARY KEY,
         owner_hash TEXT NOT NULL,
@@ -390,6 +393,7 @@ export class SqliteStore implements Store {
       -- A webhook's booking marker finds its claim.
       CREATE INDEX IF NOT EXISTS idempotency_by_marker ON idempotency (marker);
       CREATE INDEX IF NOT EXISTS read_views_by_time ON read_views (read_at);
+      CREATE INDEX IF NOT EXISTS read_confirmations_by_time ON read_confirmations (read_at);
       -- Reconciliation pages through each owner's recent records (unfinishedDeliveries).
       CREATE INDEX IF NOT EXISTS ownership_by_owner ON ownership (owner_hash, created_at, uid);
       -- Whether ids are linked to a merchant (its history: linkMerchant), and which (mergeMerchant).
@@ -457,6 +461,17 @@ export class SqliteStore implements Store {
         'SELECT rank, terminal, seq, courier, former_couriers, picked_up FROM delivery_state WHERE uid = ?',
       ),
       getView: this.db.prepare<[string], { view: string | null }>('SELECT view FROM delivery_state WHERE uid = ?'),
+      // A view (the state's, else a read's before any state) with its confirmations: the newest read, and the newest
+      // event that is not stale.
+      confirmedView: this.db.prepare<
+        [string],
+        { view: string | null; read_at: number | null; settled: number | null; event_at: string | null }
+      >(
+        `SELECT coalesce(d.view, r.view) AS view, c.read_at, c.settled,
+           (SELECT received_at FROM events e WHERE e.uid = u.uid AND (e.stale & 1) = 0 ORDER BY e.seq DESC LIMIT 1) AS event_at
+         FROM (SELECT ? AS uid) u LEFT JOIN delivery_state d ON d.uid = u.uid LEFT JOIN read_views r ON r.uid = u.uid
+           LEFT JOIN read_confirmations c ON c.uid = u.uid`,
+      ),
       eventsAfter: this.db.prepare<[number, number], EventRow>(
         'SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?',
       ),
@@ -699,6 +714,23 @@ export class SqliteStore implements Store {
 
   recordRead(read: ReadRecord): Promise<void> {
     return this.#write('mergeRead', read);
+  }
+
+  async confirmedViews(uids: readonly string[]): Promise<Map<string, ConfirmedView>> {
+    const views = new Map<string, ConfirmedView>();
+    this.#read(() => {
+      for (const uid of uids) {
+        const row = this.#statements.confirmedView.get(uid);
+        if (!row?.view) continue;
+        views.set(uid, {
+          body: viewBody(uid, JSON.parse(row.view) as StoredView),
+          readAt: row.read_at ?? undefined,
+          eventAt: row.event_at ? Date.parse(row.event_at) : undefined,
+          settled: row.settled === 1,
+        });
+      }
+    });
+    return views;
   }
 
   async lastSeq(): Promise<number> {

@@ -2,7 +2,8 @@
 // through it, or found readable by a key's access check), and (see the events
 // part) the webhook event log. The embedded
 // SQLite store and the Redis store both serve this interface.
-import type { CourierIdentity, MilestoneState } from '../domain/milestones.js';
+import { stateOfStatus, statusRank, type CourierIdentity, type MilestoneState } from '../domain/milestones.js';
+import { deliveryStatus } from '../domain/status.js';
 import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
 
 /**
@@ -200,6 +201,38 @@ export interface ReadRecord {
   body: JsonObject;
   /** The log's last seq when the read was made: the read overwrites only a view whose state no event moved since. */
   basis: number;
+  /** When the read was made (ms since the epoch): what it confirms, it confirms as of then. Now when not given. */
+  readAt?: number;
+}
+
+/**
+ * A delivery's view with when the upstream last confirmed it (src/graphql/delivery-reads.ts decides with it): a read
+ * confirms every field it returned, a webhook event the fields events carry.
+ */
+export interface ConfirmedView {
+  /** The view as a webhook body (Store.deliveryView). */
+  body: JsonObject;
+  /** The newest read merged into it (ms since the epoch); undefined when none is kept. */
+  readAt: number | undefined;
+  /** When the newest event that moved or repeated its state (not stale) was received; undefined before any. */
+  eventAt: number | undefined;
+  /** A read confirmed a final state: nothing changes it any more. */
+  settled: boolean;
+}
+
+/**
+ * Whether a read settles its delivery: it says a status final on arrival (delivered, returned), or the final state the
+ * log holds and no event moved since it was made.
+ */
+export function readSettles(
+  status: unknown,
+  state: { rank: number; terminal: boolean; seq: number } | undefined,
+  basis: number,
+): boolean {
+  const rank = statusRank(deliveryStatus(status));
+  if (rank === undefined) return false;
+  if (stateOfStatus(deliveryStatus(status))?.terminal) return true;
+  return state !== undefined && state.terminal && state.seq <= basis && state.rank === rank;
 }
 
 /**
@@ -324,6 +357,8 @@ export interface Store {
    * its first event is merged over it.
    */
   recordRead(read: ReadRecord): Promise<void>;
+  /** The views of those uids that have one, each with when the upstream last confirmed it (one read for all). */
+  confirmedViews(uids: readonly string[]): Promise<Map<string, ConfirmedView>>;
   /** The seq of the newest event stored (0 when none). */
   lastSeq(): Promise<number>;
 

@@ -583,6 +583,7 @@ describe('a store that fails', () => {
     deliveryState: Store['deliveryState'] = (...args) => this.inner.deliveryState(...args);
     deliveryView: Store['deliveryView'] = (...args) => this.inner.deliveryView(...args);
     recordRead: Store['recordRead'] = (...args) => this.inner.recordRead(...args);
+    confirmedViews: Store['confirmedViews'] = (...args) => this.inner.confirmedViews(...args);
     cursorSecret: Store['cursorSecret'] = () => this.inner.cursorSecret();
     ping: Store['ping'] = () => this.inner.ping();
     close: Store['close'] = () => this.inner.close();
