@@ -27,6 +27,7 @@ import { NotFoundError } from '../errors.js';
 import { fromPartnerOrder, fromPlatformDelivery } from '../mapping/delivery.js';
 import type { ApiGroup, Delivery } from '../mapping/model.js';
 import type { Upstream } from '../upstream/clients.js';
+import type { WireDelivery, WireOrder } from '../upstream/wire.js';
 import type { Judged, OwnerVerdict, Owners } from './owners.js';
 
 /**
@@ -54,7 +55,12 @@ export interface ProveOptions {
   byReference?: (reference: string) => Promise<Delivery | null>;
   /** Asked once, before the first upstream call (a budget): false and nothing is asked (`withheld`). */
   mayAsk?: () => boolean | Promise<boolean>;
+  /** Told of each read of the uid itself (never a stand-in's), as the upstream gave it: the store's view keeps it. */
+  onRead?: (read: WireRead) => void;
 }
+
+/** One read as the upstream answered it, by group. */
+export type WireRead = { group: 'platform'; wire: WireDelivery } | { group: 'partner'; wire: WireOrder };
 
 export type AccessAnswer = Allowed | Refused;
 
@@ -147,7 +153,7 @@ async function readOwn(
 ): Promise<AccessAnswer> {
   let delivery: Delivery;
   try {
-    delivery = await readIn(upstream, claim.key, claim.uid, claim.group, options.signal);
+    delivery = await readIn(upstream, claim.key, claim.uid, claim.group, options.signal, options.onRead);
   } catch (error) {
     if (error instanceof NotFoundError) return refused({ upstreamRead: true, notFound: error });
     throw error;
@@ -178,7 +184,7 @@ async function proveByUpstream(
   for (const group of groups) {
     let delivery: Delivery;
     try {
-      delivery = await readAsCaller(upstream, claim.key, claim.uid, group, asUnknown, options.signal);
+      delivery = await readAsCaller(upstream, claim.key, claim.uid, group, asUnknown, options);
     } catch (error) {
       if (!(error instanceof NotFoundError)) throw error;
       notFound ??= error;
@@ -252,9 +258,9 @@ async function readAsCaller(
   uid: string,
   group: ApiGroup,
   asUnknown: boolean,
-  signal: AbortSignal | undefined,
+  { signal, onRead }: ProveOptions,
 ): Promise<Delivery> {
-  if (!asUnknown) return readIn(upstream, key, uid, group, signal);
+  if (!asUnknown) return readIn(upstream, key, uid, group, signal, onRead);
   const asked = standIn(uid);
   try {
     await readIn(upstream, key, asked, group, signal);
@@ -268,17 +274,23 @@ async function readAsCaller(
   throw new NotFoundError();
 }
 
-/** One read in the group asked, mapped. */
+/** One read in the group asked, mapped; `onRead` is told of it as it came. */
 async function readIn(
   upstream: Upstream,
   key: string,
   uid: string,
   group: ApiGroup,
   signal: AbortSignal | undefined,
+  onRead?: (read: WireRead) => void,
 ): Promise<Delivery> {
-  return group === 'PLATFORM'
-    ? fromPlatformDelivery(await upstream.platform.get(key, uid, signalOf(signal)))
-    : fromPartnerOrder(await upstream.partner.getOrder(key, uid, signalOf(signal)));
+  if (group === 'PLATFORM') {
+    const wire = await upstream.platform.get(key, uid, signalOf(signal));
+    onRead?.({ group: 'platform', wire });
+    return fromPlatformDelivery(wire);
+  }
+  const wire = await upstream.partner.getOrder(key, uid, signalOf(signal));
+  onRead?.({ group: 'partner', wire });
+  return fromPartnerOrder(wire);
 }
 
 const signalOf = (signal: AbortSignal | undefined) => (signal ? { signal } : undefined);

@@ -4,7 +4,7 @@ import type { Reconciler } from '../realtime/reconcile.js';
 import type { IncomingMessage } from 'node:http';
 import DataLoader from 'dataloader';
 import type { Config } from '../config.js';
-import { DeliveryGraphError, ForbiddenError, NotFoundError, UnauthenticatedError } from '../errors.js';
+import { BadUserInputError, ForbiddenError, UnauthenticatedError } from '../errors.js';
 import { fromPartnerOrder } from '../mapping/delivery.js';
 import type { ApiGroup, Delivery } from '../mapping/model.js';
 import type { ReadAccess } from '../realtime/access.js';
@@ -17,9 +17,9 @@ import type { Upstream } from '../upstream/clients.js';
 import type { Caller, ClientTokenCredential } from '../access/caller.js';
 import { MERCHANT_ONLY } from '../access/client-token-scope.js';
 import type { ClientTokens } from '../access/client-tokens.js';
-import type { Judged, Owners } from '../access/owners.js';
+import type { Owners } from '../access/owners.js';
 import type { Merchants } from '../access/merchants.js';
-import { proveAccess } from '../access/prove.js';
+import { readDeliveries, readEach, type ReadFreshness, type ReadTally } from './delivery-reads.js';
 import type { RequestLimits } from '../access/rate-limit.js';
 import type { SubscriptionSlots } from '../access/subscription-slots.js';
 import type { KeyWatch } from '../access/key-watch.js';
@@ -104,8 +104,19 @@ export interface GraphQLContext {
    * (src/access/merchants.ts): what owns deliveries, idempotency keys and cursors.
    */
   merchant(): Promise<string>;
-  /** One read per (group, uid) per request; null for a uid the caller may not see (src/access/prove.ts decides). */
-  deliveryLoader(group: ApiGroup): DataLoader<string, Delivery | null>;
+  /**
+   * One read per (group, uid) per request and freshness; null for a uid the caller may not see (src/access/prove.ts
+   * decides). From the stored view when it is fresh enough (src/graphql/delivery-reads.ts); without `freshness`,
+   * READ_MAX_AGE and a selection that may hold anything.
+   */
+  deliveryLoader(group: ApiGroup, freshness?: ReadFreshness): DataLoader<string, Delivery | null>;
+  /**
+   * The freshness a read asks for: its `maxAge` argument (seconds), else READ_MAX_AGE; 0 whatever it says when the
+   * request came with `Cache-Control: no-cache`. BAD_USER_INPUT for a negative maxAge.
+   */
+  readFreshness(maxAge?: number | null, needsRead?: boolean): ReadFreshness;
+  /** Deliveries this request answered from the stored view and from the upstream (the answer's extensions). */
+  deliveryReads: ReadTally;
   /**
    * One partner-group read by partner reference per reference per request; null
    * when none belongs to the caller. Used for what only that read carries
@@ -137,6 +148,12 @@ export interface ContextOptions {
 export const REFUSED_CLIENT_TOKEN =
   'The client token is not accepted: it was altered, has expired, or was made by another server.';
 
+/** Whether a request's Cache-Control asks for an answer the origin confirms now: no-cache, or max-age=0. */
+export function wantsNoCache(header: string | string[] | undefined): boolean {
+  if (header === undefined) return false;
+  return /(?:^|,)\s*(?:no-cache|max-age\s*=\s*0)\s*(?:,|$)/i.test(Array.isArray(header) ? header.join(',') : header);
+}
+
 /** The context of one operation, for the caller the transport read. */
 export function createContext(services: Services, options: ContextOptions): GraphQLContext {
   const { req, limits, disconnect, caller } = options;
@@ -145,7 +162,8 @@ export function createContext(services: Services, options: ContextOptions): Grap
   const token = caller.kind === 'client-token' ? caller.token : caller.kind === 'refused-token' ? null : undefined;
   let signal = options.signal;
   const scope = token ? new Set(token.uids) : undefined;
-  const loaders = new Map<ApiGroup, DataLoader<string, Delivery | null>>();
+  const loaders = new Map<string, DataLoader<string, Delivery | null>>();
+  const noCache = req !== undefined && wantsNoCache(req.headers['cache-control']);
   let byReference: DataLoader<string, Delivery | null> | undefined;
   let merchant: Promise<string> | undefined;
   return {
@@ -177,44 +195,25 @@ export function createContext(services: Services, options: ContextOptions): Grap
       merchant ??= services.merchants.of(key);
       return merchant;
     },
-    deliveryLoader(group) {
-      let loader = loaders.get(group);
+    deliveryReads: { fromView: 0, fromUpstream: 0 },
+    readFreshness(maxAge, needsRead = true) {
+      if (maxAge != null && (!Number.isInteger(maxAge) || maxAge < 0))
+        throw new BadUserInputError(`maxAge is a whole number of seconds, 0 or more; got ${maxAge}.`);
+      // Cache-Control: no-cache (or max-age=0) on the request: the upstream now, whatever the query says.
+      if (noCache) return { maxAge: 0, needsRead };
+      return { maxAge: maxAge ?? services.config.graphql.readMaxAgeSeconds, needsRead };
+    },
+    deliveryLoader(group, freshness) {
+      const fresh = freshness ?? this.readFreshness();
+      const name = `${group} ${fresh.maxAge} ${fresh.needsRead ? 1 : 0}`;
+      let loader = loaders.get(name);
       if (!loader) {
         // A batch may be stopped when the client goes away; a single read is left to finish (cheaper than watching for
         // it).
-        loader = new DataLoader(
-          async (uids) => {
-            const key = this.requireKey();
-            const { upstream, owners } = services;
-            // The owner records for the whole batch in one lookup; each uid is proven (or not) by src/access/prove.ts.
-            let caller: string;
-            let judged: Map<string, Judged>;
-            try {
-              caller = await this.merchant();
-              judged = await owners.judge(scope ? uids.filter((uid) => scope.has(uid)) : uids, caller);
-            } catch (error) {
-              // Without the records nobody can be told apart: every entry fails, nothing is read.
-              const failure =
-                error instanceof DeliveryGraphError ? error : new Error('The owner records could not be read.');
-              return uids.map(() => failure);
-            }
-            const byReference = (reference: string) => this.orderByReferenceLoader().load(reference);
-            const read = async (uid: string, options: { signal: AbortSignal } | undefined) => {
-              // A client token's other uids read as not found, without asking the upstream.
-              if (scope && !scope.has(uid)) return null;
-              const claim = { key, merchant: caller, uid, group, purpose: 'read' } as const;
-              const answer = await proveAccess(owners, upstream, claim, {
-                judged: judged.get(uid),
-                signal: options?.signal,
-                byReference,
-              });
-              return answer.allowed ? answer.delivery! : null;
-            };
-            return readEach(services, uids, uids.length > 1 ? this.clientGone() : undefined, read);
-          },
-          { maxBatchSize: services.config.graphql.maxBatchSize },
-        );
-        loaders.set(group, loader);
+        loader = new DataLoader((uids) => readDeliveries(this, group, fresh, this.deliveryReads, uids), {
+          maxBatchSize: services.config.graphql.maxBatchSize,
+        });
+        loaders.set(name, loader);
       }
       return loader;
     },
@@ -231,39 +230,4 @@ export function createContext(services: Services, options: ContextOptions): Grap
       return byReference;
     },
   };
-}
-
-/**
- * Reads each (already distinct) id once, at most `batchConcurrency` at a time.
- * A failing id fails only its own entry; an unknown one reads as null.
- */
-async function readEach(
-  services: Services,
-  ids: readonly string[],
-  signal: AbortSignal | undefined,
-  read: (id: string, options: { signal: AbortSignal } | undefined) => Promise<Delivery | null>,
-): Promise<Array<Delivery | null | Error>> {
-  const readOne = async (id: string): Promise<Delivery | null | Error> => {
-    try {
-      return await read(id, signal ? { signal } : undefined);
-    } catch (error) {
-      if (error instanceof NotFoundError) return null;
-      return error instanceof DeliveryGraphError ? error : new Error(String(error));
-    }
-  };
-  // A lone read (the common `delivery(uid:)`) needs no workers to share out.
-  if (ids.length === 1) return [await readOne(ids[0]!)];
-  const results = new Array<Delivery | null | Error>(ids.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < ids.length && !signal?.aborted) {
-      const index = next++;
-      results[index] = await readOne(ids[index]!);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(services.config.graphql.batchConcurrency, ids.length) }, worker));
-  // Reads never started because the client went away still need an entry.
-  for (let index = 0; index < results.length; index += 1)
-    if (results[index] === undefined) results[index] = new Error('The client went away before this read.');
-  return results;
 }

@@ -9,6 +9,7 @@ import type { GraphQLContext } from './context.js';
 import { ApiGroupEnum, DeliveryModeEnum, DeliveryStatusEnum, DeliveryStyleEnum } from './enums.js';
 import { CourierRef, DistanceRef, MoneyRef, PackageRef, ProofOfDeliveryRef, StopRef } from './objects.js';
 import { checkUid } from './uid-arguments.js';
+import { needsRead } from './delivery-reads.js';
 
 export const DeliveryRef = builder.objectRef<DeliveryParent>('Delivery');
 
@@ -80,6 +81,12 @@ builder.node(DeliveryRef, {
       type: ApiGroupEnum,
       description: 'The endpoint group this delivery was read from.',
       resolve: (d) => d.group,
+    }),
+    asOf: t.field({
+      type: 'DateTime',
+      description:
+        'When the upstream last confirmed this answer: the time of its read, or, for an answer from the stored view, the oldest confirmation among what it holds (a read confirms every field; a webhook event the fields events carry, as of its arrival). See maxAge on delivery and deliveries.',
+      resolve: async (parent, _args, ctx) => (await full(parent, ctx)).asOf ?? new Date().toISOString(),
     }),
     status: t.field({ type: DeliveryStatusEnum, description: 'Normalized lifecycle status.', resolve: read('status') }),
     rawStatus: t.string({
@@ -224,11 +231,17 @@ builder.queryFields((t) => ({
         defaultValue: 'PLATFORM',
         description: 'Endpoint group to read from.',
       }),
+      maxAge: t.arg.int({
+        required: false,
+        description:
+          'The oldest confirmation by the upstream this read accepts, in seconds: the answer comes from the stored view (webhook events and earlier reads) when the upstream confirmed what it holds within this, else from the upstream now; 0 reads the upstream now (as a request with Cache-Control: no-cache does). Omitted: the READ_MAX_AGE setting. A final state a read confirmed is confirmed for good.',
+      }),
     },
-    resolve: (_root, { uid, group }, ctx) => {
+    resolve: (_root, { uid, group, maxAge }, ctx, info) => {
       ctx.requireKey();
+      const loader = ctx.deliveryLoader(group, ctx.readFreshness(maxAge, needsRead(info)));
       // Checked here too, so that a client token's reads (answered without the upstream client) refuse it alike.
-      return ctx.deliveryLoader(group).load(checkUid(String(uid)));
+      return loader.load(checkUid(String(uid)));
     },
   }),
   deliveries: t.field({
@@ -244,12 +257,18 @@ builder.queryFields((t) => ({
         defaultValue: 'PLATFORM',
         description: 'Endpoint group to read from.',
       }),
+      maxAge: t.arg.int({
+        required: false,
+        description:
+          'The oldest confirmation by the upstream this read accepts, in seconds: the answer comes from the stored view (webhook events and earlier reads) when the upstream confirmed what it holds within this, else from the upstream now; 0 reads the upstream now (as a request with Cache-Control: no-cache does). Omitted: the READ_MAX_AGE setting. A final state a read confirmed is confirmed for good.',
+      }),
     },
-    resolve: (_root, { uids, group }, ctx) => {
+    resolve: (_root, { uids, group, maxAge }, ctx, info) => {
       ctx.requireKey();
       const max = ctx.services.config.graphql.maxBatchSize;
       if (uids.length > max) throw new BadUserInputError(`deliveries takes at most ${max} uids; got ${uids.length}.`);
-      const loader = ctx.deliveryLoader(group);
+      // Only the uids the view cannot answer are read from the upstream (src/graphql/delivery-reads.ts).
+      const loader = ctx.deliveryLoader(group, ctx.readFreshness(maxAge, needsRead(info)));
       // One read per distinct uid, and every copy of a uid the very same Delivery
       // object: mapped once, and what is memoized per delivery in this request
       // (its events) is shared by all its copies.

@@ -43,6 +43,8 @@ function deliveryOf(event: EventView, group: ApiGroup = 'PLATFORM'): Delivery {
     delivery = fromDeliveryView(event.known ?? knownAfter(event), group);
     // deliveryUpdated's view of a courier change on a late milestone: the status stays where the delivery is.
     if (event.heldStatus) delivery = { ...delivery, status: event.heldStatus };
+    // What the event says, the upstream said as it sent it.
+    delivery.asOf ??= event.receivedAt;
     mapped.set(event, delivery);
   }
   return delivery;
@@ -57,6 +59,7 @@ function reportedOf(event: EventView, group: ApiGroup): Delivery {
   let delivery = reported.get(event);
   if (!delivery || delivery.group !== group) {
     delivery = fromWebhookEvent(event.payload, group);
+    delivery.asOf = event.receivedAt;
     reported.set(event, delivery);
   }
   return delivery;

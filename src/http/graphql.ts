@@ -386,7 +386,9 @@ export function createGraphQLHttpHandler(
     try {
       // graphql-jit hands back a serializer compiled for this operation's shape.
       text =
-        result.stringify && !result.errors?.length ? result.stringify(result) : JSON.stringify(withoutMarks(result));
+        result.stringify && !result.errors?.length
+          ? compiledText(result, result.stringify)
+          : JSON.stringify(withoutMarks(result));
     } catch (error) {
       // Longer than the longest string V8 can make: far over any limit.
       if (!(error instanceof RangeError && /string length/i.test(error.message))) throw error;
@@ -476,4 +478,11 @@ export function createGraphQLHttpHandler(
       },
     );
   };
+}
+
+/** A compiled plan's serializer writes data alone: the extensions, when there are any, go after it. */
+function compiledText(result: ExecutionResult, stringify: (result: ExecutionResult) => string): string {
+  const text = stringify(result);
+  if (!result.extensions || !text.endsWith('}')) return text;
+  return `${text.slice(0, -1)},"extensions":${JSON.stringify(result.extensions)}}`;
 }

@@ -119,6 +119,11 @@ export interface Delivery {
   trackingUrl: string | null;
   payload: unknown;
   partnerReference: string | null;
+  /**
+   * When the upstream last confirmed this answer (UTC, `…T…Z`): its read, or what confirmed the stored view it came
+   * from (src/graphql/delivery-reads.ts); undefined where the source does not say (the field then says now).
+   */
+  asOf?: string;
 }
 
 /**

@@ -403,6 +403,10 @@ export class Pipeline {
           : bounded;
       return slot ? holdingSlot(watched, slot) : watched;
     }
+    const { fromView, fromUpstream } = context.deliveryReads;
+    // Where the deliveries came from, when any was read (src/graphql/delivery-reads.ts).
+    if (fromView + fromUpstream > 0)
+      outcome.extensions = { ...outcome.extensions, deliveryReads: { fromView, fromUpstream } };
     return this.#resultOut(outcome, !request.checksText, work);
   }
 
