@@ -169,10 +169,18 @@ async function viewsOf(
   }
 }
 
-/** A read the caller may see, merged into the view in the background: the answer does not wait for the store. */
+/**
+ * A read the caller may see, kept in the background (the answer does not wait for the store) as reconciliation keeps
+ * its own reads: a milestone the log lacks is stored as a poll event (so the view's status, and subscribers, follow),
+ * then the read is merged into the view and confirms it as of when it was made.
+ */
 function keep(services: Services, uid: string, read: WireRead, basis: Promise<number>, readAt: number): void {
+  const { reconciler, store } = services;
   void basis
-    .then((seq) => services.store.recordRead({ uid, body: readBody(read), basis: seq, readAt }))
+    .then(async (seq) => {
+      if (reconciler) await reconciler.applyRead(uid, read, seq, { readAt });
+      else await store.recordRead({ uid, body: readBody(read), basis: seq, readAt });
+    })
     // A read that could not be kept only costs the next read of it a GET.
     .catch(() => undefined);
 }

@@ -214,6 +214,9 @@ builder.objectFields(DeliveryRef, (t) => ({
   }),
 }));
 
+const MAX_AGE =
+  'The oldest confirmation by the upstream this read accepts, in seconds: the answer comes from the stored view (webhook events and earlier reads) when the upstream confirmed what it holds within this, else from the upstream now; 0 reads the upstream now (as a request with Cache-Control: no-cache does). Omitted: the READ_MAX_AGE setting. A final state a read confirmed is confirmed for good.';
+
 builder.queryFields((t) => ({
   delivery: t.field({
     type: DeliveryRef,
@@ -231,11 +234,7 @@ builder.queryFields((t) => ({
         defaultValue: 'PLATFORM',
         description: 'Endpoint group to read from.',
       }),
-      maxAge: t.arg.int({
-        required: false,
-        description:
-          'The oldest confirmation by the upstream this read accepts, in seconds: the answer comes from the stored view (webhook events and earlier reads) when the upstream confirmed what it holds within this, else from the upstream now; 0 reads the upstream now (as a request with Cache-Control: no-cache does). Omitted: the READ_MAX_AGE setting. A final state a read confirmed is confirmed for good.',
-      }),
+      maxAge: t.arg.int({ description: MAX_AGE }),
     },
     resolve: (_root, { uid, group, maxAge }, ctx, info) => {
       ctx.requireKey();
@@ -257,11 +256,7 @@ builder.queryFields((t) => ({
         defaultValue: 'PLATFORM',
         description: 'Endpoint group to read from.',
       }),
-      maxAge: t.arg.int({
-        required: false,
-        description:
-          'The oldest confirmation by the upstream this read accepts, in seconds: the answer comes from the stored view (webhook events and earlier reads) when the upstream confirmed what it holds within this, else from the upstream now; 0 reads the upstream now (as a request with Cache-Control: no-cache does). Omitted: the READ_MAX_AGE setting. A final state a read confirmed is confirmed for good.',
-      }),
+      maxAge: t.arg.int({ description: MAX_AGE }),
     },
     resolve: (_root, { uids, group, maxAge }, ctx, info) => {
       ctx.requireKey();

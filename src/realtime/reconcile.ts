@@ -799,7 +799,7 @@ export class Reconciler {
     uid: string,
     read: DeliveryRead,
     basis: number,
-    options: { atStart?: boolean } = {},
+    options: { atStart?: boolean; readAt?: number } = {},
   ): Promise<ReadOutcome> {
     const { store } = this.#options;
     const status = deliveryStatus(read.wire.status);
@@ -843,7 +843,7 @@ export class Reconciler {
           ),
         );
     }
-    await store.recordRead({ uid, body: readBody(read), basis });
+    await store.recordRead({ uid, body: readBody(read), basis, readAt: options.readAt });
     return outcome;
   }
 
