@@ -9,6 +9,8 @@ import { randomUUID } from 'node:crypto';
 import type { Client } from 'graphql-ws';
 import { Redis } from 'ioredis';
 import { expect } from 'vitest';
+import { startApp, type App } from '../../src/app.js';
+import { loadConfig } from '../../src/config.js';
 import { RedisStore } from '../../src/store/redis.js';
 import type { DeliveryHistory } from '@delivery-graph/sandbox';
 import { redisAvailable, startRedisServer, type RedisServer } from './redis.js';
@@ -26,12 +28,18 @@ export interface TrackingStores {
   teardown(): Promise<void>;
   /** A stack on that store; on Redis, under a prefix of its own, removed again by stop(). */
   start(kind: StoreKind, options?: StackOptions): Promise<Stack>;
+  /**
+   * On Redis: another facade instance beside `stack`, on the same sandbox and the same keys of the store (the webhooks
+   * still go to `stack`); its stop() leaves the keys to `stack`.
+   */
+  another(stack: Stack): Promise<App>;
 }
 
 export function trackingStores(file: string): TrackingStores {
   const given = process.env.REDIS_TEST_URL;
   const withRedis = Boolean(given) || redisAvailable(file);
   let server: RedisServer | undefined;
+  const prefixOf = new WeakMap<Stack, string>();
   const url = () => given ?? server!.url;
   return {
     cases: [
@@ -52,12 +60,18 @@ export function trackingStores(file: string): TrackingStores {
         env: { REDIS_URL: url(), ...options.env },
         store: () => RedisStore.connect(url(), { prefix }),
       });
+      prefixOf.set(stack, prefix);
       const stop = stack.stop.bind(stack);
       stack.stop = async () => {
         await stop();
         await removeKeys(url(), prefix);
       };
       return stack;
+    },
+    async another(stack) {
+      const prefix = prefixOf.get(stack);
+      if (!prefix) throw new Error('another: a stack on Redis from start()');
+      return startApp(loadConfig(stack.env), { store: RedisStore.connect(url(), { prefix }) });
     },
   };
 }

@@ -5,6 +5,7 @@
 // within the bound docs/upstream.md states. On the embedded SQLite store and on Redis (two instances sharing it).
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
 import { deliveryInput, type Stack } from '../helpers/stack.js';
 import { trackingStores } from '../helpers/tracking.js';
 import { waitUntil } from '../helpers/wait.js';
@@ -209,5 +210,36 @@ describe.each(stores.cases)('a lost webhook and reconciliation, on %s', (kind, e
     // The documented bound (docs/upstream.md): twice the unfollowed cadence after the last event heard of it, and a tick
     // of reconciliation (20 ms here); with room for a loaded machine.
     expect(corrected! - lost).toBeLessThan(2 * UNFOLLOWED_MS + 1500);
+  });
+});
+
+describe.each(stores.cases.filter(([kind]) => kind === 'Redis'))('two instances, on %s', (kind, enabled) => {
+  let stack: Stack;
+  let second: App;
+  beforeAll(async () => {
+    if (!enabled) return;
+    stack = await stores.start(kind, { env: { READ_MAX_AGE: '3600', RECONCILE_UNFOLLOWED_INTERVAL_MS: '0' } });
+    second = await stores.another(stack);
+  });
+  afterAll(async () => {
+    await second?.stop();
+    await stack?.stop();
+  });
+  const test = it.skipIf(!enabled);
+
+  test('an instance that received no webhook answers from the view the other one stored', async () => {
+    const uid = await book(stack);
+    await stack.sandbox.advance(uid);
+    await viewSays(stack, uid, 'delivery.assigned');
+    const mark = stack.sandbox.requestCount;
+    const response = await fetch(`${second.url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${stack.key}` },
+      body: JSON.stringify({ query: STATUS, variables: { uid } }),
+    });
+    const answer = (await response.json()) as { data: any; extensions: any };
+    expect(answer.data.delivery).toMatchObject({ uid, status: 'ASSIGNED' });
+    expect(answer.extensions.deliveryReads).toEqual({ fromView: 1, fromUpstream: 0 });
+    expect(getsSince(stack, mark)).toBe(0);
   });
 });
