@@ -7,6 +7,7 @@
 // keyless-flood takes --baseline=<other checkout>, --duration and more (see attacks/keyless-flood.mjs).
 // connection-caps, keepalive-webhook and idle-headers take --baseline=<checkout with dist/ built>: its build runs
 // beside this one, in the same table (see attacks/front-door.mjs).
+// view-reads takes --baseline=<checkout> too ((a) and (b) on its build after this one's).
 // single-read, realtime, realtime-redis and fan-out take --baseline=<checkout> (its build side by side); the realtime
 // ones take --subscribers, --per-delivery, --rate and more (see scenarios/realtime.mjs); realtime-scale and
 // realtime-redis-scale are their 10,000- and 20,000-subscriber variants, realtime-one the common case (one
@@ -16,6 +17,7 @@
 import path from 'node:path';
 import { singleRead } from './scenarios/single-read.mjs';
 import { batchRead } from './scenarios/batch-read.mjs';
+import { viewReads } from './scenarios/view-reads.mjs';
 import {
   realtime,
   realtimeOne,
@@ -39,6 +41,7 @@ import { printGoals } from './lib/report.mjs';
 const SCENARIOS = {
   'single-read': singleRead,
   'batch-read': batchRead,
+  'view-reads': viewReads,
   realtime,
   'realtime-one': realtimeOne,
   'realtime-redis': realtimeRedis,

@@ -5,11 +5,14 @@
 import { createServer } from 'node:http';
 
 export const PLATFORM_ID = 'bench-platform';
+/** Uids that read as delivered. */
+export const DELIVERED_PREFIX = 'dddddddd-';
 
 export function cannedDelivery(uid) {
   return {
     uid,
-    status: 'DROPOFF_ENROUTE',
+    // A uid starting with DELIVERED_PREFIX reads as delivered (the view-reads scenario's finished deliveries).
+    status: uid.startsWith(DELIVERED_PREFIX) ? 'DROPOFF_COMPLETE' : 'DROPOFF_ENROUTE',
     price: { value: 12.35, currency: 'USD' },
     distance: { value: 4.21, unit: 'km' },
     pickup_name: 'Ada Shop',

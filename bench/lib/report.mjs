@@ -15,6 +15,18 @@ export const GOALS = [
   { id: 'read-added-p99', what: 'single read, added p99 at 200 req/s over a direct GET', goal: '≤ +2 ms' },
   { id: 'loop-single-read', what: 'single read at 200 req/s: event-loop delay max (from /metrics)', goal: '≤ 10 ms' },
   {
+    id: 'view-polling',
+    what: 'reads from the view: a polling backend (1,000 deliveries, a webhook every 5 s each, all read every 10 s), upstream GETs per 1,000 reads',
+    goal: '≤ 50',
+  },
+  {
+    id: 'view-delivered',
+    what: 'reads from the view: delivered deliveries re-read after their confirming read',
+    goal: '0 GETs',
+  },
+  { id: 'view-cpu', what: "CPU per read from the view vs a reverse proxy's per proxied read", goal: '≤ 0.8×' },
+  { id: 'view-p99', what: 'p99 of a read from the view at 200 req/s', goal: '≤ 2 ms' },
+  {
     id: 'realtime',
     what: 'webhook → subscriber, one instance (SQLite), 500 events/s, 1,000 subscribers (10 per delivery), warmed',
     goal: 'p99 ≤ 10 ms in every run, 0 lost',

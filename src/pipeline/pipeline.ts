@@ -404,8 +404,9 @@ export class Pipeline {
       return slot ? holdingSlot(watched, slot) : watched;
     }
     const { fromView, fromUpstream } = context.deliveryReads;
-    // Where the deliveries came from, when any was read (src/graphql/delivery-reads.ts).
-    if (fromView + fromUpstream > 0)
+    // Where the deliveries came from, when any was read and reads from the view are on (READ_MAX_AGE above 0; at 0
+    // every answer is the upstream's, as it always was: src/graphql/delivery-reads.ts).
+    if (fromView + fromUpstream > 0 && config.graphql.readMaxAgeSeconds > 0)
       outcome.extensions = { ...outcome.extensions, deliveryReads: { fromView, fromUpstream } };
     return this.#resultOut(outcome, !request.checksText, work);
   }
