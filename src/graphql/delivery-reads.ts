@@ -83,6 +83,11 @@ function holdsAny(
 
 /** When the upstream last confirmed what an answer from this view would hold; undefined when nothing did. */
 export function confirmedAt(view: ConfirmedView, needsRead: boolean): number | undefined {
+  if (view.readAt !== undefined && view.readAt < 0) {
+    // A read found the view behind the upstream: only an event since vouches for it, and only for what events carry.
+    const behindAt = -view.readAt;
+    return needsRead || view.eventAt === undefined || view.eventAt <= behindAt ? undefined : view.eventAt;
+  }
   if (needsRead || view.eventAt === undefined) return view.readAt;
   return view.readAt === undefined ? view.eventAt : Math.max(view.readAt, view.eventAt);
 }
@@ -170,15 +175,17 @@ async function viewsOf(
 }
 
 /**
- * A read the caller may see, kept in the background (the answer does not wait for the store) as reconciliation keeps
- * its own reads: a milestone the log lacks is stored as a poll event (so the view's status, and subscribers, follow),
- * then the read is merged into the view and confirms it as of when it was made.
+ * A read the caller may see, kept in the background (the answer does not wait for the store) as a subscription's
+ * start keeps its read (Reconciler.applyRead): merged into the view, which it confirms as of when it was made when the
+ * log's state is at the milestone it says (readConfirmation in src/store/store.ts).
  */
 function keep(services: Services, uid: string, read: WireRead, basis: Promise<number>, readAt: number): void {
   const { reconciler, store } = services;
   void basis
     .then(async (seq) => {
-      if (reconciler) await reconciler.applyRead(uid, read, seq, { readAt });
+      // As at a subscription's start: only what the read decides is stored as an event; a read merely ahead of the log
+      // may have webhooks on their way, which it would make stale. The view then stays behind, and says so.
+      if (reconciler) await reconciler.applyRead(uid, read, seq, { atStart: true, readAt });
       else await store.recordRead({ uid, body: readBody(read), basis: seq, readAt });
     })
     // A read that could not be kept only costs the next read of it a GET.

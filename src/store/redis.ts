@@ -70,7 +70,6 @@ import {
   type OwnerRecord,
   type ReadRecord,
   type ConfirmedView,
-  readSettles,
   type ReceivedEvent,
   type Store,
   type StoredEvent,
@@ -394,19 +393,20 @@ return results
  */
 const MERGE_READ = `
 -- KEYS: 1 delivery hash, 2 delivery events; ARGV: 1 the read's basis, 2 time to live (ms; '' for ever), 3 when the
--- read was made (ms), 4 '1' when its status is final on arrival, 5 its status's rank ('' for none), then view fields
--- as key, JSON value
+-- read was made (ms), 4 its status's rank ('' for none), then view fields as key, JSON value
 local seq = redis.call('HGET', KEYS[1], 'seq')
 local stated = redis.call('HEXISTS', KEYS[1], 'rank') == 1
 local overwrite = not stated or (tonumber(seq) or 0) <= tonumber(ARGV[1])
--- What it confirms (readSettles in store.ts): a newer read replaces an older one's confirmation, never the reverse.
-local at = tonumber(redis.call('HGET', KEYS[1], 'r:at') or '0')
+-- What it confirms (readConfirmation in store.ts): as of the read when the state is at its milestone, else the view is
+-- behind as of then (a negative time); a newer read replaces an older one's, never the reverse.
+local at = math.abs(tonumber(redis.call('HGET', KEYS[1], 'r:at') or '0'))
 if tonumber(ARGV[3]) >= at then
-  local settled = ARGV[4] == '1' or (overwrite and stated and redis.call('HGET', KEYS[1], 'terminal') == '1'
-    and ARGV[5] ~= '' and tonumber(redis.call('HGET', KEYS[1], 'rank')) == tonumber(ARGV[5]))
-  redis.call('HSET', KEYS[1], 'r:at', ARGV[3], 'r:settled', settled and '1' or '0')
+  local agrees = stated and ARGV[4] ~= ''
+    and math.floor(tonumber(redis.call('HGET', KEYS[1], 'rank'))) == math.floor(tonumber(ARGV[4]))
+  local settled = agrees and redis.call('HGET', KEYS[1], 'terminal') == '1'
+  redis.call('HSET', KEYS[1], 'r:at', agrees and ARGV[3] or ('-' .. ARGV[3]), 'r:settled', settled and '1' or '0')
 end
-for i = 6, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   if overwrite then
     redis.call('HSET', KEYS[1], 'v:' .. ARGV[i], ARGV[i + 1])
   else
@@ -1263,7 +1263,6 @@ export class RedisStore implements Store {
         String(basis),
         ttl,
         String(readAt ?? Date.now()),
-        readSettles(status, undefined, basis) ? '1' : '0',
         String(statusRank(status) ?? ''),
         ...(fields.length > 0 ? fields.flat() : []),
       )

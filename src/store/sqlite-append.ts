@@ -16,7 +16,7 @@ import {
   courierPart,
   formerCouriersJson,
   markOf,
-  readSettles,
+  readConfirmation,
   type AppendCondition,
   type ReadRecord,
 } from './store.js';
@@ -97,7 +97,7 @@ export class EventAppender {
       dropReadView: db.prepare('DELETE FROM read_views WHERE uid = ?'),
       // A newer read replaces what an older one confirmed; an older one arriving late changes nothing.
       confirmRead: db.prepare(
-        'INSERT INTO read_confirmations (uid, read_at, settled) VALUES (?, ?, ?) ON CONFLICT (uid) DO UPDATE SET settled = CASE WHEN excluded.read_at >= read_at THEN excluded.settled ELSE settled END, read_at = max(read_at, excluded.read_at)',
+        'INSERT INTO read_confirmations (uid, read_at, settled) VALUES (?, ?, ?) ON CONFLICT (uid) DO UPDATE SET settled = CASE WHEN abs(excluded.read_at) >= abs(read_at) THEN excluded.settled ELSE settled END, read_at = CASE WHEN abs(excluded.read_at) >= abs(read_at) THEN excluded.read_at ELSE read_at END',
       ),
       // A record still kept (proved since the third) and not proved since the fourth is proved at the first.
       proveOwner: db.prepare('UPDATE ownership SET proved_at = ? WHERE uid = ? AND proved_at >= ? AND proved_at < ?'),
@@ -216,8 +216,8 @@ export class EventAppender {
   mergeRead({ uid, body, basis, readAt }: ReadRecord, now: number): void {
     this.#known.delete(uid);
     const row = this.#s.getState.get(uid);
-    const settled = readSettles(body.status, row && { ...row, terminal: row.terminal === 1 }, basis);
-    this.#s.confirmRead.run(uid, readAt ?? now, settled ? 1 : 0);
+    const confirmed = readConfirmation(body.status, row && { ...row, terminal: row.terminal === 1 }, readAt ?? now);
+    this.#s.confirmRead.run(uid, confirmed.at, confirmed.settled ? 1 : 0);
     if (!row)
       return void this.#s.putReadView.run(
         uid,

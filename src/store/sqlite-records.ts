@@ -100,7 +100,7 @@ function prepare(db: Database.Database) {
       'DELETE FROM read_views WHERE rowid IN (SELECT rowid FROM read_views WHERE read_at < ? LIMIT ?)',
     ),
     trimReadConfirmations: db.prepare(
-      'DELETE FROM read_confirmations WHERE rowid IN (SELECT rowid FROM read_confirmations WHERE read_at < ? LIMIT ?)',
+      'DELETE FROM read_confirmations WHERE rowid IN (SELECT rowid FROM read_confirmations WHERE abs(read_at) < ? LIMIT ?)',
     ),
     trimOwners: db.prepare(
       'DELETE FROM ownership WHERE rowid IN (SELECT rowid FROM ownership WHERE proved_at < ? LIMIT ?)',

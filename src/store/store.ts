@@ -2,7 +2,7 @@
 // through it, or found readable by a key's access check), and (see the events
 // part) the webhook event log. The embedded
 // SQLite store and the Redis store both serve this interface.
-import { stateOfStatus, statusRank, type CourierIdentity, type MilestoneState } from '../domain/milestones.js';
+import { statusRank, type CourierIdentity, type MilestoneState } from '../domain/milestones.js';
 import { deliveryStatus } from '../domain/status.js';
 import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
 
@@ -212,7 +212,10 @@ export interface ReadRecord {
 export interface ConfirmedView {
   /** The view as a webhook body (Store.deliveryView). */
   body: JsonObject;
-  /** The newest read merged into it (ms since the epoch); undefined when none is kept. */
+  /**
+   * When the newest read merged into it was made (ms since the epoch); negative when that read found the view behind
+   * the upstream (readConfirmation); undefined when none is kept.
+   */
   readAt: number | undefined;
   /** When the newest event that moved or repeated its state (not stale) was received; undefined before any. */
   eventAt: number | undefined;
@@ -221,18 +224,20 @@ export interface ConfirmedView {
 }
 
 /**
- * Whether a read settles its delivery: it says a status final on arrival (delivered, returned), or the final state the
- * log holds and no event moved since it was made.
+ * What a read confirms of its delivery's view (both stores write it the same way). It agrees when the log's state is at
+ * the milestone the read says: then it confirms the view as of when it was made, and settles it when that state is
+ * final. Otherwise (no state yet, or a webhook lost or still on its way) the view is behind the upstream as of the
+ * read: kept as a negative time, so that only a later event vouches for it again (confirmedAt in
+ * src/graphql/delivery-reads.ts).
  */
-export function readSettles(
+export function readConfirmation(
   status: unknown,
-  state: { rank: number; terminal: boolean; seq: number } | undefined,
-  basis: number,
-): boolean {
+  state: { rank: number; terminal: boolean } | undefined,
+  readAt: number,
+): { at: number; settled: boolean } {
   const rank = statusRank(deliveryStatus(status));
-  if (rank === undefined) return false;
-  if (stateOfStatus(deliveryStatus(status))?.terminal) return true;
-  return state !== undefined && state.terminal && state.seq <= basis && state.rank === rank;
+  const agrees = rank !== undefined && state !== undefined && Math.floor(state.rank) === Math.floor(rank);
+  return { at: agrees ? readAt : -readAt, settled: agrees && state.terminal };
 }
 
 /**

@@ -192,15 +192,16 @@ describe('who owns a delivery', () => {
   it('is learned and judged for one uid by the proving path alone', () => {
     expect(calling(/\bowners\.learn\(/)).toEqual([PROVER]);
     expect(calling(/\.judgeOne\(/)).toEqual([PROVER]);
-    // The request's DataLoader judges its whole batch in one lookup, and hands each verdict to proveAccess.
-    expect(calling(/\bowners\.judge\(/)).toEqual([path.join('graphql', 'context.ts')]);
+    // The request's DataLoader (its batch function, delivery-reads.ts) judges its whole batch in one lookup, and hands each
+    // verdict to proveAccess.
+    expect(calling(/\bowners\.judge\(/)).toEqual([path.join('graphql', 'delivery-reads.ts')]);
   });
 
   it('is asked of proveAccess by the DataLoader, ReadAccess and cancelDelivery', () => {
     expect(calling(/\bproveAccess\(/)).toEqual(
       [
         PROVER,
-        path.join('graphql', 'context.ts'),
+        path.join('graphql', 'delivery-reads.ts'),
         path.join('graphql', 'cancellation.ts'),
         path.join('realtime', 'access.ts'),
       ].sort(),
