@@ -142,7 +142,8 @@ export async function readDeliveries(
     });
     if (answer.upstreamRead) tally.fromUpstream += 1;
     if (!answer.allowed) return null;
-    if (wire) keep(services, uid, wire, basis, readAt);
+    // With reads from the view off (READ_MAX_AGE=0) nothing is kept: the store is as it was without them.
+    if (wire && services.config.graphql.readMaxAgeSeconds > 0) keep(services, uid, wire, basis, readAt);
     // Mapped for this caller alone (shared reads share the wire, not the mapping).
     answer.delivery!.asOf = new Date(readAt).toISOString();
     return answer.delivery!;

@@ -482,7 +482,9 @@ export function createGraphQLHttpHandler(
 
 /** A compiled plan's serializer writes data alone: the extensions, when there are any, go after it. */
 function compiledText(result: ExecutionResult, stringify: (result: ExecutionResult) => string): string {
-  const text = stringify(result);
-  if (!result.extensions || !text.endsWith('}')) return text;
-  return `${text.slice(0, -1)},"extensions":${JSON.stringify(result.extensions)}}`;
+  if (!result.extensions) return stringify(result);
+  // Some serializers (JSON.stringify, where graphql-jit could make none) would write them too: given without them.
+  const { extensions, ...rest } = result;
+  const text = stringify(rest);
+  return text.endsWith('}') ? `${text.slice(0, -1)},"extensions":${JSON.stringify(extensions)}}` : text;
 }

@@ -173,7 +173,8 @@ describe('GET /metrics', () => {
     sandbox.setKnobs({ errorRate: 1 });
     try {
       const failed = await gql(
-        `query Broken { delivery(uid: "${booked.body.data.createDelivery.data.uid}", group: PLATFORM) { uid } }`,
+        // maxAge 0: from the upstream, not the stored view (READ_MAX_AGE is on here).
+        `query Broken { delivery(uid: "${booked.body.data.createDelivery.data.uid}", group: PLATFORM, maxAge: 0) { uid } }`,
       );
       expect(failed.body.errors?.[0]?.extensions?.code).toMatch(/^UPSTREAM_/);
     } finally {
