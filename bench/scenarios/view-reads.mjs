@@ -47,26 +47,30 @@ async function readAll(origin, uids) {
   return answers.reduce((sum, n) => sum + n, 0);
 }
 
+/** A webhook of each delivery named, one after another (the same courier throughout, as the fixed upstream reads). */
+const eventsOf = (uids, eventName, round = 0) =>
+  uids.map((uid, n) => ({
+    uid,
+    event_name: eventName,
+    driver_name: 'Casey Courier',
+    driver_location: { lat: 37.7749 + round * 1e-4, lng: -122.4194 + n * 1e-6 },
+  }));
+
 /** A location webhook per delivery per round, each with a position of its own (so none is a duplicate). */
 function pollingEvents(rounds) {
   const events = [];
-  for (let round = 0; round < rounds; round += 1)
-    for (const [n, uid] of activeUids.entries())
-      events.push({
-        uid,
-        event_name: 'location.dropoff_enroute',
-        status: 'Dropoff Enroute',
-        driver_name: 'Casey Courier',
-        driver_location: { lat: 37.7749 + round * 1e-4, lng: -122.4194 + n * 1e-6 },
-      });
+  for (let round = 1; round <= rounds; round += 1)
+    events.push(...eventsOf(activeUids, 'location.dropoff_enroute', round));
   return events;
 }
 
 /** (a) on one facade: GETs per 1,000 delivery reads while webhooks come every 5 s and all are read every 10 s. */
 async function pollingBackend(facade, upstream, poster, seconds) {
-  await readAll(facade.origin, activeUids); // the backend's first poll: every delivery read once, and kept
-  await sleep(1000);
+  // Deliveries under way: each has had its webhooks (the last one here), and the backend's first poll read and kept it.
   await poster.call('retarget', { origin: facade.origin });
+  await poster.call('burst', { name: 'enroute' });
+  await readAll(facade.origin, activeUids);
+  await sleep(1000);
   await resetCount(upstream);
   const posting = poster.call('openLoop', { name: 'polling', rate: DELIVERIES / 5 });
   let reads = 0;
@@ -82,7 +86,9 @@ async function pollingBackend(facade, upstream, poster, seconds) {
 }
 
 /** (b) on one facade: 1,000 delivered deliveries read once (the confirming read), then `times` more. */
-async function deliveredReads(facade, upstream, times) {
+async function deliveredReads(facade, upstream, poster, times) {
+  // Delivered: their last webhook came, then one read confirmed the end.
+  await poster.call('burst', { name: 'delivered' });
   await readAll(facade.origin, deliveredUids);
   await sleep(1000);
   await resetCount(upstream);
@@ -135,7 +141,9 @@ export async function viewReads({ quick, command, flags = {} }) {
   const http = forkWorker('http-load');
   const poster = forkWorker('webhook-poster');
   await poster.call('init', { origin: facade.origin, privateKeyPem: keys.privateKeyPem });
+  await poster.call('prepare', { name: 'enroute', events: eventsOf(activeUids, 'delivery.dropoff_enroute') });
   await poster.call('prepare', { name: 'polling', events: pollingEvents(seconds / 5) });
+  await poster.call('prepare', { name: 'delivered', events: eventsOf(deliveredUids, 'delivery.dropoff_complete') });
 
   const contenders = [
     ['delivery-graph', facade],
@@ -145,7 +153,7 @@ export async function viewReads({ quick, command, flags = {} }) {
   const results = {};
   for (const [name, contender] of contenders) {
     const polling = await pollingBackend(contender, upstream, poster, seconds);
-    const delivered = await deliveredReads(contender, upstream, quick ? 3 : 10);
+    const delivered = await deliveredReads(contender, upstream, poster, quick ? 3 : 10);
     results[name] = { polling, delivered };
     rows.push([
       name,
@@ -182,7 +190,7 @@ export async function viewReads({ quick, command, flags = {} }) {
     },
   ];
   const body = [
-    `${DELIVERIES} active deliveries on a fixed upstream (it counts what it serves), READ_MAX_AGE=30: (a) a location webhook every 5 s for each (${DELIVERIES / 5}/s, signed ahead, open loop, from a process of their own) while all are read every 10 s for ${seconds} s in ${DELIVERIES / BATCH} concurrent \`deliveries\` batches of ${BATCH}, after one first poll that reads and keeps each; (b) ${DELIVERIES} deliveries the upstream reads as delivered, read once, then again ${quick ? 3 : 10} times. Each contender in turn, on the same upstream. (d) \`delivery(uid)\` of one delivered delivery, the single-read selection (about 25 fields), at 32 connections for ${costSeconds} s (CPU of the contender's process, all threads, per request), against the undici reverse proxy's GET of it; then ${costSeconds} s at 200 req/s.`,
+    `${DELIVERIES} active deliveries on a fixed upstream (it counts what it serves), READ_MAX_AGE=30: (a) a location webhook every 5 s for each (${DELIVERIES / 5}/s, signed ahead, open loop, from a process of their own) while all are read every 10 s for ${seconds} s in ${DELIVERIES / BATCH} concurrent \`deliveries\` batches of ${BATCH}, after each delivery's dropoff_enroute webhook and one first poll that reads and keeps each; (b) ${DELIVERIES} deliveries the upstream reads as delivered, their dropoff_complete webhooks posted, read once, then again ${quick ? 3 : 10} times. Each contender in turn, on the same upstream. (d) \`delivery(uid)\` of one delivered delivery, the single-read selection (about 25 fields), at 32 connections for ${costSeconds} s (CPU of the contender's process, all threads, per request), against the undici reverse proxy's GET of it; then ${costSeconds} s at 200 req/s.`,
     '',
     table(['contender', '(a) upstream GETs per 1,000 reads', '(b) delivered, after the confirming read'], rows),
     '',
