@@ -142,8 +142,10 @@ export async function readDeliveries(
     });
     if (answer.upstreamRead) tally.fromUpstream += 1;
     if (!answer.allowed) return null;
-    // With reads from the view off (READ_MAX_AGE=0) nothing is kept: the store is as it was without them.
-    if (wire && services.config.graphql.readMaxAgeSeconds > 0) keep(services, uid, wire, basis, readAt);
+    // Kept only for a delivery its record proved the caller's before this read (the view answers no other), and only
+    // while reads from the view are on: a read of a uid nobody proved writes nothing, whoever asks.
+    const known = judged.get(uid)?.verdict === 'own';
+    if (wire && known && services.config.graphql.readMaxAgeSeconds > 0) keep(services, uid, wire, basis, readAt);
     // Mapped for this caller alone (shared reads share the wire, not the mapping).
     answer.delivery!.asOf = new Date(readAt).toISOString();
     return answer.delivery!;
