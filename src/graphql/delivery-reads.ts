@@ -130,7 +130,10 @@ export async function readDeliveries(
       delivery.asOf = new Date(asOf).toISOString();
       return delivery;
     }
-    basis ??= store.lastSeq().catch(() => Number.MAX_SAFE_INTEGER);
+    // Kept only for a delivery its record proved the caller's before this read (the view answers no other), and only
+    // while reads from the view are on: a read of a uid nobody proved writes nothing, whoever asks.
+    const keeps = judged.get(uid)?.verdict === 'own' && services.config.graphql.readMaxAgeSeconds > 0;
+    if (keeps) basis ??= store.lastSeq().catch(() => Number.MAX_SAFE_INTEGER);
     const readAt = Date.now();
     let wire: WireRead | undefined;
     const claim = { key, merchant: caller, uid, group, purpose: 'read' } as const;
@@ -138,14 +141,11 @@ export async function readDeliveries(
       judged: judged.get(uid),
       signal: options?.signal,
       byReference,
-      onRead: (read) => (wire = read),
+      onRead: keeps ? (read) => (wire = read) : undefined,
     });
     if (answer.upstreamRead) tally.fromUpstream += 1;
     if (!answer.allowed) return null;
-    // Kept only for a delivery its record proved the caller's before this read (the view answers no other), and only
-    // while reads from the view are on: a read of a uid nobody proved writes nothing, whoever asks.
-    const known = judged.get(uid)?.verdict === 'own';
-    if (wire && known && services.config.graphql.readMaxAgeSeconds > 0) keep(services, uid, wire, basis, readAt);
+    if (wire && keeps) keep(services, uid, wire, basis!, readAt);
     // Mapped for this caller alone (shared reads share the wire, not the mapping).
     answer.delivery!.asOf = new Date(readAt).toISOString();
     return answer.delivery!;
