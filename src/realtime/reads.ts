@@ -3,12 +3,46 @@
 // (AppendCondition), and the read merged into the delivery's view (src/domain/delivery-view.ts).
 import { NotFoundError } from '../errors.js';
 import { deliveryStatus } from '../domain/status.js';
-import { awaitsConfirmation, POLL_SOURCE, statusRank } from '../domain/milestones.js';
+import {
+  awaitsConfirmation,
+  isDeliveryEvent,
+  milestoneRank,
+  NOT_DELIVERED_RANK,
+  POLL_SOURCE,
+  statusRank,
+} from '../domain/milestones.js';
 import { geoPoint } from '../mapping/delivery.js';
 import type { DeliveryStatus } from '../mapping/model.js';
-import type { AppendCondition, AppendResult, NotStored, Store } from '../store/store.js';
+import type { AppendCondition, AppendResult, NotStored, Store, StoredEvent } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
 import type { JsonObject, WireDelivery, WireOrder, WireWebhookEvent, WireWebhookAddress } from '../upstream/wire.js';
+
+/**
+ * Why a delivery is read: it is followed and no event came for an interval; it
+ * is not followed and its pass came; an event contradicted its state; or the
+ * grace of its cancel or failure ended.
+ */
+export type ReadKind = 'followed' | 'unfollowed' | 'contradiction' | 'confirmation';
+
+/**
+ * Within one owner's turn, the most urgent first; followed and unfollowed by lateness for their cadence
+ * (src/realtime/fair-reads.ts).
+ */
+export const READ_PRIORITY: Record<ReadKind, number> = {
+  contradiction: 0,
+  confirmation: 1,
+  followed: 2,
+  unfollowed: 2,
+};
+
+/** A read after failures waits at most this many intervals (and never more than 10 minutes). */
+export const MAX_BACKOFF = 16;
+
+/** When a cancel or failure event's grace ends (ms since the epoch); undefined for any other event, or a stale one. */
+export function graceEndOf(event: StoredEvent, graceMs: number): number | undefined {
+  if (event.stale || !isDeliveryEvent(event.name) || milestoneRank(event.name) !== NOT_DELIVERED_RANK) return undefined;
+  return Date.parse(event.receivedAt) + graceMs;
+}
 
 /** A read of either group: a platform delivery or a partner order. */
 export type DeliveryRead = { group: 'platform'; wire: WireDelivery } | { group: 'partner'; wire: WireOrder };
