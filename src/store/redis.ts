@@ -58,25 +58,15 @@ import {
   type AppendCondition,
   type EventInput,
   type IdempotencyClaim,
-  type MerchantLink,
-  type MerchantMerge,
   type NotStored,
-  OWNER_CLAIMS_KEPT,
-  type OwnerClaims,
-  type OwnerEntry,
-  type OwnerGroup,
-  type OwnerProof,
-  type OwnerRecord,
   type ReadRecord,
   type ReceivedEvent,
   type Store,
   type StoredEvent,
-  merchantScoped,
-  type UnfinishedDelivery,
-  type UnfinishedPage,
 } from './store.js';
 import { fingerprint } from '../domain/canonical-json.js';
 import { bookingMarker } from '../domain/booking-marker.js';
+import { RedisRecords, flag } from './redis-records.js';
 import { APPEND_FIELDS, defineAppendScripts, defineScripts, type StreamEntry } from './redis-scripts.js';
 
 /** A claim as the CLAIM and UNKNOWN scripts answer it. */
@@ -85,15 +75,6 @@ function claimOf([state, first, second]: [string, string?, string?]): Idempotenc
   if (state === 'unknown') return { state, since: new Date(Number(first)) };
   return { state: state as 'claimed' | 'pending' | 'conflict' };
 }
-
-/** Links followed at most, as in the SQLite store (sqlite-writer.ts). */
-const MAX_LINK_DEPTH = 16;
-
-/** The owner value's proof, when it names one this version knows. */
-const OWNER_PROOFS: ReadonlySet<string> = new Set<OwnerProof>(['booked', 'reference', 'canceled', 'claimed', 'read']);
-
-/** Members of an owner's set one page looks at, at most. */
-const UNFINISHED_SCAN = 200;
 
 /**
  * How long one instance may hold the trim lease; a pass that takes longer shares the work, harmlessly (every step is
@@ -155,11 +136,6 @@ function carriesPosition(payload: WireWebhookEvent): boolean {
   return lat !== null && lat !== undefined;
 }
 
-const flag = (value: boolean) => (value ? '1' : '0');
-
-/** A literal for a SCAN MATCH pattern: its glob characters escaped. */
-const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, '\\$&');
-
 /** One event's fixed arguments to the APPEND script, then its view fields (see the script's ARGV list). */
 function appendArgs(
   payload: WireWebhookEvent,
@@ -206,11 +182,8 @@ function appendArgs(
   return args;
 }
 
-export class RedisStore implements Store {
-  readonly client: Redis;
-  readonly prefix: string;
+export class RedisStore extends RedisRecords implements Store {
   readonly #ownsClient: boolean;
-  readonly #retention: Retention | undefined;
   readonly #trims: TrimSchedule | undefined;
   #cursorSecret: Promise<Buffer> | undefined;
   readonly #replicaAcks: RedisStoreOptions['replicaAcks'];
@@ -224,18 +197,12 @@ export class RedisStore implements Store {
   #replicaCount: { count: number; at: number } | undefined;
   /** Batches stored but refused for want of replica confirmations, for /metrics. */
   readonly counters = { replicaAckFailures: 0 };
-  /** Filled in once: the history of merchants from data written before histories were kept (#historyKept). */
-  #historyFilled: Promise<void> | undefined;
-  /** What this instance's read leases hold: the leases it took are its own to take again and to give back. */
-  readonly #leaseToken = randomBytes(9).toString('base64url');
 
   constructor(client: Redis, options: RedisStoreOptions = {}) {
-    this.client = client;
+    super(client, options.prefix ?? 'dg:', options.retention);
     this.#replicaAcks = options.replicaAcks;
     this.#logger = options.logger;
-    this.prefix = options.prefix ?? 'dg:';
     this.#ownsClient = options.ownsClient ?? false;
-    this.#retention = options.retention;
     this.#trims =
       options.retention &&
       new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
@@ -254,17 +221,8 @@ export class RedisStore implements Store {
     return `${this.prefix}events`;
   }
 
-  #delivery(uid: string) {
-    const base = `${this.prefix}delivery:${uid}`;
-    return { state: base, events: `${base}:events`, dedup: `${base}:dedup` };
-  }
-
   get #log(): string {
     return `${this.prefix}log`;
-  }
-
-  #idem(ownerHash: string, idempotencyKey: string): string {
-    return `${this.prefix}idem:${ownerHash}:${idempotencyKey}`;
   }
 
   appendEvents(events: ReadonlyArray<ReceivedEvent>): Promise<AppendResult[]>;
@@ -283,7 +241,7 @@ export class RedisStore implements Store {
       let eventKeys: string[];
       let eventArgs: string[];
       try {
-        const delivery = this.#delivery(payload.uid);
+        const delivery = this.deliveryKeys(payload.uid);
         eventKeys = [delivery.state, delivery.events, delivery.dedup];
         eventArgs = appendArgs(payload, receivedAt, onlyIf, `${token}.${index}`);
       } catch (error) {
@@ -351,10 +309,10 @@ export class RedisStore implements Store {
    * fails fails no event: the record then counts from its last proof.
    */
   #prove(pipeline: ReturnType<Redis['pipeline']>, uids: ReadonlySet<string>): ReturnType<Redis['pipeline']> {
-    const retention = this.#retention;
+    const retention = this.retention;
     if (!retention) return pipeline;
     const [ttl, step] = [String(retention.eventRetentionMs), String(proofRefreshMs(retention))];
-    for (const uid of uids) pipeline.dgProve(this.#owner(uid), ttl, step, this.prefix);
+    for (const uid of uids) pipeline.dgProve(this.ownerKey(uid), ttl, step, this.prefix);
     return pipeline;
   }
 
@@ -411,7 +369,7 @@ export class RedisStore implements Store {
     const after = Math.max(0, Math.floor(afterSeq));
     const uids = filter.uids;
     if (uids && uids.length > 0) {
-      const keys = [...new Set(uids)].map((uid) => this.#delivery(uid).events);
+      const keys = [...new Set(uids)].map((uid) => this.deliveryKeys(uid).events);
       const entries = await this.client.dgEventsOf(
         String(keys.length + 1),
         this.#log,
@@ -426,13 +384,13 @@ export class RedisStore implements Store {
   }
 
   async latestEvent(uid: string, kind: 'delivery' | 'location'): Promise<StoredEvent | undefined> {
-    const entry = await this.client.dgLatest(this.#delivery(uid).state, this.#log, kind);
+    const entry = await this.client.dgLatest(this.deliveryKeys(uid).state, this.#log, kind);
     return entry ? toStored(entry) : undefined;
   }
 
   async deliveryState(uid: string): Promise<DeliveryState | undefined> {
     const [rank, terminal, seq, courier, formers, pickedUp] = await this.client.hmget(
-      this.#delivery(uid).state,
+      this.deliveryKeys(uid).state,
       'rank',
       'terminal',
       'seq',
@@ -451,7 +409,7 @@ export class RedisStore implements Store {
   }
 
   async deliveryView(uid: string): Promise<JsonObject | undefined> {
-    const hash = await this.client.hgetall(this.#delivery(uid).state);
+    const hash = await this.client.hgetall(this.deliveryKeys(uid).state);
     if (hash.rank === undefined) return undefined;
     const view: StoredView = {};
     for (const [field, json] of Object.entries(hash)) if (field.startsWith('v:')) view[field.slice(2)] = json;
@@ -460,16 +418,16 @@ export class RedisStore implements Store {
 
   async recordRead({ uid, body, basis }: ReadRecord): Promise<void> {
     const fields = viewFields(body);
-    const { state, events } = this.#delivery(uid);
-    const ttl = this.#retention ? String(this.#retention.eventRetentionMs) : '';
+    const { state, events } = this.deliveryKeys(uid);
+    const ttl = this.retention ? String(this.retention.eventRetentionMs) : '';
     const [, [, terminal], [, record]] = (await this.client
       .pipeline()
       .dgMergeRead(state, events, String(basis), ttl, ...(fields.length > 0 ? fields.flat() : []))
       .hget(state, 'terminal')
-      .get(this.#owner(uid))
+      .get(this.ownerKey(uid))
       .exec())! as [unknown, [unknown, string | null], [unknown, string | null]];
     // A read may take a final state back (it settles a contradiction): the delivery is unfinished again.
-    if (terminal !== '1' && record) await this.client.zadd(this.#unfinished(record.split(' ')[0]!), 'NX', 0, uid);
+    if (terminal !== '1' && record) await this.client.zadd(this.unfinishedKey(record.split(' ')[0]!), 'NX', 0, uid);
   }
 
   /** The counter the append script INCRs with each XADD: trimming the log does not lower it. */
@@ -477,26 +435,17 @@ export class RedisStore implements Store {
     return Number((await this.client.get(`${this.prefix}seq`)) ?? 0);
   }
 
-  #marker(marker: string): string {
-    return `${this.prefix}idem-marker:${marker}`;
-  }
-
-  /** A claim in flight or unknown outlives its pending expiry, whatever the retention. */
-  get #idemTtl(): string {
-    return this.#retention ? String(Math.max(this.#retention.idempotencyRetentionMs, PENDING_EXPIRY_MS)) : '';
-  }
-
   async claimIdempotency(ownerHash: string, idempotencyKey: string, fingerprint: string): Promise<IdempotencyClaim> {
     const token = randomBytes(9).toString('base64url');
     const answer = await this.client.dgClaim(
-      this.#idem(ownerHash, idempotencyKey),
-      this.#marker(bookingMarker(ownerHash, idempotencyKey)),
-      this.#history(ownerHash),
+      this.idemKey(ownerHash, idempotencyKey),
+      this.markerKey(bookingMarker(ownerHash, idempotencyKey)),
+      this.historyKey(ownerHash),
       fingerprint,
       String(Date.now()),
       String(PENDING_EXPIRY_MS),
       token,
-      this.#idemTtl,
+      this.idemTtl,
       ownerHash,
     );
     return claimOf(answer);
@@ -504,16 +453,16 @@ export class RedisStore implements Store {
 
   async markIdempotencyUnknown(ownerHash: string, idempotencyKey: string): Promise<IdempotencyClaim> {
     const answer = await this.client.dgUnknown(
-      this.#idem(ownerHash, idempotencyKey),
-      this.#marker(bookingMarker(ownerHash, idempotencyKey)),
+      this.idemKey(ownerHash, idempotencyKey),
+      this.markerKey(bookingMarker(ownerHash, idempotencyKey)),
       String(Date.now()),
-      this.#idemTtl,
+      this.idemTtl,
     );
     return claimOf(answer);
   }
 
   async resolveBookingMarker(marker: string, result: BookingResult): Promise<string | undefined> {
-    const key = await this.client.get(this.#marker(marker));
+    const key = await this.client.get(this.markerKey(marker));
     if (key === null) return undefined;
     const owner = await this.client.dgResolve(
       key,
@@ -521,301 +470,24 @@ export class RedisStore implements Store {
       flag(result.trackingUrl !== null),
       result.trackingUrl ?? '',
       String(Date.now()),
-      this.#retention ? String(this.#retention.idempotencyRetentionMs) : '',
+      this.retention ? String(this.retention.idempotencyRetentionMs) : '',
     );
     return owner ?? undefined;
   }
 
   async completeIdempotency(ownerHash: string, idempotencyKey: string, result: BookingResult): Promise<void> {
     await this.client.dgComplete(
-      this.#idem(ownerHash, idempotencyKey),
+      this.idemKey(ownerHash, idempotencyKey),
       result.uid,
       flag(result.trackingUrl !== null),
       result.trackingUrl ?? '',
       String(Date.now()),
-      this.#retention ? String(this.#retention.idempotencyRetentionMs) : '',
+      this.retention ? String(this.retention.idempotencyRetentionMs) : '',
     );
   }
 
   async releaseIdempotency(ownerHash: string, idempotencyKey: string): Promise<void> {
-    await this.client.dgRelease(this.#idem(ownerHash, idempotencyKey), this.#history(ownerHash));
-  }
-
-  async recordOwner(uid: string, owner: string, group?: OwnerGroup, proof?: OwnerProof): Promise<void> {
-    await this.recordOwners([{ uid, owner, group: group ?? null, proof }]);
-  }
-
-  async recordOwners(records: readonly OwnerEntry[]): Promise<void> {
-    // One round trip; the script keeps the first record but for what supersedes() lets replace it, and a record written
-    // joins its owner's unfinished set.
-    const pipeline = this.client.pipeline();
-    const now = Date.now();
-    const ttl = this.#retention ? String(this.#retention.eventRetentionMs) : '';
-    for (const { uid, owner, group, proof, replace } of records) {
-      const value = `${owner} ${group ?? '-'} ${proof ?? 'read'} ${now}`;
-      pipeline.dgOwn(
-        this.#owner(uid),
-        this.#unfinished(owner),
-        this.#history(owner),
-        this.#ownerClaims,
-        `${this.#ownerClaims}:version`,
-        value,
-        flag(merchantScoped(proof ?? 'read')),
-        flag(replace === true),
-        ttl,
-        uid,
-        String(OWNER_CLAIMS_KEPT),
-      );
-    }
-    const results = await pipeline.exec();
-    const failed = results?.find(([error]) => error);
-    if (failed) throw failed[0];
-  }
-
-  #owner(uid: string): string {
-    return `${this.prefix}owner:${uid}`;
-  }
-
-  get #ownerClaims(): string {
-    return `${this.prefix}owner-claims`;
-  }
-
-  async ownerClaimsAfter(after: number | undefined): Promise<OwnerClaims> {
-    const [version, complete, ...uids] = await this.client.dgOwnerClaims(
-      this.#ownerClaims,
-      `${this.#ownerClaims}:version`,
-      after === undefined ? '' : String(after),
-    );
-    return { version, uids: complete === 1 ? uids : undefined };
-  }
-
-  #unfinished(owner: string): string {
-    return `${this.prefix}unfinished:${owner}`;
-  }
-
-  /**
-   * Looks at up to UNFINISHED_SCAN members of the owner's set in uid order, and
-   * drops those found final or expired on the way; the cursor is the last uid looked at.
-   */
-  async unfinishedDeliveries(
-    owner: string,
-    after: string | undefined,
-    { limit, since }: { limit: number; since: number },
-  ): Promise<UnfinishedPage> {
-    const set = this.#unfinished(owner);
-    const scan = Math.max(limit, UNFINISHED_SCAN);
-    const uids = await this.client.zrangebylex(set, after === undefined ? '-' : `(${after}`, '+', 'LIMIT', 0, scan);
-    if (uids.length === 0) return { deliveries: [], next: undefined };
-    const pipeline = this.client.pipeline();
-    for (const uid of uids)
-      pipeline.dgUnfinished(set, this.#owner(uid), this.#delivery(uid).state, uid, owner, String(since));
-    const results = (await pipeline.exec()) ?? [];
-    const deliveries: UnfinishedDelivery[] = [];
-    for (const [index, [error, group]] of results.entries()) {
-      if (error) throw error;
-      if (group === null || group === undefined) continue;
-      deliveries.push({ uid: uids[index]!, group: group === 'PLATFORM' || group === 'PARTNER' ? group : null });
-      if (deliveries.length === limit) return { deliveries, next: uids[index] };
-    }
-    return { deliveries, next: uids.length === scan ? uids.at(-1) : undefined };
-  }
-
-  /** SET NX with a time to live, one per lease, in one round trip. */
-  async leaseReads(leases: readonly string[], forMs: number): Promise<Set<string>> {
-    const taken = new Set<string>();
-    if (leases.length === 0) return taken;
-    const pipeline = this.client.pipeline();
-    const ttl = String(Math.max(1, Math.round(forMs)));
-    for (const lease of leases) pipeline.dgLease(this.#readLease(lease), this.#leaseToken, ttl);
-    const results = (await pipeline.exec()) ?? [];
-    results.forEach(([error, answer], index) => {
-      if (error) throw error;
-      if (answer === 1) taken.add(leases[index]!);
-    });
-    return taken;
-  }
-
-  async releaseReads(leases: readonly string[]): Promise<void> {
-    if (leases.length === 0) return;
-    const pipeline = this.client.pipeline();
-    for (const lease of leases) pipeline.dgUnlease(this.#readLease(lease), this.#leaseToken);
-    for (const [error] of (await pipeline.exec()) ?? []) if (error) throw error;
-  }
-
-  #readLease(lease: string): string {
-    return `${this.prefix}read-lease:${lease}`;
-  }
-
-  async ownerOf(uid: string): Promise<string | undefined> {
-    return (await this.ownersOf([uid])).get(uid)?.owner;
-  }
-
-  async ownersOf(uids: readonly string[]): Promise<Map<string, OwnerRecord>> {
-    const found = new Map<string, OwnerRecord>();
-    if (uids.length === 0) return found;
-    const values = await this.client.mget(uids.map((uid) => this.#owner(uid)));
-    values.forEach((value, index) => {
-      if (value === null) return;
-      // The time it was recorded, fourth, is reconciliation's (unfinishedDeliveries).
-      const [owner, group, proof] = value.split(' ');
-      found.set(uids[index]!, {
-        owner: owner!,
-        group: group === 'PLATFORM' || group === 'PARTNER' ? group : null,
-        proof: proof !== undefined && OWNER_PROOFS.has(proof) ? (proof as OwnerProof) : null,
-      });
-    });
-    return found;
-  }
-
-  #link(id: string): string {
-    return `${this.prefix}merchant-link:${id}`;
-  }
-
-  async merchantLinks(ids: readonly string[]): Promise<Map<string, string>> {
-    const found = new Map<string, string>();
-    if (ids.length === 0) return found;
-    const values = await this.client.mget(ids.map((id) => this.#link(id)));
-    values.forEach((value, index) => {
-      if (value !== null) found.set(ids[index]!, value);
-    });
-    return found;
-  }
-
-  #history(id: string): string {
-    return `${this.prefix}merchant-history:${id}`;
-  }
-
-  async linkMerchant(key: string, previous: string): Promise<MerchantLink> {
-    await this.#historyKept();
-    const [outcome, merchant] = await this.client.dgLink(key, previous, this.prefix, String(MAX_LINK_DEPTH));
-    if (outcome === 'refused') return { outcome };
-    return { outcome: outcome as 'linked' | 'same', merchant: merchant! };
-  }
-
-  /**
-   * The link in one script; then what was recorded under the ids that lead to
-   * the merchant moved to it, a claim or record at a time (a SCAN of the claims
-   * of each id, and of every owner record: an operator's command, run rarely).
-   */
-  async mergeMerchant(from: string, into: string): Promise<MerchantMerge> {
-    await this.#historyKept();
-    const [merchant, merged, ...ids] = await this.client.dgMergeLink(from, into, this.prefix, String(MAX_LINK_DEPTH));
-    const outcome: MerchantMerge = {
-      merchant: merchant!,
-      merged: merged || undefined,
-      records: 0,
-      claims: 0,
-      conflicts: 0,
-    };
-    for (const id of ids) {
-      const claimPrefix = this.#idem(id, '');
-      for await (const names of this.client.scanStream({
-        match: `${globEscape(claimPrefix)}*`,
-        count: 1000,
-      }) as AsyncIterable<string[]>) {
-        for (const name of names) {
-          const idempotencyKey = name.slice(claimPrefix.length);
-          const moved = await this.client.dgMoveClaim(
-            name,
-            this.#idem(merchant!, idempotencyKey),
-            this.#marker(bookingMarker(id, idempotencyKey)),
-            this.#history(id),
-            this.#history(merchant!),
-            merchant!,
-          );
-          if (moved === 1) outcome.claims += 1;
-          else if (moved === 2) outcome.conflicts += 1;
-        }
-      }
-    }
-    const linked = new Set(ids);
-    if (linked.size === 0) return outcome;
-    const recordPrefix = this.#owner('');
-    for await (const names of this.client.scanStream({
-      match: `${globEscape(recordPrefix)}*`,
-      count: 1000,
-    }) as AsyncIterable<string[]>) {
-      if (names.length === 0) continue;
-      const values = await this.client.mget(names);
-      for (const [index, value] of values.entries()) {
-        const owner = value?.split(' ')[0];
-        if (owner === undefined || !linked.has(owner)) continue;
-        const uid = names[index]!.slice(recordPrefix.length);
-        outcome.records += await this.client.dgMoveRecord(
-          names[index]!,
-          this.#unfinished(owner),
-          this.#unfinished(merchant!),
-          this.#history(merchant!),
-          owner,
-          merchant!,
-          uid,
-        );
-      }
-    }
-    return outcome;
-  }
-
-  async unlinkMerchant(id: string): Promise<boolean> {
-    return (await this.client.dgUnlink(this.#link(id), id, this.prefix)) > 0;
-  }
-
-  /**
-   * Data written before merchant histories were kept has none: once per data set
-   * (and per process until then), before the first link, each owner record, claim
-   * and link gives its merchant the history it would have had. Run twice at once,
-   * a claim may be counted twice: a history too many refuses a link, never loses one.
-   */
-  #historyKept(): Promise<void> {
-    this.#historyFilled ??= this.#fillHistory().catch((error: unknown) => {
-      this.#historyFilled = undefined;
-      throw error;
-    });
-    return this.#historyFilled;
-  }
-
-  async #fillHistory(): Promise<void> {
-    const ready = `${this.prefix}merchant-history-ready`;
-    if ((await this.client.exists(ready)) === 1) return;
-    const records = this.#retention ? String(this.#retention.eventRetentionMs) : '';
-    const claims = this.#idemTtl;
-    const each = async (
-      prefix: string,
-      fill: (names: string[], pipeline: ReturnType<Redis['pipeline']>) => Promise<void>,
-    ) => {
-      for await (const names of this.client.scanStream({
-        match: `${globEscape(prefix)}*`,
-        count: 1000,
-      }) as AsyncIterable<string[]>) {
-        if (names.length === 0) continue;
-        const pipeline = this.client.pipeline();
-        await fill(names, pipeline);
-        for (const [error] of (await pipeline.exec()) ?? []) if (error) throw error;
-      }
-    };
-    await each(this.#owner(''), async (names, pipeline) => {
-      for (const value of await this.client.mget(names))
-        if (value) pipeline.dgHistory(this.#history(value.split(' ')[0]!), 'records', '', records);
-    });
-    const claimPrefix = `${this.prefix}idem:`;
-    await each(claimPrefix, async (names, pipeline) => {
-      const owners = await Promise.all(names.map((name) => this.client.hget(name, 'owner')));
-      // A claim from before owners were kept in it: the owner is the name's first part (a hash, no colon).
-      owners.forEach((owner, index) =>
-        pipeline.dgHistory(
-          this.#history(owner ?? names[index]!.slice(claimPrefix.length).split(':')[0]!),
-          'claims',
-          '1',
-          claims,
-        ),
-      );
-    });
-    const linkPrefix = this.#link('');
-    await each(linkPrefix, async (names, pipeline) => {
-      (await this.client.mget(names)).forEach(
-        (to, index) => to && pipeline.sadd(`${this.prefix}merchant-keys:${to}`, names[index]!.slice(linkPrefix.length)),
-      );
-    });
-    await this.client.set(ready, '1');
+    await this.client.dgRelease(this.idemKey(ownerHash, idempotencyKey), this.historyKey(ownerHash));
   }
 
   async ping(): Promise<void> {
@@ -863,7 +535,7 @@ export class RedisStore implements Store {
     try {
       for (;;) {
         if (stopping()) return;
-        const cutoff = Date.now() - this.#retention!.eventRetentionMs;
+        const cutoff = Date.now() - this.retention!.eventRetentionMs;
         const head = await this.client.dgLogHead(this.#log, String(TRIM_BATCH));
         // In seq order, which is the order of arrival: only the leading expired entries go.
         let upTo = 0;
@@ -877,7 +549,7 @@ export class RedisStore implements Store {
         if (upTo === 0) return;
         const pipeline = this.client.pipeline();
         for (const uid of uids) {
-          const keys = this.#delivery(uid);
+          const keys = this.deliveryKeys(uid);
           pipeline.dgForget(keys.state, keys.events, keys.dedup, String(upTo));
         }
         for (const [error] of (await pipeline.exec()) ?? []) if (error) throw error;
