@@ -153,6 +153,7 @@ function subscribe(
   variables: Record<string, unknown>,
   count: number,
   until?: Promise<unknown>,
+  timeoutMs = 5_000,
 ): Promise<{ items: any[]; errors: unknown[] }> {
   const items: any[] = [];
   const errors: unknown[] = [];
@@ -163,7 +164,7 @@ function subscribe(
       unsubscribe();
       resolve({ items, errors });
     };
-    const timer = setTimeout(finish, 5_000);
+    const timer = setTimeout(finish, timeoutMs);
     void until?.then(finish);
     unsubscribe = client.subscribe(
       { query, variables },
@@ -492,8 +493,9 @@ describe('secrets', () => {
     const [c1, c2] = booked.get(C)! as [string, string];
     const mine = ws({ authorization: as(C) });
     const attached = listenersAttached(app.services.bus, 2);
-    const watching = subscribe(mine.client, UPDATED, { uid: c1 }, 3);
-    const allOfMine = subscribe(mine.client, EVENTS, {}, 2);
+    // Messages that are expected wait as long as a loaded machine needs (a full run at load 11 saw two of three in 5 s).
+    const watching = subscribe(mine.client, UPDATED, { uid: c1 }, 3, undefined, 30_000);
+    const allOfMine = subscribe(mine.client, EVENTS, {}, 2, undefined, 30_000);
     await attached;
     await sandbox.advance(c1);
     await sandbox.advance(c1);
