@@ -65,6 +65,7 @@ import {
   type OwnerProof,
   type OwnerRecord,
   type ReadRecord,
+  REDIS_STORE,
   type Store,
   type StoredEvent,
   merchantScoped,
@@ -884,6 +885,7 @@ function defineAppend(client: Redis): void {
 }
 
 export class RedisStore implements Store {
+  readonly [REDIS_STORE] = true;
   readonly client: Redis;
   readonly prefix: string;
   readonly #ownsClient: boolean;

@@ -63,6 +63,9 @@ export interface StoredEvent {
 }
 
 /** The bits of an event's stored mark (SQLite's `stale` column, the Redis entry's `stale` field): 0 accepted. */
+/** Carried by the Redis store, so that others can tell it without loading its module (store/open.ts: redisOf). */
+export const REDIS_STORE = Symbol('redis store');
+
 export const MARK = Object.freeze({ stale: 1, courierOnly: 2, contradicts: 4 });
 
 export function markOf(event: { stale: boolean; courierOnly: boolean; contradicts?: boolean }): number {
