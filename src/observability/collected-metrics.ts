@@ -227,7 +227,7 @@ function collectReconciliation(registry: Registry, { reconcile, keyWatch }: Metr
 
 function collectState(
   registry: Registry,
-  { upstreamHealth, owners, ownerFilter, documentCache, bus }: MetricSources,
+  { upstreamHealth, owners, documentCache, bus }: MetricSources,
 ): void {
   gauged(
     registry,
@@ -250,12 +250,6 @@ function collectState(
     'owner_cache_bytes',
     'Heap the owner records kept in memory hold by their own estimate; at most 8 MiB (OWNER_CACHE_BYTES in src/access/owners.ts)',
     () => owners?.cached.bytes ?? 0,
-  );
-  gauged(
-    registry,
-    'owner_filter_bytes',
-    'Bytes of the embedded store\'s filter of uids with an owner record (src/store/uid-filter.ts), which answers "no record" without a query; at most 8 MiB, 16 while a larger one is filled. 0 on Redis',
-    () => ownerFilter?.()?.bytes ?? 0,
   );
   gauged(
     registry,

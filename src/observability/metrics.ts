@@ -75,8 +75,6 @@ export interface MetricSources {
   compiles?: () => { compiled: number; overBudget: number; tooLarge: number } | undefined;
   /** Owner records: written from reads, failed writes, and those kept in memory. */
   owners?: { counters: { recorded: number; failed: number }; cached: { entries: number; bytes: number } };
-  /** The embedded store's filter of uids with an owner record (undefined on Redis). */
-  ownerFilter?: () => { bytes: number } | undefined;
 }
 
 /** prom-client's default metrics, less the collectors that cost too much per scrape with many sockets open. */
