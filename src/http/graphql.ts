@@ -14,6 +14,7 @@ import type { ClientTokens } from '../access/client-tokens.js';
 import { responseTooLarge, textOver } from '../pipeline/guards/response-size.js';
 import { namesPersistedQuery } from '../pipeline/persisted-operations.js';
 import { isStreamRefusal, type Pipeline } from '../pipeline/pipeline.js';
+import type { WrittenResult } from '../pipeline/plan.js';
 import type { GraphQLServer } from '../pipeline/yoga.js';
 import { judgeKey, type Upstream } from '../upstream/clients.js';
 
@@ -321,11 +322,12 @@ function clientGone(res: ServerResponse): () => AbortSignal {
 }
 
 /** Writes a result by yoga's rules for application/json: its status, its text within GRAPHQL_MAX_RESPONSE_BYTES. */
-function writeResult(res: ServerResponse, result: ExecutionResult, maxBytes: number): void {
+function writeResult(res: ServerResponse, result: WrittenResult, maxBytes: number): void {
   const { status, headers } = statusOf(result);
   let text: string;
   try {
-    text = JSON.stringify(withoutMarks(result));
+    // graphql-jit hands back a serializer compiled for this operation's shape.
+    text = result.stringify && !result.errors?.length ? result.stringify(result) : JSON.stringify(withoutMarks(result));
   } catch (error) {
     // Longer than the longest string V8 can make: far over any limit.
     if (!(error instanceof RangeError && /string length/i.test(error.message))) throw error;
@@ -480,7 +482,7 @@ class GraphQLHttp {
       !/application\/json/i.test(headerOf(req, 'accept') ?? '')
     )
       return false;
-    const result = answer.kind === 'invalid' ? { errors: answer.errors } : (answer.outcome as ExecutionResult);
+    const result = (answer.kind === 'invalid' ? { errors: answer.errors } : answer.outcome) as WrittenResult;
     writeResult(res, result, this.options.maxResponseBytes);
     return true;
   }

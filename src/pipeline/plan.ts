@@ -256,11 +256,15 @@ export class OperationPlan {
     });
   }
 
-  /** jit's refusal of the variables reworded as graphql-js words it (BAD_USER_INPUT). */
+  /**
+   * jit's refusal of the variables reworded as graphql-js words it (BAD_USER_INPUT); the serializer for the result's
+   * shape.
+   */
   #finish(outcome: Outcome, variables: Readonly<Record<string, unknown>> | undefined): Outcome {
     if (Symbol.asyncIterator in outcome) return outcome;
     if (refusedBeforeRunning(outcome))
       return variableErrors(this.#options.schema, this.operation, variables, this.#options.hideSuggestions) ?? outcome;
+    if (this.#compiled) (outcome as WrittenResult).stringify = this.#compiled.stringify;
     return outcome;
   }
 
