@@ -225,10 +225,7 @@ function collectReconciliation(registry: Registry, { reconcile, keyWatch }: Metr
   );
 }
 
-function collectState(
-  registry: Registry,
-  { upstreamHealth, owners, documentCache, bus }: MetricSources,
-): void {
+function collectState(registry: Registry, { upstreamHealth, owners, documentCache, bus }: MetricSources): void {
   gauged(
     registry,
     'upstream_up',
