@@ -1,5 +1,5 @@
 // Builds this checkout with one of its home-grown mechanisms swapped for the library's way (a patch in this folder),
-// so the bench can run the two side by side: docs/architecture.md's "Home-grown mechanisms and what pays for them".
+// so the bench can run the two side by side: docs/architecture.md's "Mechanisms beside a library's own".
 // The source is copied to a temporary folder, patched and compiled there (dist/ beside a link to this checkout's
 // node_modules, which reach the sandbox package's build): `npm run build` first. Prints each variant's folder, to hand
 // to --baseline=. A patch that no longer applies fails loudly: the code it names has changed.
