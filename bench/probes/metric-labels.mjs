@@ -1,7 +1,7 @@
 // What recording one upstream call in /metrics costs (a counter and a histogram, four and three labels), three ways
 // side by side in one process: prom-client's own inc/observe with the labels (what src/observability/metrics.ts does),
 // its labels() child asked each time, and the children cached by a key joined from the label values (what metrics.ts
-// did before: docs/architecture.md, "Home-grown mechanisms and what pays for them"). Usage: node
+// did before: docs/architecture.md, "Mechanisms beside a library's own"). Usage: node
 // bench/probes/metric-labels.mjs [--calls=500000] [--rounds=3]
 import { Counter, Histogram, Registry } from 'prom-client';
 import { probeFlags } from '../scenarios/single-read.mjs';

@@ -1,7 +1,7 @@
 // What looking up the owner record of a delivery nobody recorded costs the embedded store (the common first read), over
 // a file of --records owner records, on the compiled code (dist/): ownersOf of a fresh uid (a query by primary key)
 // against ownersOf of nothing (the same call without the query). The difference is what a filter of recorded uids in
-// memory could save a read (docs/architecture.md, "Home-grown mechanisms and what pays for them": such a filter was
+// memory could save a read (docs/architecture.md, "Mechanisms beside a library's own": such a filter was
 // measured and removed). Usage: npm run build && node bench/probes/owner-lookup.mjs [--records=100000]
 // [--lookups=50000] [--rounds=3]
 import { randomUUID } from 'node:crypto';
