@@ -323,12 +323,15 @@ describe('the size of functions and files', () => {
     expect(Object.keys(sizeExemptions).sort()).toEqual([...EXEMPT].sort());
   });
 
-  it('sees what it checks (a function of 101 lines and a file of 601 are refused)', async () => {
+  it('sees what it checks (a function of 101 lines and a file of 601 are refused, a disabling comment or not)', async () => {
     const eslint = await linter();
     const body = Array.from({ length: 99 }, (_, index) => `  const v${index} = ${index};`).join('\n');
-    const long = `export function long(): void {\n${body}\n}\n`;
+    const long = `/* eslint-disable max-lines, max-lines-per-function */\nexport function long(): void {\n${body}\n}\n`;
     const padding = '\n'.repeat(600 - long.split('\n').length + 1);
     const [result] = await eslint.lintText(long + padding + 'export {};\n', { filePath: 'src/planted.ts' });
-    expect(result!.messages.map((message) => message.ruleId).sort()).toEqual(['max-lines', 'max-lines-per-function']);
+    expect(problems([result!])).toEqual([
+      "src/planted.ts: Function 'long' has too many lines (101). Maximum allowed is 100.",
+      'src/planted.ts: File has too many lines (601). Maximum allowed is 600.',
+    ]);
   });
 });
