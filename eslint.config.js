@@ -4,6 +4,14 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
+/** Files the size rules do not hold, each with why; test/unit/layout.test.ts names the same ones. */
+export const sizeExemptions = {
+  'src/store/**': 'the stores are being rewritten on branch h-ingest, which splits them',
+  'src/webhooks/**': 'the webhook intake is being rewritten on branch h-ingest, which splits it',
+  'src/realtime/reconcile.ts': 'being rewritten on branch h-ingest, which splits it',
+  'src/store/redis-scripts.ts': "the Redis store's Lua scripts: data, not code",
+};
+
 export default tseslint.config(
   {
     ignores: [
@@ -67,5 +75,9 @@ export default tseslint.config(
       'max-lines-per-function': ['error', { max: 100, skipBlankLines: false, skipComments: false, IIFEs: true }],
       'max-lines': ['error', { max: 600, skipBlankLines: false, skipComments: false }],
     },
+  },
+  {
+    files: Object.keys(sizeExemptions),
+    rules: { 'max-lines-per-function': 'off', 'max-lines': 'off' },
   },
 );

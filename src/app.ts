@@ -27,7 +27,6 @@ import { openEventBus, startRealtime, type Realtime, type RealtimeDeps } from '.
 import type { Sandbox } from '@delivery-graph/sandbox';
 import { openStore, redisOf } from './store/open.js';
 import { proofRefreshMs } from './store/retention.js';
-import { SqliteStore } from './store/sqlite.js';
 import type { Store } from './store/store.js';
 import { createUpstream } from './upstream/clients.js';
 import { AppendBatcher, type WebhookReceiver } from './webhooks/receiver.js';
@@ -130,7 +129,6 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     persisted,
     realtime,
     owners,
-    ownerFilter: () => (store instanceof SqliteStore ? store.ownerFilter : undefined),
     pipeline: () => served?.pipeline,
   });
   const observers = [...(metrics ? [operationMetrics(metrics)] : []), ...(tracing ? [tracing.observer] : [])];
