@@ -61,6 +61,7 @@ import {
   type NotStored,
   type ReadRecord,
   type ReceivedEvent,
+  REDIS_STORE,
   type Store,
   type StoredEvent,
 } from './store.js';
@@ -183,6 +184,7 @@ function appendArgs(
 }
 
 export class RedisStore extends RedisRecords implements Store {
+  readonly [REDIS_STORE] = true;
   readonly #ownsClient: boolean;
   readonly #trims: TrimSchedule | undefined;
   #cursorSecret: Promise<Buffer> | undefined;

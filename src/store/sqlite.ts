@@ -45,7 +45,6 @@ import type { DataDirLock } from './data-dir-lock.js';
 import { openStoreFile, prepareSchema, readStatements, type ReadStatements, type StateRow } from './sqlite-schema.js';
 import { WriterThread, writerError } from './sqlite-thread.js';
 import { damagedFileMessage, isDamage } from './sqlite-file.js';
-import { UidFilter } from './uid-filter.js';
 import type { EventToWrite } from './sqlite-append.js';
 import type { AppendOutcome, EventRow, TrimPhase, WriterArgs, WriterOps } from './sqlite-writer.js';
 
@@ -86,15 +85,6 @@ export interface SqliteStoreOptions {
   logger?: Logger;
 }
 
-/** The owner filter's size bounds, in uids (UidFilter: 10 bits each; the largest is 8 MiB). */
-const OWNER_FILTER_MIN = 1 << 16;
-const OWNER_FILTER_MAX = Math.floor((8 * 1024 * 1024 * 8) / 10);
-/**
- * Owner records read per turn of the event loop while a filter is filled: a millisecond or two of it
- * (bench/probes/stalls.mjs).
- */
-const OWNER_FILTER_SLICE = 1_000;
-
 export class SqliteStore implements Store {
   /** The main thread's connection: the store reads through it and never writes (the writer thread does). */
   readonly db: Database.Database;
@@ -108,18 +98,10 @@ export class SqliteStore implements Store {
   readonly #lock: DataDirLock;
   readonly #logger: Logger | undefined;
   /**
-   * The uids with an owner record (uid-filter.ts); consulted once `complete`, i.e. once it has read every record of the
-   * file.
-   */
-  #ownerFilter = { filter: new UidFilter(OWNER_FILTER_MIN), complete: false };
-  /** A larger filter being filled from the file while the current one stays in use. */
-  #nextOwnerFilter: UidFilter | undefined;
-  /**
    * Owner records on their way to the writer thread or waiting for their commit,
    * by uid (the first sent, which is the one the file keeps, and how many writes
    * of that uid are pending). They are not in the file yet: ownersOf answers
-   * them from here, as it would had the write been synchronous, and a filter
-   * being filled takes their uids from here.
+   * them from here, as it would had the write been synchronous.
    */
   readonly #ownersInFlight = new Map<string, { record: OwnerRecord; writes: number }>();
   /** Why the file reads as damaged, once a read or write found it so (ping() fails with it). */
@@ -144,71 +126,9 @@ export class SqliteStore implements Store {
       new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
     this.#statements = readStatements(db);
     this.#logger = options.logger;
-    this.#startOwnerFilter();
   }
 
-  /**
-   * A filter that cannot be filled (the file closed or failed meanwhile) leaves the file to answer every lookup:
-   * slower, never wrong.
-   */
-  #startOwnerFilter(): void {
-    this.#rebuildOwnerFilter().catch((error: unknown) => {
-      this.#noticeDamage(error);
-      if (this.db.open)
-        this.#logger?.warn({ err: error }, 'the owner filter could not be filled: owner lookups ask the file');
-    });
-  }
-
-  /**
-   * Fills a new owner filter, sized for twice the records the file holds, with
-   * every uid that has one, a slice per turn of the event loop; then it is the
-   * one in use (until then the current one, if complete, still answers).
-   */
-  async #rebuildOwnerFilter(): Promise<void> {
-    // How many records, from the span of their rowids (two lookups, one subquery each: min and max in one
-    // query read the whole table, as count(*) does, tens of ms at a million): the retention deletes the oldest,
-    // which have the lowest rowids, so the span is about the count.
-    const span = this.db
-      .prepare<[], { first: number | null; last: number | null }>(
-        'SELECT (SELECT min(rowid) FROM ownership) AS first, (SELECT max(rowid) FROM ownership) AS last',
-      )
-      .get()!;
-    const records = span.first === null || span.last === null ? 0 : span.last - span.first + 1;
-    const filter = new UidFilter(Math.min(OWNER_FILTER_MAX, Math.max(OWNER_FILTER_MIN, records * 2)));
-    if (this.#ownerFilter.complete) this.#nextOwnerFilter = filter;
-    else this.#ownerFilter = { filter, complete: false };
-    // Records not committed yet are not in the file for the slices below to read.
-    for (const uid of this.#ownersInFlight.keys()) filter.add(uid);
-    const slice = this.db
-      .prepare<[number], [number, string]>(
-        `SELECT rowid, uid FROM ownership WHERE rowid > ? ORDER BY rowid LIMIT ${OWNER_FILTER_SLICE}`,
-      )
-      .raw();
-    let after = 0;
-    for (;;) {
-      // The first slice too waits a turn: the constructor (the store's start) does not read any.
-      await yieldToEventLoop();
-      if (!this.db.open) return;
-      const rows = slice.all(after);
-      for (const row of rows) filter.add(row[1]);
-      if (rows.length < OWNER_FILTER_SLICE) break;
-      after = rows[rows.length - 1]![0];
-    }
-    this.#ownerFilter = { filter, complete: true };
-    this.#nextOwnerFilter = undefined;
-  }
-
-  /** The owner filter in use, for tests and /metrics: its size, and whether it answers yet. */
-  get ownerFilter(): { capacity: number; bytes: number; complete: boolean } {
-    const { filter, complete } = this.#ownerFilter;
-    return { capacity: filter.capacity, bytes: filter.bytes + (this.#nextOwnerFilter?.bytes ?? 0), complete };
-  }
-
-  /**
-   * Writes owner records on the writer thread. Each uid goes into the filter
-   * first (and into the one being filled), and counts as in flight until its
-   * write settles; a full filter is replaced by a larger one, up to OWNER_FILTER_MAX.
-   */
+  /** Writes owner records on the writer thread; each uid counts as in flight until its write settles. */
   async #writeOwners(records: readonly OwnerEntry[]): Promise<void> {
     for (const entry of records) {
       const { uid, owner, group } = entry;
@@ -219,12 +139,7 @@ export class SqliteStore implements Store {
         // The writer applies the same rule in the order sent: what the file will hold once both commit.
         if (supersedes(entry, sending.record)) sending.record = record;
       } else this.#ownersInFlight.set(uid, { record, writes: 1 });
-      this.#ownerFilter.filter.add(uid);
-      this.#nextOwnerFilter?.add(uid);
     }
-    const { filter, complete } = this.#ownerFilter;
-    if (complete && !this.#nextOwnerFilter && filter.added > filter.capacity && filter.capacity < OWNER_FILTER_MAX)
-      this.#startOwnerFilter();
     try {
       await this.#write('recordOwners', records);
     } finally {
@@ -402,10 +317,7 @@ export class SqliteStore implements Store {
     // Past the retention a record is gone, whether or not a trim pass has deleted it yet.
     const since = this.#retention ? Date.now() - this.#retention.eventRetentionMs : -Infinity;
     const found = new Map<string, OwnerRecord>();
-    const { filter, complete } = this.#ownerFilter;
     for (const uid of uids) {
-      // Never recorded: no need to ask the file.
-      if (complete && !filter.mayHave(uid)) continue;
       const row = this.#read(() => this.#statements.getOwner.get(uid, since));
       const stored: OwnerRecord | undefined = row && {
         owner: row.owner_hash,
