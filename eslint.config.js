@@ -4,6 +4,11 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
+/** Files the size rules do not hold, each with why; test/unit/layout.test.ts names the same ones. */
+export const sizeExemptions = {
+  'src/store/redis-scripts.ts': "the Redis store's Lua scripts: data, not code",
+};
+
 export default tseslint.config(
   {
     ignores: [
@@ -67,5 +72,9 @@ export default tseslint.config(
       'max-lines-per-function': ['error', { max: 100, skipBlankLines: false, skipComments: false, IIFEs: true }],
       'max-lines': ['error', { max: 600, skipBlankLines: false, skipComments: false }],
     },
+  },
+  {
+    files: Object.keys(sizeExemptions),
+    rules: { 'max-lines-per-function': 'off', 'max-lines': 'off' },
   },
 );

@@ -103,7 +103,7 @@ export default defineConfig({
             {
               extends: true as const,
               // The long versions of integration tests that take their length from the environment:
-              // the RELIABILITY.md run of the crash test, and ten times the WebSocket churn.
+              // the run of the crash test docs/reliability/ quotes, and ten times the WebSocket churn.
               test: {
                 name: 'soak',
                 include: ['test/integration/crash.test.ts', 'test/integration/ws-leak.test.ts'],

@@ -25,10 +25,8 @@ import { startConfiguredTracing, startMetrics } from './observability/start.js';
 import type { SpanExporterLike } from './observability/tracing.js';
 import { openEventBus, startRealtime, type Realtime, type RealtimeDeps } from './realtime/start.js';
 import type { Sandbox } from '@delivery-graph/sandbox';
-import { openStore } from './store/open.js';
+import { openStore, redisOf } from './store/open.js';
 import { proofRefreshMs } from './store/retention.js';
-import { RedisStore } from './store/redis.js';
-import { SqliteStore } from './store/sqlite.js';
 import type { Store } from './store/store.js';
 import { createUpstream } from './upstream/clients.js';
 import { AppendBatcher } from './webhooks/group-commit.js';
@@ -89,7 +87,7 @@ export async function startApp(config: Config, options: StartOptions = {}): Prom
 async function buildApp(config: Config, options: StartOptions, logger: Logger, teardown: Teardown): Promise<App> {
   // Redis with REDIS_URL, else SQLite (store/open.ts). Opened first: SQLite's holds DATA_DIR, the sandbox's world
   // included.
-  const store = options.store ?? openStore(config, logger);
+  const store = options.store ?? (await openStore(config, logger));
   teardown.add('store', () => store.close());
   // With no UPSTREAM_URL, the embedded sandbox is the upstream (embedded-sandbox.ts); paused until it knows where
   // webhooks go.
@@ -132,7 +130,6 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     persisted,
     realtime,
     owners,
-    ownerFilter: () => (store instanceof SqliteStore ? store.ownerFilter : undefined),
     pipeline: () => served?.pipeline,
   });
   const observers = [...(metrics ? [operationMetrics(metrics)] : []), ...(tracing ? [tracing.observer] : [])];
@@ -180,8 +177,6 @@ async function buildApp(config: Config, options: StartOptions, logger: Logger, t
     stop,
   };
 }
-
-const redisOf = (store: Store) => (store instanceof RedisStore ? store : undefined);
 
 /** What every resolver and stream shares: the event bus, merchants and owner records, realtime, client tokens. */
 async function startServices(

@@ -1,8 +1,8 @@
 // One registry of the error codes clients see. Each class has a stable `code`
 // and a default message; the codes yoga gives the request errors it answers
 // itself (GRAPHQL_PARSE_FAILED, BAD_REQUEST, …) have no class but are listed
-// too. The error table in docs/errors.md is checked against ERROR_CODES by
-// test/unit/errors.test.ts. Messages never carry keys or raw upstream bodies.
+// too. The error table in docs/errors.md is printed from ERROR_CODES (npm run
+// docs). Messages never carry keys or raw upstream bodies.
 
 /**
  * Where a code reaches the client: as a GraphQL error's extensions.code, as a
@@ -110,27 +110,40 @@ export const ERROR_CODES = {
   },
   VALIDATION_FAILED: {
     surface: 'result',
+    resultType: 'ValidationError',
     meaning: 'The input breaks a rule of the chosen group; one FieldError per problem, with its input path.',
   },
   NOT_FOUND: {
     surface: 'result',
+    resultType: 'NotFoundError',
     meaning:
       'No delivery with this uid belongs to the caller in the group asked (cancel); when the caller has it in the other group, the message says which group to pass. Reads return null instead.',
   },
-  NOT_CANCELABLE: { surface: 'result', meaning: 'The delivery is past pickup or already finished.' },
+  NOT_CANCELABLE: {
+    surface: 'result',
+    resultType: 'NotCancelableError',
+    meaning: 'The delivery is past pickup or already finished.',
+  },
   CANCEL_REFUSED: {
     surface: 'result',
+    resultType: 'CancelRefusedError',
     meaning:
       'The upstream refused to cancel this delivery with a 4xx of its own (already_canceled, a 403, a 422, …): its answer about the delivery, not a fault. upstream holds its status, its code (upstream.error) and its message; nothing was canceled by this call. Still typed as before: UNAUTHENTICATED for its 401; NOT_FOUND for its 404; NOT_CANCELABLE for its 409 or not_cancelable; UPSTREAM_ERROR for its 408 and UPSTREAM_UNAVAILABLE for its 429.',
   },
-  IDEMPOTENCY_CONFLICT: { surface: 'result', meaning: 'The idempotency key was used before with different input.' },
+  IDEMPOTENCY_CONFLICT: {
+    surface: 'result',
+    resultType: 'IdempotencyConflictError',
+    meaning: 'The idempotency key was used before with different input.',
+  },
   KEY_LINK_REFUSED: {
     surface: 'result',
+    resultType: 'KeyLinkRefusedError',
     meaning:
       "linkMerchantKey was given a previousKey the upstream does not accept now (unknown, revoked, or not valid for this platform), or the caller's own key, or both keys already have deliveries or idempotency keys of their own (a link moves nothing; an operator merges two merchants: npm run merchant -- merge): nothing was linked. A previous key already revoked is linked by an operator (npm run merchant -- link; docs/operations.md).",
   },
   BOOKING_OUTCOME_UNKNOWN: {
     surface: 'result',
+    resultType: 'BookingOutcomeUnknownError',
     meaning:
       "An earlier booking with this idempotency key lost its answer (a timeout, a dropped connection, a 5xx other than 503) and the upstream may have booked it; nothing new was booked. Retry the same key later: it returns that booking once the upstream's event for it arrives. A new key books again.",
   },
@@ -138,7 +151,7 @@ export const ERROR_CODES = {
     surface: 'upstream-client',
     meaning: 'The upstream rejected a request body; clients see it as a ValidationError (VALIDATION_FAILED).',
   },
-} as const satisfies Record<string, { surface: ErrorSurface; meaning: string }>;
+} as const satisfies Record<string, { surface: ErrorSurface; meaning: string; resultType?: string }>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
 

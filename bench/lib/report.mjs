@@ -1,16 +1,22 @@
 // Prints a scenario's table and writes it into BENCHMARKS.md between markers,
 // with the date, the machine and the exact command; keeps the Goals table at the
 // top of BENCHMARKS.md in step with the recorded sections.
-import { readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { ROOT } from './proc.mjs';
 
 const FILE = path.join(ROOT, 'BENCHMARKS.md');
+const RESULTS = path.join(ROOT, 'bench/results');
 
 /** The goals, in the order of the table; each measured by one scenario and recorded in its section. */
 export const GOALS = [
   { id: 'read-vs-proxy', what: 'single read, throughput vs a plain undici reverse proxy', goal: '≥ 0.70×' },
+  {
+    id: 'read-cpu-vs-proxy',
+    what: 'single read, CPU per read against a plain undici reverse proxy (at max throughput)',
+    goal: '≤ 1.8×',
+  },
   { id: 'read-vs-mesh', what: 'single read, throughput vs Mesh on Hive Gateway', goal: '≥ 7×' },
   { id: 'read-added-p99', what: 'single read, added p99 at 200 req/s over a direct GET', goal: '≤ +2 ms' },
   { id: 'loop-single-read', what: 'single read at 200 req/s: event-loop delay max (from /metrics)', goal: '≤ 10 ms' },
@@ -140,8 +146,24 @@ export function writeSection(id, title, body, { command, quick, goals = [] }) {
   measuredThisRun.push(...goals.map((goal) => ({ ...goal, from: { id, title, stamp } })));
   if (!recording(quick)) return; // quick and profiled runs print but keep the recorded full results
   let text = existsSync(FILE) ? readFileSync(FILE, 'utf8') : '# Benchmarks\n';
+  archive(id, text);
   text = replaceBlock(text, id, section);
   writeFileSync(FILE, replaceBlock(text, 'goals', goalsBlock(recordedGoals(text))));
+}
+
+/** The run a new recording replaces goes to bench/results/<id>.md (oldest first): BENCHMARKS.md shows the latest. */
+function archive(id, text) {
+  const previous = new RegExp(`<!-- bench:${id}:start -->([\\s\\S]*?)<!-- bench:${id}:end -->`).exec(text);
+  if (!previous) return;
+  const body = previous[1].replace(/^<!-- goals .*-->$/m, '').trim();
+  const file = path.join(RESULTS, `${id}.md`);
+  mkdirSync(RESULTS, { recursive: true });
+  if (!existsSync(file))
+    writeFileSync(
+      file,
+      `# Earlier runs: ${id}\n\nEach run BENCHMARKS.md showed until a newer one replaced it, oldest first.\n`,
+    );
+  appendFileSync(file, `\n${body}\n`);
 }
 
 function replaceBlock(text, id, block) {

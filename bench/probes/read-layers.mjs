@@ -7,7 +7,9 @@
 // the system time is read from /proc. Each sample's main-thread stack is given to its nearest layer: garbage collection
 // and V8's JSON natives first, else the nearest JavaScript frame's module (graphql-jit's generated code, a package, a
 // file of dist/, a part of Node), else the native code that runs it (event loop, HTTP parser). Usage: npm run build &&
-// node bench/probes/read-layers.mjs [--reads=20000] [--rounds=3] [--baseline=<checkout>] [--top=40]
+// node bench/probes/read-layers.mjs [--reads=20000] [--rounds=3] [--baseline=<checkout>[,<checkout>...]] [--top=40]
+// [--env=NAME=VALUE[;NAME=VALUE...]]. Each --baseline is a built checkout (bench/variants/build.mjs makes one with a
+// mechanism swapped for the library's way); --env adds this checkout run with those variables, one contender each.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -134,18 +136,31 @@ const upstream = await startUpstream();
 const execArgv = ['--perf-basic-prof'];
 const proxy = await startReverseProxy(upstream.origin, { execArgv });
 const facade = await startFacade(upstream.url, { label: 'read-layers', execArgv });
-const baselineDir = flags.baseline && path.resolve(flags.baseline);
-const baseline = baselineDir
-  ? await startFacade(upstream.url, {
-      label: 'read-layers-baseline',
-      entry: path.join(baselineDir, 'dist/main.js'),
-      cwd: baselineDir,
-      execArgv,
-    })
-  : undefined;
+const baselines = [];
+for (const dir of (flags.baseline ?? '')
+  .split(',')
+  .filter(Boolean)
+  .map((each) => path.resolve(each))) {
+  const started = await startFacade(upstream.url, {
+    label: 'read-layers-baseline',
+    entry: path.join(dir, 'dist/main.js'),
+    cwd: dir,
+    execArgv,
+  });
+  // A variant's folder is named dg-variant-<name>-<random> (bench/variants/build.mjs).
+  baselines.push({ name: /dg-variant-(.+)-\w{6}$/.exec(path.basename(dir))?.[1] ?? path.basename(dir), started });
+}
+for (const settings of (flags.env ?? '').split(',').filter(Boolean)) {
+  const env = Object.fromEntries(settings.split(';').map((pair) => pair.split(/=(.*)/s, 2)));
+  baselines.push({
+    name: settings,
+    started: await startFacade(upstream.url, { label: 'read-layers-env', execArgv, env }),
+  });
+}
 const http = forkWorker('http-load');
 process.on('exit', () => {
-  for (const pid of [upstream.child.pid, proxy.child.pid, facade.child.pid, baseline?.child.pid, http.pid]) {
+  const pids = [upstream.child.pid, proxy.child.pid, facade.child.pid, ...baselines.map((b) => b.started.child.pid)];
+  for (const pid of [...pids, http.pid]) {
     try {
       if (pid) process.kill(pid, 'SIGKILL');
     } catch {
@@ -164,9 +179,7 @@ const contenders = [
       connections: 32,
     },
   },
-  ...(baseline
-    ? [{ name: path.basename(baselineDir), pid: baseline.child.pid, load: facadeReadLoad(baseline.origin) }]
-    : []),
+  ...baselines.map(({ name, started }) => ({ name, pid: started.child.pid, load: facadeReadLoad(started.origin) })),
   { name: 'delivery-graph', pid: facade.child.pid, load: facadeReadLoad(facade.origin) },
 ];
 // The contenders alternate within each round; each one's rounds are summed.

@@ -7,8 +7,7 @@
 //
 //   npm run build && node bench/probes/stalls.mjs [--owners=1000000] [--events=200000] [--followed=10000] [--sockets=10000] [--only=<cause>]
 //
-// Causes: owner-fill (the owner filter filled from the file at start), owner-growth (a full filter replaced by a larger
-// one, refilled from the file), owner-flush (owner records learned from reads, written together), retention (a trim
+// Causes: owner-flush (owner records learned from reads, written together), retention (a trim
 // pass over expired events and owner records), reconcile (the reconciliation tick with every followed delivery due),
 // metrics (a /metrics collection with many sockets open), writer-answers (a batch of 512 events answered by the writer
 // thread and published to 10 subscribers each).
@@ -141,64 +140,9 @@ async function prefilledDir({ owners = 0, events = 0, ageMs = 0 }) {
   return dir;
 }
 
-const until = async (check, timeoutMs = 600_000) => {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error('timed out');
-    await sleep(5);
-  }
-};
-
-if (wanted('owner-fill')) {
-  const dir = await prefilledDir({ owners: OWNERS });
-  // The constructor runs before anything is served (it checks the file, starts the writer thread): timed apart.
-  const started = performance.now();
-  const store = new SqliteStore(dir);
-  const constructed = performance.now() - started;
-  const measured = await holds(async () => {
-    await until(() => store.ownerFilter.complete);
-    return `the constructor before it (the store's start, nothing served yet) ${constructed.toFixed(1)} ms; filter for ${store.ownerFilter.capacity} uids`;
-  });
-  report('owner-fill', `owner filter filled at start from ${OWNERS.toLocaleString('en-US')} owner records`, measured);
-  await store.close();
-  rmSync(dir, { recursive: true, force: true });
-}
-
-if (wanted('owner-growth')) {
-  const start = Math.min(OWNERS, 200_000);
-  const dir = await prefilledDir({ owners: start });
-  const store = new SqliteStore(dir);
-  await until(() => store.ownerFilter.complete);
-  const capacity = store.ownerFilter.capacity;
-  // Up to the filter's capacity, in batches the size of a busy flush, without measuring.
-  let n = 0;
-  const batch = 1000;
-  while (start + n + batch <= capacity) {
-    await store.recordOwners(
-      Array.from({ length: batch }, () => ({ uid: randomUUID(), owner: 'b'.repeat(64), group: 'PLATFORM' })),
-    );
-    n += batch;
-  }
-  const measured = await holds(async () => {
-    await store.recordOwners(
-      Array.from({ length: batch }, () => ({ uid: randomUUID(), owner: 'b'.repeat(64), group: 'PLATFORM' })),
-    );
-    await until(() => store.ownerFilter.complete && store.ownerFilter.capacity > capacity);
-    return `filter ${capacity} → ${store.ownerFilter.capacity} uids`;
-  });
-  report(
-    'owner-growth',
-    `a full owner filter replaced by a larger one, refilled from ${(start + n + batch).toLocaleString('en-US')} records`,
-    measured,
-  );
-  await store.close();
-  rmSync(dir, { recursive: true, force: true });
-}
-
 if (wanted('owner-flush')) {
   const dir = await prefilledDir({ owners: Math.min(OWNERS, 100_000) });
   const store = new SqliteStore(dir);
-  await until(() => store.ownerFilter.complete);
   const owners = new Owners(store);
   const learned = 5_000;
   const uids = Array.from({ length: learned }, () => randomUUID());
@@ -225,7 +169,6 @@ if (wanted('retention')) {
   const dir = await prefilledDir({ owners: Math.min(OWNERS, 200_000), events: EVENTS, ageMs: 3_600_000 });
   const retention = { eventRetentionMs: 60_000, idempotencyRetentionMs: 60_000 };
   const store = new SqliteStore(dir, { retention });
-  await until(() => store.ownerFilter.complete);
   const measured = await holds(async () => {
     await store.trimExpired();
     const left = store.db

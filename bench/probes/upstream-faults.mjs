@@ -1,4 +1,4 @@
-// The storm of upstream faults RELIABILITY.md quotes: --requests GraphQL reads (10,000), --concurrency in flight (50),
+// The storm of upstream faults docs/reliability/upstream-faults.md quotes: --requests GraphQL reads (10,000), --concurrency in flight (50),
 // through the built facade against the sandbox behind a proxy that misbehaves by uid: hangs, resets, slow and truncated
 // bodies, non-JSON, 429 and 503 with Retry-After, 30 % random 5xx on some deliveries, slow answers on others, and an
 // outage (every request from 40 % to 60 % of the run meets a reset, a truncated body or a 503). A 300 ms deadline; a

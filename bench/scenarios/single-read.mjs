@@ -221,11 +221,18 @@ export async function singleRead({ quick, command, flags = {} }) {
   // What the rest of the machine took while the compared runs ran (the larger of the two medians), to tell a noisy
   // cell.
   const otherLoad = (...pcts) => `; other load ${fmt(Math.max(...pcts), 0)} % of a core`;
+  const cpuPerRead = (name) => (summary[name].cpu[0] / 100 / summary[name].rps) * 1e6;
+  const cpuRatio = cpuPerRead(FACADE) / cpuPerRead(PROXY);
   const goals = [
     {
       id: 'read-vs-proxy',
       measured: `**${fmt(vsProxy, 2)}×** (${thousands(dg.rps)} vs ${thousands(summary[PROXY].rps)} req/s${range(vsProxyRounds, 2, '×')}${otherLoad(dg.others, summary[PROXY].others)})`,
       met: vsProxy >= 0.7,
+    },
+    {
+      id: 'read-cpu-vs-proxy',
+      measured: `**${fmt(cpuRatio, 2)}×** (${fmt(cpuPerRead(FACADE), 0)} vs ${fmt(cpuPerRead(PROXY), 0)} µs${otherLoad(dg.others, summary[PROXY].others)})`,
+      met: cpuRatio <= 1.8,
     },
     mesh
       ? {
@@ -253,7 +260,6 @@ export async function singleRead({ quick, command, flags = {} }) {
     `- added latency at 200 req/s over the direct GET: p50 **${fmt(dg.fixedP50 - direct.fixedP50, 2)} ms**, p99 **${fmt(addedP99, 2)} ms** (goal p99 ≤ +2 ms${range(addedP99Rounds, 2, ' ms')})`,
   ];
   // CPU per read: the contender's share of one core at max throughput over its requests per second.
-  const cpuPerRead = (name) => (summary[name].cpu[0] / 100 / summary[name].rps) * 1e6;
   ratios.push(
     `- CPU per read at max throughput: delivery-graph **${fmt(cpuPerRead(FACADE), 0)} µs**, reverse proxy ${fmt(cpuPerRead(PROXY), 0)} µs (**${fmt(cpuPerRead(FACADE) / cpuPerRead(PROXY), 2)}×**)`,
   );

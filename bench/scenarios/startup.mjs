@@ -16,8 +16,7 @@ export async function startup({ quick, command }) {
     ready.push(facade.readyMs);
     await sleep(1000);
     rss.push(facade.rssKb());
-    // The first scrape's window runs from the start (the metrics are made before the store's owner filter is filled) to
-    // now.
+    // The first scrape's window runs from the start to now.
     loops.push(loopDelayOf(await scrapeMetrics(facade.origin))?.maxMs ?? NaN);
     await facade.stop();
   }

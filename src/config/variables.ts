@@ -2,12 +2,22 @@
 // them. The area loaders beside this file read them; docs/configuration.md and .env.example list the same names.
 import { CONTROL_TOKEN_HEADER, DEFAULT_STEP_MS, MIN_CONTROL_TOKEN_LENGTH } from '@delivery-graph/sandbox';
 
-/** Every variable loadConfig reads, with the one-line help `--help` prints. */
-export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; default: string }> = [
+export interface ConfigVariable {
+  name: string;
+  /** The one line `--help` prints. */
+  help: string;
+  default: string;
+  /** The pages of docs/ that say more (docs/configuration.md's table links them). */
+  see?: readonly string[];
+}
+
+/** Every variable loadConfig reads. */
+export const CONFIG_VARIABLES: readonly ConfigVariable[] = [
   { name: 'PORT', help: 'port the facade listens on (0: any free port)', default: '4000' },
   { name: 'HOST', help: 'address the facade listens on', default: '127.0.0.1' },
   {
     name: 'UPSTREAM_URL',
+    see: ['operations.md#start-and-stop'],
     help: 'upstream base URL ending in /api/v1, or sandbox for the embedded simulator (nothing is really booked); required in production, where unset stops start-up',
     default: 'unset: the embedded sandbox (outside production)',
   },
@@ -18,6 +28,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'WEBHOOK_PUBLIC_KEY_FILE',
+    see: ['operations.md#webhooks'],
     help: 'RSA public key (2048 bits or more) that verifies webhook JWTs: PEM "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE", or DER; a PEM file may hold several (a key change: an event verifies against any)',
     default: "the sandbox's",
   },
@@ -30,11 +41,13 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'WEBHOOK_PATH', help: 'path of the webhook receiver', default: '/webhooks' },
   {
     name: 'WEBHOOK_PORT',
+    see: ['limits.md#connections'],
     help: 'a port of its own for webhooks, on HOST, with WEBHOOK_CONNECTIONS slots no client of PORT can take (the main port then answers the webhook path 404); unset: webhooks come in on PORT',
     default: 'unset',
   },
   {
     name: 'WEBHOOK_MAX_TOKEN_BYTES',
+    see: ['limits.md#the-front-door'],
     help: 'largest webhook JWT accepted (it travels in the Authorization header; the head limit of WEBHOOK_PATH requests is raised to match, every other request keeps 16 KiB, whatever came before it on its connection)',
     default: '262144',
   },
@@ -45,22 +58,26 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'WEBHOOK_CLOCK_TOLERANCE_SECONDS',
+    see: ['upstream.md#amounts-and-dates'],
     help: 'seconds a webhook JWT is still accepted after its exp (and before its nbf/iat), for clock skew between the upstream and this host; 0: none',
     default: '30',
   },
   {
     name: 'DATA_DIR',
+    see: ['operations.md#data'],
     help: "directory of the embedded SQLite store, and of the embedded sandbox's world and signing key (DATA_DIR/sandbox)",
     default: './data',
   },
   { name: 'UPSTREAM_TIMEOUT_MS', help: 'budget of one upstream call, retries included', default: '10000' },
   {
     name: 'UPSTREAM_AMOUNT_UNIT',
+    see: ['upstream.md#amounts-and-dates'],
     help: 'unit the upstream expects for request tip and package_value (and item price unless UPSTREAM_ITEM_PRICE_UNIT is set): cents or major',
     default: 'cents',
   },
   {
     name: 'UPSTREAM_READ_SCOPE',
+    see: ['upstream.md#whose-delivery-it-is'],
     help: "whose deliveries the upstream's read by uid answers: platform (any of the platform's, as its document reads: a 200 then proves no merchant owns one) or key (only the key's merchant's: the upstream decides who sees what)",
     default: 'platform',
   },
@@ -108,6 +125,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'REDIS_SENTINELS',
+    see: ['scale-out.md#redis-through-sentinel'],
     help: 'instead of REDIS_URL: comma-separated host:port of Redis Sentinels, which name the primary (and a new one after a failover)',
     default: 'unset',
   },
@@ -135,6 +153,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'REDIS_SENTINEL_TLS', help: 'with REDIS_SENTINELS: true for TLS to the Sentinels', default: 'false' },
   {
     name: 'REDIS_MIN_REPLICAS_ACK',
+    see: ['scale-out.md#acknowledged-means-on-a-replica'],
     help: 'replicas that must confirm each stored batch of webhooks (Redis WAIT) before they are acknowledged; otherwise 503 and the upstream retries',
     default: '1 when the primary has a replica, else 0',
   },
@@ -152,6 +171,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'MAX_CONNECTIONS',
+    see: ['limits.md#connections'],
     help: 'most open connections over every port, WebSockets included (the next are refused 503 at once)',
     default: "80 % of the process's file-descriptor limit",
   },
@@ -162,6 +182,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'WEBHOOK_CONNECTIONS',
+    see: ['limits.md#connections'],
     help: 'connection slots of MAX_CONNECTIONS kept for webhooks: with WEBHOOK_PORT, only its listener takes them; on a shared PORT, they take webhook requests only (one per connection) once every other slot is taken',
     default: 'an eighth of MAX_CONNECTIONS, at most 64',
   },
@@ -178,7 +199,8 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'KEY_REFUSAL_MEMORY_MS',
-    help: 'how long a merchant key the upstream refused (401) is answered UNAUTHENTICATED without asking the upstream again; a try after it costs the client address another of AUTH_FAILURES_PER_MINUTE (0 to 60000)',
+    see: ['limits.md#keys-and-clients'],
+    help: 'how long a merchant key the upstream refused (401) is answered UNAUTHENTICATED without asking the upstream again; a try after it costs the client address another of AUTH_FAILURES_PER_MINUTE; from 0 to 60000',
     default: '5000',
   },
   {
@@ -193,27 +215,32 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'KEYLESS_WORK_MS_PER_MINUTE',
+    see: ['limits.md#work-without-an-accepted-key'],
     help: "work the operations of callers without an accepted key (none, a refused or made-up one, a header that is not a Bearer credential) may cost this process per client address per minute: milliseconds of parsing, validating and running them, and 1 per 64 KiB read or answered; past it that address's requests without an accepted key get RATE_LIMITED before their body is read (0: no limit)",
     default: '1000',
   },
   {
     name: 'KEYLESS_TOTAL_WORK_MS_PER_MINUTE',
+    see: ['limits.md#work-without-an-accepted-key'],
     help: 'the same work for every caller without an accepted key together, per minute, in this process: the most of it they can take whatever their number of addresses; a key nobody has judged yet is neither charged to it nor refused by it (0: no limit)',
     default: '3000',
   },
   {
     name: 'CLIENT_TOKEN_SECRET',
+    see: ['client-tokens.md'],
     help: 'secret (32 characters or more) that client tokens are encrypted under; several, comma-separated, to rotate: the first makes new tokens, all are accepted. Required with REDIS_URL',
     default: 'generated once and kept in DATA_DIR/client-token.secret',
   },
   {
     name: 'EVENT_RETENTION',
+    see: ['limits.md#retention'],
     help: 'how long webhook events, their de-duplication entries and ownership records are kept (e.g. 30d, 12h, 90m, 5s)',
     default: '30d',
   },
   { name: 'IDEMPOTENCY_RETENTION', help: 'how long idempotency keys are kept', default: '24h' },
   {
     name: 'WORKERS',
+    see: ['scale-out.md#several-cores-on-one-machine'],
     help: 'processes serving the one port, for machines with more cores than one process uses (more than 1 needs REDIS_URL, through which they share events, idempotency and limits)',
     default: '1',
   },
@@ -230,6 +257,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'WS_MAX_SUBSCRIPTIONS', help: 'operations one WebSocket may run at once', default: '100' },
   {
     name: 'SUBSCRIPTIONS_PER_KEY',
+    see: ['limits.md#subscriptions'],
     help: 'subscriptions one merchant key may hold open at once on one instance, over every socket and stream, those of its client tokens included; the next gets TOO_MANY_SUBSCRIPTIONS (0: no cap)',
     default: '5000',
   },
@@ -245,11 +273,13 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'SUBSCRIPTION_ACCESS_CHECKS',
+    see: ['subscriptions.md#deliveryeventsuids-names-after'],
     help: 'upstream access checks one deliveryEvents subscription without uids may make per minute, for deliveries the facade has no owner record of (each also takes one unit of RATE_LIMIT_PER_MINUTE); past either, their events are skipped (0: never asked)',
     default: '50',
   },
   {
     name: 'RECONCILE_INTERVAL_MS',
+    see: ['subscriptions.md#when-no-webhook-comes'],
     help: 'a delivery a live subscriber follows is read from the upstream when no event has come for this long, and a change found is pushed as an event; 0: never',
     default: '30000; 5000 without webhooks (WEBHOOK_PUBLIC_KEY_FILE unset with UPSTREAM_URL)',
   },
@@ -260,6 +290,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'RECONCILE_UNFOLLOWED_INTERVAL_MS',
+    see: ['subscriptions.md#when-nobody-follows-a-delivery'],
     help: 'each unfinished delivery the facade knows (booked or read through it within RECONCILE_UNFOLLOWED_WINDOW) is read from the upstream this often though nobody follows it, so that deliveryEvents and Delivery.events get every change; within RECONCILE_MAX_READS_PER_SECOND, shared fairly across merchants; 0: never',
     default: 'ten RECONCILE_INTERVAL_MS (300000; 50000 without webhooks)',
   },
@@ -270,11 +301,13 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'FINALITY_GRACE_MS',
+    see: ['subscriptions.md#when-a-delivery-is-final'],
     help: 'a cancel or failure with no evidence of pickup ends a subscription only once a read this long after it still says so (a return or second attempt may follow)',
     default: '120000',
   },
   {
     name: 'KEY_RECONFIRM_INTERVAL_MS',
+    see: ['subscriptions.md#a-key-stays-valid-only-while-the-upstream-says-so'],
     help: "every open subscription's key (a client token's: its merchant key) is re-confirmed with the upstream at least this often, one call per key whatever its number of subscriptions (none when another call proved the key within the interval); a key the upstream refuses ends them UNAUTHENTICATED (100 to 600000)",
     default: 'RECONCILE_INTERVAL_MS, at most 30000 (also when RECONCILE_INTERVAL_MS is 0)',
   },
@@ -285,6 +318,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'FEDERATION_SDL',
+    see: ['federation.md#the-sdl-in-production'],
     help: "true or false: federation's _service { sdl } (the whole schema), for a gateway that composes from it",
     default: 'in production as GRAPHQL_INTROSPECTION (false), else true',
   },
@@ -296,6 +330,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'APQ_MAX_ENTRIES',
+    see: ['persisted-queries.md'],
     help: 'automatic persisted queries (Apollo APQ) each process remembers, least recently used first out; shared through REDIS_URL when set (0: APQ off; ignored with PERSISTED_OPERATIONS_FILE)',
     default: '10000',
   },
@@ -326,11 +361,13 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'GRAPHQL_CACHE_BYTES',
+    see: ['limits.md#the-document-cache'],
     help: 'heap the shared cache of parsed, validated and compiled documents may hold, each entry weighed by what it holds; only callers with an accepted key or a client token fill it (0: nothing kept)',
     default: '67108864',
   },
   {
     name: 'GRAPHQL_COMPILE_MAX_FIELDS',
+    see: ['limits.md#graphql-js-then-graphql-jit'],
     help: 'most fields, fragments spread and aliases counted apart, that an operation may resolve to be compiled by graphql-jit (a compile blocks the process about 0.05 ms a field); larger ones run on graphql-js',
     default: '100',
   },
@@ -347,6 +384,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'SANDBOX_CONTROL_TOKEN',
+    see: ['../packages/sandbox/README.md#control-routes-and-who-may-use-them'],
     help: `token (${MIN_CONTROL_TOKEN_LENGTH} characters or more) every /sandbox control route of the embedded sandbox then needs, as the ${CONTROL_TOKEN_HEADER} header; required with SANDBOX_HOST beyond loopback. In production those routes change nothing and /sandbox/info is refused, token or not`,
     default: 'unset: the control routes are open, on loopback only',
   },
@@ -357,6 +395,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'SANDBOX_RETURN_RATE',
+    see: ['../packages/sandbox/README.md'],
     help: 'share (0 to 1) of embedded-sandbox deliveries that fail or are canceled by the provider after pickup and then come back (the return path)',
     default: '0.1',
   },
@@ -367,6 +406,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   },
   {
     name: 'LOG_FORMAT',
+    see: ['observability.md#logs'],
     help: 'pretty (readable, coloured lines) or json (one JSON object a line)',
     default: 'pretty when stdout is a terminal, else json',
   },
@@ -389,6 +429,7 @@ export const CONFIG_VARIABLES: ReadonlyArray<{ name: string; help: string; defau
   { name: 'TRACKING_PAGE', help: 'true or false: the live tracking page at GET /', default: 'true' },
   {
     name: 'OTEL_TRACES_EXPORTER',
+    see: ['observability.md#traces'],
     help: 'otlp (OTLP over HTTP), console (spans on stdout) or none: turns OpenTelemetry tracing on (HTTP server spans, a span per GraphQL operation, each upstream request)',
     default: 'none, unless an OTLP endpoint is set',
   },

@@ -12,7 +12,9 @@ import type { FieldNode, FragmentDefinitionNode, GraphQLResolveInfo, SelectionSe
 import { DeliveryGraphError, NotFoundError } from '../errors.js';
 import { fromDeliveryView } from '../mapping/delivery.js';
 import type { ApiGroup, Delivery } from '../mapping/model.js';
-import { readBody } from '../realtime/reconcile.js';
+import { readBody } from '../realtime/reads.js';
+import { stateOfStatus } from '../domain/milestones.js';
+import { deliveryStatus } from '../domain/status.js';
 import type { ConfirmedView } from '../store/store.js';
 import type { Judged } from '../access/owners.js';
 import { proveAccess, type WireRead } from '../access/prove.js';
@@ -145,7 +147,7 @@ export async function readDeliveries(
     });
     if (answer.upstreamRead) tally.fromUpstream += 1;
     if (!answer.allowed) return null;
-    if (wire && keeps) keep(services, uid, wire, basis!, readAt);
+    if (wire && keeps && confirms(view, wire)) keep(services, uid, wire, basis!, readAt);
     // Mapped for this caller alone (shared reads share the wire, not the mapping).
     answer.delivery!.asOf = new Date(readAt).toISOString();
     return answer.delivery!;
@@ -175,6 +177,16 @@ async function viewsOf(
   } catch {
     return new Map();
   }
+}
+
+/**
+ * Whether keeping a read can let a later read answer from the view: when webhooks already established the delivery's
+ * state (the read then confirms it, or says the view is behind), or when the read is final (it settles the view).
+ * Otherwise (no event yet, a read merely ahead) it would be kept as the view being behind, which answers no read,
+ * at a store write per read.
+ */
+function confirms(view: ConfirmedView | undefined, read: WireRead): boolean {
+  return view?.eventAt !== undefined || stateOfStatus(deliveryStatus(read.wire.status))?.terminal === true;
 }
 
 /**

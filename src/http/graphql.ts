@@ -281,94 +281,200 @@ async function passBody(
   else void reader.cancel().catch(() => undefined);
 }
 
-export function createGraphQLHttpHandler(
-  { yoga, pipeline, clientTokens, limits, upstream, trustProxyHops }: GraphQLHttpParts,
-  options: GraphQLHttpOptions,
-) {
-  // A request without an accepted credential can only run what needs none, or is a key's first try:
-  // its body has no use for more than a document and its variables until the upstream accepts the key.
-  const keylessBodyBytes = Math.min(options.maxBodyBytes, options.maxDocumentBytes + KEYLESS_BODY_SLACK_BYTES);
+/**
+ * The parameters of a plain JSON POST as the pipeline takes them; undefined for anything yoga's own checks would
+ * refuse or read otherwise (not JSON, a batch, odd parameter types), which yoga's handler then reads.
+ */
+function plainParams(body: Buffer): Params | undefined {
+  let params: Params;
+  try {
+    params = JSON.parse(body.toString('utf8')) as Params;
+  } catch {
+    return undefined;
+  }
+  if (!params || typeof params !== 'object' || Array.isArray(params)) return undefined;
+  if (params.variables != null && (typeof params.variables !== 'object' || Array.isArray(params.variables)))
+    return undefined;
+  if (params.operationName != null && typeof params.operationName !== 'string') return undefined;
+  if (params.query != null && typeof params.query !== 'string') return undefined;
+  if (params.query == null && !namesPersistedQuery(params)) return undefined;
+  if (params.extensions != null && (typeof params.extensions !== 'object' || Array.isArray(params.extensions)))
+    return undefined;
+  for (const name in params)
+    if (name !== 'query' && name !== 'variables' && name !== 'operationName' && name !== 'extensions') return undefined;
+  return params;
+}
+
+/**
+ * A signal aborted if the client goes away before its answer is written (its reads stop), made only when a resolver
+ * asks for it: a batch read does, a single read does not.
+ */
+function clientGone(res: ServerResponse): () => AbortSignal {
+  let gone: AbortController | undefined;
+  return () => {
+    if (!gone) {
+      const controller = (gone = new AbortController());
+      if (res.destroyed && !res.writableFinished) controller.abort();
+      else res.once('close', () => !res.writableFinished && controller.abort());
+    }
+    return gone.signal;
+  };
+}
+
+/** Writes a result by yoga's rules for application/json: its status, its text within GRAPHQL_MAX_RESPONSE_BYTES. */
+function writeResult(res: ServerResponse, result: WrittenResult, maxBytes: number): void {
+  const { status, headers } = statusOf(result);
+  let text: string;
+  try {
+    // graphql-jit hands back a serializer compiled for this operation's shape.
+    text =
+      result.stringify && !result.errors?.length
+        ? compiledText(result, result.stringify)
+        : JSON.stringify(withoutMarks(result));
+  } catch (error) {
+    // Longer than the longest string V8 can make: far over any limit.
+    if (!(error instanceof RangeError && /string length/i.test(error.message))) throw error;
+    text = JSON.stringify(responseTooLarge(maxBytes));
+  }
+  if (textOver(text, maxBytes)) text = JSON.stringify(responseTooLarge(maxBytes));
+  // Encoded once, within the limit: its length is the header's, and the socket writes the bytes as they are
+  // (a string would be joined to the head, then flattened and encoded again on the way out).
+  const bytes = Buffer.from(text);
+  const head = { 'content-type': 'application/json; charset=utf-8', 'content-length': bytes.length };
+  res.writeHead(status, headers ? { ...headers, ...head } : head).end(bytes);
+}
+
+/** The answer to a body over the limit its caller's trust allows; the rest of it stays unread. */
+function refuseBody(req: IncomingMessage, res: ServerResponse): void {
+  // Answer, then close the connection.
+  res.setHeader('connection', 'close');
+  // yoga's code for the same refusal (a body it reads itself, e.g. application/graphql).
+  noteErrorCodes(requestInfoOf(req), [{ extensions: { code: 'REQUEST_ENTITY_TOO_LARGE' } }]);
+  res
+    .writeHead(413, { 'content-type': 'application/json' })
+    .end('{"errors":[{"message":"Request body too large.","extensions":{"code":"REQUEST_ENTITY_TOO_LARGE"}}]}');
+  req.destroy();
+}
+
+const UNEXPECTED = '{"errors":[{"message":"Unexpected error.","extensions":{"code":"INTERNAL_SERVER_ERROR"}}]}';
+
+/**
+ * GraphQL over HTTP for one server: who is asking and what it has earned (its body's bound, its address's budgets),
+ * then the direct path for a plain JSON POST, or yoga's handler for the rest.
+ */
+class GraphQLHttp {
   /**
-   * The full body limit for a key nobody has judged once the upstream accepts it
-   * (the address pays one of its AUTH_FAILURES_PER_MINUTE tries, as a WebSocket's
-   * first key does); undefined otherwise.
+   * A request without an accepted credential can only run what needs none, or is a key's first try: its body has no
+   * use for more than a document and its variables until the upstream accepts the key.
    */
-  const raiseForKey = (key: string, address: string, req: IncomingMessage) => async (): Promise<number | undefined> => {
-    if (!upstream) return undefined;
-    const gone = new AbortController();
-    const onClose = () => gone.abort();
-    req.once('close', onClose);
-    try {
-      const ask = () => judgeKey(upstream, key, AbortSignal.any([AbortSignal.timeout(JUDGE_KEY_MS), gone.signal]));
-      const admission = await limits.admitConnection(key, address, ask);
-      return admission.verdict === 'accepted' ? options.maxBodyBytes : undefined;
-    } finally {
-      req.off('close', onClose);
-    }
-  };
-  /** Hands the request to yoga's full handler, with the body already read. */
-  const viaYoga = async (req: IncomingMessage, res: ServerResponse, body: Buffer | undefined): Promise<void> => {
-    const headers = new Headers();
-    for (const [name, value] of Object.entries(req.headers)) {
-      if (value !== undefined) headers.set(name, Array.isArray(value) ? value.join(', ') : value);
-    }
-    // The server context, { req }, as yoga's own node handler gives it: the pipeline finds the request record on it.
-    const response = await yoga.fetch(
-      `http://${req.headers.host ?? 'localhost'}${req.url ?? '/graphql'}`,
-      { method: req.method, headers, body: body && req.method !== 'GET' && req.method !== 'HEAD' ? body : undefined },
-      { req },
+  readonly #keylessBodyBytes: number;
+
+  constructor(
+    readonly parts: GraphQLHttpParts,
+    readonly options: GraphQLHttpOptions,
+  ) {
+    this.#keylessBodyBytes = Math.min(options.maxBodyBytes, options.maxDocumentBytes + KEYLESS_BODY_SLACK_BYTES);
+  }
+
+  /** Every request: the caller is read once, before any of the body (a client token's reading is remembered). */
+  handle(req: IncomingMessage, res: ServerResponse): void {
+    const caller = readCaller(headerOf(req, 'authorization'), this.parts.clientTokens);
+    if (!(caller instanceof Promise)) return this.#admit(req, res, caller);
+    caller.then(
+      (read) => this.#admit(req, res, read),
+      () => {
+        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' }).end(UNEXPECTED);
+      },
     );
-    const outgoing: Record<string, string> = {};
-    response.headers.forEach((value, name) => (outgoing[name] = value));
-    const events = /^text\/event-stream/i.test(response.headers.get('content-type') ?? '');
-    if (events) limitEventStream(res, options.maxSseBufferedBytes);
-    res.writeHead(response.status, outgoing);
-    if (!response.body) return void res.end();
-    await passBody(req, res, response.body, events);
-  };
+  }
+
+  /**
+   * Trust, as the pipeline decides it: anything but a client token this server made or a key the upstream accepted
+   * (no Authorization, one that is not a Bearer credential, a refused or made-up key) is held to keyless bounds, and
+   * its address's budgets (kept per address only for such callers) may refuse it before anything is read.
+   */
+  #admit(req: IncomingMessage, res: ServerResponse, caller: Caller): void {
+    const { limits, trustProxyHops } = this.parts;
+    const trust = trustOf(caller, limits.keys);
+    if (trust === 'earned') return this.#serve(req, res, caller, trust, '');
+    const address = clientAddress(req, trustProxyHops);
+    const wait = limits.keylessWait(address);
+    if (wait === 0) return this.#serve(req, res, caller, trust, address);
+    if (trust !== 'trying' || caller.kind !== 'merchant') return refuseKeyless(req, res, wait);
+    // A key nobody has judged yet is not refused for what other callers spent, nor before the upstream has judged it
+    // (the try is one of its address's AUTH_FAILURES_PER_MINUTE).
+    void this.#raiseForKey(caller.key, address, req)().then(
+      () => {
+        const now = trustOf(caller, limits.keys);
+        if (now === 'earned') return this.#serve(req, res, caller, now, '');
+        const own = limits.keylessWait(address, now);
+        if (own > 0) return refuseKeyless(req, res, own);
+        this.#serve(req, res, caller, now, address);
+      },
+      () => refuseKeyless(req, res, wait),
+    );
+  }
+
+  /**
+   * The full body limit for a key nobody has judged once the upstream accepts it (the address pays one of its
+   * AUTH_FAILURES_PER_MINUTE tries, as a WebSocket's first key does); undefined otherwise.
+   */
+  #raiseForKey(key: string, address: string, req: IncomingMessage): () => Promise<number | undefined> {
+    const { upstream, limits } = this.parts;
+    return async () => {
+      if (!upstream) return undefined;
+      const gone = new AbortController();
+      const onClose = () => gone.abort();
+      req.once('close', onClose);
+      try {
+        const ask = () => judgeKey(upstream, key, AbortSignal.any([AbortSignal.timeout(JUDGE_KEY_MS), gone.signal]));
+        const admission = await limits.admitConnection(key, address, ask);
+        return admission.verdict === 'accepted' ? this.options.maxBodyBytes : undefined;
+      } finally {
+        req.off('close', onClose);
+      }
+    };
+  }
+
+  /** Reads the request (a body within what its trust allows) and runs it. */
+  #serve(req: IncomingMessage, res: ServerResponse, caller: Caller, trust: Trust, address: string): void {
+    if (res.destroyed) return;
+    const { limits, yoga } = this.parts;
+    // Streams go through viaYoga, whose writes limitEventStream can watch.
+    const stream = asksForEventStream(req);
+    // Yoga reads the bodies of the rest itself, up to GRAPHQL_MAX_BODY_BYTES: only for a caller who earned that.
+    const bodiless = req.method === 'GET' || req.method === 'HEAD';
+    if (!stream && !isPlainJsonPost(req) && (trust === 'earned' || bodiless)) return void yoga(req, res);
+    const raise =
+      trust === 'trying' && caller.kind === 'merchant' ? this.#raiseForKey(caller.key, address, req) : undefined;
+    readBody(req, trust === 'earned' ? this.options.maxBodyBytes : this.#keylessBodyBytes, raise)
+      .then(async (body) => {
+        // The bytes read are work too (the operation's own is charged by the pipeline).
+        if (trust !== 'earned') limits.chargeKeylessWork(address, keylessWorkUnits(0, body.length), trust);
+        const direct = !stream && this.options.direct !== false && isPlainJsonPost(req);
+        if (!direct || !(await this.#direct(req, res, body, caller))) await this.#viaYoga(req, res, body);
+      })
+      .catch((error: unknown) => {
+        if (res.headersSent) return void res.destroy();
+        if (error instanceof BodyTooLarge) return refuseBody(req, res);
+        res.writeHead(500, { 'content-type': 'application/json' }).end(UNEXPECTED);
+      });
+  }
 
   /**
    * Runs a plain JSON POST through the pipeline and writes its answer; false when yoga's handler should read it
    * instead.
    */
-  const direct = async (req: IncomingMessage, res: ServerResponse, body: Buffer, caller: Caller): Promise<boolean> => {
-    let params: Params;
-    try {
-      params = JSON.parse(body.toString('utf8')) as Params;
-    } catch {
-      return false;
-    }
-    // Anything yoga's own checks would refuse (a batch, odd parameter types) is left to them.
-    if (!params || typeof params !== 'object' || Array.isArray(params)) return false;
-    if (params.variables != null && (typeof params.variables !== 'object' || Array.isArray(params.variables)))
-      return false;
-    if (params.operationName != null && typeof params.operationName !== 'string') return false;
-    if (params.query != null && typeof params.query !== 'string') return false;
-    if (params.query == null && !namesPersistedQuery(params)) return false;
-    if (params.extensions != null && (typeof params.extensions !== 'object' || Array.isArray(params.extensions)))
-      return false;
-    for (const name in params)
-      if (name !== 'query' && name !== 'variables' && name !== 'operationName' && name !== 'extensions') return false;
-
-    // Aborted if the client goes away before its answer is written: its reads stop.
-    // Made only when a resolver asks for it (a batch read does; a single read does not).
-    let gone: AbortController | undefined;
-    const signal = () => {
-      if (!gone) {
-        gone = new AbortController();
-        const controller = gone;
-        if (res.destroyed && !res.writableFinished) controller.abort();
-        else res.once('close', () => !res.writableFinished && controller.abort());
-      }
-      return gone.signal;
-    };
-    const answer = await pipeline.run({
+  async #direct(req: IncomingMessage, res: ServerResponse, body: Buffer, caller: Caller): Promise<boolean> {
+    const params = plainParams(body);
+    if (!params) return false;
+    const answer = await this.parts.pipeline.run({
       params,
       caller,
       method: 'POST',
       streams: false,
       req,
-      signal,
+      signal: clientGone(res),
       checksText: true,
     });
     // A subscription asked for with `*/*` (or no accept) is answered with a stream, by yoga's handler; with
@@ -380,104 +486,38 @@ export function createGraphQLHttpHandler(
     )
       return false;
     const result = (answer.kind === 'invalid' ? { errors: answer.errors } : answer.outcome) as WrittenResult;
-    const { status, headers } = statusOf(result);
-    const maxBytes = options.maxResponseBytes;
-    let text: string;
-    try {
-      // graphql-jit hands back a serializer compiled for this operation's shape.
-      text =
-        result.stringify && !result.errors?.length
-          ? compiledText(result, result.stringify)
-          : JSON.stringify(withoutMarks(result));
-    } catch (error) {
-      // Longer than the longest string V8 can make: far over any limit.
-      if (!(error instanceof RangeError && /string length/i.test(error.message))) throw error;
-      text = JSON.stringify(responseTooLarge(maxBytes));
-    }
-    if (textOver(text, maxBytes)) text = JSON.stringify(responseTooLarge(maxBytes));
-    // Encoded once, within the limit: its length is the header's, and the socket writes the bytes as they are
-    // (a string would be joined to the head, then flattened and encoded again on the way out).
-    const bytes = Buffer.from(text);
-    const head = { 'content-type': 'application/json; charset=utf-8', 'content-length': bytes.length };
-    res.writeHead(status, headers ? { ...headers, ...head } : head).end(bytes);
+    writeResult(res, result, this.options.maxResponseBytes);
     return true;
-  };
+  }
 
-  const handle = (req: IncomingMessage, res: ServerResponse, caller: Caller): void => {
-    // Trust, as the pipeline decides it: anything but a client token this server made or a key the upstream accepted
-    // (no Authorization, one that is not a Bearer credential, a refused or made-up key) is held to keyless bounds.
-    const trust = trustOf(caller, limits.keys);
-    if (trust === 'earned') return serve(req, res, caller, trust, '');
-    // Only budgets without an accepted key are kept per address.
-    const address = clientAddress(req, trustProxyHops);
-    // An address whose requests without an accepted credential cost or were refused too much this minute gets nothing
-    // read.
-    const wait = limits.keylessWait(address);
-    if (wait === 0) return serve(req, res, caller, trust, address);
-    if (trust !== 'trying' || caller.kind !== 'merchant') return refuseKeyless(req, res, wait);
-    // A key nobody has judged yet is not refused for what other callers spent, nor before the upstream has judged it
-    // (the try is one of its address's AUTH_FAILURES_PER_MINUTE).
-    void raiseForKey(caller.key, address, req)().then(
-      () => {
-        const now = trustOf(caller, limits.keys);
-        if (now === 'earned') return serve(req, res, caller, now, '');
-        const own = limits.keylessWait(address, now);
-        if (own > 0) return refuseKeyless(req, res, own);
-        serve(req, res, caller, now, address);
-      },
-      () => refuseKeyless(req, res, wait),
+  /** Hands the request to yoga's full handler, with the body already read. */
+  async #viaYoga(req: IncomingMessage, res: ServerResponse, body: Buffer | undefined): Promise<void> {
+    const headers = new Headers();
+    for (const [name, value] of Object.entries(req.headers)) {
+      if (value !== undefined) headers.set(name, Array.isArray(value) ? value.join(', ') : value);
+    }
+    // The server context, { req }, as yoga's own node handler gives it: the pipeline finds the request record on it.
+    const response = await this.parts.yoga.fetch(
+      `http://${req.headers.host ?? 'localhost'}${req.url ?? '/graphql'}`,
+      { method: req.method, headers, body: body && req.method !== 'GET' && req.method !== 'HEAD' ? body : undefined },
+      { req },
     );
-  };
+    const outgoing: Record<string, string> = {};
+    response.headers.forEach((value, name) => (outgoing[name] = value));
+    const events = /^text\/event-stream/i.test(response.headers.get('content-type') ?? '');
+    if (events) limitEventStream(res, this.options.maxSseBufferedBytes);
+    res.writeHead(response.status, outgoing);
+    if (!response.body) return void res.end();
+    await passBody(req, res, response.body, events);
+  }
+}
 
-  /** Reads the request (a body within what its trust allows) and runs it. */
-  const serve = (req: IncomingMessage, res: ServerResponse, caller: Caller, trust: Trust, address: string): void => {
-    if (res.destroyed) return;
-    // Streams go through viaYoga, whose writes limitEventStream can watch.
-    const stream = asksForEventStream(req);
-    // Yoga reads the bodies of the rest itself, up to GRAPHQL_MAX_BODY_BYTES: only for a caller who earned that.
-    const bodiless = req.method === 'GET' || req.method === 'HEAD';
-    if (!stream && !isPlainJsonPost(req) && (trust === 'earned' || bodiless)) return void yoga(req, res);
-    const raise = trust === 'trying' && caller.kind === 'merchant' ? raiseForKey(caller.key, address, req) : undefined;
-    readBody(req, trust === 'earned' ? options.maxBodyBytes : keylessBodyBytes, raise)
-      .then(async (body) => {
-        // The bytes read are work too (the operation's own is charged by the pipeline).
-        if (trust !== 'earned') limits.chargeKeylessWork(address, keylessWorkUnits(0, body.length), trust);
-        if (stream || options.direct === false || !isPlainJsonPost(req) || !(await direct(req, res, body, caller)))
-          await viaYoga(req, res, body);
-      })
-      .catch((error: unknown) => {
-        if (res.headersSent) return void res.destroy();
-        if (error instanceof BodyTooLarge) {
-          // The rest of the body stays unread: answer, then close the connection.
-          res.setHeader('connection', 'close');
-          // yoga's code for the same refusal (a body it reads itself, e.g. application/graphql).
-          noteErrorCodes(requestInfoOf(req), [{ extensions: { code: 'REQUEST_ENTITY_TOO_LARGE' } }]);
-          res
-            .writeHead(413, { 'content-type': 'application/json' })
-            .end('{"errors":[{"message":"Request body too large.","extensions":{"code":"REQUEST_ENTITY_TOO_LARGE"}}]}');
-          return void req.destroy();
-        }
-        res
-          .writeHead(500, { 'content-type': 'application/json' })
-          .end('{"errors":[{"message":"Unexpected error.","extensions":{"code":"INTERNAL_SERVER_ERROR"}}]}');
-      });
-  };
-
-  return (req: IncomingMessage, res: ServerResponse): void => {
-    // The caller is read once, before any of the body (a client token's reading is remembered, so only its first is
-    // slow).
-    const caller = readCaller(headerOf(req, 'authorization'), clientTokens);
-    if (!(caller instanceof Promise)) return handle(req, res, caller);
-    caller.then(
-      (read) => handle(req, res, read),
-      () => {
-        if (!res.headersSent)
-          res
-            .writeHead(500, { 'content-type': 'application/json' })
-            .end('{"errors":[{"message":"Unexpected error.","extensions":{"code":"INTERNAL_SERVER_ERROR"}}]}');
-      },
-    );
-  };
+export function createGraphQLHttpHandler(
+  parts: GraphQLHttpParts,
+  options: GraphQLHttpOptions,
+): (req: IncomingMessage, res: ServerResponse) => void {
+  const http = new GraphQLHttp(parts, options);
+  return (req, res) => http.handle(req, res);
 }
 
 /** A compiled plan's serializer writes data alone: the extensions, when there are any, go after it. */

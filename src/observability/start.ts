@@ -24,8 +24,6 @@ export interface MeteredParts {
   persisted: PersistedOperations;
   realtime: Realtime;
   owners: Owners;
-  /** The embedded store's filter of uids with an owner record (undefined on Redis). */
-  ownerFilter: () => { bytes: number } | undefined;
   /** The pipeline, once it is made (after the metrics; until then the document cache is empty). */
   pipeline: () => Pipeline | undefined;
 }
@@ -35,7 +33,7 @@ export function startMetrics(
   config: Config,
   logger: Logger,
   teardown: Teardown,
-  { upstream, bus, receiver, readiness, persisted, realtime, owners, ownerFilter, pipeline }: MeteredParts,
+  { upstream, bus, receiver, readiness, persisted, realtime, owners, pipeline }: MeteredParts,
 ): Metrics | undefined {
   const metricsServed = config.metricsAccess.onMainPort || config.metricsAccess.port !== undefined;
   if (config.metrics && !metricsServed)
@@ -54,7 +52,6 @@ export function startMetrics(
     subscriptions: realtime.subscriptions,
     fanout: realtime.fanout,
     owners,
-    ownerFilter,
     reconcile: {
       counters: reconciler.counters,
       followed: () => reconciler.followedCount,

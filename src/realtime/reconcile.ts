@@ -24,39 +24,27 @@
 // across merchants (src/realtime/fair-reads.ts).
 import { DeliveryGraphError, NotFoundError, UnauthenticatedError } from '../errors.js';
 import { hashKey } from '../domain/merchant-key.js';
-import { deliveryStatus } from '../domain/status.js';
-import {
-  awaitsConfirmation,
-  isDeliveryEvent,
-  milestoneRank,
-  NOT_DELIVERED_RANK,
-  POLL_SOURCE,
-  statusRank,
-} from '../domain/milestones.js';
-import type { Logger } from '../logger.js';
-import { geoPoint } from '../mapping/delivery.js';
-import type { DeliveryStatus } from '../mapping/model.js';
-import type {
-  AppendCondition,
-  AppendResult,
-  NotStored,
-  OwnerGroup,
-  OwnerRecord,
-  Store,
-  StoredEvent,
-  UnfinishedDelivery,
-} from '../store/store.js';
+import { POLL_SOURCE } from '../domain/milestones.js';
+import type { AppendCondition, AppendResult, NotStored, StoredEvent } from '../store/store.js';
 import type { Upstream } from '../upstream/clients.js';
-import type { JsonObject, WireDelivery, WireOrder, WireWebhookEvent, WireWebhookAddress } from '../upstream/wire.js';
+import type { WireWebhookEvent } from '../upstream/wire.js';
 import type { EventBus } from './bus.js';
 import { fairPick } from './fair-reads.js';
-import type { OwnerKeys } from './owner-keys.js';
-import { Sweeps } from './sweeps.js';
+import { UnfollowedReads, type Repair, type UnfollowedHost, type UnfollowedOptions } from './unfollowed-reads.js';
+import {
+  applyRead,
+  graceEndOf,
+  isRefusal,
+  MAX_BACKOFF,
+  READ_PRIORITY,
+  readDelivery,
+  type DeliveryRead,
+  type ReadKind,
+  type ReadOutcome,
+} from './reads.js';
 
 export { POLL_SOURCE };
-
-/** A read of either group: a platform delivery or a partner order. */
-export type DeliveryRead = { group: 'platform'; wire: WireDelivery } | { group: 'partner'; wire: WireOrder };
+export type { DeliveryRead, ReadKind, ReadOutcome } from './reads.js';
 
 /** One subscription following a delivery. */
 export interface Follower {
@@ -65,63 +53,22 @@ export interface Follower {
   end(error: Error): void;
 }
 
-export interface ReconcilerOptions {
-  store: Store;
+/** The unfollowed reads' options (store, interval, grace, keys, passes), and: */
+export interface ReconcilerOptions extends UnfollowedOptions {
   upstream: Upstream;
   /**
    * Stores an event made from a read in log order, only when the store finds its condition holds, and publishes it (the
    * webhook receiver's AppendBatcher).
    */
   append(payload: WireWebhookEvent, receivedAt: string, onlyIf: AppendCondition): Promise<AppendResult | NotStored>;
-  /** How long without an event before a followed delivery is read; 0: never. */
-  intervalMs: number;
   /** Most reads per second for this instance. */
   maxReadsPerSecond: number;
-  /**
-   * How long a cancel or failure with no evidence of pickup waits for later evidence before a read may confirm it
-   * final.
-   */
-  finalityGraceMs: number;
-  logger?: Logger;
-  /**
-   * How often each unfinished delivery nobody follows here is read (RECONCILE_UNFOLLOWED_INTERVAL_MS); 0 or absent:
-   * never.
-   */
-  unfollowedIntervalMs?: number;
-  /** Only deliveries whose owner record is this recent are read unfollowed (RECONCILE_UNFOLLOWED_WINDOW). */
-  unfollowedWindowMs?: number;
-  /** The owners' keys as this process last saw them: what unfollowed deliveries are read with. Without it none is. */
-  keys?: OwnerKeys;
   /**
    * Every event stored, from every instance: contradictions, cancels and failures of deliveries nobody follows here.
    */
   bus?: EventBus;
-  /** The owner record of a delivery (src/access/owners.ts), for an event of one that is not loaded. */
-  ownerOf?(uid: string): Promise<OwnerRecord | undefined>;
   /** Told of each read as it is made: its kind, and how long after it fell due (the queue's delay). */
   onRead?(kind: ReadKind, delayMs: number): void;
-}
-
-/**
- * Why a delivery is read: it is followed and no event came for an interval; it
- * is not followed and its pass came; an event contradicted its state; or the
- * grace of its cancel or failure ended.
- */
-export type ReadKind = 'followed' | 'unfollowed' | 'contradiction' | 'confirmation';
-
-/**
- * Within one owner's turn, the most urgent first; followed and unfollowed by lateness for their cadence
- * (src/realtime/fair-reads.ts).
- */
-const READ_PRIORITY: Record<ReadKind, number> = { contradiction: 0, confirmation: 1, followed: 2, unfollowed: 2 };
-
-/** What a read found that the caller may act on. */
-export interface ReadOutcome {
-  /**
-   * The delivery awaits the confirmation of a cancel or failure: a read from then on may confirm it (ms since the
-   * epoch).
-   */
-  confirmAt?: number;
 }
 
 /** Read by /metrics. */
@@ -160,64 +107,8 @@ interface Followed {
   readAgain: boolean;
 }
 
-/** A delivery nobody follows here, waiting for its read. */
-interface Repair {
-  uid: string;
-  owner: string;
-  group: 'platform' | 'partner' | undefined;
-  kind: Exclude<ReadKind, 'followed'>;
-  dueAt: number;
-  failures: number;
-  reading: boolean;
-  readAgain: boolean;
-}
-
-/**
- * Contradiction and confirmation reads of unfollowed deliveries waiting in memory, at most (passes find the others).
- */
-const MAX_PENDING_REPAIRS = 100_000;
-/** Deliveries whose last event time is kept (a pass skips one heard from within its interval), at most. */
-const MAX_HEARD = 100_000;
-
-const groupOf = (group: OwnerGroup | null): 'platform' | 'partner' | undefined =>
-  group === 'PLATFORM' ? 'platform' : group === 'PARTNER' ? 'partner' : undefined;
-
-/** A read after failures waits at most this many intervals (and never more than 10 minutes). */
-const MAX_BACKOFF = 16;
+/** A read after failures waits never more than 10 minutes (and at most MAX_BACKOFF intervals). */
 const MAX_BACKOFF_MS = 10 * 60_000;
-
-/** The event name each status is announced with (upstream-api.md, Events); undefined where none is. */
-const DELIVERY_EVENT: Partial<Record<DeliveryStatus, string>> = {
-  CREATED: 'delivery.created',
-  ASSIGNED: 'delivery.assigned',
-  PICKUP_ENROUTE: 'delivery.pickup_enroute',
-  PICKUP_ARRIVED: 'delivery.pickup_arrived',
-  PICKUP_COMPLETE: 'delivery.pickup_complete',
-  DROPOFF_ENROUTE: 'delivery.dropoff_enroute',
-  DROPOFF_ARRIVED: 'delivery.dropoff_arrived',
-  DROPOFF_COMPLETE: 'delivery.dropoff_complete',
-  RETURN_IN_PROGRESS: 'delivery.return_in_progress',
-  RETURNED: 'delivery.returned',
-  CANCELED: 'delivery.canceled',
-  FAILED: 'delivery.failed',
-};
-const LOCATION_EVENT: Partial<Record<DeliveryStatus, string>> = {
-  ASSIGNED: 'location.assigned_driver',
-  PICKUP_ENROUTE: 'location.pickup_enroute',
-  PICKUP_ARRIVED: 'location.pickup_arrived',
-  PICKUP_COMPLETE: 'location.pickup_complete',
-  DROPOFF_ENROUTE: 'location.dropoff_enroute',
-  DROPOFF_ARRIVED: 'location.dropoff_arrived',
-  RETURN_IN_PROGRESS: 'location.return_in_progress',
-};
-
-/** When a cancel or failure event's grace ends (ms since the epoch); undefined for any other event, or a stale one. */
-function graceEndOf(event: StoredEvent, graceMs: number): number | undefined {
-  if (event.stale || !isDeliveryEvent(event.name) || milestoneRank(event.name) !== NOT_DELIVERED_RANK) return undefined;
-  return Date.parse(event.receivedAt) + graceMs;
-}
-
-const isRefusal = (error: unknown) => (error as { code?: unknown } | undefined)?.code === 'UNAUTHENTICATED';
 
 export class Reconciler {
   readonly counters: ReconcileCounters = {
@@ -232,12 +123,7 @@ export class Reconciler {
   readonly #options: ReconcilerOptions;
   readonly #followed = new Map<string, Followed>();
   /** Deliveries nobody follows here, loaded by a pass or due for a contradiction or confirmation. */
-  readonly #repairs = new Map<string, Repair>();
-  /** Unfollowed reads loaded and not yet made, by owner (what a pass waits on before its next page). */
-  readonly #loaded = new Map<string, number>();
-  /** When each delivery's last event was heard (ms since the epoch), oldest first. */
-  readonly #heard = new Map<string, number>();
-  readonly #sweeps: Sweeps | undefined;
+  readonly #unfollowed: UnfollowedReads;
   readonly #tickMs: number;
   readonly #unlisten: Array<() => void> = [];
   #timer: NodeJS.Timeout | undefined;
@@ -251,27 +137,31 @@ export class Reconciler {
     // Ticks a tenth of the interval apart: a read is late by at most that.
     this.#tickMs = Math.min(1_000, Math.max(20, Math.floor(options.intervalMs / 10)));
     const { keys, bus } = options;
-    const unfollowedMs = options.unfollowedIntervalMs ?? 0;
+    const unfollowed = (this.#unfollowed = new UnfollowedReads(this.#host(), this.enabled));
     if (!this.enabled || !keys) return;
-    if (unfollowedMs > 0) {
-      this.#sweeps = new Sweeps({
-        store: options.store,
-        keys,
-        intervalMs: unfollowedMs,
-        windowMs: options.unfollowedWindowMs ?? Infinity,
-        loaded: (owner) => this.#loaded.get(owner) ?? 0,
-        found: (owner, deliveries) => this.#found(owner, deliveries),
-        logger: options.logger,
-      });
-      // An owner with a key has a pass to make.
-      this.#unlisten.push(keys.onRemember(() => this.#start()));
-    }
-    if (bus) this.#unlisten.push(bus.listen(undefined, (event) => this.#heardAny(event), { internal: true }));
+    // An owner with a key has a pass to make.
+    if (unfollowed.sweeps) this.#unlisten.push(keys.onRemember(() => this.#start()));
+    if (bus) this.#unlisten.push(bus.listen(undefined, (event) => unfollowed.heard(event), { internal: true }));
+  }
+
+  /** What the unfollowed reads use of this reconciler: its schedule, its budget, its reads and counters. */
+  #host(): UnfollowedHost {
+    return {
+      options: this.#options,
+      counters: this.counters,
+      isFollowed: (uid) => this.#followed.has(uid),
+      start: () => this.#start(),
+      nextDue: (intervals) => this.#nextDue(intervals),
+      counted: (kind, dueAt) => this.#counted(kind, dueAt),
+      read: (key, uid, group) => this.#read(key, uid, group),
+      applyRead: (uid, read, basis) => this.applyRead(uid, read, basis),
+      refund: () => (this.#tokens = Math.min(this.#options.maxReadsPerSecond, this.#tokens + 1)),
+    };
   }
 
   /** Unfinished deliveries found by the last pass of each owner whose key is in memory. */
   get unfinishedCount(): number {
-    return this.#sweeps?.unfinished ?? 0;
+    return this.#unfollowed.sweeps?.unfinished ?? 0;
   }
 
   /** Owners whose key is in memory (their deliveries can be read unfollowed). */
@@ -390,11 +280,8 @@ export class Reconciler {
     clearInterval(this.#timer);
     this.#timer = undefined;
     for (const unlisten of this.#unlisten.splice(0)) unlisten();
-    this.#sweeps?.stop();
     this.#followed.clear();
-    this.#repairs.clear();
-    this.#loaded.clear();
-    this.#heard.clear();
+    this.#unfollowed.stop();
   }
 
   /** An interval from now, plus up to a fifth more so reads spread out instead of coming in waves. */
@@ -412,7 +299,9 @@ export class Reconciler {
 
   /** Nothing to read: no delivery followed or waiting, and no owner with a pass to make. */
   get #idle(): boolean {
-    return this.#followed.size === 0 && this.#repairs.size === 0 && !(this.#sweeps && this.ownerKeyCount > 0);
+    return (
+      this.#followed.size === 0 && this.#unfollowed.size === 0 && !(this.#unfollowed.sweeps && this.ownerKeyCount > 0)
+    );
   }
 
   /**
@@ -430,7 +319,7 @@ export class Reconciler {
     const rate = this.#options.maxReadsPerSecond;
     this.#tokens = Math.min(rate, this.#tokens + ((now - this.#lastTick) * rate) / 1000);
     this.#lastTick = now;
-    this.#sweeps?.topUp(now);
+    this.#unfollowed.sweeps?.topUp(now);
     type Due = { owner: string; priority: number; lateness: number; followed?: Followed; repair?: Repair };
     const due: Due[] = [];
     // Lateness for the cadence of each kind; a contradiction's or confirmation's against the interval.
@@ -445,16 +334,9 @@ export class Reconciler {
         followed,
       });
     }
-    for (const repair of this.#repairs.values()) {
-      // Followed here since it was loaded: the follower's reads cover it.
-      if (this.#followed.has(repair.uid)) this.#dropRepair(repair);
-      else if (!repair.reading && repair.dueAt <= now)
-        due.push({
-          owner: repair.owner,
-          priority: READ_PRIORITY[repair.kind],
-          lateness: (now - repair.dueAt) / cadence(repair.kind),
-          repair,
-        });
+    for (const repair of this.#unfollowed.due(now)) {
+      const lateness = (now - repair.dueAt) / cadence(repair.kind);
+      due.push({ owner: repair.owner, priority: READ_PRIORITY[repair.kind], lateness, repair });
     }
     const { picked, last } = fairPick(due, Math.floor(this.#tokens), this.#lastOwner);
     this.#lastOwner = last;
@@ -465,7 +347,7 @@ export class Reconciler {
       if (read.followed) void this.#reconcile(read.followed);
       else repairs.push(read.repair!);
     }
-    if (repairs.length > 0) void this.#repairAll(repairs);
+    if (repairs.length > 0) void this.#unfollowed.readAll(repairs);
   }
 
   async #reconcile(followed: Followed): Promise<void> {
@@ -529,219 +411,6 @@ export class Reconciler {
     this.#options.onRead?.(kind, Math.max(0, Date.now() - dueAt));
   }
 
-  /**
-   * Reads deliveries nobody follows here, each with its owner's key: those whose
-   * lease this instance takes (the others another instance reads); a lease per
-   * delivery and kind, for as long as the next read of that kind should wait
-   * (a contradiction's or confirmation's is given back once its read is done).
-   * A lease this instance holds is its own to take again: a contradiction heard
-   * while its read was under way is read again, never refused by that lease.
-   */
-  async #repairAll(repairs: Repair[]): Promise<void> {
-    for (const repair of repairs) repair.reading = true;
-    let taken: Set<string>;
-    const leaseOf = (repair: Repair) => (repair.kind === 'unfollowed' ? repair.uid : `${repair.uid}:${repair.kind}`);
-    try {
-      // A pass's read holds its lease for most of the pass interval; a contradiction's or confirmation's, an interval.
-      const unfollowed = repairs.filter((repair) => repair.kind === 'unfollowed').map(leaseOf);
-      const urgent = repairs.filter((repair) => repair.kind !== 'unfollowed').map(leaseOf);
-      const [a, b] = await Promise.all([
-        this.#options.store.leaseReads(unfollowed, (this.#options.unfollowedIntervalMs ?? 0) * 0.9),
-        this.#options.store.leaseReads(urgent, Math.max(1_000, this.#options.intervalMs)),
-      ]);
-      taken = new Set([...a, ...b]);
-    } catch (error) {
-      // The store cannot say who reads what: nobody reads now, every one tries again later.
-      for (const repair of repairs) {
-        repair.reading = false;
-        repair.dueAt = this.#nextDue();
-      }
-      this.#options.logger?.warn(
-        { err: error },
-        'reconcile: could not take the leases of unfollowed reads; trying again later',
-      );
-      return;
-    }
-    for (const repair of repairs) {
-      const lease = leaseOf(repair);
-      if (taken.has(lease)) {
-        // A contradiction's or confirmation's lease goes back once its read is done, so that an event contradicting the
-        // delivery again is read again (here, or by whichever instance takes the lease then). A pass's holds for the
-        // pass.
-        const urgent = repair.kind !== 'unfollowed';
-        void this.#repair(repair).finally(() => urgent && this.#release(lease));
-        continue;
-      }
-      // Another instance reads it: done here, and the budget it was given goes back.
-      repair.reading = false;
-      this.#dropRepair(repair);
-      this.#tokens = Math.min(this.#options.maxReadsPerSecond, this.#tokens + 1);
-    }
-  }
-
-  #release(lease: string): void {
-    // Not given back (the store is away): it expires within an interval, and this instance may take it again meanwhile.
-    this.#options.store
-      .releaseReads([lease])
-      .catch((error: unknown) =>
-        this.#options.logger?.debug({ err: error }, 'reconcile: could not give a read lease back; it expires'),
-      );
-  }
-
-  async #repair(repair: Repair): Promise<void> {
-    const key = this.#options.keys?.keyOf(repair.owner);
-    if (!key || this.#followed.has(repair.uid)) {
-      repair.reading = false;
-      this.#dropRepair(repair);
-      return;
-    }
-    repair.readAgain = false;
-    this.#counted(repair.kind, repair.dueAt);
-    try {
-      const basis = await this.#options.store.lastSeq();
-      const read = await this.#read(key, repair.uid, repair.group);
-      repair.failures = 0;
-      const { confirmAt } = await this.applyRead(repair.uid, read, basis);
-      if (repair.readAgain) this.#reschedule(repair, 'contradiction', Date.now());
-      else if (confirmAt !== undefined) this.#reschedule(repair, 'confirmation', confirmAt);
-      else this.#dropRepair(repair);
-    } catch (error) {
-      if (isRefusal(error)) {
-        // Not this owner's key any more: its deliveries wait until the merchant calls with one the upstream accepts.
-        this.#options.keys?.forget(key);
-        this.counters.keysDropped += 1;
-        this.#dropRepair(repair);
-      } else if (error instanceof NotFoundError || repair.kind === 'unfollowed') {
-        // The key cannot see it (any more), or the upstream failed a pass's read (whose lease holds until about the
-        // next pass): the next pass asks again.
-        this.counters.errors += 1;
-        this.#dropRepair(repair);
-      } else {
-        this.counters.errors += 1;
-        repair.failures += 1;
-        repair.dueAt = this.#nextDue(Math.min(2 ** repair.failures, MAX_BACKOFF));
-        this.#options.logger?.warn(
-          { err: error, uid: repair.uid, failures: repair.failures },
-          'reconcile: reading an unfollowed delivery failed; trying again later',
-        );
-      }
-    } finally {
-      repair.reading = false;
-    }
-  }
-
-  /**
-   * A page of a pass: each delivery not followed, not waiting already and not heard from within the pass interval is
-   * read once.
-   */
-  #found(owner: string, deliveries: readonly UnfinishedDelivery[]): void {
-    const now = Date.now();
-    const recent = now - (this.#options.unfollowedIntervalMs ?? 0);
-    for (const { uid, group } of deliveries) {
-      if (this.#followed.has(uid) || this.#repairs.has(uid) || (this.#heard.get(uid) ?? -Infinity) > recent) continue;
-      this.#repairs.set(uid, {
-        uid,
-        owner,
-        group: groupOf(group),
-        kind: 'unfollowed',
-        dueAt: now,
-        failures: 0,
-        reading: false,
-        readAgain: false,
-      });
-      this.#loaded.set(owner, (this.#loaded.get(owner) ?? 0) + 1);
-    }
-    this.#start();
-  }
-
-  /** A repair becomes a read of another kind (no longer a pass's: the pass may load its next page). */
-  #reschedule(repair: Repair, kind: Repair['kind'], dueAt: number): void {
-    if (repair.kind === 'unfollowed' && kind !== 'unfollowed') this.#unload(repair.owner);
-    repair.kind = kind;
-    repair.dueAt = dueAt;
-  }
-
-  /**
-   * A contradiction or a cancel heard for a delivery already waiting: a pass's
-   * read becomes the read the event asks for (a webhook came, the pass's read is
-   * not needed); a contradiction is read at once whatever waited; of two
-   * confirmations, the earlier grace end.
-   */
-  #merge(repair: Repair, kind: 'contradiction' | 'confirmation', dueAt: number): void {
-    if (repair.kind === 'unfollowed' || kind === 'contradiction') this.#reschedule(repair, kind, dueAt);
-    else if (repair.kind === 'confirmation') repair.dueAt = Math.min(repair.dueAt, dueAt);
-  }
-
-  #dropRepair(repair: Repair): void {
-    if (this.#repairs.get(repair.uid) !== repair) return;
-    this.#repairs.delete(repair.uid);
-    if (repair.kind === 'unfollowed') this.#unload(repair.owner);
-  }
-
-  #unload(owner: string): void {
-    const left = (this.#loaded.get(owner) ?? 1) - 1;
-    if (left > 0) this.#loaded.set(owner, left);
-    else this.#loaded.delete(owner);
-  }
-
-  /**
-   * Every event stored, by any instance. For a delivery nobody follows here: its
-   * time is kept (a pass skips a delivery heard from lately); one that
-   * contradicts its state has it read at once, and a cancel or failure has it
-   * read when its grace ends, with its owner's key. A followed one is the
-   * streams' to report (heard).
-   */
-  #heardAny(event: StoredEvent): void {
-    const { uid } = event;
-    if (this.#followed.has(uid)) return;
-    const repair = this.#repairs.get(uid);
-    const graceEnds = graceEndOf(event, this.#options.finalityGraceMs);
-    // A webhook (not an event made from a read): its webhooks come, and the pass's read can wait for the next pass.
-    if (event.payload.facade_source !== POLL_SOURCE) {
-      this.#heard.delete(uid);
-      this.#heard.set(uid, Date.now());
-      if (this.#heard.size > MAX_HEARD) this.#heard.delete(this.#heard.keys().next().value!);
-      if (!event.contradicts && graceEnds === undefined && repair?.kind === 'unfollowed' && !repair.reading)
-        this.#dropRepair(repair);
-    }
-    if (!event.contradicts && graceEnds === undefined) return;
-    const kind = event.contradicts ? 'contradiction' : 'confirmation';
-    const dueAt = event.contradicts ? Date.now() : graceEnds!;
-    if (repair) {
-      if (repair.reading) repair.readAgain ||= event.contradicts === true;
-      else this.#merge(repair, kind, dueAt);
-      return;
-    }
-    const { keys, ownerOf } = this.#options;
-    if (!keys || !ownerOf || keys.size === 0 || this.#repairs.size >= MAX_PENDING_REPAIRS) return;
-    ownerOf(uid).then(
-      (record) => {
-        if (!record || keys.keyOf(record.owner) === undefined || this.#followed.has(uid)) return;
-        const waiting = this.#repairs.get(uid);
-        if (waiting) {
-          if (!waiting.reading) this.#merge(waiting, kind, dueAt);
-          return;
-        }
-        this.#repairs.set(uid, {
-          uid,
-          owner: record.owner,
-          group: groupOf(record.group),
-          kind,
-          dueAt,
-          failures: 0,
-          reading: false,
-          readAgain: false,
-        });
-        this.#start();
-      },
-      (error: unknown) =>
-        this.#options.logger?.warn(
-          { err: error, uid },
-          'reconcile: could not look up the owner of an unfollowed delivery; its next pass reads it',
-        ),
-    );
-  }
-
   /** Ends every subscription of this instance that follows a delivery with the refused key. */
   #refuse(key: string, error: Error): void {
     for (const followed of this.#followed.values()) {
@@ -756,222 +425,21 @@ export class Reconciler {
   }
 
   /**
-   * Platform read, then partner (or the group that answered last time first).
-   * A key may be valid for one group only: it is refused when both refuse it,
-   * or when one refuses it and the other does not know the delivery.
+   * Stores what a read (made when the log's last seq was `basis`) shows that the store does not have, and merges it into
+   * the delivery's view (applyRead in src/realtime/reads.ts).
    */
-  async #read(key: string, uid: string, group: 'platform' | 'partner' | undefined): Promise<DeliveryRead> {
-    const { upstream } = this.#options;
-    const platform = async (): Promise<DeliveryRead> => ({
-      group: 'platform',
-      wire: await upstream.platform.get(key, uid),
-    });
-    const partner = async (): Promise<DeliveryRead> => ({
-      group: 'partner',
-      wire: await upstream.partner.getOrder(key, uid),
-    });
-    const [first, second] = group === 'partner' ? [partner, platform] : [platform, partner];
-    let firstError: unknown;
-    try {
-      return await first();
-    } catch (error) {
-      if (!(error instanceof NotFoundError) && !isRefusal(error)) throw error;
-      firstError = error;
-    }
-    try {
-      return await second();
-    } catch (error) {
-      throw error instanceof NotFoundError && isRefusal(firstError) ? firstError : error;
-    }
-  }
-
-  /**
-   * Stores what a read (made when the log's last seq was `basis`) shows that the
-   * store does not have: its milestone, where the rule lets the read move the
-   * state (forward; or past an end it contradicts; or confirming a cancel or
-   * failure once its grace has passed), and the courier's position when it is
-   * new; then merges the read into the delivery's view. At a subscription's
-   * start only what the read decides is stored (it contradicts a final state, or
-   * confirms one): a read merely ahead of the store may have webhooks on their
-   * way, and stored first it would make them stale.
-   */
-  async applyRead(
+  applyRead(
     uid: string,
     read: DeliveryRead,
     basis: number,
     options: { atStart?: boolean; readAt?: number } = {},
   ): Promise<ReadOutcome> {
-    const { store } = this.#options;
-    const status = deliveryStatus(read.wire.status);
-    const state = await store.deliveryState(uid);
-    const outcome: ReadOutcome = {};
-    const receivedAt = new Date().toISOString();
-    const name = DELIVERY_EVENT[status];
-    let stored = false;
-    if (name) {
-      let confirm = false;
-      if (awaitsConfirmation(state) && statusRank(status) === state!.rank) {
-        outcome.confirmAt = (await this.#movedAt(uid, state!.seq!)) + this.#options.finalityGraceMs;
-        confirm = Date.now() >= outcome.confirmAt;
-      }
-      // The store judges the read as it judges any event; at a subscription's start only what it decides is stored.
-      const event = eventFromRead(read, name, { basis, confirm });
-      const result = await this.#options.append(event, receivedAt, options.atStart ? 'decisive' : 'accepted');
-      stored = this.#changed(result);
-      if (stored && 'event' in result && result.event.moved) {
-        const after = await store.deliveryState(uid);
-        if (awaitsConfirmation(after)) outcome.confirmAt = Date.now() + this.#options.finalityGraceMs;
-        if (after?.terminal) delete outcome.confirmAt;
-      }
-    }
-    const locationName = LOCATION_EVENT[status];
-    const position = geoPoint(read.wire.driver_location);
-    if (!options.atStart && !stored && !state?.terminal && locationName && position) {
-      const latest = await store.latestEvent(uid, 'location');
-      const last = latest && geoPoint(latest.payload.driver_location);
-      const moved =
-        !last ||
-        last.lat !== position.lat ||
-        last.lng !== position.lng ||
-        latest.payload.driver_id !== read.wire.driver_id;
-      if (moved)
-        this.#changed(
-          await this.#options.append(
-            eventFromRead(read, locationName, { basis, confirm: false }),
-            receivedAt,
-            'accepted',
-          ),
-        );
-    }
-    await store.recordRead({ uid, body: readBody(read), basis, readAt: options.readAt });
-    return outcome;
+    const { store, append, finalityGraceMs } = this.#options;
+    const changed = () => void (this.counters.changes += 1);
+    return applyRead({ store, append, finalityGraceMs, changed }, { uid, read, basis, ...options });
   }
 
-  /** Whether a read's event was stored as a change (not skipped, not a duplicate, not stale); counted. */
-  #changed(result: AppendResult | NotStored): boolean {
-    if (!('event' in result) || result.duplicate || result.event.stale) return false;
-    this.counters.changes += 1;
-    return true;
-  }
-
-  /** When the event that last moved the state was received (ms since the epoch); 0 when it is no longer stored. */
-  async #movedAt(uid: string, seq: number): Promise<number> {
-    const [mover] = await this.#options.store.eventsAfter(seq - 1, 1, { uids: [uid] });
-    return mover?.seq === seq ? Date.parse(mover.receivedAt) : 0;
+  #read(key: string, uid: string, group: 'platform' | 'partner' | undefined): Promise<DeliveryRead> {
+    return readDelivery(this.#options.upstream, key, uid, group);
   }
 }
-
-const ADDRESS_FIELDS = [
-  'street',
-  'number',
-  'secondary_number',
-  'city',
-  'county',
-  'state',
-  'postal_code',
-  'country',
-  'latitude',
-  'longitude',
-] as const;
-
-/** A read's flat address fields, nested as a webhook carries them; omitted when empty. */
-function nestedAddress(wire: JsonObject, side: 'pickup' | 'dropoff'): WireWebhookAddress | undefined {
-  const address: JsonObject = {};
-  for (const field of ADDRESS_FIELDS) {
-    const value = wire[`${side}_address_${field}`];
-    if (value !== undefined && value !== null) address[field] = value;
-  }
-  return Object.keys(address).length > 0 ? (address as WireWebhookAddress) : undefined;
-}
-
-const WEBHOOK_FIELDS = [
-  'status',
-  'price',
-  'distance',
-  'tip',
-  'pickup_name',
-  'pickup_phone_number',
-  'pickup_instructions',
-  'email',
-  'dropoff_name',
-  'dropoff_phone_number',
-  'dropoff_instructions',
-  'driver_id',
-  'driver_name',
-  'driver_location',
-  'driver_pickup_phone_number',
-  'driver_dropoff_phone_number',
-  'driver_vehicle_make',
-  'driver_vehicle_model',
-  'driver_vehicle_year',
-  'dropoff_time_estimated',
-  'pickup_start_time',
-  'dropoff_start_time',
-  'delivery_start_time',
-  'delivery_end_time',
-  'package_description',
-  'package_minimum_vehicle_size',
-  'package_delivery_mode',
-  'package_requirements',
-  'package_value',
-  'items_count',
-  'items',
-  'weight',
-  'dropoff_verification_image_url',
-  'dropoff_signature_image_url',
-  'cancellation_reason',
-  'platform_payload',
-  'partner_reference',
-  'partner_payload',
-] as const;
-
-/**
- * The event the webhook would have carried, from a read: the documented body's
- * fields the read has, marked as polled, with the log position the read was
- * made at and whether it confirms a cancel or failure (see readFactsOf).
- */
-export function eventFromRead(
-  read: DeliveryRead,
-  eventName: string,
-  made: { basis: number; confirm: boolean },
-): WireWebhookEvent {
-  const wire = read.wire as unknown as JsonObject;
-  const event: JsonObject = { uid: read.wire.uid, event_name: eventName };
-  for (const field of WEBHOOK_FIELDS) {
-    if (wire[field] !== undefined && wire[field] !== null) event[field] = wire[field];
-  }
-  // A webhook's delivery_date is a plain date; a read's is a datetime.
-  if (typeof wire.delivery_date === 'string') event.delivery_date = wire.delivery_date.slice(0, 10);
-  const pickup = nestedAddress(wire, 'pickup');
-  const dropoff = nestedAddress(wire, 'dropoff');
-  if (pickup) event.pickup_address = pickup as unknown as JsonObject;
-  if (dropoff) event.dropoff_address = dropoff as unknown as JsonObject;
-  event.facade_source = POLL_SOURCE;
-  event.facade_read_basis = made.basis;
-  if (made.confirm) event.facade_confirms = true;
-  return event as unknown as WireWebhookEvent;
-}
-
-/**
- * A read for the delivery's view: the event it would make, with what only reads
- * carry (tracking link, style, fees, dimensions, the scheduled datetime).
- */
-export function readBody(read: DeliveryRead): JsonObject {
-  const wire = read.wire as unknown as JsonObject;
-  const body = eventFromRead(read, 'snapshot', { basis: 0, confirm: false }) as unknown as JsonObject;
-  for (const field of READ_ONLY_FIELDS)
-    if (wire[field] !== undefined && wire[field] !== null) body[field] = wire[field];
-  return body;
-}
-
-/** What a read has and a webhook body does not (each group's spelling, read as such by fromWebhookEvent). */
-const READ_ONLY_FIELDS = [
-  'tracking_link',
-  'tracking_url',
-  'delivery_style',
-  'expected_cancellation_fee',
-  'expected_cancelation_fee',
-  'dimensions',
-  'dimentions',
-  'delivery_date',
-] as const;

@@ -61,190 +61,230 @@ export interface RedisEventBusOptions {
 const PAGE = 500;
 
 export async function createRedisEventBus(options: RedisEventBusOptions): Promise<RedisEventBus> {
-  const { store, publishClient, subscribeClient, channel, logger } = options;
-  const gapWaitMs = options.gapWaitMs ?? 25;
-  const pollMs = options.pollMs ?? 1000;
-  const local = createEventBus();
-  const stats: RedisBusStats = { dispatched: 0, fromStore: 0, ignored: 0, reconnects: 0 };
+  const bus = new RedisBus(options);
+  await bus.start();
+  return bus;
+}
 
-  // The target calls publishClient.publish and drops the promise: a publish that
-  // fails (Redis down) must not become an unhandled rejection. The event is stored
-  // already; every instance's poll finds it.
-  const publisher = {
-    publish: (topic: string, message: string) =>
-      publishClient.publish(topic, message).catch((error: unknown) => {
-        logger?.warn(
-          { err: error instanceof Error ? error.message : error },
-          'event stored but not published; instances catch up from the log',
-        );
-        return 0;
-      }),
-  } as unknown as Redis;
-  const target = createRedisEventTarget<CustomEvent<StoredEvent>>({ publishClient: publisher, subscribeClient });
-
-  let last: number | undefined; // undefined until the start position is known
-  const ahead = new Map<number, StoredEvent>();
-  let gapTimer: NodeJS.Timeout | undefined;
-  let reading: Promise<void> | undefined;
-  let readAgain = false;
+/**
+ * One instance's side of the channel: messages received in seq order, gaps and
+ * losses read from the log, dispatched to local listeners only.
+ */
+class RedisBus implements RedisEventBus {
+  readonly stats: RedisBusStats = { dispatched: 0, fromStore: 0, ignored: 0, reconnects: 0 };
+  readonly #options: RedisEventBusOptions;
+  readonly #gapWaitMs: number;
+  readonly #pollMs: number;
+  readonly #local = createEventBus();
+  readonly #target: ReturnType<typeof createRedisEventTarget<CustomEvent<StoredEvent>>>;
+  /** undefined until the start position is known. */
+  #last: number | undefined;
+  readonly #ahead = new Map<number, StoredEvent>();
+  #gapTimer: NodeJS.Timeout | undefined;
+  #reading: Promise<void> | undefined;
+  #readAgain = false;
   /** The last read of the log failed: the next try waits a poll interval, not a gap's moment. */
-  let readFailed = false;
-  let closed = false;
+  #readFailed = false;
+  #closed = false;
+  #disconnected = false;
+  #poll: NodeJS.Timeout | undefined;
 
-  const dispatch = (event: StoredEvent, fromStore: boolean) => {
-    last = event.seq;
-    stats.dispatched += 1;
-    if (fromStore) stats.fromStore += 1;
-    local.publish(event);
-  };
+  constructor(options: RedisEventBusOptions) {
+    this.#options = options;
+    this.#gapWaitMs = options.gapWaitMs ?? 25;
+    this.#pollMs = options.pollMs ?? 1000;
+    this.#target = createRedisEventTarget<CustomEvent<StoredEvent>>({
+      publishClient: this.#publisher(),
+      subscribeClient: options.subscribeClient,
+    });
+  }
+
+  readonly listen: EventBus['listen'] = (uid, listener, options) => this.#local.listen(uid, listener, options);
+  readonly listenerCount: EventBus['listenerCount'] = () => this.#local.listenerCount();
+  readonly lastDispatched = (): number => this.#last ?? 0;
+
+  publish(event: StoredEvent): void {
+    this.#target.dispatchEvent(new CustomEvent(this.#options.channel, { detail: event }));
+  }
+
+  /**
+   * The target calls publishClient.publish and drops the promise: a publish that fails (Redis down) must not become an
+   * unhandled rejection. The event is stored already; every instance's poll finds it.
+   */
+  #publisher(): Redis {
+    const { publishClient, logger } = this.#options;
+    return {
+      publish: (topic: string, message: string) =>
+        publishClient.publish(topic, message).catch((error: unknown) => {
+          logger?.warn(
+            { err: error instanceof Error ? error.message : error },
+            'event stored but not published; instances catch up from the log',
+          );
+          return 0;
+        }),
+    } as unknown as Redis;
+  }
+
+  /** Subscribes, learns where the log stands, then watches the connection and polls the log's head. */
+  async start(): Promise<void> {
+    const { store, subscribeClient, channel } = this.#options;
+    this.#target.addEventListener(channel, this.#onMessage);
+    try {
+      // The target subscribes without waiting; subscribing again is a no-op that
+      // resolves once Redis confirmed, so nothing published from here on is missed.
+      await subscribeClient.subscribe(channel);
+      // Events stored before this point are the store's to replay (deliveryEvents(after:)), not the bus's.
+      this.#last = await store.lastSeq();
+    } catch (error) {
+      subscribeClient.disconnect();
+      throw error;
+    }
+    const last = this.#last;
+    this.stats.ignored += [...this.#ahead.keys()].filter((seq) => seq <= last).length;
+    this.#drainAhead();
+    subscribeClient.on('close', this.#onClose);
+    subscribeClient.on('ready', this.#onReady);
+    this.#poll = setInterval(() => this.#pollHead(), this.#pollMs);
+    this.#poll.unref();
+  }
+
+  #dispatch(event: StoredEvent, fromStore: boolean): void {
+    this.#last = event.seq;
+    this.stats.dispatched += 1;
+    if (fromStore) this.stats.fromStore += 1;
+    this.#local.publish(event);
+  }
+
+  readonly #onMessage = (event: CustomEvent<StoredEvent>): void => this.#receive(event.detail);
+
+  #receive(event: StoredEvent): void {
+    const last = this.#last;
+    if (last !== undefined && event.seq <= last) {
+      this.stats.ignored += 1;
+      return;
+    }
+    if (last !== undefined && event.seq === last + 1) this.#dispatch(event, false);
+    else this.#ahead.set(event.seq, event);
+    this.#drainAhead();
+  }
 
   /** Dispatches whatever waited and is next in line; if something still waits behind a gap, arms the gap timer. */
-  const drainAhead = () => {
-    if (last === undefined) return;
-    for (const seq of [...ahead.keys()]) if (seq <= last) ahead.delete(seq);
-    for (let next = ahead.get(last + 1); next; next = ahead.get(last + 1)) {
+  #drainAhead(): void {
+    if (this.#last === undefined) return;
+    const ahead = this.#ahead;
+    for (const seq of [...ahead.keys()]) if (seq <= this.#last) ahead.delete(seq);
+    for (let next = ahead.get(this.#last + 1); next; next = ahead.get(this.#last + 1)) {
       ahead.delete(next.seq);
-      dispatch(next, false);
+      this.#dispatch(next, false);
     }
     if (ahead.size === 0) {
-      clearTimeout(gapTimer);
-      gapTimer = undefined;
-    } else if (!gapTimer && !closed) {
-      gapTimer = setTimeout(
+      clearTimeout(this.#gapTimer);
+      this.#gapTimer = undefined;
+    } else if (!this.#gapTimer && !this.#closed) {
+      this.#gapTimer = setTimeout(
         () => {
-          gapTimer = undefined;
-          void readStore();
+          this.#gapTimer = undefined;
+          void this.#readStore();
         },
-        readFailed ? pollMs : gapWaitMs,
+        this.#readFailed ? this.#pollMs : this.#gapWaitMs,
       );
     }
-  };
+  }
 
   /**
    * Reads the log after the last dispatched seq and dispatches it; one read at a time, repeated when asked meanwhile.
    */
-  const readStore = (): Promise<void> => {
-    if (reading) {
-      readAgain = true;
-      return reading;
+  #readStore(): Promise<void> {
+    if (this.#reading) {
+      this.#readAgain = true;
+      return this.#reading;
     }
-    reading = (async () => {
-      try {
-        do {
-          readAgain = false;
-          for (;;) {
-            if (closed || last === undefined) return;
-            const page = await store.eventsAfter(last, PAGE);
-            for (const event of page) if (event.seq > last) dispatch(event, true);
-            if (page.length < PAGE) break;
-          }
-        } while (readAgain);
-        readFailed = false;
-      } catch (error) {
-        // Redis is away: the reconnect, the poll or a gap timer reads again.
-        if (!readFailed)
-          logger?.warn(
-            { err: error instanceof Error ? error.message : error },
-            'could not read missed events from the log; retrying',
-          );
-        readFailed = true;
-        readAgain = false;
-      } finally {
-        reading = undefined;
-        drainAhead();
-      }
-    })();
-    return reading;
-  };
-
-  const receive = (event: StoredEvent) => {
-    if (last !== undefined && event.seq <= last) {
-      stats.ignored += 1;
-      return;
-    }
-    if (last !== undefined && event.seq === last + 1) dispatch(event, false);
-    else ahead.set(event.seq, event);
-    drainAhead();
-  };
-
-  const onMessage = (event: CustomEvent<StoredEvent>) => receive(event.detail);
-  target.addEventListener(channel, onMessage);
-  try {
-    // The target subscribes without waiting; subscribing again is a no-op that
-    // resolves once Redis confirmed, so nothing published from here on is missed.
-    await subscribeClient.subscribe(channel);
-    // Events stored before this point are the store's to replay (deliveryEvents(after:)), not the bus's.
-    last = await store.lastSeq();
-  } catch (error) {
-    subscribeClient.disconnect();
-    throw error;
+    this.#reading = this.#readPages();
+    return this.#reading;
   }
-  stats.ignored += [...ahead.keys()].filter((seq) => seq <= last!).length;
-  drainAhead();
 
-  let disconnected = false;
-  const onClose = () => {
-    disconnected = true;
+  async #readPages(): Promise<void> {
+    try {
+      do {
+        this.#readAgain = false;
+        for (;;) {
+          const last = this.#last;
+          if (this.#closed || last === undefined) return;
+          const page = await this.#options.store.eventsAfter(last, PAGE);
+          for (const event of page) if (event.seq > this.#last!) this.#dispatch(event, true);
+          if (page.length < PAGE) break;
+        }
+      } while (this.#readAgain);
+      this.#readFailed = false;
+    } catch (error) {
+      // Redis is away: the reconnect, the poll or a gap timer reads again.
+      if (!this.#readFailed)
+        this.#options.logger?.warn(
+          { err: error instanceof Error ? error.message : error },
+          'could not read missed events from the log; retrying',
+        );
+      this.#readFailed = true;
+      this.#readAgain = false;
+    } finally {
+      this.#reading = undefined;
+      this.#drainAhead();
+    }
+  }
+
+  readonly #onClose = (): void => {
+    this.#disconnected = true;
   };
-  const onReady = () => {
-    if (!disconnected || closed) return;
-    disconnected = false;
-    stats.reconnects += 1;
+
+  readonly #onReady = (): void => {
+    if (!this.#disconnected || this.#closed) return;
+    this.#disconnected = false;
+    this.stats.reconnects += 1;
+    const { subscribeClient, channel, logger } = this.#options;
     // ioredis resubscribes right after 'ready'; this subscribe queues behind nothing
     // and resolves once Redis confirmed the channel, so the read that follows
     // overlaps with live messages instead of leaving a hole.
     subscribeClient.subscribe(channel).then(
-      () => readStore(),
+      () => this.#readStore(),
       (error: unknown) => logger?.warn({ err: error instanceof Error ? error.message : error }, 'resubscribe failed'),
     );
   };
-  subscribeClient.on('close', onClose);
-  subscribeClient.on('ready', onReady);
 
-  const poll = setInterval(() => {
-    if (reading || gapTimer || closed || last === undefined) return;
-    const known = last;
-    store.lastSeq().then(
+  /** Compares the log's head with what was dispatched: catches a publish that failed after its event was stored. */
+  #pollHead(): void {
+    if (this.#reading || this.#gapTimer || this.#closed || this.#last === undefined) return;
+    const known = this.#last;
+    this.#options.store.lastSeq().then(
       (head) => {
-        if (head > known) void readStore();
-        else if (head < known && last === known) {
+        if (head > known) void this.#readStore();
+        else if (head < known && this.#last === known) {
           // Redis came back without its data (no AOF): the log starts over, and so must the bus.
-          logger?.error(
+          this.#options.logger?.error(
             { head, dispatched: known },
             'the event log went backwards: Redis lost its data; cursors given out before are void',
           );
-          last = head;
-          ahead.clear();
+          this.#last = head;
+          this.#ahead.clear();
         }
       },
       () => {}, // Redis is away; the next tick asks again
     );
-  }, pollMs);
-  poll.unref();
+  }
 
-  return {
-    stats,
-    publish(event) {
-      target.dispatchEvent(new CustomEvent(channel, { detail: event }));
-    },
-    listen: local.listen,
-    listenerCount: local.listenerCount,
-    lastDispatched: () => last ?? 0,
-    async close() {
-      if (closed) return;
-      closed = true;
-      clearInterval(poll);
-      clearTimeout(gapTimer);
-      subscribeClient.off('close', onClose);
-      subscribeClient.off('ready', onReady);
-      // Not target.removeEventListener: its UNSUBSCRIBE promise is not awaited by
-      // the target and would reject unhandled on a connection that is down.
-      // Quitting the connection ends the subscription with it.
-      await reading;
-      if (subscribeClient.status === 'ready') await subscribeClient.quit().catch(() => subscribeClient.disconnect());
-      else subscribeClient.disconnect();
-    },
-  };
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearInterval(this.#poll);
+    clearTimeout(this.#gapTimer);
+    const { subscribeClient } = this.#options;
+    subscribeClient.off('close', this.#onClose);
+    subscribeClient.off('ready', this.#onReady);
+    // Not target.removeEventListener: its UNSUBSCRIBE promise is not awaited by
+    // the target and would reject unhandled on a connection that is down.
+    // Quitting the connection ends the subscription with it.
+    await this.#reading;
+    if (subscribeClient.status === 'ready') await subscribeClient.quit().catch(() => subscribeClient.disconnect());
+    else subscribeClient.disconnect();
+  }
 }
 
 /** The bus of a Redis store: publishes on the store's client, subscribes on a connection of its own. */

@@ -20,7 +20,6 @@ import { EventPages } from './event-pages.js';
 import { SubscriptionFanout } from './fanout.js';
 import { OwnerKeys } from './owner-keys.js';
 import { Reconciler, type ReadKind } from './reconcile.js';
-import { connectRedisEventBus } from './redis-bus.js';
 
 /** The event bus: over the store's Redis when it is one (every instance hears every event), else in this process. */
 export async function openEventBus(
@@ -28,7 +27,9 @@ export async function openEventBus(
   logger: Logger,
   teardown: Teardown,
 ): Promise<EventBus> {
-  const redisBus = redis ? await connectRedisEventBus(redis, logger) : undefined;
+  // Loaded only with Redis: the module brings @graphql-yoga/redis-event-target and ioredis, megabytes of heap that
+  // a single process on SQLite would hold for nothing.
+  const redisBus = redis ? await (await import('./redis-bus.js')).connectRedisEventBus(redis, logger) : undefined;
   if (redisBus) teardown.add('redis bus', () => redisBus.close());
   return redisBus ?? createEventBus();
 }

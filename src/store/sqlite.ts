@@ -8,11 +8,7 @@
 // commit, so what a caller awaited it reads back.
 // With a retention, a timer deletes what expired in small transactions and
 // hands the freed pages back to the file system a few at a time (#trim).
-import { existsSync, mkdirSync } from 'node:fs';
-import path from 'node:path';
-import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
-import { MessageChannel, Worker, type WorkerOptions } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import type { Logger } from '../logger.js';
 import type { JsonObject, WireWebhookEvent } from '../upstream/wire.js';
@@ -46,22 +42,12 @@ import {
   type UnfinishedDelivery,
   type UnfinishedPage,
 } from './store.js';
-import { bookingMarker } from '../domain/booking-marker.js';
-import { lockDataDir, type DataDirLock } from './data-dir-lock.js';
-import { checkStoreFile, damagedFileMessage, isDamage } from './sqlite-file.js';
-import { UidFilter } from './uid-filter.js';
+import type { DataDirLock } from './data-dir-lock.js';
+import { openStoreFile, prepareSchema, readStatements, type ReadStatements, type StateRow } from './sqlite-schema.js';
+import { WriterThread, writerError } from './sqlite-thread.js';
+import { damagedFileMessage, isDamage } from './sqlite-file.js';
 import type { EventToWrite } from './sqlite-append.js';
-import type {
-  AppendOutcome,
-  EventRow,
-  TrimPhase,
-  WriterArgs,
-  WriterData,
-  WriterError,
-  WriterOps,
-  WriterReply,
-  WriterRequest,
-} from './sqlite-writer.js';
+import type { AppendOutcome, EventRow, TrimPhase, WriterArgs, WriterOps } from './sqlite-writer.js';
 
 function toStored(row: EventRow): StoredEvent {
   return {
@@ -74,15 +60,6 @@ function toStored(row: EventRow): StoredEvent {
     payload: JSON.parse(row.payload) as WireWebhookEvent,
     ...(row.carried ? { carried: JSON.parse(row.carried) as JsonObject } : {}),
   };
-}
-
-interface StateRow {
-  rank: number;
-  terminal: number;
-  seq: number;
-  courier: string | null;
-  former_couriers: string | null;
-  picked_up: number | null;
 }
 
 const stateOf = (row: StateRow): MilestoneState => ({
@@ -109,189 +86,10 @@ export interface SqliteStoreOptions {
   logger?: Logger;
 }
 
-const IDEMPOTENCY_COLUMNS = `
-        owner_hash TEXT NOT NULL,
-        idempotency_key TEXT NOT NULL,
-        fingerprint TEXT NOT NULL,
-        state TEXT NOT NULL CHECK (state IN ('pending', 'done', 'unknown')),
-        uid TEXT,
-        tracking_url TEXT,
-        updated_at INTEGER NOT NULL,
-        marker TEXT,
-        PRIMARY KEY (owner_hash, idempotency_key)`;
-
-/**
- * A file made before the 'unknown' state has a CHECK that refuses it, and no
- * marker column; SQLite cannot alter a CHECK, so the table is copied into a new one.
- */
-function upgradeIdempotencyTable(db: Database.Database): void {
-  const table = db
-    .prepare<[], { sql: string }>("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'idempotency'")
-    .get();
-  if (!table || table.sql.includes("'unknown'")) return;
-  db.transaction(() => {
-    db.exec(`CREATE TABLE idempotency_upgraded (${IDEMPOTENCY_COLUMNS});`);
-    const rows = db
-      .prepare<[], { owner_hash: string; idempotency_key: string }>(
-        'SELECT owner_hash, idempotency_key FROM idempotency',
-      )
-      .all();
-    db.exec(
-      'INSERT INTO idempotency_upgraded (owner_hash, idempotency_key, fingerprint, state, uid, tracking_url, updated_at) SELECT owner_hash, idempotency_key, fingerprint, state, uid, tracking_url, updated_at FROM idempotency',
-    );
-    const mark = db.prepare('UPDATE idempotency_upgraded SET marker = ? WHERE owner_hash = ? AND idempotency_key = ?');
-    for (const row of rows)
-      mark.run(bookingMarker(row.owner_hash, row.idempotency_key), row.owner_hash, row.idempotency_key);
-    db.exec('DROP TABLE idempotency; ALTER TABLE idempotency_upgraded RENAME TO idempotency;');
-  }).immediate();
-}
-
-/** An error from the writer thread, as it was thrown there (a SqliteError keeps its code). */
-function writerError({ name, message, code }: WriterError): Error {
-  return Object.assign(new Error(message), { name, ...(code ? { code } : {}) });
-}
-
-/** The writer's source as one CommonJS bundle, built once per process (see startWriterThread). */
-let writerBundle: string | undefined;
-
-/**
- * Starts the writer thread from the compiled file next to this one (node
- * dist/main.js). When this module runs as TypeScript (tsx: tests, npm start)
- * there is no compiled file, and a thread started through tsx's loader takes
- * half a second or more: esbuild (tsx's own compiler) bundles the writer's
- * source once, and each thread runs that bundle, requiring better-sqlite3 from here.
- */
-function startWriterThread(options: WorkerOptions): Worker {
-  if (!import.meta.url.endsWith('.ts')) return new Worker(new URL('./sqlite-writer.js', import.meta.url), options);
-  const require = createRequire(import.meta.url);
-  if (!writerBundle) {
-    const esbuild = require('esbuild') as typeof import('esbuild');
-    const entry = fileURLToPath(new URL('./sqlite-writer.ts', import.meta.url));
-    const built = esbuild.buildSync({
-      entryPoints: [entry],
-      bundle: true,
-      platform: 'node',
-      format: 'cjs',
-      target: 'node20',
-      external: ['better-sqlite3'],
-      write: false,
-    });
-    writerBundle = built.outputFiles[0]!.text;
-  }
-  const source = `((require) => {\n${writerBundle}\n})(require('node:module').createRequire(${JSON.stringify(import.meta.url)}));`;
-  return new Worker(source, { ...options, eval: true });
-}
-
-/** The main thread's side of a writer thread: requests by id, answered in order. */
-class WriterThread {
-  /**
-   * A thread whose store closed, kept (idle, not holding the process) for the
-   * next store this process opens: starting one costs tens of ms, and a test
-   * opens hundreds of stores. At most one is kept.
-   */
-  static #spare: WriterThread | undefined;
-
-  /** The spare thread, or a new one. */
-  static take(logger: Logger | undefined): WriterThread {
-    const spare = WriterThread.#spare;
-    WriterThread.#spare = undefined;
-    return spare && !spare.#stopped ? spare : new WriterThread(logger);
-  }
-
-  readonly worker: Worker;
-  readonly #port;
-  readonly #waiting = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
-  #nextId = 1;
-  /** Set once the thread is gone: every request from then on fails with it. */
-  #stopped: Error | undefined;
-  #ending = false;
-
-  private constructor(logger: Logger | undefined) {
-    const { port1, port2 } = new MessageChannel();
-    const data: WriterData = { port: port2 };
-    // No flags from this process (--import tsx, --input-type…): the thread needs none.
-    this.worker = startWriterThread({ workerData: data, transferList: [port2], execArgv: [] });
-    this.#port = port1;
-    port1.on('message', (reply: WriterReply) => {
-      const waiting = this.#waiting.get(reply.id);
-      if (!waiting) return;
-      this.#waiting.delete(reply.id);
-      if ('error' in reply) waiting.reject(writerError(reply.error));
-      else waiting.resolve(reply.value);
-      if (this.#waiting.size === 0) this.#holdProcess(false);
-    });
-    this.worker.on('error', (error) => {
-      if (!this.#ending) logger?.error({ err: error }, 'the SQLite writer thread failed');
-      this.#stop(`it failed: ${error.message}`);
-    });
-    this.worker.on('exit', (code) => this.#stop(`it exited with code ${code}`));
-    this.#holdProcess(false);
-  }
-
-  /** Sends a request; resolves with its answer once the transaction that held it has committed. */
-  call<Op extends keyof WriterOps>(op: Op, ...args: WriterArgs<Op>): Promise<ReturnType<WriterOps[Op]>> {
-    if (this.#stopped) return Promise.reject(this.#stopped);
-    const id = this.#nextId++;
-    const request: WriterRequest = { id, op, now: Date.now(), args };
-    return new Promise((resolve, reject) => {
-      this.#waiting.set(id, { resolve: resolve as (value: unknown) => void, reject });
-      if (this.#waiting.size === 1) this.#holdProcess(true);
-      try {
-        this.#port.postMessage(request);
-      } catch (error) {
-        // Arguments that cannot be copied to the thread: nothing was sent.
-        this.#waiting.delete(id);
-        if (this.#waiting.size === 0) this.#holdProcess(false);
-        throw error;
-      }
-    });
-  }
-
-  /** Its store closed: kept as the spare when there is none, ended otherwise. */
-  async release(): Promise<void> {
-    if (!this.#stopped && !WriterThread.#spare) {
-      WriterThread.#spare = this;
-      return;
-    }
-    this.#ending = true;
-    await this.worker.terminate();
-  }
-
-  #stop(reason: string): void {
-    if (this.#stopped) return;
-    this.#stopped = new Error(
-      `The SQLite writer thread stopped (${reason}); nothing more can be written to the store.`,
-    );
-    for (const waiting of this.#waiting.values()) waiting.reject(this.#stopped);
-    this.#waiting.clear();
-    this.#port.close();
-  }
-
-  /** A request waiting for its answer keeps the process alive; an idle thread does not. */
-  #holdProcess(hold: boolean): void {
-    if (hold) {
-      this.worker.ref();
-      this.#port.ref();
-    } else {
-      this.worker.unref();
-      this.#port.unref();
-    }
-  }
-}
-
-/** The owner filter's size bounds, in uids (UidFilter: 10 bits each; the largest is 8 MiB). */
-const OWNER_FILTER_MIN = 1 << 16;
-const OWNER_FILTER_MAX = Math.floor((8 * 1024 * 1024 * 8) / 10);
-/**
- * Owner records read per turn of the event loop while a filter is filled: a millisecond or two of it
- * (bench/probes/stalls.mjs).
- */
-const OWNER_FILTER_SLICE = 1_000;
-
 export class SqliteStore implements Store {
   /** The main thread's connection: the store reads through it and never writes (the writer thread does). */
   readonly db: Database.Database;
-  readonly #statements;
+  readonly #statements: ReadStatements;
   readonly #thread: WriterThread;
   /** Set by close(): the thread may serve another store by then. */
   #closed = false;
@@ -301,144 +99,20 @@ export class SqliteStore implements Store {
   readonly #lock: DataDirLock;
   readonly #logger: Logger | undefined;
   /**
-   * The uids with an owner record (uid-filter.ts); consulted once `complete`, i.e. once it has read every record of the
-   * file.
-   */
-  #ownerFilter = { filter: new UidFilter(OWNER_FILTER_MIN), complete: false };
-  /** A larger filter being filled from the file while the current one stays in use. */
-  #nextOwnerFilter: UidFilter | undefined;
-  /**
    * Owner records on their way to the writer thread or waiting for their commit,
    * by uid (the first sent, which is the one the file keeps, and how many writes
    * of that uid are pending). They are not in the file yet: ownersOf answers
-   * them from here, as it would had the write been synchronous, and a filter
-   * being filled takes their uids from here.
+   * them from here, as it would had the write been synchronous.
    */
   readonly #ownersInFlight = new Map<string, { record: OwnerRecord; writes: number }>();
   /** Why the file reads as damaged, once a read or write found it so (ping() fails with it). */
   #damage: string | undefined;
 
   constructor(dataDir: string, options: SqliteStoreOptions = {}) {
-    mkdirSync(dataDir, { recursive: true });
-    const file = path.join(dataDir, options.fileName ?? 'delivery-graph.sqlite');
-    // Before the file is opened: a second process stops here, having changed nothing.
-    this.#lock = lockDataDir(dataDir, file);
-    try {
-      const created = !existsSync(file);
-      this.db = new Database(file);
-      try {
-        // First: the writer thread of another store on this file may hold it a moment.
-        this.db.pragma('busy_timeout = 5000');
-        // Before anything is written to it: a damaged or emptied file stops the start, unchanged.
-        checkStoreFile(this.db, { created, heldBefore: this.#lock.existed, lockFile: this.#lock.file }, options.logger);
-      } catch (error) {
-        this.db.close();
-        throw error;
-      }
-    } catch (error) {
-      this.#lock.release();
-      throw error;
-    }
-    // Takes effect on a new file only (before its first table); a file created before keeps
-    // auto_vacuum = NONE: its freed pages are reused by new rows, but the file does not shrink.
-    this.db.pragma('auto_vacuum = INCREMENTAL');
-    this.db.pragma('journal_mode = WAL');
-    this.db.pragma('synchronous = FULL');
-    upgradeIdempotencyTable(this.db);
-    this.db.exec(`
-      CREATE TABLE IF NOT EXISTS idempotency (${IDEMPOTENCY_COLUMNS});
-      CREATE TABLE IF NOT EXISTS events (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        uid TEXT NOT NULL,
-        name TEXT NOT NULL,
-        hash TEXT NOT NULL,
-        status_text TEXT,
-        received_at TEXT NOT NULL,
-        stale INTEGER NOT NULL,
-        payload TEXT NOT NULL,
-        carried TEXT
-      );
-      CREATE UNIQUE INDEX IF NOT EXISTS events_dedup ON events (uid, name, hash);
-      CREATE INDEX IF NOT EXISTS events_by_uid ON events (uid, seq);
-      CREATE TABLE IF NOT EXISTS delivery_state (
-        uid TEXT PRIMARY KEY,
-        rank REAL NOT NULL,
-        terminal INTEGER NOT NULL,
-        seq INTEGER NOT NULL,
-        courier TEXT,
-        former_couriers TEXT,
-        picked_up INTEGER,
-        view TEXT
-      );
-      -- A read of a delivery that has no state yet, kept for its first event to be merged over (delivery-view.ts).
-      CREATE TABLE IF NOT EXISTS read_views (uid TEXT PRIMARY KEY, view TEXT NOT NULL, read_at INTEGER NOT NULL);
-      -- When a read last confirmed each delivery's view, and whether it settled it (a final state): reads from the view.
-      CREATE TABLE IF NOT EXISTS read_confirmations (uid TEXT PRIMARY KEY, read_at INTEGER NOT NULL, settled INTEGER NOT NULL);
-      CREATE TABLE IF NOT EXISTS ownership (
-        uid TEXT PRIMARY KEY,
-        owner_hash TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        api_group TEXT
-      );
-      -- A key hash (or merchant id) → the merchant it belongs to (src/access/merchants.ts); kept whatever the retention.
-      CREATE TABLE IF NOT EXISTS merchant_links (
-        id TEXT PRIMARY KEY,
-        merchant TEXT NOT NULL,
-        created_at INTEGER NOT NULL
-      );
-      CREATE TABLE IF NOT EXISTS readiness (id INTEGER PRIMARY KEY CHECK (id = 1), checked_at INTEGER NOT NULL);
-      CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
-      -- For the retention: expired ownership and idempotency rows are found by time.
-      CREATE INDEX IF NOT EXISTS idempotency_by_time ON idempotency (updated_at);
-      -- A webhook's booking marker finds its claim.
-      CREATE INDEX IF NOT EXISTS idempotency_by_marker ON idempotency (marker);
-      CREATE INDEX IF NOT EXISTS read_views_by_time ON read_views (read_at);
-      CREATE INDEX IF NOT EXISTS read_confirmations_by_time ON read_confirmations (read_at);
-      -- Reconciliation pages through each owner's recent records (unfinishedDeliveries).
-      CREATE INDEX IF NOT EXISTS ownership_by_owner ON ownership (owner_hash, created_at, uid);
-      -- Whether ids are linked to a merchant (its history: linkMerchant), and which (mergeMerchant).
-      CREATE INDEX IF NOT EXISTS merchant_links_by_merchant ON merchant_links (merchant);
-    `);
-    // A file made before groups were kept gains the column; its records read with no group.
-    const ownershipColumns = this.db
-      .prepare<[], { name: string }>("SELECT name FROM pragma_table_info('ownership')")
-      .all();
-    if (!ownershipColumns.some((column) => column.name === 'api_group'))
-      this.db.exec('ALTER TABLE ownership ADD COLUMN api_group TEXT');
-    // A file made before proofs were kept: its records read with none, which counts as a read (src/store/store.ts,
-    // OwnerProof).
-    if (!ownershipColumns.some((column) => column.name === 'proof'))
-      this.db.exec('ALTER TABLE ownership ADD COLUMN proof TEXT');
-    // A record's retention counts from its last proof (proved_at; created_at stays when it was made): a file from
-    // before counts from the making. The retention finds expired records by it.
-    if (!ownershipColumns.some((column) => column.name === 'proved_at'))
-      this.db.exec('ALTER TABLE ownership ADD COLUMN proved_at INTEGER; UPDATE ownership SET proved_at = created_at;');
-    this.db.exec(
-      'CREATE INDEX IF NOT EXISTS ownership_by_proof ON ownership (proved_at); DROP INDEX IF EXISTS ownership_by_time;',
-    );
-    // A file made before couriers were kept: its states gain the columns, empty (no courier known yet).
-    const stateColumns = new Set(
-      this.db
-        .prepare<[], { name: string }>('PRAGMA table_info(delivery_state)')
-        .all()
-        .map((column) => column.name),
-    );
-    if (!stateColumns.has('courier'))
-      this.db.exec(
-        'ALTER TABLE delivery_state ADD COLUMN courier TEXT; ALTER TABLE delivery_state ADD COLUMN former_couriers TEXT;',
-      );
-    // A file made before evidence and views were kept: no pickup proven yet, an empty view, nothing carried over.
-    if (!stateColumns.has('picked_up'))
-      this.db.exec(
-        'ALTER TABLE delivery_state ADD COLUMN picked_up INTEGER; ALTER TABLE delivery_state ADD COLUMN view TEXT;',
-      );
-    const eventColumns = new Set(
-      this.db
-        .prepare<[], { name: string }>('PRAGMA table_info(events)')
-        .all()
-        .map((column) => column.name),
-    );
-    if (!eventColumns.has('carried')) this.db.exec('ALTER TABLE events ADD COLUMN carried TEXT;');
+    const { db, lock } = openStoreFile(dataDir, options.fileName, options.logger);
+    this.db = db;
+    this.#lock = lock;
+    prepareSchema(db);
     this.#retention = options.retention;
     // The tables exist: the writer thread's connection can prepare its statements.
     this.#thread = WriterThread.take(options.logger);
@@ -451,118 +125,11 @@ export class SqliteStore implements Store {
     this.#trims =
       options.retention &&
       new TrimSchedule((stopping) => this.#trim(stopping), trimIntervalMs(options.retention), options.logger);
-    this.#statements = {
-      getOwner: this.db.prepare<
-        [string, number],
-        { owner_hash: string; api_group: string | null; proof: string | null }
-      >('SELECT owner_hash, api_group, proof FROM ownership WHERE uid = ? AND proved_at >= ?'),
-      getLink: this.db.prepare<[string], { merchant: string }>('SELECT merchant FROM merchant_links WHERE id = ?'),
-      getState: this.db.prepare<[string], StateRow>(
-        'SELECT rank, terminal, seq, courier, former_couriers, picked_up FROM delivery_state WHERE uid = ?',
-      ),
-      getView: this.db.prepare<[string], { view: string | null }>('SELECT view FROM delivery_state WHERE uid = ?'),
-      // A view (the state's, else a read's before any state) with its confirmations: the newest read, and the newest
-      // event that is not stale.
-      confirmedView: this.db.prepare<
-        [string],
-        { view: string | null; read_at: number | null; settled: number | null; event_at: string | null }
-      >(
-        `SELECT coalesce(d.view, r.view) AS view, c.read_at, c.settled,
-           (SELECT received_at FROM events e WHERE e.uid = u.uid AND (e.stale & 1) = 0 ORDER BY e.seq DESC LIMIT 1) AS event_at
-         FROM (SELECT ? AS uid) u LEFT JOIN delivery_state d ON d.uid = u.uid LEFT JOIN read_views r ON r.uid = u.uid
-           LEFT JOIN read_confirmations c ON c.uid = u.uid`,
-      ),
-      eventsAfter: this.db.prepare<[number, number], EventRow>(
-        'SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?',
-      ),
-      eventsOfUidAfter: this.db.prepare<[string, number, number], EventRow>(
-        'SELECT * FROM events WHERE uid = ? AND seq > ? ORDER BY seq LIMIT ?',
-      ),
-      latestDelivery: this.db.prepare<[string], EventRow>(
-        "SELECT * FROM events WHERE uid = ? AND (stale & 1) = 0 AND name LIKE 'delivery.%' ORDER BY seq DESC LIMIT 1",
-      ),
-      latestLocation: this.db.prepare<[string], EventRow>(
-        "SELECT * FROM events WHERE uid = ? AND (stale & 1) = 0 AND json_extract(payload, '$.driver_location.lat') IS NOT NULL ORDER BY seq DESC LIMIT 1",
-      ),
-      // The highest seq ever given (AUTOINCREMENT's record), which trimming the log does not lower.
-      lastSeq: this.db.prepare<[], { seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'events'"),
-      ping: this.db.prepare('SELECT 1'),
-      // An owner's records from a (created_at, uid) position on, with the state of each delivery, if any.
-      ownedAfter: this.db.prepare<
-        [string, number, number, number, string, number],
-        { uid: string; api_group: string | null; created_at: number; terminal: number | null }
-      >(
-        `SELECT o.uid, o.api_group, o.created_at, d.terminal FROM ownership o LEFT JOIN delivery_state d ON d.uid = o.uid
-         WHERE o.owner_hash = ? AND o.created_at >= ? AND (o.created_at > ? OR (o.created_at = ? AND o.uid > ?))
-         ORDER BY o.created_at, o.uid LIMIT ?`,
-      ),
-    };
+    this.#statements = readStatements(db);
     this.#logger = options.logger;
-    this.#startOwnerFilter();
   }
 
-  /**
-   * A filter that cannot be filled (the file closed or failed meanwhile) leaves the file to answer every lookup:
-   * slower, never wrong.
-   */
-  #startOwnerFilter(): void {
-    this.#rebuildOwnerFilter().catch((error: unknown) => {
-      this.#noticeDamage(error);
-      if (this.db.open)
-        this.#logger?.warn({ err: error }, 'the owner filter could not be filled: owner lookups ask the file');
-    });
-  }
-
-  /**
-   * Fills a new owner filter, sized for twice the records the file holds, with
-   * every uid that has one, a slice per turn of the event loop; then it is the
-   * one in use (until then the current one, if complete, still answers).
-   */
-  async #rebuildOwnerFilter(): Promise<void> {
-    // How many records, from the span of their rowids (two lookups, one subquery each: min and max in one
-    // query read the whole table, as count(*) does, tens of ms at a million): the retention deletes the oldest,
-    // which have the lowest rowids, so the span is about the count.
-    const span = this.db
-      .prepare<[], { first: number | null; last: number | null }>(
-        'SELECT (SELECT min(rowid) FROM ownership) AS first, (SELECT max(rowid) FROM ownership) AS last',
-      )
-      .get()!;
-    const records = span.first === null || span.last === null ? 0 : span.last - span.first + 1;
-    const filter = new UidFilter(Math.min(OWNER_FILTER_MAX, Math.max(OWNER_FILTER_MIN, records * 2)));
-    if (this.#ownerFilter.complete) this.#nextOwnerFilter = filter;
-    else this.#ownerFilter = { filter, complete: false };
-    // Records not committed yet are not in the file for the slices below to read.
-    for (const uid of this.#ownersInFlight.keys()) filter.add(uid);
-    const slice = this.db
-      .prepare<[number], [number, string]>(
-        `SELECT rowid, uid FROM ownership WHERE rowid > ? ORDER BY rowid LIMIT ${OWNER_FILTER_SLICE}`,
-      )
-      .raw();
-    let after = 0;
-    for (;;) {
-      // The first slice too waits a turn: the constructor (the store's start) does not read any.
-      await yieldToEventLoop();
-      if (!this.db.open) return;
-      const rows = slice.all(after);
-      for (const row of rows) filter.add(row[1]);
-      if (rows.length < OWNER_FILTER_SLICE) break;
-      after = rows[rows.length - 1]![0];
-    }
-    this.#ownerFilter = { filter, complete: true };
-    this.#nextOwnerFilter = undefined;
-  }
-
-  /** The owner filter in use, for tests and /metrics: its size, and whether it answers yet. */
-  get ownerFilter(): { capacity: number; bytes: number; complete: boolean } {
-    const { filter, complete } = this.#ownerFilter;
-    return { capacity: filter.capacity, bytes: filter.bytes + (this.#nextOwnerFilter?.bytes ?? 0), complete };
-  }
-
-  /**
-   * Writes owner records on the writer thread. Each uid goes into the filter
-   * first (and into the one being filled), and counts as in flight until its
-   * write settles; a full filter is replaced by a larger one, up to OWNER_FILTER_MAX.
-   */
+  /** Writes owner records on the writer thread; each uid counts as in flight until its write settles. */
   async #writeOwners(records: readonly OwnerEntry[]): Promise<void> {
     for (const entry of records) {
       const { uid, owner, group } = entry;
@@ -573,12 +140,7 @@ export class SqliteStore implements Store {
         // The writer applies the same rule in the order sent: what the file will hold once both commit.
         if (supersedes(entry, sending.record)) sending.record = record;
       } else this.#ownersInFlight.set(uid, { record, writes: 1 });
-      this.#ownerFilter.filter.add(uid);
-      this.#nextOwnerFilter?.add(uid);
     }
-    const { filter, complete } = this.#ownerFilter;
-    if (complete && !this.#nextOwnerFilter && filter.added > filter.capacity && filter.capacity < OWNER_FILTER_MAX)
-      this.#startOwnerFilter();
     try {
       await this.#write('recordOwners', records);
     } finally {
@@ -773,10 +335,7 @@ export class SqliteStore implements Store {
     // Past the retention a record is gone, whether or not a trim pass has deleted it yet.
     const since = this.#retention ? Date.now() - this.#retention.eventRetentionMs : -Infinity;
     const found = new Map<string, OwnerRecord>();
-    const { filter, complete } = this.#ownerFilter;
     for (const uid of uids) {
-      // Never recorded: no need to ask the file.
-      if (complete && !filter.mayHave(uid)) continue;
       const row = this.#read(() => this.#statements.getOwner.get(uid, since));
       const stored: OwnerRecord | undefined = row && {
         owner: row.owner_hash,

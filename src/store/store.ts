@@ -70,6 +70,9 @@ export interface StoredEvent {
   carried?: JsonObject;
 }
 
+/** Carried by the Redis store, so that others can tell it without loading its module (store/open.ts: redisOf). */
+export const REDIS_STORE = Symbol('redis store');
+
 /**
  * The bits of an event's stored mark (SQLite's `stale` column, the Redis entry's `stale` field), the store's verdict on
  * it: 0 accepted, moving nothing; the Redis append script writes the same bits.

@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '@delivery-graph/sandbox';
 
 /**
- * Kill/restart trials. 3 keep CI quick; the full run of RELIABILITY.md (20 trials
+ * Kill/restart trials. 3 keep CI quick; the full run of docs/reliability/webhooks-and-crashes.md (20 trials
  * of 2,000 events) is the soak tier's: `npm run test:soak` (see vitest.config.ts;
  * CRASH_TRIALS and CRASH_EVENTS still override either).
  */

@@ -9,11 +9,16 @@ import { collect, wsClient } from '../helpers/ws-client.js';
 const root = new URL('../..', import.meta.url).pathname;
 
 function run(env: Record<string, string>): ChildProcess {
-  return spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-    cwd: root,
-    env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'silent', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  // The preload answers SIGUSR2 with the packages loaded (test/fixtures/loaded-packages.cjs).
+  return spawn(
+    process.execPath,
+    ['--require', './test/fixtures/loaded-packages.cjs', '--import', 'tsx', 'src/main.ts'],
+    {
+      cwd: root,
+      env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'silent', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
 }
 
 function waitFor(child: ChildProcess, pattern: RegExp, timeoutMs = 15_000): Promise<RegExpMatchArray> {
@@ -60,6 +65,14 @@ describe('npm start against the embedded sandbox', () => {
   afterAll(() => {
     if (child.exitCode === null) child.kill('SIGKILL');
     rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it('loads no Redis client on SQLite: the Redis store and bus modules come only with REDIS_URL', async () => {
+    const listed = waitFor(child, /loaded packages: (.*)/);
+    child.kill('SIGUSR2');
+    const packages = (await listed)[1]!.split(' ');
+    expect(packages).toContain('better-sqlite3');
+    expect(packages.filter((name) => /redis/.test(name))).toEqual([]);
   });
 
   it('prints where the page, GraphiQL, the webhooks, health and metrics are, and each answers there', async () => {

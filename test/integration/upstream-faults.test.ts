@@ -4,7 +4,7 @@
 // reads (never across keys), and then 1,000 GraphQL requests through the real
 // facade against a mix of hangs, resets, slow and truncated bodies, non-JSON,
 // 429/503 with Retry-After, 30% random 5xx and an outage. The 10,000-request run
-// whose figures RELIABILITY.md quotes is bench/probes/upstream-faults.mjs.
+// whose figures docs/reliability/upstream-faults.md quotes is bench/probes/upstream-faults.mjs.
 import diagnostics from 'node:diagnostics_channel';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';

@@ -16,7 +16,10 @@ function pages(): string[] {
   const examples = readdirSync(join(root, 'examples'))
     .map((name) => `examples/${name}/README.md`)
     .filter((path) => existsSync(join(root, path)));
-  return ['README.md', ...docs, 'packages/sandbox/README.md', ...examples];
+  const reliability = readdirSync(join(root, 'docs/reliability'))
+    .filter((name) => name.endsWith('.md'))
+    .map((name) => `docs/reliability/${name}`);
+  return ['README.md', 'RELIABILITY.md', ...docs, ...reliability, 'packages/sandbox/README.md', ...examples];
 }
 
 /** The text outside fenced code blocks, with inline code spans kept (they may name files). */

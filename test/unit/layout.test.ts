@@ -12,6 +12,7 @@
 // 260 lines.
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
+import type { ESLint, Linter } from 'eslint';
 import { describe, expect, it } from 'vitest';
 
 const SRC = new URL('../../src/', import.meta.url).pathname;
@@ -267,5 +268,67 @@ describe('the sandbox package inside', () => {
     const planted = new Map([...graph].map(([node, edges]) => [node, new Map(edges)]));
     planted.set('types.ts', new Map([['index.ts', ['types.ts → index.ts (planted)']]]));
     expect(cycles(planted).length).toBeGreaterThan(0);
+  });
+});
+
+describe('the size of functions and files', () => {
+  // STYLE.md: no function over 100 lines, no file over 600, in src/ and packages/*/src; a longer one is split into
+  // named steps or a class with named members. Checked with ESLint's own rules, under a configuration of this test's
+  // (eslint.config.js can loosen nothing here), on every file but those named below, each with why.
+  const ROOT = new URL('../../', import.meta.url).pathname;
+  const EXEMPT = [
+    // The Redis store's Lua scripts: data, not code.
+    'src/store/redis-scripts.ts',
+  ];
+  const RULES: Linter.RulesRecord = {
+    'max-lines-per-function': ['error', { max: 100, skipBlankLines: false, skipComments: false, IIFEs: true }],
+    'max-lines': ['error', { max: 600, skipBlankLines: false, skipComments: false }],
+  };
+  const linter = async () => {
+    const { ESLint } = await import('eslint');
+    const { parser } = (await import('typescript-eslint')).default;
+    return new ESLint({
+      cwd: ROOT,
+      overrideConfigFile: true,
+      ignorePatterns: EXEMPT,
+      overrideConfig: {
+        files: ['**/*.ts'],
+        languageOptions: { parser },
+        linterOptions: { noInlineConfig: true, reportUnusedDisableDirectives: 'off' },
+        rules: RULES,
+      },
+    });
+  };
+  /** The size rules' findings, and any file that could not be parsed (ESLint's notes on inline disables left out). */
+  const problems = (results: ESLint.LintResult[]) =>
+    results.flatMap((result) =>
+      result.messages
+        .filter((message) => message.fatal || (message.ruleId !== null && message.ruleId in RULES))
+        .map((message) => `${path.relative(ROOT, result.filePath)}: ${message.message}`),
+    );
+
+  it('holds in src/ and packages/*/src, but for the files named exempt', { timeout: 60_000 }, async () => {
+    const eslint = await linter();
+    const results = await eslint.lintFiles(['src/**/*.ts', 'packages/*/src/**/*.ts']);
+    expect(results.length).toBeGreaterThan(100);
+    expect(problems(results)).toEqual([]);
+  });
+
+  it('exempts in eslint.config.js the same files, and no others', async () => {
+    const config = new URL('../../eslint.config.js', import.meta.url).href;
+    const { sizeExemptions } = (await import(config)) as { sizeExemptions: Record<string, string> };
+    expect(Object.keys(sizeExemptions).sort()).toEqual([...EXEMPT].sort());
+  });
+
+  it('sees what it checks (a function of 101 lines and a file of 601 are refused, a disabling comment or not)', async () => {
+    const eslint = await linter();
+    const body = Array.from({ length: 99 }, (_, index) => `  const v${index} = ${index};`).join('\n');
+    const long = `/* eslint-disable max-lines, max-lines-per-function */\nexport function long(): void {\n${body}\n}\n`;
+    const padding = '\n'.repeat(600 - long.split('\n').length + 1);
+    const [result] = await eslint.lintText(long + padding + 'export {};\n', { filePath: 'src/planted.ts' });
+    expect(problems([result!])).toEqual([
+      "src/planted.ts: Function 'long' has too many lines (101). Maximum allowed is 100.",
+      'src/planted.ts: File has too many lines (601). Maximum allowed is 600.',
+    ]);
   });
 });
