@@ -17,7 +17,7 @@ export default tseslint.config(
       'coverage/',
       'data/',
       'bench/profiles/',
-      'examples/typed-client/src/generated/',
+      'examples/typed-client/src/gql/',
     ],
   },
   js.configs.recommended,
