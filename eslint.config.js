@@ -11,14 +11,7 @@ export const sizeExemptions = {
 
 export default tseslint.config(
   {
-    ignores: [
-      '**/node_modules/',
-      'dist/',
-      'coverage/',
-      'data/',
-      'bench/profiles/',
-      'examples/typed-client/src/gql/',
-    ],
+    ignores: ['**/node_modules/', 'dist/', 'coverage/', 'data/', 'bench/profiles/', 'examples/typed-client/src/gql/'],
   },
   js.configs.recommended,
   ...tseslint.configs.recommended,
