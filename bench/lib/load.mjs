@@ -19,15 +19,18 @@ export async function load({
   overallRate,
   expectBody,
   uniqueIds = false,
+  uidLimit,
   graphql = false,
 }) {
   // With uniqueIds, UID_SLOT in the path or body becomes a fresh uuid per request: no two requests read the same
   // delivery.
+  // With uidLimit as well, the uids go round 1..uidLimit: reads of deliveries read before.
   let n = 0;
+  const next = () => (n = uidLimit ? (n % uidLimit) + 1 : n + 1);
   const fresh = (text) =>
     text === undefined
       ? text
-      : text.replace(UID_SLOT, () => `00000000-0000-4000-8000-${String((n += 1)).padStart(12, '0')}`);
+      : text.replace(UID_SLOT, () => `00000000-0000-4000-8000-${String(next()).padStart(12, '0')}`);
   const target = new URL(url);
   const result = await autocannon({
     url,
