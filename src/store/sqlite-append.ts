@@ -22,6 +22,7 @@ import {
 } from './store.js';
 import { proofRefreshMs, type Retention } from './retention.js';
 import type { AppendOutcome, EventRow } from './sqlite-writer.js';
+import type { StateRow as StateColumns } from './sqlite-schema.js';
 
 /** An event as it crosses to the writer thread: its payload's JSON (what is stored), and its condition, if any. */
 export interface EventToWrite {
@@ -30,13 +31,8 @@ export interface EventToWrite {
   onlyIf?: AppendCondition;
 }
 
-interface StateRow {
-  rank: number;
-  terminal: number;
-  seq: number;
-  courier: string | null;
-  former_couriers: string | null;
-  picked_up: number | null;
+/** The state as the main thread reads it, with the view the writer merges into. */
+interface StateRow extends StateColumns {
   view: string | null;
 }
 
